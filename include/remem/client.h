@@ -1,0 +1,153 @@
+// Copyright remem authors.
+//
+// remem::Client: a connection from this thread to one remem-server.
+//
+// On Connect the client performs the Hello handshake (protocol version and
+// the optional shared secret) and receives the server's exported regions
+// with their remote keys; from then on it can
+//   - read and write server memory one-sided (Read, Write, CompareAndSwap,
+//     FetchAdd): over shared memory these are copies and CPU atomics done
+//     by this process, with no work by the server; over tcp the server's
+//     progress thread performs them;
+//   - make calls to the server (Ping, Stats, Echo).
+// Later data models (hash store, ordered store, ...) add their calls in the
+// same two styles:
+//   - synchronous: returns when done, or with TimedOut after
+//     ClientOptions::timeout;
+//   - asynchronous (*Async): returns at once; the callback runs on this
+//     thread inside a later Poll()/WaitAll() call. Any number of operations
+//     may be in flight; buffers passed to an async call must stay valid until
+//     its callback runs.
+//
+// Raw remote memory: the regions listed by regions() are the server's
+// memory as exported. Until the data models that carve them up exist, they
+// are free for the application to use (RStore-style raw remote memory).
+//
+// Failure: if the server stops or the connection breaks, every outstanding
+// and later operation completes with Unavailable (never a hang). A timed-out
+// one-sided operation also tears the connection down, since it cannot be
+// cancelled; reconnect with a new Client.
+//
+// Thread contract: a Client is single-threaded: call it from one thread
+// (any one, but one at a time, and callbacks run on the caller of Poll()).
+// Use one Client per thread for parallelism.
+
+#ifndef REMEM_CLIENT_H_
+#define REMEM_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remem/options.h"
+#include "remem/status.h"
+
+namespace remem {
+
+// A server region, as exported.
+struct RegionInfo {
+  uint32_t id = 0;
+  uint64_t length = 0;
+};
+
+// A location in a server's memory: region id + byte offset. Region ids are
+// stable names, so an address stays meaningful whatever the region's virtual
+// address on the server.
+struct RemoteAddress {
+  uint32_t region = 0;
+  uint64_t offset = 0;
+};
+
+struct PingResult {
+  double rtt_us = 0;      // one RPC round trip
+  std::string transport;  // what UCX chose, e.g. "shm (sysv) + net (tcp:lo)"
+};
+
+struct ServerStats {
+  uint64_t uptime_ms = 0;
+  uint64_t connections_current = 0;
+  uint64_t connections_total = 0;
+  uint64_t auth_failures = 0;
+  uint64_t rpcs_served = 0;
+  uint64_t rpc_bytes_in = 0;
+  uint64_t rpc_bytes_out = 0;
+  uint64_t rpc_errors = 0;
+  uint64_t memory_registered = 0;
+  uint64_t regions = 0;
+  uint64_t server_threads = 0;
+  uint64_t incarnation = 0;
+};
+
+class Client {
+ public:
+  using Callback = std::function<void(Status)>;
+  using ValueCallback = std::function<void(Result<uint64_t>)>;
+  using ReplyCallback = std::function<void(Result<std::string>)>;
+
+  // Connects and authenticates. Errors: InvalidArgument (bad address),
+  // Unavailable (no server there, or not reachable over the forced
+  // transport), PermissionDenied (secret refused), TimedOut.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // --- server calls (synchronous)
+  Result<PingResult> Ping();
+  Result<ServerStats> Stats();
+  Result<std::string> Echo(std::string_view payload);
+
+  // --- one-sided operations on server memory (synchronous). `len` may be
+  // anything inside the region; atomics need 8-byte aligned offsets.
+  Status Read(RemoteAddress addr, void* dst, size_t len);
+  // Returns when the data is in the server's memory.
+  Status Write(RemoteAddress addr, const void* src, size_t len);
+  // Atomically: old = *addr; if (old == expected) *addr = desired. Returns old.
+  Result<uint64_t> CompareAndSwap(RemoteAddress addr, uint64_t expected,
+                                  uint64_t desired);
+  // Atomically: old = *addr; *addr += delta. Returns old.
+  Result<uint64_t> FetchAdd(RemoteAddress addr, uint64_t delta);
+
+  // --- asynchronous versions
+  void ReadAsync(RemoteAddress addr, void* dst, size_t len, Callback done);
+  void WriteAsync(RemoteAddress addr, const void* src, size_t len,
+                  Callback done);
+  void CompareAndSwapAsync(RemoteAddress addr, uint64_t expected,
+                           uint64_t desired, ValueCallback done);
+  void FetchAddAsync(RemoteAddress addr, uint64_t delta, ValueCallback done);
+  void EchoAsync(std::string payload, ReplyCallback done);
+
+  // Progresses the connection and runs ready callbacks; returns how many
+  // events were handled. Never blocks.
+  size_t Poll();
+  // Polls until every operation issued so far has completed. Returns the
+  // first error seen among them since the last WaitAll, or OK.
+  Status WaitAll();
+  // Number of operations issued and not yet completed.
+  size_t in_flight() const;
+
+  // --- what the handshake told us
+  const std::vector<RegionInfo>& regions() const;
+  // Random per server start: a different value means the server restarted.
+  uint64_t server_incarnation() const;
+  // What UCX chose for this connection.
+  std::string transport() const;
+  // True if one-sided reads land directly in this process's mapping of the
+  // server's memory (shared memory).
+  bool reads_are_local() const;
+  // False once the connection has failed.
+  bool connected() const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace remem
+
+#endif  // REMEM_CLIENT_H_

@@ -1,0 +1,143 @@
+// Copyright remem authors.
+//
+// Status and Result<T>: the one error model of remem. Every fallible call in
+// the public API and in every internal layer returns one of these; nothing
+// throws across a layer boundary.
+//
+// Thread contract: a Status or Result is a value; distinct objects may be used
+// from distinct threads freely, one object needs external synchronisation.
+
+#ifndef REMEM_STATUS_H_
+#define REMEM_STATUS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace remem {
+
+// Stable codes: the numeric values travel in wire replies (see
+// docs/PROTOCOL.md), so existing values never change meaning.
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,   // the caller passed something malformed or too big
+  kNotFound = 2,          // the named thing does not exist
+  kPermissionDenied = 3,  // authentication failed or was not performed
+  kUnavailable = 4,       // peer unreachable, connection lost, server stopped
+  kTimedOut = 5,          // no answer within the deadline
+  kOutOfMemory = 6,       // the store or a local allocation is full
+  kCorruption = 7,        // data failed verification
+  kProtocolError = 8,     // a malformed or unexpected message
+  kIOError = 9,           // the operating system refused an operation
+  kUnsupported = 10,      // the peer or transport cannot do this
+  kAlreadyExists = 11,    // created twice
+  kBusy = 12,             // try again later
+  kInternal = 13,         // a bug: an invariant did not hold
+};
+
+// Returns a short stable name for `code`, e.g. "Unavailable".
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+
+  static Status OK() { return Status(); }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
+  static Status NotFound(std::string msg) {
+    return {StatusCode::kNotFound, std::move(msg)};
+  }
+  static Status PermissionDenied(std::string msg) {
+    return {StatusCode::kPermissionDenied, std::move(msg)};
+  }
+  static Status Unavailable(std::string msg) {
+    return {StatusCode::kUnavailable, std::move(msg)};
+  }
+  static Status TimedOut(std::string msg) {
+    return {StatusCode::kTimedOut, std::move(msg)};
+  }
+  static Status OutOfMemory(std::string msg) {
+    return {StatusCode::kOutOfMemory, std::move(msg)};
+  }
+  static Status Corruption(std::string msg) {
+    return {StatusCode::kCorruption, std::move(msg)};
+  }
+  static Status ProtocolError(std::string msg) {
+    return {StatusCode::kProtocolError, std::move(msg)};
+  }
+  static Status IOError(std::string msg) {
+    return {StatusCode::kIOError, std::move(msg)};
+  }
+  static Status Unsupported(std::string msg) {
+    return {StatusCode::kUnsupported, std::move(msg)};
+  }
+  static Status AlreadyExists(std::string msg) {
+    return {StatusCode::kAlreadyExists, std::move(msg)};
+  }
+  static Status Busy(std::string msg) {
+    return {StatusCode::kBusy, std::move(msg)};
+  }
+  static Status Internal(std::string msg) {
+    return {StatusCode::kInternal, std::move(msg)};
+  }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "OK" or "<CodeName>: <message>".
+  std::string ToString() const;
+
+  // Prefixes the message with `context` ("context: message"); OK stays OK.
+  Status WithContext(std::string_view context) const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// Result<T>: a T or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {  // NOLINT
+    if (std::get<Status>(v_).ok()) {
+      v_ = Status::Internal("Result constructed from an OK Status");
+    }
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  // Precondition: ok().
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace remem
+
+// Returns early from the enclosing function if `expr` is not OK.
+#define REMEM_RETURN_IF_ERROR(expr)            \
+  do {                                         \
+    ::remem::Status remem_status_ = (expr);    \
+    if (!remem_status_.ok()) return remem_status_; \
+  } while (0)
+
+#endif  // REMEM_STATUS_H_

@@ -1,0 +1,318 @@
+#include "remem/client.h"
+
+#include <unordered_map>
+
+#include "fabric/context.h"
+#include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
+#include "fabric/rpc_client.h"
+#include "fabric/worker.h"
+#include "proto/codec.h"
+
+namespace remem {
+
+using fabric::Clock;
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<fabric::Context> ctx;
+  std::unique_ptr<fabric::Worker> worker;
+  std::unique_ptr<fabric::Endpoint> ep;
+  std::unique_ptr<fabric::RpcClient> rpc;
+  std::unordered_map<uint32_t, std::unique_ptr<fabric::RemoteRegion>> remote;
+  std::vector<RegionInfo> regions;
+  uint64_t incarnation = 0;
+  std::string transport;
+  bool local_reads = false;
+  size_t in_flight = 0;
+  Status first_error;
+
+  ~Impl() {
+    // Keys before the endpoint, calls before the worker.
+    remote.clear();
+    if (rpc) rpc->FailAll(Status::Unavailable("client closed"));
+    rpc.reset();
+    ep.reset();
+  }
+
+  Clock::time_point Deadline() const { return Clock::now() + options.timeout; }
+
+  Result<const fabric::RemoteRegion*> Locate(RemoteAddress a, uint64_t len) {
+    auto it = remote.find(a.region);
+    if (it == remote.end()) {
+      return Status::InvalidArgument("no region " + std::to_string(a.region) +
+                                     " on this server");
+    }
+    REMEM_RETURN_IF_ERROR(it->second->Check(a.offset, len));
+    return it->second.get();
+  }
+
+  Status CheckAtomic(RemoteAddress a) {
+    if (a.offset % 8 != 0) {
+      return Status::InvalidArgument("atomic operations need an 8-byte "
+                                     "aligned offset");
+    }
+    return Status::OK();
+  }
+
+  // Wraps an async callback so in_flight/first_error are kept.
+  template <typename Arg, typename Fn>
+  auto Track(Fn done) {
+    ++in_flight;
+    return [this, done = std::move(done)](Arg r) mutable {
+      --in_flight;
+      const Status& st = StatusOf(r);
+      if (!st.ok() && first_error.ok()) first_error = st;
+      if (done) done(std::move(r));
+    };
+  }
+  static const Status& StatusOf(const Status& s) { return s; }
+  template <typename T>
+  static const Status& StatusOf(const Result<T>& r) {
+    return r.status();
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  const auto deadline = impl->Deadline();
+  auto ctx = fabric::Context::Shared(options.transport);
+  if (!ctx.ok()) return ctx.status();
+  impl->ctx = *ctx;
+  auto worker = fabric::Worker::Create(impl->ctx, proto::kMaxRpcPayload);
+  if (!worker.ok()) return worker.status();
+  impl->worker = std::move(*worker);
+  auto ep = fabric::Endpoint::Connect(impl->worker.get(), options.server,
+                                      deadline);
+  if (!ep.ok()) return ep.status();
+  impl->ep = std::move(*ep);
+  auto rpc = fabric::RpcClient::Create(impl->worker.get(), impl->ep.get());
+  if (!rpc.ok()) return rpc.status();
+  impl->rpc = std::move(*rpc);
+  Impl* raw = impl.get();
+  impl->ep->SetFailureHandler(
+      [raw](const Status& why) { raw->rpc->FailAll(why); });
+
+  proto::Hello hello;
+  hello.secret = options.secret;
+  auto reply = impl->rpc->CallSync(proto::Opcode::kHello,
+                                   proto::EncodeHelloRequest(hello), deadline);
+  if (!reply.ok()) {
+    return reply.status().WithContext("handshake with " + options.server);
+  }
+  auto info = proto::DecodeHelloReply(*reply);
+  if (!info.ok()) {
+    return info.status().WithContext("handshake with " + options.server);
+  }
+  impl->incarnation = info->incarnation;
+  for (const auto& r : info->regions) {
+    auto region = fabric::RemoteRegion::Unpack(impl->ep->handle(), r.region_id,
+                                               r.base, r.length, r.rkey);
+    if (!region.ok()) return region.status();
+    impl->regions.push_back({r.region_id, r.length});
+    impl->remote.emplace(r.region_id, std::move(*region));
+  }
+  impl->transport = impl->ep->TransportDescription();
+  impl->local_reads = !impl->remote.empty() &&
+                      impl->remote.begin()->second->mapped() != nullptr;
+  if (options.transport == Transport::kShm && !impl->ep->UsesSharedMemory()) {
+    return Status::Unavailable(
+        "--transport shm: the server at " + options.server +
+        " is not reachable over shared memory (UCX chose " + impl->transport +
+        "); is it on another host?");
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<PingResult> Client::Ping() {
+  auto start = Clock::now();
+  auto r = impl_->rpc->CallSync(proto::Opcode::kPing, {}, impl_->Deadline());
+  if (!r.ok()) return r.status();
+  PingResult out;
+  out.rtt_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  out.transport = impl_->transport;
+  return out;
+}
+
+Result<ServerStats> Client::Stats() {
+  auto r = impl_->rpc->CallSync(proto::Opcode::kStats, {}, impl_->Deadline());
+  if (!r.ok()) return r.status();
+  auto s = proto::DecodeStatsReply(*r);
+  if (!s.ok()) return s.status();
+  ServerStats out;
+  out.uptime_ms = s->uptime_ms;
+  out.connections_current = s->connections_current;
+  out.connections_total = s->connections_total;
+  out.auth_failures = s->auth_failures;
+  out.rpcs_served = s->rpcs_served;
+  out.rpc_bytes_in = s->rpc_bytes_in;
+  out.rpc_bytes_out = s->rpc_bytes_out;
+  out.rpc_errors = s->rpc_errors;
+  out.memory_registered = s->memory_registered;
+  out.regions = s->regions;
+  out.server_threads = s->server_threads;
+  out.incarnation = s->incarnation;
+  return out;
+}
+
+Result<std::string> Client::Echo(std::string_view payload) {
+  return impl_->rpc->CallSync(proto::Opcode::kEcho, std::string(payload),
+                              impl_->Deadline());
+}
+
+Status Client::Read(RemoteAddress addr, void* dst, size_t len) {
+  auto region = impl_->Locate(addr, len);
+  if (!region.ok()) return region.status();
+  return impl_->ep->GetSync(dst, len, **region, addr.offset,
+                            impl_->Deadline());
+}
+
+Status Client::Write(RemoteAddress addr, const void* src, size_t len) {
+  auto region = impl_->Locate(addr, len);
+  if (!region.ok()) return region.status();
+  return impl_->ep->PutSync(src, len, **region, addr.offset,
+                            impl_->Deadline());
+}
+
+Result<uint64_t> Client::CompareAndSwap(RemoteAddress addr, uint64_t expected,
+                                        uint64_t desired) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckAtomic(addr));
+  auto region = impl_->Locate(addr, 8);
+  if (!region.ok()) return region.status();
+  return impl_->ep->CompareSwapSync(expected, desired, **region, addr.offset,
+                                    impl_->Deadline());
+}
+
+Result<uint64_t> Client::FetchAdd(RemoteAddress addr, uint64_t delta) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckAtomic(addr));
+  auto region = impl_->Locate(addr, 8);
+  if (!region.ok()) return region.status();
+  return impl_->ep->FetchAddSync(delta, **region, addr.offset,
+                                 impl_->Deadline());
+}
+
+void Client::ReadAsync(RemoteAddress addr, void* dst, size_t len,
+                       Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
+  auto region = impl_->Locate(addr, len);
+  if (!region.ok()) {
+    impl_->worker->Defer([cb, st = region.status()]() mutable { cb(st); });
+    return;
+  }
+  impl_->ep->Get(dst, len, **region, addr.offset, std::move(cb));
+}
+
+void Client::WriteAsync(RemoteAddress addr, const void* src, size_t len,
+                        Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
+  auto region = impl_->Locate(addr, len);
+  if (!region.ok()) {
+    impl_->worker->Defer([cb, st = region.status()]() mutable { cb(st); });
+    return;
+  }
+  impl_->ep->Put(src, len, **region, addr.offset, std::move(cb));
+}
+
+void Client::CompareAndSwapAsync(RemoteAddress addr, uint64_t expected,
+                                 uint64_t desired, ValueCallback done) {
+  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl_->CheckAtomic(addr);
+  auto region = impl_->Locate(addr, 8);
+  if (st.ok() && !region.ok()) st = region.status();
+  if (!st.ok()) {
+    impl_->worker->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  auto old = std::make_shared<uint64_t>(0);
+  impl_->ep->CompareSwap(expected, desired, **region, addr.offset, old.get(),
+                         [cb, old](Status s) mutable {
+                           if (s.ok()) {
+                             cb(*old);
+                           } else {
+                             cb(s);
+                           }
+                         });
+}
+
+void Client::FetchAddAsync(RemoteAddress addr, uint64_t delta,
+                           ValueCallback done) {
+  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl_->CheckAtomic(addr);
+  auto region = impl_->Locate(addr, 8);
+  if (st.ok() && !region.ok()) st = region.status();
+  if (!st.ok()) {
+    impl_->worker->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  auto old = std::make_shared<uint64_t>(0);
+  impl_->ep->FetchAdd(delta, **region, addr.offset, old.get(),
+                      [cb, old](Status s) mutable {
+                        if (s.ok()) {
+                          cb(*old);
+                        } else {
+                          cb(s);
+                        }
+                      });
+}
+
+void Client::EchoAsync(std::string payload, ReplyCallback done) {
+  auto cb = impl_->Track<Result<std::string>>(std::move(done));
+  impl_->rpc->Call(proto::Opcode::kEcho, std::move(payload), impl_->Deadline(),
+                   [cb](Status st, std::string reply) mutable {
+                     if (st.ok()) {
+                       cb(std::move(reply));
+                     } else {
+                       cb(st);
+                     }
+                   });
+}
+
+size_t Client::Poll() {
+  size_t n = impl_->worker->Progress();
+  if (impl_->rpc->pending() > 0 &&
+      impl_->rpc->NextDeadline() <= Clock::now()) {
+    n += impl_->rpc->ExpireDeadlines(Clock::now());
+  }
+  return n;
+}
+
+Status Client::WaitAll() {
+  // Each pending RPC has its own deadline; one-sided operations end when
+  // the transport completes or fails them. The outer bound covers the
+  // worst case of both.
+  Status st = impl_->worker->ProgressUntil(
+      [this] {
+        if (impl_->rpc->pending() > 0) {
+          impl_->rpc->ExpireDeadlines(Clock::now());
+        }
+        return impl_->in_flight == 0;
+      },
+      Clock::now() + 2 * impl_->options.timeout);
+  if (!st.ok()) {
+    // One-sided operations did not finish: tear the connection down so they
+    // complete (with errors) before their buffers go away.
+    impl_->ep->Fail(Status::TimedOut("operations did not complete"));
+    (void)impl_->worker->ProgressUntil([this] { return impl_->in_flight == 0; },
+                                       Clock::now() + std::chrono::seconds(5));
+  }
+  Status first = impl_->first_error;
+  impl_->first_error = Status::OK();
+  if (!st.ok() && first.ok()) return st;
+  return first;
+}
+
+size_t Client::in_flight() const { return impl_->in_flight; }
+const std::vector<RegionInfo>& Client::regions() const {
+  return impl_->regions;
+}
+uint64_t Client::server_incarnation() const { return impl_->incarnation; }
+std::string Client::transport() const { return impl_->transport; }
+bool Client::reads_are_local() const { return impl_->local_reads; }
+bool Client::connected() const { return !impl_->ep->failed(); }
+
+}  // namespace remem

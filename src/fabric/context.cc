@@ -1,0 +1,107 @@
+#include "fabric/context.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace remem::fabric {
+
+Status FromUcs(ucs_status_t s, std::string_view what) {
+  if (s == UCS_OK) return Status::OK();
+  std::string msg = std::string(what) + ": " + ucs_status_string(s);
+  switch (s) {
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return Status::OutOfMemory(msg);
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      return Status::InvalidArgument(msg);
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_CANCELED:
+    case UCS_ERR_IO_ERROR:
+      return Status::Unavailable(msg);
+    case UCS_ERR_TIMED_OUT:
+      return Status::TimedOut(msg);
+    case UCS_ERR_BUSY:
+      return Status::Busy(msg);
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NO_DEVICE:
+    case UCS_ERR_NO_RESOURCE:
+      return Status::Unsupported(msg);
+    default:
+      return Status::IOError(msg);
+  }
+}
+
+namespace {
+
+std::mutex g_mu;
+std::map<Transport, std::weak_ptr<Context>>& Registry() {
+  static auto* r = new std::map<Transport, std::weak_ptr<Context>>();
+  return *r;
+}
+
+const char* TlsFor(Transport t) {
+  switch (t) {
+    case Transport::kShm:
+      // A listener needs a network transport for the handshake; data lanes
+      // then upgrade to shared memory on the same host.
+      return "sm,self,tcp";
+    case Transport::kTcp:
+      return "tcp,self";
+    case Transport::kAuto:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Context>> Context::Shared(Transport transport) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (auto existing = Registry()[transport].lock()) return existing;
+
+  // UCT options are read from the environment when ucp_init opens the
+  // transports; overwrite=0 keeps a user's explicit choice.
+  if (transport != Transport::kTcp) {
+    setenv("UCX_MM_ERROR_HANDLING", "y", 0);
+    setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
+  }
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return FromUcs(s, "ucp_config_read");
+  if (const char* tls = TlsFor(transport)) {
+    s = ucp_config_modify(config, "TLS", tls);
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(s, "setting UCX_TLS");
+    }
+  }
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_NAME;
+  params.features =
+      UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;
+  params.name = "remem";
+  ucp_context_h ctx = nullptr;
+  s = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  if (s != UCS_OK) return FromUcs(s, "ucp_init");
+
+  std::shared_ptr<Context> c(new Context(ctx, transport));
+  Registry()[transport] = c;
+  return c;
+}
+
+Context::~Context() { ucp_cleanup(ctx_); }
+
+}  // namespace remem::fabric

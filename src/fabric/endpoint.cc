@@ -1,0 +1,410 @@
+#include "fabric/endpoint.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+namespace remem::fabric {
+
+// State of one asynchronous operation, freed after its continuation runs.
+struct Op {
+  Worker* worker;
+  Completion done;
+  const char* what;
+  std::string keep;    // payload kept alive until the send completes
+  std::string header;  // AM header, likewise (UCX 1.13 does not copy it)
+  uint64_t operand = 0;  // atomic operand, which must outlive the call
+};
+
+namespace {
+
+void OpCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  op->worker->Defer([op, status] {
+    if (op->done) op->done(FromUcs(status, op->what));
+    delete op;
+  });
+  ucp_request_free(request);
+}
+
+void CompleteLater(Op* op, Status st) {
+  op->worker->Defer([op, st = std::move(st)] {
+    if (op->done) op->done(st);
+    delete op;
+  });
+}
+
+}  // namespace
+
+Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
+  std::string h, p;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() ||
+        s[close + 1] != ':') {
+      return Status::InvalidArgument("bad address '" + s +
+                                     "' (expected [v6addr]:port)");
+    }
+    h = s.substr(1, close - 1);
+    p = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string::npos) {
+      return Status::InvalidArgument("bad address '" + s +
+                                     "' (expected host:port)");
+    }
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+  }
+  if (h.empty()) return Status::InvalidArgument("empty host in '" + s + "'");
+  char* end = nullptr;
+  unsigned long v = std::strtoul(p.c_str(), &end, 10);
+  if (p.empty() || *end != '\0' || v > 65535) {
+    return Status::InvalidArgument("bad port in '" + s + "'");
+  }
+  *host = h;
+  *port = static_cast<uint16_t>(v);
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
+    Worker* worker, const std::string& address, Clock::time_point deadline) {
+  std::string host;
+  uint16_t port = 0;
+  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host +
+                                   "': " + gai_strerror(rc));
+  }
+  sockaddr_storage ss{};
+  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  socklen_t sslen = res->ai_addrlen;
+  freeaddrinfo(res);
+
+  std::unique_ptr<Endpoint> ep(new Endpoint(worker));
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&ss);
+  p.sockaddr.addrlen = sslen;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &Endpoint::ErrorCallback;
+  p.err_handler.arg = ep.get();
+  ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
+  if (s != UCS_OK) return FromUcs(s, "connecting to " + address);
+
+  // The connection is made lazily; a flush completes once wireup is done,
+  // or fails if the peer rejects or is unreachable.
+  ucp_request_param_t fp{};
+  Status st = ep->Settle(ucp_ep_flush_nbx(ep->ep_, &fp), deadline,
+                         "connecting to " + address);
+  if (st.ok() && ep->failed_) st = ep->failure_;
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kTimedOut) return st;
+    return Status(st.code(), "cannot connect to " + address + ": " +
+                                 (ep->failed_ ? ep->failure_.message()
+                                              : st.message()));
+  }
+  return ep;
+}
+
+Result<std::unique_ptr<Endpoint>> Endpoint::Accept(Worker* worker,
+                                                   ucp_conn_request_h request) {
+  std::unique_ptr<Endpoint> ep(new Endpoint(worker));
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.conn_request = request;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &Endpoint::ErrorCallback;
+  p.err_handler.arg = ep.get();
+  ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
+  if (s != UCS_OK) return FromUcs(s, "accepting a connection");
+  return ep;
+}
+
+Endpoint::~Endpoint() {
+  if (ep_ == nullptr || closed_) return;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
+}
+
+void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* self = static_cast<Endpoint*>(arg);
+  if (self->failed_) return;
+  self->failed_ = true;
+  self->failure_ = FromUcs(status, "connection lost");
+  // Closing from inside a UCX callback is not allowed; do it after.
+  self->worker_->Defer([self] {
+    if (!self->closed_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      self->closed_ = true;
+      self->worker_->TrackClose(ucp_ep_close_nbx(self->ep_, &p));
+    }
+    if (self->on_failure_) self->on_failure_(self->failure_);
+  });
+}
+
+void Endpoint::Fail(Status why) {
+  if (closed_) return;
+  if (!failed_) {
+    failed_ = true;
+    failure_ = std::move(why);
+  }
+  closed_ = true;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
+  // Let the forced close complete the outstanding operations now, so their
+  // buffers are released before the caller reuses them.
+  worker_->DrainCloses(Clock::now() + std::chrono::seconds(2));
+  if (on_failure_) {
+    auto fn = on_failure_;
+    Status st = failure_;
+    worker_->Defer([fn, st] { fn(st); });
+  }
+}
+
+Status Endpoint::Unusable() const {
+  if (failed_) return failure_;
+  return Status::Unavailable("endpoint closed");
+}
+
+ucp_request_param_t Endpoint::Params(Op* op) const {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &OpCallback;
+  p.user_data = op;
+  return p;
+}
+
+void Endpoint::Finish(ucs_status_ptr_t r, Op* op) {
+  if (r == nullptr) {
+    CompleteLater(op, Status::OK());
+  } else if (UCS_PTR_IS_ERR(r)) {
+    CompleteLater(op, FromUcs(UCS_PTR_STATUS(r), op->what));
+  }
+  // Otherwise OpCallback completes it.
+}
+
+Status Endpoint::Settle(ucs_status_ptr_t r, Clock::time_point deadline,
+                        std::string_view what) {
+  Status st = worker_->Wait(r, deadline, what);
+  if (st.code() == StatusCode::kTimedOut) Fail(st);
+  return st;
+}
+
+void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
+                   uint64_t offset, Completion done) {
+  auto* op = new Op{worker_, std::move(done), "get", {}, {}};
+  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  ucp_request_param_t p = Params(op);
+  Finish(ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
+         op);
+}
+
+void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
+                   uint64_t offset, Completion done) {
+  auto* op = new Op{worker_, std::move(done), "put", {}, {}};
+  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  // The put's own completion only frees the source buffer; the flush after
+  // it completes once the data is in the peer's memory.
+  ucp_request_param_t none{};
+  ucs_status_ptr_t r =
+      ucp_put_nbx(ep_, src, len, region.base() + offset, region.rkey(), &none);
+  if (UCS_PTR_IS_ERR(r)) {
+    return CompleteLater(op, FromUcs(UCS_PTR_STATUS(r), "put"));
+  }
+  if (r != nullptr) ucp_request_free(r);
+  ucp_request_param_t p = Params(op);
+  Finish(ucp_ep_flush_nbx(ep_, &p), op);
+}
+
+void Endpoint::CompareSwap(uint64_t expected, uint64_t desired,
+                           const RemoteRegion& region, uint64_t offset,
+                           uint64_t* old, Completion done) {
+  // UCX CSWAP: compare value in `buffer`, swap value in `reply_buffer`,
+  // which receives the old value. `expected` must outlive the operation.
+  auto* op = new Op{worker_, std::move(done), "compare-and-swap", {}, {},
+                    expected};
+  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  *old = desired;
+  ucp_request_param_t p = Params(op);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
+  p.reply_buffer = old;
+  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+  Finish(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_CSWAP, &op->operand, 1,
+                           region.base() + offset, region.rkey(), &p),
+         op);
+}
+
+void Endpoint::FetchAdd(uint64_t delta, const RemoteRegion& region,
+                        uint64_t offset, uint64_t* old, Completion done) {
+  auto* op = new Op{worker_, std::move(done), "fetch-add", {}, {}, delta};
+  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  ucp_request_param_t p = Params(op);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
+  p.reply_buffer = old;
+  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+  Finish(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_ADD, &op->operand, 1,
+                           region.base() + offset, region.rkey(), &p),
+         op);
+}
+
+Status Endpoint::GetSync(void* dst, size_t len, const RemoteRegion& region,
+                         uint64_t offset, Clock::time_point deadline) {
+  if (failed_ || closed_) return Unusable();
+  ucp_request_param_t p{};
+  return Settle(
+      ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
+      deadline, "get");
+}
+
+Status Endpoint::PutSync(const void* src, size_t len,
+                         const RemoteRegion& region, uint64_t offset,
+                         Clock::time_point deadline) {
+  if (failed_ || closed_) return Unusable();
+  ucp_request_param_t p{};
+  REMEM_RETURN_IF_ERROR(Settle(
+      ucp_put_nbx(ep_, src, len, region.base() + offset, region.rkey(), &p),
+      deadline, "put"));
+  if (failed_ || closed_) return Unusable();
+  return Settle(ucp_ep_flush_nbx(ep_, &p), deadline, "flush");
+}
+
+Result<uint64_t> Endpoint::CompareSwapSync(uint64_t expected, uint64_t desired,
+                                           const RemoteRegion& region,
+                                           uint64_t offset,
+                                           Clock::time_point deadline) {
+  if (failed_ || closed_) return Unusable();
+  uint64_t result = desired;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
+  p.reply_buffer = &result;
+  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+  REMEM_RETURN_IF_ERROR(
+      Settle(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_CSWAP, &expected, 1,
+                               region.base() + offset, region.rkey(), &p),
+             deadline, "compare-and-swap"));
+  return result;
+}
+
+Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
+                                        const RemoteRegion& region,
+                                        uint64_t offset,
+                                        Clock::time_point deadline) {
+  if (failed_ || closed_) return Unusable();
+  uint64_t result = 0;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
+  p.reply_buffer = &result;
+  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+  REMEM_RETURN_IF_ERROR(
+      Settle(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_ADD, &delta, 1,
+                               region.base() + offset, region.rkey(), &p),
+             deadline, "fetch-add"));
+  return result;
+}
+
+void Endpoint::SendAm(unsigned am_id, const void* header, size_t header_len,
+                      std::string payload, Completion done) {
+  auto* op = new Op{worker_, std::move(done), "send", std::move(payload),
+                    std::string(static_cast<const char*>(header), header_len)};
+  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  ucp_request_param_t p = Params(op);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  Finish(ucp_am_send_nbx(ep_, am_id, op->header.data(), op->header.size(),
+                         op->keep.data(), op->keep.size(), &p),
+         op);
+}
+
+std::string Endpoint::LaneInfo() const {
+  if (ep_ == nullptr || closed_) return {};
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return {};
+  ucp_ep_print_info(ep_, f);
+  std::fclose(f);
+  std::string out(buf, len);
+  std::free(buf);
+  return out;
+}
+
+// ucp_ep_print_info lists one line per lane, e.g.
+//   lane[1]:  2:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] rma_bw#0
+//   lane[2]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0
+// Collect the transport names of the lanes, skipping the handshake-only
+// "cm" lanes.
+std::string Endpoint::TransportDescription() const {
+  std::string info = LaneInfo();
+  std::set<std::string> shm, net;
+  size_t pos = 0;
+  while ((pos = info.find("lane[", pos)) != std::string::npos) {
+    size_t eol = info.find('\n', pos);
+    std::string line = info.substr(pos, eol - pos);
+    pos = eol == std::string::npos ? info.size() : eol;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    size_t slash = line.find('/', colon);
+    size_t tl_start = line.find(':', colon + 1);
+    if (slash == std::string::npos || tl_start == std::string::npos ||
+        tl_start > slash) {
+      continue;
+    }
+    std::string tl = line.substr(tl_start + 1, slash - tl_start - 1);
+    size_t dev_end = line.find_first_of(" \t", slash);
+    std::string dev = line.substr(slash + 1, dev_end - slash - 1);
+    if (tl == "posix" || tl == "sysv" || tl == "cma" || tl == "xpmem" ||
+        tl == "knem") {
+      shm.insert(tl);
+    } else if (tl != "self" && !tl.empty()) {
+      net.insert(tl + ":" + dev);
+    }
+  }
+  std::string out;
+  auto join = [](const std::set<std::string>& s) {
+    std::string r;
+    for (const auto& x : s) r += (r.empty() ? "" : ",") + x;
+    return r;
+  };
+  if (!shm.empty()) out = "shm (" + join(shm) + ")";
+  if (!net.empty()) out += (out.empty() ? "" : " + ") + std::string("net (") +
+                           join(net) + ")";
+  return out.empty() ? "unknown" : out;
+}
+
+bool Endpoint::UsesSharedMemory() const {
+  std::string info = LaneInfo();
+  // An RMA lane ("rma_bw") on a shared-memory transport.
+  size_t pos = 0;
+  while ((pos = info.find("lane[", pos)) != std::string::npos) {
+    size_t eol = info.find('\n', pos);
+    std::string line = info.substr(pos, eol - pos);
+    pos = eol == std::string::npos ? info.size() : eol;
+    if (line.find("rma") == std::string::npos) continue;
+    for (const char* tl : {":posix/", ":sysv/", ":cma/", ":xpmem/", ":knem/"}) {
+      if (line.find(tl) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace remem::fabric

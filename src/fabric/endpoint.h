@@ -1,0 +1,119 @@
+// fabric::Endpoint: one UCX connection (ucp_ep_h) with peer error handling,
+// and the operations remem's layers build on:
+//   - one-sided Get / Put / CompareSwap / FetchAdd on a peer's RemoteRegion,
+//     each asynchronous with a continuation, or synchronous with a deadline;
+//   - SendAm: an active message (header + payload of any size up to the
+//     peer's limit; UCX picks eager or rendezvous).
+//
+// Continuations run on the worker's thread from Worker::Progress(), never
+// inside the issuing call. A failed endpoint (peer gone, forced close,
+// timed-out operation) completes every outstanding operation with an error,
+// refuses new ones with Unavailable, and calls the failure handler once.
+//
+// Thread contract: belongs to its worker's thread.
+
+#ifndef REMEM_FABRIC_ENDPOINT_H_
+#define REMEM_FABRIC_ENDPOINT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "fabric/memory_region.h"
+#include "fabric/worker.h"
+
+namespace remem::fabric {
+
+// Parses "host:port" or "[v6]:port".
+Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port);
+
+class Endpoint {
+ public:
+  // Connects to a listener at "host:port"; returns when the connection is
+  // established or has failed (Unavailable), or after `deadline`.
+  static Result<std::unique_ptr<Endpoint>> Connect(Worker* worker,
+                                                   const std::string& address,
+                                                   Clock::time_point deadline);
+  // Server side: accepts a connection request handed out by a Listener.
+  static Result<std::unique_ptr<Endpoint>> Accept(Worker* worker,
+                                                  ucp_conn_request_h request);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  ucp_ep_h handle() const { return ep_; }
+  Worker* worker() const { return worker_; }
+  bool failed() const { return failed_; }
+  const Status& failure() const { return failure_; }
+
+  // Called once, on the worker's thread, when the endpoint fails.
+  void SetFailureHandler(std::function<void(const Status&)> fn) {
+    on_failure_ = std::move(fn);
+  }
+  // Marks the endpoint failed with `why` and force-closes it: every
+  // outstanding operation completes with an error.
+  void Fail(Status why);
+
+  // --- asynchronous one-sided operations; buffers must stay valid until
+  // `done` runs.
+  void Get(void* dst, size_t len, const RemoteRegion& region, uint64_t offset,
+           Completion done);
+  // `done` runs when the data is in the peer's memory (put + flush).
+  void Put(const void* src, size_t len, const RemoteRegion& region,
+           uint64_t offset, Completion done);
+  // Atomically: old = *addr; if (old == expected) *addr = desired.
+  // `*old` receives the previous value.
+  void CompareSwap(uint64_t expected, uint64_t desired,
+                   const RemoteRegion& region, uint64_t offset, uint64_t* old,
+                   Completion done);
+  // Atomically: old = *addr; *addr += delta.
+  void FetchAdd(uint64_t delta, const RemoteRegion& region, uint64_t offset,
+                uint64_t* old, Completion done);
+
+  // --- synchronous versions; a TimedOut fails the endpoint (the operation
+  // cannot be cancelled, so the connection is torn down to bound it).
+  Status GetSync(void* dst, size_t len, const RemoteRegion& region,
+                 uint64_t offset, Clock::time_point deadline);
+  Status PutSync(const void* src, size_t len, const RemoteRegion& region,
+                 uint64_t offset, Clock::time_point deadline);
+  Result<uint64_t> CompareSwapSync(uint64_t expected, uint64_t desired,
+                                   const RemoteRegion& region, uint64_t offset,
+                                   Clock::time_point deadline);
+  Result<uint64_t> FetchAddSync(uint64_t delta, const RemoteRegion& region,
+                                uint64_t offset, Clock::time_point deadline);
+
+  // Sends an active message; `header` is copied at once, `payload` is kept
+  // until the send completes. `reply` asks UCX to give the receiver a
+  // reply endpoint. `done` may be empty.
+  void SendAm(unsigned am_id, const void* header, size_t header_len,
+              std::string payload, Completion done);
+
+  // What UCX chose for this endpoint, e.g. "shm (sysv)" or "tcp (lo)", from
+  // the lanes of its configuration.
+  std::string TransportDescription() const;
+  // True if RMA goes over a shared-memory transport.
+  bool UsesSharedMemory() const;
+
+ private:
+  explicit Endpoint(Worker* worker) : worker_(worker) {}
+  static void ErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
+  Status Unusable() const;
+  ucp_request_param_t Params(struct Op* op) const;
+  void Finish(ucs_status_ptr_t r, struct Op* op);
+  Status Settle(ucs_status_ptr_t r, Clock::time_point deadline,
+                std::string_view what);
+  std::string LaneInfo() const;
+
+  Worker* worker_;
+  ucp_ep_h ep_ = nullptr;
+  bool failed_ = false;
+  bool closed_ = false;
+  Status failure_;
+  std::function<void(const Status&)> on_failure_;
+};
+
+}  // namespace remem::fabric
+
+#endif  // REMEM_FABRIC_ENDPOINT_H_

@@ -1,0 +1,126 @@
+#include "fabric/rpc_client.h"
+
+#include "proto/codec.h"
+
+namespace remem::fabric {
+
+Result<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
+                                                     Endpoint* endpoint) {
+  std::unique_ptr<RpcClient> c(new RpcClient(worker, endpoint));
+  RpcClient* self = c.get();
+  REMEM_RETURN_IF_ERROR(worker->SetAmHandler(
+      proto::kAmReply, [self](AmMessage&& m) { self->OnReply(std::move(m)); }));
+  return c;
+}
+
+void RpcClient::Call(proto::Opcode op, std::string payload,
+                     Clock::time_point deadline, ReplyFn done) {
+  if (payload.size() > proto::kMaxRpcPayload) {
+    worker_->Defer([done = std::move(done), n = payload.size()] {
+      done(Status::InvalidArgument("rpc payload of " + std::to_string(n) +
+                                   " bytes exceeds the limit of " +
+                                   std::to_string(proto::kMaxRpcPayload)),
+           {});
+    });
+    return;
+  }
+  uint64_t id = next_id_++;
+  proto::RpcHeader h =
+      proto::MakeHeader(op, id, payload.size(), /*reply=*/false);
+  pending_.emplace(id, Pending{std::move(done), deadline});
+  deadlines_.emplace(deadline, id);
+  endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),
+                    [this, id](Status st) {
+                      if (st.ok()) return;
+                      auto it = pending_.find(id);
+                      if (it == pending_.end()) return;
+                      ReplyFn fn = std::move(it->second.done);
+                      pending_.erase(it);
+                      fn(st, {});
+                    });
+}
+
+Result<std::string> RpcClient::CallSync(proto::Opcode op, std::string payload,
+                                        Clock::time_point deadline) {
+  bool finished = false;
+  Status status;
+  std::string reply;
+  Call(op, std::move(payload), deadline, [&](Status st, std::string data) {
+    finished = true;
+    status = std::move(st);
+    reply = std::move(data);
+  });
+  Status wait = worker_->ProgressUntil(
+      [&] {
+        if (!finished) ExpireDeadlines(Clock::now());
+        return finished;
+      },
+      deadline + std::chrono::milliseconds(50));
+  if (!wait.ok() && !finished) ExpireDeadlines(Clock::time_point::max());
+  if (!status.ok()) return status;
+  if (!finished) return Status::TimedOut("rpc did not complete");
+  return reply;
+}
+
+void RpcClient::OnReply(AmMessage&& msg) {
+  auto h = proto::DecodeHeader(msg.header.data(), msg.header.size(),
+                               msg.refused_length ? msg.refused_length
+                                                  : msg.data.size());
+  if (!h.ok() || !(h->flags & proto::kFlagReply)) {
+    ++stray_replies_;
+    return;
+  }
+  auto it = pending_.find(h->request_id);
+  if (it == pending_.end()) {
+    ++stray_replies_;  // timed out earlier, or not ours
+    return;
+  }
+  ReplyFn fn = std::move(it->second.done);
+  pending_.erase(it);
+  if (msg.refused_length) {
+    fn(Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
+                           " bytes exceeds this client's limit"),
+       {});
+    return;
+  }
+  if (h->status != 0) {
+    fn(Status(static_cast<StatusCode>(h->status), std::move(msg.data)), {});
+    return;
+  }
+  fn(Status::OK(), std::move(msg.data));
+}
+
+void RpcClient::FailAll(const Status& why) {
+  auto pending = std::move(pending_);
+  pending_.clear();
+  deadlines_.clear();
+  for (auto& [id, p] : pending) p.done(why, {});
+}
+
+size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
+  size_t n = 0;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;  // already answered
+    ReplyFn fn = std::move(it->second.done);
+    pending_.erase(it);
+    fn(Status::TimedOut("no reply from the server within the deadline"), {});
+    ++n;
+  }
+  // Drop deadline entries of answered calls so the map stays small.
+  if (deadlines_.size() > 2 * pending_.size() + 1024) {
+    for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+      it = pending_.count(it->second) ? std::next(it) : deadlines_.erase(it);
+    }
+  }
+  return n;
+}
+
+Clock::time_point RpcClient::NextDeadline() const {
+  return deadlines_.empty() ? Clock::time_point::max()
+                            : deadlines_.begin()->first;
+}
+
+}  // namespace remem::fabric

@@ -1,0 +1,70 @@
+// fabric::RpcClient: request/response calls over active messages on one
+// endpoint. Each call gets a fresh request id; the reply (matched by id) is
+// routed to the caller's continuation on the worker's thread. Calls past
+// their deadline complete with TimedOut (a late reply is then dropped); when
+// the endpoint fails, every pending call completes with its failure.
+//
+// Thread contract: belongs to its worker's thread. One RpcClient per worker
+// (it owns the worker's reply handler).
+
+#ifndef REMEM_FABRIC_RPC_CLIENT_H_
+#define REMEM_FABRIC_RPC_CLIENT_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "fabric/endpoint.h"
+#include "fabric/worker.h"
+#include "proto/wire.h"
+
+namespace remem::fabric {
+
+class RpcClient {
+ public:
+  using ReplyFn = std::function<void(Status, std::string)>;
+
+  // Registers the reply handler on `worker`. `endpoint` must outlive this.
+  static Result<std::unique_ptr<RpcClient>> Create(Worker* worker,
+                                                   Endpoint* endpoint);
+
+  // Issues a call; `done` receives the reply payload, or the error (a
+  // server-side error arrives as its Status with the server's message).
+  void Call(proto::Opcode op, std::string payload, Clock::time_point deadline,
+            ReplyFn done);
+  // Issues a call and progresses until it completes.
+  Result<std::string> CallSync(proto::Opcode op, std::string payload,
+                               Clock::time_point deadline);
+
+  size_t pending() const { return pending_.size(); }
+  // Completes every pending call with `why`.
+  void FailAll(const Status& why);
+  // Completes calls whose deadline has passed with TimedOut. Returns the
+  // number expired.
+  size_t ExpireDeadlines(Clock::time_point now);
+  // Earliest pending deadline, or time_point::max().
+  Clock::time_point NextDeadline() const;
+
+  // Replies that could not be matched or decoded (diagnostics).
+  uint64_t stray_replies() const { return stray_replies_; }
+
+ private:
+  RpcClient(Worker* w, Endpoint* ep) : worker_(w), endpoint_(ep) {}
+  void OnReply(AmMessage&& msg);
+
+  struct Pending {
+    ReplyFn done;
+    Clock::time_point deadline;
+  };
+  Worker* worker_;
+  Endpoint* endpoint_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Pending> pending_;
+  std::multimap<Clock::time_point, uint64_t> deadlines_;
+  uint64_t stray_replies_ = 0;
+};
+
+}  // namespace remem::fabric
+
+#endif  // REMEM_FABRIC_RPC_CLIENT_H_

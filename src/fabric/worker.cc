@@ -1,0 +1,259 @@
+#include "fabric/worker.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cstring>
+
+namespace remem::fabric {
+
+struct Worker::PendingRecv {
+  AmSlot* slot;
+  AmMessage msg;
+};
+
+Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
+                                               size_t max_am_data) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h w = nullptr;
+  ucs_status_t s = ucp_worker_create(ctx->handle(), &params, &w);
+  if (s != UCS_OK) return FromUcs(s, "ucp_worker_create");
+  int efd = -1;
+  s = ucp_worker_get_efd(w, &efd);
+  if (s != UCS_OK) {
+    ucp_worker_destroy(w);
+    return FromUcs(s, "ucp_worker_get_efd");
+  }
+  return std::unique_ptr<Worker>(
+      new Worker(std::move(ctx), w, efd, max_am_data));
+}
+
+Worker::~Worker() {
+  DrainCloses(Clock::now() + std::chrono::seconds(1));
+  for (ucs_status_ptr_t r : closing_) ucp_request_free(r);
+  for (auto& slot : slots_) {
+    ucp_am_handler_param_t p{};
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    p.id = slot->id;
+    p.cb = nullptr;
+    (void)ucp_worker_set_am_recv_handler(worker_, &p);
+  }
+  ucp_worker_destroy(worker_);
+}
+
+Status Worker::SetAmHandler(unsigned am_id, AmHandler handler) {
+  auto slot = std::make_unique<AmSlot>(AmSlot{this, am_id, std::move(handler)});
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                 UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  p.id = am_id;
+  p.cb = &Worker::AmCallback;
+  p.arg = slot.get();
+  p.flags = UCP_AM_FLAG_WHOLE_MSG;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
+  if (s != UCS_OK) return FromUcs(s, "ucp_worker_set_am_recv_handler");
+  slots_.push_back(std::move(slot));
+  return Status::OK();
+}
+
+ucs_status_t Worker::AmCallback(void* arg, const void* header,
+                                size_t header_length, void* data,
+                                size_t length,
+                                const ucp_am_recv_param_t* param) {
+  auto* slot = static_cast<AmSlot*>(arg);
+  Worker* w = slot->worker;
+  AmMessage msg;
+  msg.header.assign(static_cast<const char*>(header), header_length);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+    msg.reply_ep = param->reply_ep;
+  }
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (length > w->max_am_data_) {
+    // Refuse without fetching; the handler answers with an error. Returning
+    // OK for a rendezvous descriptor drops it and completes the sender.
+    msg.refused_length = length;
+    w->inbox_.emplace_back(slot, std::move(msg));
+    return UCS_OK;
+  }
+  if (!rndv) {
+    msg.data.assign(static_cast<const char*>(data), length);
+    w->inbox_.emplace_back(slot, std::move(msg));
+    return UCS_OK;
+  }
+  auto* pending = new PendingRecv{slot, std::move(msg)};
+  pending->msg.data.resize(length);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = &Worker::RecvDone;
+  p.user_data = pending;
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(w->worker_, data,
+                                            pending->msg.data.data(), length,
+                                            &p);
+  if (r == nullptr) {
+    w->inbox_.emplace_back(slot, std::move(pending->msg));
+    delete pending;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    delete pending;  // the sender sees its send fail
+  }
+  return UCS_INPROGRESS;
+}
+
+void Worker::RecvDone(void* request, ucs_status_t status, size_t /*length*/,
+                      void* user_data) {
+  auto* pending = static_cast<PendingRecv*>(user_data);
+  if (status == UCS_OK) {
+    pending->slot->worker->inbox_.emplace_back(pending->slot,
+                                               std::move(pending->msg));
+  }
+  delete pending;
+  ucp_request_free(request);
+}
+
+size_t Worker::Progress() {
+  size_t work = 0;
+  while (unsigned n = ucp_worker_progress(worker_)) work += n;
+
+  if (has_posted_.load(std::memory_order_acquire)) {
+    std::vector<std::function<void()>> posted;
+    {
+      std::lock_guard<std::mutex> lock(posted_mu_);
+      posted.swap(posted_);
+      has_posted_.store(false, std::memory_order_relaxed);
+    }
+    for (auto& fn : posted) fn();
+    work += posted.size();
+  }
+  // One pass over what is ready now: a completion that issues a new
+  // operation which completes at once must not keep this call from
+  // returning, so new entries wait for the next Progress().
+  if (!inbox_.empty()) {
+    std::vector<std::pair<AmSlot*, AmMessage>> inbox;
+    inbox.swap(inbox_);
+    for (auto& [slot, msg] : inbox) slot->handler(std::move(msg));
+    work += inbox.size();
+  }
+  if (!deferred_.empty()) {
+    std::vector<std::function<void()>> deferred;
+    deferred.swap(deferred_);
+    for (auto& fn : deferred) fn();
+    work += deferred.size();
+  }
+  if (!closing_.empty()) {
+    for (size_t i = 0; i < closing_.size();) {
+      if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
+        ucp_request_free(closing_[i]);
+        closing_[i] = closing_.back();
+        closing_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  return work;
+}
+
+bool Worker::HasPendingWork() {
+  return !inbox_.empty() || !deferred_.empty() ||
+         has_posted_.load(std::memory_order_acquire);
+}
+
+void Worker::Sleep(std::chrono::milliseconds timeout) {
+  if (HasPendingWork()) return;
+  ucs_status_t s = ucp_worker_arm(worker_);
+  if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile
+  if (s != UCS_OK) return;
+  if (HasPendingWork()) return;  // Post() raced with arm
+  pollfd pfd{efd_, POLLIN, 0};
+  (void)poll(&pfd, 1, static_cast<int>(timeout.count()));
+}
+
+Status Worker::ProgressUntil(const std::function<bool()>& done,
+                             Clock::time_point deadline,
+                             std::chrono::microseconds spin) {
+  auto last_work = Clock::now();
+  unsigned idle_polls = 0;
+  while (!done()) {
+    if (Progress() > 0) {
+      last_work = Clock::now();
+      continue;
+    }
+    auto now = Clock::now();
+    if (now >= deadline) return Status::TimedOut("operation timed out");
+    if (now - last_work <= spin) {
+      // Nothing to do while spinning: now and then let a process sharing
+      // this CPU (often the peer) run instead of burning our time slice.
+      if ((++idle_polls & 31) == 0) sched_yield();
+    } else {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - now) +
+                  std::chrono::milliseconds(1);
+      Sleep(std::min(left, std::chrono::milliseconds(100)));
+    }
+  }
+  return Status::OK();
+}
+
+void Worker::Run(const std::atomic<bool>& stop,
+                 std::chrono::microseconds spin) {
+  auto last_work = Clock::now();
+  unsigned idle_polls = 0;
+  while (!stop.load(std::memory_order_acquire)) {
+    if (Progress() > 0) {
+      last_work = Clock::now();
+      continue;
+    }
+    if (Clock::now() - last_work > spin) {
+      Sleep(std::chrono::milliseconds(1000));
+      last_work = Clock::now();
+    } else if ((++idle_polls & 31) == 0) {
+      sched_yield();
+    }
+  }
+}
+
+Status Worker::Wait(ucs_status_ptr_t request, Clock::time_point deadline,
+                    std::string_view what) {
+  if (request == nullptr) return Status::OK();
+  if (UCS_PTR_IS_ERR(request)) return FromUcs(UCS_PTR_STATUS(request), what);
+  ucs_status_t s = UCS_INPROGRESS;
+  Status st = ProgressUntil(
+      [&] {
+        s = ucp_request_check_status(request);
+        return s != UCS_INPROGRESS;
+      },
+      deadline);
+  if (!st.ok()) {
+    // RMA cannot be cancelled: the request stays tracked and is freed when
+    // it completes. The caller must force-close the endpoint (which completes
+    // it) before reusing the operation's buffers.
+    TrackClose(request);
+    return st.WithContext(what);
+  }
+  ucp_request_free(request);
+  return FromUcs(s, what);
+}
+
+void Worker::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(posted_mu_);
+    posted_.push_back(std::move(fn));
+    has_posted_.store(true, std::memory_order_release);
+  }
+  Wake();
+}
+
+void Worker::Wake() { (void)ucp_worker_signal(worker_); }
+
+void Worker::TrackClose(ucs_status_ptr_t request) {
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  closing_.push_back(request);
+}
+
+void Worker::DrainCloses(Clock::time_point deadline) {
+  (void)ProgressUntil([&] { return closing_.empty(); }, deadline);
+}
+
+}  // namespace remem::fabric

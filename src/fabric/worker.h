@@ -1,0 +1,137 @@
+// fabric::Worker: one UCX worker and the event loop of the thread that owns
+// it (FaRM's per-thread event loop). It progresses UCX, receives active
+// messages into an inbox, and runs completions (continuations) on the owning
+// thread, never inside UCX callbacks, so a continuation may itself issue and
+// wait for operations.
+//
+// Idle policy (Run): busy-poll while there is work; after `spin` with
+// nothing to do, arm the worker and block on its event fd, so an idle
+// server uses no CPU, and wake at the next message, emulated get, or Wake().
+//
+// Thread contract: single-threaded (UCP_THREAD_MODE_SINGLE); every method
+// must be called on the owning thread except Post() and Wake(), which are
+// thread-safe.
+
+#ifndef REMEM_FABRIC_WORKER_H_
+#define REMEM_FABRIC_WORKER_H_
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fabric/context.h"
+#include "remem/status.h"
+
+namespace remem::fabric {
+
+using Clock = std::chrono::steady_clock;
+using Completion = std::function<void(Status)>;
+
+// One received active message, owned by the handler.
+struct AmMessage {
+  std::string header;
+  std::string data;
+  ucp_ep_h reply_ep = nullptr;  // the sender's endpoint on this worker
+  // Set when the data was refused for being larger than the worker's limit;
+  // `data` is then empty and this holds the length the sender tried.
+  size_t refused_length = 0;
+};
+
+class Worker {
+ public:
+  // `max_am_data`: active-message data above this size is not received;
+  // the handler sees the message with `refused_length` set.
+  static Result<std::unique_ptr<Worker>> Create(std::shared_ptr<Context> ctx,
+                                                size_t max_am_data);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  ucp_worker_h handle() const { return worker_; }
+  Context& context() const { return *ctx_; }
+
+  using AmHandler = std::function<void(AmMessage&&)>;
+  Status SetAmHandler(unsigned am_id, AmHandler handler);
+
+  // Progresses UCX until it has nothing more, then runs deferred completions,
+  // posted tasks and delivered messages. Returns how much work was done
+  // (0 means idle).
+  size_t Progress();
+
+  // Blocks until UCX has an event, Wake() is called, or `timeout` passes.
+  // Returns at once if work is already pending.
+  void Sleep(std::chrono::milliseconds timeout);
+
+  // Progresses until `done()` or `deadline`. Busy-polls for `spin`, then
+  // sleeps on the event fd between checks. TimedOut on deadline.
+  Status ProgressUntil(const std::function<bool()>& done,
+                       Clock::time_point deadline,
+                       std::chrono::microseconds spin =
+                           std::chrono::microseconds(200));
+
+  // The event loop: progress with poll-then-sleep until `stop` is set (set it
+  // then call Wake()).
+  void Run(const std::atomic<bool>& stop, std::chrono::microseconds spin);
+
+  // Waits for a UCX request returned by a *_nbx call made without callback.
+  // On TimedOut the request is still in flight: the caller must force-close
+  // its endpoint before the operation's buffers are reused.
+  Status Wait(ucs_status_ptr_t request, Clock::time_point deadline,
+              std::string_view what);
+
+  // Runs `fn` on this worker's thread at its next Progress(). Thread-safe.
+  void Post(std::function<void()> fn);
+  // Interrupts Sleep(). Thread-safe.
+  void Wake();
+
+  // Runs `fn` at the next Progress() on this thread.
+  void Defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+
+  // Keeps an endpoint-close request until it completes, then frees it.
+  void TrackClose(ucs_status_ptr_t request);
+  // Progresses until every tracked close has completed, or `deadline`.
+  void DrainCloses(Clock::time_point deadline);
+
+ private:
+  struct AmSlot {
+    Worker* worker;
+    unsigned id;
+    AmHandler handler;
+  };
+  struct PendingRecv;
+
+  Worker(std::shared_ptr<Context> ctx, ucp_worker_h w, int efd, size_t max)
+      : ctx_(std::move(ctx)), worker_(w), efd_(efd), max_am_data_(max) {}
+
+  static ucs_status_t AmCallback(void* arg, const void* header,
+                                 size_t header_length, void* data,
+                                 size_t length,
+                                 const ucp_am_recv_param_t* param);
+  static void RecvDone(void* request, ucs_status_t status, size_t length,
+                       void* user_data);
+  bool HasPendingWork();
+
+  std::shared_ptr<Context> ctx_;
+  ucp_worker_h worker_;
+  int efd_;
+  size_t max_am_data_;
+  std::vector<std::unique_ptr<AmSlot>> slots_;
+  std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
+  std::vector<std::function<void()>> deferred_;
+  std::vector<ucs_status_ptr_t> closing_;
+
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+  std::atomic<bool> has_posted_{false};
+};
+
+}  // namespace remem::fabric
+
+#endif  // REMEM_FABRIC_WORKER_H_

@@ -1,0 +1,194 @@
+#include "proto/codec.h"
+
+#include <cstring>
+
+namespace remem::proto {
+
+namespace {
+
+template <typename T>
+void Append(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+size_t Pad8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+// Reads fixed structs and byte runs from untrusted input, never past the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  bool Read(T* out) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(out, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool ReadBytes(size_t n, std::string* out) {
+    if (in_.size() - pos_ < n) return false;
+    out->assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Skip(size_t n) {
+    if (in_.size() - pos_ < n) return false;
+    pos_ += n;
+    return true;
+  }
+  size_t remaining() const { return in_.size() - pos_; }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+Status Bad(std::string what) { return Status::ProtocolError(std::move(what)); }
+
+}  // namespace
+
+RpcHeader MakeHeader(Opcode op, uint64_t request_id, uint64_t payload_len,
+                     bool reply, StatusCode status) {
+  RpcHeader h{};
+  h.magic = kWireMagic;
+  h.version = kWireVersion;
+  h.opcode = static_cast<uint16_t>(op);
+  h.flags = reply ? kFlagReply : 0;
+  h.status = static_cast<int32_t>(status);
+  h.request_id = request_id;
+  h.payload_len = payload_len;
+  return h;
+}
+
+Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
+  if (data == nullptr || len != sizeof(RpcHeader)) {
+    return Bad("rpc header is " + std::to_string(len) + " bytes, expected " +
+               std::to_string(sizeof(RpcHeader)));
+  }
+  RpcHeader h;
+  std::memcpy(&h, data, sizeof(h));
+  if (h.magic != kWireMagic) return Bad("bad magic in rpc header");
+  if (h.version != kWireVersion) {
+    return Bad("unsupported wire version " + std::to_string(h.version) +
+               " (this build speaks " + std::to_string(kWireVersion) + ")");
+  }
+  if (h.opcode == 0 || h.opcode > kMaxOpcode) {
+    return Bad("unknown opcode " + std::to_string(h.opcode));
+  }
+  if ((h.flags & ~kFlagReply) != 0 || h.reserved != 0) {
+    return Bad("unknown flags in rpc header");
+  }
+  if (h.payload_len != data_len) {
+    return Bad("payload length " + std::to_string(data_len) +
+               " does not match header " + std::to_string(h.payload_len));
+  }
+  if (h.payload_len > kMaxRpcPayload) return Bad("payload too large");
+  return h;
+}
+
+std::string EncodeHelloRequest(const Hello& hello) {
+  HelloRequest r{};
+  r.magic = kWireMagic;
+  r.version = hello.version;
+  r.secret_len = static_cast<uint32_t>(hello.secret.size());
+  std::string out;
+  out.reserve(sizeof(r) + hello.secret.size());
+  Append(&out, r);
+  out += hello.secret;
+  return out;
+}
+
+Result<Hello> DecodeHelloRequest(std::string_view payload) {
+  Reader rd(payload);
+  HelloRequest r;
+  if (!rd.Read(&r)) return Bad("hello request truncated");
+  if (r.magic != kWireMagic) return Bad("bad magic in hello request");
+  if (r.secret_len > kMaxSecretBytes) return Bad("hello secret too long");
+  Hello hello;
+  hello.version = r.version;
+  if (!rd.ReadBytes(r.secret_len, &hello.secret)) {
+    return Bad("hello secret truncated");
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after hello request");
+  return hello;
+}
+
+std::string EncodeHelloReply(const HelloReplyInfo& info) {
+  HelloReply r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.incarnation = info.incarnation;
+  r.max_payload = info.max_payload;
+  r.num_regions = static_cast<uint32_t>(info.regions.size());
+  r.server_threads = info.server_threads;
+  std::string out;
+  Append(&out, r);
+  for (const RegionInfoWire& reg : info.regions) {
+    RegionDescriptor d{};
+    d.region_id = reg.region_id;
+    d.rkey_len = static_cast<uint32_t>(reg.rkey.size());
+    d.base = reg.base;
+    d.length = reg.length;
+    Append(&out, d);
+    out += reg.rkey;
+    out.append(Pad8(reg.rkey.size()) - reg.rkey.size(), '\0');
+  }
+  return out;
+}
+
+Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload) {
+  Reader rd(payload);
+  HelloReply r;
+  if (!rd.Read(&r)) return Bad("hello reply truncated");
+  if (r.magic != kWireMagic) return Bad("bad magic in hello reply");
+  if (r.version != kWireVersion) return Bad("server speaks another version");
+  if (r.num_regions > kMaxRegions) return Bad("too many regions");
+  HelloReplyInfo info;
+  info.incarnation = r.incarnation;
+  info.max_payload = r.max_payload;
+  info.server_threads = r.server_threads;
+  info.regions.reserve(r.num_regions);
+  for (uint32_t i = 0; i < r.num_regions; ++i) {
+    RegionDescriptor d;
+    if (!rd.Read(&d)) return Bad("region descriptor truncated");
+    if (d.rkey_len == 0 || d.rkey_len > kMaxRkeyBytes) {
+      return Bad("region rkey length out of range");
+    }
+    if (d.length == 0 || d.base + d.length < d.base) {
+      return Bad("region bounds invalid");
+    }
+    RegionInfoWire reg;
+    reg.region_id = d.region_id;
+    reg.base = d.base;
+    reg.length = d.length;
+    if (!rd.ReadBytes(d.rkey_len, &reg.rkey)) return Bad("rkey truncated");
+    if (!rd.Skip(Pad8(d.rkey_len) - d.rkey_len)) {
+      return Bad("rkey padding truncated");
+    }
+    for (const RegionInfoWire& prev : info.regions) {
+      if (prev.region_id == reg.region_id) return Bad("duplicate region id");
+    }
+    info.regions.push_back(std::move(reg));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after hello reply");
+  return info;
+}
+
+std::string EncodeStatsReply(const StatsReply& stats) {
+  StatsReply s = stats;
+  s.magic = kWireMagic;
+  s.version = kWireVersion;
+  std::string out;
+  Append(&out, s);
+  return out;
+}
+
+Result<StatsReply> DecodeStatsReply(std::string_view payload) {
+  if (payload.size() != sizeof(StatsReply)) return Bad("stats reply size");
+  StatsReply s;
+  std::memcpy(&s, payload.data(), sizeof(s));
+  if (s.magic != kWireMagic) return Bad("bad magic in stats reply");
+  if (s.version != kWireVersion) return Bad("stats reply version");
+  return s;
+}
+
+}  // namespace remem::proto

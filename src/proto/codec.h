@@ -1,0 +1,58 @@
+// Encoders and validating decoders for the messages in wire.h.
+//
+// Every decoder takes untrusted bytes, checks every length against the
+// buffer before reading, and returns ProtocolError with a reason instead of
+// reading past the end. The fuzz target in fuzz/ drives all of them.
+//
+// Thread contract: pure functions.
+
+#ifndef REMEM_PROTO_CODEC_H_
+#define REMEM_PROTO_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/wire.h"
+#include "remem/status.h"
+
+namespace remem::proto {
+
+// Builds a header for a request or reply.
+RpcHeader MakeHeader(Opcode op, uint64_t request_id, uint64_t payload_len,
+                     bool reply, StatusCode status = StatusCode::kOk);
+
+// Validates an AM header: size, magic, version, opcode range, flags, and that
+// `payload_len` matches the AM data length `data_len`.
+Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len);
+
+struct Hello {
+  uint16_t version = kWireVersion;
+  std::string secret;
+};
+std::string EncodeHelloRequest(const Hello& hello);
+Result<Hello> DecodeHelloRequest(std::string_view payload);
+
+struct RegionInfoWire {
+  uint32_t region_id = 0;
+  uint64_t base = 0;
+  uint64_t length = 0;
+  std::string rkey;  // packed UCX remote key
+};
+
+struct HelloReplyInfo {
+  uint64_t incarnation = 0;
+  uint64_t max_payload = 0;
+  uint32_t server_threads = 0;
+  std::vector<RegionInfoWire> regions;
+};
+std::string EncodeHelloReply(const HelloReplyInfo& info);
+Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload);
+
+std::string EncodeStatsReply(const StatsReply& stats);
+Result<StatsReply> DecodeStatsReply(std::string_view payload);
+
+}  // namespace remem::proto
+
+#endif  // REMEM_PROTO_CODEC_H_

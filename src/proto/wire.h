@@ -1,0 +1,123 @@
+// Wire messages shared by remem clients and servers.
+//
+// Every RPC travels as one UCX active message: a fixed 32-byte RpcHeader as
+// the AM header and an opcode-specific payload as the AM data. Payloads that
+// carry structure begin with a fixed-layout struct declared here; variable
+// parts follow it. All integers are little-endian (remem only builds on
+// little-endian hosts, see the static_assert below). docs/PROTOCOL.md is the
+// prose description of everything in this file; change both together.
+//
+// Thread contract: plain data, no state.
+
+#ifndef REMEM_PROTO_WIRE_H_
+#define REMEM_PROTO_WIRE_H_
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace remem::proto {
+
+static_assert(std::endian::native == std::endian::little,
+              "remem's wire format is little-endian");
+
+inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
+inline constexpr uint16_t kWireVersion = 1;
+
+// UCX active-message ids.
+inline constexpr unsigned kAmRequest = 17;  // client -> server
+inline constexpr unsigned kAmReply = 18;    // server -> client
+
+// Largest RPC payload either side accepts (larger ones are refused by the
+// receiver before the data is fetched).
+inline constexpr uint64_t kMaxRpcPayload = 64ull << 20;
+// Largest shared secret accepted in Hello.
+inline constexpr uint32_t kMaxSecretBytes = 4096;
+// Largest packed remote key accepted in a region descriptor.
+inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
+inline constexpr uint32_t kMaxRegions = 4096;
+
+enum class Opcode : uint16_t {
+  kHello = 1,   // authenticate; reply carries exported regions + rkeys
+  kPing = 2,    // empty request, empty reply
+  kStats = 3,   // empty request, StatsReply
+  kEcho = 4,    // reply payload = request payload (tests, benchmarks)
+  kRegions = 5, // re-list the exported regions (same reply as Hello)
+  kError = 6,   // replies only: answer to a request too malformed to name
+                // its opcode
+};
+
+inline constexpr uint16_t kMaxOpcode = 6;
+
+// Flags in RpcHeader::flags.
+inline constexpr uint16_t kFlagReply = 1u << 0;
+
+// The AM header of every request and reply.
+struct RpcHeader {
+  uint32_t magic;        // kWireMagic
+  uint16_t version;      // kWireVersion
+  uint16_t opcode;       // Opcode
+  uint16_t flags;        // kFlag*
+  uint16_t reserved;     // zero
+  int32_t status;        // replies: StatusCode; requests: zero
+  uint64_t request_id;   // chosen by the client, echoed in the reply
+  uint64_t payload_len;  // must equal the AM data length
+};
+static_assert(sizeof(RpcHeader) == 32);
+static_assert(offsetof(RpcHeader, request_id) == 16);
+
+// Hello request payload: HelloRequest, then `secret_len` bytes of secret.
+struct HelloRequest {
+  uint32_t magic;       // kWireMagic
+  uint16_t version;     // client's kWireVersion
+  uint16_t reserved;    // zero
+  uint32_t secret_len;  // <= kMaxSecretBytes
+  uint32_t reserved2;   // zero
+};
+static_assert(sizeof(HelloRequest) == 16);
+
+// Hello / Regions reply payload: HelloReply, then `num_regions` times
+// (RegionDescriptor, rkey bytes padded with zeros to a multiple of 8).
+struct HelloReply {
+  uint32_t magic;         // kWireMagic
+  uint16_t version;       // server's kWireVersion
+  uint16_t reserved;      // zero
+  uint64_t incarnation;   // random per server start: detects a restart
+  uint64_t max_payload;   // largest RPC payload the server accepts
+  uint32_t num_regions;   // <= kMaxRegions
+  uint32_t server_threads;
+};
+static_assert(sizeof(HelloReply) == 32);
+
+struct RegionDescriptor {
+  uint32_t region_id;  // stable name of the region (pointers use it)
+  uint32_t rkey_len;   // packed UCX remote key bytes that follow
+  uint64_t base;       // server virtual address of byte 0
+  uint64_t length;     // bytes
+};
+static_assert(sizeof(RegionDescriptor) == 24);
+
+// Stats reply payload.
+struct StatsReply {
+  uint32_t magic;  // kWireMagic
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t uptime_ms;
+  uint64_t connections_current;
+  uint64_t connections_total;
+  uint64_t auth_failures;
+  uint64_t rpcs_served;
+  uint64_t rpc_bytes_in;
+  uint64_t rpc_bytes_out;
+  uint64_t rpc_errors;
+  uint64_t memory_registered;  // bytes exported in regions
+  uint64_t regions;
+  uint64_t server_threads;
+  uint64_t incarnation;
+  uint64_t reserved2[4];
+};
+static_assert(sizeof(StatsReply) == 8 + 12 * 8 + 32);
+
+}  // namespace remem::proto
+
+#endif  // REMEM_PROTO_WIRE_H_

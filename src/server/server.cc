@@ -1,0 +1,413 @@
+#include "server/server.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "fabric/endpoint.h"
+#include "fabric/listener.h"
+#include "fabric/memory_region.h"
+#include "fabric/worker.h"
+#include "proto/codec.h"
+#include "util/log.h"
+
+namespace remem::server {
+
+using fabric::AmMessage;
+using fabric::Clock;
+using proto::Opcode;
+
+uint64_t PhysicalMemory() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+uint64_t DefaultMemory() {
+  return (PhysicalMemory() / 4) & ~((1ull << 20) - 1);
+}
+
+namespace {
+
+// Counters of one server thread; read by Snapshot() from any thread.
+struct Counters {
+  std::atomic<uint64_t> connections_current{0};
+  std::atomic<uint64_t> connections_total{0};
+  std::atomic<uint64_t> auth_failures{0};
+  std::atomic<uint64_t> rpcs_served{0};
+  std::atomic<uint64_t> rpc_bytes_in{0};
+  std::atomic<uint64_t> rpc_bytes_out{0};
+  std::atomic<uint64_t> rpc_errors{0};
+  void Add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
+};
+
+struct Connection {
+  std::unique_ptr<fabric::Endpoint> ep;
+  uint64_t id = 0;
+  bool authenticated = false;
+  bool closing = false;
+};
+
+bool ConstantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  struct Thread {
+    int index = 0;
+    std::unique_ptr<fabric::Worker> worker;
+    std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> conns;
+    Counters counters;
+    std::thread thread;
+  };
+
+  ServerConfig config;
+  std::shared_ptr<fabric::Context> ctx;
+  std::vector<std::unique_ptr<fabric::LocalRegion>> regions;
+  std::vector<std::unique_ptr<Thread>> threads;
+  std::unique_ptr<fabric::Listener> listener;
+  std::string address;
+  std::string hello_reply;  // encoded once: regions never change
+  uint64_t incarnation = 0;
+  Clock::time_point started = Clock::now();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> next_conn_id{1};
+  std::atomic<uint32_t> next_thread{0};
+  std::vector<int> cpus;
+
+  Status Init();
+  void RunThread(Thread* t);
+  void OnConnRequest(ucp_conn_request_h req);
+  void Accept(Thread* t, ucp_conn_request_h req);
+  void Drop(Thread* t, ucp_ep_h ep);
+  void OnRequest(Thread* t, AmMessage&& m);
+  void Reply(Thread* t, Connection& c, Opcode op, uint64_t id, Status st,
+             std::string payload);
+  void HandleHello(Thread* t, Connection& c, uint64_t id,
+                   std::string_view payload);
+  proto::StatsReply Snapshot() const;
+};
+
+Status Server::Impl::Init() {
+  if (config.threads < 1 || config.threads > 256) {
+    return Status::InvalidArgument("--threads must be between 1 and 256");
+  }
+  if (config.memory == 0) config.memory = DefaultMemory();
+  const uint64_t phys = PhysicalMemory();
+  if (config.memory < (1ull << 20)) {
+    return Status::InvalidArgument("--memory must be at least 1 MiB");
+  }
+  if (phys != 0 && config.memory > phys) {
+    return Status::OutOfMemory(
+        "--memory " + std::to_string(config.memory) +
+        " bytes is more than this machine's physical memory (" +
+        std::to_string(phys) + " bytes)");
+  }
+  if (config.region_size < (1ull << 20)) {
+    return Status::InvalidArgument("--region-size must be at least 1 MiB");
+  }
+
+  std::random_device rd;
+  incarnation = (uint64_t{rd()} << 32) ^ rd() ^
+                static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+
+  auto ctx_or = fabric::Context::Shared(config.transport);
+  if (!ctx_or.ok()) return ctx_or.status();
+  ctx = *ctx_or;
+
+  uint64_t left = config.memory;
+  uint32_t id = 1;
+  while (left > 0) {
+    uint64_t len = std::min(left, config.region_size);
+    auto r = fabric::LocalRegion::Allocate(ctx, id++, len);
+    if (!r.ok()) {
+      return Status::OutOfMemory("cannot allocate " +
+                                 std::to_string(config.memory) +
+                                 " bytes of registered memory: " +
+                                 r.status().message());
+    }
+    regions.push_back(std::move(*r));
+    left -= len;
+  }
+  proto::HelloReplyInfo info;
+  info.incarnation = incarnation;
+  info.max_payload = proto::kMaxRpcPayload;
+  info.server_threads = static_cast<uint32_t>(config.threads);
+  for (const auto& r : regions) {
+    info.regions.push_back({r->id(), reinterpret_cast<uint64_t>(r->base()),
+                            r->length(), r->packed_rkey()});
+  }
+  hello_reply = proto::EncodeHelloReply(info);
+
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+
+  for (int i = 0; i < config.threads; ++i) {
+    auto t = std::make_unique<Thread>();
+    t->index = i;
+    auto w = fabric::Worker::Create(ctx, proto::kMaxRpcPayload);
+    if (!w.ok()) return w.status();
+    t->worker = std::move(*w);
+    Thread* raw = t.get();
+    REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
+        proto::kAmRequest,
+        [this, raw](AmMessage&& m) { OnRequest(raw, std::move(m)); }));
+    threads.push_back(std::move(t));
+  }
+  auto l = fabric::Listener::Create(
+      threads[0]->worker.get(), config.listen,
+      [this](ucp_conn_request_h req) { OnConnRequest(req); });
+  if (!l.ok()) return l.status();
+  listener = std::move(*l);
+  address = listener->address();
+
+  for (auto& t : threads) {
+    Thread* raw = t.get();
+    t->thread = std::thread([this, raw] { RunThread(raw); });
+  }
+  return Status::OK();
+}
+
+void Server::Impl::RunThread(Thread* t) {
+  if (config.pin_threads && !cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus[static_cast<size_t>(t->index) % cpus.size()], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  t->worker->Run(stop, config.spin);
+  // Close every connection so clients see the server go, not a hang.
+  t->conns.clear();
+  t->worker->DrainCloses(Clock::now() + std::chrono::seconds(2));
+}
+
+void Server::Impl::OnConnRequest(ucp_conn_request_h req) {
+  if (stop.load()) {
+    listener->Reject(req);
+    return;
+  }
+  size_t n = next_thread.fetch_add(1) % threads.size();
+  Thread* t = threads[n].get();
+  t->worker->Post([this, t, req] { Accept(t, req); });
+}
+
+void Server::Impl::Accept(Thread* t, ucp_conn_request_h req) {
+  auto ep = fabric::Endpoint::Accept(t->worker.get(), req);
+  if (!ep.ok()) {
+    log::Warn("rejecting a connection: {}", ep.status().ToString());
+    return;
+  }
+  auto conn = std::make_unique<Connection>();
+  conn->ep = std::move(*ep);
+  conn->id = next_conn_id.fetch_add(1);
+  ucp_ep_h h = conn->ep->handle();
+  conn->ep->SetFailureHandler([this, t, h](const Status& why) {
+    log::Debug("connection closed: {}", why.ToString());
+    // Not from inside the endpoint's own callback: defer the destruction.
+    t->worker->Defer([this, t, h] { Drop(t, h); });
+  });
+  log::Debug("thread {} accepted connection {}", t->index, conn->id);
+  t->conns.emplace(h, std::move(conn));
+  t->counters.Add(t->counters.connections_current, 1);
+  t->counters.Add(t->counters.connections_total, 1);
+}
+
+void Server::Impl::Drop(Thread* t, ucp_ep_h ep) {
+  if (t->conns.erase(ep) > 0) {
+    t->counters.connections_current.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void Server::Impl::Reply(Thread* t, Connection& c, Opcode op, uint64_t id,
+                         Status st, std::string payload) {
+  if (!st.ok()) {
+    payload = st.message();
+    t->counters.Add(t->counters.rpc_errors, 1);
+  }
+  proto::RpcHeader h =
+      proto::MakeHeader(op, id, payload.size(), /*reply=*/true, st.code());
+  t->counters.Add(t->counters.rpc_bytes_out, payload.size());
+  c.ep->SendAm(proto::kAmReply, &h, sizeof(h), std::move(payload), nullptr);
+}
+
+void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
+  auto it = t->conns.find(m.reply_ep);
+  if (it == t->conns.end()) {
+    // A message from an endpoint this thread does not own (or one already
+    // dropped): nothing to answer on.
+    t->counters.Add(t->counters.rpc_errors, 1);
+    return;
+  }
+  Connection& c = *it->second;
+  if (c.closing) return;
+  const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
+  t->counters.Add(t->counters.rpc_bytes_in, data_len + m.header.size());
+  auto h = proto::DecodeHeader(m.header.data(), m.header.size(), data_len);
+  if (!h.ok()) {
+    // Answer with the request id if the header holds one, so the client's
+    // call fails with the reason instead of timing out.
+    if (m.header.size() >= offsetof(proto::RpcHeader, request_id) + 8) {
+      uint64_t id;
+      std::memcpy(&id, m.header.data() + offsetof(proto::RpcHeader, request_id),
+                  sizeof(id));
+      Reply(t, c, Opcode::kError, id, h.status(), {});
+    } else {
+      t->counters.Add(t->counters.rpc_errors, 1);
+    }
+    return;
+  }
+  const auto op = static_cast<Opcode>(h->opcode);
+  const uint64_t id = h->request_id;
+  if (h->flags & proto::kFlagReply) {
+    return Reply(t, c, Opcode::kError, id,
+                 Status::ProtocolError("a reply sent as a request"), {});
+  }
+  if (m.refused_length) {
+    return Reply(t, c, op, id,
+                 Status::InvalidArgument(
+                     "request payload of " + std::to_string(m.refused_length) +
+                     " bytes exceeds the server's limit of " +
+                     std::to_string(proto::kMaxRpcPayload)),
+                 {});
+  }
+  t->counters.Add(t->counters.rpcs_served, 1);
+  if (op == Opcode::kHello) return HandleHello(t, c, id, m.data);
+  if (!c.authenticated) {
+    return Reply(t, c, op, id,
+                 Status::PermissionDenied(
+                     "the connection has not completed the Hello handshake"),
+                 {});
+  }
+  switch (op) {
+    case Opcode::kPing:
+      return Reply(t, c, op, id, Status::OK(), {});
+    case Opcode::kEcho:
+      return Reply(t, c, op, id, Status::OK(), std::move(m.data));
+    case Opcode::kStats:
+      return Reply(t, c, op, id, Status::OK(),
+                   proto::EncodeStatsReply(Snapshot()));
+    case Opcode::kRegions:
+      return Reply(t, c, op, id, Status::OK(), hello_reply);
+    case Opcode::kHello:
+    case Opcode::kError:
+      break;
+  }
+  Reply(t, c, Opcode::kError, id,
+        Status::ProtocolError("opcode " + std::to_string(h->opcode) +
+                              " is not a request"),
+        {});
+}
+
+void Server::Impl::HandleHello(Thread* t, Connection& c, uint64_t id,
+                               std::string_view payload) {
+  auto hello = proto::DecodeHelloRequest(payload);
+  if (!hello.ok()) return Reply(t, c, Opcode::kHello, id, hello.status(), {});
+  if (hello->version != proto::kWireVersion) {
+    return Reply(t, c, Opcode::kHello, id,
+                 Status::ProtocolError(
+                     "client speaks wire version " +
+                     std::to_string(hello->version) + ", server speaks " +
+                     std::to_string(proto::kWireVersion)),
+                 {});
+  }
+  if (!config.secret.empty() && !ConstantTimeEqual(hello->secret, config.secret)) {
+    t->counters.Add(t->counters.auth_failures, 1);
+    log::Warn("connection {}: authentication failed", c.id);
+    Reply(t, c, Opcode::kHello, id,
+          Status::PermissionDenied(
+              hello->secret.empty()
+                  ? "this server requires a shared secret (--auth-file)"
+                  : "authentication failed: wrong shared secret"),
+          {});
+    // Close after the refusal: dropping the endpoint closes it in flush mode,
+    // so the reply still goes out first. The client keeps no keys.
+    c.closing = true;
+    ucp_ep_h h = c.ep->handle();
+    t->worker->Defer([this, t, h] { Drop(t, h); });
+    return;
+  }
+  c.authenticated = true;
+  Reply(t, c, Opcode::kHello, id, Status::OK(), hello_reply);
+}
+
+proto::StatsReply Server::Impl::Snapshot() const {
+  proto::StatsReply s{};
+  for (const auto& t : threads) {
+    const Counters& c = t->counters;
+    s.connections_current += c.connections_current.load();
+    s.connections_total += c.connections_total.load();
+    s.auth_failures += c.auth_failures.load();
+    s.rpcs_served += c.rpcs_served.load();
+    s.rpc_bytes_in += c.rpc_bytes_in.load();
+    s.rpc_bytes_out += c.rpc_bytes_out.load();
+    s.rpc_errors += c.rpc_errors.load();
+  }
+  s.uptime_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                            started)
+          .count());
+  for (const auto& r : regions) s.memory_registered += r->length();
+  s.regions = regions.size();
+  s.server_threads = threads.size();
+  s.incarnation = incarnation;
+  return s;
+}
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  Status st = impl->Init();
+  if (!st.ok()) {
+    impl->stop = true;
+    for (auto& t : impl->threads) {
+      t->worker->Wake();
+      if (t->thread.joinable()) t->thread.join();
+    }
+    return st;
+  }
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  Stop();
+  Wait();
+}
+
+const std::string& Server::address() const { return impl_->address; }
+
+void Server::Stop() {
+  impl_->stop.store(true, std::memory_order_release);
+  for (auto& t : impl_->threads) t->worker->Wake();
+}
+
+void Server::Wait() {
+  for (auto& t : impl_->threads) {
+    if (t->thread.joinable()) t->thread.join();
+  }
+}
+
+proto::StatsReply Server::Snapshot() const { return impl_->Snapshot(); }
+
+}  // namespace remem::server

@@ -1,0 +1,73 @@
+// server::Server: the body of remem-server. Owns the registered regions it
+// exports, one fabric::Worker and thread per --threads (each pinned to a CPU
+// of the process's affinity mask), and the listener on thread 0, which deals
+// incoming connections to threads round-robin. Each thread serves the RPCs
+// of its own connections and, over tcp, the emulated one-sided operations
+// that target them (the NIC's role).
+//
+// Every connection must begin with Hello (protocol version, and the shared
+// secret when the server has one); until it succeeds every other request is
+// answered PermissionDenied and no remote key is handed out.
+//
+// Thread contract: Start/Stop/Wait/address/Snapshot are thread-safe and may
+// be called from any thread; everything else runs on the server's threads.
+
+#ifndef REMEM_SERVER_SERVER_H_
+#define REMEM_SERVER_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "proto/wire.h"
+#include "remem/options.h"
+#include "remem/status.h"
+
+namespace remem::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:7400";
+  uint64_t memory = 0;  // bytes to export; 0 = DefaultMemory()
+  uint64_t region_size = 1ull << 30;
+  int threads = 1;
+  Transport transport = Transport::kAuto;
+  std::string data_dir;  // reserved for durability
+  std::string secret;    // empty: no authentication
+  bool pin_threads = true;
+  std::chrono::microseconds spin{100};  // busy-poll before sleeping
+};
+
+// A quarter of physical memory, rounded down to a MiB.
+uint64_t DefaultMemory();
+// Physical memory in bytes.
+uint64_t PhysicalMemory();
+
+class Server {
+ public:
+  // Validates the config, allocates and registers the regions, starts the
+  // threads and the listener. Errors: InvalidArgument (bad config),
+  // OutOfMemory (memory cannot be allocated), Unavailable (address in use).
+  static Result<std::unique_ptr<Server>> Start(const ServerConfig& config);
+  ~Server();  // Stop() + Wait()
+
+  // The bound "host:port".
+  const std::string& address() const;
+  // Asks every thread to stop; returns at once.
+  void Stop();
+  // Blocks until every thread has exited.
+  void Wait();
+  // Current counters.
+  proto::StatsReply Snapshot() const;
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace remem::server
+
+#endif  // REMEM_SERVER_SERVER_H_

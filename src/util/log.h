@@ -1,0 +1,39 @@
+// Logging for remem's binaries and library: a thin layer over spdlog so the
+// rest of the code names one facility. Logs go to standard error.
+//
+// Thread contract: thread-safe (spdlog's default logger is).
+
+#ifndef REMEM_UTIL_LOG_H_
+#define REMEM_UTIL_LOG_H_
+
+#include <spdlog/spdlog.h>
+
+#include <string_view>
+
+#include "remem/status.h"
+
+namespace remem::log {
+
+// "trace", "debug", "info", "warn", "error", "off".
+Status SetLevel(std::string_view level);
+
+template <typename... Args>
+void Debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  spdlog::debug(fmt, std::forward<Args>(args)...);
+}
+template <typename... Args>
+void Info(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  spdlog::info(fmt, std::forward<Args>(args)...);
+}
+template <typename... Args>
+void Warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  spdlog::warn(fmt, std::forward<Args>(args)...);
+}
+template <typename... Args>
+void Error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  spdlog::error(fmt, std::forward<Args>(args)...);
+}
+
+}  // namespace remem::log
+
+#endif  // REMEM_UTIL_LOG_H_

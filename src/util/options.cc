@@ -1,0 +1,53 @@
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "proto/wire.h"
+#include "remem/options.h"
+
+namespace remem {
+
+std::string_view TransportName(Transport t) {
+  switch (t) {
+    case Transport::kAuto:
+      return "auto";
+    case Transport::kShm:
+      return "shm";
+    case Transport::kTcp:
+      return "tcp";
+  }
+  return "?";
+}
+
+Result<Transport> ParseTransport(std::string_view name) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "shm") return Transport::kShm;
+  if (name == "tcp") return Transport::kTcp;
+  return Status::InvalidArgument("unknown transport '" + std::string(name) +
+                                 "' (expected auto, shm or tcp)");
+}
+
+Result<std::string> ReadSecretFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::IOError("cannot read auth file " + path + ": " +
+                           std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string secret = ss.str();
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) {
+    return Status::InvalidArgument("auth file " + path + " is empty");
+  }
+  if (secret.size() > proto::kMaxSecretBytes) {
+    return Status::InvalidArgument("auth file " + path + " is over " +
+                                   std::to_string(proto::kMaxSecretBytes) +
+                                   " bytes");
+  }
+  return secret;
+}
+
+}  // namespace remem

@@ -1,0 +1,23 @@
+// Byte sizes for command lines: "4096", "64K", "64KiB", "1.5G", "2GB".
+// K/M/G/T are powers of 1024 (with or without "iB"/"B").
+//
+// Thread contract: pure functions.
+
+#ifndef REMEM_UTIL_SIZE_H_
+#define REMEM_UTIL_SIZE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "remem/status.h"
+
+namespace remem {
+
+Result<uint64_t> ParseSize(std::string_view text);
+// 1536 -> "1.5 KiB"
+std::string FormatSize(uint64_t bytes);
+
+}  // namespace remem
+
+#endif  // REMEM_UTIL_SIZE_H_

@@ -1,0 +1,187 @@
+#include "util/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace remem {
+
+using Clock = std::chrono::steady_clock;
+
+Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
+  if (o.argv.empty()) return Status::InvalidArgument("empty argv");
+  int fds[2] = {-1, -1};
+  if (o.capture_stdout && pipe2(fds, O_CLOEXEC) != 0) {
+    return Status::IOError(std::string("pipe: ") + std::strerror(errno));
+  }
+  // Everything the child needs is built before fork.
+  std::vector<char*> argv;
+  for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    return Status::IOError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    if (o.capture_stdout) dup2(fds[1], STDOUT_FILENO);
+    if (o.quiet_stderr) {
+      int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+    }
+    for (const auto& [k, v] : o.env) setenv(k.c_str(), v.c_str(), 1);
+    if (o.cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(o.cpu, &set);
+      sched_setaffinity(0, sizeof(set), &set);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  std::unique_ptr<Subprocess> p(new Subprocess());
+  p->pid_ = pid;
+  if (o.capture_stdout) {
+    close(fds[1]);
+    p->out_fd_ = fds[0];
+  }
+  return p;
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+Result<std::string> Subprocess::WaitForLine(const std::string& needle,
+                                            std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (true) {
+    size_t nl;
+    while ((nl = output_.find('\n', scanned_)) != std::string::npos) {
+      std::string line = output_.substr(scanned_, nl - scanned_);
+      scanned_ = nl + 1;
+      if (line.find(needle) != std::string::npos) return line;
+    }
+    if (out_fd_ < 0) return Status::Unavailable("stdout is closed");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) {
+      return Status::TimedOut("no line containing '" + needle + "'");
+    }
+    pollfd pfd{out_fd_, POLLIN, 0};
+    int rc = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno != EINTR) {
+      return Status::IOError(std::string("poll: ") + std::strerror(errno));
+    }
+    if (rc <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) {
+      close(out_fd_);
+      out_fd_ = -1;
+      return Status::Unavailable("process exited before printing '" + needle +
+                                 "'");
+    }
+    output_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Status Subprocess::ReadToEnd(std::chrono::milliseconds timeout) {
+  auto r = WaitForLine(std::string(1, '\0'), timeout);
+  if (r.status().code() == StatusCode::kUnavailable) return Status::OK();
+  return r.status();
+}
+
+Status Subprocess::Signal(int sig) {
+  if (reaped_) return Status::NotFound("process already exited");
+  if (kill(pid_, sig) != 0) {
+    return Status::IOError(std::string("kill: ") + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+bool Subprocess::running() {
+  if (reaped_) return false;
+  int st = 0;
+  pid_t r = waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+  }
+  return true;
+}
+
+Result<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return exit_code_;
+  // A pidfd becomes readable when the process exits.
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd < 0) {
+    return Status::IOError(std::string("pidfd_open: ") + std::strerror(errno));
+  }
+  auto deadline = Clock::now() + timeout;
+  while (running()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) {
+      close(pidfd);
+      return Status::TimedOut("process " + std::to_string(pid_) +
+                              " did not exit");
+    }
+    pollfd pfd{pidfd, POLLIN, 0};
+    (void)poll(&pfd, 1, static_cast<int>(left.count()));
+  }
+  close(pidfd);
+  return exit_code_;
+}
+
+Result<double> Subprocess::CpuSeconds() const { return ProcessCpuSeconds(pid_); }
+
+Result<double> ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) {
+    return Status::NotFound("no /proc entry for pid " + std::to_string(pid));
+  }
+  // Fields after the ")" that closes the command name; utime and stime are
+  // fields 14 and 15 of the whole line.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return Status::Corruption("bad stat line");
+  std::istringstream ss(stat.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && ss >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) / hz;
+}
+
+std::string SelfDirectory() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace remem

@@ -1,0 +1,87 @@
+#include "bench_common.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstdio>
+
+namespace remem::bench {
+
+Status PinThisThread(int cpu) {
+  if (cpu < 0) return Status::OK();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
+    return Status::InvalidArgument("cannot pin to CPU " + std::to_string(cpu));
+  }
+  return Status::OK();
+}
+
+Result<double> ServerUnderTest::CpuSeconds() const {
+  if (!process) return Status::NotFound("external server");
+  return process->CpuSeconds();
+}
+
+Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
+                                    int cpu, const std::string& memory) {
+  SpawnOptions o;
+  o.argv = {binary, "--listen", "127.0.0.1:0", "--memory", memory,
+            "--threads", "1", "--transport", std::string(TransportName(t)),
+            "--log-level", "warn"};
+  o.cpu = cpu;
+  auto p = Subprocess::Spawn(o);
+  if (!p.ok()) return p.status();
+  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
+  if (!line.ok()) {
+    return line.status().WithContext("starting " + binary);
+  }
+  // "remem-server listening on HOST:PORT (...)"
+  size_t at = line->find("listening on ") + 13;
+  ServerUnderTest s;
+  s.address = line->substr(at, line->find(' ', at) - at);
+  s.process = std::move(*p);
+  return s;
+}
+
+void PrintTable(const std::vector<Row>& rows) {
+  std::printf("%-14s %-10s %8s %5s %10s %12s %9s %9s %9s %9s %12s\n", "test",
+              "transport", "size", "depth", "ops", "ops/s", "mean_us",
+              "p50_us", "p99_us", "p999_us", "srv_cpu_us/op");
+  for (const Row& r : rows) {
+    const Histogram& h = r.latency_ns;
+    auto us = [](double ns) { return ns / 1000.0; };
+    char cpu[32] = "n/a";
+    if (r.server_cpu_s >= 0 && r.ops > 0) {
+      std::snprintf(cpu, sizeof(cpu), "%.3f", r.server_cpu_s * 1e6 / r.ops);
+    }
+    std::printf("%-14s %-10s %8llu %5d %10llu %12.0f %9.3f %9.3f %9.3f %9.3f %12s\n",
+                r.test.c_str(), r.transport.c_str(),
+                static_cast<unsigned long long>(r.size), r.depth,
+                static_cast<unsigned long long>(r.ops), r.ops / r.seconds,
+                us(h.mean()), us(h.Percentile(50)), us(h.Percentile(99)),
+                us(h.Percentile(99.9)), cpu);
+  }
+}
+
+void PrintJson(const std::vector<Row>& rows, const std::string& extra) {
+  std::printf("{%s\"results\":[", extra.c_str());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const Histogram& h = r.latency_ns;
+    std::printf(
+        "%s{\"test\":\"%s\",\"transport\":\"%s\",\"size\":%llu,\"depth\":%d,"
+        "\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"mean_ns\":%.1f,"
+        "\"p50_ns\":%llu,\"p99_ns\":%llu,\"p999_ns\":%llu,"
+        "\"server_cpu_s\":%.4f}",
+        i ? "," : "", r.test.c_str(), r.transport.c_str(),
+        static_cast<unsigned long long>(r.size), r.depth,
+        static_cast<unsigned long long>(r.ops), r.seconds, r.ops / r.seconds,
+        h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
+        static_cast<unsigned long long>(h.Percentile(99)),
+        static_cast<unsigned long long>(h.Percentile(99.9)), r.server_cpu_s);
+  }
+  std::printf("]}\n");
+}
+
+}  // namespace remem::bench

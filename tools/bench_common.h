@@ -1,0 +1,46 @@
+// Shared pieces of remem-bench: pinning, a server started as a pinned child
+// process, and result rows printed as a table or JSON.
+
+#ifndef REMEM_TOOLS_BENCH_COMMON_H_
+#define REMEM_TOOLS_BENCH_COMMON_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "remem/options.h"
+#include "remem/status.h"
+#include "util/histogram.h"
+#include "util/subprocess.h"
+
+namespace remem::bench {
+
+Status PinThisThread(int cpu);
+
+// A remem-server started for the benchmark (or none, when --server names an
+// existing one).
+struct ServerUnderTest {
+  std::string address;
+  std::unique_ptr<Subprocess> process;  // null if external
+  Result<double> CpuSeconds() const;
+};
+Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
+                                    int cpu, const std::string& memory);
+
+struct Row {
+  std::string test;
+  std::string transport;
+  uint64_t size = 0;
+  int depth = 1;
+  uint64_t ops = 0;
+  double seconds = 0;
+  Histogram latency_ns;       // per-operation latency (depth 1 rows)
+  double server_cpu_s = -1;   // server CPU consumed during the row
+};
+
+void PrintTable(const std::vector<Row>& rows);
+void PrintJson(const std::vector<Row>& rows, const std::string& extra);
+
+}  // namespace remem::bench
+
+#endif  // REMEM_TOOLS_BENCH_COMMON_H_

@@ -1,0 +1,243 @@
+// remem-bench fabric: the transport layer alone. One-sided get/put/atomic and
+// RPC round trips against one remem-server, latency at depth 1 and
+// throughput with many operations in flight.
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "bench_common.h"
+#include "bench_fabric.h"
+#include "remem/client.h"
+
+namespace remem::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          Clock::now().time_since_epoch())
+          .count());
+}
+
+// Runs `op` synchronously until `seconds` pass; records each latency.
+Row RunSync(const std::string& name, uint64_t size, double seconds,
+            const std::function<Status()>& op, Status* err) {
+  Row row;
+  row.test = name;
+  row.size = size;
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  auto start = Clock::now();
+  while (true) {
+    // Check the clock every 64 operations.
+    for (int i = 0; i < 64; ++i) {
+      uint64_t t0 = NowNs();
+      Status st = op();
+      row.latency_ns.Record(NowNs() - t0);
+      if (!st.ok()) {
+        *err = st;
+        return row;
+      }
+      ++row.ops;
+    }
+    if (Clock::now() >= end) break;
+  }
+  row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return row;
+}
+
+// Keeps `depth` asynchronous operations in flight for `seconds`. `issue`
+// starts operation number `slot` and must call the callback it is given.
+Row RunAsync(Client& c, const std::string& name, uint64_t size, int depth,
+             double seconds,
+             const std::function<void(int, std::function<void(Status)>)>& issue,
+             Status* err) {
+  Row row;
+  row.test = name;
+  row.size = size;
+  row.depth = depth;
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration<double>(seconds);
+  bool stopping = false;
+  std::vector<uint64_t> started(depth);
+  std::function<void(int)> launch = [&](int slot) {
+    started[slot] = NowNs();
+    issue(slot, [&, slot](Status st) {
+      row.latency_ns.Record(NowNs() - started[slot]);
+      if (!st.ok()) {
+        if (err->ok()) *err = st;
+        stopping = true;
+        return;
+      }
+      ++row.ops;
+      if (!stopping) launch(slot);
+    });
+  };
+  for (int i = 0; i < depth; ++i) launch(i);
+  uint64_t polls = 0;
+  while (c.in_flight() > 0) {
+    c.Poll();
+    if ((++polls & 63) == 0 && !stopping && Clock::now() >= end) {
+      stopping = true;
+    }
+  }
+  row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return row;
+}
+
+}  // namespace
+
+int RunFabric(const FabricOptions& o) {
+  if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  ServerUnderTest server;
+  if (o.server.empty()) {
+    auto s = StartServer(o.server_binary, o.transport, o.server_cpu, "256M");
+    if (!s.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    server = std::move(*s);
+  } else {
+    server.address = o.server;
+  }
+  ClientOptions co;
+  co.server = server.address;
+  co.transport = o.transport;
+  co.secret = o.secret;
+  auto client = Client::Connect(co);
+  if (!client.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n",
+                 client.status().ToString().c_str());
+    return 1;
+  }
+  Client& c = **client;
+  const std::string tname(TransportName(o.transport));
+  if (!o.json) {
+    std::printf("server %s%s, transport %s (UCX chose %s), client on CPU %d\n",
+                server.address.c_str(),
+                (server.process ? " (started here, pinned to CPU " +
+                                      std::to_string(o.server_cpu) + ")"
+                                : std::string(" (external)"))
+                    .c_str(),
+                tname.c_str(), c.transport().c_str(), o.client_cpu);
+  }
+  if (c.regions().empty()) {
+    std::fprintf(stderr, "remem-bench: the server exports no memory\n");
+    return 1;
+  }
+  const RegionInfo region = c.regions().front();
+  const uint64_t size = o.size;
+  const uint64_t span = std::min<uint64_t>(region.length, 64ull << 20);
+  if (size == 0 || size > span / 2) {
+    std::fprintf(stderr, "remem-bench: --size must be in [1, %llu]\n",
+                 static_cast<unsigned long long>(span / 2));
+    return 2;
+  }
+
+  // Load: fill the working span with one-sided writes, then check it.
+  std::vector<uint8_t> pattern(1 << 20);
+  std::mt19937_64 rng(42);
+  for (auto& b : pattern) b = static_cast<uint8_t>(rng());
+  auto load_start = Clock::now();
+  for (uint64_t off = 0; off < span; off += pattern.size()) {
+    Status st = c.Write({region.id, off}, pattern.data(),
+                        std::min<uint64_t>(pattern.size(), span - off));
+    if (!st.ok()) {
+      std::fprintf(stderr, "remem-bench: load: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+  std::vector<uint8_t> check(pattern.size());
+  if (Status st = c.Read({region.id, span - pattern.size()}, check.data(),
+                         check.size());
+      !st.ok() || check != pattern) {
+    std::fprintf(stderr, "remem-bench: load verification failed: %s\n",
+                 st.ok() ? "content differs" : st.ToString().c_str());
+    return 1;
+  }
+  if (!o.json) {
+    std::printf("load: wrote and verified %llu MiB one-sided in %.3f s (%.2f GiB/s)\n",
+                static_cast<unsigned long long>(span >> 20), load_s,
+                static_cast<double>(span) / load_s / (1 << 30));
+  }
+
+  const uint64_t slots = span / size;
+  std::vector<uint64_t> offsets(1 << 16);
+  for (auto& off : offsets) off = (rng() % slots) * size;
+  std::vector<std::vector<uint8_t>> bufs(
+      std::max(o.depth, 1), std::vector<uint8_t>(size));
+  size_t next = 0;
+  auto addr = [&] {
+    return RemoteAddress{region.id, offsets[next++ & (offsets.size() - 1)]};
+  };
+  const RemoteAddress counter{region.id, span};  // past the data, 8-aligned
+
+  std::vector<Row> rows;
+  Status err;
+  auto measure = [&](Row row) {
+    row.transport = tname;
+    rows.push_back(std::move(row));
+  };
+  auto with_cpu = [&](const std::function<Row()>& fn) {
+    auto before = server.CpuSeconds();
+    Row r = fn();
+    auto after = server.CpuSeconds();
+    if (before.ok() && after.ok()) r.server_cpu_s = *after - *before;
+    measure(std::move(r));
+  };
+  std::string payload(size, 'x');
+
+  with_cpu([&] {
+    return RunSync("get", size, o.seconds,
+                   [&] { return c.Read(addr(), bufs[0].data(), size); }, &err);
+  });
+  with_cpu([&] {
+    return RunAsync(c, "get", size, o.depth, o.seconds,
+                    [&](int slot, std::function<void(Status)> done) {
+                      c.ReadAsync(addr(), bufs[slot].data(), size,
+                                  std::move(done));
+                    },
+                    &err);
+  });
+  with_cpu([&] {
+    return RunSync("put", size, o.seconds,
+                   [&] { return c.Write(addr(), bufs[0].data(), size); }, &err);
+  });
+  with_cpu([&] {
+    return RunSync("fetch_add", 8, o.seconds,
+                   [&] { return c.FetchAdd(counter, 1).status(); }, &err);
+  });
+  with_cpu([&] {
+    return RunSync("rpc_echo", size, o.seconds,
+                   [&] { return c.Echo(payload).status(); }, &err);
+  });
+  with_cpu([&] {
+    return RunAsync(c, "rpc_echo", size, o.depth, o.seconds,
+                    [&](int, std::function<void(Status)> done) {
+                      c.EchoAsync(payload, [done](Result<std::string> r) {
+                        done(r.status());
+                      });
+                    },
+                    &err);
+  });
+  if (!err.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", err.ToString().c_str());
+    return 1;
+  }
+  if (o.json) {
+    PrintJson(rows, "\"workload\":\"fabric\",\"ucx_transport\":\"" +
+                        c.transport() + "\",");
+  } else {
+    PrintTable(rows);
+  }
+  return 0;
+}
+
+}  // namespace remem::bench

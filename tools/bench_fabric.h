@@ -1,0 +1,27 @@
+#ifndef REMEM_TOOLS_BENCH_FABRIC_H_
+#define REMEM_TOOLS_BENCH_FABRIC_H_
+
+#include <string>
+
+#include "remem/options.h"
+
+namespace remem::bench {
+
+struct FabricOptions {
+  std::string server;  // empty: start one
+  std::string server_binary;
+  std::string secret;
+  Transport transport = Transport::kShm;
+  uint64_t size = 64;
+  int depth = 16;
+  double seconds = 1.0;
+  int server_cpu = 0;
+  int client_cpu = 1;
+  bool json = false;
+};
+
+int RunFabric(const FabricOptions& o);
+
+}  // namespace remem::bench
+
+#endif  // REMEM_TOOLS_BENCH_FABRIC_H_

@@ -1,0 +1,86 @@
+// remem-bench: named workloads against remem-server. See --help.
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "bench_fabric.h"
+#include "util/log.h"
+#include "util/size.h"
+#include "util/subprocess.h"
+
+int main(int argc, char** argv) {
+  using namespace remem;
+  CLI::App app{
+      "remem-bench: benchmark workloads against remem-server. Without a "
+      "subcommand it runs 'fabric' on a server it starts itself."};
+  bench::FabricOptions fo;
+  fo.server_binary = SelfDirectory() + "/remem-server";
+  std::string transport = "shm";
+  std::string size = "64";
+  std::string auth_file;
+  const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  fo.client_cpu = ncpu > 1 ? 1 : 0;
+
+  auto* fabric = app.add_subcommand(
+      "fabric",
+      "one-sided get/put/fetch-add and RPC echo: latency at depth 1 and "
+      "throughput at --depth");
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
+    a->add_option("--server", fo.server,
+                  "existing server host:port (default: start remem-server "
+                  "pinned to --server-cpu)");
+    a->add_option("--server-binary", fo.server_binary,
+                  "remem-server to start")
+        ->capture_default_str();
+    a->add_option("--transport", transport, "auto | shm | tcp")
+        ->capture_default_str();
+    a->add_option("--size", size, "bytes per operation")->capture_default_str();
+    a->add_option("--depth", fo.depth, "operations in flight for the async rows")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+    a->add_option("--duration", fo.seconds, "seconds per row")
+        ->capture_default_str()
+        ->check(CLI::Range(0.01, 3600.0));
+    a->add_option("--server-cpu", fo.server_cpu, "CPU for a started server")
+        ->capture_default_str();
+    a->add_option("--client-cpu", fo.client_cpu,
+                  "CPU for the benchmark's client thread (-1: unpinned)")
+        ->capture_default_str();
+    a->add_option("--auth-file", auth_file, "shared secret file");
+    a->add_flag("--json", fo.json, "print JSON instead of a table");
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  (void)log::SetLevel("warn");
+  auto t = ParseTransport(transport);
+  if (!t.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", t.status().ToString().c_str());
+    return 2;
+  }
+  fo.transport = *t;
+  auto s = ParseSize(size);
+  if (!s.ok()) {
+    std::fprintf(stderr, "remem-bench: --size: %s\n",
+                 s.status().ToString().c_str());
+    return 2;
+  }
+  fo.size = *s;
+  if (!auth_file.empty()) {
+    auto secret = ReadSecretFile(auth_file);
+    if (!secret.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n",
+                   secret.status().ToString().c_str());
+      return 2;
+    }
+    fo.secret = *secret;
+  }
+  if (fo.server_cpu >= ncpu || fo.client_cpu >= ncpu) {
+    std::fprintf(stderr, "remem-bench: this machine has CPUs 0-%d\n", ncpu - 1);
+    return 2;
+  }
+  return bench::RunFabric(fo);
+}

@@ -1,0 +1,144 @@
+// remem: the command-line client. See `remem --help` and README.md.
+//
+// Exit codes: 0 success; 1 the operation failed (server unreachable,
+// timeout, server error); 2 bad command line; 3 authentication refused.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "remem/client.h"
+#include "util/log.h"
+
+namespace {
+
+using namespace remem;
+
+int ExitCodeFor(const Status& st) {
+  if (st.code() == StatusCode::kPermissionDenied) return 3;
+  if (st.code() == StatusCode::kInvalidArgument) return 2;
+  return 1;
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "remem: %s\n", st.ToString().c_str());
+  return ExitCodeFor(st);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"remem: command-line client for remem-server"};
+  app.require_subcommand(1);
+  ClientOptions opts;
+  std::string transport = "auto";
+  std::string auth_file;
+  double timeout_s = 10;
+  bool json = false;
+  app.add_option("-s,--server", opts.server, "server address host:port")
+      ->capture_default_str()
+      ->envname("REMEM_SERVER");
+  app.add_option("--transport", transport,
+                 "auto | shm | tcp (see remem-server --help)")
+      ->capture_default_str();
+  app.add_option("--auth-file", auth_file,
+                 "file holding the server's shared secret")
+      ->envname("REMEM_AUTH_FILE");
+  app.add_option("--timeout", timeout_s, "seconds to wait for the server")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "print machine-readable JSON");
+
+  auto* ping = app.add_subcommand(
+      "ping", "round-trip time to the server and the transport in use");
+  int count = 1;
+  ping->add_option("-c,--count", count, "number of pings")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  auto* stats = app.add_subcommand("stats", "server counters");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  (void)log::SetLevel("warn");
+
+  auto t = ParseTransport(transport);
+  if (!t.ok()) return Fail(t.status());
+  opts.transport = *t;
+  opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  if (!auth_file.empty()) {
+    auto secret = ReadSecretFile(auth_file);
+    if (!secret.ok()) return Fail(secret.status());
+    opts.secret = *secret;
+  }
+  auto client = Client::Connect(opts);
+  if (!client.ok()) return Fail(client.status());
+  Client& c = **client;
+
+  if (ping->parsed()) {
+    double min = 1e300, max = 0, sum = 0;
+    for (int i = 0; i < count; ++i) {
+      auto r = c.Ping();
+      if (!r.ok()) return Fail(r.status());
+      min = std::min(min, r->rtt_us);
+      max = std::max(max, r->rtt_us);
+      sum += r->rtt_us;
+    }
+    if (json) {
+      std::printf(
+          "{\"server\":\"%s\",\"transport\":\"%s\",\"count\":%d,"
+          "\"rtt_us\":{\"min\":%.3f,\"avg\":%.3f,\"max\":%.3f},"
+          "\"one_sided_reads\":\"%s\"}\n",
+          opts.server.c_str(), c.transport().c_str(), count, min, sum / count,
+          max, c.reads_are_local() ? "local-mapping" : "remote-get");
+    } else {
+      std::printf("pong from %s: transport %s, one-sided reads %s\n",
+                  opts.server.c_str(), c.transport().c_str(),
+                  c.reads_are_local() ? "map the server's memory (shared memory)"
+                                      : "are remote gets");
+      std::printf("rtt min/avg/max = %.2f/%.2f/%.2f us over %d ping%s\n", min,
+                  sum / count, max, count, count == 1 ? "" : "s");
+    }
+    return 0;
+  }
+  if (stats->parsed()) {
+    auto s = c.Stats();
+    if (!s.ok()) return Fail(s.status());
+    const std::pair<const char*, uint64_t> rows[] = {
+        {"uptime_ms", s->uptime_ms},
+        {"connections_current", s->connections_current},
+        {"connections_total", s->connections_total},
+        {"auth_failures", s->auth_failures},
+        {"rpcs_served", s->rpcs_served},
+        {"rpc_bytes_in", s->rpc_bytes_in},
+        {"rpc_bytes_out", s->rpc_bytes_out},
+        {"rpc_errors", s->rpc_errors},
+        {"memory_registered", s->memory_registered},
+        {"regions", s->regions},
+        {"server_threads", s->server_threads},
+        {"incarnation", s->incarnation},
+    };
+    if (json) {
+      std::printf("{");
+      bool first = true;
+      for (const auto& [k, v] : rows) {
+        std::printf("%s\"%s\":%llu", first ? "" : ",", k,
+                    static_cast<unsigned long long>(v));
+        first = false;
+      }
+      // One-sided reads over shared memory never reach the server's CPU, so
+      // it cannot count them.
+      std::printf(",\"one_sided_bytes_read\":null}\n");
+    } else {
+      for (const auto& [k, v] : rows) {
+        std::printf("%-22s %llu\n", k, static_cast<unsigned long long>(v));
+      }
+      std::printf("%-22s %s\n", "one_sided_bytes_read",
+                  "not measurable (one-sided reads bypass the server's CPU)");
+    }
+    return 0;
+  }
+  return 2;
+}

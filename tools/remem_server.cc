@@ -1,0 +1,140 @@
+// remem-server: the remem daemon. See `remem-server --help` and README.md.
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "server/server.h"
+#include "util/log.h"
+#include "util/size.h"
+
+namespace {
+
+int Fail(const std::string& msg, int code) {
+  std::fprintf(stderr, "remem-server: %s\n", msg.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace remem;
+  CLI::App app{
+      "remem-server: exports registered memory that remem clients read "
+      "one-sided, and serves their RPCs"};
+  app.set_config("--config", "",
+                 "read options from a TOML/INI file (key = value, same names "
+                 "as the long flags)");
+  server::ServerConfig cfg;
+  std::string memory = "default";
+  std::string region_size = "1G";
+  std::string transport = "auto";
+  std::string auth_file;
+  std::string log_level = "info";
+  int64_t spin_us = 100;
+  bool no_pin = false;
+  app.add_option("--listen", cfg.listen,
+                 "host:port to listen on (port 0 picks a free one)")
+      ->capture_default_str();
+  app.add_option("--memory", memory,
+                 "bytes of registered memory to export, e.g. 512M, 4G "
+                 "(default: a quarter of physical memory)")
+      ->capture_default_str();
+  app.add_option("--region-size", region_size,
+                 "memory is exported as regions of at most this size")
+      ->capture_default_str();
+  app.add_option("--threads", cfg.threads,
+                 "server threads, each with its own UCX worker, pinned to "
+                 "the CPUs of the process's affinity mask in order")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--transport", transport,
+                 "auto | shm | tcp: UCX transports allowed "
+                 "(auto: UCX decides; shm: UCX_TLS=sm,self,tcp; "
+                 "tcp: UCX_TLS=tcp,self)")
+      ->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir,
+                 "directory for durable state (reserved: durability is not "
+                 "implemented yet, nothing is written there)");
+  app.add_option("--auth-file", auth_file,
+                 "file holding a shared secret clients must present");
+  app.add_option("--log-level", log_level,
+                 "trace | debug | info | warn | error | off")
+      ->capture_default_str();
+  app.add_option("--spin-us", spin_us,
+                 "microseconds a thread busy-polls after its last event "
+                 "before sleeping on the worker's event fd")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  app.add_flag("--no-pin", no_pin, "do not pin threads to CPUs");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (Status st = log::SetLevel(log_level); !st.ok()) return Fail(st.message(), 2);
+  auto t = ParseTransport(transport);
+  if (!t.ok()) return Fail(t.status().message(), 2);
+  cfg.transport = *t;
+  if (memory != "default") {
+    auto m = ParseSize(memory);
+    if (!m.ok()) return Fail("--memory: " + m.status().message(), 2);
+    cfg.memory = *m;
+  }
+  auto rs = ParseSize(region_size);
+  if (!rs.ok()) return Fail("--region-size: " + rs.status().message(), 2);
+  cfg.region_size = *rs;
+  cfg.spin = std::chrono::microseconds(spin_us);
+  cfg.pin_threads = !no_pin;
+  if (!auth_file.empty()) {
+    auto secret = ReadSecretFile(auth_file);
+    if (!secret.ok()) return Fail(secret.status().message(), 2);
+    cfg.secret = *secret;
+  }
+  if (!cfg.data_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.data_dir, ec);
+    if (ec) {
+      return Fail("--data-dir " + cfg.data_dir + ": " + ec.message(), 2);
+    }
+  }
+
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto server = server::Server::Start(cfg);
+  if (!server.ok()) {
+    const Status& st = server.status();
+    int code = st.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return Fail(st.ToString(), code);
+  }
+  auto stats = (*server)->Snapshot();
+  // Scripts and tests wait for this line.
+  std::printf(
+      "remem-server listening on %s (transport %s, %d thread%s, %s in %llu "
+      "region%s%s)\n",
+      (*server)->address().c_str(), std::string(TransportName(cfg.transport)).c_str(),
+      cfg.threads, cfg.threads == 1 ? "" : "s",
+      FormatSize(stats.memory_registered).c_str(),
+      static_cast<unsigned long long>(stats.regions),
+      stats.regions == 1 ? "" : "s", cfg.secret.empty() ? "" : ", auth on");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log::Info("signal {}: shutting down", sig);
+  (*server)->Stop();
+  (*server)->Wait();
+  server->reset();
+  std::printf("remem-server stopped\n");
+  return 0;
+}
