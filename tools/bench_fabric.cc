@@ -9,6 +9,7 @@
 #include "bench_common.h"
 #include "bench_fabric.h"
 #include "remem/client.h"
+#include "util/size.h"
 
 namespace remem::bench {
 
@@ -133,7 +134,8 @@ int RunFabric(const FabricOptions& o) {
   }
   const RegionInfo region = c.regions().front();
   const uint64_t size = o.size;
-  const uint64_t span = std::min<uint64_t>(region.length, 64ull << 20);
+  const uint64_t span =
+      std::min<uint64_t>(region.length - 4096, std::max<uint64_t>(o.span, 4096));
   if (size == 0 || size > span / 2) {
     std::fprintf(stderr, "remem-bench: --size must be in [1, %llu]\n",
                  static_cast<unsigned long long>(span / 2));
@@ -145,6 +147,7 @@ int RunFabric(const FabricOptions& o) {
   std::mt19937_64 rng(42);
   for (auto& b : pattern) b = static_cast<uint8_t>(rng());
   auto load_start = Clock::now();
+  if (pattern.size() > span) pattern.resize(span);
   for (uint64_t off = 0; off < span; off += pattern.size()) {
     Status st = c.Write({region.id, off}, pattern.data(),
                         std::min<uint64_t>(pattern.size(), span - off));
@@ -163,8 +166,8 @@ int RunFabric(const FabricOptions& o) {
     return 1;
   }
   if (!o.json) {
-    std::printf("load: wrote and verified %llu MiB one-sided in %.3f s (%.2f GiB/s)\n",
-                static_cast<unsigned long long>(span >> 20), load_s,
+    std::printf("load: wrote and verified %s one-sided in %.3f s (%.2f GiB/s)\n",
+                FormatSize(span).c_str(), load_s,
                 static_cast<double>(span) / load_s / (1 << 30));
   }
 
@@ -177,7 +180,7 @@ int RunFabric(const FabricOptions& o) {
   auto addr = [&] {
     return RemoteAddress{region.id, offsets[next++ & (offsets.size() - 1)]};
   };
-  const RemoteAddress counter{region.id, span};  // past the data, 8-aligned
+  const RemoteAddress counter{region.id, (span + 7) & ~uint64_t{7}};  // past the data
 
   std::vector<Row> rows;
   Status err;

@@ -13,6 +13,7 @@ struct FabricOptions {
   std::string secret;
   Transport transport = Transport::kShm;
   uint64_t size = 64;
+  uint64_t span = 64ull << 20;  // bytes the random offsets spread over
   int depth = 16;
   double seconds = 1.0;
   int server_cpu = 0;

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   fo.server_binary = SelfDirectory() + "/remem-server";
   std::string transport = "shm";
   std::string size = "64";
+  std::string span = "64M";
   std::string auth_file;
   const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   fo.client_cpu = ncpu > 1 ? 1 : 0;
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
     a->add_option("--transport", transport, "auto | shm | tcp")
         ->capture_default_str();
     a->add_option("--size", size, "bytes per operation")->capture_default_str();
+    a->add_option("--span", span,
+                  "bytes of server memory the random offsets spread over "
+                  "(small: cache-resident; large: every read misses)")
+        ->capture_default_str();
     a->add_option("--depth", fo.depth, "operations in flight for the async rows")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
@@ -69,6 +74,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   fo.size = *s;
+  auto sp = ParseSize(span);
+  if (!sp.ok()) {
+    std::fprintf(stderr, "remem-bench: --span: %s\n",
+                 sp.status().ToString().c_str());
+    return 2;
+  }
+  fo.span = *sp;
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) {

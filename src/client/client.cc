@@ -169,14 +169,14 @@ Status Client::Read(RemoteAddress addr, void* dst, size_t len) {
   auto region = impl_->Locate(addr, len);
   if (!region.ok()) return region.status();
   return impl_->ep->GetSync(dst, len, **region, addr.offset,
-                            impl_->Deadline());
+                            impl_->options.timeout);
 }
 
 Status Client::Write(RemoteAddress addr, const void* src, size_t len) {
   auto region = impl_->Locate(addr, len);
   if (!region.ok()) return region.status();
   return impl_->ep->PutSync(src, len, **region, addr.offset,
-                            impl_->Deadline());
+                            impl_->options.timeout);
 }
 
 Result<uint64_t> Client::CompareAndSwap(RemoteAddress addr, uint64_t expected,
@@ -185,7 +185,7 @@ Result<uint64_t> Client::CompareAndSwap(RemoteAddress addr, uint64_t expected,
   auto region = impl_->Locate(addr, 8);
   if (!region.ok()) return region.status();
   return impl_->ep->CompareSwapSync(expected, desired, **region, addr.offset,
-                                    impl_->Deadline());
+                                    impl_->options.timeout);
 }
 
 Result<uint64_t> Client::FetchAdd(RemoteAddress addr, uint64_t delta) {
@@ -193,7 +193,7 @@ Result<uint64_t> Client::FetchAdd(RemoteAddress addr, uint64_t delta) {
   auto region = impl_->Locate(addr, 8);
   if (!region.ok()) return region.status();
   return impl_->ep->FetchAddSync(delta, **region, addr.offset,
-                                 impl_->Deadline());
+                                 impl_->options.timeout);
 }
 
 void Client::ReadAsync(RemoteAddress addr, void* dst, size_t len,

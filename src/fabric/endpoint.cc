@@ -106,8 +106,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
   // The connection is made lazily; a flush completes once wireup is done,
   // or fails if the peer rejects or is unreachable.
   ucp_request_param_t fp{};
-  Status st = ep->Settle(ucp_ep_flush_nbx(ep->ep_, &fp), deadline,
-                         "connecting to " + address);
+  Status st = ep->Settle(ucp_ep_flush_nbx(ep->ep_, &fp),
+                         deadline - Clock::now(), "connecting to " + address);
   if (st.ok() && ep->failed_) st = ep->failure_;
   if (!st.ok()) {
     if (st.code() == StatusCode::kTimedOut) return st;
@@ -203,9 +203,10 @@ void Endpoint::Finish(ucs_status_ptr_t r, Op* op) {
   // Otherwise OpCallback completes it.
 }
 
-Status Endpoint::Settle(ucs_status_ptr_t r, Clock::time_point deadline,
+Status Endpoint::Settle(ucs_status_ptr_t r, Clock::duration timeout,
                         std::string_view what) {
-  Status st = worker_->Wait(r, deadline, what);
+  if (r == nullptr) return Status::OK();  // completed in the call
+  Status st = worker_->Wait(r, Clock::now() + timeout, what);
   if (st.code() == StatusCode::kTimedOut) Fail(st);
   return st;
 }
@@ -214,6 +215,10 @@ void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
                    uint64_t offset, Completion done) {
   auto* op = new Op{worker_, std::move(done), "get", {}, {}};
   if (failed_ || closed_) return CompleteLater(op, Unusable());
+  if (const uint8_t* m = region.mapped()) {
+    std::memcpy(dst, m + offset, len);
+    return CompleteLater(op, Status::OK());
+  }
   ucp_request_param_t p = Params(op);
   Finish(ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
          op);
@@ -223,6 +228,10 @@ void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
                    uint64_t offset, Completion done) {
   auto* op = new Op{worker_, std::move(done), "put", {}, {}};
   if (failed_ || closed_) return CompleteLater(op, Unusable());
+  if (region.mapped() != nullptr) {
+    std::memcpy(const_cast<uint8_t*>(region.mapped()) + offset, src, len);
+    return CompleteLater(op, Status::OK());
+  }
   // The put's own completion only frees the source buffer; the flush after
   // it completes once the data is in the peer's memory.
   ucp_request_param_t none{};
@@ -268,30 +277,38 @@ void Endpoint::FetchAdd(uint64_t delta, const RemoteRegion& region,
 }
 
 Status Endpoint::GetSync(void* dst, size_t len, const RemoteRegion& region,
-                         uint64_t offset, Clock::time_point deadline) {
+                         uint64_t offset, Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
+  if (const uint8_t* m = region.mapped()) {
+    std::memcpy(dst, m + offset, len);
+    return Status::OK();
+  }
   ucp_request_param_t p{};
   return Settle(
       ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
-      deadline, "get");
+      timeout, "get");
 }
 
 Status Endpoint::PutSync(const void* src, size_t len,
                          const RemoteRegion& region, uint64_t offset,
-                         Clock::time_point deadline) {
+                         Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
+  if (region.mapped() != nullptr) {
+    std::memcpy(const_cast<uint8_t*>(region.mapped()) + offset, src, len);
+    return Status::OK();
+  }
   ucp_request_param_t p{};
   REMEM_RETURN_IF_ERROR(Settle(
       ucp_put_nbx(ep_, src, len, region.base() + offset, region.rkey(), &p),
-      deadline, "put"));
+      timeout, "put"));
   if (failed_ || closed_) return Unusable();
-  return Settle(ucp_ep_flush_nbx(ep_, &p), deadline, "flush");
+  return Settle(ucp_ep_flush_nbx(ep_, &p), timeout, "flush");
 }
 
 Result<uint64_t> Endpoint::CompareSwapSync(uint64_t expected, uint64_t desired,
                                            const RemoteRegion& region,
                                            uint64_t offset,
-                                           Clock::time_point deadline) {
+                                           Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
   uint64_t result = desired;
   ucp_request_param_t p{};
@@ -301,14 +318,14 @@ Result<uint64_t> Endpoint::CompareSwapSync(uint64_t expected, uint64_t desired,
   REMEM_RETURN_IF_ERROR(
       Settle(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_CSWAP, &expected, 1,
                                region.base() + offset, region.rkey(), &p),
-             deadline, "compare-and-swap"));
+             timeout, "compare-and-swap"));
   return result;
 }
 
 Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
                                         const RemoteRegion& region,
                                         uint64_t offset,
-                                        Clock::time_point deadline) {
+                                        Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
   uint64_t result = 0;
   ucp_request_param_t p{};
@@ -318,7 +335,7 @@ Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
   REMEM_RETURN_IF_ERROR(
       Settle(ucp_atomic_op_nbx(ep_, UCP_ATOMIC_OP_ADD, &delta, 1,
                                region.base() + offset, region.rkey(), &p),
-             deadline, "fetch-add"));
+             timeout, "fetch-add"));
   return result;
 }
 

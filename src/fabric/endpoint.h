@@ -72,17 +72,22 @@ class Endpoint {
   void FetchAdd(uint64_t delta, const RemoteRegion& region, uint64_t offset,
                 uint64_t* old, Completion done);
 
-  // --- synchronous versions; a TimedOut fails the endpoint (the operation
-  // cannot be cancelled, so the connection is torn down to bound it).
+  // --- synchronous versions; a TimedOut (after `timeout`) fails the
+  // endpoint (the operation cannot be cancelled, so the connection is torn
+  // down to bound it).
+  //
+  // Get and Put on a region mapped into this process (shared memory, see
+  // RemoteRegion::mapped) are a memcpy from or to the mapping: the same
+  // copy UCX's shared-memory transport would make, without its call path.
   Status GetSync(void* dst, size_t len, const RemoteRegion& region,
-                 uint64_t offset, Clock::time_point deadline);
+                 uint64_t offset, Clock::duration timeout);
   Status PutSync(const void* src, size_t len, const RemoteRegion& region,
-                 uint64_t offset, Clock::time_point deadline);
+                 uint64_t offset, Clock::duration timeout);
   Result<uint64_t> CompareSwapSync(uint64_t expected, uint64_t desired,
                                    const RemoteRegion& region, uint64_t offset,
-                                   Clock::time_point deadline);
+                                   Clock::duration timeout);
   Result<uint64_t> FetchAddSync(uint64_t delta, const RemoteRegion& region,
-                                uint64_t offset, Clock::time_point deadline);
+                                uint64_t offset, Clock::duration timeout);
 
   // Sends an active message; `header` is copied at once, `payload` is kept
   // until the send completes. `reply` asks UCX to give the receiver a
@@ -102,7 +107,7 @@ class Endpoint {
   Status Unusable() const;
   ucp_request_param_t Params(struct Op* op) const;
   void Finish(ucs_status_ptr_t r, struct Op* op);
-  Status Settle(ucs_status_ptr_t r, Clock::time_point deadline,
+  Status Settle(ucs_status_ptr_t r, Clock::duration timeout,
                 std::string_view what);
   std::string LaneInfo() const;
 
