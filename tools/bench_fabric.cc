@@ -134,8 +134,10 @@ int RunFabric(const FabricOptions& o) {
   }
   const RegionInfo region = c.regions().front();
   const uint64_t size = o.size;
-  const uint64_t span =
+  uint64_t span =
       std::min<uint64_t>(region.length - 4096, std::max<uint64_t>(o.span, 4096));
+  // Whole 1 MiB chunks of the load pattern, so the check below is aligned.
+  if (span > (1u << 20)) span &= ~uint64_t{(1u << 20) - 1};
   if (size == 0 || size > span / 2) {
     std::fprintf(stderr, "remem-bench: --size must be in [1, %llu]\n",
                  static_cast<unsigned long long>(span / 2));

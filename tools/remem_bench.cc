@@ -10,6 +10,8 @@
 #include "util/subprocess.h"
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a pipe: scripts read progress as it happens.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   using namespace remem;
   CLI::App app{
       "remem-bench: benchmark workloads against remem-server. Without a "
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : 2;      // every usage error exits 2
   }
   (void)log::SetLevel("warn");
   auto t = ParseTransport(transport);

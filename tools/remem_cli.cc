@@ -28,6 +28,8 @@ int Fail(const Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a pipe: scripts read progress as it happens.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"remem: command-line client for remem-server"};
   app.require_subcommand(1);
   ClientOptions opts;
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : 2;      // every usage error exits 2
   }
   (void)log::SetLevel("warn");
 

@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : 2;      // every usage error exits 2
   }
 
   if (Status st = log::SetLevel(log_level); !st.ok()) return Fail(st.message(), 2);

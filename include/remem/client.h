@@ -24,9 +24,12 @@
 // are free for the application to use (RStore-style raw remote memory).
 //
 // Failure: if the server stops or the connection breaks, every outstanding
-// and later operation completes with Unavailable (never a hang). A timed-out
-// one-sided operation also tears the connection down, since it cannot be
-// cancelled; reconnect with a new Client.
+// and later operation completes with Unavailable (never a hang). Each RPC
+// has its own deadline (ClientOptions::timeout) and times out alone. A
+// one-sided operation cannot be cancelled, so it has no deadline of its own:
+// a synchronous one that times out, or a WaitAll() that waits more than
+// twice the timeout, tears the connection down (completing everything
+// outstanding with an error); reconnect with a new Client.
 //
 // Thread contract: a Client is single-threaded: call it from one thread
 // (any one, but one at a time, and callbacks run on the caller of Poll()).

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
+#include <optional>
 
 namespace remem {
 
@@ -106,29 +106,26 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {  // NOLINT
-    if (std::get<Status>(v_).ok()) {
-      v_ = Status::Internal("Result constructed from an OK Status");
-    }
-  }
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status)                          // NOLINT: implicit by design
+      : status_(status.ok()
+                    ? Status::Internal("Result constructed from an OK Status")
+                    : std::move(status)) {}
 
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
-  }
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
   // Precondition: ok().
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
 
  private:
-  std::variant<T, Status> v_;
+  Status status_;  // OK exactly when value_ holds a value
+  std::optional<T> value_;
 };
 
 }  // namespace remem

@@ -90,8 +90,8 @@ class Endpoint {
                                 uint64_t offset, Clock::duration timeout);
 
   // Sends an active message; `header` is copied at once, `payload` is kept
-  // until the send completes. `reply` asks UCX to give the receiver a
-  // reply endpoint. `done` may be empty.
+  // until the send completes. The receiver is always given a reply
+  // endpoint (UCP_AM_SEND_FLAG_REPLY). `done` may be empty.
   void SendAm(unsigned am_id, const void* header, size_t header_len,
               std::string payload, Completion done);
 

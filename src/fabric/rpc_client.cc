@@ -1,5 +1,7 @@
 #include "fabric/rpc_client.h"
 
+#include <cstring>
+
 #include "proto/codec.h"
 
 namespace remem::fabric {
@@ -63,9 +65,27 @@ Result<std::string> RpcClient::CallSync(proto::Opcode op, std::string payload,
 }
 
 void RpcClient::OnReply(AmMessage&& msg) {
+  if (msg.refused_length) {
+    // Too large to accept: fail the call it answers without fetching it.
+    uint64_t id = 0;
+    constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
+    if (msg.header.size() >= kIdEnd) {
+      std::memcpy(&id, msg.header.data() + kIdEnd - 8, sizeof(id));
+    }
+    auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      ++stray_replies_;
+      return;
+    }
+    ReplyFn fn = std::move(it->second.done);
+    pending_.erase(it);
+    fn(Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
+                           " bytes exceeds this client's limit"),
+       {});
+    return;
+  }
   auto h = proto::DecodeHeader(msg.header.data(), msg.header.size(),
-                               msg.refused_length ? msg.refused_length
-                                                  : msg.data.size());
+                               msg.data.size());
   if (!h.ok() || !(h->flags & proto::kFlagReply)) {
     ++stray_replies_;
     return;
@@ -77,12 +97,6 @@ void RpcClient::OnReply(AmMessage&& msg) {
   }
   ReplyFn fn = std::move(it->second.done);
   pending_.erase(it);
-  if (msg.refused_length) {
-    fn(Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
-                           " bytes exceeds this client's limit"),
-       {});
-    return;
-  }
   if (h->status != 0) {
     fn(Status(static_cast<StatusCode>(h->status), std::move(msg.data)), {});
     return;

@@ -262,15 +262,30 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
   if (c.closing) return;
   const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
   t->counters.Add(t->counters.rpc_bytes_in, data_len + m.header.size());
+  // The request id, if the header is long enough to hold one, so that even a
+  // malformed request's call fails with the reason instead of timing out.
+  constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
+  uint64_t raw_id = 0;
+  if (m.header.size() >= kIdEnd) {
+    std::memcpy(&raw_id, m.header.data() + kIdEnd - 8, sizeof(raw_id));
+  }
+  if (m.refused_length) {
+    // Refused before the data was fetched.
+    if (m.header.size() < kIdEnd) {
+      t->counters.Add(t->counters.rpc_errors, 1);
+      return;
+    }
+    return Reply(t, c, Opcode::kError, raw_id,
+                 Status::InvalidArgument(
+                     "request payload of " + std::to_string(m.refused_length) +
+                     " bytes exceeds the server's limit of " +
+                     std::to_string(proto::kMaxRpcPayload)),
+                 {});
+  }
   auto h = proto::DecodeHeader(m.header.data(), m.header.size(), data_len);
   if (!h.ok()) {
-    // Answer with the request id if the header holds one, so the client's
-    // call fails with the reason instead of timing out.
-    if (m.header.size() >= offsetof(proto::RpcHeader, request_id) + 8) {
-      uint64_t id;
-      std::memcpy(&id, m.header.data() + offsetof(proto::RpcHeader, request_id),
-                  sizeof(id));
-      Reply(t, c, Opcode::kError, id, h.status(), {});
+    if (m.header.size() >= kIdEnd) {
+      Reply(t, c, Opcode::kError, raw_id, h.status(), {});
     } else {
       t->counters.Add(t->counters.rpc_errors, 1);
     }
@@ -281,14 +296,6 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
   if (h->flags & proto::kFlagReply) {
     return Reply(t, c, Opcode::kError, id,
                  Status::ProtocolError("a reply sent as a request"), {});
-  }
-  if (m.refused_length) {
-    return Reply(t, c, op, id,
-                 Status::InvalidArgument(
-                     "request payload of " + std::to_string(m.refused_length) +
-                     " bytes exceeds the server's limit of " +
-                     std::to_string(proto::kMaxRpcPayload)),
-                 {});
   }
   t->counters.Add(t->counters.rpcs_served, 1);
   if (op == Opcode::kHello) return HandleHello(t, c, id, m.data);

@@ -34,6 +34,7 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   }
   if (pid == 0) {
     if (o.capture_stdout) dup2(fds[1], STDOUT_FILENO);
+    if (o.capture_stdout && o.merge_stderr) dup2(fds[1], STDERR_FILENO);
     if (o.quiet_stderr) {
       int devnull = open("/dev/null", O_WRONLY);
       if (devnull >= 0) dup2(devnull, STDERR_FILENO);

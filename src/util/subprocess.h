@@ -26,6 +26,7 @@ struct SpawnOptions {
   int cpu = -1;               // pin the child to this CPU (-1: inherit)
   bool capture_stdout = true; // else the child shares our stdout
   bool quiet_stderr = false;  // send the child's stderr to /dev/null
+  bool merge_stderr = false;  // send the child's stderr into the stdout pipe
 };
 
 class Subprocess {

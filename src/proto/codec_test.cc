@@ -1,0 +1,87 @@
+#include "proto/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace remem::proto {
+namespace {
+
+TEST(Codec, HeaderRoundTripAndValidation) {
+  RpcHeader h = MakeHeader(Opcode::kEcho, 42, 5, false);
+  auto ok = DecodeHeader(&h, sizeof(h), 5);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->request_id, 42u);
+
+  EXPECT_FALSE(DecodeHeader(&h, sizeof(h) - 1, 5).ok());
+  EXPECT_FALSE(DecodeHeader(&h, sizeof(h), 6).ok());  // length mismatch
+  RpcHeader bad = h;
+  bad.magic ^= 1;
+  EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
+  bad = h;
+  bad.version = 99;
+  auto v = DecodeHeader(&bad, sizeof(bad), 5);
+  EXPECT_EQ(v.status().code(), StatusCode::kProtocolError);
+  EXPECT_NE(v.status().message().find("version"), std::string::npos);
+  bad = h;
+  bad.opcode = 0;
+  EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
+  bad = h;
+  bad.flags = 0x80;
+  EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
+  EXPECT_FALSE(DecodeHeader(nullptr, 0, 0).ok());
+}
+
+TEST(Codec, HelloRequest) {
+  Hello in;
+  in.secret = std::string("a\0b", 3);
+  auto out = DecodeHelloRequest(EncodeHelloRequest(in));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->secret, in.secret);
+  std::string enc = EncodeHelloRequest(in);
+  EXPECT_FALSE(DecodeHelloRequest(enc.substr(0, enc.size() - 1)).ok());
+  EXPECT_FALSE(DecodeHelloRequest(enc + "x").ok());
+  EXPECT_FALSE(DecodeHelloRequest("").ok());
+  Hello big;
+  big.secret.assign(kMaxSecretBytes + 1, 's');
+  EXPECT_FALSE(DecodeHelloRequest(EncodeHelloRequest(big)).ok());
+}
+
+TEST(Codec, HelloReplyWithRegions) {
+  HelloReplyInfo in;
+  in.incarnation = 7;
+  in.max_payload = 1 << 20;
+  in.server_threads = 2;
+  in.regions.push_back({1, 0x1000, 4096, "rkey-one"});
+  in.regions.push_back({2, 0x9000, 8192, std::string(13, 'k')});
+  std::string enc = EncodeHelloReply(in);
+  EXPECT_EQ(enc.size() % 8, 0u);
+  auto out = DecodeHelloReply(enc);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->regions.size(), 2u);
+  EXPECT_EQ(out->regions[1].rkey, std::string(13, 'k'));
+  EXPECT_EQ(out->regions[0].base, 0x1000u);
+  // Every truncation is refused.
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_FALSE(DecodeHelloReply(enc.substr(0, n)).ok()) << n;
+  }
+  // Duplicate region ids are refused.
+  in.regions[1].region_id = 1;
+  EXPECT_FALSE(DecodeHelloReply(EncodeHelloReply(in)).ok());
+  // A region that wraps the address space is refused.
+  in.regions[1].region_id = 2;
+  in.regions[1].base = ~uint64_t{0} - 10;
+  EXPECT_FALSE(DecodeHelloReply(EncodeHelloReply(in)).ok());
+}
+
+TEST(Codec, StatsReply) {
+  StatsReply s{};
+  s.rpcs_served = 99;
+  auto out = DecodeStatsReply(EncodeStatsReply(s));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->rpcs_served, 99u);
+  EXPECT_FALSE(DecodeStatsReply("short").ok());
+}
+
+}  // namespace
+}  // namespace remem::proto

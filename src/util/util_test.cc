@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "remem/options.h"
+#include "remem/status.h"
+#include "util/histogram.h"
+#include "util/size.h"
+
+namespace remem {
+namespace {
+
+TEST(Status, CodesAndMessages) {
+  EXPECT_TRUE(Status::OK().ok());
+  Status s = Status::NotFound("key k");
+  EXPECT_EQ(s.ToString(), "NotFound: key k");
+  EXPECT_EQ(s.WithContext("get").ToString(), "NotFound: get: key k");
+  Result<int> r = 3;
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(*r, 3);
+  Result<int> e = Status::Busy("later");
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kBusy);
+  Result<int> bogus = Status::OK();  // a bug, reported as one
+  EXPECT_EQ(bogus.status().code(), StatusCode::kInternal);
+}
+
+TEST(Size, Parse) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("64K"), 65536u);
+  EXPECT_EQ(*ParseSize("64KiB"), 65536u);
+  EXPECT_EQ(*ParseSize("1.5G"), 1536ull << 20);
+  EXPECT_EQ(*ParseSize("2gb"), 2ull << 30);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("-1").ok());
+  EXPECT_FALSE(ParseSize("12Q").ok());
+  EXPECT_FALSE(ParseSize("99999999T").ok());
+  EXPECT_EQ(FormatSize(1536), "1.5 KiB");
+}
+
+TEST(Transport, Parse) {
+  EXPECT_EQ(*ParseTransport("shm"), Transport::kShm);
+  EXPECT_EQ(*ParseTransport("tcp"), Transport::kTcp);
+  EXPECT_EQ(*ParseTransport("auto"), Transport::kAuto);
+  EXPECT_FALSE(ParseTransport("rdma").ok());
+}
+
+TEST(Histogram, PercentilesWithinBucketPrecision) {
+  Histogram h;
+  std::vector<uint64_t> values;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    uint64_t v = 100 + rng() % 1000000;
+    values.push_back(v);
+    h.Record(v);
+  }
+  std::sort(values.begin(), values.end());
+  for (double p : {50.0, 90.0, 99.0, 99.9}) {
+    double exact = double(values[size_t(p / 100 * values.size()) - 1]);
+    double got = double(h.Percentile(p));
+    EXPECT_NEAR(got, exact, exact / 32) << p;
+  }
+  EXPECT_EQ(h.count(), 100000u);
+  EXPECT_EQ(h.max(), values.back());
+  Histogram other;
+  other.Record(5);
+  h.Merge(other);
+  EXPECT_EQ(h.min(), 5u);
+  EXPECT_EQ(h.Percentile(0), 5u);
+  EXPECT_EQ(Histogram().Percentile(50), 0u);
+}
+
+}  // namespace
+}  // namespace remem

@@ -1,0 +1,143 @@
+// The binaries as a user runs them: exit codes, messages, flags.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "test_util.h"
+
+namespace remem {
+namespace {
+
+using testing::BenchBinary;
+using testing::CliBinary;
+using testing::RunCommand;
+using testing::ServerBinary;
+using testing::StartServer;
+
+bool Contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+TEST(Cli, HelpAndUsageErrors) {
+  for (const auto& bin : {CliBinary(), ServerBinary(), BenchBinary()}) {
+    auto help = RunCommand({bin, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << bin;
+    EXPECT_TRUE(Contains(help.out, "--transport")) << help.out;
+    auto bad = RunCommand({bin, "--no-such-flag"});
+    EXPECT_EQ(bad.exit_code, 2) << bin << ": " << bad.out;
+  }
+  auto none = RunCommand({CliBinary()});
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  auto transport = RunCommand({CliBinary(), "--transport", "carrier-pigeon", "ping"});
+  EXPECT_EQ(transport.exit_code, 2);
+  EXPECT_TRUE(Contains(transport.out, "unknown transport")) << transport.out;
+}
+
+TEST(Cli, PingAndStatsAgainstARealServer) {
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  auto ping = RunCommand({CliBinary(), "--server", server.address,
+                          "--transport", "shm", "ping", "-c", "3"});
+  ASSERT_EQ(ping.exit_code, 0) << ping.out;
+  EXPECT_TRUE(Contains(ping.out, "transport shm")) << ping.out;
+  EXPECT_TRUE(Contains(ping.out, "over 3 pings")) << ping.out;
+
+  auto tcp = RunCommand({CliBinary(), "--server", server.address,
+                         "--transport", "tcp", "--json", "ping"});
+  ASSERT_EQ(tcp.exit_code, 0) << tcp.out;
+  EXPECT_TRUE(Contains(tcp.out, "\"transport\":\"net (tcp")) << tcp.out;
+  EXPECT_TRUE(Contains(tcp.out, "\"one_sided_reads\":\"remote-get\""));
+
+  auto stats = RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.out;
+  EXPECT_TRUE(Contains(stats.out, "\"memory_registered\":33554432")) << stats.out;
+  EXPECT_TRUE(Contains(stats.out, "\"connections_current\":1")) << stats.out;
+
+  // The environment names the server too.
+  auto env = RunCommand({CliBinary(), "stats"}, {{"REMEM_SERVER", server.address}});
+  EXPECT_EQ(env.exit_code, 0) << env.out;
+  EXPECT_TRUE(Contains(env.out, "rpcs_served"));
+}
+
+TEST(Cli, UnreachableServerExitsOne) {
+  auto server = StartServer({}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  std::string address = server.address;
+  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
+  auto r = RunCommand({CliBinary(), "--server", address, "--timeout", "5", "ping"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.out, "Unavailable")) << r.out;
+}
+
+TEST(Cli, AuthRefusalExitsThree) {
+  char path[] = "/tmp/remem-cli-auth-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "abc", 3), 3);
+  close(fd);
+  auto server = StartServer({"--auth-file", path}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  auto denied = RunCommand({CliBinary(), "--server", server.address, "ping"});
+  EXPECT_EQ(denied.exit_code, 3) << denied.out;
+  EXPECT_TRUE(Contains(denied.out, "PermissionDenied")) << denied.out;
+  auto ok = RunCommand({CliBinary(), "--server", server.address, "--auth-file",
+                        path, "ping"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  unlink(path);
+}
+
+TEST(Server, BadConfigurationIsAClearError) {
+  auto huge = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "900T"});
+  EXPECT_EQ(huge.exit_code, 1) << huge.out;
+  EXPECT_TRUE(Contains(huge.out, "physical memory")) << huge.out;
+
+  auto badsize = RunCommand({ServerBinary(), "--memory", "lots"});
+  EXPECT_EQ(badsize.exit_code, 2) << badsize.out;
+  EXPECT_TRUE(Contains(badsize.out, "bad size")) << badsize.out;
+
+  auto threads = RunCommand({ServerBinary(), "--threads", "0"});
+  EXPECT_EQ(threads.exit_code, 2) << threads.out;
+
+  auto auth = RunCommand({ServerBinary(), "--auth-file", "/nonexistent/secret"});
+  EXPECT_EQ(auth.exit_code, 2) << auth.out;
+  EXPECT_TRUE(Contains(auth.out, "cannot read auth file")) << auth.out;
+
+  auto listen = RunCommand({ServerBinary(), "--listen", "nocolon"});
+  EXPECT_EQ(listen.exit_code, 2) << listen.out;
+
+  // An address in use.
+  auto first = StartServer({}, "16M");
+  ASSERT_NE(first.process, nullptr);
+  auto second = RunCommand({ServerBinary(), "--listen", first.address,
+                            "--memory", "16M"});
+  EXPECT_EQ(second.exit_code, 1) << second.out;
+  EXPECT_TRUE(Contains(second.out, "address already in use")) << second.out;
+}
+
+TEST(Server, ConfigFileAndCleanShutdown) {
+  char path[] = "/tmp/remem-config-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string cfg = "memory = \"24M\"\nthreads = 2\nlog-level = \"warn\"\n";
+  ASSERT_EQ(write(fd, cfg.data(), cfg.size()), ssize_t(cfg.size()));
+  close(fd);
+  SpawnOptions o;
+  o.argv = {ServerBinary(), "--config", path, "--listen", "127.0.0.1:0", "--no-pin"};
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok());
+  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_TRUE(Contains(*line, "2 threads")) << *line;
+  EXPECT_TRUE(Contains(*line, "24.0 MiB")) << *line;
+  ASSERT_TRUE((*p)->Signal(SIGINT).ok());
+  auto code = (*p)->Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(Contains((*p)->output(), "remem-server stopped"));
+  unlink(path);
+}
+
+}  // namespace
+}  // namespace remem

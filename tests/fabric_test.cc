@@ -1,0 +1,470 @@
+// Process-level tests of the fabric layer through libremem: the real
+// remem-server runs as a separate process and this process is the client.
+// ctest runs this binary once per transport (REMEM_TEST_TRANSPORT=shm|tcp).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "fabric/endpoint.h"
+#include "fabric/worker.h"
+#include "proto/codec.h"
+#include "remem/client.h"
+#include "test_util.h"
+
+namespace remem {
+namespace {
+
+using testing::ConnectOrDie;
+using testing::StartServer;
+using testing::TestTransport;
+using Clock = std::chrono::steady_clock;
+
+class FabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer({}, "64M");
+    ASSERT_NE(server_.process, nullptr);
+    client_ = ConnectOrDie(server_.address);
+    ASSERT_NE(client_, nullptr);
+    ASSERT_FALSE(client_->regions().empty());
+    region_ = client_->regions().front();
+  }
+  testing::ServerProcess server_;
+  std::unique_ptr<Client> client_;
+  RegionInfo region_;
+};
+
+TEST_F(FabricTest, TransportIsTheOneAskedFor) {
+  const std::string t = client_->transport();
+  if (TestTransport() == Transport::kShm) {
+    EXPECT_NE(t.find("shm"), std::string::npos) << t;
+    EXPECT_TRUE(client_->reads_are_local());
+  } else {
+    EXPECT_EQ(t.find("shm"), std::string::npos) << t;
+    EXPECT_NE(t.find("tcp"), std::string::npos) << t;
+    EXPECT_FALSE(client_->reads_are_local());
+  }
+  auto ping = client_->Ping();
+  ASSERT_TRUE(ping.ok()) << ping.status().ToString();
+  EXPECT_GT(ping->rtt_us, 0);
+}
+
+// Writes of 8 B .. 4 MiB at random offsets by one connection, read back and
+// compared by a second, independent connection.
+TEST_F(FabricTest, ReadWriteRandomOffsetsAcrossConnections) {
+  auto reader = ConnectOrDie(server_.address);
+  ASSERT_NE(reader, nullptr);
+  std::mt19937_64 rng(1234);
+  for (size_t size = 8; size <= (4u << 20); size *= 4) {
+    for (int rep = 0; rep < 3; ++rep) {
+      uint64_t off = rng() % (region_.length - size);
+      std::vector<uint8_t> data(size), back(size, 0);
+      for (auto& b : data) b = static_cast<uint8_t>(rng());
+      ASSERT_TRUE(client_->Write({region_.id, off}, data.data(), size).ok());
+      Status st = reader->Read({region_.id, off}, back.data(), size);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_EQ(data, back) << "size " << size << " offset " << off;
+    }
+  }
+}
+
+TEST_F(FabricTest, AsyncReadsAndWritesComplete) {
+  constexpr int kOps = 512;
+  constexpr size_t kSize = 256;
+  std::vector<std::vector<uint8_t>> out(kOps, std::vector<uint8_t>(kSize));
+  for (int i = 0; i < kOps; ++i) {
+    std::fill(out[i].begin(), out[i].end(), static_cast<uint8_t>(i));
+  }
+  int written = 0;
+  for (int i = 0; i < kOps; ++i) {
+    client_->WriteAsync({region_.id, uint64_t(i) * kSize}, out[i].data(), kSize,
+                        [&](Status st) {
+                          EXPECT_TRUE(st.ok()) << st.ToString();
+                          ++written;
+                        });
+  }
+  ASSERT_TRUE(client_->WaitAll().ok());
+  EXPECT_EQ(written, kOps);
+  std::vector<std::vector<uint8_t>> in(kOps, std::vector<uint8_t>(kSize, 0xEE));
+  for (int i = 0; i < kOps; ++i) {
+    client_->ReadAsync({region_.id, uint64_t(i) * kSize}, in[i].data(), kSize,
+                       nullptr);
+  }
+  ASSERT_TRUE(client_->WaitAll().ok());
+  EXPECT_EQ(in, out);
+}
+
+// Several client threads, each with its own connection, race atomics on one
+// word; the final value must be exact.
+TEST_F(FabricTest, AtomicRacesFromManyThreadsAreExact) {
+  const RemoteAddress counter{region_.id, 4096};
+  const RemoteAddress cas_counter{region_.id, 8192};
+  uint64_t zero = 0;
+  ASSERT_TRUE(client_->Write(counter, &zero, 8).ok());
+  ASSERT_TRUE(client_->Write(cas_counter, &zero, 8).ok());
+  constexpr int kThreads = 4;
+  const int kAdds = TestTransport() == Transport::kShm ? 20000 : 2000;
+  const int kCasIncrements = TestTransport() == Transport::kShm ? 2000 : 300;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      auto c = ConnectOrDie(server_.address);
+      if (!c) {
+        ++failures;
+        return;
+      }
+      for (int i = 0; i < kAdds; ++i) {
+        if (!c->FetchAdd(counter, 1).ok()) ++failures;
+      }
+      // CAS loop increments: each success adds exactly one.
+      for (int i = 0; i < kCasIncrements; ++i) {
+        uint64_t seen = 0;
+        while (true) {
+          auto old = c->CompareAndSwap(cas_counter, seen, seen + 1);
+          if (!old.ok()) {
+            ++failures;
+            break;
+          }
+          if (*old == seen) break;
+          seen = *old;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  uint64_t adds = 0, cas = 0;
+  ASSERT_TRUE(client_->Read(counter, &adds, 8).ok());
+  ASSERT_TRUE(client_->Read(cas_counter, &cas, 8).ok());
+  EXPECT_EQ(adds, uint64_t(kThreads) * kAdds);
+  EXPECT_EQ(cas, uint64_t(kThreads) * kCasIncrements);
+}
+
+TEST_F(FabricTest, EchoSizesFromZeroToEightMiB) {
+  std::mt19937 rng(7);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{31}, size_t{4096},
+                      size_t{65536}, size_t{1} << 20, size_t{8} << 20}) {
+    std::string payload(size, '\0');
+    for (auto& c : payload) c = static_cast<char>(rng());
+    auto r = client_->Echo(payload);
+    ASSERT_TRUE(r.ok()) << size << ": " << r.status().ToString();
+    EXPECT_EQ(*r, payload) << "size " << size;
+  }
+}
+
+TEST_F(FabricTest, TenThousandRpcsInFlightWithoutLoss) {
+  constexpr int kCalls = 10000;
+  std::vector<int> seen(kCalls, 0);
+  for (int i = 0; i < kCalls; ++i) {
+    std::string payload = "call-" + std::to_string(i);
+    client_->EchoAsync(payload, [&seen, i, payload](Result<std::string> r) {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(*r, payload);
+      ++seen[i];
+    });
+  }
+  EXPECT_EQ(client_->in_flight(), size_t{kCalls});
+  ASSERT_TRUE(client_->WaitAll().ok());
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(seen[i], 1) << i;
+}
+
+TEST_F(FabricTest, BadArgumentsAreClearErrors) {
+  uint8_t buf[16];
+  Status st = client_->Read({region_.id, region_.length - 8}, buf, 16);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = client_->Read({999, 0}, buf, 8);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  auto cas = client_->CompareAndSwap({region_.id, 3}, 0, 1);
+  EXPECT_EQ(cas.status().code(), StatusCode::kInvalidArgument);
+  auto big = client_->Echo(std::string((64u << 20) + 1, 'x'));
+  EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument)
+      << big.status().ToString();
+  // The connection is still good after every refusal.
+  EXPECT_TRUE(client_->Ping().ok());
+}
+
+TEST_F(FabricTest, StatsCountConnectionsAndRpcs) {
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->memory_registered, 64u << 20);
+  EXPECT_EQ(before->regions, 1u);
+  EXPECT_EQ(before->connections_current, 1u);
+  EXPECT_EQ(before->incarnation, client_->server_incarnation());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(client_->Ping().ok());
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->rpcs_served, before->rpcs_served + 11);
+}
+
+// Sends hand-made active messages to the server through the fabric layer:
+// the server answers malformed requests with an error and keeps serving.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& address) {
+    auto ctx = fabric::Context::Shared(TestTransport());
+    EXPECT_TRUE(ctx.ok());
+    auto w = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
+    EXPECT_TRUE(w.ok());
+    worker_ = std::move(*w);
+    auto ep = fabric::Endpoint::Connect(worker_.get(), address,
+                                        Clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(ep.ok()) << ep.status().ToString();
+    ep_ = std::move(*ep);
+    EXPECT_TRUE(worker_
+                    ->SetAmHandler(proto::kAmReply,
+                                   [this](fabric::AmMessage&& m) {
+                                     replies_.push_back(std::move(m));
+                                   })
+                    .ok());
+  }
+  ~RawConnection() {
+    ep_.reset();
+    worker_.reset();
+  }
+  void Send(const std::string& header, std::string payload) {
+    ep_->SendAm(proto::kAmRequest, header.data(), header.size(),
+                std::move(payload), nullptr);
+  }
+  void SendRequest(proto::Opcode op, uint64_t id, std::string payload) {
+    proto::RpcHeader h = proto::MakeHeader(op, id, payload.size(), false);
+    Send(std::string(reinterpret_cast<const char*>(&h), sizeof(h)),
+         std::move(payload));
+  }
+  // Waits for the next reply; returns its decoded header and payload.
+  std::pair<proto::RpcHeader, std::string> NextReply() {
+    Status st = worker_->ProgressUntil([&] { return !replies_.empty(); },
+                                       Clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (replies_.empty()) return {};
+    fabric::AmMessage m = std::move(replies_.front());
+    replies_.erase(replies_.begin());
+    auto h = proto::DecodeHeader(m.header.data(), m.header.size(),
+                                 m.data.size());
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return {h.ok() ? *h : proto::RpcHeader{}, m.data};
+  }
+  size_t replies() const { return replies_.size(); }
+
+ private:
+  std::unique_ptr<fabric::Worker> worker_;
+  std::unique_ptr<fabric::Endpoint> ep_;
+  std::vector<fabric::AmMessage> replies_;
+};
+
+TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
+  RawConnection raw(server_.address);
+  // Before Hello, everything but Hello is refused.
+  raw.SendRequest(proto::Opcode::kPing, 1, {});
+  auto [h1, p1] = raw.NextReply();
+  EXPECT_EQ(h1.request_id, 1u);
+  EXPECT_EQ(h1.status, int32_t(StatusCode::kPermissionDenied)) << p1;
+
+  raw.SendRequest(proto::Opcode::kHello, 2,
+                  proto::EncodeHelloRequest(proto::Hello{}));
+  auto [h2, p2] = raw.NextReply();
+  ASSERT_EQ(h2.status, 0) << p2;
+
+  // Bad magic.
+  proto::RpcHeader bad = proto::MakeHeader(proto::Opcode::kPing, 3, 0, false);
+  bad.magic = 0xdeadbeef;
+  raw.Send(std::string(reinterpret_cast<const char*>(&bad), sizeof(bad)), {});
+  auto [h3, p3] = raw.NextReply();
+  EXPECT_EQ(h3.request_id, 3u);
+  EXPECT_EQ(h3.status, int32_t(StatusCode::kProtocolError));
+  EXPECT_NE(p3.find("magic"), std::string::npos) << p3;
+
+  // Length in the header disagrees with the data.
+  proto::RpcHeader lie = proto::MakeHeader(proto::Opcode::kEcho, 4, 100, false);
+  raw.Send(std::string(reinterpret_cast<const char*>(&lie), sizeof(lie)),
+           "short");
+  auto [h4, p4] = raw.NextReply();
+  EXPECT_EQ(h4.request_id, 4u);
+  EXPECT_EQ(h4.status, int32_t(StatusCode::kProtocolError)) << p4;
+
+  // Unknown opcode.
+  proto::RpcHeader unk = proto::MakeHeader(proto::Opcode::kPing, 5, 0, false);
+  unk.opcode = 999;
+  raw.Send(std::string(reinterpret_cast<const char*>(&unk), sizeof(unk)), {});
+  auto [h5, p5] = raw.NextReply();
+  EXPECT_EQ(h5.request_id, 5u);
+  EXPECT_EQ(h5.opcode, uint16_t(proto::Opcode::kError));
+  EXPECT_EQ(h5.status, int32_t(StatusCode::kProtocolError)) << p5;
+
+  // A header too short to carry a request id: nothing to answer, counted.
+  raw.Send(std::string(10, 'z'), {});
+  // Truncated Hello payload.
+  raw.SendRequest(proto::Opcode::kHello, 6, std::string(5, 'h'));
+  auto [h6, p6] = raw.NextReply();
+  EXPECT_EQ(h6.request_id, 6u);
+  EXPECT_EQ(h6.status, int32_t(StatusCode::kProtocolError)) << p6;
+
+  // A payload over the server's limit is refused before it is fetched.
+  raw.SendRequest(proto::Opcode::kEcho, 8,
+                  std::string(proto::kMaxRpcPayload + 1, 'o'));
+  auto [h8, p8] = raw.NextReply();
+  EXPECT_EQ(h8.request_id, 8u);
+  EXPECT_EQ(h8.status, int32_t(StatusCode::kInvalidArgument)) << p8;
+
+  // Still serving, on this connection and on others.
+  raw.SendRequest(proto::Opcode::kEcho, 7, "still here");
+  auto [h7, p7] = raw.NextReply();
+  EXPECT_EQ(h7.status, 0);
+  EXPECT_EQ(p7, "still here");
+  EXPECT_EQ(raw.replies(), 0u);
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->rpc_errors, 6u);
+}
+
+TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {
+  // A second process streams one-sided ops and RPCs until killed.
+  SpawnOptions o;
+  o.argv = {testing::BenchBinary(), "fabric",      "--server",
+            server_.address,        "--transport", std::string(TransportName(TestTransport())),
+            "--duration",           "60",          "--client-cpu",
+            "-1"};
+  auto bench = Subprocess::Spawn(o);
+  ASSERT_TRUE(bench.ok());
+  auto line = (*bench)->WaitForLine("load:", std::chrono::seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  auto during = client_->Stats();
+  ASSERT_TRUE(during.ok());
+  EXPECT_EQ(during->connections_current, 2u);
+
+  ASSERT_TRUE((*bench)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*bench)->Wait(std::chrono::seconds(10)).ok());
+
+  // Meanwhile this client carries on.
+  for (int i = 0; i < 100; ++i) {
+    uint64_t v = 0;
+    ASSERT_TRUE(client_->Read({region_.id, 0}, &v, 8).ok());
+    ASSERT_TRUE(client_->Echo("x").ok());
+  }
+  // The server notices the dead peer and drops its connection.
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  uint64_t current = 0;
+  while (Clock::now() < deadline) {
+    auto s = client_->Stats();
+    ASSERT_TRUE(s.ok());
+    current = s->connections_current;
+    if (current == 1) break;
+    client_->Poll();
+  }
+  EXPECT_EQ(current, 1u);
+}
+
+void ExpectClientSeesServerGo(int sig) {
+  auto server = StartServer({}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = ConnectOrDie(server.address);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Echo("before").ok());
+  // Calls in flight when the server goes must fail too.
+  int failed = 0;
+  for (int i = 0; i < 100; ++i) {
+    c->EchoAsync("pending", [&](Result<std::string> r) {
+      if (!r.ok()) ++failed;
+    });
+  }
+  ASSERT_TRUE(server.process->Signal(sig).ok());
+  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(20)).ok());
+  (void)c->WaitAll();
+  auto start = Clock::now();
+  auto r = c->Echo("after");
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == StatusCode::kUnavailable ||
+              r.status().code() == StatusCode::kTimedOut)
+      << r.status().ToString();
+  uint64_t v;
+  EXPECT_FALSE(c->Read({c->regions().front().id, 0}, &v, 8).ok());
+  EXPECT_FALSE(c->connected());
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+  EXPECT_LE(failed, 100);
+}
+
+TEST(ServerGoesAway, ClientsGetErrorsNotHangsOnSigterm) {
+  ExpectClientSeesServerGo(SIGTERM);
+}
+
+TEST(ServerGoesAway, ClientsGetErrorsNotHangsOnSigkill) {
+  ExpectClientSeesServerGo(SIGKILL);
+}
+
+TEST(Auth, SecretIsCheckedBeforeAnyKeyIsGiven) {
+  char path[] = "/tmp/remem-auth-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
+  close(fd);
+  auto server = StartServer({"--auth-file", path}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  EXPECT_NE(server.ready_line.find("auth on"), std::string::npos);
+
+  ClientOptions o;
+  o.server = server.address;
+  o.transport = TestTransport();
+  auto none = Client::Connect(o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kPermissionDenied)
+      << none.status().ToString();
+  o.secret = "wrong";
+  auto wrong = Client::Connect(o);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(wrong.status().message().find("wrong shared secret"),
+            std::string::npos)
+      << wrong.status().ToString();
+
+  o.secret = "s3cret";
+  auto right = Client::Connect(o);
+  ASSERT_TRUE(right.ok()) << right.status().ToString();
+  EXPECT_FALSE((*right)->regions().empty());
+  auto stats = (*right)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->auth_failures, 2u);
+  unlink(path);
+}
+
+TEST(Connect, NoServerIsAClearErrorQuickly) {
+  // A port nobody listens on: bind one, learn it, close it.
+  auto server = StartServer({}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  std::string address = server.address;
+  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
+  ClientOptions o;
+  o.server = address;
+  o.transport = TestTransport();
+  o.timeout = std::chrono::seconds(10);
+  auto start = Clock::now();
+  auto c = Client::Connect(o);
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable)
+      << c.status().ToString();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  o.server = "not-an-address";
+  EXPECT_EQ(Client::Connect(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Idle, AnIdleServerSleeps) {
+  auto server = StartServer({"--threads", "2"}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = ConnectOrDie(server.address);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Ping().ok());
+  auto before = server.process->CpuSeconds();
+  // A measurement window, not synchronisation: CPU used over one idle second.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto after = server.process->CpuSeconds();
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_LT(*after - *before, 0.2) << "an idle server should block, not spin";
+}
+
+}  // namespace
+}  // namespace remem

@@ -1,0 +1,71 @@
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace remem::testing {
+
+std::string ServerBinary() { return REMEM_SERVER_BIN; }
+std::string CliBinary() { return REMEM_CLI_BIN; }
+std::string BenchBinary() { return REMEM_BENCH_BIN; }
+
+Transport TestTransport() {
+  const char* t = std::getenv("REMEM_TEST_TRANSPORT");
+  if (t == nullptr) return Transport::kShm;
+  auto parsed = ParseTransport(t);
+  return parsed.ok() ? *parsed : Transport::kShm;
+}
+
+ServerProcess StartServer(const std::vector<std::string>& extra,
+                          const std::string& memory) {
+  SpawnOptions o;
+  o.argv = {ServerBinary(),  "--listen",    "127.0.0.1:0",
+            "--memory",      memory,        "--transport",
+            std::string(TransportName(TestTransport())), "--log-level",
+            "warn",          "--no-pin"};
+  o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+  auto p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  ServerProcess s;
+  if (!p.ok()) return s;
+  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
+  EXPECT_TRUE(line.ok()) << line.status().ToString();
+  if (!line.ok()) return s;
+  size_t at = line->find("listening on ") + 13;
+  s.address = line->substr(at, line->find(' ', at) - at);
+  s.ready_line = *line;
+  s.process = std::move(*p);
+  return s;
+}
+
+std::unique_ptr<Client> ConnectOrDie(const std::string& address,
+                                     const std::string& secret) {
+  ClientOptions o;
+  o.server = address;
+  o.transport = TestTransport();
+  o.secret = secret;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return nullptr;
+  return std::move(*c);
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         std::vector<std::pair<std::string, std::string>> env,
+                         int timeout_s) {
+  SpawnOptions o;
+  o.argv = argv;
+  o.env = std::move(env);
+  o.merge_stderr = true;
+  CommandResult r;
+  auto p = Subprocess::Spawn(o);
+  if (!p.ok()) return r;
+  (void)(*p)->ReadToEnd(std::chrono::seconds(timeout_s));
+  auto code = (*p)->Wait(std::chrono::seconds(timeout_s));
+  r.exit_code = code.ok() ? *code : -1;
+  r.out = (*p)->output();
+  return r;
+}
+
+}  // namespace remem::testing
