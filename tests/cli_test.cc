@@ -28,7 +28,8 @@ TEST(Cli, HelpAndUsageErrors) {
   }
   auto none = RunCommand({CliBinary()});
   EXPECT_EQ(none.exit_code, 2) << none.out;
-  auto transport = RunCommand({CliBinary(), "--transport", "carrier-pigeon", "ping"});
+  auto transport =
+      RunCommand({CliBinary(), "--transport", "carrier-pigeon", "ping"});
   EXPECT_EQ(transport.exit_code, 2);
   EXPECT_TRUE(Contains(transport.out, "unknown transport")) << transport.out;
 }
@@ -42,19 +43,22 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
   EXPECT_TRUE(Contains(ping.out, "transport shm")) << ping.out;
   EXPECT_TRUE(Contains(ping.out, "over 3 pings")) << ping.out;
 
-  auto tcp = RunCommand({CliBinary(), "--server", server.address,
-                         "--transport", "tcp", "--json", "ping"});
+  auto tcp = RunCommand({CliBinary(), "--server", server.address, "--transport",
+                         "tcp", "--json", "ping"});
   ASSERT_EQ(tcp.exit_code, 0) << tcp.out;
   EXPECT_TRUE(Contains(tcp.out, "\"transport\":\"net (tcp")) << tcp.out;
   EXPECT_TRUE(Contains(tcp.out, "\"one_sided_reads\":\"remote-get\""));
 
-  auto stats = RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
+  auto stats =
+      RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
   ASSERT_EQ(stats.exit_code, 0) << stats.out;
-  EXPECT_TRUE(Contains(stats.out, "\"memory_registered\":33554432")) << stats.out;
+  EXPECT_TRUE(Contains(stats.out, "\"memory_registered\":33554432"))
+      << stats.out;
   EXPECT_TRUE(Contains(stats.out, "\"connections_current\":1")) << stats.out;
 
   // The environment names the server too.
-  auto env = RunCommand({CliBinary(), "stats"}, {{"REMEM_SERVER", server.address}});
+  auto env =
+      RunCommand({CliBinary(), "stats"}, {{"REMEM_SERVER", server.address}});
   EXPECT_EQ(env.exit_code, 0) << env.out;
   EXPECT_TRUE(Contains(env.out, "rpcs_served"));
 }
@@ -65,7 +69,8 @@ TEST(Cli, UnreachableServerExitsOne) {
   std::string address = server.address;
   ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
   ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
-  auto r = RunCommand({CliBinary(), "--server", address, "--timeout", "5", "ping"});
+  auto r =
+      RunCommand({CliBinary(), "--server", address, "--timeout", "5", "ping"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(Contains(r.out, "Unavailable")) << r.out;
 }
@@ -81,14 +86,15 @@ TEST(Cli, AuthRefusalExitsThree) {
   auto denied = RunCommand({CliBinary(), "--server", server.address, "ping"});
   EXPECT_EQ(denied.exit_code, 3) << denied.out;
   EXPECT_TRUE(Contains(denied.out, "PermissionDenied")) << denied.out;
-  auto ok = RunCommand({CliBinary(), "--server", server.address, "--auth-file",
-                        path, "ping"});
+  auto ok = RunCommand(
+      {CliBinary(), "--server", server.address, "--auth-file", path, "ping"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   unlink(path);
 }
 
 TEST(Server, BadConfigurationIsAClearError) {
-  auto huge = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "900T"});
+  auto huge = RunCommand(
+      {ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "900T"});
   EXPECT_EQ(huge.exit_code, 1) << huge.out;
   EXPECT_TRUE(Contains(huge.out, "physical memory")) << huge.out;
 
@@ -99,7 +105,8 @@ TEST(Server, BadConfigurationIsAClearError) {
   auto threads = RunCommand({ServerBinary(), "--threads", "0"});
   EXPECT_EQ(threads.exit_code, 2) << threads.out;
 
-  auto auth = RunCommand({ServerBinary(), "--auth-file", "/nonexistent/secret"});
+  auto auth =
+      RunCommand({ServerBinary(), "--auth-file", "/nonexistent/secret"});
   EXPECT_EQ(auth.exit_code, 2) << auth.out;
   EXPECT_TRUE(Contains(auth.out, "cannot read auth file")) << auth.out;
 
@@ -109,8 +116,8 @@ TEST(Server, BadConfigurationIsAClearError) {
   // An address in use.
   auto first = StartServer({}, "16M");
   ASSERT_NE(first.process, nullptr);
-  auto second = RunCommand({ServerBinary(), "--listen", first.address,
-                            "--memory", "16M"});
+  auto second = RunCommand(
+      {ServerBinary(), "--listen", first.address, "--memory", "16M"});
   EXPECT_EQ(second.exit_code, 1) << second.out;
   EXPECT_TRUE(Contains(second.out, "address already in use")) << second.out;
 }
@@ -123,7 +130,8 @@ TEST(Server, ConfigFileAndCleanShutdown) {
   ASSERT_EQ(write(fd, cfg.data(), cfg.size()), ssize_t(cfg.size()));
   close(fd);
   SpawnOptions o;
-  o.argv = {ServerBinary(), "--config", path, "--listen", "127.0.0.1:0", "--no-pin"};
+  o.argv = {ServerBinary(), "--config",    path,
+            "--listen",     "127.0.0.1:0", "--no-pin"};
   auto p = Subprocess::Spawn(o);
   ASSERT_TRUE(p.ok());
   auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));

@@ -212,8 +212,8 @@ class RawConnection {
     auto w = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
     EXPECT_TRUE(w.ok());
     worker_ = std::move(*w);
-    auto ep = fabric::Endpoint::Connect(worker_.get(), address,
-                                        Clock::now() + std::chrono::seconds(10));
+    auto ep = fabric::Endpoint::Connect(
+        worker_.get(), address, Clock::now() + std::chrono::seconds(10));
     EXPECT_TRUE(ep.ok()) << ep.status().ToString();
     ep_ = std::move(*ep);
     EXPECT_TRUE(worker_
@@ -244,8 +244,8 @@ class RawConnection {
     if (replies_.empty()) return {};
     fabric::AmMessage m = std::move(replies_.front());
     replies_.erase(replies_.begin());
-    auto h = proto::DecodeHeader(m.header.data(), m.header.size(),
-                                 m.data.size());
+    auto h =
+        proto::DecodeHeader(m.header.data(), m.header.size(), m.data.size());
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     return {h.ok() ? *h : proto::RpcHeader{}, m.data};
   }
@@ -325,9 +325,15 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
 TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {
   // A second process streams one-sided ops and RPCs until killed.
   SpawnOptions o;
-  o.argv = {testing::BenchBinary(), "fabric",      "--server",
-            server_.address,        "--transport", std::string(TransportName(TestTransport())),
-            "--duration",           "60",          "--client-cpu",
+  o.argv = {testing::BenchBinary(),
+            "fabric",
+            "--server",
+            server_.address,
+            "--transport",
+            std::string(TransportName(TestTransport())),
+            "--duration",
+            "60",
+            "--client-cpu",
             "-1"};
   auto bench = Subprocess::Spawn(o);
   ASSERT_TRUE(bench.ok());

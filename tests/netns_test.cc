@@ -39,7 +39,8 @@ class Netns : public ::testing::Test {
     ASSERT_EQ(Sh("ip link set " + veth_b_ + " netns " + b_), 0);
     ASSERT_EQ(Sh("ip -n " + a_ + " addr add 198.18.0.1/30 dev " + veth_a_), 0);
     ASSERT_EQ(Sh("ip -n " + b_ + " addr add 198.18.0.2/30 dev " + veth_b_), 0);
-    for (const auto& [ns, dev] : {std::pair{a_, veth_a_}, std::pair{b_, veth_b_}}) {
+    for (const auto& [ns, dev] :
+         {std::pair{a_, veth_a_}, std::pair{b_, veth_b_}}) {
       ASSERT_EQ(Sh("ip -n " + ns + " link set " + dev + " up"), 0);
       ASSERT_EQ(Sh("ip -n " + ns + " link set lo up"), 0);
     }
@@ -55,9 +56,9 @@ class Netns : public ::testing::Test {
 
 TEST_F(Netns, ServerAndClientOnTwoHostsOverTcp) {
   SpawnOptions o;
-  o.argv = {"ip", "netns", "exec", a_, ServerBinary(), "--listen",
-            "198.18.0.1:0", "--memory", "64M", "--transport", "tcp",
-            "--log-level", "warn", "--no-pin"};
+  o.argv = {"ip",       "netns",        "exec",     a_,        ServerBinary(),
+            "--listen", "198.18.0.1:0", "--memory", "64M",     "--transport",
+            "tcp",      "--log-level",  "warn",     "--no-pin"};
   // Namespaces on one host would still pick shared memory, and an extra
   // interface confuses wireup: pin UCX to the veth.
   o.env = {{"UCX_NET_DEVICES", veth_a_}};
@@ -71,28 +72,29 @@ TEST_F(Netns, ServerAndClientOnTwoHostsOverTcp) {
 
   const std::vector<std::pair<std::string, std::string>> env = {
       {"UCX_NET_DEVICES", veth_b_}};
-  auto ping = RunCommand({"ip", "netns", "exec", b_, CliBinary(), "--server",
-                          address, "--transport", "tcp", "--json", "ping",
-                          "-c", "5"},
-                         env);
+  auto ping =
+      RunCommand({"ip", "netns", "exec", b_, CliBinary(), "--server", address,
+                  "--transport", "tcp", "--json", "ping", "-c", "5"},
+                 env);
   ASSERT_EQ(ping.exit_code, 0) << ping.out;
   EXPECT_NE(ping.out.find("tcp:" + veth_b_), std::string::npos) << ping.out;
 
   // One-sided writes verified by reads, gets, puts, atomics and RPCs from
   // the other host.
-  auto bench = RunCommand({"ip", "netns", "exec", b_, BenchBinary(), "fabric",
-                           "--server", address, "--transport", "tcp",
-                           "--duration", "0.2", "--client-cpu", "-1",
-                           "--span", "8M"},
-                          env);
+  auto bench =
+      RunCommand({"ip", "netns", "exec", b_, BenchBinary(), "fabric",
+                  "--server", address, "--transport", "tcp", "--duration",
+                  "0.2", "--client-cpu", "-1", "--span", "8M"},
+                 env);
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
-  EXPECT_NE(bench.out.find("wrote and verified"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("wrote and verified"), std::string::npos)
+      << bench.out;
 
   // A shm-only client cannot reach a server on another host.
-  auto shm = RunCommand({"ip", "netns", "exec", b_, CliBinary(), "--server",
-                         address, "--transport", "shm", "--timeout", "10",
-                         "ping"},
-                        env);
+  auto shm =
+      RunCommand({"ip", "netns", "exec", b_, CliBinary(), "--server", address,
+                  "--transport", "shm", "--timeout", "10", "ping"},
+                 env);
   EXPECT_NE(shm.exit_code, 0) << shm.out;
 }
 

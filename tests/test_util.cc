@@ -20,10 +20,16 @@ Transport TestTransport() {
 ServerProcess StartServer(const std::vector<std::string>& extra,
                           const std::string& memory) {
   SpawnOptions o;
-  o.argv = {ServerBinary(),  "--listen",    "127.0.0.1:0",
-            "--memory",      memory,        "--transport",
-            std::string(TransportName(TestTransport())), "--log-level",
-            "warn",          "--no-pin"};
+  o.argv = {ServerBinary(),
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            memory,
+            "--transport",
+            std::string(TransportName(TestTransport())),
+            "--log-level",
+            "warn",
+            "--no-pin"};
   o.argv.insert(o.argv.end(), extra.begin(), extra.end());
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();

@@ -44,9 +44,10 @@ struct CommandResult {
   int exit_code = -1;
   std::string out;
 };
-CommandResult RunCommand(const std::vector<std::string>& argv,
-                         std::vector<std::pair<std::string, std::string>> env = {},
-                         int timeout_s = 60);
+CommandResult RunCommand(
+    const std::vector<std::string>& argv,
+    std::vector<std::pair<std::string, std::string>> env = {},
+    int timeout_s = 60);
 
 }  // namespace remem::testing
 

@@ -26,8 +26,9 @@ Result<double> ServerUnderTest::CpuSeconds() const {
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
                                     int cpu, const std::string& memory) {
   SpawnOptions o;
-  o.argv = {binary, "--listen", "127.0.0.1:0", "--memory", memory,
-            "--threads", "1", "--transport", std::string(TransportName(t)),
+  o.argv = {binary,        "--listen",    "127.0.0.1:0",
+            "--memory",    memory,        "--threads",
+            "1",           "--transport", std::string(TransportName(t)),
             "--log-level", "warn"};
   o.cpu = cpu;
   auto p = Subprocess::Spawn(o);
@@ -46,8 +47,8 @@ Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
 
 void PrintTable(const std::vector<Row>& rows) {
   std::printf("%-14s %-10s %8s %5s %10s %12s %9s %9s %9s %9s %12s\n", "test",
-              "transport", "size", "depth", "ops", "ops/s", "mean_us",
-              "p50_us", "p99_us", "p999_us", "srv_cpu_us/op");
+              "transport", "size", "depth", "ops", "ops/s", "mean_us", "p50_us",
+              "p99_us", "p999_us", "srv_cpu_us/op");
   for (const Row& r : rows) {
     const Histogram& h = r.latency_ns;
     auto us = [](double ns) { return ns / 1000.0; };
@@ -55,12 +56,13 @@ void PrintTable(const std::vector<Row>& rows) {
     if (r.server_cpu_s >= 0 && r.ops > 0) {
       std::snprintf(cpu, sizeof(cpu), "%.3f", r.server_cpu_s * 1e6 / r.ops);
     }
-    std::printf("%-14s %-10s %8llu %5d %10llu %12.0f %9.3f %9.3f %9.3f %9.3f %12s\n",
-                r.test.c_str(), r.transport.c_str(),
-                static_cast<unsigned long long>(r.size), r.depth,
-                static_cast<unsigned long long>(r.ops), r.ops / r.seconds,
-                us(h.mean()), us(h.Percentile(50)), us(h.Percentile(99)),
-                us(h.Percentile(99.9)), cpu);
+    std::printf(
+        "%-14s %-10s %8llu %5d %10llu %12.0f %9.3f %9.3f %9.3f %9.3f %12s\n",
+        r.test.c_str(), r.transport.c_str(),
+        static_cast<unsigned long long>(r.size), r.depth,
+        static_cast<unsigned long long>(r.ops), r.ops / r.seconds, us(h.mean()),
+        us(h.Percentile(50)), us(h.Percentile(99)), us(h.Percentile(99.9)),
+        cpu);
   }
 }
 

@@ -34,8 +34,8 @@ struct Row {
   int depth = 1;
   uint64_t ops = 0;
   double seconds = 0;
-  Histogram latency_ns;       // per-operation latency (depth 1 rows)
-  double server_cpu_s = -1;   // server CPU consumed during the row
+  Histogram latency_ns;      // per-operation latency (depth 1 rows)
+  double server_cpu_s = -1;  // server CPU consumed during the row
 };
 
 void PrintTable(const std::vector<Row>& rows);

@@ -2,12 +2,13 @@
 // RPC round trips against one remem-server, latency at depth 1 and
 // throughput with many operations in flight.
 
+#include "bench_fabric.h"
+
 #include <cstring>
 #include <functional>
 #include <random>
 
 #include "bench_common.h"
-#include "bench_fabric.h"
 #include "remem/client.h"
 #include "util/size.h"
 
@@ -134,8 +135,8 @@ int RunFabric(const FabricOptions& o) {
   }
   const RegionInfo region = c.regions().front();
   const uint64_t size = o.size;
-  uint64_t span =
-      std::min<uint64_t>(region.length - 4096, std::max<uint64_t>(o.span, 4096));
+  uint64_t span = std::min<uint64_t>(region.length - 4096,
+                                     std::max<uint64_t>(o.span, 4096));
   // Whole 1 MiB chunks of the load pattern, so the check below is aligned.
   if (span > (1u << 20)) span &= ~uint64_t{(1u << 20) - 1};
   if (size == 0 || size > span / 2) {
@@ -158,7 +159,8 @@ int RunFabric(const FabricOptions& o) {
       return 1;
     }
   }
-  double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+  double load_s =
+      std::chrono::duration<double>(Clock::now() - load_start).count();
   std::vector<uint8_t> check(pattern.size());
   if (Status st = c.Read({region.id, span - pattern.size()}, check.data(),
                          check.size());
@@ -168,21 +170,23 @@ int RunFabric(const FabricOptions& o) {
     return 1;
   }
   if (!o.json) {
-    std::printf("load: wrote and verified %s one-sided in %.3f s (%.2f GiB/s)\n",
-                FormatSize(span).c_str(), load_s,
-                static_cast<double>(span) / load_s / (1 << 30));
+    std::printf(
+        "load: wrote and verified %s one-sided in %.3f s (%.2f GiB/s)\n",
+        FormatSize(span).c_str(), load_s,
+        static_cast<double>(span) / load_s / (1 << 30));
   }
 
   const uint64_t slots = span / size;
   std::vector<uint64_t> offsets(1 << 16);
   for (auto& off : offsets) off = (rng() % slots) * size;
-  std::vector<std::vector<uint8_t>> bufs(
-      std::max(o.depth, 1), std::vector<uint8_t>(size));
+  std::vector<std::vector<uint8_t>> bufs(std::max(o.depth, 1),
+                                         std::vector<uint8_t>(size));
   size_t next = 0;
   auto addr = [&] {
     return RemoteAddress{region.id, offsets[next++ & (offsets.size() - 1)]};
   };
-  const RemoteAddress counter{region.id, (span + 7) & ~uint64_t{7}};  // past the data
+  const RemoteAddress counter{region.id,
+                              (span + 7) & ~uint64_t{7}};  // past the data
 
   std::vector<Row> rows;
   Status err;
@@ -200,37 +204,41 @@ int RunFabric(const FabricOptions& o) {
   std::string payload(size, 'x');
 
   with_cpu([&] {
-    return RunSync("get", size, o.seconds,
-                   [&] { return c.Read(addr(), bufs[0].data(), size); }, &err);
+    return RunSync(
+        "get", size, o.seconds,
+        [&] { return c.Read(addr(), bufs[0].data(), size); }, &err);
   });
   with_cpu([&] {
-    return RunAsync(c, "get", size, o.depth, o.seconds,
-                    [&](int slot, std::function<void(Status)> done) {
-                      c.ReadAsync(addr(), bufs[slot].data(), size,
-                                  std::move(done));
-                    },
-                    &err);
+    return RunAsync(
+        c, "get", size, o.depth, o.seconds,
+        [&](int slot, std::function<void(Status)> done) {
+          c.ReadAsync(addr(), bufs[slot].data(), size, std::move(done));
+        },
+        &err);
   });
   with_cpu([&] {
-    return RunSync("put", size, o.seconds,
-                   [&] { return c.Write(addr(), bufs[0].data(), size); }, &err);
+    return RunSync(
+        "put", size, o.seconds,
+        [&] { return c.Write(addr(), bufs[0].data(), size); }, &err);
   });
   with_cpu([&] {
-    return RunSync("fetch_add", 8, o.seconds,
-                   [&] { return c.FetchAdd(counter, 1).status(); }, &err);
+    return RunSync(
+        "fetch_add", 8, o.seconds,
+        [&] { return c.FetchAdd(counter, 1).status(); }, &err);
   });
   with_cpu([&] {
-    return RunSync("rpc_echo", size, o.seconds,
-                   [&] { return c.Echo(payload).status(); }, &err);
+    return RunSync(
+        "rpc_echo", size, o.seconds, [&] { return c.Echo(payload).status(); },
+        &err);
   });
   with_cpu([&] {
-    return RunAsync(c, "rpc_echo", size, o.depth, o.seconds,
-                    [&](int, std::function<void(Status)> done) {
-                      c.EchoAsync(payload, [done](Result<std::string> r) {
-                        done(r.status());
-                      });
-                    },
-                    &err);
+    return RunAsync(
+        c, "rpc_echo", size, o.depth, o.seconds,
+        [&](int, std::function<void(Status)> done) {
+          c.EchoAsync(payload,
+                      [done](Result<std::string> r) { done(r.status()); });
+        },
+        &err);
   });
   if (!err.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n", err.ToString().c_str());

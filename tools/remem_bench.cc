@@ -33,8 +33,7 @@ int main(int argc, char** argv) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
                   "pinned to --server-cpu)");
-    a->add_option("--server-binary", fo.server_binary,
-                  "remem-server to start")
+    a->add_option("--server-binary", fo.server_binary, "remem-server to start")
         ->capture_default_str();
     a->add_option("--transport", transport, "auto | shm | tcp")
         ->capture_default_str();
@@ -43,7 +42,8 @@ int main(int argc, char** argv) {
                   "bytes of server memory the random offsets spread over "
                   "(small: cache-resident; large: every read misses)")
         ->capture_default_str();
-    a->add_option("--depth", fo.depth, "operations in flight for the async rows")
+    a->add_option("--depth", fo.depth,
+                  "operations in flight for the async rows")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
     a->add_option("--duration", fo.seconds, "seconds per row")

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
   auto t = ParseTransport(transport);
   if (!t.ok()) return Fail(t.status());
   opts.transport = *t;
-  opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  opts.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) return Fail(secret.status());
@@ -99,8 +100,9 @@ int main(int argc, char** argv) {
     } else {
       std::printf("pong from %s: transport %s, one-sided reads %s\n",
                   opts.server.c_str(), c.transport().c_str(),
-                  c.reads_are_local() ? "map the server's memory (shared memory)"
-                                      : "are remote gets");
+                  c.reads_are_local()
+                      ? "map the server's memory (shared memory)"
+                      : "are remote gets");
       std::printf("rtt min/avg/max = %.2f/%.2f/%.2f us over %d ping%s\n", min,
                   sum / count, max, count, count == 1 ? "" : "s");
     }

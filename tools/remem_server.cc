@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
 
-  if (Status st = log::SetLevel(log_level); !st.ok()) return Fail(st.message(), 2);
+  if (Status st = log::SetLevel(log_level); !st.ok())
+    return Fail(st.message(), 2);
   auto t = ParseTransport(transport);
   if (!t.ok()) return Fail(t.status().message(), 2);
   cfg.transport = *t;
@@ -123,9 +124,9 @@ int main(int argc, char** argv) {
   std::printf(
       "remem-server listening on %s (transport %s, %d thread%s, %s in %llu "
       "region%s%s)\n",
-      (*server)->address().c_str(), std::string(TransportName(cfg.transport)).c_str(),
-      cfg.threads, cfg.threads == 1 ? "" : "s",
-      FormatSize(stats.memory_registered).c_str(),
+      (*server)->address().c_str(),
+      std::string(TransportName(cfg.transport)).c_str(), cfg.threads,
+      cfg.threads == 1 ? "" : "s", FormatSize(stats.memory_registered).c_str(),
       static_cast<unsigned long long>(stats.regions),
       stats.regions == 1 ? "" : "s", cfg.secret.empty() ? "" : ", auth on");
   std::fflush(stdout);

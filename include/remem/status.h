@@ -11,10 +11,10 @@
 #define REMEM_STATUS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <optional>
 
 namespace remem {
 
@@ -131,9 +131,9 @@ class [[nodiscard]] Result {
 }  // namespace remem
 
 // Returns early from the enclosing function if `expr` is not OK.
-#define REMEM_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::remem::Status remem_status_ = (expr);    \
+#define REMEM_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::remem::Status remem_status_ = (expr);        \
     if (!remem_status_.ok()) return remem_status_; \
   } while (0)
 

@@ -49,8 +49,9 @@ struct Client::Impl {
 
   Status CheckAtomic(RemoteAddress a) {
     if (a.offset % 8 != 0) {
-      return Status::InvalidArgument("atomic operations need an 8-byte "
-                                     "aligned offset");
+      return Status::InvalidArgument(
+          "atomic operations need an 8-byte "
+          "aligned offset");
     }
     return Status::OK();
   }
@@ -86,8 +87,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto worker = fabric::Worker::Create(impl->ctx, proto::kMaxRpcPayload);
   if (!worker.ok()) return worker.status();
   impl->worker = std::move(*worker);
-  auto ep = fabric::Endpoint::Connect(impl->worker.get(), options.server,
-                                      deadline);
+  auto ep =
+      fabric::Endpoint::Connect(impl->worker.get(), options.server, deadline);
   if (!ep.ok()) return ep.status();
   impl->ep = std::move(*ep);
   auto rpc = fabric::RpcClient::Create(impl->worker.get(), impl->ep.get());
@@ -274,8 +275,7 @@ void Client::EchoAsync(std::string payload, ReplyCallback done) {
 
 size_t Client::Poll() {
   size_t n = impl_->worker->Progress();
-  if (impl_->rpc->pending() > 0 &&
-      impl_->rpc->NextDeadline() <= Clock::now()) {
+  if (impl_->rpc->pending() > 0 && impl_->rpc->NextDeadline() <= Clock::now()) {
     n += impl_->rpc->ExpireDeadlines(Clock::now());
   }
   return n;

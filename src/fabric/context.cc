@@ -86,8 +86,7 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport) {
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |
-                      UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                      UCP_PARAM_FIELD_NAME;
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   params.features =
       UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 1;

@@ -14,8 +14,8 @@ struct Op {
   Worker* worker;
   Completion done;
   const char* what;
-  std::string keep;    // payload kept alive until the send completes
-  std::string header;  // AM header, likewise (UCX 1.13 does not copy it)
+  std::string keep;      // payload kept alive until the send completes
+  std::string header;    // AM header, likewise (UCX 1.13 does not copy it)
   uint64_t operand = 0;  // atomic operand, which must outlive the call
 };
 
@@ -79,7 +79,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  int rc =
+      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
     return Status::InvalidArgument("cannot resolve '" + host +
                                    "': " + gai_strerror(rc));
@@ -111,9 +112,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
   if (st.ok() && ep->failed_) st = ep->failure_;
   if (!st.ok()) {
     if (st.code() == StatusCode::kTimedOut) return st;
-    return Status(st.code(), "cannot connect to " + address + ": " +
-                                 (ep->failed_ ? ep->failure_.message()
-                                              : st.message()));
+    return Status(st.code(),
+                  "cannot connect to " + address + ": " +
+                      (ep->failed_ ? ep->failure_.message() : st.message()));
   }
   return ep;
 }
@@ -250,8 +251,8 @@ void Endpoint::CompareSwap(uint64_t expected, uint64_t desired,
                            uint64_t* old, Completion done) {
   // UCX CSWAP: compare value in `buffer`, swap value in `reply_buffer`,
   // which receives the old value. `expected` must outlive the operation.
-  auto* op = new Op{worker_, std::move(done), "compare-and-swap", {}, {},
-                    expected};
+  auto* op =
+      new Op{worker_, std::move(done), "compare-and-swap", {}, {}, expected};
   if (failed_ || closed_) return CompleteLater(op, Unusable());
   *old = desired;
   ucp_request_param_t p = Params(op);
@@ -366,8 +367,9 @@ std::string Endpoint::LaneInfo() const {
 }
 
 // ucp_ep_print_info lists one line per lane, e.g.
-//   lane[1]:  2:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] rma_bw#0
-//   lane[2]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0
+//   lane[1]:  2:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255]
+//   rma_bw#0 lane[2]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255]
+//   am am_bw#0
 // Collect the transport names of the lanes, skipping the handshake-only
 // "cm" lanes.
 std::string Endpoint::TransportDescription() const {
@@ -403,8 +405,8 @@ std::string Endpoint::TransportDescription() const {
     return r;
   };
   if (!shm.empty()) out = "shm (" + join(shm) + ")";
-  if (!net.empty()) out += (out.empty() ? "" : " + ") + std::string("net (") +
-                           join(net) + ")";
+  if (!net.empty())
+    out += (out.empty() ? "" : " + ") + std::string("net (") + join(net) + ")";
   return out.empty() ? "unknown" : out;
 }
 

@@ -34,8 +34,8 @@ Result<std::unique_ptr<Listener>> Listener::Create(Worker* worker,
   std::unique_ptr<Listener> l(new Listener());
   l->on_request_ = std::move(on_request);
   ucp_listener_params_t p{};
-  p.field_mask =
-      UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                 UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&ss);
   p.sockaddr.addrlen = sslen;
   p.conn_handler.cb = &Listener::OnRequest;

@@ -41,8 +41,8 @@ Result<std::unique_ptr<RemoteRegion>> RemoteRegion::Unpack(
     const std::string& rkey) {
   std::unique_ptr<RemoteRegion> r(new RemoteRegion());
   ucs_status_t s = ucp_ep_rkey_unpack(ep, rkey.data(), &r->rkey_);
-  if (s != UCS_OK) return FromUcs(s, "unpacking the key of region " +
-                                         std::to_string(id));
+  if (s != UCS_OK)
+    return FromUcs(s, "unpacking the key of region " + std::to_string(id));
   r->id_ = id;
   r->base_ = base;
   r->length_ = length;

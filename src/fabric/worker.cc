@@ -35,7 +35,8 @@ Worker::~Worker() {
   for (ucs_status_ptr_t r : closing_) ucp_request_free(r);
   for (auto& slot : slots_) {
     ucp_am_handler_param_t p{};
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    p.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
     p.id = slot->id;
     p.cb = nullptr;
     (void)ucp_worker_set_am_recv_handler(worker_, &p);
@@ -60,8 +61,7 @@ Status Worker::SetAmHandler(unsigned am_id, AmHandler handler) {
 }
 
 ucs_status_t Worker::AmCallback(void* arg, const void* header,
-                                size_t header_length, void* data,
-                                size_t length,
+                                size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {
   auto* slot = static_cast<AmSlot*>(arg);
   Worker* w = slot->worker;
@@ -89,9 +89,8 @@ ucs_status_t Worker::AmCallback(void* arg, const void* header,
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = &Worker::RecvDone;
   p.user_data = pending;
-  ucs_status_ptr_t r = ucp_am_recv_data_nbx(w->worker_, data,
-                                            pending->msg.data.data(), length,
-                                            &p);
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(
+      w->worker_, data, pending->msg.data.data(), length, &p);
   if (r == nullptr) {
     w->inbox_.emplace_back(slot, std::move(pending->msg));
     delete pending;

@@ -71,10 +71,9 @@ class Worker {
 
   // Progresses until `done()` or `deadline`. Busy-polls for `spin`, then
   // sleeps on the event fd between checks. TimedOut on deadline.
-  Status ProgressUntil(const std::function<bool()>& done,
-                       Clock::time_point deadline,
-                       std::chrono::microseconds spin =
-                           std::chrono::microseconds(200));
+  Status ProgressUntil(
+      const std::function<bool()>& done, Clock::time_point deadline,
+      std::chrono::microseconds spin = std::chrono::microseconds(200));
 
   // The event loop: progress with poll-then-sleep until `stop` is set (set it
   // then call Wake()).

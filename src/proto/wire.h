@@ -38,13 +38,13 @@ inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
 inline constexpr uint32_t kMaxRegions = 4096;
 
 enum class Opcode : uint16_t {
-  kHello = 1,   // authenticate; reply carries exported regions + rkeys
-  kPing = 2,    // empty request, empty reply
-  kStats = 3,   // empty request, StatsReply
-  kEcho = 4,    // reply payload = request payload (tests, benchmarks)
-  kRegions = 5, // re-list the exported regions (same reply as Hello)
-  kError = 6,   // replies only: answer to a request too malformed to name
-                // its opcode
+  kHello = 1,    // authenticate; reply carries exported regions + rkeys
+  kPing = 2,     // empty request, empty reply
+  kStats = 3,    // empty request, StatsReply
+  kEcho = 4,     // reply payload = request payload (tests, benchmarks)
+  kRegions = 5,  // re-list the exported regions (same reply as Hello)
+  kError = 6,    // replies only: answer to a request too malformed to name
+                 // its opcode
 };
 
 inline constexpr uint16_t kMaxOpcode = 6;
@@ -79,12 +79,12 @@ static_assert(sizeof(HelloRequest) == 16);
 // Hello / Regions reply payload: HelloReply, then `num_regions` times
 // (RegionDescriptor, rkey bytes padded with zeros to a multiple of 8).
 struct HelloReply {
-  uint32_t magic;         // kWireMagic
-  uint16_t version;       // server's kWireVersion
-  uint16_t reserved;      // zero
-  uint64_t incarnation;   // random per server start: detects a restart
-  uint64_t max_payload;   // largest RPC payload the server accepts
-  uint32_t num_regions;   // <= kMaxRegions
+  uint32_t magic;        // kWireMagic
+  uint16_t version;      // server's kWireVersion
+  uint16_t reserved;     // zero
+  uint64_t incarnation;  // random per server start: detects a restart
+  uint64_t max_payload;  // largest RPC payload the server accepts
+  uint32_t num_regions;  // <= kMaxRegions
   uint32_t server_threads;
 };
 static_assert(sizeof(HelloReply) == 32);

@@ -136,10 +136,9 @@ Status Server::Impl::Init() {
     uint64_t len = std::min(left, config.region_size);
     auto r = fabric::LocalRegion::Allocate(ctx, id++, len);
     if (!r.ok()) {
-      return Status::OutOfMemory("cannot allocate " +
-                                 std::to_string(config.memory) +
-                                 " bytes of registered memory: " +
-                                 r.status().message());
+      return Status::OutOfMemory(
+          "cannot allocate " + std::to_string(config.memory) +
+          " bytes of registered memory: " + r.status().message());
     }
     regions.push_back(std::move(*r));
     left -= len;
@@ -331,13 +330,14 @@ void Server::Impl::HandleHello(Thread* t, Connection& c, uint64_t id,
   if (!hello.ok()) return Reply(t, c, Opcode::kHello, id, hello.status(), {});
   if (hello->version != proto::kWireVersion) {
     return Reply(t, c, Opcode::kHello, id,
-                 Status::ProtocolError(
-                     "client speaks wire version " +
-                     std::to_string(hello->version) + ", server speaks " +
-                     std::to_string(proto::kWireVersion)),
+                 Status::ProtocolError("client speaks wire version " +
+                                       std::to_string(hello->version) +
+                                       ", server speaks " +
+                                       std::to_string(proto::kWireVersion)),
                  {});
   }
-  if (!config.secret.empty() && !ConstantTimeEqual(hello->secret, config.secret)) {
+  if (!config.secret.empty() &&
+      !ConstantTimeEqual(hello->secret, config.secret)) {
     t->counters.Add(t->counters.auth_failures, 1);
     log::Warn("connection {}: authentication failed", c.id);
     Reply(t, c, Opcode::kHello, id,

@@ -8,9 +8,9 @@ namespace remem {
 // kSubBits+1 significant bits pick the bucket within the value's octave.
 int Histogram::Index(uint64_t v) {
   if (v < kSub) return static_cast<int>(v);
-  int msb = 63 - std::countl_zero(v);         // >= kSubBits
-  int shift = msb - kSubBits;                 // bits dropped
-  int octave = shift + 1;                     // 1.. for v >= kSub
+  int msb = 63 - std::countl_zero(v);  // >= kSubBits
+  int shift = msb - kSubBits;          // bits dropped
+  int octave = shift + 1;              // 1.. for v >= kSub
   int sub = static_cast<int>((v >> shift) & (kSub - 1));
   return octave * kSub + sub;
 }

@@ -1,10 +1,11 @@
+#include "remem/options.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "proto/wire.h"
-#include "remem/options.h"
 
 namespace remem {
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,11 +29,16 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
 
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     return Status::IOError(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // Die with the parent: a crashed test or benchmark must not leave
+    // servers behind (holding its output pipe open, among other things).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
     if (o.capture_stdout) dup2(fds[1], STDOUT_FILENO);
     if (o.capture_stdout && o.merge_stderr) dup2(fds[1], STDERR_FILENO);
     if (o.quiet_stderr) {
@@ -153,7 +159,9 @@ Result<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
   return exit_code_;
 }
 
-Result<double> Subprocess::CpuSeconds() const { return ProcessCpuSeconds(pid_); }
+Result<double> Subprocess::CpuSeconds() const {
+  return ProcessCpuSeconds(pid_);
+}
 
 Result<double> ProcessCpuSeconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

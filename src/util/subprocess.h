@@ -23,10 +23,10 @@ namespace remem {
 struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is the program path
   std::vector<std::pair<std::string, std::string>> env;  // added/overridden
-  int cpu = -1;               // pin the child to this CPU (-1: inherit)
-  bool capture_stdout = true; // else the child shares our stdout
-  bool quiet_stderr = false;  // send the child's stderr to /dev/null
-  bool merge_stderr = false;  // send the child's stderr into the stdout pipe
+  int cpu = -1;                // pin the child to this CPU (-1: inherit)
+  bool capture_stdout = true;  // else the child shares our stdout
+  bool quiet_stderr = false;   // send the child's stderr to /dev/null
+  bool merge_stderr = false;   // send the child's stderr into the stdout pipe
 };
 
 class Subprocess {
