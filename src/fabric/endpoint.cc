@@ -21,20 +21,15 @@ struct Op {
 
 namespace {
 
-void OpCallback(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<Op*>(user_data);
-  op->worker->Defer([op, status] {
-    if (op->done) op->done(FromUcs(status, op->what));
-    delete op;
-  });
-  ucp_request_free(request);
+void CompleteLater(Op* op, Status st) {
+  op->worker->Complete(std::move(op->done), std::move(st));
+  delete op;
 }
 
-void CompleteLater(Op* op, Status st) {
-  op->worker->Defer([op, st = std::move(st)] {
-    if (op->done) op->done(st);
-    delete op;
-  });
+void OpCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  CompleteLater(op, FromUcs(status, op->what));
+  ucp_request_free(request);
 }
 
 }  // namespace
@@ -214,12 +209,12 @@ Status Endpoint::Settle(ucs_status_ptr_t r, Clock::duration timeout,
 
 void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
                    uint64_t offset, Completion done) {
-  auto* op = new Op{worker_, std::move(done), "get", {}, {}};
-  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  if (failed_ || closed_) return worker_->Complete(std::move(done), Unusable());
   if (const uint8_t* m = region.mapped()) {
     std::memcpy(dst, m + offset, len);
-    return CompleteLater(op, Status::OK());
+    return worker_->Complete(std::move(done), Status::OK());
   }
+  auto* op = new Op{worker_, std::move(done), "get", {}, {}};
   ucp_request_param_t p = Params(op);
   Finish(ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
          op);
@@ -227,12 +222,12 @@ void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
 
 void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
                    uint64_t offset, Completion done) {
-  auto* op = new Op{worker_, std::move(done), "put", {}, {}};
-  if (failed_ || closed_) return CompleteLater(op, Unusable());
+  if (failed_ || closed_) return worker_->Complete(std::move(done), Unusable());
   if (region.mapped() != nullptr) {
     std::memcpy(const_cast<uint8_t*>(region.mapped()) + offset, src, len);
-    return CompleteLater(op, Status::OK());
+    return worker_->Complete(std::move(done), Status::OK());
   }
+  auto* op = new Op{worker_, std::move(done), "put", {}, {}};
   // The put's own completion only frees the source buffer; the flush after
   // it completes once the data is in the peer's memory.
   ucp_request_param_t none{};

@@ -134,6 +134,19 @@ size_t Worker::Progress() {
     for (auto& [slot, msg] : inbox) slot->handler(std::move(msg));
     work += inbox.size();
   }
+  if (!completed_.empty()) {
+    std::vector<std::pair<Completion, Status>> completed;
+    completed.swap(completed_);
+    for (auto& [fn, st] : completed) {
+      if (fn) fn(std::move(st));
+    }
+    work += completed.size();
+    // Keep the capacity for the next pass.
+    if (completed_.empty()) {
+      completed.clear();
+      completed_.swap(completed);
+    }
+  }
   if (!deferred_.empty()) {
     std::vector<std::function<void()>> deferred;
     deferred.swap(deferred_);
@@ -155,7 +168,7 @@ size_t Worker::Progress() {
 }
 
 bool Worker::HasPendingWork() {
-  return !inbox_.empty() || !deferred_.empty() ||
+  return !inbox_.empty() || !deferred_.empty() || !completed_.empty() ||
          has_posted_.load(std::memory_order_acquire);
 }
 

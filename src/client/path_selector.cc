@@ -1,0 +1,143 @@
+#include "client/path_selector.h"
+
+#include <cmath>
+#include <string>
+
+namespace remem::client {
+
+std::string_view ReadPathModeName(ReadPathMode m) {
+  switch (m) {
+    case ReadPathMode::kAuto:
+      return "auto";
+    case ReadPathMode::kOneSided:
+      return "onesided";
+    case ReadPathMode::kRpc:
+      return "rpc";
+  }
+  return "?";
+}
+
+Result<ReadPathMode> ParseReadPathMode(std::string_view name) {
+  if (name == "auto") return ReadPathMode::kAuto;
+  if (name == "onesided" || name == "one-sided") return ReadPathMode::kOneSided;
+  if (name == "rpc") return ReadPathMode::kRpc;
+  return Status::InvalidArgument("unknown read path '" + std::string(name) +
+                                 "' (expected onesided, rpc or auto)");
+}
+
+PathSelector::PathSelector(PathSelectorOptions options)
+    : options_(options), rng_(options.seed | 1) {
+  if (options_.window == 0) options_.window = 1;
+  for (History& h : hist_) h.ring.assign(options_.window, 0.0);
+}
+
+void PathSelector::History::Clear() {
+  next = count = 0;
+  sum = sum_sq = 0;
+  kept_in_period = discarded_in_period = 0;
+  ever = false;
+}
+
+double PathSelector::History::StdDev() const {
+  if (count < 2) return 0;
+  double mean = Mean();
+  double var = sum_sq / count - mean * mean;
+  return var > 0 ? std::sqrt(var) : 0;
+}
+
+double PathSelector::Uniform() {
+  // xorshift64*: cheap, and deterministic for a given seed.
+  rng_ ^= rng_ >> 12;
+  rng_ ^= rng_ << 25;
+  rng_ ^= rng_ >> 27;
+  return static_cast<double>((rng_ * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
+}
+
+ReadPath PathSelector::Choose(Clock::time_point now) {
+  ReadPath pick;
+  if (options_.mode == ReadPathMode::kOneSided) {
+    pick = ReadPath::kOneSided;
+  } else if (options_.mode == ReadPathMode::kRpc) {
+    pick = ReadPath::kRpc;
+  } else {
+    for (History& h : hist_) {
+      if (h.ever && now - h.last > options_.idle_reset) {
+        h.Clear();
+        ++counters_.resets;
+      }
+    }
+    History& os = hist_[int(ReadPath::kOneSided)];
+    History& rpc = hist_[int(ReadPath::kRpc)];
+    if (os.count == 0) {
+      pick = ReadPath::kOneSided;
+    } else if (rpc.count == 0) {
+      pick = ReadPath::kRpc;
+    } else {
+      pick = os.Mean() <= rpc.Mean() ? ReadPath::kOneSided : ReadPath::kRpc;
+      if (Uniform() < options_.explore) {
+        pick = pick == ReadPath::kOneSided ? ReadPath::kRpc
+                                           : ReadPath::kOneSided;
+        ++counters_.explored;
+      }
+    }
+  }
+  ++counters_.chosen[int(pick)];
+  return pick;
+}
+
+void PathSelector::Record(ReadPath path, double latency_us,
+                          Clock::time_point now) {
+  History& h = hist_[int(path)];
+  h.last = now;
+  h.ever = true;
+  if (h.count >= options_.min_samples) {
+    double sd = h.StdDev();
+    if (sd > 0 && std::fabs(latency_us - h.Mean()) >= options_.outlier_k * sd) {
+      ++counters_.outliers;
+      ++h.discarded_in_period;
+      if (h.discarded_in_period > h.kept_in_period &&
+          h.discarded_in_period + h.kept_in_period >= options_.window) {
+        // More discarded than kept over a whole window: the old history no
+        // longer describes this path. Start again from this sample.
+        h.Clear();
+        ++counters_.resets;
+      } else {
+        return;
+      }
+    }
+  }
+  if (h.count == h.ring.size()) {
+    double old = h.ring[h.next];
+    h.sum -= old;
+    h.sum_sq -= old * old;
+  } else {
+    ++h.count;
+  }
+  h.ring[h.next] = latency_us;
+  h.next = (h.next + 1) % h.ring.size();
+  h.sum += latency_us;
+  h.sum_sq += latency_us * latency_us;
+  if (h.next == 0) {
+    // Once per lap, recompute the sums so rounding does not accumulate.
+    h.sum = h.sum_sq = 0;
+    for (double v : h.ring) {
+      h.sum += v;
+      h.sum_sq += v * v;
+    }
+  }
+  h.ever = true;
+  h.last = now;
+  if (++h.kept_in_period + h.discarded_in_period >= options_.window) {
+    h.kept_in_period = h.discarded_in_period = 0;
+  }
+}
+
+double PathSelector::Estimate(ReadPath path) const {
+  return hist_[int(path)].Mean();
+}
+
+size_t PathSelector::Samples(ReadPath path) const {
+  return hist_[int(path)].count;
+}
+
+}  // namespace remem::client

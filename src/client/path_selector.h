@@ -1,0 +1,104 @@
+// client::PathSelector: chooses, per server connection and per kind of
+// read, between the one-sided path (the client reads server memory itself)
+// and the RPC path (the server does the lookup), from measured latencies.
+//
+// This is Cell's locality selector (ATC'16, section 3.4) with one change.
+// Cell compares queueing delays, l_s - RTT against m * (l_r - RTT), because
+// on RDMA both paths pay similar round trips. Under UCX, a one-sided read
+// over tcp is itself a round trip served by the server's progress thread,
+// so remem compares the measured latency of the *whole operation* on each
+// path (all one-sided reads and retries included) and joins the shorter
+// queue. What Cell's refinements do is kept:
+//   - a moving average over the last `window` samples of each path;
+//   - outlier rejection: a sample s with |s - mean| >= k * stddev is
+//     discarded; if a window discards more samples than it keeps, the
+//     path's history is dropped (conditions changed);
+//   - exploration: with probability `explore` the path estimated worse is
+//     taken, so a change in conditions is noticed;
+//   - a path not sampled for `idle_reset` loses its history.
+// A path with no history is tried first, so both are measured from the
+// start. Forced modes (kOneSided, kRpc) always answer that path (the RPC
+// path forced is Pilaf-VO, the control).
+//
+// Thread contract: not thread-safe; one per client connection (a Client is
+// single-threaded).
+
+#ifndef REMEM_CLIENT_PATH_SELECTOR_H_
+#define REMEM_CLIENT_PATH_SELECTOR_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "remem/status.h"
+
+namespace remem::client {
+
+enum class ReadPath { kOneSided = 0, kRpc = 1 };
+enum class ReadPathMode { kAuto, kOneSided, kRpc };
+
+std::string_view ReadPathModeName(ReadPathMode m);
+Result<ReadPathMode> ParseReadPathMode(std::string_view name);
+
+struct PathSelectorOptions {
+  ReadPathMode mode = ReadPathMode::kAuto;
+  size_t window = 100;       // samples in each moving average (Cell: 100)
+  size_t min_samples = 8;    // before outlier rejection applies
+  double outlier_k = 3.0;    // Cell: K = 3
+  double explore = 0.01;     // Cell: p = 1%
+  std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+};
+
+class PathSelector {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit PathSelector(PathSelectorOptions options = {});
+
+  // The path for the next operation.
+  ReadPath Choose(Clock::time_point now = Clock::now());
+  // Reports how long an operation on `path` took, end to end.
+  void Record(ReadPath path, double latency_us,
+              Clock::time_point now = Clock::now());
+
+  // Current moving average of `path` in microseconds (0 if no history).
+  double Estimate(ReadPath path) const;
+  size_t Samples(ReadPath path) const;
+
+  struct Counters {
+    uint64_t chosen[2] = {0, 0};
+    uint64_t explored = 0;
+    uint64_t outliers = 0;
+    uint64_t resets = 0;
+  };
+  const Counters& counters() const { return counters_; }
+  ReadPathMode mode() const { return options_.mode; }
+
+ private:
+  struct History {
+    std::vector<double> ring;
+    size_t next = 0;
+    size_t count = 0;
+    double sum = 0;
+    double sum_sq = 0;
+    size_t kept_in_period = 0;
+    size_t discarded_in_period = 0;
+    Clock::time_point last;
+    bool ever = false;
+    void Clear();
+    double Mean() const { return count ? sum / count : 0; }
+    double StdDev() const;
+  };
+  double Uniform();
+
+  PathSelectorOptions options_;
+  History hist_[2];
+  uint64_t rng_;
+  Counters counters_;
+};
+
+}  // namespace remem::client
+
+#endif  // REMEM_CLIENT_PATH_SELECTOR_H_

@@ -1,0 +1,73 @@
+// A linearizability checker for recorded concurrent histories of one key
+// (key-value linearizability composes per key, so a store's history is
+// checked key by key).
+//
+// The model is a versioned register: absent, or (value, version). Versions
+// are opaque identifiers that successful writes return; a compare-and-put
+// succeeds exactly when the register holds the expected version.
+//
+// The search is Wing & Gong's with Lowe's memoisation (cache of linearized
+// set + model state): at each step, try to linearize an operation that was
+// called before every not-yet-linearized operation returned.
+//
+// Operations whose outcome is unknown (the client died, or the call failed
+// with a transport error: the server may or may not have applied it) have
+// `returned = false`; they may take effect at any point after their call, or
+// never.
+//
+// Thread contract: a History is built by one thread (record with a mutex if
+// several threads produce it); Check is a pure function.
+
+#ifndef REMEM_TESTS_LINEARIZABILITY_H_
+#define REMEM_TESTS_LINEARIZABILITY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace remem::testing {
+
+struct KvOp {
+  enum Kind { kGet, kPut, kDelete, kCompareAndPut };
+  Kind kind = kGet;
+  uint64_t call_ns = 0;    // when the call was issued (CLOCK_MONOTONIC)
+  uint64_t return_ns = 0;  // when its result arrived; ignored if !returned
+  bool returned = true;    // false: outcome unknown
+
+  // Inputs.
+  std::string value;                   // put / compare-and-put
+  uint64_t expected_version = 0;       // compare-and-put
+
+  // Outputs (when returned).
+  bool found = false;                  // get: key present
+  std::string read_value;              // get: the value read
+  std::optional<uint64_t> version;     // get: version read (if the API
+                                       // reports one); put / cap: new version
+  bool succeeded = true;               // compare-and-put: swapped or not;
+                                       // delete: whether the key existed
+                                       // (only checked if delete_reports)
+  bool delete_reports = false;
+  int client = 0;                      // for messages only
+};
+
+struct CheckResult {
+  bool linearizable = false;
+  // When not linearizable: the operations of the longest linearizable prefix
+  // found and a description of the first operation that could not follow.
+  std::string explanation;
+  uint64_t states_explored = 0;
+};
+
+// Checks a one-key history. `initial_present/value/version` describe the
+// register before the first operation (absent by default).
+CheckResult CheckKeyHistory(const std::vector<KvOp>& ops,
+                            bool initial_present = false,
+                            const std::string& initial_value = "",
+                            std::optional<uint64_t> initial_version = {});
+
+std::string Describe(const KvOp& op);
+
+}  // namespace remem::testing
+
+#endif  // REMEM_TESTS_LINEARIZABILITY_H_
