@@ -110,12 +110,13 @@ CheckResult CheckKeyHistory(const std::vector<KvOp>& input,
     if (op.kind == KvOp::kGet && !op.returned) continue;
     ops.push_back(op);
   }
-  std::sort(ops.begin(), ops.end(), [](const KvOp& a, const KvOp& b) {
-    return a.call_ns < b.call_ns;
-  });
+  std::sort(ops.begin(), ops.end(),
+            [](const KvOp& a, const KvOp& b) { return a.call_ns < b.call_ns; });
   const size_t n = ops.size();
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-  auto ret = [&](size_t i) { return ops[i].returned ? ops[i].return_ns : kNever; };
+  auto ret = [&](size_t i) {
+    return ops[i].returned ? ops[i].return_ns : kNever;
+  };
   size_t must = 0;
   for (const KvOp& op : ops) must += op.returned ? 1 : 0;
 
@@ -127,15 +128,31 @@ CheckResult CheckKeyHistory(const std::vector<KvOp>& input,
     size_t linearized_returned;
     std::vector<std::pair<size_t, State>> choices;  // untried
   };
-  auto expand = [&](const Key& k, std::vector<std::pair<size_t, State>>* choices) {
+  auto is_done = [](const Key& k, size_t i) {
+    return (k.done[i / 64] >> (i % 64) & 1) != 0;
+  };
+  // Candidates: not-yet-linearized ops called before every such op
+  // returned. Ops are sorted by call time, and an op called after the
+  // running minimum return cannot lower it, so the scan stops there: each
+  // step costs the width of the concurrency window, not the history.
+  auto expand = [&](const Key& k,
+                    std::vector<std::pair<size_t, State>>* choices) {
     choices->clear();
+    size_t first = 0;
+    while (first < k.done.size() * 64 && first < n && is_done(k, first)) {
+      if ((first % 64) == 0 && k.done[first / 64] == ~uint64_t{0}) {
+        first += 64;
+      } else {
+        ++first;
+      }
+    }
     uint64_t min_return = kNever;
-    for (size_t i = 0; i < n; ++i) {
-      if (!(k.done[i / 64] >> (i % 64) & 1)) min_return = std::min(min_return, ret(i));
+    for (size_t i = first; i < n && ops[i].call_ns <= min_return; ++i) {
+      if (!is_done(k, i)) min_return = std::min(min_return, ret(i));
     }
     std::vector<State> next;
-    for (size_t i = 0; i < n && ops[i].call_ns <= min_return; ++i) {
-      if (k.done[i / 64] >> (i % 64) & 1) continue;
+    for (size_t i = first; i < n && ops[i].call_ns <= min_return; ++i) {
+      if (is_done(k, i)) continue;
       Next(ops[i], k.state, &next);
       for (State& s : next) choices->emplace_back(i, std::move(s));
     }

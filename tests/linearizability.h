@@ -36,19 +36,19 @@ struct KvOp {
   bool returned = true;    // false: outcome unknown
 
   // Inputs.
-  std::string value;                   // put / compare-and-put
-  uint64_t expected_version = 0;       // compare-and-put
+  std::string value;              // put / compare-and-put
+  uint64_t expected_version = 0;  // compare-and-put
 
   // Outputs (when returned).
-  bool found = false;                  // get: key present
-  std::string read_value;              // get: the value read
-  std::optional<uint64_t> version;     // get: version read (if the API
-                                       // reports one); put / cap: new version
-  bool succeeded = true;               // compare-and-put: swapped or not;
-                                       // delete: whether the key existed
-                                       // (only checked if delete_reports)
+  bool found = false;               // get: key present
+  std::string read_value;           // get: the value read
+  std::optional<uint64_t> version;  // get: version read (if the API
+                                    // reports one); put / cap: new version
+  bool succeeded = true;            // compare-and-put: swapped or not;
+                                    // delete: whether the key existed
+                                    // (only checked if delete_reports)
   bool delete_reports = false;
-  int client = 0;                      // for messages only
+  int client = 0;  // for messages only
 };
 
 struct CheckResult {

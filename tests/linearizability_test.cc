@@ -35,8 +35,8 @@ KvOp Del(uint64_t call, uint64_t ret) {
   op.return_ns = ret;
   return op;
 }
-KvOp Cap(uint64_t expected, std::string v, bool ok, uint64_t call,
-         uint64_t ret, uint64_t version) {
+KvOp Cap(uint64_t expected, std::string v, bool ok, uint64_t call, uint64_t ret,
+         uint64_t version) {
   KvOp op;
   op.kind = KvOp::kCompareAndPut;
   op.expected_version = expected;
@@ -67,12 +67,12 @@ TEST(Linearizability, ConcurrentReadsMaySeeEitherSide) {
   EXPECT_TRUE(
       CheckKeyHistory({Put("a", 1, 10), Get(std::nullopt, 2, 3)}).linearizable);
   // But two sequential gets inside the put cannot go back in time.
-  EXPECT_FALSE(CheckKeyHistory({Put("a", 1, 10), Get("a", 2, 3),
-                                Get(std::nullopt, 4, 5)})
+  EXPECT_FALSE(CheckKeyHistory(
+                   {Put("a", 1, 10), Get("a", 2, 3), Get(std::nullopt, 4, 5)})
                    .linearizable);
   // A value nobody wrote is never linearizable.
-  EXPECT_FALSE(CheckKeyHistory({Put("a", 1, 10), Get("torn", 2, 3)})
-                   .linearizable);
+  EXPECT_FALSE(
+      CheckKeyHistory({Put("a", 1, 10), Get("torn", 2, 3)}).linearizable);
 }
 
 TEST(Linearizability, CompareAndPutOnVersions) {
@@ -85,9 +85,8 @@ TEST(Linearizability, CompareAndPutOnVersions) {
                                 Cap(1, "c", true, 4, 9, 3)})
                    .linearizable);
   // A CAP that failed while the version matched is not linearizable.
-  EXPECT_FALSE(
-      CheckKeyHistory({Put("a", 1, 2, 1), Cap(1, "b", false, 3, 4, 0)})
-          .linearizable);
+  EXPECT_FALSE(CheckKeyHistory({Put("a", 1, 2, 1), Cap(1, "b", false, 3, 4, 0)})
+                   .linearizable);
 }
 
 TEST(Linearizability, UnknownOutcomesMayOrMayNotApply) {

@@ -35,6 +35,7 @@ enum class StatusCode : int32_t {
   kAlreadyExists = 11,    // created twice
   kBusy = 12,             // try again later
   kInternal = 13,         // a bug: an invariant did not hold
+  kConflict = 14,         // a compare (e.g. compare-and-put) did not match
 };
 
 // Returns a short stable name for `code`, e.g. "Unavailable".
@@ -82,6 +83,9 @@ class [[nodiscard]] Status {
   }
   static Status Busy(std::string msg) {
     return {StatusCode::kBusy, std::move(msg)};
+  }
+  static Status Conflict(std::string msg) {
+    return {StatusCode::kConflict, std::move(msg)};
   }
   static Status Internal(std::string msg) {
     return {StatusCode::kInternal, std::move(msg)};

@@ -75,8 +75,8 @@ ReadPath PathSelector::Choose(Clock::time_point now) {
     } else {
       pick = os.Mean() <= rpc.Mean() ? ReadPath::kOneSided : ReadPath::kRpc;
       if (Uniform() < options_.explore) {
-        pick = pick == ReadPath::kOneSided ? ReadPath::kRpc
-                                           : ReadPath::kOneSided;
+        pick =
+            pick == ReadPath::kOneSided ? ReadPath::kRpc : ReadPath::kOneSided;
         ++counters_.explored;
       }
     }

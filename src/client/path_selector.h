@@ -43,10 +43,10 @@ Result<ReadPathMode> ParseReadPathMode(std::string_view name);
 
 struct PathSelectorOptions {
   ReadPathMode mode = ReadPathMode::kAuto;
-  size_t window = 100;       // samples in each moving average (Cell: 100)
-  size_t min_samples = 8;    // before outlier rejection applies
-  double outlier_k = 3.0;    // Cell: K = 3
-  double explore = 0.01;     // Cell: p = 1%
+  size_t window = 100;     // samples in each moving average (Cell: 100)
+  size_t min_samples = 8;  // before outlier rejection applies
+  double outlier_k = 3.0;  // Cell: K = 3
+  double explore = 0.01;   // Cell: p = 1%
   std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
   uint64_t seed = 0x9e3779b97f4a7c15ull;
 };

@@ -29,8 +29,8 @@ TEST(PathSelector, ForcedModesNeverExplore) {
   for (auto mode : {ReadPathMode::kOneSided, ReadPathMode::kRpc}) {
     PathSelector sel({.mode = mode});
     Clock::time_point now{};
-    auto want = mode == ReadPathMode::kOneSided ? ReadPath::kOneSided
-                                                : ReadPath::kRpc;
+    auto want =
+        mode == ReadPathMode::kOneSided ? ReadPath::kOneSided : ReadPath::kRpc;
     for (int i = 0; i < 10000; ++i) {
       ASSERT_EQ(sel.Choose(now), want);
       sel.Record(want, i % 7 == 0 ? 1000.0 : 1.0, now);
@@ -43,18 +43,20 @@ TEST(PathSelector, SharedMemoryReadsDirectlyTcpAsksTheServer) {
   // Shared memory: one-sided 0.2 us vs RPC 1.1 us.
   PathSelector shm;
   Clock::time_point now{};
-  uint64_t os = Drive(shm, 100000,
-                      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
-                      &now);
+  uint64_t os = Drive(
+      shm, 100000,
+      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
+      &now);
   EXPECT_GT(os, 98000u);
   // About 1% exploration of the worse path.
   EXPECT_GT(shm.counters().explored, 500u);
   EXPECT_LT(shm.counters().explored, 2000u);
   // tcp: a one-sided get is a round trip per read (2 reads: 24 us) vs 14 us.
   PathSelector tcp;
-  os = Drive(tcp, 100000,
-             [](ReadPath p, int) { return p == ReadPath::kOneSided ? 24.0 : 14.0; },
-             &now);
+  os = Drive(
+      tcp, 100000,
+      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 24.0 : 14.0; },
+      &now);
   EXPECT_LT(os, 2000u);
 }
 
@@ -66,18 +68,20 @@ TEST(PathSelector, ShiftsToClientsWhenTheServerIsOverloaded) {
   // With jitter, the first 80 us samples are rejected as outliers until a
   // window holds more rejected than kept samples and the history resets.
   auto jitter = [](int i) { return 1.0 + 0.05 * (i % 5); };
-  Drive(sel, 20000,
-        [&](ReadPath p, int i) {
-          return (p == ReadPath::kOneSided ? 24.0 : 14.0) * jitter(i);
-        },
-        &now);
+  Drive(
+      sel, 20000,
+      [&](ReadPath p, int i) {
+        return (p == ReadPath::kOneSided ? 24.0 : 14.0) * jitter(i);
+      },
+      &now);
   ASSERT_LT(sel.Estimate(ReadPath::kRpc), sel.Estimate(ReadPath::kOneSided));
   const uint64_t resets = sel.counters().resets;
-  uint64_t os = Drive(sel, 20000,
-                      [&](ReadPath p, int i) {
-                        return (p == ReadPath::kOneSided ? 24.0 : 80.0) * jitter(i);
-                      },
-                      &now);
+  uint64_t os = Drive(
+      sel, 20000,
+      [&](ReadPath p, int i) {
+        return (p == ReadPath::kOneSided ? 24.0 : 80.0) * jitter(i);
+      },
+      &now);
   EXPECT_GT(os, 18000u) << "the selector must move reads to the client";
   EXPECT_GT(sel.Estimate(ReadPath::kRpc), sel.Estimate(ReadPath::kOneSided));
   EXPECT_GT(sel.counters().resets, resets);
@@ -87,12 +91,13 @@ TEST(PathSelector, ShiftsToClientsWhenTheServerIsOverloaded) {
 TEST(PathSelector, OneOutlierDoesNotFlipTheChoice) {
   PathSelector sel;
   Clock::time_point now{};
-  Drive(sel, 5000,
-        [](ReadPath p, int i) {
-          double base = p == ReadPath::kOneSided ? 0.2 : 1.1;
-          return base * (1.0 + 0.05 * (i % 5));  // a little jitter
-        },
-        &now);
+  Drive(
+      sel, 5000,
+      [](ReadPath p, int i) {
+        double base = p == ReadPath::kOneSided ? 0.2 : 1.1;
+        return base * (1.0 + 0.05 * (i % 5));  // a little jitter
+      },
+      &now);
   const uint64_t outliers = sel.counters().outliers;
   sel.Record(ReadPath::kOneSided, 500.0, now);  // one page fault
   EXPECT_EQ(sel.counters().outliers, outliers + 1);
@@ -103,8 +108,10 @@ TEST(PathSelector, OneOutlierDoesNotFlipTheChoice) {
 TEST(PathSelector, HistoryExpiresWhenIdle) {
   PathSelector sel;
   Clock::time_point now{};
-  Drive(sel, 1000, [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
-        &now);
+  Drive(
+      sel, 1000,
+      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
+      &now);
   ASSERT_GT(sel.Samples(ReadPath::kRpc), 0u);
   now += std::chrono::seconds(4);
   // Both histories are gone: the one-sided path is measured first again.

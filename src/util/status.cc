@@ -32,6 +32,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Busy";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kConflict:
+      return "Conflict";
   }
   return "Unknown";
 }

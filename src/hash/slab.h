@@ -1,0 +1,68 @@
+// hash::SlabAllocator: extents for key-value pairs, carved from one arena
+// of a registered region. Size classes are multiples of 64 bytes growing by
+// ~1.25x (64 B .. just over 16 MiB + 64 KiB, enough for the largest pair);
+// each class takes whole pages (1 MiB, or one extent if larger) from the
+// arena and keeps a free list.
+//
+// Extents are type-stable: a page never changes class, so an extent header
+// is always at the same place, and Free() bumps the header's incarnation.
+// A reader holding a stale slot then sees the incarnation differ and
+// retries; that is what makes immediate reuse safe for one-sided readers
+// (BRIEF.md: "type-stable with incarnation checks").
+//
+// Thread contract: not thread-safe; owned by the partition's thread.
+
+#ifndef REMEM_HASH_SLAB_H_
+#define REMEM_HASH_SLAB_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "remem/status.h"
+
+namespace remem::hash {
+
+class SlabAllocator {
+ public:
+  struct Extent {
+    uint64_t offset;  // from the arena's start
+    uint16_t size_class;
+    uint32_t incarnation;  // current; stamped in the header by the caller
+  };
+
+  // The arena is [base, base + length); `region_offset` is where base lies
+  // in its region (offsets handed out are region offsets).
+  SlabAllocator(uint8_t* base, uint64_t length, uint64_t region_offset,
+                uint64_t page_size = 1 << 20);
+
+  static int NumClasses();
+  static uint64_t ClassSize(int size_class);
+  // Smallest class holding `bytes`, or -1 if larger than the largest.
+  static int ClassFor(uint64_t bytes);
+
+  // OutOfMemory when the arena has no room for another page of the class
+  // and its free list is empty.
+  Result<Extent> Allocate(uint64_t bytes);
+  // Returns an extent; bumps the incarnation in its header.
+  void Free(uint64_t offset, uint16_t size_class);
+
+  uint8_t* At(uint64_t region_offset) const {
+    return base_ + (region_offset - region_offset_);
+  }
+  uint64_t bytes_in_use() const { return in_use_; }
+  uint64_t bytes_carved() const { return next_; }
+  uint64_t capacity() const { return length_; }
+
+ private:
+  uint8_t* base_;
+  uint64_t length_;
+  uint64_t region_offset_;
+  uint64_t page_size_;
+  uint64_t next_ = 0;  // bump pointer over the arena
+  uint64_t in_use_ = 0;
+  std::vector<std::vector<uint64_t>> free_;  // per class: region offsets
+};
+
+}  // namespace remem::hash
+
+#endif  // REMEM_HASH_SLAB_H_
