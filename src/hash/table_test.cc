@@ -206,13 +206,19 @@ TEST(HashTable, ReadsPerLookupAtOccupancy) {
       ASSERT_EQ(miss.outcome, Lookup::kNotFound);
       reads_miss += uint64_t(miss.reads);
     }
+    // Memory per pair: its extent plus its share of the bucket array.
+    const double per_pair =
+        (double(s.slab().bytes_in_use()) + double(buckets * kBucketBytes)) /
+        double(inserted);
+    const double user = double(("user" + std::to_string(inserted / 2)).size() + 32);
     std::printf(
         "occupancy %.2f: %.3f reads per hit (bucket + extent), %.3f per miss, "
-        "%llu cuckoo moves so far, %.1f%% of extent bytes in use\n",
+        "%llu cuckoo moves so far; %.1f bytes per pair for ~%.0f bytes of "
+        "key+value (%.0f%% utilization)\n",
         s.table().occupancy(), double(reads_hit) / kProbe,
         double(reads_miss) / kProbe,
-        static_cast<unsigned long long>(s.table().moves()),
-        100.0 * double(s.slab().bytes_in_use()) / double(s.slab().bytes_carved()));
+        static_cast<unsigned long long>(s.table().moves()), per_pair, user,
+        100.0 * user / per_pair);
   }
 }
 
