@@ -59,7 +59,7 @@ struct ExtentHeader {
   uint32_t key_len;
   uint32_t value_len;
   uint32_t reserved;
-  uint64_t version;      // the pair's version (compare-and-put)
+  uint64_t version;  // the pair's version (compare-and-put)
 };
 static_assert(sizeof(ExtentHeader) == 32);
 
@@ -127,7 +127,8 @@ inline void LoadWords(void* dst, const void* src, size_t n) {
   auto* d = static_cast<uint8_t*>(dst);
   auto* s = const_cast<uint64_t*>(static_cast<const uint64_t*>(src));
   for (size_t i = 0; i < n / 8; ++i) {
-    uint64_t w = std::atomic_ref<uint64_t>(s[i]).load(std::memory_order_acquire);
+    uint64_t w =
+        std::atomic_ref<uint64_t>(s[i]).load(std::memory_order_acquire);
     std::memcpy(d + 8 * i, &w, 8);
   }
 }

@@ -40,8 +40,8 @@ Result<Lookup> LookupOnce(const Geometry& g, std::string_view key,
       }
       const uint64_t size = SlabAllocator::ClassSize(s.size_class);
       extent.resize(size);
-      REMEM_RETURN_IF_ERROR(read(RefRegion(s.ref), RefOffset(s.ref),
-                                 extent.data(), size));
+      REMEM_RETURN_IF_ERROR(
+          read(RefRegion(s.ref), RefOffset(s.ref), extent.data(), size));
       ++out.reads;
       ExtentHeader h;
       std::memcpy(&h, extent.data(), sizeof(h));

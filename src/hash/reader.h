@@ -29,8 +29,8 @@
 namespace remem::hash {
 
 // Copies `len` bytes at `offset` of `region` into `dst`.
-using ReadFn = std::function<Status(uint16_t region, uint64_t offset,
-                                    void* dst, size_t len)>;
+using ReadFn = std::function<Status(uint16_t region, uint64_t offset, void* dst,
+                                    size_t len)>;
 
 struct Lookup {
   enum Outcome { kFound, kNotFound, kRetry } outcome = kRetry;

@@ -9,7 +9,8 @@ namespace remem::hash {
 namespace {
 
 // Largest pair: 64 KiB key + 16 MiB value + header, so classes reach it.
-constexpr uint64_t kMaxExtent = sizeof(ExtentHeader) + (64u << 10) + (16u << 20);
+constexpr uint64_t kMaxExtent =
+    sizeof(ExtentHeader) + (64u << 10) + (16u << 20);
 
 std::vector<uint64_t> BuildClasses() {
   std::vector<uint64_t> sizes;

@@ -31,13 +31,15 @@ void Table::Publish(uint64_t i, const Bucket& next) {
   Bucket* live = At(i);
   // This thread is the only writer, so it may read its own words plainly.
   const uint64_t v = live->version;
-  std::atomic_ref<uint64_t>(live->version).store(v + 1, std::memory_order_release);
+  std::atomic_ref<uint64_t>(live->version)
+      .store(v + 1, std::memory_order_release);
   Bucket b = next;
   b.version = v + 2;
   b.checksum = BucketChecksum(b);
   StoreWords(live->slots, b.slots, sizeof(b.slots));
   StoreWords(&live->checksum, &b.checksum, sizeof(b.checksum));
-  std::atomic_ref<uint64_t>(live->version).store(v + 2, std::memory_order_release);
+  std::atomic_ref<uint64_t>(live->version)
+      .store(v + 2, std::memory_order_release);
 }
 
 std::optional<Table::Found> Table::Find(std::string_view key,
@@ -250,9 +252,9 @@ Result<Table::Value> Table::Get(std::string_view key) const {
   const uint8_t* e = slab_->At(RefOffset(found->s.ref));
   const auto* h = reinterpret_cast<const ExtentHeader*>(e);
   Value v;
-  v.value.assign(reinterpret_cast<const char*>(e) + sizeof(ExtentHeader) +
-                     h->key_len,
-                 h->value_len);
+  v.value.assign(
+      reinterpret_cast<const char*>(e) + sizeof(ExtentHeader) + h->key_len,
+      h->value_len);
   v.version = h->version;
   return v;
 }

@@ -135,11 +135,14 @@ TEST(HashTable, BehavesLikeAMapUnderRandomOperations) {
 
 TEST(HashTable, BadSizesAreRefused) {
   Store s(64, 1 << 20);
-  EXPECT_EQ(s.table().Put("", "v").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.table().Put(std::string((64 << 10) + 1, 'k'), "v").status().code(),
+  EXPECT_EQ(s.table().Put("", "v").status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.table().Put("k", std::string((16 << 20) + 1, 'v')).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      s.table().Put(std::string((64 << 10) + 1, 'k'), "v").status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      s.table().Put("k", std::string((16 << 20) + 1, 'v')).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(s.table().PutIfAbsent("k", "1").status().code(), StatusCode::kOk);
   EXPECT_EQ(s.table().PutIfAbsent("k", "2").status().code(),
             StatusCode::kAlreadyExists);
@@ -173,7 +176,8 @@ TEST(HashTable, AFullStoreRefusesWritesAndKeepsEveryKey) {
   Store t(4, 64 << 20);
   int n = 0;
   Status st;
-  while ((st = t.table().Put("key" + std::to_string(n), "v").status()).ok()) ++n;
+  while ((st = t.table().Put("key" + std::to_string(n), "v").status()).ok())
+    ++n;
   EXPECT_EQ(st.code(), StatusCode::kOutOfMemory);
   EXPECT_GE(n, 20);  // 4 buckets x 7 slots
   for (int i = 0; i < n; ++i) {
@@ -191,7 +195,8 @@ TEST(HashTable, ReadsPerLookupAtOccupancy) {
   uint64_t inserted = 0;
   for (double target : {0.50, 0.75, 0.90, 0.95}) {
     while (inserted < uint64_t(target * double(slots))) {
-      auto r = s.table().Put("user" + std::to_string(inserted), "0123456789abcdef0123456789abcdef");
+      auto r = s.table().Put("user" + std::to_string(inserted),
+                             "0123456789abcdef0123456789abcdef");
       ASSERT_TRUE(r.ok()) << "at occupancy " << s.table().occupancy() << ": "
                           << r.status().ToString();
       ++inserted;
@@ -199,7 +204,8 @@ TEST(HashTable, ReadsPerLookupAtOccupancy) {
     uint64_t reads_hit = 0, reads_miss = 0;
     const int kProbe = 20000;
     for (int i = 0; i < kProbe; ++i) {
-      Lookup hit = s.Get("user" + std::to_string(uint64_t(i) * 7919 % inserted));
+      Lookup hit =
+          s.Get("user" + std::to_string(uint64_t(i) * 7919 % inserted));
       ASSERT_EQ(hit.outcome, Lookup::kFound);
       reads_hit += uint64_t(hit.reads);
       Lookup miss = s.Get("absent" + std::to_string(i));
@@ -210,7 +216,8 @@ TEST(HashTable, ReadsPerLookupAtOccupancy) {
     const double per_pair =
         (double(s.slab().bytes_in_use()) + double(buckets * kBucketBytes)) /
         double(inserted);
-    const double user = double(("user" + std::to_string(inserted / 2)).size() + 32);
+    const double user =
+        double(("user" + std::to_string(inserted / 2)).size() + 32);
     std::printf(
         "occupancy %.2f: %.3f reads per hit (bucket + extent), %.3f per miss, "
         "%llu cuckoo moves so far; %.1f bytes per pair for ~%.0f bytes of "
@@ -231,7 +238,8 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   using testing::KvOp;
   constexpr int kKeys = 4;
   constexpr int kReaders = 2;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(2);
   auto now_ns = [] {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now().time_since_epoch())
@@ -248,8 +256,8 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   std::thread writer([&] {
     std::mt19937_64 rng(11);
     int filler = 0;
-    for (int w = 0; w < kMaxWrites && std::chrono::steady_clock::now() < deadline;
-         ++w) {
+    for (int w = 0;
+         w < kMaxWrites && std::chrono::steady_clock::now() < deadline; ++w) {
       int k = int(rng() % kKeys);
       std::string key = "hot" + std::to_string(k);
       KvOp op;
@@ -261,7 +269,8 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
       } else {
         op.kind = KvOp::kPut;
         const size_t len = rng() % 3 == 0 ? 1000 + rng() % 5000 : rng() % 40;
-        op.value = std::string(len, char('a' + rng() % 26)) + std::to_string(op.call_ns);
+        op.value = std::string(len, char('a' + rng() % 26)) +
+                   std::to_string(op.call_ns);
         auto v = s.table().Put(key, op.value);
         ASSERT_TRUE(v.ok()) << v.status().ToString();
         op.version = *v;
@@ -304,7 +313,8 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
       }
       std::lock_guard<std::mutex> lock(mu);
       for (int k = 0; k < kKeys; ++k) {
-        history[size_t(k)].insert(history[size_t(k)].end(), mine[size_t(k)].begin(),
+        history[size_t(k)].insert(history[size_t(k)].end(),
+                                  mine[size_t(k)].begin(),
                                   mine[size_t(k)].end());
       }
     });
@@ -314,7 +324,8 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   std::printf("%llu verified reads, %llu retries (%.3f%%), %llu moves\n",
               static_cast<unsigned long long>(reads.load()),
               static_cast<unsigned long long>(retries.load()),
-              100.0 * double(retries.load()) / double(std::max<uint64_t>(reads.load(), 1)),
+              100.0 * double(retries.load()) /
+                  double(std::max<uint64_t>(reads.load(), 1)),
               static_cast<unsigned long long>(s.table().moves()));
   EXPECT_GT(reads.load(), 1000u);
   EXPECT_GT(s.table().moves(), 0u) << "the race should cover cuckoo moves";
