@@ -29,5 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   (void)DecodeStatsReply(in);
+  (void)DecodeHashInfo(in);
+  (void)DecodeHashKey(in);
+  (void)DecodeHashGetReply(in);
+  (void)DecodeHashPutReply(in);
+  auto put = DecodeHashPut(in);
+  if (put.ok() && EncodeHashPut(*put).size() != size) std::abort();
   return 0;
 }

@@ -193,7 +193,7 @@ TEST_F(FabricTest, StatsCountConnectionsAndRpcs) {
   auto before = client_->Stats();
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(before->memory_registered, 64u << 20);
-  EXPECT_EQ(before->regions, 1u);
+  EXPECT_EQ(before->regions, 2u);  // one raw, one hash partition
   EXPECT_EQ(before->connections_current, 1u);
   EXPECT_EQ(before->incarnation, client_->server_incarnation());
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(client_->Ping().ok());

@@ -1,11 +1,13 @@
 // remem: the command-line client. See `remem --help` and README.md.
 //
 // Exit codes: 0 success; 1 the operation failed (server unreachable,
-// timeout, server error); 2 bad command line; 3 authentication refused.
+// timeout, server error); 2 bad command line; 3 authentication refused;
+// 4 key not found; 5 compare-and-put conflict or key already exists.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 
 #include "remem/client.h"
 #include "util/log.h"
@@ -16,6 +18,11 @@ using namespace remem;
 
 int ExitCodeFor(const Status& st) {
   if (st.code() == StatusCode::kPermissionDenied) return 3;
+  if (st.code() == StatusCode::kNotFound) return 4;
+  if (st.code() == StatusCode::kConflict ||
+      st.code() == StatusCode::kAlreadyExists) {
+    return 5;
+  }
   if (st.code() == StatusCode::kInvalidArgument) return 2;
   return 1;
 }
@@ -58,6 +65,28 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   auto* stats = app.add_subcommand("stats", "server counters");
+  std::string read_path = "auto";
+  app.add_option("--read-path", read_path,
+                 "onesided | rpc | auto: how get reads the hash store")
+      ->capture_default_str();
+  std::string key, value;
+  auto* get = app.add_subcommand(
+      "get", "print KEY's value (raw bytes) to standard output");
+  get->add_option("key", key, "key")->required();
+  bool show_version = false;
+  get->add_flag("--version-to-stderr", show_version,
+                "also print the value's version on standard error");
+  auto* put = app.add_subcommand(
+      "put", "set KEY to VALUE ('-' reads the value from standard input)");
+  put->add_option("key", key, "key")->required();
+  put->add_option("value", value, "value, or - for standard input")->required();
+  bool if_absent = false;
+  int64_t if_version = -1;
+  put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
+  put->add_option("--if-version", if_version,
+                  "only replace this version; exit 5 if it changed");
+  auto* del = app.add_subcommand("del", "delete KEY (exit 4 if absent)");
+  del->add_option("key", key, "key")->required();
 
   try {
     app.parse(argc, argv);
@@ -70,6 +99,9 @@ int main(int argc, char** argv) {
   auto t = ParseTransport(transport);
   if (!t.ok()) return Fail(t.status());
   opts.transport = *t;
+  auto rp = ParseReadPath(read_path);
+  if (!rp.ok()) return Fail(rp.status());
+  opts.read_path = *rp;
   opts.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   if (!auth_file.empty()) {
@@ -106,6 +138,39 @@ int main(int argc, char** argv) {
       std::printf("rtt min/avg/max = %.2f/%.2f/%.2f us over %d ping%s\n", min,
                   sum / count, max, count, count == 1 ? "" : "s");
     }
+    return 0;
+  }
+  if (get->parsed()) {
+    auto r = c.Get(key);
+    if (!r.ok()) return Fail(r.status());
+    std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+    if (show_version) {
+      std::fprintf(stderr, "version %llu\n",
+                   static_cast<unsigned long long>(r->version));
+    }
+    return 0;
+  }
+  if (put->parsed()) {
+    if (value == "-") {
+      value.assign(std::istreambuf_iterator<char>(std::cin),
+                   std::istreambuf_iterator<char>());
+    }
+    Result<uint64_t> r = if_absent ? c.PutIfAbsent(key, value)
+                         : if_version >= 0
+                             ? c.CompareAndPut(key, value, uint64_t(if_version))
+                             : c.Put(key, value);
+    if (!r.ok()) return Fail(r.status());
+    if (json) {
+      std::printf("{\"version\":%llu}\n", static_cast<unsigned long long>(*r));
+    } else {
+      std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
+    }
+    return 0;
+  }
+  if (del->parsed()) {
+    Status st = c.Delete(key);
+    if (!st.ok()) return Fail(st);
+    std::printf("OK\n");
     return 0;
   }
   if (stats->parsed()) {

@@ -43,6 +43,11 @@ int main(int argc, char** argv) {
                  "bytes of registered memory to export, e.g. 512M, 4G "
                  "(default: a quarter of physical memory)")
       ->capture_default_str();
+  std::string hash_memory = "half";
+  app.add_option("--hash-memory", hash_memory,
+                 "of --memory, bytes for the hash store (one partition per "
+                 "thread); the rest is raw regions")
+      ->capture_default_str();
   app.add_option("--region-size", region_size,
                  "memory is exported as regions of at most this size")
       ->capture_default_str();
@@ -87,6 +92,11 @@ int main(int argc, char** argv) {
     auto m = ParseSize(memory);
     if (!m.ok()) return Fail("--memory: " + m.status().message(), 2);
     cfg.memory = *m;
+  }
+  if (hash_memory != "half") {
+    auto h = ParseSize(hash_memory);
+    if (!h.ok()) return Fail("--hash-memory: " + h.status().message(), 2);
+    cfg.hash_memory = *h;
   }
   auto rs = ParseSize(region_size);
   if (!rs.ok()) return Fail("--region-size: " + rs.status().message(), 2);

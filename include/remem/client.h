@@ -19,9 +19,9 @@
 //     may be in flight; buffers passed to an async call must stay valid until
 //     its callback runs.
 //
-// Raw remote memory: the regions listed by regions() are the server's
-// memory as exported. Until the data models that carve them up exist, they
-// are free for the application to use (RStore-style raw remote memory).
+// Raw remote memory: regions() lists the server's raw regions, free for
+// the application (RStore-style raw remote memory). The hash store's
+// regions are not listed there; raw access to them is refused.
 //
 // Failure: if the server stops or the connection breaks, every outstanding
 // and later operation completes with Unavailable (never a hang). Each RPC
@@ -97,6 +97,36 @@ class Client {
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
+
+  // --- hash key-value store (synchronous). Keys are 1 byte .. 64 KiB and
+  // values 0 .. 16 MiB; beyond that InvalidArgument. A full store answers
+  // OutOfMemory and keeps every existing key. Versions are unique per
+  // server partition and increase with every write.
+  struct Value {
+    std::string value;
+    uint64_t version = 0;
+  };
+  // NotFound if absent. Uses ClientOptions::read_path.
+  Result<Value> Get(std::string_view key);
+  // Insert or replace; returns the new version.
+  Result<uint64_t> Put(std::string_view key, std::string_view value);
+  // AlreadyExists if present.
+  Result<uint64_t> PutIfAbsent(std::string_view key, std::string_view value);
+  // Replace only if the current version is `expected`: Conflict if not,
+  // NotFound if absent.
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected);
+  // NotFound if absent.
+  Status Delete(std::string_view key);
+
+  struct ReadStats {
+    uint64_t onesided_gets = 0;  // answered by one-sided reads
+    uint64_t rpc_gets = 0;       // answered by the server
+    uint64_t retries = 0;        // one-sided attempts that failed to verify
+    uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
+    uint64_t reads = 0;          // one-sided reads issued by gets
+  };
+  const ReadStats& read_stats() const;
 
   // --- server calls (synchronous)
   Result<PingResult> Ping();

@@ -32,6 +32,16 @@ enum class Transport { kAuto, kShm, kTcp };
 std::string_view TransportName(Transport t);
 Result<Transport> ParseTransport(std::string_view name);
 
+// How a client reads the hash store.
+//   kOneSided: copy buckets and extents out of the server's memory and
+//              verify them (no server CPU on shared memory); after repeated
+//              verification failures a get falls back to kRpc.
+//   kRpc:      ask the server (Pilaf-VO, the control).
+//   kAuto:     choose per get from measured latencies (Cell's selector).
+enum class ReadPath { kAuto, kOneSided, kRpc };
+std::string_view ReadPathName(ReadPath p);
+Result<ReadPath> ParseReadPath(std::string_view name);
+
 struct ClientOptions {
   // "host:port" of a remem-server listener.
   std::string server = "127.0.0.1:7400";
@@ -41,6 +51,7 @@ struct ClientOptions {
   std::string secret;
   // Deadline for connecting and for each synchronous call.
   std::chrono::milliseconds timeout{10000};
+  ReadPath read_path = ReadPath::kAuto;
 };
 
 // Reads a shared secret from `path`: the file's bytes with one trailing

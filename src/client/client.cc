@@ -1,12 +1,18 @@
 #include "remem/client.h"
 
-#include <unordered_map>
+#include <xxhash.h>
 
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "client/path_selector.h"
 #include "fabric/context.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
 #include "fabric/rpc_client.h"
 #include "fabric/worker.h"
+#include "hash/reader.h"
 #include "proto/codec.h"
 
 namespace remem {
@@ -26,6 +32,27 @@ struct Client::Impl {
   bool local_reads = false;
   size_t in_flight = 0;
   Status first_error;
+  // Hash store.
+  proto::HashInfo hash;
+  std::vector<hash::Geometry> partitions;
+  std::unordered_set<uint32_t> hash_regions;
+  std::unique_ptr<client::PathSelector> selector;
+  ReadStats read_stats;
+
+  Result<Value> HashGetOneSided(const hash::Geometry& g, std::string_view key,
+                                bool* gave_up);
+  Result<Value> HashGetRpc(std::string_view key);
+  Result<uint64_t> HashPut(std::string_view key, std::string_view value,
+                           proto::PutMode mode, uint64_t expected);
+  Status CheckKey(std::string_view key) const {
+    if (key.empty()) return Status::InvalidArgument("empty key");
+    if (key.size() > hash.max_key) {
+      return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(hash.max_key));
+    }
+    return Status::OK();
+  }
 
   ~Impl() {
     // Keys before the endpoint, calls before the worker.
@@ -39,6 +66,11 @@ struct Client::Impl {
 
   Result<const fabric::RemoteRegion*> Locate(RemoteAddress a, uint64_t len) {
     auto it = remote.find(a.region);
+    if (hash_regions.count(a.region)) {
+      return Status::InvalidArgument("region " + std::to_string(a.region) +
+                                     " holds the hash store; raw access to it "
+                                     "is refused");
+    }
     if (it == remote.end()) {
       return Status::InvalidArgument("no region " + std::to_string(a.region) +
                                      " on this server");
@@ -114,9 +146,34 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     auto region = fabric::RemoteRegion::Unpack(impl->ep->handle(), r.region_id,
                                                r.base, r.length, r.rkey);
     if (!region.ok()) return region.status();
-    impl->regions.push_back({r.region_id, r.length});
     impl->remote.emplace(r.region_id, std::move(*region));
   }
+  auto hash_reply =
+      impl->rpc->CallSync(proto::Opcode::kHashInfo, {}, impl->Deadline());
+  if (!hash_reply.ok()) return hash_reply.status().WithContext("hash info");
+  auto hash_info = proto::DecodeHashInfo(*hash_reply);
+  if (!hash_info.ok()) return hash_info.status().WithContext("hash info");
+  impl->hash = std::move(*hash_info);
+  for (const proto::HashPartition& p : impl->hash.partitions) {
+    if (!impl->remote.count(p.region)) {
+      return Status::ProtocolError("hash partition in unknown region " +
+                                   std::to_string(p.region));
+    }
+    impl->hash_regions.insert(p.region);
+    impl->partitions.push_back(
+        {uint16_t(p.region), p.buckets_offset, p.num_buckets, p.seed});
+  }
+  for (const auto& r : info->regions) {
+    if (!impl->hash_regions.count(r.region_id)) {
+      impl->regions.push_back({r.region_id, r.length});
+    }
+  }
+  client::PathSelectorOptions so;
+  so.mode = options.read_path == ReadPath::kOneSided
+                ? client::ReadPathMode::kOneSided
+            : options.read_path == ReadPath::kRpc ? client::ReadPathMode::kRpc
+                                                  : client::ReadPathMode::kAuto;
+  impl->selector = std::make_unique<client::PathSelector>(so);
   impl->transport = impl->ep->TransportDescription();
   impl->local_reads = !impl->remote.empty() &&
                       impl->remote.begin()->second->mapped() != nullptr;
@@ -127,6 +184,127 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
         "); is it on another host?");
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+// --- hash store
+
+namespace {
+// Verification failures before a one-sided get gives up and asks the
+// server. Each failure means the server was writing that bucket or extent
+// at that moment; a few in a row mean a hot key, where the server's answer
+// is the cheaper one.
+constexpr int kMaxOneSidedAttempts = 16;
+}  // namespace
+
+Result<Client::Value> Client::Impl::HashGetOneSided(const hash::Geometry& g,
+                                                    std::string_view key,
+                                                    bool* gave_up) {
+  hash::ReadFn read = [this](uint16_t region, uint64_t offset, void* dst,
+                             size_t len) -> Status {
+    auto it = remote.find(region);
+    if (it == remote.end()) return Status::ProtocolError("unknown region");
+    REMEM_RETURN_IF_ERROR(it->second->Check(offset, len));
+    return ep->GetSync(dst, len, *it->second, offset, options.timeout);
+  };
+  for (int attempt = 0; attempt < kMaxOneSidedAttempts; ++attempt) {
+    auto r = hash::LookupOnce(g, key, read);
+    if (!r.ok()) return r.status();
+    read_stats.reads += uint64_t(r->reads);
+    if (r->outcome == hash::Lookup::kFound) {
+      return Value{std::move(r->value), r->version};
+    }
+    if (r->outcome == hash::Lookup::kNotFound) {
+      return Status::NotFound("key not found");
+    }
+    ++read_stats.retries;
+    // Back off: spin briefly, then yield, so the writer can finish.
+    if (attempt >= 4) std::this_thread::yield();
+  }
+  *gave_up = true;
+  return Status::Busy("one-sided get did not verify");
+}
+
+Result<Client::Value> Client::Impl::HashGetRpc(std::string_view key) {
+  auto r = rpc->CallSync(proto::Opcode::kHashGet, proto::EncodeHashKey(key),
+                         Deadline());
+  if (!r.ok()) return r.status();
+  auto v = proto::DecodeHashGetReply(*r);
+  if (!v.ok()) return v.status();
+  return Value{std::move(v->value), v->version};
+}
+
+Result<uint64_t> Client::Impl::HashPut(std::string_view key,
+                                       std::string_view value,
+                                       proto::PutMode mode, uint64_t expected) {
+  REMEM_RETURN_IF_ERROR(CheckKey(key));
+  if (value.size() > hash.max_value) {
+    return Status::InvalidArgument("value of " + std::to_string(value.size()) +
+                                   " bytes exceeds the limit of " +
+                                   std::to_string(hash.max_value));
+  }
+  auto r = rpc->CallSync(proto::Opcode::kHashPut,
+                         proto::EncodeHashPut({key, value, mode, expected}),
+                         Deadline());
+  if (!r.ok()) return r.status();
+  return proto::DecodeHashPutReply(*r);
+}
+
+Result<Client::Value> Client::Get(std::string_view key) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  const auto& parts = impl_->partitions;
+  const hash::Geometry& g =
+      parts[XXH3_64bits_withSeed(key.data(), key.size(),
+                                 impl_->hash.partition_seed) %
+            parts.size()];
+  auto start = Clock::now();
+  client::ReadPath path = impl_->selector->Choose(start);
+  if (path == client::ReadPath::kOneSided) {
+    bool gave_up = false;
+    auto r = impl_->HashGetOneSided(g, key, &gave_up);
+    if (!gave_up) {
+      auto end = Clock::now();
+      impl_->selector->Record(
+          path, std::chrono::duration<double, std::micro>(end - start).count(),
+          end);
+      ++impl_->read_stats.onesided_gets;
+      return r;
+    }
+    ++impl_->read_stats.fallbacks;
+  }
+  auto r = impl_->HashGetRpc(key);
+  auto end = Clock::now();
+  impl_->selector->Record(
+      path, std::chrono::duration<double, std::micro>(end - start).count(),
+      end);
+  ++impl_->read_stats.rpc_gets;
+  return r;
+}
+
+Result<uint64_t> Client::Put(std::string_view key, std::string_view value) {
+  return impl_->HashPut(key, value, proto::PutMode::kUpsert, 0);
+}
+
+Result<uint64_t> Client::PutIfAbsent(std::string_view key,
+                                     std::string_view value) {
+  return impl_->HashPut(key, value, proto::PutMode::kIfAbsent, 0);
+}
+
+Result<uint64_t> Client::CompareAndPut(std::string_view key,
+                                       std::string_view value,
+                                       uint64_t expected) {
+  return impl_->HashPut(key, value, proto::PutMode::kIfVersion, expected);
+}
+
+Status Client::Delete(std::string_view key) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  return impl_->rpc
+      ->CallSync(proto::Opcode::kHashDelete, proto::EncodeHashKey(key),
+                 impl_->Deadline())
+      .status();
+}
+
+const Client::ReadStats& Client::read_stats() const {
+  return impl_->read_stats;
 }
 
 Result<PingResult> Client::Ping() {

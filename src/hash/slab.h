@@ -1,8 +1,10 @@
 // hash::SlabAllocator: extents for key-value pairs, carved from one arena
 // of a registered region. Size classes are multiples of 64 bytes growing by
 // ~1.25x (64 B .. just over 16 MiB + 64 KiB, enough for the largest pair);
-// each class takes whole pages (1 MiB, or one extent if larger) from the
-// arena and keeps a free list.
+// each class takes whole pages (64 KiB, or one extent if larger) from the
+// arena and keeps a free list. Freed extents are reused by pairs of the same
+// class only: pages are not merged or moved between classes (KV-Direct's
+// lazy merging is not implemented).
 //
 // Extents are type-stable: a page never changes class, so an extent header
 // is always at the same place, and Free() bumps the header's incarnation.
@@ -33,7 +35,7 @@ class SlabAllocator {
   // The arena is [base, base + length); `region_offset` is where base lies
   // in its region (offsets handed out are region offsets).
   SlabAllocator(uint8_t* base, uint64_t length, uint64_t region_offset,
-                uint64_t page_size = 1 << 20);
+                uint64_t page_size = 64 << 10);
 
   static int NumClasses();
   static uint64_t ClassSize(int size_class);

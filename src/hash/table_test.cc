@@ -150,8 +150,8 @@ TEST(HashTable, BadSizesAreRefused) {
 }
 
 TEST(HashTable, AFullStoreRefusesWritesAndKeepsEveryKey) {
-  // Extents run out before buckets do.
-  Store s(1 << 8, 1 << 20);
+  // Extents run out before buckets do (28 K slots, room for ~4 K extents).
+  Store s(1 << 12, 1 << 20);
   std::map<std::string, std::string> stored;
   Status last;
   for (int i = 0; i < 100000; ++i) {

@@ -191,4 +191,126 @@ Result<StatsReply> DecodeStatsReply(std::string_view payload) {
   return s;
 }
 
+std::string EncodeHashInfo(const HashInfo& info) {
+  HashInfoReply r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.num_partitions = static_cast<uint32_t>(info.partitions.size());
+  r.max_key = info.max_key;
+  r.max_value = info.max_value;
+  r.partition_seed = info.partition_seed;
+  std::string out;
+  Append(&out, r);
+  for (const HashPartition& p : info.partitions) Append(&out, p);
+  return out;
+}
+
+Result<HashInfo> DecodeHashInfo(std::string_view payload) {
+  Reader rd(payload);
+  HashInfoReply r;
+  if (!rd.Read(&r)) return Bad("hash info truncated");
+  if (r.magic != kWireMagic || r.version != kWireVersion) {
+    return Bad("bad magic or version in hash info");
+  }
+  if (r.num_partitions == 0 || r.num_partitions > kMaxRegions) {
+    return Bad("hash info: partition count out of range");
+  }
+  HashInfo info;
+  info.max_key = r.max_key;
+  info.max_value = r.max_value;
+  info.partition_seed = r.partition_seed;
+  for (uint32_t i = 0; i < r.num_partitions; ++i) {
+    HashPartition p;
+    if (!rd.Read(&p)) return Bad("hash partition truncated");
+    if (p.num_buckets < 2 || (p.num_buckets & (p.num_buckets - 1)) != 0 ||
+        p.num_buckets > (1ull << 40)) {
+      return Bad("hash partition: bucket count is not a power of two");
+    }
+    info.partitions.push_back(p);
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after hash info");
+  return info;
+}
+
+std::string EncodeHashKey(std::string_view key) {
+  HashKeyRequest r{};
+  r.key_len = static_cast<uint32_t>(key.size());
+  std::string out;
+  Append(&out, r);
+  out += key;
+  return out;
+}
+
+Result<std::string_view> DecodeHashKey(std::string_view payload) {
+  Reader rd(payload);
+  HashKeyRequest r;
+  if (!rd.Read(&r)) return Bad("hash key request truncated");
+  if (rd.remaining() != r.key_len) return Bad("hash key length mismatch");
+  return payload.substr(sizeof(r));
+}
+
+std::string EncodeHashPut(const HashPut& put) {
+  HashPutRequest r{};
+  r.key_len = static_cast<uint32_t>(put.key.size());
+  r.value_len = static_cast<uint32_t>(put.value.size());
+  r.mode = static_cast<uint8_t>(put.mode);
+  r.expected_version = put.expected_version;
+  std::string out;
+  out.reserve(sizeof(r) + put.key.size() + put.value.size());
+  Append(&out, r);
+  out += put.key;
+  out += put.value;
+  return out;
+}
+
+Result<HashPut> DecodeHashPut(std::string_view payload) {
+  Reader rd(payload);
+  HashPutRequest r;
+  if (!rd.Read(&r)) return Bad("hash put request truncated");
+  if (r.mode > static_cast<uint8_t>(PutMode::kIfVersion)) {
+    return Bad("hash put: unknown mode");
+  }
+  if (uint64_t{r.key_len} + r.value_len != rd.remaining()) {
+    return Bad("hash put: lengths do not match the payload");
+  }
+  HashPut put;
+  put.key = payload.substr(sizeof(r), r.key_len);
+  put.value = payload.substr(sizeof(r) + r.key_len, r.value_len);
+  put.mode = static_cast<PutMode>(r.mode);
+  put.expected_version = r.expected_version;
+  return put;
+}
+
+std::string EncodeHashGetReply(uint64_t version, std::string_view value) {
+  HashGetReply r{};
+  r.version = version;
+  r.value_len = static_cast<uint32_t>(value.size());
+  std::string out;
+  out.reserve(sizeof(r) + value.size());
+  Append(&out, r);
+  out += value;
+  return out;
+}
+
+Result<HashValue> DecodeHashGetReply(std::string_view payload) {
+  Reader rd(payload);
+  HashGetReply r;
+  if (!rd.Read(&r)) return Bad("hash get reply truncated");
+  if (rd.remaining() != r.value_len) return Bad("hash get reply length");
+  return HashValue{r.version, std::string(payload.substr(sizeof(r)))};
+}
+
+std::string EncodeHashPutReply(uint64_t version) {
+  std::string out;
+  Append(&out, HashPutReply{version});
+  return out;
+}
+
+Result<uint64_t> DecodeHashPutReply(std::string_view payload) {
+  if (payload.size() != sizeof(HashPutReply)) return Bad("hash put reply size");
+  HashPutReply r;
+  std::memcpy(&r, payload.data(), sizeof(r));
+  return r.version;
+}
+
 }  // namespace remem::proto

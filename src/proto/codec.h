@@ -53,6 +53,39 @@ Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload);
 std::string EncodeStatsReply(const StatsReply& stats);
 Result<StatsReply> DecodeStatsReply(std::string_view payload);
 
+// --- hash store
+struct HashInfo {
+  uint32_t max_key = 0;
+  uint32_t max_value = 0;
+  uint64_t partition_seed = 0;
+  std::vector<HashPartition> partitions;
+};
+std::string EncodeHashInfo(const HashInfo& info);
+Result<HashInfo> DecodeHashInfo(std::string_view payload);
+
+std::string EncodeHashKey(std::string_view key);
+Result<std::string_view> DecodeHashKey(std::string_view payload);
+
+struct HashPut {
+  std::string_view key;
+  std::string_view value;
+  PutMode mode = PutMode::kUpsert;
+  uint64_t expected_version = 0;
+};
+std::string EncodeHashPut(const HashPut& put);
+// The views point into `payload`.
+Result<HashPut> DecodeHashPut(std::string_view payload);
+
+std::string EncodeHashGetReply(uint64_t version, std::string_view value);
+struct HashValue {
+  uint64_t version = 0;
+  std::string value;
+};
+Result<HashValue> DecodeHashGetReply(std::string_view payload);
+
+std::string EncodeHashPutReply(uint64_t version);
+Result<uint64_t> DecodeHashPutReply(std::string_view payload);
+
 }  // namespace remem::proto
 
 #endif  // REMEM_PROTO_CODEC_H_

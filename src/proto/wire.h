@@ -38,16 +38,20 @@ inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
 inline constexpr uint32_t kMaxRegions = 4096;
 
 enum class Opcode : uint16_t {
-  kHello = 1,    // authenticate; reply carries exported regions + rkeys
-  kPing = 2,     // empty request, empty reply
-  kStats = 3,    // empty request, StatsReply
-  kEcho = 4,     // reply payload = request payload (tests, benchmarks)
-  kRegions = 5,  // re-list the exported regions (same reply as Hello)
-  kError = 6,    // replies only: answer to a request too malformed to name
-                 // its opcode
+  kHello = 1,        // authenticate; reply carries exported regions + rkeys
+  kPing = 2,         // empty request, empty reply
+  kStats = 3,        // empty request, StatsReply
+  kEcho = 4,         // reply payload = request payload (tests, benchmarks)
+  kRegions = 5,      // re-list the exported regions (same reply as Hello)
+  kError = 6,        // replies only: answer to a request too malformed to name
+                     // its opcode
+  kHashInfo = 7,     // empty request; HashInfoReply (+ partitions)
+  kHashGet = 8,      // HashKeyRequest + key; HashGetReply + value
+  kHashPut = 9,      // HashPutRequest + key + value; HashPutReply
+  kHashDelete = 10,  // HashKeyRequest + key; empty reply
 };
 
-inline constexpr uint16_t kMaxOpcode = 6;
+inline constexpr uint16_t kMaxOpcode = 10;
 
 // Flags in RpcHeader::flags.
 inline constexpr uint16_t kFlagReply = 1u << 0;
@@ -117,6 +121,59 @@ struct StatsReply {
   uint64_t reserved2[4];
 };
 static_assert(sizeof(StatsReply) == 8 + 12 * 8 + 32);
+
+// --- hash store
+
+struct HashInfoReply {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint32_t num_partitions;  // <= kMaxRegions
+  uint32_t max_key;         // bytes
+  uint32_t max_value;       // bytes
+  uint32_t reserved2;
+  uint64_t partition_seed;  // partition = xxh3(key, seed) % num_partitions
+};
+static_assert(sizeof(HashInfoReply) == 32);
+
+// One per partition, after HashInfoReply.
+struct HashPartition {
+  uint32_t region;  // region holding the buckets and extents
+  uint32_t reserved;
+  uint64_t buckets_offset;
+  uint64_t num_buckets;  // a power of two
+  uint64_t seed;         // key hash seed of the partition's table
+};
+static_assert(sizeof(HashPartition) == 32);
+
+struct HashKeyRequest {
+  uint32_t key_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(HashKeyRequest) == 8);
+
+enum class PutMode : uint8_t { kUpsert = 0, kIfAbsent = 1, kIfVersion = 2 };
+
+struct HashPutRequest {
+  uint32_t key_len;
+  uint32_t value_len;
+  uint8_t mode;  // PutMode
+  uint8_t reserved[7];
+  uint64_t expected_version;  // kIfVersion
+};
+static_assert(sizeof(HashPutRequest) == 24);
+
+struct HashGetReply {
+  uint64_t version;
+  uint32_t value_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(HashGetReply) == 16);
+
+struct HashPutReply {
+  uint64_t version;
+};
+static_assert(sizeof(HashPutReply) == 8);
 
 }  // namespace remem::proto
 

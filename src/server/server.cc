@@ -15,8 +15,11 @@
 #include "fabric/listener.h"
 #include "fabric/memory_region.h"
 #include "fabric/worker.h"
+#include "hash/slab.h"
+#include "hash/table.h"
 #include "proto/codec.h"
 #include "util/log.h"
+#include "xxhash.h"
 
 namespace remem::server {
 
@@ -76,9 +79,20 @@ struct Server::Impl {
     std::thread thread;
   };
 
+  // A hash store partition: its own region, allocator and table, written
+  // only by the thread of the same index.
+  struct Partition {
+    fabric::LocalRegion* region = nullptr;
+    std::unique_ptr<hash::SlabAllocator> slab;
+    std::unique_ptr<hash::Table> table;
+  };
+
   ServerConfig config;
   std::shared_ptr<fabric::Context> ctx;
   std::vector<std::unique_ptr<fabric::LocalRegion>> regions;
+  std::vector<Partition> partitions;
+  std::string hash_info;  // encoded once
+  uint64_t partition_seed = 0;
   std::vector<std::unique_ptr<Thread>> threads;
   std::unique_ptr<fabric::Listener> listener;
   std::string address;
@@ -100,6 +114,9 @@ struct Server::Impl {
              std::string payload);
   void HandleHello(Thread* t, Connection& c, uint64_t id,
                    std::string_view payload);
+  Status InitHash(uint32_t first_region_id);
+  void HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
+                  std::string payload);
   proto::StatsReply Snapshot() const;
 };
 
@@ -130,7 +147,16 @@ Status Server::Impl::Init() {
   if (!ctx_or.ok()) return ctx_or.status();
   ctx = *ctx_or;
 
-  uint64_t left = config.memory;
+  if (config.hash_memory == 0) config.hash_memory = config.memory / 2;
+  if (config.hash_memory >= config.memory) {
+    return Status::InvalidArgument("--hash-memory must be less than --memory");
+  }
+  if (config.hash_memory / uint64_t(config.threads) < (2ull << 20)) {
+    return Status::InvalidArgument(
+        "the hash store needs at least 2 MiB per server thread "
+        "(--hash-memory)");
+  }
+  uint64_t left = config.memory - config.hash_memory;
   uint32_t id = 1;
   while (left > 0) {
     uint64_t len = std::min(left, config.region_size);
@@ -143,6 +169,7 @@ Status Server::Impl::Init() {
     regions.push_back(std::move(*r));
     left -= len;
   }
+  REMEM_RETURN_IF_ERROR(InitHash(id));
   proto::HelloReplyInfo info;
   info.incarnation = incarnation;
   info.max_payload = proto::kMaxRpcPayload;
@@ -185,6 +212,113 @@ Status Server::Impl::Init() {
     t->thread = std::thread([this, raw] { RunThread(raw); });
   }
   return Status::OK();
+}
+
+Status Server::Impl::InitHash(uint32_t first_region_id) {
+  std::random_device rd;
+  partition_seed = (uint64_t{rd()} << 32) | rd();
+  const uint64_t per = (config.hash_memory / uint64_t(config.threads)) &
+                       ~uint64_t{hash::kExtentAlign - 1};
+  proto::HashInfo info;
+  hash::Limits limits;
+  info.max_key = limits.max_key;
+  info.max_value = limits.max_value;
+  info.partition_seed = partition_seed;
+  for (int i = 0; i < config.threads; ++i) {
+    const uint32_t rid = first_region_id + uint32_t(i);
+    if (rid > 0xffff) return Status::InvalidArgument("too many regions");
+    auto r = fabric::LocalRegion::Allocate(ctx, rid, per);
+    if (!r.ok()) {
+      return Status::OutOfMemory("cannot allocate the hash store: " +
+                                 r.status().message());
+    }
+    // An eighth of the partition for buckets (a power of two of them), the
+    // rest for extents. Growth is not implemented yet: this is the table.
+    uint64_t buckets = 2;
+    while (buckets * 2 * hash::kBucketBytes <= per / 8) buckets *= 2;
+    const uint64_t arena = buckets * hash::kBucketBytes;
+    Partition p;
+    p.region = r->get();
+    p.slab = std::make_unique<hash::SlabAllocator>(p.region->base() + arena,
+                                                   per - arena, arena);
+    hash::Geometry g{uint16_t(rid), 0, buckets, (uint64_t{rd()} << 32) | rd()};
+    p.table = std::make_unique<hash::Table>(p.region->base(), g, p.slab.get(),
+                                            limits);
+    info.partitions.push_back(
+        {rid, 0, g.buckets_offset, g.num_buckets, g.seed});
+    regions.push_back(std::move(*r));
+    partitions.push_back(std::move(p));
+  }
+  hash_info = proto::EncodeHashInfo(info);
+  return Status::OK();
+}
+
+void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
+                              std::string payload) {
+  std::string_view key;
+  if (op == Opcode::kHashPut) {
+    auto put = proto::DecodeHashPut(payload);
+    if (!put.ok()) return Reply(t, c, op, id, put.status(), {});
+    key = put->key;
+  } else {
+    auto k = proto::DecodeHashKey(payload);
+    if (!k.ok()) return Reply(t, c, op, id, k.status(), {});
+    key = *k;
+  }
+  if (key.empty()) {
+    return Reply(t, c, op, id, Status::InvalidArgument("empty key"), {});
+  }
+  const size_t p =
+      XXH3_64bits_withSeed(key.data(), key.size(), partition_seed) %
+      partitions.size();
+  // Runs on the partition's owner; the payload travels with it.
+  auto work = [this, p, op, payload = std::move(payload)]() {
+    hash::Table& table = *partitions[p].table;
+    std::pair<Status, std::string> out;
+    if (op == Opcode::kHashGet) {
+      auto v = table.Get(*proto::DecodeHashKey(payload));
+      if (v.ok()) {
+        out.second = proto::EncodeHashGetReply(v->version, v->value);
+      } else {
+        out.first = v.status();
+      }
+    } else if (op == Opcode::kHashDelete) {
+      out.first = table.Delete(*proto::DecodeHashKey(payload));
+    } else {
+      auto put = *proto::DecodeHashPut(payload);
+      Result<uint64_t> v =
+          put.mode == proto::PutMode::kIfAbsent
+              ? table.PutIfAbsent(put.key, put.value)
+          : put.mode == proto::PutMode::kIfVersion
+              ? table.CompareAndPut(put.key, put.value, put.expected_version)
+              : table.Put(put.key, put.value);
+      if (v.ok()) {
+        out.second = proto::EncodeHashPutReply(*v);
+      } else {
+        out.first = v.status();
+      }
+    }
+    return out;
+  };
+  if (threads[p].get() == t) {
+    auto [st, out] = work();
+    return Reply(t, c, op, id, std::move(st), std::move(out));
+  }
+  // Another thread owns the partition: run there, answer from here (the
+  // connection's endpoint belongs to this thread). The connection may be
+  // gone by then; its id tells a reused endpoint handle apart.
+  const ucp_ep_h h = c.ep->handle();
+  const uint64_t conn_id = c.id;
+  threads[p]->worker->Post(
+      [this, t, h, conn_id, op, id, work = std::move(work)]() mutable {
+        auto result = std::make_shared<std::pair<Status, std::string>>(work());
+        t->worker->Post([this, t, h, conn_id, op, id, result] {
+          auto it = t->conns.find(h);
+          if (it == t->conns.end() || it->second->id != conn_id) return;
+          Reply(t, *it->second, op, id, std::move(result->first),
+                std::move(result->second));
+        });
+      });
 }
 
 void Server::Impl::RunThread(Thread* t) {
@@ -314,6 +448,12 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
                    proto::EncodeStatsReply(Snapshot()));
     case Opcode::kRegions:
       return Reply(t, c, op, id, Status::OK(), hello_reply);
+    case Opcode::kHashInfo:
+      return Reply(t, c, op, id, Status::OK(), hash_info);
+    case Opcode::kHashGet:
+    case Opcode::kHashPut:
+    case Opcode::kHashDelete:
+      return HandleHash(t, c, op, id, std::move(m.data));
     case Opcode::kHello:
     case Opcode::kError:
       break;

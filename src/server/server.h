@@ -30,6 +30,9 @@ namespace remem::server {
 struct ServerConfig {
   std::string listen = "127.0.0.1:7400";
   uint64_t memory = 0;  // bytes to export; 0 = DefaultMemory()
+  // Of `memory`, bytes for the hash store (split into one partition per
+  // thread); the rest is raw regions. 0 = half.
+  uint64_t hash_memory = 0;
   uint64_t region_size = 1ull << 30;
   int threads = 1;
   Transport transport = Transport::kAuto;

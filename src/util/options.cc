@@ -29,6 +29,26 @@ Result<Transport> ParseTransport(std::string_view name) {
                                  "' (expected auto, shm or tcp)");
 }
 
+std::string_view ReadPathName(ReadPath p) {
+  switch (p) {
+    case ReadPath::kAuto:
+      return "auto";
+    case ReadPath::kOneSided:
+      return "onesided";
+    case ReadPath::kRpc:
+      return "rpc";
+  }
+  return "?";
+}
+
+Result<ReadPath> ParseReadPath(std::string_view name) {
+  if (name == "auto") return ReadPath::kAuto;
+  if (name == "onesided" || name == "one-sided") return ReadPath::kOneSided;
+  if (name == "rpc") return ReadPath::kRpc;
+  return Status::InvalidArgument("unknown read path '" + std::string(name) +
+                                 "' (expected onesided, rpc or auto)");
+}
+
 Result<std::string> ReadSecretFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {

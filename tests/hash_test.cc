@@ -1,0 +1,285 @@
+// The hash store end to end: remem-server in its own process (two threads,
+// so writes are forwarded between partitions), clients in this one, over
+// the transport of REMEM_TEST_TRANSPORT.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "linearizability.h"
+#include "remem/client.h"
+#include "test_util.h"
+
+namespace remem {
+namespace {
+
+using testing::StartServer;
+using testing::TestTransport;
+
+uint64_t NowNs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+std::unique_ptr<Client> Connect(const std::string& address, ReadPath path) {
+  ClientOptions o;
+  o.server = address;
+  o.transport = TestTransport();
+  o.read_path = path;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+class HashTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer({"--threads", "2"}, "64M");
+    ASSERT_NE(server_.process, nullptr);
+  }
+  testing::ServerProcess server_;
+};
+
+TEST_F(HashTest, OperationsAgreeOnBothReadPaths) {
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(onesided && rpc);
+  std::mt19937_64 rng(3);
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 400; ++i) {
+    std::string key = "k" + std::to_string(rng() % 100);
+    std::string value(rng() % 3 == 0 ? rng() % 20000 : rng() % 40,
+                      'a' + i % 26);
+    if (rng() % 4 == 0) {
+      Status st = rpc->Delete(key);
+      EXPECT_EQ(st.ok(), model.erase(key) == 1) << st.ToString();
+    } else {
+      ASSERT_TRUE(onesided->Put(key, value).ok());
+      model[key] = value;
+    }
+    for (Client* c : {onesided.get(), rpc.get()}) {
+      auto got = c->Get(key);
+      if (model.count(key)) {
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_EQ(got->value, model[key]);
+      } else {
+        EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+      }
+    }
+  }
+  EXPECT_GT(onesided->read_stats().onesided_gets, 0u);
+  EXPECT_EQ(onesided->read_stats().rpc_gets, onesided->read_stats().fallbacks);
+  EXPECT_EQ(rpc->read_stats().onesided_gets, 0u);
+}
+
+TEST_F(HashTest, ConditionalWrites) {
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_NE(c, nullptr);
+  auto v1 = c->PutIfAbsent("acct", "100");
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(c->PutIfAbsent("acct", "200").status().code(),
+            StatusCode::kAlreadyExists);
+  auto v2 = c->CompareAndPut("acct", "150", *v1);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_GT(*v2, *v1);
+  EXPECT_EQ(c->CompareAndPut("acct", "999", *v1).status().code(),
+            StatusCode::kConflict);
+  auto got = c->Get("acct");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value, "150");
+  EXPECT_EQ(got->version, *v2);
+  EXPECT_EQ(c->CompareAndPut("nokey", "x", 1).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Put("keep", "me").ok());
+  EXPECT_EQ(c->Put("", "v").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Put(std::string((64 << 10) + 1, 'k'), "v").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Put("k", std::string((16 << 20) + 1, 'v')).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Get("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Get("missing").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c->Delete("missing").code(), StatusCode::kNotFound);
+  // The hash store's regions are not raw memory.
+  for (const RegionInfo& r : c->regions()) EXPECT_NE(r.id, 0u);
+  uint64_t v = 0;
+  const uint32_t hash_region = c->regions().back().id + 1;
+  EXPECT_EQ(c->Write({hash_region, 0}, &v, 8).code(),
+            StatusCode::kInvalidArgument);
+  auto keep = c->Get("keep");
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EQ(keep->value, "me");
+}
+
+TEST(HashFull, AFullStoreSaysSoAndKeepsEveryKey) {
+  auto server = StartServer({"--hash-memory", "2M"}, "8M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kOneSided);
+  ASSERT_NE(c, nullptr);
+  std::vector<std::string> keys;
+  Status last;
+  for (int i = 0; i < 100000; ++i) {
+    std::string k = "key" + std::to_string(i);
+    auto r = c->Put(k, std::string(100, 'v'));
+    if (!r.ok()) {
+      last = r.status();
+      break;
+    }
+    keys.push_back(k);
+  }
+  EXPECT_EQ(last.code(), StatusCode::kOutOfMemory) << last.ToString();
+  EXPECT_GT(keys.size(), 1000u);
+  for (const std::string& k : keys) {
+    auto g = c->Get(k);
+    ASSERT_TRUE(g.ok()) << k << ": " << g.status().ToString();
+    ASSERT_EQ(g->value, std::string(100, 'v'));
+  }
+  // Deleting makes room again for a pair of the same size class.
+  ASSERT_TRUE(c->Delete(keys.front()).ok());
+  EXPECT_TRUE(c->Put("key-again", std::string(100, 'w')).ok());
+}
+
+// The server (its own process) rewrites, deletes and compare-and-puts a few
+// hot keys with values from a few bytes to several KiB, driven over RPC by a
+// writer thread, while reader threads get them one-sided. Every operation is
+// recorded; each key's history must be linearizable.
+TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
+  using testing::KvOp;
+  constexpr int kKeys = 3;
+  constexpr int kReaders = 2;
+  const auto budget = std::chrono::milliseconds(
+      TestTransport() == Transport::kShm ? 1500 : 1500);
+  std::mutex mu;
+  std::vector<std::vector<KvOp>> history(kKeys);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, retries{0}, fallbacks{0};
+
+  std::thread writer([&] {
+    auto c = Connect(server_.address, ReadPath::kRpc);
+    ASSERT_NE(c, nullptr);
+    std::mt19937_64 rng(17);
+    std::vector<uint64_t> last_version(kKeys, 0);
+    const auto end = std::chrono::steady_clock::now() + budget;
+    for (int i = 0; i < 20000 && std::chrono::steady_clock::now() < end; ++i) {
+      const int k = int(rng() % kKeys);
+      const std::string key = "hot" + std::to_string(k);
+      KvOp op;
+      op.client = -1;
+      const size_t len = rng() % 3 == 0 ? 500 + rng() % 6000 : rng() % 48;
+      op.value = std::string(len, char('a' + rng() % 26)) + std::to_string(i);
+      op.call_ns = NowNs();
+      switch (rng() % 5) {
+        case 0: {
+          op.kind = KvOp::kDelete;
+          Status st = c->Delete(key);
+          op.delete_reports = true;
+          op.succeeded = st.ok();
+          ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
+          break;
+        }
+        case 1: {
+          op.kind = KvOp::kCompareAndPut;
+          op.expected_version = last_version[size_t(k)];
+          auto v = c->CompareAndPut(key, op.value, op.expected_version);
+          op.succeeded = v.ok();
+          if (v.ok()) {
+            op.version = *v;
+            last_version[size_t(k)] = *v;
+          } else {
+            ASSERT_TRUE(v.status().code() == StatusCode::kConflict ||
+                        v.status().code() == StatusCode::kNotFound)
+                << v.status().ToString();
+          }
+          break;
+        }
+        default: {
+          op.kind = KvOp::kPut;
+          auto v = c->Put(key, op.value);
+          ASSERT_TRUE(v.ok()) << v.status().ToString();
+          op.version = *v;
+          last_version[size_t(k)] = *v;
+        }
+      }
+      op.return_ns = NowNs();
+      std::lock_guard<std::mutex> lock(mu);
+      history[size_t(k)].push_back(std::move(op));
+    }
+    stop = true;
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] {
+      auto c = Connect(server_.address, ReadPath::kOneSided);
+      ASSERT_NE(c, nullptr);
+      std::mt19937_64 rng(100 + r);
+      std::vector<std::vector<KvOp>> mine(kKeys);
+      for (int n = 0; n < 40000 && !stop; ++n) {
+        const int k = int(rng() % kKeys);
+        KvOp op;
+        op.kind = KvOp::kGet;
+        op.client = r;
+        op.call_ns = NowNs();
+        auto g = c->Get("hot" + std::to_string(k));
+        op.return_ns = NowNs();
+        ASSERT_TRUE(g.ok() || g.status().code() == StatusCode::kNotFound)
+            << g.status().ToString();
+        op.found = g.ok();
+        if (g.ok()) {
+          op.read_value = g->value;
+          op.version = g->version;
+        }
+        mine[size_t(k)].push_back(std::move(op));
+      }
+      reads += c->read_stats().onesided_gets + c->read_stats().rpc_gets;
+      retries += c->read_stats().retries;
+      fallbacks += c->read_stats().fallbacks;
+      std::lock_guard<std::mutex> lock(mu);
+      for (int k = 0; k < kKeys; ++k) {
+        for (auto& op : mine[size_t(k)]) history[size_t(k)].push_back(op);
+      }
+    });
+  }
+  writer.join();
+  for (auto& t : readers) t.join();
+  std::printf(
+      "%llu gets racing writes: %llu verification retries (%.3f%%), "
+      "%llu fallbacks to RPC\n",
+      static_cast<unsigned long long>(reads.load()),
+      static_cast<unsigned long long>(retries.load()),
+      100.0 * double(retries.load()) /
+          double(std::max<uint64_t>(reads.load(), 1)),
+      static_cast<unsigned long long>(fallbacks.load()));
+  EXPECT_GT(reads.load(), 200u);
+  for (int k = 0; k < kKeys; ++k) {
+    auto result = testing::CheckKeyHistory(history[size_t(k)]);
+    EXPECT_TRUE(result.linearizable)
+        << "key hot" << k << ": " << result.explanation;
+  }
+}
+
+// With the selector on, shared memory reads directly and tcp mostly asks
+// the server (a one-sided get there is two or three round trips).
+TEST_F(HashTest, AutoPathFollowsTheTransport) {
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Put("k", "v").ok());
+  for (int i = 0; i < 3000; ++i) ASSERT_TRUE(c->Get("k").ok());
+  const auto& s = c->read_stats();
+  if (TestTransport() == Transport::kShm) {
+    EXPECT_GT(s.onesided_gets, s.rpc_gets) << s.onesided_gets << " one-sided";
+  } else {
+    EXPECT_GT(s.rpc_gets, s.onesided_gets) << s.rpc_gets << " by RPC";
+  }
+}
+
+}  // namespace
+}  // namespace remem
