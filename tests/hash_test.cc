@@ -266,18 +266,27 @@ TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
   }
 }
 
-// With the selector on, shared memory reads directly and tcp mostly asks
-// the server (a one-sided get there is two or three round trips).
-TEST_F(HashTest, AutoPathFollowsTheTransport) {
+// With the selector on, gets go mostly to the path it measures as faster,
+// and both paths keep being measured. (Which path wins depends on the
+// machine: shared memory reads directly, tcp mostly asks the server; under
+// a sanitizer the server is slowed down and the balance can change.)
+TEST_F(HashTest, AutoPathFollowsTheMeasuredLatencies) {
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c->Put("k", "v").ok());
   for (int i = 0; i < 3000; ++i) ASSERT_TRUE(c->Get("k").ok());
-  const auto& s = c->read_stats();
-  if (TestTransport() == Transport::kShm) {
-    EXPECT_GT(s.onesided_gets, s.rpc_gets) << s.onesided_gets << " one-sided";
+  const Client::ReadStats s = c->read_stats();
+  std::printf("%s: %llu one-sided (est. %.2f us), %llu by RPC (est. %.2f us)\n",
+              std::string(TransportName(TestTransport())).c_str(),
+              static_cast<unsigned long long>(s.onesided_gets),
+              s.onesided_estimate_us,
+              static_cast<unsigned long long>(s.rpc_gets), s.rpc_estimate_us);
+  EXPECT_GT(s.onesided_gets, 0u);
+  EXPECT_GT(s.rpc_gets, 0u);  // exploration keeps measuring the other path
+  if (s.onesided_estimate_us < s.rpc_estimate_us) {
+    EXPECT_GT(s.onesided_gets, s.rpc_gets);
   } else {
-    EXPECT_GT(s.rpc_gets, s.onesided_gets) << s.rpc_gets << " by RPC";
+    EXPECT_GT(s.rpc_gets, s.onesided_gets);
   }
 }
 

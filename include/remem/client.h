@@ -125,6 +125,10 @@ class Client {
     uint64_t retries = 0;        // one-sided attempts that failed to verify
     uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
     uint64_t reads = 0;          // one-sided reads issued by gets
+    // The read-path selector's current estimates of a get's latency on
+    // each path (microseconds; 0 before the path has been measured).
+    double onesided_estimate_us = 0;
+    double rpc_estimate_us = 0;
   };
   const ReadStats& read_stats() const;
 

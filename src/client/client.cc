@@ -304,6 +304,10 @@ Status Client::Delete(std::string_view key) {
 }
 
 const Client::ReadStats& Client::read_stats() const {
+  impl_->read_stats.onesided_estimate_us =
+      impl_->selector->Estimate(client::ReadPath::kOneSided);
+  impl_->read_stats.rpc_estimate_us =
+      impl_->selector->Estimate(client::ReadPath::kRpc);
   return impl_->read_stats;
 }
 

@@ -28,7 +28,10 @@ Result<ReadPathMode> ParseReadPathMode(std::string_view name) {
 PathSelector::PathSelector(PathSelectorOptions options)
     : options_(options), rng_(options.seed | 1) {
   if (options_.window == 0) options_.window = 1;
-  for (History& h : hist_) h.ring.assign(options_.window, 0.0);
+  for (History& h : hist_) {
+    h.ring.assign(options_.window, 0.0);
+    h.warmup_left = options_.warmup;
+  }
 }
 
 void PathSelector::History::Clear() {
@@ -68,10 +71,9 @@ ReadPath PathSelector::Choose(Clock::time_point now) {
     }
     History& os = hist_[int(ReadPath::kOneSided)];
     History& rpc = hist_[int(ReadPath::kRpc)];
-    if (os.count == 0) {
-      pick = ReadPath::kOneSided;
-    } else if (rpc.count == 0) {
-      pick = ReadPath::kRpc;
+    if (os.count < options_.min_samples || rpc.count < options_.min_samples) {
+      // Build a minimal history of both: the one with fewer samples.
+      pick = os.count <= rpc.count ? ReadPath::kOneSided : ReadPath::kRpc;
     } else {
       pick = os.Mean() <= rpc.Mean() ? ReadPath::kOneSided : ReadPath::kRpc;
       if (Uniform() < options_.explore) {
@@ -90,6 +92,11 @@ void PathSelector::Record(ReadPath path, double latency_us,
   History& h = hist_[int(path)];
   h.last = now;
   h.ever = true;
+  if (h.warmup_left > 0) {
+    --h.warmup_left;
+    ++counters_.warmup_discarded;
+    return;
+  }
   if (h.count >= options_.min_samples) {
     double sd = h.StdDev();
     if (sd > 0 && std::fabs(latency_us - h.Mean()) >= options_.outlier_k * sd) {

@@ -16,9 +16,13 @@
 //   - exploration: with probability `explore` the path estimated worse is
 //     taken, so a change in conditions is noticed;
 //   - a path not sampled for `idle_reset` loses its history.
-// A path with no history is tried first, so both are measured from the
-// start. Forced modes (kOneSided, kRpc) always answer that path (the RPC
-// path forced is Pilaf-VO, the control).
+// Warm-up: the first `warmup` samples of a path are discarded (the first
+// gets pay for page faults on a fresh mapping and lazy transport setup, and
+// one such sample in a short history would hide the faster path for
+// thousands of operations at 1% exploration), and until both paths have
+// `min_samples` samples the selector alternates between them. Forced modes
+// (kOneSided, kRpc) always answer that path (the RPC path forced is
+// Pilaf-VO, the control).
 //
 // Thread contract: not thread-safe; one per client connection (a Client is
 // single-threaded).
@@ -44,7 +48,8 @@ Result<ReadPathMode> ParseReadPathMode(std::string_view name);
 struct PathSelectorOptions {
   ReadPathMode mode = ReadPathMode::kAuto;
   size_t window = 100;     // samples in each moving average (Cell: 100)
-  size_t min_samples = 8;  // before outlier rejection applies
+  size_t min_samples = 8;  // before outlier rejection and comparison
+  size_t warmup = 2;       // first samples of each path discarded
   double outlier_k = 3.0;  // Cell: K = 3
   double explore = 0.01;   // Cell: p = 1%
   std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
@@ -72,6 +77,7 @@ class PathSelector {
     uint64_t explored = 0;
     uint64_t outliers = 0;
     uint64_t resets = 0;
+    uint64_t warmup_discarded = 0;
   };
   const Counters& counters() const { return counters_; }
   ReadPathMode mode() const { return options_.mode; }
@@ -85,6 +91,7 @@ class PathSelector {
     double sum_sq = 0;
     size_t kept_in_period = 0;
     size_t discarded_in_period = 0;
+    size_t warmup_left = 0;
     Clock::time_point last;
     bool ever = false;
     void Clear();
