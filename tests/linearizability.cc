@@ -22,14 +22,19 @@ struct State {
 void Next(const KvOp& op, const State& s, std::vector<State>* out) {
   out->clear();
   switch (op.kind) {
-    case KvOp::kGet:
+    case KvOp::kGet: {
       if (op.found != s.present) return;
+      State next = s;
       if (op.found) {
         if (op.read_value != s.value) return;
         if (op.version && s.version && *op.version != *s.version) return;
+        // A read reveals the version of a write whose outcome was unknown:
+        // from now on the register has that version.
+        if (op.version && !s.version) next.version = op.version;
       }
-      out->push_back(s);
+      out->push_back(std::move(next));
       return;
+    }
     case KvOp::kPut:
       out->push_back({true, op.value, op.returned ? op.version : std::nullopt});
       return;

@@ -99,6 +99,16 @@ TEST(Linearizability, UnknownOutcomesMayOrMayNotApply) {
   KvOp late = Put("x", 10, 0);
   late.returned = false;
   EXPECT_FALSE(CheckKeyHistory({Get("x", 1, 2), late}).linearizable);
+  // Once a read has revealed its version, the register keeps it.
+  KvOp v5 = Get("x", 5, 6);
+  v5.version = 5;
+  KvOp v9 = Get("x", 7, 8);
+  v9.version = 9;
+  EXPECT_FALSE(CheckKeyHistory({lost, v5, v9}).linearizable);
+  EXPECT_FALSE(
+      CheckKeyHistory({lost, v5, Cap(9, "y", true, 7, 8, 10)}).linearizable);
+  EXPECT_TRUE(
+      CheckKeyHistory({lost, v5, Cap(5, "y", true, 7, 8, 10)}).linearizable);
   // Nor be seen, unseen, then seen again.
   EXPECT_FALSE(CheckKeyHistory({lost, Get("x", 5, 6), Get(std::nullopt, 7, 8),
                                 Get("x", 9, 10)})

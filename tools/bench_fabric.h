@@ -22,6 +22,9 @@ struct FabricOptions {
 };
 
 int RunFabric(const FabricOptions& o);
+// The hash store's gets on each read path.
+int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
+            size_t value_len);
 
 }  // namespace remem::bench
 

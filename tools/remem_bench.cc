@@ -25,11 +25,25 @@ int main(int argc, char** argv) {
   const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   fo.client_cpu = ncpu > 1 ? 1 : 0;
 
+  uint64_t records = 100000;
+  size_t key_size = 16, value_size = 32;
+  auto* hash = app.add_subcommand(
+      "hash",
+      "the hash store: load --records pairs, then random gets from one thread "
+      "on each read path (onesided, rpc, auto)");
+  hash->add_option("--records", records, "pairs to load")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  hash->add_option("--key-size", key_size, "bytes per key")
+      ->capture_default_str();
+  hash->add_option("--value-size", value_size, "bytes per value")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{16} << 20));
   auto* fabric = app.add_subcommand(
       "fabric",
       "one-sided get/put/fetch-add and RPC echo: latency at depth 1 and "
       "throughput at --depth");
-  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
                   "pinned to --server-cpu)");
@@ -97,5 +111,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "remem-bench: this machine has CPUs 0-%d\n", ncpu - 1);
     return 2;
   }
+  if (hash->parsed()) return bench::RunHash(fo, records, key_size, value_size);
   return bench::RunFabric(fo);
 }

@@ -1,5 +1,7 @@
 #include "remem/client.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <thread>
@@ -55,9 +57,19 @@ struct Client::Impl {
   }
 
   ~Impl() {
+    // Outstanding operations complete (with Unavailable) here, while every
+    // member their callbacks touch is still alive: force-close the
+    // connection, then progress until nothing is in flight.
+    if (ep && !ep->failed()) ep->Fail(Status::Unavailable("client closed"));
+    if (rpc) rpc->FailAll(Status::Unavailable("client closed"));
+    if (worker) {
+      (void)worker->ProgressUntil([this] { return in_flight == 0; },
+                                  Clock::now() + std::chrono::seconds(30));
+      // No reply may reach the RpcClient once it is gone.
+      worker->RemoveAmHandler(proto::kAmReply);
+    }
     // Keys before the endpoint, calls before the worker.
     remote.clear();
-    if (rpc) rpc->FailAll(Status::Unavailable("client closed"));
     rpc.reset();
     ep.reset();
   }
@@ -105,6 +117,22 @@ struct Client::Impl {
     return r.status();
   }
 };
+
+namespace {
+
+void PrefaultForReading(const uint8_t* p, uint64_t len) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
+#endif
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+  // Best effort: an older kernel refuses, and reads then fault lazily.
+  (void)madvise(reinterpret_cast<void*>(start), end - start,
+                MADV_POPULATE_READ);
+}
+
+}  // namespace
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -167,6 +195,14 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     if (!impl->hash_regions.count(r.region_id)) {
       impl->regions.push_back({r.region_id, r.length});
     }
+  }
+  // Fault in this process's mapping of the hash regions now (shared memory
+  // only): otherwise the first one-sided gets each take a page fault and
+  // look slower than the RPC path, which the selector then prefers for a
+  // long time.
+  for (uint32_t rid : impl->hash_regions) {
+    const fabric::RemoteRegion& r = *impl->remote.at(rid);
+    if (r.mapped() != nullptr) PrefaultForReading(r.mapped(), r.length());
   }
   client::PathSelectorOptions so;
   so.mode = options.read_path == ReadPath::kOneSided

@@ -60,6 +60,21 @@ Status Worker::SetAmHandler(unsigned am_id, AmHandler handler) {
   return Status::OK();
 }
 
+void Worker::RemoveAmHandler(unsigned am_id) {
+  for (auto& slot : slots_) {
+    if (slot->id != am_id || !slot->handler) continue;
+    ucp_am_handler_param_t p{};
+    p.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    p.id = am_id;
+    p.cb = nullptr;
+    (void)ucp_worker_set_am_recv_handler(worker_, &p);
+    slot->handler = [](AmMessage&&) {};  // for rendezvous data still arriving
+  }
+  std::erase_if(inbox_,
+                [am_id](const auto& m) { return m.first->id == am_id; });
+}
+
 ucs_status_t Worker::AmCallback(void* arg, const void* header,
                                 size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {

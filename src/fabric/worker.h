@@ -59,6 +59,9 @@ class Worker {
 
   using AmHandler = std::function<void(AmMessage&&)>;
   Status SetAmHandler(unsigned am_id, AmHandler handler);
+  // Unregisters `am_id`'s handler and drops its undelivered messages, so an
+  // object the handler points to can be destroyed.
+  void RemoveAmHandler(unsigned am_id);
 
   // Progresses UCX until it has nothing more, then runs deferred completions,
   // posted tasks and delivered messages. Returns how much work was done

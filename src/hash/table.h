@@ -59,7 +59,8 @@ class Table {
 
   // Insert or replace; returns the new version. InvalidArgument for an
   // empty or oversized key/value, OutOfMemory when no extent or no bucket
-  // slot can be had (nothing is changed then).
+  // slot can be had (then no pair is added or changed, though cuckoo moves
+  // made while looking for a slot may remain; every key stays readable).
   Result<uint64_t> Put(std::string_view key, std::string_view value);
   // Replace only if the current version is `expected`; Conflict otherwise,
   // NotFound if the key is absent.

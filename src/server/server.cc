@@ -73,8 +73,10 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
 struct Server::Impl {
   struct Thread {
     int index = 0;
-    std::unique_ptr<fabric::Worker> worker;
+    // Declared before the worker so they outlive it: the worker's
+    // destructor may still progress, running handlers that look them up.
     std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> conns;
+    std::unique_ptr<fabric::Worker> worker;
     Counters counters;
     std::thread thread;
   };
@@ -345,6 +347,7 @@ void Server::Impl::OnConnRequest(ucp_conn_request_h req) {
 }
 
 void Server::Impl::Accept(Thread* t, ucp_conn_request_h req) {
+  if (stop.load(std::memory_order_acquire)) return;  // shutting down
   auto ep = fabric::Endpoint::Accept(t->worker.get(), req);
   if (!ep.ok()) {
     log::Warn("rejecting a connection: {}", ep.status().ToString());

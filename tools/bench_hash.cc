@@ -1,0 +1,146 @@
+// remem-bench hash: the hash store's get path. Loads `records` pairs with
+// fixed-size keys and values over RPC, then times uniform random gets from
+// one client thread on each read path (one-sided, RPC, auto), with the
+// server's CPU time per get.
+
+#include <random>
+
+#include "bench_common.h"
+#include "bench_fabric.h"
+#include "remem/client.h"
+#include "util/size.h"
+
+namespace remem::bench {
+
+namespace {
+
+std::string KeyOf(uint64_t i, size_t len) {
+  std::string k = "user" + std::to_string(i);
+  k.resize(len, '.');
+  return k;
+}
+
+}  // namespace
+
+int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
+            size_t value_len) {
+  if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  if (key_len < 8 || key_len > 1024) {
+    std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
+    return 2;
+  }
+  ServerUnderTest server;
+  if (o.server.empty()) {
+    auto s = StartServer(o.server_binary, o.transport, o.server_cpu, "1G");
+    if (!s.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    server = std::move(*s);
+  } else {
+    server.address = o.server;
+  }
+  const std::string tname(TransportName(o.transport));
+  std::vector<Row> rows;
+  std::vector<std::string> notes;
+  bool loaded = false;
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    ClientOptions co;
+    co.server = server.address;
+    co.transport = o.transport;
+    co.secret = o.secret;
+    co.read_path = path;
+    auto client = Client::Connect(co);
+    if (!client.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n",
+                   client.status().ToString().c_str());
+      return 1;
+    }
+    Client& c = **client;
+    if (!loaded) {
+      const std::string value(value_len, 'v');
+      auto t0 = std::chrono::steady_clock::now();
+      for (uint64_t i = 0; i < records; ++i) {
+        auto r = c.Put(KeyOf(i, key_len), value);
+        if (!r.ok()) {
+          std::fprintf(stderr, "remem-bench: load: %s\n",
+                       r.status().ToString().c_str());
+          return 1;
+        }
+      }
+      double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (!o.json) {
+        std::printf(
+            "load: %llu pairs of %zu B keys and %zu B values in %.2f s (%.0f "
+            "puts/s)\n",
+            static_cast<unsigned long long>(records), key_len, value_len, s,
+            double(records) / s);
+      }
+      loaded = true;
+    }
+    std::mt19937_64 rng(7);
+    std::vector<std::string> keys(1 << 16);
+    for (auto& k : keys) k = KeyOf(rng() % records, key_len);
+    size_t next = 0;
+    Row row;
+    row.test = std::string("get_") + std::string(ReadPathName(path));
+    row.transport = tname;
+    row.size = value_len;
+    auto before = server.CpuSeconds();
+    auto start = std::chrono::steady_clock::now();
+    auto end = start + std::chrono::duration<double>(o.seconds);
+    Status err;
+    while (std::chrono::steady_clock::now() < end && err.ok()) {
+      for (int i = 0; i < 64; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = c.Get(keys[next++ & (keys.size() - 1)]);
+        row.latency_ns.Record(
+            uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count()));
+        if (!r.ok()) {
+          err = r.status();
+          break;
+        }
+        ++row.ops;
+      }
+    }
+    row.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    auto after = server.CpuSeconds();
+    if (before.ok() && after.ok()) row.server_cpu_s = *after - *before;
+    if (!err.ok()) {
+      std::fprintf(stderr, "remem-bench: get: %s\n", err.ToString().c_str());
+      return 1;
+    }
+    const auto& st = c.read_stats();
+    char note[256];
+    std::snprintf(
+        note, sizeof(note),
+        "%-13s one-sided %llu, by RPC %llu, retries %llu, fallbacks %llu, "
+        "%.2f one-sided reads per one-sided get",
+        row.test.c_str(), static_cast<unsigned long long>(st.onesided_gets),
+        static_cast<unsigned long long>(st.rpc_gets),
+        static_cast<unsigned long long>(st.retries),
+        static_cast<unsigned long long>(st.fallbacks),
+        st.onesided_gets ? double(st.reads) / double(st.onesided_gets) : 0.0);
+    notes.push_back(note);
+    rows.push_back(std::move(row));
+  }
+  if (o.json) {
+    PrintJson(rows, "\"workload\":\"hash\",\"records\":" +
+                        std::to_string(records) + ",");
+  } else {
+    PrintTable(rows);
+    for (const auto& n : notes) std::printf("%s\n", n.c_str());
+  }
+  return 0;
+}
+
+}  // namespace remem::bench
