@@ -274,19 +274,26 @@ TEST_F(HashTest, AutoPathFollowsTheMeasuredLatencies) {
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c->Put("k", "v").ok());
-  for (int i = 0; i < 3000; ++i) ASSERT_TRUE(c->Get("k").ok());
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(c->Get("k").ok());
+  const Client::ReadStats before = c->read_stats();
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c->Get("k").ok());
   const Client::ReadStats s = c->read_stats();
-  std::printf("%s: %llu one-sided (est. %.2f us), %llu by RPC (est. %.2f us)\n",
-              std::string(TransportName(TestTransport())).c_str(),
-              static_cast<unsigned long long>(s.onesided_gets),
-              s.onesided_estimate_us,
-              static_cast<unsigned long long>(s.rpc_gets), s.rpc_estimate_us);
+  const uint64_t onesided = s.onesided_gets - before.onesided_gets;
+  const uint64_t rpc = s.rpc_gets - before.rpc_gets;
+  std::printf(
+      "%s, last 1000 gets: %llu one-sided (est. %.2f us), %llu by RPC "
+      "(est. %.2f us)\n",
+      std::string(TransportName(TestTransport())).c_str(),
+      static_cast<unsigned long long>(onesided), s.onesided_estimate_us,
+      static_cast<unsigned long long>(rpc), s.rpc_estimate_us);
   EXPECT_GT(s.onesided_gets, 0u);
   EXPECT_GT(s.rpc_gets, 0u);  // exploration keeps measuring the other path
-  if (s.onesided_estimate_us < s.rpc_estimate_us) {
-    EXPECT_GT(s.onesided_gets, s.rpc_gets);
-  } else {
-    EXPECT_GT(s.rpc_gets, s.onesided_gets);
+  // The direction is only checked when the paths clearly differ: on a
+  // loaded machine (CI runs tests in parallel) both can drift together.
+  if (s.onesided_estimate_us * 2 < s.rpc_estimate_us) {
+    EXPECT_GT(onesided, rpc);
+  } else if (s.rpc_estimate_us * 2 < s.onesided_estimate_us) {
+    EXPECT_GT(rpc, onesided);
   }
 }
 
