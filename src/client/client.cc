@@ -437,46 +437,46 @@ void Client::WriteAsync(RemoteAddress addr, const void* src, size_t len,
   impl_->ep->Put(src, len, **region, addr.offset, std::move(cb));
 }
 
-void Client::CompareAndSwapAsync(RemoteAddress addr, uint64_t expected,
-                                 uint64_t desired, ValueCallback done) {
-  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
-  Status st = impl_->CheckAtomic(addr);
-  auto region = impl_->Locate(addr, 8);
+// The shared body of the two asynchronous atomics: checks the address, and
+// turns the endpoint's (status, old value) completion into a Result.
+template <typename Issue>
+void AtomicAsync(Client::Impl* impl, RemoteAddress addr,
+                 Client::ValueCallback done, Issue issue) {
+  auto cb = impl->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl->CheckAtomic(addr);
+  auto region = impl->Locate(addr, 8);
   if (st.ok() && !region.ok()) st = region.status();
   if (!st.ok()) {
-    impl_->worker->Defer([cb, st]() mutable { cb(st); });
+    impl->worker->Defer([cb, st]() mutable { cb(st); });
     return;
   }
   auto old = std::make_shared<uint64_t>(0);
-  impl_->ep->CompareSwap(expected, desired, **region, addr.offset, old.get(),
-                         [cb, old](Status s) mutable {
-                           if (s.ok()) {
-                             cb(*old);
-                           } else {
-                             cb(s);
-                           }
-                         });
+  issue(**region, old.get(), [cb, old](Status s) mutable {
+    if (s.ok()) {
+      cb(*old);
+    } else {
+      cb(s);
+    }
+  });
+}
+
+void Client::CompareAndSwapAsync(RemoteAddress addr, uint64_t expected,
+                                 uint64_t desired, ValueCallback done) {
+  AtomicAsync(
+      impl_.get(), addr, std::move(done),
+      [&](const fabric::RemoteRegion& r, uint64_t* old, fabric::Completion c) {
+        impl_->ep->CompareSwap(expected, desired, r, addr.offset, old,
+                               std::move(c));
+      });
 }
 
 void Client::FetchAddAsync(RemoteAddress addr, uint64_t delta,
                            ValueCallback done) {
-  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
-  Status st = impl_->CheckAtomic(addr);
-  auto region = impl_->Locate(addr, 8);
-  if (st.ok() && !region.ok()) st = region.status();
-  if (!st.ok()) {
-    impl_->worker->Defer([cb, st]() mutable { cb(st); });
-    return;
-  }
-  auto old = std::make_shared<uint64_t>(0);
-  impl_->ep->FetchAdd(delta, **region, addr.offset, old.get(),
-                      [cb, old](Status s) mutable {
-                        if (s.ok()) {
-                          cb(*old);
-                        } else {
-                          cb(s);
-                        }
-                      });
+  AtomicAsync(
+      impl_.get(), addr, std::move(done),
+      [&](const fabric::RemoteRegion& r, uint64_t* old, fabric::Completion c) {
+        impl_->ep->FetchAdd(delta, r, addr.offset, old, std::move(c));
+      });
 }
 
 void Client::EchoAsync(std::string payload, ReplyCallback done) {

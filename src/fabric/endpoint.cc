@@ -65,25 +65,33 @@ Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
-    Worker* worker, const std::string& address, Clock::time_point deadline) {
+Status ResolveAddress(const std::string& address, bool passive,
+                      sockaddr_storage* out, socklen_t* out_len) {
   std::string host;
   uint16_t port = 0;
   REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int rc =
-      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  const char* node = passive && host == "*" ? nullptr : host.c_str();
+  int rc = getaddrinfo(node, std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
     return Status::InvalidArgument("cannot resolve '" + host +
                                    "': " + gai_strerror(rc));
   }
-  sockaddr_storage ss{};
-  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-  socklen_t sslen = res->ai_addrlen;
+  std::memcpy(out, res->ai_addr, res->ai_addrlen);
+  *out_len = res->ai_addrlen;
   freeaddrinfo(res);
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
+    Worker* worker, const std::string& address, Clock::time_point deadline) {
+  sockaddr_storage ss{};
+  socklen_t sslen = 0;
+  REMEM_RETURN_IF_ERROR(ResolveAddress(address, false, &ss, &sslen));
 
   std::unique_ptr<Endpoint> ep(new Endpoint(worker));
   ucp_ep_params_t p{};

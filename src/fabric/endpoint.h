@@ -15,6 +15,7 @@
 #ifndef REMEM_FABRIC_ENDPOINT_H_
 #define REMEM_FABRIC_ENDPOINT_H_
 
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include <functional>
@@ -28,6 +29,11 @@ namespace remem::fabric {
 
 // Parses "host:port" or "[v6]:port".
 Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port);
+
+// Resolves "host:port" to a socket address (`passive`: for listening, where
+// host "*" means any address).
+Status ResolveAddress(const std::string& address, bool passive,
+                      sockaddr_storage* out, socklen_t* out_len);
 
 class Endpoint {
  public:

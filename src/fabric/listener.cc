@@ -12,24 +12,9 @@ namespace remem::fabric {
 Result<std::unique_ptr<Listener>> Listener::Create(Worker* worker,
                                                    const std::string& address,
                                                    RequestHandler on_request) {
-  std::string host;
-  uint16_t port = 0;
-  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host == "*" ? nullptr : host.c_str(),
-                       std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    return Status::InvalidArgument("cannot resolve listen address '" + host +
-                                   "': " + gai_strerror(rc));
-  }
   sockaddr_storage ss{};
-  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-  socklen_t sslen = res->ai_addrlen;
-  freeaddrinfo(res);
+  socklen_t sslen = 0;
+  REMEM_RETURN_IF_ERROR(ResolveAddress(address, true, &ss, &sslen));
 
   std::unique_ptr<Listener> l(new Listener());
   l->on_request_ = std::move(on_request);
