@@ -250,6 +250,11 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> reads{0}, retries{0};
 
+  // Start most of the way full, so the filler churn below forces cuckoo
+  // moves from the first writes on, however slowly the writer runs.
+  for (int f = 0; f < 150; ++f) {
+    ASSERT_TRUE(s.table().Put("filler" + std::to_string(f), "x").ok());
+  }
   // Bounded so the histories stay checkable in seconds.
   constexpr int kMaxWrites = 20000;
   constexpr int kMaxReadsPerReader = 40000;
