@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   using namespace remem;
   CLI::App app{
       "remem-bench: benchmark workloads against remem-server. Without a "
-      "subcommand it runs 'fabric' on a server it starts itself."};
+      "subcommand it runs 'fabric' then 'hash', each on a server it starts "
+      "itself."};
   bench::FabricOptions fo;
   fo.server_binary = SelfDirectory() + "/remem-server";
   std::string transport = "shm";
@@ -112,5 +113,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (hash->parsed()) return bench::RunHash(fo, records, key_size, value_size);
-  return bench::RunFabric(fo);
+  if (fabric->parsed()) return bench::RunFabric(fo);
+  // No workload named: the transport layer, then the hash store.
+  std::printf("== fabric: one-sided operations and RPCs\n");
+  if (int rc = bench::RunFabric(fo); rc != 0) return rc;
+  std::printf("\n== hash: the key-value store on each read path\n");
+  return bench::RunHash(fo, records, key_size, value_size);
 }
