@@ -45,6 +45,21 @@ Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
   return s;
 }
 
+Result<ServerUnderTest> ServerFor(const std::string& address,
+                                  const std::string& binary, Transport t,
+                                  int cpu, const std::string& memory) {
+  if (!address.empty()) {
+    ServerUnderTest s;
+    s.address = address;
+    return s;
+  }
+  auto s = StartServer(binary, t, cpu, memory);
+  if (!s.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
+  }
+  return s;
+}
+
 void PrintTable(const std::vector<Row>& rows) {
   std::printf("%-14s %-10s %8s %5s %10s %12s %9s %9s %9s %9s %12s\n", "test",
               "transport", "size", "depth", "ops", "ops/s", "mean_us", "p50_us",

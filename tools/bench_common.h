@@ -26,6 +26,11 @@ struct ServerUnderTest {
 };
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
                                     int cpu, const std::string& memory);
+// The server a workload runs against: `address` if given, else one started
+// from `binary` pinned to `cpu`. Prints the error and returns it on failure.
+Result<ServerUnderTest> ServerFor(const std::string& address,
+                                  const std::string& binary, Transport t,
+                                  int cpu, const std::string& memory);
 
 struct Row {
   std::string test;

@@ -97,17 +97,10 @@ int RunFabric(const FabricOptions& o) {
     std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
     return 2;
   }
-  ServerUnderTest server;
-  if (o.server.empty()) {
-    auto s = StartServer(o.server_binary, o.transport, o.server_cpu, "256M");
-    if (!s.ok()) {
-      std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
-      return 1;
-    }
-    server = std::move(*s);
-  } else {
-    server.address = o.server;
-  }
+  auto started =
+      ServerFor(o.server, o.server_binary, o.transport, o.server_cpu, "256M");
+  if (!started.ok()) return 1;
+  ServerUnderTest server = std::move(*started);
   ClientOptions co;
   co.server = server.address;
   co.transport = o.transport;

@@ -32,17 +32,10 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
     std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
     return 2;
   }
-  ServerUnderTest server;
-  if (o.server.empty()) {
-    auto s = StartServer(o.server_binary, o.transport, o.server_cpu, "1G");
-    if (!s.ok()) {
-      std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
-      return 1;
-    }
-    server = std::move(*s);
-  } else {
-    server.address = o.server;
-  }
+  auto started =
+      ServerFor(o.server, o.server_binary, o.transport, o.server_cpu, "1G");
+  if (!started.ok()) return 1;
+  ServerUnderTest server = std::move(*started);
   const std::string tname(TransportName(o.transport));
   std::vector<Row> rows;
   std::vector<std::string> notes;

@@ -205,10 +205,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     if (r.mapped() != nullptr) PrefaultForReading(r.mapped(), r.length());
   }
   client::PathSelectorOptions so;
-  so.mode = options.read_path == ReadPath::kOneSided
-                ? client::ReadPathMode::kOneSided
-            : options.read_path == ReadPath::kRpc ? client::ReadPathMode::kRpc
-                                                  : client::ReadPathMode::kAuto;
+  so.mode = options.read_path;
   impl->selector = std::make_unique<client::PathSelector>(so);
   impl->transport = impl->ep->TransportDescription();
   impl->local_reads = !impl->remote.empty() &&

@@ -1,29 +1,8 @@
 #include "client/path_selector.h"
 
 #include <cmath>
-#include <string>
 
 namespace remem::client {
-
-std::string_view ReadPathModeName(ReadPathMode m) {
-  switch (m) {
-    case ReadPathMode::kAuto:
-      return "auto";
-    case ReadPathMode::kOneSided:
-      return "onesided";
-    case ReadPathMode::kRpc:
-      return "rpc";
-  }
-  return "?";
-}
-
-Result<ReadPathMode> ParseReadPathMode(std::string_view name) {
-  if (name == "auto") return ReadPathMode::kAuto;
-  if (name == "onesided" || name == "one-sided") return ReadPathMode::kOneSided;
-  if (name == "rpc") return ReadPathMode::kRpc;
-  return Status::InvalidArgument("unknown read path '" + std::string(name) +
-                                 "' (expected onesided, rpc or auto)");
-}
 
 PathSelector::PathSelector(PathSelectorOptions options)
     : options_(options), rng_(options.seed | 1) {
@@ -58,9 +37,9 @@ double PathSelector::Uniform() {
 
 ReadPath PathSelector::Choose(Clock::time_point now) {
   ReadPath pick;
-  if (options_.mode == ReadPathMode::kOneSided) {
+  if (options_.mode == remem::ReadPath::kOneSided) {
     pick = ReadPath::kOneSided;
-  } else if (options_.mode == ReadPathMode::kRpc) {
+  } else if (options_.mode == remem::ReadPath::kRpc) {
     pick = ReadPath::kRpc;
   } else {
     for (History& h : hist_) {

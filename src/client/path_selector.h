@@ -35,18 +35,17 @@
 #include <string_view>
 #include <vector>
 
+#include "remem/options.h"
 #include "remem/status.h"
 
 namespace remem::client {
 
+// The path one operation takes (the mode that chooses it is the public
+// remem::ReadPath: auto, or one of these forced).
 enum class ReadPath { kOneSided = 0, kRpc = 1 };
-enum class ReadPathMode { kAuto, kOneSided, kRpc };
-
-std::string_view ReadPathModeName(ReadPathMode m);
-Result<ReadPathMode> ParseReadPathMode(std::string_view name);
 
 struct PathSelectorOptions {
-  ReadPathMode mode = ReadPathMode::kAuto;
+  remem::ReadPath mode = remem::ReadPath::kAuto;
   size_t window = 100;     // samples in each moving average (Cell: 100)
   size_t min_samples = 8;  // before outlier rejection and comparison
   size_t warmup = 2;       // first samples of each path discarded
@@ -80,7 +79,7 @@ class PathSelector {
     uint64_t warmup_discarded = 0;
   };
   const Counters& counters() const { return counters_; }
-  ReadPathMode mode() const { return options_.mode; }
+  remem::ReadPath mode() const { return options_.mode; }
 
  private:
   struct History {

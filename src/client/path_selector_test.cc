@@ -26,11 +26,11 @@ uint64_t Drive(PathSelector& sel, int ops,
 }
 
 TEST(PathSelector, ForcedModesNeverExplore) {
-  for (auto mode : {ReadPathMode::kOneSided, ReadPathMode::kRpc}) {
+  for (auto mode : {remem::ReadPath::kOneSided, remem::ReadPath::kRpc}) {
     PathSelector sel({.mode = mode});
     Clock::time_point now{};
-    auto want =
-        mode == ReadPathMode::kOneSided ? ReadPath::kOneSided : ReadPath::kRpc;
+    auto want = mode == remem::ReadPath::kOneSided ? ReadPath::kOneSided
+                                                   : ReadPath::kRpc;
     for (int i = 0; i < 10000; ++i) {
       ASSERT_EQ(sel.Choose(now), want);
       sel.Record(want, i % 7 == 0 ? 1000.0 : 1.0, now);
@@ -122,10 +122,10 @@ TEST(PathSelector, HistoryExpiresWhenIdle) {
 }
 
 TEST(PathSelector, ParseModes) {
-  EXPECT_EQ(*ParseReadPathMode("onesided"), ReadPathMode::kOneSided);
-  EXPECT_EQ(*ParseReadPathMode("rpc"), ReadPathMode::kRpc);
-  EXPECT_EQ(*ParseReadPathMode("auto"), ReadPathMode::kAuto);
-  EXPECT_FALSE(ParseReadPathMode("fast").ok());
+  EXPECT_EQ(*ParseReadPath("onesided"), remem::ReadPath::kOneSided);
+  EXPECT_EQ(*ParseReadPath("rpc"), remem::ReadPath::kRpc);
+  EXPECT_EQ(*ParseReadPath("auto"), remem::ReadPath::kAuto);
+  EXPECT_FALSE(ParseReadPath("fast").ok());
 }
 
 }  // namespace
