@@ -94,6 +94,9 @@ class Client {
   // Unavailable (no server there, or not reachable over the forced
   // transport), PermissionDenied (secret refused), TimedOut.
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  // Lets outstanding operations finish (at most ClientOptions::timeout; the
+  // rest then fail with Unavailable), runs their callbacks, and closes the
+  // connection.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

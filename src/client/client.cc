@@ -57,10 +57,17 @@ struct Client::Impl {
   }
 
   ~Impl() {
-    // Outstanding operations complete (with Unavailable) here, while every
-    // member their callbacks touch is still alive: force-close the
-    // connection, then progress until nothing is in flight.
-    if (ep && !ep->failed()) ep->Fail(Status::Unavailable("client closed"));
+    // Outstanding operations complete here, while every member their
+    // callbacks touch is still alive. First let them finish (bounded by the
+    // timeout) so the connection can close gracefully: force-closing it
+    // while the server is still serving emulated gets for it (tcp) trips a
+    // fatal error in UCX 1.13's get handler on the server (see
+    // docs/ARCHITECTURE.md). Whatever is left then fails with Unavailable.
+    if (ep && !ep->failed() && worker) {
+      (void)worker->ProgressUntil([this] { return in_flight == 0; },
+                                  Clock::now() + options.timeout);
+      if (in_flight > 0) ep->Fail(Status::Unavailable("client closed"));
+    }
     if (rpc) rpc->FailAll(Status::Unavailable("client closed"));
     if (worker) {
       (void)worker->ProgressUntil([this] { return in_flight == 0; },
