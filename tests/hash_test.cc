@@ -27,13 +27,7 @@ uint64_t NowNs() {
 }
 
 std::unique_ptr<Client> Connect(const std::string& address, ReadPath path) {
-  ClientOptions o;
-  o.server = address;
-  o.transport = TestTransport();
-  o.read_path = path;
-  auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? std::move(*c) : nullptr;
+  return testing::ConnectOrDie(address, "", path);
 }
 
 class HashTest : public ::testing::Test {

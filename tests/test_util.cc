@@ -46,11 +46,13 @@ ServerProcess StartServer(const std::vector<std::string>& extra,
 }
 
 std::unique_ptr<Client> ConnectOrDie(const std::string& address,
-                                     const std::string& secret) {
+                                     const std::string& secret,
+                                     ReadPath read_path) {
   ClientOptions o;
   o.server = address;
   o.transport = TestTransport();
   o.secret = secret;
+  o.read_path = read_path;
   auto c = Client::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;

@@ -37,7 +37,8 @@ ServerProcess StartServer(const std::vector<std::string>& extra = {},
 
 // Connects a client to `address` with the test transport.
 std::unique_ptr<Client> ConnectOrDie(const std::string& address,
-                                     const std::string& secret = "");
+                                     const std::string& secret = "",
+                                     ReadPath read_path = ReadPath::kAuto);
 
 // Runs a command to completion, capturing stdout; returns exit code.
 struct CommandResult {
