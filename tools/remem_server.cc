@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
                  "(default: a quarter of physical memory)")
       ->capture_default_str();
   std::string hash_memory = "half";
+  app.add_option("--fault-pause-mid-write-us", cfg.fault_pause_mid_write_us,
+                 "testing: pause every hash bucket write half done for this "
+                 "many microseconds (readers see the torn bucket)")
+      ->group("Testing");
   app.add_option("--hash-memory", hash_memory,
                  "of --memory, bytes for the hash store (one partition per "
                  "thread); the rest is raw regions")

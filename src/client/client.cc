@@ -21,6 +21,14 @@ namespace remem {
 
 using fabric::Clock;
 
+namespace {
+// Verification failures before a one-sided get gives up and asks the
+// server. Each failure means the server was writing that bucket or extent
+// at that moment; a few in a row mean a hot key, where the server's answer
+// is the cheaper one.
+constexpr int kMaxOneSidedAttempts = 16;
+}  // namespace
+
 struct Client::Impl {
   ClientOptions options;
   std::shared_ptr<fabric::Context> ctx;
@@ -41,8 +49,17 @@ struct Client::Impl {
   std::unique_ptr<client::PathSelector> selector;
   ReadStats read_stats;
 
-  Result<Value> HashGetOneSided(const hash::Geometry& g, std::string_view key,
+  Result<Value> HashGetOneSided(hash::Geometry* g, std::string_view key,
                                 bool* gave_up);
+  // A one-sided read, done before returning (a copy when mapped).
+  Status ReadNow(const hash::ReadRequest& req);
+  // Re-reads the partition root into `g`.
+  Status RefreshRoot(hash::Geometry* g);
+  hash::Geometry& PartitionOf(std::string_view key) {
+    return partitions[XXH3_64bits_withSeed(key.data(), key.size(),
+                                           hash.partition_seed) %
+                      partitions.size()];
+  }
   Result<Value> HashGetRpc(std::string_view key);
   Result<uint64_t> HashPut(std::string_view key, std::string_view value,
                            proto::PutMode mode, uint64_t expected);
@@ -195,8 +212,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                                    std::to_string(p.region));
     }
     impl->hash_regions.insert(p.region);
-    impl->partitions.push_back(
-        {uint16_t(p.region), p.buckets_offset, p.num_buckets, p.seed});
+    impl->partitions.push_back({uint16_t(p.region), p.root_offset, 0,
+                                p.buckets_offset, p.num_buckets, p.seed});
   }
   for (const auto& r : info->regions) {
     if (!impl->hash_regions.count(r.region_id)) {
@@ -228,35 +245,45 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 
 // --- hash store
 
-namespace {
-// Verification failures before a one-sided get gives up and asks the
-// server. Each failure means the server was writing that bucket or extent
-// at that moment; a few in a row mean a hot key, where the server's answer
-// is the cheaper one.
-constexpr int kMaxOneSidedAttempts = 16;
-}  // namespace
 
-Result<Client::Value> Client::Impl::HashGetOneSided(const hash::Geometry& g,
+Status Client::Impl::ReadNow(const hash::ReadRequest& req) {
+  auto it = remote.find(req.region);
+  if (it == remote.end()) return Status::ProtocolError("unknown region");
+  REMEM_RETURN_IF_ERROR(it->second->Check(req.offset, req.len));
+  return ep->GetSync(req.dst, req.len, *it->second, req.offset,
+                     options.timeout);
+}
+
+Status Client::Impl::RefreshRoot(hash::Geometry* g) {
+  hash::Root root;
+  for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
+    REMEM_RETURN_IF_ERROR(ReadNow(hash::RootRequest(*g, &root)));
+    ++read_stats.reads;
+    if (hash::ApplyRoot(root, g)) return Status::OK();
+  }
+  return Status::Busy("the partition root did not verify");
+}
+
+Result<Client::Value> Client::Impl::HashGetOneSided(hash::Geometry* g,
                                                     std::string_view key,
                                                     bool* gave_up) {
-  hash::ReadFn read = [this](uint16_t region, uint64_t offset, void* dst,
-                             size_t len) -> Status {
-    auto it = remote.find(region);
-    if (it == remote.end()) return Status::ProtocolError("unknown region");
-    REMEM_RETURN_IF_ERROR(it->second->Check(offset, len));
-    return ep->GetSync(dst, len, *it->second, offset, options.timeout);
-  };
   for (int attempt = 0; attempt < kMaxOneSidedAttempts; ++attempt) {
-    auto r = hash::LookupOnce(g, key, read);
-    if (!r.ok()) return r.status();
-    read_stats.reads += uint64_t(r->reads);
-    if (r->outcome == hash::Lookup::kFound) {
-      return Value{std::move(r->value), r->version};
+    hash::Lookup lookup(*g, key);
+    hash::ReadRequest req;
+    while (lookup.Next(&req)) REMEM_RETURN_IF_ERROR(ReadNow(req));
+    read_stats.reads += uint64_t(lookup.reads());
+    if (lookup.outcome() == hash::Lookup::kFound) {
+      return Value{std::move(lookup.value()), lookup.version()};
     }
-    if (r->outcome == hash::Lookup::kNotFound) {
+    if (lookup.outcome() == hash::Lookup::kNotFound) {
       return Status::NotFound("key not found");
     }
     ++read_stats.retries;
+    // The table may have grown: the root names the live bucket array.
+    if (lookup.bucket_failed()) {
+      Status st = RefreshRoot(g);
+      if (!st.ok() && st.code() != StatusCode::kBusy) return st;
+    }
     // Back off: spin briefly, then yield, so the writer can finish.
     if (attempt >= 4) std::this_thread::yield();
   }
@@ -291,16 +318,12 @@ Result<uint64_t> Client::Impl::HashPut(std::string_view key,
 
 Result<Client::Value> Client::Get(std::string_view key) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
-  const auto& parts = impl_->partitions;
-  const hash::Geometry& g =
-      parts[XXH3_64bits_withSeed(key.data(), key.size(),
-                                 impl_->hash.partition_seed) %
-            parts.size()];
+  hash::Geometry& g = impl_->PartitionOf(key);
   auto start = Clock::now();
   client::ReadPath path = impl_->selector->Choose(start);
   if (path == client::ReadPath::kOneSided) {
     bool gave_up = false;
-    auto r = impl_->HashGetOneSided(g, key, &gave_up);
+    auto r = impl_->HashGetOneSided(&g, key, &gave_up);
     if (!gave_up) {
       auto end = Clock::now();
       impl_->selector->Record(

@@ -2,21 +2,34 @@
 // one-sided out of the server's regions. docs/PROTOCOL.md ("Hash store")
 // describes the same layout in prose; change both together.
 //
-// Table: `num_buckets` (a power of two) Buckets of 128 bytes. A key hashes
+// Partition region: a Root at offset 0 names the live bucket array (its
+// offset, its number of buckets, the key hash seed) and a generation that
+// moves when the table grows. The rest of the region is an arena for bucket
+// arrays and slab extents.
+//
+// Table: `num_buckets` (a power of two) Buckets of 256 bytes. A key hashes
 // (xxh3-64 with the table's seed) to a 16-bit tag and two buckets, b1 from
 // the hash and b2 = b1 ^ (mix(tag) & mask) (partial-key cuckoo hashing, as
 // MemC3: a bucket's alternate is computable from the tag alone, so the
 // server can move an entry without re-reading its key).
 //
-// Bucket: a seqlock version, 7 slots, and a 64-bit checksum over everything
-// before it. A slot names one extent (region + offset), its size class, its
-// incarnation, and the key's tag. Extent: a header, the key, the value,
-// padded to its size class; the header's checksum covers the rest of the
-// extent. A one-sided copy happens in no specified byte order, so a reader
-// trusts a copy only if its checksum verifies, its version is even, and (for
-// an extent) its incarnation equals the slot's. Extents are type-stable: a
+// Bucket: a seqlock version, a 240-byte entry area, and a 64-bit checksum
+// over everything before it. Entries are packed from the start of the area;
+// a head with tag 0 (or the end of the area) ends the list. An entry is
+//   - inline: head, the pair's version, key and value (padded to 8 bytes);
+//     small pairs live here, so a hit in b1 is one read;
+//   - extent: head (with the extent's incarnation) and a reference naming
+//     the extent's region, size class and offset. An extent holds a header,
+//     the key and the value; its header's checksum covers the rest.
+// A one-sided copy happens in no specified byte order, so a reader trusts a
+// copy only if its checksum verifies, its version is even, and (for an
+// extent) its incarnation equals the entry's. Extents are type-stable: a
 // slab page keeps its size class forever, so a reused extent's header is at
 // the same place and its bumped incarnation exposes the reuse.
+//
+// A bucket array replaced by growth keeps version kMovedVersion (odd)
+// forever: a reader that reaches it fails verification, re-reads the root,
+// and finds the new array.
 //
 // Thread contract: plain data.
 
@@ -33,25 +46,60 @@
 
 namespace remem::hash {
 
-inline constexpr int kSlotsPerBucket = 7;
-inline constexpr size_t kBucketBytes = 128;
+inline constexpr size_t kBucketBytes = 256;
+inline constexpr size_t kEntryAreaBytes = kBucketBytes - 16;
 inline constexpr size_t kExtentAlign = 64;
+inline constexpr uint64_t kMovedVersion = ~uint64_t{0};  // odd: never stable
+inline constexpr uint32_t kRootMagic = 0x544F4F52;       // "ROOT"
+inline constexpr uint16_t kLayoutVersion = 2;
 
-struct Slot {
-  uint64_t ref;          // 0: empty. Else region << 48 | byte offset.
-  uint32_t incarnation;  // must equal the extent header's
-  uint16_t tag;          // 16 bits of the key's hash, never 0 in a used slot
-  uint16_t size_class;   // the extent's size class: how much to read
+struct Root {
+  uint64_t version;  // seqlock: even when stable
+  uint32_t magic;    // kRootMagic
+  uint16_t layout_version;
+  uint16_t reserved;
+  uint64_t generation;  // +1 at every growth
+  uint64_t buckets_offset;
+  uint64_t num_buckets;
+  uint64_t seed;
+  uint64_t checksum;  // xxh3-64 of bytes [0, 48)
+  uint64_t reserved2;
 };
-static_assert(sizeof(Slot) == 16);
+static_assert(sizeof(Root) == 64);
+static_assert(offsetof(Root, checksum) == 48);
 
 struct Bucket {
   uint64_t version;  // even: stable; odd: the server is rewriting it
-  Slot slots[kSlotsPerBucket];
-  uint64_t checksum;  // xxh3-64 of bytes [0, 120)
+  uint8_t entries[kEntryAreaBytes];
+  uint64_t checksum;  // xxh3-64 of bytes [0, kBucketBytes - 8)
 };
 static_assert(sizeof(Bucket) == kBucketBytes);
 static_assert(offsetof(Bucket, checksum) == kBucketBytes - 8);
+
+enum EntryKind : uint8_t { kInline = 1, kExtent = 2 };
+
+struct EntryHead {
+  uint16_t tag;   // 16 bits of the key's hash, never 0; 0 ends the list
+  uint8_t kind;   // EntryKind
+  uint8_t words;  // entry length in 8-byte words, this head included
+  uint32_t meta;  // inline: key_len | value_len << 16; extent: incarnation
+};
+static_assert(sizeof(EntryHead) == 8);
+
+// Inline: EntryHead, then uint64_t version, then key and value.
+inline constexpr size_t kInlineOverhead = 16;
+// A pair is inline when its entry takes at most this much of a bucket (so
+// at least two fit); larger pairs go to extents.
+inline constexpr size_t kMaxInlineEntryBytes = 112;
+// Extent: EntryHead, then uint64_t ref.
+inline constexpr size_t kExtentEntryBytes = 16;
+
+inline constexpr size_t InlineEntryBytes(size_t key_len, size_t value_len) {
+  return (kInlineOverhead + key_len + value_len + 7) & ~size_t{7};
+}
+inline constexpr bool FitsInline(size_t key_len, size_t value_len) {
+  return InlineEntryBytes(key_len, value_len) <= kMaxInlineEntryBytes;
+}
 
 struct ExtentHeader {
   uint64_t checksum;     // xxh3-64 of the extent from byte 8 to the value's end
@@ -63,16 +111,21 @@ struct ExtentHeader {
 };
 static_assert(sizeof(ExtentHeader) == 32);
 
-inline uint64_t MakeRef(uint16_t region, uint64_t offset) {
-  return (uint64_t{region} << 48) | offset;
+// An extent reference: region (16 bits), size class (8), byte offset (40).
+inline uint64_t MakeRef(uint16_t region, uint8_t size_class, uint64_t offset) {
+  return (uint64_t{region} << 48) | (uint64_t{size_class} << 40) | offset;
 }
 inline uint16_t RefRegion(uint64_t ref) { return uint16_t(ref >> 48); }
-inline uint64_t RefOffset(uint64_t ref) { return ref & ((1ull << 48) - 1); }
+inline uint8_t RefClass(uint64_t ref) { return uint8_t(ref >> 40); }
+inline uint64_t RefOffset(uint64_t ref) { return ref & ((1ull << 40) - 1); }
 
 inline uint64_t Checksum(const void* p, size_t n) { return XXH3_64bits(p, n); }
 
 inline uint64_t BucketChecksum(const Bucket& b) {
   return Checksum(&b, offsetof(Bucket, checksum));
+}
+inline uint64_t RootChecksum(const Root& r) {
+  return Checksum(&r, offsetof(Root, checksum));
 }
 
 // Extent checksum: header from byte 8 (incarnation, lengths, version), then
@@ -105,6 +158,59 @@ inline uint64_t AltBucket(uint64_t b, uint16_t tag, uint64_t mask) {
   if (m == 0) m = 1 & mask;  // never the same bucket when mask > 0
   return b ^ m;
 }
+
+// Walks the entries of a bucket's area. Tolerates any bytes (a reader may
+// call it on data it has not verified yet): a malformed head ends the walk
+// with ok() false.
+class EntryCursor {
+ public:
+  explicit EntryCursor(const uint8_t* area) : area_(area) {}
+  // Advances to the next entry; false at the end of the list (or on a
+  // malformed head, see ok()).
+  bool Next() {
+    if (started_) pos_ += size_t{head_.words} * 8;
+    started_ = true;
+    if (pos_ + sizeof(EntryHead) > kEntryAreaBytes) return false;
+    std::memcpy(&head_, area_ + pos_, sizeof(head_));
+    if (head_.tag == 0) return false;
+    const size_t bytes = size_t{head_.words} * 8;
+    const bool fits = bytes >= 16 && pos_ + bytes <= kEntryAreaBytes;
+    const bool sane =
+        head_.kind == kExtent
+            ? bytes == kExtentEntryBytes
+            : head_.kind == kInline &&
+                  InlineEntryBytes(key_len(), value_len()) == bytes;
+    if (!fits || !sane) {
+      bad_ = true;
+      return false;
+    }
+    return true;
+  }
+  bool ok() const { return !bad_; }
+  size_t offset() const { return pos_; }  // of the current entry in the area
+  size_t bytes() const { return size_t{head_.words} * 8; }
+  const EntryHead& head() const { return head_; }
+  uint32_t key_len() const { return head_.meta & 0xffff; }
+  uint32_t value_len() const { return head_.meta >> 16; }
+  uint64_t word1() const {
+    uint64_t w;
+    std::memcpy(&w, area_ + pos_ + 8, 8);
+    return w;
+  }
+  const char* inline_key() const {
+    return reinterpret_cast<const char*>(area_ + pos_ + kInlineOverhead);
+  }
+  const char* inline_value() const { return inline_key() + key_len(); }
+  // Bytes of the area in use, valid after Next() returned false with ok().
+  size_t end() const { return pos_; }
+
+ private:
+  const uint8_t* area_;
+  size_t pos_ = 0;
+  bool started_ = false;
+  bool bad_ = false;
+  EntryHead head_{};
+};
 
 // Copies `n` bytes (a multiple of 8, both 8-aligned) word by word with
 // atomic accesses. The server publishes with StoreWords and an in-process

@@ -1,9 +1,11 @@
-// hash::LookupOnce: the client side of a get by one-sided reads. It copies
-// buckets and extents through `read` (UCX get, a memcpy of the mapping, or a
-// word copy in tests) and trusts nothing it has not verified:
+// hash::Lookup: the client side of a get by one-sided reads, as a sequence
+// of reads the caller performs (synchronously, or asynchronously with many
+// lookups in flight). It trusts nothing it has not verified:
 //   - a bucket copy must have an even version and a matching checksum;
-//   - an extent copy must have a matching checksum, the incarnation its slot
-//     names, and lengths that fit its size class; then its key is compared.
+//   - an inline entry is then trusted with its bucket;
+//   - an extent copy must have a matching checksum, the incarnation its
+//     entry names, and lengths that fit its size class; then its key is
+//     compared.
 // Any failure is a Retry (with the reason), never a wrong answer.
 //
 // Absence needs one more read: a key moving from its second bucket to its
@@ -13,7 +15,11 @@
 // missed: the entry is copied before it is erased, and the first bucket is
 // read first.)
 //
-// Thread contract: pure function of its arguments.
+// A bucket that fails verification may belong to an array the table has
+// outgrown (kMovedVersion); Lookup::bucket_failed tells the caller to
+// re-read the root (ReadRoot) before retrying.
+//
+// Thread contract: a Lookup is used by one thread; the functions are pure.
 
 #ifndef REMEM_HASH_READER_H_
 #define REMEM_HASH_READER_H_
@@ -22,28 +28,91 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hash/table.h"
 #include "remem/status.h"
 
 namespace remem::hash {
 
-// Copies `len` bytes at `offset` of `region` into `dst`.
+struct ReadRequest {
+  uint16_t region = 0;
+  uint64_t offset = 0;
+  void* dst = nullptr;
+  size_t len = 0;
+};
+
+class Lookup {
+ public:
+  enum Outcome { kPending, kFound, kNotFound, kRetry };
+  // `key` must stay valid while the lookup runs.
+  Lookup(const Geometry& g, std::string_view key);
+  Lookup(const Lookup&) = delete;
+  Lookup& operator=(const Lookup&) = delete;
+
+  // Fills `req` with the next read to perform and returns true; call again
+  // once the bytes are in req->dst. Returns false when outcome() is final.
+  bool Next(ReadRequest* req);
+
+  Outcome outcome() const { return outcome_; }
+  const std::string& value() const { return value_; }
+  std::string& value() { return value_; }
+  uint64_t version() const { return version_; }
+  const char* retry_reason() const { return retry_reason_; }
+  bool bucket_failed() const { return bucket_failed_; }
+  int reads() const { return reads_; }
+
+ private:
+  enum Stage { kStart, kGotBucket, kGotExtent, kGotRecheck };
+  bool Scan(ReadRequest* req);
+  bool Retry(const char* why) {
+    outcome_ = kRetry;
+    retry_reason_ = why;
+    return false;
+  }
+  bool ReadBucket(uint64_t b, Bucket* into, ReadRequest* req);
+
+  Geometry g_;
+  std::string_view key_;
+  KeyHash kh_;
+  uint64_t b_[2];
+  int which_ = 0;  // bucket being scanned: 0 = b1, 1 = b2
+  int scanned_ = 0;  // entries of the current bucket already looked at
+  uint64_t first_version_ = 0;
+  Stage stage_ = kStart;
+  Bucket bucket_;
+  std::vector<uint8_t> extent_;
+  uint32_t extent_incarnation_ = 0;
+  uint64_t extent_size_ = 0;
+  Outcome outcome_ = kPending;
+  std::string value_;
+  uint64_t version_ = 0;
+  const char* retry_reason_ = "";
+  bool bucket_failed_ = false;
+  int reads_ = 0;
+};
+
+// Synchronous driver for tests and simple callers: copies `len` bytes at
+// `offset` of `region` into `dst`.
 using ReadFn = std::function<Status(uint16_t region, uint64_t offset, void* dst,
                                     size_t len)>;
-
-struct Lookup {
-  enum Outcome { kFound, kNotFound, kRetry } outcome = kRetry;
+struct LookupResult {
+  Lookup::Outcome outcome = Lookup::kRetry;
   std::string value;
   uint64_t version = 0;
   const char* retry_reason = "";
-  int reads = 0;  // one-sided reads issued
+  bool bucket_failed = false;
+  int reads = 0;
 };
+// A read error from `read` is returned as the Status.
+Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
+                                const ReadFn& read);
 
-// A read error from `read` is returned as the Status; a verification
-// failure is Lookup::kRetry.
-Result<Lookup> LookupOnce(const Geometry& g, std::string_view key,
-                          const ReadFn& read);
+// The root read request for `g`'s partition, into `root`.
+ReadRequest RootRequest(const Geometry& g, Root* root);
+// Applies a root copy to `g`: true if it verified (then `g` names the live
+// bucket array), false if it must be read again.
+bool ApplyRoot(const Root& root, Geometry* g);
 
 }  // namespace remem::hash
 

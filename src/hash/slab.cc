@@ -84,6 +84,16 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
   return Extent{offset, uint16_t(c), inc};
 }
 
+Result<uint64_t> SlabAllocator::Carve(uint64_t bytes) {
+  const uint64_t rounded = (bytes + page_size_ - 1) / page_size_ * page_size_;
+  if (length_ - next_ < rounded) {
+    return Status::OutOfMemory("the store's memory is full");
+  }
+  const uint64_t offset = region_offset_ + next_;
+  next_ += rounded;
+  return offset;
+}
+
 void SlabAllocator::Free(uint64_t offset, uint16_t size_class) {
   auto* h = reinterpret_cast<ExtentHeader*>(At(offset));
   // Header word 1 holds incarnation and key_len: bump the incarnation and

@@ -47,12 +47,17 @@ class SlabAllocator {
   Result<Extent> Allocate(uint64_t bytes);
   // Returns an extent; bumps the incarnation in its header.
   void Free(uint64_t offset, uint16_t size_class);
+  // Carves `bytes` (rounded up to whole pages) of contiguous arena for good,
+  // e.g. a bucket array; returns its region offset. OutOfMemory if the arena
+  // has no such room left.
+  Result<uint64_t> Carve(uint64_t bytes);
 
   uint8_t* At(uint64_t region_offset) const {
     return base_ + (region_offset - region_offset_);
   }
   uint64_t bytes_in_use() const { return in_use_; }
   uint64_t bytes_carved() const { return next_; }
+  uint64_t bytes_left() const { return length_ - next_; }
   uint64_t capacity() const { return length_; }
 
  private:

@@ -2,29 +2,103 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <vector>
 
 namespace remem::hash {
 
-Table::Table(uint8_t* bucket_mem, Geometry geometry, SlabAllocator* slab,
-             Limits limits)
-    : mem_(bucket_mem),
-      geo_(geometry),
-      slab_(slab),
-      limits_(limits),
-      mask_(geometry.num_buckets - 1) {
-  // Format: every bucket verifies from the start (zeroed memory would not:
-  // its checksum field is 0, not the checksum of an empty bucket).
-  for (uint64_t i = 0; i < geo_.num_buckets; ++i) {
-    Bucket empty{};
-    empty.checksum = BucketChecksum(empty);
-    StoreWords(At(i), &empty, sizeof(empty));
+size_t AreaUsed(const Bucket& b) {
+  EntryCursor c(b.entries);
+  while (c.Next()) {
   }
+  return c.end();
+}
+
+void AppendEntry(Bucket* b, const uint8_t* entry, size_t bytes) {
+  const size_t end = AreaUsed(*b);
+  std::memcpy(b->entries + end, entry, bytes);
+}
+
+void EraseEntry(Bucket* b, size_t offset, size_t bytes) {
+  const size_t end = AreaUsed(*b);
+  std::memmove(b->entries + offset, b->entries + offset + bytes,
+               end - offset - bytes);
+  std::memset(b->entries + end - bytes, 0, bytes);
+}
+
+namespace {
+
+void MakeInlineEntry(uint16_t tag, std::string_view key, std::string_view value,
+                     uint64_t version, uint8_t* out) {
+  const size_t bytes = InlineEntryBytes(key.size(), value.size());
+  std::memset(out, 0, bytes);
+  EntryHead h{tag, kInline, uint8_t(bytes / 8),
+              uint32_t(key.size()) | uint32_t(value.size()) << 16};
+  std::memcpy(out, &h, sizeof(h));
+  std::memcpy(out + 8, &version, 8);
+  std::memcpy(out + kInlineOverhead, key.data(), key.size());
+  std::memcpy(out + kInlineOverhead + key.size(), value.data(), value.size());
+}
+
+void MakeExtentEntry(uint16_t tag, uint32_t incarnation, uint64_t ref,
+                     uint8_t* out) {
+  EntryHead h{tag, kExtent, uint8_t(kExtentEntryBytes / 8), incarnation};
+  std::memcpy(out, &h, sizeof(h));
+  std::memcpy(out + 8, &ref, 8);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Table>> Table::Create(uint8_t* region_base,
+                                             uint16_t region,
+                                             SlabAllocator* slab,
+                                             const TableOptions& options) {
+  const uint64_t n = options.initial_buckets;
+  if (n < 2 || (n & (n - 1)) != 0) {
+    return Status::InvalidArgument("initial_buckets must be a power of two");
+  }
+  std::unique_ptr<Table> t(new Table(region_base, slab, options));
+  auto offset = slab->Carve(n * kBucketBytes);
+  if (!offset.ok()) return offset.status();
+  t->geo_ = Geometry{region, 0, 0, *offset, n, options.seed};
+  t->mask_ = n - 1;
+  t->FormatBuckets(*offset, n);
+  t->PublishRoot();
+  return t;
 }
 
 Bucket* Table::At(uint64_t i) const {
-  return reinterpret_cast<Bucket*>(mem_ + i * kBucketBytes);
+  return reinterpret_cast<Bucket*>(base_ + geo_.buckets_offset +
+                                   i * kBucketBytes);
+}
+
+void Table::FormatBuckets(uint64_t offset, uint64_t n) {
+  // Every bucket verifies from the start (zeroed memory would not: its
+  // checksum field is 0, not the checksum of an empty bucket).
+  Bucket empty{};
+  empty.checksum = BucketChecksum(empty);
+  for (uint64_t i = 0; i < n; ++i) {
+    StoreWords(base_ + offset + i * kBucketBytes, &empty, sizeof(empty));
+  }
+}
+
+void Table::PublishRoot() {
+  auto* live = reinterpret_cast<Root*>(base_ + geo_.root_offset);
+  std::atomic_ref<uint64_t>(live->version)
+      .store(root_version_ + 1, std::memory_order_release);
+  root_version_ += 2;
+  Root r{};
+  r.version = root_version_;
+  r.magic = kRootMagic;
+  r.layout_version = kLayoutVersion;
+  r.generation = geo_.generation;
+  r.buckets_offset = geo_.buckets_offset;
+  r.num_buckets = geo_.num_buckets;
+  r.seed = geo_.seed;
+  r.checksum = RootChecksum(r);
+  StoreWords(reinterpret_cast<uint8_t*>(live) + 8,
+             reinterpret_cast<uint8_t*>(&r) + 8, sizeof(r) - 8);
+  std::atomic_ref<uint64_t>(live->version)
+      .store(root_version_, std::memory_order_release);
 }
 
 void Table::Publish(uint64_t i, const Bucket& next) {
@@ -36,10 +110,28 @@ void Table::Publish(uint64_t i, const Bucket& next) {
   Bucket b = next;
   b.version = v + 2;
   b.checksum = BucketChecksum(b);
-  StoreWords(live->slots, b.slots, sizeof(b.slots));
+  constexpr size_t kHalf = kEntryAreaBytes / 2;
+  StoreWords(live->entries, b.entries, kHalf);
+  if (mid_write_) mid_write_();
+  StoreWords(live->entries + kHalf, b.entries + kHalf, kEntryAreaBytes - kHalf);
   StoreWords(&live->checksum, &b.checksum, sizeof(b.checksum));
   std::atomic_ref<uint64_t>(live->version)
       .store(v + 2, std::memory_order_release);
+}
+
+std::string_view Table::KeyOf(const uint8_t* entry) const {
+  EntryHead h;
+  std::memcpy(&h, entry, sizeof(h));
+  if (h.kind == kInline) {
+    return {reinterpret_cast<const char*>(entry + kInlineOverhead),
+            h.meta & 0xffff};
+  }
+  uint64_t ref;
+  std::memcpy(&ref, entry + 8, 8);
+  const uint8_t* e = slab_->At(RefOffset(ref));
+  const auto* eh = reinterpret_cast<const ExtentHeader*>(e);
+  return {reinterpret_cast<const char*>(e + sizeof(ExtentHeader)),
+          eh->key_len};
 }
 
 std::optional<Table::Found> Table::Find(std::string_view key,
@@ -48,39 +140,51 @@ std::optional<Table::Found> Table::Find(std::string_view key,
   const uint64_t b2 = AltBucket(b1, kh.tag, mask_);
   for (uint64_t b : {b1, b2}) {
     const Bucket* bucket = At(b);
-    for (int i = 0; i < kSlotsPerBucket; ++i) {
-      const Slot& s = bucket->slots[i];
-      if (s.ref == 0 || s.tag != kh.tag) continue;
-      const uint8_t* e = slab_->At(RefOffset(s.ref));
-      const auto* h = reinterpret_cast<const ExtentHeader*>(e);
-      if (h->key_len == key.size() &&
-          std::memcmp(e + sizeof(ExtentHeader), key.data(), key.size()) == 0) {
-        return Found{b, i, s, h->version};
+    EntryCursor c(bucket->entries);
+    while (c.Next()) {
+      if (c.head().tag != kh.tag) continue;
+      const uint8_t* entry = bucket->entries + c.offset();
+      if (KeyOf(entry) != key) continue;
+      Found f{b, c.offset(), c.bytes(), c.head().kind == kInline, 0, 0};
+      if (f.is_inline) {
+        f.version = c.word1();
+      } else {
+        f.ref = c.word1();
+        f.version = reinterpret_cast<const ExtentHeader*>(
+                        slab_->At(RefOffset(f.ref)))
+                        ->version;
       }
+      return f;
     }
     if (b1 == b2) break;
   }
   return std::nullopt;
 }
 
+std::optional<uint64_t> Table::BucketOf(std::string_view key) const {
+  auto f = Find(key, HashKey(key, geo_.seed));
+  if (!f) return std::nullopt;
+  return f->bucket;
+}
+
 Status Table::CheckSizes(std::string_view key, std::string_view value) const {
   if (key.empty()) return Status::InvalidArgument("empty key");
-  if (key.size() > limits_.max_key) {
+  if (key.size() > options_.limits.max_key) {
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +
                                    " bytes exceeds the limit of " +
-                                   std::to_string(limits_.max_key));
+                                   std::to_string(options_.limits.max_key));
   }
-  if (value.size() > limits_.max_value) {
+  if (value.size() > options_.limits.max_value) {
     return Status::InvalidArgument("value of " + std::to_string(value.size()) +
                                    " bytes exceeds the limit of " +
-                                   std::to_string(limits_.max_value));
+                                   std::to_string(options_.limits.max_value));
   }
   return Status::OK();
 }
 
-Result<SlabAllocator::Extent> Table::WriteExtent(std::string_view key,
-                                                 std::string_view value,
-                                                 uint64_t version) {
+Result<uint64_t> Table::WriteExtent(std::string_view key,
+                                    std::string_view value, uint64_t version,
+                                    uint32_t* incarnation) {
   const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
   auto ext = slab_->Allocate(bytes);
   if (!ext.ok()) return ext.status();
@@ -95,37 +199,38 @@ Result<SlabAllocator::Extent> Table::WriteExtent(std::string_view key,
   std::memcpy(buf.data() + sizeof(h) + key.size(), value.data(), value.size());
   h.checksum = ExtentChecksum(buf.data(), key.size(), value.size());
   std::memcpy(buf.data(), &h.checksum, 8);
-  // Release stores: the extent is complete before any slot points to it.
+  // Release stores: the extent is complete before any entry points to it.
   StoreWords(slab_->At(ext->offset), buf.data(), buf.size());
-  return ext;
+  *incarnation = ext->incarnation;
+  return MakeRef(geo_.region, uint8_t(ext->size_class), ext->offset);
 }
 
-bool Table::MakeRoom(uint64_t b1, uint64_t b2, uint64_t* bucket, int* slot) {
+std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2,
+                                        size_t need) {
   for (uint64_t b : {b1, b2}) {
-    const Bucket* bk = At(b);
-    for (int i = 0; i < kSlotsPerBucket; ++i) {
-      if (bk->slots[i].ref == 0) {
-        *bucket = b;
-        *slot = i;
-        return true;
-      }
-    }
+    if (kEntryAreaBytes - AreaUsed(*At(b)) >= need) return b;
   }
-  // Breadth-first search for a short cuckoo path ending in a free slot.
+  // Breadth-first search for a short cuckoo path: each hop moves one entry
+  // of a bucket to its other bucket, freeing what the previous hop needs.
   struct Node {
     uint64_t bucket;
-    int parent;  // index in `nodes`, -1 for roots
-    int slot;    // slot of the parent bucket whose entry moves here
+    int parent;           // index in `nodes`, -1 for roots
+    size_t entry_offset;  // in the parent bucket: the entry that moves here
+    size_t entry_bytes;   // = what this bucket must have free
   };
-  constexpr size_t kMaxNodes = 4096;
-  std::vector<Node> nodes{{b1, -1, -1}, {b2, -1, -1}};
+  constexpr size_t kMaxNodes = 2048;
+  std::vector<Node> nodes{{b1, -1, 0, need}, {b2, -1, 0, need}};
   for (size_t n = 0; n < nodes.size() && nodes.size() < kMaxNodes; ++n) {
     const Bucket* bk = At(nodes[n].bucket);
-    for (int i = 0; i < kSlotsPerBucket; ++i) {
-      const uint64_t alt = AltBucket(nodes[n].bucket, bk->slots[i].tag, mask_);
+    const size_t free_here = kEntryAreaBytes - AreaUsed(*bk);
+    // What bucket n must free: its own parent's entry (or the new pair).
+    const size_t must_free = nodes[n].entry_bytes;
+    EntryCursor c(bk->entries);
+    while (c.Next()) {
+      if (free_here + c.bytes() < must_free) continue;
+      const uint64_t alt = AltBucket(nodes[n].bucket, c.head().tag, mask_);
       // A path must not visit a bucket twice: a later hop would move
-      // whatever an earlier hop put in that slot, into a bucket that is not
-      // one of its two.
+      // whatever an earlier hop put there, into a bucket not one of its two.
       bool cycle = false;
       for (int a = int(n); a >= 0; a = nodes[size_t(a)].parent) {
         if (nodes[size_t(a)].bucket == alt) {
@@ -134,39 +239,74 @@ bool Table::MakeRoom(uint64_t b1, uint64_t b2, uint64_t* bucket, int* slot) {
         }
       }
       if (cycle) continue;
-      nodes.push_back({alt, int(n), i});
-      const Bucket* ab = At(alt);
-      int free_slot = -1;
-      for (int j = 0; j < kSlotsPerBucket; ++j) {
-        if (ab->slots[j].ref == 0) {
-          free_slot = j;
-          break;
-        }
-      }
-      if (free_slot < 0) continue;
+      nodes.push_back({alt, int(n), c.offset(), c.bytes()});
+      if (kEntryAreaBytes - AreaUsed(*At(alt)) < c.bytes()) continue;
       // Move entries along the path, last hop first: each entry is copied
       // into its other bucket before it is erased from where it was.
       int to = int(nodes.size()) - 1;
-      int to_slot = free_slot;
       while (nodes[size_t(to)].parent >= 0) {
         const Node& hop = nodes[size_t(to)];
         const uint64_t from = nodes[size_t(hop.parent)].bucket;
-        Bucket dst = *At(hop.bucket);
-        dst.slots[to_slot] = At(from)->slots[hop.slot];
-        Publish(hop.bucket, dst);
         Bucket src = *At(from);
-        src.slots[hop.slot] = Slot{};
+        Bucket dst = *At(hop.bucket);
+        AppendEntry(&dst, src.entries + hop.entry_offset, hop.entry_bytes);
+        Publish(hop.bucket, dst);
+        EraseEntry(&src, hop.entry_offset, hop.entry_bytes);
         Publish(from, src);
         ++moves_;
-        to_slot = hop.slot;
         to = hop.parent;
       }
-      *bucket = nodes[size_t(to)].bucket;
-      *slot = to_slot;
-      return true;
+      return nodes[size_t(to)].bucket;
     }
   }
-  return false;
+  return std::nullopt;
+}
+
+Status Table::Grow() {
+  const Geometry old = geo_;
+  const uint64_t n = old.num_buckets * 2;
+  auto offset = slab_->Carve(n * kBucketBytes);
+  if (!offset.ok()) return offset.status();
+  FormatBuckets(*offset, n);
+  // Fill the new array while readers still use the old one: nothing they
+  // can see changes until the root moves.
+  geo_.buckets_offset = *offset;
+  geo_.num_buckets = n;
+  mask_ = n - 1;
+  const uint64_t moves_before = moves_;
+  for (uint64_t i = 0; i < old.num_buckets; ++i) {
+    const auto* b = reinterpret_cast<const Bucket*>(
+        base_ + old.buckets_offset + i * kBucketBytes);
+    EntryCursor c(b->entries);
+    while (c.Next()) {
+      const uint8_t* entry = b->entries + c.offset();
+      const KeyHash kh = HashKey(KeyOf(entry), geo_.seed);
+      const uint64_t b1 = PrimaryBucket(kh, mask_);
+      auto to = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), c.bytes());
+      if (!to) {
+        // Practically impossible at half the load; give the space up and
+        // stay on the old array.
+        geo_ = old;
+        mask_ = old.num_buckets - 1;
+        return Status::OutOfMemory("could not rehash into a larger table");
+      }
+      Bucket next = *At(*to);
+      AppendEntry(&next, entry, c.bytes());
+      Publish(*to, next);
+    }
+  }
+  moves_ = moves_before;  // rehash placement is not a cuckoo move
+  geo_.generation = old.generation + 1;
+  PublishRoot();
+  // Every old bucket now sends its readers back to the root. Only after
+  // this may a write change the new array (Write runs on this thread).
+  for (uint64_t i = 0; i < old.num_buckets; ++i) {
+    auto* b =
+        reinterpret_cast<Bucket*>(base_ + old.buckets_offset + i * kBucketBytes);
+    std::atomic_ref<uint64_t>(b->version)
+        .store(kMovedVersion, std::memory_order_release);
+  }
+  return Status::OK();
 }
 
 Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
@@ -185,29 +325,62 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     }
   }
   const uint64_t version = next_version_;
+  const bool small = FitsInline(key.size(), value.size());
+  const size_t inline_bytes = InlineEntryBytes(key.size(), value.size());
+  uint8_t entry[kMaxInlineEntryBytes];
+  size_t entry_bytes = 0;
   uint64_t bucket = 0;
-  int slot = 0;
   if (found) {
     bucket = found->bucket;
-    slot = found->slot;
-  } else if (!MakeRoom(PrimaryBucket(kh, mask_),
-                       AltBucket(PrimaryBucket(kh, mask_), kh.tag, mask_),
-                       &bucket, &slot)) {
-    return Status::OutOfMemory("the hash table is full (" +
-                               std::to_string(size_) + " keys)");
+    // In place: inline if it fits in this bucket, else an extent reference,
+    // which is never larger than the entry it replaces.
+    const size_t free_after =
+        kEntryAreaBytes - AreaUsed(*At(bucket)) + found->entry_bytes;
+    if (small && inline_bytes <= free_after) entry_bytes = inline_bytes;
+  } else {
+    std::optional<uint64_t> room;
+    const uint64_t b1 = PrimaryBucket(kh, mask_);
+    const size_t need = small ? inline_bytes : kExtentEntryBytes;
+    room = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), need);
+    while (!room && options_.grow) {
+      Status g = Grow();
+      if (!g.ok()) break;
+      const uint64_t nb1 = PrimaryBucket(kh, mask_);
+      room = MakeRoom(nb1, AltBucket(nb1, kh.tag, mask_), need);
+    }
+    if (!room) {
+      return Status::OutOfMemory("the hash table is full (" +
+                                 std::to_string(size_) + " keys)");
+    }
+    bucket = *room;
+    if (small) entry_bytes = inline_bytes;
   }
-  auto ext = WriteExtent(key, value, version);
-  if (!ext.ok()) return ext.status();
+  if (entry_bytes > 0) {
+    MakeInlineEntry(kh.tag, key, value, version, entry);
+  } else {
+    uint32_t incarnation = 0;
+    auto ref = WriteExtent(key, value, version, &incarnation);
+    if (!ref.ok()) return ref.status();
+    MakeExtentEntry(kh.tag, incarnation, *ref, entry);
+    entry_bytes = kExtentEntryBytes;
+  }
   ++next_version_;
   Bucket next = *At(bucket);
-  next.slots[slot] = Slot{MakeRef(geo_.region, ext->offset), ext->incarnation,
-                          kh.tag, ext->size_class};
-  Publish(bucket, next);
   if (found) {
-    slab_->Free(RefOffset(found->s.ref), found->s.size_class);
-  } else {
-    ++size_;
+    EraseEntry(&next, found->entry_offset, found->entry_bytes);
+    area_used_ -= found->entry_bytes;
+    if (found->is_inline) --inline_;
   }
+  AppendEntry(&next, entry, entry_bytes);
+  area_used_ += entry_bytes;
+  EntryHead h;
+  std::memcpy(&h, entry, sizeof(h));
+  if (h.kind == kInline) ++inline_;
+  Publish(bucket, next);
+  if (found && !found->is_inline) {
+    slab_->Free(RefOffset(found->ref), RefClass(found->ref));
+  }
+  if (!found) ++size_;
   return version;
 }
 
@@ -227,35 +400,49 @@ Result<uint64_t> Table::PutIfAbsent(std::string_view key,
 }
 
 Status Table::Delete(std::string_view key) {
-  if (key.empty() || key.size() > limits_.max_key) {
+  if (key.empty() || key.size() > options_.limits.max_key) {
     return Status::InvalidArgument("bad key size");
   }
   const KeyHash kh = HashKey(key, geo_.seed);
   std::optional<Found> found = Find(key, kh);
   if (!found) return Status::NotFound("key not found");
   Bucket next = *At(found->bucket);
-  next.slots[found->slot] = Slot{};
+  EraseEntry(&next, found->entry_offset, found->entry_bytes);
   Publish(found->bucket, next);
-  slab_->Free(RefOffset(found->s.ref), found->s.size_class);
+  area_used_ -= found->entry_bytes;
+  if (found->is_inline) {
+    --inline_;
+  } else {
+    slab_->Free(RefOffset(found->ref), RefClass(found->ref));
+  }
   --size_;
   ++next_version_;  // a delete is a write too
   return Status::OK();
 }
 
 Result<Table::Value> Table::Get(std::string_view key) const {
-  if (key.empty() || key.size() > limits_.max_key) {
+  if (key.empty() || key.size() > options_.limits.max_key) {
     return Status::InvalidArgument("bad key size");
   }
   const KeyHash kh = HashKey(key, geo_.seed);
   std::optional<Found> found = Find(key, kh);
   if (!found) return Status::NotFound("key not found");
-  const uint8_t* e = slab_->At(RefOffset(found->s.ref));
-  const auto* h = reinterpret_cast<const ExtentHeader*>(e);
   Value v;
+  v.version = found->version;
+  const uint8_t* entry = At(found->bucket)->entries + found->entry_offset;
+  if (found->is_inline) {
+    EntryHead h;
+    std::memcpy(&h, entry, sizeof(h));
+    v.value.assign(
+        reinterpret_cast<const char*>(entry + kInlineOverhead) + (h.meta & 0xffff),
+        h.meta >> 16);
+    return v;
+  }
+  const uint8_t* e = slab_->At(RefOffset(found->ref));
+  const auto* h = reinterpret_cast<const ExtentHeader*>(e);
   v.value.assign(
       reinterpret_cast<const char*>(e) + sizeof(ExtentHeader) + h->key_len,
       h->value_len);
-  v.version = h->version;
   return v;
 }
 

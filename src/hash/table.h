@@ -2,30 +2,45 @@
 // written by the thread that owns it, read concurrently by anyone (clients
 // one-sided, see reader.h).
 //
-// Scheme: bucketized cuckoo hashing with two choices and 7-slot buckets.
-// Every pair lives in an extent from the SlabAllocator; a slot points to it
-// with the extent's incarnation and size class. Publishing a bucket is a
-// seqlock write (version odd, slots, checksum, version even) with word-sized
-// atomic stores, so a concurrent copy is either the old bucket, the new one,
-// or fails its checksum.
+// Scheme: bucketized cuckoo hashing with two choices and 256-byte buckets
+// whose 240-byte entry area holds variable-size entries: small pairs inline
+// (three 16 B key / 32 B value pairs per bucket), larger ones as 16-byte
+// references to slab extents. docs/ARCHITECTURE.md gives the measurements
+// behind the choice. Publishing a bucket is a seqlock write (version odd,
+// entries, checksum, version even) with word-sized atomic stores, so a
+// concurrent copy is either the old bucket, the new one, or fails its
+// checksum.
 //
 // A cuckoo move copies the entry into its other bucket before erasing it
 // from the first, so a key is always in at least one bucket. A reader that
 // finds a key in neither re-reads its first bucket; if that bucket's version
 // changed meanwhile the reader retries (reader.h explains why that closes the
-// window). Replacing a value writes a new extent, repoints the slot, then
-// frees the old extent (its incarnation changes, so stale readers retry).
+// window). Replacing a value rewrites its entry in place, in one bucket
+// publish: inline if the new pair fits there, else as an extent reference
+// (never larger than an inline entry, so it always fits); a replaced
+// extent is freed after the publish (its incarnation changes, so stale
+// readers retry).
+//
+// Growth: when no cuckoo path frees room, the table doubles. The owner
+// thread builds the new bucket array beside the old one (readers keep using
+// the old, which does not change meanwhile), publishes it in the root
+// (generation + 1), then marks every old bucket moved (kMovedVersion);
+// only then does it take the next write. A reader reaching a moved bucket
+// re-reads the root. Old arrays are not reused (a slow reader may still be
+// reading them); they cost at most as much memory as the live array.
 //
 // Versions: every successful write takes the next value of a per-table
 // counter, so a version is never reused, even across delete and re-insert
 // (compare-and-put cannot be fooled by ABA).
 //
-// Thread contract: all mutating calls and Get on the owning thread only.
+// Thread contract: all calls on the owning thread only.
 
 #ifndef REMEM_HASH_TABLE_H_
 #define REMEM_HASH_TABLE_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,9 +51,11 @@
 
 namespace remem::hash {
 
-// Where a table lives, as a client needs to know it.
+// Where a table's buckets live, as a client needs to know it.
 struct Geometry {
-  uint16_t region = 0;          // region of buckets and extents
+  uint16_t region = 0;          // region of the root, buckets and extents
+  uint64_t root_offset = 0;     // region offset of the Root
+  uint64_t generation = 0;      // of the root this was read from
   uint64_t buckets_offset = 0;  // region offset of bucket 0
   uint64_t num_buckets = 0;     // a power of two
   uint64_t seed = 0;            // key hash seed
@@ -49,18 +66,27 @@ struct Limits {
   uint32_t max_value = 16 << 20;
 };
 
+struct TableOptions {
+  uint64_t initial_buckets = 256;  // a power of two >= 2
+  uint64_t seed = 0;
+  bool grow = true;  // false: a full table answers OutOfMemory (tests)
+  Limits limits;
+};
+
 class Table {
  public:
-  // `bucket_mem` holds num_buckets * 128 bytes at region offset
-  // `geometry.buckets_offset` (formatted here, before any reader may look);
-  // `slab` provides the extents. num_buckets must be a power of two >= 2.
-  Table(uint8_t* bucket_mem, Geometry geometry, SlabAllocator* slab,
-        Limits limits = {});
+  // `region_base` is the partition region's memory; the Root is written at
+  // offset 0 (its first 64 bytes), and `slab` (an arena of the same region)
+  // provides bucket arrays and extents. Formats everything before return.
+  static Result<std::unique_ptr<Table>> Create(uint8_t* region_base,
+                                               uint16_t region,
+                                               SlabAllocator* slab,
+                                               const TableOptions& options);
 
   // Insert or replace; returns the new version. InvalidArgument for an
-  // empty or oversized key/value, OutOfMemory when no extent or no bucket
-  // slot can be had (then no pair is added or changed, though cuckoo moves
-  // made while looking for a slot may remain; every key stays readable).
+  // empty or oversized key/value, OutOfMemory when the region has no room
+  // for the pair or for a larger table (then no pair is added or changed,
+  // though cuckoo moves may remain; every key stays readable).
   Result<uint64_t> Put(std::string_view key, std::string_view value);
   // Replace only if the current version is `expected`; Conflict otherwise,
   // NotFound if the key is absent.
@@ -78,18 +104,35 @@ class Table {
   // Server-side lookup (the RPC read path).
   Result<Value> Get(std::string_view key) const;
 
+  // The bucket holding `key` now, or nullopt (tests and diagnostics).
+  std::optional<uint64_t> BucketOf(std::string_view key) const;
+
   const Geometry& geometry() const { return geo_; }
   uint64_t size() const { return size_; }
+  uint64_t inline_pairs() const { return inline_; }
   uint64_t moves() const { return moves_; }
-  double occupancy() const {
-    return double(size_) / double(geo_.num_buckets * kSlotsPerBucket);
+  uint64_t growths() const { return geo_.generation; }
+  // Bytes of bucket entry areas in use / bytes of entry areas.
+  double area_fill() const {
+    return double(area_used_) / double(geo_.num_buckets * kEntryAreaBytes);
+  }
+
+  // Test hook: runs between the two halves of every bucket publish (after
+  // the odd version and half the words are stored), to hold a write open
+  // while readers look. Empty by default.
+  void SetMidWriteHook(std::function<void()> hook) {
+    mid_write_ = std::move(hook);
   }
 
  private:
+  Table(uint8_t* base, SlabAllocator* slab, const TableOptions& options)
+      : base_(base), slab_(slab), options_(options) {}
   struct Found {
     uint64_t bucket;
-    int slot;
-    Slot s;
+    size_t entry_offset;  // in the bucket's area
+    size_t entry_bytes;
+    bool is_inline;
+    uint64_t ref;  // extent entries
     uint64_t version;
   };
   enum class Mode { kUpsert, kIfAbsent, kIfVersion };
@@ -97,23 +140,39 @@ class Table {
                          Mode mode, uint64_t expected);
   Bucket* At(uint64_t i) const;
   void Publish(uint64_t i, const Bucket& next);
+  void PublishRoot();
   std::optional<Found> Find(std::string_view key, const KeyHash& kh) const;
-  Result<SlabAllocator::Extent> WriteExtent(std::string_view key,
-                                            std::string_view value,
-                                            uint64_t version);
-  // Frees a slot in b1 or b2, moving entries along a cuckoo path if needed.
-  bool MakeRoom(uint64_t b1, uint64_t b2, uint64_t* bucket, int* slot);
+  std::string_view KeyOf(const uint8_t* entry) const;
+  Result<uint64_t> WriteExtent(std::string_view key, std::string_view value,
+                               uint64_t version, uint32_t* incarnation);
+  // Finds `need` free bytes in b1 or b2, moving entries along a cuckoo path
+  // if needed; returns the bucket, or nullopt.
+  std::optional<uint64_t> MakeRoom(uint64_t b1, uint64_t b2, size_t need);
+  Status Grow();
+  void FormatBuckets(uint64_t offset, uint64_t n);
   Status CheckSizes(std::string_view key, std::string_view value) const;
 
-  uint8_t* mem_;
-  Geometry geo_;
+  uint8_t* base_;
   SlabAllocator* slab_;
-  Limits limits_;
-  uint64_t mask_;
+  TableOptions options_;
+  Geometry geo_;
+  uint64_t mask_ = 0;
+  uint64_t root_version_ = 0;
   uint64_t next_version_ = 1;
   uint64_t size_ = 0;
+  uint64_t inline_ = 0;
   uint64_t moves_ = 0;
+  uint64_t area_used_ = 0;
+  std::function<void()> mid_write_;
 };
+
+// Helpers on a bucket image (exposed for tests).
+// Bytes of the entry area in use.
+size_t AreaUsed(const Bucket& b);
+// Appends an entry (`bytes` of it); the caller checked it fits.
+void AppendEntry(Bucket* b, const uint8_t* entry, size_t bytes);
+// Removes the entry at `offset` (of `bytes`), closing the gap.
+void EraseEntry(Bucket* b, size_t offset, size_t bytes);
 
 }  // namespace remem::hash
 

@@ -22,7 +22,7 @@ static_assert(std::endian::native == std::endian::little,
               "remem's wire format is little-endian");
 
 inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;  // client -> server
@@ -137,14 +137,18 @@ struct HashInfoReply {
 static_assert(sizeof(HashInfoReply) == 32);
 
 // One per partition, after HashInfoReply.
+// The bucket array may move when the table grows; the root (read one-sided,
+// hash/layout.h) always names the live one. The other fields are the
+// root's content when the reply was made.
 struct HashPartition {
-  uint32_t region;  // region holding the buckets and extents
+  uint32_t region;  // region holding the root, buckets and extents
   uint32_t reserved;
+  uint64_t root_offset;  // region offset of the partition's Root
   uint64_t buckets_offset;
   uint64_t num_buckets;  // a power of two
   uint64_t seed;         // key hash seed of the partition's table
 };
-static_assert(sizeof(HashPartition) == 32);
+static_assert(sizeof(HashPartition) == 40);
 
 struct HashKeyRequest {
   uint32_t key_len;

@@ -234,20 +234,29 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
       return Status::OutOfMemory("cannot allocate the hash store: " +
                                  r.status().message());
     }
-    // An eighth of the partition for buckets (a power of two of them), the
-    // rest for extents. Growth is not implemented yet: this is the table.
-    uint64_t buckets = 2;
-    while (buckets * 2 * hash::kBucketBytes <= per / 8) buckets *= 2;
-    const uint64_t arena = buckets * hash::kBucketBytes;
+    // The root in the first page; the rest is the arena for bucket arrays
+    // (the table starts small and doubles as it fills) and extents.
+    constexpr uint64_t kArenaStart = 4096;
     Partition p;
     p.region = r->get();
-    p.slab = std::make_unique<hash::SlabAllocator>(p.region->base() + arena,
-                                                   per - arena, arena);
-    hash::Geometry g{uint16_t(rid), 0, buckets, (uint64_t{rd()} << 32) | rd()};
-    p.table = std::make_unique<hash::Table>(p.region->base(), g, p.slab.get(),
-                                            limits);
-    info.partitions.push_back(
-        {rid, 0, g.buckets_offset, g.num_buckets, g.seed});
+    p.slab = std::make_unique<hash::SlabAllocator>(
+        p.region->base() + kArenaStart, per - kArenaStart, kArenaStart);
+    hash::TableOptions options;
+    options.seed = (uint64_t{rd()} << 32) | rd();
+    options.limits = limits;
+    auto table = hash::Table::Create(p.region->base(), uint16_t(rid),
+                                     p.slab.get(), options);
+    if (!table.ok()) return table.status().WithContext("hash store");
+    p.table = std::move(*table);
+    if (config.fault_pause_mid_write_us > 0) {
+      const auto pause =
+          std::chrono::microseconds(config.fault_pause_mid_write_us);
+      // Fault injection (tests): hold every bucket write half done.
+      p.table->SetMidWriteHook([pause] { std::this_thread::sleep_for(pause); });
+    }
+    const hash::Geometry& g = p.table->geometry();
+    info.partitions.push_back({rid, 0, g.root_offset, g.buckets_offset,
+                               g.num_buckets, g.seed});
     regions.push_back(std::move(*r));
     partitions.push_back(std::move(p));
   }

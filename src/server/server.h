@@ -40,6 +40,9 @@ struct ServerConfig {
   std::string secret;    // empty: no authentication
   bool pin_threads = true;
   std::chrono::microseconds spin{100};  // busy-poll before sleeping
+  // Fault injection for tests: every hash bucket write pauses this long
+  // half done (odd version, half the entries stored). 0 = off.
+  uint64_t fault_pause_mid_write_us = 0;
 };
 
 // A quarter of physical memory, rounded down to a MiB.
