@@ -43,6 +43,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "remem/options.h"
@@ -121,6 +122,27 @@ class Client {
                                  uint64_t expected);
   // NotFound if absent.
   Status Delete(std::string_view key);
+
+  // --- hash store, asynchronous: key and value are copied; the callback
+  // runs inside a later Poll()/WaitAll(). Gets use ClientOptions::read_path
+  // as Get does; many may be in flight (one-sided lookups step through
+  // their reads concurrently).
+  using GetCallback = std::function<void(Result<Value>)>;
+  void GetAsync(std::string_view key, GetCallback done);
+  void PutAsync(std::string_view key, std::string_view value,
+                ValueCallback done);
+  void DeleteAsync(std::string_view key, Callback done);
+
+  // --- hash store, batched: one result per key, in order, each with its
+  // own status (NotFound, InvalidArgument, OutOfMemory, ...). MultiGet
+  // issues one batch of one-sided reads (all lookups in flight at once) or
+  // one message, as the read path decides; MultiPut (insert or replace) is
+  // one message. Very large batches are split into messages of at most
+  // 65536 items and 32 MiB.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+  std::vector<Result<uint64_t>> MultiPut(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
 
   struct ReadStats {
     uint64_t onesided_gets = 0;  // answered by one-sided reads

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -63,6 +64,38 @@ struct Client::Impl {
   Result<Value> HashGetRpc(std::string_view key);
   Result<uint64_t> HashPut(std::string_view key, std::string_view value,
                            proto::PutMode mode, uint64_t expected);
+  // An asynchronous get: the one-sided lookup steps through its reads (each
+  // a copy when mapped, else a UCX get), falls back to the RPC get after
+  // kMaxOneSidedAttempts, or goes by RPC from the start.
+  struct AsyncGet {
+    std::string key;
+    hash::Geometry* g = nullptr;
+    std::optional<hash::Lookup> lookup;
+    hash::Root root;
+    bool reading_root = false;
+    bool root_loaded = false;
+    int attempt = 0;
+    client::ReadPath path = client::ReadPath::kOneSided;
+    Clock::time_point start;
+    std::function<void(Result<Value>)> done;
+  };
+  void StartGet(std::string key, std::function<void(Result<Value>)> done);
+  void DriveOneSided(std::shared_ptr<AsyncGet> op);
+  void GetByRpc(std::shared_ptr<AsyncGet> op);
+  void FinishGet(const std::shared_ptr<AsyncGet>& op, Result<Value> r);
+  // Sends a multi-get or multi-put message and decodes its items.
+  Result<std::vector<proto::MultiItem>> CallMulti(proto::Opcode op,
+                                                  std::string payload,
+                                                  size_t count);
+  Status CheckValue(std::string_view value) const {
+    if (value.size() > hash.max_value) {
+      return Status::InvalidArgument("value of " +
+                                     std::to_string(value.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(hash.max_value));
+    }
+    return Status::OK();
+  }
   Status CheckKey(std::string_view key) const {
     if (key.empty()) return Status::InvalidArgument("empty key");
     if (key.size() > hash.max_key) {
@@ -220,6 +253,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       impl->regions.push_back({r.region_id, r.length});
     }
   }
+  // The tables may have grown since the server encoded its hash info.
+  for (hash::Geometry& g : impl->partitions) {
+    Status st = impl->RefreshRoot(&g);
+    if (!st.ok()) return st.WithContext("reading the hash store's root");
+  }
   // Fault in this process's mapping of the hash regions now (shared memory
   // only): otherwise the first one-sided gets each take a page fault and
   // look slower than the RPC path, which the selector then prefers for a
@@ -304,11 +342,7 @@ Result<uint64_t> Client::Impl::HashPut(std::string_view key,
                                        std::string_view value,
                                        proto::PutMode mode, uint64_t expected) {
   REMEM_RETURN_IF_ERROR(CheckKey(key));
-  if (value.size() > hash.max_value) {
-    return Status::InvalidArgument("value of " + std::to_string(value.size()) +
-                                   " bytes exceeds the limit of " +
-                                   std::to_string(hash.max_value));
-  }
+  REMEM_RETURN_IF_ERROR(CheckValue(value));
   auto r = rpc->CallSync(proto::Opcode::kHashPut,
                          proto::EncodeHashPut({key, value, mode, expected}),
                          Deadline());
@@ -364,6 +398,275 @@ Status Client::Delete(std::string_view key) {
       ->CallSync(proto::Opcode::kHashDelete, proto::EncodeHashKey(key),
                  impl_->Deadline())
       .status();
+}
+
+// --- hash store, asynchronous and batched
+
+void Client::Impl::StartGet(std::string key,
+                            std::function<void(Result<Value>)> done) {
+  auto op = std::make_shared<AsyncGet>();
+  op->done = std::move(done);
+  Status st = CheckKey(key);
+  if (!st.ok()) {
+    worker->Defer([op, st] { op->done(st); });
+    return;
+  }
+  op->key = std::move(key);
+  op->g = &PartitionOf(op->key);
+  op->start = Clock::now();
+  op->path = selector->Choose(op->start);
+  if (op->path == client::ReadPath::kRpc) return GetByRpc(std::move(op));
+  op->lookup.emplace(*op->g, op->key);
+  DriveOneSided(std::move(op));
+}
+
+void Client::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
+  while (true) {
+    hash::ReadRequest req;
+    if (op->reading_root && op->root_loaded) {
+      op->root_loaded = false;
+      if (hash::ApplyRoot(op->root, op->g)) {
+        op->reading_root = false;
+        op->lookup.emplace(*op->g, op->key);
+        continue;
+      }
+      if (++op->attempt >= kMaxOneSidedAttempts) break;
+      req = hash::RootRequest(*op->g, &op->root);
+    } else if (op->reading_root) {
+      req = hash::RootRequest(*op->g, &op->root);
+    } else if (!op->lookup->Next(&req)) {
+      hash::Lookup& l = *op->lookup;
+      read_stats.reads += uint64_t(l.reads());
+      if (l.outcome() == hash::Lookup::kFound) {
+        ++read_stats.onesided_gets;
+        return FinishGet(op, Value{std::move(l.value()), l.version()});
+      }
+      if (l.outcome() == hash::Lookup::kNotFound) {
+        ++read_stats.onesided_gets;
+        return FinishGet(op, Status::NotFound("key not found"));
+      }
+      ++read_stats.retries;
+      if (++op->attempt >= kMaxOneSidedAttempts) break;
+      if (l.bucket_failed()) {
+        op->reading_root = true;  // the table may have grown
+      } else {
+        op->lookup.emplace(*op->g, op->key);
+      }
+      continue;
+    }
+    auto it = remote.find(req.region);
+    Status st = it == remote.end() ? Status::ProtocolError("unknown region")
+                                   : it->second->Check(req.offset, req.len);
+    if (!st.ok()) return FinishGet(op, st);
+    if (op->reading_root) ++read_stats.reads;
+    if (it->second->mapped() != nullptr) {
+      // A copy out of the mapping: done at once.
+      st = ep->GetSync(req.dst, req.len, *it->second, req.offset,
+                       options.timeout);
+      if (!st.ok()) return FinishGet(op, st);
+      if (op->reading_root) op->root_loaded = true;
+      continue;
+    }
+    ep->Get(req.dst, req.len, *it->second, req.offset,
+            [this, op](Status s) mutable {
+              if (!s.ok()) return FinishGet(op, s);
+              if (op->reading_root) op->root_loaded = true;
+              DriveOneSided(std::move(op));
+            });
+    return;
+  }
+  ++read_stats.fallbacks;
+  GetByRpc(std::move(op));
+}
+
+void Client::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
+  rpc->Call(proto::Opcode::kHashGet, proto::EncodeHashKey(op->key), Deadline(),
+            [this, op](Status st, std::string reply) {
+              ++read_stats.rpc_gets;
+              if (!st.ok()) return FinishGet(op, st);
+              auto v = proto::DecodeHashGetReply(reply);
+              if (!v.ok()) return FinishGet(op, v.status());
+              FinishGet(op, Value{std::move(v->value), v->version});
+            });
+}
+
+void Client::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
+                             Result<Value> r) {
+  const auto end = Clock::now();
+  selector->Record(
+      op->path,
+      std::chrono::duration<double, std::micro>(end - op->start).count(), end);
+  // Never inside the issuing call: a mapped lookup finishes right there.
+  worker->Defer([op, r = std::move(r)]() mutable { op->done(std::move(r)); });
+}
+
+void Client::GetAsync(std::string_view key, GetCallback done) {
+  impl_->StartGet(std::string(key),
+                  impl_->Track<Result<Value>>(std::move(done)));
+}
+
+void Client::PutAsync(std::string_view key, std::string_view value,
+                      ValueCallback done) {
+  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl_->CheckKey(key);
+  if (st.ok()) st = impl_->CheckValue(value);
+  if (!st.ok()) {
+    impl_->worker->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  impl_->rpc->Call(proto::Opcode::kHashPut,
+                   proto::EncodeHashPut({key, value, proto::PutMode::kUpsert, 0}),
+                   impl_->Deadline(), [cb](Status s, std::string reply) mutable {
+                     if (!s.ok()) return cb(s);
+                     cb(proto::DecodeHashPutReply(reply));
+                   });
+}
+
+void Client::DeleteAsync(std::string_view key, Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
+  Status st = impl_->CheckKey(key);
+  if (!st.ok()) {
+    impl_->worker->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  impl_->rpc->Call(proto::Opcode::kHashDelete, proto::EncodeHashKey(key),
+                   impl_->Deadline(),
+                   [cb](Status s, std::string) mutable { cb(s); });
+}
+
+Result<std::vector<proto::MultiItem>> Client::Impl::CallMulti(
+    proto::Opcode op, std::string payload, size_t count) {
+  auto r = rpc->CallSync(op, std::move(payload), Deadline());
+  if (!r.ok()) return r.status();
+  return proto::DecodeHashMultiReply(*r, count);
+}
+
+namespace {
+
+// Splits [0, n) into batches that fit one message: at most kMaxMultiItems
+// items and (about) half the largest payload.
+template <typename SizeOf>
+std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = size_of(i) + 16;
+    if (i > begin && (i - begin == proto::kMaxMultiItems ||
+                      bytes + b > proto::kMaxRpcPayload / 2)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (n > begin) out.emplace_back(begin, n);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Result<Client::Value>> Client::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  std::vector<Result<Value>> out(keys.size(),
+                                 Status::Internal("not answered"));
+  if (keys.empty()) return out;
+  const auto start = Clock::now();
+  const client::ReadPath path = impl_->selector->Choose(start);
+  if (path == client::ReadPath::kOneSided) {
+    // One batch of reads: every lookup in flight at once.
+    size_t pending = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      impl_->StartGet(std::string(keys[i]), [&out, &pending, i](auto r) {
+        out[i] = std::move(r);
+        --pending;
+      });
+    }
+    Status st = impl_->worker->ProgressUntil([&] { return pending == 0; },
+                                             Clock::now() +
+                                                 2 * impl_->options.timeout);
+    if (!st.ok()) {
+      impl_->ep->Fail(Status::TimedOut("multi-get did not complete"));
+      (void)impl_->worker->ProgressUntil([&] { return pending == 0; },
+                                         Clock::now() + std::chrono::seconds(5));
+    }
+    return out;
+  }
+  // One message (or a few, for very large batches).
+  std::vector<size_t> index;  // keys that passed the local checks
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Status st = impl_->CheckKey(keys[i]);
+    if (st.ok()) {
+      index.push_back(i);
+    } else {
+      out[i] = st;
+    }
+  }
+  for (auto [b, e] :
+       Batches(index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
+    std::vector<std::string_view> batch;
+    for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
+    auto items = impl_->CallMulti(proto::Opcode::kHashMultiGet,
+                                  proto::EncodeHashMultiGet(batch),
+                                  batch.size());
+    for (size_t i = b; i < e; ++i) {
+      if (!items.ok()) {
+        out[index[i]] = items.status();
+        continue;
+      }
+      proto::MultiItem& it = (*items)[i - b];
+      if (it.status.ok()) {
+        out[index[i]] = Value{std::move(it.data), it.version};
+      } else {
+        out[index[i]] = it.status;
+      }
+    }
+    impl_->read_stats.rpc_gets += e - b;
+  }
+  const auto end = Clock::now();
+  impl_->selector->Record(
+      path,
+      std::chrono::duration<double, std::micro>(end - start).count() /
+          double(keys.size()),
+      end);
+  return out;
+}
+
+std::vector<Result<uint64_t>> Client::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  std::vector<Result<uint64_t>> out(pairs.size(),
+                                    Status::Internal("not answered"));
+  std::vector<size_t> index;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    Status st = impl_->CheckKey(pairs[i].first);
+    if (st.ok()) st = impl_->CheckValue(pairs[i].second);
+    if (st.ok()) {
+      index.push_back(i);
+    } else {
+      out[i] = st;
+    }
+  }
+  for (auto [b, e] : Batches(index.size(), [&](size_t i) {
+         return pairs[index[i]].first.size() + pairs[index[i]].second.size();
+       })) {
+    std::vector<proto::KeyValue> batch;
+    for (size_t i = b; i < e; ++i) batch.push_back(pairs[index[i]]);
+    auto items = impl_->CallMulti(proto::Opcode::kHashMultiPut,
+                                  proto::EncodeHashMultiPut(batch),
+                                  batch.size());
+    for (size_t i = b; i < e; ++i) {
+      if (!items.ok()) {
+        out[index[i]] = items.status();
+        continue;
+      }
+      const proto::MultiItem& it = (*items)[i - b];
+      if (it.status.ok()) {
+        out[index[i]] = it.version;
+      } else {
+        out[index[i]] = it.status;
+      }
+    }
+  }
+  return out;
 }
 
 const Client::ReadStats& Client::read_stats() const {

@@ -1,6 +1,8 @@
 #include "proto/codec.h"
 
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace remem::proto {
 
@@ -311,6 +313,128 @@ Result<uint64_t> DecodeHashPutReply(std::string_view payload) {
   HashPutReply r;
   std::memcpy(&r, payload.data(), sizeof(r));
   return r.version;
+}
+
+namespace {
+
+Result<uint32_t> ReadMultiCount(Reader* rd) {
+  HashMultiRequest r;
+  if (!rd->Read(&r)) return Bad("hash multi request truncated");
+  if (r.count == 0 || r.count > kMaxMultiItems) {
+    return Bad("hash multi request: item count out of range");
+  }
+  return r.count;
+}
+
+std::string_view Take(std::string_view payload, size_t at, size_t n) {
+  return payload.substr(at, n);
+}
+
+}  // namespace
+
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys) {
+  std::string out;
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(keys.size()), 0});
+  for (std::string_view k : keys) {
+    Append(&out, HashMultiKey{static_cast<uint32_t>(k.size())});
+    out += k;
+  }
+  return out;
+}
+
+Result<std::vector<std::string_view>> DecodeHashMultiGet(
+    std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<std::string_view> keys;
+  keys.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    HashMultiKey k;
+    if (!rd.Read(&k)) return Bad("hash multi-get item truncated");
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(k.key_len)) return Bad("hash multi-get key truncated");
+    keys.push_back(Take(payload, at, k.key_len));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi-get items");
+  return keys;
+}
+
+std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs) {
+  std::string out;
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(pairs.size()), 0});
+  for (const auto& [k, v] : pairs) {
+    Append(&out, HashMultiPair{static_cast<uint32_t>(k.size()),
+                               static_cast<uint32_t>(v.size())});
+    out += k;
+    out += v;
+  }
+  return out;
+}
+
+Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<KeyValue> pairs;
+  pairs.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    HashMultiPair p;
+    if (!rd.Read(&p)) return Bad("hash multi-put item truncated");
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(uint64_t{p.key_len} + p.value_len)) {
+      return Bad("hash multi-put pair truncated");
+    }
+    pairs.emplace_back(Take(payload, at, p.key_len),
+                       Take(payload, at + p.key_len, p.value_len));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi-put items");
+  return pairs;
+}
+
+std::string EncodeHashMultiReply(const std::vector<MultiItem>& items) {
+  std::string out;
+  Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});
+  for (const MultiItem& it : items) {
+    const std::string& data =
+        it.status.ok() ? it.data : it.status.message();
+    HashMultiItem h{};
+    h.status = static_cast<uint16_t>(it.status.code());
+    h.data_len = static_cast<uint32_t>(data.size());
+    h.version = it.version;
+    Append(&out, h);
+    out += data;
+  }
+  return out;
+}
+
+Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
+                                                    size_t expected_count) {
+  Reader rd(payload);
+  HashMultiReply r;
+  if (!rd.Read(&r)) return Bad("hash multi reply truncated");
+  if (r.count != expected_count) return Bad("hash multi reply: wrong count");
+  std::vector<MultiItem> items(r.count);
+  for (MultiItem& it : items) {
+    HashMultiItem h;
+    if (!rd.Read(&h)) return Bad("hash multi reply item truncated");
+    if (h.status > static_cast<uint16_t>(StatusCode::kConflict)) {
+      return Bad("hash multi reply: unknown status");
+    }
+    std::string data;
+    if (!rd.ReadBytes(h.data_len, &data)) {
+      return Bad("hash multi reply data truncated");
+    }
+    const auto code = static_cast<StatusCode>(h.status);
+    if (code == StatusCode::kOk) {
+      it.data = std::move(data);
+      it.version = h.version;
+    } else {
+      it.status = Status(code, std::move(data));
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi reply");
+  return items;
 }
 
 }  // namespace remem::proto

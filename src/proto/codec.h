@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proto/wire.h"
@@ -85,6 +86,23 @@ Result<HashValue> DecodeHashGetReply(std::string_view payload);
 
 std::string EncodeHashPutReply(uint64_t version);
 Result<uint64_t> DecodeHashPutReply(std::string_view payload);
+
+// Multi-get / multi-put (wire.h: HashMultiRequest). Decoders check every
+// length against the payload and the item count against kMaxMultiItems.
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys);
+Result<std::vector<std::string_view>> DecodeHashMultiGet(
+    std::string_view payload);
+using KeyValue = std::pair<std::string_view, std::string_view>;
+std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs);
+Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload);
+struct MultiItem {
+  Status status;
+  uint64_t version = 0;
+  std::string data;  // value (get) or nothing (put)
+};
+std::string EncodeHashMultiReply(const std::vector<MultiItem>& items);
+Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
+                                                    size_t expected_count);
 
 }  // namespace remem::proto
 

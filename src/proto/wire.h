@@ -49,9 +49,11 @@ enum class Opcode : uint16_t {
   kHashGet = 8,      // HashKeyRequest + key; HashGetReply + value
   kHashPut = 9,      // HashPutRequest + key + value; HashPutReply
   kHashDelete = 10,  // HashKeyRequest + key; empty reply
+  kHashMultiGet = 11,  // HashMultiRequest + items; HashMultiReply + items
+  kHashMultiPut = 12,  // HashMultiRequest + items; HashMultiReply + items
 };
 
-inline constexpr uint16_t kMaxOpcode = 10;
+inline constexpr uint16_t kMaxOpcode = 12;
 
 // Flags in RpcHeader::flags.
 inline constexpr uint16_t kFlagReply = 1u << 0;
@@ -178,6 +180,44 @@ struct HashPutReply {
   uint64_t version;
 };
 static_assert(sizeof(HashPutReply) == 8);
+
+// Multi-get / multi-put: one message for many keys. Each item succeeds or
+// fails on its own (the RPC status is OK when the batch was decoded).
+inline constexpr uint32_t kMaxMultiItems = 1u << 16;
+
+struct HashMultiRequest {
+  uint32_t count;  // items that follow, 1 .. kMaxMultiItems
+  uint32_t reserved;
+};
+static_assert(sizeof(HashMultiRequest) == 8);
+
+// Multi-get item: HashMultiKey + key. Multi-put item (upsert):
+// HashMultiPair + key + value. No padding between items.
+struct HashMultiKey {
+  uint32_t key_len;
+};
+static_assert(sizeof(HashMultiKey) == 4);
+struct HashMultiPair {
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(HashMultiPair) == 8);
+
+struct HashMultiReply {
+  uint32_t count;  // = the request's
+  uint32_t reserved;
+};
+static_assert(sizeof(HashMultiReply) == 8);
+
+// One per item, in request order, followed by `data_len` bytes: the value
+// (get, status OK), the error message (status not OK), or nothing (put).
+struct HashMultiItem {
+  uint16_t status;  // StatusCode
+  uint16_t reserved;
+  uint32_t data_len;
+  uint64_t version;
+};
+static_assert(sizeof(HashMultiItem) == 16);
 
 }  // namespace remem::proto
 

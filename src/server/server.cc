@@ -119,6 +119,12 @@ struct Server::Impl {
   Status InitHash(uint32_t first_region_id);
   void HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
                   std::string payload);
+  void HandleHashMulti(Thread* t, Connection& c, Opcode op, uint64_t id,
+                       std::string payload);
+  size_t PartitionOf(std::string_view key) const {
+    return XXH3_64bits_withSeed(key.data(), key.size(), partition_seed) %
+           partitions.size();
+  }
   proto::StatsReply Snapshot() const;
 };
 
@@ -332,6 +338,95 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
       });
 }
 
+void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
+                                   uint64_t id, std::string payload) {
+  // The decoded items are views into the payload, which `batch` owns and
+  // keeps alive until the reply is sent.
+  struct Batch {
+    std::string payload;
+    std::vector<std::string_view> keys;
+    std::vector<proto::KeyValue> pairs;
+    std::vector<proto::MultiItem> results;
+    size_t owners_pending = 0;
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->payload = std::move(payload);
+  const bool get = op == Opcode::kHashMultiGet;
+  if (get) {
+    auto keys = proto::DecodeHashMultiGet(batch->payload);
+    if (!keys.ok()) return Reply(t, c, op, id, keys.status(), {});
+    batch->keys = std::move(*keys);
+  } else {
+    auto pairs = proto::DecodeHashMultiPut(batch->payload);
+    if (!pairs.ok()) return Reply(t, c, op, id, pairs.status(), {});
+    batch->pairs = std::move(*pairs);
+    for (const auto& kv : batch->pairs) batch->keys.push_back(kv.first);
+  }
+  batch->results.resize(batch->keys.size());
+  // Items grouped by the thread that owns their partition.
+  std::vector<std::vector<uint32_t>> by_owner(threads.size());
+  for (uint32_t i = 0; i < batch->keys.size(); ++i) {
+    if (batch->keys[i].empty()) {
+      batch->results[i].status = Status::InvalidArgument("empty key");
+      continue;
+    }
+    by_owner[PartitionOf(batch->keys[i])].push_back(i);
+  }
+  // Each owner fills only its own items' results.
+  auto work = [this, batch, get](size_t owner,
+                                 const std::vector<uint32_t>& items) {
+    hash::Table& table = *partitions[owner].table;
+    for (uint32_t i : items) {
+      proto::MultiItem& out = batch->results[i];
+      if (get) {
+        auto v = table.Get(batch->keys[i]);
+        if (v.ok()) {
+          out.version = v->version;
+          out.data = std::move(v->value);
+        } else {
+          out.status = v.status();
+        }
+      } else {
+        auto v = table.Put(batch->pairs[i].first, batch->pairs[i].second);
+        if (v.ok()) {
+          out.version = *v;
+        } else {
+          out.status = v.status();
+        }
+      }
+    }
+  };
+  auto send = [this, t, op, id](Connection& conn, Batch& b) {
+    Reply(t, conn, op, id, Status::OK(), proto::EncodeHashMultiReply(b.results));
+  };
+  for (size_t owner = 0; owner < by_owner.size(); ++owner) {
+    if (!by_owner[owner].empty() && threads[owner].get() != t) {
+      ++batch->owners_pending;
+    }
+  }
+  if (!by_owner[size_t(t->index)].empty()) {
+    work(size_t(t->index), by_owner[size_t(t->index)]);
+  }
+  if (batch->owners_pending == 0) return send(c, *batch);
+  // Other owners run their items and report back to this thread, which
+  // answers once all have (the connection may be gone by then).
+  const ucp_ep_h h = c.ep->handle();
+  const uint64_t conn_id = c.id;
+  for (size_t owner = 0; owner < by_owner.size(); ++owner) {
+    if (by_owner[owner].empty() || threads[owner].get() == t) continue;
+    threads[owner]->worker->Post([this, t, h, conn_id, owner, batch, work,
+                                  send, items = std::move(by_owner[owner])] {
+      work(owner, items);
+      t->worker->Post([this, t, h, conn_id, batch, send] {
+        if (--batch->owners_pending > 0) return;
+        auto it = t->conns.find(h);
+        if (it == t->conns.end() || it->second->id != conn_id) return;
+        send(*it->second, *batch);
+      });
+    });
+  }
+}
+
 void Server::Impl::RunThread(Thread* t) {
   if (config.pin_threads && !cpus.empty()) {
     cpu_set_t set;
@@ -466,6 +561,9 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
     case Opcode::kHashPut:
     case Opcode::kHashDelete:
       return HandleHash(t, c, op, id, std::move(m.data));
+    case Opcode::kHashMultiGet:
+    case Opcode::kHashMultiPut:
+      return HandleHashMulti(t, c, op, id, std::move(m.data));
     case Opcode::kHello:
     case Opcode::kError:
       break;
