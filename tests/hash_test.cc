@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "linearizability.h"
+#include "util/subprocess.h"
 #include "remem/client.h"
 #include "test_util.h"
 
@@ -33,7 +34,9 @@ std::unique_ptr<Client> Connect(const std::string& address, ReadPath path) {
 class HashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = StartServer({"--threads", "2"}, "64M");
+    // Small first tables: the tests cover growth early.
+    server_ = StartServer({"--threads", "2", "--hash-initial-buckets", "16"},
+                          "64M");
     ASSERT_NE(server_.process, nullptr);
   }
   testing::ServerProcess server_;
@@ -146,19 +149,23 @@ TEST(HashFull, AFullStoreSaysSoAndKeepsEveryKey) {
 // hot keys with values from a few bytes to several KiB, driven over RPC by a
 // writer thread, while reader threads get them one-sided. Every operation is
 // recorded; each key's history must be linearizable.
-TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
+// One writer (over RPC) rewrites, compare-and-puts, deletes and re-inserts
+// a few hot keys with values inline and in extents, and inserts fresh keys
+// so the table grows, while one-sided readers in other connections read the
+// hot keys. Every operation is recorded; each key's history must be
+// linearizable.
+void RaceAndCheckLinearizable(const std::string& address,
+                              std::chrono::milliseconds budget) {
   using testing::KvOp;
   constexpr int kKeys = 3;
   constexpr int kReaders = 2;
-  const auto budget = std::chrono::milliseconds(
-      TestTransport() == Transport::kShm ? 1500 : 1500);
   std::mutex mu;
   std::vector<std::vector<KvOp>> history(kKeys);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> reads{0}, retries{0}, fallbacks{0};
 
   std::thread writer([&] {
-    auto c = Connect(server_.address, ReadPath::kRpc);
+    auto c = Connect(address, ReadPath::kRpc);
     ASSERT_NE(c, nullptr);
     std::mt19937_64 rng(17);
     std::vector<uint64_t> last_version(kKeys, 0);
@@ -204,15 +211,19 @@ TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
         }
       }
       op.return_ns = NowNs();
-      std::lock_guard<std::mutex> lock(mu);
-      history[size_t(k)].push_back(std::move(op));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        history[size_t(k)].push_back(std::move(op));
+      }
+      // Fresh keys make the table grow under the readers.
+      ASSERT_TRUE(c->Put("grow" + std::to_string(i), "g").ok());
     }
     stop = true;
   });
   std::vector<std::thread> readers;
   for (int r = 0; r < kReaders; ++r) {
     readers.emplace_back([&, r] {
-      auto c = Connect(server_.address, ReadPath::kOneSided);
+      auto c = Connect(address, ReadPath::kOneSided);
       ASSERT_NE(c, nullptr);
       std::mt19937_64 rng(100 + r);
       std::vector<std::vector<KvOp>> mine(kKeys);
@@ -258,6 +269,256 @@ TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
     EXPECT_TRUE(result.linearizable)
         << "key hot" << k << ": " << result.explanation;
   }
+  auto c = Connect(address, ReadPath::kRpc);
+  ASSERT_NE(c, nullptr);
+  auto stats = c->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->hash_growths, 0u) << "the race should cover growth";
+}
+
+TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
+  RaceAndCheckLinearizable(server_.address, std::chrono::milliseconds(1500));
+}
+
+// The same race against a server that pauses in the middle of every bucket
+// write (odd version, half the entries stored): readers meet half-written
+// buckets all the time and must neither return them nor stall.
+TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
+  auto server = StartServer(
+      {"--threads", "2", "--fault-pause-mid-write-us", "100",
+       "--hash-initial-buckets", "4"},
+      "64M");
+  ASSERT_NE(server.process, nullptr);
+  RaceAndCheckLinearizable(server.address, std::chrono::milliseconds(1500));
+}
+
+// Values that describe themselves ("key|seq|len|" then a filler derived from
+// seq), so every read can be checked alone: a torn value (bytes of two
+// writes), a phantom (a value never written for that key) or a version going
+// backwards is counted. Sized for millions of one-sided reads on shared
+// memory in a few seconds.
+std::string SelfDescribing(const std::string& key, uint64_t seq, size_t len) {
+  std::string v = key + "|" + std::to_string(seq) + "|" + std::to_string(len) +
+                  "|";
+  v.resize(std::max(len, v.size()), char('a' + seq % 26));
+  return v;
+}
+bool WellFormed(const std::string& key, const std::string& v) {
+  size_t a = v.find('|'), b = v.find('|', a + 1), c = v.find('|', b + 1);
+  if (a == std::string::npos || b == std::string::npos ||
+      c == std::string::npos || v.compare(0, a, key) != 0) {
+    return false;
+  }
+  const uint64_t seq = std::stoull(v.substr(a + 1, b - a - 1));
+  const size_t len = std::stoull(v.substr(b + 1, c - b - 1));
+  return v == SelfDescribing(key, seq, len);
+}
+
+TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
+  constexpr int kKeys = 4;
+  const auto budget = std::chrono::seconds(3);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> writes{0};
+  std::thread writer([&] {
+    auto c = Connect(server_.address, ReadPath::kRpc);
+    ASSERT_NE(c, nullptr);
+    std::mt19937_64 rng(23);
+    const auto end = std::chrono::steady_clock::now() + budget;
+    for (uint64_t seq = 1; std::chrono::steady_clock::now() < end; ++seq) {
+      const std::string key = "hot" + std::to_string(rng() % kKeys);
+      if (rng() % 8 == 0) {
+        Status st = c->Delete(key);
+        ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
+      } else {
+        // Inline (short) and extent (long) values, switching back and forth.
+        const size_t len = rng() % 2 ? 20 + rng() % 60 : 200 + rng() % 3000;
+        ASSERT_TRUE(c->Put(key, SelfDescribing(key, seq, len)).ok());
+      }
+      if (seq % 4 == 0) {
+        ASSERT_TRUE(c->Put("fill" + std::to_string(seq), "f").ok());
+      }
+      ++writes;
+    }
+    stop = true;
+  });
+  std::atomic<uint64_t> reads{0}, retries{0}, bad{0}, backwards{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      auto c = Connect(server_.address, ReadPath::kOneSided);
+      ASSERT_NE(c, nullptr);
+      std::vector<uint64_t> last(kKeys, 0);
+      uint64_t n = 0;
+      for (; !stop; ++n) {
+        const int k = int((n * 7 + uint64_t(r)) % kKeys);
+        const std::string key = "hot" + std::to_string(k);
+        auto g = c->Get(key);
+        if (!g.ok()) {
+          ASSERT_EQ(g.status().code(), StatusCode::kNotFound)
+              << g.status().ToString();
+          continue;
+        }
+        if (!WellFormed(key, g->value)) ++bad;
+        if (g->version < last[size_t(k)]) ++backwards;
+        last[size_t(k)] = g->version;
+      }
+      reads += n;
+      retries += c->read_stats().retries;
+    });
+  }
+  writer.join();
+  for (auto& t : readers) t.join();
+  std::printf(
+      "%s: %llu one-sided gets racing %llu writes: %llu torn or phantom, "
+      "%llu went back in time; %llu verification retries (%.4f%% of gets)\n",
+      std::string(TransportName(TestTransport())).c_str(),
+      static_cast<unsigned long long>(reads.load()),
+      static_cast<unsigned long long>(writes.load()),
+      static_cast<unsigned long long>(bad.load()),
+      static_cast<unsigned long long>(backwards.load()),
+      static_cast<unsigned long long>(retries.load()),
+      100.0 * double(retries.load()) /
+          double(std::max<uint64_t>(reads.load(), 1)));
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(backwards.load(), 0u);
+  EXPECT_GT(reads.load(), 1000u);
+  EXPECT_GT(writes.load(), 100u);
+}
+
+TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
+  auto writer = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_NE(writer, nullptr);
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 3000; ++i) {
+    keys.push_back("m" + std::to_string(i));
+    values.push_back(std::string(i % 5 == 0 ? 3000 : i % 50, char('a' + i % 26)));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (size_t i = 0; i < keys.size(); ++i) pairs.emplace_back(keys[i], values[i]);
+  const std::string big((16 << 20) + 1, 'x');
+  pairs.emplace_back("", "empty key");
+  pairs.emplace_back("too-big", big);
+  auto put = writer->MultiPut(pairs);
+  ASSERT_EQ(put.size(), pairs.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(put[i].ok()) << keys[i] << ": " << put[i].status().ToString();
+  }
+  EXPECT_EQ(put[keys.size()].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(put[keys.size() + 1].status().code(), StatusCode::kInvalidArgument);
+
+  std::vector<std::string_view> ask(keys.begin(), keys.end());
+  ask.push_back("absent");
+  ask.push_back("");
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_NE(c, nullptr);
+    auto got = c->MultiGet(ask);
+    ASSERT_EQ(got.size(), ask.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+      EXPECT_EQ(got[i]->value, values[i]);
+      EXPECT_EQ(got[i]->version, *put[i]);
+    }
+    EXPECT_EQ(got[keys.size()].status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(got[keys.size() + 1].status().code(),
+              StatusCode::kInvalidArgument);
+    if (path == ReadPath::kOneSided) {
+      EXPECT_GE(c->read_stats().onesided_gets, keys.size());
+    }
+    if (path == ReadPath::kRpc) {
+      EXPECT_EQ(c->read_stats().onesided_gets, 0u);
+    }
+  }
+  auto stats = writer->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->hash_pairs, keys.size());
+  EXPECT_GT(stats->hash_growths, 0u);
+}
+
+TEST_F(HashTest, ManyAsyncOperationsInFlight) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_NE(c, nullptr);
+    const std::string prefix(ReadPathName(path));
+    constexpr int kOps = 500;
+    int put_done = 0;
+    for (int i = 0; i < kOps; ++i) {
+      c->PutAsync(prefix + std::to_string(i), std::string(i % 300, 'p'),
+                  [&put_done](Result<uint64_t> v) {
+                    EXPECT_TRUE(v.ok()) << v.status().ToString();
+                    ++put_done;
+                  });
+    }
+    EXPECT_EQ(put_done, 0) << "callbacks run in Poll/WaitAll only";
+    EXPECT_EQ(c->in_flight(), size_t(kOps));
+    ASSERT_TRUE(c->WaitAll().ok());
+    EXPECT_EQ(put_done, kOps);
+    // Key 0 is deleted concurrently below, so it is not read.
+    int get_done = 0;
+    for (int i = 1; i < kOps; ++i) {
+      c->GetAsync(prefix + std::to_string(i),
+                  [&get_done, i](Result<Client::Value> v) {
+                    ASSERT_TRUE(v.ok()) << v.status().ToString();
+                    EXPECT_EQ(v->value, std::string(i % 300, 'p'));
+                    ++get_done;
+                  });
+    }
+    int deleted = 0;
+    c->DeleteAsync(prefix + "0", [&deleted](Status st) {
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      ++deleted;
+    });
+    c->GetAsync("", [](Result<Client::Value> v) {
+      EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+    });
+    EXPECT_EQ(get_done, 0);
+    // The empty-key get fails, so WaitAll reports its error.
+    EXPECT_EQ(c->WaitAll().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(get_done, kOps - 1);
+    EXPECT_EQ(deleted, 1);
+  }
+}
+
+// A client process killed while it streams multi-put batches: the server
+// carries on serving others, and every key it acknowledged stays readable.
+TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Put("before", "kept").ok());
+  SpawnOptions o;
+  o.argv = {testing::BenchBinary(), "hash",      "--server",
+            server_.address,        "--records", "5000000",
+            "--client-cpu",         "-1",        "--transport",
+            std::string(TransportName(TestTransport()))};
+  auto bench = Subprocess::Spawn(o);
+  ASSERT_TRUE(bench.ok());
+  // Wait until its batches are landing, then kill it mid-load.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t pairs = 0;
+  while (std::chrono::steady_clock::now() < deadline && pairs < 20000) {
+    auto s = c->Stats();
+    ASSERT_TRUE(s.ok());
+    pairs = s->hash_pairs;
+  }
+  ASSERT_GE(pairs, 20000u) << "the loader never got going";
+  ASSERT_TRUE((*bench)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*bench)->Wait(std::chrono::seconds(10)).ok());
+  auto kept = c->Get("before");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->value, "kept");
+  // The loader's keys up to what the server counted are all there.
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    std::string k = "user" + std::to_string(i);
+    k.resize(16, '.');
+    keys.push_back(k);
+  }
+  std::vector<std::string_view> ask(keys.begin(), keys.end());
+  for (const auto& r : c->MultiGet(ask)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->value, std::string(32, 'v'));
+  }
+  ASSERT_TRUE(c->Put("after", "ok").ok());
 }
 
 // With the selector on, every get is answered and both paths keep being

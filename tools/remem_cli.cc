@@ -32,6 +32,25 @@ int Fail(const Status& st) {
   return ExitCodeFor(st);
 }
 
+// A JSON string literal for arbitrary bytes: bytes that are not printable
+// ASCII are escaped as \u00XX (so binary values survive, byte for byte).
+std::string JsonString(std::string_view in) {
+  std::string out = "\"";
+  for (unsigned char ch : in) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += char(ch);
+    } else if (ch >= 0x20 && ch < 0x7f) {
+      out += char(ch);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+      out += buf;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,6 +104,12 @@ int main(int argc, char** argv) {
   put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
   put->add_option("--if-version", if_version,
                   "only replace this version; exit 5 if it changed");
+  std::vector<std::string> mkeys;
+  auto* mget = app.add_subcommand(
+      "mget",
+      "print the values of KEY... one per line, in one batch (exit 4 if any "
+      "is absent; --json for binary-safe output)");
+  mget->add_option("keys", mkeys, "keys")->required();
   auto* del = app.add_subcommand("del", "delete KEY (exit 4 if absent)");
   del->add_option("key", key, "key")->required();
 
@@ -167,6 +192,40 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mget->parsed()) {
+    std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
+    auto results = c.MultiGet(views);
+    int code = 0;
+    if (json) std::printf("[");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      if (json) {
+        std::printf("%s{\"key\":%s,", i ? "," : "",
+                    JsonString(mkeys[i]).c_str());
+        if (r.ok()) {
+          std::printf("\"found\":true,\"version\":%llu,\"value\":%s}",
+                      static_cast<unsigned long long>(r->version),
+                      JsonString(r->value).c_str());
+        } else {
+          std::printf("\"found\":false,\"error\":%s}",
+                      JsonString(r.status().ToString()).c_str());
+        }
+      } else if (r.ok()) {
+        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+        std::printf("\n");
+      } else {
+        std::printf("\n");
+        std::fprintf(stderr, "remem: %s: %s\n", mkeys[i].c_str(),
+                     r.status().ToString().c_str());
+      }
+      if (!r.ok()) {
+        const int c4 = r.status().code() == StatusCode::kNotFound ? 4 : 1;
+        if (code == 0 || c4 == 1) code = c4;
+      }
+    }
+    if (json) std::printf("]\n");
+    return code;
+  }
   if (del->parsed()) {
     Status st = c.Delete(key);
     if (!st.ok()) return Fail(st);
@@ -189,6 +248,10 @@ int main(int argc, char** argv) {
         {"regions", s->regions},
         {"server_threads", s->server_threads},
         {"incarnation", s->incarnation},
+        {"hash_pairs", s->hash_pairs},
+        {"hash_growths", s->hash_growths},
+        {"hash_bytes_used", s->hash_bytes_used},
+        {"hash_bytes_total", s->hash_bytes_total},
     };
     if (json) {
       std::printf("{");

@@ -48,6 +48,22 @@ int main(int argc, char** argv) {
                  "testing: pause every hash bucket write half done for this "
                  "many microseconds (readers see the torn bucket)")
       ->group("Testing");
+  app.add_option("--hash-initial-buckets", cfg.hash_initial_buckets,
+                 "buckets each hash partition starts with (a power of two; "
+                 "tables double as they fill)")
+      ->capture_default_str()
+      ->check([](const std::string& v) {
+        uint64_t n = 0;
+        try {
+          n = std::stoull(v);
+        } catch (...) {
+          return std::string("must be a number");
+        }
+        return n >= 2 && (n & (n - 1)) == 0 && n <= (1ull << 30)
+                   ? std::string()
+                   : std::string("must be a power of two in [2, 2^30]");
+      })
+      ->group("Testing");
   app.add_option("--hash-memory", hash_memory,
                  "of --memory, bytes for the hash store (one partition per "
                  "thread); the rest is raw regions")

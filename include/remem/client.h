@@ -83,6 +83,12 @@ struct ServerStats {
   uint64_t regions = 0;
   uint64_t server_threads = 0;
   uint64_t incarnation = 0;
+  // Hash store: pairs stored, table doublings so far, bytes of its memory
+  // carved into bucket arrays and slab pages, and its whole memory.
+  uint64_t hash_pairs = 0;
+  uint64_t hash_growths = 0;
+  uint64_t hash_bytes_used = 0;
+  uint64_t hash_bytes_total = 0;
 };
 
 class Client {

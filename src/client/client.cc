@@ -706,6 +706,10 @@ Result<ServerStats> Client::Stats() {
   out.regions = s->regions;
   out.server_threads = s->server_threads;
   out.incarnation = s->incarnation;
+  out.hash_pairs = s->hash_pairs;
+  out.hash_growths = s->hash_growths;
+  out.hash_bytes_used = s->hash_bytes_used;
+  out.hash_bytes_total = s->hash_bytes_total;
   return out;
 }
 

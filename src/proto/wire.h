@@ -120,7 +120,10 @@ struct StatsReply {
   uint64_t regions;
   uint64_t server_threads;
   uint64_t incarnation;
-  uint64_t reserved2[4];
+  uint64_t hash_pairs;        // pairs stored in the hash store
+  uint64_t hash_growths;      // table doublings, all partitions
+  uint64_t hash_bytes_used;   // of the hash store's memory, carved so far
+  uint64_t hash_bytes_total;  // the hash store's memory
 };
 static_assert(sizeof(StatsReply) == 8 + 12 * 8 + 32);
 

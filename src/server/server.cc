@@ -49,6 +49,10 @@ struct Counters {
   std::atomic<uint64_t> rpc_bytes_in{0};
   std::atomic<uint64_t> rpc_bytes_out{0};
   std::atomic<uint64_t> rpc_errors{0};
+  // Of the partition this thread owns (written by this thread only).
+  std::atomic<uint64_t> hash_pairs{0};
+  std::atomic<uint64_t> hash_growths{0};
+  std::atomic<uint64_t> hash_bytes_used{0};
   void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.fetch_add(n, std::memory_order_relaxed);
   }
@@ -121,6 +125,15 @@ struct Server::Impl {
                   std::string payload);
   void HandleHashMulti(Thread* t, Connection& c, Opcode op, uint64_t id,
                        std::string payload);
+  // After a write on partition `p` (on its owner thread): what Stats shows.
+  void UpdateHashCounters(size_t p) {
+    Counters& c = threads[p]->counters;
+    const Partition& part = partitions[p];
+    c.hash_pairs.store(part.table->size(), std::memory_order_relaxed);
+    c.hash_growths.store(part.table->growths(), std::memory_order_relaxed);
+    c.hash_bytes_used.store(part.slab->bytes_carved(),
+                            std::memory_order_relaxed);
+  }
   size_t PartitionOf(std::string_view key) const {
     return XXH3_64bits_withSeed(key.data(), key.size(), partition_seed) %
            partitions.size();
@@ -208,6 +221,7 @@ Status Server::Impl::Init() {
         [this, raw](AmMessage&& m) { OnRequest(raw, std::move(m)); }));
     threads.push_back(std::move(t));
   }
+  for (size_t p = 0; p < partitions.size(); ++p) UpdateHashCounters(p);
   auto l = fabric::Listener::Create(
       threads[0]->worker.get(), config.listen,
       [this](ucp_conn_request_h req) { OnConnRequest(req); });
@@ -249,6 +263,7 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
         p.region->base() + kArenaStart, per - kArenaStart, kArenaStart);
     hash::TableOptions options;
     options.seed = (uint64_t{rd()} << 32) | rd();
+    options.initial_buckets = config.hash_initial_buckets;
     options.limits = limits;
     auto table = hash::Table::Create(p.region->base(), uint16_t(rid),
                                      p.slab.get(), options);
@@ -315,6 +330,7 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
         out.first = v.status();
       }
     }
+    if (op != Opcode::kHashGet) UpdateHashCounters(p);
     return out;
   };
   if (threads[p].get() == t) {
@@ -395,6 +411,7 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
         }
       }
     }
+    if (!get) UpdateHashCounters(owner);
   };
   auto send = [this, t, op, id](Connection& conn, Batch& b) {
     Reply(t, conn, op, id, Status::OK(), proto::EncodeHashMultiReply(b.results));
@@ -618,6 +635,12 @@ proto::StatsReply Server::Impl::Snapshot() const {
     s.rpc_bytes_in += c.rpc_bytes_in.load();
     s.rpc_bytes_out += c.rpc_bytes_out.load();
     s.rpc_errors += c.rpc_errors.load();
+    s.hash_pairs += c.hash_pairs.load();
+    s.hash_growths += c.hash_growths.load();
+    s.hash_bytes_used += c.hash_bytes_used.load();
+  }
+  for (const Partition& p : partitions) {
+    s.hash_bytes_total += p.region->length();
   }
   s.uptime_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -

@@ -43,6 +43,9 @@ struct ServerConfig {
   // Fault injection for tests: every hash bucket write pauses this long
   // half done (odd version, half the entries stored). 0 = off.
   uint64_t fault_pause_mid_write_us = 0;
+  // Buckets each partition's table starts with (a power of two; it doubles
+  // as it fills). Small values make tests cover growth early.
+  uint64_t hash_initial_buckets = 256;
 };
 
 // A quarter of physical memory, rounded down to a MiB.
