@@ -46,7 +46,7 @@
 
 namespace remem::hash {
 
-inline constexpr size_t kBucketBytes = 256;
+inline constexpr size_t kBucketBytes = 512;
 inline constexpr size_t kEntryAreaBytes = kBucketBytes - 16;
 inline constexpr size_t kExtentAlign = 64;
 inline constexpr uint64_t kMovedVersion = ~uint64_t{0};  // odd: never stable

@@ -289,7 +289,9 @@ TEST(HashTable, ReadsPerLookupAtOccupancy) {
     size_t value_len;
     uint64_t per_bucket;
   };
-  for (const Case c : {Case{"inline 16/32", 32, 3}, Case{"extent 16/200", 200, 15}}) {
+  for (const Case c :
+       {Case{"inline 16/32", 32, kEntryAreaBytes / InlineEntryBytes(16, 32)},
+        Case{"extent 16/200", 200, kEntryAreaBytes / kExtentEntryBytes}}) {
     const uint64_t buckets = 1 << 13;
     Store s(buckets, 512 << 20, /*grow=*/false);
     const uint64_t capacity = buckets * c.per_bucket;
