@@ -29,12 +29,14 @@ uint64_t Fill(Scheme* s, uint64_t n) {
 }
 
 TEST(Geometry, MatchesRememLayoutAndTheStatedSlots) {
-  // remem's current table: 128 B buckets of 7 extent pointers.
+  // remem's table: buckets of kBucketBytes whose entry area holds 16-byte
+  // extent references or 64-byte inline 16/32 pairs.
   Geometry g = GeometryFor(Config(SchemeKind::kCuckoo2, PairKind::kOutOfLine,
                                   uint32_t(hash::kBucketBytes)));
-  EXPECT_EQ(g.slots_per_bucket, uint32_t(hash::kSlotsPerBucket));
-  EXPECT_EQ(g.slot_bytes, sizeof(hash::Slot));
-  EXPECT_EQ(kInlineSlotBytes, 64u);
+  EXPECT_EQ(g.slots_per_bucket,
+            uint32_t(hash::kEntryAreaBytes / hash::kExtentEntryBytes));
+  EXPECT_EQ(g.slot_bytes, hash::kExtentEntryBytes);
+  EXPECT_EQ(kInlineSlotBytes, hash::InlineEntryBytes(16, 32));
   const uint32_t inline_slots[] = {1, 3, 7};
   const uint32_t bytes[] = {128, 256, 512};
   for (int i = 0; i < 3; ++i) {
