@@ -63,6 +63,45 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
   EXPECT_TRUE(Contains(env.out, "rpcs_served"));
 }
 
+TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {CliBinary(), "--server", server.address});
+    return RunCommand(args);
+  };
+  auto put = cli({"put", "user:1", "alice"});
+  ASSERT_EQ(put.exit_code, 0) << put.out;
+  EXPECT_TRUE(Contains(put.out, "OK version")) << put.out;
+  ASSERT_EQ(cli({"put", "user:2", "bob"}).exit_code, 0);
+  EXPECT_EQ(cli({"put", "user:2", "carol", "--if-absent"}).exit_code, 5);
+
+  auto get = cli({"--read-path", "onesided", "get", "user:1"});
+  ASSERT_EQ(get.exit_code, 0) << get.out;
+  EXPECT_EQ(get.out, "alice");
+  EXPECT_EQ(cli({"get", "nobody"}).exit_code, 4);
+
+  auto mget = cli({"mget", "user:1", "user:2"});
+  ASSERT_EQ(mget.exit_code, 0) << mget.out;
+  EXPECT_EQ(mget.out, "alice\nbob\n");
+  auto missing = cli({"--read-path", "rpc", "mget", "user:1", "nobody"});
+  EXPECT_EQ(missing.exit_code, 4) << missing.out;
+  EXPECT_TRUE(Contains(missing.out, "nobody: NotFound")) << missing.out;
+  auto json = cli({"--json", "mget", "user:2", "nobody"});
+  EXPECT_EQ(json.exit_code, 4);
+  EXPECT_TRUE(Contains(json.out, "{\"key\":\"user:2\",\"found\":true,"))
+      << json.out;
+  EXPECT_TRUE(Contains(json.out, "\"value\":\"bob\"}")) << json.out;
+  EXPECT_TRUE(Contains(json.out, "{\"key\":\"nobody\",\"found\":false"))
+      << json.out;
+  EXPECT_EQ(cli({"mget"}).exit_code, 2);  // no keys: usage error
+
+  EXPECT_EQ(cli({"del", "user:1"}).exit_code, 0);
+  EXPECT_EQ(cli({"del", "user:1"}).exit_code, 4);
+  auto stats = cli({"--json", "stats"});
+  EXPECT_TRUE(Contains(stats.out, "\"hash_pairs\":1")) << stats.out;
+}
+
 TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);

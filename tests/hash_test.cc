@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "linearizability.h"
-#include "util/subprocess.h"
 #include "remem/client.h"
 #include "test_util.h"
+#include "util/subprocess.h"
 
 namespace remem {
 namespace {
@@ -35,8 +35,8 @@ class HashTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Small first tables: the tests cover growth early.
-    server_ = StartServer({"--threads", "2", "--hash-initial-buckets", "16"},
-                          "64M");
+    server_ =
+        StartServer({"--threads", "2", "--hash-initial-buckets", "16"}, "64M");
     ASSERT_NE(server_.process, nullptr);
   }
   testing::ServerProcess server_;
@@ -284,10 +284,9 @@ TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
 // write (odd version, half the entries stored): readers meet half-written
 // buckets all the time and must neither return them nor stall.
 TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
-  auto server = StartServer(
-      {"--threads", "2", "--fault-pause-mid-write-us", "100",
-       "--hash-initial-buckets", "4"},
-      "64M");
+  auto server = StartServer({"--threads", "2", "--fault-pause-mid-write-us",
+                             "100", "--hash-initial-buckets", "4"},
+                            "64M");
   ASSERT_NE(server.process, nullptr);
   RaceAndCheckLinearizable(server.address, std::chrono::milliseconds(1500));
 }
@@ -298,8 +297,8 @@ TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
 // backwards is counted. Sized for millions of one-sided reads on shared
 // memory in a few seconds.
 std::string SelfDescribing(const std::string& key, uint64_t seq, size_t len) {
-  std::string v = key + "|" + std::to_string(seq) + "|" + std::to_string(len) +
-                  "|";
+  std::string v =
+      key + "|" + std::to_string(seq) + "|" + std::to_string(len) + "|";
   v.resize(std::max(len, v.size()), char('a' + seq % 26));
   return v;
 }
@@ -391,10 +390,12 @@ TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
   std::vector<std::string> keys, values;
   for (int i = 0; i < 3000; ++i) {
     keys.push_back("m" + std::to_string(i));
-    values.push_back(std::string(i % 5 == 0 ? 3000 : i % 50, char('a' + i % 26)));
+    values.push_back(
+        std::string(i % 5 == 0 ? 3000 : i % 50, char('a' + i % 26)));
   }
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (size_t i = 0; i < keys.size(); ++i) pairs.emplace_back(keys[i], values[i]);
+  for (size_t i = 0; i < keys.size(); ++i)
+    pairs.emplace_back(keys[i], values[i]);
   const std::string big((16 << 20) + 1, 'x');
   pairs.emplace_back("", "empty key");
   pairs.emplace_back("too-big", big);
@@ -486,14 +487,21 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c->Put("before", "kept").ok());
   SpawnOptions o;
-  o.argv = {testing::BenchBinary(), "hash",      "--server",
-            server_.address,        "--records", "5000000",
-            "--client-cpu",         "-1",        "--transport",
+  o.argv = {testing::BenchBinary(),
+            "hash",
+            "--server",
+            server_.address,
+            "--records",
+            "5000000",
+            "--client-cpu",
+            "-1",
+            "--transport",
             std::string(TransportName(TestTransport()))};
   auto bench = Subprocess::Spawn(o);
   ASSERT_TRUE(bench.ok());
   // Wait until its batches are landing, then kill it mid-load.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
   uint64_t pairs = 0;
   while (std::chrono::steady_clock::now() < deadline && pairs < 20000) {
     auto s = c->Stats();

@@ -1,6 +1,6 @@
 // remem-bench hash: the hash store's get path. Loads `records` pairs with
-// fixed-size keys and values with multi-puts, then times uniform random gets from
-// one client thread on each read path (one-sided, RPC, auto), with the
+// fixed-size keys and values with multi-puts, then times uniform random gets
+// from one client thread on each read path (one-sided, RPC, auto), with the
 // server's CPU time per get.
 
 #include <algorithm>

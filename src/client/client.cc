@@ -89,10 +89,9 @@ struct Client::Impl {
                                                   size_t count);
   Status CheckValue(std::string_view value) const {
     if (value.size() > hash.max_value) {
-      return Status::InvalidArgument("value of " +
-                                     std::to_string(value.size()) +
-                                     " bytes exceeds the limit of " +
-                                     std::to_string(hash.max_value));
+      return Status::InvalidArgument(
+          "value of " + std::to_string(value.size()) +
+          " bytes exceeds the limit of " + std::to_string(hash.max_value));
     }
     return Status::OK();
   }
@@ -282,7 +281,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 }
 
 // --- hash store
-
 
 Status Client::Impl::ReadNow(const hash::ReadRequest& req) {
   auto it = remote.find(req.region);
@@ -514,12 +512,13 @@ void Client::PutAsync(std::string_view key, std::string_view value,
     impl_->worker->Defer([cb, st]() mutable { cb(st); });
     return;
   }
-  impl_->rpc->Call(proto::Opcode::kHashPut,
-                   proto::EncodeHashPut({key, value, proto::PutMode::kUpsert, 0}),
-                   impl_->Deadline(), [cb](Status s, std::string reply) mutable {
-                     if (!s.ok()) return cb(s);
-                     cb(proto::DecodeHashPutReply(reply));
-                   });
+  impl_->rpc->Call(
+      proto::Opcode::kHashPut,
+      proto::EncodeHashPut({key, value, proto::PutMode::kUpsert, 0}),
+      impl_->Deadline(), [cb](Status s, std::string reply) mutable {
+        if (!s.ok()) return cb(s);
+        cb(proto::DecodeHashPutReply(reply));
+      });
 }
 
 void Client::DeleteAsync(std::string_view key, Callback done) {
@@ -567,8 +566,7 @@ std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
 
 std::vector<Result<Client::Value>> Client::MultiGet(
     const std::vector<std::string_view>& keys) {
-  std::vector<Result<Value>> out(keys.size(),
-                                 Status::Internal("not answered"));
+  std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
   if (keys.empty()) return out;
   const auto start = Clock::now();
   const client::ReadPath path = impl_->selector->Choose(start);
@@ -581,13 +579,13 @@ std::vector<Result<Client::Value>> Client::MultiGet(
         --pending;
       });
     }
-    Status st = impl_->worker->ProgressUntil([&] { return pending == 0; },
-                                             Clock::now() +
-                                                 2 * impl_->options.timeout);
+    Status st =
+        impl_->worker->ProgressUntil([&] { return pending == 0; },
+                                     Clock::now() + 2 * impl_->options.timeout);
     if (!st.ok()) {
       impl_->ep->Fail(Status::TimedOut("multi-get did not complete"));
-      (void)impl_->worker->ProgressUntil([&] { return pending == 0; },
-                                         Clock::now() + std::chrono::seconds(5));
+      (void)impl_->worker->ProgressUntil(
+          [&] { return pending == 0; }, Clock::now() + std::chrono::seconds(5));
     }
     return out;
   }
@@ -605,9 +603,9 @@ std::vector<Result<Client::Value>> Client::MultiGet(
        Batches(index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
     std::vector<std::string_view> batch;
     for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
-    auto items = impl_->CallMulti(proto::Opcode::kHashMultiGet,
-                                  proto::EncodeHashMultiGet(batch),
-                                  batch.size());
+    auto items =
+        impl_->CallMulti(proto::Opcode::kHashMultiGet,
+                         proto::EncodeHashMultiGet(batch), batch.size());
     for (size_t i = b; i < e; ++i) {
       if (!items.ok()) {
         out[index[i]] = items.status();
@@ -650,9 +648,9 @@ std::vector<Result<uint64_t>> Client::MultiPut(
        })) {
     std::vector<proto::KeyValue> batch;
     for (size_t i = b; i < e; ++i) batch.push_back(pairs[index[i]]);
-    auto items = impl_->CallMulti(proto::Opcode::kHashMultiPut,
-                                  proto::EncodeHashMultiPut(batch),
-                                  batch.size());
+    auto items =
+        impl_->CallMulti(proto::Opcode::kHashMultiPut,
+                         proto::EncodeHashMultiPut(batch), batch.size());
     for (size_t i = b; i < e; ++i) {
       if (!items.ok()) {
         out[index[i]] = items.status();

@@ -76,7 +76,7 @@ class Lookup {
   std::string_view key_;
   KeyHash kh_;
   uint64_t b_[2];
-  int which_ = 0;  // bucket being scanned: 0 = b1, 1 = b2
+  int which_ = 0;    // bucket being scanned: 0 = b1, 1 = b2
   int scanned_ = 0;  // entries of the current bucket already looked at
   uint64_t first_version_ = 0;
   Stage stage_ = kStart;

@@ -130,8 +130,7 @@ std::string_view Table::KeyOf(const uint8_t* entry) const {
   std::memcpy(&ref, entry + 8, 8);
   const uint8_t* e = slab_->At(RefOffset(ref));
   const auto* eh = reinterpret_cast<const ExtentHeader*>(e);
-  return {reinterpret_cast<const char*>(e + sizeof(ExtentHeader)),
-          eh->key_len};
+  return {reinterpret_cast<const char*>(e + sizeof(ExtentHeader)), eh->key_len};
 }
 
 std::optional<Table::Found> Table::Find(std::string_view key,
@@ -150,9 +149,9 @@ std::optional<Table::Found> Table::Find(std::string_view key,
         f.version = c.word1();
       } else {
         f.ref = c.word1();
-        f.version = reinterpret_cast<const ExtentHeader*>(
-                        slab_->At(RefOffset(f.ref)))
-                        ->version;
+        f.version =
+            reinterpret_cast<const ExtentHeader*>(slab_->At(RefOffset(f.ref)))
+                ->version;
       }
       return f;
     }
@@ -205,8 +204,7 @@ Result<uint64_t> Table::WriteExtent(std::string_view key,
   return MakeRef(geo_.region, uint8_t(ext->size_class), ext->offset);
 }
 
-std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2,
-                                        size_t need) {
+std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
   for (uint64_t b : {b1, b2}) {
     if (kEntryAreaBytes - AreaUsed(*At(b)) >= need) return b;
   }
@@ -275,8 +273,8 @@ Status Table::Grow() {
   mask_ = n - 1;
   const uint64_t moves_before = moves_;
   for (uint64_t i = 0; i < old.num_buckets; ++i) {
-    const auto* b = reinterpret_cast<const Bucket*>(
-        base_ + old.buckets_offset + i * kBucketBytes);
+    const auto* b = reinterpret_cast<const Bucket*>(base_ + old.buckets_offset +
+                                                    i * kBucketBytes);
     EntryCursor c(b->entries);
     while (c.Next()) {
       const uint8_t* entry = b->entries + c.offset();
@@ -301,8 +299,8 @@ Status Table::Grow() {
   // Every old bucket now sends its readers back to the root. Only after
   // this may a write change the new array (Write runs on this thread).
   for (uint64_t i = 0; i < old.num_buckets; ++i) {
-    auto* b =
-        reinterpret_cast<Bucket*>(base_ + old.buckets_offset + i * kBucketBytes);
+    auto* b = reinterpret_cast<Bucket*>(base_ + old.buckets_offset +
+                                        i * kBucketBytes);
     std::atomic_ref<uint64_t>(b->version)
         .store(kMovedVersion, std::memory_order_release);
   }
@@ -433,9 +431,9 @@ Result<Table::Value> Table::Get(std::string_view key) const {
   if (found->is_inline) {
     EntryHead h;
     std::memcpy(&h, entry, sizeof(h));
-    v.value.assign(
-        reinterpret_cast<const char*>(entry + kInlineOverhead) + (h.meta & 0xffff),
-        h.meta >> 16);
+    v.value.assign(reinterpret_cast<const char*>(entry + kInlineOverhead) +
+                       (h.meta & 0xffff),
+                   h.meta >> 16);
     return v;
   }
   const uint8_t* e = slab_->At(RefOffset(found->ref));

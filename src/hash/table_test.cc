@@ -447,14 +447,15 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   }
   writer.join();
   for (auto& t : readers) t.join();
-  std::printf("%llu verified reads, %llu retries (%.3f%%), %llu moves, "
-              "%llu growths\n",
-              static_cast<unsigned long long>(reads.load()),
-              static_cast<unsigned long long>(retries.load()),
-              100.0 * double(retries.load()) /
-                  double(std::max<uint64_t>(reads.load(), 1)),
-              static_cast<unsigned long long>(s.table().moves()),
-              static_cast<unsigned long long>(s.table().growths()));
+  std::printf(
+      "%llu verified reads, %llu retries (%.3f%%), %llu moves, "
+      "%llu growths\n",
+      static_cast<unsigned long long>(reads.load()),
+      static_cast<unsigned long long>(retries.load()),
+      100.0 * double(retries.load()) /
+          double(std::max<uint64_t>(reads.load(), 1)),
+      static_cast<unsigned long long>(s.table().moves()),
+      static_cast<unsigned long long>(s.table().growths()));
   EXPECT_GT(reads.load(), 1000u);
   EXPECT_GT(s.table().moves(), 0u) << "the race should cover cuckoo moves";
   EXPECT_GT(s.table().growths(), 0u) << "the race should cover growth";

@@ -396,8 +396,7 @@ std::string EncodeHashMultiReply(const std::vector<MultiItem>& items) {
   std::string out;
   Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});
   for (const MultiItem& it : items) {
-    const std::string& data =
-        it.status.ok() ? it.data : it.status.message();
+    const std::string& data = it.status.ok() ? it.data : it.status.message();
     HashMultiItem h{};
     h.status = static_cast<uint16_t>(it.status.code());
     h.data_len = static_cast<uint32_t>(data.size());
@@ -414,6 +413,11 @@ Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
   HashMultiReply r;
   if (!rd.Read(&r)) return Bad("hash multi reply truncated");
   if (r.count != expected_count) return Bad("hash multi reply: wrong count");
+  // Untrusted count: bound it before allocating.
+  if (r.count > kMaxMultiItems ||
+      uint64_t{r.count} * sizeof(HashMultiItem) > rd.remaining()) {
+    return Bad("hash multi reply: more items than bytes");
+  }
   std::vector<MultiItem> items(r.count);
   for (MultiItem& it : items) {
     HashMultiItem h;

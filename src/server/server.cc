@@ -276,8 +276,8 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
       p.table->SetMidWriteHook([pause] { std::this_thread::sleep_for(pause); });
     }
     const hash::Geometry& g = p.table->geometry();
-    info.partitions.push_back({rid, 0, g.root_offset, g.buckets_offset,
-                               g.num_buckets, g.seed});
+    info.partitions.push_back(
+        {rid, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed});
     regions.push_back(std::move(*r));
     partitions.push_back(std::move(p));
   }
@@ -414,7 +414,8 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
     if (!get) UpdateHashCounters(owner);
   };
   auto send = [this, t, op, id](Connection& conn, Batch& b) {
-    Reply(t, conn, op, id, Status::OK(), proto::EncodeHashMultiReply(b.results));
+    Reply(t, conn, op, id, Status::OK(),
+          proto::EncodeHashMultiReply(b.results));
   };
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
     if (!by_owner[owner].empty() && threads[owner].get() != t) {
@@ -431,10 +432,10 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
   const uint64_t conn_id = c.id;
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty() || threads[owner].get() == t) continue;
-    threads[owner]->worker->Post([this, t, h, conn_id, owner, batch, work,
-                                  send, items = std::move(by_owner[owner])] {
+    threads[owner]->worker->Post([t, h, conn_id, owner, batch, work, send,
+                                  items = std::move(by_owner[owner])] {
       work(owner, items);
-      t->worker->Post([this, t, h, conn_id, batch, send] {
+      t->worker->Post([t, h, conn_id, batch, send] {
         if (--batch->owners_pending > 0) return;
         auto it = t->conns.find(h);
         if (it == t->conns.end() || it->second->id != conn_id) return;
