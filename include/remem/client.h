@@ -157,7 +157,8 @@ class Client {
     uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
     uint64_t reads = 0;          // one-sided reads issued by gets
     // The read-path selector's current estimates of a get's latency on
-    // each path (microseconds; 0 before the path has been measured).
+    // each path (microseconds; 0 before the path has been measured, and
+    // always 0 with a forced read path, which measures nothing).
     double onesided_estimate_us = 0;
     double rpc_estimate_us = 0;
   };

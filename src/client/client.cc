@@ -28,6 +28,18 @@ namespace {
 // at that moment; a few in a row mean a hot key, where the server's answer
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
+
+void PrefaultForReading(const uint8_t* p, uint64_t len) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
+#endif
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+  // Best effort: an older kernel refuses, and reads then fault lazily.
+  (void)madvise(reinterpret_cast<void*>(start), end - start,
+                MADV_POPULATE_READ);
+}
 }  // namespace
 
 struct Client::Impl {
@@ -56,6 +68,19 @@ struct Client::Impl {
   Status ReadNow(const hash::ReadRequest& req);
   // Re-reads the partition root into `g`.
   Status RefreshRoot(hash::Geometry* g);
+  // After `g` names a new bucket array: fault this process's mapping of it
+  // in now (shared memory only). Otherwise the first one-sided gets each
+  // take a page fault and look slower than the RPC path, which the
+  // selector then prefers for a long time. Only the live array: the rest
+  // of the region may never have been touched by the server.
+  void Prefault(const hash::Geometry& g) {
+    const fabric::RemoteRegion& r = *remote.at(g.region);
+    if (r.mapped() == nullptr) return;
+    const uint64_t bytes = g.num_buckets * hash::kBucketBytes;
+    if (r.Check(g.buckets_offset, bytes).ok()) {
+      PrefaultForReading(r.mapped() + g.buckets_offset, bytes);
+    }
+  }
   hash::Geometry& PartitionOf(std::string_view key) {
     return partitions[XXH3_64bits_withSeed(key.data(), key.size(),
                                            hash.partition_seed) %
@@ -174,21 +199,7 @@ struct Client::Impl {
   }
 };
 
-namespace {
-
-void PrefaultForReading(const uint8_t* p, uint64_t len) {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
-#endif
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
-  // Best effort: an older kernel refuses, and reads then fault lazily.
-  (void)madvise(reinterpret_cast<void*>(start), end - start,
-                MADV_POPULATE_READ);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -256,14 +267,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   for (hash::Geometry& g : impl->partitions) {
     Status st = impl->RefreshRoot(&g);
     if (!st.ok()) return st.WithContext("reading the hash store's root");
-  }
-  // Fault in this process's mapping of the hash regions now (shared memory
-  // only): otherwise the first one-sided gets each take a page fault and
-  // look slower than the RPC path, which the selector then prefers for a
-  // long time.
-  for (uint32_t rid : impl->hash_regions) {
-    const fabric::RemoteRegion& r = *impl->remote.at(rid);
-    if (r.mapped() != nullptr) PrefaultForReading(r.mapped(), r.length());
+    impl->Prefault(g);
   }
   client::PathSelectorOptions so;
   so.mode = options.read_path;
@@ -295,7 +299,14 @@ Status Client::Impl::RefreshRoot(hash::Geometry* g) {
   for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
     REMEM_RETURN_IF_ERROR(ReadNow(hash::RootRequest(*g, &root)));
     ++read_stats.reads;
-    if (hash::ApplyRoot(root, g)) return Status::OK();
+    const uint64_t generation = g->generation;
+    const uint64_t buckets = g->num_buckets;
+    if (hash::ApplyRoot(root, g)) {
+      if (g->generation != generation || g->num_buckets != buckets) {
+        Prefault(*g);
+      }
+      return Status::OK();
+    }
   }
   return Status::Busy("the partition root did not verify");
 }
@@ -351,26 +362,30 @@ Result<uint64_t> Client::Impl::HashPut(std::string_view key,
 Result<Client::Value> Client::Get(std::string_view key) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
   hash::Geometry& g = impl_->PartitionOf(key);
-  auto start = Clock::now();
-  client::ReadPath path = impl_->selector->Choose(start);
+  // Latencies feed the selector only in auto mode; a forced path skips the
+  // two clock reads (a tenth of a one-sided get's cost on shared memory).
+  const bool timed = impl_->selector->mode() == ReadPath::kAuto;
+  const auto start = timed ? Clock::now() : Clock::time_point{};
+  const client::ReadPath path = impl_->selector->Choose(start);
+  auto record = [&] {
+    if (!timed) return;
+    const auto end = Clock::now();
+    impl_->selector->Record(
+        path, std::chrono::duration<double, std::micro>(end - start).count(),
+        end);
+  };
   if (path == client::ReadPath::kOneSided) {
     bool gave_up = false;
     auto r = impl_->HashGetOneSided(&g, key, &gave_up);
     if (!gave_up) {
-      auto end = Clock::now();
-      impl_->selector->Record(
-          path, std::chrono::duration<double, std::micro>(end - start).count(),
-          end);
+      record();
       ++impl_->read_stats.onesided_gets;
       return r;
     }
     ++impl_->read_stats.fallbacks;
   }
   auto r = impl_->HashGetRpc(key);
-  auto end = Clock::now();
-  impl_->selector->Record(
-      path, std::chrono::duration<double, std::micro>(end - start).count(),
-      end);
+  record();
   ++impl_->read_stats.rpc_gets;
   return r;
 }
@@ -423,7 +438,9 @@ void Client::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
     hash::ReadRequest req;
     if (op->reading_root && op->root_loaded) {
       op->root_loaded = false;
+      const uint64_t generation = op->g->generation;
       if (hash::ApplyRoot(op->root, op->g)) {
+        if (op->g->generation != generation) Prefault(*op->g);
         op->reading_root = false;
         op->lookup.emplace(*op->g, op->key);
         continue;
