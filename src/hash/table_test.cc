@@ -77,7 +77,10 @@ class Store {
   // follows the root when a bucket fails (the table may have grown).
   LookupResult Get(std::string_view key, int* retries = nullptr,
                    bool slow = false, Geometry* cached = nullptr) {
-    Geometry local = table_->geometry();
+    // A reader thread passes its own copy: the table's geometry belongs to
+    // the writer.
+    Geometry local;
+    if (!cached) local = table_->geometry();
     Geometry* g = cached ? cached : &local;
     for (int i = 0; i < 10000; ++i) {
       auto r = LookupOnce(*g, key, Reader(slow));
