@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "hash_values.h"
 #include "linearizability.h"
 #include "remem/client.h"
 #include "test_util.h"
@@ -293,97 +294,100 @@ TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
   RaceAndCheckLinearizable(server.address, std::chrono::milliseconds(1500));
 }
 
-// Values that describe themselves ("key|seq|len|" then a filler derived from
-// seq), so every read can be checked alone: a torn value (bytes of two
-// writes), a phantom (a value never written for that key) or a version going
-// backwards is counted. Sized for millions of one-sided reads on shared
-// memory in a few seconds.
-std::string SelfDescribing(const std::string& key, uint64_t seq, size_t len) {
-  std::string v =
-      key + "|" + std::to_string(seq) + "|" + std::to_string(len) + "|";
-  v.resize(std::max(len, v.size()), char('a' + seq % 26));
-  return v;
-}
-bool WellFormed(const std::string& key, const std::string& v) {
-  size_t a = v.find('|'), b = v.find('|', a + 1), c = v.find('|', b + 1);
-  if (a == std::string::npos || b == std::string::npos ||
-      c == std::string::npos || v.compare(0, a, key) != 0) {
-    return false;
-  }
-  const uint64_t seq = std::stoull(v.substr(a + 1, b - a - 1));
-  const size_t len = std::stoull(v.substr(b + 1, c - b - 1));
-  return v == SelfDescribing(key, seq, len);
-}
-
+// Reader processes (tests/hash_reader_child.cc) get a few hot keys
+// one-sided while a writer here rewrites them with self-describing values
+// of varying sizes (inline and extent, switching between them), deletes
+// them, and inserts fresh keys so the table grows. Every value a reader gets
+// is checked alone: torn (bytes of two writes), phantom (never written for
+// that key) or older than one it already saw. Sized for millions of gets on
+// shared memory.
 TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
   constexpr int kKeys = 4;
-  const auto budget = std::chrono::seconds(3);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> writes{0};
-  std::thread writer([&] {
-    auto c = Connect(server_.address, ReadPath::kRpc);
-    ASSERT_NE(c, nullptr);
-    std::mt19937_64 rng(23);
-    const auto end = std::chrono::steady_clock::now() + budget;
-    for (uint64_t seq = 1; std::chrono::steady_clock::now() < end; ++seq) {
-      const std::string key = "hot" + std::to_string(rng() % kKeys);
-      if (rng() % 8 == 0) {
-        Status st = c->Delete(key);
-        ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
-      } else {
-        // Inline (short) and extent (long) values, switching back and forth.
-        const size_t len = rng() % 2 ? 20 + rng() % 60 : 200 + rng() % 3000;
-        ASSERT_TRUE(c->Put(key, SelfDescribing(key, seq, len)).ok());
-      }
-      if (seq % 4 == 0) {
-        ASSERT_TRUE(c->Put("fill" + std::to_string(seq), "f").ok());
-      }
-      ++writes;
-    }
-    stop = true;
-  });
-  std::atomic<uint64_t> reads{0}, retries{0}, bad{0}, backwards{0};
-  std::vector<std::thread> readers;
-  for (int r = 0; r < 2; ++r) {
-    readers.emplace_back([&, r] {
-      auto c = Connect(server_.address, ReadPath::kOneSided);
-      ASSERT_NE(c, nullptr);
-      std::vector<uint64_t> last(kKeys, 0);
-      uint64_t n = 0;
-      for (; !stop; ++n) {
-        const int k = int((n * 7 + uint64_t(r)) % kKeys);
-        const std::string key = "hot" + std::to_string(k);
-        auto g = c->Get(key);
-        if (!g.ok()) {
-          ASSERT_EQ(g.status().code(), StatusCode::kNotFound)
-              << g.status().ToString();
-          continue;
-        }
-        if (!WellFormed(key, g->value)) ++bad;
-        if (g->version < last[size_t(k)]) ++backwards;
-        last[size_t(k)] = g->version;
-      }
-      reads += n;
-      retries += c->read_stats().retries;
-    });
+  constexpr int kReaders = 2;
+  const double seconds = 3;
+  std::vector<std::unique_ptr<Subprocess>> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    SpawnOptions o;
+    o.argv = {REMEM_HASH_READER_BIN, server_.address,
+              std::string(TransportName(TestTransport())),
+              std::to_string(seconds), std::to_string(kKeys)};
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    readers.push_back(std::move(*p));
   }
-  writer.join();
-  for (auto& t : readers) t.join();
+  auto c = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_NE(c, nullptr);
+  std::mt19937_64 rng(23);
+  uint64_t writes = 0;
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (uint64_t seq = 1; std::chrono::steady_clock::now() < end; ++seq) {
+    const std::string key = "hot" + std::to_string(rng() % kKeys);
+    if (rng() % 8 == 0) {
+      Status st = c->Delete(key);
+      ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
+    } else {
+      const size_t len = rng() % 2 ? 20 + rng() % 60 : 200 + rng() % 3000;
+      ASSERT_TRUE(
+          c->Put(key, testing::SelfDescribingValue(key, seq, len)).ok());
+    }
+    // A fresh key per write: the table grows under the readers.
+    ASSERT_TRUE(
+        c->Put("fill" + std::to_string(seq), std::string(40, 'f')).ok());
+    ++writes;
+  }
+  uint64_t reads = 0, bad = 0, backwards = 0, retries = 0;
+  for (auto& p : readers) {
+    auto line = p->WaitForLine("READER", std::chrono::seconds(120));
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    unsigned long long n[5];
+    ASSERT_EQ(std::sscanf(line->c_str(),
+                          "READER reads=%llu bad=%llu backwards=%llu "
+                          "retries=%llu fallbacks=%llu",
+                          &n[0], &n[1], &n[2], &n[3], &n[4]),
+              5)
+        << *line;
+    reads += n[0];
+    bad += n[1];
+    backwards += n[2];
+    retries += n[3];
+    auto rc = p->Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0);
+  }
+  auto stats = c->Stats();
+  ASSERT_TRUE(stats.ok());
   std::printf(
-      "%s: %llu one-sided gets racing %llu writes: %llu torn or phantom, "
-      "%llu went back in time; %llu verification retries (%.4f%% of gets)\n",
-      std::string(TransportName(TestTransport())).c_str(),
-      static_cast<unsigned long long>(reads.load()),
-      static_cast<unsigned long long>(writes.load()),
-      static_cast<unsigned long long>(bad.load()),
-      static_cast<unsigned long long>(backwards.load()),
-      static_cast<unsigned long long>(retries.load()),
-      100.0 * double(retries.load()) /
-          double(std::max<uint64_t>(reads.load(), 1)));
-  EXPECT_EQ(bad.load(), 0u);
-  EXPECT_EQ(backwards.load(), 0u);
-  EXPECT_GT(reads.load(), 1000u);
-  EXPECT_GT(writes.load(), 100u);
+      "%s: %d reader processes, %llu one-sided gets racing %llu writes and "
+      "%llu table growths: %llu torn or phantom, %llu went back in time; "
+      "%llu verification retries (%.4f%% of gets)\n",
+      std::string(TransportName(TestTransport())).c_str(), kReaders,
+      static_cast<unsigned long long>(reads),
+      static_cast<unsigned long long>(writes),
+      static_cast<unsigned long long>(stats->hash_growths),
+      static_cast<unsigned long long>(bad),
+      static_cast<unsigned long long>(backwards),
+      static_cast<unsigned long long>(retries),
+      100.0 * double(retries) / double(std::max<uint64_t>(reads, 1)));
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(backwards, 0u);
+  EXPECT_GT(reads, 100u);
+  EXPECT_GT(writes, 100u);
+  EXPECT_GT(stats->hash_growths, 0u);
+}
+
+// The value checker itself: it must reject what the race would produce.
+TEST(HashValues, TornAndPhantomValuesAreRecognised) {
+  using testing::SelfDescribingValue;
+  using testing::WellFormedValue;
+  const std::string a = SelfDescribingValue("hot1", 7, 300);
+  const std::string b = SelfDescribingValue("hot1", 8, 300);
+  EXPECT_TRUE(WellFormedValue("hot1", a));
+  EXPECT_FALSE(WellFormedValue("hot2", a));  // phantom
+  EXPECT_FALSE(WellFormedValue("hot1", a.substr(0, 150) + b.substr(150)));
+  EXPECT_FALSE(WellFormedValue("hot1", a.substr(0, 299)));  // truncated
+  EXPECT_FALSE(WellFormedValue("hot1", ""));
+  EXPECT_FALSE(WellFormedValue("hot1", "hot1|x|3|"));
 }
 
 TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
