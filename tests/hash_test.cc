@@ -3,6 +3,7 @@
 // the transport of REMEM_TEST_TRANSPORT.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -304,24 +305,30 @@ TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
 TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
   constexpr int kKeys = 4;
   constexpr int kReaders = 2;
-  const double seconds = 3;
   std::vector<std::unique_ptr<Subprocess>> readers;
   for (int r = 0; r < kReaders; ++r) {
     SpawnOptions o;
     o.argv = {REMEM_HASH_READER_BIN, server_.address,
               std::string(TransportName(TestTransport())),
-              std::to_string(seconds), std::to_string(kKeys)};
+              std::to_string(kKeys)};
     auto p = Subprocess::Spawn(o);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
     readers.push_back(std::move(*p));
   }
   auto c = Connect(server_.address, ReadPath::kRpc);
   ASSERT_NE(c, nullptr);
   std::mt19937_64 rng(23);
+  // 3 s and at least 500 writes (readers can starve the writer of CPU on a
+  // small machine), at most a minute.
   uint64_t writes = 0;
-  const auto end =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (uint64_t seq = 1; std::chrono::steady_clock::now() < end; ++seq) {
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t seq = 1;; ++seq) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start > std::chrono::seconds(60) ||
+        (now - start > std::chrono::seconds(3) && writes >= 500)) {
+      break;
+    }
     const std::string key = "hot" + std::to_string(rng() % kKeys);
     if (rng() % 8 == 0) {
       Status st = c->Delete(key);
@@ -336,6 +343,7 @@ TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
         c->Put("fill" + std::to_string(seq), std::string(40, 'f')).ok());
     ++writes;
   }
+  for (auto& p : readers) ASSERT_TRUE(p->Signal(SIGUSR1).ok());
   uint64_t reads = 0, bad = 0, backwards = 0, retries = 0;
   for (auto& p : readers) {
     auto line = p->WaitForLine("READER", std::chrono::seconds(120));
