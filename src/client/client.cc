@@ -104,7 +104,10 @@ struct Client::Impl {
     Clock::time_point start;
     std::function<void(Result<Value>)> done;
   };
-  void StartGet(std::string key, std::function<void(Result<Value>)> done);
+  // `forced`: the path a batch chose for all its keys; else the selector
+  // chooses.
+  void StartGet(std::string key, std::function<void(Result<Value>)> done,
+                std::optional<client::ReadPath> forced = std::nullopt);
   void DriveOneSided(std::shared_ptr<AsyncGet> op);
   void GetByRpc(std::shared_ptr<AsyncGet> op);
   void FinishGet(const std::shared_ptr<AsyncGet>& op, Result<Value> r);
@@ -416,7 +419,8 @@ Status Client::Delete(std::string_view key) {
 // --- hash store, asynchronous and batched
 
 void Client::Impl::StartGet(std::string key,
-                            std::function<void(Result<Value>)> done) {
+                            std::function<void(Result<Value>)> done,
+                            std::optional<client::ReadPath> forced) {
   auto op = std::make_shared<AsyncGet>();
   op->done = std::move(done);
   Status st = CheckKey(key);
@@ -426,8 +430,9 @@ void Client::Impl::StartGet(std::string key,
   }
   op->key = std::move(key);
   op->g = &PartitionOf(op->key);
-  op->start = Clock::now();
-  op->path = selector->Choose(op->start);
+  const bool timed = selector->mode() == ReadPath::kAuto;
+  if (timed) op->start = Clock::now();
+  op->path = forced ? *forced : selector->Choose(op->start);
   if (op->path == client::ReadPath::kRpc) return GetByRpc(std::move(op));
   op->lookup.emplace(*op->g, op->key);
   DriveOneSided(std::move(op));
@@ -507,10 +512,13 @@ void Client::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
 
 void Client::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
                              Result<Value> r) {
-  const auto end = Clock::now();
-  selector->Record(
-      op->path,
-      std::chrono::duration<double, std::micro>(end - op->start).count(), end);
+  if (selector->mode() == ReadPath::kAuto) {
+    const auto end = Clock::now();
+    selector->Record(
+        op->path,
+        std::chrono::duration<double, std::micro>(end - op->start).count(),
+        end);
+  }
   // Never inside the issuing call: a mapped lookup finishes right there.
   worker->Defer([op, r = std::move(r)]() mutable { op->done(std::move(r)); });
 }
@@ -585,16 +593,20 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     const std::vector<std::string_view>& keys) {
   std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
   if (keys.empty()) return out;
-  const auto start = Clock::now();
+  const bool timed = impl_->selector->mode() == ReadPath::kAuto;
+  const auto start = timed ? Clock::now() : Clock::time_point{};
   const client::ReadPath path = impl_->selector->Choose(start);
   if (path == client::ReadPath::kOneSided) {
     // One batch of reads: every lookup in flight at once.
     size_t pending = keys.size();
     for (size_t i = 0; i < keys.size(); ++i) {
-      impl_->StartGet(std::string(keys[i]), [&out, &pending, i](auto r) {
-        out[i] = std::move(r);
-        --pending;
-      });
+      impl_->StartGet(
+          std::string(keys[i]),
+          [&out, &pending, i](auto r) {
+            out[i] = std::move(r);
+            --pending;
+          },
+          path);
     }
     Status st =
         impl_->worker->ProgressUntil([&] { return pending == 0; },
@@ -637,12 +649,15 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     }
     impl_->read_stats.rpc_gets += e - b;
   }
-  const auto end = Clock::now();
-  impl_->selector->Record(
-      path,
-      std::chrono::duration<double, std::micro>(end - start).count() /
-          double(keys.size()),
-      end);
+  if (timed) {
+    // Per key, so that batches and single gets compare.
+    const auto end = Clock::now();
+    impl_->selector->Record(
+        path,
+        std::chrono::duration<double, std::micro>(end - start).count() /
+            double(keys.size()),
+        end);
+  }
   return out;
 }
 
