@@ -482,7 +482,7 @@ TEST_F(FabricTest, ClientsDyingWithReadsInFlightLeaveTheServerUp) {
   constexpr int kInFlight = 64;
   constexpr size_t kSize = 4096;
   // Force-closed endpoints (Endpoint::Fail) with reads in flight.
-  for (int round = 0; round < 20; ++round) {
+  for (int round = 0; round < 50; ++round) {
     RawConnection raw(server_.address);
     raw.HelloAndUnpack();
     std::vector<std::vector<uint8_t>> bufs(kInFlight,
@@ -506,7 +506,7 @@ TEST_F(FabricTest, ClientsDyingWithReadsInFlightLeaveTheServerUp) {
                     .ok());
   }
   // Client processes killed with reads in flight.
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < 10; ++round) {
     SpawnOptions o;
     o.argv = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
               "--gtest_filter=*DISABLED_StreamReadsUntilKilled"};
