@@ -358,16 +358,15 @@ Result<uint64_t> Endpoint::CompareSwapSync(uint64_t expected, uint64_t desired,
                                            Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
   if (served_) {
-    // Heap-held: a reply cannot land after RunSync returns (a timeout fails
-    // the endpoint, which drops the operation), but keep it simple to see.
-    auto old = std::make_shared<uint64_t>(0);
+    // On the stack: no reply lands after RunSync returns (a timeout fails
+    // the endpoint, which drops the operation first).
+    uint64_t old = 0;
     REMEM_RETURN_IF_ERROR(RunSync(
         [&](Completion c) {
-          CompareSwap(expected, desired, region, offset, old.get(),
-                      [old, c = std::move(c)](Status st) { c(std::move(st)); });
+          CompareSwap(expected, desired, region, offset, &old, std::move(c));
         },
         timeout, "compare-and-swap"));
-    return *old;
+    return old;
   }
   uint64_t result = desired;
   ucp_request_param_t p{};
@@ -387,14 +386,13 @@ Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
                                         Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
   if (served_) {
-    auto old = std::make_shared<uint64_t>(0);
+    uint64_t old = 0;
     REMEM_RETURN_IF_ERROR(RunSync(
         [&](Completion c) {
-          FetchAdd(delta, region, offset, old.get(),
-                   [old, c = std::move(c)](Status st) { c(std::move(st)); });
+          FetchAdd(delta, region, offset, &old, std::move(c));
         },
         timeout, "fetch-add"));
-    return *old;
+    return old;
   }
   uint64_t result = 0;
   ucp_request_param_t p{};

@@ -113,7 +113,8 @@ struct Server::Impl {
   ServerConfig config;
   std::shared_ptr<fabric::Context> ctx;
   std::vector<std::unique_ptr<fabric::LocalRegion>> regions;
-  std::unordered_map<uint32_t, ServedRegion> served_regions;  // by id
+  // By id; built by Init, then only read (by every thread).
+  std::unordered_map<uint32_t, ServedRegion> served_regions;
   std::vector<Partition> partitions;
   std::string hash_info;  // encoded once
   uint64_t partition_seed = 0;
