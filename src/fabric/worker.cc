@@ -145,7 +145,13 @@ void Worker::RecvDone(void* request, ucs_status_t status, size_t /*length*/,
 
 size_t Worker::Progress() {
   size_t work = 0;
-  while (unsigned n = ucp_worker_progress(worker_)) work += n;
+  // Stop progressing UCX once a message or completion is ready: another
+  // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
+  // delay handling it, and the next Progress() picks up the rest.
+  while (unsigned n = ucp_worker_progress(worker_)) {
+    work += n;
+    if (!inbox_.empty() || !completed_.empty()) break;
+  }
 
   if (has_posted_.load(std::memory_order_acquire)) {
     std::vector<std::function<void()>> posted;
