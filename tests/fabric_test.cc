@@ -422,6 +422,7 @@ TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
   const fabric::RemoteRegion& raw_region = raw.region(0);
   const fabric::RemoteRegion& hash_region = raw.region(1);
   ASSERT_EQ(raw_region.id(), region_.id);
+  ASSERT_NE(hash_region.id(), region_.id);  // the hash partition's region
   const auto timeout = std::chrono::seconds(10);
   uint8_t buf[64] = {};
   Status st =
