@@ -32,6 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   (void)DecodeStatsReply(in);
+  if (size >= sizeof(MemRequest)) {
+    auto mem = DecodeMemRequest(in.substr(0, sizeof(MemRequest)),
+                                size - sizeof(MemRequest));
+    if (mem.ok() && mem->length > kMaxMemTransfer) std::abort();
+  }
+  (void)DecodeMemRequest(in, 0);
+  (void)DecodeMemReply(in);
   (void)DecodeHashInfo(in);
   (void)DecodeHashKey(in);
   (void)DecodeHashGetReply(in);

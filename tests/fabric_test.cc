@@ -6,7 +6,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -255,6 +258,7 @@ class RawConnection {
                     .ok());
   }
   ~RawConnection() {
+    regions_.clear();
     ep_.reset();
     worker_.reset();
   }
@@ -282,9 +286,37 @@ class RawConnection {
   }
   size_t replies() const { return replies_.size(); }
 
+  // Completes the handshake and unpacks the server's regions for this
+  // endpoint; `stretch` is added to each region's length, so that the
+  // client-side bound no longer protects the server.
+  void HelloAndUnpack(uint64_t stretch = 0) {
+    SendRequest(proto::Opcode::kHello, 1000,
+                proto::EncodeHelloRequest(proto::Hello{}));
+    auto [h, payload] = NextReply();
+    ASSERT_EQ(h.status, 0) << payload;
+    auto info = proto::DecodeHelloReply(payload);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    info_ = *info;
+    Unpack(info_, stretch);
+  }
+  void Unpack(const proto::HelloReplyInfo& info, uint64_t stretch = 0) {
+    for (const auto& r : info.regions) {
+      auto region = fabric::RemoteRegion::Unpack(
+          ep_->handle(), r.region_id, r.base, r.length + stretch, r.rkey);
+      ASSERT_TRUE(region.ok()) << region.status().ToString();
+      regions_.push_back(std::move(*region));
+    }
+  }
+  const proto::HelloReplyInfo& info() const { return info_; }
+  const fabric::RemoteRegion& region(size_t i) const { return *regions_[i]; }
+  fabric::Worker& worker() { return *worker_; }
+  fabric::Endpoint& ep() { return *ep_; }
+
  private:
   std::unique_ptr<fabric::Worker> worker_;
   std::unique_ptr<fabric::Endpoint> ep_;
+  std::vector<std::unique_ptr<fabric::RemoteRegion>> regions_;
+  proto::HelloReplyInfo info_;
   std::vector<fabric::AmMessage> replies_;
 };
 
@@ -351,6 +383,180 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_GE(stats->rpc_errors, 6u);
+}
+
+// Over tcp the server performs one-sided operations itself (served mode);
+// over shared memory the client does, and the server sees none of them.
+TEST_F(FabricTest, OneSidedOperationsAreServedOverTcpOnly) {
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  uint64_t v = 0;
+  ASSERT_TRUE(client_->Read({region_.id, 64}, &v, 8).ok());
+  ASSERT_TRUE(client_->Write({region_.id, 64}, &v, 8).ok());
+  ASSERT_TRUE(client_->FetchAdd({region_.id, 64}, 1).ok());
+  ASSERT_TRUE(client_->CompareAndSwap({region_.id, 64}, 0, 1).ok());
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  const uint64_t served =
+      after->mem_requests_served - before->mem_requests_served;
+  if (TestTransport() == Transport::kTcp) {
+    EXPECT_NE(client_->transport().find("served"), std::string::npos)
+        << client_->transport();
+    EXPECT_EQ(served, 4u);
+  } else {
+    EXPECT_EQ(client_->transport().find("served"), std::string::npos)
+        << client_->transport();
+    EXPECT_EQ(served, 0u);
+  }
+}
+
+// The server checks served requests itself: a client that skips the
+// client-side checks gets clear errors, and the server keeps serving.
+TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "shared memory is read by the client; nothing served";
+  }
+  RawConnection raw(server_.address);
+  ASSERT_TRUE(raw.ep().served());
+  raw.HelloAndUnpack(/*stretch=*/4096);
+  const fabric::RemoteRegion& raw_region = raw.region(0);
+  const fabric::RemoteRegion& hash_region = raw.region(1);
+  ASSERT_EQ(raw_region.id(), region_.id);
+  ASSERT_NE(hash_region.id(), region_.id);  // the hash partition's region
+  const auto timeout = std::chrono::seconds(10);
+  uint8_t buf[64] = {};
+  Status st =
+      raw.ep().GetSync(buf, 16, raw_region, region_.length - 8, timeout);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("outside region"), std::string::npos)
+      << st.ToString();
+  st = raw.ep().PutSync(buf, 8, raw_region, region_.length, timeout);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  auto cas = raw.ep().CompareSwapSync(0, 1, raw_region, 12, timeout);
+  EXPECT_EQ(cas.status().code(), StatusCode::kInvalidArgument)
+      << cas.status().ToString();
+  // The hash store's region: served reads yes, writes and atomics no.
+  EXPECT_TRUE(raw.ep().GetSync(buf, 64, hash_region, 0, timeout).ok());
+  st = raw.ep().PutSync(buf, 8, hash_region, 0, timeout);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("hash store"), std::string::npos)
+      << st.ToString();
+  auto add = raw.ep().FetchAddSync(1, hash_region, 0, timeout);
+  EXPECT_EQ(add.status().code(), StatusCode::kInvalidArgument);
+  // Large transfers are split into several requests and still land.
+  std::vector<uint8_t> big(proto::kMaxMemTransfer * 2 + 100), back(big.size());
+  for (size_t i = 0; i < big.size(); ++i) big[i] = uint8_t(i * 7);
+  ASSERT_TRUE(
+      raw.ep().PutSync(big.data(), big.size(), raw_region, 0, timeout).ok());
+  ASSERT_TRUE(
+      raw.ep().GetSync(back.data(), back.size(), raw_region, 0, timeout).ok());
+  EXPECT_EQ(big, back);
+  // The connection and the server are fine after every refusal.
+  EXPECT_TRUE(raw.ep().GetSync(buf, 8, raw_region, 0, timeout).ok());
+  EXPECT_TRUE(client_->Ping().ok());
+  uint64_t v = 0;
+  EXPECT_TRUE(client_->Read({region_.id, 0}, &v, 8).ok());
+}
+
+TEST_F(FabricTest, ServedRequestsBeforeHelloAreRefused) {
+  if (TestTransport() != Transport::kTcp) GTEST_SKIP() << "tcp only";
+  // Keys from a handshaken connection, used on one that never said Hello:
+  // the server refuses, so a key alone is not enough to read.
+  RawConnection keys(server_.address);
+  keys.HelloAndUnpack();
+  RawConnection raw(server_.address);
+  raw.Unpack(keys.info());
+  uint8_t buf[8];
+  Status st =
+      raw.ep().GetSync(buf, 8, raw.region(0), 0, std::chrono::seconds(10));
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+  EXPECT_TRUE(keys.ep()
+                  .GetSync(buf, 8, keys.region(0), 0, std::chrono::seconds(10))
+                  .ok());
+}
+
+// The crash of docs/ARCHITECTURE.md item 10: clients that die or
+// force-close with many one-sided reads in flight must never take the server
+// down. Over tcp those reads are served by remem (with UCX 1.13's emulated
+// gets instead, this test aborts the server).
+TEST_F(FabricTest, ClientsDyingWithReadsInFlightLeaveTheServerUp) {
+  constexpr int kInFlight = 64;
+  constexpr size_t kSize = 4096;
+  // Force-closed endpoints (Endpoint::Fail) with reads in flight.
+  for (int round = 0; round < 50; ++round) {
+    RawConnection raw(server_.address);
+    raw.HelloAndUnpack();
+    std::vector<std::vector<uint8_t>> bufs(kInFlight,
+                                           std::vector<uint8_t>(kSize));
+    int done = 0;
+    for (int i = 0; i < kInFlight; ++i) {
+      raw.ep().Get(
+          bufs[size_t(i)].data(), kSize, raw.region(0), uint64_t(i) * kSize,
+          [&](Status st) {
+            EXPECT_TRUE(st.ok() || st.code() == StatusCode::kUnavailable)
+                << st.ToString();
+            ++done;
+          });
+    }
+    // Let some reach the server and some replies start, then force-close.
+    for (int i = 0; i < round % 4; ++i) raw.worker().Progress();
+    raw.ep().Fail(Status::Unavailable("force-closed by the test"));
+    ASSERT_TRUE(raw.worker()
+                    .ProgressUntil([&] { return done == kInFlight; },
+                                   Clock::now() + std::chrono::seconds(10))
+                    .ok());
+  }
+  // Client processes killed with reads in flight.
+  for (int round = 0; round < 10; ++round) {
+    SpawnOptions o;
+    o.argv = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+              "--gtest_filter=*DISABLED_StreamReadsUntilKilled"};
+    o.env = {{"REMEM_TEST_STREAM_SERVER", server_.address}};
+    auto child = Subprocess::Spawn(o);
+    ASSERT_TRUE(child.ok());
+    auto line = (*child)->WaitForLine("streaming", std::chrono::seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << (*child)->output();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 * round));
+    ASSERT_TRUE((*child)->Signal(SIGKILL).ok());
+    ASSERT_TRUE((*child)->Wait(std::chrono::seconds(10)).ok());
+  }
+  // The server is up and serves another client, on every path.
+  ASSERT_TRUE(server_.process->running());
+  ASSERT_TRUE(client_->Ping().ok());
+  std::vector<uint8_t> buf(kSize);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(
+        client_->Read({region_.id, uint64_t(i) * kSize}, buf.data(), kSize)
+            .ok());
+  }
+  auto other = ConnectOrDie(server_.address);
+  ASSERT_NE(other, nullptr);
+  EXPECT_TRUE(other->Read({region_.id, 0}, buf.data(), kSize).ok());
+}
+
+// Run as a child process by the test above: keeps 64 reads in flight
+// until killed.
+TEST(Helper, DISABLED_StreamReadsUntilKilled) {
+  const char* address = std::getenv("REMEM_TEST_STREAM_SERVER");
+  ASSERT_NE(address, nullptr);
+  auto c = ConnectOrDie(address);
+  ASSERT_NE(c, nullptr);
+  const RegionInfo region = c->regions().front();
+  constexpr int kInFlight = 64;
+  constexpr size_t kSize = 4096;
+  std::vector<std::vector<uint8_t>> bufs(kInFlight,
+                                         std::vector<uint8_t>(kSize));
+  std::function<void(int)> issue = [&](int slot) {
+    c->ReadAsync({region.id, uint64_t(slot) * kSize}, bufs[size_t(slot)].data(),
+                 kSize, [&, slot](Status st) {
+                   if (st.ok()) issue(slot);
+                 });
+  };
+  for (int i = 0; i < kInFlight; ++i) issue(i);
+  std::printf("streaming\n");
+  std::fflush(stdout);
+  const auto end = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < end && c->in_flight() > 0) c->Poll();
 }
 
 TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {

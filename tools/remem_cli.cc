@@ -244,6 +244,7 @@ int main(int argc, char** argv) {
         {"rpc_bytes_in", s->rpc_bytes_in},
         {"rpc_bytes_out", s->rpc_bytes_out},
         {"rpc_errors", s->rpc_errors},
+        {"mem_requests_served", s->mem_requests_served},
         {"memory_registered", s->memory_registered},
         {"regions", s->regions},
         {"server_threads", s->server_threads},

@@ -7,8 +7,8 @@
 // with their remote keys; from then on it can
 //   - read and write server memory one-sided (Read, Write, CompareAndSwap,
 //     FetchAdd): over shared memory these are copies and CPU atomics done
-//     by this process, with no work by the server; over tcp the server's
-//     progress thread performs them;
+//     by this process, with no work by the server; over tcp the server
+//     performs them on request (served one-sided operations);
 //   - make calls to the server (Ping, Stats, Echo).
 // Later data models (hash store, ordered store, ...) add their calls in the
 // same two styles:
@@ -89,6 +89,9 @@ struct ServerStats {
   uint64_t hash_growths = 0;
   uint64_t hash_bytes_used = 0;
   uint64_t hash_bytes_total = 0;
+  // One-sided operations the server performed for clients whose transport
+  // has no real RMA (tcp); 0 when every client reads shared memory.
+  uint64_t mem_requests_served = 0;
 };
 
 class Client {

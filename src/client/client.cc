@@ -136,10 +136,10 @@ struct Client::Impl {
   ~Impl() {
     // Outstanding operations complete here, while every member their
     // callbacks touch is still alive. First let them finish (bounded by the
-    // timeout) so the connection can close gracefully: force-closing it
-    // while the server is still serving emulated gets for it (tcp) trips a
-    // fatal error in UCX 1.13's get handler on the server (see
-    // docs/ARCHITECTURE.md). Whatever is left then fails with Unavailable.
+    // timeout) so the connection can close gracefully and the server is
+    // not left answering a closed connection (harmless since one-sided
+    // operations over tcp are served by remem, see docs/ARCHITECTURE.md
+    // item 10, but wasted). Whatever is left then fails with Unavailable.
     if (ep && !ep->failed() && worker) {
       (void)worker->ProgressUntil([this] { return in_flight == 0; },
                                   Clock::now() + options.timeout);
@@ -276,6 +276,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   so.mode = options.read_path;
   impl->selector = std::make_unique<client::PathSelector>(so);
   impl->transport = impl->ep->TransportDescription();
+  // Over tcp the server performs one-sided operations itself (see
+  // fabric/endpoint.h); say so where the transport is shown.
+  if (impl->ep->served()) impl->transport += ", one-sided served by remem";
   impl->local_reads = !impl->remote.empty() &&
                       impl->remote.begin()->second->mapped() != nullptr;
   if (options.transport == Transport::kShm && !impl->ep->UsesSharedMemory()) {
@@ -740,6 +743,7 @@ Result<ServerStats> Client::Stats() {
   out.hash_growths = s->hash_growths;
   out.hash_bytes_used = s->hash_bytes_used;
   out.hash_bytes_total = s->hash_bytes_total;
+  out.mem_requests_served = s->mem_requests_served;
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include "proto/codec.h"
+
 namespace remem::fabric {
 
 // State of one asynchronous operation, freed after its continuation runs.
@@ -119,6 +121,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
                   "cannot connect to " + address + ": " +
                       (ep->failed_ ? ep->failure_.message() : st.message()));
   }
+  REMEM_RETURN_IF_ERROR(ep->set_served(ep->RmaIsEmulated()));
   return ep;
 }
 
@@ -139,6 +142,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Accept(Worker* worker,
 }
 
 Endpoint::~Endpoint() {
+  *alive_ = nullptr;
+  FailServed(Status::Unavailable("endpoint closed"));
+  if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_);
   if (ep_ == nullptr || closed_) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -151,6 +157,7 @@ void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   if (self->failed_) return;
   self->failed_ = true;
   self->failure_ = FromUcs(status, "connection lost");
+  self->FailServed(self->failure_);
   // Closing from inside a UCX callback is not allowed; do it after.
   self->worker_->Defer([self] {
     if (!self->closed_) {
@@ -175,6 +182,8 @@ void Endpoint::Fail(Status why) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
   worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
+  // Served operations end here: their replies can no longer arrive.
+  FailServed(failure_);
   // Let the forced close complete the outstanding operations now, so their
   // buffers are released before the caller reuses them. A forced close
   // completes at once in practice; the bound only guards against a UCX bug.
@@ -223,6 +232,10 @@ void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
     std::memcpy(dst, m + offset, len);
     return worker_->Complete(std::move(done), Status::OK());
   }
+  if (served_) {
+    return ServedTransfer(false, static_cast<uint8_t*>(dst), len, region,
+                          offset, std::move(done));
+  }
   auto* op = new Op{worker_, std::move(done), "get", {}, {}};
   ucp_request_param_t p = Params(op);
   Finish(ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
@@ -235,6 +248,10 @@ void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
   if (region.mapped() != nullptr) {
     std::memcpy(const_cast<uint8_t*>(region.mapped()) + offset, src, len);
     return worker_->Complete(std::move(done), Status::OK());
+  }
+  if (served_) {
+    return ServedTransfer(true, static_cast<uint8_t*>(const_cast<void*>(src)),
+                          len, region, offset, std::move(done));
   }
   auto* op = new Op{worker_, std::move(done), "put", {}, {}};
   // The put's own completion only frees the source buffer; the flush after
@@ -253,6 +270,14 @@ void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
 void Endpoint::CompareSwap(uint64_t expected, uint64_t desired,
                            const RemoteRegion& region, uint64_t offset,
                            uint64_t* old, Completion done) {
+  if (served_ && !failed_ && !closed_) {
+    ServedOp sop{std::move(done), uint8_t(proto::MemOp::kCompareSwap)};
+    sop.old = old;
+    return IssueServed(
+        proto::MakeMemRequest(proto::MemOp::kCompareSwap, region.id(), 0,
+                              offset, 8, expected, desired),
+        {}, std::move(sop));
+  }
   // UCX CSWAP: compare value in `buffer`, swap value in `reply_buffer`,
   // which receives the old value. `expected` must outlive the operation.
   auto* op =
@@ -270,6 +295,13 @@ void Endpoint::CompareSwap(uint64_t expected, uint64_t desired,
 
 void Endpoint::FetchAdd(uint64_t delta, const RemoteRegion& region,
                         uint64_t offset, uint64_t* old, Completion done) {
+  if (served_ && !failed_ && !closed_) {
+    ServedOp sop{std::move(done), uint8_t(proto::MemOp::kFetchAdd)};
+    sop.old = old;
+    return IssueServed(proto::MakeMemRequest(proto::MemOp::kFetchAdd,
+                                             region.id(), 0, offset, 8, delta),
+                       {}, std::move(sop));
+  }
   auto* op = new Op{worker_, std::move(done), "fetch-add", {}, {}, delta};
   if (failed_ || closed_) return CompleteLater(op, Unusable());
   ucp_request_param_t p = Params(op);
@@ -288,6 +320,11 @@ Status Endpoint::GetSync(void* dst, size_t len, const RemoteRegion& region,
     std::memcpy(dst, m + offset, len);
     return Status::OK();
   }
+  if (served_) {
+    return RunSync(
+        [&](Completion c) { Get(dst, len, region, offset, std::move(c)); },
+        timeout, "get");
+  }
   ucp_request_param_t p{};
   return Settle(
       ucp_get_nbx(ep_, dst, len, region.base() + offset, region.rkey(), &p),
@@ -302,6 +339,11 @@ Status Endpoint::PutSync(const void* src, size_t len,
     std::memcpy(const_cast<uint8_t*>(region.mapped()) + offset, src, len);
     return Status::OK();
   }
+  if (served_) {
+    return RunSync(
+        [&](Completion c) { Put(src, len, region, offset, std::move(c)); },
+        timeout, "put");
+  }
   ucp_request_param_t p{};
   REMEM_RETURN_IF_ERROR(Settle(
       ucp_put_nbx(ep_, src, len, region.base() + offset, region.rkey(), &p),
@@ -315,6 +357,17 @@ Result<uint64_t> Endpoint::CompareSwapSync(uint64_t expected, uint64_t desired,
                                            uint64_t offset,
                                            Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
+  if (served_) {
+    // On the stack: no reply lands after RunSync returns (a timeout fails
+    // the endpoint, which drops the operation first).
+    uint64_t old = 0;
+    REMEM_RETURN_IF_ERROR(RunSync(
+        [&](Completion c) {
+          CompareSwap(expected, desired, region, offset, &old, std::move(c));
+        },
+        timeout, "compare-and-swap"));
+    return old;
+  }
   uint64_t result = desired;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -332,6 +385,15 @@ Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
                                         uint64_t offset,
                                         Clock::duration timeout) {
   if (failed_ || closed_) return Unusable();
+  if (served_) {
+    uint64_t old = 0;
+    REMEM_RETURN_IF_ERROR(RunSync(
+        [&](Completion c) {
+          FetchAdd(delta, region, offset, &old, std::move(c));
+        },
+        timeout, "fetch-add"));
+    return old;
+  }
   uint64_t result = 0;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_REPLY_BUFFER | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -355,6 +417,133 @@ void Endpoint::SendAm(unsigned am_id, const void* header, size_t header_len,
   Finish(ucp_am_send_nbx(ep_, am_id, op->header.data(), op->header.size(),
                          op->keep.data(), op->keep.size(), &p),
          op);
+}
+
+// --- served mode
+
+Status Endpoint::set_served(bool served) {
+  if (served && !routed_ && ep_ != nullptr) {
+    REMEM_RETURN_IF_ERROR(
+        worker_->RouteAm(proto::kAmMemReply, ep_,
+                         [this](AmMessage&& m) { OnMemReply(std::move(m)); }));
+    routed_ = true;
+  }
+  served_ = served;
+  return Status::OK();
+}
+
+void Endpoint::IssueServed(const proto::MemRequest& request,
+                           std::string payload, ServedOp op) {
+  if (failed_ || closed_) {
+    return worker_->Complete(std::move(op.done), Unusable());
+  }
+  proto::MemRequest h = request;
+  h.request_id = worker_->NextRequestId();
+  const uint64_t id = h.request_id;
+  served_ops_.emplace(id, std::move(op));
+  // A send that fails completes the operation; one that succeeds waits for
+  // the reply. The endpoint may be gone by the time the send completes.
+  SendAm(proto::kAmMemRequest, &h, sizeof(h), std::move(payload),
+         [alive = alive_, id](Status st) {
+           Endpoint* self = *alive;
+           if (st.ok() || self == nullptr) return;
+           auto it = self->served_ops_.find(id);
+           if (it == self->served_ops_.end()) return;
+           Completion done = std::move(it->second.done);
+           self->served_ops_.erase(it);
+           done(std::move(st));
+         });
+}
+
+void Endpoint::ServedTransfer(bool write, uint8_t* local, size_t len,
+                              const RemoteRegion& region, uint64_t offset,
+                              Completion done) {
+  const auto op = write ? proto::MemOp::kWrite : proto::MemOp::kRead;
+  auto issue = [&](uint8_t* at, size_t n, uint64_t off, Completion c) {
+    ServedOp sop{std::move(c), uint8_t(op)};
+    if (!write) {
+      sop.dst = at;
+      sop.len = n;
+    }
+    IssueServed(proto::MakeMemRequest(op, region.id(), 0, off, n),
+                write ? std::string(reinterpret_cast<const char*>(at), n)
+                      : std::string(),
+                std::move(sop));
+  };
+  if (len <= proto::kMaxMemTransfer) {
+    return issue(local, len, offset, std::move(done));
+  }
+  // One completion for all the pieces, with the first error among them.
+  struct Joint {
+    size_t left;
+    Status first;
+    Completion done;
+  };
+  const size_t pieces =
+      (len + proto::kMaxMemTransfer - 1) / proto::kMaxMemTransfer;
+  auto joint = std::make_shared<Joint>(Joint{pieces, {}, std::move(done)});
+  for (size_t pos = 0; pos < len; pos += proto::kMaxMemTransfer) {
+    const size_t n = std::min<size_t>(proto::kMaxMemTransfer, len - pos);
+    issue(local + pos, n, offset + pos, [joint](Status st) {
+      if (!st.ok() && joint->first.ok()) joint->first = std::move(st);
+      if (--joint->left == 0 && joint->done) joint->done(joint->first);
+    });
+  }
+}
+
+void Endpoint::OnMemReply(AmMessage&& msg) {
+  auto h = proto::DecodeMemReply(msg.header);
+  if (!h.ok()) return;  // not a reply to anything we can name
+  auto it = served_ops_.find(h->request_id);
+  if (it == served_ops_.end()) return;  // failed or timed out earlier
+  ServedOp op = std::move(it->second);
+  served_ops_.erase(it);
+  Status st;
+  if (h->status != 0) {
+    st = Status(static_cast<StatusCode>(h->status), std::move(msg.data));
+  } else if (h->op != op.op) {
+    st = Status::ProtocolError("memory reply for another operation");
+  } else if (op.dst != nullptr) {
+    if (msg.refused_length != 0 || msg.data.size() != op.len) {
+      st = Status::ProtocolError(
+          "memory reply of " + std::to_string(msg.data.size()) +
+          " bytes to a read of " + std::to_string(op.len));
+    } else {
+      std::memcpy(op.dst, msg.data.data(), op.len);
+    }
+  } else if (op.old != nullptr) {
+    *op.old = h->value;
+  }
+  worker_->Complete(std::move(op.done), std::move(st));
+}
+
+void Endpoint::FailServed(const Status& why) {
+  if (served_ops_.empty()) return;
+  auto ops = std::move(served_ops_);
+  served_ops_.clear();
+  for (auto& [id, op] : ops) worker_->Complete(std::move(op.done), why);
+}
+
+Status Endpoint::RunSync(const std::function<void(Completion)>& issue,
+                         Clock::duration timeout, std::string_view what) {
+  struct State {
+    bool done = false;
+    Status status;
+  };
+  // Shared with the completion, which may run after a timeout returns.
+  auto state = std::make_shared<State>();
+  issue([state](Status st) {
+    state->done = true;
+    state->status = std::move(st);
+  });
+  Status wait = worker_->ProgressUntil([&] { return state->done; },
+                                       Clock::now() + timeout);
+  if (!wait.ok() && !state->done) {
+    Status st = wait.WithContext(what);
+    Fail(st);
+    return st;
+  }
+  return state->status;
 }
 
 std::string Endpoint::LaneInfo() const {
@@ -412,6 +601,43 @@ std::string Endpoint::TransportDescription() const {
   if (!net.empty())
     out += (out.empty() ? "" : " + ") + std::string("net (") + join(net) + ")";
   return out.empty() ? "unknown" : out;
+}
+
+std::vector<std::string> Endpoint::LaneTransports() const {
+  std::string info = LaneInfo();
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = info.find("lane[", pos)) != std::string::npos) {
+    size_t eol = info.find('\n', pos);
+    std::string line = info.substr(pos, eol - pos);
+    pos = eol == std::string::npos ? info.size() : eol;
+    // "lane[1]:  1:tcp/lo.0 md[1] ...": the name between the second ':'
+    // and the first '/'. A "cm" lane has neither.
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    size_t tl_start = line.find(':', colon + 1);
+    size_t slash = line.find('/', colon);
+    if (tl_start == std::string::npos || slash == std::string::npos ||
+        tl_start > slash) {
+      continue;
+    }
+    out.push_back(line.substr(tl_start + 1, slash - tl_start - 1));
+  }
+  return out;
+}
+
+// UCX runs ucp_get / atomics on a real RMA transport when the endpoint has
+// one: shared memory (posix, sysv, cma, xpmem, knem), RDMA (rc_*, dc_*,
+// ud_*, ib), or self. tcp has none, so a tcp-only endpoint gets the
+// software emulation that the peer's progress engine serves. Only that case
+// is served by remem; anything else keeps UCX's path.
+bool Endpoint::RmaIsEmulated() const {
+  std::vector<std::string> tls = LaneTransports();
+  if (tls.empty()) return false;
+  for (const auto& tl : tls) {
+    if (tl != "tcp") return false;
+  }
+  return true;
 }
 
 bool Endpoint::UsesSharedMemory() const {

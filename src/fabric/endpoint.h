@@ -5,6 +5,15 @@
 //   - SendAm: an active message (header + payload of any size up to the
 //     peer's limit; UCX picks eager or rendezvous).
 //
+// Served mode: where UCX would emulate RMA in software in the peer's
+// progress engine (an endpoint whose lanes are all tcp), UCX 1.13 aborts the
+// peer process if this endpoint fails while the peer answers an emulated
+// get. Such an endpoint is put in served mode at Connect: every one-sided
+// operation (on a region not mapped into this process) becomes a memory
+// request active message (proto::MemRequest) that the remem server performs
+// and answers, with errors it handles. The calls and their completions are
+// the same in both modes; see docs/PROTOCOL.md, "Served memory requests".
+//
 // Continuations run on the worker's thread from Worker::Progress(), never
 // inside the issuing call. A failed endpoint (peer gone, forced close,
 // timed-out operation) completes every outstanding operation with an error,
@@ -21,9 +30,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "fabric/memory_region.h"
 #include "fabric/worker.h"
+#include "proto/wire.h"
 
 namespace remem::fabric {
 
@@ -106,6 +118,17 @@ class Endpoint {
   std::string TransportDescription() const;
   // True if RMA goes over a shared-memory transport.
   bool UsesSharedMemory() const;
+  // True if UCX would emulate RMA on this endpoint in the peer's progress
+  // engine: every data lane is tcp (no shared memory, no RDMA lane).
+  bool RmaIsEmulated() const;
+
+  // Whether one-sided operations are served by the peer (see above). Set by
+  // Connect from RmaIsEmulated(); set_served lets tests and benchmarks
+  // choose the path. Only change it with no operation outstanding.
+  bool served() const { return served_; }
+  Status set_served(bool served);
+  // Served operations issued and not yet completed.
+  size_t served_in_flight() const { return served_ops_.size(); }
 
  private:
   explicit Endpoint(Worker* worker) : worker_(worker) {}
@@ -116,6 +139,30 @@ class Endpoint {
   Status Settle(ucs_status_ptr_t r, Clock::duration timeout,
                 std::string_view what);
   std::string LaneInfo() const;
+  // The transport names of the endpoint's lanes, without "cm" lanes.
+  std::vector<std::string> LaneTransports() const;
+
+  // --- served mode
+  struct ServedOp {
+    Completion done;
+    uint8_t op = 0;           // proto::MemOp
+    void* dst = nullptr;      // reads: where the data goes
+    size_t len = 0;           // reads: bytes expected
+    uint64_t* old = nullptr;  // atomics: where the old value goes
+  };
+  void IssueServed(const proto::MemRequest& request, std::string payload,
+                   ServedOp op);
+  // Splits a read or write into requests of at most kMaxMemTransfer.
+  void ServedTransfer(bool write, uint8_t* local, size_t len,
+                      const RemoteRegion& region, uint64_t offset,
+                      Completion done);
+  void OnMemReply(AmMessage&& msg);
+  // Completes every outstanding served operation with `why`.
+  void FailServed(const Status& why);
+  // Issues one operation through `issue` and progresses until it completes
+  // or `timeout` passes (then fails the endpoint, like Settle).
+  Status RunSync(const std::function<void(Completion)>& issue,
+                 Clock::duration timeout, std::string_view what);
 
   Worker* worker_;
   ucp_ep_h ep_ = nullptr;
@@ -123,6 +170,12 @@ class Endpoint {
   bool closed_ = false;
   Status failure_;
   std::function<void(const Status&)> on_failure_;
+  bool served_ = false;
+  bool routed_ = false;  // this endpoint's kAmMemReply route is installed
+  std::unordered_map<uint64_t, ServedOp> served_ops_;
+  // Cleared by the destructor: send completions that outlive the endpoint
+  // check it before touching it.
+  std::shared_ptr<Endpoint*> alive_ = std::make_shared<Endpoint*>(this);
 };
 
 }  // namespace remem::fabric

@@ -75,6 +75,23 @@ void Worker::RemoveAmHandler(unsigned am_id) {
                 [am_id](const auto& m) { return m.first->id == am_id; });
 }
 
+Status Worker::RouteAm(unsigned am_id, ucp_ep_h ep, AmHandler handler) {
+  bool installed = false;
+  for (const auto& slot : slots_) installed |= slot->id == am_id;
+  if (!installed) {
+    REMEM_RETURN_IF_ERROR(SetAmHandler(am_id, [this, am_id](AmMessage&& m) {
+      auto it = routes_.find({am_id, m.reply_ep});
+      if (it != routes_.end()) it->second(std::move(m));
+    }));
+  }
+  routes_[{am_id, ep}] = std::move(handler);
+  return Status::OK();
+}
+
+void Worker::UnrouteAm(unsigned am_id, ucp_ep_h ep) {
+  routes_.erase({am_id, ep});
+}
+
 ucs_status_t Worker::AmCallback(void* arg, const void* header,
                                 size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {
@@ -128,7 +145,13 @@ void Worker::RecvDone(void* request, ucs_status_t status, size_t /*length*/,
 
 size_t Worker::Progress() {
   size_t work = 0;
-  while (unsigned n = ucp_worker_progress(worker_)) work += n;
+  // Stop progressing UCX once a message or completion is ready: another
+  // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
+  // delay handling it, and the next Progress() picks up the rest.
+  while (unsigned n = ucp_worker_progress(worker_)) {
+    work += n;
+    if (!inbox_.empty() || !completed_.empty()) break;
+  }
 
   if (has_posted_.load(std::memory_order_acquire)) {
     std::vector<std::function<void()>> posted;

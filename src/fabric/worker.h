@@ -6,7 +6,7 @@
 //
 // Idle policy (Run): busy-poll while there is work; after `spin` with
 // nothing to do, arm the worker and block on its event fd, so an idle
-// server uses no CPU, and wake at the next message, emulated get, or Wake().
+// server uses no CPU, and wake at the next message or Wake().
 //
 // Thread contract: single-threaded (UCP_THREAD_MODE_SINGLE); every method
 // must be called on the owning thread except Post() and Wake(), which are
@@ -21,6 +21,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,6 +63,17 @@ class Worker {
   // Unregisters `am_id`'s handler and drops its undelivered messages, so an
   // object the handler points to can be destroyed.
   void RemoveAmHandler(unsigned am_id);
+
+  // Per-endpoint routing of one AM id: messages `am_id` whose reply
+  // endpoint is `ep` go to `handler`; messages from endpoints without a
+  // route are dropped. The first route installs the worker's handler for
+  // `am_id` (do not also SetAmHandler it). A handler must not remove its
+  // own route while it runs.
+  Status RouteAm(unsigned am_id, ucp_ep_h ep, AmHandler handler);
+  void UnrouteAm(unsigned am_id, ucp_ep_h ep);
+
+  // A fresh id, unique on this worker, for matching replies to requests.
+  uint64_t NextRequestId() { return next_request_id_++; }
 
   // Progresses UCX until it has nothing more, then runs deferred completions,
   // posted tasks and delivered messages. Returns how much work was done
@@ -134,6 +146,8 @@ class Worker {
   std::vector<std::function<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
+  std::map<std::pair<unsigned, ucp_ep_h>, AmHandler> routes_;
+  uint64_t next_request_id_ = 1;
 
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

@@ -193,6 +193,82 @@ Result<StatsReply> DecodeStatsReply(std::string_view payload) {
   return s;
 }
 
+MemRequest MakeMemRequest(MemOp op, uint32_t region, uint64_t request_id,
+                          uint64_t offset, uint64_t length, uint64_t operand,
+                          uint64_t operand2) {
+  MemRequest r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.op = static_cast<uint8_t>(op);
+  r.region = region;
+  r.request_id = request_id;
+  r.offset = offset;
+  r.length = length;
+  r.operand = operand;
+  r.operand2 = operand2;
+  return r;
+}
+
+Result<MemRequest> DecodeMemRequest(std::string_view header, size_t data_len) {
+  if (header.size() != sizeof(MemRequest)) {
+    return Bad("memory request header is " + std::to_string(header.size()) +
+               " bytes, expected " + std::to_string(sizeof(MemRequest)));
+  }
+  MemRequest r;
+  std::memcpy(&r, header.data(), sizeof(r));
+  if (r.magic != kWireMagic) return Bad("bad magic in memory request");
+  if (r.version != kWireVersion) {
+    return Bad("unsupported wire version " + std::to_string(r.version) +
+               " in memory request");
+  }
+  if (r.op == 0 || r.op > kMaxMemOp) {
+    return Bad("unknown memory operation " + std::to_string(r.op));
+  }
+  if (r.reserved != 0 || r.reserved2 != 0) {
+    return Bad("reserved fields set in memory request");
+  }
+  const auto op = static_cast<MemOp>(r.op);
+  if (r.length > kMaxMemTransfer) {
+    return Bad("memory request of " + std::to_string(r.length) +
+               " bytes exceeds " + std::to_string(kMaxMemTransfer));
+  }
+  if ((op == MemOp::kCompareSwap || op == MemOp::kFetchAdd) && r.length != 8) {
+    return Bad("atomic memory request of length " + std::to_string(r.length));
+  }
+  const size_t want = op == MemOp::kWrite ? r.length : 0;
+  if (data_len != want) {
+    return Bad("memory request carries " + std::to_string(data_len) +
+               " bytes, expected " + std::to_string(want));
+  }
+  return r;
+}
+
+MemReply MakeMemReply(MemOp op, uint64_t request_id, StatusCode status,
+                      uint64_t value) {
+  MemReply r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.op = static_cast<uint8_t>(op);
+  r.status = static_cast<int32_t>(status);
+  r.request_id = request_id;
+  r.value = value;
+  return r;
+}
+
+Result<MemReply> DecodeMemReply(std::string_view header) {
+  if (header.size() != sizeof(MemReply)) return Bad("memory reply size");
+  MemReply r;
+  std::memcpy(&r, header.data(), sizeof(r));
+  if (r.magic != kWireMagic || r.version != kWireVersion) {
+    return Bad("bad magic or version in memory reply");
+  }
+  if (r.op == 0 || r.op > kMaxMemOp) return Bad("unknown op in memory reply");
+  if (r.reserved != 0 || r.reserved2 != 0) {
+    return Bad("reserved fields set in memory reply");
+  }
+  return r;
+}
+
 std::string EncodeHashInfo(const HashInfo& info) {
   HashInfoReply r{};
   r.magic = kWireMagic;

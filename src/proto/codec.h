@@ -54,6 +54,21 @@ Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload);
 std::string EncodeStatsReply(const StatsReply& stats);
 Result<StatsReply> DecodeStatsReply(std::string_view payload);
 
+// --- served one-sided operations
+MemRequest MakeMemRequest(MemOp op, uint32_t region, uint64_t request_id,
+                          uint64_t offset, uint64_t length,
+                          uint64_t operand = 0, uint64_t operand2 = 0);
+// Validates a memory request header (the AM header) against the AM data
+// length: size, magic, version, op, reserved fields, atomics of 8 bytes,
+// writes carrying exactly `length` bytes, reads and atomics carrying none,
+// and `length` at most kMaxMemTransfer. Bounds are the server's to check.
+Result<MemRequest> DecodeMemRequest(std::string_view header, size_t data_len);
+
+MemReply MakeMemReply(MemOp op, uint64_t request_id, StatusCode status,
+                      uint64_t value = 0);
+// Validates a memory reply header: size, magic, version, op, reserved.
+Result<MemReply> DecodeMemReply(std::string_view header);
+
 // --- hash store
 struct HashInfo {
   uint32_t max_key = 0;

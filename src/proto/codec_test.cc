@@ -77,9 +77,11 @@ TEST(Codec, HelloReplyWithRegions) {
 TEST(Codec, StatsReply) {
   StatsReply s{};
   s.rpcs_served = 99;
+  s.mem_requests_served = 12;
   auto out = DecodeStatsReply(EncodeStatsReply(s));
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->rpcs_served, 99u);
+  EXPECT_EQ(out->mem_requests_served, 12u);
   EXPECT_FALSE(DecodeStatsReply("short").ok());
 }
 
@@ -127,6 +129,67 @@ TEST(Codec, HashMultiGetPutAndReply) {
   const uint32_t big = 0xffffff;
   std::memcpy(huge.data(), &big, 4);
   EXPECT_FALSE(DecodeHashMultiReply(huge, big).ok());
+}
+
+std::string Bytes(const MemRequest& r) {
+  return std::string(reinterpret_cast<const char*>(&r), sizeof(r));
+}
+
+TEST(Codec, MemRequestValidation) {
+  MemRequest read = MakeMemRequest(MemOp::kRead, 3, 77, 4096, 64);
+  auto ok = DecodeMemRequest(Bytes(read), 0);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->request_id, 77u);
+  EXPECT_EQ(ok->region, 3u);
+  EXPECT_EQ(ok->offset, 4096u);
+  // A read carries no data; a write carries exactly `length` bytes.
+  EXPECT_FALSE(DecodeMemRequest(Bytes(read), 1).ok());
+  MemRequest write = MakeMemRequest(MemOp::kWrite, 3, 1, 0, 10);
+  EXPECT_TRUE(DecodeMemRequest(Bytes(write), 10).ok());
+  EXPECT_FALSE(DecodeMemRequest(Bytes(write), 9).ok());
+  // Atomics are 8 bytes.
+  MemRequest cas = MakeMemRequest(MemOp::kCompareSwap, 3, 1, 8, 8, 1, 2);
+  auto c = DecodeMemRequest(Bytes(cas), 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->operand, 1u);
+  EXPECT_EQ(c->operand2, 2u);
+  EXPECT_FALSE(
+      DecodeMemRequest(Bytes(MakeMemRequest(MemOp::kFetchAdd, 3, 1, 8, 4)), 0)
+          .ok());
+  // Oversized transfers, unknown ops, bad magic/version, reserved bits,
+  // wrong header size.
+  EXPECT_FALSE(
+      DecodeMemRequest(
+          Bytes(MakeMemRequest(MemOp::kRead, 3, 1, 0, kMaxMemTransfer + 1)), 0)
+          .ok());
+  MemRequest bad = read;
+  bad.op = kMaxMemOp + 1;
+  EXPECT_FALSE(DecodeMemRequest(Bytes(bad), 0).ok());
+  bad = read;
+  bad.magic ^= 1;
+  EXPECT_FALSE(DecodeMemRequest(Bytes(bad), 0).ok());
+  bad = read;
+  bad.version = 1;
+  EXPECT_FALSE(DecodeMemRequest(Bytes(bad), 0).ok());
+  bad = read;
+  bad.reserved2 = 1;
+  EXPECT_FALSE(DecodeMemRequest(Bytes(bad), 0).ok());
+  EXPECT_FALSE(DecodeMemRequest(Bytes(read).substr(1), 0).ok());
+}
+
+TEST(Codec, MemReply) {
+  MemReply r = MakeMemReply(MemOp::kFetchAdd, 5, StatusCode::kOk, 41);
+  std::string b(reinterpret_cast<const char*>(&r), sizeof(r));
+  auto out = DecodeMemReply(b);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->request_id, 5u);
+  EXPECT_EQ(out->value, 41u);
+  EXPECT_EQ(out->op, uint8_t(MemOp::kFetchAdd));
+  EXPECT_FALSE(DecodeMemReply(b.substr(0, 31)).ok());
+  r.op = 0;
+  EXPECT_FALSE(
+      DecodeMemReply(std::string(reinterpret_cast<const char*>(&r), sizeof(r)))
+          .ok());
 }
 
 }  // namespace

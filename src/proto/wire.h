@@ -4,7 +4,9 @@
 // the AM header and an opcode-specific payload as the AM data. Payloads that
 // carry structure begin with a fixed-layout struct declared here; variable
 // parts follow it. All integers are little-endian (remem only builds on
-// little-endian hosts, see the static_assert below). docs/PROTOCOL.md is the
+// little-endian hosts, see the static_assert below). One-sided operations
+// that remem serves itself (tcp, see MemRequest) travel on their own AM ids
+// with a fixed MemRequest / MemReply header. docs/PROTOCOL.md is the
 // prose description of everything in this file; change both together.
 //
 // Thread contract: plain data, no state.
@@ -22,11 +24,15 @@ static_assert(std::endian::native == std::endian::little,
               "remem's wire format is little-endian");
 
 inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
+// 2: served memory requests (kAmMemRequest), hash multi-get/put, the hash
+// partition root, hash and served-request counters in StatsReply.
 inline constexpr uint16_t kWireVersion = 2;
 
 // UCX active-message ids.
-inline constexpr unsigned kAmRequest = 17;  // client -> server
-inline constexpr unsigned kAmReply = 18;    // server -> client
+inline constexpr unsigned kAmRequest = 17;     // client -> server
+inline constexpr unsigned kAmReply = 18;       // server -> client
+inline constexpr unsigned kAmMemRequest = 19;  // client -> server
+inline constexpr unsigned kAmMemReply = 20;    // server -> client
 
 // Largest RPC payload either side accepts (larger ones are refused by the
 // receiver before the data is fetched).
@@ -120,12 +126,61 @@ struct StatsReply {
   uint64_t regions;
   uint64_t server_threads;
   uint64_t incarnation;
-  uint64_t hash_pairs;        // pairs stored in the hash store
-  uint64_t hash_growths;      // table doublings, all partitions
-  uint64_t hash_bytes_used;   // of the hash store's memory, carved so far
-  uint64_t hash_bytes_total;  // the hash store's memory
+  uint64_t hash_pairs;           // pairs stored in the hash store
+  uint64_t hash_growths;         // table doublings, all partitions
+  uint64_t hash_bytes_used;      // of the hash store's memory, carved so far
+  uint64_t hash_bytes_total;     // the hash store's memory
+  uint64_t mem_requests_served;  // served one-sided operations (tcp)
+  uint64_t reserved2[3];
 };
-static_assert(sizeof(StatsReply) == 8 + 12 * 8 + 32);
+static_assert(sizeof(StatsReply) == 8 + 17 * 8 + 24);
+
+// --- served one-sided operations
+//
+// Where UCX would emulate RMA in software (tcp), the client asks the server
+// to perform each one-sided operation: a MemRequest as the AM header of a
+// kAmMemRequest message (AM data: the bytes to write, else empty), answered
+// by a MemReply as the AM header of a kAmMemReply message (AM data: the
+// bytes read, or the error message when `status` is not OK).
+
+enum class MemOp : uint8_t {
+  kRead = 1,         // AM data of the reply: `length` bytes at `offset`
+  kWrite = 2,        // AM data of the request: the `length` bytes to write
+  kCompareSwap = 3,  // old = *p; if (old == operand) *p = operand2
+  kFetchAdd = 4,     // old = *p; *p += operand
+};
+inline constexpr uint8_t kMaxMemOp = 4;
+
+// Largest read or write in one request; the client splits larger ones.
+inline constexpr uint64_t kMaxMemTransfer = 8ull << 20;
+
+struct MemRequest {
+  uint32_t magic;       // kWireMagic
+  uint16_t version;     // kWireVersion
+  uint8_t op;           // MemOp
+  uint8_t reserved;     // zero
+  uint32_t region;      // RegionDescriptor::region_id
+  uint32_t reserved2;   // zero
+  uint64_t request_id;  // chosen by the client, echoed in the reply
+  uint64_t offset;      // from the region's byte 0
+  uint64_t length;      // bytes; 8 for atomics
+  uint64_t operand;     // compare value (kCompareSwap) or delta (kFetchAdd)
+  uint64_t operand2;    // swap value (kCompareSwap)
+};
+static_assert(sizeof(MemRequest) == 56);
+static_assert(offsetof(MemRequest, request_id) == 16);
+
+struct MemReply {
+  uint32_t magic;    // kWireMagic
+  uint16_t version;  // kWireVersion
+  uint8_t op;        // MemOp of the request
+  uint8_t reserved;  // zero
+  int32_t status;    // StatusCode
+  uint32_t reserved2;
+  uint64_t request_id;
+  uint64_t value;  // atomics: the previous value
+};
+static_assert(sizeof(MemReply) == 32);
 
 // --- hash store
 

@@ -53,6 +53,7 @@ struct Counters {
   std::atomic<uint64_t> hash_pairs{0};
   std::atomic<uint64_t> hash_growths{0};
   std::atomic<uint64_t> hash_bytes_used{0};
+  std::atomic<uint64_t> mem_requests_served{0};
   void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.fetch_add(n, std::memory_order_relaxed);
   }
@@ -64,6 +65,20 @@ struct Connection {
   bool authenticated = false;
   bool closing = false;
 };
+
+// The copies of served reads and writes. Like a NIC's DMA, they race by
+// design with the partition owner's writes to a hash region (and with other
+// connections' served writes): readers verify what they read (checksums,
+// versions) and retry. tests/tsan.supp names these two functions, so keep
+// them out of line and keep their names.
+[[gnu::noinline]] void ServedCopyFromRegion(void* dst, const uint8_t* src,
+                                            size_t len) {
+  std::memcpy(dst, src, len);
+}
+[[gnu::noinline]] void ServedCopyToRegion(uint8_t* dst, const void* src,
+                                          size_t len) {
+  std::memcpy(dst, src, len);
+}
 
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -93,9 +108,17 @@ struct Server::Impl {
     std::unique_ptr<hash::Table> table;
   };
 
+  // An exported region as a served memory request names it.
+  struct ServedRegion {
+    fabric::LocalRegion* region = nullptr;
+    bool hash = false;  // hash store: served reads only
+  };
+
   ServerConfig config;
   std::shared_ptr<fabric::Context> ctx;
   std::vector<std::unique_ptr<fabric::LocalRegion>> regions;
+  // By id; built by Init, then only read (by every thread).
+  std::unordered_map<uint32_t, ServedRegion> served_regions;
   std::vector<Partition> partitions;
   std::string hash_info;  // encoded once
   uint64_t partition_seed = 0;
@@ -120,6 +143,11 @@ struct Server::Impl {
              std::string payload);
   void HandleHello(Thread* t, Connection& c, uint64_t id,
                    std::string_view payload);
+  void OnMemRequest(Thread* t, AmMessage&& m);
+  // Performs a decoded memory request; `value` receives an atomic's old
+  // value and `out` a read's bytes.
+  Status ServeMemory(const proto::MemRequest& r, const std::string& data,
+                     uint64_t* value, std::string* out);
   Status InitHash(uint32_t first_region_id);
   void HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
                   std::string payload);
@@ -198,6 +226,10 @@ Status Server::Impl::Init() {
   for (const auto& r : regions) {
     info.regions.push_back({r->id(), reinterpret_cast<uint64_t>(r->base()),
                             r->length(), r->packed_rkey()});
+    served_regions[r->id()] = {r.get(), false};
+  }
+  for (const Partition& p : partitions) {
+    served_regions[p.region->id()].hash = true;
   }
   hello_reply = proto::EncodeHelloReply(info);
 
@@ -219,6 +251,9 @@ Status Server::Impl::Init() {
     REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
         proto::kAmRequest,
         [this, raw](AmMessage&& m) { OnRequest(raw, std::move(m)); }));
+    REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
+        proto::kAmMemRequest,
+        [this, raw](AmMessage&& m) { OnMemRequest(raw, std::move(m)); }));
     threads.push_back(std::move(t));
   }
   for (size_t p = 0; p < partitions.size(); ++p) UpdateHashCounters(p);
@@ -592,6 +627,101 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
         {});
 }
 
+void Server::Impl::OnMemRequest(Thread* t, AmMessage&& m) {
+  auto it = t->conns.find(m.reply_ep);
+  if (it == t->conns.end()) {
+    t->counters.Add(t->counters.rpc_errors, 1);
+    return;
+  }
+  Connection& c = *it->second;
+  if (c.closing) return;
+  const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
+  auto req = proto::DecodeMemRequest(m.header, data_len);
+  // Answer even a malformed request when it names an id, so its operation
+  // fails with the reason instead of timing out.
+  constexpr size_t kIdEnd = offsetof(proto::MemRequest, request_id) + 8;
+  proto::MemRequest r{};
+  Status st;
+  if (req.ok()) {
+    r = *req;
+  } else if (m.header.size() >= kIdEnd) {
+    std::memcpy(&r, m.header.data(), kIdEnd);
+    if (r.op == 0 || r.op > proto::kMaxMemOp) r.op = 1;
+    st = req.status();
+  } else {
+    t->counters.Add(t->counters.rpc_errors, 1);
+    return;
+  }
+  if (st.ok() && !c.authenticated) {
+    st = Status::PermissionDenied(
+        "the connection has not completed the Hello handshake");
+  }
+  uint64_t value = 0;
+  std::string out;
+  if (st.ok()) st = ServeMemory(r, m.data, &value, &out);
+  if (!st.ok()) {
+    out = st.message();
+    t->counters.Add(t->counters.rpc_errors, 1);
+  }
+  t->counters.Add(t->counters.mem_requests_served, 1);
+  proto::MemReply h = proto::MakeMemReply(static_cast<proto::MemOp>(r.op),
+                                          r.request_id, st.code(), value);
+  // A dead client's reply fails to send; that is all (no completion).
+  c.ep->SendAm(proto::kAmMemReply, &h, sizeof(h), std::move(out), nullptr);
+}
+
+Status Server::Impl::ServeMemory(const proto::MemRequest& r,
+                                 const std::string& data, uint64_t* value,
+                                 std::string* out) {
+  auto it = served_regions.find(r.region);
+  if (it == served_regions.end()) {
+    return Status::InvalidArgument("no region " + std::to_string(r.region) +
+                                   " on this server");
+  }
+  const fabric::LocalRegion& region = *it->second.region;
+  if (r.offset > region.length() || r.length > region.length() - r.offset) {
+    return Status::InvalidArgument("range [" + std::to_string(r.offset) +
+                                   ", +" + std::to_string(r.length) +
+                                   ") is outside region " +
+                                   std::to_string(r.region) + " of " +
+                                   std::to_string(region.length()) + " bytes");
+  }
+  const auto op = static_cast<proto::MemOp>(r.op);
+  if (op != proto::MemOp::kRead && it->second.hash) {
+    return Status::InvalidArgument("region " + std::to_string(r.region) +
+                                   " holds the hash store; raw access to it "
+                                   "is refused");
+  }
+  uint8_t* p = region.base() + r.offset;
+  switch (op) {
+    case proto::MemOp::kRead:
+      out->resize(r.length);
+      ServedCopyFromRegion(out->data(), p, r.length);
+      return Status::OK();
+    case proto::MemOp::kWrite:
+      ServedCopyToRegion(p, data.data(), data.size());
+      return Status::OK();
+    case proto::MemOp::kCompareSwap:
+    case proto::MemOp::kFetchAdd:
+      break;
+  }
+  if (r.offset % 8 != 0) {
+    return Status::InvalidArgument(
+        "atomic operations need an 8-byte aligned offset");
+  }
+  // Region bases are page-aligned, so the word is too. CPU atomics, as a
+  // shared-memory client's atomics on its mapping of the same region are.
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
+  if (op == proto::MemOp::kFetchAdd) {
+    *value = word.fetch_add(r.operand);
+  } else {
+    uint64_t expected = r.operand;
+    word.compare_exchange_strong(expected, r.operand2);
+    *value = expected;  // the old value whether or not it swapped
+  }
+  return Status::OK();
+}
+
 void Server::Impl::HandleHello(Thread* t, Connection& c, uint64_t id,
                                std::string_view payload) {
   auto hello = proto::DecodeHelloRequest(payload);
@@ -639,6 +769,7 @@ proto::StatsReply Server::Impl::Snapshot() const {
     s.hash_pairs += c.hash_pairs.load();
     s.hash_growths += c.hash_growths.load();
     s.hash_bytes_used += c.hash_bytes_used.load();
+    s.mem_requests_served += c.mem_requests_served.load();
   }
   for (const Partition& p : partitions) {
     s.hash_bytes_total += p.region->length();

@@ -2,8 +2,9 @@
 // exports, one fabric::Worker and thread per --threads (each pinned to a CPU
 // of the process's affinity mask), and the listener on thread 0, which deals
 // incoming connections to threads round-robin. Each thread serves the RPCs
-// of its own connections and, over tcp, the emulated one-sided operations
-// that target them (the NIC's role).
+// of its own connections and, over tcp, the one-sided operations that
+// target them, as served memory requests (the NIC's role; see
+// docs/PROTOCOL.md section 8).
 //
 // Every connection must begin with Hello (protocol version, and the shared
 // secret when the server has one); until it succeeds every other request is
