@@ -61,6 +61,41 @@ struct Client::Impl {
   std::unordered_set<uint32_t> hash_regions;
   std::unique_ptr<client::PathSelector> selector;
   ReadStats read_stats;
+  // Sampling of get latencies for the selector (auto mode only).
+  client::ReadPath last_path = client::ReadPath::kOneSided;
+  uint64_t sample_counter = 0;
+  Clock::time_point last_now = Clock::now();
+
+  // Chooses the path of the next get and whether to time it. Two clock
+  // reads cost about a third of a one-sided get on shared memory, so once a
+  // path has enough samples only every 8th get on it is timed; a change of
+  // path (exploration, or a switch) is always timed. Choose() gets the last
+  // measured time, which is enough for its 3 s idle reset.
+  client::ReadPath ChoosePath(bool* timed, Clock::time_point* start) {
+    if (selector->mode() != ReadPath::kAuto) {
+      *timed = false;
+      return selector->Choose(last_now);
+    }
+    const client::ReadPath p = selector->Choose(last_now);
+    *timed = p != last_path || selector->Samples(p) < 32 ||
+             (++sample_counter & 7) == 0;
+    last_path = p;
+    if (*timed) {
+      *start = Clock::now();
+      last_now = *start;
+    }
+    return p;
+  }
+  void RecordLatency(client::ReadPath p, Clock::time_point start,
+                     double divide_by = 1) {
+    const auto end = Clock::now();
+    last_now = end;
+    selector->Record(
+        p,
+        std::chrono::duration<double, std::micro>(end - start).count() /
+            divide_by,
+        end);
+  }
 
   Result<Value> HashGetOneSided(hash::Geometry* g, std::string_view key,
                                 bool* gave_up);
@@ -101,6 +136,7 @@ struct Client::Impl {
     bool root_loaded = false;
     int attempt = 0;
     client::ReadPath path = client::ReadPath::kOneSided;
+    bool timed = false;  // its latency goes to the selector
     Clock::time_point start;
     std::function<void(Result<Value>)> done;
   };
@@ -370,15 +406,11 @@ Result<Client::Value> Client::Get(std::string_view key) {
   hash::Geometry& g = impl_->PartitionOf(key);
   // Latencies feed the selector only in auto mode; a forced path skips the
   // two clock reads (a tenth of a one-sided get's cost on shared memory).
-  const bool timed = impl_->selector->mode() == ReadPath::kAuto;
-  const auto start = timed ? Clock::now() : Clock::time_point{};
-  const client::ReadPath path = impl_->selector->Choose(start);
+  bool timed = false;
+  Clock::time_point start;
+  const client::ReadPath path = impl_->ChoosePath(&timed, &start);
   auto record = [&] {
-    if (!timed) return;
-    const auto end = Clock::now();
-    impl_->selector->Record(
-        path, std::chrono::duration<double, std::micro>(end - start).count(),
-        end);
+    if (timed) impl_->RecordLatency(path, start);
   };
   if (path == client::ReadPath::kOneSided) {
     bool gave_up = false;
@@ -433,9 +465,11 @@ void Client::Impl::StartGet(std::string key,
   }
   op->key = std::move(key);
   op->g = &PartitionOf(op->key);
-  const bool timed = selector->mode() == ReadPath::kAuto;
-  if (timed) op->start = Clock::now();
-  op->path = forced ? *forced : selector->Choose(op->start);
+  if (forced) {
+    op->path = *forced;
+  } else {
+    op->path = ChoosePath(&op->timed, &op->start);
+  }
   if (op->path == client::ReadPath::kRpc) return GetByRpc(std::move(op));
   op->lookup.emplace(*op->g, op->key);
   DriveOneSided(std::move(op));
@@ -515,13 +549,7 @@ void Client::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
 
 void Client::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
                              Result<Value> r) {
-  if (selector->mode() == ReadPath::kAuto) {
-    const auto end = Clock::now();
-    selector->Record(
-        op->path,
-        std::chrono::duration<double, std::micro>(end - op->start).count(),
-        end);
-  }
+  if (op->timed) RecordLatency(op->path, op->start);
   // Never inside the issuing call: a mapped lookup finishes right there.
   worker->Defer([op, r = std::move(r)]() mutable { op->done(std::move(r)); });
 }
@@ -596,9 +624,9 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     const std::vector<std::string_view>& keys) {
   std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
   if (keys.empty()) return out;
-  const bool timed = impl_->selector->mode() == ReadPath::kAuto;
-  const auto start = timed ? Clock::now() : Clock::time_point{};
-  const client::ReadPath path = impl_->selector->Choose(start);
+  bool timed = false;
+  Clock::time_point start;
+  const client::ReadPath path = impl_->ChoosePath(&timed, &start);
   if (path == client::ReadPath::kOneSided) {
     // One batch of reads: every lookup in flight at once.
     size_t pending = keys.size();
@@ -652,15 +680,8 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     }
     impl_->read_stats.rpc_gets += e - b;
   }
-  if (timed) {
-    // Per key, so that batches and single gets compare.
-    const auto end = Clock::now();
-    impl_->selector->Record(
-        path,
-        std::chrono::duration<double, std::micro>(end - start).count() /
-            double(keys.size()),
-        end);
-  }
+  // Per key, so that batches and single gets compare.
+  if (timed) impl_->RecordLatency(path, start, double(keys.size()));
   return out;
 }
 
