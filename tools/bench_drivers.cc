@@ -279,7 +279,8 @@ Result<memcached_st*> MemcachedConnect(int port, bool quiet) {
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_NOREPLY, 1);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS, 1);
   }
-  memcached_return_t rc = memcached_server_add(mc, "127.0.0.1", in_port_t(port));
+  memcached_return_t rc =
+      memcached_server_add(mc, "127.0.0.1", in_port_t(port));
   if (!memcached_success(rc)) {
     memcached_free(mc);
     return Status::Unavailable("memcached_server_add failed");
@@ -379,7 +380,8 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
   std::unique_ptr<SystemServer> s(new SystemServer());
   s->spec_ = spec;
   s->options_ = o;
-  const uint64_t mib = std::max<uint64_t>(64, (o.memory_bytes + (1 << 20) - 1) >> 20);
+  const uint64_t mib =
+      std::max<uint64_t>(64, (o.memory_bytes + (1 << 20) - 1) >> 20);
   switch (spec.kind) {
     case SystemSpec::Kind::kRemem: {
       if (!o.remem_address.empty()) {
@@ -401,11 +403,21 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
       SpawnOptions so;
       // No persistence, loopback only, logs to stdout (where we wait for
       // the ready line).
-      so.argv = {*bin,           "--port",       std::to_string(*port),
-                 "--bind",       "127.0.0.1",    "--save",
-                 "",             "--appendonly", "no",
-                 "--daemonize",  "no",           "--logfile",
-                 "",             "--loglevel",   "notice"};
+      so.argv = {*bin,
+                 "--port",
+                 std::to_string(*port),
+                 "--bind",
+                 "127.0.0.1",
+                 "--save",
+                 "",
+                 "--appendonly",
+                 "no",
+                 "--daemonize",
+                 "no",
+                 "--logfile",
+                 "",
+                 "--loglevel",
+                 "notice"};
       so.cpu = o.cpu;
       auto p = Subprocess::Spawn(so);
       if (!p.ok()) return p.status();
@@ -428,8 +440,19 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
       SpawnOptions so;
       // -m: item memory in MiB; -U 0: no UDP. memcached refuses to run as
       // root without naming a user.
-      so.argv = {*bin, "-t", "1", "-l", "127.0.0.1", "-p", std::to_string(*port),
-                 "-U", "0", "-m", std::to_string(mib), "-c", "4096"};
+      so.argv = {*bin,
+                 "-t",
+                 "1",
+                 "-l",
+                 "127.0.0.1",
+                 "-p",
+                 std::to_string(*port),
+                 "-U",
+                 "0",
+                 "-m",
+                 std::to_string(mib),
+                 "-c",
+                 "4096"};
       if (geteuid() == 0) {
         so.argv.push_back("-u");
         so.argv.push_back("root");
@@ -439,7 +462,8 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
       auto p = Subprocess::Spawn(so);
       if (!p.ok()) return p.status();
       // memcached prints nothing when ready: poll its port.
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(20);
       while (!CanConnect(*port)) {
         if (!(*p)->running()) {
           (void)(*p)->ReadToEnd(std::chrono::seconds(1));

@@ -45,7 +45,7 @@ struct KvRequest {
   // the key is absent.
   std::vector<std::optional<std::string>> values;
   Status status;
-  uint64_t done_ns = 0;  // steady_clock, when it completed
+  uint64_t done_ns = 0;     // steady_clock, when it completed
   void* context = nullptr;  // the caller's, untouched by drivers
 };
 

@@ -57,7 +57,7 @@ struct Shared {
   const SystemServer* server = nullptr;
   std::atomic<int> phase{kLoad};
   std::atomic<uint64_t> loaded{0};
-  std::atomic<int> ready{0};  // threads done loading (or failed)
+  std::atomic<int> ready{0};             // threads done loading (or failed)
   std::atomic<uint64_t> count{0};        // keys that exist (for choosers)
   std::atomic<uint64_t> next_insert{0};  // D: next record number to insert
 };
@@ -272,8 +272,8 @@ class ClientThread {
 // Memory the store needs for `pairs` pairs, with room to spare (remem's
 // hash table does not grow yet, and extents come in size classes).
 uint64_t MemoryFor(uint64_t pairs, size_t key_size, size_t value_size) {
-  const uint64_t phys = uint64_t(sysconf(_SC_PHYS_PAGES)) *
-                        uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t phys =
+      uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
   uint64_t want = 4 * pairs * (key_size + value_size + 128);
   want = std::max<uint64_t>(want, 256ull << 20);
   return std::min(want, phys / 2);
@@ -382,9 +382,8 @@ RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
       res.read_path->retries += r.read_path->retries;
       res.read_path->fallbacks += r.read_path->fallbacks;
     }
-    res.depth = std::min(o.depth, spec.kind == SystemSpec::Kind::kRemem
-                                      ? 1
-                                      : o.depth);
+    res.depth =
+        std::min(o.depth, spec.kind == SystemSpec::Kind::kRemem ? 1 : o.depth);
   }
   return res;
 }
@@ -405,8 +404,8 @@ std::string RateOf(const RunResult& r, bool fallbacks) {
   const auto& p = *r.read_path;
   const uint64_t gets = p.onesided_gets + p.rpc_gets;
   if (gets == 0) return "0";
-  return Fmt("%.3f",
-             100.0 * double(fallbacks ? p.fallbacks : p.retries) / double(gets));
+  return Fmt("%.3f", 100.0 * double(fallbacks ? p.fallbacks : p.retries) /
+                         double(gets));
 }
 
 const RunResult* Find(const std::vector<RunResult>& rs, const RunResult& like,
@@ -424,8 +423,8 @@ void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
   std::printf(
       "%-20s %2s %-8s %6s %3s %5s %5s %12s %9s %9s %9s %10s %7s %7s %7s %7s",
       "system", "wl", "dist", "value", "thr", "depth", "batch", "ops/s",
-      "p50_us", "p99_us", "p999_us", "srv_us/op", "wrong", "missing",
-      "retry%", "fallbk%");
+      "p50_us", "p99_us", "p999_us", "srv_us/op", "wrong", "missing", "retry%",
+      "fallbk%");
   if (ratios) std::printf(" %8s %8s", "x_redis", "x_memc");
   std::printf("\n");
   for (const auto& r : rs) {
@@ -454,7 +453,8 @@ void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
       for (const char* other : {"redis", "memcached"}) {
         const RunResult* o = Find(rs, r, other);
         if (o && OpsPerSec(*o) > 0) {
-          std::printf(" %8s", Fmt("%.2f", OpsPerSec(r) / OpsPerSec(*o)).c_str());
+          std::printf(" %8s",
+                      Fmt("%.2f", OpsPerSec(r) / OpsPerSec(*o)).c_str());
         } else {
           std::printf(" %8s", "-");
         }
@@ -481,9 +481,9 @@ void PrintJson(const std::vector<RunResult>& rs) {
         "\"checked\":%llu,\"wrong\":%llu,\"missing\":%llu,"
         "\"server_cpu_s\":%.4f",
         i ? "," : "", r.system.c_str(), r.workload,
-        std::string(ycsb::DistributionName(r.distribution)).c_str(),
-        r.key_size, r.value_size, r.threads, r.depth, r.batch, r.load_seconds,
-        r.seconds, static_cast<unsigned long long>(r.ops),
+        std::string(ycsb::DistributionName(r.distribution)).c_str(), r.key_size,
+        r.value_size, r.threads, r.depth, r.batch, r.load_seconds, r.seconds,
+        static_cast<unsigned long long>(r.ops),
         static_cast<unsigned long long>(r.requests), OpsPerSec(r),
         pct(r.latency_ns, 50), pct(r.latency_ns, 99), pct(r.latency_ns, 99.9),
         pct(r.read_ns, 99), pct(r.write_ns, 99),
@@ -599,7 +599,8 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
     return Status::OK();
   }
   SpawnOptions so;
-  so.argv = {"/bin/sh", "-c", "cd '" + dir + "' && '" + *gnuplot + "' plots.gp"};
+  so.argv = {"/bin/sh", "-c",
+             "cd '" + dir + "' && '" + *gnuplot + "' plots.gp"};
   so.merge_stderr = true;
   auto p = Subprocess::Spawn(so);
   if (!p.ok()) return p.status();

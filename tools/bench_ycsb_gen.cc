@@ -23,7 +23,8 @@ uint64_t Fnv1a64(uint64_t v) {
 namespace {
 
 double ZetaRange(uint64_t from, uint64_t to, double theta, double sum) {
-  for (uint64_t i = from; i < to; ++i) sum += 1.0 / std::pow(double(i + 1), theta);
+  for (uint64_t i = from; i < to; ++i)
+    sum += 1.0 / std::pow(double(i + 1), theta);
   return sum;
 }
 
@@ -88,17 +89,17 @@ Result<Distribution> ParseDistribution(std::string_view name) {
   if (name == "uniform") return Distribution::kUniform;
   if (name == "zipfian") return Distribution::kZipfian;
   if (name == "latest") return Distribution::kLatest;
-  return Status::InvalidArgument("distribution must be uniform, zipfian or "
-                                 "latest, not '" +
-                                 std::string(name) + "'");
+  return Status::InvalidArgument(
+      "distribution must be uniform, zipfian or "
+      "latest, not '" +
+      std::string(name) + "'");
 }
 
 namespace {
 
 class UniformChooser : public KeyChooser {
  public:
-  explicit UniformChooser(const std::atomic<uint64_t>* count)
-      : count_(count) {}
+  explicit UniformChooser(const std::atomic<uint64_t>* count) : count_(count) {}
   uint64_t Next(Rng& rng) override {
     return rng.Next() % count_->load(std::memory_order_relaxed);
   }
@@ -198,46 +199,57 @@ void Fill(std::string_view key, uint32_t generation, char* out, size_t n) {
   size_t i = 0;
   while (i < n) {
     uint64_t r = rng.Next();
-    for (int b = 0; b < 8 && i < n; ++b, r >>= 8) out[i++] = char('0' + (r & 63));
+    for (int b = 0; b < 8 && i < n; ++b, r >>= 8)
+      out[i++] = char('0' + (r & 63));
   }
 }
+
+}  // namespace
+
+namespace {
+
+// Hex digits of generation at the head of a value: 8, or 4 for values of
+// 8..15 bytes (so some filler remains to check), none below 8 bytes.
+size_t HeadLength(size_t size) { return size >= 16 ? 8 : size >= 8 ? 4 : 0; }
 
 }  // namespace
 
 void MakeValue(std::string_view key, uint32_t generation, size_t size,
                std::string* out) {
   out->resize(size);
-  if (size < 8) {
-    Fill(key, 0, out->data(), size);
-    return;
-  }
+  const size_t head = HeadLength(size);
+  if (head < 8) generation &= head == 4 ? 0xFFFF : 0;
   static constexpr char kHex[] = "0123456789abcdef";
-  for (int i = 0; i < 8; ++i) (*out)[i] = kHex[(generation >> (28 - 4 * i)) & 15];
-  Fill(key, generation, out->data() + 8, size - 8);
+  for (size_t i = 0; i < head; ++i) {
+    (*out)[i] = kHex[(generation >> (4 * (head - 1 - i))) & 15];
+  }
+  Fill(key, generation, out->data() + head, size - head);
 }
 
 bool CheckValue(std::string_view key, std::string_view value, size_t size) {
   if (value.size() != size) return false;
   uint32_t generation = 0;
-  size_t head = 0;
-  if (size >= 8) {
-    for (head = 0; head < 8; ++head) {
-      const char c = value[head];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return false;
-      generation = (generation << 4) | uint32_t(d);
-    }
+  const size_t head = HeadLength(size);
+  for (size_t i = 0; i < head; ++i) {
+    const char c = value[i];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : -1;
+    if (d < 0) return false;
+    generation = (generation << 4) | uint32_t(d);
   }
+  // Regenerate the filler in chunks and compare.
   char buf[256];
   size_t at = head;
-  // Compare the filler in chunks; the stream is regenerated once.
-  Rng rng(HashKey(key, size >= 8 ? generation : 0));
+  Rng rng(HashKey(key, generation));
   while (at < size) {
     const size_t n = std::min(sizeof(buf), size - at);
     size_t i = 0;
     while (i < n) {
       uint64_t r = rng.Next();
-      for (int b = 0; b < 8 && i < n; ++b, r >>= 8) buf[i++] = char('0' + (r & 63));
+      for (int b = 0; b < 8 && i < n; ++b, r >>= 8) {
+        buf[i++] = char('0' + (r & 63));
+      }
     }
     if (std::memcmp(buf, value.data() + at, n) != 0) return false;
     at += n;
@@ -247,8 +259,8 @@ bool CheckValue(std::string_view key, std::string_view value, size_t size) {
 
 Result<Workload> WorkloadByName(std::string_view name) {
   if (name.size() != 1) {
-    return Status::InvalidArgument("workload must be one of A B C D E F, not '" +
-                                   std::string(name) + "'");
+    return Status::InvalidArgument(
+        "workload must be one of A B C D E F, not '" + std::string(name) + "'");
   }
   Workload w;
   w.name = char(std::toupper(static_cast<unsigned char>(name[0])));

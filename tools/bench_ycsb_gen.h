@@ -96,7 +96,8 @@ void KeyName(uint64_t n, size_t key_size, std::string* out);
 uint64_t KeyCapacity(size_t key_size);
 
 // A value of `size` bytes that depends only on (key, generation): the
-// first 8 bytes carry the generation in hex, the rest are derived from the
+// first 8 bytes carry the generation in hex (4 bytes and its low 16 bits
+// for values under 16 bytes; none under 8), the rest are derived from the
 // key and the generation. CheckValue verifies any value written that way,
 // whatever its generation (so concurrent writers need no coordination).
 void MakeValue(std::string_view key, uint32_t generation, size_t size,
