@@ -102,12 +102,21 @@ class RedisDriver : public KvDriver {
     }
     if (redisAppendCommandArgv(c_, int(argv_.size()), argv_.data(),
                                lens_.data()) != REDIS_OK) {
-      r->status = Status::Internal("redisAppendCommandArgv failed");
+      // Nothing was queued for it, so no reply will come.
+      r->status = Status::Internal(std::string("redis: ") + c_->errstr);
+      r->done_ns = NowNs();
+      failed_.push_back(r);
+      return;
     }
     queue_.push_back(r);
   }
 
   Status WaitSome(std::vector<KvRequest*>* done) override {
+    if (!failed_.empty()) {
+      done->insert(done->end(), failed_.begin(), failed_.end());
+      failed_.clear();
+      return Status::OK();
+    }
     if (queue_.empty()) return Status::OK();
     // The first reply may block (flushing what was appended); later ones
     // are taken only if already read, so the window keeps sliding.
@@ -127,7 +136,7 @@ class RedisDriver : public KvDriver {
     } while (reply != nullptr);
     return Status::OK();
   }
-  size_t in_flight() const override { return queue_.size(); }
+  size_t in_flight() const override { return queue_.size() + failed_.size(); }
 
  private:
   static void Complete(KvRequest* r, redisReply* rep) {
@@ -151,7 +160,8 @@ class RedisDriver : public KvDriver {
   }
 
   redisContext* c_;
-  std::deque<KvRequest*> queue_;
+  std::deque<KvRequest*> queue_;  // replies come back in this order
+  std::vector<KvRequest*> failed_;
   std::vector<const char*> argv_;
   std::vector<size_t> lens_;
 };

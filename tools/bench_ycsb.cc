@@ -524,7 +524,7 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
   std::ofstream gp(dir + "/plots.gp");
   if (!gp) return Status::IOError("cannot write " + dir + "/plots.gp");
   gp << "# remem-bench compare: throughput vs value size and latency CDFs.\n"
-     << "set terminal svg size 800,500 dynamic enhanced\n"
+     << "set terminal svg size 800,500 dynamic noenhanced\n"
      << "set grid\nset key left top\n";
   for (const auto& wname : o.workloads) {
     const char wl = char(std::toupper(static_cast<unsigned char>(wname[0])));
@@ -551,7 +551,7 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
     gp << "\nset output '" << tp << ".svg'\n"
        << "set title 'YCSB-" << wl << ": throughput vs value size'\n"
        << "set xlabel 'value size (bytes)'\nset ylabel 'operations/s'\n"
-       << "set logscale x 2\nunset logscale y\nplot ";
+       << "set logscale x 2\nset logscale y 10\nplot ";
     for (size_t i = 0; i < o.systems.size(); ++i) {
       gp << (i ? ", " : "") << "'" << tp << ".dat' using 1:" << (i + 2)
          << " with linespoints title '" << o.systems[i] << "'";
