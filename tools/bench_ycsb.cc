@@ -683,6 +683,13 @@ int RunYcsb(const YcsbOptions& o) {
         "are per request; srv_us/op is server CPU time per operation; "
         "retry%%/fallbk%% are per remem get.\n");
     for (const auto& s : systems) {
+      if (s.kind == SystemSpec::Kind::kRemem && o.threads > 1 &&
+          o.client_cpu >= 0) {
+        std::printf(
+            "note: %s's synchronous calls busy-poll; %d client threads "
+            "sharing CPU %d mostly wait for each other's time slices.\n",
+            s.name.c_str(), o.threads, o.client_cpu);
+      }
       if (s.kind == SystemSpec::Kind::kRemem && o.depth > 1) {
         std::printf(
             "note: %s ran at depth 1 per thread (the remem driver is "
