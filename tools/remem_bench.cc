@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench_fabric.h"
+#include "bench_ycsb.h"
 #include "util/log.h"
 #include "util/size.h"
 #include "util/subprocess.h"
@@ -44,6 +45,88 @@ int main(int argc, char** argv) {
       "fabric",
       "one-sided get/put/fetch-add and RPC echo: latency at depth 1 and "
       "throughput at --depth");
+  // YCSB: `ycsb` runs workloads on one system (default remem); `compare`
+  // runs them on several and adds ratio columns and plots.
+  bench::YcsbOptions yo_ycsb, yo_compare;
+  yo_compare.workloads = {"A", "B", "C"};
+  yo_compare.systems = {"remem", "redis", "memcached"};
+  yo_compare.compare = true;
+  std::string distribution, ycsb_auth_file;
+  auto* ycsb = app.add_subcommand(
+      "ycsb",
+      "YCSB core workloads (A B C D F; E needs the ordered store) against "
+      "remem, redis or memcached: load, warm up, timed run");
+  auto* compare = app.add_subcommand(
+      "compare",
+      "YCSB workloads on several systems in turn, one side-by-side table "
+      "with throughput ratios (and --plot DIR)");
+  compare->add_option("--plot", yo_compare.plot_dir,
+                      "write throughput-vs-value-size and latency CDF data, a "
+                      "gnuplot script and (with gnuplot) SVGs into DIR");
+  for (auto [a, yp] : {std::pair{ycsb, &yo_ycsb}, {compare, &yo_compare}}) {
+    bench::YcsbOptions& yo = *yp;
+    yo.remem_binary = fo.server_binary;
+    yo.client_cpu = fo.client_cpu;
+    a->add_option("--workloads,--workload", yo.workloads,
+                  "YCSB workloads, e.g. A,B,C")
+        ->delimiter(',')
+        ->capture_default_str();
+    a->add_option("--systems,--system", yo.systems,
+                  "remem[-shm|-tcp|-auto][-onesided|-rpc|-auto] (default "
+                  "remem = remem-shm-auto), redis, memcached")
+        ->delimiter(',')
+        ->capture_default_str();
+    a->add_option("--distribution", distribution,
+                  "uniform | zipfian | latest (default: the workload's)")
+        ->check(CLI::IsMember({"uniform", "zipfian", "latest"}));
+    a->add_option("--records", yo.records, "pairs loaded before the run")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+    a->add_option("--key-size", yo.key_size, "bytes per key")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{8}, size_t{1024}));
+    a->add_option("--value-size,--value-sizes", yo.value_sizes,
+                  "bytes per value; a list runs each (Pilaf: 16,64,256,1024,"
+                  "4096)")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+    a->add_option("--threads", yo.threads, "client threads (on --client-cpu)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
+    a->add_option("--depth", yo.depth,
+                  "requests in flight per client thread (remem: 1 for now)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    a->add_option("--batch", yo.batch,
+                  "keys per read request: remem multi-get, redis MGET, "
+                  "memcached mget")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    a->add_option("--duration", yo.duration, "measured seconds per run")
+        ->capture_default_str()
+        ->check(CLI::Range(0.01, 3600.0));
+    a->add_option("--warmup", yo.warmup, "seconds before measuring")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 3600.0));
+    a->add_option("--seed", yo.seed, "key sequence seed (same for all systems)")
+        ->capture_default_str();
+    a->add_option("--check-every", yo.check_every,
+                  "verify every Nth value read (0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    a->add_option("--server", yo.remem_address,
+                  "existing remem-server host:port (default: start one)");
+    a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
+        ->capture_default_str();
+    a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")
+        ->capture_default_str();
+    a->add_option("--client-cpu", yo.client_cpu,
+                  "CPU for every client thread (-1: unpinned)")
+        ->capture_default_str();
+    a->add_option("--auth-file", ycsb_auth_file, "remem shared secret file");
+    a->add_flag("--json", yo.json, "print JSON instead of a table");
+  }
   for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
@@ -79,6 +162,27 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
   (void)log::SetLevel("warn");
+  if (ycsb->parsed() || compare->parsed()) {
+    bench::YcsbOptions& yo = ycsb->parsed() ? yo_ycsb : yo_compare;
+    if (!distribution.empty()) {
+      yo.distribution = *bench::ycsb::ParseDistribution(distribution);
+    }
+    if (!ycsb_auth_file.empty()) {
+      auto secret = ReadSecretFile(ycsb_auth_file);
+      if (!secret.ok()) {
+        std::fprintf(stderr, "remem-bench: %s\n",
+                     secret.status().ToString().c_str());
+        return 2;
+      }
+      yo.secret = *secret;
+    }
+    if (yo.server_cpu >= ncpu || yo.client_cpu >= ncpu) {
+      std::fprintf(stderr, "remem-bench: this machine has CPUs 0-%d\n",
+                   ncpu - 1);
+      return 2;
+    }
+    return bench::RunYcsb(yo);
+  }
   auto t = ParseTransport(transport);
   if (!t.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n", t.status().ToString().c_str());

@@ -1,0 +1,545 @@
+#include "bench_drivers.h"
+
+#include <arpa/inet.h>
+#include <hiredis/hiredis.h>
+#include <libmemcached/memcached.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "bench_common.h"
+#include "remem/client.h"
+
+namespace remem::bench {
+
+namespace {
+
+uint64_t NowNs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+// ---------------------------------------------------------------- remem
+
+class RememDriver : public KvDriver {
+ public:
+  explicit RememDriver(std::unique_ptr<Client> c) : c_(std::move(c)) {}
+
+  void Issue(KvRequest* r) override {
+    // Synchronous for now. When the async hash API lands, this becomes
+    // c_->GetAsync/PutAsync (or MultiGet for keys.size() > 1) completing
+    // into done_ from Poll(), and max_depth() goes away.
+    if (r->kind == KvRequest::Kind::kGet) {
+      r->values.resize(r->keys.size());
+      for (size_t i = 0; i < r->keys.size(); ++i) {
+        auto v = c_->Get(r->keys[i]);
+        if (v.ok()) {
+          r->values[i] = std::move(v->value);
+        } else if (v.status().code() == StatusCode::kNotFound) {
+          r->values[i].reset();
+        } else {
+          r->status = v.status();
+          break;
+        }
+      }
+    } else {
+      auto v = c_->Put(r->keys[0], r->value);
+      if (!v.ok()) r->status = v.status();
+    }
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return done_.size(); }
+  int max_depth() const override { return 1; }
+  std::optional<ReadPathCounts> read_path_counts() const override {
+    const auto& s = c_->read_stats();
+    return ReadPathCounts{s.onesided_gets, s.rpc_gets, s.retries, s.fallbacks};
+  }
+
+ private:
+  std::unique_ptr<Client> c_;
+  std::vector<KvRequest*> done_;
+};
+
+// ---------------------------------------------------------------- Redis
+
+class RedisDriver : public KvDriver {
+ public:
+  explicit RedisDriver(redisContext* c) : c_(c) {}
+  ~RedisDriver() override { redisFree(c_); }
+
+  void Issue(KvRequest* r) override {
+    argv_.clear();
+    lens_.clear();
+    auto arg = [&](const char* p, size_t n) {
+      argv_.push_back(p);
+      lens_.push_back(n);
+    };
+    if (r->kind == KvRequest::Kind::kGet) {
+      if (r->keys.size() == 1) {
+        arg("GET", 3);
+      } else {
+        arg("MGET", 4);
+      }
+      for (const auto& k : r->keys) arg(k.data(), k.size());
+    } else {
+      arg("SET", 3);
+      arg(r->keys[0].data(), r->keys[0].size());
+      arg(r->value.data(), r->value.size());
+    }
+    if (redisAppendCommandArgv(c_, int(argv_.size()), argv_.data(),
+                               lens_.data()) != REDIS_OK) {
+      // Nothing was queued for it, so no reply will come.
+      r->status = Status::Internal(std::string("redis: ") + c_->errstr);
+      r->done_ns = NowNs();
+      failed_.push_back(r);
+      return;
+    }
+    queue_.push_back(r);
+  }
+
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    if (!failed_.empty()) {
+      done->insert(done->end(), failed_.begin(), failed_.end());
+      failed_.clear();
+      return Status::OK();
+    }
+    if (queue_.empty()) return Status::OK();
+    // The first reply may block (flushing what was appended); later ones
+    // are taken only if already read, so the window keeps sliding.
+    void* reply = nullptr;
+    if (redisGetReply(c_, &reply) != REDIS_OK) {
+      return Status::Unavailable(std::string("redis: ") + c_->errstr);
+    }
+    do {
+      KvRequest* r = queue_.front();
+      queue_.pop_front();
+      Complete(r, static_cast<redisReply*>(reply));
+      freeReplyObject(reply);
+      done->push_back(r);
+      reply = nullptr;
+      if (queue_.empty() || redisReaderGetReply(c_->reader, &reply) != REDIS_OK)
+        break;
+    } while (reply != nullptr);
+    return Status::OK();
+  }
+  size_t in_flight() const override { return queue_.size() + failed_.size(); }
+
+ private:
+  static void Complete(KvRequest* r, redisReply* rep) {
+    r->done_ns = NowNs();
+    if (rep->type == REDIS_REPLY_ERROR) {
+      r->status = Status::Internal(std::string("redis: ") + rep->str);
+      return;
+    }
+    if (r->kind == KvRequest::Kind::kPut) return;
+    r->values.assign(r->keys.size(), std::nullopt);
+    auto one = [](redisReply* e, std::optional<std::string>* out) {
+      if (e->type == REDIS_REPLY_STRING) out->emplace(e->str, e->len);
+    };
+    if (rep->type == REDIS_REPLY_ARRAY) {
+      for (size_t i = 0; i < rep->elements && i < r->keys.size(); ++i) {
+        one(rep->element[i], &r->values[i]);
+      }
+    } else {
+      one(rep, &r->values[0]);
+    }
+  }
+
+  redisContext* c_;
+  std::deque<KvRequest*> queue_;  // replies come back in this order
+  std::vector<KvRequest*> failed_;
+  std::vector<const char*> argv_;
+  std::vector<size_t> lens_;
+};
+
+// ---------------------------------------------------------------- memcached
+
+class MemcachedDriver : public KvDriver {
+ public:
+  MemcachedDriver(memcached_st* mc, memcached_st* quiet)
+      : mc_(mc), quiet_(quiet) {}
+  ~MemcachedDriver() override {
+    memcached_result_free(result_);
+    memcached_free(mc_);
+    memcached_free(quiet_);
+  }
+
+  void Issue(KvRequest* r) override { pending_.push_back(r); }
+
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    // Everything pending completes now: runs of gets as one mget, puts one
+    // by one (quiet ones without waiting for an answer).
+    size_t i = 0;
+    while (i < pending_.size()) {
+      KvRequest* r = pending_[i];
+      if (r->kind == KvRequest::Kind::kPut) {
+        memcached_st* m = r->quiet ? quiet_ : mc_;
+        memcached_return_t rc =
+            memcached_set(m, r->keys[0].data(), r->keys[0].size(),
+                          r->value.data(), r->value.size(), 0, 0);
+        if (!memcached_success(rc) && rc != MEMCACHED_BUFFERED) {
+          r->status = Status::Unavailable(std::string("memcached set: ") +
+                                          memcached_strerror(m, rc));
+        }
+        r->done_ns = NowNs();
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < pending_.size() && pending_[j]->kind == KvRequest::Kind::kGet)
+        ++j;
+      REMEM_RETURN_IF_ERROR(MultiGet(i, j));
+      i = j;
+    }
+    done->insert(done->end(), pending_.begin(), pending_.end());
+    pending_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return pending_.size(); }
+
+  Status FinishLoad() override {
+    memcached_return_t rc = memcached_flush_buffers(quiet_);
+    if (!memcached_success(rc)) {
+      return Status::Unavailable(std::string("memcached flush: ") +
+                                 memcached_strerror(quiet_, rc));
+    }
+    // A get on the same connection is answered after every earlier set.
+    size_t len = 0;
+    uint32_t flags = 0;
+    char* v = memcached_get(quiet_, "x", 1, &len, &flags, &rc);
+    free(v);
+    if (!memcached_success(rc) && rc != MEMCACHED_NOTFOUND) {
+      return Status::Unavailable(std::string("memcached: ") +
+                                 memcached_strerror(quiet_, rc));
+    }
+    return Status::OK();
+  }
+
+ private:
+  Status MultiGet(size_t from, size_t to) {
+    keys_.clear();
+    lens_.clear();
+    slots_.clear();
+    for (size_t i = from; i < to; ++i) {
+      KvRequest* r = pending_[i];
+      r->values.assign(r->keys.size(), std::nullopt);
+      for (size_t k = 0; k < r->keys.size(); ++k) {
+        keys_.push_back(r->keys[k].data());
+        lens_.push_back(r->keys[k].size());
+        slots_[r->keys[k]].push_back(&r->values[k]);
+      }
+    }
+    memcached_return_t rc =
+        memcached_mget(mc_, keys_.data(), lens_.data(), keys_.size());
+    if (!memcached_success(rc)) {
+      return Status::Unavailable(std::string("memcached mget: ") +
+                                 memcached_strerror(mc_, rc));
+    }
+    memcached_result_st* res;
+    while ((res = memcached_fetch_result(mc_, result_, &rc)) != nullptr) {
+      std::string key(memcached_result_key_value(res),
+                      memcached_result_key_length(res));
+      auto it = slots_.find(key);
+      if (it == slots_.end()) continue;
+      for (auto* out : it->second) {
+        out->emplace(memcached_result_value(res), memcached_result_length(res));
+      }
+    }
+    if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS &&
+        rc != MEMCACHED_NOTFOUND) {
+      return Status::Unavailable(std::string("memcached fetch: ") +
+                                 memcached_strerror(mc_, rc));
+    }
+    const uint64_t now = NowNs();
+    for (size_t i = from; i < to; ++i) pending_[i]->done_ns = now;
+    return Status::OK();
+  }
+
+  memcached_st* mc_;
+  memcached_st* quiet_;  // NOREPLY + buffered: for the load phase
+  memcached_result_st result_storage_{};
+  memcached_result_st* result_ = memcached_result_create(mc_, &result_storage_);
+  std::vector<KvRequest*> pending_;
+  std::vector<const char*> keys_;
+  std::vector<size_t> lens_;
+  std::unordered_map<std::string, std::vector<std::optional<std::string>*>>
+      slots_;
+};
+
+Result<memcached_st*> MemcachedConnect(int port, bool quiet) {
+  memcached_st* mc = memcached_create(nullptr);
+  if (mc == nullptr) return Status::OutOfMemory("memcached_create");
+  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+  if (quiet) {
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_NOREPLY, 1);
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS, 1);
+  }
+  memcached_return_t rc =
+      memcached_server_add(mc, "127.0.0.1", in_port_t(port));
+  if (!memcached_success(rc)) {
+    memcached_free(mc);
+    return Status::Unavailable("memcached_server_add failed");
+  }
+  return mc;
+}
+
+Result<int> FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::IOError("socket: " + std::string(strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return Status::IOError("bind: " + std::string(strerror(errno)));
+  }
+  close(fd);
+  return int(ntohs(a.sin_port));
+}
+
+bool CanConnect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+Result<std::string> FindProgram(const std::string& program,
+                                const std::string& package) {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  p += ":/usr/sbin:/sbin";
+  size_t at = 0;
+  while (at <= p.size()) {
+    size_t end = p.find(':', at);
+    if (end == std::string::npos) end = p.size();
+    std::string candidate = p.substr(at, end - at) + "/" + program;
+    if (end > at && access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
+  }
+  return Status::NotFound(program + " not found: install " + package +
+                          " (./dev deps-bench)");
+}
+
+Result<SystemSpec> ParseSystem(const std::string& name) {
+  SystemSpec s;
+  s.name = name;
+  if (name == "redis") {
+    s.kind = SystemSpec::Kind::kRedis;
+    return s;
+  }
+  if (name == "memcached") {
+    s.kind = SystemSpec::Kind::kMemcached;
+    return s;
+  }
+  auto bad = [&] {
+    return Status::InvalidArgument(
+        "system must be redis, memcached or remem[-shm|-tcp|-auto]"
+        "[-onesided|-rpc|-auto], not '" +
+        name + "'");
+  };
+  if (name.rfind("remem", 0) != 0) return bad();
+  std::string rest = name.substr(5);
+  std::vector<std::string> parts;
+  while (!rest.empty()) {
+    if (rest[0] != '-') return bad();
+    size_t end = rest.find('-', 1);
+    parts.push_back(rest.substr(1, end == std::string::npos ? end : end - 1));
+    rest = end == std::string::npos ? "" : rest.substr(end);
+  }
+  if (parts.size() > 2) return bad();
+  if (!parts.empty()) {
+    auto t = ParseTransport(parts[0]);
+    if (!t.ok()) return bad();
+    s.transport = *t;
+  }
+  if (parts.size() == 2) {
+    auto p = ParseReadPath(parts[1]);
+    if (!p.ok()) return bad();
+    s.read_path = *p;
+  }
+  return s;
+}
+
+Result<std::unique_ptr<SystemServer>> SystemServer::Start(
+    const SystemSpec& spec, const Options& o) {
+  std::unique_ptr<SystemServer> s(new SystemServer());
+  s->spec_ = spec;
+  s->options_ = o;
+  const uint64_t mib =
+      std::max<uint64_t>(64, (o.memory_bytes + (1 << 20) - 1) >> 20);
+  switch (spec.kind) {
+    case SystemSpec::Kind::kRemem: {
+      if (!o.remem_address.empty()) {
+        s->address_ = o.remem_address;
+        return s;
+      }
+      auto started = StartServer(o.remem_binary, spec.transport, o.cpu,
+                                 std::to_string(mib) + "M");
+      if (!started.ok()) return started.status();
+      s->address_ = started->address;
+      s->process_ = std::move(started->process);
+      return s;
+    }
+    case SystemSpec::Kind::kRedis: {
+      auto bin = FindProgram("redis-server", "redis-server");
+      if (!bin.ok()) return bin.status();
+      auto port = FreePort();
+      if (!port.ok()) return port.status();
+      SpawnOptions so;
+      // No persistence, loopback only, logs to stdout (where we wait for
+      // the ready line).
+      so.argv = {*bin,
+                 "--port",
+                 std::to_string(*port),
+                 "--bind",
+                 "127.0.0.1",
+                 "--save",
+                 "",
+                 "--appendonly",
+                 "no",
+                 "--daemonize",
+                 "no",
+                 "--logfile",
+                 "",
+                 "--loglevel",
+                 "notice"};
+      so.cpu = o.cpu;
+      auto p = Subprocess::Spawn(so);
+      if (!p.ok()) return p.status();
+      auto line = (*p)->WaitForLine("Ready to accept connections",
+                                    std::chrono::seconds(20));
+      if (!line.ok()) {
+        return line.status().WithContext("starting redis-server: " +
+                                         (*p)->output());
+      }
+      s->port_ = *port;
+      s->address_ = "127.0.0.1:" + std::to_string(*port);
+      s->process_ = std::move(*p);
+      return s;
+    }
+    case SystemSpec::Kind::kMemcached: {
+      auto bin = FindProgram("memcached", "memcached");
+      if (!bin.ok()) return bin.status();
+      auto port = FreePort();
+      if (!port.ok()) return port.status();
+      SpawnOptions so;
+      // -m: item memory in MiB; -U 0: no UDP. memcached refuses to run as
+      // root without naming a user.
+      so.argv = {*bin,
+                 "-t",
+                 "1",
+                 "-l",
+                 "127.0.0.1",
+                 "-p",
+                 std::to_string(*port),
+                 "-U",
+                 "0",
+                 "-m",
+                 std::to_string(mib),
+                 "-c",
+                 "4096"};
+      if (geteuid() == 0) {
+        so.argv.push_back("-u");
+        so.argv.push_back("root");
+      }
+      so.cpu = o.cpu;
+      so.merge_stderr = true;
+      auto p = Subprocess::Spawn(so);
+      if (!p.ok()) return p.status();
+      // memcached prints nothing when ready: poll its port.
+      auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!CanConnect(*port)) {
+        if (!(*p)->running()) {
+          (void)(*p)->ReadToEnd(std::chrono::seconds(1));
+          return Status::Unavailable("memcached exited: " + (*p)->output());
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          return Status::TimedOut("memcached did not open port " +
+                                  std::to_string(*port));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      s->port_ = *port;
+      s->address_ = "127.0.0.1:" + std::to_string(*port);
+      s->process_ = std::move(*p);
+      return s;
+    }
+  }
+  return Status::Internal("unknown system");
+}
+
+SystemServer::~SystemServer() {
+  if (process_ && process_->running()) {
+    (void)process_->Signal(SIGTERM);
+    (void)process_->Wait(std::chrono::seconds(5));
+  }
+}
+
+Result<double> SystemServer::CpuSeconds() const {
+  if (!process_) return Status::NotFound("external server");
+  return process_->CpuSeconds();
+}
+
+Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
+  switch (spec_.kind) {
+    case SystemSpec::Kind::kRemem: {
+      ClientOptions co;
+      co.server = address_;
+      co.transport = spec_.transport;
+      co.read_path = spec_.read_path;
+      co.secret = options_.secret;
+      auto c = Client::Connect(co);
+      if (!c.ok()) return c.status();
+      return std::unique_ptr<KvDriver>(new RememDriver(std::move(*c)));
+    }
+    case SystemSpec::Kind::kRedis: {
+      timeval tv{10, 0};
+      redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+      if (c == nullptr || c->err) {
+        std::string err = c ? c->errstr : "out of memory";
+        if (c) redisFree(c);
+        return Status::Unavailable("redis connect: " + err);
+      }
+      return std::unique_ptr<KvDriver>(new RedisDriver(c));
+    }
+    case SystemSpec::Kind::kMemcached: {
+      auto mc = MemcachedConnect(port_, false);
+      if (!mc.ok()) return mc.status();
+      auto quiet = MemcachedConnect(port_, true);
+      if (!quiet.ok()) {
+        memcached_free(*mc);
+        return quiet.status();
+      }
+      return std::unique_ptr<KvDriver>(new MemcachedDriver(*mc, *quiet));
+    }
+  }
+  return Status::Internal("unknown system");
+}
+
+}  // namespace remem::bench

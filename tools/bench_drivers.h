@@ -1,0 +1,120 @@
+// Key-value drivers for remem-bench's YCSB workloads: remem, Redis
+// (hiredis) and memcached (libmemcached) behind one interface, so the
+// identical workload code (same keys, sizes, threads and requests in
+// flight) runs against each. Also the launchers that start redis-server and
+// memcached as pinned child processes on free ports.
+//
+// What "depth" (requests in flight per client thread) means per system:
+//   remem      1 for now: the driver uses the synchronous Client calls
+//              (GetAsync/MultiGet are coming; see RememDriver::Issue).
+//   redis      hiredis pipelining: up to depth commands appended
+//              (redisAppendCommandArgv) before the oldest reply is read
+//              (redisGetReply); a sliding window, replies in order.
+//   memcached  gets in flight are sent together as one libmemcached mget
+//              over the binary protocol (one quiet GETKQ per key, then a
+//              NOOP: pipelined on the wire); sets are synchronous, so a
+//              write in the window is a round trip of its own.
+// A batch of N (reads only) is remem N gets in a loop (MultiGet later),
+// Redis MGET of N, memcached mget of N.
+//
+// Thread contract: a driver is one connection, used by one thread.
+
+#ifndef REMEM_TOOLS_BENCH_DRIVERS_H_
+#define REMEM_TOOLS_BENCH_DRIVERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remem/options.h"
+#include "remem/status.h"
+#include "util/subprocess.h"
+
+namespace remem::bench {
+
+// One request: a get of one or more keys, or a put of one key.
+struct KvRequest {
+  enum class Kind { kGet, kPut };
+  Kind kind = Kind::kGet;
+  std::vector<std::string> keys;  // kGet: 1..batch keys; kPut: one
+  std::string value;              // kPut
+  bool quiet = false;  // a load put: the driver may skip per-put acks
+  // Set by the driver on completion. kGet: one entry per key, nullopt if
+  // the key is absent.
+  std::vector<std::optional<std::string>> values;
+  Status status;
+  uint64_t done_ns = 0;     // steady_clock, when it completed
+  void* context = nullptr;  // the caller's, untouched by drivers
+};
+
+struct ReadPathCounts {  // remem only
+  uint64_t onesided_gets = 0, rpc_gets = 0, retries = 0, fallbacks = 0;
+};
+
+class KvDriver {
+ public:
+  virtual ~KvDriver() = default;
+  // Starts `r` (which must stay valid until it completes).
+  virtual void Issue(KvRequest* r) = 0;
+  // Blocks until at least one issued request has completed; appends the
+  // completed ones to `done`. Non-OK only if the connection is unusable.
+  virtual Status WaitSome(std::vector<KvRequest*>* done) = 0;
+  virtual size_t in_flight() const = 0;
+  // Most requests this driver can really keep in flight.
+  virtual int max_depth() const { return 1 << 20; }
+  // After the last quiet put: makes sure every put has been applied.
+  virtual Status FinishLoad() { return Status::OK(); }
+  virtual std::optional<ReadPathCounts> read_path_counts() const {
+    return std::nullopt;
+  }
+};
+
+// A system under test: "remem[-TRANSPORT][-PATH]" (TRANSPORT shm|tcp|auto,
+// default shm; PATH onesided|rpc|auto, default auto), "redis" or
+// "memcached".
+struct SystemSpec {
+  enum class Kind { kRemem, kRedis, kMemcached };
+  std::string name;
+  Kind kind = Kind::kRemem;
+  Transport transport = Transport::kShm;
+  ReadPath read_path = ReadPath::kAuto;
+};
+Result<SystemSpec> ParseSystem(const std::string& name);
+
+// A running server of any kind, started for one benchmark run.
+class SystemServer {
+ public:
+  struct Options {
+    std::string remem_binary;
+    std::string remem_address;  // external remem-server: start none
+    std::string secret;
+    int cpu = 0;
+    uint64_t memory_bytes = 1ull << 30;  // what the data set needs
+  };
+  static Result<std::unique_ptr<SystemServer>> Start(const SystemSpec& spec,
+                                                     const Options& o);
+  ~SystemServer();
+  // A new connection (one per client thread).
+  Result<std::unique_ptr<KvDriver>> Connect() const;
+  // CPU seconds the server process has used (NotFound if external).
+  Result<double> CpuSeconds() const;
+  const std::string& address() const { return address_; }
+
+ private:
+  SystemServer() = default;
+  SystemSpec spec_;
+  Options options_;
+  std::string address_;  // host:port
+  int port_ = 0;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// Full path of `program` on $PATH, or NotFound naming the Debian package.
+Result<std::string> FindProgram(const std::string& program,
+                                const std::string& package);
+
+}  // namespace remem::bench
+
+#endif  // REMEM_TOOLS_BENCH_DRIVERS_H_

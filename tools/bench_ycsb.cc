@@ -1,0 +1,710 @@
+#include "bench_ycsb.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "bench_common.h"
+#include "bench_drivers.h"
+#include "util/histogram.h"
+
+namespace remem::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ycsb::Distribution;
+
+uint64_t NowNs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      Clock::now().time_since_epoch())
+                      .count());
+}
+
+// One (system, workload, value size) run, merged over client threads.
+struct RunResult {
+  std::string system;
+  char workload = 'C';
+  Distribution distribution = Distribution::kZipfian;
+  size_t key_size = 0, value_size = 0;
+  int threads = 1, depth = 1, batch = 1;
+  double load_seconds = 0;
+  uint64_t ops = 0;       // YCSB operations (a batch of N reads is N)
+  uint64_t requests = 0;  // requests completed (a batch is one)
+  double seconds = 0;
+  Histogram latency_ns;  // per request (an RMW: its read and write)
+  Histogram read_ns, write_ns;
+  uint64_t reads = 0, updates = 0, inserts = 0, rmws = 0;
+  uint64_t checked = 0, wrong = 0, missing = 0;
+  double server_cpu_s = -1;
+  std::optional<ReadPathCounts> read_path;
+  std::string error;
+};
+
+enum Phase { kLoad, kWarmup, kMeasure, kStop };
+
+struct Shared {
+  const YcsbOptions* o = nullptr;
+  ycsb::Workload w;
+  size_t value_size = 0;
+  const SystemServer* server = nullptr;
+  std::atomic<int> phase{kLoad};
+  std::atomic<uint64_t> loaded{0};
+  std::atomic<int> ready{0};             // threads done loading (or failed)
+  std::atomic<uint64_t> count{0};        // keys that exist (for choosers)
+  std::atomic<uint64_t> next_insert{0};  // D: next record number to insert
+};
+
+// A request slot of a client thread's window, with the operation it is part
+// of (an RMW is a get then a put in the same slot).
+struct Slot {
+  KvRequest req;
+  enum Op { kRead, kUpdate, kInsert, kRmw } op = kRead;
+  bool second_half = false;  // RMW: the put after the get
+  uint64_t start_ns = 0;     // when the operation (not the request) began
+  uint64_t req_start_ns = 0;
+};
+
+class ClientThread {
+ public:
+  ClientThread(Shared* sh, int index) : sh_(sh), index_(index) {}
+
+  void Run() {
+    const YcsbOptions& o = *sh_->o;
+    if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
+      return Fail(st), Ready();
+    }
+    auto d = sh_->server->Connect();
+    if (!d.ok()) return Fail(d.status()), Ready();
+    driver_ = std::move(*d);
+    depth_ = std::min(o.depth, driver_->max_depth());
+    if (Status st = Load(); !st.ok()) return Fail(st), Ready();
+    Ready();
+    while (sh_->phase.load() == kLoad) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (Status st = Transactions(); !st.ok()) Fail(st);
+    r_.read_path = driver_->read_path_counts();
+  }
+
+  RunResult& result() { return r_; }
+
+ private:
+  void Fail(const Status& st) {
+    if (r_.error.empty()) r_.error = st.ToString();
+  }
+  void Ready() { sh_->ready.fetch_add(1); }
+
+  // This thread's share of records, as quiet puts through a window.
+  Status Load() {
+    const uint64_t n = sh_->o->records, t = uint64_t(sh_->o->threads);
+    const uint64_t from = n * uint64_t(index_) / t;
+    const uint64_t to = n * uint64_t(index_ + 1) / t;
+    const int window = std::min(64, driver_->max_depth());
+    std::vector<KvRequest> reqs(static_cast<size_t>(window));
+    std::vector<KvRequest*> free_list, done;
+    for (auto& r : reqs) free_list.push_back(&r);
+    uint64_t next = from;
+    while (next < to || driver_->in_flight() > 0) {
+      while (next < to && !free_list.empty()) {
+        KvRequest* r = free_list.back();
+        free_list.pop_back();
+        r->kind = KvRequest::Kind::kPut;
+        r->quiet = true;
+        r->keys.resize(1);
+        ycsb::KeyName(next++, sh_->o->key_size, &r->keys[0]);
+        ycsb::MakeValue(r->keys[0], 0, sh_->value_size, &r->value);
+        r->status = Status::OK();
+        driver_->Issue(r);
+      }
+      done.clear();
+      REMEM_RETURN_IF_ERROR(driver_->WaitSome(&done));
+      for (KvRequest* r : done) {
+        if (!r->status.ok()) return r->status.WithContext("load");
+        free_list.push_back(r);
+      }
+      sh_->loaded.fetch_add(done.size(), std::memory_order_relaxed);
+    }
+    return driver_->FinishLoad();
+  }
+
+  void Start(Slot* s) {
+    const ycsb::Workload& w = sh_->w;
+    const YcsbOptions& o = *sh_->o;
+    const double u = rng_.Uniform();
+    s->second_half = false;
+    s->req.status = Status::OK();
+    s->req.quiet = false;
+    if (u < w.read || (u >= w.read + w.update + w.insert)) {
+      s->op = u < w.read ? Slot::kRead : Slot::kRmw;
+      s->req.kind = KvRequest::Kind::kGet;
+      const size_t n = s->op == Slot::kRead ? size_t(o.batch) : 1;
+      s->req.keys.resize(n);
+      for (auto& k : s->req.keys) {
+        ycsb::KeyName(chooser_->Next(rng_), o.key_size, &k);
+      }
+    } else {
+      s->req.kind = KvRequest::Kind::kPut;
+      s->req.keys.resize(1);
+      uint64_t rec;
+      if (u < w.read + w.update) {
+        s->op = Slot::kUpdate;
+        rec = chooser_->Next(rng_);
+      } else {
+        s->op = Slot::kInsert;
+        rec = sh_->next_insert.fetch_add(1);
+      }
+      ycsb::KeyName(rec, o.key_size, &s->req.keys[0]);
+      ycsb::MakeValue(s->req.keys[0], NextGeneration(), sh_->value_size,
+                      &s->req.value);
+    }
+    s->start_ns = s->req_start_ns = NowNs();
+    driver_->Issue(&s->req);
+  }
+
+  uint32_t NextGeneration() {
+    // Never 0 (the load's), distinct per thread.
+    return (uint32_t(index_ + 1) << 24) | (++generation_ & 0xFFFFFF);
+  }
+
+  // Returns false if the operation continues (RMW's read done).
+  bool Finish(Slot* s, bool measuring) {
+    KvRequest& r = s->req;
+    if (measuring) r_.latency_ns.Record(r.done_ns - s->req_start_ns);
+    if (r.kind == KvRequest::Kind::kGet) {
+      if (measuring) r_.read_ns.Record(r.done_ns - s->req_start_ns);
+      for (size_t i = 0; i < r.values.size(); ++i) {
+        // Checks count in every phase: a wrong value is wrong in warm-up too.
+        if (!r.values[i]) {
+          ++r_.missing;
+          continue;
+        }
+        const int every = sh_->o->check_every;
+        if (every > 0 && ++reads_seen_ % uint64_t(every) == 0) {
+          ++r_.checked;
+          if (!ycsb::CheckValue(r.keys[i], *r.values[i], sh_->value_size)) {
+            ++r_.wrong;
+          }
+        }
+      }
+      if (s->op == Slot::kRmw) {
+        // Modify and write back the same key.
+        r.kind = KvRequest::Kind::kPut;
+        ycsb::MakeValue(r.keys[0], NextGeneration(), sh_->value_size, &r.value);
+        s->second_half = true;
+        s->req_start_ns = NowNs();
+        driver_->Issue(&r);
+        return false;
+      }
+    } else if (measuring) {
+      r_.write_ns.Record(r.done_ns - s->req_start_ns);
+    }
+    if (s->op == Slot::kInsert) sh_->count.fetch_add(1);
+    if (measuring) {
+      switch (s->op) {
+        case Slot::kRead:
+          r_.reads += r.keys.size();
+          r_.ops += r.keys.size();
+          break;
+        case Slot::kUpdate:
+          ++r_.updates, ++r_.ops;
+          break;
+        case Slot::kInsert:
+          ++r_.inserts, ++r_.ops;
+          break;
+        case Slot::kRmw:
+          ++r_.rmws, ++r_.ops;
+          break;
+      }
+    }
+    return true;
+  }
+
+  Status Transactions() {
+    const YcsbOptions& o = *sh_->o;
+    rng_ = ycsb::Rng(o.seed * 1000003 + uint64_t(index_));
+    const Distribution dist = o.distribution.value_or(sh_->w.distribution);
+    chooser_ = ycsb::MakeChooser(dist, o.records, &sh_->count);
+    std::vector<Slot> slots(static_cast<size_t>(depth_));
+    for (auto& s : slots) {
+      s.req.context = &s;
+      Start(&s);
+    }
+    std::vector<KvRequest*> done;
+    Status first_error;
+    while (driver_->in_flight() > 0) {
+      done.clear();
+      REMEM_RETURN_IF_ERROR(driver_->WaitSome(&done));
+      const int phase = sh_->phase.load(std::memory_order_relaxed);
+      const bool measuring = phase == kMeasure;
+      if (measuring) r_.requests += done.size();
+      for (KvRequest* r : done) {
+        Slot* s = static_cast<Slot*>(r->context);
+        if (!r->status.ok()) {
+          if (first_error.ok()) first_error = r->status;
+          continue;
+        }
+        if (Finish(s, measuring) && phase != kStop && first_error.ok()) {
+          Start(s);
+        }
+      }
+    }
+    return first_error;
+  }
+
+  Shared* sh_;
+  int index_;
+  std::unique_ptr<KvDriver> driver_;
+  int depth_ = 1;
+  ycsb::Rng rng_{0};
+  std::unique_ptr<ycsb::KeyChooser> chooser_;
+  uint32_t generation_ = 0;
+  uint64_t reads_seen_ = 0;
+  RunResult r_;
+};
+
+// Memory the store needs for `pairs` pairs, with room to spare (remem's
+// hash table does not grow yet, and extents come in size classes).
+uint64_t MemoryFor(uint64_t pairs, size_t key_size, size_t value_size) {
+  const uint64_t phys =
+      uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t want = 4 * pairs * (key_size + value_size + 128);
+  want = std::max<uint64_t>(want, 256ull << 20);
+  return std::min(want, phys / 2);
+}
+
+void Progress(const std::string& what, uint64_t done, uint64_t total,
+              double seconds, bool final) {
+  if (!isatty(STDERR_FILENO)) {
+    if (final) {
+      std::fprintf(stderr, "%s: loaded %llu pairs in %.1f s\n", what.c_str(),
+                   static_cast<unsigned long long>(total), seconds);
+    }
+    return;
+  }
+  const int width = 30;
+  const int filled = total ? int(width * done / total) : width;
+  std::fprintf(stderr, "\r%s: load [%s%s] %3d%% %llu/%llu %.0f k/s%s",
+               what.c_str(), std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(width - filled), '.').c_str(),
+               total ? int(100 * done / total) : 100,
+               static_cast<unsigned long long>(done),
+               static_cast<unsigned long long>(total),
+               seconds > 0 ? double(done) / seconds / 1e3 : 0.0,
+               final ? "\n" : "");
+}
+
+RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
+                 const ycsb::Workload& w, size_t value_size) {
+  RunResult res;
+  res.system = spec.name;
+  res.workload = w.name;
+  res.distribution = o.distribution.value_or(w.distribution);
+  res.key_size = o.key_size;
+  res.value_size = value_size;
+  res.threads = o.threads;
+  res.batch = o.batch;
+  res.depth = o.depth;
+
+  // Inserts (D) add at most ~5% of a generous 3 M ops/s.
+  const uint64_t inserts =
+      w.insert > 0 ? uint64_t(w.insert * (o.duration + o.warmup) * 3e6) : 0;
+  SystemServer::Options so;
+  so.remem_binary = o.remem_binary;
+  so.remem_address = o.remem_address;
+  so.secret = o.secret;
+  so.cpu = o.server_cpu;
+  so.memory_bytes = MemoryFor(o.records + inserts, o.key_size, value_size);
+  auto server = SystemServer::Start(spec, so);
+  if (!server.ok()) {
+    res.error = server.status().ToString();
+    return res;
+  }
+  Shared sh;
+  sh.o = &o;
+  sh.w = w;
+  sh.value_size = value_size;
+  sh.server = server->get();
+  sh.count = o.records;
+  sh.next_insert = o.records;
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.threads; ++i) {
+    clients.push_back(std::make_unique<ClientThread>(&sh, i));
+  }
+  for (auto& c : clients) threads.emplace_back([&c] { c->Run(); });
+
+  const std::string what = spec.name + " " + w.name;
+  const auto t0 = Clock::now();
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  while (sh.ready.load() < o.threads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Progress(what, sh.loaded.load(), o.records, since(t0), false);
+  }
+  res.load_seconds = since(t0);
+  Progress(what, sh.loaded.load(), o.records, res.load_seconds, true);
+
+  sh.phase = kWarmup;
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup));
+  auto cpu0 = (*server)->CpuSeconds();
+  const auto m0 = Clock::now();
+  sh.phase = kMeasure;
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration));
+  sh.phase = kStop;
+  res.seconds = since(m0);
+  auto cpu1 = (*server)->CpuSeconds();
+  if (cpu0.ok() && cpu1.ok()) res.server_cpu_s = *cpu1 - *cpu0;
+  for (auto& t : threads) t.join();
+
+  for (auto& c : clients) {
+    RunResult& r = c->result();
+    if (res.error.empty()) res.error = r.error;
+    res.ops += r.ops;
+    res.requests += r.requests;
+    res.latency_ns.Merge(r.latency_ns);
+    res.read_ns.Merge(r.read_ns);
+    res.write_ns.Merge(r.write_ns);
+    res.reads += r.reads, res.updates += r.updates;
+    res.inserts += r.inserts, res.rmws += r.rmws;
+    res.checked += r.checked, res.wrong += r.wrong, res.missing += r.missing;
+    if (r.read_path) {
+      if (!res.read_path) res.read_path = ReadPathCounts{};
+      res.read_path->onesided_gets += r.read_path->onesided_gets;
+      res.read_path->rpc_gets += r.read_path->rpc_gets;
+      res.read_path->retries += r.read_path->retries;
+      res.read_path->fallbacks += r.read_path->fallbacks;
+    }
+    res.depth =
+        std::min(o.depth, spec.kind == SystemSpec::Kind::kRemem ? 1 : o.depth);
+  }
+  return res;
+}
+
+double OpsPerSec(const RunResult& r) {
+  return r.seconds > 0 ? double(r.ops) / r.seconds : 0;
+}
+
+std::string Fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+// Retries and fallbacks per one-sided get, in percent; "-" for others.
+std::string RateOf(const RunResult& r, bool fallbacks) {
+  if (!r.read_path) return "-";
+  const auto& p = *r.read_path;
+  const uint64_t gets = p.onesided_gets + p.rpc_gets;
+  if (gets == 0) return "0";
+  return Fmt("%.3f", 100.0 * double(fallbacks ? p.fallbacks : p.retries) /
+                         double(gets));
+}
+
+const RunResult* Find(const std::vector<RunResult>& rs, const RunResult& like,
+                      const std::string& system) {
+  for (const auto& r : rs) {
+    if (r.system == system && r.workload == like.workload &&
+        r.value_size == like.value_size && r.error.empty()) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
+  std::printf(
+      "%-20s %2s %-8s %6s %3s %5s %5s %12s %9s %9s %9s %10s %7s %7s %7s %7s",
+      "system", "wl", "dist", "value", "thr", "depth", "batch", "ops/s",
+      "p50_us", "p99_us", "p999_us", "srv_us/op", "wrong", "missing", "retry%",
+      "fallbk%");
+  if (ratios) std::printf(" %8s %8s", "x_redis", "x_memc");
+  std::printf("\n");
+  for (const auto& r : rs) {
+    if (!r.error.empty()) {
+      std::printf("%-20s %2c FAILED: %s\n", r.system.c_str(), r.workload,
+                  r.error.c_str());
+      continue;
+    }
+    const Histogram& h = r.latency_ns;
+    std::string cpu = "n/a";
+    if (r.server_cpu_s >= 0 && r.ops > 0) {
+      cpu = Fmt("%.3f", r.server_cpu_s * 1e6 / double(r.ops));
+    }
+    std::printf(
+        "%-20s %2c %-8s %6zu %3d %5d %5d %12.0f %9.2f %9.2f %9.2f %10s %7llu "
+        "%7llu %7s %7s",
+        r.system.c_str(), r.workload,
+        std::string(ycsb::DistributionName(r.distribution)).c_str(),
+        r.value_size, r.threads, r.depth, r.batch, OpsPerSec(r),
+        double(h.Percentile(50)) / 1e3, double(h.Percentile(99)) / 1e3,
+        double(h.Percentile(99.9)) / 1e3, cpu.c_str(),
+        static_cast<unsigned long long>(r.wrong),
+        static_cast<unsigned long long>(r.missing), RateOf(r, false).c_str(),
+        RateOf(r, true).c_str());
+    if (ratios) {
+      for (const char* other : {"redis", "memcached"}) {
+        const RunResult* o = Find(rs, r, other);
+        if (o && OpsPerSec(*o) > 0) {
+          std::printf(" %8s",
+                      Fmt("%.2f", OpsPerSec(r) / OpsPerSec(*o)).c_str());
+        } else {
+          std::printf(" %8s", "-");
+        }
+      }
+    }
+    std::printf("\n");
+  }
+}
+
+void PrintJson(const std::vector<RunResult>& rs) {
+  std::printf("{\"benchmark\":\"ycsb\",\"results\":[");
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const RunResult& r = rs[i];
+    auto pct = [](const Histogram& h, double p) {
+      return static_cast<unsigned long long>(h.Percentile(p));
+    };
+    std::printf(
+        "%s{\"system\":\"%s\",\"workload\":\"%c\",\"distribution\":\"%s\","
+        "\"key_size\":%zu,\"value_size\":%zu,\"threads\":%d,\"depth\":%d,"
+        "\"batch\":%d,\"load_seconds\":%.3f,\"seconds\":%.3f,\"ops\":%llu,"
+        "\"requests\":%llu,\"ops_per_s\":%.1f,\"p50_ns\":%llu,\"p99_ns\":%llu,"
+        "\"p999_ns\":%llu,\"read_p99_ns\":%llu,\"write_p99_ns\":%llu,"
+        "\"reads\":%llu,\"updates\":%llu,\"inserts\":%llu,\"rmws\":%llu,"
+        "\"checked\":%llu,\"wrong\":%llu,\"missing\":%llu,"
+        "\"server_cpu_s\":%.4f",
+        i ? "," : "", r.system.c_str(), r.workload,
+        std::string(ycsb::DistributionName(r.distribution)).c_str(), r.key_size,
+        r.value_size, r.threads, r.depth, r.batch, r.load_seconds, r.seconds,
+        static_cast<unsigned long long>(r.ops),
+        static_cast<unsigned long long>(r.requests), OpsPerSec(r),
+        pct(r.latency_ns, 50), pct(r.latency_ns, 99), pct(r.latency_ns, 99.9),
+        pct(r.read_ns, 99), pct(r.write_ns, 99),
+        static_cast<unsigned long long>(r.reads),
+        static_cast<unsigned long long>(r.updates),
+        static_cast<unsigned long long>(r.inserts),
+        static_cast<unsigned long long>(r.rmws),
+        static_cast<unsigned long long>(r.checked),
+        static_cast<unsigned long long>(r.wrong),
+        static_cast<unsigned long long>(r.missing), r.server_cpu_s);
+    if (r.read_path) {
+      std::printf(
+          ",\"onesided_gets\":%llu,\"rpc_gets\":%llu,\"retries\":%llu,"
+          "\"fallbacks\":%llu",
+          static_cast<unsigned long long>(r.read_path->onesided_gets),
+          static_cast<unsigned long long>(r.read_path->rpc_gets),
+          static_cast<unsigned long long>(r.read_path->retries),
+          static_cast<unsigned long long>(r.read_path->fallbacks));
+    }
+    if (!r.error.empty()) {
+      std::string e;
+      for (char c : r.error) {
+        if (c == '"' || c == '\\') e += '\\';
+        e += (c == '\n' || c == '\r') ? ' ' : c;
+      }
+      std::printf(",\"error\":\"%s\"", e.c_str());
+    }
+    std::printf("}");
+  }
+  std::printf("]}\n");
+}
+
+// Pilaf's figures 10 (throughput vs value size) and 11 (latency CDF): one
+// .dat per series and plots.gp; runs gnuplot if installed.
+Status WritePlots(const std::string& dir, const YcsbOptions& o,
+                  const std::vector<RunResult>& rs) {
+  mkdir(dir.c_str(), 0755);
+  std::ofstream gp(dir + "/plots.gp");
+  if (!gp) return Status::IOError("cannot write " + dir + "/plots.gp");
+  gp << "# remem-bench compare: throughput vs value size and latency CDFs.\n"
+     << "set terminal svg size 800,500 dynamic noenhanced\n"
+     << "set grid\nset key left top\n";
+  for (const auto& wname : o.workloads) {
+    const char wl = char(std::toupper(static_cast<unsigned char>(wname[0])));
+    // Throughput vs value size: one file, a column per system.
+    const std::string tp = "throughput_" + std::string(1, wl);
+    std::ofstream dat(dir + "/" + tp + ".dat");
+    dat << "# value_size";
+    for (const auto& s : o.systems) dat << " " << s;
+    dat << "  (ops/s; YCSB-" << wl << ")\n";
+    for (size_t v : o.value_sizes) {
+      dat << v;
+      for (const auto& s : o.systems) {
+        double ops = 0;
+        for (const auto& r : rs) {
+          if (r.system == s && r.workload == wl && r.value_size == v &&
+              r.error.empty()) {
+            ops = OpsPerSec(r);
+          }
+        }
+        dat << " " << ops;
+      }
+      dat << "\n";
+    }
+    gp << "\nset output '" << tp << ".svg'\n"
+       << "set title 'YCSB-" << wl << ": throughput vs value size'\n"
+       << "set xlabel 'value size (bytes)'\nset ylabel 'operations/s'\n"
+       << "set logscale x 2\nset logscale y 10\nplot ";
+    for (size_t i = 0; i < o.systems.size(); ++i) {
+      gp << (i ? ", " : "") << "'" << tp << ".dat' using 1:" << (i + 2)
+         << " with linespoints title '" << o.systems[i] << "'";
+    }
+    gp << "\n";
+    // Latency CDF at the first value size.
+    const std::string cdf = "cdf_" + std::string(1, wl);
+    std::vector<std::string> plotted;
+    for (const auto& s : o.systems) {
+      for (const auto& r : rs) {
+        if (r.system != s || r.workload != wl ||
+            r.value_size != o.value_sizes[0] || !r.error.empty()) {
+          continue;
+        }
+        std::ofstream c(dir + "/" + cdf + "_" + s + ".dat");
+        c << "# latency_us fraction  (" << s << ", YCSB-" << wl << ", "
+          << r.value_size << " B values)\n";
+        for (double p = 0; p < 99.99; p += (p < 90 ? 1 : p < 99 ? 0.1 : 0.01)) {
+          c << double(r.latency_ns.Percentile(p)) / 1e3 << " " << p / 100
+            << "\n";
+        }
+        c << double(r.latency_ns.Percentile(99.99)) / 1e3 << " 0.9999\n";
+        c << double(r.latency_ns.max()) / 1e3 << " 1\n";
+        plotted.push_back(s);
+      }
+    }
+    gp << "\nset output '" << cdf << ".svg'\n"
+       << "set title 'YCSB-" << wl << ": latency CDF (" << o.value_sizes[0]
+       << " B values)'\n"
+       << "set xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
+       << "set logscale x 10\nunset logscale y\nset key right bottom\nplot ";
+    for (size_t i = 0; i < plotted.size(); ++i) {
+      gp << (i ? ", " : "") << "'" << cdf << "_" << plotted[i]
+         << ".dat' using 1:2 with lines title '" << plotted[i] << "'";
+    }
+    gp << "\nset key left top\n";
+  }
+  gp.close();
+  auto gnuplot = FindProgram("gnuplot", "gnuplot-nox");
+  if (!gnuplot.ok()) {
+    std::fprintf(stderr,
+                 "remem-bench: wrote %s/*.dat and plots.gp; %s, then run: cd "
+                 "%s && gnuplot plots.gp\n",
+                 dir.c_str(), gnuplot.status().message().c_str(), dir.c_str());
+    return Status::OK();
+  }
+  SpawnOptions so;
+  so.argv = {"/bin/sh", "-c",
+             "cd '" + dir + "' && '" + *gnuplot + "' plots.gp"};
+  so.merge_stderr = true;
+  auto p = Subprocess::Spawn(so);
+  if (!p.ok()) return p.status();
+  (void)(*p)->ReadToEnd(std::chrono::seconds(60));
+  auto rc = (*p)->Wait(std::chrono::seconds(60));
+  if (!rc.ok() || *rc != 0) {
+    return Status::Internal("gnuplot failed: " + (*p)->output());
+  }
+  std::fprintf(stderr, "remem-bench: plots in %s (*.svg, from plots.gp)\n",
+               dir.c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+int RunYcsb(const YcsbOptions& o) {
+  std::vector<ycsb::Workload> workloads;
+  for (const auto& name : o.workloads) {
+    auto w = ycsb::WorkloadByName(name);
+    if (!w.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n", w.status().ToString().c_str());
+      return 2;
+    }
+    workloads.push_back(*w);
+  }
+  std::vector<SystemSpec> systems;
+  for (const auto& name : o.systems) {
+    auto s = ParseSystem(name);
+    if (!s.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
+      return 2;
+    }
+    systems.push_back(*s);
+  }
+  if (o.key_size < 8 || o.key_size > 1024) {
+    std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
+    return 2;
+  }
+  if (o.records + 100'000'000ull > ycsb::KeyCapacity(o.key_size)) {
+    std::fprintf(stderr,
+                 "remem-bench: %zu-byte keys cannot name %llu records (and "
+                 "inserts); use longer keys\n",
+                 o.key_size, static_cast<unsigned long long>(o.records));
+    return 2;
+  }
+  std::vector<RunResult> results;
+  bool failed = false;
+  for (size_t v : o.value_sizes) {
+    for (const auto& w : workloads) {
+      for (const auto& s : systems) {
+        if (!o.json) {
+          std::fprintf(stderr, "== %s YCSB-%c, %zu B keys, %zu B values\n",
+                       s.name.c_str(), w.name, o.key_size, v);
+        }
+        results.push_back(RunOne(o, s, w, v));
+        const RunResult& r = results.back();
+        if (!r.error.empty()) {
+          std::fprintf(stderr, "remem-bench: %s YCSB-%c: %s\n", s.name.c_str(),
+                       w.name, r.error.c_str());
+          failed = true;
+        } else if (r.wrong > 0) {
+          std::fprintf(stderr,
+                       "remem-bench: %s YCSB-%c: %llu of %llu values read "
+                       "were wrong\n",
+                       s.name.c_str(), w.name,
+                       static_cast<unsigned long long>(r.wrong),
+                       static_cast<unsigned long long>(r.checked));
+          failed = true;
+        }
+      }
+    }
+  }
+  if (o.json) {
+    PrintJson(results);
+  } else {
+    PrintTable(results, o.compare);
+    std::printf(
+        "ops/s counts YCSB operations (a batch of N reads is N); latencies "
+        "are per request; srv_us/op is server CPU time per operation; "
+        "retry%%/fallbk%% are per remem get.\n");
+    for (const auto& s : systems) {
+      if (s.kind == SystemSpec::Kind::kRemem && o.threads > 1 &&
+          o.client_cpu >= 0) {
+        std::printf(
+            "note: %s's synchronous calls busy-poll; %d client threads "
+            "sharing CPU %d mostly wait for each other's time slices.\n",
+            s.name.c_str(), o.threads, o.client_cpu);
+      }
+      if (s.kind == SystemSpec::Kind::kRemem && o.depth > 1) {
+        std::printf(
+            "note: %s ran at depth 1 per thread (the remem driver is "
+            "synchronous until the async hash API lands).\n",
+            s.name.c_str());
+      }
+    }
+  }
+  if (!o.plot_dir.empty()) {
+    if (Status st = WritePlots(o.plot_dir, o, results); !st.ok()) {
+      std::fprintf(stderr, "remem-bench: plots: %s\n", st.ToString().c_str());
+      failed = true;
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace remem::bench

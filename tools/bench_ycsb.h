@@ -1,0 +1,57 @@
+// remem-bench ycsb / compare: YCSB core workloads (A, B, C, D, F) against
+// remem, Redis and memcached with identical key sequences, sizes, client
+// threads and requests in flight. For each (workload, value size, system):
+// start the server pinned to --server-cpu, load --records pairs (progress
+// bar on a tty), warm up, run for --duration, stop the server. Prints a
+// table (or JSON) of throughput, latency percentiles, server CPU per
+// operation, value-check failures and, for remem, read-path retries and
+// fallbacks; `compare` adds ratios against Redis and memcached and can
+// write gnuplot plots (--plot DIR).
+//
+// Thread contract: RunYcsb runs on the main thread and starts its own
+// client threads.
+
+#ifndef REMEM_TOOLS_BENCH_YCSB_H_
+#define REMEM_TOOLS_BENCH_YCSB_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_ycsb_gen.h"
+
+namespace remem::bench {
+
+struct YcsbOptions {
+  std::vector<std::string> workloads = {"C"};  // names: A B C D F
+  std::vector<std::string> systems = {"remem"};
+  // Overrides each workload's own distribution when set.
+  std::optional<ycsb::Distribution> distribution;
+  uint64_t records = 100000;
+  size_t key_size = 16;
+  std::vector<size_t> value_sizes = {32};
+  int threads = 1;
+  int depth = 1;  // requests in flight per client thread
+  int batch = 1;  // keys per read request (multi-get)
+  double duration = 5;
+  double warmup = 1;
+  int server_cpu = 0;
+  int client_cpu = 1;  // every client thread; -1 unpinned
+  uint64_t seed = 1;
+  int check_every = 1;  // verify every Nth value read (0: never)
+  bool json = false;
+  bool compare = false;  // ratio columns vs redis and memcached
+  std::string plot_dir;  // compare: write .dat/.gp (and SVGs) here
+  std::string remem_binary;
+  std::string remem_address;  // external remem-server
+  std::string secret;
+};
+
+// Returns the process exit code: 0 ok, 1 a run failed (or read wrong
+// values), 2 bad options.
+int RunYcsb(const YcsbOptions& o);
+
+}  // namespace remem::bench
+
+#endif  // REMEM_TOOLS_BENCH_YCSB_H_
