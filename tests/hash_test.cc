@@ -457,6 +457,8 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
     ASSERT_NE(c, nullptr);
     const std::string prefix(ReadPathName(path));
     constexpr int kOps = 500;
+    auto before = c->Stats();
+    ASSERT_TRUE(before.ok());
     int put_done = 0;
     for (int i = 0; i < kOps; ++i) {
       c->PutAsync(prefix + std::to_string(i), std::string(i % 300, 'p'),
@@ -469,6 +471,11 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
     EXPECT_EQ(c->in_flight(), size_t(kOps));
     ASSERT_TRUE(c->WaitAll().ok());
     EXPECT_EQ(put_done, kOps);
+    // Puts issued together went out together (one multi-put message, not
+    // 500 requests).
+    auto after = c->Stats();
+    ASSERT_TRUE(after.ok());
+    EXPECT_LE(after->rpcs_served - before->rpcs_served, 3u);
     // Key 0 is deleted concurrently below, so it is not read.
     int get_done = 0;
     for (int i = 1; i < kOps; ++i) {

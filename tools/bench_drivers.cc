@@ -33,43 +33,65 @@ class RememDriver : public KvDriver {
  public:
   explicit RememDriver(std::unique_ptr<Client> c) : c_(std::move(c)) {}
 
+  // Single gets and puts are asynchronous (any number in flight, completed
+  // by Poll); a batch of keys is one MultiGet (one batch of one-sided reads
+  // or one message), which returns when all its keys are answered.
   void Issue(KvRequest* r) override {
-    // Synchronous for now. When the async hash API lands, this becomes
-    // c_->GetAsync/PutAsync (or MultiGet for keys.size() > 1) completing
-    // into done_ from Poll(), and max_depth() goes away.
-    if (r->kind == KvRequest::Kind::kGet) {
+    if (r->kind == KvRequest::Kind::kGet && r->keys.size() > 1) {
+      std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
+      auto results = c_->MultiGet(keys);
       r->values.resize(r->keys.size());
-      for (size_t i = 0; i < r->keys.size(); ++i) {
-        auto v = c_->Get(r->keys[i]);
-        if (v.ok()) {
-          r->values[i] = std::move(v->value);
-        } else if (v.status().code() == StatusCode::kNotFound) {
-          r->values[i].reset();
-        } else {
-          r->status = v.status();
-          break;
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (results[i].ok()) {
+          r->values[i] = std::move(results[i]->value);
+        } else if (results[i].status().code() != StatusCode::kNotFound) {
+          r->status = results[i].status();
         }
       }
-    } else {
-      auto v = c_->Put(r->keys[0], r->value);
-      if (!v.ok()) r->status = v.status();
+      Complete(r);
+      return;
     }
-    r->done_ns = NowNs();
-    done_.push_back(r);
+    if (r->kind == KvRequest::Kind::kGet) {
+      r->values.resize(1);
+      c_->GetAsync(r->keys[0], [this, r](Result<Client::Value> v) {
+        if (v.ok()) {
+          r->values[0] = std::move(v->value);
+        } else if (v.status().code() != StatusCode::kNotFound) {
+          r->status = v.status();
+        }
+        Complete(r);
+      });
+      return;
+    }
+    c_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
+      if (!v.ok()) r->status = v.status();
+      Complete(r);
+    });
   }
   Status WaitSome(std::vector<KvRequest*>* done) override {
+    while (done_.empty()) {
+      if (c_->in_flight() == 0) break;
+      c_->Poll();
+      if (!c_->connected()) {
+        return Status::Unavailable("remem: the connection failed");
+      }
+    }
     done->insert(done->end(), done_.begin(), done_.end());
     done_.clear();
     return Status::OK();
   }
-  size_t in_flight() const override { return done_.size(); }
-  int max_depth() const override { return 1; }
+  size_t in_flight() const override { return c_->in_flight() + done_.size(); }
   std::optional<ReadPathCounts> read_path_counts() const override {
     const auto& s = c_->read_stats();
     return ReadPathCounts{s.onesided_gets, s.rpc_gets, s.retries, s.fallbacks};
   }
 
  private:
+  void Complete(KvRequest* r) {
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+
   std::unique_ptr<Client> c_;
   std::vector<KvRequest*> done_;
 };

@@ -383,8 +383,7 @@ RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
       res.read_path->retries += r.read_path->retries;
       res.read_path->fallbacks += r.read_path->fallbacks;
     }
-    res.depth =
-        std::min(o.depth, spec.kind == SystemSpec::Kind::kRemem ? 1 : o.depth);
+    res.depth = o.depth;
   }
   return res;
 }
@@ -686,15 +685,9 @@ int RunYcsb(const YcsbOptions& o) {
       if (s.kind == SystemSpec::Kind::kRemem && o.threads > 1 &&
           o.client_cpu >= 0) {
         std::printf(
-            "note: %s's synchronous calls busy-poll; %d client threads "
+            "note: %s's client threads busy-poll while they wait; %d of them "
             "sharing CPU %d mostly wait for each other's time slices.\n",
             s.name.c_str(), o.threads, o.client_cpu);
-      }
-      if (s.kind == SystemSpec::Kind::kRemem && o.depth > 1) {
-        std::printf(
-            "note: %s ran at depth 1 per thread (the remem driver is "
-            "synchronous until the async hash API lands).\n",
-            s.name.c_str());
       }
     }
   }

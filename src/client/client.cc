@@ -60,6 +60,9 @@ struct Client::Impl {
   std::vector<hash::Geometry> partitions;
   std::unordered_set<uint32_t> hash_regions;
   std::unique_ptr<client::PathSelector> selector;
+  // Batches (MultiGet) cost differently from single gets on each path, so
+  // they are measured and chosen apart.
+  std::unique_ptr<client::PathSelector> batch_selector;
   ReadStats read_stats;
   // Sampling of get latencies for the selector (auto mode only).
   client::ReadPath last_path = client::ReadPath::kOneSided;
@@ -86,11 +89,14 @@ struct Client::Impl {
     }
     return p;
   }
-  void RecordLatency(client::ReadPath p, Clock::time_point start,
-                     double divide_by = 1) {
+  void RecordLatency(client::ReadPath p, Clock::time_point start) {
+    RecordLatency(selector.get(), p, start, 1);
+  }
+  void RecordLatency(client::PathSelector* into, client::ReadPath p,
+                     Clock::time_point start, double divide_by) {
     const auto end = Clock::now();
     last_now = end;
-    selector->Record(
+    into->Record(
         p,
         std::chrono::duration<double, std::micro>(end - start).count() /
             divide_by,
@@ -142,6 +148,22 @@ struct Client::Impl {
   };
   // `forced`: the path a batch chose for all its keys; else the selector
   // chooses.
+  // Asynchronous gets and puts that go by RPC wait here until the next
+  // Poll/WaitAll (or a batch call), which sends each run of consecutive
+  // gets (or puts) as one message: many requests in flight cost one send
+  // each way instead of one per request (what Redis calls pipelining, done
+  // for the application). Runs go out in issue order.
+  struct Queued {
+    bool is_get;
+    std::shared_ptr<AsyncGet> get;  // is_get
+    std::string key, value;         // !is_get
+    std::function<void(Result<uint64_t>)> put_done;
+  };
+  std::vector<Queued> queued;
+  void FlushQueued();
+  void SendGets(std::vector<std::shared_ptr<AsyncGet>> ops);
+  void SendPuts(std::vector<Queued> puts);
+
   void StartGet(std::string key, std::function<void(Result<Value>)> done,
                 std::optional<client::ReadPath> forced = std::nullopt);
   void DriveOneSided(std::shared_ptr<AsyncGet> op);
@@ -177,11 +199,27 @@ struct Client::Impl {
     // operations over tcp are served by remem, see docs/ARCHITECTURE.md
     // item 10, but wasted). Whatever is left then fails with Unavailable.
     if (ep && !ep->failed() && worker) {
-      (void)worker->ProgressUntil([this] { return in_flight == 0; },
-                                  Clock::now() + options.timeout);
+      // (Fallbacks queue RPCs while this waits: flush each round.)
+      (void)worker->ProgressUntil(
+          [this] {
+            FlushQueued();
+            return in_flight == 0;
+          },
+          Clock::now() + options.timeout);
       if (in_flight > 0) ep->Fail(Status::Unavailable("client closed"));
     }
     if (rpc) rpc->FailAll(Status::Unavailable("client closed"));
+    // Requests never sent (the connection failed first).
+    for (Queued& q : queued) {
+      const Status gone = Status::Unavailable("client closed");
+      if (q.is_get) {
+        if (worker) FinishGet(q.get, gone);
+      } else if (worker) {
+        worker->Defer(
+            [cb = std::move(q.put_done), gone]() mutable { cb(gone); });
+      }
+    }
+    queued.clear();
     if (worker) {
       (void)worker->ProgressUntil([this] { return in_flight == 0; },
                                   Clock::now() + std::chrono::seconds(30));
@@ -311,6 +349,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   client::PathSelectorOptions so;
   so.mode = options.read_path;
   impl->selector = std::make_unique<client::PathSelector>(so);
+  impl->batch_selector = std::make_unique<client::PathSelector>(so);
   impl->transport = impl->ep->TransportDescription();
   // Over tcp the server performs one-sided operations itself (see
   // fabric/endpoint.h); say so where the transport is shown.
@@ -381,6 +420,7 @@ Result<Client::Value> Client::Impl::HashGetOneSided(hash::Geometry* g,
 }
 
 Result<Client::Value> Client::Impl::HashGetRpc(std::string_view key) {
+  FlushQueued();  // requests go out in issue order
   auto r = rpc->CallSync(proto::Opcode::kHashGet, proto::EncodeHashKey(key),
                          Deadline());
   if (!r.ok()) return r.status();
@@ -394,6 +434,7 @@ Result<uint64_t> Client::Impl::HashPut(std::string_view key,
                                        proto::PutMode mode, uint64_t expected) {
   REMEM_RETURN_IF_ERROR(CheckKey(key));
   REMEM_RETURN_IF_ERROR(CheckValue(value));
+  FlushQueued();  // requests go out in issue order
   auto r = rpc->CallSync(proto::Opcode::kHashPut,
                          proto::EncodeHashPut({key, value, mode, expected}),
                          Deadline());
@@ -445,6 +486,7 @@ Result<uint64_t> Client::CompareAndPut(std::string_view key,
 
 Status Client::Delete(std::string_view key) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  impl_->FlushQueued();  // requests go out in issue order
   return impl_->rpc
       ->CallSync(proto::Opcode::kHashDelete, proto::EncodeHashKey(key),
                  impl_->Deadline())
@@ -537,14 +579,112 @@ void Client::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
 }
 
 void Client::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
-  rpc->Call(proto::Opcode::kHashGet, proto::EncodeHashKey(op->key), Deadline(),
-            [this, op](Status st, std::string reply) {
-              ++read_stats.rpc_gets;
-              if (!st.ok()) return FinishGet(op, st);
-              auto v = proto::DecodeHashGetReply(reply);
-              if (!v.ok()) return FinishGet(op, v.status());
-              FinishGet(op, Value{std::move(v->value), v->version});
-            });
+  queued.push_back({true, std::move(op), {}, {}, nullptr});
+}
+
+void Client::Impl::FlushQueued() {
+  if (queued.empty()) return;
+  std::vector<Queued> all;
+  all.swap(queued);
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j < all.size() && all[j].is_get == all[i].is_get) ++j;
+    if (all[i].is_get) {
+      std::vector<std::shared_ptr<AsyncGet>> ops;
+      for (size_t k = i; k < j; ++k) ops.push_back(std::move(all[k].get));
+      SendGets(std::move(ops));
+    } else {
+      SendPuts(std::vector<Queued>(std::make_move_iterator(all.begin() + i),
+                                   std::make_move_iterator(all.begin() + j)));
+    }
+    i = j;
+  }
+}
+
+void Client::Impl::SendGets(std::vector<std::shared_ptr<AsyncGet>> ops) {
+  if (ops.size() == 1) {
+    auto op = std::move(ops[0]);
+    rpc->Call(proto::Opcode::kHashGet, proto::EncodeHashKey(op->key),
+              Deadline(), [this, op](Status st, std::string reply) {
+                ++read_stats.rpc_gets;
+                if (!st.ok()) return FinishGet(op, st);
+                auto v = proto::DecodeHashGetReply(reply);
+                if (!v.ok()) return FinishGet(op, v.status());
+                FinishGet(op, Value{std::move(v->value), v->version});
+              });
+    return;
+  }
+  for (size_t b = 0; b < ops.size(); b += proto::kMaxMultiItems) {
+    const size_t e = std::min(ops.size(), b + proto::kMaxMultiItems);
+    auto batch = std::make_shared<std::vector<std::shared_ptr<AsyncGet>>>(
+        ops.begin() + long(b), ops.begin() + long(e));
+    std::vector<std::string_view> keys;
+    for (const auto& op : *batch) keys.push_back(op->key);
+    rpc->Call(proto::Opcode::kHashMultiGet, proto::EncodeHashMultiGet(keys),
+              Deadline(), [this, batch](Status st, std::string reply) {
+                read_stats.rpc_gets += batch->size();
+                auto items =
+                    st.ok() ? proto::DecodeHashMultiReply(reply, batch->size())
+                            : Result<std::vector<proto::MultiItem>>(st);
+                for (size_t i = 0; i < batch->size(); ++i) {
+                  if (!items.ok()) {
+                    FinishGet((*batch)[i], items.status());
+                  } else if (!(*items)[i].status.ok()) {
+                    FinishGet((*batch)[i], (*items)[i].status);
+                  } else {
+                    FinishGet((*batch)[i], Value{std::move((*items)[i].data),
+                                                 (*items)[i].version});
+                  }
+                }
+              });
+  }
+}
+
+void Client::Impl::SendPuts(std::vector<Queued> puts) {
+  if (puts.size() == 1) {
+    auto cb = std::move(puts[0].put_done);
+    rpc->Call(proto::Opcode::kHashPut,
+              proto::EncodeHashPut(
+                  {puts[0].key, puts[0].value, proto::PutMode::kUpsert, 0}),
+              Deadline(), [cb](Status s, std::string reply) mutable {
+                if (!s.ok()) return cb(s);
+                cb(proto::DecodeHashPutReply(reply));
+              });
+    return;
+  }
+  // At most kMaxMultiItems and about 16 MiB per message.
+  size_t b = 0;
+  while (b < puts.size()) {
+    size_t e = b, bytes = 0;
+    while (e < puts.size() && e - b < proto::kMaxMultiItems &&
+           (e == b ||
+            bytes + puts[e].key.size() + puts[e].value.size() < (16u << 20))) {
+      bytes += puts[e].key.size() + puts[e].value.size();
+      ++e;
+    }
+    auto batch = std::make_shared<std::vector<Queued>>(
+        std::make_move_iterator(puts.begin() + long(b)),
+        std::make_move_iterator(puts.begin() + long(e)));
+    std::vector<proto::KeyValue> pairs;
+    for (const auto& q : *batch) pairs.emplace_back(q.key, q.value);
+    rpc->Call(proto::Opcode::kHashMultiPut, proto::EncodeHashMultiPut(pairs),
+              Deadline(), [batch](Status st, std::string reply) {
+                auto items =
+                    st.ok() ? proto::DecodeHashMultiReply(reply, batch->size())
+                            : Result<std::vector<proto::MultiItem>>(st);
+                for (size_t i = 0; i < batch->size(); ++i) {
+                  auto& cb = (*batch)[i].put_done;
+                  if (!items.ok()) {
+                    cb(items.status());
+                  } else if (!(*items)[i].status.ok()) {
+                    cb((*items)[i].status);
+                  } else {
+                    cb((*items)[i].version);
+                  }
+                }
+              });
+    b = e;
+  }
 }
 
 void Client::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
@@ -568,13 +708,8 @@ void Client::PutAsync(std::string_view key, std::string_view value,
     impl_->worker->Defer([cb, st]() mutable { cb(st); });
     return;
   }
-  impl_->rpc->Call(
-      proto::Opcode::kHashPut,
-      proto::EncodeHashPut({key, value, proto::PutMode::kUpsert, 0}),
-      impl_->Deadline(), [cb](Status s, std::string reply) mutable {
-        if (!s.ok()) return cb(s);
-        cb(proto::DecodeHashPutReply(reply));
-      });
+  impl_->queued.push_back(
+      {false, nullptr, std::string(key), std::string(value), std::move(cb)});
 }
 
 void Client::DeleteAsync(std::string_view key, Callback done) {
@@ -584,6 +719,7 @@ void Client::DeleteAsync(std::string_view key, Callback done) {
     impl_->worker->Defer([cb, st]() mutable { cb(st); });
     return;
   }
+  impl_->FlushQueued();  // requests go out in issue order
   impl_->rpc->Call(proto::Opcode::kHashDelete, proto::EncodeHashKey(key),
                    impl_->Deadline(),
                    [cb](Status s, std::string) mutable { cb(s); });
@@ -624,9 +760,11 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     const std::vector<std::string_view>& keys) {
   std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
   if (keys.empty()) return out;
-  bool timed = false;
-  Clock::time_point start;
-  const client::ReadPath path = impl_->ChoosePath(&timed, &start);
+  // Batches have their own selector: timed every time (one clock pair per
+  // batch is cheap).
+  const bool timed = impl_->batch_selector->mode() == ReadPath::kAuto;
+  const Clock::time_point start = timed ? Clock::now() : impl_->last_now;
+  const client::ReadPath path = impl_->batch_selector->Choose(start);
   if (path == client::ReadPath::kOneSided) {
     // One batch of reads: every lookup in flight at once.
     size_t pending = keys.size();
@@ -639,9 +777,13 @@ std::vector<Result<Client::Value>> Client::MultiGet(
           },
           path);
     }
-    Status st =
-        impl_->worker->ProgressUntil([&] { return pending == 0; },
-                                     Clock::now() + 2 * impl_->options.timeout);
+    // Gets that fall back to RPC queue it meanwhile: flush each round.
+    Status st = impl_->worker->ProgressUntil(
+        [&] {
+          impl_->FlushQueued();
+          return pending == 0;
+        },
+        Clock::now() + 2 * impl_->options.timeout);
     if (!st.ok()) {
       impl_->ep->Fail(Status::TimedOut("multi-get did not complete"));
       (void)impl_->worker->ProgressUntil(
@@ -681,7 +823,9 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     impl_->read_stats.rpc_gets += e - b;
   }
   // Per key, so that batches and single gets compare.
-  if (timed) impl_->RecordLatency(path, start, double(keys.size()));
+  if (timed)
+    impl_->RecordLatency(impl_->batch_selector.get(), path, start,
+                         double(keys.size()));
   return out;
 }
 
@@ -689,6 +833,7 @@ std::vector<Result<uint64_t>> Client::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
   std::vector<Result<uint64_t>> out(pairs.size(),
                                     Status::Internal("not answered"));
+  impl_->FlushQueued();  // requests go out in issue order
   std::vector<size_t> index;
   for (size_t i = 0; i < pairs.size(); ++i) {
     Status st = impl_->CheckKey(pairs[i].first);
@@ -881,6 +1026,7 @@ void Client::EchoAsync(std::string payload, ReplyCallback done) {
 }
 
 size_t Client::Poll() {
+  impl_->FlushQueued();
   size_t n = impl_->worker->Progress();
   if (impl_->rpc->pending() > 0 && impl_->rpc->NextDeadline() <= Clock::now()) {
     n += impl_->rpc->ExpireDeadlines(Clock::now());
@@ -889,11 +1035,13 @@ size_t Client::Poll() {
 }
 
 Status Client::WaitAll() {
+  impl_->FlushQueued();
   // Each pending RPC has its own deadline; one-sided operations end when
   // the transport completes or fails them. The outer bound covers the
   // worst case of both.
   Status st = impl_->worker->ProgressUntil(
       [this] {
+        impl_->FlushQueued();  // fallbacks queue RPCs meanwhile
         if (impl_->rpc->pending() > 0) {
           impl_->rpc->ExpireDeadlines(Clock::now());
         }
