@@ -765,6 +765,31 @@ std::vector<Result<Client::Value>> Client::MultiGet(
   const bool timed = impl_->batch_selector->mode() == ReadPath::kAuto;
   const Clock::time_point start = timed ? Clock::now() : impl_->last_now;
   const client::ReadPath path = impl_->batch_selector->Choose(start);
+  if (path == client::ReadPath::kOneSided && impl_->local_reads) {
+    // Shared memory: each read is a copy, done at once; nothing to overlap.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Status st = impl_->CheckKey(keys[i]);
+      if (!st.ok()) {
+        out[i] = st;
+        continue;
+      }
+      bool gave_up = false;
+      out[i] = impl_->HashGetOneSided(&impl_->PartitionOf(keys[i]), keys[i],
+                                      &gave_up);
+      if (gave_up) {
+        ++impl_->read_stats.fallbacks;
+        ++impl_->read_stats.rpc_gets;
+        out[i] = impl_->HashGetRpc(keys[i]);
+      } else {
+        ++impl_->read_stats.onesided_gets;
+      }
+    }
+    if (timed) {
+      impl_->RecordLatency(impl_->batch_selector.get(), path, start,
+                           double(keys.size()));
+    }
+    return out;
+  }
   if (path == client::ReadPath::kOneSided) {
     // One batch of reads: every lookup in flight at once.
     size_t pending = keys.size();
@@ -788,6 +813,10 @@ std::vector<Result<Client::Value>> Client::MultiGet(
       impl_->ep->Fail(Status::TimedOut("multi-get did not complete"));
       (void)impl_->worker->ProgressUntil(
           [&] { return pending == 0; }, Clock::now() + std::chrono::seconds(5));
+    }
+    if (timed) {
+      impl_->RecordLatency(impl_->batch_selector.get(), path, start,
+                           double(keys.size()));
     }
     return out;
   }
@@ -822,10 +851,11 @@ std::vector<Result<Client::Value>> Client::MultiGet(
     }
     impl_->read_stats.rpc_gets += e - b;
   }
-  // Per key, so that batches and single gets compare.
-  if (timed)
+  // Per key, so that batches of different sizes compare.
+  if (timed) {
     impl_->RecordLatency(impl_->batch_selector.get(), path, start,
                          double(keys.size()));
+  }
   return out;
 }
 
