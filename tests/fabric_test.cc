@@ -374,6 +374,37 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(h8.request_id, 8u);
   EXPECT_EQ(h8.status, int32_t(StatusCode::kInvalidArgument)) << p8;
 
+  // Malformed hash store payloads: each gets ProtocolError (or
+  // InvalidArgument) with its id, and nothing is stored.
+  {
+    std::string put = proto::EncodeHashPut({"key", "value"});
+    const std::vector<std::pair<proto::Opcode, std::string>> bad_hash = {
+        {proto::Opcode::kHashGet, "x"},  // truncated header
+        {proto::Opcode::kHashGet, proto::EncodeHashKey("k") + "extra"},
+        {proto::Opcode::kHashPut, put.substr(0, put.size() - 1)},  // short
+        {proto::Opcode::kHashPut, put + "!"},                      // long
+        {proto::Opcode::kHashDelete, std::string(3, '\0')},
+        {proto::Opcode::kHashMultiGet, std::string(8, '\0')},  // 0 items
+        {proto::Opcode::kHashMultiGet,
+         proto::EncodeHashMultiGet({"a", "b"}).substr(0, 13)},
+        {proto::Opcode::kHashMultiPut, std::string(5, '\xff')},
+        {proto::Opcode::kHashGet, proto::EncodeHashKey("")},  // empty key
+    };
+    uint64_t id = 100;
+    for (const auto& [op, payload] : bad_hash) {
+      raw.SendRequest(op, id, payload);
+      auto [h, p] = raw.NextReply();
+      EXPECT_EQ(h.request_id, id);
+      EXPECT_TRUE(h.status == int32_t(StatusCode::kProtocolError) ||
+                  h.status == int32_t(StatusCode::kInvalidArgument))
+          << "request " << id << ": status " << h.status << ": " << p;
+      ++id;
+    }
+    auto stats = client_->Stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->hash_pairs, 0u);
+  }
+
   // Still serving, on this connection and on others.
   raw.SendRequest(proto::Opcode::kEcho, 7, "still here");
   auto [h7, p7] = raw.NextReply();

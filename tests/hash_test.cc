@@ -147,6 +147,29 @@ TEST(HashFull, AFullStoreSaysSoAndKeepsEveryKey) {
   EXPECT_TRUE(c->Put("key-again", std::string(100, 'w')).ok());
 }
 
+TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
+  auto server = StartServer(
+      {"--max-key-bytes", "10", "--max-value-bytes", "1000"}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kAuto);
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->Put("0123456789", std::string(1000, 'v')).ok());
+  EXPECT_EQ(c->Put("0123456789a", "v").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Put("k", std::string(1001, 'v')).status().code(),
+            StatusCode::kInvalidArgument);
+  auto multi = c->MultiPut({{"k", std::string(1001, 'v')}, {"ok", "v"}});
+  EXPECT_EQ(multi[0].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(multi[1].ok());
+  // Above what the store can hold at all: the server refuses to start.
+  auto bad = testing::RunCommand({testing::ServerBinary(), "--memory", "16M",
+                                  "--max-value-bytes", "99999999"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--max-value-bytes must be at most"),
+            std::string::npos)
+      << bad.out;
+}
+
 // The server (its own process) runs the writes. One writer (over RPC) rewrites,
 // compare-and-puts, deletes and re-inserts a few hot keys with values inline
 // and in extents, and inserts fresh keys so the table grows, while one-sided

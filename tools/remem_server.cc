@@ -64,6 +64,12 @@ int main(int argc, char** argv) {
                    : std::string("must be a power of two in [2, 2^30]");
       })
       ->group("Testing");
+  app.add_option("--max-key-bytes", cfg.max_key_bytes,
+                 "largest hash store key accepted (at most 64 KiB)")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", cfg.max_value_bytes,
+                 "largest hash store value accepted (at most 16 MiB)")
+      ->capture_default_str();
   app.add_option("--hash-memory", hash_memory,
                  "of --memory, bytes for the hash store (one partition per "
                  "thread); the rest is raw regions")

@@ -278,6 +278,16 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
                        ~uint64_t{hash::kExtentAlign - 1};
   proto::HashInfo info;
   hash::Limits limits;
+  if (config.max_key_bytes < 1 || config.max_key_bytes > limits.max_key) {
+    return Status::InvalidArgument("--max-key-bytes must be in [1, " +
+                                   std::to_string(limits.max_key) + "]");
+  }
+  if (config.max_value_bytes > limits.max_value) {
+    return Status::InvalidArgument("--max-value-bytes must be at most " +
+                                   std::to_string(limits.max_value));
+  }
+  limits.max_key = config.max_key_bytes;
+  limits.max_value = config.max_value_bytes;
   info.max_key = limits.max_key;
   info.max_value = limits.max_value;
   info.partition_seed = partition_seed;

@@ -47,6 +47,10 @@ struct ServerConfig {
   // Buckets each partition's table starts with (a power of two; it doubles
   // as it fills). Small values make tests cover growth early.
   uint64_t hash_initial_buckets = 256;
+  // Largest key and value the hash store accepts (at most the defaults:
+  // the slab's size classes end there).
+  uint32_t max_key_bytes = 64 << 10;
+  uint32_t max_value_bytes = 16 << 20;
 };
 
 // A quarter of physical memory, rounded down to a MiB.
