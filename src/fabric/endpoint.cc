@@ -565,30 +565,51 @@ std::string Endpoint::LaneInfo() const {
 //   am am_bw#0
 // Collect the transport names of the lanes, skipping the handshake-only
 // "cm" lanes.
-std::string Endpoint::TransportDescription() const {
-  std::string info = LaneInfo();
-  std::set<std::string> shm, net;
+namespace {
+
+bool IsSharedMemoryTransport(const std::string& tl) {
+  return tl == "posix" || tl == "sysv" || tl == "cma" || tl == "xpmem" ||
+         tl == "knem";
+}
+
+}  // namespace
+
+std::vector<Endpoint::Lane> Endpoint::Lanes() const {
+  const std::string info = LaneInfo();
+  std::vector<Lane> out;
   size_t pos = 0;
   while ((pos = info.find("lane[", pos)) != std::string::npos) {
     size_t eol = info.find('\n', pos);
     std::string line = info.substr(pos, eol - pos);
     pos = eol == std::string::npos ? info.size() : eol;
+    // "lane[1]:  1:tcp/lo.0 md[1] ... rma_bw#0": the transport between the
+    // second ':' and the first '/', the device up to the next blank. A
+    // handshake-only "cm" lane has neither.
     size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
-    size_t slash = line.find('/', colon);
     size_t tl_start = line.find(':', colon + 1);
-    if (slash == std::string::npos || tl_start == std::string::npos ||
+    size_t slash = line.find('/', colon);
+    if (tl_start == std::string::npos || slash == std::string::npos ||
         tl_start > slash) {
       continue;
     }
-    std::string tl = line.substr(tl_start + 1, slash - tl_start - 1);
+    Lane lane;
+    lane.transport = line.substr(tl_start + 1, slash - tl_start - 1);
     size_t dev_end = line.find_first_of(" \t", slash);
-    std::string dev = line.substr(slash + 1, dev_end - slash - 1);
-    if (tl == "posix" || tl == "sysv" || tl == "cma" || tl == "xpmem" ||
-        tl == "knem") {
-      shm.insert(tl);
-    } else if (tl != "self" && !tl.empty()) {
-      net.insert(tl + ":" + dev);
+    lane.device = line.substr(slash + 1, dev_end - slash - 1);
+    lane.rma = line.find("rma") != std::string::npos;
+    if (!lane.transport.empty()) out.push_back(std::move(lane));
+  }
+  return out;
+}
+
+std::string Endpoint::TransportDescription() const {
+  std::set<std::string> shm, net;
+  for (const Lane& l : Lanes()) {
+    if (IsSharedMemoryTransport(l.transport)) {
+      shm.insert(l.transport);
+    } else if (l.transport != "self") {
+      net.insert(l.transport + ":" + l.device);
     }
   }
   std::string out;
@@ -603,55 +624,24 @@ std::string Endpoint::TransportDescription() const {
   return out.empty() ? "unknown" : out;
 }
 
-std::vector<std::string> Endpoint::LaneTransports() const {
-  std::string info = LaneInfo();
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while ((pos = info.find("lane[", pos)) != std::string::npos) {
-    size_t eol = info.find('\n', pos);
-    std::string line = info.substr(pos, eol - pos);
-    pos = eol == std::string::npos ? info.size() : eol;
-    // "lane[1]:  1:tcp/lo.0 md[1] ...": the name between the second ':'
-    // and the first '/'. A "cm" lane has neither.
-    size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    size_t tl_start = line.find(':', colon + 1);
-    size_t slash = line.find('/', colon);
-    if (tl_start == std::string::npos || slash == std::string::npos ||
-        tl_start > slash) {
-      continue;
-    }
-    out.push_back(line.substr(tl_start + 1, slash - tl_start - 1));
-  }
-  return out;
-}
-
 // UCX runs ucp_get / atomics on a real RMA transport when the endpoint has
 // one: shared memory (posix, sysv, cma, xpmem, knem), RDMA (rc_*, dc_*,
 // ud_*, ib), or self. tcp has none, so a tcp-only endpoint gets the
 // software emulation that the peer's progress engine serves. Only that case
 // is served by remem; anything else keeps UCX's path.
 bool Endpoint::RmaIsEmulated() const {
-  std::vector<std::string> tls = LaneTransports();
-  if (tls.empty()) return false;
-  for (const auto& tl : tls) {
-    if (tl != "tcp") return false;
+  std::vector<Lane> lanes = Lanes();
+  if (lanes.empty()) return false;
+  for (const Lane& l : lanes) {
+    if (l.transport != "tcp") return false;
   }
   return true;
 }
 
 bool Endpoint::UsesSharedMemory() const {
-  std::string info = LaneInfo();
   // An RMA lane ("rma_bw") on a shared-memory transport.
-  size_t pos = 0;
-  while ((pos = info.find("lane[", pos)) != std::string::npos) {
-    size_t eol = info.find('\n', pos);
-    std::string line = info.substr(pos, eol - pos);
-    pos = eol == std::string::npos ? info.size() : eol;
-    if (line.find("rma") == std::string::npos) continue;
-    for (const char* tl : {":posix/", ":sysv/", ":cma/", ":xpmem/", ":knem/"}) {
-      if (line.find(tl) != std::string::npos) return true;
-    }
+  for (const Lane& l : Lanes()) {
+    if (l.rma && IsSharedMemoryTransport(l.transport)) return true;
   }
   return false;
 }

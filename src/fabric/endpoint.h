@@ -139,8 +139,13 @@ class Endpoint {
   Status Settle(ucs_status_ptr_t r, Clock::duration timeout,
                 std::string_view what);
   std::string LaneInfo() const;
-  // The transport names of the endpoint's lanes, without "cm" lanes.
-  std::vector<std::string> LaneTransports() const;
+  // The endpoint's lanes as UCX printed them, without "cm" lanes.
+  struct Lane {
+    std::string transport;  // e.g. "tcp", "sysv", "rc_mlx5"
+    std::string device;     // e.g. "lo", "memory"
+    bool rma = false;       // the lane carries RMA ("rma_bw")
+  };
+  std::vector<Lane> Lanes() const;
 
   // --- served mode
   struct ServedOp {

@@ -138,6 +138,8 @@ struct Server::Impl {
   void OnConnRequest(ucp_conn_request_h req);
   void Accept(Thread* t, ucp_conn_request_h req);
   void Drop(Thread* t, ucp_ep_h ep);
+  // The live connection `ep` names on this thread, or null.
+  Connection* ConnectionOf(Thread* t, ucp_ep_h ep);
   void OnRequest(Thread* t, AmMessage&& m);
   void Reply(Thread* t, Connection& c, Opcode op, uint64_t id, Status st,
              std::string payload);
@@ -553,16 +555,21 @@ void Server::Impl::Reply(Thread* t, Connection& c, Opcode op, uint64_t id,
   c.ep->SendAm(proto::kAmReply, &h, sizeof(h), std::move(payload), nullptr);
 }
 
-void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
-  auto it = t->conns.find(m.reply_ep);
+Connection* Server::Impl::ConnectionOf(Thread* t, ucp_ep_h ep) {
+  auto it = t->conns.find(ep);
   if (it == t->conns.end()) {
     // A message from an endpoint this thread does not own (or one already
     // dropped): nothing to answer on.
     t->counters.Add(t->counters.rpc_errors, 1);
-    return;
+    return nullptr;
   }
-  Connection& c = *it->second;
-  if (c.closing) return;
+  return it->second->closing ? nullptr : it->second.get();
+}
+
+void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
+  Connection* conn = ConnectionOf(t, m.reply_ep);
+  if (conn == nullptr) return;
+  Connection& c = *conn;
   const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
   t->counters.Add(t->counters.rpc_bytes_in, data_len + m.header.size());
   // The request id, if the header is long enough to hold one, so that even a
@@ -638,13 +645,9 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
 }
 
 void Server::Impl::OnMemRequest(Thread* t, AmMessage&& m) {
-  auto it = t->conns.find(m.reply_ep);
-  if (it == t->conns.end()) {
-    t->counters.Add(t->counters.rpc_errors, 1);
-    return;
-  }
-  Connection& c = *it->second;
-  if (c.closing) return;
+  Connection* conn = ConnectionOf(t, m.reply_ep);
+  if (conn == nullptr) return;
+  Connection& c = *conn;
   const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
   auto req = proto::DecodeMemRequest(m.header, data_len);
   // Answer even a malformed request when it names an id, so its operation
