@@ -89,6 +89,21 @@ struct ServerStats {
   uint64_t hash_growths = 0;
   uint64_t hash_bytes_used = 0;
   uint64_t hash_bytes_total = 0;
+  // Durability (zero without persistence): fsync policy ("none" without
+  // persistence, "no", "everysec", "always"), operation log bytes on disk,
+  // newest snapshot (Unix ms, 0 = none) and the snapshots' total size,
+  // snapshots taken since start, failed log writes/syncs, partitions
+  // refusing writes now, and what recovery restored at start.
+  std::string fsync_policy = "none";
+  uint64_t log_bytes = 0;
+  uint64_t last_snapshot_unix_ms = 0;
+  uint64_t last_snapshot_bytes = 0;
+  uint64_t snapshots = 0;
+  uint64_t log_write_errors = 0;
+  uint64_t log_failing = 0;
+  uint64_t recovered_pairs = 0;
+  uint64_t recovered_log_records = 0;
+  uint64_t recovery_ms = 0;
 };
 
 class Client {
@@ -167,6 +182,9 @@ class Client {
   // --- server calls (synchronous)
   Result<PingResult> Ping();
   Result<ServerStats> Stats();
+  // Asks the server to snapshot every hash partition; returns once they
+  // are on disk. Unsupported when the server runs without persistence.
+  Status Snapshot();
   Result<std::string> Echo(std::string_view payload);
 
   // --- one-sided operations on server memory (synchronous). `len` may be

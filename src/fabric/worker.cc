@@ -168,6 +168,7 @@ size_t Worker::Progress() {
     for (auto& fn : deferred) fn();
     work += deferred.size();
   }
+  if (pass_hook_) work += pass_hook_();
   if (!closing_.empty()) {
     for (size_t i = 0; i < closing_.size();) {
       if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {

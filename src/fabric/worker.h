@@ -101,6 +101,13 @@ class Worker {
     completed_.emplace_back(std::move(done), std::move(status));
   }
 
+  // Runs `hook` at the end of every Progress() pass, after everything the
+  // pass delivered (the durability layer's group commit: one log write for
+  // the pass's requests, before their replies). Returns work it did.
+  void SetPassHook(std::function<size_t()> hook) {
+    pass_hook_ = std::move(hook);
+  }
+
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
   // Progresses until every tracked close has completed, or `deadline`.
@@ -134,6 +141,7 @@ class Worker {
   std::vector<std::function<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
+  std::function<size_t()> pass_hook_;
 
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

@@ -81,6 +81,18 @@ TEST(Codec, StatsReply) {
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->rpcs_served, 99u);
   EXPECT_FALSE(DecodeStatsReply("short").ok());
+  s.log_bytes = 7;
+  s.fsync_policy = 3;
+  out = DecodeStatsReply(EncodeStatsReply(s));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->log_bytes, 7u);
+  EXPECT_EQ(out->fsync_policy, 3u);
+  // The older, shorter reply (no durability fields) still decodes.
+  const std::string old = EncodeStatsReply(s).substr(0, kStatsReplyV2Bytes);
+  out = DecodeStatsReply(old);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->rpcs_served, 99u);
+  EXPECT_EQ(out->log_bytes, 0u);
 }
 
 TEST(Codec, HashMultiGetPutAndReply) {

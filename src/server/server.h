@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "durability/store.h"
 #include "proto/wire.h"
 #include "remem/options.h"
 #include "remem/status.h"
@@ -36,7 +37,15 @@ struct ServerConfig {
   uint64_t region_size = 1ull << 30;
   int threads = 1;
   Transport transport = Transport::kAuto;
-  std::string data_dir;  // reserved for durability
+  // Durability: with a data dir (and persistence on), every hash write is
+  // logged to data_dir/p<N>/ and recovered at start; README.md describes
+  // what each fsync policy guarantees. Empty: a pure cache.
+  std::string data_dir;
+  bool persistence = true;  // false (--no-persistence): ignore data_dir
+  durability::FsyncPolicy fsync = durability::FsyncPolicy::kEverySec;
+  uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
+  durability::RecoveryMode recovery = durability::RecoveryMode::kStrict;
+  std::string fault_log_io;  // tests: fault spec for the log files
   std::string secret;    // empty: no authentication
   bool pin_threads = true;
   std::chrono::microseconds spin{100};  // busy-poll before sleeping
@@ -69,6 +78,8 @@ class Server {
   void Wait();
   // Current counters.
   proto::StatsReply Snapshot() const;
+  // What recovery found at start, one line (empty without persistence).
+  const std::string& recovery_summary() const;
 
   struct Impl;
 
