@@ -38,8 +38,7 @@ std::string ReadAll(const std::string& path) {
 class Mem {
  public:
   explicit Mem(uint64_t arena = 32 << 20)
-      : mem_(4096 + arena + 64),
-        slab_(Base() + 4096, arena, 4096) {
+      : mem_(4096 + arena + 64), slab_(Base() + 4096, arena, 4096) {
     hash::TableOptions o;
     o.initial_buckets = 4;  // grows early: snapshots meet growth
     auto t = hash::Table::Create(Base(), 1, &slab_, o);

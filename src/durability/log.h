@@ -37,7 +37,7 @@ enum class RecordType : uint8_t {
 };
 
 struct RecordHeader {
-  uint32_t magic;  // kRecordMagic
+  uint32_t magic;   // kRecordMagic
   uint16_t format;  // kFormatVersion
   uint8_t type;     // RecordType
   uint8_t flags;    // zero
@@ -68,9 +68,9 @@ struct Record {
 
 enum class ParseOutcome {
   kOk,
-  kShort,     // fewer bytes left than the record claims (or than a header)
-  kBad,       // magic, format, lengths or checksum wrong
-  kUnknown,   // verifies, but of a type this build does not know
+  kShort,    // fewer bytes left than the record claims (or than a header)
+  kBad,      // magic, format, lengths or checksum wrong
+  kUnknown,  // verifies, but of a type this build does not know
 };
 // Parses the record at the start of `data`; on kOk sets `*rec` (views into
 // `data`) and `*size`.
@@ -84,7 +84,7 @@ class File {
  public:
   virtual ~File() = default;
   virtual Result<size_t> Write(const void* data, size_t len) = 0;
-  virtual Status Sync() = 0;                  // fdatasync
+  virtual Status Sync() = 0;                   // fdatasync
   virtual Status Truncate(uint64_t size) = 0;  // and seek to the new end
   virtual const std::string& path() const = 0;
 };

@@ -91,8 +91,8 @@ Status SnapshotWriter::MaybeWrite() {
 Result<uint64_t> SnapshotWriter::Finish(uint64_t version_counter) {
   std::string count(8, '\0');
   std::memcpy(count.data(), &pairs_, 8);
-  EncodeRecord(&buf_, RecordType::kSnapshotEnd, start_lsn_, version_counter,
-               {}, count);
+  EncodeRecord(&buf_, RecordType::kSnapshotEnd, start_lsn_, version_counter, {},
+               count);
   REMEM_RETURN_IF_ERROR(WriteOut());
   REMEM_RETURN_IF_ERROR(file_->Sync());
   file_.reset();

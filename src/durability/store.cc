@@ -27,31 +27,31 @@ std::optional<uint64_t> NumberIn(const std::string& name,
       !name.starts_with(prefix) || !name.ends_with(suffix)) {
     return std::nullopt;
   }
-  const std::string digits = name.substr(
-      prefix.size(), name.size() - prefix.size() - suffix.size());
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (digits.find_first_not_of("0123456789") != std::string::npos) {
     return std::nullopt;
   }
   return std::stoull(digits);
 }
 
-bool AllZero(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == 0; });
-}
-
 // Is the unreadable record at the start of `rest` the torn final record of
-// its file (a write cut short), rather than corruption in the middle?
-bool LooksTorn(std::string_view rest, ParseOutcome outcome) {
-  if (outcome == ParseOutcome::kShort || AllZero(rest)) return true;
-  if (rest.size() < sizeof(RecordHeader)) return true;
-  RecordHeader h;
-  std::memcpy(&h, rest.data(), sizeof(h));
-  if (h.magic != kRecordMagic || h.key_len > kMaxRecordKey ||
-      h.value_len > kMaxRecordValue) {
-    return false;
+// its file (a write cut short), rather than corruption in the middle? Torn
+// if no whole, valid record follows it anywhere (a corrupted length field
+// could otherwise pass a flipped record off as the tail).
+bool LooksTorn(std::string_view rest) {
+  const char magic[4] = {'R', 'M', 'R', 'L'};
+  static_assert(kRecordMagic == 0x4C524D52);
+  for (size_t at = 1; at + sizeof(RecordHeader) <= rest.size(); ++at) {
+    at = rest.find(std::string_view(magic, 4), at);
+    if (at == std::string_view::npos) break;
+    Record r{};
+    size_t n = 0;
+    if (ParseRecord(rest.substr(at), &r, &n) == ParseOutcome::kOk) {
+      return false;
+    }
   }
-  // Its checksum fails and nothing follows it: the last write was cut.
-  return sizeof(h) + uint64_t(h.key_len) + h.value_len >= rest.size();
+  return true;
 }
 
 Status Truncate(const std::string& path, uint64_t size) {
@@ -64,7 +64,7 @@ Status Truncate(const std::string& path, uint64_t size) {
 std::string_view OutcomeName(ParseOutcome o) {
   switch (o) {
     case ParseOutcome::kShort:
-      return "record cut short";
+      return "record runs past the end of the file";
     case ParseOutcome::kBad:
       return "bad header or checksum mismatch";
     case ParseOutcome::kUnknown:
@@ -109,9 +109,8 @@ Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
   }
   const auto start = Clock::now();
   REMEM_RETURN_IF_ERROR(s->Recover(report));
-  report->took =
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() -
-                                                            start);
+  report->took = std::chrono::duration_cast<std::chrono::microseconds>(
+      Clock::now() - start);
   s->last_sync_ = Clock::now();
   return s;
 }
@@ -155,9 +154,8 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     while (off < data.size() && !ended) {
       size_t n = 0;
       ParseOutcome o = ParseRecord(data.substr(off), &rec, &n);
-      if (o != ParseOutcome::kOk ||
-          (rec.type != RecordType::kPut &&
-           rec.type != RecordType::kSnapshotEnd)) {
+      if (o != ParseOutcome::kOk || (rec.type != RecordType::kPut &&
+                                     rec.type != RecordType::kSnapshotEnd)) {
         return Status::Corruption(
             path + ": corrupt snapshot at byte offset " + std::to_string(off) +
             " (" + std::string(OutcomeName(o)) +
@@ -167,7 +165,8 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       ended = rec.type == RecordType::kSnapshotEnd;
     }
     if (!ended || off != data.size()) {
-      return Status::Corruption(path + ": snapshot has no end record at byte "
+      return Status::Corruption(path +
+                                ": snapshot has no end record at byte "
                                 "offset " +
                                 std::to_string(off));
     }
@@ -228,8 +227,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       if (o == ParseOutcome::kOk) o = ParseOutcome::kBad;
       const bool last = i + 1 == logs.size();
       const std::string where = path + " at byte offset " + std::to_string(off);
-      if (o != ParseOutcome::kUnknown && last &&
-          LooksTorn(data.substr(off), o)) {
+      if (o != ParseOutcome::kUnknown && last && LooksTorn(data.substr(off))) {
         r->warnings.push_back("torn final record in " + where + " (" +
                               std::string(OutcomeName(o)) + "): truncated " +
                               std::to_string(data.size() - off) + " bytes");
@@ -310,9 +308,9 @@ Status PartitionStore::FlushNow(bool sync) {
                  st.message());
     }
     stats_.failing.store(1, std::memory_order_relaxed);
-    error_ = Status::IOError("the operation log cannot be written (" +
-                             st.message() +
-                             "); writes are refused until it can, reads go on");
+    error_ =
+        Status::IOError("the operation log cannot be written (" + st.message() +
+                        "); writes are refused until it can, reads go on");
     last_retry_ = Clock::now();
     return error_;
   }
@@ -358,7 +356,8 @@ size_t PartitionStore::OnPass() {
     work += waiting.size() + 1;
   }
   if (options_.fsync == FsyncPolicy::kEverySec && log_->has_unsynced() &&
-      !stats_.failing.load() && Clock::now() - last_sync_ >= std::chrono::seconds(1)) {
+      !stats_.failing.load() &&
+      Clock::now() - last_sync_ >= std::chrono::seconds(1)) {
     (void)FlushNow(true);
   }
   if (snap_) {
@@ -451,10 +450,10 @@ void PartitionStore::EndSnapshot(Status st, uint64_t bytes) {
     old_logs_.clear();
     (void)SyncDir(options_.dir);
     stats_.last_snapshot_bytes.store(bytes);
-    stats_.last_snapshot_unix_ms.store(uint64_t(
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count()));
+    stats_.last_snapshot_unix_ms.store(
+        uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count()));
     stats_.snapshots.fetch_add(1);
     log::Info("durability: snapshot {} of {} pairs, {} bytes", name,
               snap_->pairs(), bytes);

@@ -85,8 +85,7 @@ class PartitionStore {
   // (which must be empty) and opens a fresh log file. Corruption names the
   // file and byte offset.
   static Result<std::unique_ptr<PartitionStore>> Open(
-      const StoreOptions& options, hash::Table* table,
-      RecoveryReport* report);
+      const StoreOptions& options, hash::Table* table, RecoveryReport* report);
   ~PartitionStore();
 
   // OK, or the IOError that makes the log refuse writes (it retries the

@@ -129,9 +129,9 @@ struct StatsReply {
   uint64_t hash_bytes_total;  // the hash store's memory
   // Durability (all zero without persistence). Added after the fields
   // above; a reply of the old size (136 bytes) decodes with these zero.
-  uint64_t fsync_policy;  // 0 = no persistence, 1 = no, 2 = everysec,
-                          // 3 = always
-  uint64_t log_bytes;     // operation log on disk, all partitions
+  uint64_t fsync_policy;           // 0 = no persistence, 1 = no, 2 = everysec,
+                                   // 3 = always
+  uint64_t log_bytes;              // operation log on disk, all partitions
   uint64_t last_snapshot_unix_ms;  // newest snapshot of any partition; 0
   uint64_t last_snapshot_bytes;    // sum of the partitions' newest
   uint64_t snapshots;              // taken since start

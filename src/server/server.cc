@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "fabric/endpoint.h"
 #include "fabric/listener.h"
@@ -568,11 +567,11 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
       owner_done(owner, std::move(by_owner[owner]));
       continue;
     }
-    threads[owner]->worker->Post([owner, work, owner_done,
-                                  items = std::move(by_owner[owner])] {
-      work(owner, items);
-      owner_done(owner, items);
-    });
+    threads[owner]->worker->Post(
+        [owner, work, owner_done, items = std::move(by_owner[owner])] {
+          work(owner, items);
+          owner_done(owner, items);
+        });
   }
 }
 
@@ -741,17 +740,18 @@ void Server::Impl::HandleSnapshot(Thread* t, Connection& c, uint64_t id) {
   const uint64_t conn_id = c.id;
   for (size_t p = 0; p < partitions.size(); ++p) {
     threads[p]->worker->Post([this, t, p, h, conn_id, id, pending] {
-      partitions[p].store->RequestSnapshot([this, t, h, conn_id, id,
-                                            pending](Status st) {
-        t->worker->Post([this, t, h, conn_id, id, pending, st] {
-          if (!st.ok() && pending->first_error.ok()) pending->first_error = st;
-          if (--pending->left > 0) return;
-          auto it = t->conns.find(h);
-          if (it == t->conns.end() || it->second->id != conn_id) return;
-          Reply(t, *it->second, Opcode::kSnapshot, id, pending->first_error,
-                {});
-        });
-      });
+      partitions[p].store->RequestSnapshot(
+          [this, t, h, conn_id, id, pending](Status st) {
+            t->worker->Post([this, t, h, conn_id, id, pending, st] {
+              if (!st.ok() && pending->first_error.ok())
+                pending->first_error = st;
+              if (--pending->left > 0) return;
+              auto it = t->conns.find(h);
+              if (it == t->conns.end() || it->second->id != conn_id) return;
+              Reply(t, *it->second, Opcode::kSnapshot, id, pending->first_error,
+                    {});
+            });
+          });
     });
   }
 }
@@ -816,10 +816,9 @@ proto::StatsReply Server::Impl::Snapshot() const {
   s.server_threads = threads.size();
   s.incarnation = incarnation;
   if (!partitions.empty() && partitions[0].store) {
-    s.fsync_policy = config.fsync == durability::FsyncPolicy::kNo ? 1
-                     : config.fsync == durability::FsyncPolicy::kEverySec
-                         ? 2
-                         : 3;
+    s.fsync_policy = config.fsync == durability::FsyncPolicy::kNo         ? 1
+                     : config.fsync == durability::FsyncPolicy::kEverySec ? 2
+                                                                          : 3;
     for (const Partition& p : partitions) {
       const durability::StoreStats& d = p.store->stats();
       s.log_bytes += d.log_bytes.load();
