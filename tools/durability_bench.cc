@@ -75,10 +75,11 @@ int main(int argc, char** argv) {
     }
   }
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("load: %llu pairs (%zu B keys, %zu B values) in %.2f s: %.0f "
-              "puts/s\n",
-              (unsigned long long)records, key_size, value_size, s,
-              double(records) / s);
+  std::printf(
+      "load: %llu pairs (%zu B keys, %zu B values) in %.2f s: %.0f "
+      "puts/s\n",
+      (unsigned long long)records, key_size, value_size, s,
+      double(records) / s);
   std::mt19937_64 rng(7);
   uint64_t issued = 0, done = 0, errors = 0;
   int in_flight = 0;
@@ -106,9 +107,10 @@ int main(int argc, char** argv) {
     c.Poll();
   }
   s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("mix: %llu ops (%.0f%% writes, depth %d) in %.2f s: %.0f ops/s, "
-              "%llu errors\n",
-              (unsigned long long)ops, write_fraction * 100, depth, s,
-              double(ops) / s, (unsigned long long)errors);
+  std::printf(
+      "mix: %llu ops (%.0f%% writes, depth %d) in %.2f s: %.0f ops/s, "
+      "%llu errors\n",
+      (unsigned long long)ops, write_fraction * 100, depth, s, double(ops) / s,
+      (unsigned long long)errors);
   return errors == 0 ? 0 : 1;
 }
