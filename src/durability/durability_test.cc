@@ -49,11 +49,13 @@ class Mem {
     return reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(mem_.data()) + 63) & ~uintptr_t{63});
   }
-  std::unique_ptr<hash::Table> table;
 
  private:
   std::vector<uint8_t> mem_;
   hash::SlabAllocator slab_;
+
+ public:
+  std::unique_ptr<hash::Table> table;  // last: destroyed before its memory
 };
 
 TEST(Record, RoundTripAndChecksum) {

@@ -133,6 +133,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       logs.push_back(*m);
     } else if (name.ends_with(".tmp")) {
       fs::remove(e.path(), ec);  // an unfinished snapshot
+      r->warnings.push_back("removed the unfinished snapshot " + name);
     }
   }
   if (ec) return Status::IOError(dir + ": " + ec.message());
@@ -171,6 +172,13 @@ Status PartitionStore::Recover(RecoveryReport* r) {
                                 std::to_string(off));
     }
     const Record end = rec;
+    uint64_t count = 0;
+    if (end.value.size() == 8) std::memcpy(&count, end.value.data(), 8);
+    // Size the table once (about two pairs per bucket) instead of letting
+    // the load double it again and again: recovery is a bulk load.
+    if (Status st = table_->Reserve(count / 2); !st.ok()) {
+      return st.WithContext("sizing the table for " + path);
+    }
     size_t at = 0;
     while (at < data.size()) {
       size_t n = 0;
@@ -365,6 +373,10 @@ size_t PartitionStore::OnPass() {
     ++work;
   } else if (options_.snapshot_log_bytes > 0 &&
              log_bytes_since_snapshot_ >= options_.snapshot_log_bytes &&
+             // Also at least the last snapshot's size, so snapshots of a
+             // large store do not rewrite it for every little log growth.
+             log_bytes_since_snapshot_ >=
+                 stats_.last_snapshot_bytes.load(std::memory_order_relaxed) &&
              !stats_.failing.load()) {
     Status st = StartSnapshot();
     if (!st.ok()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -426,6 +427,28 @@ Status Table::Delete(std::string_view key) {
   }
   --size_;
   ++next_version_;  // a delete is a write too
+  return Status::OK();
+}
+
+Status Table::Reserve(uint64_t buckets) {
+  if (size_ != 0 || buckets <= geo_.num_buckets) return Status::OK();
+  const uint64_t n = std::bit_ceil(buckets);
+  const Geometry old = geo_;
+  auto offset = slab_->Carve(n * kBucketBytes);
+  if (!offset.ok()) return offset.status();
+  FormatBuckets(*offset, n);
+  geo_.buckets_offset = *offset;
+  geo_.num_buckets = n;
+  geo_.generation = old.generation + 1;
+  mask_ = n - 1;
+  PublishRoot();
+  // As after a growth: readers of the old (empty) array go to the root.
+  for (uint64_t i = 0; i < old.num_buckets; ++i) {
+    auto* b = reinterpret_cast<Bucket*>(base_ + old.buckets_offset +
+                                        i * kBucketBytes);
+    std::atomic_ref<uint64_t>(b->version)
+        .store(kMovedVersion, std::memory_order_release);
+  }
   return Status::OK();
 }
 

@@ -116,6 +116,10 @@ class Table {
   // Recovery: removes `key` if its stored version is older than `version`
   // (the version the delete consumed).
   void RestoreDelete(std::string_view key, uint64_t version);
+  // Recovery: while the table is empty, replaces its bucket array with one
+  // of at least `buckets` (a power of two), so a bulk load does not grow
+  // step by step. No-op once pairs are stored or if already that large.
+  Status Reserve(uint64_t buckets);
   // Recovery: the next write's version will be above `version`.
   void RaiseVersion(uint64_t version) {
     if (next_version_ <= version) next_version_ = version + 1;

@@ -323,22 +323,6 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
                                      p.slab.get(), options);
     if (!table.ok()) return table.status().WithContext("hash store");
     p.table = std::move(*table);
-    if (durable) {
-      durability::StoreOptions so;
-      so.dir = config.data_dir + "/p" + std::to_string(i);
-      so.fsync = config.fsync;
-      so.snapshot_log_bytes = config.snapshot_log_bytes;
-      so.recovery = config.recovery;
-      so.fault = config.fault_log_io;
-      durability::RecoveryReport rep;
-      auto store = durability::PartitionStore::Open(so, p.table.get(), &rep);
-      if (!store.ok()) return store.status();
-      for (const auto& w : rep.warnings) log::Warn("recovery: {}", w);
-      p.store = std::move(*store);
-      recovered_pairs += rep.snapshot_pairs;
-      recovered_log_records += rep.log_records;
-      recovery_ms += uint64_t(rep.took.count() / 1000);
-    }
     if (config.fault_pause_mid_write_us > 0) {
       const auto pause =
           std::chrono::microseconds(config.fault_pause_mid_write_us);
@@ -350,6 +334,48 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
         {rid, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed});
     regions.push_back(std::move(*r));
     partitions.push_back(std::move(p));
+  }
+  if (durable) {
+    // Recover the partitions in parallel (each into its own table), before
+    // any server thread runs.
+    const auto start = Clock::now();
+    std::vector<std::unique_ptr<durability::PartitionStore>> stores(
+        partitions.size());
+    std::vector<Status> errors(partitions.size());
+    std::vector<durability::RecoveryReport> reports(partitions.size());
+    std::vector<std::thread> workers;
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      workers.emplace_back([&, i] {
+        durability::StoreOptions so;
+        so.dir = config.data_dir + "/p" + std::to_string(i);
+        so.fsync = config.fsync;
+        so.snapshot_log_bytes = config.snapshot_log_bytes;
+        so.recovery = config.recovery;
+        so.fault = config.fault_log_io;
+        auto store = durability::PartitionStore::Open(
+            so, partitions[i].table.get(), &reports[i]);
+        if (store.ok()) {
+          stores[i] = std::move(*store);
+        } else {
+          errors[i] = store.status();
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      for (const auto& w : reports[i].warnings) log::Warn("recovery: {}", w);
+      if (!errors[i].ok()) return errors[i];
+      partitions[i].store = std::move(stores[i]);
+      recovered_pairs += reports[i].snapshot_pairs;
+      recovered_log_records += reports[i].log_records;
+      // The table may have grown: hand out its current geometry.
+      const hash::Geometry& g = partitions[i].table->geometry();
+      info.partitions[i] = {g.region,         0, g.root_offset,
+                            g.buckets_offset, g.num_buckets, g.seed};
+    }
+    recovery_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                               Clock::now() - start)
+                               .count());
   }
   hash_info = proto::EncodeHashInfo(info);
   if (durable) {
