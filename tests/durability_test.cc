@@ -206,7 +206,7 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
       snapper = std::thread([addr = server.address] {
         if (auto c = Connect(addr, false)) (void)c->Snapshot();
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 30));
     }
     EXPECT_TRUE(server.process->Signal(SIGKILL).ok());
     (void)server.process->Wait(std::chrono::seconds(10));

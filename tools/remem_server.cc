@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
                  "short-after:N | enospc-after:N | eio-after:N (bytes per "
                  "partition)")
       ->group("Testing");
+  app.add_option("--fault-slow-snapshot-us", cfg.fault_slow_snapshot_us,
+                 "testing: snapshots copy 8 buckets per pass and pause this "
+                 "many microseconds after each (kills land inside them)")
+      ->group("Testing");
   app.add_option("--auth-file", auth_file,
                  "file holding a shared secret clients must present");
   app.add_option("--log-level", log_level,

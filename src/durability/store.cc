@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "util/log.h"
 
@@ -174,17 +175,41 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const Record end = rec;
     uint64_t count = 0;
     if (end.value.size() == 8) std::memcpy(&count, end.value.data(), 8);
-    // Size the table once (about two pairs per bucket) instead of letting
+    // Size the table once (about two pairs per bucket) for the snapshot's
+    // pairs and as many new ones as the logs could hold, instead of letting
     // the load double it again and again: recovery is a bulk load.
-    if (Status st = table_->Reserve(count / 2); !st.ok()) {
+    uint64_t log_bytes = 0;
+    for (uint64_t first : logs) {
+      const auto size = fs::file_size(dir + "/" + LogName(first), ec);
+      if (!ec) log_bytes += size;
+    }
+    const uint64_t per_record = count > 0 ? data.size() / count : 64;
+    const uint64_t expect = count + log_bytes / std::max<uint64_t>(per_record, 1);
+    if (Status st = table_->Reserve(expect / 2); !st.ok()) {
       return st.WithContext("sizing the table for " + path);
     }
-    size_t at = 0;
-    while (at < data.size()) {
+    // Apply, prefetching the buckets of the record kAhead records on.
+    constexpr size_t kAhead = 8;
+    size_t at = 0, ahead = 0, ahead_count = 0;
+    auto step = [&data](size_t* pos, Record* out) {
       size_t n = 0;
-      (void)ParseRecord(data.substr(at), &rec, &n);
-      at += n;
+      (void)ParseRecord(data.substr(*pos), out, &n);
+      *pos += n;
+    };
+    while (ahead < data.size() && ahead_count < kAhead) {
+      Record a{};
+      step(&ahead, &a);
+      if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+      ++ahead_count;
+    }
+    while (at < data.size()) {
+      step(&at, &rec);
       if (rec.type != RecordType::kPut) break;
+      if (ahead < data.size()) {
+        Record a{};
+        step(&ahead, &a);
+        if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+      }
       Status st = table_->Restore(rec.key, rec.value, rec.version);
       if (!st.ok()) return st.WithContext("restoring " + path);
       ++r->snapshot_pairs;
@@ -214,7 +239,18 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     ++r->log_files;
     size_t off = 0;
     bool stop_all = false;
+    size_t ahead = 0;  // prefetching runs a few records ahead
     while (off < data.size()) {
+      while (ahead < data.size() && ahead < off + 8 * 64) {
+        Record a{};
+        size_t an = 0;
+        if (ParseRecord(data.substr(ahead), &a, &an) != ParseOutcome::kOk) {
+          ahead = data.size();
+          break;
+        }
+        if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+        ahead += an;
+      }
       Record rec{};
       size_t n = 0;
       ParseOutcome o = ParseRecord(data.substr(off), &rec, &n);
@@ -434,8 +470,13 @@ void PartitionStore::StepSnapshot() {
     if (v.ok()) snap_->Add(k, v->value, v->version);
   }
   snap_moved_.clear();
+  if (options_.slow_snapshot_us > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(options_.slow_snapshot_us));
+  }
   snap_cursor_ = table_->ScanBuckets(
-      snap_cursor_, kSnapshotChunkBuckets,
+      snap_cursor_,
+      options_.slow_snapshot_us > 0 ? 8 : kSnapshotChunkBuckets,
       [this](std::string_view k, std::string_view v, uint64_t version) {
         snap_->Add(k, v, version);
       });

@@ -57,6 +57,9 @@ struct StoreOptions {
   uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
   RecoveryMode recovery = RecoveryMode::kStrict;
   std::string fault;  // fault spec (log.h), tests only; empty: none
+  // Tests: > 0 makes snapshots slow (8 buckets per pass, then a pause of
+  // this many microseconds), so a kill often lands inside one.
+  uint64_t slow_snapshot_us = 0;
 };
 
 struct RecoveryReport {

@@ -452,6 +452,18 @@ Status Table::Reserve(uint64_t buckets) {
   return Status::OK();
 }
 
+void Table::Prefetch(std::string_view key) const {
+  const KeyHash kh = HashKey(key, geo_.seed);
+  const uint64_t b1 = PrimaryBucket(kh, mask_);
+  const uint64_t b2 = AltBucket(b1, kh.tag, mask_);
+  for (uint64_t b : {b1, b2}) {
+    const auto* p = reinterpret_cast<const char*>(At(b));
+    for (size_t off = 0; off < kBucketBytes; off += 64) {
+      __builtin_prefetch(p + off);
+    }
+  }
+}
+
 Status Table::Restore(std::string_view key, std::string_view value,
                       uint64_t version) {
   auto v = Write(key, value, Mode::kRestore, version);

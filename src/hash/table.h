@@ -120,6 +120,9 @@ class Table {
   // of at least `buckets` (a power of two), so a bulk load does not grow
   // step by step. No-op once pairs are stored or if already that large.
   Status Reserve(uint64_t buckets);
+  // Recovery: starts loading the buckets `key` may live in into the CPU
+  // cache, so a bulk load overlaps its cache misses.
+  void Prefetch(std::string_view key) const;
   // Recovery: the next write's version will be above `version`.
   void RaiseVersion(uint64_t version) {
     if (next_version_ <= version) next_version_ = version + 1;

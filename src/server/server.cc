@@ -352,6 +352,7 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
         so.snapshot_log_bytes = config.snapshot_log_bytes;
         so.recovery = config.recovery;
         so.fault = config.fault_log_io;
+        so.slow_snapshot_us = config.fault_slow_snapshot_us;
         auto store = durability::PartitionStore::Open(
             so, partitions[i].table.get(), &reports[i]);
         if (store.ok()) {
