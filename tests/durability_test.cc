@@ -67,9 +67,10 @@ struct CrashResult {
   int iterations = 0;
   uint64_t keys_checked = 0;
   uint64_t acked_writes = 0;
-  uint64_t lost = 0;       // acknowledged writes missing after restart
-  uint64_t phantoms = 0;   // values never written or never acknowledged
-  uint64_t in_flight = 0;  // keys whose last write was in flight
+  uint64_t lost = 0;           // acknowledged writes missing after restart
+  uint64_t phantoms = 0;       // values never written or never acknowledged
+  uint64_t in_flight = 0;      // keys whose last write was in flight
+  int killed_in_snapshot = 0;  // a requested snapshot never finished
 };
 
 // One writer per key range: puts, deletes, compare-and-puts and
@@ -195,6 +196,9 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
     // Load, then SIGKILL at a random moment; every other time just after
     // asking for a snapshot, so the kill often lands inside one.
     std::atomic<uint64_t> acked{0};
+    // Connected up front, so the snapshot starts right when asked.
+    std::unique_ptr<Client> snap_client =
+        it % 2 == 1 ? Connect(server.address) : nullptr;
     std::vector<std::thread> writers;
     for (int w = 0; w < kWriters; ++w) {
       writers.emplace_back(Writer, server.address, w, kKeys, it,
@@ -202,16 +206,19 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 400));
     std::thread snapper;
-    if (it % 2 == 1) {
-      snapper = std::thread([addr = server.address] {
-        if (auto c = Connect(addr, false)) (void)c->Snapshot();
+    std::atomic<bool> snap_unfinished{false};
+    if (it % 2 == 1 && snap_client) {
+      snapper = std::thread([&snap_unfinished, c = snap_client.get()] {
+        if (!c->Snapshot().ok()) snap_unfinished = true;
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 30));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1 + rng() % 12));
     }
     EXPECT_TRUE(server.process->Signal(SIGKILL).ok());
     (void)server.process->Wait(std::chrono::seconds(10));
     for (auto& t : writers) t.join();
     if (snapper.joinable()) snapper.join();
+    snap_client.reset();
+    if (snap_unfinished) ++res.killed_in_snapshot;
     res.acked_writes += acked.load();
     ++res.iterations;
   }
@@ -222,9 +229,10 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
 TEST(Durability, CrashLoopFsyncAlwaysLosesNothingAcknowledged) {
   CrashResult r = CrashLoop("always", EnvInt("REMEM_CRASH_ITERATIONS", 30));
   std::printf(
-      "fsync always: iterations %d, keys checked %llu, acknowledged writes "
-      "%llu, in flight at the kill %llu, lost %llu, phantoms %llu\n",
-      r.iterations, (unsigned long long)r.keys_checked,
+      "fsync always: iterations %d (%d killed inside a snapshot), keys "
+      "checked %llu, acknowledged writes %llu, in flight at the kill %llu, "
+      "lost %llu, phantoms %llu\n",
+      r.iterations, r.killed_in_snapshot, (unsigned long long)r.keys_checked,
       (unsigned long long)r.acked_writes, (unsigned long long)r.in_flight,
       (unsigned long long)r.lost, (unsigned long long)r.phantoms);
   EXPECT_GE(r.iterations, 1);
@@ -241,9 +249,10 @@ TEST(Durability, CrashLoopFsyncEverySecLossIsBounded) {
   CrashResult r =
       CrashLoop("everysec", EnvInt("REMEM_CRASH_ITERATIONS", 30) / 2);
   std::printf(
-      "fsync everysec: iterations %d, keys checked %llu, acknowledged writes "
-      "%llu, in flight at the kill %llu, lost %llu, phantoms %llu\n",
-      r.iterations, (unsigned long long)r.keys_checked,
+      "fsync everysec: iterations %d (%d killed inside a snapshot), keys "
+      "checked %llu, acknowledged writes %llu, in flight at the kill %llu, "
+      "lost %llu, phantoms %llu\n",
+      r.iterations, r.killed_in_snapshot, (unsigned long long)r.keys_checked,
       (unsigned long long)r.acked_writes, (unsigned long long)r.in_flight,
       (unsigned long long)r.lost, (unsigned long long)r.phantoms);
   EXPECT_GE(r.iterations, 1);

@@ -184,7 +184,8 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       if (!ec) log_bytes += size;
     }
     const uint64_t per_record = count > 0 ? data.size() / count : 64;
-    const uint64_t expect = count + log_bytes / std::max<uint64_t>(per_record, 1);
+    const uint64_t expect =
+        count + log_bytes / std::max<uint64_t>(per_record, 1);
     if (Status st = table_->Reserve(expect / 2); !st.ok()) {
       return st.WithContext("sizing the table for " + path);
     }
@@ -475,8 +476,7 @@ void PartitionStore::StepSnapshot() {
         std::chrono::microseconds(options_.slow_snapshot_us));
   }
   snap_cursor_ = table_->ScanBuckets(
-      snap_cursor_,
-      options_.slow_snapshot_us > 0 ? 8 : kSnapshotChunkBuckets,
+      snap_cursor_, options_.slow_snapshot_us > 0 ? 8 : kSnapshotChunkBuckets,
       [this](std::string_view k, std::string_view v, uint64_t version) {
         snap_->Add(k, v, version);
       });

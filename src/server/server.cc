@@ -371,12 +371,13 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
       recovered_log_records += reports[i].log_records;
       // The table may have grown: hand out its current geometry.
       const hash::Geometry& g = partitions[i].table->geometry();
-      info.partitions[i] = {g.region,         0, g.root_offset,
-                            g.buckets_offset, g.num_buckets, g.seed};
+      info.partitions[i] = {
+          g.region, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed};
     }
-    recovery_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                               Clock::now() - start)
-                               .count());
+    recovery_ms =
+        uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                     Clock::now() - start)
+                     .count());
   }
   hash_info = proto::EncodeHashInfo(info);
   if (durable) {

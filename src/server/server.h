@@ -45,9 +45,9 @@ struct ServerConfig {
   durability::FsyncPolicy fsync = durability::FsyncPolicy::kEverySec;
   uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
   durability::RecoveryMode recovery = durability::RecoveryMode::kStrict;
-  std::string fault_log_io;  // tests: fault spec for the log files
+  std::string fault_log_io;             // tests: fault spec for the log files
   uint64_t fault_slow_snapshot_us = 0;  // tests: see StoreOptions
-  std::string secret;        // empty: no authentication
+  std::string secret;                   // empty: no authentication
   bool pin_threads = true;
   std::chrono::microseconds spin{100};  // busy-poll before sleeping
   // Fault injection for tests: every hash bucket write pauses this long
