@@ -175,7 +175,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const Record end = rec;
     uint64_t count = 0;
     if (end.value.size() == 8) std::memcpy(&count, end.value.data(), 8);
-    // Size the table once (about two pairs per bucket) for the snapshot's
+    // Size the table once (about 2.5 pairs per bucket) for the snapshot's
     // pairs and as many new ones as the logs could hold, instead of letting
     // the load double it again and again: recovery is a bulk load.
     uint64_t log_bytes = 0;
@@ -186,7 +186,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const uint64_t per_record = count > 0 ? data.size() / count : 64;
     const uint64_t expect =
         count + log_bytes / std::max<uint64_t>(per_record, 1);
-    if (Status st = table_->Reserve(expect / 2); !st.ok()) {
+    if (Status st = table_->Reserve(expect * 2 / 5); !st.ok()) {
       return st.WithContext("sizing the table for " + path);
     }
     // Apply, prefetching the buckets of the record kAhead records on.
