@@ -438,9 +438,13 @@ Status PartitionStore::StartSnapshot() {
   // files; the log continues in a new file that starts at that LSN.
   REMEM_RETURN_IF_ERROR(FlushNow(true));
   const uint64_t lsn = log_->next_lsn();
-  OldLog old{log_->first_lsn(), log_->path(), log_->bytes()};
-  REMEM_RETURN_IF_ERROR(OpenLog(lsn));
-  old_logs_.push_back(old);
+  if (log_->first_lsn() != lsn) {
+    // (An empty log already starts at the snapshot's LSN: keep it, or the
+    // snapshot's clean-up would delete the live file.)
+    OldLog old{log_->first_lsn(), log_->path(), log_->bytes()};
+    REMEM_RETURN_IF_ERROR(OpenLog(lsn));
+    old_logs_.push_back(old);
+  }
   auto w = SnapshotWriter::Create(options_.dir, lsn, faults_);
   if (!w.ok()) return w.status();
   snap_ = std::move(*w);
