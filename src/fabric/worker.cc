@@ -234,7 +234,9 @@ void Worker::Run(const std::atomic<bool>& stop,
       continue;
     }
     if (Clock::now() - last_work > spin) {
-      Sleep(std::chrono::milliseconds(1000));
+      // A pass hook (durability) may have timed work (the once-a-second
+      // fsync): wake often enough for it.
+      Sleep(std::chrono::milliseconds(pass_hook_ ? 200 : 1000));
       last_work = Clock::now();
     } else if ((++idle_polls & 31) == 0) {
       sched_yield();
