@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "durability/log.h"
 #include "hash/layout.h"
 #include "proto/codec.h"
 
@@ -68,6 +69,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
+  // A durable record (log or snapshot file bytes, read back from disk):
+  // whatever parses re-encodes to the same bytes.
+  {
+    remem::durability::Record r{};
+    size_t n = 0;
+    if (remem::durability::ParseRecord(in, &r, &n) ==
+        remem::durability::ParseOutcome::kOk) {
+      std::string out;
+      remem::durability::EncodeRecord(&out, r.type, r.lsn, r.version, r.key,
+                                      r.value);
+      if (n > size || out != in.substr(0, n)) std::abort();
+    }
+  }
   // A bucket's entry area as a reader walks it: a checksum can be forged,
   // so the walk itself must stay inside the area whatever the bytes.
   if (size >= remem::hash::kEntryAreaBytes) {

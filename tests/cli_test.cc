@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -61,6 +64,33 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
       RunCommand({CliBinary(), "stats"}, {{"REMEM_SERVER", server.address}});
   EXPECT_EQ(env.exit_code, 0) << env.out;
   EXPECT_TRUE(Contains(env.out, "rpcs_served"));
+}
+
+TEST(Cli, SnapshotAndDurabilityStats) {
+  // Without persistence: stats say so, a snapshot is refused (exit 1).
+  auto cache = StartServer({}, "32M");
+  ASSERT_NE(cache.process, nullptr);
+  auto refused = RunCommand({CliBinary(), "-s", cache.address, "snapshot"});
+  EXPECT_EQ(refused.exit_code, 1);
+  auto stats = RunCommand({CliBinary(), "-s", cache.address, "stats"});
+  EXPECT_TRUE(Contains(stats.out, "fsync_policy           none")) << stats.out;
+
+  std::string dir = "/tmp/remem-cli-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto server = StartServer({"--data-dir", dir, "--fsync", "always"}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  ASSERT_EQ(RunCommand({CliBinary(), "-s", server.address, "put", "k", "v"})
+                .exit_code,
+            0);
+  auto snap = RunCommand({CliBinary(), "-s", server.address, "snapshot"});
+  EXPECT_EQ(snap.exit_code, 0) << snap.out;
+  EXPECT_TRUE(Contains(snap.out, "OK"));
+  auto json =
+      RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
+  EXPECT_TRUE(Contains(json.out, "\"fsync_policy\":\"always\"")) << json.out;
+  EXPECT_TRUE(Contains(json.out, "\"snapshots\":1")) << json.out;
+  EXPECT_TRUE(Contains(json.out, "\"log_write_errors\":0")) << json.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, PutGetMgetDelAndTheirExitCodes) {

@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   auto* stats = app.add_subcommand("stats", "server counters");
+  auto* snapshot = app.add_subcommand(
+      "snapshot",
+      "snapshot the hash store to the server's --data-dir now (returns "
+      "once it is on disk)");
   std::string read_path = "auto";
   app.add_option("--read-path", read_path,
                  "onesided | rpc | auto: how get reads the hash store")
@@ -232,6 +236,12 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
   }
+  if (snapshot->parsed()) {
+    Status st = c.Snapshot();
+    if (!st.ok()) return Fail(st);
+    std::printf("OK\n");
+    return 0;
+  }
   if (stats->parsed()) {
     auto s = c.Stats();
     if (!s.ok()) return Fail(s.status());
@@ -253,6 +263,15 @@ int main(int argc, char** argv) {
         {"hash_growths", s->hash_growths},
         {"hash_bytes_used", s->hash_bytes_used},
         {"hash_bytes_total", s->hash_bytes_total},
+        {"log_bytes", s->log_bytes},
+        {"last_snapshot_unix_ms", s->last_snapshot_unix_ms},
+        {"last_snapshot_bytes", s->last_snapshot_bytes},
+        {"snapshots", s->snapshots},
+        {"log_write_errors", s->log_write_errors},
+        {"log_failing", s->log_failing},
+        {"recovered_pairs", s->recovered_pairs},
+        {"recovered_log_records", s->recovered_log_records},
+        {"recovery_ms", s->recovery_ms},
     };
     if (json) {
       std::printf("{");
@@ -264,11 +283,13 @@ int main(int argc, char** argv) {
       }
       // One-sided reads over shared memory never reach the server's CPU, so
       // it cannot count them.
+      std::printf(",\"fsync_policy\":\"%s\"", s->fsync_policy.c_str());
       std::printf(",\"one_sided_bytes_read\":null}\n");
     } else {
       for (const auto& [k, v] : rows) {
         std::printf("%-22s %llu\n", k, static_cast<unsigned long long>(v));
       }
+      std::printf("%-22s %s\n", "fsync_policy", s->fsync_policy.c_str());
       std::printf("%-22s %s\n", "one_sided_bytes_read",
                   "not measurable (one-sided reads bypass the server's CPU)");
     }

@@ -88,8 +88,36 @@ int main(int argc, char** argv) {
                  "tcp: UCX_TLS=tcp,self)")
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir,
-                 "directory for durable state (reserved: durability is not "
-                 "implemented yet, nothing is written there)");
+                 "directory for the hash store's operation logs and "
+                 "snapshots; recovered at start (without it: a pure cache)");
+  std::string fsync = "everysec";
+  app.add_option("--fsync", fsync,
+                 "always (a write is acknowledged once its log record is "
+                 "fdatasynced) | everysec (fdatasync about once a second) | "
+                 "no (the OS decides)")
+      ->capture_default_str();
+  bool no_persistence = false;
+  app.add_flag("--no-persistence", no_persistence,
+               "pure cache: ignore --data-dir, write nothing to disk");
+  std::string snapshot_log_bytes = "64M";
+  app.add_option("--snapshot-log-bytes", snapshot_log_bytes,
+                 "a partition takes a snapshot once its log has grown this "
+                 "much since the last (0: only on demand, `remem snapshot`)")
+      ->capture_default_str();
+  std::string recovery = "strict";
+  app.add_option("--recovery", recovery,
+                 "strict: refuse to start on a corrupt log record before the "
+                 "end of the log | truncate: drop it and everything after it")
+      ->capture_default_str();
+  app.add_option("--fault-log-io", cfg.fault_log_io,
+                 "testing: make log and snapshot file I/O fail: "
+                 "short-after:N | enospc-after:N | eio-after:N (bytes per "
+                 "partition)")
+      ->group("Testing");
+  app.add_option("--fault-slow-snapshot-us", cfg.fault_slow_snapshot_us,
+                 "testing: snapshots copy 8 buckets per pass and pause this "
+                 "many microseconds after each (kills land inside them)")
+      ->group("Testing");
   app.add_option("--auth-file", auth_file,
                  "file holding a shared secret clients must present");
   app.add_option("--log-level", log_level,
@@ -134,7 +162,25 @@ int main(int argc, char** argv) {
     if (!secret.ok()) return Fail(secret.status().message(), 2);
     cfg.secret = *secret;
   }
-  if (!cfg.data_dir.empty()) {
+  auto policy = durability::ParseFsyncPolicy(fsync);
+  if (!policy.ok()) return Fail(policy.status().message(), 2);
+  cfg.fsync = *policy;
+  cfg.persistence = !no_persistence;
+  if (auto n = ParseSize(snapshot_log_bytes); n.ok()) {
+    cfg.snapshot_log_bytes = *n;
+  } else if (snapshot_log_bytes == "0") {
+    cfg.snapshot_log_bytes = 0;
+  } else {
+    return Fail("--snapshot-log-bytes: " + n.status().message(), 2);
+  }
+  if (recovery == "strict") {
+    cfg.recovery = durability::RecoveryMode::kStrict;
+  } else if (recovery == "truncate") {
+    cfg.recovery = durability::RecoveryMode::kTruncate;
+  } else {
+    return Fail("--recovery must be strict or truncate", 2);
+  }
+  if (!cfg.data_dir.empty() && cfg.persistence) {
     std::error_code ec;
     std::filesystem::create_directories(cfg.data_dir, ec);
     if (ec) {
@@ -154,6 +200,10 @@ int main(int argc, char** argv) {
     const Status& st = server.status();
     int code = st.code() == StatusCode::kInvalidArgument ? 2 : 1;
     return Fail(st.ToString(), code);
+  }
+  if (!(*server)->recovery_summary().empty()) {
+    std::fprintf(stderr, "remem-server: %s\n",
+                 (*server)->recovery_summary().c_str());
   }
   auto stats = (*server)->Snapshot();
   // Scripts and tests wait for this line.

@@ -92,6 +92,21 @@ struct ServerStats {
   // One-sided operations the server performed for clients whose transport
   // has no real RMA (tcp); 0 when every client reads shared memory.
   uint64_t mem_requests_served = 0;
+  // Durability (zero without persistence): fsync policy ("none" without
+  // persistence, "no", "everysec", "always"), operation log bytes on disk,
+  // newest snapshot (Unix ms, 0 = none) and the snapshots' total size,
+  // snapshots taken since start, failed log writes/syncs, partitions
+  // refusing writes now, and what recovery restored at start.
+  std::string fsync_policy = "none";
+  uint64_t log_bytes = 0;
+  uint64_t last_snapshot_unix_ms = 0;
+  uint64_t last_snapshot_bytes = 0;
+  uint64_t snapshots = 0;
+  uint64_t log_write_errors = 0;
+  uint64_t log_failing = 0;
+  uint64_t recovered_pairs = 0;
+  uint64_t recovered_log_records = 0;
+  uint64_t recovery_ms = 0;
 };
 
 class Client {
@@ -170,6 +185,9 @@ class Client {
   // --- server calls (synchronous)
   Result<PingResult> Ping();
   Result<ServerStats> Stats();
+  // Asks the server to snapshot every hash partition; returns once they
+  // are on disk. Unsupported when the server runs without persistence.
+  Status Snapshot();
   Result<std::string> Echo(std::string_view payload);
 
   // --- one-sided operations on server memory (synchronous). `len` may be

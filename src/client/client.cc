@@ -940,7 +940,25 @@ Result<ServerStats> Client::Stats() {
   out.hash_bytes_used = s->hash_bytes_used;
   out.hash_bytes_total = s->hash_bytes_total;
   out.mem_requests_served = s->mem_requests_served;
+  static constexpr const char* kPolicies[] = {"none", "no", "everysec",
+                                              "always"};
+  out.fsync_policy = s->fsync_policy < 4 ? kPolicies[s->fsync_policy] : "?";
+  out.log_bytes = s->log_bytes;
+  out.last_snapshot_unix_ms = s->last_snapshot_unix_ms;
+  out.last_snapshot_bytes = s->last_snapshot_bytes;
+  out.snapshots = s->snapshots;
+  out.log_write_errors = s->log_write_errors;
+  out.log_failing = s->log_failing;
+  out.recovered_pairs = s->recovered_pairs;
+  out.recovered_log_records = s->recovered_log_records;
+  out.recovery_ms = s->recovery_ms;
   return out;
+}
+
+Status Client::Snapshot() {
+  auto r =
+      impl_->rpc->CallSync(proto::Opcode::kSnapshot, {}, impl_->Deadline());
+  return r.ok() ? Status::OK() : r.status();
 }
 
 Result<std::string> Client::Echo(std::string_view payload) {

@@ -191,6 +191,7 @@ size_t Worker::Progress() {
     for (auto& fn : deferred) fn();
     work += deferred.size();
   }
+  if (pass_hook_) work += pass_hook_();
   if (!closing_.empty()) {
     for (size_t i = 0; i < closing_.size();) {
       if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
@@ -256,7 +257,9 @@ void Worker::Run(const std::atomic<bool>& stop,
       continue;
     }
     if (Clock::now() - last_work > spin) {
-      Sleep(std::chrono::milliseconds(1000));
+      // A pass hook (durability) may have timed work (the once-a-second
+      // fsync): wake often enough for it.
+      Sleep(std::chrono::milliseconds(pass_hook_ ? 200 : 1000));
       last_work = Clock::now();
     } else if ((++idle_polls & 31) == 0) {
       sched_yield();

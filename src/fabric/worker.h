@@ -113,6 +113,13 @@ class Worker {
     completed_.emplace_back(std::move(done), std::move(status));
   }
 
+  // Runs `hook` at the end of every Progress() pass, after everything the
+  // pass delivered (the durability layer's group commit: one log write for
+  // the pass's requests, before their replies). Returns work it did.
+  void SetPassHook(std::function<size_t()> hook) {
+    pass_hook_ = std::move(hook);
+  }
+
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
   // Progresses until every tracked close has completed, or `deadline`.
@@ -148,6 +155,7 @@ class Worker {
   std::vector<ucs_status_ptr_t> closing_;
   std::map<std::pair<unsigned, ucp_ep_h>, AmHandler> routes_;
   uint64_t next_request_id_ = 1;
+  std::function<size_t()> pass_hook_;
 
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

@@ -1,6 +1,8 @@
 #include "hash/table.h"
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -252,6 +254,13 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
         EraseEntry(&src, hop.entry_offset, hop.entry_bytes);
         Publish(from, src);
         ++moves_;
+        if (move_hook_) {
+          const Bucket* d = At(hop.bucket);
+          const size_t used = AreaUsed(*d);
+          // The moved entry was appended last.
+          move_hook_(from, hop.bucket,
+                     KeyOf(d->entries + used - hop.entry_bytes));
+        }
         to = hop.parent;
       }
       return nodes[size_t(to)].bucket;
@@ -322,7 +331,10 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
                               ", not " + std::to_string(expected));
     }
   }
-  const uint64_t version = next_version_;
+  if (mode == Mode::kRestore && found && found->version >= expected) {
+    return found->version;  // replay of an older record
+  }
+  const uint64_t version = mode == Mode::kRestore ? expected : next_version_;
   const bool small = FitsInline(key.size(), value.size());
   const size_t inline_bytes = InlineEntryBytes(key.size(), value.size());
   uint8_t entry[kMaxInlineEntryBytes];
@@ -362,7 +374,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     MakeExtentEntry(kh.tag, incarnation, *ref, entry);
     entry_bytes = kExtentEntryBytes;
   }
-  ++next_version_;
+  next_version_ = std::max(next_version_, version + 1);
   Bucket next = *At(bucket);
   if (found) {
     EraseEntry(&next, found->entry_offset, found->entry_bytes);
@@ -416,6 +428,79 @@ Status Table::Delete(std::string_view key) {
   --size_;
   ++next_version_;  // a delete is a write too
   return Status::OK();
+}
+
+Status Table::Reserve(uint64_t buckets) {
+  if (size_ != 0 || buckets <= geo_.num_buckets) return Status::OK();
+  const uint64_t n = std::bit_ceil(buckets);
+  const Geometry old = geo_;
+  auto offset = slab_->Carve(n * kBucketBytes);
+  if (!offset.ok()) return offset.status();
+  FormatBuckets(*offset, n);
+  geo_.buckets_offset = *offset;
+  geo_.num_buckets = n;
+  geo_.generation = old.generation + 1;
+  mask_ = n - 1;
+  PublishRoot();
+  // As after a growth: readers of the old (empty) array go to the root.
+  for (uint64_t i = 0; i < old.num_buckets; ++i) {
+    auto* b = reinterpret_cast<Bucket*>(base_ + old.buckets_offset +
+                                        i * kBucketBytes);
+    std::atomic_ref<uint64_t>(b->version)
+        .store(kMovedVersion, std::memory_order_release);
+  }
+  return Status::OK();
+}
+
+void Table::Prefetch(std::string_view key) const {
+  const KeyHash kh = HashKey(key, geo_.seed);
+  const uint64_t b1 = PrimaryBucket(kh, mask_);
+  const uint64_t b2 = AltBucket(b1, kh.tag, mask_);
+  for (uint64_t b : {b1, b2}) {
+    const auto* p = reinterpret_cast<const char*>(At(b));
+    for (size_t off = 0; off < kBucketBytes; off += 64) {
+      __builtin_prefetch(p + off);
+    }
+  }
+}
+
+Status Table::Restore(std::string_view key, std::string_view value,
+                      uint64_t version) {
+  auto v = Write(key, value, Mode::kRestore, version);
+  return v.ok() ? Status::OK() : v.status();
+}
+
+void Table::RestoreDelete(std::string_view key, uint64_t version) {
+  next_version_ = std::max(next_version_, version + 1);
+  if (key.empty() || key.size() > options_.limits.max_key) return;
+  std::optional<Found> found = Find(key, HashKey(key, geo_.seed));
+  if (!found || found->version >= version) return;
+  const uint64_t keep = next_version_;
+  (void)Delete(key);
+  next_version_ = keep;
+}
+
+uint64_t Table::ScanBuckets(uint64_t start, uint64_t count,
+                            const PairFn& fn) const {
+  const uint64_t end = std::min(geo_.num_buckets, start + count);
+  for (uint64_t i = start; i < end; ++i) {
+    const Bucket* b = At(i);
+    EntryCursor c(b->entries);
+    while (c.Next()) {
+      const uint8_t* entry = b->entries + c.offset();
+      if (c.head().kind == kInline) {
+        const uint32_t meta = c.head().meta;
+        const char* k = reinterpret_cast<const char*>(entry + kInlineOverhead);
+        fn({k, meta & 0xffff}, {k + (meta & 0xffff), meta >> 16}, c.word1());
+      } else {
+        const uint8_t* e = slab_->At(RefOffset(c.word1()));
+        const auto* h = reinterpret_cast<const ExtentHeader*>(e);
+        const char* k = reinterpret_cast<const char*>(e + sizeof(ExtentHeader));
+        fn({k, h->key_len}, {k + h->key_len, h->value_len}, h->version);
+      }
+    }
+  }
+  return end;
 }
 
 Result<Table::Value> Table::Get(std::string_view key) const {

@@ -104,6 +104,46 @@ class Table {
   // Server-side lookup (the RPC read path).
   Result<Value> Get(std::string_view key) const;
 
+  // --- durability (src/durability): recovery and snapshots.
+  // The version the last successful write (Put*, Delete) consumed: after a
+  // Delete, the version its log record carries.
+  uint64_t last_version() const { return next_version_ - 1; }
+  // Recovery: stores `key` = `value` with exactly `version`, unless the
+  // stored pair's version is already >= `version` (replay is idempotent).
+  // No mode checks; keeps the version counter above every restored version.
+  Status Restore(std::string_view key, std::string_view value,
+                 uint64_t version);
+  // Recovery: removes `key` if its stored version is older than `version`
+  // (the version the delete consumed).
+  void RestoreDelete(std::string_view key, uint64_t version);
+  // Recovery: while the table is empty, replaces its bucket array with one
+  // of at least `buckets` (a power of two), so a bulk load does not grow
+  // step by step. No-op once pairs are stored or if already that large.
+  Status Reserve(uint64_t buckets);
+  // Recovery: starts loading the buckets `key` may live in into the CPU
+  // cache, so a bulk load overlaps its cache misses.
+  void Prefetch(std::string_view key) const;
+  // Recovery: the next write's version will be above `version`.
+  void RaiseVersion(uint64_t version) {
+    if (next_version_ <= version) next_version_ = version + 1;
+  }
+  // Calls fn(key, value, version) for every pair in buckets [start,
+  // start + count) of the live array; returns the next bucket to scan
+  // (num_buckets() when done). Read-only: a snapshot scans chunk by chunk
+  // between writes. A growth renumbers buckets (growths() changes); a
+  // cuckoo move may carry a pair across the scan cursor (SetMoveHook).
+  using PairFn = std::function<void(std::string_view key,
+                                    std::string_view value, uint64_t version)>;
+  uint64_t ScanBuckets(uint64_t start, uint64_t count, const PairFn& fn) const;
+  uint64_t num_buckets() const { return geo_.num_buckets; }
+  // Runs after a cuckoo move published `key` in bucket `to` (it was in
+  // `from`). Empty by default.
+  void SetMoveHook(
+      std::function<void(uint64_t from, uint64_t to, std::string_view key)>
+          hook) {
+    move_hook_ = std::move(hook);
+  }
+
   // The bucket holding `key` now, or nullopt (tests and diagnostics).
   std::optional<uint64_t> BucketOf(std::string_view key) const;
 
@@ -135,7 +175,7 @@ class Table {
     uint64_t ref;  // extent entries
     uint64_t version;
   };
-  enum class Mode { kUpsert, kIfAbsent, kIfVersion };
+  enum class Mode { kUpsert, kIfAbsent, kIfVersion, kRestore };
   Result<uint64_t> Write(std::string_view key, std::string_view value,
                          Mode mode, uint64_t expected);
   Bucket* At(uint64_t i) const;
@@ -164,6 +204,7 @@ class Table {
   uint64_t moves_ = 0;
   uint64_t area_used_ = 0;
   std::function<void()> mid_write_;
+  std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;
 };
 
 // Helpers on a bucket image (exposed for tests).

@@ -186,8 +186,8 @@ std::string EncodeStatsReply(const StatsReply& stats) {
 
 Result<StatsReply> DecodeStatsReply(std::string_view payload) {
   if (payload.size() != sizeof(StatsReply)) return Bad("stats reply size");
-  StatsReply s;
-  std::memcpy(&s, payload.data(), sizeof(s));
+  StatsReply s{};
+  std::memcpy(&s, payload.data(), payload.size());
   if (s.magic != kWireMagic) return Bad("bad magic in stats reply");
   if (s.version != kWireVersion) return Bad("stats reply version");
   return s;

@@ -83,6 +83,16 @@ TEST(Codec, StatsReply) {
   EXPECT_EQ(out->rpcs_served, 99u);
   EXPECT_EQ(out->mem_requests_served, 12u);
   EXPECT_FALSE(DecodeStatsReply("short").ok());
+  s.log_bytes = 7;
+  s.fsync_policy = 3;
+  out = DecodeStatsReply(EncodeStatsReply(s));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->log_bytes, 7u);
+  EXPECT_EQ(out->fsync_policy, 3u);
+  // Any other size is refused.
+  EXPECT_FALSE(
+      DecodeStatsReply(EncodeStatsReply(s).substr(0, sizeof(StatsReply) - 8))
+          .ok());
 }
 
 TEST(Codec, HashMultiGetPutAndReply) {

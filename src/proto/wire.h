@@ -57,9 +57,12 @@ enum class Opcode : uint16_t {
   kHashDelete = 10,  // HashKeyRequest + key; empty reply
   kHashMultiGet = 11,  // HashMultiRequest + items; HashMultiReply + items
   kHashMultiPut = 12,  // HashMultiRequest + items; HashMultiReply + items
+  kSnapshot = 13,      // empty request; empty reply once every partition's
+                       // snapshot is on disk (Unsupported without
+                       // persistence)
 };
 
-inline constexpr uint16_t kMaxOpcode = 12;
+inline constexpr uint16_t kMaxOpcode = 13;
 
 // Flags in RpcHeader::flags.
 inline constexpr uint16_t kFlagReply = 1u << 0;
@@ -131,9 +134,20 @@ struct StatsReply {
   uint64_t hash_bytes_used;      // of the hash store's memory, carved so far
   uint64_t hash_bytes_total;     // the hash store's memory
   uint64_t mem_requests_served;  // served one-sided operations (tcp)
-  uint64_t reserved2[3];
+  // Durability (all zero without persistence).
+  uint64_t fsync_policy;           // 0 = no persistence, 1 = no, 2 = everysec,
+                                   // 3 = always
+  uint64_t log_bytes;              // operation log on disk, all partitions
+  uint64_t last_snapshot_unix_ms;  // newest snapshot of any partition; 0
+  uint64_t last_snapshot_bytes;    // sum of the partitions' newest
+  uint64_t snapshots;              // taken since start
+  uint64_t log_write_errors;       // failed log/snapshot writes and syncs
+  uint64_t log_failing;            // partitions refusing writes now
+  uint64_t recovered_pairs;        // at start: from snapshots
+  uint64_t recovered_log_records;  // at start: replayed from logs
+  uint64_t recovery_ms;            // at start: how long recovery took
 };
-static_assert(sizeof(StatsReply) == 8 + 17 * 8 + 24);
+static_assert(sizeof(StatsReply) == 8 + 27 * 8);
 
 // --- served one-sided operations
 //

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -106,6 +107,9 @@ struct Server::Impl {
     fabric::LocalRegion* region = nullptr;
     std::unique_ptr<hash::SlabAllocator> slab;
     std::unique_ptr<hash::Table> table;
+    // Null without persistence. Declared after the table: destroyed
+    // (flushing its log) before it.
+    std::unique_ptr<durability::PartitionStore> store;
   };
 
   // An exported region as a served memory request names it.
@@ -132,8 +136,22 @@ struct Server::Impl {
   std::atomic<uint64_t> next_conn_id{1};
   std::atomic<uint32_t> next_thread{0};
   std::vector<int> cpus;
+  std::string recovery_summary;
+  uint64_t recovered_pairs = 0;
+  uint64_t recovered_log_records = 0;
+  uint64_t recovery_ms = 0;
 
   Status Init();
+  // Runs `reply(status)` once partition p's records so far are durable
+  // (at once without persistence).
+  void AfterDurable(size_t p, std::function<void(Status)> reply) {
+    if (partitions[p].store) {
+      partitions[p].store->AfterDurable(std::move(reply));
+    } else {
+      reply(Status::OK());
+    }
+  }
+  void HandleSnapshot(Thread* t, Connection& c, uint64_t id);
   void RunThread(Thread* t);
   void OnConnRequest(ucp_conn_request_h req);
   void Accept(Thread* t, ucp_conn_request_h req);
@@ -256,6 +274,9 @@ Status Server::Impl::Init() {
     REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
         proto::kAmMemRequest,
         [this, raw](AmMessage&& m) { OnMemRequest(raw, std::move(m)); }));
+    if (durability::PartitionStore* store = partitions[size_t(i)].store.get()) {
+      t->worker->SetPassHook([store] { return store->OnPass(); });
+    }
     threads.push_back(std::move(t));
   }
   for (size_t p = 0; p < partitions.size(); ++p) UpdateHashCounters(p);
@@ -276,6 +297,39 @@ Status Server::Impl::Init() {
 Status Server::Impl::InitHash(uint32_t first_region_id) {
   std::random_device rd;
   partition_seed = (uint64_t{rd()} << 32) | rd();
+  const bool durable = config.persistence && !config.data_dir.empty();
+  if (durable) {
+    // Keys must land in the same partitions as before the restart: the
+    // partition seed and count live in data_dir/meta.
+    const std::string meta = config.data_dir + "/meta";
+    std::ifstream in(meta);
+    if (in) {
+      std::string magic;
+      uint64_t n = 0, seed = 0;
+      if (!(in >> magic >> n >> seed) || magic != "remem-data-1") {
+        return Status::Corruption(meta + ": unreadable");
+      }
+      if (n != uint64_t(config.threads)) {
+        return Status::InvalidArgument(
+            config.data_dir + " holds " + std::to_string(n) +
+            " partitions; start with --threads " + std::to_string(n));
+      }
+      partition_seed = seed;
+    } else {
+      const std::string tmp = meta + ".new";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << "remem-data-1 " << config.threads << " " << partition_seed
+            << "\n";
+        out.flush();
+        if (!out) return Status::IOError("cannot write " + tmp);
+      }
+      if (std::rename(tmp.c_str(), meta.c_str()) != 0) {
+        return Status::IOError("cannot rename " + tmp);
+      }
+      REMEM_RETURN_IF_ERROR(durability::SyncDir(config.data_dir));
+    }
+  }
   const uint64_t per = (config.hash_memory / uint64_t(config.threads)) &
                        ~uint64_t{hash::kExtentAlign - 1};
   proto::HashInfo info;
@@ -328,7 +382,59 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
     regions.push_back(std::move(*r));
     partitions.push_back(std::move(p));
   }
+  if (durable) {
+    // Recover the partitions in parallel (each into its own table), before
+    // any server thread runs.
+    const auto start = Clock::now();
+    std::vector<std::unique_ptr<durability::PartitionStore>> stores(
+        partitions.size());
+    std::vector<Status> errors(partitions.size());
+    std::vector<durability::RecoveryReport> reports(partitions.size());
+    std::vector<std::thread> workers;
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      workers.emplace_back([&, i] {
+        durability::StoreOptions so;
+        so.dir = config.data_dir + "/p" + std::to_string(i);
+        so.fsync = config.fsync;
+        so.snapshot_log_bytes = config.snapshot_log_bytes;
+        so.recovery = config.recovery;
+        so.fault = config.fault_log_io;
+        so.slow_snapshot_us = config.fault_slow_snapshot_us;
+        auto store = durability::PartitionStore::Open(
+            so, partitions[i].table.get(), &reports[i]);
+        if (store.ok()) {
+          stores[i] = std::move(*store);
+        } else {
+          errors[i] = store.status();
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      for (const auto& w : reports[i].warnings) log::Warn("recovery: {}", w);
+      if (!errors[i].ok()) return errors[i];
+      partitions[i].store = std::move(stores[i]);
+      recovered_pairs += reports[i].snapshot_pairs;
+      recovered_log_records += reports[i].log_records;
+      // The table may have grown: hand out its current geometry.
+      const hash::Geometry& g = partitions[i].table->geometry();
+      info.partitions[i] = {
+          g.region, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed};
+    }
+    recovery_ms =
+        uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                     Clock::now() - start)
+                     .count());
+  }
   hash_info = proto::EncodeHashInfo(info);
+  if (durable) {
+    recovery_summary = fmt::format(
+        "recovered {} pairs from snapshots and {} log records in {} ms "
+        "({}, fsync {})",
+        recovered_pairs, recovered_log_records, recovery_ms, config.data_dir,
+        durability::FsyncPolicyName(config.fsync));
+    log::Info("{}", recovery_summary);
+  }
   return Status::OK();
 }
 
@@ -361,8 +467,13 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
       } else {
         out.first = v.status();
       }
+    } else if (durability::PartitionStore* store = partitions[p].store.get();
+               store != nullptr && !(out.first = store->Writable()).ok()) {
+      // The log cannot be written: refuse before changing anything.
     } else if (op == Opcode::kHashDelete) {
-      out.first = table.Delete(*proto::DecodeHashKey(payload));
+      const std::string_view key = *proto::DecodeHashKey(payload);
+      out.first = table.Delete(key);
+      if (out.first.ok() && store) store->LogDelete(key, table.last_version());
     } else {
       auto put = *proto::DecodeHashPut(payload);
       Result<uint64_t> v =
@@ -373,6 +484,7 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
               : table.Put(put.key, put.value);
       if (v.ok()) {
         out.second = proto::EncodeHashPutReply(*v);
+        if (store) store->LogPut(put.key, put.value, *v);
       } else {
         out.first = v.status();
       }
@@ -381,8 +493,19 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
     return out;
   };
   if (threads[p].get() == t) {
-    auto [st, out] = work();
-    return Reply(t, c, op, id, std::move(st), std::move(out));
+    auto out = work();
+    if (op == Opcode::kHashGet || !out.first.ok()) {
+      return Reply(t, c, op, id, std::move(out.first), std::move(out.second));
+    }
+    // The reply waits for the log (group commit at the end of the pass).
+    const ucp_ep_h h = c.ep->handle();
+    const uint64_t conn_id = c.id;
+    return AfterDurable(p, [this, t, h, conn_id, op, id,
+                            out = std::move(out.second)](Status st) mutable {
+      auto it = t->conns.find(h);
+      if (it == t->conns.end() || it->second->id != conn_id) return;
+      Reply(t, *it->second, op, id, std::move(st), std::move(out));
+    });
   }
   // Another thread owns the partition: run there, answer from here (the
   // connection's endpoint belongs to this thread). The connection may be
@@ -390,14 +513,21 @@ void Server::Impl::HandleHash(Thread* t, Connection& c, Opcode op, uint64_t id,
   const ucp_ep_h h = c.ep->handle();
   const uint64_t conn_id = c.id;
   threads[p]->worker->Post(
-      [this, t, h, conn_id, op, id, work = std::move(work)]() mutable {
+      [this, t, p, h, conn_id, op, id, work = std::move(work)]() mutable {
         auto result = std::make_shared<std::pair<Status, std::string>>(work());
-        t->worker->Post([this, t, h, conn_id, op, id, result] {
-          auto it = t->conns.find(h);
-          if (it == t->conns.end() || it->second->id != conn_id) return;
-          Reply(t, *it->second, op, id, std::move(result->first),
-                std::move(result->second));
-        });
+        auto answer = [this, t, h, conn_id, op, id, result](Status st) {
+          if (!st.ok()) result->first = std::move(st);
+          t->worker->Post([this, t, h, conn_id, op, id, result] {
+            auto it = t->conns.find(h);
+            if (it == t->conns.end() || it->second->id != conn_id) return;
+            Reply(t, *it->second, op, id, std::move(result->first),
+                  std::move(result->second));
+          });
+        };
+        if (op == Opcode::kHashGet || !result->first.ok()) {
+          return answer(Status::OK());
+        }
+        AfterDurable(p, std::move(answer));
       });
 }
 
@@ -439,6 +569,13 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
   auto work = [this, batch, get](size_t owner,
                                  const std::vector<uint32_t>& items) {
     hash::Table& table = *partitions[owner].table;
+    durability::PartitionStore* store = partitions[owner].store.get();
+    if (!get && store) {
+      if (Status w = store->Writable(); !w.ok()) {
+        for (uint32_t i : items) batch->results[i].status = w;
+        return;
+      }
+    }
     for (uint32_t i : items) {
       proto::MultiItem& out = batch->results[i];
       if (get) {
@@ -453,6 +590,9 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
         auto v = table.Put(batch->pairs[i].first, batch->pairs[i].second);
         if (v.ok()) {
           out.version = *v;
+          if (store) {
+            store->LogPut(batch->pairs[i].first, batch->pairs[i].second, *v);
+          }
         } else {
           out.status = v.status();
         }
@@ -465,30 +605,48 @@ void Server::Impl::HandleHashMulti(Thread* t, Connection& c, Opcode op,
           proto::EncodeHashMultiReply(b.results));
   };
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
-    if (!by_owner[owner].empty() && threads[owner].get() != t) {
-      ++batch->owners_pending;
-    }
-  }
-  if (!by_owner[size_t(t->index)].empty()) {
-    work(size_t(t->index), by_owner[size_t(t->index)]);
+    if (!by_owner[owner].empty()) ++batch->owners_pending;
   }
   if (batch->owners_pending == 0) return send(c, *batch);
-  // Other owners run their items and report back to this thread, which
-  // answers once all have (the connection may be gone by then).
+  // Each owner runs its items; once they are durable (puts) it reports to
+  // this thread, which answers once all have (the connection may be gone
+  // by then). Runs on this thread.
   const ucp_ep_h h = c.ep->handle();
   const uint64_t conn_id = c.id;
+  auto one_done = [t, h, conn_id, batch, send] {
+    if (--batch->owners_pending > 0) return;
+    auto it = t->conns.find(h);
+    if (it == t->conns.end() || it->second->id != conn_id) return;
+    send(*it->second, *batch);
+  };
+  // On the owner's thread, after its items ran.
+  auto owner_done = [this, t, batch, get, one_done](
+                        size_t owner, std::vector<uint32_t> items) {
+    auto report = [t, batch, one_done, owner_is_t = threads[owner].get() == t,
+                   items = std::move(items)](Status st) {
+      if (!st.ok()) {
+        for (uint32_t i : items) {
+          if (batch->results[i].status.ok()) batch->results[i].status = st;
+        }
+      }
+      if (owner_is_t) return one_done();
+      t->worker->Post(one_done);
+    };
+    if (get) return report(Status::OK());
+    AfterDurable(owner, std::move(report));
+  };
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
-    if (by_owner[owner].empty() || threads[owner].get() == t) continue;
-    threads[owner]->worker->Post([t, h, conn_id, owner, batch, work, send,
-                                  items = std::move(by_owner[owner])] {
-      work(owner, items);
-      t->worker->Post([t, h, conn_id, batch, send] {
-        if (--batch->owners_pending > 0) return;
-        auto it = t->conns.find(h);
-        if (it == t->conns.end() || it->second->id != conn_id) return;
-        send(*it->second, *batch);
-      });
-    });
+    if (by_owner[owner].empty()) continue;
+    if (threads[owner].get() == t) {
+      work(owner, by_owner[owner]);
+      owner_done(owner, std::move(by_owner[owner]));
+      continue;
+    }
+    threads[owner]->worker->Post(
+        [owner, work, owner_done, items = std::move(by_owner[owner])] {
+          work(owner, items);
+          owner_done(owner, items);
+        });
   }
 }
 
@@ -634,6 +792,8 @@ void Server::Impl::OnRequest(Thread* t, AmMessage&& m) {
     case Opcode::kHashMultiGet:
     case Opcode::kHashMultiPut:
       return HandleHashMulti(t, c, op, id, std::move(m.data));
+    case Opcode::kSnapshot:
+      return HandleSnapshot(t, c, id);
     case Opcode::kHello:
     case Opcode::kError:
       break;
@@ -735,6 +895,38 @@ Status Server::Impl::ServeMemory(const proto::MemRequest& r,
   return Status::OK();
 }
 
+void Server::Impl::HandleSnapshot(Thread* t, Connection& c, uint64_t id) {
+  if (partitions.empty() || !partitions[0].store) {
+    return Reply(t, c, Opcode::kSnapshot, id,
+                 Status::Unsupported("this server runs without persistence "
+                                     "(no --data-dir, or --no-persistence)"),
+                 {});
+  }
+  struct Pending {
+    size_t left;
+    Status first_error;
+  };
+  auto pending = std::make_shared<Pending>(Pending{partitions.size(), {}});
+  const ucp_ep_h h = c.ep->handle();
+  const uint64_t conn_id = c.id;
+  for (size_t p = 0; p < partitions.size(); ++p) {
+    threads[p]->worker->Post([this, t, p, h, conn_id, id, pending] {
+      partitions[p].store->RequestSnapshot(
+          [this, t, h, conn_id, id, pending](Status st) {
+            t->worker->Post([this, t, h, conn_id, id, pending, st] {
+              if (!st.ok() && pending->first_error.ok())
+                pending->first_error = st;
+              if (--pending->left > 0) return;
+              auto it = t->conns.find(h);
+              if (it == t->conns.end() || it->second->id != conn_id) return;
+              Reply(t, *it->second, Opcode::kSnapshot, id, pending->first_error,
+                    {});
+            });
+          });
+    });
+  }
+}
+
 void Server::Impl::HandleHello(Thread* t, Connection& c, uint64_t id,
                                std::string_view payload) {
   auto hello = proto::DecodeHelloRequest(payload);
@@ -795,6 +987,24 @@ proto::StatsReply Server::Impl::Snapshot() const {
   s.regions = regions.size();
   s.server_threads = threads.size();
   s.incarnation = incarnation;
+  if (!partitions.empty() && partitions[0].store) {
+    s.fsync_policy = config.fsync == durability::FsyncPolicy::kNo         ? 1
+                     : config.fsync == durability::FsyncPolicy::kEverySec ? 2
+                                                                          : 3;
+    for (const Partition& p : partitions) {
+      const durability::StoreStats& d = p.store->stats();
+      s.log_bytes += d.log_bytes.load();
+      s.last_snapshot_unix_ms =
+          std::max(s.last_snapshot_unix_ms, d.last_snapshot_unix_ms.load());
+      s.last_snapshot_bytes += d.last_snapshot_bytes.load();
+      s.snapshots += d.snapshots.load();
+      s.log_write_errors += d.write_errors.load();
+      s.log_failing += d.failing.load();
+    }
+    s.recovered_pairs = recovered_pairs;
+    s.recovered_log_records = recovered_log_records;
+    s.recovery_ms = recovery_ms;
+  }
   return s;
 }
 
@@ -834,5 +1044,9 @@ void Server::Wait() {
 }
 
 proto::StatsReply Server::Snapshot() const { return impl_->Snapshot(); }
+
+const std::string& Server::recovery_summary() const {
+  return impl_->recovery_summary;
+}
 
 }  // namespace remem::server

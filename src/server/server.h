@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "durability/store.h"
 #include "proto/wire.h"
 #include "remem/options.h"
 #include "remem/status.h"
@@ -37,8 +38,17 @@ struct ServerConfig {
   uint64_t region_size = 1ull << 30;
   int threads = 1;
   Transport transport = Transport::kAuto;
-  std::string data_dir;  // reserved for durability
-  std::string secret;    // empty: no authentication
+  // Durability: with a data dir (and persistence on), every hash write is
+  // logged to data_dir/p<N>/ and recovered at start; README.md describes
+  // what each fsync policy guarantees. Empty: a pure cache.
+  std::string data_dir;
+  bool persistence = true;  // false (--no-persistence): ignore data_dir
+  durability::FsyncPolicy fsync = durability::FsyncPolicy::kEverySec;
+  uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
+  durability::RecoveryMode recovery = durability::RecoveryMode::kStrict;
+  std::string fault_log_io;             // tests: fault spec for the log files
+  uint64_t fault_slow_snapshot_us = 0;  // tests: see StoreOptions
+  std::string secret;                   // empty: no authentication
   bool pin_threads = true;
   std::chrono::microseconds spin{100};  // busy-poll before sleeping
   // Fault injection for tests: every hash bucket write pauses this long
@@ -74,6 +84,8 @@ class Server {
   void Wait();
   // Current counters.
   proto::StatsReply Snapshot() const;
+  // What recovery found at start, one line (empty without persistence).
+  const std::string& recovery_summary() const;
 
   struct Impl;
 

@@ -1,0 +1,151 @@
+// durability/log.h: the on-disk record format shared by operation logs and
+// snapshots, the file-I/O seam (with fault injection for tests), and the
+// append-only log writer of one partition.
+//
+// Record: a fixed 40-byte RecordHeader, then `key_len` bytes of key and
+// `value_len` bytes of value. The checksum is xxh3-64 over the header (with
+// the checksum field zero) and the payload, so a torn or corrupted record
+// never verifies. Every record carries the pair's version, so replay is
+// idempotent (see store.h). New record types may be added; a reader that
+// meets a type it does not know refuses (newer format) rather than skip it.
+//
+// Thread contract: LogWriter and File objects belong to one thread (the
+// partition's owner); the free functions are pure.
+
+#ifndef REMEM_DURABILITY_LOG_H_
+#define REMEM_DURABILITY_LOG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "remem/status.h"
+
+namespace remem::durability {
+
+inline constexpr uint32_t kRecordMagic = 0x4C524D52;  // "RMRL" in memory
+inline constexpr uint16_t kFormatVersion = 1;
+
+enum class RecordType : uint8_t {
+  kPut = 1,     // key, value, the version the write produced
+  kDelete = 2,  // key, the version the delete consumed
+  // Snapshot files only: the last record. lsn = the snapshot's start LSN,
+  // version = the table's version counter, value = 8-byte pair count.
+  kSnapshotEnd = 3,
+};
+
+struct RecordHeader {
+  uint32_t magic;   // kRecordMagic
+  uint16_t format;  // kFormatVersion
+  uint8_t type;     // RecordType
+  uint8_t flags;    // zero
+  uint32_t key_len;
+  uint32_t value_len;
+  uint64_t lsn;       // log sequence number, per partition, from 1
+  uint64_t version;   // the pair's version (see RecordType)
+  uint64_t checksum;  // xxh3-64 of the header (this field 0) and payload
+};
+static_assert(sizeof(RecordHeader) == 40);
+
+// Sanity bounds a reader applies before trusting lengths.
+inline constexpr uint32_t kMaxRecordKey = 1u << 20;
+inline constexpr uint32_t kMaxRecordValue = 1u << 28;
+
+// Appends one encoded record to `out`.
+void EncodeRecord(std::string* out, RecordType type, uint64_t lsn,
+                  uint64_t version, std::string_view key,
+                  std::string_view value);
+
+struct Record {
+  RecordType type;
+  uint64_t lsn;
+  uint64_t version;
+  std::string_view key;
+  std::string_view value;
+};
+
+enum class ParseOutcome {
+  kOk,
+  kShort,    // fewer bytes left than the record claims (or than a header)
+  kBad,      // magic, format, lengths or checksum wrong
+  kUnknown,  // verifies, but of a type this build does not know
+};
+// Parses the record at the start of `data`; on kOk sets `*rec` (views into
+// `data`) and `*size`.
+ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size);
+
+// --- the file-I/O seam
+
+// An append-only file. Write may be short (returns bytes written); errors
+// are IOError carrying the errno text.
+class File {
+ public:
+  virtual ~File() = default;
+  virtual Result<size_t> Write(const void* data, size_t len) = 0;
+  virtual Status Sync() = 0;                   // fdatasync
+  virtual Status Truncate(uint64_t size) = 0;  // and seek to the new end
+  virtual const std::string& path() const = 0;
+};
+
+// Creates (or truncates) `path` for appending.
+Result<std::unique_ptr<File>> CreateFile(const std::string& path);
+
+// Fault injection: a spec like "enospc-after:N", "eio-after:N",
+// "short-after:N" (N bytes written in total, over all of a partition's
+// files, before the fault starts). short: the write crossing N writes up
+// to N, later writes fail with ENOSPC. enospc: writes past N fail with
+// ENOSPC. eio: writes and syncs past N fail with EIO.
+struct FaultState {
+  enum Kind { kNone, kShort, kEnospc, kEio } kind = kNone;
+  uint64_t after = 0;
+  uint64_t written = 0;
+  bool healed = false;  // tests: the disk got space again
+};
+Result<FaultState> ParseFaultSpec(std::string_view spec);
+// Wraps `file` so that it fails as `state` says.
+std::unique_ptr<File> WithFaults(std::unique_ptr<File> file,
+                                 std::shared_ptr<FaultState> state);
+
+// Makes `path`'s directory entry durable (after create/rename/unlink).
+Status SyncDir(const std::string& dir);
+
+// --- the log writer
+
+// Records are buffered in memory by Append and written by Flush with one
+// write (group commit). A failed write leaves the file truncated back to
+// the last whole record and keeps the buffer, so the next Flush retries it;
+// records already on disk are never touched.
+class LogWriter {
+ public:
+  LogWriter(std::unique_ptr<File> file, uint64_t first_lsn)
+      : file_(std::move(file)), first_lsn_(first_lsn), next_lsn_(first_lsn) {}
+
+  // Buffers a record; returns its LSN.
+  uint64_t Append(RecordType type, uint64_t version, std::string_view key,
+                  std::string_view value);
+  // Writes the buffer; with `sync`, also fdatasyncs (even if the buffer was
+  // empty but earlier writes are unsynced).
+  Status Flush(bool sync);
+
+  bool has_pending() const { return !buf_.empty(); }
+  bool has_unsynced() const { return unsynced_; }
+  uint64_t first_lsn() const { return first_lsn_; }
+  uint64_t next_lsn() const { return next_lsn_; }
+  uint64_t bytes() const { return written_; }  // on disk in this file
+  const std::string& path() const { return file_->path(); }
+
+ private:
+  std::unique_ptr<File> file_;
+  uint64_t first_lsn_;
+  uint64_t next_lsn_;
+  std::string buf_;
+  uint64_t written_ = 0;  // bytes of whole records in the file
+  bool unsynced_ = false;
+  bool dirty_tail_ = false;  // a failed write may have left a partial tail
+};
+
+}  // namespace remem::durability
+
+#endif  // REMEM_DURABILITY_LOG_H_
