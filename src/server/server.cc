@@ -433,7 +433,8 @@ Status Server::Impl::InitHash(uint32_t first_region_id) {
         "({}, fsync {})",
         recovered_pairs, recovered_log_records, recovery_ms, config.data_dir,
         durability::FsyncPolicyName(config.fsync));
-    log::Info("{}", recovery_summary);
+    // remem-server prints it on stderr whatever the log level.
+    log::Debug("{}", recovery_summary);
   }
   return Status::OK();
 }
