@@ -614,8 +614,14 @@ void Client::Impl::SendGets(std::vector<std::shared_ptr<AsyncGet>> ops) {
               });
     return;
   }
-  for (size_t b = 0; b < ops.size(); b += proto::kMaxMultiItems) {
-    const size_t e = std::min(ops.size(), b + proto::kMaxMultiItems);
+  // At most kMaxMultiItems and about 16 MiB of keys per message.
+  for (size_t b = 0, e = 0; b < ops.size(); b = e) {
+    size_t bytes = 0;
+    for (e = b; e < ops.size() && e - b < proto::kMaxMultiItems &&
+                (e == b || bytes + ops[e]->key.size() < (16u << 20));
+         ++e) {
+      bytes += ops[e]->key.size();
+    }
     auto batch = std::make_shared<std::vector<std::shared_ptr<AsyncGet>>>(
         ops.begin() + long(b), ops.begin() + long(e));
     std::vector<std::string_view> keys;
