@@ -226,15 +226,20 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
   return res;
 }
 
+void Print(const char* policy, const CrashResult& r) {
+  std::printf(
+      "fsync %s: iterations %d (%d killed inside a snapshot), keys checked "
+      "%llu, acknowledged writes %llu, in flight at the kill %llu, lost "
+      "%llu, phantoms %llu\n",
+      policy, r.iterations, r.killed_in_snapshot,
+      (unsigned long long)r.keys_checked, (unsigned long long)r.acked_writes,
+      (unsigned long long)r.in_flight, (unsigned long long)r.lost,
+      (unsigned long long)r.phantoms);
+}
+
 TEST(Durability, CrashLoopFsyncAlwaysLosesNothingAcknowledged) {
   CrashResult r = CrashLoop("always", EnvInt("REMEM_CRASH_ITERATIONS", 30));
-  std::printf(
-      "fsync always: iterations %d (%d killed inside a snapshot), keys "
-      "checked %llu, acknowledged writes %llu, in flight at the kill %llu, "
-      "lost %llu, phantoms %llu\n",
-      r.iterations, r.killed_in_snapshot, (unsigned long long)r.keys_checked,
-      (unsigned long long)r.acked_writes, (unsigned long long)r.in_flight,
-      (unsigned long long)r.lost, (unsigned long long)r.phantoms);
+  Print("always", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_GT(r.acked_writes, 0u);
   EXPECT_EQ(r.lost, 0u);
@@ -248,13 +253,7 @@ TEST(Durability, CrashLoopFsyncEverySecLossIsBounded) {
   // here.) The bound asserted is the issue's: loss is reported.
   CrashResult r =
       CrashLoop("everysec", EnvInt("REMEM_CRASH_ITERATIONS", 30) / 2);
-  std::printf(
-      "fsync everysec: iterations %d (%d killed inside a snapshot), keys "
-      "checked %llu, acknowledged writes %llu, in flight at the kill %llu, "
-      "lost %llu, phantoms %llu\n",
-      r.iterations, r.killed_in_snapshot, (unsigned long long)r.keys_checked,
-      (unsigned long long)r.acked_writes, (unsigned long long)r.in_flight,
-      (unsigned long long)r.lost, (unsigned long long)r.phantoms);
+  Print("everysec", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_EQ(r.lost, 0u);
   EXPECT_EQ(r.phantoms, 0u);

@@ -7,6 +7,23 @@
 
 namespace remem::bench {
 
+std::unique_ptr<Client> ConnectOrReport(const std::string& address, Transport t,
+                                        const std::string& secret,
+                                        ReadPath path) {
+  ClientOptions co;
+  co.server = address;
+  co.transport = t;
+  co.secret = secret;
+  co.read_path = path;
+  auto client = Client::Connect(co);
+  if (!client.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n",
+                 client.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
 Status PinThisThread(int cpu) {
   if (cpu < 0) return Status::OK();
   cpu_set_t set;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "remem/client.h"
 #include "remem/options.h"
 #include "remem/status.h"
 #include "util/histogram.h"
@@ -31,6 +32,12 @@ Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
 Result<ServerUnderTest> ServerFor(const std::string& address,
                                   const std::string& binary, Transport t,
                                   int cpu, const std::string& memory);
+
+// Connects a benchmark client to `address`; prints the error and returns
+// null on failure.
+std::unique_ptr<Client> ConnectOrReport(const std::string& address, Transport t,
+                                        const std::string& secret,
+                                        ReadPath path = ReadPath::kAuto);
 
 struct Row {
   std::string test;

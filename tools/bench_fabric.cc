@@ -101,17 +101,9 @@ int RunFabric(const FabricOptions& o) {
       ServerFor(o.server, o.server_binary, o.transport, o.server_cpu, "256M");
   if (!started.ok()) return 1;
   ServerUnderTest server = std::move(*started);
-  ClientOptions co;
-  co.server = server.address;
-  co.transport = o.transport;
-  co.secret = o.secret;
-  auto client = Client::Connect(co);
-  if (!client.ok()) {
-    std::fprintf(stderr, "remem-bench: %s\n",
-                 client.status().ToString().c_str());
-    return 1;
-  }
-  Client& c = **client;
+  auto client = ConnectOrReport(server.address, o.transport, o.secret);
+  if (client == nullptr) return 1;
+  Client& c = *client;
   const std::string tname(TransportName(o.transport));
   if (!o.json) {
     std::printf("server %s%s, transport %s (UCX chose %s), client on CPU %d\n",

@@ -42,18 +42,9 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
   std::vector<std::string> notes;
   bool loaded = false;
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
-    ClientOptions co;
-    co.server = server.address;
-    co.transport = o.transport;
-    co.secret = o.secret;
-    co.read_path = path;
-    auto client = Client::Connect(co);
-    if (!client.ok()) {
-      std::fprintf(stderr, "remem-bench: %s\n",
-                   client.status().ToString().c_str());
-      return 1;
-    }
-    Client& c = **client;
+    auto client = ConnectOrReport(server.address, o.transport, o.secret, path);
+    if (client == nullptr) return 1;
+    Client& c = *client;
     if (!loaded) {
       const std::string value(value_len, 'v');
       auto t0 = std::chrono::steady_clock::now();

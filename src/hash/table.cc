@@ -303,17 +303,21 @@ Status Table::Grow() {
     }
   }
   moves_ = moves_before;  // rehash placement is not a cuckoo move
+  SwitchTo(old);
+  return Status::OK();
+}
+
+void Table::SwitchTo(const Geometry& old) {
   geo_.generation = old.generation + 1;
   PublishRoot();
   // Every old bucket now sends its readers back to the root. Only after
-  // this may a write change the new array (Write runs on this thread).
+  // this may a write change the new array (writes run on this thread).
   for (uint64_t i = 0; i < old.num_buckets; ++i) {
     auto* b = reinterpret_cast<Bucket*>(base_ + old.buckets_offset +
                                         i * kBucketBytes);
     std::atomic_ref<uint64_t>(b->version)
         .store(kMovedVersion, std::memory_order_release);
   }
-  return Status::OK();
 }
 
 Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
@@ -439,16 +443,8 @@ Status Table::Reserve(uint64_t buckets) {
   FormatBuckets(*offset, n);
   geo_.buckets_offset = *offset;
   geo_.num_buckets = n;
-  geo_.generation = old.generation + 1;
   mask_ = n - 1;
-  PublishRoot();
-  // As after a growth: readers of the old (empty) array go to the root.
-  for (uint64_t i = 0; i < old.num_buckets; ++i) {
-    auto* b = reinterpret_cast<Bucket*>(base_ + old.buckets_offset +
-                                        i * kBucketBytes);
-    std::atomic_ref<uint64_t>(b->version)
-        .store(kMovedVersion, std::memory_order_release);
-  }
+  SwitchTo(old);  // as after a growth
   return Status::OK();
 }
 

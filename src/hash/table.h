@@ -189,6 +189,9 @@ class Table {
   // if needed; returns the bucket, or nullopt.
   std::optional<uint64_t> MakeRoom(uint64_t b1, uint64_t b2, size_t need);
   Status Grow();
+  // Publishes geo_ (already naming the new array) in the root with the next
+  // generation, then marks every bucket of `old` moved.
+  void SwitchTo(const Geometry& old);
   void FormatBuckets(uint64_t offset, uint64_t n);
   Status CheckSizes(std::string_view key, std::string_view value) const;
 
