@@ -1,6 +1,8 @@
-// libFuzzer target for remem's wire decoders: every decoder must reject or
-// accept arbitrary bytes without reading out of bounds, and whatever a
-// decoder accepts must re-encode to the same bytes.
+// libFuzzer target for remem's wire decoders (the TCP handshake the server's
+// listening port reads first, RPC headers, regions, stats, served memory
+// requests, the hash store's payloads, durable records, bucket walks):
+// every decoder must reject or accept arbitrary bytes without reading out
+// of bounds, and whatever a decoder accepts must re-encode consistently.
 
 #include <cstdint>
 #include <cstdlib>
@@ -9,30 +11,56 @@
 #include <string_view>
 
 #include "durability/log.h"
+#include "hash/codec.h"
 #include "hash/layout.h"
 #include "proto/codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace remem::proto;
+  using namespace remem::hash;
   std::string_view in(reinterpret_cast<const char*>(data), size);
   if (size >= sizeof(RpcHeader)) {
     (void)DecodeHeader(data, sizeof(RpcHeader), size - sizeof(RpcHeader));
   }
   (void)DecodeHeader(data, size, 0);
 
-  auto hello = DecodeHelloRequest(in);
-  if (hello.ok() && hello->version == kWireVersion) {
-    // Reserved fields are not round-tripped, so only check the length.
-    if (EncodeHelloRequest(*hello).size() != size) std::abort();
+  // The handshake, as the server's acceptor reads it: the prefix alone,
+  // then the whole message; whatever is accepted re-encodes to its length.
+  if (size >= sizeof(ClientHello)) {
+    ClientHello h;
+    auto body = DecodeClientHelloPrefix(in.substr(0, sizeof(h)), &h);
+    if (body.ok() &&
+        (*body > size_t{kMaxSecretBytes} + kMaxWorkerAddressBytes)) {
+      std::abort();  // the prefix must bound what the server reads next
+    }
   }
-  auto reply = DecodeHelloReply(in);
-  if (reply.ok()) {
-    auto again = DecodeHelloReply(EncodeHelloReply(*reply));
-    if (!again.ok() || again->regions.size() != reply->regions.size()) {
+  auto hello = DecodeClientHello(in);
+  if (hello.ok() && EncodeClientHello(*hello).size() != size) std::abort();
+  auto server_hello = DecodeServerHello(in);
+  if (server_hello.ok()) {
+    auto again = DecodeServerHello(EncodeServerHello(*server_hello));
+    if (!again.ok() || again->worker_address != server_hello->worker_address ||
+        again->status.code() != server_hello->status.code()) {
       std::abort();
     }
   }
-  (void)DecodeStatsReply(in);
+  auto regions = DecodeRegionsReply(in);
+  if (regions.ok()) {
+    auto again = DecodeRegionsReply(EncodeRegionsReply(*regions));
+    if (!again.ok() || again->regions.size() != regions->regions.size()) {
+      std::abort();
+    }
+  }
+  auto stats = DecodeStatsReply(in);
+  if (stats.ok()) {
+    auto again = DecodeStatsReply(EncodeStatsReply(*stats));
+    if (!again.ok() || again->size() != stats->size()) std::abort();
+  }
+  if (size >= sizeof(ServerLease)) {
+    ServerLease l;
+    std::memcpy(&l, data, sizeof(l));
+    (void)LeaseVerifies(l);
+  }
   if (size >= sizeof(MemRequest)) {
     auto mem = DecodeMemRequest(in.substr(0, sizeof(MemRequest)),
                                 size - sizeof(MemRequest));

@@ -46,8 +46,15 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
   EXPECT_TRUE(Contains(ping.out, "transport shm")) << ping.out;
   EXPECT_TRUE(Contains(ping.out, "over 3 pings")) << ping.out;
 
-  auto tcp = RunCommand({CliBinary(), "--server", server.address, "--transport",
-                         "tcp", "--json", "ping"});
+  // A server on shared memory alone cannot reach a tcp client, and says so.
+  auto refused = RunCommand(
+      {CliBinary(), "--server", server.address, "--transport", "tcp", "ping"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_TRUE(Contains(refused.out, "cannot reach the client")) << refused.out;
+  auto tcp_server = StartServer({"--transport", "tcp"}, "32M");
+  ASSERT_NE(tcp_server.process, nullptr);
+  auto tcp = RunCommand({CliBinary(), "--server", tcp_server.address,
+                         "--transport", "tcp", "--json", "ping"});
   ASSERT_EQ(tcp.exit_code, 0) << tcp.out;
   EXPECT_TRUE(Contains(tcp.out, "\"transport\":\"net (tcp")) << tcp.out;
   EXPECT_TRUE(Contains(tcp.out, "\"one_sided_reads\":\"remote-get\""));
@@ -55,7 +62,8 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
   auto stats =
       RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
   ASSERT_EQ(stats.exit_code, 0) << stats.out;
-  EXPECT_TRUE(Contains(stats.out, "\"memory_registered\":33554432"))
+  // --memory, plus the root region's page (the server lease).
+  EXPECT_TRUE(Contains(stats.out, "\"memory_registered\":33558528"))
       << stats.out;
   EXPECT_TRUE(Contains(stats.out, "\"connections_current\":1")) << stats.out;
 

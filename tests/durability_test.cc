@@ -19,7 +19,8 @@
 #include <random>
 #include <thread>
 
-#include "remem/client.h"
+#include "remem/hash.h"
+#include "remem/session.h"
 #include "test_util.h"
 #include "util/subprocess.h"
 
@@ -37,16 +38,24 @@ std::string TempDir() {
   return t;
 }
 
-std::unique_ptr<Client> Connect(const std::string& address, bool must = true) {
-  ClientOptions o;
+testing::HashClient Connect(const std::string& address, bool must = true) {
+  SessionOptions o;
   o.server = address;
   o.transport = TestTransport();
   o.timeout = std::chrono::milliseconds(3000);
-  auto c = Client::Connect(o);
+  testing::HashClient c;
+  auto s = Session::Connect(o);
   if (must) {
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
   }
-  return c.ok() ? std::move(*c) : nullptr;
+  if (!s.ok()) return c;
+  c.session = std::move(*s);
+  auto h = HashStore::Open(c.session.get());
+  if (must) {
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+  }
+  if (h.ok()) c.store = std::move(*h);
+  return c;
 }
 
 int EnvInt(const char* name, int def) {
@@ -191,14 +200,14 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
         ks.in_flight = false;
       }
     }
-    reader.reset();
+    reader = {};
     if (it + 1 == iterations) break;
     // Load, then SIGKILL at a random moment; every other time just after
     // asking for a snapshot, so the kill often lands inside one.
     std::atomic<uint64_t> acked{0};
     // Connected up front, so the snapshot starts right when asked.
-    std::unique_ptr<Client> snap_client =
-        it % 2 == 1 ? Connect(server.address) : nullptr;
+    testing::HashClient snap_client =
+        it % 2 == 1 ? Connect(server.address) : testing::HashClient();
     std::vector<std::thread> writers;
     for (int w = 0; w < kWriters; ++w) {
       writers.emplace_back(Writer, server.address, w, kKeys, it,
@@ -208,8 +217,8 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
     std::thread snapper;
     std::atomic<bool> snap_unfinished{false};
     if (it % 2 == 1 && snap_client) {
-      snapper = std::thread([&snap_unfinished, c = snap_client.get()] {
-        if (!c->Snapshot().ok()) snap_unfinished = true;
+      snapper = std::thread([&snap_unfinished, c = snap_client.session.get()] {
+        if (!c->TakeSnapshot().ok()) snap_unfinished = true;
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(1 + rng() % 12));
     }
@@ -217,7 +226,7 @@ CrashResult CrashLoop(const std::string& policy, int iterations) {
     (void)server.process->Wait(std::chrono::seconds(10));
     for (auto& t : writers) t.join();
     if (snapper.joinable()) snapper.join();
-    snap_client.reset();
+    snap_client = {};
     if (snap_unfinished) ++res.killed_in_snapshot;
     res.acked_writes += acked.load();
     ++res.iterations;
@@ -287,11 +296,11 @@ TEST(Durability, DiskFullFailsWritesClearlyWhileReadsGoOn) {
     ASSERT_TRUE(g.ok()) << i;
     EXPECT_EQ(g->value, "value-" + std::to_string(i));
   }
-  auto stats = c->Stats();
+  auto stats = c.session->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_GE(stats->log_write_errors, 1u);
-  EXPECT_EQ(stats->log_failing, 1u);
-  EXPECT_EQ(stats->fsync_policy, "always");
+  EXPECT_GE(stats->Get("log_write_errors"), 1u);
+  EXPECT_EQ(stats->Get("log_failing"), 1u);
+  EXPECT_EQ(stats->Text("fsync_policy"), "always");
   // Nothing already durable was damaged: a restart (without the fault)
   // recovers every acknowledged write.
   ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
@@ -316,14 +325,14 @@ TEST(Durability, CorruptLogRefusesToStartUnlessTruncating) {
     for (int i = 0; i < 50; ++i) {
       ASSERT_TRUE(c->Put("k" + std::to_string(i), "v").ok());
     }
-    auto stats = c->Stats();
+    auto stats = c.session->Stats();
     ASSERT_TRUE(stats.ok());
-    EXPECT_GT(stats->log_bytes, 0u);
+    EXPECT_GT(stats->Get("log_bytes"), 0u);
     ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
     (void)server.process->Wait(std::chrono::seconds(10));
   }
   std::string log;
-  for (const auto& e : fs::directory_iterator(dir + "/p0")) {
+  for (const auto& e : fs::directory_iterator(dir + "/hash/p0")) {
     if (e.path().extension() == ".rlog" && fs::file_size(e.path()) > 0) {
       log = e.path().string();
     }

@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "hash_values.h"
-#include "remem/client.h"
+#include "remem/hash.h"
+#include "remem/session.h"
 
 namespace {
 std::atomic<bool> stop{false};
@@ -30,19 +31,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   signal(SIGUSR1, OnStop);
-  remem::ClientOptions o;
+  remem::SessionOptions o;
   o.server = argv[1];
   auto t = remem::ParseTransport(argv[2]);
   if (!t.ok()) return 2;
   o.transport = *t;
   o.read_path = remem::ReadPath::kOneSided;
   const int keys = std::atoi(argv[3]);
-  auto client = remem::Client::Connect(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+  auto session = remem::Session::Connect(o);
+  if (!session.ok()) {
+    std::fprintf(stderr, "connect: %s\n", session.status().ToString().c_str());
     return 1;
   }
-  remem::Client& c = **client;
+  auto hash = remem::HashStore::Open(session->get());
+  if (!hash.ok()) {
+    std::fprintf(stderr, "open: %s\n", hash.status().ToString().c_str());
+    return 1;
+  }
+  remem::HashStore& c = **hash;
   std::printf("READY\n");
   std::fflush(stdout);
   std::vector<uint64_t> last(size_t(keys), 0);

@@ -2,6 +2,8 @@
 // so writes are forwarded between partitions), clients in this one, over
 // the transport of REMEM_TEST_TRANSPORT.
 
+#include "remem/hash.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,7 +15,7 @@
 
 #include "hash_values.h"
 #include "linearizability.h"
-#include "remem/client.h"
+#include "remem/session.h"
 #include "test_util.h"
 #include "util/subprocess.h"
 
@@ -29,8 +31,8 @@ uint64_t NowNs() {
                       .count());
 }
 
-std::unique_ptr<Client> Connect(const std::string& address, ReadPath path) {
-  return testing::ConnectOrDie(address, "", path);
+testing::HashClient Connect(const std::string& address, ReadPath path) {
+  return testing::ConnectHashOrDie(address, "", path);
 }
 
 class HashTest : public ::testing::Test {
@@ -61,7 +63,7 @@ TEST_F(HashTest, OperationsAgreeOnBothReadPaths) {
       ASSERT_TRUE(onesided->Put(key, value).ok());
       model[key] = value;
     }
-    for (Client* c : {onesided.get(), rpc.get()}) {
+    for (HashStore* c : {onesided.store.get(), rpc.store.get()}) {
       auto got = c->Get(key);
       if (model.count(key)) {
         ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -78,7 +80,7 @@ TEST_F(HashTest, OperationsAgreeOnBothReadPaths) {
 
 TEST_F(HashTest, ConditionalWrites) {
   auto c = Connect(server_.address, ReadPath::kAuto);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   auto v1 = c->PutIfAbsent("acct", "100");
   ASSERT_TRUE(v1.ok());
   EXPECT_EQ(c->PutIfAbsent("acct", "200").status().code(),
@@ -98,7 +100,7 @@ TEST_F(HashTest, ConditionalWrites) {
 
 TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
   auto c = Connect(server_.address, ReadPath::kAuto);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   ASSERT_TRUE(c->Put("keep", "me").ok());
   EXPECT_EQ(c->Put("", "v").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Put(std::string((64 << 10) + 1, 'k'), "v").status().code(),
@@ -108,12 +110,27 @@ TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
   EXPECT_EQ(c->Get("").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Get("missing").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(c->Delete("missing").code(), StatusCode::kNotFound);
-  // The hash store's regions are not raw memory.
-  for (const RegionInfo& r : c->regions()) EXPECT_NE(r.id, 0u);
-  uint64_t v = 0;
-  const uint32_t hash_region = c->regions().back().id + 1;
-  EXPECT_EQ(c->Write({hash_region, 0}, &v, 8).code(),
-            StatusCode::kInvalidArgument);
+  // The hash store's regions (and the server's root) are not raw memory:
+  // every region id below the raw ones is refused, for reads and writes,
+  // and nothing a refused write carried reaches the store.
+  const auto& raw = c.session->regions();
+  ASSERT_FALSE(raw.empty());
+  uint32_t refused = 0;
+  for (uint32_t id = 0; id < raw.front().id; ++id) {
+    uint64_t v = ~uint64_t{0};
+    EXPECT_EQ(c.session->Write({id, 0}, &v, 8).code(),
+              StatusCode::kInvalidArgument)
+        << "region " << id;
+    EXPECT_EQ(c.session->Read({id, 0}, &v, 8).code(),
+              StatusCode::kInvalidArgument)
+        << "region " << id;
+    EXPECT_EQ(c.session->FetchAdd({id, 0}, 1).status().code(),
+              StatusCode::kInvalidArgument)
+        << "region " << id;
+    ++refused;
+  }
+  // The root and one hash partition per server thread.
+  EXPECT_EQ(refused, 3u);
   auto keep = c->Get("keep");
   ASSERT_TRUE(keep.ok());
   EXPECT_EQ(keep->value, "me");
@@ -123,7 +140,7 @@ TEST(HashFull, AFullStoreSaysSoAndKeepsEveryKey) {
   auto server = StartServer({"--hash-memory", "2M"}, "8M");
   ASSERT_NE(server.process, nullptr);
   auto c = Connect(server.address, ReadPath::kOneSided);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   std::vector<std::string> keys;
   Status last;
   for (int i = 0; i < 100000; ++i) {
@@ -152,7 +169,7 @@ TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
       {"--max-key-bytes", "10", "--max-value-bytes", "1000"}, "16M");
   ASSERT_NE(server.process, nullptr);
   auto c = Connect(server.address, ReadPath::kAuto);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   EXPECT_TRUE(c->Put("0123456789", std::string(1000, 'v')).ok());
   EXPECT_EQ(c->Put("0123456789a", "v").status().code(),
             StatusCode::kInvalidArgument);
@@ -187,7 +204,7 @@ void RaceAndCheckLinearizable(const std::string& address,
 
   std::thread writer([&] {
     auto c = Connect(address, ReadPath::kRpc);
-    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c);
     std::mt19937_64 rng(17);
     std::vector<uint64_t> last_version(kKeys, 0);
     // At least `budget`, and at least enough writes to grow the table a few
@@ -251,7 +268,7 @@ void RaceAndCheckLinearizable(const std::string& address,
   for (int r = 0; r < kReaders; ++r) {
     readers.emplace_back([&, r] {
       auto c = Connect(address, ReadPath::kOneSided);
-      ASSERT_NE(c, nullptr);
+      ASSERT_TRUE(c);
       std::mt19937_64 rng(100 + r);
       std::vector<std::vector<KvOp>> mine(kKeys);
       for (int n = 0; n < 40000 && !stop; ++n) {
@@ -297,11 +314,12 @@ void RaceAndCheckLinearizable(const std::string& address,
         << "key hot" << k << ": " << result.explanation;
   }
   auto c = Connect(address, ReadPath::kRpc);
-  ASSERT_NE(c, nullptr);
-  auto stats = c->Stats();
+  ASSERT_TRUE(c);
+  auto stats = c.session->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_GT(stats->hash_growths, 0u)
-      << "the race should cover growth (" << stats->hash_pairs << " pairs)";
+  EXPECT_GT(stats->Get("hash_growths"), 0u)
+      << "the race should cover growth (" << stats->Get("hash_pairs")
+      << " pairs)";
 }
 
 TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
@@ -341,7 +359,7 @@ TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
     readers.push_back(std::move(*p));
   }
   auto c = Connect(server_.address, ReadPath::kRpc);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   std::mt19937_64 rng(23);
   // 3 s and at least 500 writes (readers can starve the writer of CPU on a
   // small machine), at most a minute.
@@ -387,7 +405,7 @@ TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
     ASSERT_TRUE(rc.ok());
     EXPECT_EQ(*rc, 0);
   }
-  auto stats = c->Stats();
+  auto stats = c.session->Stats();
   ASSERT_TRUE(stats.ok());
   std::printf(
       "%s: %d reader processes, %llu one-sided gets racing %llu writes and "
@@ -396,7 +414,7 @@ TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
       std::string(TransportName(TestTransport())).c_str(), kReaders,
       static_cast<unsigned long long>(reads),
       static_cast<unsigned long long>(writes),
-      static_cast<unsigned long long>(stats->hash_growths),
+      static_cast<unsigned long long>(stats->Get("hash_growths")),
       static_cast<unsigned long long>(bad),
       static_cast<unsigned long long>(backwards),
       static_cast<unsigned long long>(retries),
@@ -405,7 +423,7 @@ TEST_F(HashTest, NoTornOrPhantomValueOverMillionsOfOneSidedReads) {
   EXPECT_EQ(backwards, 0u);
   EXPECT_GT(reads, 100u);
   EXPECT_GT(writes, 100u);
-  EXPECT_GT(stats->hash_growths, 0u);
+  EXPECT_GT(stats->Get("hash_growths"), 0u);
 }
 
 // The value checker itself: it must reject what the race would produce.
@@ -424,7 +442,7 @@ TEST(HashValues, TornAndPhantomValuesAreRecognised) {
 
 TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
   auto writer = Connect(server_.address, ReadPath::kRpc);
-  ASSERT_NE(writer, nullptr);
+  ASSERT_TRUE(writer);
   std::vector<std::string> keys, values;
   for (int i = 0; i < 3000; ++i) {
     keys.push_back("m" + std::to_string(i));
@@ -450,7 +468,7 @@ TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
   ask.push_back("");
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
     auto c = Connect(server_.address, path);
-    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c);
     auto got = c->MultiGet(ask);
     ASSERT_EQ(got.size(), ask.size());
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -468,19 +486,19 @@ TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
       EXPECT_EQ(c->read_stats().onesided_gets, 0u);
     }
   }
-  auto stats = writer->Stats();
+  auto stats = writer.session->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->hash_pairs, keys.size());
-  EXPECT_GT(stats->hash_growths, 0u);
+  EXPECT_EQ(stats->Get("hash_pairs"), keys.size());
+  EXPECT_GT(stats->Get("hash_growths"), 0u);
 }
 
 TEST_F(HashTest, ManyAsyncOperationsInFlight) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
-    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c);
     const std::string prefix(ReadPathName(path));
     constexpr int kOps = 500;
-    auto before = c->Stats();
+    auto before = c.session->Stats();
     ASSERT_TRUE(before.ok());
     int put_done = 0;
     for (int i = 0; i < kOps; ++i) {
@@ -492,18 +510,18 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
     }
     EXPECT_EQ(put_done, 0) << "callbacks run in Poll/WaitAll only";
     EXPECT_EQ(c->in_flight(), size_t(kOps));
-    ASSERT_TRUE(c->WaitAll().ok());
+    ASSERT_TRUE(c.session->WaitAll().ok());
     EXPECT_EQ(put_done, kOps);
     // Puts issued together went out together (one multi-put message, not
     // 500 requests).
-    auto after = c->Stats();
+    auto after = c.session->Stats();
     ASSERT_TRUE(after.ok());
-    EXPECT_LE(after->rpcs_served - before->rpcs_served, 3u);
+    EXPECT_LE(after->Get("rpcs_served") - before->Get("rpcs_served"), 3u);
     // Key 0 is deleted concurrently below, so it is not read.
     int get_done = 0;
     for (int i = 1; i < kOps; ++i) {
       c->GetAsync(prefix + std::to_string(i),
-                  [&get_done, i](Result<Client::Value> v) {
+                  [&get_done, i](Result<HashStore::Value> v) {
                     ASSERT_TRUE(v.ok()) << v.status().ToString();
                     EXPECT_EQ(v->value, std::string(i % 300, 'p'));
                     ++get_done;
@@ -514,12 +532,12 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
       EXPECT_TRUE(st.ok()) << st.ToString();
       ++deleted;
     });
-    c->GetAsync("", [](Result<Client::Value> v) {
+    c->GetAsync("", [](Result<HashStore::Value> v) {
       EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
     });
     EXPECT_EQ(get_done, 0);
     // The empty-key get fails, so WaitAll reports its error.
-    EXPECT_EQ(c->WaitAll().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(get_done, kOps - 1);
     EXPECT_EQ(deleted, 1);
   }
@@ -529,7 +547,7 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
 // carries on serving others, and every key it acknowledged stays readable.
 TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   auto c = Connect(server_.address, ReadPath::kAuto);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   ASSERT_TRUE(c->Put("before", "kept").ok());
   SpawnOptions o;
   o.argv = {testing::BenchBinary(),
@@ -549,9 +567,9 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
       std::chrono::steady_clock::now() + std::chrono::seconds(30);
   uint64_t pairs = 0;
   while (std::chrono::steady_clock::now() < deadline && pairs < 20000) {
-    auto s = c->Stats();
+    auto s = c.session->Stats();
     ASSERT_TRUE(s.ok());
-    pairs = s->hash_pairs;
+    pairs = s->Get("hash_pairs");
   }
   ASSERT_GE(pairs, 20000u) << "the loader never got going";
   ASSERT_TRUE((*bench)->Signal(SIGKILL).ok());
@@ -582,12 +600,12 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
 // Its decision logic is tested deterministically in path_selector_test.cc.
 TEST_F(HashTest, AutoPathFollowsTheMeasuredLatencies) {
   auto c = Connect(server_.address, ReadPath::kAuto);
-  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c);
   ASSERT_TRUE(c->Put("k", "v").ok());
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(c->Get("k").ok());
-  const Client::ReadStats before = c->read_stats();
+  const HashStore::ReadStats before = c->read_stats();
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c->Get("k").ok());
-  const Client::ReadStats s = c->read_stats();
+  const HashStore::ReadStats s = c->read_stats();
   const uint64_t onesided = s.onesided_gets - before.onesided_gets;
   const uint64_t rpc = s.rpc_gets - before.rpc_gets;
   std::printf(

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace remem::testing {
@@ -14,22 +16,32 @@ Transport TestTransport() {
   const char* t = std::getenv("REMEM_TEST_TRANSPORT");
   if (t == nullptr) return Transport::kShm;
   auto parsed = ParseTransport(t);
-  return parsed.ok() ? *parsed : Transport::kShm;
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "REMEM_TEST_TRANSPORT: %s\n",
+                 parsed.status().ToString().c_str());
+    std::abort();
+  }
+  return *parsed;
 }
 
 ServerProcess StartServer(const std::vector<std::string>& extra,
                           const std::string& memory) {
   SpawnOptions o;
-  o.argv = {ServerBinary(),
-            "--listen",
-            "127.0.0.1:0",
-            "--memory",
-            memory,
-            "--transport",
-            std::string(TransportName(TestTransport())),
-            "--log-level",
-            "warn",
-            "--no-pin"};
+  o.argv = {ServerBinary(), "--memory", memory,
+            "--log-level",  "warn",     "--no-pin"};
+  auto named = [&](const char* flag) {
+    return std::find(extra.begin(), extra.end(), flag) != extra.end();
+  };
+  // A free loopback port, unless the test names an address.
+  if (!named("--listen")) {
+    o.argv.push_back("--listen");
+    o.argv.push_back("127.0.0.1:0");
+  }
+  // The test transport, unless the test names one.
+  if (!named("--transport")) {
+    o.argv.push_back("--transport");
+    o.argv.push_back(std::string(TransportName(TestTransport())));
+  }
   o.argv.insert(o.argv.end(), extra.begin(), extra.end());
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -45,18 +57,29 @@ ServerProcess StartServer(const std::vector<std::string>& extra,
   return s;
 }
 
-std::unique_ptr<Client> ConnectOrDie(const std::string& address,
-                                     const std::string& secret,
-                                     ReadPath read_path) {
-  ClientOptions o;
+std::unique_ptr<Session> ConnectOrDie(const std::string& address,
+                                      const std::string& secret,
+                                      ReadPath read_path) {
+  SessionOptions o;
   o.server = address;
   o.transport = TestTransport();
   o.secret = secret;
   o.read_path = read_path;
-  auto c = Client::Connect(o);
+  auto c = Session::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;
   return std::move(*c);
+}
+
+HashClient ConnectHashOrDie(const std::string& address,
+                            const std::string& secret, ReadPath read_path) {
+  HashClient c;
+  c.session = ConnectOrDie(address, secret, read_path);
+  if (c.session == nullptr) return c;
+  auto h = HashStore::Open(c.session.get());
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (h.ok()) c.store = std::move(*h);
+  return c;
 }
 
 CommandResult RunCommand(const std::vector<std::string>& argv,

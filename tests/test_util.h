@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "remem/client.h"
+#include "remem/hash.h"
 #include "remem/options.h"
+#include "remem/session.h"
 #include "util/subprocess.h"
 
 namespace remem::testing {
@@ -20,8 +21,8 @@ std::string CliBinary();
 std::string BenchBinary();
 
 // The transport the current test process uses: REMEM_TEST_TRANSPORT
-// (shm or tcp; default shm). One UCX transport per process, so ctest runs
-// the fabric suite once per transport.
+// (shm or tcp; default shm; anything else aborts the test program). One UCX
+// transport per process, so ctest runs the suites once per transport.
 Transport TestTransport();
 
 struct ServerProcess {
@@ -35,10 +36,31 @@ struct ServerProcess {
 ServerProcess StartServer(const std::vector<std::string>& extra = {},
                           const std::string& memory = "64M");
 
-// Connects a client to `address` with the test transport.
-std::unique_ptr<Client> ConnectOrDie(const std::string& address,
-                                     const std::string& secret = "",
-                                     ReadPath read_path = ReadPath::kAuto);
+// Connects a session to `address` with the test transport.
+std::unique_ptr<Session> ConnectOrDie(const std::string& address,
+                                      const std::string& secret = "",
+                                      ReadPath read_path = ReadPath::kAuto);
+
+// A session and its hash store (destroyed store first).
+struct HashClient {
+  std::unique_ptr<Session> session;
+  std::unique_ptr<HashStore> store;
+  HashClient() = default;
+  HashClient(HashClient&&) = default;
+  HashClient& operator=(HashClient&& o) {
+    store = std::move(o.store);
+    session = std::move(o.session);
+    return *this;
+  }
+  ~HashClient() { store.reset(); }
+  HashStore* operator->() const { return store.get(); }
+  explicit operator bool() const { return store != nullptr; }
+};
+// Connects and opens the hash store; a null store on failure (after a test
+// failure is recorded).
+HashClient ConnectHashOrDie(const std::string& address,
+                            const std::string& secret = "",
+                            ReadPath read_path = ReadPath::kAuto);
 
 // Runs a command to completion, capturing stdout; returns exit code.
 struct CommandResult {

@@ -7,21 +7,30 @@
 
 namespace remem::bench {
 
-std::unique_ptr<Client> ConnectOrReport(const std::string& address, Transport t,
-                                        const std::string& secret,
-                                        ReadPath path) {
-  ClientOptions co;
-  co.server = address;
-  co.transport = t;
-  co.secret = secret;
-  co.read_path = path;
-  auto client = Client::Connect(co);
-  if (!client.ok()) {
+std::unique_ptr<Session> ConnectOrReport(const std::string& address,
+                                         Transport t, const std::string& secret,
+                                         ReadPath path) {
+  SessionOptions so;
+  so.server = address;
+  so.transport = t;
+  so.secret = secret;
+  so.read_path = path;
+  auto session = Session::Connect(so);
+  if (!session.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n",
-                 client.status().ToString().c_str());
+                 session.status().ToString().c_str());
     return nullptr;
   }
-  return std::move(*client);
+  return std::move(*session);
+}
+
+std::unique_ptr<HashStore> OpenHashOrReport(Session* session) {
+  auto h = HashStore::Open(session);
+  if (!h.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", h.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*h);
 }
 
 Status PinThisThread(int cpu) {

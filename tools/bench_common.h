@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "remem/client.h"
+#include "remem/hash.h"
 #include "remem/options.h"
+#include "remem/session.h"
 #include "remem/status.h"
 #include "util/histogram.h"
 #include "util/subprocess.h"
@@ -33,11 +34,14 @@ Result<ServerUnderTest> ServerFor(const std::string& address,
                                   const std::string& binary, Transport t,
                                   int cpu, const std::string& memory);
 
-// Connects a benchmark client to `address`; prints the error and returns
+// Connects a benchmark session to `address`; prints the error and returns
 // null on failure.
-std::unique_ptr<Client> ConnectOrReport(const std::string& address, Transport t,
-                                        const std::string& secret,
-                                        ReadPath path = ReadPath::kAuto);
+std::unique_ptr<Session> ConnectOrReport(const std::string& address,
+                                         Transport t, const std::string& secret,
+                                         ReadPath path = ReadPath::kAuto);
+// Opens the hash store on `session`; prints the error and returns null on
+// failure.
+std::unique_ptr<HashStore> OpenHashOrReport(Session* session);
 
 struct Row {
   std::string test;

@@ -15,7 +15,8 @@
 #include <unordered_map>
 
 #include "bench_common.h"
-#include "remem/client.h"
+#include "remem/hash.h"
+#include "remem/session.h"
 
 namespace remem::bench {
 
@@ -31,7 +32,9 @@ uint64_t NowNs() {
 
 class RememDriver : public KvDriver {
  public:
-  explicit RememDriver(std::unique_ptr<Client> c) : c_(std::move(c)) {}
+  RememDriver(std::unique_ptr<Session> s, std::unique_ptr<HashStore> h)
+      : s_(std::move(s)), c_(std::move(h)) {}
+  ~RememDriver() override { c_.reset(); }
 
   // Single gets and puts are asynchronous (any number in flight, completed
   // by Poll); a batch of keys is one MultiGet (one batch of one-sided reads
@@ -53,7 +56,7 @@ class RememDriver : public KvDriver {
     }
     if (r->kind == KvRequest::Kind::kGet) {
       r->values.resize(1);
-      c_->GetAsync(r->keys[0], [this, r](Result<Client::Value> v) {
+      c_->GetAsync(r->keys[0], [this, r](Result<HashStore::Value> v) {
         if (v.ok()) {
           r->values[0] = std::move(v->value);
         } else if (v.status().code() != StatusCode::kNotFound) {
@@ -71,8 +74,8 @@ class RememDriver : public KvDriver {
   Status WaitSome(std::vector<KvRequest*>* done) override {
     while (done_.empty()) {
       if (c_->in_flight() == 0) break;
-      c_->Poll();
-      if (!c_->connected()) {
+      s_->Poll();
+      if (!s_->connected()) {
         return Status::Unavailable("remem: the connection failed");
       }
     }
@@ -92,7 +95,8 @@ class RememDriver : public KvDriver {
     done_.push_back(r);
   }
 
-  std::unique_ptr<Client> c_;
+  std::unique_ptr<Session> s_;
+  std::unique_ptr<HashStore> c_;
   std::vector<KvRequest*> done_;
 };
 
@@ -531,14 +535,17 @@ Result<double> SystemServer::CpuSeconds() const {
 Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
   switch (spec_.kind) {
     case SystemSpec::Kind::kRemem: {
-      ClientOptions co;
-      co.server = address_;
-      co.transport = spec_.transport;
-      co.read_path = spec_.read_path;
-      co.secret = options_.secret;
-      auto c = Client::Connect(co);
-      if (!c.ok()) return c.status();
-      return std::unique_ptr<KvDriver>(new RememDriver(std::move(*c)));
+      SessionOptions so;
+      so.server = address_;
+      so.transport = spec_.transport;
+      so.read_path = spec_.read_path;
+      so.secret = options_.secret;
+      auto s = Session::Connect(so);
+      if (!s.ok()) return s.status();
+      auto h = HashStore::Open(s->get());
+      if (!h.ok()) return h.status();
+      return std::unique_ptr<KvDriver>(
+          new RememDriver(std::move(*s), std::move(*h)));
     }
     case SystemSpec::Kind::kRedis: {
       timeval tv{10, 0};

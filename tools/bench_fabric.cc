@@ -9,7 +9,7 @@
 #include <random>
 
 #include "bench_common.h"
-#include "remem/client.h"
+#include "remem/session.h"
 #include "util/size.h"
 
 namespace remem::bench {
@@ -53,7 +53,7 @@ Row RunSync(const std::string& name, uint64_t size, double seconds,
 
 // Keeps `depth` asynchronous operations in flight for `seconds`. `issue`
 // starts operation number `slot` and must call the callback it is given.
-Row RunAsync(Client& c, const std::string& name, uint64_t size, int depth,
+Row RunAsync(Session& c, const std::string& name, uint64_t size, int depth,
              double seconds,
              const std::function<void(int, std::function<void(Status)>)>& issue,
              Status* err) {
@@ -103,7 +103,7 @@ int RunFabric(const FabricOptions& o) {
   ServerUnderTest server = std::move(*started);
   auto client = ConnectOrReport(server.address, o.transport, o.secret);
   if (client == nullptr) return 1;
-  Client& c = *client;
+  Session& c = *client;
   const std::string tname(TransportName(o.transport));
   if (!o.json) {
     std::printf("server %s%s, transport %s (UCX chose %s), client on CPU %d\n",

@@ -8,7 +8,8 @@
 
 #include "bench_common.h"
 #include "bench_fabric.h"
-#include "remem/client.h"
+#include "remem/hash.h"
+#include "remem/session.h"
 #include "util/size.h"
 
 namespace remem::bench {
@@ -42,9 +43,11 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
   std::vector<std::string> notes;
   bool loaded = false;
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
-    auto client = ConnectOrReport(server.address, o.transport, o.secret, path);
-    if (client == nullptr) return 1;
-    Client& c = *client;
+    auto session = ConnectOrReport(server.address, o.transport, o.secret, path);
+    if (session == nullptr) return 1;
+    auto hash = OpenHashOrReport(session.get());
+    if (hash == nullptr) return 1;
+    HashStore& c = *hash;
     if (!loaded) {
       const std::string value(value_len, 'v');
       auto t0 = std::chrono::steady_clock::now();

@@ -1,15 +1,18 @@
 // remem: the command-line client. See `remem --help` and README.md.
 //
 // Exit codes: 0 success; 1 the operation failed (server unreachable,
-// timeout, server error); 2 bad command line; 3 authentication refused;
-// 4 key not found; 5 compare-and-put conflict or key already exists.
+// timeout, server error, full store); 2 bad command line (or a key or value
+// the server's limits refuse); 3 authentication refused; 4 key not found;
+// 5 compare-and-put conflict or key already exists.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 
-#include "remem/client.h"
+#include "remem/hash.h"
+#include "remem/session.h"
+#include "remem/version.h"
 #include "util/log.h"
 
 namespace {
@@ -57,8 +60,11 @@ int main(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"remem: command-line client for remem-server"};
+  app.set_version_flag("--version", std::string("remem ") + kVersion +
+                                        " (wire version " +
+                                        std::to_string(kWireVersion) + ")");
   app.require_subcommand(1);
-  ClientOptions opts;
+  SessionOptions opts;
   std::string transport = "auto";
   std::string auth_file;
   double timeout_s = 10;
@@ -86,8 +92,8 @@ int main(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "server counters");
   auto* snapshot = app.add_subcommand(
       "snapshot",
-      "snapshot the hash store to the server's --data-dir now (returns "
-      "once it is on disk)");
+      "snapshot every durable data model to the server's --data-dir now "
+      "(returns once it is on disk)");
   std::string read_path = "auto";
   app.add_option("--read-path", read_path,
                  "onesided | rpc | auto: how get reads the hash store")
@@ -138,9 +144,15 @@ int main(int argc, char** argv) {
     if (!secret.ok()) return Fail(secret.status());
     opts.secret = *secret;
   }
-  auto client = Client::Connect(opts);
-  if (!client.ok()) return Fail(client.status());
-  Client& c = **client;
+  auto session = Session::Connect(opts);
+  if (!session.ok()) return Fail(session.status());
+  Session& c = **session;
+  std::unique_ptr<HashStore> hash;
+  if (get->parsed() || put->parsed() || mget->parsed() || del->parsed()) {
+    auto h = HashStore::Open(&c);
+    if (!h.ok()) return Fail(h.status());
+    hash = std::move(*h);
+  }
 
   if (ping->parsed()) {
     double min = 1e300, max = 0, sum = 0;
@@ -170,7 +182,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (get->parsed()) {
-    auto r = c.Get(key);
+    auto r = hash->Get(key);
     if (!r.ok()) return Fail(r.status());
     std::fwrite(r->value.data(), 1, r->value.size(), stdout);
     if (show_version) {
@@ -184,10 +196,11 @@ int main(int argc, char** argv) {
       value.assign(std::istreambuf_iterator<char>(std::cin),
                    std::istreambuf_iterator<char>());
     }
-    Result<uint64_t> r = if_absent ? c.PutIfAbsent(key, value)
-                         : if_version >= 0
-                             ? c.CompareAndPut(key, value, uint64_t(if_version))
-                             : c.Put(key, value);
+    Result<uint64_t> r =
+        if_absent ? hash->PutIfAbsent(key, value)
+        : if_version >= 0
+            ? hash->CompareAndPut(key, value, uint64_t(if_version))
+            : hash->Put(key, value);
     if (!r.ok()) return Fail(r.status());
     if (json) {
       std::printf("{\"version\":%llu}\n", static_cast<unsigned long long>(*r));
@@ -198,7 +211,7 @@ int main(int argc, char** argv) {
   }
   if (mget->parsed()) {
     std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
-    auto results = c.MultiGet(views);
+    auto results = hash->MultiGet(views);
     int code = 0;
     if (json) std::printf("[");
     for (size_t i = 0; i < results.size(); ++i) {
@@ -231,13 +244,13 @@ int main(int argc, char** argv) {
     return code;
   }
   if (del->parsed()) {
-    Status st = c.Delete(key);
+    Status st = hash->Delete(key);
     if (!st.ok()) return Fail(st);
     std::printf("OK\n");
     return 0;
   }
   if (snapshot->parsed()) {
-    Status st = c.Snapshot();
+    Status st = c.TakeSnapshot();
     if (!st.ok()) return Fail(st);
     std::printf("OK\n");
     return 0;
@@ -245,51 +258,27 @@ int main(int argc, char** argv) {
   if (stats->parsed()) {
     auto s = c.Stats();
     if (!s.ok()) return Fail(s.status());
-    const std::pair<const char*, uint64_t> rows[] = {
-        {"uptime_ms", s->uptime_ms},
-        {"connections_current", s->connections_current},
-        {"connections_total", s->connections_total},
-        {"auth_failures", s->auth_failures},
-        {"rpcs_served", s->rpcs_served},
-        {"rpc_bytes_in", s->rpc_bytes_in},
-        {"rpc_bytes_out", s->rpc_bytes_out},
-        {"rpc_errors", s->rpc_errors},
-        {"mem_requests_served", s->mem_requests_served},
-        {"memory_registered", s->memory_registered},
-        {"regions", s->regions},
-        {"server_threads", s->server_threads},
-        {"incarnation", s->incarnation},
-        {"hash_pairs", s->hash_pairs},
-        {"hash_growths", s->hash_growths},
-        {"hash_bytes_used", s->hash_bytes_used},
-        {"hash_bytes_total", s->hash_bytes_total},
-        {"log_bytes", s->log_bytes},
-        {"last_snapshot_unix_ms", s->last_snapshot_unix_ms},
-        {"last_snapshot_bytes", s->last_snapshot_bytes},
-        {"snapshots", s->snapshots},
-        {"log_write_errors", s->log_write_errors},
-        {"log_failing", s->log_failing},
-        {"recovered_pairs", s->recovered_pairs},
-        {"recovered_log_records", s->recovered_log_records},
-        {"recovery_ms", s->recovery_ms},
-    };
     if (json) {
       std::printf("{");
       bool first = true;
-      for (const auto& [k, v] : rows) {
-        std::printf("%s\"%s\":%llu", first ? "" : ",", k,
-                    static_cast<unsigned long long>(v));
+      for (const Stat& st : s->all()) {
+        std::printf("%s\"%s\":", first ? "" : ",", st.name.c_str());
+        if (st.is_text) {
+          std::printf("%s", JsonString(st.text).c_str());
+        } else {
+          std::printf("%llu", static_cast<unsigned long long>(st.value));
+        }
         first = false;
       }
       // One-sided reads over shared memory never reach the server's CPU, so
       // it cannot count them.
-      std::printf(",\"fsync_policy\":\"%s\"", s->fsync_policy.c_str());
       std::printf(",\"one_sided_bytes_read\":null}\n");
     } else {
-      for (const auto& [k, v] : rows) {
-        std::printf("%-22s %llu\n", k, static_cast<unsigned long long>(v));
+      for (const Stat& st : s->all()) {
+        std::printf(
+            "%-22s %s\n", st.name.c_str(),
+            st.is_text ? st.text.c_str() : std::to_string(st.value).c_str());
       }
-      std::printf("%-22s %s\n", "fsync_policy", s->fsync_policy.c_str());
       std::printf("%-22s %s\n", "one_sided_bytes_read",
                   "not measurable (one-sided reads bypass the server's CPU)");
     }

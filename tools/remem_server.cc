@@ -1,4 +1,8 @@
 // remem-server: the remem daemon. See `remem-server --help` and README.md.
+//
+// Exit codes: 0 clean shutdown (SIGINT/SIGTERM), 1 could not start (address
+// in use, memory that cannot be allocated, durable state it cannot read),
+// 2 bad flags.
 
 #include <signal.h>
 
@@ -6,25 +10,118 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
+#include "registry/registry.h"
+#include "remem/version.h"
 #include "server/server.h"
 #include "util/log.h"
 #include "util/size.h"
 
 namespace {
 
+using namespace remem;
+
 int Fail(const std::string& msg, int code) {
   std::fprintf(stderr, "remem-server: %s\n", msg.c_str());
   return code;
 }
 
+// Services' options as CLI11 flags. Sizes are parsed after CLI11 (it does
+// not know "512M"), so they go through strings kept here.
+class CliOptions final : public server::OptionSet {
+ public:
+  explicit CliOptions(CLI::App* app) : app_(app) {}
+  void AddString(const std::string& flag, std::string* value,
+                 const std::string& help, bool testing) override {
+    Group(app_->add_option(flag, *value, help)->capture_default_str(), testing);
+  }
+  void AddUint(const std::string& flag, uint64_t* value,
+               const std::string& help, bool testing) override {
+    Group(app_->add_option(flag, *value, help)->capture_default_str(), testing);
+  }
+  void AddSize(const std::string& flag, uint64_t* value,
+               const std::string& help, bool testing) override {
+    sizes_.push_back({flag, value, std::make_unique<std::string>()});
+    Group(app_->add_option(flag, *sizes_.back().text, help), testing);
+  }
+  // Parses the size flags that were given.
+  Status ParseSizes() {
+    for (const auto& s : sizes_) {
+      if (s.text->empty()) continue;
+      auto n = ParseSize(*s.text);
+      if (!n.ok()) return n.status().WithContext(s.flag);
+      *s.value = *n;
+    }
+    return Status::OK();
+  }
+
+ private:
+  static void Group(CLI::Option* o, bool testing) {
+    if (testing) o->group("Testing");
+  }
+  struct SizeFlag {
+    std::string flag;
+    uint64_t* value;
+    std::unique_ptr<std::string> text;
+  };
+  CLI::App* app_;
+  std::vector<SizeFlag> sizes_;
+};
+
+std::vector<int> ParseCpus(const std::string& list, Status* st) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string item = list.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    try {
+      if (dash == std::string::npos) {
+        out.push_back(std::stoi(item));
+      } else {
+        const int a = std::stoi(item.substr(0, dash));
+        const int b = std::stoi(item.substr(dash + 1));
+        if (b < a || b - a > 4096) throw std::out_of_range("range");
+        for (int c = a; c <= b; ++c) out.push_back(c);
+      }
+    } catch (const std::exception&) {
+      *st = Status::InvalidArgument("--cpus: bad CPU list '" + list +
+                                    "' (expected e.g. 0,2-3)");
+      return {};
+    }
+    pos = comma + 1;
+  }
+  for (int c : out) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      *st = Status::InvalidArgument("--cpus: CPU " + std::to_string(c) +
+                                    " out of range");
+      return {};
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace remem;
+  // Signals the main thread waits for: block them before any thread starts
+  // (UCX's included), so none runs a handler. SIGHUP reopens the log file:
+  // without this, UCX's own handler would switch it to trace logging.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   CLI::App app{
       "remem-server: exports registered memory that remem clients read "
-      "one-sided, and serves their RPCs"};
+      "one-sided, and serves their calls"};
+  app.set_version_flag("--version", std::string("remem-server ") + kVersion +
+                                        " (wire version " +
+                                        std::to_string(kWireVersion) + ")");
   app.set_config("--config", "",
                  "read options from a TOML/INI file (key = value, same names "
                  "as the long flags)");
@@ -34,62 +131,40 @@ int main(int argc, char** argv) {
   std::string transport = "auto";
   std::string auth_file;
   std::string log_level = "info";
+  std::string log_file;
+  std::string cpus;
   int64_t spin_us = 100;
+  int64_t lease_ms = 1000;
+  int64_t handshake_ms = 10000;
   bool no_pin = false;
   app.add_option("--listen", cfg.listen,
-                 "host:port to listen on (port 0 picks a free one)")
+                 "host:port to listen on (port 0 picks a free one; host * or "
+                 "0.0.0.0: every interface)")
       ->capture_default_str();
   app.add_option("--memory", memory,
                  "bytes of registered memory to export, e.g. 512M, 4G "
                  "(default: a quarter of physical memory)")
       ->capture_default_str();
-  std::string hash_memory = "half";
-  app.add_option("--fault-pause-mid-write-us", cfg.fault_pause_mid_write_us,
-                 "testing: pause every hash bucket write half done for this "
-                 "many microseconds (readers see the torn bucket)")
-      ->group("Testing");
-  app.add_option("--hash-initial-buckets", cfg.hash_initial_buckets,
-                 "buckets each hash partition starts with (a power of two; "
-                 "tables double as they fill)")
-      ->capture_default_str()
-      ->check([](const std::string& v) {
-        uint64_t n = 0;
-        try {
-          n = std::stoull(v);
-        } catch (...) {
-          return std::string("must be a number");
-        }
-        return n >= 2 && (n & (n - 1)) == 0 && n <= (1ull << 30)
-                   ? std::string()
-                   : std::string("must be a power of two in [2, 2^30]");
-      })
-      ->group("Testing");
-  app.add_option("--max-key-bytes", cfg.max_key_bytes,
-                 "largest hash store key accepted (at most 64 KiB)")
-      ->capture_default_str();
-  app.add_option("--max-value-bytes", cfg.max_value_bytes,
-                 "largest hash store value accepted (at most 16 MiB)")
-      ->capture_default_str();
-  app.add_option("--hash-memory", hash_memory,
-                 "of --memory, bytes for the hash store (one partition per "
-                 "thread); the rest is raw regions")
-      ->capture_default_str();
   app.add_option("--region-size", region_size,
-                 "memory is exported as regions of at most this size")
+                 "raw memory is exported as regions of at most this size")
       ->capture_default_str();
   app.add_option("--threads", cfg.threads,
-                 "server threads, each with its own UCX worker, pinned to "
-                 "the CPUs of the process's affinity mask in order")
+                 "server threads (partitions), each with its own UCX worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--cpus", cpus,
+                 "pin thread i to the i-th CPU of this list, e.g. 0,2-3 "
+                 "(default: pin only if the process's CPUs were narrowed, "
+                 "e.g. by taskset)");
+  app.add_flag("--no-pin", no_pin, "never pin threads to CPUs");
   app.add_option("--transport", transport,
-                 "auto | shm | tcp: UCX transports allowed "
-                 "(auto: UCX decides; shm: UCX_TLS=sm,self,tcp; "
-                 "tcp: UCX_TLS=tcp,self)")
+                 "auto | shm | tcp: UCX transports allowed (auto: UCX "
+                 "decides; shm: posix,cma,self; tcp: tcp,self)")
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir,
-                 "directory for the hash store's operation logs and "
-                 "snapshots; recovered at start (without it: a pure cache)");
+                 "directory for the operation logs and snapshots of the "
+                 "durable services; recovered at start (without it: a pure "
+                 "cache)");
   std::string fsync = "everysec";
   app.add_option("--fsync", fsync,
                  "always (a write is acknowledged once its log record is "
@@ -102,7 +177,8 @@ int main(int argc, char** argv) {
   std::string snapshot_log_bytes = "64M";
   app.add_option("--snapshot-log-bytes", snapshot_log_bytes,
                  "a partition takes a snapshot once its log has grown this "
-                 "much since the last (0: only on demand, `remem snapshot`)")
+                 "much since the last, and at least as much as that "
+                 "snapshot's size (0: only on demand, `remem snapshot`)")
       ->capture_default_str();
   std::string recovery = "strict";
   app.add_option("--recovery", recovery,
@@ -118,26 +194,58 @@ int main(int argc, char** argv) {
                  "testing: snapshots copy 8 buckets per pass and pause this "
                  "many microseconds after each (kills land inside them)")
       ->group("Testing");
+  app.add_option("--runtime-dir", cfg.runtime_dir,
+                 "testing: where the lease horizon of a server without "
+                 "--data-dir is kept (default /dev/shm)")
+      ->group("Testing");
   app.add_option("--auth-file", auth_file,
                  "file holding a shared secret clients must present");
+  app.add_option("--max-connections", cfg.max_connections,
+                 "sessions at once; more are refused with a reason")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--handshake-timeout-ms", handshake_ms,
+                 "a connection that has not completed the handshake by then "
+                 "is refused")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
+  app.add_option("--lease-ms", lease_ms,
+                 "the server lease: clients stop trusting what they read "
+                 "one-sided this long after the server stopped renewing it; "
+                 "a restart after a crash waits it out")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{60'000}));
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error | off")
       ->capture_default_str();
+  app.add_option("--log-file", log_file,
+                 "append the log to this file instead of stderr (SIGHUP "
+                 "reopens it, for log rotation)");
   app.add_option("--spin-us", spin_us,
                  "microseconds a thread busy-polls after its last event "
                  "before sleeping on the worker's event fd")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
-  app.add_flag("--no-pin", no_pin, "do not pin threads to CPUs");
+  // Each data model's own flags.
+  std::vector<std::unique_ptr<server::Service>> services =
+      server::DefaultServices();
+  CliOptions service_options(&app);
+  for (auto& s : services) s->DeclareOptions(&service_options);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // prints help or the error
+    const int code = app.exit(e);  // prints help, the version or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
 
   if (Status st = log::SetLevel(log_level); !st.ok())
+    return Fail(st.message(), 2);
+  if (!log_file.empty()) {
+    if (Status st = log::SetFile(log_file); !st.ok())
+      return Fail(st.message(), 2);
+  }
+  if (Status st = service_options.ParseSizes(); !st.ok())
     return Fail(st.message(), 2);
   auto t = ParseTransport(transport);
   if (!t.ok()) return Fail(t.status().message(), 2);
@@ -147,16 +255,18 @@ int main(int argc, char** argv) {
     if (!m.ok()) return Fail("--memory: " + m.status().message(), 2);
     cfg.memory = *m;
   }
-  if (hash_memory != "half") {
-    auto h = ParseSize(hash_memory);
-    if (!h.ok()) return Fail("--hash-memory: " + h.status().message(), 2);
-    cfg.hash_memory = *h;
-  }
   auto rs = ParseSize(region_size);
   if (!rs.ok()) return Fail("--region-size: " + rs.status().message(), 2);
   cfg.region_size = *rs;
   cfg.spin = std::chrono::microseconds(spin_us);
+  cfg.lease = std::chrono::milliseconds(lease_ms);
+  cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;
+  if (!cpus.empty()) {
+    Status st;
+    cfg.cpus = ParseCpus(cpus, &st);
+    if (!st.ok()) return Fail(st.message(), 2);
+  }
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) return Fail(secret.status().message(), 2);
@@ -180,22 +290,8 @@ int main(int argc, char** argv) {
   } else {
     return Fail("--recovery must be strict or truncate", 2);
   }
-  if (!cfg.data_dir.empty() && cfg.persistence) {
-    std::error_code ec;
-    std::filesystem::create_directories(cfg.data_dir, ec);
-    if (ec) {
-      return Fail("--data-dir " + cfg.data_dir + ": " + ec.message(), 2);
-    }
-  }
 
-  // Block the stop signals in every thread; the main thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  auto server = server::Server::Start(cfg);
+  auto server = server::Server::Start(cfg, std::move(services));
   if (!server.ok()) {
     const Status& st = server.status();
     int code = st.code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -205,21 +301,35 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "remem-server: %s\n",
                  (*server)->recovery_summary().c_str());
   }
-  auto stats = (*server)->Snapshot();
+  uint64_t registered = 0, regions = 0;
+  for (const auto& s : (*server)->Stats()) {
+    if (s.name == "memory_registered") registered = s.value;
+    if (s.name == "regions") regions = s.value;
+  }
   // Scripts and tests wait for this line.
   std::printf(
       "remem-server listening on %s (transport %s, %d thread%s, %s in %llu "
       "region%s%s)\n",
       (*server)->address().c_str(),
       std::string(TransportName(cfg.transport)).c_str(), cfg.threads,
-      cfg.threads == 1 ? "" : "s", FormatSize(stats.memory_registered).c_str(),
-      static_cast<unsigned long long>(stats.regions),
-      stats.regions == 1 ? "" : "s", cfg.secret.empty() ? "" : ", auth on");
+      cfg.threads == 1 ? "" : "s", FormatSize(registered).c_str(),
+      static_cast<unsigned long long>(regions), regions == 1 ? "" : "s",
+      cfg.secret.empty() ? "" : ", auth on");
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  log::Info("signal {}: shutting down", sig);
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == SIGHUP) {
+      if (Status st = log::ReopenFile(); !st.ok()) {
+        std::fprintf(stderr, "remem-server: %s\n", st.ToString().c_str());
+      }
+      log::Info("SIGHUP: log file reopened");
+      continue;
+    }
+    log::Info("signal {}: shutting down", sig);
+    break;
+  }
   (*server)->Stop();
   (*server)->Wait();
   server->reset();

@@ -1,7 +1,7 @@
 // Copyright remem authors.
 //
 // Options shared by the client library and the server: which UCX transports
-// to allow, and the client's connection options.
+// to allow, and a session's connection options.
 //
 // Thread contract: plain values.
 
@@ -9,6 +9,7 @@
 #define REMEM_OPTIONS_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,26 +24,27 @@ namespace remem {
 //   kAuto: UCX's own choice (UCX_TLS as the environment sets it, else all):
 //          shared memory to a server on the same host, tcp otherwise,
 //          verbs where RDMA hardware exists.
-//   kShm:  UCX_TLS=sm,self,tcp. tcp only carries the connection handshake;
-//          data must move over shared memory, and connecting to a server
-//          that is not reachable over shared memory fails.
+//   kShm:  UCX_TLS=sm,self. Everything moves over shared memory (remem's
+//          own handshake uses a plain TCP socket, not UCX); connecting to a
+//          server that is not reachable over shared memory fails.
 //   kTcp:  UCX_TLS=tcp,self. Everything over tcp, even on one host.
 enum class Transport { kAuto, kShm, kTcp };
 
 std::string_view TransportName(Transport t);
 Result<Transport> ParseTransport(std::string_view name);
 
-// How a client reads the hash store.
-//   kOneSided: copy buckets and extents out of the server's memory and
-//              verify them (no server CPU on shared memory); after repeated
-//              verification failures a get falls back to kRpc.
+// How a client reads a data model's structures (the hash store's buckets,
+// ...).
+//   kOneSided: copy them out of the server's memory and verify them (no
+//              server CPU on shared memory); after repeated verification
+//              failures a read falls back to kRpc.
 //   kRpc:      ask the server (Pilaf-VO, the control).
-//   kAuto:     choose per get from measured latencies (Cell's selector).
+//   kAuto:     choose per read from measured latencies (Cell's selector).
 enum class ReadPath { kAuto, kOneSided, kRpc };
 std::string_view ReadPathName(ReadPath p);
 Result<ReadPath> ParseReadPath(std::string_view name);
 
-struct ClientOptions {
+struct SessionOptions {
   // "host:port" of a remem-server listener.
   std::string server = "127.0.0.1:7400";
   Transport transport = Transport::kAuto;
@@ -51,11 +53,17 @@ struct ClientOptions {
   std::string secret;
   // Deadline for connecting and for each synchronous call.
   std::chrono::milliseconds timeout{10000};
+  // The read path of the stores attached to the session (each store's own
+  // options may override it).
   ReadPath read_path = ReadPath::kAuto;
 };
 
+// Largest shared secret (bytes).
+inline constexpr size_t kMaxSecretBytes = 4096;
+
 // Reads a shared secret from `path`: the file's bytes with one trailing
-// newline removed. Errors if the file is unreadable, empty, or over 4 KiB.
+// newline removed. Errors if the file is unreadable, empty, or over
+// kMaxSecretBytes.
 Result<std::string> ReadSecretFile(const std::string& path);
 
 }  // namespace remem

@@ -15,6 +15,7 @@
 #include "durability/log.h"
 #include "durability/snapshot.h"
 #include "durability/store.h"
+#include "hash/durable.h"
 #include "hash/slab.h"
 #include "hash/table.h"
 
@@ -55,7 +56,15 @@ class Mem {
   hash::SlabAllocator slab_;
 
  public:
-  std::unique_ptr<hash::Table> table;  // last: destroyed before its memory
+  std::unique_ptr<hash::Table> table;  // destroyed before its memory
+  // The table as the durability layer sees it.
+  hash::DurableTable* durable() {
+    if (!durable_) durable_ = std::make_unique<hash::DurableTable>(table.get());
+    return durable_.get();
+  }
+
+ private:
+  std::unique_ptr<hash::DurableTable> durable_;
 };
 
 TEST(Record, RoundTripAndChecksum) {
@@ -180,7 +189,7 @@ TEST(Store, RecoversLogAndSnapshotIdempotently) {
   {
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     std::mt19937 rng(1);
     bool snapped = false;
@@ -214,7 +223,7 @@ TEST(Store, RecoversLogAndSnapshotIdempotently) {
   for (int round = 0; round < 2; ++round) {  // recovering twice is the same
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_FALSE(rep.snapshot.empty());
     EXPECT_GT(rep.snapshot_pairs, 0u);
@@ -251,7 +260,7 @@ std::string LastLog(const std::string& dir) {
 void WritePuts(const std::string& dir, int n) {
   Mem m;
   RecoveryReport rep;
-  auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
   ASSERT_TRUE(s.ok());
   for (int i = 0; i < n; ++i) {
     const std::string k = "k" + std::to_string(i);
@@ -269,7 +278,7 @@ TEST(Store, TornTailIsTruncated) {
   fs::resize_file(log, size - 5);  // the last record cut short
   Mem m;
   RecoveryReport rep;
-  auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(m.table->size(), 9u);
   EXPECT_EQ(rep.warnings.size(), 1u);
@@ -290,7 +299,7 @@ TEST(Store, CorruptionInTheMiddleRefusesUnlessTruncating) {
   {
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.status().code(), StatusCode::kCorruption);
     EXPECT_NE(s.status().message().find(log), std::string::npos);
@@ -302,7 +311,7 @@ TEST(Store, CorruptionInTheMiddleRefusesUnlessTruncating) {
   RecoveryReport rep;
   StoreOptions o = Options(dir);
   o.recovery = RecoveryMode::kTruncate;
-  auto s = PartitionStore::Open(o, m.table.get(), &rep);
+  auto s = PartitionStore::Open(o, m.durable(), &rep);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(m.table->size(), 3u);
   fs::remove_all(dir);
@@ -314,7 +323,7 @@ TEST(Store, DiskErrorsRefuseWritesUntilTheDiskRecovers) {
   RecoveryReport rep;
   StoreOptions o = Options(dir);
   o.fault = "enospc-after:300";
-  auto s = PartitionStore::Open(o, m.table.get(), &rep);
+  auto s = PartitionStore::Open(o, m.durable(), &rep);
   ASSERT_TRUE(s.ok());
   int acked = 0, failed = 0;
   for (int i = 0; i < 20; ++i) {
@@ -343,7 +352,7 @@ TEST(Store, DiskErrorsRefuseWritesUntilTheDiskRecovers) {
   s->reset();
   // What was acknowledged is on disk, whole.
   Mem m2;
-  auto s2 = PartitionStore::Open(Options(dir), m2.table.get(), &rep);
+  auto s2 = PartitionStore::Open(Options(dir), m2.durable(), &rep);
   ASSERT_TRUE(s2.ok()) << s2.status().ToString();
   for (int i = 0; i < acked; ++i) {
     EXPECT_TRUE(m2.table->Get("k" + std::to_string(i)).ok()) << i;
@@ -356,7 +365,7 @@ TEST(Store, BackToBackSnapshotsKeepTheLiveLog) {
   {
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
     ASSERT_TRUE(s.ok());
     for (int round = 0; round < 3; ++round) {  // nothing written between
       bool done = false;
@@ -372,7 +381,7 @@ TEST(Store, BackToBackSnapshotsKeepTheLiveLog) {
   }
   Mem m;
   RecoveryReport rep;
-  auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(m.table->Get("after").ok());
   fs::remove_all(dir);
@@ -386,7 +395,7 @@ TEST(Store, SnapshotWhileWritingMissesNothing) {
   {
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
     ASSERT_TRUE(s.ok());
     std::mt19937 rng(7);
     int snaps = 0;
@@ -410,7 +419,7 @@ TEST(Store, SnapshotWhileWritingMissesNothing) {
   }
   Mem m;
   RecoveryReport rep;
-  auto s = PartitionStore::Open(Options(dir), m.table.get(), &rep);
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(m.table->size(), model.size());
   for (const auto& [k, v] : model) {

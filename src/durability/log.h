@@ -32,7 +32,8 @@ enum class RecordType : uint8_t {
   kPut = 1,     // key, value, the version the write produced
   kDelete = 2,  // key, the version the delete consumed
   // Snapshot files only: the last record. lsn = the snapshot's start LSN,
-  // version = the table's version counter, value = 8-byte pair count.
+  // version = the state's version counter, value = 8-byte pair count, then
+  // (since the services seam) the 8-byte shape of the scan.
   kSnapshotEnd = 3,
 };
 

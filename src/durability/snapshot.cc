@@ -61,9 +61,11 @@ void SnapshotWriter::Add(std::string_view key, std::string_view value,
   ++pairs_;
 }
 
-Status SnapshotWriter::Restart() {
+void SnapshotWriter::Restart() {
+  if (!error_.ok()) return;
   file_.reset();
-  return Open();
+  Status st = Open();
+  if (!st.ok()) error_ = st;
 }
 
 Status SnapshotWriter::WriteOut() {
@@ -88,11 +90,13 @@ Status SnapshotWriter::MaybeWrite() {
   return WriteOut();
 }
 
-Result<uint64_t> SnapshotWriter::Finish(uint64_t version_counter) {
-  std::string count(8, '\0');
-  std::memcpy(count.data(), &pairs_, 8);
+Result<uint64_t> SnapshotWriter::Finish(uint64_t version_counter,
+                                        uint64_t shape) {
+  std::string end(16, '\0');
+  std::memcpy(end.data(), &pairs_, 8);
+  std::memcpy(end.data() + 8, &shape, 8);
   EncodeRecord(&buf_, RecordType::kSnapshotEnd, start_lsn_, version_counter, {},
-               count);
+               end);
   REMEM_RETURN_IF_ERROR(WriteOut());
   REMEM_RETURN_IF_ERROR(file_->Sync());
   file_.reset();

@@ -17,7 +17,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr uint64_t kSnapshotChunkBuckets = 512;
+// Work per snapshot step (the hash store: buckets scanned per pass).
+constexpr uint64_t kSnapshotChunk = 512;
 constexpr auto kRetryEvery = std::chrono::milliseconds(100);
 
 // "prefix<digits>suffix" -> digits, or nullopt.
@@ -98,8 +99,8 @@ Result<FsyncPolicy> ParseFsyncPolicy(std::string_view s) {
 }
 
 Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
-    const StoreOptions& options, hash::Table* table, RecoveryReport* report) {
-  std::unique_ptr<PartitionStore> s(new PartitionStore(options, table));
+    const StoreOptions& options, Recoverable* state, RecoveryReport* report) {
+  std::unique_ptr<PartitionStore> s(new PartitionStore(options, state));
   std::error_code ec;
   fs::create_directories(options.dir, ec);
   if (ec) return Status::IOError(options.dir + ": " + ec.message());
@@ -117,8 +118,8 @@ Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
 }
 
 PartitionStore::~PartitionStore() {
+  scan_.reset();
   snap_.reset();
-  table_->SetMoveHook(nullptr);
   if (log_ && !stats_.failing.load()) (void)log_->Flush(true);
 }
 
@@ -173,21 +174,16 @@ Status PartitionStore::Recover(RecoveryReport* r) {
                                 std::to_string(off));
     }
     const Record end = rec;
-    uint64_t count = 0;
-    if (end.value.size() == 8) std::memcpy(&count, end.value.data(), 8);
-    // Size the table once (about 2.5 pairs per bucket) for the snapshot's
-    // pairs and as many new ones as the logs could hold, instead of letting
-    // the load double it again and again: recovery is a bulk load.
-    uint64_t log_bytes = 0;
-    for (uint64_t first : logs) {
-      const auto size = fs::file_size(dir + "/" + LogName(first), ec);
-      if (!ec) log_bytes += size;
-    }
-    const uint64_t per_record = count > 0 ? data.size() / count : 64;
-    const uint64_t expect =
-        count + log_bytes / std::max<uint64_t>(per_record, 1);
-    if (Status st = table_->Reserve(expect * 2 / 5); !st.ok()) {
-      return st.WithContext("sizing the table for " + path);
+    uint64_t count = 0, shape = 0;
+    if (end.value.size() >= 8) std::memcpy(&count, end.value.data(), 8);
+    if (end.value.size() >= 16) std::memcpy(&shape, end.value.data() + 8, 8);
+    // Shape the state as the live server had it when the snapshot was
+    // taken (the hash store: its bucket count), in one step rather than by
+    // growing again and again. Never more: a store that was full must fit
+    // again in the same memory. The log after the snapshot grows it as the
+    // live server grew.
+    if (Status st = state_->Reserve(count, shape); !st.ok()) {
+      return st.WithContext("sizing the state for " + path);
     }
     // Apply, prefetching the buckets of the record kAhead records on.
     constexpr size_t kAhead = 8;
@@ -200,7 +196,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     while (ahead < data.size() && ahead_count < kAhead) {
       Record a{};
       step(&ahead, &a);
-      if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+      if (a.type == RecordType::kPut) state_->Prefetch(a.key);
       ++ahead_count;
     }
     while (at < data.size()) {
@@ -209,13 +205,13 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       if (ahead < data.size()) {
         Record a{};
         step(&ahead, &a);
-        if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+        if (a.type == RecordType::kPut) state_->Prefetch(a.key);
       }
-      Status st = table_->Restore(rec.key, rec.value, rec.version);
+      Status st = state_->ApplyPut(rec.key, rec.value, rec.version);
       if (!st.ok()) return st.WithContext("restoring " + path);
       ++r->snapshot_pairs;
     }
-    table_->RaiseVersion(end.version);
+    state_->RaiseVersion(end.version);
     start_lsn = end.lsn;
     max_lsn = end.lsn - 1;
     r->snapshot = name;
@@ -249,7 +245,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
           ahead = data.size();
           break;
         }
-        if (a.type == RecordType::kPut) table_->Prefetch(a.key);
+        if (a.type == RecordType::kPut) state_->Prefetch(a.key);
         ahead += an;
       }
       Record rec{};
@@ -257,12 +253,10 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       ParseOutcome o = ParseRecord(data.substr(off), &rec, &n);
       if (o == ParseOutcome::kOk && rec.type != RecordType::kSnapshotEnd) {
         if (rec.lsn >= start_lsn) {
-          if (rec.type == RecordType::kPut) {
-            Status st = table_->Restore(rec.key, rec.value, rec.version);
-            if (!st.ok()) return st.WithContext("replaying " + path);
-          } else {
-            table_->RestoreDelete(rec.key, rec.version);
-          }
+          Status st = rec.type == RecordType::kPut
+                          ? state_->ApplyPut(rec.key, rec.value, rec.version)
+                          : state_->ApplyDelete(rec.key, rec.version);
+          if (!st.ok()) return st.WithContext("replaying " + path);
           ++r->log_records;
         }
         max_lsn = std::max(max_lsn, rec.lsn);
@@ -320,6 +314,10 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       ++it;
     }
   }
+  // The log since the snapshot counts toward the next one, whenever it was
+  // written: a restart must not reset the trigger, or the log would grow
+  // without bound across restarts (and recovery time with it).
+  for (const auto& l : old_logs_) log_bytes_since_snapshot_ += l.bytes;
   REMEM_RETURN_IF_ERROR(OpenLog(next));
   UpdateLogBytes();
   return Status::OK();
@@ -384,7 +382,7 @@ void PartitionStore::LogDelete(std::string_view key, uint64_t version) {
   log_->Append(RecordType::kDelete, version, key, {});
 }
 
-void PartitionStore::AfterDurable(std::function<void(Status)> done) {
+void PartitionStore::AfterDurable(Done done) {
   if (!log_->has_pending() && waiting_.empty()) return done(Status::OK());
   waiting_.push_back(std::move(done));
 }
@@ -395,7 +393,7 @@ size_t PartitionStore::OnPass() {
     Status st = stats_.failing.load()
                     ? Writable()
                     : FlushNow(options_.fsync == FsyncPolicy::kAlways);
-    std::vector<std::function<void(Status)>> waiting;
+    std::vector<Done> waiting;
     waiting.swap(waiting_);
     for (auto& fn : waiting) fn(st);
     work += waiting.size() + 1;
@@ -426,7 +424,7 @@ size_t PartitionStore::OnPass() {
   return work;
 }
 
-void PartitionStore::RequestSnapshot(std::function<void(Status)> done) {
+void PartitionStore::RequestSnapshot(Done done) {
   snap_waiting_.push_back(std::move(done));
   if (snap_) return;
   Status st = stats_.failing.load() ? error_ : StartSnapshot();
@@ -448,52 +446,28 @@ Status PartitionStore::StartSnapshot() {
   auto w = SnapshotWriter::Create(options_.dir, lsn, faults_);
   if (!w.ok()) return w.status();
   snap_ = std::move(*w);
-  snap_cursor_ = 0;
-  snap_growths_ = table_->growths();
-  snap_moved_.clear();
+  scan_ = state_->BeginSnapshot();
   log_bytes_since_snapshot_ = 0;
-  table_->SetMoveHook([this](uint64_t from, uint64_t to, std::string_view k) {
-    // Carried from the unscanned part into the scanned one: the scan would
-    // miss it.
-    if (from >= snap_cursor_ && to < snap_cursor_) snap_moved_.emplace_back(k);
-  });
   return Status::OK();
 }
 
 void PartitionStore::StepSnapshot() {
-  if (table_->growths() != snap_growths_) {
-    // Buckets were renumbered: scan again (the start LSN stays valid).
-    snap_growths_ = table_->growths();
-    snap_cursor_ = 0;
-    snap_moved_.clear();
-    Status st = snap_->Restart();
-    if (!st.ok()) EndSnapshot(st, 0);
-    return;
-  }
-  for (const std::string& k : snap_moved_) {
-    auto v = table_->Get(k);
-    if (v.ok()) snap_->Add(k, v->value, v->version);
-  }
-  snap_moved_.clear();
   if (options_.slow_snapshot_us > 0) {
     std::this_thread::sleep_for(
         std::chrono::microseconds(options_.slow_snapshot_us));
   }
-  snap_cursor_ = table_->ScanBuckets(
-      snap_cursor_, options_.slow_snapshot_us > 0 ? 8 : kSnapshotChunkBuckets,
-      [this](std::string_view k, std::string_view v, uint64_t version) {
-        snap_->Add(k, v, version);
-      });
+  const bool done = scan_->Step(
+      snap_.get(), options_.slow_snapshot_us > 0 ? 8 : kSnapshotChunk);
   Status st = snap_->MaybeWrite();
   if (!st.ok()) return EndSnapshot(st, 0);
-  if (snap_cursor_ < table_->num_buckets()) return;
-  auto bytes = snap_->Finish(table_->last_version());
+  if (!done) return;
+  auto bytes = snap_->Finish(state_->last_version(), scan_->shape());
   EndSnapshot(bytes.ok() ? Status::OK() : bytes.status(),
               bytes.ok() ? *bytes : 0);
 }
 
 void PartitionStore::EndSnapshot(Status st, uint64_t bytes) {
-  table_->SetMoveHook(nullptr);
+  scan_.reset();
   if (st.ok() && snap_) {
     const uint64_t lsn = snap_->start_lsn();
     const std::string name = SnapshotName(lsn);
@@ -520,7 +494,7 @@ void PartitionStore::EndSnapshot(Status st, uint64_t bytes) {
   }
   snap_.reset();
   UpdateLogBytes();
-  std::vector<std::function<void(Status)>> waiting;
+  std::vector<Done> waiting;
   waiting.swap(snap_waiting_);
   for (auto& fn : waiting) fn(st);
 }

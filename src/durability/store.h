@@ -1,21 +1,21 @@
-// durability::PartitionStore: the durable state of one hash partition in
-// --data-dir/p<N>/: its operation log (log-<first lsn>.rlog files) and its
-// snapshots (snapshot-<lsn>.snap), recovery from them at start, group
-// commit, the fsync policy and background snapshots.
+// durability::PartitionStore: the durable state of one partition of one
+// service in --data-dir/<service>/p<N>/: its operation log
+// (log-<first lsn>.rlog files) and its snapshots (snapshot-<lsn>.snap),
+// recovery from them at start, group commit, the fsync policy and
+// background snapshots. The service's state is seen only through
+// Recoverable (recoverable.h).
 //
-// Write path (owner thread): the server checks Writable(), applies the
-// write to the table, calls LogPut/LogDelete with the RESULT (key, value,
-// new version), and hands its reply to AfterDurable. At the end of the
+// Write path (owner thread): the service checks Writable(), applies the
+// write, calls LogPut/LogDelete with the RESULT (key, value, new version),
+// and hands its reply to AfterDurable. At the end of the
 // worker's Progress pass, OnPass() writes every buffered record with one
 // write() (and, under `always`, one fdatasync), then runs the waiting
 // replies: OK, or the IOError that kept the records from disk. Under
 // `everysec` OnPass fdatasyncs about once a second; under `no` never.
 //
 // Snapshots are fuzzy and incremental: at start LSN L the log rotates to a
-// new file beginning at L; each OnPass copies a chunk of buckets (the table
-// is only read, so one-sided readers see nothing). A cuckoo move that
-// carries a pair from an unscanned bucket to a scanned one is caught by the
-// table's move hook and the pair is added; a growth restarts the scan.
+// new file beginning at L; each OnPass steps the service's SnapshotScan by
+// a chunk (the state is only read, so one-sided readers see nothing).
 // Recovery = the snapshot + every log record with LSN >= L, applied by
 // version (idempotent), so writes during the snapshot are not lost. When
 // done, log files before L and older snapshots are deleted.
@@ -36,9 +36,10 @@
 #include <vector>
 
 #include "durability/log.h"
+#include "durability/recoverable.h"
 #include "durability/snapshot.h"
-#include "hash/table.h"
 #include "remem/status.h"
+#include "util/move_function.h"
 
 namespace remem::durability {
 
@@ -84,11 +85,11 @@ struct StoreStats {
 
 class PartitionStore {
  public:
-  // Creates the directory if needed, recovers its contents into `table`
+  // Creates the directory if needed, recovers its contents into `state`
   // (which must be empty) and opens a fresh log file. Corruption names the
-  // file and byte offset.
+  // file and byte offset. `state` must outlive the store.
   static Result<std::unique_ptr<PartitionStore>> Open(
-      const StoreOptions& options, hash::Table* table, RecoveryReport* report);
+      const StoreOptions& options, Recoverable* state, RecoveryReport* report);
   ~PartitionStore();
 
   // OK, or the IOError that makes the log refuse writes (it retries the
@@ -98,19 +99,20 @@ class PartitionStore {
   void LogDelete(std::string_view key, uint64_t version);
   // Runs `done(status)` once every record logged so far is written (and
   // synced under `always`): at once if none are waiting.
-  void AfterDurable(std::function<void(Status)> done);
+  using Done = util::MoveFunction<void(Status)>;
+  void AfterDurable(Done done);
   // Flushes, syncs per policy, steps a running snapshot, starts one when
   // the log has grown past the limit. Returns work done (0 = idle).
   size_t OnPass();
   // Starts a snapshot (or joins the running one); `done` gets the result.
-  void RequestSnapshot(std::function<void(Status)> done);
+  void RequestSnapshot(Done done);
 
   const StoreStats& stats() const { return stats_; }
   FsyncPolicy policy() const { return options_.fsync; }
 
  private:
-  PartitionStore(StoreOptions o, hash::Table* t)
-      : options_(std::move(o)), table_(t) {}
+  PartitionStore(StoreOptions o, Recoverable* state)
+      : options_(std::move(o)), state_(state) {}
   Status Recover(RecoveryReport* report);
   Status OpenLog(uint64_t first_lsn);
   Status FlushNow(bool sync);
@@ -120,7 +122,7 @@ class PartitionStore {
   void UpdateLogBytes();
 
   StoreOptions options_;
-  hash::Table* table_;
+  Recoverable* state_;
   std::shared_ptr<FaultState> faults_;
   std::unique_ptr<LogWriter> log_;
   struct OldLog {
@@ -130,16 +132,14 @@ class PartitionStore {
   };
   std::vector<OldLog> old_logs_;  // closed log files, oldest first
   uint64_t log_bytes_since_snapshot_ = 0;
-  std::vector<std::function<void(Status)>> waiting_;
+  std::vector<Done> waiting_;
   Status error_;  // the last disk error while failing
   std::chrono::steady_clock::time_point last_sync_, last_retry_;
 
   // The running snapshot.
   std::unique_ptr<SnapshotWriter> snap_;
-  uint64_t snap_cursor_ = 0;
-  uint64_t snap_growths_ = 0;
-  std::vector<std::string> snap_moved_;
-  std::vector<std::function<void(Status)>> snap_waiting_;
+  std::unique_ptr<SnapshotScan> scan_;
+  std::vector<Done> snap_waiting_;
   std::string last_snapshot_;  // file name of the newest snapshot
 
   StoreStats stats_;

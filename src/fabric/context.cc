@@ -46,23 +46,22 @@ std::map<Transport, std::weak_ptr<Context>>& Registry() {
   return *r;
 }
 
-const char* TlsFor(Transport t) {
-  switch (t) {
+}  // namespace
+
+std::string Context::TlsFor(Transport transport, bool no_tcp) {
+  switch (transport) {
     case Transport::kShm:
-      // A listener needs a network transport for the handshake; data lanes
-      // then upgrade to shared memory on the same host.
-      return "sm,self,tcp";
+      return "posix,cma,self";
     case Transport::kTcp:
       return "tcp,self";
     case Transport::kAuto:
       break;
   }
-  return nullptr;
+  return no_tcp ? "^sysv,tcp" : "^sysv";
 }
 
-}  // namespace
-
-Result<std::shared_ptr<Context>> Context::Shared(Transport transport) {
+Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
+                                                 const Options& options) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (auto existing = Registry()[transport].lock()) return existing;
 
@@ -76,8 +75,11 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "ucp_config_read");
-  if (const char* tls = TlsFor(transport)) {
-    s = ucp_config_modify(config, "TLS", tls);
+  // --transport shm|tcp is explicit and wins; with auto, an operator's
+  // UCX_TLS does (docs/ARCHITECTURE.md, "Security", explains the risks).
+  if (transport != Transport::kAuto || getenv("UCX_TLS") == nullptr) {
+    s = ucp_config_modify(config, "TLS",
+                          TlsFor(transport, options.no_tcp).c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
       return FromUcs(s, "setting UCX_TLS");
@@ -87,8 +89,13 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport) {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features =
-      UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  if (!options.server) {
+    params.features |= UCP_FEATURE_RMA | UCP_FEATURE_AMO64;
+  } else if (transport != Transport::kTcp) {
+    // Shared-memory clients' atomics run on the server's iface.
+    params.features |= UCP_FEATURE_AMO64;
+  }
   params.mt_workers_shared = 1;
   params.name = "remem";
   ucp_context_h ctx = nullptr;

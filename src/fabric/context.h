@@ -12,6 +12,7 @@
 #include <ucp/api/ucp.h>
 
 #include <memory>
+#include <string>
 
 #include "remem/options.h"
 #include "remem/status.h"
@@ -28,7 +29,35 @@ class Context {
   // environment (unless already set) before creating it: without them, UCX
   // drops the shared-memory transports from endpoints that use peer error
   // handling, which remem needs to detect dead peers.
-  static Result<std::shared_ptr<Context>> Shared(Transport transport);
+  //
+  // Transports (UCX_TLS; with kAuto, a UCX_TLS in the environment wins):
+  //   kShm:  posix,cma,self
+  //   kTcp:  tcp,self
+  //   kAuto: ^sysv (everything else UCX finds), or ^sysv,tcp when
+  //          `no_tcp` (a server that listens on loopback only: no client
+  //          can come over tcp, so UCX opens no tcp port).
+  // UCX's sysv transport is never chosen by remem: its segments are created
+  // 0660, so members of the process's group could attach them; posix
+  // segments are reached through /proc/<pid>/fd, which only the same user
+  // (and root) may open. docs/ARCHITECTURE.md, "Security", has the rest.
+  //
+  // A server's context (`server`) offers no RMA feature and, over tcp, no
+  // atomics: clients reach its memory directly over shared memory, and over
+  // tcp only through remem's served requests. So UCX never installs its
+  // software-emulated get handler in a server, which trusts any address a
+  // peer names and aborts the process if the peer dies mid-reply (UCX
+  // 1.13; docs/ARCHITECTURE.md, "Security").
+  struct Options {
+    bool no_tcp = false;
+    bool server = false;
+  };
+  static Result<std::shared_ptr<Context>> Shared(Transport transport,
+                                                 const Options& options);
+  static Result<std::shared_ptr<Context>> Shared(Transport transport) {
+    return Shared(transport, Options{});
+  }
+  // The UCX_TLS value remem uses for `transport` (see Shared).
+  static std::string TlsFor(Transport transport, bool no_tcp);
 
   ~Context();
   Context(const Context&) = delete;

@@ -1,8 +1,5 @@
 #include "fabric/endpoint.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -36,109 +33,31 @@ void OpCallback(void* request, ucs_status_t status, void* user_data) {
 
 }  // namespace
 
-Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
-  std::string h, p;
-  if (!s.empty() && s[0] == '[') {
-    size_t close = s.find(']');
-    if (close == std::string::npos || close + 1 >= s.size() ||
-        s[close + 1] != ':') {
-      return Status::InvalidArgument("bad address '" + s +
-                                     "' (expected [v6addr]:port)");
-    }
-    h = s.substr(1, close - 1);
-    p = s.substr(close + 2);
-  } else {
-    size_t colon = s.rfind(':');
-    if (colon == std::string::npos) {
-      return Status::InvalidArgument("bad address '" + s +
-                                     "' (expected host:port)");
-    }
-    h = s.substr(0, colon);
-    p = s.substr(colon + 1);
-  }
-  if (h.empty()) return Status::InvalidArgument("empty host in '" + s + "'");
-  char* end = nullptr;
-  unsigned long v = std::strtoul(p.c_str(), &end, 10);
-  if (p.empty() || *end != '\0' || v > 65535) {
-    return Status::InvalidArgument("bad port in '" + s + "'");
-  }
-  *host = h;
-  *port = static_cast<uint16_t>(v);
-  return Status::OK();
-}
-
-Status ResolveAddress(const std::string& address, bool passive,
-                      sockaddr_storage* out, socklen_t* out_len) {
-  std::string host;
-  uint16_t port = 0;
-  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (passive) hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const char* node = passive && host == "*" ? nullptr : host.c_str();
-  int rc = getaddrinfo(node, std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    return Status::InvalidArgument("cannot resolve '" + host +
-                                   "': " + gai_strerror(rc));
-  }
-  std::memcpy(out, res->ai_addr, res->ai_addrlen);
-  *out_len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return Status::OK();
-}
-
-Result<std::unique_ptr<Endpoint>> Endpoint::Connect(
-    Worker* worker, const std::string& address, Clock::time_point deadline) {
-  sockaddr_storage ss{};
-  socklen_t sslen = 0;
-  REMEM_RETURN_IF_ERROR(ResolveAddress(address, false, &ss, &sslen));
-
+Result<std::unique_ptr<Endpoint>> Endpoint::Create(
+    Worker* worker, std::string_view remote_address) {
   std::unique_ptr<Endpoint> ep(new Endpoint(worker));
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&ss);
-  p.sockaddr.addrlen = sslen;
+  p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = &Endpoint::ErrorCallback;
   p.err_handler.arg = ep.get();
   ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
-  if (s != UCS_OK) return FromUcs(s, "connecting to " + address);
+  if (s != UCS_OK) return FromUcs(s, "creating an endpoint");
+  return ep;
+}
 
+Status Endpoint::WaitConnected(Clock::time_point deadline) {
+  if (failed_ || closed_) return Unusable();
   // The connection is made lazily; a flush completes once wireup is done,
-  // or fails if the peer rejects or is unreachable.
+  // or fails if the peer is unreachable or goes away.
   ucp_request_param_t fp{};
-  Status st = ep->Settle(ucp_ep_flush_nbx(ep->ep_, &fp),
-                         deadline - Clock::now(), "connecting to " + address);
-  if (st.ok() && ep->failed_) st = ep->failure_;
-  if (!st.ok()) {
-    if (st.code() == StatusCode::kTimedOut) return st;
-    return Status(st.code(),
-                  "cannot connect to " + address + ": " +
-                      (ep->failed_ ? ep->failure_.message() : st.message()));
-  }
-  REMEM_RETURN_IF_ERROR(ep->set_served(ep->RmaIsEmulated()));
-  return ep;
-}
-
-Result<std::unique_ptr<Endpoint>> Endpoint::Accept(Worker* worker,
-                                                   ucp_conn_request_h request) {
-  std::unique_ptr<Endpoint> ep(new Endpoint(worker));
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.conn_request = request;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &Endpoint::ErrorCallback;
-  p.err_handler.arg = ep.get();
-  ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
-  if (s != UCS_OK) return FromUcs(s, "accepting a connection");
-  return ep;
+  Status st =
+      Settle(ucp_ep_flush_nbx(ep_, &fp), deadline - Clock::now(), "connecting");
+  if (st.ok() && failed_) st = failure_;
+  return st;
 }
 
 Endpoint::~Endpoint() {
@@ -158,8 +77,11 @@ void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   self->failed_ = true;
   self->failure_ = FromUcs(status, "connection lost");
   self->FailServed(self->failure_);
-  // Closing from inside a UCX callback is not allowed; do it after.
-  self->worker_->Defer([self] {
+  // Closing from inside a UCX callback is not allowed; do it after (unless
+  // the endpoint is destroyed first: its destructor force-closes it).
+  self->worker_->Defer([alive = self->alive_] {
+    Endpoint* self = *alive;
+    if (self == nullptr) return;
     if (!self->closed_) {
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -8,11 +8,11 @@
 // Served mode: where UCX would emulate RMA in software in the peer's
 // progress engine (an endpoint whose lanes are all tcp), UCX 1.13 aborts the
 // peer process if this endpoint fails while the peer answers an emulated
-// get. Such an endpoint is put in served mode at Connect: every one-sided
-// operation (on a region not mapped into this process) becomes a memory
-// request active message (proto::MemRequest) that the remem server performs
-// and answers, with errors it handles. The calls and their completions are
-// the same in both modes; see docs/PROTOCOL.md, "Served memory requests".
+// get. A client puts such an endpoint in served mode once it is connected:
+// every one-sided operation (on a region not mapped into this process) becomes
+// a memory request active message (proto::MemRequest) that the remem server
+// performs and answers, with errors it handles. The calls and their completions
+// are the same in both modes; see docs/PROTOCOL.md, "Served memory requests".
 //
 // Continuations run on the worker's thread from Worker::Progress(), never
 // inside the issuing call. A failed endpoint (peer gone, forced close,
@@ -24,7 +24,6 @@
 #ifndef REMEM_FABRIC_ENDPOINT_H_
 #define REMEM_FABRIC_ENDPOINT_H_
 
-#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include <functional>
@@ -39,24 +38,18 @@
 
 namespace remem::fabric {
 
-// Parses "host:port" or "[v6]:port".
-Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port);
-
-// Resolves "host:port" to a socket address (`passive`: for listening, where
-// host "*" means any address).
-Status ResolveAddress(const std::string& address, bool passive,
-                      sockaddr_storage* out, socklen_t* out_len);
-
 class Endpoint {
  public:
-  // Connects to a listener at "host:port"; returns when the connection is
-  // established or has failed (Unavailable), or after `deadline`.
-  static Result<std::unique_ptr<Endpoint>> Connect(Worker* worker,
-                                                   const std::string& address,
-                                                   Clock::time_point deadline);
-  // Server side: accepts a connection request handed out by a Listener.
-  static Result<std::unique_ptr<Endpoint>> Accept(Worker* worker,
-                                                  ucp_conn_request_h request);
+  // Creates an endpoint to the worker whose packed UCX address is
+  // `remote_address` (ucp_worker_get_address), with peer error handling.
+  // Both sides of a session create one to the other's worker; UCX matches
+  // the two into one connection. Returns at once: the connection is wired
+  // up in the background (WaitConnected waits for it).
+  static Result<std::unique_ptr<Endpoint>> Create(
+      Worker* worker, std::string_view remote_address);
+  // Waits until the connection is wired up: OK, Unavailable if it failed,
+  // TimedOut (the endpoint is then failed) after `deadline`.
+  Status WaitConnected(Clock::time_point deadline);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -122,9 +115,9 @@ class Endpoint {
   // engine: every data lane is tcp (no shared memory, no RDMA lane).
   bool RmaIsEmulated() const;
 
-  // Whether one-sided operations are served by the peer (see above). Set by
-  // Connect from RmaIsEmulated(); set_served lets tests and benchmarks
-  // choose the path. Only change it with no operation outstanding.
+  // Whether one-sided operations are served by the peer (see above). The
+  // client sets it from RmaIsEmulated() once connected; tests and
+  // benchmarks may choose. Only change it with no operation outstanding.
   bool served() const { return served_; }
   Status set_served(bool served);
   // Served operations issued and not yet completed.

@@ -26,8 +26,18 @@ Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
     ucp_worker_destroy(w);
     return FromUcs(s, "ucp_worker_get_efd");
   }
-  return std::unique_ptr<Worker>(
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  s = ucp_worker_get_address(w, &addr, &addr_len);
+  if (s != UCS_OK) {
+    ucp_worker_destroy(w);
+    return FromUcs(s, "ucp_worker_get_address");
+  }
+  std::unique_ptr<Worker> worker(
       new Worker(std::move(ctx), w, efd, max_am_data));
+  worker->address_.assign(reinterpret_cast<const char*>(addr), addr_len);
+  ucp_worker_release_address(w, addr);
+  return worker;
 }
 
 Worker::~Worker() {
@@ -154,7 +164,7 @@ size_t Worker::Progress() {
   }
 
   if (has_posted_.load(std::memory_order_acquire)) {
-    std::vector<std::function<void()>> posted;
+    std::vector<util::MoveFunction<void()>> posted;
     {
       std::lock_guard<std::mutex> lock(posted_mu_);
       posted.swap(posted_);
@@ -186,12 +196,12 @@ size_t Worker::Progress() {
     }
   }
   if (!deferred_.empty()) {
-    std::vector<std::function<void()>> deferred;
+    std::vector<util::MoveFunction<void()>> deferred;
     deferred.swap(deferred_);
     for (auto& fn : deferred) fn();
     work += deferred.size();
   }
-  if (pass_hook_) work += pass_hook_();
+  for (auto& hook : pass_hooks_) work += hook();
   if (!closing_.empty()) {
     for (size_t i = 0; i < closing_.size();) {
       if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
@@ -259,7 +269,7 @@ void Worker::Run(const std::atomic<bool>& stop,
     if (Clock::now() - last_work > spin) {
       // A pass hook (durability) may have timed work (the once-a-second
       // fsync): wake often enough for it.
-      Sleep(std::chrono::milliseconds(pass_hook_ ? 200 : 1000));
+      Sleep(std::chrono::milliseconds(pass_hooks_.empty() ? 1000 : 200));
       last_work = Clock::now();
     } else if ((++idle_polls & 31) == 0) {
       sched_yield();
@@ -289,7 +299,7 @@ Status Worker::Wait(ucs_status_ptr_t request, Clock::time_point deadline,
   return FromUcs(s, what);
 }
 
-void Worker::Post(std::function<void()> fn) {
+void Worker::Post(util::MoveFunction<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(posted_mu_);
     posted_.push_back(std::move(fn));

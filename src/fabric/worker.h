@@ -29,6 +29,7 @@
 
 #include "fabric/context.h"
 #include "remem/status.h"
+#include "util/move_function.h"
 
 namespace remem::fabric {
 
@@ -57,6 +58,9 @@ class Worker {
 
   ucp_worker_h handle() const { return worker_; }
   Context& context() const { return *ctx_; }
+  // This worker's packed UCX address: what a peer needs to create an
+  // endpoint to it (Endpoint::Create).
+  const std::string& address() const { return address_; }
 
   using AmHandler = std::function<void(AmMessage&&)>;
   Status SetAmHandler(unsigned am_id, AmHandler handler);
@@ -101,12 +105,14 @@ class Worker {
               std::string_view what);
 
   // Runs `fn` on this worker's thread at its next Progress(). Thread-safe.
-  void Post(std::function<void()> fn);
+  void Post(util::MoveFunction<void()> fn);
   // Interrupts Sleep(). Thread-safe.
   void Wake();
 
   // Runs `fn` at the next Progress() on this thread.
-  void Defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  void Defer(util::MoveFunction<void()> fn) {
+    deferred_.push_back(std::move(fn));
+  }
   // Runs `done(status)` at the next Progress() on this thread. Cheaper than
   // Defer for the common case of completing an operation: no allocation.
   void Complete(Completion done, Status status) {
@@ -114,10 +120,11 @@ class Worker {
   }
 
   // Runs `hook` at the end of every Progress() pass, after everything the
-  // pass delivered (the durability layer's group commit: one log write for
-  // the pass's requests, before their replies). Returns work it did.
-  void SetPassHook(std::function<size_t()> hook) {
-    pass_hook_ = std::move(hook);
+  // pass delivered (services' batching, then the durability layer's group
+  // commit: one log write for the pass's requests, before their replies).
+  // Hooks run in the order added; each returns the work it did.
+  void AddPassHook(std::function<size_t()> hook) {
+    pass_hooks_.push_back(std::move(hook));
   }
 
   // Keeps an endpoint-close request until it completes, then frees it.
@@ -150,15 +157,16 @@ class Worker {
   size_t max_am_data_;
   std::vector<std::unique_ptr<AmSlot>> slots_;
   std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
-  std::vector<std::function<void()>> deferred_;
+  std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
   std::map<std::pair<unsigned, ucp_ep_h>, AmHandler> routes_;
   uint64_t next_request_id_ = 1;
-  std::function<size_t()> pass_hook_;
+  std::vector<std::function<size_t()>> pass_hooks_;
+  std::string address_;
 
   std::mutex posted_mu_;
-  std::vector<std::function<void()>> posted_;
+  std::vector<util::MoveFunction<void()>> posted_;
   std::atomic<bool> has_posted_{false};
 };
 

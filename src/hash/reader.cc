@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "hash/size_classes.h"
+
 namespace remem::hash {
 
 namespace {
@@ -97,10 +99,10 @@ bool Lookup::Scan(ReadRequest* req) {
       return false;
     }
     const uint64_t ref = c.word1();
-    if (RefClass(ref) >= SlabAllocator::NumClasses()) {
+    if (RefClass(ref) >= NumSizeClasses()) {
       return Retry("entry names no size class");
     }
-    extent_size_ = SlabAllocator::ClassSize(RefClass(ref));
+    extent_size_ = SizeClassBytes(RefClass(ref));
     extent_incarnation_ = c.head().meta;
     extent_.resize(extent_size_);
     *req = {RefRegion(ref), RefOffset(ref), extent_.data(), extent_size_};

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hash/table.h"
+#include "hash/layout.h"
 #include "remem/status.h"
 
 namespace remem::hash {

@@ -3,33 +3,9 @@
 #include <cstring>
 
 #include "hash/layout.h"
+#include "hash/size_classes.h"
 
 namespace remem::hash {
-
-namespace {
-
-// Largest pair: 64 KiB key + 16 MiB value + header, so classes reach it.
-constexpr uint64_t kMaxExtent =
-    sizeof(ExtentHeader) + (64u << 10) + (16u << 20);
-
-std::vector<uint64_t> BuildClasses() {
-  std::vector<uint64_t> sizes;
-  uint64_t s = 64;
-  while (true) {
-    sizes.push_back(s);
-    if (s >= kMaxExtent) break;
-    uint64_t next = (s + s / 4 + 63) & ~uint64_t{63};
-    s = next > s ? next : s + 64;
-  }
-  return sizes;
-}
-
-const std::vector<uint64_t>& Classes() {
-  static const std::vector<uint64_t> c = BuildClasses();
-  return c;
-}
-
-}  // namespace
 
 SlabAllocator::SlabAllocator(uint8_t* base, uint64_t length,
                              uint64_t region_offset, uint64_t page_size)
@@ -37,24 +13,11 @@ SlabAllocator::SlabAllocator(uint8_t* base, uint64_t length,
       length_(length),
       region_offset_(region_offset),
       page_size_(page_size),
-      free_(Classes().size()) {}
+      free_(size_t(NumSizeClasses())) {}
 
-int SlabAllocator::NumClasses() { return int(Classes().size()); }
-uint64_t SlabAllocator::ClassSize(int c) { return Classes()[size_t(c)]; }
-
-int SlabAllocator::ClassFor(uint64_t bytes) {
-  const auto& c = Classes();
-  size_t lo = 0, hi = c.size();
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (c[mid] < bytes) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo == c.size() ? -1 : int(lo);
-}
+int SlabAllocator::NumClasses() { return NumSizeClasses(); }
+uint64_t SlabAllocator::ClassSize(int c) { return SizeClassBytes(c); }
+int SlabAllocator::ClassFor(uint64_t bytes) { return SizeClassFor(bytes); }
 
 Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
   int c = ClassFor(bytes);

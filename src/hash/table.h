@@ -51,21 +51,6 @@
 
 namespace remem::hash {
 
-// Where a table's buckets live, as a client needs to know it.
-struct Geometry {
-  uint16_t region = 0;          // region of the root, buckets and extents
-  uint64_t root_offset = 0;     // region offset of the Root
-  uint64_t generation = 0;      // of the root this was read from
-  uint64_t buckets_offset = 0;  // region offset of bucket 0
-  uint64_t num_buckets = 0;     // a power of two
-  uint64_t seed = 0;            // key hash seed
-};
-
-struct Limits {
-  uint32_t max_key = 64 << 10;
-  uint32_t max_value = 16 << 20;
-};
-
 struct TableOptions {
   uint64_t initial_buckets = 256;  // a power of two >= 2
   uint64_t seed = 0;

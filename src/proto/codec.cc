@@ -1,63 +1,165 @@
 #include "proto/codec.h"
 
+#include <xxhash.h>
+
 #include <cstring>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "proto/buffer.h"
+
 namespace remem::proto {
 
-namespace {
+// --- the TCP handshake
 
-template <typename T>
-void Append(std::string* out, const T& v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+std::string EncodeClientHello(const ClientHelloInfo& hello) {
+  ClientHello h{};
+  h.magic = kWireMagic;
+  h.version = hello.version;
+  h.secret_len = static_cast<uint32_t>(hello.secret.size());
+  h.address_len = static_cast<uint32_t>(hello.worker_address.size());
+  std::string out;
+  out.reserve(sizeof(h) + hello.secret.size() + hello.worker_address.size());
+  Append(&out, h);
+  out += hello.secret;
+  out += hello.worker_address;
+  return out;
 }
 
-size_t Pad8(size_t n) { return (n + 7) & ~size_t{7}; }
-
-// Reads fixed structs and byte runs from untrusted input, never past the end.
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  template <typename T>
-  bool Read(T* out) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(out, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
+Result<size_t> DecodeClientHelloPrefix(std::string_view prefix,
+                                       ClientHello* out) {
+  if (prefix.size() != sizeof(ClientHello)) {
+    return Bad("client hello prefix is " + std::to_string(prefix.size()) +
+               " bytes, expected " + std::to_string(sizeof(ClientHello)));
   }
-  bool ReadBytes(size_t n, std::string* out) {
-    if (in_.size() - pos_ < n) return false;
-    out->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
+  ClientHello h;
+  std::memcpy(&h, prefix.data(), sizeof(h));
+  if (h.magic != kWireMagic) {
+    return Bad("not a remem client (bad magic in the handshake)");
   }
-  bool Skip(size_t n) {
-    if (in_.size() - pos_ < n) return false;
-    pos_ += n;
-    return true;
+  if (h.flags != 0 || h.reserved[0] != 0 || h.reserved[1] != 0) {
+    return Bad("unknown flags or reserved bytes in the client hello");
   }
-  size_t remaining() const { return in_.size() - pos_; }
+  if (h.secret_len > kMaxSecretBytes) {
+    return Bad("client hello: secret of " + std::to_string(h.secret_len) +
+               " bytes exceeds " + std::to_string(kMaxSecretBytes));
+  }
+  if (h.address_len == 0 || h.address_len > kMaxWorkerAddressBytes) {
+    return Bad("client hello: worker address of " +
+               std::to_string(h.address_len) + " bytes is out of range (1.." +
+               std::to_string(kMaxWorkerAddressBytes) + ")");
+  }
+  *out = h;
+  return size_t{h.secret_len} + h.address_len;
+}
 
- private:
-  std::string_view in_;
-  size_t pos_ = 0;
-};
+Result<ClientHelloInfo> DecodeClientHello(std::string_view message) {
+  if (message.size() < sizeof(ClientHello)) {
+    return Bad("client hello truncated");
+  }
+  ClientHello h;
+  auto body = DecodeClientHelloPrefix(message.substr(0, sizeof(h)), &h);
+  if (!body.ok()) return body.status();
+  if (message.size() - sizeof(h) != *body) {
+    return Bad("client hello: body of " +
+               std::to_string(message.size() - sizeof(h)) +
+               " bytes, the prefix says " + std::to_string(*body));
+  }
+  ClientHelloInfo info;
+  info.version = h.version;
+  info.secret.assign(message.substr(sizeof(h), h.secret_len));
+  info.worker_address.assign(
+      message.substr(sizeof(h) + h.secret_len, h.address_len));
+  return info;
+}
 
-Status Bad(std::string what) { return Status::ProtocolError(std::move(what)); }
+std::string EncodeServerHello(const ServerHelloInfo& hello) {
+  ServerHello h{};
+  h.magic = kWireMagic;
+  h.version = hello.version;
+  h.status = static_cast<int32_t>(hello.status.code());
+  const std::string& body =
+      hello.status.ok() ? hello.worker_address : hello.status.message();
+  const size_t len =
+      hello.status.ok()
+          ? body.size()
+          : std::min<size_t>(body.size(), kMaxHandshakeMessageBytes);
+  h.body_len = static_cast<uint32_t>(len);
+  h.incarnation = hello.incarnation;
+  h.session_id = hello.session_id;
+  h.server_threads = hello.server_threads;
+  h.lease_ms = hello.lease_ms;
+  std::string out;
+  Append(&out, h);
+  out.append(body.data(), len);
+  return out;
+}
 
-}  // namespace
+Result<size_t> DecodeServerHelloPrefix(std::string_view prefix,
+                                       ServerHello* out) {
+  if (prefix.size() != sizeof(ServerHello)) {
+    return Bad("server hello prefix is " + std::to_string(prefix.size()) +
+               " bytes, expected " + std::to_string(sizeof(ServerHello)));
+  }
+  ServerHello h;
+  std::memcpy(&h, prefix.data(), sizeof(h));
+  if (h.magic != kWireMagic) {
+    return Bad("not a remem server (bad magic in the handshake)");
+  }
+  if (h.status < 0 || h.status > static_cast<int32_t>(StatusCode::kConflict)) {
+    return Bad("server hello: unknown status " + std::to_string(h.status));
+  }
+  const uint32_t limit =
+      h.status == 0 ? kMaxWorkerAddressBytes : kMaxHandshakeMessageBytes;
+  if (h.body_len > limit || (h.status == 0 && h.body_len == 0)) {
+    return Bad("server hello: body of " + std::to_string(h.body_len) +
+               " bytes is out of range");
+  }
+  *out = h;
+  return size_t{h.body_len};
+}
 
-RpcHeader MakeHeader(Opcode op, uint64_t request_id, uint64_t payload_len,
-                     bool reply, StatusCode status) {
+Result<ServerHelloInfo> DecodeServerHello(std::string_view message) {
+  if (message.size() < sizeof(ServerHello)) {
+    return Bad("server hello truncated");
+  }
+  ServerHello h;
+  auto body = DecodeServerHelloPrefix(message.substr(0, sizeof(h)), &h);
+  if (!body.ok()) return body.status();
+  if (message.size() - sizeof(h) != *body) {
+    return Bad("server hello: body length mismatch");
+  }
+  ServerHelloInfo info;
+  info.version = h.version;
+  info.incarnation = h.incarnation;
+  info.session_id = h.session_id;
+  info.server_threads = h.server_threads;
+  info.lease_ms = h.lease_ms;
+  const std::string_view rest = message.substr(sizeof(h));
+  if (h.status == 0) {
+    info.worker_address.assign(rest);
+  } else {
+    info.status = Status(static_cast<StatusCode>(h.status), std::string(rest));
+  }
+  return info;
+}
+
+// --- RPCs
+
+RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
+                     uint64_t payload_len, bool reply, StatusCode status,
+                     uint64_t epoch) {
   RpcHeader h{};
   h.magic = kWireMagic;
   h.version = kWireVersion;
-  h.opcode = static_cast<uint16_t>(op);
+  h.service = service;
+  h.method = method;
   h.flags = reply ? kFlagReply : 0;
   h.status = static_cast<int32_t>(status);
   h.request_id = request_id;
   h.payload_len = payload_len;
+  h.epoch = epoch;
   return h;
 }
 
@@ -73,11 +175,11 @@ Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
     return Bad("unsupported wire version " + std::to_string(h.version) +
                " (this build speaks " + std::to_string(kWireVersion) + ")");
   }
-  if (h.opcode == 0 || h.opcode > kMaxOpcode) {
-    return Bad("unknown opcode " + std::to_string(h.opcode));
-  }
   if ((h.flags & ~kFlagReply) != 0 || h.reserved != 0) {
     return Bad("unknown flags in rpc header");
+  }
+  if (h.status < 0 || h.status > static_cast<int32_t>(StatusCode::kConflict)) {
+    return Bad("unknown status " + std::to_string(h.status) + " in rpc header");
   }
   if (h.payload_len != data_len) {
     return Bad("payload length " + std::to_string(data_len) +
@@ -87,35 +189,8 @@ Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
   return h;
 }
 
-std::string EncodeHelloRequest(const Hello& hello) {
-  HelloRequest r{};
-  r.magic = kWireMagic;
-  r.version = hello.version;
-  r.secret_len = static_cast<uint32_t>(hello.secret.size());
-  std::string out;
-  out.reserve(sizeof(r) + hello.secret.size());
-  Append(&out, r);
-  out += hello.secret;
-  return out;
-}
-
-Result<Hello> DecodeHelloRequest(std::string_view payload) {
-  Reader rd(payload);
-  HelloRequest r;
-  if (!rd.Read(&r)) return Bad("hello request truncated");
-  if (r.magic != kWireMagic) return Bad("bad magic in hello request");
-  if (r.secret_len > kMaxSecretBytes) return Bad("hello secret too long");
-  Hello hello;
-  hello.version = r.version;
-  if (!rd.ReadBytes(r.secret_len, &hello.secret)) {
-    return Bad("hello secret truncated");
-  }
-  if (rd.remaining() != 0) return Bad("trailing bytes after hello request");
-  return hello;
-}
-
-std::string EncodeHelloReply(const HelloReplyInfo& info) {
-  HelloReply r{};
+std::string EncodeRegionsReply(const RegionsInfo& info) {
+  RegionsReply r{};
   r.magic = kWireMagic;
   r.version = kWireVersion;
   r.incarnation = info.incarnation;
@@ -130,6 +205,8 @@ std::string EncodeHelloReply(const HelloReplyInfo& info) {
     d.rkey_len = static_cast<uint32_t>(reg.rkey.size());
     d.base = reg.base;
     d.length = reg.length;
+    d.service = reg.service;
+    d.access = static_cast<uint8_t>(reg.access);
     Append(&out, d);
     out += reg.rkey;
     out.append(Pad8(reg.rkey.size()) - reg.rkey.size(), '\0');
@@ -137,18 +214,22 @@ std::string EncodeHelloReply(const HelloReplyInfo& info) {
   return out;
 }
 
-Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload) {
+Result<RegionsInfo> DecodeRegionsReply(std::string_view payload) {
   Reader rd(payload);
-  HelloReply r;
-  if (!rd.Read(&r)) return Bad("hello reply truncated");
-  if (r.magic != kWireMagic) return Bad("bad magic in hello reply");
+  RegionsReply r;
+  if (!rd.Read(&r)) return Bad("regions reply truncated");
+  if (r.magic != kWireMagic) return Bad("bad magic in regions reply");
   if (r.version != kWireVersion) return Bad("server speaks another version");
   if (r.num_regions > kMaxRegions) return Bad("too many regions");
-  HelloReplyInfo info;
+  if (uint64_t{r.num_regions} * sizeof(RegionDescriptor) > rd.remaining()) {
+    return Bad("regions reply: more regions than bytes");
+  }
+  RegionsInfo info;
   info.incarnation = r.incarnation;
   info.max_payload = r.max_payload;
   info.server_threads = r.server_threads;
   info.regions.reserve(r.num_regions);
+  std::unordered_set<uint32_t> seen;
   for (uint32_t i = 0; i < r.num_regions; ++i) {
     RegionDescriptor d;
     if (!rd.Read(&d)) return Bad("region descriptor truncated");
@@ -158,40 +239,101 @@ Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload) {
     if (d.length == 0 || d.base + d.length < d.base) {
       return Bad("region bounds invalid");
     }
+    if (d.access > static_cast<uint8_t>(RegionAccess::kReadOnly) ||
+        d.reserved != 0 || d.reserved2 != 0) {
+      return Bad("region descriptor: unknown access or reserved bytes set");
+    }
     RegionInfoWire reg;
     reg.region_id = d.region_id;
     reg.base = d.base;
     reg.length = d.length;
+    reg.service = d.service;
+    reg.access = static_cast<RegionAccess>(d.access);
     if (!rd.ReadBytes(d.rkey_len, &reg.rkey)) return Bad("rkey truncated");
     if (!rd.Skip(Pad8(d.rkey_len) - d.rkey_len)) {
       return Bad("rkey padding truncated");
     }
-    for (const RegionInfoWire& prev : info.regions) {
-      if (prev.region_id == reg.region_id) return Bad("duplicate region id");
-    }
+    if (!seen.insert(reg.region_id).second) return Bad("duplicate region id");
     info.regions.push_back(std::move(reg));
   }
-  if (rd.remaining() != 0) return Bad("trailing bytes after hello reply");
+  if (rd.remaining() != 0) return Bad("trailing bytes after regions reply");
   return info;
 }
 
-std::string EncodeStatsReply(const StatsReply& stats) {
-  StatsReply s = stats;
-  s.magic = kWireMagic;
-  s.version = kWireVersion;
+bool ValidStatName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxStatName) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string EncodeStatsReply(const std::vector<StatValue>& stats) {
+  StatsReply r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.count = static_cast<uint32_t>(stats.size());
   std::string out;
-  Append(&out, s);
+  Append(&out, r);
+  for (const StatValue& s : stats) {
+    StatEntry e{};
+    e.name_len = static_cast<uint16_t>(s.name.size());
+    e.kind = static_cast<uint8_t>(s.kind);
+    const size_t text = s.kind == StatKind::kText
+                            ? std::min<size_t>(s.text.size(), kMaxStatText)
+                            : 0;
+    e.text_len = static_cast<uint32_t>(text);
+    e.value = s.kind == StatKind::kNumber ? s.value : 0;
+    Append(&out, e);
+    out += s.name;
+    out.append(s.text.data(), text);
+  }
   return out;
 }
 
-Result<StatsReply> DecodeStatsReply(std::string_view payload) {
-  if (payload.size() != sizeof(StatsReply)) return Bad("stats reply size");
-  StatsReply s{};
-  std::memcpy(&s, payload.data(), payload.size());
-  if (s.magic != kWireMagic) return Bad("bad magic in stats reply");
-  if (s.version != kWireVersion) return Bad("stats reply version");
-  return s;
+Result<std::vector<StatValue>> DecodeStatsReply(std::string_view payload) {
+  Reader rd(payload);
+  StatsReply r;
+  if (!rd.Read(&r)) return Bad("stats reply truncated");
+  if (r.magic != kWireMagic || r.version != kWireVersion) {
+    return Bad("bad magic or version in stats reply");
+  }
+  if (r.count > kMaxStats ||
+      uint64_t{r.count} * sizeof(StatEntry) > rd.remaining()) {
+    return Bad("stats reply: more entries than bytes");
+  }
+  std::vector<StatValue> out;
+  out.reserve(r.count);
+  std::unordered_set<std::string> seen;
+  for (uint32_t i = 0; i < r.count; ++i) {
+    StatEntry e;
+    if (!rd.Read(&e)) return Bad("stat entry truncated");
+    if (e.kind > static_cast<uint8_t>(StatKind::kText) || e.reserved != 0) {
+      return Bad("stat entry: unknown kind");
+    }
+    StatValue s;
+    s.kind = static_cast<StatKind>(e.kind);
+    if (e.name_len > kMaxStatName || !rd.ReadBytes(e.name_len, &s.name) ||
+        !ValidStatName(s.name)) {
+      return Bad("stat entry: bad name");
+    }
+    if (s.kind == StatKind::kNumber) {
+      if (e.text_len != 0) return Bad("stat entry: text on a number");
+      s.value = e.value;
+    } else if (e.text_len > kMaxStatText || e.value != 0 ||
+               !rd.ReadBytes(e.text_len, &s.text)) {
+      return Bad("stat entry: bad text");
+    }
+    if (!seen.insert(s.name).second) return Bad("duplicate stat " + s.name);
+    out.push_back(std::move(s));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after stats");
+  return out;
 }
+
+// --- served one-sided operations
 
 MemRequest MakeMemRequest(MemOp op, uint32_t region, uint64_t request_id,
                           uint64_t offset, uint64_t length, uint64_t operand,
@@ -269,252 +411,25 @@ Result<MemReply> DecodeMemReply(std::string_view header) {
   return r;
 }
 
-std::string EncodeHashInfo(const HashInfo& info) {
-  HashInfoReply r{};
-  r.magic = kWireMagic;
-  r.version = kWireVersion;
-  r.num_partitions = static_cast<uint32_t>(info.partitions.size());
-  r.max_key = info.max_key;
-  r.max_value = info.max_value;
-  r.partition_seed = info.partition_seed;
-  std::string out;
-  Append(&out, r);
-  for (const HashPartition& p : info.partitions) Append(&out, p);
-  return out;
+// --- the server lease
+
+ServerLease MakeLease(uint64_t version, uint64_t incarnation,
+                      uint64_t expires_ns, uint64_t renewals,
+                      uint64_t lease_ns) {
+  ServerLease l{};
+  l.version = version;
+  l.magic = kLeaseMagic;
+  l.incarnation = incarnation;
+  l.expires_ns = expires_ns;
+  l.renewals = renewals;
+  l.lease_ns = lease_ns;
+  l.checksum = XXH3_64bits(&l, offsetof(ServerLease, checksum));
+  return l;
 }
 
-Result<HashInfo> DecodeHashInfo(std::string_view payload) {
-  Reader rd(payload);
-  HashInfoReply r;
-  if (!rd.Read(&r)) return Bad("hash info truncated");
-  if (r.magic != kWireMagic || r.version != kWireVersion) {
-    return Bad("bad magic or version in hash info");
-  }
-  if (r.num_partitions == 0 || r.num_partitions > kMaxRegions) {
-    return Bad("hash info: partition count out of range");
-  }
-  HashInfo info;
-  info.max_key = r.max_key;
-  info.max_value = r.max_value;
-  info.partition_seed = r.partition_seed;
-  for (uint32_t i = 0; i < r.num_partitions; ++i) {
-    HashPartition p;
-    if (!rd.Read(&p)) return Bad("hash partition truncated");
-    if (p.num_buckets < 2 || (p.num_buckets & (p.num_buckets - 1)) != 0 ||
-        p.num_buckets > (1ull << 40)) {
-      return Bad("hash partition: bucket count is not a power of two");
-    }
-    info.partitions.push_back(p);
-  }
-  if (rd.remaining() != 0) return Bad("trailing bytes after hash info");
-  return info;
-}
-
-std::string EncodeHashKey(std::string_view key) {
-  HashKeyRequest r{};
-  r.key_len = static_cast<uint32_t>(key.size());
-  std::string out;
-  Append(&out, r);
-  out += key;
-  return out;
-}
-
-Result<std::string_view> DecodeHashKey(std::string_view payload) {
-  Reader rd(payload);
-  HashKeyRequest r;
-  if (!rd.Read(&r)) return Bad("hash key request truncated");
-  if (rd.remaining() != r.key_len) return Bad("hash key length mismatch");
-  return payload.substr(sizeof(r));
-}
-
-std::string EncodeHashPut(const HashPut& put) {
-  HashPutRequest r{};
-  r.key_len = static_cast<uint32_t>(put.key.size());
-  r.value_len = static_cast<uint32_t>(put.value.size());
-  r.mode = static_cast<uint8_t>(put.mode);
-  r.expected_version = put.expected_version;
-  std::string out;
-  out.reserve(sizeof(r) + put.key.size() + put.value.size());
-  Append(&out, r);
-  out += put.key;
-  out += put.value;
-  return out;
-}
-
-Result<HashPut> DecodeHashPut(std::string_view payload) {
-  Reader rd(payload);
-  HashPutRequest r;
-  if (!rd.Read(&r)) return Bad("hash put request truncated");
-  if (r.mode > static_cast<uint8_t>(PutMode::kIfVersion)) {
-    return Bad("hash put: unknown mode");
-  }
-  if (uint64_t{r.key_len} + r.value_len != rd.remaining()) {
-    return Bad("hash put: lengths do not match the payload");
-  }
-  HashPut put;
-  put.key = payload.substr(sizeof(r), r.key_len);
-  put.value = payload.substr(sizeof(r) + r.key_len, r.value_len);
-  put.mode = static_cast<PutMode>(r.mode);
-  put.expected_version = r.expected_version;
-  return put;
-}
-
-std::string EncodeHashGetReply(uint64_t version, std::string_view value) {
-  HashGetReply r{};
-  r.version = version;
-  r.value_len = static_cast<uint32_t>(value.size());
-  std::string out;
-  out.reserve(sizeof(r) + value.size());
-  Append(&out, r);
-  out += value;
-  return out;
-}
-
-Result<HashValue> DecodeHashGetReply(std::string_view payload) {
-  Reader rd(payload);
-  HashGetReply r;
-  if (!rd.Read(&r)) return Bad("hash get reply truncated");
-  if (rd.remaining() != r.value_len) return Bad("hash get reply length");
-  return HashValue{r.version, std::string(payload.substr(sizeof(r)))};
-}
-
-std::string EncodeHashPutReply(uint64_t version) {
-  std::string out;
-  Append(&out, HashPutReply{version});
-  return out;
-}
-
-Result<uint64_t> DecodeHashPutReply(std::string_view payload) {
-  if (payload.size() != sizeof(HashPutReply)) return Bad("hash put reply size");
-  HashPutReply r;
-  std::memcpy(&r, payload.data(), sizeof(r));
-  return r.version;
-}
-
-namespace {
-
-Result<uint32_t> ReadMultiCount(Reader* rd) {
-  HashMultiRequest r;
-  if (!rd->Read(&r)) return Bad("hash multi request truncated");
-  if (r.count == 0 || r.count > kMaxMultiItems) {
-    return Bad("hash multi request: item count out of range");
-  }
-  return r.count;
-}
-
-std::string_view Take(std::string_view payload, size_t at, size_t n) {
-  return payload.substr(at, n);
-}
-
-}  // namespace
-
-std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys) {
-  std::string out;
-  Append(&out, HashMultiRequest{static_cast<uint32_t>(keys.size()), 0});
-  for (std::string_view k : keys) {
-    Append(&out, HashMultiKey{static_cast<uint32_t>(k.size())});
-    out += k;
-  }
-  return out;
-}
-
-Result<std::vector<std::string_view>> DecodeHashMultiGet(
-    std::string_view payload) {
-  Reader rd(payload);
-  auto count = ReadMultiCount(&rd);
-  if (!count.ok()) return count.status();
-  std::vector<std::string_view> keys;
-  keys.reserve(*count);
-  for (uint32_t i = 0; i < *count; ++i) {
-    HashMultiKey k;
-    if (!rd.Read(&k)) return Bad("hash multi-get item truncated");
-    const size_t at = payload.size() - rd.remaining();
-    if (!rd.Skip(k.key_len)) return Bad("hash multi-get key truncated");
-    keys.push_back(Take(payload, at, k.key_len));
-  }
-  if (rd.remaining() != 0) return Bad("trailing bytes after multi-get items");
-  return keys;
-}
-
-std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs) {
-  std::string out;
-  Append(&out, HashMultiRequest{static_cast<uint32_t>(pairs.size()), 0});
-  for (const auto& [k, v] : pairs) {
-    Append(&out, HashMultiPair{static_cast<uint32_t>(k.size()),
-                               static_cast<uint32_t>(v.size())});
-    out += k;
-    out += v;
-  }
-  return out;
-}
-
-Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload) {
-  Reader rd(payload);
-  auto count = ReadMultiCount(&rd);
-  if (!count.ok()) return count.status();
-  std::vector<KeyValue> pairs;
-  pairs.reserve(*count);
-  for (uint32_t i = 0; i < *count; ++i) {
-    HashMultiPair p;
-    if (!rd.Read(&p)) return Bad("hash multi-put item truncated");
-    const size_t at = payload.size() - rd.remaining();
-    if (!rd.Skip(uint64_t{p.key_len} + p.value_len)) {
-      return Bad("hash multi-put pair truncated");
-    }
-    pairs.emplace_back(Take(payload, at, p.key_len),
-                       Take(payload, at + p.key_len, p.value_len));
-  }
-  if (rd.remaining() != 0) return Bad("trailing bytes after multi-put items");
-  return pairs;
-}
-
-std::string EncodeHashMultiReply(const std::vector<MultiItem>& items) {
-  std::string out;
-  Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});
-  for (const MultiItem& it : items) {
-    const std::string& data = it.status.ok() ? it.data : it.status.message();
-    HashMultiItem h{};
-    h.status = static_cast<uint16_t>(it.status.code());
-    h.data_len = static_cast<uint32_t>(data.size());
-    h.version = it.version;
-    Append(&out, h);
-    out += data;
-  }
-  return out;
-}
-
-Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
-                                                    size_t expected_count) {
-  Reader rd(payload);
-  HashMultiReply r;
-  if (!rd.Read(&r)) return Bad("hash multi reply truncated");
-  if (r.count != expected_count) return Bad("hash multi reply: wrong count");
-  // Untrusted count: bound it before allocating.
-  if (r.count > kMaxMultiItems ||
-      uint64_t{r.count} * sizeof(HashMultiItem) > rd.remaining()) {
-    return Bad("hash multi reply: more items than bytes");
-  }
-  std::vector<MultiItem> items(r.count);
-  for (MultiItem& it : items) {
-    HashMultiItem h;
-    if (!rd.Read(&h)) return Bad("hash multi reply item truncated");
-    if (h.status > static_cast<uint16_t>(StatusCode::kConflict)) {
-      return Bad("hash multi reply: unknown status");
-    }
-    std::string data;
-    if (!rd.ReadBytes(h.data_len, &data)) {
-      return Bad("hash multi reply data truncated");
-    }
-    const auto code = static_cast<StatusCode>(h.status);
-    if (code == StatusCode::kOk) {
-      it.data = std::move(data);
-      it.version = h.version;
-    } else {
-      it.status = Status(code, std::move(data));
-    }
-  }
-  if (rd.remaining() != 0) return Bad("trailing bytes after multi reply");
-  return items;
+bool LeaseVerifies(const ServerLease& lease) {
+  return lease.version % 2 == 0 && lease.magic == kLeaseMagic &&
+         lease.checksum == XXH3_64bits(&lease, offsetof(ServerLease, checksum));
 }
 
 }  // namespace remem::proto

@@ -1,4 +1,7 @@
-// Encoders and validating decoders for the messages in wire.h.
+// Encoders and validating decoders for the messages in wire.h (the
+// handshake, the RPC header, regions, stats, served memory requests).
+// Services keep their own codecs beside their wire structs (src/hash/codec.h)
+// and build them on proto/buffer.h.
 //
 // Every decoder takes untrusted bytes, checks every length against the
 // buffer before reading, and returns ProtocolError with a reason instead of
@@ -12,7 +15,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "proto/wire.h"
@@ -20,39 +22,78 @@
 
 namespace remem::proto {
 
-// Builds a header for a request or reply.
-RpcHeader MakeHeader(Opcode op, uint64_t request_id, uint64_t payload_len,
-                     bool reply, StatusCode status = StatusCode::kOk);
+// --- the TCP handshake
 
-// Validates an AM header: size, magic, version, opcode range, flags, and that
-// `payload_len` matches the AM data length `data_len`.
-Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len);
-
-struct Hello {
+struct ClientHelloInfo {
   uint16_t version = kWireVersion;
   std::string secret;
+  std::string worker_address;  // the client's UCX worker address
 };
-std::string EncodeHelloRequest(const Hello& hello);
-Result<Hello> DecodeHelloRequest(std::string_view payload);
+std::string EncodeClientHello(const ClientHelloInfo& hello);
+// Validates the fixed part alone (magic, version is left to the caller,
+// flags, reserved, lengths), so a server can refuse an oversized or foreign
+// prefix before reading more. Returns the number of body bytes that follow.
+Result<size_t> DecodeClientHelloPrefix(std::string_view prefix,
+                                       ClientHello* out);
+// The whole message: prefix and body.
+Result<ClientHelloInfo> DecodeClientHello(std::string_view message);
+
+struct ServerHelloInfo {
+  Status status;               // OK, or why the server refused
+  std::string worker_address;  // status OK: the serving worker's address
+  uint16_t version = kWireVersion;
+  uint64_t incarnation = 0;
+  uint64_t session_id = 0;
+  uint32_t server_threads = 0;
+  uint32_t lease_ms = 0;
+};
+std::string EncodeServerHello(const ServerHelloInfo& hello);
+// As DecodeClientHelloPrefix, for the client.
+Result<size_t> DecodeServerHelloPrefix(std::string_view prefix,
+                                       ServerHello* out);
+Result<ServerHelloInfo> DecodeServerHello(std::string_view message);
+
+// --- RPCs
+
+// Builds a header for a request or reply.
+RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
+                     uint64_t payload_len, bool reply,
+                     StatusCode status = StatusCode::kOk, uint64_t epoch = 0);
+
+// Validates an AM header: size, magic, version, flags, reserved, and that
+// `payload_len` matches the AM data length `data_len`. The service and
+// method are the dispatcher's to check (it knows which exist).
+Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len);
 
 struct RegionInfoWire {
   uint32_t region_id = 0;
   uint64_t base = 0;
   uint64_t length = 0;
+  ServiceId service = kCoreService;
+  RegionAccess access = RegionAccess::kReadWrite;
   std::string rkey;  // packed UCX remote key
 };
 
-struct HelloReplyInfo {
+struct RegionsInfo {
   uint64_t incarnation = 0;
   uint64_t max_payload = 0;
   uint32_t server_threads = 0;
   std::vector<RegionInfoWire> regions;
 };
-std::string EncodeHelloReply(const HelloReplyInfo& info);
-Result<HelloReplyInfo> DecodeHelloReply(std::string_view payload);
+std::string EncodeRegionsReply(const RegionsInfo& info);
+Result<RegionsInfo> DecodeRegionsReply(std::string_view payload);
 
-std::string EncodeStatsReply(const StatsReply& stats);
-Result<StatsReply> DecodeStatsReply(std::string_view payload);
+// Named stats, in the order the server listed them.
+struct StatValue {
+  std::string name;
+  StatKind kind = StatKind::kNumber;
+  uint64_t value = 0;
+  std::string text;
+};
+std::string EncodeStatsReply(const std::vector<StatValue>& stats);
+Result<std::vector<StatValue>> DecodeStatsReply(std::string_view payload);
+// True if `name` is a valid stat name ([a-z0-9_.], 1..kMaxStatName).
+bool ValidStatName(std::string_view name);
 
 // --- served one-sided operations
 MemRequest MakeMemRequest(MemOp op, uint32_t region, uint64_t request_id,
@@ -69,55 +110,14 @@ MemReply MakeMemReply(MemOp op, uint64_t request_id, StatusCode status,
 // Validates a memory reply header: size, magic, version, op, reserved.
 Result<MemReply> DecodeMemReply(std::string_view header);
 
-// --- hash store
-struct HashInfo {
-  uint32_t max_key = 0;
-  uint32_t max_value = 0;
-  uint64_t partition_seed = 0;
-  std::vector<HashPartition> partitions;
-};
-std::string EncodeHashInfo(const HashInfo& info);
-Result<HashInfo> DecodeHashInfo(std::string_view payload);
+// --- the server lease (read one-sided by clients)
 
-std::string EncodeHashKey(std::string_view key);
-Result<std::string_view> DecodeHashKey(std::string_view payload);
-
-struct HashPut {
-  std::string_view key;
-  std::string_view value;
-  PutMode mode = PutMode::kUpsert;
-  uint64_t expected_version = 0;
-};
-std::string EncodeHashPut(const HashPut& put);
-// The views point into `payload`.
-Result<HashPut> DecodeHashPut(std::string_view payload);
-
-std::string EncodeHashGetReply(uint64_t version, std::string_view value);
-struct HashValue {
-  uint64_t version = 0;
-  std::string value;
-};
-Result<HashValue> DecodeHashGetReply(std::string_view payload);
-
-std::string EncodeHashPutReply(uint64_t version);
-Result<uint64_t> DecodeHashPutReply(std::string_view payload);
-
-// Multi-get / multi-put (wire.h: HashMultiRequest). Decoders check every
-// length against the payload and the item count against kMaxMultiItems.
-std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys);
-Result<std::vector<std::string_view>> DecodeHashMultiGet(
-    std::string_view payload);
-using KeyValue = std::pair<std::string_view, std::string_view>;
-std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs);
-Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload);
-struct MultiItem {
-  Status status;
-  uint64_t version = 0;
-  std::string data;  // value (get) or nothing (put)
-};
-std::string EncodeHashMultiReply(const std::vector<MultiItem>& items);
-Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
-                                                    size_t expected_count);
+// The lease image the server publishes (version even, checksum set).
+ServerLease MakeLease(uint64_t version, uint64_t incarnation,
+                      uint64_t expires_ns, uint64_t renewals,
+                      uint64_t lease_ns);
+// True if a copy of the lease verifies: even version, magic, checksum.
+bool LeaseVerifies(const ServerLease& lease);
 
 }  // namespace remem::proto
 

@@ -2,16 +2,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 
 namespace remem::proto {
 namespace {
 
 TEST(Codec, HeaderRoundTripAndValidation) {
-  RpcHeader h = MakeHeader(Opcode::kEcho, 42, 5, false);
+  RpcHeader h = MakeHeader(7, 3, 42, 5, false, StatusCode::kOk, 9);
   auto ok = DecodeHeader(&h, sizeof(h), 5);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->request_id, 42u);
+  EXPECT_EQ(ok->service, 7u);
+  EXPECT_EQ(ok->method, 3u);
+  EXPECT_EQ(ok->epoch, 9u);
 
   EXPECT_FALSE(DecodeHeader(&h, sizeof(h) - 1, 5).ok());
   EXPECT_FALSE(DecodeHeader(&h, sizeof(h), 6).ok());  // length mismatch
@@ -24,121 +28,158 @@ TEST(Codec, HeaderRoundTripAndValidation) {
   EXPECT_EQ(v.status().code(), StatusCode::kProtocolError);
   EXPECT_NE(v.status().message().find("version"), std::string::npos);
   bad = h;
-  bad.opcode = 0;
+  bad.flags = 0x80;
   EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
   bad = h;
-  bad.flags = 0x80;
+  bad.reserved = 1;
+  EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
+  bad = h;
+  bad.status = 1000;  // no such status code
   EXPECT_FALSE(DecodeHeader(&bad, sizeof(bad), 5).ok());
   EXPECT_FALSE(DecodeHeader(nullptr, 0, 0).ok());
 }
 
-TEST(Codec, HelloRequest) {
-  Hello in;
+TEST(Codec, ClientHello) {
+  ClientHelloInfo in;
   in.secret = std::string("a\0b", 3);
-  auto out = DecodeHelloRequest(EncodeHelloRequest(in));
-  ASSERT_TRUE(out.ok());
+  in.worker_address = std::string(145, 'w');
+  const std::string enc = EncodeClientHello(in);
+  auto out = DecodeClientHello(enc);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->secret, in.secret);
-  std::string enc = EncodeHelloRequest(in);
-  EXPECT_FALSE(DecodeHelloRequest(enc.substr(0, enc.size() - 1)).ok());
-  EXPECT_FALSE(DecodeHelloRequest(enc + "x").ok());
-  EXPECT_FALSE(DecodeHelloRequest("").ok());
-  Hello big;
+  EXPECT_EQ(out->worker_address, in.worker_address);
+  EXPECT_EQ(out->version, kWireVersion);
+  // The prefix alone says how much follows, so a server can refuse early.
+  ClientHello h;
+  auto body = DecodeClientHelloPrefix(enc.substr(0, sizeof(h)), &h);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, 3u + 145u);
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_FALSE(DecodeClientHello(enc.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeClientHello(enc + "x").ok());
+  // Oversized length prefixes are refused from the prefix.
+  ClientHelloInfo big = in;
   big.secret.assign(kMaxSecretBytes + 1, 's');
-  EXPECT_FALSE(DecodeHelloRequest(EncodeHelloRequest(big)).ok());
+  EXPECT_FALSE(
+      DecodeClientHelloPrefix(EncodeClientHello(big).substr(0, sizeof(h)), &h)
+          .ok());
+  big = in;
+  big.worker_address.clear();
+  EXPECT_FALSE(DecodeClientHello(EncodeClientHello(big)).ok());
+  std::string huge = enc.substr(0, sizeof(h));
+  const uint32_t too_long = kMaxWorkerAddressBytes + 1;
+  std::memcpy(huge.data() + offsetof(ClientHello, address_len), &too_long, 4);
+  EXPECT_FALSE(DecodeClientHelloPrefix(huge, &h).ok());
+  // Seventeen zero bytes (the input that aborted UCX's own listener) and
+  // foreign protocols are refused by the magic.
+  EXPECT_FALSE(DecodeClientHello(std::string(17, '\0')).ok());
+  std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  http.resize(sizeof(h), ' ');
+  auto st = DecodeClientHelloPrefix(http, &h);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("not a remem client"),
+            std::string::npos);
 }
 
-TEST(Codec, HelloReplyWithRegions) {
-  HelloReplyInfo in;
+TEST(Codec, ServerHello) {
+  ServerHelloInfo ok;
+  ok.worker_address = "addr";
+  ok.incarnation = 5;
+  ok.session_id = 77;
+  ok.server_threads = 2;
+  ok.lease_ms = 1000;
+  auto out = DecodeServerHello(EncodeServerHello(ok));
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out->status.ok());
+  EXPECT_EQ(out->worker_address, "addr");
+  EXPECT_EQ(out->session_id, 77u);
+  EXPECT_EQ(out->lease_ms, 1000u);
+  ServerHelloInfo refused;
+  refused.status = Status::PermissionDenied("wrong secret");
+  out = DecodeServerHello(EncodeServerHello(refused));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->status.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(out->status.message(), "wrong secret");
+  // An OK hello must carry an address; a refusal's message is bounded.
+  ok.worker_address.clear();
+  EXPECT_FALSE(DecodeServerHello(EncodeServerHello(ok)).ok());
+  refused.status = Status::Busy(std::string(100000, 'm'));
+  out = DecodeServerHello(EncodeServerHello(refused));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->status.message().size(), kMaxHandshakeMessageBytes);
+}
+
+TEST(Codec, RegionsReply) {
+  RegionsInfo in;
   in.incarnation = 7;
   in.max_payload = 1 << 20;
   in.server_threads = 2;
-  in.regions.push_back({1, 0x1000, 4096, "rkey-one"});
-  in.regions.push_back({2, 0x9000, 8192, std::string(13, 'k')});
-  std::string enc = EncodeHelloReply(in);
+  in.regions.push_back(
+      {0, 0x1000, 4096, kCoreService, RegionAccess::kReadOnly, "rkey-one"});
+  in.regions.push_back(
+      {2, 0x9000, 8192, 1, RegionAccess::kReadWrite, std::string(13, 'k')});
+  std::string enc = EncodeRegionsReply(in);
   EXPECT_EQ(enc.size() % 8, 0u);
-  auto out = DecodeHelloReply(enc);
+  auto out = DecodeRegionsReply(enc);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ASSERT_EQ(out->regions.size(), 2u);
   EXPECT_EQ(out->regions[1].rkey, std::string(13, 'k'));
   EXPECT_EQ(out->regions[0].base, 0x1000u);
+  EXPECT_EQ(out->regions[0].access, RegionAccess::kReadOnly);
+  EXPECT_EQ(out->regions[1].service, 1u);
   // Every truncation is refused.
   for (size_t n = 0; n < enc.size(); ++n) {
-    EXPECT_FALSE(DecodeHelloReply(enc.substr(0, n)).ok()) << n;
+    EXPECT_FALSE(DecodeRegionsReply(enc.substr(0, n)).ok()) << n;
   }
   // Duplicate region ids are refused.
-  in.regions[1].region_id = 1;
-  EXPECT_FALSE(DecodeHelloReply(EncodeHelloReply(in)).ok());
+  in.regions[1].region_id = 0;
+  EXPECT_FALSE(DecodeRegionsReply(EncodeRegionsReply(in)).ok());
   // A region that wraps the address space is refused.
   in.regions[1].region_id = 2;
   in.regions[1].base = ~uint64_t{0} - 10;
-  EXPECT_FALSE(DecodeHelloReply(EncodeHelloReply(in)).ok());
+  EXPECT_FALSE(DecodeRegionsReply(EncodeRegionsReply(in)).ok());
 }
 
 TEST(Codec, StatsReply) {
-  StatsReply s{};
-  s.rpcs_served = 99;
-  s.mem_requests_served = 12;
-  auto out = DecodeStatsReply(EncodeStatsReply(s));
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ(out->rpcs_served, 99u);
-  EXPECT_EQ(out->mem_requests_served, 12u);
-  EXPECT_FALSE(DecodeStatsReply("short").ok());
-  s.log_bytes = 7;
-  s.fsync_policy = 3;
-  out = DecodeStatsReply(EncodeStatsReply(s));
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ(out->log_bytes, 7u);
-  EXPECT_EQ(out->fsync_policy, 3u);
-  // Any other size is refused.
+  std::vector<StatValue> in = {{"rpcs_served", StatKind::kNumber, 99, {}},
+                               {"fsync_policy", StatKind::kText, 0, "always"},
+                               {"hash.pairs_2", StatKind::kNumber, 7, {}}};
+  auto out = DecodeStatsReply(EncodeStatsReply(in));
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->size(), 3u);
+  EXPECT_EQ((*out)[0].name, "rpcs_served");
+  EXPECT_EQ((*out)[0].value, 99u);
+  EXPECT_EQ((*out)[1].kind, StatKind::kText);
+  EXPECT_EQ((*out)[1].text, "always");
+  const std::string enc = EncodeStatsReply(in);
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_FALSE(DecodeStatsReply(enc.substr(0, n)).ok()) << n;
+  }
+  // Names are validated; duplicates refused.
+  EXPECT_FALSE(DecodeStatsReply(
+                   EncodeStatsReply({{"Bad Name", StatKind::kNumber, 1, {}}}))
+                   .ok());
   EXPECT_FALSE(
-      DecodeStatsReply(EncodeStatsReply(s).substr(0, sizeof(StatsReply) - 8))
+      DecodeStatsReply(EncodeStatsReply({{"a", StatKind::kNumber, 1, {}},
+                                         {"a", StatKind::kNumber, 2, {}}}))
           .ok());
+  // A count beyond the bytes is refused before anything is allocated.
+  std::string huge = enc.substr(0, sizeof(StatsReply));
+  const uint32_t big = 0xffffff;
+  std::memcpy(huge.data() + offsetof(StatsReply, count), &big, 4);
+  EXPECT_FALSE(DecodeStatsReply(huge).ok());
 }
 
-TEST(Codec, HashMultiGetPutAndReply) {
-  const std::string keys_store[] = {"a", std::string(300, 'k'), "z"};
-  std::vector<std::string_view> keys(std::begin(keys_store),
-                                     std::end(keys_store));
-  const std::string get = EncodeHashMultiGet(keys);
-  auto got = DecodeHashMultiGet(get);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(*got, keys);
-  // Every truncation is refused, never read past.
-  for (size_t n = 0; n < get.size(); ++n) {
-    EXPECT_FALSE(DecodeHashMultiGet(get.substr(0, n)).ok()) << n;
-  }
-  EXPECT_FALSE(DecodeHashMultiGet(get + "x").ok());
-  EXPECT_FALSE(DecodeHashMultiGet(EncodeHashMultiGet({})).ok());
-
-  std::vector<KeyValue> pairs = {{"k1", "v1"}, {"k2", ""}};
-  const std::string put = EncodeHashMultiPut(pairs);
-  auto decoded = DecodeHashMultiPut(put);
-  ASSERT_TRUE(decoded.ok());
-  EXPECT_EQ(*decoded, pairs);
-  for (size_t n = 0; n < put.size(); ++n) {
-    EXPECT_FALSE(DecodeHashMultiPut(put.substr(0, n)).ok()) << n;
-  }
-
-  std::vector<MultiItem> items(2);
-  items[0].version = 9;
-  items[0].data = "value";
-  items[1].status = Status::NotFound("key not found");
-  const std::string reply = EncodeHashMultiReply(items);
-  auto back = DecodeHashMultiReply(reply, 2);
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ((*back)[0].data, "value");
-  EXPECT_EQ((*back)[0].version, 9u);
-  EXPECT_EQ((*back)[1].status.code(), StatusCode::kNotFound);
-  EXPECT_EQ((*back)[1].status.message(), "key not found");
-  EXPECT_FALSE(DecodeHashMultiReply(reply, 3).ok());  // not what was asked
-  for (size_t n = 0; n < reply.size(); ++n) {
-    EXPECT_FALSE(DecodeHashMultiReply(reply.substr(0, n), 2).ok()) << n;
-  }
-  // A count far beyond the bytes is refused before anything is allocated.
-  std::string huge = reply.substr(0, 8);
-  const uint32_t big = 0xffffff;
-  std::memcpy(huge.data(), &big, 4);
-  EXPECT_FALSE(DecodeHashMultiReply(huge, big).ok());
+TEST(Codec, Lease) {
+  ServerLease l = MakeLease(4, 77, 123456, 3, 1000000);
+  EXPECT_TRUE(LeaseVerifies(l));
+  ServerLease odd = l;
+  odd.version = 5;
+  EXPECT_FALSE(LeaseVerifies(odd));
+  ServerLease torn = l;
+  torn.expires_ns += 1;  // a copy that mixed two writes
+  EXPECT_FALSE(LeaseVerifies(torn));
 }
 
 std::string Bytes(const MemRequest& r) {

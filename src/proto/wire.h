@@ -1,13 +1,20 @@
-// Wire messages shared by remem clients and servers.
+// Wire messages every remem client and server share: the TCP handshake that
+// opens a session, the RPC header, the region list, named stats and served
+// memory requests. Each data model (service) declares its own payloads in
+// its folder (e.g. src/hash/wire.h); docs/PROTOCOL.md describes all of them
+// in prose. Change the code and the document together.
 //
-// Every RPC travels as one UCX active message: a fixed 32-byte RpcHeader as
-// the AM header and an opcode-specific payload as the AM data. Payloads that
-// carry structure begin with a fixed-layout struct declared here; variable
-// parts follow it. All integers are little-endian (remem only builds on
-// little-endian hosts, see the static_assert below). One-sided operations
-// that remem serves itself (tcp, see MemRequest) travel on their own AM ids
-// with a fixed MemRequest / MemReply header. docs/PROTOCOL.md is the
-// prose description of everything in this file; change both together.
+// A session begins on a plain TCP connection with remem's own handshake
+// (ClientHello / ServerHello): the client authenticates and sends its UCX
+// worker address, the server answers with the address of the worker that
+// will serve it. Both then create UCX endpoints to each other's worker, and
+// every RPC travels as one UCX active message: a fixed RpcHeader as the AM
+// header and a service-specific payload as the AM data. The TCP connection
+// stays open for the life of the session, carrying nothing: its close tells
+// either side that the other is gone. One-sided operations that remem
+// serves itself (tcp) travel on their own AM ids with MemRequest/MemReply.
+//
+// All integers are little-endian (see the static_assert below).
 //
 // Thread contract: plain data, no state.
 
@@ -18,15 +25,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "remem/options.h"
+
 namespace remem::proto {
 
 static_assert(std::endian::native == std::endian::little,
               "remem's wire format is little-endian");
 
 inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
-// 2: served memory requests (kAmMemRequest), hash multi-get/put, the hash
-// partition root, hash and served-request counters in StatsReply.
-inline constexpr uint16_t kWireVersion = 2;
+// 3: remem's own TCP handshake instead of UCX's connection manager;
+// service + method + epoch in the RPC header; stats as named values; region
+// owners and access in the region list; the server lease region.
+inline constexpr uint16_t kWireVersion = 3;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server
@@ -37,32 +47,72 @@ inline constexpr unsigned kAmMemReply = 20;    // server -> client
 // Largest RPC payload either side accepts (larger ones are refused by the
 // receiver before the data is fetched).
 inline constexpr uint64_t kMaxRpcPayload = 64ull << 20;
-// Largest shared secret accepted in Hello.
-inline constexpr uint32_t kMaxSecretBytes = 4096;
+// Largest shared secret accepted in the handshake.
+inline constexpr uint32_t kMaxSecretBytes = uint32_t(remem::kMaxSecretBytes);
+// Largest UCX worker address accepted in the handshake.
+inline constexpr uint32_t kMaxWorkerAddressBytes = 64 * 1024;
+// Largest error message in a refusing ServerHello.
+inline constexpr uint32_t kMaxHandshakeMessageBytes = 4096;
 // Largest packed remote key accepted in a region descriptor.
 inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
 inline constexpr uint32_t kMaxRegions = 4096;
 
-enum class Opcode : uint16_t {
-  kHello = 1,        // authenticate; reply carries exported regions + rkeys
-  kPing = 2,         // empty request, empty reply
-  kStats = 3,        // empty request, StatsReply
-  kEcho = 4,         // reply payload = request payload (tests, benchmarks)
-  kRegions = 5,      // re-list the exported regions (same reply as Hello)
-  kError = 6,        // replies only: answer to a request too malformed to name
-                     // its opcode
-  kHashInfo = 7,     // empty request; HashInfoReply (+ partitions)
-  kHashGet = 8,      // HashKeyRequest + key; HashGetReply + value
-  kHashPut = 9,      // HashPutRequest + key + value; HashPutReply
-  kHashDelete = 10,  // HashKeyRequest + key; empty reply
-  kHashMultiGet = 11,  // HashMultiRequest + items; HashMultiReply + items
-  kHashMultiPut = 12,  // HashMultiRequest + items; HashMultiReply + items
-  kSnapshot = 13,      // empty request; empty reply once every partition's
-                       // snapshot is on disk (Unsupported without
-                       // persistence)
-};
+// --- the TCP handshake
 
-inline constexpr uint16_t kMaxOpcode = 13;
+// Client -> server: the first bytes on the connection. Then `secret_len`
+// bytes of shared secret and `address_len` bytes of the client's UCX
+// worker address.
+struct ClientHello {
+  uint32_t magic;        // kWireMagic
+  uint16_t version;      // the client's kWireVersion
+  uint16_t flags;        // zero
+  uint32_t secret_len;   // <= kMaxSecretBytes
+  uint32_t address_len;  // 1 .. kMaxWorkerAddressBytes
+  uint64_t reserved[2];  // zero
+};
+static_assert(sizeof(ClientHello) == 32);
+
+// Server -> client. Then `body_len` bytes: the UCX worker address of the
+// server thread that serves this session (status OK), or an error message
+// (any other status; the server then closes the connection). The first 12
+// bytes keep this layout in every wire version, so a client of another
+// version still reads the refusal.
+struct ServerHello {
+  uint32_t magic;        // kWireMagic
+  uint16_t version;      // the server's kWireVersion
+  uint16_t reserved;     // zero
+  int32_t status;        // StatusCode
+  uint32_t body_len;     // <= kMaxWorkerAddressBytes (OK), else
+                         // <= kMaxHandshakeMessageBytes
+  uint64_t incarnation;  // random per server start: detects a restart
+  uint64_t session_id;   // names the session in the server's logs
+  uint32_t server_threads;
+  uint32_t lease_ms;  // the server lease length (docs/PROTOCOL.md)
+  uint64_t reserved2;
+};
+static_assert(sizeof(ServerHello) == 48);
+
+// --- RPCs
+
+// Services. Each data model declares its id in its own folder (hash:
+// src/hash/wire.h); the server refuses two services with one id. Id 0 is
+// the core service below.
+using ServiceId = uint8_t;
+inline constexpr ServiceId kCoreService = 0;
+
+// Methods of the core service.
+enum class CoreMethod : uint8_t {
+  kError = 0,     // replies only: the answer to a request too malformed to
+                  // name its service and method
+  kPing = 1,      // empty request, empty reply
+  kEcho = 2,      // reply payload = request payload (tests, benchmarks)
+  kStats = 3,     // empty request; StatsReply
+  kRegions = 4,   // empty request; RegionsReply
+  kSnapshot = 5,  // empty request; empty reply once every durable service's
+                  // partitions are snapshotted (Unsupported without
+                  // persistence)
+  kCount
+};
 
 // Flags in RpcHeader::flags.
 inline constexpr uint16_t kFlagReply = 1u << 0;
@@ -71,83 +121,97 @@ inline constexpr uint16_t kFlagReply = 1u << 0;
 struct RpcHeader {
   uint32_t magic;        // kWireMagic
   uint16_t version;      // kWireVersion
-  uint16_t opcode;       // Opcode
+  uint8_t service;       // ServiceId
+  uint8_t method;        // the service's method
   uint16_t flags;        // kFlag*
   uint16_t reserved;     // zero
   int32_t status;        // replies: StatusCode; requests: zero
   uint64_t request_id;   // chosen by the client, echoed in the reply
   uint64_t payload_len;  // must equal the AM data length
+  uint64_t epoch;        // configuration epoch the sender used; 0 outside a
+                         // cluster
 };
-static_assert(sizeof(RpcHeader) == 32);
+static_assert(sizeof(RpcHeader) == 40);
 static_assert(offsetof(RpcHeader, request_id) == 16);
 
-// Hello request payload: HelloRequest, then `secret_len` bytes of secret.
-struct HelloRequest {
-  uint32_t magic;       // kWireMagic
-  uint16_t version;     // client's kWireVersion
-  uint16_t reserved;    // zero
-  uint32_t secret_len;  // <= kMaxSecretBytes
-  uint32_t reserved2;   // zero
-};
-static_assert(sizeof(HelloRequest) == 16);
-
-// Hello / Regions reply payload: HelloReply, then `num_regions` times
+// Regions reply payload: RegionsReply, then `num_regions` times
 // (RegionDescriptor, rkey bytes padded with zeros to a multiple of 8).
-struct HelloReply {
+struct RegionsReply {
   uint32_t magic;        // kWireMagic
   uint16_t version;      // server's kWireVersion
   uint16_t reserved;     // zero
-  uint64_t incarnation;  // random per server start: detects a restart
+  uint64_t incarnation;  // random per server start
   uint64_t max_payload;  // largest RPC payload the server accepts
   uint32_t num_regions;  // <= kMaxRegions
   uint32_t server_threads;
 };
-static_assert(sizeof(HelloReply) == 32);
+static_assert(sizeof(RegionsReply) == 32);
+
+// Who may do what to a region.
+enum class RegionAccess : uint8_t {
+  kReadWrite = 0,  // raw memory: one-sided reads, writes and atomics
+  kReadOnly = 1,   // a service's structures: one-sided reads only
+};
+
+// Region 0 is the server root: the lease at offset 0 (ServerLease).
+inline constexpr uint32_t kRootRegion = 0;
 
 struct RegionDescriptor {
   uint32_t region_id;  // stable name of the region (pointers use it)
   uint32_t rkey_len;   // packed UCX remote key bytes that follow
   uint64_t base;       // server virtual address of byte 0
   uint64_t length;     // bytes
+  uint8_t service;     // owner: kCoreService for the root and raw regions
+  uint8_t access;      // RegionAccess
+  uint16_t reserved;   // zero
+  uint32_t reserved2;  // zero
 };
-static_assert(sizeof(RegionDescriptor) == 24);
+static_assert(sizeof(RegionDescriptor) == 32);
 
-// Stats reply payload.
+// The server lease, at offset 0 of the root region, read one-sided by
+// clients whose reads do not pass through the server (shared memory). The
+// server renews it every lease/4; a reader returns what it read one-sided
+// only while its own CLOCK_MONOTONIC is below `expires_ns` (same host, same
+// clock). Written like every remotely read structure: version odd while
+// written, checksum over the rest (docs/PROTOCOL.md, "Server lease").
+inline constexpr uint32_t kLeaseMagic = 0x4553414C;  // "LASE"
+struct ServerLease {
+  uint64_t version;  // even when stable
+  uint32_t magic;    // kLeaseMagic
+  uint32_t reserved;
+  uint64_t incarnation;  // the server's, as in ServerHello
+  uint64_t expires_ns;   // CLOCK_MONOTONIC; 0: revoked (server stopping)
+  uint64_t renewals;     // +1 per renewal
+  uint64_t lease_ns;     // the lease length
+  uint64_t checksum;     // xxh3-64 of bytes [0, 48)
+  uint64_t reserved2;
+};
+static_assert(sizeof(ServerLease) == 64);
+static_assert(offsetof(ServerLease, checksum) == 48);
+
+// Stats reply payload: StatsReply, then `count` times (StatEntry, name,
+// text), unpadded. Names are [a-z0-9_.], 1..kMaxStatName bytes, unique.
 struct StatsReply {
   uint32_t magic;  // kWireMagic
   uint16_t version;
   uint16_t reserved;
-  uint64_t uptime_ms;
-  uint64_t connections_current;
-  uint64_t connections_total;
-  uint64_t auth_failures;
-  uint64_t rpcs_served;
-  uint64_t rpc_bytes_in;
-  uint64_t rpc_bytes_out;
-  uint64_t rpc_errors;
-  uint64_t memory_registered;  // bytes exported in regions
-  uint64_t regions;
-  uint64_t server_threads;
-  uint64_t incarnation;
-  uint64_t hash_pairs;           // pairs stored in the hash store
-  uint64_t hash_growths;         // table doublings, all partitions
-  uint64_t hash_bytes_used;      // of the hash store's memory, carved so far
-  uint64_t hash_bytes_total;     // the hash store's memory
-  uint64_t mem_requests_served;  // served one-sided operations (tcp)
-  // Durability (all zero without persistence).
-  uint64_t fsync_policy;           // 0 = no persistence, 1 = no, 2 = everysec,
-                                   // 3 = always
-  uint64_t log_bytes;              // operation log on disk, all partitions
-  uint64_t last_snapshot_unix_ms;  // newest snapshot of any partition; 0
-  uint64_t last_snapshot_bytes;    // sum of the partitions' newest
-  uint64_t snapshots;              // taken since start
-  uint64_t log_write_errors;       // failed log/snapshot writes and syncs
-  uint64_t log_failing;            // partitions refusing writes now
-  uint64_t recovered_pairs;        // at start: from snapshots
-  uint64_t recovered_log_records;  // at start: replayed from logs
-  uint64_t recovery_ms;            // at start: how long recovery took
+  uint32_t count;  // <= kMaxStats
+  uint32_t reserved2;
 };
-static_assert(sizeof(StatsReply) == 8 + 27 * 8);
+static_assert(sizeof(StatsReply) == 16);
+inline constexpr uint32_t kMaxStats = 4096;
+inline constexpr uint32_t kMaxStatName = 64;
+inline constexpr uint32_t kMaxStatText = 256;
+
+enum class StatKind : uint8_t { kNumber = 0, kText = 1 };
+struct StatEntry {
+  uint16_t name_len;
+  uint8_t kind;  // StatKind
+  uint8_t reserved;
+  uint32_t text_len;  // kText: bytes of text after the name; else 0
+  uint64_t value;     // kNumber
+};
+static_assert(sizeof(StatEntry) == 16);
 
 // --- served one-sided operations
 //
@@ -195,101 +259,6 @@ struct MemReply {
   uint64_t value;  // atomics: the previous value
 };
 static_assert(sizeof(MemReply) == 32);
-
-// --- hash store
-
-struct HashInfoReply {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  uint32_t num_partitions;  // <= kMaxRegions
-  uint32_t max_key;         // bytes
-  uint32_t max_value;       // bytes
-  uint32_t reserved2;
-  uint64_t partition_seed;  // partition = xxh3(key, seed) % num_partitions
-};
-static_assert(sizeof(HashInfoReply) == 32);
-
-// One per partition, after HashInfoReply.
-// The bucket array may move when the table grows; the root (read one-sided,
-// hash/layout.h) always names the live one. The other fields are the
-// root's content when the reply was made.
-struct HashPartition {
-  uint32_t region;  // region holding the root, buckets and extents
-  uint32_t reserved;
-  uint64_t root_offset;  // region offset of the partition's Root
-  uint64_t buckets_offset;
-  uint64_t num_buckets;  // a power of two
-  uint64_t seed;         // key hash seed of the partition's table
-};
-static_assert(sizeof(HashPartition) == 40);
-
-struct HashKeyRequest {
-  uint32_t key_len;
-  uint32_t reserved;
-};
-static_assert(sizeof(HashKeyRequest) == 8);
-
-enum class PutMode : uint8_t { kUpsert = 0, kIfAbsent = 1, kIfVersion = 2 };
-
-struct HashPutRequest {
-  uint32_t key_len;
-  uint32_t value_len;
-  uint8_t mode;  // PutMode
-  uint8_t reserved[7];
-  uint64_t expected_version;  // kIfVersion
-};
-static_assert(sizeof(HashPutRequest) == 24);
-
-struct HashGetReply {
-  uint64_t version;
-  uint32_t value_len;
-  uint32_t reserved;
-};
-static_assert(sizeof(HashGetReply) == 16);
-
-struct HashPutReply {
-  uint64_t version;
-};
-static_assert(sizeof(HashPutReply) == 8);
-
-// Multi-get / multi-put: one message for many keys. Each item succeeds or
-// fails on its own (the RPC status is OK when the batch was decoded).
-inline constexpr uint32_t kMaxMultiItems = 1u << 16;
-
-struct HashMultiRequest {
-  uint32_t count;  // items that follow, 1 .. kMaxMultiItems
-  uint32_t reserved;
-};
-static_assert(sizeof(HashMultiRequest) == 8);
-
-// Multi-get item: HashMultiKey + key. Multi-put item (upsert):
-// HashMultiPair + key + value. No padding between items.
-struct HashMultiKey {
-  uint32_t key_len;
-};
-static_assert(sizeof(HashMultiKey) == 4);
-struct HashMultiPair {
-  uint32_t key_len;
-  uint32_t value_len;
-};
-static_assert(sizeof(HashMultiPair) == 8);
-
-struct HashMultiReply {
-  uint32_t count;  // = the request's
-  uint32_t reserved;
-};
-static_assert(sizeof(HashMultiReply) == 8);
-
-// One per item, in request order, followed by `data_len` bytes: the value
-// (get, status OK), the error message (status not OK), or nothing (put).
-struct HashMultiItem {
-  uint16_t status;  // StatusCode
-  uint16_t reserved;
-  uint32_t data_len;
-  uint64_t version;
-};
-static_assert(sizeof(HashMultiItem) == 16);
 
 }  // namespace remem::proto
 

@@ -1,46 +1,44 @@
-// server::Server: the body of remem-server. Owns the registered regions it
-// exports, one fabric::Worker and thread per --threads (each pinned to a CPU
-// of the process's affinity mask), and the listener on thread 0, which deals
-// incoming connections to threads round-robin. Each thread serves the RPCs
-// of its own connections and, over tcp, the one-sided operations that
-// target them, as served memory requests (the NIC's role; see
-// docs/PROTOCOL.md section 8).
+// server::Server: the body of remem-server. It owns the registered memory it
+// exports, one fabric::Worker and thread per partition (--threads), the
+// acceptor (remem's own TCP handshake, acceptor.h), the dispatcher that
+// hands requests to services (dispatcher.h), the services themselves
+// (service.h; src/registry lists them), the durability layer, and the
+// server lease that vouches for one-sided reads (lease.h).
 //
-// Every connection must begin with Hello (protocol version, and the shared
-// secret when the server has one); until it succeeds every other request is
-// answered PermissionDenied and no remote key is handed out.
+// Memory: --memory is split between the services (each takes what its own
+// flags say) and raw regions (the rest), which clients read, write and
+// update atomically one-sided (RStore's raw remote memory).
 //
-// Thread contract: Start/Stop/Wait/address/Snapshot are thread-safe and may
-// be called from any thread; everything else runs on the server's threads.
+// Thread contract: Start/Stop/Wait/address/Stats are thread-safe and may be
+// called from any thread; everything else runs on the server's threads.
 
 #ifndef REMEM_SERVER_SERVER_H_
 #define REMEM_SERVER_SERVER_H_
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "durability/store.h"
-#include "proto/wire.h"
+#include "proto/codec.h"
 #include "remem/options.h"
 #include "remem/status.h"
+#include "server/service.h"
 
 namespace remem::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:7400";
   uint64_t memory = 0;  // bytes to export; 0 = DefaultMemory()
-  // Of `memory`, bytes for the hash store (split into one partition per
-  // thread); the rest is raw regions. 0 = half.
-  uint64_t hash_memory = 0;
   uint64_t region_size = 1ull << 30;
   int threads = 1;
   Transport transport = Transport::kAuto;
-  // Durability: with a data dir (and persistence on), every hash write is
-  // logged to data_dir/p<N>/ and recovered at start; README.md describes
-  // what each fsync policy guarantees. Empty: a pure cache.
+  // Durability: with a data dir (and persistence on), every durable
+  // service logs its writes under data_dir and recovers them at start;
+  // README.md describes what each fsync policy guarantees. Empty: a pure
+  // cache.
   std::string data_dir;
   bool persistence = true;  // false (--no-persistence): ignore data_dir
   durability::FsyncPolicy fsync = durability::FsyncPolicy::kEverySec;
@@ -49,18 +47,23 @@ struct ServerConfig {
   std::string fault_log_io;             // tests: fault spec for the log files
   uint64_t fault_slow_snapshot_us = 0;  // tests: see StoreOptions
   std::string secret;                   // empty: no authentication
-  bool pin_threads = true;
+  // CPUs to pin thread i to (cpus[i % size]); empty: pin only when the
+  // process's affinity mask was narrowed (taskset), else let the kernel
+  // schedule, so two servers never share one CPU by default.
+  std::vector<int> cpus;
+  bool pin_threads = true;              // false (--no-pin): never pin
   std::chrono::microseconds spin{100};  // busy-poll before sleeping
-  // Fault injection for tests: every hash bucket write pauses this long
-  // half done (odd version, half the entries stored). 0 = off.
-  uint64_t fault_pause_mid_write_us = 0;
-  // Buckets each partition's table starts with (a power of two; it doubles
-  // as it fills). Small values make tests cover growth early.
-  uint64_t hash_initial_buckets = 256;
-  // Largest key and value the hash store accepts (at most the defaults:
-  // the slab's size classes end there).
-  uint32_t max_key_bytes = 64 << 10;
-  uint32_t max_value_bytes = 16 << 20;
+  // The server lease: one-sided readers stop trusting what they read this
+  // long after the server stopped renewing it (docs/ARCHITECTURE.md,
+  // "Liveness of one-sided reads").
+  std::chrono::milliseconds lease{1000};
+  // Connections: at most this many at once, and a handshake must complete
+  // within `handshake_timeout` (others are refused with a reason).
+  uint32_t max_connections = 4096;
+  std::chrono::milliseconds handshake_timeout{10000};
+  // Where the lease horizon is kept across restarts when there is no data
+  // directory ("" = /dev/shm, keyed by port). Tests only.
+  std::string runtime_dir;
 };
 
 // A quarter of physical memory, rounded down to a MiB.
@@ -70,10 +73,13 @@ uint64_t PhysicalMemory();
 
 class Server {
  public:
-  // Validates the config, allocates and registers the regions, starts the
-  // threads and the listener. Errors: InvalidArgument (bad config),
-  // OutOfMemory (memory cannot be allocated), Unavailable (address in use).
-  static Result<std::unique_ptr<Server>> Start(const ServerConfig& config);
+  // Validates the config, initialises every service (regions, recovery),
+  // allocates the raw regions, starts the threads and the acceptor. Errors:
+  // InvalidArgument (bad config), OutOfMemory (memory cannot be allocated),
+  // Unavailable (address in use), Corruption / IOError (durable state).
+  static Result<std::unique_ptr<Server>> Start(
+      const ServerConfig& config,
+      std::vector<std::unique_ptr<Service>> services);
   ~Server();  // Stop() + Wait()
 
   // The bound "host:port".
@@ -82,10 +88,13 @@ class Server {
   void Stop();
   // Blocks until every thread has exited.
   void Wait();
-  // Current counters.
-  proto::StatsReply Snapshot() const;
+  // Current counters of the server and every service.
+  std::vector<proto::StatValue> Stats() const;
   // What recovery found at start, one line (empty without persistence).
   const std::string& recovery_summary() const;
+  // How long the start waited for a predecessor's lease to expire (after
+  // an unclean stop of a server on the same port or data directory).
+  std::chrono::milliseconds lease_wait() const;
 
   struct Impl;
 

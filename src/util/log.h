@@ -1,5 +1,7 @@
-// Logging for remem's binaries and library: a thin layer over spdlog so the
-// rest of the code names one facility. Logs go to standard error.
+// Logging for remem's binaries: a thin layer over spdlog so the rest of the
+// code names one facility. Logs go to standard error, or to a file
+// (SetFile), which ReopenFile reopens (log rotation: the server does it on
+// SIGHUP).
 //
 // Thread contract: thread-safe (spdlog's default logger is).
 
@@ -8,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
 #include <string_view>
 
 #include "remem/status.h"
@@ -16,6 +19,10 @@ namespace remem::log {
 
 // "trace", "debug", "info", "warn", "error", "off".
 Status SetLevel(std::string_view level);
+// Appends to `path` from now on (created 0600 if missing).
+Status SetFile(const std::string& path);
+// Closes and reopens the file SetFile named (after a rotation moved it).
+Status ReopenFile();
 
 template <typename... Args>
 void Debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {

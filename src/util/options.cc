@@ -5,8 +5,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "proto/wire.h"
-
 namespace remem {
 
 std::string_view TransportName(Transport t) {
@@ -63,10 +61,9 @@ Result<std::string> ReadSecretFile(const std::string& path) {
   if (secret.empty()) {
     return Status::InvalidArgument("auth file " + path + " is empty");
   }
-  if (secret.size() > proto::kMaxSecretBytes) {
+  if (secret.size() > kMaxSecretBytes) {
     return Status::InvalidArgument("auth file " + path + " is over " +
-                                   std::to_string(proto::kMaxSecretBytes) +
-                                   " bytes");
+                                   std::to_string(kMaxSecretBytes) + " bytes");
   }
   return secret;
 }

@@ -1,14 +1,15 @@
-// fabric::RpcClient: request/response calls over active messages on one
-// endpoint. Each call gets a fresh request id; the reply (matched by id) is
-// routed to the caller's continuation on the worker's thread. Calls past
-// their deadline complete with TimedOut (a late reply is then dropped); when
-// the endpoint fails, every pending call completes with its failure.
+// client::RpcClient: request/response calls over active messages on one
+// endpoint. Each call names a service and method and gets a fresh request
+// id; the reply (matched by id) is routed to the caller's continuation on
+// the worker's thread. Calls past their deadline complete with TimedOut (a
+// late reply is then dropped); when the endpoint fails, every pending call
+// completes with its failure.
 //
-// Thread contract: belongs to its worker's thread. One RpcClient per worker
-// (it owns the worker's reply handler).
+// Thread contract: belongs to its worker's thread. Many RpcClients may
+// share a worker (one per endpoint: replies are routed by endpoint).
 
-#ifndef REMEM_FABRIC_RPC_CLIENT_H_
-#define REMEM_FABRIC_RPC_CLIENT_H_
+#ifndef REMEM_CLIENT_RPC_CLIENT_H_
+#define REMEM_CLIENT_RPC_CLIENT_H_
 
 #include <functional>
 #include <map>
@@ -19,23 +20,30 @@
 #include "fabric/worker.h"
 #include "proto/wire.h"
 
-namespace remem::fabric {
+namespace remem::client {
+
+using fabric::AmMessage;
+using fabric::Clock;
+using fabric::Endpoint;
+using fabric::Worker;
 
 class RpcClient {
  public:
   using ReplyFn = std::function<void(Status, std::string)>;
 
-  // Registers the reply handler on `worker`. `endpoint` must outlive this.
+  // Routes `endpoint`'s replies on `worker` to this client. `endpoint`
+  // must outlive this.
   static Result<std::unique_ptr<RpcClient>> Create(Worker* worker,
                                                    Endpoint* endpoint);
+  ~RpcClient();
 
   // Issues a call; `done` receives the reply payload, or the error (a
   // server-side error arrives as its Status with the server's message).
-  void Call(proto::Opcode op, std::string payload, Clock::time_point deadline,
-            ReplyFn done);
+  void Call(proto::ServiceId service, uint8_t method, std::string payload,
+            Clock::time_point deadline, ReplyFn done);
   // Issues a call and progresses until it completes.
-  Result<std::string> CallSync(proto::Opcode op, std::string payload,
-                               Clock::time_point deadline);
+  Result<std::string> CallSync(proto::ServiceId service, uint8_t method,
+                               std::string payload, Clock::time_point deadline);
 
   size_t pending() const { return pending_.size(); }
   // Completes every pending call with `why`.
@@ -65,6 +73,6 @@ class RpcClient {
   uint64_t stray_replies_ = 0;
 };
 
-}  // namespace remem::fabric
+}  // namespace remem::client
 
-#endif  // REMEM_FABRIC_RPC_CLIENT_H_
+#endif  // REMEM_CLIENT_RPC_CLIENT_H_

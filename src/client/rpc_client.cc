@@ -1,22 +1,28 @@
-#include "fabric/rpc_client.h"
+#include "client/rpc_client.h"
 
 #include <cstring>
 
 #include "proto/codec.h"
 
-namespace remem::fabric {
+namespace remem::client {
 
 Result<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
                                                      Endpoint* endpoint) {
   std::unique_ptr<RpcClient> c(new RpcClient(worker, endpoint));
   RpcClient* self = c.get();
-  REMEM_RETURN_IF_ERROR(worker->SetAmHandler(
-      proto::kAmReply, [self](AmMessage&& m) { self->OnReply(std::move(m)); }));
+  REMEM_RETURN_IF_ERROR(
+      worker->RouteAm(proto::kAmReply, endpoint->handle(),
+                      [self](AmMessage&& m) { self->OnReply(std::move(m)); }));
   return c;
 }
 
-void RpcClient::Call(proto::Opcode op, std::string payload,
-                     Clock::time_point deadline, ReplyFn done) {
+RpcClient::~RpcClient() {
+  worker_->UnrouteAm(proto::kAmReply, endpoint_->handle());
+}
+
+void RpcClient::Call(proto::ServiceId service, uint8_t method,
+                     std::string payload, Clock::time_point deadline,
+                     ReplyFn done) {
   if (payload.size() > proto::kMaxRpcPayload) {
     worker_->Defer([done = std::move(done), n = payload.size()] {
       done(Status::InvalidArgument("rpc payload of " + std::to_string(n) +
@@ -27,8 +33,8 @@ void RpcClient::Call(proto::Opcode op, std::string payload,
     return;
   }
   uint64_t id = next_id_++;
-  proto::RpcHeader h =
-      proto::MakeHeader(op, id, payload.size(), /*reply=*/false);
+  proto::RpcHeader h = proto::MakeHeader(service, method, id, payload.size(),
+                                         /*reply=*/false);
   pending_.emplace(id, Pending{std::move(done), deadline});
   deadlines_.emplace(deadline, id);
   endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),
@@ -42,16 +48,18 @@ void RpcClient::Call(proto::Opcode op, std::string payload,
                     });
 }
 
-Result<std::string> RpcClient::CallSync(proto::Opcode op, std::string payload,
+Result<std::string> RpcClient::CallSync(proto::ServiceId service,
+                                        uint8_t method, std::string payload,
                                         Clock::time_point deadline) {
   bool finished = false;
   Status status;
   std::string reply;
-  Call(op, std::move(payload), deadline, [&](Status st, std::string data) {
-    finished = true;
-    status = std::move(st);
-    reply = std::move(data);
-  });
+  Call(service, method, std::move(payload), deadline,
+       [&](Status st, std::string data) {
+         finished = true;
+         status = std::move(st);
+         reply = std::move(data);
+       });
   Status wait = worker_->ProgressUntil(
       [&] {
         if (!finished) ExpireDeadlines(Clock::now());
@@ -137,4 +145,4 @@ Clock::time_point RpcClient::NextDeadline() const {
                             : deadlines_.begin()->first;
 }
 
-}  // namespace remem::fabric
+}  // namespace remem::client

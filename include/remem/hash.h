@@ -1,0 +1,133 @@
+// Copyright remem authors.
+//
+// remem::HashStore: the hash key-value store of a remem-server, used
+// through a Session (remem/session.h).
+//
+// Gets read the server's memory one-sided and verify what they read
+// (checksums and versions, so a get never returns a torn or stale-beyond-
+// linearizable value while the server writes), or ask the server, as the
+// read path decides (SessionOptions::read_path, or HashOptions): kOneSided,
+// kRpc, or kAuto, which chooses per get from measured latencies (Cell's
+// selector: on shared memory it reads directly, over tcp it mostly asks the
+// server, under server overload it reads more itself). Writes go through
+// the server. A value read one-sided is returned only while the server's
+// lease vouches for it (see remem/session.h, "Liveness").
+//
+// Limits: keys are 1 byte .. 64 KiB and values 0 .. 16 MiB (a server may
+// set lower limits: max_key(), max_value()); beyond that InvalidArgument.
+// A full store answers OutOfMemory and keeps every existing key. Versions
+// are unique per server partition and increase with every write.
+//
+// Thread contract: as the Session: one thread. A HashStore must be
+// destroyed before its Session; its destructor waits for its own
+// operations in flight (as Session's does).
+
+#ifndef REMEM_HASH_H_
+#define REMEM_HASH_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/status.h"
+
+namespace remem {
+
+struct HashOptions {
+  // The read path of gets; unset: the session's (SessionOptions::read_path).
+  std::optional<ReadPath> read_path;
+};
+
+class HashStore {
+ public:
+  struct Value {
+    std::string value;
+    uint64_t version = 0;
+  };
+  using GetCallback = std::function<void(Result<Value>)>;
+  using VersionCallback = std::function<void(Result<uint64_t>)>;
+  using Callback = std::function<void(Status)>;
+
+  // Attaches to `session`'s server (one call: the store's layout and
+  // limits). Unsupported if the server has no hash store.
+  static Result<std::unique_ptr<HashStore>> Open(
+      Session* session, const HashOptions& options = {});
+  ~HashStore();
+  HashStore(const HashStore&) = delete;
+  HashStore& operator=(const HashStore&) = delete;
+
+  // --- synchronous
+  // NotFound if absent.
+  Result<Value> Get(std::string_view key);
+  // Insert or replace; returns the new version.
+  Result<uint64_t> Put(std::string_view key, std::string_view value);
+  // AlreadyExists if present.
+  Result<uint64_t> PutIfAbsent(std::string_view key, std::string_view value);
+  // Replace only if the current version is `expected`: Conflict if not,
+  // NotFound if absent.
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected);
+  // NotFound if absent.
+  Status Delete(std::string_view key);
+
+  // --- asynchronous: key and value are copied; the callback runs inside a
+  // later Session::Poll()/WaitAll() (or EventLoop::Poll()). Gets use the
+  // store's read path as Get does; many may be in flight (one-sided
+  // lookups step through their reads concurrently). Gets and puts that go
+  // to the server are sent together at the next Poll, one message per run
+  // of consecutive gets (or puts), in issue order (what Redis calls
+  // pipelining, done for the application).
+  void GetAsync(std::string_view key, GetCallback done);
+  void PutAsync(std::string_view key, std::string_view value,
+                VersionCallback done);
+  void DeleteAsync(std::string_view key, Callback done);
+
+  // --- batched: one result per key, in order, each with its own status
+  // (NotFound, InvalidArgument, OutOfMemory, ...). MultiGet issues one
+  // batch of one-sided reads (all lookups in flight at once) or one
+  // message, as the read path decides; MultiPut (insert or replace) is one
+  // message. Very large batches are split into messages of at most 65536
+  // items and 32 MiB.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+  std::vector<Result<uint64_t>> MultiPut(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
+
+  struct ReadStats {
+    uint64_t onesided_gets = 0;  // answered by one-sided reads
+    uint64_t rpc_gets = 0;       // answered by the server
+    uint64_t retries = 0;        // one-sided attempts that failed to verify
+    uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
+    uint64_t reads = 0;          // one-sided reads issued by gets
+    uint64_t unvouched = 0;      // one-sided results the lease did not cover
+    // The read-path selector's current estimates of a get's latency on
+    // each path (microseconds; 0 before the path has been measured, and
+    // always 0 with a forced read path, which measures nothing).
+    double onesided_estimate_us = 0;
+    double rpc_estimate_us = 0;
+  };
+  const ReadStats& read_stats() const;
+
+  uint32_t max_key() const;
+  uint32_t max_value() const;
+  // The read path in force.
+  ReadPath read_path() const;
+  // Operations of this store issued and not yet completed.
+  size_t in_flight() const;
+
+ private:
+  struct Impl;
+  explicit HashStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace remem
+
+#endif  // REMEM_HASH_H_

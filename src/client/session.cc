@@ -1,0 +1,668 @@
+#include "remem/session.h"
+
+#include <time.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "client/session_core.h"
+#include "proto/codec.h"
+
+namespace remem {
+
+using fabric::Clock;
+
+namespace client {
+
+namespace {
+
+// CLOCK_MONOTONIC_COARSE lags the precise clock by up to one tick; a
+// vouch ends this much before the lease so a coarse reading never
+// overstates it.
+uint64_t CoarseMarginNs() {
+  static const uint64_t margin = [] {
+    timespec res{};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return 2 * (uint64_t(res.tv_sec) * 1000000000ull + uint64_t(res.tv_nsec)) +
+           1000000ull;
+  }();
+  return margin;
+}
+
+uint64_t PreciseNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+// --- LoopCore
+
+Result<std::unique_ptr<LoopCore>> LoopCore::Create(Transport transport) {
+  std::unique_ptr<LoopCore> l(new LoopCore());
+  auto ctx = fabric::Context::Shared(transport);
+  if (!ctx.ok()) return ctx.status();
+  l->ctx_ = *ctx;
+  l->transport_ = transport;
+  auto worker = fabric::Worker::Create(l->ctx_, proto::kMaxRpcPayload);
+  if (!worker.ok()) return worker.status();
+  l->worker_ = std::move(*worker);
+  return l;
+}
+
+LoopCore::~LoopCore() = default;
+
+void LoopCore::Detach(SessionCore* s) { std::erase(sessions_, s); }
+
+void LoopCore::Flush() {
+  for (SessionCore* s : sessions_) s->Flush();
+}
+
+size_t LoopCore::Poll() {
+  Flush();
+  size_t n = worker_->Progress();
+  for (SessionCore* s : sessions_) n += s->Housekeeping();
+  return n;
+}
+
+// --- SessionCore
+
+uint64_t SessionCore::CoarseNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
+    const SessionOptions& options, LoopCore* loop,
+    std::unique_ptr<LoopCore> owned) {
+  std::unique_ptr<SessionCore> s(
+      new SessionCore(options, loop, std::move(owned)));
+  const auto deadline = s->Deadline();
+  REMEM_RETURN_IF_ERROR(s->Handshake(deadline));
+  auto ep = fabric::Endpoint::Create(s->worker(), s->server_address_);
+  if (!ep.ok()) {
+    return ep.status().WithContext(
+        "cannot reach the server at " + options.server +
+        " over UCX (--transport " +
+        std::string(TransportName(options.transport)) + ")");
+  }
+  s->ep_ = std::move(*ep);
+  SessionCore* raw = s.get();
+  Status st = s->ep_->WaitConnected(deadline);
+  if (!st.ok()) return st.WithContext("connecting to " + options.server);
+  REMEM_RETURN_IF_ERROR(s->ep_->set_served(s->ep_->RmaIsEmulated()));
+  auto rpc = RpcClient::Create(s->worker(), s->ep_.get());
+  if (!rpc.ok()) return rpc.status();
+  s->rpc_ = std::move(*rpc);
+  s->ep_->SetFailureHandler(
+      [raw](const Status& why) { raw->rpc_->FailAll(why); });
+  loop->Attach(raw);
+  REMEM_RETURN_IF_ERROR(s->LoadRegions());
+  s->transport_ = s->ep_->TransportDescription();
+  // Over tcp the server performs one-sided operations itself (see
+  // fabric/endpoint.h); say so where the transport is shown.
+  if (s->ep_->served()) s->transport_ += ", one-sided served by remem";
+  if (options.transport == Transport::kShm && !s->ep_->UsesSharedMemory()) {
+    return Status::Unavailable(
+        "--transport shm: the server at " + options.server +
+        " is not reachable over shared memory (UCX chose " + s->transport_ +
+        "); is it on another host?");
+  }
+  return s;
+}
+
+Status SessionCore::Handshake(Clock::time_point deadline) {
+  auto sock = util::Connect(options_.server, deadline);
+  if (!sock.ok()) return sock.status();
+  socket_ = std::move(*sock);
+  proto::ClientHelloInfo hello;
+  hello.secret = options_.secret;
+  hello.worker_address = worker()->address();
+  REMEM_RETURN_IF_ERROR(
+      util::SendAll(socket_.fd(), proto::EncodeClientHello(hello), deadline));
+  std::string prefix;
+  Status st = util::RecvExact(socket_.fd(), sizeof(proto::ServerHello), &prefix,
+                              deadline);
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kUnavailable) {
+      return Status::Unavailable(
+          "the server at " + options_.server +
+          " closed the connection during the handshake (is it a remem "
+          "server?)");
+    }
+    return st.WithContext("handshake with " + options_.server);
+  }
+  proto::ServerHello h;
+  auto body = proto::DecodeServerHelloPrefix(prefix, &h);
+  if (!body.ok())
+    return body.status().WithContext("handshake with " + options_.server);
+  std::string rest;
+  REMEM_RETURN_IF_ERROR(util::RecvExact(socket_.fd(), *body, &rest, deadline));
+  auto reply = proto::DecodeServerHello(prefix + rest);
+  if (!reply.ok()) {
+    return reply.status().WithContext("handshake with " + options_.server);
+  }
+  if (!reply->status.ok()) {
+    return reply->status.WithContext("the server at " + options_.server +
+                                     " refused the session");
+  }
+  if (reply->version != proto::kWireVersion) {
+    return Status::ProtocolError(
+        "the server speaks wire version " + std::to_string(reply->version) +
+        ", this client " + std::to_string(proto::kWireVersion));
+  }
+  server_address_ = std::move(reply->worker_address);
+  incarnation_ = reply->incarnation;
+  session_id_ = reply->session_id;
+  lease_ms_ = reply->lease_ms;
+  return Status::OK();
+}
+
+Status SessionCore::LoadRegions() {
+  auto reply = CallSync(proto::kCoreService,
+                        static_cast<uint8_t>(proto::CoreMethod::kRegions), {});
+  if (!reply.ok()) return reply.status().WithContext("listing regions");
+  auto info = proto::DecodeRegionsReply(*reply);
+  if (!info.ok()) return info.status().WithContext("listing regions");
+  if (info->incarnation != incarnation_) {
+    return Status::ProtocolError("the regions reply names another server");
+  }
+  bool have_root = false;
+  for (proto::RegionInfoWire& r : info->regions) {
+    auto region = fabric::RemoteRegion::Unpack(ep_->handle(), r.region_id,
+                                               r.base, r.length, r.rkey);
+    if (!region.ok()) return region.status();
+    if (r.region_id == proto::kRootRegion) {
+      have_root = r.length >= sizeof(proto::ServerLease);
+    } else if (r.service == proto::kCoreService &&
+               r.access == proto::RegionAccess::kReadWrite) {
+      raw_regions_.push_back({r.region_id, r.length});
+      raw_ids_.insert(r.region_id);
+    }
+    remote_.emplace(r.region_id, std::move(*region));
+    r.rkey.clear();
+    region_list_.push_back(std::move(r));
+  }
+  if (!have_root) return Status::ProtocolError("the server has no root region");
+  local_reads_ = remote_.at(proto::kRootRegion)->mapped() != nullptr;
+  // One-sided reads that do not pass through the server need its lease.
+  needs_lease_ = !ep_->served();
+  if (needs_lease_) REMEM_RETURN_IF_ERROR(RenewVouch());
+  return Status::OK();
+}
+
+Status SessionCore::RenewVouch() {
+  if (ep_->failed()) return ep_->failure();
+  const uint64_t coarse = CoarseNowNs();
+  next_socket_check_ns_ = coarse + kSocketCheckNs;
+  if (!util::PeerStillThere(socket_.fd())) {
+    Fail(Status::Unavailable("the server at " + options_.server +
+                             " closed the session (it stopped or died)"));
+    return ep_->failure();
+  }
+  proto::ServerLease lease{};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    // Word by word, as the server publishes it (a copy in any byte order
+    // is verified by the checksum).
+    uint64_t words[sizeof(lease) / 8];
+    const fabric::RemoteRegion& root = *remote_.at(proto::kRootRegion);
+    if (const uint8_t* m = root.mapped()) {
+      auto* src = const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(m));
+      for (size_t i = 0; i < sizeof(lease) / 8; ++i) {
+        words[i] =
+            std::atomic_ref<uint64_t>(src[i]).load(std::memory_order_acquire);
+      }
+    } else {
+      REMEM_RETURN_IF_ERROR(
+          ep_->GetSync(words, sizeof(words), root, 0, options_.timeout));
+    }
+    std::memcpy(&lease, words, sizeof(lease));
+    if (proto::LeaseVerifies(lease)) break;
+    lease.magic = 0;
+  }
+  if (lease.magic != proto::kLeaseMagic) {
+    return Status::Unavailable("the server's lease did not verify");
+  }
+  if (lease.incarnation != incarnation_) {
+    Fail(Status::Unavailable("the server restarted (another incarnation)"));
+    return ep_->failure();
+  }
+  const uint64_t now = PreciseNowNs();
+  if (lease.expires_ns <= now) {
+    vouched_until_ns_ = 0;
+    return Status::Unavailable(
+        lease.expires_ns == 0
+            ? "the server revoked its lease (it is stopping)"
+            : "the server's lease expired: it stopped renewing it (dead or "
+              "paused)");
+  }
+  vouched_until_ns_ = lease.expires_ns - CoarseMarginNs();
+  return Status::OK();
+}
+
+SessionCore::~SessionCore() {
+  // Outstanding operations complete here, while every member their
+  // callbacks touch is still alive. First let them finish (bounded by the
+  // timeout) so the connection can close gracefully; whatever is left then
+  // fails with Unavailable.
+  if (ep_ && !ep_->failed() && in_flight_ > 0) {
+    (void)ProgressUntil([this] { return in_flight_ == 0; },
+                        Clock::now() + options_.timeout);
+    if (in_flight_ > 0) ep_->Fail(Status::Unavailable("session closed"));
+  }
+  if (rpc_) rpc_->FailAll(Status::Unavailable("session closed"));
+  if (in_flight_ > 0) {
+    (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
+                                  Clock::now() + std::chrono::seconds(30));
+  }
+  loop_->Detach(this);
+  // Keys before the endpoint, calls before the endpoint.
+  remote_.clear();
+  rpc_.reset();
+  ep_.reset();
+  socket_.Close();
+}
+
+void SessionCore::Fail(const Status& why) {
+  if (ep_ && !ep_->failed()) ep_->Fail(why);
+  if (rpc_) rpc_->FailAll(ep_ ? ep_->failure() : why);
+}
+
+bool SessionCore::connected() {
+  if (!ep_ || ep_->failed()) return false;
+  if (!util::PeerStillThere(socket_.fd())) {
+    Fail(Status::Unavailable("the server at " + options_.server +
+                             " closed the session (it stopped or died)"));
+    return false;
+  }
+  return true;
+}
+
+size_t SessionCore::Housekeeping() {
+  size_t n = 0;
+  const auto now = Clock::now();
+  if (rpc_ && rpc_->pending() > 0 && rpc_->NextDeadline() <= now) {
+    n += rpc_->ExpireDeadlines(now);
+  }
+  const uint64_t coarse = CoarseNowNs();
+  if (coarse >= next_socket_check_ns_) {
+    next_socket_check_ns_ = coarse + kSocketCheckNs;
+    if (ep_ && !ep_->failed() && !util::PeerStillThere(socket_.fd())) {
+      Fail(Status::Unavailable("the server at " + options_.server +
+                               " closed the session (it stopped or died)"));
+      ++n;
+    }
+  }
+  return n;
+}
+
+void SessionCore::Call(proto::ServiceId service, uint8_t method,
+                       std::string payload, RpcClient::ReplyFn done) {
+  rpc_->Call(service, method, std::move(payload), Deadline(), std::move(done));
+}
+
+Result<std::string> SessionCore::CallSync(proto::ServiceId service,
+                                          uint8_t method, std::string payload) {
+  Flush();  // requests go out in issue order
+  bool finished = false;
+  Status status;
+  std::string reply;
+  const auto deadline = Deadline();
+  rpc_->Call(service, method, std::move(payload), deadline,
+             [&](Status st, std::string data) {
+               finished = true;
+               status = std::move(st);
+               reply = std::move(data);
+             });
+  Status wait = ProgressUntil([&] { return finished; },
+                              deadline + std::chrono::milliseconds(50));
+  if (!finished) rpc_->ExpireDeadlines(Clock::time_point::max());
+  if (!status.ok()) return status;
+  if (!finished)
+    return wait.ok() ? Status::TimedOut("rpc did not complete") : wait;
+  return reply;
+}
+
+const fabric::RemoteRegion* SessionCore::region(uint32_t id) const {
+  auto it = remote_.find(id);
+  return it == remote_.end() ? nullptr : it->second.get();
+}
+
+Status SessionCore::ReadNow(uint32_t region_id, uint64_t offset, void* dst,
+                            size_t len) {
+  const fabric::RemoteRegion* r = region(region_id);
+  if (r == nullptr) return Status::ProtocolError("unknown region");
+  REMEM_RETURN_IF_ERROR(r->Check(offset, len));
+  return ep_->GetSync(dst, len, *r, offset, options_.timeout);
+}
+
+void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,
+                       size_t len, fabric::Completion done) {
+  const fabric::RemoteRegion* r = region(region_id);
+  Status st = r == nullptr ? Status::ProtocolError("unknown region")
+                           : r->Check(offset, len);
+  if (!st.ok()) return worker()->Complete(std::move(done), st);
+  ep_->Get(dst, len, *r, offset, std::move(done));
+}
+
+int SessionCore::AddFlushHook(std::function<void()> hook) {
+  flush_hooks_.emplace(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void SessionCore::RemoveFlushHook(int handle) { flush_hooks_.erase(handle); }
+
+void SessionCore::Flush() {
+  for (auto& [id, hook] : flush_hooks_) hook();
+}
+
+Status SessionCore::ProgressUntil(const std::function<bool()>& done,
+                                  Clock::time_point deadline) {
+  return worker()->ProgressUntil(
+      [&] {
+        Flush();  // requests queued meanwhile (fallbacks) go out
+        Housekeeping();
+        return done();
+      },
+      deadline);
+}
+
+Status SessionCore::WaitAll() {
+  Flush();
+  // Each pending RPC has its own deadline; one-sided operations end when
+  // the transport completes or fails them. The outer bound covers the
+  // worst case of both.
+  Status st = ProgressUntil([this] { return in_flight_ == 0; },
+                            Clock::now() + 2 * options_.timeout);
+  if (!st.ok()) {
+    // One-sided operations did not finish: tear the connection down so they
+    // complete (with errors) before their buffers go away.
+    ep_->Fail(Status::TimedOut("operations did not complete"));
+    (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
+                                  Clock::now() + std::chrono::seconds(5));
+  }
+  Status first = TakeFirstError();
+  if (!st.ok() && first.ok()) return st;
+  return first;
+}
+
+}  // namespace client
+
+// --- ServerStats
+
+const Stat* ServerStats::Find(std::string_view name) const {
+  for (const Stat& s : stats_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+uint64_t ServerStats::Get(std::string_view name) const {
+  const Stat* s = Find(name);
+  return s != nullptr && !s->is_text ? s->value : 0;
+}
+
+std::string ServerStats::Text(std::string_view name) const {
+  const Stat* s = Find(name);
+  if (s == nullptr) return {};
+  return s->is_text ? s->text : std::to_string(s->value);
+}
+
+// --- EventLoop
+
+EventLoop::EventLoop(std::unique_ptr<client::LoopCore> core)
+    : core_(std::move(core)) {}
+EventLoop::~EventLoop() = default;
+
+Result<std::unique_ptr<EventLoop>> EventLoop::Create(Transport transport) {
+  auto core = client::LoopCore::Create(transport);
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<EventLoop>(new EventLoop(std::move(*core)));
+}
+
+size_t EventLoop::Poll() { return core_->Poll(); }
+
+// --- Session
+
+using client::SessionCore;
+
+Session::Session(std::unique_ptr<client::SessionCore> core)
+    : core_(std::move(core)) {}
+Session::~Session() = default;
+
+Result<std::unique_ptr<Session>> Session::Connect(
+    const SessionOptions& options) {
+  auto loop = client::LoopCore::Create(options.transport);
+  if (!loop.ok()) return loop.status();
+  client::LoopCore* raw = loop->get();
+  auto core = SessionCore::Connect(options, raw, std::move(*loop));
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<Session>(new Session(std::move(*core)));
+}
+
+Result<std::unique_ptr<Session>> Session::Connect(const SessionOptions& options,
+                                                  EventLoop* loop) {
+  if (loop == nullptr) return Connect(options);
+  if (loop->core()->transport() != options.transport) {
+    return Status::InvalidArgument(
+        "the event loop uses another transport than the session options");
+  }
+  auto core = SessionCore::Connect(options, loop->core(), nullptr);
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<Session>(new Session(std::move(*core)));
+}
+
+Result<PingResult> Session::Ping() {
+  auto start = Clock::now();
+  auto r = core_->CallSync(proto::kCoreService,
+                           static_cast<uint8_t>(proto::CoreMethod::kPing), {});
+  if (!r.ok()) return r.status();
+  PingResult out;
+  out.rtt_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  out.transport = core_->transport();
+  return out;
+}
+
+Result<ServerStats> Session::Stats() {
+  auto r = core_->CallSync(proto::kCoreService,
+                           static_cast<uint8_t>(proto::CoreMethod::kStats), {});
+  if (!r.ok()) return r.status();
+  auto s = proto::DecodeStatsReply(*r);
+  if (!s.ok()) return s.status();
+  std::vector<Stat> out;
+  out.reserve(s->size());
+  for (proto::StatValue& v : *s) {
+    out.push_back({std::move(v.name), v.kind == proto::StatKind::kText, v.value,
+                   std::move(v.text)});
+  }
+  return ServerStats(std::move(out));
+}
+
+Status Session::TakeSnapshot() {
+  auto r =
+      core_->CallSync(proto::kCoreService,
+                      static_cast<uint8_t>(proto::CoreMethod::kSnapshot), {});
+  return r.ok() ? Status::OK() : r.status();
+}
+
+Result<std::string> Session::Echo(std::string_view payload) {
+  return core_->CallSync(proto::kCoreService,
+                         static_cast<uint8_t>(proto::CoreMethod::kEcho),
+                         std::string(payload));
+}
+
+void Session::EchoAsync(std::string payload, ReplyCallback done) {
+  auto cb = core_->Track<Result<std::string>>(std::move(done));
+  core_->Flush();
+  core_->Call(proto::kCoreService,
+              static_cast<uint8_t>(proto::CoreMethod::kEcho),
+              std::move(payload), [cb](Status st, std::string reply) mutable {
+                if (st.ok()) {
+                  cb(std::move(reply));
+                } else {
+                  cb(st);
+                }
+              });
+}
+
+namespace {
+
+// The raw region `a` names, checked for [offset, offset + len).
+Result<const fabric::RemoteRegion*> Locate(SessionCore* core, RemoteAddress a,
+                                           uint64_t len) {
+  const fabric::RemoteRegion* r = core->region(a.region);
+  if (r != nullptr && !core->is_raw(a.region)) {
+    return Status::InvalidArgument(
+        "region " + std::to_string(a.region) +
+        " holds a data model's structures; raw access to it is refused");
+  }
+  if (r == nullptr) {
+    return Status::InvalidArgument("no region " + std::to_string(a.region) +
+                                   " on this server");
+  }
+  REMEM_RETURN_IF_ERROR(r->Check(a.offset, len));
+  return r;
+}
+
+Status CheckAtomic(RemoteAddress a) {
+  if (a.offset % 8 != 0) {
+    return Status::InvalidArgument(
+        "atomic operations need an 8-byte aligned offset");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Session::Read(RemoteAddress addr, void* dst, size_t len) {
+  auto region = Locate(core_.get(), addr, len);
+  if (!region.ok()) return region.status();
+  REMEM_RETURN_IF_ERROR(core_->endpoint()->GetSync(
+      dst, len, **region, addr.offset, core_->options().timeout));
+  return core_->Vouch();
+}
+
+Status Session::Write(RemoteAddress addr, const void* src, size_t len) {
+  auto region = Locate(core_.get(), addr, len);
+  if (!region.ok()) return region.status();
+  REMEM_RETURN_IF_ERROR(core_->endpoint()->PutSync(
+      src, len, **region, addr.offset, core_->options().timeout));
+  return core_->Vouch();
+}
+
+Result<uint64_t> Session::CompareAndSwap(RemoteAddress addr, uint64_t expected,
+                                         uint64_t desired) {
+  REMEM_RETURN_IF_ERROR(CheckAtomic(addr));
+  auto region = Locate(core_.get(), addr, 8);
+  if (!region.ok()) return region.status();
+  auto old = core_->endpoint()->CompareSwapSync(
+      expected, desired, **region, addr.offset, core_->options().timeout);
+  if (!old.ok()) return old;
+  REMEM_RETURN_IF_ERROR(core_->Vouch());
+  return old;
+}
+
+Result<uint64_t> Session::FetchAdd(RemoteAddress addr, uint64_t delta) {
+  REMEM_RETURN_IF_ERROR(CheckAtomic(addr));
+  auto region = Locate(core_.get(), addr, 8);
+  if (!region.ok()) return region.status();
+  auto old = core_->endpoint()->FetchAddSync(delta, **region, addr.offset,
+                                             core_->options().timeout);
+  if (!old.ok()) return old;
+  REMEM_RETURN_IF_ERROR(core_->Vouch());
+  return old;
+}
+
+void Session::ReadAsync(RemoteAddress addr, void* dst, size_t len,
+                        Callback done) {
+  auto cb = core_->Track<Status>(std::move(done));
+  auto region = Locate(core_.get(), addr, len);
+  if (!region.ok()) {
+    core_->Defer([cb, st = region.status()]() mutable { cb(st); });
+    return;
+  }
+  SessionCore* core = core_.get();
+  core->endpoint()->Get(
+      dst, len, **region, addr.offset,
+      [core, cb](Status st) mutable { cb(st.ok() ? core->Vouch() : st); });
+}
+
+void Session::WriteAsync(RemoteAddress addr, const void* src, size_t len,
+                         Callback done) {
+  auto cb = core_->Track<Status>(std::move(done));
+  auto region = Locate(core_.get(), addr, len);
+  if (!region.ok()) {
+    core_->Defer([cb, st = region.status()]() mutable { cb(st); });
+    return;
+  }
+  SessionCore* core = core_.get();
+  core->endpoint()->Put(
+      src, len, **region, addr.offset,
+      [core, cb](Status st) mutable { cb(st.ok() ? core->Vouch() : st); });
+}
+
+namespace {
+
+// The shared body of the two asynchronous atomics: checks the address, and
+// turns the endpoint's (status, old value) completion into a Result.
+template <typename IssueFn>
+void AtomicAsync(SessionCore* core, RemoteAddress addr,
+                 Session::ValueCallback done, IssueFn issue) {
+  auto cb = core->Track<Result<uint64_t>>(std::move(done));
+  Status st = CheckAtomic(addr);
+  auto region = Locate(core, addr, 8);
+  if (st.ok() && !region.ok()) st = region.status();
+  if (!st.ok()) {
+    core->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  auto old = std::make_shared<uint64_t>(0);
+  issue(**region, old.get(), [core, cb, old](Status s) mutable {
+    if (s.ok()) s = core->Vouch();
+    if (s.ok()) {
+      cb(*old);
+    } else {
+      cb(s);
+    }
+  });
+}
+
+}  // namespace
+
+void Session::CompareAndSwapAsync(RemoteAddress addr, uint64_t expected,
+                                  uint64_t desired, ValueCallback done) {
+  fabric::Endpoint* ep = core_->endpoint();
+  AtomicAsync(
+      core_.get(), addr, std::move(done),
+      [&](const fabric::RemoteRegion& r, uint64_t* old, fabric::Completion c) {
+        ep->CompareSwap(expected, desired, r, addr.offset, old, std::move(c));
+      });
+}
+
+void Session::FetchAddAsync(RemoteAddress addr, uint64_t delta,
+                            ValueCallback done) {
+  fabric::Endpoint* ep = core_->endpoint();
+  AtomicAsync(
+      core_.get(), addr, std::move(done),
+      [&](const fabric::RemoteRegion& r, uint64_t* old, fabric::Completion c) {
+        ep->FetchAdd(delta, r, addr.offset, old, std::move(c));
+      });
+}
+
+size_t Session::Poll() { return core_->loop()->Poll(); }
+Status Session::WaitAll() { return core_->WaitAll(); }
+size_t Session::in_flight() const { return core_->in_flight(); }
+const std::vector<RegionInfo>& Session::regions() const {
+  return core_->raw_regions();
+}
+uint64_t Session::server_incarnation() const { return core_->incarnation(); }
+uint64_t Session::session_id() const { return core_->session_id(); }
+std::string Session::transport() const { return core_->transport(); }
+bool Session::reads_are_local() const { return core_->reads_are_local(); }
+bool Session::connected() const { return core_->connected(); }
+const SessionOptions& Session::options() const { return core_->options(); }
+
+}  // namespace remem

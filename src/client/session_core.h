@@ -1,0 +1,211 @@
+// client::LoopCore and client::SessionCore: the inside of remem::EventLoop
+// and remem::Session, and what every data model's client-side store (e.g.
+// src/hash/store_client.cc) builds on:
+//   - calls to a service's methods (Call, CallSync), with the session's
+//     deadline, coalescing hooks (a store queues requests and sends them
+//     together at the next Poll: AddFlushHook);
+//   - one-sided reads of the server's regions (ReadNow, Read), and the
+//     liveness check that must pass before a value read one-sided is
+//     returned (Vouch);
+//   - the bookkeeping of asynchronous operations (Track, Defer, in_flight).
+//
+// Thread contract: single-threaded, as the Session (session.h).
+
+#ifndef REMEM_CLIENT_SESSION_CORE_H_
+#define REMEM_CLIENT_SESSION_CORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "client/rpc_client.h"
+#include "fabric/context.h"
+#include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
+#include "fabric/worker.h"
+#include "proto/codec.h"
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/status.h"
+#include "util/socket.h"
+
+namespace remem::client {
+
+class SessionCore;
+
+class LoopCore {
+ public:
+  static Result<std::unique_ptr<LoopCore>> Create(Transport transport);
+  ~LoopCore();
+
+  fabric::Worker* worker() const { return worker_.get(); }
+  Transport transport() const { return transport_; }
+  // Flushes the stores' queued requests, progresses the worker, expires
+  // RPC deadlines of every session on the loop.
+  size_t Poll();
+  // Flushes every session's queued requests.
+  void Flush();
+
+  void Attach(SessionCore* s) { sessions_.push_back(s); }
+  void Detach(SessionCore* s);
+  size_t sessions() const { return sessions_.size(); }
+
+ private:
+  LoopCore() = default;
+  std::shared_ptr<fabric::Context> ctx_;
+  std::unique_ptr<fabric::Worker> worker_;
+  Transport transport_ = Transport::kAuto;
+  std::vector<SessionCore*> sessions_;
+};
+
+class SessionCore {
+ public:
+  using Clock = fabric::Clock;
+  // Connects on `loop` (which it owns if `owned` is set).
+  static Result<std::unique_ptr<SessionCore>> Connect(
+      const SessionOptions& options, LoopCore* loop,
+      std::unique_ptr<LoopCore> owned);
+  ~SessionCore();
+
+  const SessionOptions& options() const { return options_; }
+  fabric::Worker* worker() const { return loop_->worker(); }
+  LoopCore* loop() const { return loop_; }
+  Clock::time_point Deadline() const { return Clock::now() + options_.timeout; }
+
+  // --- calls
+  void Call(proto::ServiceId service, uint8_t method, std::string payload,
+            RpcClient::ReplyFn done);
+  Result<std::string> CallSync(proto::ServiceId service, uint8_t method,
+                               std::string payload);
+
+  // --- regions and one-sided reads
+  // Every region the server exported (raw ones and services' ones).
+  const std::vector<proto::RegionInfoWire>& all_regions() const {
+    return region_list_;
+  }
+  const std::vector<RegionInfo>& raw_regions() const { return raw_regions_; }
+  bool is_raw(uint32_t id) const { return raw_ids_.count(id) != 0; }
+  // The region `id`, or null.
+  const fabric::RemoteRegion* region(uint32_t id) const;
+  // A read done before returning (a copy when mapped, else a UCX get).
+  Status ReadNow(uint32_t region, uint64_t offset, void* dst, size_t len);
+  // An asynchronous read; `done` runs from Poll (or at once, deferred).
+  void Read(uint32_t region, uint64_t offset, void* dst, size_t len,
+            fabric::Completion done);
+  bool reads_are_local() const { return local_reads_; }
+  // True where one-sided operations are performed by the server (tcp).
+  bool served() const { return ep_->served(); }
+  // OK if values read one-sided so far may be returned now: the server's
+  // lease vouches for them (shared memory), or the server performed the
+  // reads (served). Otherwise Unavailable: the server is gone or its lease
+  // lapsed (the caller asks the server instead, or reports it).
+  //
+  // Cost on the fast path: one coarse clock read (no system call). Every
+  // kSocketCheckNs it also looks at the session's TCP connection, so a
+  // server that died on this host is noticed within about 10 ms, well
+  // before its lease runs out.
+  Status Vouch() {
+    if (!needs_lease_) return ep_->failed() ? ep_->failure() : Status::OK();
+    const uint64_t now = CoarseNowNs();
+    if (now < vouched_until_ns_ && now < next_socket_check_ns_) {
+      return Status::OK();
+    }
+    return RenewVouch();
+  }
+  static constexpr uint64_t kSocketCheckNs = 10'000'000;
+
+  // --- asynchronous bookkeeping
+  // Wraps a callback so in_flight/first_error are kept.
+  template <typename Arg, typename Fn>
+  auto Track(Fn fn) {
+    ++in_flight_;
+    std::function<void(Arg)> done = std::move(fn);
+    return [this, done = std::move(done)](Arg r) mutable {
+      --in_flight_;
+      const Status& st = StatusOf(r);
+      if (!st.ok() && first_error_.ok()) first_error_ = st;
+      if (done) done(std::move(r));
+    };
+  }
+  // Runs `fn` at the next Poll (never inside the issuing call).
+  void Defer(util::MoveFunction<void()> fn) { worker()->Defer(std::move(fn)); }
+  size_t in_flight() const { return in_flight_; }
+  Status TakeFirstError() {
+    Status s = first_error_;
+    first_error_ = Status::OK();
+    return s;
+  }
+  // A store's queue of requests to send together: run before every Poll,
+  // WaitAll and synchronous call. Returns a handle for RemoveFlushHook.
+  int AddFlushHook(std::function<void()> hook);
+  void RemoveFlushHook(int handle);
+  void Flush();
+
+  // Progresses until `done()` (flushing stores each round), or the
+  // deadline; TimedOut then. Checks the server is still there.
+  Status ProgressUntil(const std::function<bool()>& done,
+                       Clock::time_point deadline);
+  // Progress until nothing of this session is in flight (WaitAll).
+  Status WaitAll();
+  // Expires deadlines and checks the session's TCP connection.
+  size_t Housekeeping();
+
+  // --- the session
+  fabric::Endpoint* endpoint() const { return ep_.get(); }
+  RpcClient* rpc() const { return rpc_.get(); }
+  uint64_t incarnation() const { return incarnation_; }
+  uint64_t session_id() const { return session_id_; }
+  const std::string& transport() const { return transport_; }
+  bool connected();
+  // Tears the session down: everything outstanding and later fails with
+  // `why`.
+  void Fail(const Status& why);
+
+ private:
+  SessionCore(const SessionOptions& o, LoopCore* loop,
+              std::unique_ptr<LoopCore> owned)
+      : options_(o), loop_(loop), owned_loop_(std::move(owned)) {}
+  Status Handshake(Clock::time_point deadline);
+  Status LoadRegions();
+  Status RenewVouch();
+  static uint64_t CoarseNowNs();
+  static const Status& StatusOf(const Status& s) { return s; }
+  template <typename T>
+  static const Status& StatusOf(const Result<T>& r) {
+    return r.status();
+  }
+
+  SessionOptions options_;
+  LoopCore* loop_;
+  // Declared before the endpoint and calls: destroyed after them.
+  std::unique_ptr<LoopCore> owned_loop_;
+  util::Socket socket_;  // the session's TCP connection
+  std::unique_ptr<fabric::Endpoint> ep_;
+  std::unique_ptr<RpcClient> rpc_;
+  std::unordered_map<uint32_t, std::unique_ptr<fabric::RemoteRegion>> remote_;
+  std::vector<proto::RegionInfoWire> region_list_;
+  std::vector<RegionInfo> raw_regions_;
+  std::unordered_set<uint32_t> raw_ids_;
+  std::string server_address_;  // the server's worker address
+  uint64_t incarnation_ = 0;
+  uint64_t session_id_ = 0;
+  uint32_t lease_ms_ = 0;
+  std::string transport_;
+  bool local_reads_ = false;
+  bool needs_lease_ = false;
+  uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE
+  uint64_t next_socket_check_ns_ = 0;
+  size_t in_flight_ = 0;
+  Status first_error_;
+  std::map<int, std::function<void()>> flush_hooks_;
+  int next_hook_ = 1;
+};
+
+}  // namespace remem::client
+
+#endif  // REMEM_CLIENT_SESSION_CORE_H_

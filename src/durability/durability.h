@@ -1,0 +1,98 @@
+// durability::Durability: everything durable under --data-dir, for every
+// service. Layout:
+//
+//   <data-dir>/meta                 "remem-data-2 partitions <N>"
+//   <data-dir>/<service>/meta       the service's own settings (e.g. the
+//                                   hash store's partition seed)
+//   <data-dir>/<service>/p<P>/      one PartitionStore (store.h) per
+//                                   partition of each durable service
+//
+// A data directory of the first layout (remem-data-1: meta holding the
+// partition count and hash seed, p<P>/ at the top) is migrated in place at
+// Open: its partitions move under hash/, with renames and directory syncs.
+// Small files (the metas) are written to a temporary name, fdatasynced,
+// renamed and the directory synced, so a crash leaves the old or the new.
+//
+// Thread contract: Open, ReadServiceMeta and WriteServiceMeta before the
+// server threads start (one thread). OpenPartition may run in parallel for
+// different partitions. OnPass(p) and RequestSnapshot(p, ...) on p's owner
+// thread. AddStats and recovery_summary from any thread.
+
+#ifndef REMEM_DURABILITY_DURABILITY_H_
+#define REMEM_DURABILITY_DURABILITY_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "durability/recoverable.h"
+#include "durability/store.h"
+#include "proto/codec.h"
+#include "remem/status.h"
+
+namespace remem::durability {
+
+struct DurabilityOptions {
+  std::string data_dir;
+  FsyncPolicy fsync = FsyncPolicy::kEverySec;
+  uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
+  RecoveryMode recovery = RecoveryMode::kStrict;
+  std::string fault;              // tests: fault spec for every store
+  uint64_t slow_snapshot_us = 0;  // tests: see StoreOptions
+};
+
+class Durability {
+ public:
+  // Creates or checks the data directory for `partitions` partitions
+  // (refusing a directory made with another count), migrating the first
+  // layout.
+  static Result<std::unique_ptr<Durability>> Open(
+      const DurabilityOptions& options, uint32_t partitions);
+  ~Durability();
+
+  const DurabilityOptions& options() const { return options_; }
+
+  // The service's meta file, or nullopt if it has none yet.
+  Result<std::optional<std::string>> ReadServiceMeta(std::string_view service);
+  Status WriteServiceMeta(std::string_view service, const std::string& text);
+
+  // Recovers partition p of `service` into `state` and opens its log. The
+  // store lives as long as this object.
+  Result<PartitionStore*> OpenPartition(std::string_view service, uint32_t p,
+                                        Recoverable* state);
+
+  // Group commit of every store of partition p (end of an event-loop pass).
+  size_t OnPass(uint32_t p);
+  // Snapshots every store of partition p; `done` gets the first error.
+  void RequestSnapshot(uint32_t p, PartitionStore::Done done);
+
+  // fsync_policy, log_bytes, last_snapshot_unix_ms, last_snapshot_bytes,
+  // snapshots, log_write_errors, log_failing, recovered_pairs,
+  // recovered_log_records, recovery_ms: summed over every store.
+  void AddStats(std::vector<proto::StatValue>* out) const;
+  // "recovered N pairs from snapshots and M log records in X ms (...)",
+  // once every OpenPartition has run; warnings were logged as they came.
+  std::string recovery_summary() const;
+
+ private:
+  Durability(DurabilityOptions o, uint32_t partitions)
+      : options_(std::move(o)), partitions_(partitions) {}
+  Status CheckLayout();
+
+  DurabilityOptions options_;
+  uint32_t partitions_;
+  mutable std::mutex mu_;  // guards the members below while opening
+  // Per partition: its stores, in opening order.
+  std::vector<std::vector<std::unique_ptr<PartitionStore>>> stores_;
+  uint64_t recovered_pairs_ = 0;
+  uint64_t recovered_log_records_ = 0;
+  uint64_t recovery_us_ = 0;  // the longest partition
+};
+
+}  // namespace remem::durability
+
+#endif  // REMEM_DURABILITY_DURABILITY_H_

@@ -1,0 +1,83 @@
+// durability::Recoverable: what a data model implements to be durable. The
+// durability layer (store.h) owns the files, the log, group commit, fsync
+// policies and snapshots of one partition of one service; it knows the
+// service's state only through this interface:
+//   - recovery: Apply() each record of the newest valid snapshot and of the
+//     log after it (by version, so replay is idempotent), with Reserve()
+//     and Prefetch() as bulk-load hints;
+//   - snapshots: a SnapshotScan that walks the live state chunk by chunk,
+//     between requests, only reading it (one-sided readers see nothing).
+//
+// Records are keyed: a put carries the key, the value and the version the
+// write produced; a delete the key and the version the delete consumed.
+// A service logs the RESULT of each write (never the request), so replay
+// does not depend on the order of concurrent requests.
+//
+// Thread contract: recovery calls (Reserve, Prefetch, Apply, RaiseVersion)
+// run on one thread before the partition's owner thread starts; the rest
+// on the owner thread.
+
+#ifndef REMEM_DURABILITY_RECOVERABLE_H_
+#define REMEM_DURABILITY_RECOVERABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "remem/status.h"
+
+namespace remem::durability {
+
+// Receives the pairs a snapshot scan emits.
+class SnapshotSink {
+ public:
+  virtual ~SnapshotSink() = default;
+  virtual void Add(std::string_view key, std::string_view value,
+                   uint64_t version) = 0;
+  // The state was reorganised under the scan (e.g. a table growth
+  // renumbered its buckets): drop what was added, the scan starts over.
+  virtual void Restart() = 0;
+};
+
+// A resumable, read-only walk over a partition's pairs.
+class SnapshotScan {
+ public:
+  virtual ~SnapshotScan() = default;
+  // Emits the next chunk (about `budget` units of work); returns true once
+  // every pair present for the whole scan has been emitted. A pair may be
+  // emitted twice (recovery keeps the newer version).
+  virtual bool Step(SnapshotSink* sink, uint64_t budget) = 0;
+  // A size hint stored in the snapshot and handed to Reserve at recovery
+  // (the hash store: its bucket count), so recovery shapes the state as
+  // the live server had it.
+  virtual uint64_t shape() const = 0;
+};
+
+class Recoverable {
+ public:
+  virtual ~Recoverable() = default;
+
+  // --- recovery
+  // Before a snapshot is applied: `pairs` it holds and the `shape` its
+  // scan reported. A hint; must not allocate more than the live state had.
+  virtual Status Reserve(uint64_t pairs, uint64_t shape) = 0;
+  // Starts loading whatever `key` will touch into the CPU cache.
+  virtual void Prefetch(std::string_view /*key*/) {}
+  // Stores `key` = `value` at exactly `version`, unless the stored pair's
+  // version is already >= `version`.
+  virtual Status ApplyPut(std::string_view key, std::string_view value,
+                          uint64_t version) = 0;
+  // Removes `key` if its stored version is older than `version`.
+  virtual Status ApplyDelete(std::string_view key, uint64_t version) = 0;
+  // The next write's version will be above `version`.
+  virtual void RaiseVersion(uint64_t version) = 0;
+
+  // --- snapshots (owner thread)
+  // The version counter: the version the last write consumed.
+  virtual uint64_t last_version() const = 0;
+  virtual std::unique_ptr<SnapshotScan> BeginSnapshot() = 0;
+};
+
+}  // namespace remem::durability
+
+#endif  // REMEM_DURABILITY_RECOVERABLE_H_

@@ -1,0 +1,263 @@
+#include "hash/codec.h"
+
+#include <cstring>
+
+#include "proto/buffer.h"
+
+namespace remem::hash {
+
+using proto::Append;
+using proto::Bad;
+using proto::kWireMagic;
+using proto::kWireVersion;
+using proto::Reader;
+
+std::string EncodeHashInfo(const HashInfo& info) {
+  HashInfoReply r{};
+  r.magic = kWireMagic;
+  r.version = kWireVersion;
+  r.num_partitions = static_cast<uint32_t>(info.partitions.size());
+  r.max_key = info.max_key;
+  r.max_value = info.max_value;
+  r.partition_seed = info.partition_seed;
+  std::string out;
+  Append(&out, r);
+  for (const HashPartition& p : info.partitions) Append(&out, p);
+  return out;
+}
+
+Result<HashInfo> DecodeHashInfo(std::string_view payload) {
+  Reader rd(payload);
+  HashInfoReply r;
+  if (!rd.Read(&r)) return Bad("hash info truncated");
+  if (r.magic != kWireMagic || r.version != kWireVersion) {
+    return Bad("bad magic or version in hash info");
+  }
+  if (r.num_partitions == 0 || r.num_partitions > proto::kMaxRegions) {
+    return Bad("hash info: partition count out of range");
+  }
+  HashInfo info;
+  info.max_key = r.max_key;
+  info.max_value = r.max_value;
+  info.partition_seed = r.partition_seed;
+  for (uint32_t i = 0; i < r.num_partitions; ++i) {
+    HashPartition p;
+    if (!rd.Read(&p)) return Bad("hash partition truncated");
+    if (p.num_buckets < 2 || (p.num_buckets & (p.num_buckets - 1)) != 0 ||
+        p.num_buckets > (1ull << 40)) {
+      return Bad("hash partition: bucket count is not a power of two");
+    }
+    info.partitions.push_back(p);
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after hash info");
+  return info;
+}
+
+std::string EncodeHashKey(std::string_view key) {
+  HashKeyRequest r{};
+  r.key_len = static_cast<uint32_t>(key.size());
+  std::string out;
+  Append(&out, r);
+  out += key;
+  return out;
+}
+
+Result<std::string_view> DecodeHashKey(std::string_view payload) {
+  Reader rd(payload);
+  HashKeyRequest r;
+  if (!rd.Read(&r)) return Bad("hash key request truncated");
+  if (rd.remaining() != r.key_len) return Bad("hash key length mismatch");
+  return payload.substr(sizeof(r));
+}
+
+std::string EncodeHashPut(const HashPut& put) {
+  HashPutRequest r{};
+  r.key_len = static_cast<uint32_t>(put.key.size());
+  r.value_len = static_cast<uint32_t>(put.value.size());
+  r.mode = static_cast<uint8_t>(put.mode);
+  r.expected_version = put.expected_version;
+  std::string out;
+  out.reserve(sizeof(r) + put.key.size() + put.value.size());
+  Append(&out, r);
+  out += put.key;
+  out += put.value;
+  return out;
+}
+
+Result<HashPut> DecodeHashPut(std::string_view payload) {
+  Reader rd(payload);
+  HashPutRequest r;
+  if (!rd.Read(&r)) return Bad("hash put request truncated");
+  if (r.mode > static_cast<uint8_t>(PutMode::kIfVersion)) {
+    return Bad("hash put: unknown mode");
+  }
+  if (uint64_t{r.key_len} + r.value_len != rd.remaining()) {
+    return Bad("hash put: lengths do not match the payload");
+  }
+  HashPut put;
+  put.key = payload.substr(sizeof(r), r.key_len);
+  put.value = payload.substr(sizeof(r) + r.key_len, r.value_len);
+  put.mode = static_cast<PutMode>(r.mode);
+  put.expected_version = r.expected_version;
+  return put;
+}
+
+std::string EncodeHashGetReply(uint64_t version, std::string_view value) {
+  HashGetReply r{};
+  r.version = version;
+  r.value_len = static_cast<uint32_t>(value.size());
+  std::string out;
+  out.reserve(sizeof(r) + value.size());
+  Append(&out, r);
+  out += value;
+  return out;
+}
+
+Result<HashValue> DecodeHashGetReply(std::string_view payload) {
+  Reader rd(payload);
+  HashGetReply r;
+  if (!rd.Read(&r)) return Bad("hash get reply truncated");
+  if (rd.remaining() != r.value_len) return Bad("hash get reply length");
+  return HashValue{r.version, std::string(payload.substr(sizeof(r)))};
+}
+
+std::string EncodeHashPutReply(uint64_t version) {
+  std::string out;
+  Append(&out, HashPutReply{version});
+  return out;
+}
+
+Result<uint64_t> DecodeHashPutReply(std::string_view payload) {
+  if (payload.size() != sizeof(HashPutReply)) return Bad("hash put reply size");
+  HashPutReply r;
+  std::memcpy(&r, payload.data(), sizeof(r));
+  return r.version;
+}
+
+namespace {
+
+Result<uint32_t> ReadMultiCount(Reader* rd) {
+  HashMultiRequest r;
+  if (!rd->Read(&r)) return Bad("hash multi request truncated");
+  if (r.count == 0 || r.count > kMaxMultiItems) {
+    return Bad("hash multi request: item count out of range");
+  }
+  return r.count;
+}
+
+std::string_view Take(std::string_view payload, size_t at, size_t n) {
+  return payload.substr(at, n);
+}
+
+}  // namespace
+
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys) {
+  std::string out;
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(keys.size()), 0});
+  for (std::string_view k : keys) {
+    Append(&out, HashMultiKey{static_cast<uint32_t>(k.size())});
+    out += k;
+  }
+  return out;
+}
+
+Result<std::vector<std::string_view>> DecodeHashMultiGet(
+    std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<std::string_view> keys;
+  keys.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    HashMultiKey k;
+    if (!rd.Read(&k)) return Bad("hash multi-get item truncated");
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(k.key_len)) return Bad("hash multi-get key truncated");
+    keys.push_back(Take(payload, at, k.key_len));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi-get items");
+  return keys;
+}
+
+std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs) {
+  std::string out;
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(pairs.size()), 0});
+  for (const auto& [k, v] : pairs) {
+    Append(&out, HashMultiPair{static_cast<uint32_t>(k.size()),
+                               static_cast<uint32_t>(v.size())});
+    out += k;
+    out += v;
+  }
+  return out;
+}
+
+Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<KeyValue> pairs;
+  pairs.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    HashMultiPair p;
+    if (!rd.Read(&p)) return Bad("hash multi-put item truncated");
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(uint64_t{p.key_len} + p.value_len)) {
+      return Bad("hash multi-put pair truncated");
+    }
+    pairs.emplace_back(Take(payload, at, p.key_len),
+                       Take(payload, at + p.key_len, p.value_len));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi-put items");
+  return pairs;
+}
+
+std::string EncodeHashMultiReply(const std::vector<MultiItem>& items) {
+  std::string out;
+  Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});
+  for (const MultiItem& it : items) {
+    const std::string& data = it.status.ok() ? it.data : it.status.message();
+    HashMultiItem h{};
+    h.status = static_cast<uint16_t>(it.status.code());
+    h.data_len = static_cast<uint32_t>(data.size());
+    h.version = it.version;
+    Append(&out, h);
+    out += data;
+  }
+  return out;
+}
+
+Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
+                                                    size_t expected_count) {
+  Reader rd(payload);
+  HashMultiReply r;
+  if (!rd.Read(&r)) return Bad("hash multi reply truncated");
+  if (r.count != expected_count) return Bad("hash multi reply: wrong count");
+  // Untrusted count: bound it before allocating.
+  if (r.count > kMaxMultiItems ||
+      uint64_t{r.count} * sizeof(HashMultiItem) > rd.remaining()) {
+    return Bad("hash multi reply: more items than bytes");
+  }
+  std::vector<MultiItem> items(r.count);
+  for (MultiItem& it : items) {
+    HashMultiItem h;
+    if (!rd.Read(&h)) return Bad("hash multi reply item truncated");
+    if (h.status > static_cast<uint16_t>(StatusCode::kConflict)) {
+      return Bad("hash multi reply: unknown status");
+    }
+    std::string data;
+    if (!rd.ReadBytes(h.data_len, &data)) {
+      return Bad("hash multi reply data truncated");
+    }
+    const auto code = static_cast<StatusCode>(h.status);
+    if (code == StatusCode::kOk) {
+      it.data = std::move(data);
+      it.version = h.version;
+    } else {
+      it.status = Status(code, std::move(data));
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi reply");
+  return items;
+}
+
+}  // namespace remem::hash

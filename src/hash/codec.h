@@ -1,0 +1,73 @@
+// Encoders and validating decoders for the hash store's payloads
+// (hash/wire.h), on the helpers of proto/buffer.h. Every decoder takes
+// untrusted bytes and returns ProtocolError with a reason instead of
+// reading past the end; fuzz/proto_fuzz.cc drives them.
+//
+// Thread contract: pure functions.
+
+#ifndef REMEM_HASH_CODEC_H_
+#define REMEM_HASH_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hash/wire.h"
+#include "remem/status.h"
+
+namespace remem::hash {
+
+struct HashInfo {
+  uint32_t max_key = 0;
+  uint32_t max_value = 0;
+  uint64_t partition_seed = 0;
+  std::vector<HashPartition> partitions;
+};
+std::string EncodeHashInfo(const HashInfo& info);
+Result<HashInfo> DecodeHashInfo(std::string_view payload);
+
+std::string EncodeHashKey(std::string_view key);
+Result<std::string_view> DecodeHashKey(std::string_view payload);
+
+struct HashPut {
+  std::string_view key;
+  std::string_view value;
+  PutMode mode = PutMode::kUpsert;
+  uint64_t expected_version = 0;
+};
+std::string EncodeHashPut(const HashPut& put);
+// The views point into `payload`.
+Result<HashPut> DecodeHashPut(std::string_view payload);
+
+std::string EncodeHashGetReply(uint64_t version, std::string_view value);
+struct HashValue {
+  uint64_t version = 0;
+  std::string value;
+};
+Result<HashValue> DecodeHashGetReply(std::string_view payload);
+
+std::string EncodeHashPutReply(uint64_t version);
+Result<uint64_t> DecodeHashPutReply(std::string_view payload);
+
+// Multi-get / multi-put (wire.h: HashMultiRequest). Decoders check every
+// length against the payload and the item count against kMaxMultiItems.
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys);
+Result<std::vector<std::string_view>> DecodeHashMultiGet(
+    std::string_view payload);
+using KeyValue = std::pair<std::string_view, std::string_view>;
+std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs);
+Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload);
+struct MultiItem {
+  Status status;
+  uint64_t version = 0;
+  std::string data;  // value (get) or nothing (put)
+};
+std::string EncodeHashMultiReply(const std::vector<MultiItem>& items);
+Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
+                                                    size_t expected_count);
+
+}  // namespace remem::hash
+
+#endif  // REMEM_HASH_CODEC_H_

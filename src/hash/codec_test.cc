@@ -1,0 +1,57 @@
+#include "hash/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace remem::hash {
+namespace {
+
+TEST(Codec, HashMultiGetPutAndReply) {
+  const std::string keys_store[] = {"a", std::string(300, 'k'), "z"};
+  std::vector<std::string_view> keys(std::begin(keys_store),
+                                     std::end(keys_store));
+  const std::string get = EncodeHashMultiGet(keys);
+  auto got = DecodeHashMultiGet(get);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, keys);
+  // Every truncation is refused, never read past.
+  for (size_t n = 0; n < get.size(); ++n) {
+    EXPECT_FALSE(DecodeHashMultiGet(get.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeHashMultiGet(get + "x").ok());
+  EXPECT_FALSE(DecodeHashMultiGet(EncodeHashMultiGet({})).ok());
+
+  std::vector<KeyValue> pairs = {{"k1", "v1"}, {"k2", ""}};
+  const std::string put = EncodeHashMultiPut(pairs);
+  auto decoded = DecodeHashMultiPut(put);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, pairs);
+  for (size_t n = 0; n < put.size(); ++n) {
+    EXPECT_FALSE(DecodeHashMultiPut(put.substr(0, n)).ok()) << n;
+  }
+
+  std::vector<MultiItem> items(2);
+  items[0].version = 9;
+  items[0].data = "value";
+  items[1].status = Status::NotFound("key not found");
+  const std::string reply = EncodeHashMultiReply(items);
+  auto back = DecodeHashMultiReply(reply, 2);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[0].data, "value");
+  EXPECT_EQ((*back)[0].version, 9u);
+  EXPECT_EQ((*back)[1].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ((*back)[1].status.message(), "key not found");
+  EXPECT_FALSE(DecodeHashMultiReply(reply, 3).ok());  // not what was asked
+  for (size_t n = 0; n < reply.size(); ++n) {
+    EXPECT_FALSE(DecodeHashMultiReply(reply.substr(0, n), 2).ok()) << n;
+  }
+  // A count far beyond the bytes is refused before anything is allocated.
+  std::string huge = reply.substr(0, 8);
+  const uint32_t big = 0xffffff;
+  std::memcpy(huge.data(), &big, 4);
+  EXPECT_FALSE(DecodeHashMultiReply(huge, big).ok());
+}
+
+}  // namespace
+}  // namespace remem::hash

@@ -1,0 +1,368 @@
+#include "hash/service.h"
+
+#include <xxhash.h>
+
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "durability/durability.h"
+#include "fabric/memory_region.h"
+#include "hash/codec.h"
+
+namespace remem::hash {
+
+using server::Call;
+using server::PartitionId;
+using server::Responder;
+using server::Route;
+
+HashService::~HashService() {
+  // Stores hold pointers into the partitions; the durability layer outlives
+  // nothing here, but a store must not reach a destroyed table.
+  for (auto& p : partitions_) {
+    if (p && p->table) p->table->SetMoveHook(nullptr);
+  }
+}
+
+void HashService::DeclareOptions(server::OptionSet* o) {
+  o->AddSize("--hash-memory", &options_.memory,
+             "of --memory, bytes for the hash store (one partition per "
+             "thread; default half); the rest is raw regions");
+  o->AddUint("--max-key-bytes", &options_.max_key_bytes,
+             "largest hash store key accepted (at most 64 KiB)");
+  o->AddUint("--max-value-bytes", &options_.max_value_bytes,
+             "largest hash store value accepted (at most 16 MiB)");
+  o->AddUint("--hash-initial-buckets", &options_.initial_buckets,
+             "buckets each hash partition starts with (a power of two; "
+             "tables double as they fill)",
+             /*testing=*/true);
+  o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
+             "testing: pause every hash bucket write half done for this many "
+             "microseconds (readers see the torn bucket)",
+             /*testing=*/true);
+}
+
+Status HashService::Init(server::ServiceContext* ctx) {
+  ctx_ = ctx;
+  const uint32_t n = ctx->partitions();
+  uint64_t memory = options_.memory;
+  if (memory == 0) memory = ctx->memory_budget() / 2;
+  if (memory >= ctx->memory_budget()) {
+    return Status::InvalidArgument("--hash-memory must be less than --memory");
+  }
+  if (memory / n < (2ull << 20)) {
+    return Status::InvalidArgument(
+        "the hash store needs at least 2 MiB per server thread "
+        "(--hash-memory)");
+  }
+  const uint64_t b = options_.initial_buckets;
+  if (b < 2 || (b & (b - 1)) != 0 || b > (1ull << 30)) {
+    return Status::InvalidArgument(
+        "--hash-initial-buckets must be a power of two in [2, 2^30]");
+  }
+  Limits limits;
+  if (options_.max_key_bytes < 1 || options_.max_key_bytes > limits.max_key) {
+    return Status::InvalidArgument("--max-key-bytes must be in [1, " +
+                                   std::to_string(limits.max_key) + "]");
+  }
+  if (options_.max_value_bytes > limits.max_value) {
+    return Status::InvalidArgument("--max-value-bytes must be at most " +
+                                   std::to_string(limits.max_value));
+  }
+  limits.max_key = uint32_t(options_.max_key_bytes);
+  limits.max_value = uint32_t(options_.max_value_bytes);
+
+  std::random_device rd;
+  partition_seed_ = (uint64_t{rd()} << 32) | rd();
+  durability::Durability* durable = ctx->durability();
+  if (durable != nullptr) {
+    // Keys must land in the same partitions as before a restart.
+    auto meta = durable->ReadServiceMeta(name());
+    if (!meta.ok()) return meta.status();
+    if (meta->has_value()) {
+      std::istringstream in(**meta);
+      std::string word;
+      if (!(in >> word >> partition_seed_) || word != "seed") {
+        return Status::Corruption(
+            "hash/meta in the data directory is "
+            "unreadable");
+      }
+    } else {
+      REMEM_RETURN_IF_ERROR(durable->WriteServiceMeta(
+          name(), "seed " + std::to_string(partition_seed_) + "\n"));
+    }
+  }
+
+  const uint64_t per = (memory / n) & ~uint64_t{kExtentAlign - 1};
+  for (uint32_t i = 0; i < n; ++i) {
+    auto region = ctx->AllocateRegion(per, proto::RegionAccess::kReadOnly);
+    if (!region.ok()) return region.status();
+    // The root in the first page; the rest is the arena for bucket arrays
+    // (the table starts small and doubles as it fills) and extents.
+    constexpr uint64_t kArenaStart = 4096;
+    auto part = std::make_unique<Partition>();
+    part->region = *region;
+    part->slab = std::make_unique<SlabAllocator>(
+        part->region->base() + kArenaStart, per - kArenaStart, kArenaStart);
+    TableOptions to;
+    to.seed = (uint64_t{rd()} << 32) | rd();
+    to.initial_buckets = options_.initial_buckets;
+    to.limits = limits;
+    auto table =
+        Table::Create(part->region->base(), uint16_t(part->region->id()),
+                      part->slab.get(), to);
+    if (!table.ok()) return table.status();
+    part->table = std::move(*table);
+    if (options_.fault_pause_mid_write_us > 0) {
+      const auto pause =
+          std::chrono::microseconds(options_.fault_pause_mid_write_us);
+      // Fault injection (tests): hold every bucket write half done.
+      part->table->SetMidWriteHook(
+          [pause] { std::this_thread::sleep_for(pause); });
+    }
+    part->durable = std::make_unique<DurableTable>(part->table.get());
+    partitions_.push_back(std::move(part));
+  }
+  if (durable != nullptr) {
+    // Recover the partitions in parallel, each into its own table.
+    REMEM_RETURN_IF_ERROR(ctx->ForEachPartition([&](PartitionId p) -> Status {
+      auto store =
+          durable->OpenPartition(name(), p, partitions_[p]->durable.get());
+      if (!store.ok()) return store.status();
+      partitions_[p]->store = *store;
+      return Status::OK();
+    }));
+  }
+  HashInfo info;
+  info.max_key = limits.max_key;
+  info.max_value = limits.max_value;
+  info.partition_seed = partition_seed_;
+  for (auto& part : partitions_) {
+    UpdateCounters(*part);
+    // After recovery: the table may have grown.
+    const Geometry& g = part->table->geometry();
+    info.partitions.push_back(
+        {g.region, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed});
+  }
+  info_ = EncodeHashInfo(info);
+  return Status::OK();
+}
+
+uint32_t HashService::PartitionOf(std::string_view key) const {
+  return uint32_t(
+      XXH3_64bits_withSeed(key.data(), key.size(), partition_seed_) %
+      partitions_.size());
+}
+
+void HashService::UpdateCounters(Partition& part) {
+  part.pairs.Set(part.table->size());
+  part.growths.Set(part.table->growths());
+  part.bytes_used.Set(part.slab->bytes_carved());
+}
+
+void HashService::Stats(server::StatsBuilder* out) const {
+  uint64_t pairs = 0, growths = 0, used = 0, total = 0;
+  for (const auto& p : partitions_) {
+    pairs += p->pairs.Get();
+    growths += p->growths.Get();
+    used += p->bytes_used.Get();
+    total += p->region->length();
+  }
+  out->Add("hash_pairs", pairs);
+  out->Add("hash_growths", growths);
+  out->Add("hash_bytes_used", used);
+  out->Add("hash_bytes_total", total);
+}
+
+Result<Route> HashService::RouteCall(uint8_t method,
+                                     std::string_view payload) const {
+  switch (static_cast<HashMethod>(method)) {
+    case HashMethod::kInfo:
+    case HashMethod::kMultiGet:
+    case HashMethod::kMultiPut:
+      return Route::Here();
+    case HashMethod::kGet:
+    case HashMethod::kDelete: {
+      auto key = DecodeHashKey(payload);
+      if (!key.ok()) return key.status();
+      if (key->empty()) return Status::InvalidArgument("empty key");
+      return Route::To(PartitionOf(*key));
+    }
+    case HashMethod::kPut: {
+      auto put = DecodeHashPut(payload);
+      if (!put.ok()) return put.status();
+      if (put->key.empty()) return Status::InvalidArgument("empty key");
+      return Route::To(PartitionOf(put->key));
+    }
+    case HashMethod::kCount:
+      break;
+  }
+  return Status::ProtocolError("unknown hash method");
+}
+
+void HashService::Handle(PartitionId p, Call call) {
+  switch (static_cast<HashMethod>(call.method)) {
+    case HashMethod::kInfo:
+      return call.responder.Reply(Status::OK(), info_);
+    case HashMethod::kMultiGet:
+    case HashMethod::kMultiPut:
+      return HandleMulti(std::move(call));
+    default:
+      return HandleSingle(p, std::move(call));
+  }
+}
+
+void HashService::AfterDurable(Partition& part, Responder responder,
+                               Status status, std::string payload) {
+  if (part.store == nullptr || !status.ok()) {
+    return responder.Reply(std::move(status), std::move(payload));
+  }
+  // The reply waits for the log (group commit at the end of the pass).
+  part.store->AfterDurable([responder = std::move(responder),
+                            payload = std::move(payload)](Status st) mutable {
+    responder.Reply(std::move(st), std::move(payload));
+  });
+}
+
+void HashService::HandleSingle(PartitionId p, Call call) {
+  Partition& part = *partitions_[p];
+  Table& table = *part.table;
+  const auto method = static_cast<HashMethod>(call.method);
+  if (method == HashMethod::kGet) {
+    auto key = DecodeHashKey(call.payload);
+    if (!key.ok()) return call.responder.Reply(key.status());
+    auto v = table.Get(*key);
+    if (!v.ok()) return call.responder.Reply(v.status());
+    return call.responder.Reply(Status::OK(),
+                                EncodeHashGetReply(v->version, v->value));
+  }
+  if (part.store != nullptr) {
+    // The log cannot be written: refuse before changing anything.
+    if (Status w = part.store->Writable(); !w.ok()) {
+      return call.responder.Reply(w);
+    }
+  }
+  if (method == HashMethod::kDelete) {
+    auto key = DecodeHashKey(call.payload);
+    if (!key.ok()) return call.responder.Reply(key.status());
+    Status st = table.Delete(*key);
+    if (st.ok() && part.store)
+      part.store->LogDelete(*key, table.last_version());
+    UpdateCounters(part);
+    return AfterDurable(part, std::move(call.responder), std::move(st), {});
+  }
+  auto put = DecodeHashPut(call.payload);
+  if (!put.ok()) return call.responder.Reply(put.status());
+  Result<uint64_t> v =
+      put->mode == PutMode::kIfAbsent ? table.PutIfAbsent(put->key, put->value)
+      : put->mode == PutMode::kIfVersion
+          ? table.CompareAndPut(put->key, put->value, put->expected_version)
+          : table.Put(put->key, put->value);
+  UpdateCounters(part);
+  if (!v.ok()) return call.responder.Reply(v.status());
+  if (part.store) part.store->LogPut(put->key, put->value, *v);
+  AfterDurable(part, std::move(call.responder), Status::OK(),
+               EncodeHashPutReply(*v));
+}
+
+void HashService::HandleMulti(Call call) {
+  // The decoded items are views into the payload, which `batch` owns and
+  // keeps alive until the reply is sent. Each owner thread fills only its
+  // own items' results; the last to finish replies.
+  struct Batch {
+    std::string payload;
+    std::vector<std::string_view> keys;
+    std::vector<KeyValue> pairs;
+    std::vector<MultiItem> results;
+    Responder responder;
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->payload = std::move(call.payload);
+  batch->responder = std::move(call.responder);
+  const bool get =
+      static_cast<HashMethod>(call.method) == HashMethod::kMultiGet;
+  if (get) {
+    auto keys = DecodeHashMultiGet(batch->payload);
+    if (!keys.ok()) return batch->responder.Reply(keys.status());
+    batch->keys = std::move(*keys);
+  } else {
+    auto pairs = DecodeHashMultiPut(batch->payload);
+    if (!pairs.ok()) return batch->responder.Reply(pairs.status());
+    batch->pairs = std::move(*pairs);
+    for (const auto& kv : batch->pairs) batch->keys.push_back(kv.first);
+  }
+  batch->results.resize(batch->keys.size());
+  // Items grouped by the partition that owns them.
+  std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
+  for (uint32_t i = 0; i < batch->keys.size(); ++i) {
+    if (batch->keys[i].empty()) {
+      batch->results[i].status = Status::InvalidArgument("empty key");
+      continue;
+    }
+    by_owner[PartitionOf(batch->keys[i])].push_back(i);
+  }
+  size_t owners = 0;
+  for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
+  auto send = [batch] {
+    batch->responder.Reply(Status::OK(), EncodeHashMultiReply(batch->results));
+  };
+  if (owners == 0) return send();
+  auto fan = std::make_shared<server::FanIn>(owners, std::move(send));
+  for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
+    if (by_owner[owner].empty()) continue;
+    ctx_->RunOn(owner, [this, owner, batch, fan, get,
+                        items = std::move(by_owner[owner])]() mutable {
+      Partition& part = *partitions_[owner];
+      Table& table = *part.table;
+      if (!get && part.store) {
+        if (Status w = part.store->Writable(); !w.ok()) {
+          for (uint32_t i : items) batch->results[i].status = w;
+          return fan->Done();
+        }
+      }
+      for (uint32_t i : items) {
+        MultiItem& out = batch->results[i];
+        if (get) {
+          auto v = table.Get(batch->keys[i]);
+          if (v.ok()) {
+            out.version = v->version;
+            out.data = std::move(v->value);
+          } else {
+            out.status = v.status();
+          }
+          continue;
+        }
+        auto v = table.Put(batch->pairs[i].first, batch->pairs[i].second);
+        if (!v.ok()) {
+          out.status = v.status();
+          continue;
+        }
+        out.version = *v;
+        if (part.store) {
+          part.store->LogPut(batch->pairs[i].first, batch->pairs[i].second, *v);
+        }
+      }
+      if (get || part.store == nullptr) {
+        if (!get) UpdateCounters(part);
+        return fan->Done();
+      }
+      UpdateCounters(part);
+      // Once this partition's records are durable; a failed write fails
+      // this partition's items that had succeeded in memory.
+      part.store->AfterDurable(
+          [batch, fan, items = std::move(items)](Status st) {
+            if (!st.ok()) {
+              for (uint32_t i : items) {
+                if (batch->results[i].status.ok())
+                  batch->results[i].status = st;
+              }
+            }
+            fan->Done();
+          });
+    });
+  }
+}
+
+}  // namespace remem::hash

@@ -1,0 +1,806 @@
+// remem::HashStore: the client side of the hash store (include/remem/hash.h),
+// on a Session's core (client/session_core.h).
+
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include "client/path_selector.h"
+#include "client/session_core.h"
+#include "hash/codec.h"
+#include "hash/reader.h"
+#include "remem/hash.h"
+
+namespace remem {
+
+using fabric::Clock;
+
+namespace {
+
+// Verification failures before a one-sided get gives up and asks the
+// server. Each failure means the server was writing that bucket or extent
+// at that moment; a few in a row mean a hot key, where the server's answer
+// is the cheaper one.
+constexpr int kMaxOneSidedAttempts = 16;
+
+void PrefaultForReading(const uint8_t* p, uint64_t len) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
+#endif
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+  // Best effort: an older kernel refuses, and reads then fault lazily.
+  (void)madvise(reinterpret_cast<void*>(start), end - start,
+                MADV_POPULATE_READ);
+}
+
+constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
+
+}  // namespace
+
+struct HashStore::Impl {
+  using Value = HashStore::Value;
+  client::SessionCore* core = nullptr;
+  hash::HashInfo info;
+  std::vector<hash::Geometry> partitions;
+  std::unique_ptr<client::PathSelector> selector;
+  // Batches (MultiGet) cost differently from single gets on each path, so
+  // they are measured and chosen apart.
+  std::unique_ptr<client::PathSelector> batch_selector;
+  ReadStats read_stats;
+  size_t in_flight = 0;
+  int flush_hook = 0;
+  // Sampling of get latencies for the selector (auto mode only).
+  client::ReadPath last_path = client::ReadPath::kOneSided;
+  uint64_t sample_counter = 0;
+  Clock::time_point last_now = Clock::now();
+
+  // Wraps a callback: the session's bookkeeping plus this store's count.
+  template <typename Arg, typename Fn>
+  auto Track(Fn done) {
+    ++in_flight;
+    return core->Track<Arg>([this, done = std::move(done)](Arg r) mutable {
+      --in_flight;
+      if (done) done(std::move(r));
+    });
+  }
+
+  // Chooses the path of the next get and whether to time it. Two clock
+  // reads cost about a tenth of a one-sided get on shared memory, so once a
+  // path has enough samples only every 8th get on it is timed; a change of
+  // path (exploration, or a switch) is always timed. Choose() gets the last
+  // measured time, which is enough for its 3 s idle reset.
+  client::ReadPath ChoosePath(bool* timed, Clock::time_point* start) {
+    if (selector->mode() != ReadPath::kAuto) {
+      *timed = false;
+      return selector->Choose(last_now);
+    }
+    const client::ReadPath p = selector->Choose(last_now);
+    *timed = p != last_path || selector->Samples(p) < 32 ||
+             (++sample_counter & 7) == 0;
+    last_path = p;
+    if (*timed) {
+      *start = Clock::now();
+      last_now = *start;
+    }
+    return p;
+  }
+  void RecordLatency(client::ReadPath p, Clock::time_point start) {
+    RecordLatency(selector.get(), p, start, 1);
+  }
+  void RecordLatency(client::PathSelector* into, client::ReadPath p,
+                     Clock::time_point start, double divide_by) {
+    const auto end = Clock::now();
+    last_now = end;
+    into->Record(
+        p,
+        std::chrono::duration<double, std::micro>(end - start).count() /
+            divide_by,
+        end);
+  }
+
+  Result<Value> GetOneSided(hash::Geometry* g, std::string_view key,
+                            bool* gave_up);
+  // Re-reads the partition root into `g`.
+  Status RefreshRoot(hash::Geometry* g);
+  // After `g` names a new bucket array: fault this process's mapping of it
+  // in now (shared memory only). Otherwise the first one-sided gets each
+  // take a page fault and look slower than the RPC path, which the
+  // selector then prefers for a long time. Only the live array: the rest
+  // of the region may never have been touched by the server.
+  void Prefault(const hash::Geometry& g) {
+    const fabric::RemoteRegion* r = core->region(g.region);
+    if (r == nullptr || r->mapped() == nullptr) return;
+    const uint64_t bytes = g.num_buckets * hash::kBucketBytes;
+    if (r->Check(g.buckets_offset, bytes).ok()) {
+      PrefaultForReading(r->mapped() + g.buckets_offset, bytes);
+    }
+  }
+  hash::Geometry& PartitionOf(std::string_view key) {
+    return partitions[XXH3_64bits_withSeed(key.data(), key.size(),
+                                           info.partition_seed) %
+                      partitions.size()];
+  }
+  Result<Value> GetRpc(std::string_view key);
+  Result<uint64_t> Put(std::string_view key, std::string_view value,
+                       hash::PutMode mode, uint64_t expected);
+
+  // An asynchronous get: the one-sided lookup steps through its reads (each
+  // a copy when mapped, else a UCX get), falls back to the RPC get after
+  // kMaxOneSidedAttempts, or goes by RPC from the start.
+  struct AsyncGet {
+    std::string key;
+    hash::Geometry* g = nullptr;
+    std::optional<hash::Lookup> lookup;
+    hash::Root root;
+    bool reading_root = false;
+    bool root_loaded = false;
+    int attempt = 0;
+    client::ReadPath path = client::ReadPath::kOneSided;
+    bool timed = false;  // its latency goes to the selector
+    Clock::time_point start;
+    std::function<void(Result<Value>)> done;
+  };
+  // Asynchronous gets and puts that go by RPC wait here until the next
+  // Poll/WaitAll (or a batch or synchronous call), which sends each run of
+  // consecutive gets (or puts) as one message: many requests in flight
+  // cost one send each way instead of one per request. Runs go out in
+  // issue order.
+  struct Queued {
+    bool is_get;
+    std::shared_ptr<AsyncGet> get;  // is_get
+    std::string key, value;         // !is_get
+    std::function<void(Result<uint64_t>)> put_done;
+  };
+  std::vector<Queued> queued;
+  void FlushQueued();
+  void SendGets(std::vector<std::shared_ptr<AsyncGet>> ops);
+  void SendPuts(std::vector<Queued> puts);
+
+  // `forced`: the path a batch chose for all its keys; else the selector
+  // chooses.
+  void StartGet(std::string key, std::function<void(Result<Value>)> done,
+                std::optional<client::ReadPath> forced = std::nullopt);
+  void DriveOneSided(std::shared_ptr<AsyncGet> op);
+  void GetByRpc(std::shared_ptr<AsyncGet> op);
+  void FinishGet(const std::shared_ptr<AsyncGet>& op, Result<Value> r);
+  // A one-sided lookup's result, if the server's lease covers it; else
+  // nullopt (the get asks the server).
+  bool Vouched() {
+    if (core->Vouch().ok()) return true;
+    ++read_stats.unvouched;
+    return false;
+  }
+  // Sends a multi-get or multi-put message and decodes its items.
+  Result<std::vector<hash::MultiItem>> CallMulti(hash::HashMethod m,
+                                                 std::string payload,
+                                                 size_t count);
+  Status CheckValue(std::string_view value) const {
+    if (value.size() > info.max_value) {
+      return Status::InvalidArgument(
+          "value of " + std::to_string(value.size()) +
+          " bytes exceeds the limit of " + std::to_string(info.max_value));
+    }
+    return Status::OK();
+  }
+  Status CheckKey(std::string_view key) const {
+    if (key.empty()) return Status::InvalidArgument("empty key");
+    if (key.size() > info.max_key) {
+      return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(info.max_key));
+    }
+    return Status::OK();
+  }
+};
+
+HashStore::HashStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HashStore::~HashStore() {
+  Impl& s = *impl_;
+  // Our callbacks point into this store: let them run first (bounded by
+  // the session's timeout; a session that gives up fails the rest).
+  if (s.in_flight > 0 || !s.queued.empty()) {
+    (void)s.core->ProgressUntil(
+        [&s] {
+          s.FlushQueued();
+          return s.in_flight == 0;
+        },
+        Clock::now() + s.core->options().timeout);
+    if (s.in_flight > 0) {
+      s.core->Fail(Status::Unavailable("the hash store was closed"));
+      (void)s.core->worker()->ProgressUntil(
+          [&s] { return s.in_flight == 0; },
+          Clock::now() + std::chrono::seconds(30));
+    }
+  }
+  s.core->RemoveFlushHook(s.flush_hook);
+}
+
+Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
+                                                   const HashOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->core = session->core();
+  auto reply =
+      impl->core->CallSync(hash::kHashService, M(hash::HashMethod::kInfo), {});
+  if (!reply.ok()) return reply.status().WithContext("opening the hash store");
+  auto info = hash::DecodeHashInfo(*reply);
+  if (!info.ok()) return info.status().WithContext("opening the hash store");
+  impl->info = std::move(*info);
+  for (const hash::HashPartition& p : impl->info.partitions) {
+    bool ours = false;
+    for (const proto::RegionInfoWire& r : impl->core->all_regions()) {
+      ours |= r.region_id == p.region && r.service == hash::kHashService;
+    }
+    if (!ours) {
+      return Status::ProtocolError("hash partition in unknown region " +
+                                   std::to_string(p.region));
+    }
+    impl->partitions.push_back({uint16_t(p.region), p.root_offset, 0,
+                                p.buckets_offset, p.num_buckets, p.seed});
+  }
+  // The tables may have grown since the server encoded its hash info.
+  for (hash::Geometry& g : impl->partitions) {
+    Status st = impl->RefreshRoot(&g);
+    if (!st.ok()) return st.WithContext("reading the hash store's root");
+    impl->Prefault(g);
+  }
+  client::PathSelectorOptions so;
+  so.mode = options.read_path.value_or(impl->core->options().read_path);
+  impl->selector = std::make_unique<client::PathSelector>(so);
+  impl->batch_selector = std::make_unique<client::PathSelector>(so);
+  Impl* raw = impl.get();
+  impl->flush_hook = impl->core->AddFlushHook([raw] { raw->FlushQueued(); });
+  return std::unique_ptr<HashStore>(new HashStore(std::move(impl)));
+}
+
+// --- synchronous
+
+Status HashStore::Impl::RefreshRoot(hash::Geometry* g) {
+  hash::Root root;
+  for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
+    const hash::ReadRequest req = hash::RootRequest(*g, &root);
+    REMEM_RETURN_IF_ERROR(
+        core->ReadNow(req.region, req.offset, req.dst, req.len));
+    ++read_stats.reads;
+    const uint64_t generation = g->generation;
+    const uint64_t buckets = g->num_buckets;
+    if (hash::ApplyRoot(root, g)) {
+      if (g->generation != generation || g->num_buckets != buckets) {
+        Prefault(*g);
+      }
+      return Status::OK();
+    }
+  }
+  return Status::Busy("the partition root did not verify");
+}
+
+Result<HashStore::Value> HashStore::Impl::GetOneSided(hash::Geometry* g,
+                                                      std::string_view key,
+                                                      bool* gave_up) {
+  for (int attempt = 0; attempt < kMaxOneSidedAttempts; ++attempt) {
+    hash::Lookup lookup(*g, key);
+    hash::ReadRequest req;
+    while (lookup.Next(&req)) {
+      REMEM_RETURN_IF_ERROR(
+          core->ReadNow(req.region, req.offset, req.dst, req.len));
+    }
+    read_stats.reads += uint64_t(lookup.reads());
+    if (lookup.outcome() == hash::Lookup::kFound) {
+      if (!Vouched()) break;
+      return Value{std::move(lookup.value()), lookup.version()};
+    }
+    if (lookup.outcome() == hash::Lookup::kNotFound) {
+      if (!Vouched()) break;
+      return Status::NotFound("key not found");
+    }
+    ++read_stats.retries;
+    // The table may have grown: the root names the live bucket array.
+    if (lookup.bucket_failed()) {
+      Status st = RefreshRoot(g);
+      if (!st.ok() && st.code() != StatusCode::kBusy) return st;
+    }
+    // Back off: spin briefly, then yield, so the writer can finish.
+    if (attempt >= 4) std::this_thread::yield();
+  }
+  *gave_up = true;
+  return Status::Busy("one-sided get did not verify");
+}
+
+Result<HashStore::Value> HashStore::Impl::GetRpc(std::string_view key) {
+  auto r = core->CallSync(hash::kHashService, M(hash::HashMethod::kGet),
+                          hash::EncodeHashKey(key));
+  if (!r.ok()) return r.status();
+  auto v = hash::DecodeHashGetReply(*r);
+  if (!v.ok()) return v.status();
+  return Value{std::move(v->value), v->version};
+}
+
+Result<uint64_t> HashStore::Impl::Put(std::string_view key,
+                                      std::string_view value,
+                                      hash::PutMode mode, uint64_t expected) {
+  REMEM_RETURN_IF_ERROR(CheckKey(key));
+  REMEM_RETURN_IF_ERROR(CheckValue(value));
+  auto r = core->CallSync(hash::kHashService, M(hash::HashMethod::kPut),
+                          hash::EncodeHashPut({key, value, mode, expected}));
+  if (!r.ok()) return r.status();
+  return hash::DecodeHashPutReply(*r);
+}
+
+Result<HashStore::Value> HashStore::Get(std::string_view key) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  hash::Geometry& g = impl_->PartitionOf(key);
+  // Latencies feed the selector only in auto mode; a forced path skips the
+  // two clock reads.
+  bool timed = false;
+  Clock::time_point start;
+  const client::ReadPath path = impl_->ChoosePath(&timed, &start);
+  auto record = [&] {
+    if (timed) impl_->RecordLatency(path, start);
+  };
+  if (path == client::ReadPath::kOneSided) {
+    bool gave_up = false;
+    auto r = impl_->GetOneSided(&g, key, &gave_up);
+    if (!gave_up) {
+      record();
+      ++impl_->read_stats.onesided_gets;
+      return r;
+    }
+    ++impl_->read_stats.fallbacks;
+  }
+  auto r = impl_->GetRpc(key);
+  record();
+  ++impl_->read_stats.rpc_gets;
+  return r;
+}
+
+Result<uint64_t> HashStore::Put(std::string_view key, std::string_view value) {
+  return impl_->Put(key, value, hash::PutMode::kUpsert, 0);
+}
+
+Result<uint64_t> HashStore::PutIfAbsent(std::string_view key,
+                                        std::string_view value) {
+  return impl_->Put(key, value, hash::PutMode::kIfAbsent, 0);
+}
+
+Result<uint64_t> HashStore::CompareAndPut(std::string_view key,
+                                          std::string_view value,
+                                          uint64_t expected) {
+  return impl_->Put(key, value, hash::PutMode::kIfVersion, expected);
+}
+
+Status HashStore::Delete(std::string_view key) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  return impl_->core
+      ->CallSync(hash::kHashService, M(hash::HashMethod::kDelete),
+                 hash::EncodeHashKey(key))
+      .status();
+}
+
+// --- asynchronous and batched
+
+void HashStore::Impl::StartGet(std::string key,
+                               std::function<void(Result<Value>)> done,
+                               std::optional<client::ReadPath> forced) {
+  auto op = std::make_shared<AsyncGet>();
+  op->done = std::move(done);
+  Status st = CheckKey(key);
+  if (!st.ok()) {
+    core->Defer([op, st] { op->done(st); });
+    return;
+  }
+  op->key = std::move(key);
+  op->g = &PartitionOf(op->key);
+  if (forced) {
+    op->path = *forced;
+  } else {
+    op->path = ChoosePath(&op->timed, &op->start);
+  }
+  if (op->path == client::ReadPath::kRpc) return GetByRpc(std::move(op));
+  op->lookup.emplace(*op->g, op->key);
+  DriveOneSided(std::move(op));
+}
+
+void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
+  while (true) {
+    hash::ReadRequest req;
+    if (op->reading_root && op->root_loaded) {
+      op->root_loaded = false;
+      const uint64_t generation = op->g->generation;
+      if (hash::ApplyRoot(op->root, op->g)) {
+        if (op->g->generation != generation) Prefault(*op->g);
+        op->reading_root = false;
+        op->lookup.emplace(*op->g, op->key);
+        continue;
+      }
+      if (++op->attempt >= kMaxOneSidedAttempts) break;
+      req = hash::RootRequest(*op->g, &op->root);
+    } else if (op->reading_root) {
+      req = hash::RootRequest(*op->g, &op->root);
+    } else if (!op->lookup->Next(&req)) {
+      hash::Lookup& l = *op->lookup;
+      read_stats.reads += uint64_t(l.reads());
+      if (l.outcome() == hash::Lookup::kFound) {
+        if (!Vouched()) break;
+        ++read_stats.onesided_gets;
+        return FinishGet(op, Value{std::move(l.value()), l.version()});
+      }
+      if (l.outcome() == hash::Lookup::kNotFound) {
+        if (!Vouched()) break;
+        ++read_stats.onesided_gets;
+        return FinishGet(op, Status::NotFound("key not found"));
+      }
+      ++read_stats.retries;
+      if (++op->attempt >= kMaxOneSidedAttempts) break;
+      if (l.bucket_failed()) {
+        op->reading_root = true;  // the table may have grown
+      } else {
+        op->lookup.emplace(*op->g, op->key);
+      }
+      continue;
+    }
+    const fabric::RemoteRegion* r = core->region(req.region);
+    Status st = r == nullptr ? Status::ProtocolError("unknown region")
+                             : r->Check(req.offset, req.len);
+    if (!st.ok()) return FinishGet(op, st);
+    if (op->reading_root) ++read_stats.reads;
+    if (r->mapped() != nullptr) {
+      // A copy out of the mapping: done at once.
+      st = core->ReadNow(req.region, req.offset, req.dst, req.len);
+      if (!st.ok()) return FinishGet(op, st);
+      if (op->reading_root) op->root_loaded = true;
+      continue;
+    }
+    core->Read(req.region, req.offset, req.dst, req.len,
+               [this, op](Status s) mutable {
+                 if (!s.ok()) return FinishGet(op, s);
+                 if (op->reading_root) op->root_loaded = true;
+                 DriveOneSided(std::move(op));
+               });
+    return;
+  }
+  ++read_stats.fallbacks;
+  GetByRpc(std::move(op));
+}
+
+void HashStore::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
+  queued.push_back({true, std::move(op), {}, {}, nullptr});
+}
+
+void HashStore::Impl::FlushQueued() {
+  if (queued.empty()) return;
+  std::vector<Queued> all;
+  all.swap(queued);
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j < all.size() && all[j].is_get == all[i].is_get) ++j;
+    if (all[i].is_get) {
+      std::vector<std::shared_ptr<AsyncGet>> ops;
+      for (size_t k = i; k < j; ++k) ops.push_back(std::move(all[k].get));
+      SendGets(std::move(ops));
+    } else {
+      SendPuts(std::vector<Queued>(std::make_move_iterator(all.begin() + i),
+                                   std::make_move_iterator(all.begin() + j)));
+    }
+    i = j;
+  }
+}
+
+void HashStore::Impl::SendGets(std::vector<std::shared_ptr<AsyncGet>> ops) {
+  if (ops.size() == 1) {
+    auto op = std::move(ops[0]);
+    core->Call(hash::kHashService, M(hash::HashMethod::kGet),
+               hash::EncodeHashKey(op->key),
+               [this, op](Status st, std::string reply) {
+                 ++read_stats.rpc_gets;
+                 if (!st.ok()) return FinishGet(op, st);
+                 auto v = hash::DecodeHashGetReply(reply);
+                 if (!v.ok()) return FinishGet(op, v.status());
+                 FinishGet(op, Value{std::move(v->value), v->version});
+               });
+    return;
+  }
+  // At most kMaxMultiItems and about 16 MiB of keys per message.
+  for (size_t b = 0, e = 0; b < ops.size(); b = e) {
+    size_t bytes = 0;
+    for (e = b; e < ops.size() && e - b < hash::kMaxMultiItems &&
+                (e == b || bytes + ops[e]->key.size() < (16u << 20));
+         ++e) {
+      bytes += ops[e]->key.size();
+    }
+    auto batch = std::make_shared<std::vector<std::shared_ptr<AsyncGet>>>(
+        ops.begin() + long(b), ops.begin() + long(e));
+    std::vector<std::string_view> keys;
+    for (const auto& op : *batch) keys.push_back(op->key);
+    core->Call(hash::kHashService, M(hash::HashMethod::kMultiGet),
+               hash::EncodeHashMultiGet(keys),
+               [this, batch](Status st, std::string reply) {
+                 read_stats.rpc_gets += batch->size();
+                 auto items =
+                     st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
+                             : Result<std::vector<hash::MultiItem>>(st);
+                 for (size_t i = 0; i < batch->size(); ++i) {
+                   if (!items.ok()) {
+                     FinishGet((*batch)[i], items.status());
+                   } else if (!(*items)[i].status.ok()) {
+                     FinishGet((*batch)[i], (*items)[i].status);
+                   } else {
+                     FinishGet((*batch)[i], Value{std::move((*items)[i].data),
+                                                  (*items)[i].version});
+                   }
+                 }
+               });
+  }
+}
+
+void HashStore::Impl::SendPuts(std::vector<Queued> puts) {
+  if (puts.size() == 1) {
+    auto cb = std::move(puts[0].put_done);
+    core->Call(hash::kHashService, M(hash::HashMethod::kPut),
+               hash::EncodeHashPut(
+                   {puts[0].key, puts[0].value, hash::PutMode::kUpsert, 0}),
+               [cb](Status s, std::string reply) mutable {
+                 if (!s.ok()) return cb(s);
+                 cb(hash::DecodeHashPutReply(reply));
+               });
+    return;
+  }
+  // At most kMaxMultiItems and about 16 MiB per message.
+  size_t b = 0;
+  while (b < puts.size()) {
+    size_t e = b, bytes = 0;
+    while (e < puts.size() && e - b < hash::kMaxMultiItems &&
+           (e == b ||
+            bytes + puts[e].key.size() + puts[e].value.size() < (16u << 20))) {
+      bytes += puts[e].key.size() + puts[e].value.size();
+      ++e;
+    }
+    auto batch = std::make_shared<std::vector<Queued>>(
+        std::make_move_iterator(puts.begin() + long(b)),
+        std::make_move_iterator(puts.begin() + long(e)));
+    std::vector<hash::KeyValue> pairs;
+    for (const auto& q : *batch) pairs.emplace_back(q.key, q.value);
+    core->Call(hash::kHashService, M(hash::HashMethod::kMultiPut),
+               hash::EncodeHashMultiPut(pairs),
+               [batch](Status st, std::string reply) {
+                 auto items =
+                     st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
+                             : Result<std::vector<hash::MultiItem>>(st);
+                 for (size_t i = 0; i < batch->size(); ++i) {
+                   auto& cb = (*batch)[i].put_done;
+                   if (!items.ok()) {
+                     cb(items.status());
+                   } else if (!(*items)[i].status.ok()) {
+                     cb((*items)[i].status);
+                   } else {
+                     cb((*items)[i].version);
+                   }
+                 }
+               });
+    b = e;
+  }
+}
+
+void HashStore::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
+                                Result<Value> r) {
+  if (op->timed) RecordLatency(op->path, op->start);
+  // Never inside the issuing call: a mapped lookup finishes right there.
+  core->Defer([op, r = std::move(r)]() mutable { op->done(std::move(r)); });
+}
+
+void HashStore::GetAsync(std::string_view key, GetCallback done) {
+  impl_->StartGet(std::string(key),
+                  impl_->Track<Result<Value>>(std::move(done)));
+}
+
+void HashStore::PutAsync(std::string_view key, std::string_view value,
+                         VersionCallback done) {
+  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl_->CheckKey(key);
+  if (st.ok()) st = impl_->CheckValue(value);
+  if (!st.ok()) {
+    impl_->core->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  impl_->queued.push_back(
+      {false, nullptr, std::string(key), std::string(value), std::move(cb)});
+}
+
+void HashStore::DeleteAsync(std::string_view key, Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
+  Status st = impl_->CheckKey(key);
+  if (!st.ok()) {
+    impl_->core->Defer([cb, st]() mutable { cb(st); });
+    return;
+  }
+  impl_->core->Flush();  // requests go out in issue order
+  impl_->core->Call(hash::kHashService, M(hash::HashMethod::kDelete),
+                    hash::EncodeHashKey(key),
+                    [cb](Status s, std::string) mutable { cb(s); });
+}
+
+Result<std::vector<hash::MultiItem>> HashStore::Impl::CallMulti(
+    hash::HashMethod m, std::string payload, size_t count) {
+  auto r = core->CallSync(hash::kHashService, M(m), std::move(payload));
+  if (!r.ok()) return r.status();
+  return hash::DecodeHashMultiReply(*r, count);
+}
+
+namespace {
+
+// Splits [0, n) into batches that fit one message: at most kMaxMultiItems
+// items and (about) half the largest payload.
+template <typename SizeOf>
+std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = size_of(i) + 16;
+    if (i > begin && (i - begin == hash::kMaxMultiItems ||
+                      bytes + b > proto::kMaxRpcPayload / 2)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (n > begin) out.emplace_back(begin, n);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Result<HashStore::Value>> HashStore::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
+  if (keys.empty()) return out;
+  Impl& s = *impl_;
+  // Batches have their own selector: timed every time (one clock pair per
+  // batch is cheap).
+  const bool timed = s.batch_selector->mode() == ReadPath::kAuto;
+  const Clock::time_point start = timed ? Clock::now() : s.last_now;
+  const client::ReadPath path = s.batch_selector->Choose(start);
+  if (path == client::ReadPath::kOneSided && s.core->reads_are_local()) {
+    // Shared memory: each read is a copy, done at once; nothing to overlap.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Status st = s.CheckKey(keys[i]);
+      if (!st.ok()) {
+        out[i] = st;
+        continue;
+      }
+      bool gave_up = false;
+      out[i] = s.GetOneSided(&s.PartitionOf(keys[i]), keys[i], &gave_up);
+      if (gave_up) {
+        ++s.read_stats.fallbacks;
+        ++s.read_stats.rpc_gets;
+        out[i] = s.GetRpc(keys[i]);
+      } else {
+        ++s.read_stats.onesided_gets;
+      }
+    }
+    if (timed) {
+      s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
+    }
+    return out;
+  }
+  if (path == client::ReadPath::kOneSided) {
+    // One batch of reads: every lookup in flight at once.
+    size_t pending = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      s.StartGet(
+          std::string(keys[i]),
+          [&out, &pending, i](auto r) {
+            out[i] = std::move(r);
+            --pending;
+          },
+          path);
+    }
+    // Gets that fall back to RPC queue it meanwhile: ProgressUntil flushes
+    // each round.
+    Status st =
+        s.core->ProgressUntil([&] { return pending == 0; },
+                              Clock::now() + 2 * s.core->options().timeout);
+    if (!st.ok()) {
+      s.core->Fail(Status::TimedOut("multi-get did not complete"));
+      (void)s.core->worker()->ProgressUntil(
+          [&] { return pending == 0; }, Clock::now() + std::chrono::seconds(5));
+    }
+    if (timed) {
+      s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
+    }
+    return out;
+  }
+  // One message (or a few, for very large batches).
+  std::vector<size_t> index;  // keys that passed the local checks
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Status st = s.CheckKey(keys[i]);
+    if (st.ok()) {
+      index.push_back(i);
+    } else {
+      out[i] = st;
+    }
+  }
+  for (auto [b, e] :
+       Batches(index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
+    std::vector<std::string_view> batch;
+    for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
+    auto items = s.CallMulti(hash::HashMethod::kMultiGet,
+                             hash::EncodeHashMultiGet(batch), batch.size());
+    for (size_t i = b; i < e; ++i) {
+      if (!items.ok()) {
+        out[index[i]] = items.status();
+        continue;
+      }
+      hash::MultiItem& it = (*items)[i - b];
+      if (it.status.ok()) {
+        out[index[i]] = Value{std::move(it.data), it.version};
+      } else {
+        out[index[i]] = it.status;
+      }
+    }
+    s.read_stats.rpc_gets += e - b;
+  }
+  // Per key, so that batches of different sizes compare.
+  if (timed) {
+    s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
+  }
+  return out;
+}
+
+std::vector<Result<uint64_t>> HashStore::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  std::vector<Result<uint64_t>> out(pairs.size(),
+                                    Status::Internal("not answered"));
+  Impl& s = *impl_;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    Status st = s.CheckKey(pairs[i].first);
+    if (st.ok()) st = s.CheckValue(pairs[i].second);
+    if (st.ok()) {
+      index.push_back(i);
+    } else {
+      out[i] = st;
+    }
+  }
+  for (auto [b, e] : Batches(index.size(), [&](size_t i) {
+         return pairs[index[i]].first.size() + pairs[index[i]].second.size();
+       })) {
+    std::vector<hash::KeyValue> batch;
+    for (size_t i = b; i < e; ++i) batch.push_back(pairs[index[i]]);
+    auto items = s.CallMulti(hash::HashMethod::kMultiPut,
+                             hash::EncodeHashMultiPut(batch), batch.size());
+    for (size_t i = b; i < e; ++i) {
+      if (!items.ok()) {
+        out[index[i]] = items.status();
+        continue;
+      }
+      const hash::MultiItem& it = (*items)[i - b];
+      if (it.status.ok()) {
+        out[index[i]] = it.version;
+      } else {
+        out[index[i]] = it.status;
+      }
+    }
+  }
+  return out;
+}
+
+const HashStore::ReadStats& HashStore::read_stats() const {
+  impl_->read_stats.onesided_estimate_us =
+      impl_->selector->Estimate(client::ReadPath::kOneSided);
+  impl_->read_stats.rpc_estimate_us =
+      impl_->selector->Estimate(client::ReadPath::kRpc);
+  return impl_->read_stats;
+}
+
+uint32_t HashStore::max_key() const { return impl_->info.max_key; }
+uint32_t HashStore::max_value() const { return impl_->info.max_value; }
+ReadPath HashStore::read_path() const { return impl_->selector->mode(); }
+size_t HashStore::in_flight() const { return impl_->in_flight; }
+
+}  // namespace remem

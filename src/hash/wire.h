@@ -1,0 +1,125 @@
+// Wire messages of the hash key-value store service: the payloads of its
+// methods (RpcHeader::service = kHashService). The header, framing and
+// handshake are in proto/wire.h; docs/PROTOCOL.md ("Hash store")
+// describes these in prose. Change both together.
+//
+// Thread contract: plain data, no state.
+
+#ifndef REMEM_HASH_WIRE_H_
+#define REMEM_HASH_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "proto/wire.h"
+
+namespace remem::hash {
+
+inline constexpr proto::ServiceId kHashService = 1;
+
+enum class HashMethod : uint8_t {
+  kInfo = 0,      // empty request; HashInfoReply (+ partitions)
+  kGet = 1,       // HashKeyRequest + key; HashGetReply + value
+  kPut = 2,       // HashPutRequest + key + value; HashPutReply
+  kDelete = 3,    // HashKeyRequest + key; empty reply
+  kMultiGet = 4,  // HashMultiRequest + items; HashMultiReply + items
+  kMultiPut = 5,  // HashMultiRequest + items; HashMultiReply + items
+  kCount
+};
+
+struct HashInfoReply {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint32_t num_partitions;  // <= proto::kMaxRegions
+  uint32_t max_key;         // bytes
+  uint32_t max_value;       // bytes
+  uint32_t reserved2;
+  uint64_t partition_seed;  // partition = xxh3(key, seed) % num_partitions
+};
+static_assert(sizeof(HashInfoReply) == 32);
+
+// One per partition, after HashInfoReply.
+// The bucket array may move when the table grows; the root (read one-sided,
+// hash/layout.h) always names the live one. The other fields are the
+// root's content when the reply was made.
+struct HashPartition {
+  uint32_t region;  // region holding the root, buckets and extents
+  uint32_t reserved;
+  uint64_t root_offset;  // region offset of the partition's Root
+  uint64_t buckets_offset;
+  uint64_t num_buckets;  // a power of two
+  uint64_t seed;         // key hash seed of the partition's table
+};
+static_assert(sizeof(HashPartition) == 40);
+
+struct HashKeyRequest {
+  uint32_t key_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(HashKeyRequest) == 8);
+
+enum class PutMode : uint8_t { kUpsert = 0, kIfAbsent = 1, kIfVersion = 2 };
+
+struct HashPutRequest {
+  uint32_t key_len;
+  uint32_t value_len;
+  uint8_t mode;  // PutMode
+  uint8_t reserved[7];
+  uint64_t expected_version;  // kIfVersion
+};
+static_assert(sizeof(HashPutRequest) == 24);
+
+struct HashGetReply {
+  uint64_t version;
+  uint32_t value_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(HashGetReply) == 16);
+
+struct HashPutReply {
+  uint64_t version;
+};
+static_assert(sizeof(HashPutReply) == 8);
+
+// Multi-get / multi-put: one message for many keys. Each item succeeds or
+// fails on its own (the RPC status is OK when the batch was decoded).
+inline constexpr uint32_t kMaxMultiItems = 1u << 16;
+
+struct HashMultiRequest {
+  uint32_t count;  // items that follow, 1 .. kMaxMultiItems
+  uint32_t reserved;
+};
+static_assert(sizeof(HashMultiRequest) == 8);
+
+// Multi-get item: HashMultiKey + key. Multi-put item (upsert):
+// HashMultiPair + key + value. No padding between items.
+struct HashMultiKey {
+  uint32_t key_len;
+};
+static_assert(sizeof(HashMultiKey) == 4);
+struct HashMultiPair {
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(HashMultiPair) == 8);
+
+struct HashMultiReply {
+  uint32_t count;  // = the request's
+  uint32_t reserved;
+};
+static_assert(sizeof(HashMultiReply) == 8);
+
+// One per item, in request order, followed by `data_len` bytes: the value
+// (get, status OK), the error message (status not OK), or nothing (put).
+struct HashMultiItem {
+  uint16_t status;  // StatusCode
+  uint16_t reserved;
+  uint32_t data_len;
+  uint64_t version;
+};
+static_assert(sizeof(HashMultiItem) == 16);
+
+}  // namespace remem::hash
+
+#endif  // REMEM_HASH_WIRE_H_

@@ -1,0 +1,429 @@
+#include "server/acceptor.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "proto/codec.h"
+#include "util/log.h"
+
+namespace remem::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool ConstantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+constexpr uint64_t kListenTag = ~uint64_t{0};
+constexpr uint64_t kEventTag = ~uint64_t{1};
+
+}  // namespace
+
+struct Acceptor::Peer {
+  enum State { kHello, kAdmitting, kSession, kClosing };
+  util::Socket sock;
+  std::string name;  // "ip:port"
+  State state = kHello;
+  Clock::time_point deadline;
+  std::string in;       // bytes of the hello so far
+  size_t want = 0;      // bytes of the whole hello, once the prefix is in
+  std::string out;      // bytes still to send
+  ConnectionId id = 0;  // once admitting
+  uint32_t thread = 0;  // once admitting
+};
+
+Result<std::unique_ptr<Acceptor>> Acceptor::Bind(const AcceptorOptions& options,
+                                                 AdmitFn admit,
+                                                 ClosedFn closed) {
+  std::unique_ptr<Acceptor> a(new Acceptor());
+  a->options_ = options;
+  a->admit_ = std::move(admit);
+  a->closed_ = std::move(closed);
+  auto l = util::Listen(options.listen, 4096);
+  if (!l.ok()) return l.status();
+  a->listen_ = std::move(*l);
+  auto addr = util::LocalAddress(a->listen_.fd());
+  if (!addr.ok()) return addr.status();
+  a->address_ = *addr;
+  {
+    std::string host;
+    (void)util::ParseHostPort(a->address_, &host, &a->port_);
+  }
+  a->epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+  a->event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (a->epoll_ < 0 || a->event_fd_ < 0) {
+    return Status::IOError(std::string("epoll/eventfd: ") +
+                           std::strerror(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  ::epoll_ctl(a->epoll_, EPOLL_CTL_ADD, a->listen_.fd(), &ev);
+  ev.data.u64 = kEventTag;
+  ::epoll_ctl(a->epoll_, EPOLL_CTL_ADD, a->event_fd_, &ev);
+  return a;
+}
+
+Status Acceptor::Start() {
+  if (thread_.joinable()) return Status::Internal("acceptor already started");
+  thread_ = std::thread([this] { Run(); });
+  return Status::OK();
+}
+
+Acceptor::~Acceptor() {
+  Stop();
+  if (epoll_ >= 0) ::close(epoll_);
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void Acceptor::Stop() {
+  if (stop_.exchange(true)) return;
+  Notify();
+  if (thread_.joinable()) thread_.join();
+  peers_.clear();  // closes every socket: clients see the server go
+  sessions_.clear();
+  listen_.Close();
+}
+
+void Acceptor::Notify() {
+  const uint64_t one = 1;
+  (void)!::write(event_fd_, &one, sizeof(one));
+}
+
+void Acceptor::SessionClosed(ConnectionId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back({id, false, Status::OK(), {}});
+  }
+  Notify();
+}
+
+void Acceptor::Run() {
+  std::vector<epoll_event> events(256);
+  while (!stop_.load(std::memory_order_acquire)) {
+    int timeout_ms = -1;
+    for (const auto& [fd, p] : peers_) {
+      if (p->state != Peer::kHello && p->state != Peer::kAdmitting) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            p->deadline - Clock::now())
+                            .count() +
+                        1;
+      const int ms = int(std::max<int64_t>(0, std::min<int64_t>(left, 1000)));
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    }
+    const int n =
+        ::epoll_wait(epoll_, events.data(), int(events.size()), timeout_ms);
+    for (int i = 0; i < n && !stop_.load(std::memory_order_relaxed); ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kListenTag) {
+        OnListen();
+        continue;
+      }
+      if (tag == kEventTag) {
+        DrainEvents();
+        continue;
+      }
+      auto it = peers_.find(int(tag));
+      if (it == peers_.end()) continue;
+      Peer* p = it->second.get();
+      if (events[i].events & EPOLLOUT) {
+        // Flush what was waiting to be sent.
+        while (!p->out.empty()) {
+          const ssize_t w =
+              ::send(p->sock.fd(), p->out.data(), p->out.size(), MSG_NOSIGNAL);
+          if (w > 0) {
+            p->out.erase(0, size_t(w));
+          } else {
+            if (w < 0 && (errno == EAGAIN || errno == EINTR)) break;
+            Close(p);
+            p = nullptr;
+            break;
+          }
+        }
+        if (p == nullptr) continue;
+        if (p->out.empty()) {
+          if (p->state == Peer::kClosing) {
+            Close(p);
+            continue;
+          }
+          epoll_event ev{};
+          ev.events = EPOLLIN | EPOLLRDHUP;
+          ev.data.u64 = uint64_t(p->sock.fd());
+          ::epoll_ctl(epoll_, EPOLL_CTL_MOD, p->sock.fd(), &ev);
+        }
+      }
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        OnReadable(p);
+      }
+    }
+    ExpireHandshakes();
+  }
+}
+
+void Acceptor::OnListen() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const int fd = ::accept4(listen_.fd(), reinterpret_cast<sockaddr*>(&ss),
+                             &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        log::Warn(
+            "cannot accept a connection: {} (raise the open-files "
+            "limit)",
+            std::strerror(errno));
+      }
+      return;  // EAGAIN: no more for now
+    }
+    auto p = std::make_unique<Peer>();
+    p->sock = util::Socket(fd);
+    p->name = util::FormatAddress(ss);
+    p->deadline = Clock::now() + options_.handshake_timeout;
+    util::TuneConnection(fd, 10);
+    Peer* raw = p.get();
+    peers_.emplace(fd, std::move(p));
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = uint64_t(fd);
+    ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+    if (counters_.sessions.Get() + pending_ >= options_.max_connections) {
+      counters_.refused_busy.Add(1);
+      Refuse(raw, Status::Busy("the server has reached its limit of " +
+                               std::to_string(options_.max_connections) +
+                               " connections"));
+      continue;
+    }
+    if (pending_ >= options_.max_pending) {
+      counters_.refused_busy.Add(1);
+      Refuse(raw, Status::Busy("too many connections are being set up at "
+                               "once; try again"));
+      continue;
+    }
+    ++pending_;
+  }
+}
+
+void Acceptor::OnReadable(Peer* p) {
+  if (p->state == Peer::kSession || p->state == Peer::kAdmitting) {
+    // Nothing may arrive after the handshake: either the peer closed (the
+    // client went away) or it misbehaves. Either way the session ends.
+    char c;
+    const ssize_t r = ::recv(p->sock.fd(), &c, 1, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (r > 0) {
+      log::Warn("session {} from {}: bytes after the handshake; closing it",
+                p->id, p->name);
+    }
+    return Close(p);
+  }
+  if (p->state == Peer::kClosing) {
+    char buf[4096];
+    const ssize_t r = ::recv(p->sock.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) Close(p);
+    return;  // discard whatever else it sends while the refusal goes out
+  }
+  // kHello: read what is there, never more than the hello can hold.
+  for (;;) {
+    const size_t need = p->want == 0 ? sizeof(proto::ClientHello) : p->want;
+    if (p->in.size() >= need) break;
+    char buf[16384];
+    const size_t ask = std::min(sizeof(buf), need - p->in.size());
+    const ssize_t r = ::recv(p->sock.fd(), buf, ask, MSG_DONTWAIT);
+    if (r == 0) {
+      counters_.handshake_failures.Add(1);
+      log::Debug("connection from {} closed during the handshake", p->name);
+      return Close(p);
+    }
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EINTR) return;
+      counters_.handshake_failures.Add(1);
+      return Close(p);
+    }
+    p->in.append(buf, size_t(r));
+    if (p->want == 0 && p->in.size() == sizeof(proto::ClientHello)) {
+      proto::ClientHello h;
+      auto body = proto::DecodeClientHelloPrefix(p->in, &h);
+      if (!body.ok()) {
+        counters_.handshake_failures.Add(1);
+        log::Warn("refusing a connection from {}: {}", p->name,
+                  body.status().message());
+        return Refuse(p, body.status());
+      }
+      if (h.version != proto::kWireVersion) {
+        counters_.handshake_failures.Add(1);
+        return Refuse(
+            p, Status::ProtocolError(
+                   "client speaks wire version " + std::to_string(h.version) +
+                   ", server speaks " + std::to_string(proto::kWireVersion)));
+      }
+      p->want = sizeof(h) + *body;
+    }
+  }
+  auto hello = proto::DecodeClientHello(p->in);
+  if (!hello.ok()) {
+    counters_.handshake_failures.Add(1);
+    return Refuse(p, hello.status());
+  }
+  if (!options_.secret.empty() &&
+      !ConstantTimeEqual(hello->secret, options_.secret)) {
+    counters_.auth_failures.Add(1);
+    log::Warn("connection from {}: authentication failed", p->name);
+    return Refuse(p, Status::PermissionDenied(
+                         hello->secret.empty()
+                             ? "this server requires a shared secret "
+                               "(--auth-file)"
+                             : "authentication failed: wrong shared secret"));
+  }
+  p->in = std::move(hello->worker_address);
+  Admit(p);
+}
+
+void Acceptor::Admit(Peer* p) {
+  p->state = Peer::kAdmitting;
+  p->id = next_id_.fetch_add(1);
+  p->thread = next_thread_.fetch_add(1) % options_.server_threads;
+  sessions_.emplace(p->id, p);
+  --pending_;
+  counters_.sessions.Add(1);
+  const ConnectionId id = p->id;
+  admit_(p->thread, id, p->name, std::move(p->in),
+         [this, id](Status st, std::string address) {
+           {
+             std::lock_guard<std::mutex> lock(mu_);
+             events_.push_back({id, true, std::move(st), std::move(address)});
+           }
+           Notify();
+         });
+  p->in.clear();
+}
+
+void Acceptor::DrainEvents() {
+  uint64_t n;
+  (void)!::read(event_fd_, &n, sizeof(n));
+  std::vector<Event> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(events_);
+  }
+  for (Event& e : events) {
+    auto it = sessions_.find(e.id);
+    if (it == sessions_.end()) continue;  // its socket closed meanwhile
+    Peer* p = it->second;
+    if (!e.admitted) {
+      // The server dropped the session (its endpoint failed): let the
+      // client see it.
+      sessions_.erase(it);
+      counters_.sessions.Set(counters_.sessions.Get() - 1);
+      p->id = 0;
+      Close(p);
+      continue;
+    }
+    if (!e.status.ok()) {
+      sessions_.erase(it);
+      counters_.sessions.Set(counters_.sessions.Get() - 1);
+      p->id = 0;
+      counters_.handshake_failures.Add(1);
+      log::Warn("refusing a connection from {}: {}", p->name,
+                e.status.ToString());
+      Refuse(p, e.status);
+      continue;
+    }
+    counters_.handshakes.Add(1);
+    log::Debug("session {} from {} on thread {}", p->id, p->name, p->thread);
+    proto::ServerHelloInfo hello;
+    hello.worker_address = std::move(e.worker_address);
+    hello.incarnation = options_.incarnation;
+    hello.session_id = p->id;
+    hello.server_threads = options_.server_threads;
+    hello.lease_ms = options_.lease_ms;
+    p->state = Peer::kSession;
+    p->out = proto::EncodeServerHello(hello);
+    const ssize_t w =
+        ::send(p->sock.fd(), p->out.data(), p->out.size(), MSG_NOSIGNAL);
+    if (w > 0) p->out.erase(0, size_t(w));
+    if (!p->out.empty()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
+      ev.data.u64 = uint64_t(p->sock.fd());
+      ::epoll_ctl(epoll_, EPOLL_CTL_MOD, p->sock.fd(), &ev);
+    }
+  }
+}
+
+void Acceptor::Refuse(Peer* p, Status why) {
+  if (p->state == Peer::kHello) --pending_;
+  p->state = Peer::kClosing;
+  proto::ServerHelloInfo hello;
+  hello.status = std::move(why);
+  hello.incarnation = options_.incarnation;
+  p->out = proto::EncodeServerHello(hello);
+  const ssize_t w =
+      ::send(p->sock.fd(), p->out.data(), p->out.size(), MSG_NOSIGNAL);
+  if (w > 0) p->out.erase(0, size_t(w));
+  if (p->out.empty()) {
+    // Let the client read the refusal before the close: shut down our side
+    // and keep the socket until it closes (or the handshake timeout).
+    ::shutdown(p->sock.fd(), SHUT_WR);
+    p->deadline = Clock::now() + std::chrono::seconds(1);
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
+  ev.data.u64 = uint64_t(p->sock.fd());
+  ::epoll_ctl(epoll_, EPOLL_CTL_MOD, p->sock.fd(), &ev);
+  p->deadline = Clock::now() + std::chrono::seconds(1);
+}
+
+void Acceptor::Close(Peer* p) {
+  const int fd = p->sock.fd();
+  if (p->state == Peer::kHello) --pending_;
+  if (p->id != 0) {
+    auto it = sessions_.find(p->id);
+    if (it != sessions_.end()) {
+      sessions_.erase(it);
+      counters_.sessions.Set(counters_.sessions.Get() - 1);
+      // Admitting or in session: the thread holds (or will hold) an
+      // endpoint for it. Release it there.
+      closed_(p->thread, p->id);
+    }
+  }
+  ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+  peers_.erase(fd);  // closes the socket
+}
+
+void Acceptor::ExpireHandshakes() {
+  const auto now = Clock::now();
+  std::vector<Peer*> late;
+  for (const auto& [fd, p] : peers_) {
+    if ((p->state == Peer::kHello || p->state == Peer::kClosing) &&
+        p->deadline <= now) {
+      late.push_back(p.get());
+    }
+  }
+  for (Peer* p : late) {
+    if (p->state == Peer::kHello) {
+      counters_.handshake_failures.Add(1);
+      log::Debug("connection from {}: no handshake within {} ms", p->name,
+                 options_.handshake_timeout.count());
+      Refuse(p,
+             Status::TimedOut(
+                 "no handshake within " +
+                 std::to_string(options_.handshake_timeout.count()) + " ms"));
+      continue;
+    }
+    Close(p);  // a refusal the client never read to the end
+  }
+}
+
+}  // namespace remem::server

@@ -1,0 +1,144 @@
+// server::Acceptor: remem-server's listening port. It speaks only remem's
+// own small handshake (ClientHello / ServerHello, proto/wire.h), so nothing
+// a network peer sends before authenticating reaches UCX's parsers:
+//
+//   1. a client connects over TCP and sends ClientHello: its wire version,
+//      the shared secret, its UCX worker address;
+//   2. the acceptor checks the bytes (magic, lengths, version) as they
+//      arrive, refusing at once anything foreign or oversized, then the
+//      secret (constant time);
+//   3. it hands the session to a server thread, which creates a UCX
+//      endpoint to the client's worker and adopts the connection
+//      (Dispatcher::AddConnection);
+//   4. it answers ServerHello with that thread's worker address; the client
+//      creates its endpoint to it, and UCX joins the two.
+//
+// The TCP connection then stays open, silent, for the life of the session:
+// when the client process dies its kernel closes the socket and the server
+// releases the session at once (and the other way round). Bytes sent on it
+// after the handshake end the session.
+//
+// Every refusal carries a reason (ServerHello status + message): bad bytes,
+// wrong version, wrong secret, too many connections, a handshake that took
+// longer than the timeout, a client the server's transports cannot reach.
+//
+// Thread contract: Start, address, counters and SessionClosed are
+// thread-safe; the acceptor runs on its own thread.
+
+#ifndef REMEM_SERVER_ACCEPTOR_H_
+#define REMEM_SERVER_ACCEPTOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "remem/status.h"
+#include "server/service.h"
+#include "util/socket.h"
+
+namespace remem::server {
+
+struct AcceptorOptions {
+  std::string listen;
+  std::string secret;
+  uint32_t max_connections = 4096;
+  // Handshakes in progress at once; more connections wait in the kernel's
+  // backlog.
+  uint32_t max_pending = 1024;
+  std::chrono::milliseconds handshake_timeout{10000};
+  uint64_t incarnation = 0;
+  uint32_t server_threads = 1;
+  uint32_t lease_ms = 0;
+};
+
+struct AcceptorCounters {
+  Counter handshakes;          // completed: sessions admitted
+  Counter auth_failures;       // wrong or missing secret
+  Counter handshake_failures;  // bad bytes, wrong version, timeouts
+  Counter refused_busy;        // connection limit reached
+  Counter sessions;            // open now
+};
+
+class Acceptor {
+ public:
+  // Runs on the chosen server thread: create the endpoint to the client's
+  // worker and adopt the connection, then call `done` (from that thread)
+  // with OK and the thread's worker address, or why it could not.
+  using AdmitFn =
+      std::function<void(uint32_t thread, ConnectionId id, std::string peer,
+                         std::string client_address,
+                         util::MoveFunction<void(Status, std::string)> done)>;
+  // Runs on the acceptor thread when a session's socket closed: release
+  // the connection on its thread.
+  using ClosedFn = std::function<void(uint32_t thread, ConnectionId id)>;
+
+  // Binds and listens (connections wait in the kernel's backlog until
+  // Start). Unavailable if the address is in use.
+  static Result<std::unique_ptr<Acceptor>> Bind(const AcceptorOptions& options,
+                                                AdmitFn admit, ClosedFn closed);
+  // Starts answering handshakes on the acceptor's own thread.
+  Status Start();
+  ~Acceptor();  // Stop()
+
+  // The bound "host:port".
+  const std::string& address() const { return address_; }
+  uint16_t port() const { return port_; }
+  // Closes the listening socket and every session's socket.
+  void Stop();
+  // The server released session `id` (its endpoint failed): close its
+  // socket so the client sees it at once. Thread-safe.
+  void SessionClosed(ConnectionId id);
+
+  const AcceptorCounters& counters() const { return counters_; }
+
+ private:
+  struct Peer;
+  Acceptor() = default;
+  void Run();
+  void OnListen();
+  void OnReadable(Peer* p);
+  void Refuse(Peer* p, Status why);
+  void Admit(Peer* p);
+  void Close(Peer* p);
+  void DrainEvents();
+  void Notify();
+  void ExpireHandshakes();
+
+  AcceptorOptions options_;
+  AdmitFn admit_;
+  ClosedFn closed_;
+  util::Socket listen_;
+  int epoll_ = -1;
+  int event_fd_ = -1;
+  std::string address_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> next_thread_{0};
+  std::atomic<uint64_t> next_id_{1};
+  // Acceptor thread only.
+  std::unordered_map<int, std::unique_ptr<Peer>> peers_;
+  std::unordered_map<ConnectionId, Peer*> sessions_;
+  uint32_t pending_ = 0;
+  // From other threads, under mu_.
+  struct Event {
+    ConnectionId id;
+    bool admitted;  // else: the session was closed by the server
+    Status status;
+    std::string worker_address;
+  };
+  std::mutex mu_;
+  std::vector<Event> events_;
+  AcceptorCounters counters_;
+};
+
+}  // namespace remem::server
+
+#endif  // REMEM_SERVER_ACCEPTOR_H_

@@ -1,0 +1,372 @@
+#include "server/dispatcher.h"
+
+#include <cstring>
+
+#include "proto/codec.h"
+#include "util/log.h"
+
+namespace remem::server {
+
+using fabric::AmMessage;
+
+namespace {
+
+thread_local int t_current_thread = -1;
+
+// The copies of served reads and writes. Like a NIC's DMA, they race by
+// design with the owner's writes to a service's region (and with other
+// connections' served writes): readers verify what they read (checksums,
+// versions) and retry. tests/tsan.supp names these two functions, so keep
+// them out of line and keep their names.
+[[gnu::noinline]] void ServedCopyFromRegion(void* dst, const uint8_t* src,
+                                            size_t len) {
+  std::memcpy(dst, src, len);
+}
+[[gnu::noinline]] void ServedCopyToRegion(uint8_t* dst, const void* src,
+                                          size_t len) {
+  std::memcpy(dst, src, len);
+}
+
+}  // namespace
+
+// --- Responder
+
+Responder& Responder::operator=(Responder&& other) noexcept {
+  if (this != &other) {
+    if (dispatcher_ != nullptr) {
+      Reply(Status::Internal("the request was dropped unanswered"));
+    }
+    dispatcher_ = other.dispatcher_;
+    thread_ = other.thread_;
+    connection_ = other.connection_;
+    request_id_ = other.request_id_;
+    service_ = other.service_;
+    method_ = other.method_;
+    other.dispatcher_ = nullptr;
+  }
+  return *this;
+}
+
+Responder::~Responder() {
+  if (dispatcher_ != nullptr) {
+    Reply(Status::Internal("the request was dropped unanswered"));
+  }
+}
+
+void Responder::Reply(Status status, std::string payload) {
+  Dispatcher* d = dispatcher_;
+  if (d == nullptr) return;  // replied already (a bug) or empty
+  dispatcher_ = nullptr;
+  d->SendReply(thread_, connection_, request_id_, service_, method_,
+               std::move(status), std::move(payload));
+}
+
+// --- Dispatcher
+
+int Dispatcher::CurrentThread() { return t_current_thread; }
+void Dispatcher::SetCurrentThread(int index) { t_current_thread = index; }
+
+Status Dispatcher::Register(Service* service) {
+  const proto::ServiceId id = service->id();
+  if (services_[id] != nullptr) {
+    return Status::InvalidArgument("two services claim id " +
+                                   std::to_string(id) + ": " +
+                                   std::string(services_[id]->name()) +
+                                   " and " + std::string(service->name()));
+  }
+  if (service->num_methods() == 0) {
+    return Status::InvalidArgument("service " + std::string(service->name()) +
+                                   " has no methods");
+  }
+  services_[id] = service;
+  service_list_.push_back(service);
+  return Status::OK();
+}
+
+Status Dispatcher::Install() {
+  for (ServerThread* t : threads_) {
+    REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
+        proto::kAmRequest,
+        [this, t](AmMessage&& m) { OnRequest(t, std::move(m)); }));
+    REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
+        proto::kAmMemRequest,
+        [this, t](AmMessage&& m) { OnMemRequest(t, std::move(m)); }));
+  }
+  return Status::OK();
+}
+
+void Dispatcher::AddConnection(uint32_t thread,
+                               std::unique_ptr<Connection> conn) {
+  ServerThread* t = threads_[thread];
+  Connection* c = conn.get();
+  const ucp_ep_h h = c->ep->handle();
+  const ConnectionId id = c->id;
+  c->ep->SetFailureHandler([this, thread, id](const Status& why) {
+    // Not from inside the endpoint's own callback: defer the destruction.
+    threads_[thread]->worker->Defer(
+        [this, thread, id, why] { DropConnection(thread, id, why); });
+  });
+  t->by_endpoint.emplace(h, std::move(conn));
+  t->by_id.emplace(id, c);
+  t->counters.connections_current.Add(1);
+  t->counters.connections_total.Add(1);
+}
+
+void Dispatcher::DropConnection(uint32_t thread, ConnectionId id,
+                                const Status& why) {
+  ServerThread* t = threads_[thread];
+  auto it = t->by_id.find(id);
+  if (it == t->by_id.end()) return;
+  Connection* c = it->second;
+  log::Debug("session {} from {} closed: {}", id, c->peer, why.ToString());
+  t->by_id.erase(it);
+  auto conn = std::move(t->by_endpoint.at(c->ep->handle()));
+  t->by_endpoint.erase(c->ep->handle());
+  t->counters.connections_current.Set(t->counters.connections_current.Get() -
+                                      1);
+  // A live endpoint closes in flush mode, so replies already sent go out;
+  // a failed one is force-closed.
+  conn.reset();
+  if (on_closed_) on_closed_(thread, id);
+}
+
+void Dispatcher::DropAll(uint32_t thread) {
+  ServerThread* t = threads_[thread];
+  std::vector<ConnectionId> ids;
+  for (const auto& [id, c] : t->by_id) ids.push_back(id);
+  for (ConnectionId id : ids) {
+    DropConnection(thread, id, Status::Unavailable("server stopping"));
+  }
+}
+
+void Dispatcher::RunOn(uint32_t thread, util::MoveFunction<void()> fn) {
+  if (t_current_thread == int(thread)) return fn();
+  threads_[thread]->worker->Post(std::move(fn));
+}
+
+Connection* Dispatcher::ConnectionOf(ServerThread* t, ucp_ep_h ep) {
+  auto it = t->by_endpoint.find(ep);
+  if (it == t->by_endpoint.end()) {
+    // A message from an endpoint this thread does not own: not a session
+    // the acceptor let in (or one already dropped). Nothing to answer on.
+    t->counters.unknown_endpoint_messages.Add(1);
+    return nullptr;
+  }
+  return it->second->closing ? nullptr : it->second.get();
+}
+
+Responder Dispatcher::MakeResponder(uint32_t thread, ConnectionId conn,
+                                    uint64_t id, proto::ServiceId service,
+                                    uint8_t method) {
+  Responder r;
+  r.dispatcher_ = this;
+  r.thread_ = thread;
+  r.connection_ = conn;
+  r.request_id_ = id;
+  r.service_ = service;
+  r.method_ = method;
+  return r;
+}
+
+void Dispatcher::Send(ServerThread* t, Connection& c, uint64_t request_id,
+                      proto::ServiceId service, uint8_t method, Status status,
+                      std::string payload) {
+  if (!status.ok()) {
+    payload = status.message();
+    t->counters.rpc_errors.Add(1);
+  }
+  proto::RpcHeader h =
+      proto::MakeHeader(service, method, request_id, payload.size(),
+                        /*reply=*/true, status.code());
+  t->counters.rpc_bytes_out.Add(payload.size());
+  c.ep->SendAm(proto::kAmReply, &h, sizeof(h), std::move(payload), nullptr);
+}
+
+void Dispatcher::SendReply(uint32_t thread, ConnectionId conn,
+                           uint64_t request_id, proto::ServiceId service,
+                           uint8_t method, Status status, std::string payload) {
+  ServerThread* t = threads_[thread];
+  if (t_current_thread == int(thread)) {
+    auto it = t->by_id.find(conn);
+    if (it == t->by_id.end() || it->second->closing) return;  // gone
+    return Send(t, *it->second, request_id, service, method, std::move(status),
+                std::move(payload));
+  }
+  t->worker->Post([this, thread, conn, request_id, service, method,
+                   status = std::move(status),
+                   payload = std::move(payload)]() mutable {
+    SendReply(thread, conn, request_id, service, method, std::move(status),
+              std::move(payload));
+  });
+}
+
+void Dispatcher::OnRequest(ServerThread* t, AmMessage&& m) {
+  Connection* conn = ConnectionOf(t, m.reply_ep);
+  if (conn == nullptr) return;
+  Connection& c = *conn;
+  const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
+  t->counters.rpc_bytes_in.Add(data_len + m.header.size());
+  // The request id, if the header is long enough to hold one, so that even a
+  // malformed request's call fails with the reason instead of timing out.
+  constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
+  uint64_t raw_id = 0;
+  if (m.header.size() >= kIdEnd) {
+    std::memcpy(&raw_id, m.header.data() + kIdEnd - 8, sizeof(raw_id));
+  }
+  const auto error_method = static_cast<uint8_t>(proto::CoreMethod::kError);
+  if (m.refused_length) {
+    // Refused before the data was fetched.
+    if (m.header.size() < kIdEnd) return t->counters.rpc_errors.Add(1);
+    return Send(t, c, raw_id, proto::kCoreService, error_method,
+                Status::InvalidArgument(
+                    "request payload of " + std::to_string(m.refused_length) +
+                    " bytes exceeds the server's limit of " +
+                    std::to_string(proto::kMaxRpcPayload)),
+                {});
+  }
+  auto h = proto::DecodeHeader(m.header.data(), m.header.size(), data_len);
+  if (!h.ok()) {
+    if (m.header.size() < kIdEnd) return t->counters.rpc_errors.Add(1);
+    return Send(t, c, raw_id, proto::kCoreService, error_method, h.status(),
+                {});
+  }
+  const uint64_t id = h->request_id;
+  if (h->flags & proto::kFlagReply) {
+    return Send(t, c, id, proto::kCoreService, error_method,
+                Status::ProtocolError("a reply sent as a request"), {});
+  }
+  if (h->status != 0) {
+    return Send(t, c, id, proto::kCoreService, error_method,
+                Status::ProtocolError("a request with a status"), {});
+  }
+  Service* s = services_[h->service];
+  if (s == nullptr) {
+    return Send(t, c, id, proto::kCoreService, error_method,
+                Status::Unsupported("this server has no service " +
+                                    std::to_string(h->service)),
+                {});
+  }
+  if (h->method >= s->num_methods()) {
+    return Send(
+        t, c, id, proto::kCoreService, error_method,
+        Status::ProtocolError("service " + std::string(s->name()) +
+                              " has no method " + std::to_string(h->method)),
+        {});
+  }
+  t->counters.rpcs_served.Add(1);
+  auto route = s->RouteCall(h->method, m.data);
+  if (!route.ok()) {
+    return Send(t, c, id, h->service, h->method, route.status(), {});
+  }
+  Call call;
+  call.method = h->method;
+  call.payload = std::move(m.data);
+  call.epoch = h->epoch;
+  call.connection = c.id;
+  call.responder = MakeResponder(t->index, c.id, id, h->service, h->method);
+  if (route->kind == Route::kHere || route->partition == t->index) {
+    return s->Handle(route->kind == Route::kHere ? t->index : route->partition,
+                     std::move(call));
+  }
+  if (route->partition >= threads_.size()) {
+    return call.responder.Reply(
+        Status::Internal("service routed to a partition that does not exist"));
+  }
+  // Another thread owns the partition: run there. The reply comes back
+  // through the Responder.
+  const PartitionId p = route->partition;
+  threads_[p]->worker->Post([s, p, call = std::move(call)]() mutable {
+    s->Handle(p, std::move(call));
+  });
+}
+
+void Dispatcher::OnMemRequest(ServerThread* t, AmMessage&& m) {
+  Connection* conn = ConnectionOf(t, m.reply_ep);
+  if (conn == nullptr) return;
+  Connection& c = *conn;
+  const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
+  auto req = proto::DecodeMemRequest(m.header, data_len);
+  // Answer even a malformed request when it names an id, so its operation
+  // fails with the reason instead of timing out.
+  constexpr size_t kIdEnd = offsetof(proto::MemRequest, request_id) + 8;
+  proto::MemRequest r{};
+  Status st;
+  if (req.ok()) {
+    r = *req;
+  } else if (m.header.size() >= kIdEnd) {
+    std::memcpy(&r, m.header.data(), kIdEnd);
+    if (r.op == 0 || r.op > proto::kMaxMemOp) r.op = 1;
+    st = req.status();
+  } else {
+    t->counters.rpc_errors.Add(1);
+    return;
+  }
+  uint64_t value = 0;
+  std::string out;
+  if (st.ok()) st = ServeMemory(r, m.data, &value, &out);
+  if (!st.ok()) {
+    out = st.message();
+    t->counters.rpc_errors.Add(1);
+  }
+  t->counters.mem_requests_served.Add(1);
+  proto::MemReply h = proto::MakeMemReply(static_cast<proto::MemOp>(r.op),
+                                          r.request_id, st.code(), value);
+  // A dead client's reply fails to send; that is all (no completion).
+  c.ep->SendAm(proto::kAmMemReply, &h, sizeof(h), std::move(out), nullptr);
+}
+
+Status Dispatcher::ServeMemory(const proto::MemRequest& r,
+                               const std::string& data, uint64_t* value,
+                               std::string* out) {
+  auto it = regions_.find(r.region);
+  if (it == regions_.end()) {
+    return Status::InvalidArgument("no region " + std::to_string(r.region) +
+                                   " on this server");
+  }
+  const fabric::LocalRegion& region = *it->second.region;
+  if (r.offset > region.length() || r.length > region.length() - r.offset) {
+    return Status::InvalidArgument("range [" + std::to_string(r.offset) +
+                                   ", +" + std::to_string(r.length) +
+                                   ") is outside region " +
+                                   std::to_string(r.region) + " of " +
+                                   std::to_string(region.length()) + " bytes");
+  }
+  const auto op = static_cast<proto::MemOp>(r.op);
+  if (op != proto::MemOp::kRead &&
+      it->second.access == proto::RegionAccess::kReadOnly) {
+    return Status::InvalidArgument(
+        "region " + std::to_string(r.region) +
+        " is read-only (it holds a service's structures); raw access to it "
+        "is refused");
+  }
+  uint8_t* p = region.base() + r.offset;
+  switch (op) {
+    case proto::MemOp::kRead:
+      out->resize(r.length);
+      ServedCopyFromRegion(out->data(), p, r.length);
+      return Status::OK();
+    case proto::MemOp::kWrite:
+      ServedCopyToRegion(p, data.data(), data.size());
+      return Status::OK();
+    case proto::MemOp::kCompareSwap:
+    case proto::MemOp::kFetchAdd:
+      break;
+  }
+  if (r.offset % 8 != 0) {
+    return Status::InvalidArgument(
+        "atomic operations need an 8-byte aligned offset");
+  }
+  // Region bases are page-aligned, so the word is too. CPU atomics, as a
+  // shared-memory client's atomics on its mapping of the same region are.
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
+  if (op == proto::MemOp::kFetchAdd) {
+    *value = word.fetch_add(r.operand);
+  } else {
+    uint64_t expected = r.operand;
+    word.compare_exchange_strong(expected, r.operand2);
+    *value = expected;  // the old value whether or not it swapped
+  }
+  return Status::OK();
+}
+
+}  // namespace remem::server

@@ -1,0 +1,138 @@
+// server::Dispatcher: everything between a UCX active message and a
+// service's Handle: the connections of each server thread, framing and
+// header checks, routing a request to the partition that must run it,
+// replies (from any thread, through Responder), and the one-sided
+// operations the server performs itself for clients without real RMA
+// (served memory requests, docs/PROTOCOL.md section 8).
+//
+// Connections are created by the acceptor (acceptor.h) once a client has
+// passed remem's TCP handshake, so every UCX endpoint the dispatcher knows
+// belongs to an authenticated session; messages from any other endpoint
+// are dropped unanswered.
+//
+// Thread contract: one Dispatcher per server. OnRequest/OnMemRequest,
+// AddConnection and DropConnection run on the thread that owns the
+// connection; SendReply and RunOn from any thread.
+
+#ifndef REMEM_SERVER_DISPATCHER_H_
+#define REMEM_SERVER_DISPATCHER_H_
+
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
+#include "fabric/worker.h"
+#include "server/service.h"
+
+namespace remem::server {
+
+// One authenticated session, on the thread that owns its endpoint.
+struct Connection {
+  ConnectionId id = 0;
+  std::string peer;  // "ip:port" of the client's TCP handshake
+  std::unique_ptr<fabric::Endpoint> ep;
+  bool closing = false;
+};
+
+// Counters of one server thread, read by Stats from any thread.
+struct ThreadCounters {
+  Counter connections_current;
+  Counter connections_total;
+  Counter rpcs_served;
+  Counter rpc_bytes_in;
+  Counter rpc_bytes_out;
+  Counter rpc_errors;
+  Counter mem_requests_served;
+  Counter unknown_endpoint_messages;
+};
+
+// A server thread: its worker and the connections it owns.
+struct ServerThread {
+  uint32_t index = 0;
+  // Declared before the worker so they outlive it: the worker's destructor
+  // may still progress, running handlers that look them up.
+  std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> by_endpoint;
+  std::unordered_map<ConnectionId, Connection*> by_id;
+  std::unique_ptr<fabric::Worker> worker;
+  ThreadCounters counters;
+};
+
+// An exported region as a served memory request names it.
+struct ExportedRegion {
+  fabric::LocalRegion* region = nullptr;
+  proto::ServiceId service = proto::kCoreService;
+  proto::RegionAccess access = proto::RegionAccess::kReadWrite;
+};
+
+class Dispatcher {
+ public:
+  // Called when a connection goes away (on its thread), after it left the
+  // thread's tables.
+  using ClosedFn = std::function<void(uint32_t thread, ConnectionId id)>;
+
+  Dispatcher(std::vector<ServerThread*> threads, ClosedFn on_closed)
+      : threads_(std::move(threads)), on_closed_(std::move(on_closed)) {}
+
+  // Setup, before the threads start.
+  Status Register(Service* service);
+  void Export(uint32_t region_id, ExportedRegion r) { regions_[region_id] = r; }
+  const std::unordered_map<uint32_t, ExportedRegion>& regions() const {
+    return regions_;
+  }
+  // Installs the request handlers on every thread's worker.
+  Status Install();
+
+  // On `thread`: adopts a connection.
+  void AddConnection(uint32_t thread, std::unique_ptr<Connection> conn);
+  // On `thread`: closes a connection (force-closing its endpoint); no-op
+  // if it is already gone.
+  void DropConnection(uint32_t thread, ConnectionId id, const Status& why);
+  // On `thread`: closes every connection (shutdown).
+  void DropAll(uint32_t thread);
+
+  // Runs fn on `thread` (inline if already there). Thread-safe.
+  void RunOn(uint32_t thread, util::MoveFunction<void()> fn);
+  // The server thread the caller runs on, or -1.
+  static int CurrentThread();
+  static void SetCurrentThread(int index);
+
+  // Sends a reply on the connection's thread (posting there if needed).
+  void SendReply(uint32_t thread, ConnectionId conn, uint64_t request_id,
+                 proto::ServiceId service, uint8_t method, Status status,
+                 std::string payload);
+
+  Service* service(proto::ServiceId id) const { return services_[id]; }
+  const std::vector<Service*>& services() const { return service_list_; }
+
+ private:
+  void OnRequest(ServerThread* t, fabric::AmMessage&& m);
+  void OnMemRequest(ServerThread* t, fabric::AmMessage&& m);
+  Connection* ConnectionOf(ServerThread* t, ucp_ep_h ep);
+  void Send(ServerThread* t, Connection& c, uint64_t request_id,
+            proto::ServiceId service, uint8_t method, Status status,
+            std::string payload);
+  Responder MakeResponder(uint32_t thread, ConnectionId conn, uint64_t id,
+                          proto::ServiceId service, uint8_t method);
+  Status ServeMemory(const proto::MemRequest& r, const std::string& data,
+                     uint64_t* value, std::string* out);
+
+  std::vector<ServerThread*> threads_;
+  ClosedFn on_closed_;
+  std::array<Service*, 256> services_{};
+  std::vector<Service*> service_list_;
+  // By id; built before the threads start, then only read.
+  std::unordered_map<uint32_t, ExportedRegion> regions_;
+};
+
+}  // namespace remem::server
+
+#endif  // REMEM_SERVER_DISPATCHER_H_

@@ -1,0 +1,152 @@
+#include "server/lease.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "proto/codec.h"
+#include "util/log.h"
+
+namespace remem::server {
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+namespace {
+
+constexpr uint64_t kHorizonMagic = 0x4E5A52484D454D52ull;  // "RMEMHRZN"
+
+// The kernel's id of this boot: a horizon from another boot means nothing
+// (CLOCK_MONOTONIC restarted, and no reader of that boot is left).
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  id.resize(36, '\0');
+  return id;
+}
+
+}  // namespace
+
+struct LeaseKeeper::Horizon {
+  uint64_t magic;
+  char boot_id[40];
+  uint64_t expires_ns;  // 0: revoked
+};
+
+Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
+    uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
+    const std::string& horizon_file, std::chrono::milliseconds* waited) {
+  std::unique_ptr<LeaseKeeper> k(new LeaseKeeper());
+  k->lease_at_ = lease_at;
+  k->incarnation_ = incarnation;
+  k->lease_ns_ = uint64_t(std::chrono::nanoseconds(lease).count());
+  *waited = std::chrono::milliseconds(0);
+  if (!horizon_file.empty()) {
+    const int fd =
+        ::open(horizon_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return Status::IOError("cannot open the lease file " + horizon_file +
+                             ": " + std::strerror(errno));
+    }
+    if (::ftruncate(fd, sizeof(Horizon)) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::IOError("cannot size " + horizon_file + ": " +
+                             std::strerror(err));
+    }
+    void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      return Status::IOError("cannot map " + horizon_file + ": " +
+                             std::strerror(errno));
+    }
+    k->horizon_ = static_cast<Horizon*>(p);
+    k->horizon_file_ = horizon_file;
+    Horizon& h = *k->horizon_;
+    const std::string boot = BootId();
+    if (h.magic == kHorizonMagic &&
+        std::memcmp(h.boot_id, boot.data(), 36) == 0) {
+      const uint64_t until = h.expires_ns;
+      const uint64_t now = MonotonicNs();
+      if (until > now) {
+        // A predecessor died without revoking: readers may trust its
+        // memory until `until`. Nothing of ours may be acknowledged before.
+        const auto wait = std::chrono::nanoseconds(until - now);
+        log::Warn(
+            "a previous server on this port or data directory stopped "
+            "without revoking its lease; waiting {} ms for it to expire",
+            std::chrono::duration_cast<std::chrono::milliseconds>(wait)
+                .count());
+        std::this_thread::sleep_for(wait);
+        *waited = std::chrono::duration_cast<std::chrono::milliseconds>(wait);
+      }
+    }
+    h.magic = kHorizonMagic;
+    std::memcpy(h.boot_id, boot.data(), 36);
+    h.expires_ns = 0;
+  }
+  k->Publish(MonotonicNs() + k->lease_ns_);
+  k->thread_ = std::thread([raw = k.get()] { raw->Run(); });
+  return k;
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  Revoke();
+  if (horizon_ != nullptr) ::munmap(horizon_, sizeof(Horizon));
+}
+
+void LeaseKeeper::Revoke() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  Publish(0);
+  if (!horizon_file_.empty()) ::unlink(horizon_file_.c_str());
+}
+
+void LeaseKeeper::Publish(uint64_t expires_ns) {
+  // The horizon first: it must never be below what a reader may trust.
+  if (horizon_ != nullptr) {
+    std::atomic_ref<uint64_t>(horizon_->expires_ns)
+        .store(expires_ns, std::memory_order_release);
+  }
+  // Seqlock write of the lease; readers verify version and checksum.
+  auto* words = reinterpret_cast<uint64_t*>(lease_at_);
+  const uint64_t odd = ++version_ * 2 - 1;
+  std::atomic_ref<uint64_t>(words[0]).store(odd, std::memory_order_release);
+  const proto::ServerLease l = proto::MakeLease(
+      odd + 1, incarnation_, expires_ns, ++renewals_, lease_ns_);
+  uint64_t image[sizeof(l) / 8];
+  std::memcpy(image, &l, sizeof(l));
+  for (size_t i = 1; i < sizeof(l) / 8; ++i) {
+    std::atomic_ref<uint64_t>(words[i]).store(image[i],
+                                              std::memory_order_release);
+  }
+  std::atomic_ref<uint64_t>(words[0]).store(image[0],
+                                            std::memory_order_release);
+}
+
+void LeaseKeeper::Run() {
+  const auto every = std::chrono::nanoseconds(lease_ns_ / 10);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (cv_.wait_for(lock, every, [this] { return stop_; })) break;
+    Publish(MonotonicNs() + lease_ns_);
+  }
+}
+
+}  // namespace remem::server

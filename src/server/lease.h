@@ -1,0 +1,79 @@
+// server::LeaseKeeper: the server lease that vouches for one-sided reads
+// (BRIEF.md, "Liveness of one-sided reads"; docs/ARCHITECTURE.md has the
+// argument).
+//
+// Memory a client has mapped stays readable after its server died, so a
+// value read one-sided proves nothing about the present on its own. The
+// server keeps a ServerLease (proto/wire.h) at offset 0 of its root region:
+// "trust what you read from me until CLOCK_MONOTONIC reaches expires_ns",
+// renewed every lease/10 by a thread of its own. A reader on the same host
+// (the same clock) returns a one-sided value only before that instant.
+//
+// A server that dies stops renewing; its successor must not acknowledge a
+// write while a reader could still trust the dead one's memory. So the
+// keeper also writes the promised horizon to a small file (mapped, so the
+// store costs no system call and survives kill -9) and a starting server
+// waits until any horizon a predecessor left there has passed. A clean stop
+// revokes the lease (expires_ns = 0) first, so a clean restart waits for
+// nothing.
+//
+// Thread contract: Start and the destructor on one thread; the keeper's own
+// thread does the renewals.
+
+#ifndef REMEM_SERVER_LEASE_H_
+#define REMEM_SERVER_LEASE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "remem/status.h"
+
+namespace remem::server {
+
+// CLOCK_MONOTONIC in nanoseconds (the lease's clock).
+uint64_t MonotonicNs();
+
+class LeaseKeeper {
+ public:
+  // Waits until a predecessor's horizon recorded in `horizon_file` has
+  // passed (if it recorded one on this boot), then publishes the lease at
+  // `lease_at` (64 bytes in the root region) and starts renewing it.
+  // `waited` receives how long the wait took. An empty `horizon_file`
+  // keeps no horizon (a server on an ephemeral port has no successor).
+  static Result<std::unique_ptr<LeaseKeeper>> Start(
+      uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
+      const std::string& horizon_file, std::chrono::milliseconds* waited);
+  // Revokes the lease (readers stop trusting at once), stops renewing it,
+  // and removes the horizon file (a successor has nothing to wait for).
+  ~LeaseKeeper();
+  void Revoke();
+
+ private:
+  LeaseKeeper() = default;
+  void Publish(uint64_t expires_ns);
+  void Run();
+
+  uint8_t* lease_at_ = nullptr;
+  uint64_t incarnation_ = 0;
+  uint64_t lease_ns_ = 0;
+  uint64_t version_ = 0;
+  uint64_t renewals_ = 0;
+  // The mapped horizon file (null without one).
+  struct Horizon;
+  Horizon* horizon_ = nullptr;
+  std::string horizon_file_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace remem::server
+
+#endif  // REMEM_SERVER_LEASE_H_

@@ -1,0 +1,285 @@
+#include "util/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace remem::util {
+
+namespace {
+
+Status Errno(const std::string& what, int err) {
+  return Status::IOError(what + ": " + std::strerror(err));
+}
+
+int MillisLeft(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline: OK, or TimedOut.
+Status WaitFor(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int ms = MillisLeft(deadline);
+    const int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return Status::OK();
+    if (rc == 0) return Status::TimedOut(std::string(what) + " timed out");
+    if (errno != EINTR) return Errno(std::string("poll for ") + what, errno);
+  }
+}
+
+}  // namespace
+
+Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
+  std::string h, p;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() ||
+        s[close + 1] != ':') {
+      return Status::InvalidArgument("bad address '" + s +
+                                     "' (expected [v6addr]:port)");
+    }
+    h = s.substr(1, close - 1);
+    p = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string::npos) {
+      return Status::InvalidArgument("bad address '" + s +
+                                     "' (expected host:port)");
+    }
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+  }
+  if (h.empty()) return Status::InvalidArgument("empty host in '" + s + "'");
+  char* end = nullptr;
+  unsigned long v = std::strtoul(p.c_str(), &end, 10);
+  if (p.empty() || *end != '\0' || v > 65535) {
+    return Status::InvalidArgument("bad port in '" + s + "'");
+  }
+  *host = h;
+  *port = static_cast<uint16_t>(v);
+  return Status::OK();
+}
+
+Status ResolveAddress(const std::string& address, bool passive,
+                      sockaddr_storage* out, socklen_t* out_len) {
+  std::string host;
+  uint16_t port = 0;
+  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const char* node = passive && host == "*" ? nullptr : host.c_str();
+  int rc = getaddrinfo(node, std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host +
+                                   "': " + gai_strerror(rc));
+  }
+  std::memcpy(out, res->ai_addr, res->ai_addrlen);
+  *out_len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return Status::OK();
+}
+
+std::string FormatAddress(const sockaddr_storage& addr) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (addr.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  if (addr.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+    return std::string(buf) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  return "?";
+}
+
+std::string InterfaceOf(const sockaddr_storage& addr) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return {};
+  std::string name;
+  for (ifaddrs* i = ifs; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != addr.ss_family) {
+      continue;
+    }
+    if (addr.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+      auto* b = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      if (a->sin_addr.s_addr == htonl(INADDR_ANY)) break;
+      if (a->sin_addr.s_addr == b->sin_addr.s_addr) name = i->ifa_name;
+    } else if (addr.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+      auto* b = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr)) break;
+      if (std::memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(in6_addr)) == 0) {
+        name = i->ifa_name;
+      }
+    }
+  }
+  freeifaddrs(ifs);
+  return name;
+}
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void Socket::Close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Status SetNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return Errno("fcntl O_NONBLOCK", errno);
+  }
+  return Status::OK();
+}
+
+void TuneConnection(int fd, int keepalive_s) {
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int idle = std::max(1, keepalive_s / 2);
+  int intvl = std::max(1, keepalive_s / 6);
+  int cnt = 3;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  // Unacknowledged data also gives up after the same time.
+  unsigned timeout_ms = unsigned(keepalive_s) * 1000u;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout_ms,
+                     sizeof(timeout_ms));
+}
+
+Result<Socket> Listen(const std::string& address, int backlog) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  REMEM_RETURN_IF_ERROR(ResolveAddress(address, true, &ss, &len));
+  Socket s(
+      ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Errno("socket", errno);
+  int one = 1;
+  (void)::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    if (errno == EADDRINUSE) {
+      return Status::Unavailable("cannot listen on " + address +
+                                 ": address already in use");
+    }
+    if (errno == EADDRNOTAVAIL) {
+      return Status::InvalidArgument("cannot listen on " + address +
+                                     ": no interface has that address");
+    }
+    return Errno("cannot listen on " + address + ": bind", errno);
+  }
+  if (::listen(s.fd(), backlog) != 0) return Errno("listen", errno);
+  return s;
+}
+
+Result<std::string> LocalAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return Errno("getsockname", errno);
+  }
+  return FormatAddress(ss);
+}
+
+Result<Socket> Connect(const std::string& address, Deadline deadline) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  REMEM_RETURN_IF_ERROR(ResolveAddress(address, false, &ss, &len));
+  Socket s(
+      ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Errno("socket", errno);
+  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) {
+      return Status::Unavailable("cannot connect to " + address + ": " +
+                                 std::strerror(errno));
+    }
+    Status st = WaitFor(s.fd(), POLLOUT, deadline, "connecting");
+    if (!st.ok()) return st.WithContext("connecting to " + address);
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    (void)::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err != 0) {
+      return Status::Unavailable("cannot connect to " + address + ": " +
+                                 std::strerror(err));
+    }
+  }
+  TuneConnection(s.fd(), 10);
+  return s;
+}
+
+Status SendAll(int fd, std::string_view data, Deadline deadline) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n =
+        ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      REMEM_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, "sending"));
+      continue;
+    }
+    return Status::Unavailable(std::string("send: ") + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+Status RecvExact(int fd, size_t n, std::string* out, Deadline deadline) {
+  out->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::recv(fd, out->data() + done, n - done, 0);
+    if (r > 0) {
+      done += size_t(r);
+      continue;
+    }
+    if (r == 0) return Status::Unavailable("the peer closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      REMEM_RETURN_IF_ERROR(WaitFor(fd, POLLIN, deadline, "receiving"));
+      continue;
+    }
+    return Status::Unavailable(std::string("recv: ") + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+bool PeerStillThere(int fd) {
+  char c;
+  const ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0) return true;
+  if (r == 0) return false;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+}  // namespace remem::util
