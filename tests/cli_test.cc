@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "remem/version.h"
 #include "test_util.h"
 
 namespace remem {
@@ -23,6 +24,10 @@ bool Contains(const std::string& s, const std::string& what) {
 
 TEST(Cli, HelpAndUsageErrors) {
   for (const auto& bin : {CliBinary(), ServerBinary(), BenchBinary()}) {
+    if (bin.empty()) continue;  // built without remem-bench
+    auto version = RunCommand({bin, "--version"});
+    EXPECT_EQ(version.exit_code, 0) << bin << ": " << version.out;
+    EXPECT_TRUE(Contains(version.out, REMEM_VERSION_STRING)) << version.out;
     auto help = RunCommand({bin, "--help"});
     EXPECT_EQ(help.exit_code, 0) << bin;
     EXPECT_TRUE(Contains(help.out, "--transport")) << help.out;

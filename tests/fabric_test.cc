@@ -578,6 +578,9 @@ TEST(Helper, DISABLED_StreamReadsUntilKilled) {
 }
 
 TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {
+  if (testing::BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
   // A second process streams one-sided ops and RPCs until killed.
   SpawnOptions o;
   o.argv = {testing::BenchBinary(),

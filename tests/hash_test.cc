@@ -546,6 +546,9 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
 // A client process killed while it streams multi-put batches: the server
 // carries on serving others, and every key it acknowledged stays readable.
 TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
+  if (testing::BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_TRUE(c);
   ASSERT_TRUE(c->Put("before", "kept").ok());

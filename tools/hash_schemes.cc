@@ -9,11 +9,14 @@
 #include <cstdio>
 
 #include "bench_schemes.h"
+#include "remem/version.h"
 
 using namespace remem::schemes;
 
 int main(int argc, char** argv) {
   CLI::App app{"Simulates hash table schemes as a one-sided reader sees them"};
+  app.set_version_flag("--version",
+                       std::string("remem-hash-schemes ") + remem::kVersion);
   uint64_t slots = 1 << 20;
   std::vector<uint32_t> bucket_bytes = {128, 256, 512};
   uint64_t seed = 1;

@@ -6,6 +6,7 @@
 
 #include "bench_fabric.h"
 #include "bench_ycsb.h"
+#include "remem/version.h"
 #include "util/log.h"
 #include "util/size.h"
 #include "util/subprocess.h"
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
       "remem-bench: benchmark workloads against remem-server. Without a "
       "subcommand it runs 'fabric' then 'hash', each on a server it starts "
       "itself."};
+  app.set_version_flag("--version",
+                       std::string("remem-bench ") + remem::kVersion);
   bench::FabricOptions fo;
   fo.server_binary = SelfDirectory() + "/remem-server";
   std::string transport = "shm";

@@ -140,7 +140,7 @@ Status HashService::Init(server::ServiceContext* ctx) {
   info.max_value = limits.max_value;
   info.partition_seed = partition_seed_;
   for (auto& part : partitions_) {
-    UpdateCounters(*part);
+    UpdateCounters_st(*part);
     // After recovery: the table may have grown.
     const Geometry& g = part->table->geometry();
     info.partitions.push_back(
@@ -156,7 +156,7 @@ uint32_t HashService::PartitionOf(std::string_view key) const {
       partitions_.size());
 }
 
-void HashService::UpdateCounters(Partition& part) {
+void HashService::UpdateCounters_st(Partition& part) {
   part.pairs.Set(part.table->size());
   part.growths.Set(part.table->growths());
   part.bytes_used.Set(part.slab->bytes_carved());
@@ -210,12 +210,12 @@ void HashService::Handle(PartitionId p, Call call) {
     case HashMethod::kMultiPut:
       return HandleMulti(std::move(call));
     default:
-      return HandleSingle(p, std::move(call));
+      return HandleSingle_st(p, std::move(call));
   }
 }
 
-void HashService::AfterDurable(Partition& part, Responder responder,
-                               Status status, std::string payload) {
+void HashService::AfterDurable_st(Partition& part, Responder responder,
+                                  Status status, std::string payload) {
   if (part.store == nullptr || !status.ok()) {
     return responder.Reply(std::move(status), std::move(payload));
   }
@@ -226,7 +226,7 @@ void HashService::AfterDurable(Partition& part, Responder responder,
   });
 }
 
-void HashService::HandleSingle(PartitionId p, Call call) {
+void HashService::HandleSingle_st(PartitionId p, Call call) {
   Partition& part = *partitions_[p];
   Table& table = *part.table;
   const auto method = static_cast<HashMethod>(call.method);
@@ -250,8 +250,8 @@ void HashService::HandleSingle(PartitionId p, Call call) {
     Status st = table.Delete(*key);
     if (st.ok() && part.store)
       part.store->LogDelete(*key, table.last_version());
-    UpdateCounters(part);
-    return AfterDurable(part, std::move(call.responder), std::move(st), {});
+    UpdateCounters_st(part);
+    return AfterDurable_st(part, std::move(call.responder), std::move(st), {});
   }
   auto put = DecodeHashPut(call.payload);
   if (!put.ok()) return call.responder.Reply(put.status());
@@ -260,11 +260,11 @@ void HashService::HandleSingle(PartitionId p, Call call) {
       : put->mode == PutMode::kIfVersion
           ? table.CompareAndPut(put->key, put->value, put->expected_version)
           : table.Put(put->key, put->value);
-  UpdateCounters(part);
+  UpdateCounters_st(part);
   if (!v.ok()) return call.responder.Reply(v.status());
   if (part.store) part.store->LogPut(put->key, put->value, *v);
-  AfterDurable(part, std::move(call.responder), Status::OK(),
-               EncodeHashPutReply(*v));
+  AfterDurable_st(part, std::move(call.responder), Status::OK(),
+                  EncodeHashPutReply(*v));
 }
 
 void HashService::HandleMulti(Call call) {
@@ -345,10 +345,10 @@ void HashService::HandleMulti(Call call) {
         }
       }
       if (get || part.store == nullptr) {
-        if (!get) UpdateCounters(part);
+        if (!get) UpdateCounters_st(part);
         return fan->Done();
       }
-      UpdateCounters(part);
+      UpdateCounters_st(part);
       // Once this partition's records are durable; a failed write fails
       // this partition's items that had succeeded in memory.
       part.store->AfterDurable(

@@ -75,13 +75,13 @@ class HashService final : public server::Service {
     server::Counter pairs, growths, bytes_used;
   };
   uint32_t PartitionOf(std::string_view key) const;
-  void UpdateCounters(Partition& part);
-  void HandleSingle(server::PartitionId p, server::Call call);
+  void UpdateCounters_st(Partition& part);
+  void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);
   // Replies once partition p's records so far are durable (at once without
   // persistence).
-  void AfterDurable(Partition& part, server::Responder responder, Status status,
-                    std::string payload);
+  void AfterDurable_st(Partition& part, server::Responder responder,
+                       Status status, std::string payload);
 
   HashServiceOptions options_;
   server::ServiceContext* ctx_ = nullptr;

@@ -87,16 +87,16 @@ Status Dispatcher::Install() {
   for (ServerThread* t : threads_) {
     REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
         proto::kAmRequest,
-        [this, t](AmMessage&& m) { OnRequest(t, std::move(m)); }));
+        [this, t](AmMessage&& m) { OnRequest_st(t, std::move(m)); }));
     REMEM_RETURN_IF_ERROR(t->worker->SetAmHandler(
         proto::kAmMemRequest,
-        [this, t](AmMessage&& m) { OnMemRequest(t, std::move(m)); }));
+        [this, t](AmMessage&& m) { OnMemRequest_st(t, std::move(m)); }));
   }
   return Status::OK();
 }
 
-void Dispatcher::AddConnection(uint32_t thread,
-                               std::unique_ptr<Connection> conn) {
+void Dispatcher::AddConnection_st(uint32_t thread,
+                                  std::unique_ptr<Connection> conn) {
   ServerThread* t = threads_[thread];
   Connection* c = conn.get();
   const ucp_ep_h h = c->ep->handle();
@@ -104,7 +104,7 @@ void Dispatcher::AddConnection(uint32_t thread,
   c->ep->SetFailureHandler([this, thread, id](const Status& why) {
     // Not from inside the endpoint's own callback: defer the destruction.
     threads_[thread]->worker->Defer(
-        [this, thread, id, why] { DropConnection(thread, id, why); });
+        [this, thread, id, why] { DropConnection_st(thread, id, why); });
   });
   t->by_endpoint.emplace(h, std::move(conn));
   t->by_id.emplace(id, c);
@@ -112,8 +112,8 @@ void Dispatcher::AddConnection(uint32_t thread,
   t->counters.connections_total.Add(1);
 }
 
-void Dispatcher::DropConnection(uint32_t thread, ConnectionId id,
-                                const Status& why) {
+void Dispatcher::DropConnection_st(uint32_t thread, ConnectionId id,
+                                   const Status& why) {
   ServerThread* t = threads_[thread];
   auto it = t->by_id.find(id);
   if (it == t->by_id.end()) return;
@@ -130,12 +130,12 @@ void Dispatcher::DropConnection(uint32_t thread, ConnectionId id,
   if (on_closed_) on_closed_(thread, id);
 }
 
-void Dispatcher::DropAll(uint32_t thread) {
+void Dispatcher::DropAll_st(uint32_t thread) {
   ServerThread* t = threads_[thread];
   std::vector<ConnectionId> ids;
   for (const auto& [id, c] : t->by_id) ids.push_back(id);
   for (ConnectionId id : ids) {
-    DropConnection(thread, id, Status::Unavailable("server stopping"));
+    DropConnection_st(thread, id, Status::Unavailable("server stopping"));
   }
 }
 
@@ -144,7 +144,7 @@ void Dispatcher::RunOn(uint32_t thread, util::MoveFunction<void()> fn) {
   threads_[thread]->worker->Post(std::move(fn));
 }
 
-Connection* Dispatcher::ConnectionOf(ServerThread* t, ucp_ep_h ep) {
+Connection* Dispatcher::ConnectionOf_st(ServerThread* t, ucp_ep_h ep) {
   auto it = t->by_endpoint.find(ep);
   if (it == t->by_endpoint.end()) {
     // A message from an endpoint this thread does not own: not a session
@@ -168,9 +168,9 @@ Responder Dispatcher::MakeResponder(uint32_t thread, ConnectionId conn,
   return r;
 }
 
-void Dispatcher::Send(ServerThread* t, Connection& c, uint64_t request_id,
-                      proto::ServiceId service, uint8_t method, Status status,
-                      std::string payload) {
+void Dispatcher::Send_st(ServerThread* t, Connection& c, uint64_t request_id,
+                         proto::ServiceId service, uint8_t method,
+                         Status status, std::string payload) {
   if (!status.ok()) {
     payload = status.message();
     t->counters.rpc_errors.Add(1);
@@ -189,8 +189,8 @@ void Dispatcher::SendReply(uint32_t thread, ConnectionId conn,
   if (t_current_thread == int(thread)) {
     auto it = t->by_id.find(conn);
     if (it == t->by_id.end() || it->second->closing) return;  // gone
-    return Send(t, *it->second, request_id, service, method, std::move(status),
-                std::move(payload));
+    return Send_st(t, *it->second, request_id, service, method,
+                   std::move(status), std::move(payload));
   }
   t->worker->Post([this, thread, conn, request_id, service, method,
                    status = std::move(status),
@@ -200,8 +200,8 @@ void Dispatcher::SendReply(uint32_t thread, ConnectionId conn,
   });
 }
 
-void Dispatcher::OnRequest(ServerThread* t, AmMessage&& m) {
-  Connection* conn = ConnectionOf(t, m.reply_ep);
+void Dispatcher::OnRequest_st(ServerThread* t, AmMessage&& m) {
+  Connection* conn = ConnectionOf_st(t, m.reply_ep);
   if (conn == nullptr) return;
   Connection& c = *conn;
   const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
@@ -217,37 +217,38 @@ void Dispatcher::OnRequest(ServerThread* t, AmMessage&& m) {
   if (m.refused_length) {
     // Refused before the data was fetched.
     if (m.header.size() < kIdEnd) return t->counters.rpc_errors.Add(1);
-    return Send(t, c, raw_id, proto::kCoreService, error_method,
-                Status::InvalidArgument(
-                    "request payload of " + std::to_string(m.refused_length) +
-                    " bytes exceeds the server's limit of " +
-                    std::to_string(proto::kMaxRpcPayload)),
-                {});
+    return Send_st(
+        t, c, raw_id, proto::kCoreService, error_method,
+        Status::InvalidArgument("request payload of " +
+                                std::to_string(m.refused_length) +
+                                " bytes exceeds the server's limit of " +
+                                std::to_string(proto::kMaxRpcPayload)),
+        {});
   }
   auto h = proto::DecodeHeader(m.header.data(), m.header.size(), data_len);
   if (!h.ok()) {
     if (m.header.size() < kIdEnd) return t->counters.rpc_errors.Add(1);
-    return Send(t, c, raw_id, proto::kCoreService, error_method, h.status(),
-                {});
+    return Send_st(t, c, raw_id, proto::kCoreService, error_method, h.status(),
+                   {});
   }
   const uint64_t id = h->request_id;
   if (h->flags & proto::kFlagReply) {
-    return Send(t, c, id, proto::kCoreService, error_method,
-                Status::ProtocolError("a reply sent as a request"), {});
+    return Send_st(t, c, id, proto::kCoreService, error_method,
+                   Status::ProtocolError("a reply sent as a request"), {});
   }
   if (h->status != 0) {
-    return Send(t, c, id, proto::kCoreService, error_method,
-                Status::ProtocolError("a request with a status"), {});
+    return Send_st(t, c, id, proto::kCoreService, error_method,
+                   Status::ProtocolError("a request with a status"), {});
   }
   Service* s = services_[h->service];
   if (s == nullptr) {
-    return Send(t, c, id, proto::kCoreService, error_method,
-                Status::Unsupported("this server has no service " +
-                                    std::to_string(h->service)),
-                {});
+    return Send_st(t, c, id, proto::kCoreService, error_method,
+                   Status::Unsupported("this server has no service " +
+                                       std::to_string(h->service)),
+                   {});
   }
   if (h->method >= s->num_methods()) {
-    return Send(
+    return Send_st(
         t, c, id, proto::kCoreService, error_method,
         Status::ProtocolError("service " + std::string(s->name()) +
                               " has no method " + std::to_string(h->method)),
@@ -256,7 +257,7 @@ void Dispatcher::OnRequest(ServerThread* t, AmMessage&& m) {
   t->counters.rpcs_served.Add(1);
   auto route = s->RouteCall(h->method, m.data);
   if (!route.ok()) {
-    return Send(t, c, id, h->service, h->method, route.status(), {});
+    return Send_st(t, c, id, h->service, h->method, route.status(), {});
   }
   Call call;
   call.method = h->method;
@@ -280,8 +281,8 @@ void Dispatcher::OnRequest(ServerThread* t, AmMessage&& m) {
   });
 }
 
-void Dispatcher::OnMemRequest(ServerThread* t, AmMessage&& m) {
-  Connection* conn = ConnectionOf(t, m.reply_ep);
+void Dispatcher::OnMemRequest_st(ServerThread* t, AmMessage&& m) {
+  Connection* conn = ConnectionOf_st(t, m.reply_ep);
   if (conn == nullptr) return;
   Connection& c = *conn;
   const size_t data_len = m.refused_length ? m.refused_length : m.data.size();
@@ -303,7 +304,7 @@ void Dispatcher::OnMemRequest(ServerThread* t, AmMessage&& m) {
   }
   uint64_t value = 0;
   std::string out;
-  if (st.ok()) st = ServeMemory(r, m.data, &value, &out);
+  if (st.ok()) st = ServeMemory_st(r, m.data, &value, &out);
   if (!st.ok()) {
     out = st.message();
     t->counters.rpc_errors.Add(1);
@@ -315,9 +316,9 @@ void Dispatcher::OnMemRequest(ServerThread* t, AmMessage&& m) {
   c.ep->SendAm(proto::kAmMemReply, &h, sizeof(h), std::move(out), nullptr);
 }
 
-Status Dispatcher::ServeMemory(const proto::MemRequest& r,
-                               const std::string& data, uint64_t* value,
-                               std::string* out) {
+Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
+                                  const std::string& data, uint64_t* value,
+                                  std::string* out) {
   auto it = regions_.find(r.region);
   if (it == regions_.end()) {
     return Status::InvalidArgument("no region " + std::to_string(r.region) +

@@ -10,9 +10,10 @@
 // belongs to an authenticated session; messages from any other endpoint
 // are dropped unanswered.
 //
-// Thread contract: one Dispatcher per server. OnRequest/OnMemRequest,
-// AddConnection and DropConnection run on the thread that owns the
-// connection; SendReply and RunOn from any thread.
+// Thread contract: one Dispatcher per server. Functions ending in _st run
+// only on the thread that owns the connection (CODING_STYLE.md); SendReply
+// and RunOn may be called from any thread; setup (Register, Export,
+// Install) before the threads start.
 
 #ifndef REMEM_SERVER_DISPATCHER_H_
 #define REMEM_SERVER_DISPATCHER_H_
@@ -92,12 +93,12 @@ class Dispatcher {
   Status Install();
 
   // On `thread`: adopts a connection.
-  void AddConnection(uint32_t thread, std::unique_ptr<Connection> conn);
+  void AddConnection_st(uint32_t thread, std::unique_ptr<Connection> conn);
   // On `thread`: closes a connection (force-closing its endpoint); no-op
   // if it is already gone.
-  void DropConnection(uint32_t thread, ConnectionId id, const Status& why);
+  void DropConnection_st(uint32_t thread, ConnectionId id, const Status& why);
   // On `thread`: closes every connection (shutdown).
-  void DropAll(uint32_t thread);
+  void DropAll_st(uint32_t thread);
 
   // Runs fn on `thread` (inline if already there). Thread-safe.
   void RunOn(uint32_t thread, util::MoveFunction<void()> fn);
@@ -114,16 +115,16 @@ class Dispatcher {
   const std::vector<Service*>& services() const { return service_list_; }
 
  private:
-  void OnRequest(ServerThread* t, fabric::AmMessage&& m);
-  void OnMemRequest(ServerThread* t, fabric::AmMessage&& m);
-  Connection* ConnectionOf(ServerThread* t, ucp_ep_h ep);
-  void Send(ServerThread* t, Connection& c, uint64_t request_id,
-            proto::ServiceId service, uint8_t method, Status status,
-            std::string payload);
+  void OnRequest_st(ServerThread* t, fabric::AmMessage&& m);
+  void OnMemRequest_st(ServerThread* t, fabric::AmMessage&& m);
+  Connection* ConnectionOf_st(ServerThread* t, ucp_ep_h ep);
+  void Send_st(ServerThread* t, Connection& c, uint64_t request_id,
+               proto::ServiceId service, uint8_t method, Status status,
+               std::string payload);
   Responder MakeResponder(uint32_t thread, ConnectionId conn, uint64_t id,
                           proto::ServiceId service, uint8_t method);
-  Status ServeMemory(const proto::MemRequest& r, const std::string& data,
-                     uint64_t* value, std::string* out);
+  Status ServeMemory_st(const proto::MemRequest& r, const std::string& data,
+                        uint64_t* value, std::string* out);
 
   std::vector<ServerThread*> threads_;
   ClosedFn on_closed_;

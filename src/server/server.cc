@@ -358,7 +358,7 @@ Status Server::Impl::Init() {
       },
       [this](uint32_t thread, ConnectionId id) {
         threads[thread]->state.worker->Post([this, thread, id] {
-          dispatcher->DropConnection(
+          dispatcher->DropConnection_st(
               thread, id, Status::Unavailable("the client closed its session"));
         });
       });
@@ -475,7 +475,7 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
     conn->id = id;
     conn->peer = std::move(peer);
     conn->ep = std::move(*ep);
-    dispatcher->AddConnection(thread, std::move(conn));
+    dispatcher->AddConnection_st(thread, std::move(conn));
     done(Status::OK(), w->address());
   });
 }
@@ -501,7 +501,7 @@ void Server::Impl::RunThread(Thread* t) {
   }
   t->state.worker->Run(stop, config.spin);
   // Close every connection so clients see the server go, not a hang.
-  dispatcher->DropAll(t->state.index);
+  dispatcher->DropAll_st(t->state.index);
   t->state.worker->DrainCloses(Clock::now() + std::chrono::seconds(2));
 }
 
