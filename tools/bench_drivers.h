@@ -5,8 +5,10 @@
 // memcached as pinned child processes on free ports.
 //
 // What "depth" (requests in flight per client thread) means per system:
-//   remem      1 for now: the driver uses the synchronous Client calls
-//              (GetAsync/MultiGet are coming; see RememDriver::Issue).
+//   remem      asynchronous gets and puts (HashStore::GetAsync/PutAsync),
+//              depth of them in flight; those that go to the server are
+//              sent together at the next Poll (one multi-get or multi-put
+//              message per run), the library's own pipelining.
 //   redis      hiredis pipelining: up to depth commands appended
 //              (redisAppendCommandArgv) before the oldest reply is read
 //              (redisGetReply); a sliding window, replies in order.
@@ -14,8 +16,8 @@
 //              over the binary protocol (one quiet GETKQ per key, then a
 //              NOOP: pipelined on the wire); sets are synchronous, so a
 //              write in the window is a round trip of its own.
-// A batch of N (reads only) is remem N gets in a loop (MultiGet later),
-// Redis MGET of N, memcached mget of N.
+// A batch of N (reads only) is a remem MultiGet of N (one batch of
+// one-sided reads, or one message), Redis MGET of N, memcached mget of N.
 //
 // Thread contract: a driver is one connection, used by one thread.
 

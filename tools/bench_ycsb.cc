@@ -270,8 +270,9 @@ class ClientThread {
   RunResult r_;
 };
 
-// Memory the store needs for `pairs` pairs, with room to spare (remem's
-// hash table does not grow yet, and extents come in size classes).
+// Memory the store needs for `pairs` pairs, with room to spare (the table
+// doubles as it grows and keeps outgrown arrays, and extents come in size
+// classes).
 uint64_t MemoryFor(uint64_t pairs, size_t key_size, size_t value_size) {
   const uint64_t phys =
       uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));

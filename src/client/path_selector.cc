@@ -35,12 +35,12 @@ double PathSelector::Uniform() {
   return static_cast<double>((rng_ * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
 }
 
-ReadPath PathSelector::Choose(Clock::time_point now) {
-  ReadPath pick;
+Path PathSelector::Choose(Clock::time_point now) {
+  Path pick;
   if (options_.mode == remem::ReadPath::kOneSided) {
-    pick = ReadPath::kOneSided;
+    pick = Path::kOneSided;
   } else if (options_.mode == remem::ReadPath::kRpc) {
-    pick = ReadPath::kRpc;
+    pick = Path::kRpc;
   } else {
     for (History& h : hist_) {
       if (h.ever && now - h.last > options_.idle_reset) {
@@ -48,16 +48,15 @@ ReadPath PathSelector::Choose(Clock::time_point now) {
         ++counters_.resets;
       }
     }
-    History& os = hist_[int(ReadPath::kOneSided)];
-    History& rpc = hist_[int(ReadPath::kRpc)];
+    History& os = hist_[int(Path::kOneSided)];
+    History& rpc = hist_[int(Path::kRpc)];
     if (os.count < options_.min_samples || rpc.count < options_.min_samples) {
       // Build a minimal history of both: the one with fewer samples.
-      pick = os.count <= rpc.count ? ReadPath::kOneSided : ReadPath::kRpc;
+      pick = os.count <= rpc.count ? Path::kOneSided : Path::kRpc;
     } else {
-      pick = os.Mean() <= rpc.Mean() ? ReadPath::kOneSided : ReadPath::kRpc;
+      pick = os.Mean() <= rpc.Mean() ? Path::kOneSided : Path::kRpc;
       if (Uniform() < options_.explore) {
-        pick =
-            pick == ReadPath::kOneSided ? ReadPath::kRpc : ReadPath::kOneSided;
+        pick = pick == Path::kOneSided ? Path::kRpc : Path::kOneSided;
         ++counters_.explored;
       }
     }
@@ -66,8 +65,7 @@ ReadPath PathSelector::Choose(Clock::time_point now) {
   return pick;
 }
 
-void PathSelector::Record(ReadPath path, double latency_us,
-                          Clock::time_point now) {
+void PathSelector::Record(Path path, double latency_us, Clock::time_point now) {
   History& h = hist_[int(path)];
   h.last = now;
   h.ever = true;
@@ -118,12 +116,10 @@ void PathSelector::Record(ReadPath path, double latency_us,
   }
 }
 
-double PathSelector::Estimate(ReadPath path) const {
+double PathSelector::Estimate(Path path) const {
   return hist_[int(path)].Mean();
 }
 
-size_t PathSelector::Samples(ReadPath path) const {
-  return hist_[int(path)].count;
-}
+size_t PathSelector::Samples(Path path) const { return hist_[int(path)].count; }
 
 }  // namespace remem::client

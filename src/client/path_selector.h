@@ -42,7 +42,7 @@ namespace remem::client {
 
 // The path one operation takes (the mode that chooses it is the public
 // remem::ReadPath: auto, or one of these forced).
-enum class ReadPath { kOneSided = 0, kRpc = 1 };
+enum class Path { kOneSided = 0, kRpc = 1 };
 
 struct PathSelectorOptions {
   remem::ReadPath mode = remem::ReadPath::kAuto;
@@ -62,14 +62,14 @@ class PathSelector {
   explicit PathSelector(PathSelectorOptions options = {});
 
   // The path for the next operation.
-  ReadPath Choose(Clock::time_point now = Clock::now());
+  Path Choose(Clock::time_point now = Clock::now());
   // Reports how long an operation on `path` took, end to end.
-  void Record(ReadPath path, double latency_us,
+  void Record(Path path, double latency_us,
               Clock::time_point now = Clock::now());
 
   // Current moving average of `path` in microseconds (0 if no history).
-  double Estimate(ReadPath path) const;
-  size_t Samples(ReadPath path) const;
+  double Estimate(Path path) const;
+  size_t Samples(Path path) const;
 
   struct Counters {
     uint64_t chosen[2] = {0, 0};

@@ -12,15 +12,15 @@ using Clock = PathSelector::Clock;
 // Drives the selector for `ops` operations where each path costs what
 // `latency(path, i)` says; returns how many went one-sided.
 uint64_t Drive(PathSelector& sel, int ops,
-               const std::function<double(ReadPath, int)>& latency,
+               const std::function<double(Path, int)>& latency,
                Clock::time_point* now) {
   uint64_t onesided = 0;
   for (int i = 0; i < ops; ++i) {
-    ReadPath p = sel.Choose(*now);
+    Path p = sel.Choose(*now);
     double l = latency(p, i);
     *now += std::chrono::nanoseconds(static_cast<int64_t>(l * 1000));
     sel.Record(p, l, *now);
-    onesided += p == ReadPath::kOneSided;
+    onesided += p == Path::kOneSided;
   }
   return onesided;
 }
@@ -29,8 +29,8 @@ TEST(PathSelector, ForcedModesNeverExplore) {
   for (auto mode : {remem::ReadPath::kOneSided, remem::ReadPath::kRpc}) {
     PathSelector sel({.mode = mode});
     Clock::time_point now{};
-    auto want = mode == remem::ReadPath::kOneSided ? ReadPath::kOneSided
-                                                   : ReadPath::kRpc;
+    auto want =
+        mode == remem::ReadPath::kOneSided ? Path::kOneSided : Path::kRpc;
     for (int i = 0; i < 10000; ++i) {
       ASSERT_EQ(sel.Choose(now), want);
       sel.Record(want, i % 7 == 0 ? 1000.0 : 1.0, now);
@@ -44,8 +44,7 @@ TEST(PathSelector, SharedMemoryReadsDirectlyTcpAsksTheServer) {
   PathSelector shm;
   Clock::time_point now{};
   uint64_t os = Drive(
-      shm, 100000,
-      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
+      shm, 100000, [](Path p, int) { return p == Path::kOneSided ? 0.2 : 1.1; },
       &now);
   EXPECT_GT(os, 98000u);
   // About 1% exploration of the worse path.
@@ -55,8 +54,7 @@ TEST(PathSelector, SharedMemoryReadsDirectlyTcpAsksTheServer) {
   PathSelector tcp;
   os = Drive(
       tcp, 100000,
-      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 24.0 : 14.0; },
-      &now);
+      [](Path p, int) { return p == Path::kOneSided ? 24.0 : 14.0; }, &now);
   EXPECT_LT(os, 2000u);
 }
 
@@ -70,20 +68,20 @@ TEST(PathSelector, ShiftsToClientsWhenTheServerIsOverloaded) {
   auto jitter = [](int i) { return 1.0 + 0.05 * (i % 5); };
   Drive(
       sel, 20000,
-      [&](ReadPath p, int i) {
-        return (p == ReadPath::kOneSided ? 24.0 : 14.0) * jitter(i);
+      [&](Path p, int i) {
+        return (p == Path::kOneSided ? 24.0 : 14.0) * jitter(i);
       },
       &now);
-  ASSERT_LT(sel.Estimate(ReadPath::kRpc), sel.Estimate(ReadPath::kOneSided));
+  ASSERT_LT(sel.Estimate(Path::kRpc), sel.Estimate(Path::kOneSided));
   const uint64_t resets = sel.counters().resets;
   uint64_t os = Drive(
       sel, 20000,
-      [&](ReadPath p, int i) {
-        return (p == ReadPath::kOneSided ? 24.0 : 80.0) * jitter(i);
+      [&](Path p, int i) {
+        return (p == Path::kOneSided ? 24.0 : 80.0) * jitter(i);
       },
       &now);
   EXPECT_GT(os, 18000u) << "the selector must move reads to the client";
-  EXPECT_GT(sel.Estimate(ReadPath::kRpc), sel.Estimate(ReadPath::kOneSided));
+  EXPECT_GT(sel.Estimate(Path::kRpc), sel.Estimate(Path::kOneSided));
   EXPECT_GT(sel.counters().resets, resets);
   EXPECT_GT(sel.counters().outliers, 0u);
 }
@@ -93,31 +91,30 @@ TEST(PathSelector, OneOutlierDoesNotFlipTheChoice) {
   Clock::time_point now{};
   Drive(
       sel, 5000,
-      [](ReadPath p, int i) {
-        double base = p == ReadPath::kOneSided ? 0.2 : 1.1;
+      [](Path p, int i) {
+        double base = p == Path::kOneSided ? 0.2 : 1.1;
         return base * (1.0 + 0.05 * (i % 5));  // a little jitter
       },
       &now);
   const uint64_t outliers = sel.counters().outliers;
-  sel.Record(ReadPath::kOneSided, 500.0, now);  // one page fault
+  sel.Record(Path::kOneSided, 500.0, now);  // one page fault
   EXPECT_EQ(sel.counters().outliers, outliers + 1);
-  EXPECT_LT(sel.Estimate(ReadPath::kOneSided), 1.0);
-  EXPECT_EQ(sel.Choose(now), ReadPath::kOneSided);
+  EXPECT_LT(sel.Estimate(Path::kOneSided), 1.0);
+  EXPECT_EQ(sel.Choose(now), Path::kOneSided);
 }
 
 TEST(PathSelector, HistoryExpiresWhenIdle) {
   PathSelector sel;
   Clock::time_point now{};
   Drive(
-      sel, 1000,
-      [](ReadPath p, int) { return p == ReadPath::kOneSided ? 0.2 : 1.1; },
+      sel, 1000, [](Path p, int) { return p == Path::kOneSided ? 0.2 : 1.1; },
       &now);
-  ASSERT_GT(sel.Samples(ReadPath::kRpc), 0u);
+  ASSERT_GT(sel.Samples(Path::kRpc), 0u);
   now += std::chrono::seconds(4);
   // Both histories are gone: the one-sided path is measured first again.
-  EXPECT_EQ(sel.Choose(now), ReadPath::kOneSided);
-  EXPECT_EQ(sel.Samples(ReadPath::kOneSided), 0u);
-  EXPECT_EQ(sel.Samples(ReadPath::kRpc), 0u);
+  EXPECT_EQ(sel.Choose(now), Path::kOneSided);
+  EXPECT_EQ(sel.Samples(Path::kOneSided), 0u);
+  EXPECT_EQ(sel.Samples(Path::kRpc), 0u);
   EXPECT_GE(sel.counters().resets, 2u);
 }
 

@@ -7,13 +7,13 @@
 // moves when the table grows. The rest of the region is an arena for bucket
 // arrays and slab extents.
 //
-// Table: `num_buckets` (a power of two) Buckets of 256 bytes. A key hashes
+// Table: `num_buckets` (a power of two) Buckets of 512 bytes. A key hashes
 // (xxh3-64 with the table's seed) to a 16-bit tag and two buckets, b1 from
 // the hash and b2 = b1 ^ (mix(tag) & mask) (partial-key cuckoo hashing, as
 // MemC3: a bucket's alternate is computable from the tag alone, so the
 // server can move an entry without re-reading its key).
 //
-// Bucket: a seqlock version, a 240-byte entry area, and a 64-bit checksum
+// Bucket: a seqlock version, a 496-byte entry area, and a 64-bit checksum
 // over everything before it. Entries are packed from the start of the area;
 // a head with tag 0 (or the end of the area) ends the list. An entry is
 //   - inline: head, the pair's version, key and value (padded to 8 bytes);
@@ -52,6 +52,9 @@ inline constexpr size_t kExtentAlign = 64;
 inline constexpr uint64_t kMovedVersion = ~uint64_t{0};  // odd: never stable
 inline constexpr uint32_t kRootMagic = 0x544F4F52;       // "ROOT"
 inline constexpr uint16_t kLayoutVersion = 2;
+// A partition region: the Root at offset 0, the arena (bucket arrays and
+// slab extents) from this offset on.
+inline constexpr uint64_t kArenaOffset = 4096;
 
 // Where a table's buckets live, as a client needs to know it.
 struct Geometry {

@@ -99,13 +99,12 @@ Status HashService::Init(server::ServiceContext* ctx) {
   for (uint32_t i = 0; i < n; ++i) {
     auto region = ctx->AllocateRegion(per, proto::RegionAccess::kReadOnly);
     if (!region.ok()) return region.status();
-    // The root in the first page; the rest is the arena for bucket arrays
-    // (the table starts small and doubles as it fills) and extents.
-    constexpr uint64_t kArenaStart = 4096;
+    // The root first; the rest is the arena for bucket arrays (the table
+    // starts small and doubles as it fills) and extents.
     auto part = std::make_unique<Partition>();
     part->region = *region;
     part->slab = std::make_unique<SlabAllocator>(
-        part->region->base() + kArenaStart, per - kArenaStart, kArenaStart);
+        part->region->base() + kArenaOffset, per - kArenaOffset, kArenaOffset);
     TableOptions to;
     to.seed = (uint64_t{rd()} << 32) | rd();
     to.initial_buckets = options_.initial_buckets;

@@ -56,7 +56,7 @@ struct HashStore::Impl {
   size_t in_flight = 0;
   int flush_hook = 0;
   // Sampling of get latencies for the selector (auto mode only).
-  client::ReadPath last_path = client::ReadPath::kOneSided;
+  client::Path last_path = client::Path::kOneSided;
   uint64_t sample_counter = 0;
   Clock::time_point last_now = Clock::now();
 
@@ -75,12 +75,12 @@ struct HashStore::Impl {
   // path has enough samples only every 8th get on it is timed; a change of
   // path (exploration, or a switch) is always timed. Choose() gets the last
   // measured time, which is enough for its 3 s idle reset.
-  client::ReadPath ChoosePath(bool* timed, Clock::time_point* start) {
+  client::Path ChoosePath(bool* timed, Clock::time_point* start) {
     if (selector->mode() != ReadPath::kAuto) {
       *timed = false;
       return selector->Choose(last_now);
     }
-    const client::ReadPath p = selector->Choose(last_now);
+    const client::Path p = selector->Choose(last_now);
     *timed = p != last_path || selector->Samples(p) < 32 ||
              (++sample_counter & 7) == 0;
     last_path = p;
@@ -90,10 +90,10 @@ struct HashStore::Impl {
     }
     return p;
   }
-  void RecordLatency(client::ReadPath p, Clock::time_point start) {
+  void RecordLatency(client::Path p, Clock::time_point start) {
     RecordLatency(selector.get(), p, start, 1);
   }
-  void RecordLatency(client::PathSelector* into, client::ReadPath p,
+  void RecordLatency(client::PathSelector* into, client::Path p,
                      Clock::time_point start, double divide_by) {
     const auto end = Clock::now();
     last_now = end;
@@ -141,7 +141,7 @@ struct HashStore::Impl {
     bool reading_root = false;
     bool root_loaded = false;
     int attempt = 0;
-    client::ReadPath path = client::ReadPath::kOneSided;
+    client::Path path = client::Path::kOneSided;
     bool timed = false;  // its latency goes to the selector
     Clock::time_point start;
     std::function<void(Result<Value>)> done;
@@ -165,7 +165,7 @@ struct HashStore::Impl {
   // `forced`: the path a batch chose for all its keys; else the selector
   // chooses.
   void StartGet(std::string key, std::function<void(Result<Value>)> done,
-                std::optional<client::ReadPath> forced = std::nullopt);
+                std::optional<client::Path> forced = std::nullopt);
   void DriveOneSided(std::shared_ptr<AsyncGet> op);
   void GetByRpc(std::shared_ptr<AsyncGet> op);
   void FinishGet(const std::shared_ptr<AsyncGet>& op, Result<Value> r);
@@ -339,11 +339,11 @@ Result<HashStore::Value> HashStore::Get(std::string_view key) {
   // two clock reads.
   bool timed = false;
   Clock::time_point start;
-  const client::ReadPath path = impl_->ChoosePath(&timed, &start);
+  const client::Path path = impl_->ChoosePath(&timed, &start);
   auto record = [&] {
     if (timed) impl_->RecordLatency(path, start);
   };
-  if (path == client::ReadPath::kOneSided) {
+  if (path == client::Path::kOneSided) {
     bool gave_up = false;
     auto r = impl_->GetOneSided(&g, key, &gave_up);
     if (!gave_up) {
@@ -386,7 +386,7 @@ Status HashStore::Delete(std::string_view key) {
 
 void HashStore::Impl::StartGet(std::string key,
                                std::function<void(Result<Value>)> done,
-                               std::optional<client::ReadPath> forced) {
+                               std::optional<client::Path> forced) {
   auto op = std::make_shared<AsyncGet>();
   op->done = std::move(done);
   Status st = CheckKey(key);
@@ -401,7 +401,7 @@ void HashStore::Impl::StartGet(std::string key,
   } else {
     op->path = ChoosePath(&op->timed, &op->start);
   }
-  if (op->path == client::ReadPath::kRpc) return GetByRpc(std::move(op));
+  if (op->path == client::Path::kRpc) return GetByRpc(std::move(op));
   op->lookup.emplace(*op->g, op->key);
   DriveOneSided(std::move(op));
 }
@@ -664,8 +664,8 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   // batch is cheap).
   const bool timed = s.batch_selector->mode() == ReadPath::kAuto;
   const Clock::time_point start = timed ? Clock::now() : s.last_now;
-  const client::ReadPath path = s.batch_selector->Choose(start);
-  if (path == client::ReadPath::kOneSided && s.core->reads_are_local()) {
+  const client::Path path = s.batch_selector->Choose(start);
+  if (path == client::Path::kOneSided && s.core->reads_are_local()) {
     // Shared memory: each read is a copy, done at once; nothing to overlap.
     for (size_t i = 0; i < keys.size(); ++i) {
       Status st = s.CheckKey(keys[i]);
@@ -688,7 +688,7 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
     }
     return out;
   }
-  if (path == client::ReadPath::kOneSided) {
+  if (path == client::Path::kOneSided) {
     // One batch of reads: every lookup in flight at once.
     size_t pending = keys.size();
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -792,9 +792,9 @@ std::vector<Result<uint64_t>> HashStore::MultiPut(
 
 const HashStore::ReadStats& HashStore::read_stats() const {
   impl_->read_stats.onesided_estimate_us =
-      impl_->selector->Estimate(client::ReadPath::kOneSided);
+      impl_->selector->Estimate(client::Path::kOneSided);
   impl_->read_stats.rpc_estimate_us =
-      impl_->selector->Estimate(client::ReadPath::kRpc);
+      impl_->selector->Estimate(client::Path::kRpc);
   return impl_->read_stats;
 }
 

@@ -2,9 +2,9 @@
 // written by the thread that owns it, read concurrently by anyone (clients
 // one-sided, see reader.h).
 //
-// Scheme: bucketized cuckoo hashing with two choices and 256-byte buckets
-// whose 240-byte entry area holds variable-size entries: small pairs inline
-// (three 16 B key / 32 B value pairs per bucket), larger ones as 16-byte
+// Scheme: bucketized cuckoo hashing with two choices and 512-byte buckets
+// whose 496-byte entry area holds variable-size entries: small pairs inline
+// (seven 16 B key / 32 B value pairs per bucket), larger ones as 16-byte
 // references to slab extents. docs/ARCHITECTURE.md gives the measurements
 // behind the choice. Publishing a bucket is a seqlock write (version odd,
 // entries, checksum, version even) with word-sized atomic stores, so a

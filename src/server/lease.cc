@@ -1,6 +1,7 @@
 #include "server/lease.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -98,6 +99,7 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   }
   k->Publish(MonotonicNs() + k->lease_ns_);
   k->thread_ = std::thread([raw = k.get()] { raw->Run(); });
+  pthread_setname_np(k->thread_.native_handle(), "remem-lease");
   return k;
 }
 

@@ -439,6 +439,16 @@ Status Server::Impl::Init() {
   for (auto& t : threads) {
     Thread* raw = t.get();
     t->thread = std::thread([this, raw] { RunThread(raw); });
+    // Named (for ps, top and the tests: "remem-p<partition>") and pinned
+    // before the server says it is listening.
+    const std::string name = "remem-p" + std::to_string(t->state.index);
+    pthread_setname_np(t->thread.native_handle(), name.c_str());
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus[t->state.index % cpus.size()], &set);
+      pthread_setaffinity_np(t->thread.native_handle(), sizeof(set), &set);
+    }
   }
   REMEM_RETURN_IF_ERROR(acceptor->Start());
 
@@ -493,12 +503,6 @@ void Server::Impl::OnConnectionClosed(uint32_t thread, ConnectionId id) {
 
 void Server::Impl::RunThread(Thread* t) {
   Dispatcher::SetCurrentThread(int(t->state.index));
-  if (!cpus.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpus[t->state.index % cpus.size()], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-  }
   t->state.worker->Run(stop, config.spin);
   // Close every connection so clients see the server go, not a hang.
   dispatcher->DropAll_st(t->state.index);
