@@ -13,7 +13,7 @@
 //     the server performs them on request (served one-sided operations);
 //   - make calls to the server (Ping, Stats, Echo, TakeSnapshot);
 //   - carry the data models: each is a class of its own attached to a
-//     session (remem/hash.h: HashStore), using its connection.
+//     session, using its connection (each in its own header).
 // Every call exists in two styles:
 //   - synchronous: returns when done, or with TimedOut after
 //     SessionOptions::timeout;

@@ -1,6 +1,6 @@
 // client::LoopCore and client::SessionCore: the inside of remem::EventLoop
-// and remem::Session, and what every data model's client-side store (e.g.
-// src/hash/store_client.cc) builds on:
+// and remem::Session, and what every data model's client-side store
+// (src/<model>/store_client.cc) builds on:
 //   - calls to a service's methods (Call, CallSync), with the session's
 //     deadline, coalescing hooks (a store queues requests and sends them
 //     together at the next Poll: AddFlushHook);

@@ -104,7 +104,7 @@ struct Route {
 
 // Named counters a service contributes to `remem stats`. Names are
 // [a-z0-9_.], unique across the server; by convention a service prefixes
-// its own with its name ("hash_pairs").
+// its own with its name ("<name>_pairs").
 class StatsBuilder {
  public:
   void Add(std::string name, uint64_t value) {

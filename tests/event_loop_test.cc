@@ -1,0 +1,111 @@
+// One client thread, one EventLoop (one UCX worker), sessions to several
+// servers polled together: what the cluster client builds on. Runs per
+// transport.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+#include <string>
+
+#include "test_util.h"
+
+namespace remem {
+namespace {
+
+using testing::StartServer;
+using testing::TestTransport;
+
+TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
+  auto a = StartServer({}, "32M");
+  auto b = StartServer({}, "32M");
+  ASSERT_NE(a.process, nullptr);
+  ASSERT_NE(b.process, nullptr);
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  SessionOptions o;
+  o.transport = TestTransport();
+  o.server = a.address;
+  auto sa = Session::Connect(o, loop->get());
+  o.server = b.address;
+  auto sb = Session::Connect(o, loop->get());
+  ASSERT_TRUE(sa.ok()) << sa.status().ToString();
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  EXPECT_NE((*sa)->server_incarnation(), (*sb)->server_incarnation());
+  auto ha = HashStore::Open(sa->get());
+  auto hb = HashStore::Open(sb->get());
+  ASSERT_TRUE(ha.ok() && hb.ok());
+
+  // Interleaved asynchronous writes to both servers, completed by polling
+  // the loop alone (not either session).
+  constexpr int kKeys = 200;
+  int done = 0, failed = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    (*ha)->PutAsync(k, "on-a-" + std::to_string(i),
+                    [&](Result<uint64_t> r) { ++done, failed += !r.ok(); });
+    (*hb)->PutAsync(k, "on-b-" + std::to_string(i),
+                    [&](Result<uint64_t> r) { ++done, failed += !r.ok(); });
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (done < 2 * kKeys && std::chrono::steady_clock::now() < deadline) {
+    (*loop)->Poll();
+  }
+  ASSERT_EQ(done, 2 * kKeys);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ((*sa)->in_flight(), 0u);
+  EXPECT_EQ((*sb)->in_flight(), 0u);
+
+  // Gets on both, in flight together; each server has its own values.
+  std::map<std::string, std::string> got_a, got_b;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    (*ha)->GetAsync(k, [&, k](Result<HashStore::Value> r) {
+      if (r.ok()) got_a[k] = r->value;
+    });
+    (*hb)->GetAsync(k, [&, k](Result<HashStore::Value> r) {
+      if (r.ok()) got_b[k] = r->value;
+    });
+  }
+  ASSERT_TRUE((*sa)->WaitAll().ok());
+  ASSERT_TRUE((*sb)->WaitAll().ok());
+  ASSERT_EQ(got_a.size(), size_t(kKeys));
+  ASSERT_EQ(got_b.size(), size_t(kKeys));
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    EXPECT_EQ(got_a[k], "on-a-" + std::to_string(i));
+    EXPECT_EQ(got_b[k], "on-b-" + std::to_string(i));
+  }
+  auto stats_a = (*sa)->Stats();
+  auto stats_b = (*sb)->Stats();
+  ASSERT_TRUE(stats_a.ok() && stats_b.ok());
+  EXPECT_EQ(stats_a->Get("hash_pairs"), uint64_t(kKeys));
+  EXPECT_EQ(stats_b->Get("hash_pairs"), uint64_t(kKeys));
+
+  // One server goes away: its session fails, the other carries on, on the
+  // same loop.
+  hb->reset();
+  ASSERT_TRUE(b.process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(b.process->Wait(std::chrono::seconds(10)).ok());
+  EXPECT_EQ((*sb)->Echo("x").status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE((*sb)->connected());
+  sb->reset();
+  auto still = (*ha)->Get("k7");
+  ASSERT_TRUE(still.ok()) << still.status().ToString();
+  EXPECT_EQ(still->value, "on-a-7");
+  EXPECT_TRUE((*sa)->connected());
+
+  // A session on a loop of another transport is refused, not mixed.
+  const Transport other =
+      TestTransport() == Transport::kShm ? Transport::kTcp : Transport::kShm;
+  o.server = a.address;
+  o.transport = other;
+  EXPECT_EQ(Session::Connect(o, loop->get()).status().code(),
+            StatusCode::kInvalidArgument);
+  ha->reset();
+  sa->reset();
+}
+
+}  // namespace
+}  // namespace remem
