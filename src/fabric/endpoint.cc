@@ -89,8 +89,14 @@ void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
       self->closed_ = true;
       self->worker_->TrackClose(ucp_ep_close_nbx(self->ep_, &p));
     }
-    if (self->on_failure_) self->on_failure_(self->failure_);
+    self->ReportFailure();
   });
+}
+
+void Endpoint::ReportFailure() {
+  if (failure_reported_ || !on_failure_) return;
+  failure_reported_ = true;
+  on_failure_(failure_);
 }
 
 void Endpoint::Fail(Status why) {
@@ -110,10 +116,13 @@ void Endpoint::Fail(Status why) {
   // buffers are released before the caller reuses them. A forced close
   // completes at once in practice; the bound only guards against a UCX bug.
   worker_->DrainCloses(Clock::now() + std::chrono::seconds(30));
+  // The handler runs later, and only if this endpoint still exists then:
+  // its owner may destroy it (and what the handler touches) first.
   if (on_failure_) {
-    auto fn = on_failure_;
-    Status st = failure_;
-    worker_->Defer([fn, st] { fn(st); });
+    worker_->Defer([alive = alive_] {
+      Endpoint* self = *alive;
+      if (self != nullptr) self->ReportFailure();
+    });
   }
 }
 

@@ -59,7 +59,8 @@ class Endpoint {
   bool failed() const { return failed_; }
   const Status& failure() const { return failure_; }
 
-  // Called once, on the worker's thread, when the endpoint fails.
+  // Called at most once, on the worker's thread, from a later Progress()
+  // after the endpoint fails; never after the endpoint is destroyed.
   void SetFailureHandler(std::function<void(const Status&)> fn) {
     on_failure_ = std::move(fn);
   }
@@ -157,6 +158,7 @@ class Endpoint {
   void OnMemReply(AmMessage&& msg);
   // Completes every outstanding served operation with `why`.
   void FailServed(const Status& why);
+  void ReportFailure();
   // Issues one operation through `issue` and progresses until it completes
   // or `timeout` passes (then fails the endpoint, like Settle).
   Status RunSync(const std::function<void(Completion)>& issue,
@@ -168,6 +170,7 @@ class Endpoint {
   bool closed_ = false;
   Status failure_;
   std::function<void(const Status&)> on_failure_;
+  bool failure_reported_ = false;  // on_failure_ has run
   bool served_ = false;
   bool routed_ = false;  // this endpoint's kAmMemReply route is installed
   std::unordered_map<uint64_t, ServedOp> served_ops_;
