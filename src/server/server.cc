@@ -348,6 +348,15 @@ Status Server::Impl::Init() {
   ao.incarnation = incarnation_id;
   ao.server_threads = uint32_t(config.threads);
   ao.lease_ms = uint32_t(config.lease.count());
+  {
+    // Clients' worker addresses are checked against what the server's own
+    // workers look like (client_address.h).
+    std::vector<std::string> own;
+    for (const auto& t : threads) own.push_back(t->state.worker->address());
+    auto check = ClientAddressCheck::Create(own);
+    if (!check.ok()) return check.status();
+    ao.address_check = std::move(*check);
+  }
   auto acc = Acceptor::Bind(
       ao,
       [this](uint32_t thread, ConnectionId id, std::string peer,
