@@ -86,6 +86,20 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
     }
   }
 
+  // Every interface stays active (polled, armed through the worker) instead
+  // of UCX 1.13's "adaptive progress", which leaves an idle interface to
+  // its async thread: there a zero-length datagram on a shared-memory
+  // interface's signal socket (an abstract unix socket any local user can
+  // write to) makes UCX abort the process ("failed to arm iface ...:
+  // Connection reset by remote peer"). Armed through the worker, the same
+  // datagram only makes ucp_worker_arm return an error (Worker::Sleep polls
+  // again). docs/SECURITY.md, "Other sockets".
+  s = ucp_config_modify(config, "ADAPTIVE_PROGRESS", "n");
+  if (s != UCS_OK) {
+    ucp_config_release(config);
+    return FromUcs(s, "setting UCX_ADAPTIVE_PROGRESS");
+  }
+
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;

@@ -41,6 +41,10 @@ class Context {
   // segments are reached through /proc/<pid>/fd, which only the same user
   // (and root) may open. docs/ARCHITECTURE.md, "Security", has the rest.
   //
+  // Every context runs with UCX_ADAPTIVE_PROGRESS=n (an idle shared-memory
+  // interface left to UCX's async thread aborts the process on a
+  // zero-length datagram from any local user; docs/SECURITY.md).
+  //
   // A server's context (`server`) offers no RMA feature and, over tcp, no
   // atomics: clients reach its memory directly over shared memory, and over
   // tcp only through remem's served requests. So UCX never installs its
