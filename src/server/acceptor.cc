@@ -39,8 +39,7 @@ struct Acceptor::Peer {
   // Its entry in deadlines_, if it has one.
   std::multimap<Clock::time_point, Peer*>::iterator deadline;
   bool has_deadline = false;
-  std::string in;       // bytes of the hello so far
-  size_t want = 0;      // bytes of the whole hello, once the prefix is in
+  HelloReader hello;    // until admitted
   std::string out;      // bytes still to send
   ConnectionId id = 0;  // once admitting
   uint32_t thread = 0;  // once admitting
@@ -276,15 +275,14 @@ void Acceptor::OnReadable(Peer* p) {
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) Close(p);
     return;  // discard whatever else it sends while the refusal goes out
   }
-  // kHello: read what is there, never more than the hello can hold, and
-  // judge the prefix as soon as each part of it is in: a foreign client is
-  // refused after its first 4 bytes, not after 32 or at the timeout.
+  // kHello: read what is there, never more than the hello can hold; the
+  // reader judges each part as soon as it is in (hello_reader.h).
   for (;;) {
-    const size_t need = p->want == 0 ? sizeof(proto::ClientHello) : p->want;
-    if (p->in.size() >= need) break;
+    const size_t want = p->hello.Wanted();
+    if (want == 0) break;
     char buf[16384];
-    const size_t ask = std::min(sizeof(buf), need - p->in.size());
-    const ssize_t r = ::recv(p->sock.fd(), buf, ask, MSG_DONTWAIT);
+    const ssize_t r =
+        ::recv(p->sock.fd(), buf, std::min(sizeof(buf), want), MSG_DONTWAIT);
     if (r == 0) {
       counters_.handshake_failures.Add(1);
       log::Debug("connection from {} closed during the handshake", p->name);
@@ -295,42 +293,12 @@ void Acceptor::OnReadable(Peer* p) {
       counters_.handshake_failures.Add(1);
       return Close(p);
     }
-    p->in.append(buf, size_t(r));
-    if (p->want != 0) continue;
-    const size_t have = p->in.size();
-    if (have >= sizeof(uint32_t)) {
-      uint32_t magic;
-      std::memcpy(&magic, p->in.data(), sizeof(magic));
-      if (magic != proto::kWireMagic) {
-        counters_.handshake_failures.Add(1);
-        return Refuse(
-            p, Status::ProtocolError("not a remem client (bad magic in the "
-                                     "handshake)"));
-      }
-    }
-    constexpr size_t kVersionEnd = offsetof(proto::ClientHello, version) + 2;
-    if (have >= kVersionEnd) {
-      uint16_t version;
-      std::memcpy(&version, p->in.data() + kVersionEnd - 2, sizeof(version));
-      if (version != proto::kWireVersion) {
-        counters_.handshake_failures.Add(1);
-        return Refuse(
-            p, Status::ProtocolError(
-                   "client speaks wire version " + std::to_string(version) +
-                   ", server speaks " + std::to_string(proto::kWireVersion)));
-      }
-    }
-    if (have == sizeof(proto::ClientHello)) {
-      proto::ClientHello h;
-      auto body = proto::DecodeClientHelloPrefix(p->in, &h);
-      if (!body.ok()) {
-        counters_.handshake_failures.Add(1);
-        return Refuse(p, body.status());
-      }
-      p->want = sizeof(h) + *body;
+    if (Status st = p->hello.Feed(std::string_view(buf, size_t(r))); !st.ok()) {
+      counters_.handshake_failures.Add(1);
+      return Refuse(p, st);
     }
   }
-  auto hello = proto::DecodeClientHello(p->in);
+  auto hello = p->hello.Take();
   if (!hello.ok()) {
     counters_.handshake_failures.Add(1);
     return Refuse(p, hello.status());
@@ -351,11 +319,10 @@ void Acceptor::OnReadable(Peer* p) {
     counters_.handshake_failures.Add(1);
     return Refuse(p, st);
   }
-  p->in = std::move(hello->worker_address);
-  Admit(p);
+  Admit(p, std::move(hello->worker_address));
 }
 
-void Acceptor::Admit(Peer* p) {
+void Acceptor::Admit(Peer* p, std::string worker_address) {
   ClearDeadline(p);
   p->state = Peer::kAdmitting;
   p->id = next_id_.fetch_add(1);
@@ -364,7 +331,7 @@ void Acceptor::Admit(Peer* p) {
   --pending_;
   counters_.sessions.Add(1);
   const ConnectionId id = p->id;
-  admit_(p->thread, id, p->name, std::move(p->in),
+  admit_(p->thread, id, p->name, std::move(worker_address),
          [this, id](Status st, std::string address) {
            {
              std::lock_guard<std::mutex> lock(mu_);
@@ -372,7 +339,6 @@ void Acceptor::Admit(Peer* p) {
            }
            Notify();
          });
-  p->in.clear();
 }
 
 void Acceptor::DrainEvents() {

@@ -53,6 +53,7 @@
 
 #include "remem/status.h"
 #include "server/client_address.h"
+#include "server/hello_reader.h"
 #include "server/service.h"
 #include "util/socket.h"
 
@@ -122,7 +123,7 @@ class Acceptor {
   void OnReadable(Peer* p);
   void Refuse(Peer* p, Status why);
   void LogRefusal(const std::string& peer, const Status& why);
-  void Admit(Peer* p);
+  void Admit(Peer* p, std::string worker_address);
   void Close(Peer* p);
   void DrainEvents();
   void Notify();
