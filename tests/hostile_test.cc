@@ -801,6 +801,41 @@ TEST_F(Hostile, SharedMemorySignalSocketsSurviveDatagrams) {
   ExpectServing("datagrams");
 }
 
+// The worker address parser reads what this UCX packs, for every transport:
+// the checksums UCX names transports by, the uuid, and for shared memory
+// this process's own pid.
+TEST(WorkerAddressParser, ReadsTheAddressesThisUcxPacks) {
+  EXPECT_EQ(fabric::UcxTransportChecksum("tcp"), 0x19cf);
+  EXPECT_EQ(fabric::UcxTransportChecksum("posix"), 0xd3a7);
+  EXPECT_EQ(fabric::UcxTransportChecksum("cma"), 0x8b47);
+  EXPECT_EQ(fabric::UcxTransportChecksum("self"), 0x7563);
+  for (Transport t : {Transport::kShm, Transport::kTcp, Transport::kAuto}) {
+    SCOPED_TRACE(std::string(TransportName(t)));
+    auto ctx = fabric::Context::Shared(t);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    auto w = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const std::string a = (*w)->address();
+    auto parsed = fabric::ParseWorkerAddress(a);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_TRUE(parsed->has_uuid);
+    EXPECT_NE(parsed->uuid, 0u);
+    EXPECT_FALSE(parsed->ifaces.empty());
+    size_t shm = 0;
+    for (const auto& e : parsed->ifaces) {
+      auto ref = fabric::SharedMemoryRefOf(e);
+      if (!ref.ok()) continue;
+      ++shm;
+      EXPECT_EQ(ref->pid, getpid());
+      if (ref->posix) {
+        EXPECT_TRUE(ref->procfs);
+        EXPECT_GE(ref->fd, 0);
+      }
+    }
+    EXPECT_EQ(shm > 0, t != Transport::kTcp);
+  }
+}
+
 // The same handshake attacks against a server with a secret: the secret is
 // checked before the address, and wrong ones are counted as such.
 class HostileWithSecret : public Hostile {
