@@ -229,8 +229,8 @@ Status Server::Impl::ForEachPartition(
 
 Status Server::Impl::InitTransport() {
   // UCX's tcp transport opens a listening socket on every network device it
-  // uses, and trusts whoever connects to it (docs/ARCHITECTURE.md,
-  // "Security"). Keep it on the interface the operator chose to listen on
+  // uses, and trusts whoever connects to it (docs/SECURITY.md, "UCX's tcp
+  // ports"). Keep it on the interface the operator chose to listen on
   // (a server on 127.0.0.1 opens nothing on eth0), unless the operator set
   // UCX_NET_DEVICES; and with --transport auto on loopback, where no client
   // can come over tcp, open no tcp port at all.
