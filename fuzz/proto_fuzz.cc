@@ -1,9 +1,13 @@
 // libFuzzer target for remem's wire decoders (the TCP handshake the server's
 // listening port reads first, RPC headers, regions, stats, served memory
-// requests, the hash store's payloads, durable records, bucket walks):
-// every decoder must reject or accept arbitrary bytes without reading out
+// requests, the hash store's payloads, durable records, bucket walks), and
+// for what the server reads before anything reaches UCX: the acceptor's
+// incremental handshake reader (server/hello_reader.h) fed in arbitrary
+// pieces, and the UCX worker address parser (fabric/worker_address.h).
+// Every decoder must reject or accept arbitrary bytes without reading out
 // of bounds, and whatever a decoder accepts must re-encode consistently.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,9 +15,55 @@
 #include <string_view>
 
 #include "durability/log.h"
+#include "fabric/worker_address.h"
 #include "hash/codec.h"
 #include "hash/layout.h"
 #include "proto/codec.h"
+#include "server/hello_reader.h"
+
+namespace {
+
+struct ReaderRun {
+  size_t consumed = 0;
+  bool done = false;
+  std::string error;  // the refusal, if any
+};
+
+// Feeds `in` to a HelloReader in pieces whose sizes come from `cuts` (one
+// byte per piece, cycled; empty: as much as it wants each time), never more
+// than it asks for, until it is done, refuses, or the input ends.
+ReaderRun FeedReader(std::string_view in, std::string_view cuts) {
+  remem::server::HelloReader r;
+  ReaderRun run;
+  size_t c = 0;
+  while (run.consumed < in.size()) {
+    const size_t wanted = r.Wanted();
+    if (wanted == 0) break;
+    size_t n = wanted;
+    if (!cuts.empty()) {
+      n = 1 + static_cast<uint8_t>(cuts[c++ % cuts.size()]) % 64;
+      n = std::min(n, wanted);
+    }
+    n = std::min(n, in.size() - run.consumed);
+    remem::Status st = r.Feed(in.substr(run.consumed, n));
+    run.consumed += n;
+    if (!st.ok()) {
+      run.error = st.message();
+      return run;
+    }
+  }
+  run.done = r.done();
+  if (run.done) {
+    auto hello = r.Take();
+    if (!hello.ok()) std::abort();  // done means decodable
+    if (remem::proto::EncodeClientHello(*hello) != in.substr(0, run.consumed)) {
+      std::abort();
+    }
+  }
+  return run;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace remem::proto;
@@ -36,6 +86,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto hello = DecodeClientHello(in);
   if (hello.ok() && EncodeClientHello(*hello).size() != size) std::abort();
+
+  // The acceptor's reader: the same verdict however the bytes are cut, and
+  // never more bytes than the prefix allows.
+  {
+    const size_t split = size == 0 ? 0 : data[0] % 16;
+    const std::string_view cuts = in.substr(0, std::min(split, size));
+    const ReaderRun whole = FeedReader(in, {});
+    const ReaderRun pieces = FeedReader(in, cuts);
+    if (whole.done != pieces.done || whole.error != pieces.error) std::abort();
+    if (whole.error.empty() && whole.consumed != pieces.consumed) std::abort();
+    if (whole.consumed >
+        sizeof(ClientHello) + kMaxSecretBytes + kMaxWorkerAddressBytes) {
+      std::abort();
+    }
+    // A hello the one-shot decoder accepts, of this wire version, is one
+    // the reader accepts (the decoder leaves the version to its caller).
+    if (hello.ok() && hello->version == kWireVersion &&
+        !(whole.done && whole.consumed == size)) {
+      std::abort();
+    }
+  }
+
+  // A UCX worker address: parsed within bounds, views inside the input.
+  {
+    auto addr = remem::fabric::ParseWorkerAddress(in);
+    if (addr.ok()) {
+      const char* lo = in.data();
+      const char* hi = in.data() + in.size();
+      for (const auto& e : addr->ifaces) {
+        for (std::string_view v : {e.device_address, e.iface_address}) {
+          if (!v.empty() && (v.data() < lo || v.data() + v.size() > hi)) {
+            std::abort();
+          }
+        }
+        (void)remem::fabric::SharedMemoryRefOf(e);
+      }
+    }
+  }
   auto server_hello = DecodeServerHello(in);
   if (server_hello.ok()) {
     auto again = DecodeServerHello(EncodeServerHello(*server_hello));

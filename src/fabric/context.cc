@@ -76,7 +76,7 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "ucp_config_read");
   // --transport shm|tcp is explicit and wins; with auto, an operator's
-  // UCX_TLS does (docs/ARCHITECTURE.md, "Security", explains the risks).
+  // UCX_TLS does (docs/SECURITY.md, "Shared memory", explains the risks).
   if (transport != Transport::kAuto || getenv("UCX_TLS") == nullptr) {
     s = ucp_config_modify(config, "TLS",
                           TlsFor(transport, options.no_tcp).c_str());
@@ -84,6 +84,20 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
       ucp_config_release(config);
       return FromUcs(s, "setting UCX_TLS");
     }
+  }
+
+  // Every interface stays active (polled, armed through the worker) instead
+  // of UCX 1.13's "adaptive progress", which leaves an idle interface to
+  // its async thread: there a zero-length datagram on a shared-memory
+  // interface's signal socket (an abstract unix socket any local user can
+  // write to) makes UCX abort the process ("failed to arm iface ...:
+  // Connection reset by remote peer"). Armed through the worker, the same
+  // datagram only makes ucp_worker_arm return an error (Worker::Sleep polls
+  // again). docs/SECURITY.md, "Shared memory".
+  s = ucp_config_modify(config, "ADAPTIVE_PROGRESS", "n");
+  if (s != UCS_OK) {
+    ucp_config_release(config);
+    return FromUcs(s, "setting UCX_ADAPTIVE_PROGRESS");
   }
 
   ucp_params_t params{};

@@ -39,14 +39,18 @@ class Context {
   // UCX's sysv transport is never chosen by remem: its segments are created
   // 0660, so members of the process's group could attach them; posix
   // segments are reached through /proc/<pid>/fd, which only the same user
-  // (and root) may open. docs/ARCHITECTURE.md, "Security", has the rest.
+  // (and root) may open. docs/SECURITY.md has the rest.
+  //
+  // Every context runs with UCX_ADAPTIVE_PROGRESS=n (an idle shared-memory
+  // interface left to UCX's async thread aborts the process on a
+  // zero-length datagram from any local user; docs/SECURITY.md).
   //
   // A server's context (`server`) offers no RMA feature and, over tcp, no
   // atomics: clients reach its memory directly over shared memory, and over
   // tcp only through remem's served requests. So UCX never installs its
   // software-emulated get handler in a server, which trusts any address a
   // peer names and aborts the process if the peer dies mid-reply (UCX
-  // 1.13; docs/ARCHITECTURE.md, "Security").
+  // 1.13; docs/SECURITY.md, "UCX's tcp ports").
   struct Options {
     bool no_tcp = false;
     bool server = false;

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "proto/codec.h"
@@ -34,9 +36,10 @@ struct Acceptor::Peer {
   util::Socket sock;
   std::string name;  // "ip:port"
   State state = kHello;
-  Clock::time_point deadline;
-  std::string in;       // bytes of the hello so far
-  size_t want = 0;      // bytes of the whole hello, once the prefix is in
+  // Its entry in deadlines_, if it has one.
+  std::multimap<Clock::time_point, Peer*>::iterator deadline;
+  bool has_deadline = false;
+  HelloReader hello;    // until admitted
   std::string out;      // bytes still to send
   ConnectionId id = 0;  // once admitting
   uint32_t thread = 0;  // once admitting
@@ -111,15 +114,27 @@ void Acceptor::SessionClosed(ConnectionId id) {
 void Acceptor::Run() {
   std::vector<epoll_event> events(256);
   while (!stop_.load(std::memory_order_acquire)) {
+    const auto now = Clock::now();
+    Clock::time_point wake = Clock::time_point::max();
+    if (!deadlines_.empty()) wake = deadlines_.begin()->first;
+    if (listen_paused_until_ != Clock::time_point{}) {
+      if (listen_paused_until_ <= now) {
+        listen_paused_until_ = {};
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = kListenTag;
+        ::epoll_ctl(epoll_, EPOLL_CTL_MOD, listen_.fd(), &ev);
+      } else {
+        wake = std::min(wake, listen_paused_until_);
+      }
+    }
     int timeout_ms = -1;
-    for (const auto& [fd, p] : peers_) {
-      if (p->state != Peer::kHello && p->state != Peer::kAdmitting) continue;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            p->deadline - Clock::now())
-                            .count() +
-                        1;
-      const int ms = int(std::max<int64_t>(0, std::min<int64_t>(left, 1000)));
-      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    if (wake != Clock::time_point::max()) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(wake - now)
+              .count() +
+          1;
+      timeout_ms = int(std::clamp<int64_t>(left, 0, 1000));
     }
     const int n =
         ::epoll_wait(epoll_, events.data(), int(events.size()), timeout_ms);
@@ -153,8 +168,8 @@ void Acceptor::Run() {
         if (p == nullptr) continue;
         if (p->out.empty()) {
           if (p->state == Peer::kClosing) {
-            Close(p);
-            continue;
+            // The refusal is out: let the client read it before the close.
+            ::shutdown(p->sock.fd(), SHUT_WR);
           }
           epoll_event ev{};
           ev.events = EPOLLIN | EPOLLRDHUP;
@@ -170,6 +185,29 @@ void Acceptor::Run() {
   }
 }
 
+void Acceptor::SetDeadline(Peer* p, Clock::time_point when) {
+  ClearDeadline(p);
+  p->deadline = deadlines_.emplace(when, p);
+  p->has_deadline = true;
+}
+
+void Acceptor::ClearDeadline(Peer* p) {
+  if (!p->has_deadline) return;
+  deadlines_.erase(p->deadline);
+  p->has_deadline = false;
+}
+
+void Acceptor::PauseListening() {
+  // Level-triggered: a pending connection we cannot accept would wake us
+  // at once, forever. Stop listening for a moment instead; connections wait
+  // in the backlog.
+  listen_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = kListenTag;
+  ::epoll_ctl(epoll_, EPOLL_CTL_MOD, listen_.fd(), &ev);
+}
+
 void Acceptor::OnListen() {
   for (;;) {
     sockaddr_storage ss{};
@@ -178,39 +216,43 @@ void Acceptor::OnListen() {
                              &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
         log::Warn(
-            "cannot accept a connection: {} (raise the open-files "
-            "limit)",
+            "cannot accept a connection: {}; pausing 100 ms (raise the "
+            "open-files limit, or lower --max-connections)",
             std::strerror(errno));
+        PauseListening();
       }
       return;  // EAGAIN: no more for now
     }
     auto p = std::make_unique<Peer>();
     p->sock = util::Socket(fd);
     p->name = util::FormatAddress(ss);
-    p->deadline = Clock::now() + options_.handshake_timeout;
     util::TuneConnection(fd, 10);
     Peer* raw = p.get();
     peers_.emplace(fd, std::move(p));
+    SetDeadline(raw, Clock::now() + options_.handshake_timeout);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = uint64_t(fd);
     ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
-    if (counters_.sessions.Get() + pending_ >= options_.max_connections) {
+    // Every connection in kHello counts in pending_ until it leaves that
+    // state (Admit, Refuse or Close), refused ones included.
+    ++pending_;
+    if (counters_.sessions.Get() + pending_ > options_.max_connections) {
       counters_.refused_busy.Add(1);
       Refuse(raw, Status::Busy("the server has reached its limit of " +
                                std::to_string(options_.max_connections) +
                                " connections"));
       continue;
     }
-    if (pending_ >= options_.max_pending) {
+    if (pending_ > options_.max_pending) {
       counters_.refused_busy.Add(1);
       Refuse(raw, Status::Busy("too many connections are being set up at "
                                "once; try again"));
       continue;
     }
-    ++pending_;
   }
 }
 
@@ -233,13 +275,14 @@ void Acceptor::OnReadable(Peer* p) {
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) Close(p);
     return;  // discard whatever else it sends while the refusal goes out
   }
-  // kHello: read what is there, never more than the hello can hold.
+  // kHello: read what is there, never more than the hello can hold; the
+  // reader judges each part as soon as it is in (hello_reader.h).
   for (;;) {
-    const size_t need = p->want == 0 ? sizeof(proto::ClientHello) : p->want;
-    if (p->in.size() >= need) break;
+    const size_t want = p->hello.Wanted();
+    if (want == 0) break;
     char buf[16384];
-    const size_t ask = std::min(sizeof(buf), need - p->in.size());
-    const ssize_t r = ::recv(p->sock.fd(), buf, ask, MSG_DONTWAIT);
+    const ssize_t r =
+        ::recv(p->sock.fd(), buf, std::min(sizeof(buf), want), MSG_DONTWAIT);
     if (r == 0) {
       counters_.handshake_failures.Add(1);
       log::Debug("connection from {} closed during the handshake", p->name);
@@ -250,27 +293,12 @@ void Acceptor::OnReadable(Peer* p) {
       counters_.handshake_failures.Add(1);
       return Close(p);
     }
-    p->in.append(buf, size_t(r));
-    if (p->want == 0 && p->in.size() == sizeof(proto::ClientHello)) {
-      proto::ClientHello h;
-      auto body = proto::DecodeClientHelloPrefix(p->in, &h);
-      if (!body.ok()) {
-        counters_.handshake_failures.Add(1);
-        log::Warn("refusing a connection from {}: {}", p->name,
-                  body.status().message());
-        return Refuse(p, body.status());
-      }
-      if (h.version != proto::kWireVersion) {
-        counters_.handshake_failures.Add(1);
-        return Refuse(
-            p, Status::ProtocolError(
-                   "client speaks wire version " + std::to_string(h.version) +
-                   ", server speaks " + std::to_string(proto::kWireVersion)));
-      }
-      p->want = sizeof(h) + *body;
+    if (Status st = p->hello.Feed(std::string_view(buf, size_t(r))); !st.ok()) {
+      counters_.handshake_failures.Add(1);
+      return Refuse(p, st);
     }
   }
-  auto hello = proto::DecodeClientHello(p->in);
+  auto hello = p->hello.Take();
   if (!hello.ok()) {
     counters_.handshake_failures.Add(1);
     return Refuse(p, hello.status());
@@ -278,18 +306,24 @@ void Acceptor::OnReadable(Peer* p) {
   if (!options_.secret.empty() &&
       !ConstantTimeEqual(hello->secret, options_.secret)) {
     counters_.auth_failures.Add(1);
-    log::Warn("connection from {}: authentication failed", p->name);
     return Refuse(p, Status::PermissionDenied(
                          hello->secret.empty()
                              ? "this server requires a shared secret "
                                "(--auth-file)"
                              : "authentication failed: wrong shared secret"));
   }
-  p->in = std::move(hello->worker_address);
-  Admit(p);
+  // Only now, and only checked, do the client's bytes go to UCX.
+  if (Status st =
+          options_.address_check.Check(hello->worker_address, p->sock.fd());
+      !st.ok()) {
+    counters_.handshake_failures.Add(1);
+    return Refuse(p, st);
+  }
+  Admit(p, std::move(hello->worker_address));
 }
 
-void Acceptor::Admit(Peer* p) {
+void Acceptor::Admit(Peer* p, std::string worker_address) {
+  ClearDeadline(p);
   p->state = Peer::kAdmitting;
   p->id = next_id_.fetch_add(1);
   p->thread = next_thread_.fetch_add(1) % options_.server_threads;
@@ -297,7 +331,7 @@ void Acceptor::Admit(Peer* p) {
   --pending_;
   counters_.sessions.Add(1);
   const ConnectionId id = p->id;
-  admit_(p->thread, id, p->name, std::move(p->in),
+  admit_(p->thread, id, p->name, std::move(worker_address),
          [this, id](Status st, std::string address) {
            {
              std::lock_guard<std::mutex> lock(mu_);
@@ -305,7 +339,6 @@ void Acceptor::Admit(Peer* p) {
            }
            Notify();
          });
-  p->in.clear();
 }
 
 void Acceptor::DrainEvents() {
@@ -334,8 +367,6 @@ void Acceptor::DrainEvents() {
       counters_.sessions.Set(counters_.sessions.Get() - 1);
       p->id = 0;
       counters_.handshake_failures.Add(1);
-      log::Warn("refusing a connection from {}: {}", p->name,
-                e.status.ToString());
       Refuse(p, e.status);
       continue;
     }
@@ -361,7 +392,29 @@ void Acceptor::DrainEvents() {
   }
 }
 
+void Acceptor::LogRefusal(const std::string& peer, const Status& why) {
+  // At most one refusal a second is logged as a warning, so that a flood of
+  // hostile connections cannot flood the log; the rest go to debug.
+  const auto now = Clock::now();
+  if (now - last_refusal_log_ < std::chrono::seconds(1)) {
+    ++quiet_refusals_;
+    log::Debug("refusing a connection from {}: {}", peer, why.ToString());
+    return;
+  }
+  if (quiet_refusals_ > 0) {
+    log::Warn(
+        "refusing a connection from {}: {} ({} more refused since the last "
+        "such message)",
+        peer, why.ToString(), quiet_refusals_);
+  } else {
+    log::Warn("refusing a connection from {}: {}", peer, why.ToString());
+  }
+  last_refusal_log_ = now;
+  quiet_refusals_ = 0;
+}
+
 void Acceptor::Refuse(Peer* p, Status why) {
+  LogRefusal(p->name, why);
   if (p->state == Peer::kHello) --pending_;
   p->state = Peer::kClosing;
   proto::ServerHelloInfo hello;
@@ -371,22 +424,24 @@ void Acceptor::Refuse(Peer* p, Status why) {
   const ssize_t w =
       ::send(p->sock.fd(), p->out.data(), p->out.size(), MSG_NOSIGNAL);
   if (w > 0) p->out.erase(0, size_t(w));
+  // Let the client read the refusal before the close: shut down our side
+  // once it is out and keep the socket (discarding what the client still
+  // sends, so that the close is not a reset that could destroy the refusal)
+  // until the client closes, at most a second.
+  SetDeadline(p, Clock::now() + std::chrono::seconds(1));
   if (p->out.empty()) {
-    // Let the client read the refusal before the close: shut down our side
-    // and keep the socket until it closes (or the handshake timeout).
     ::shutdown(p->sock.fd(), SHUT_WR);
-    p->deadline = Clock::now() + std::chrono::seconds(1);
     return;
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
   ev.data.u64 = uint64_t(p->sock.fd());
   ::epoll_ctl(epoll_, EPOLL_CTL_MOD, p->sock.fd(), &ev);
-  p->deadline = Clock::now() + std::chrono::seconds(1);
 }
 
 void Acceptor::Close(Peer* p) {
   const int fd = p->sock.fd();
+  ClearDeadline(p);
   if (p->state == Peer::kHello) --pending_;
   if (p->id != 0) {
     auto it = sessions_.find(p->id);
@@ -404,14 +459,9 @@ void Acceptor::Close(Peer* p) {
 
 void Acceptor::ExpireHandshakes() {
   const auto now = Clock::now();
-  std::vector<Peer*> late;
-  for (const auto& [fd, p] : peers_) {
-    if ((p->state == Peer::kHello || p->state == Peer::kClosing) &&
-        p->deadline <= now) {
-      late.push_back(p.get());
-    }
-  }
-  for (Peer* p : late) {
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    Peer* p = deadlines_.begin()->second;
+    ClearDeadline(p);
     if (p->state == Peer::kHello) {
       counters_.handshake_failures.Add(1);
       log::Debug("connection from {}: no handshake within {} ms", p->name,

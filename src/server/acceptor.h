@@ -6,7 +6,9 @@
 //      the shared secret, its UCX worker address;
 //   2. the acceptor checks the bytes (magic, lengths, version) as they
 //      arrive, refusing at once anything foreign or oversized, then the
-//      secret (constant time);
+//      secret (constant time), then the UCX worker address: its form and
+//      what it names (client_address.h), so that no bytes from the network
+//      reach UCX's own parser unchecked;
 //   3. it hands the session to a server thread, which creates a UCX
 //      endpoint to the client's worker and adopts the connection
 //      (Dispatcher::AddConnection);
@@ -19,8 +21,17 @@
 // after the handshake end the session.
 //
 // Every refusal carries a reason (ServerHello status + message): bad bytes,
-// wrong version, wrong secret, too many connections, a handshake that took
-// longer than the timeout, a client the server's transports cannot reach.
+// wrong version, wrong secret, a worker address the server will not use,
+// too many connections, a handshake that took longer than the timeout, a
+// client the server's transports cannot reach. Every accepted connection is
+// counted once when it ends without a session: handshake_failures,
+// auth_failures or refused_busy.
+//
+// Resources: at most max_connections sessions and handshakes together, at
+// most max_pending handshakes; a handshake has handshake_timeout from the
+// accept. When the process runs out of file descriptors the acceptor stops
+// accepting for a moment (connections wait in the kernel's backlog) instead
+// of spinning on the listening socket.
 //
 // Thread contract: Start, address, counters and SessionClosed are
 // thread-safe; the acceptor runs on its own thread.
@@ -32,6 +43,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +52,8 @@
 #include <vector>
 
 #include "remem/status.h"
+#include "server/client_address.h"
+#include "server/hello_reader.h"
 #include "server/service.h"
 #include "util/socket.h"
 
@@ -56,12 +70,15 @@ struct AcceptorOptions {
   uint64_t incarnation = 0;
   uint32_t server_threads = 1;
   uint32_t lease_ms = 0;
+  // Checks the worker address of each client (after the secret).
+  ClientAddressCheck address_check;
 };
 
 struct AcceptorCounters {
   Counter handshakes;          // completed: sessions admitted
   Counter auth_failures;       // wrong or missing secret
-  Counter handshake_failures;  // bad bytes, wrong version, timeouts
+  Counter handshake_failures;  // bad bytes, wrong version, bad address,
+                               // timeouts, closed or failed mid-handshake
   Counter refused_busy;        // connection limit reached
   Counter sessions;            // open now
 };
@@ -105,11 +122,16 @@ class Acceptor {
   void OnListen();
   void OnReadable(Peer* p);
   void Refuse(Peer* p, Status why);
-  void Admit(Peer* p);
+  void LogRefusal(const std::string& peer, const Status& why);
+  void Admit(Peer* p, std::string worker_address);
   void Close(Peer* p);
   void DrainEvents();
   void Notify();
   void ExpireHandshakes();
+  // Deadlines: handshakes (kHello) and refusals being read (kClosing).
+  void SetDeadline(Peer* p, std::chrono::steady_clock::time_point when);
+  void ClearDeadline(Peer* p);
+  void PauseListening();
 
   AcceptorOptions options_;
   AdmitFn admit_;
@@ -126,7 +148,12 @@ class Acceptor {
   // Acceptor thread only.
   std::unordered_map<int, std::unique_ptr<Peer>> peers_;
   std::unordered_map<ConnectionId, Peer*> sessions_;
+  std::multimap<std::chrono::steady_clock::time_point, Peer*> deadlines_;
   uint32_t pending_ = 0;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+  uint64_t quiet_refusals_ = 0;
+  // Out of file descriptors: accepting resumes at this time.
+  std::chrono::steady_clock::time_point listen_paused_until_{};
   // From other threads, under mu_.
   struct Event {
     ConnectionId id;

@@ -229,8 +229,8 @@ Status Server::Impl::ForEachPartition(
 
 Status Server::Impl::InitTransport() {
   // UCX's tcp transport opens a listening socket on every network device it
-  // uses, and trusts whoever connects to it (docs/ARCHITECTURE.md,
-  // "Security"). Keep it on the interface the operator chose to listen on
+  // uses, and trusts whoever connects to it (docs/SECURITY.md, "UCX's tcp
+  // ports"). Keep it on the interface the operator chose to listen on
   // (a server on 127.0.0.1 opens nothing on eth0), unless the operator set
   // UCX_NET_DEVICES; and with --transport auto on loopback, where no client
   // can come over tcp, open no tcp port at all.
@@ -348,6 +348,15 @@ Status Server::Impl::Init() {
   ao.incarnation = incarnation_id;
   ao.server_threads = uint32_t(config.threads);
   ao.lease_ms = uint32_t(config.lease.count());
+  {
+    // Clients' worker addresses are checked against what the server's own
+    // workers look like (client_address.h).
+    std::vector<std::string> own;
+    for (const auto& t : threads) own.push_back(t->state.worker->address());
+    auto check = ClientAddressCheck::Create(own);
+    if (!check.ok()) return check.status();
+    ao.address_check = std::move(*check);
+  }
   auto acc = Acceptor::Bind(
       ao,
       [this](uint32_t thread, ConnectionId id, std::string peer,

@@ -1,0 +1,245 @@
+#include "server/client_address.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "fabric/worker_address.h"
+
+namespace remem::server {
+
+namespace {
+
+// An IP address and port; IPv4 as IPv4-mapped IPv6.
+struct Endpoint {
+  std::array<uint8_t, 16> ip{};
+  uint16_t port = 0;
+  bool operator==(const Endpoint&) const = default;
+};
+
+bool FromSockaddr(const sockaddr_storage& ss, Endpoint* out) {
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    out->ip = {};
+    out->ip[10] = out->ip[11] = 0xff;
+    std::memcpy(out->ip.data() + 12, &a->sin_addr, 4);
+    out->port = ntohs(a->sin_port);
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    std::memcpy(out->ip.data(), &a->sin6_addr, 16);
+    out->port = ntohs(a->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+// "0100007F:1F90" (tcp) or 32 hex digits ":" port (tcp6), as the kernel
+// prints them: each 32-bit word of the address as a host-order number.
+bool ParseProcAddress(const std::string& s, Endpoint* out) {
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) return false;
+  const std::string ip = s.substr(0, colon);
+  if (ip.size() != 8 && ip.size() != 32) return false;
+  uint8_t bytes[16];
+  for (size_t w = 0; w < ip.size() / 8; ++w) {
+    const uint32_t word =
+        static_cast<uint32_t>(std::stoul(ip.substr(w * 8, 8), nullptr, 16));
+    std::memcpy(bytes + w * 4, &word, 4);
+  }
+  out->ip = {};
+  if (ip.size() == 8) {
+    out->ip[10] = out->ip[11] = 0xff;
+    std::memcpy(out->ip.data() + 12, bytes, 4);
+  } else {
+    std::memcpy(out->ip.data(), bytes, 16);
+  }
+  out->port =
+      static_cast<uint16_t>(std::stoul(s.substr(colon + 1), nullptr, 16));
+  return true;
+}
+
+// Inodes of the sockets in /proc/<pid>/net/tcp{,6} whose local end is
+// `local` and remote end `remote`.
+std::vector<std::string> SocketInodes(int pid, const Endpoint& local,
+                                      const Endpoint& remote) {
+  std::vector<std::string> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, l, r, state, queues, timer, retr, uid, timeout, inode;
+      if (!(fields >> slot >> l >> r >> state >> queues >> timer >> retr >>
+            uid >> timeout >> inode)) {
+        continue;
+      }
+      Endpoint le, re;
+      try {
+        if (!ParseProcAddress(l, &le) || !ParseProcAddress(r, &re)) continue;
+      } catch (const std::exception&) {
+        continue;
+      }
+      if (le == local && re == remote && inode != "0") out.push_back(inode);
+    }
+  }
+  return out;
+}
+
+bool Contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+const uint16_t kSelfTransport = fabric::UcxTransportChecksum("self");
+
+}  // namespace
+
+bool ProcessHoldsPeerSocket(int pid, int sock) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t len = sizeof(mine);
+  if (::getsockname(sock, reinterpret_cast<sockaddr*>(&mine), &len) != 0) {
+    return false;
+  }
+  len = sizeof(theirs);
+  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&theirs), &len) != 0) {
+    return false;
+  }
+  Endpoint server_end, client_end;
+  if (!FromSockaddr(mine, &server_end) || !FromSockaddr(theirs, &client_end)) {
+    return false;
+  }
+  // The client's socket, seen from its own namespace: local end = the
+  // client's address, remote end = ours.
+  const std::vector<std::string> inodes =
+      SocketInodes(pid, client_end, server_end);
+  if (inodes.empty()) return false;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[64];
+    const std::string link = dir + "/" + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string_view t(target, size_t(n));
+    if (t.substr(0, 8) != "socket:[") continue;
+    for (const std::string& inode : inodes) {
+      if (t == "socket:[" + inode + "]") found = true;
+    }
+    if (found) break;
+  }
+  ::closedir(d);
+  return found;
+}
+
+Result<ClientAddressCheck> ClientAddressCheck::Create(
+    const std::vector<std::string>& own_addresses) {
+  ClientAddressCheck c;
+  for (const std::string& a : own_addresses) {
+    auto parsed = fabric::ParseWorkerAddress(a);
+    if (!parsed.ok()) {
+      return Status::Unsupported(
+          "remem-server cannot read its own UCX worker address, so it could "
+          "not check its clients' (" +
+          parsed.status().message() +
+          "); is UCX configured in a way remem does not support, e.g. "
+          "UCX_UNIFIED_MODE=y or UCX_ADDRESS_DEBUG_INFO?");
+    }
+    if (parsed->has_uuid) c.own_uuids_.push_back(parsed->uuid);
+    for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+      if (e.transport == kSelfTransport) {
+        c.own_self_ids_.emplace_back(e.iface_address);
+        continue;
+      }
+      auto ref = fabric::SharedMemoryRefOf(e);
+      if (!ref.ok()) continue;
+      if (!Contains(c.own_system_ids_, ref->system_id)) {
+        c.own_system_ids_.emplace_back(ref->system_id);
+      }
+      if (ref->posix && ref->procfs && ref->pid == ::getpid() &&
+          c.fifo_bytes_ < 0) {
+        struct stat st {};
+        if (::fstat(ref->fd, &st) == 0) c.fifo_bytes_ = st.st_size;
+      }
+    }
+  }
+  return c;
+}
+
+Status ClientAddressCheck::Check(std::string_view address, int sock) const {
+  auto parsed = fabric::ParseWorkerAddress(address);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->has_uuid || parsed->uuid == 0) {
+    return Status::ProtocolError("the UCX worker address carries no uuid");
+  }
+  if (std::find(own_uuids_.begin(), own_uuids_.end(), parsed->uuid) !=
+      own_uuids_.end()) {
+    return Status::PermissionDenied(
+        "the UCX worker address is the server's own");
+  }
+  int checked_pid = 0;
+  for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+    if (e.transport == kSelfTransport) {
+      if (Contains(own_self_ids_, e.iface_address)) {
+        return Status::PermissionDenied(
+            "the UCX worker address names the server's own self transport");
+      }
+      continue;
+    }
+    auto ref = fabric::SharedMemoryRefOf(e);
+    if (!ref.ok()) continue;
+    // UCX reaches shared memory only on this host (and IPC namespace):
+    // entries of another system id are unreachable and never used.
+    if (!Contains(own_system_ids_, ref->system_id)) continue;
+    if (ref->posix && (!ref->procfs || ref->fd < 0)) {
+      return Status::Unsupported(
+          "the client's posix shared memory is not shared through /proc "
+          "links (UCX_POSIX_USE_PROC_LINK=n), which remem-server refuses");
+    }
+    if (ref->pid <= 0 || ref->pid == ::getpid()) {
+      return Status::PermissionDenied(
+          "the UCX worker address names the server's own memory");
+    }
+    if (ref->pid != checked_pid) {
+      if (!ProcessHoldsPeerSocket(ref->pid, sock)) {
+        return Status::PermissionDenied(
+            "the UCX worker address names shared memory of process " +
+            std::to_string(ref->pid) +
+            ", which is not the process that connected (or the server may "
+            "not inspect it: another user?)");
+      }
+      checked_pid = ref->pid;
+    }
+    if (!ref->posix) continue;
+    const std::string link =
+        "/proc/" + std::to_string(ref->pid) + "/fd/" + std::to_string(ref->fd);
+    char target[256];
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    const std::string_view t(target, n > 0 ? size_t(n) : 0);
+    struct stat st {};
+    if (t.substr(0, 23) != "/dev/shm/ucx_shm_posix_" ||
+        ::stat(link.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        (fifo_bytes_ >= 0 && st.st_size != fifo_bytes_)) {
+      return Status::PermissionDenied(
+          "the UCX worker address names a file of process " +
+          std::to_string(ref->pid) + " that is not a UCX receive FIFO");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace remem::server
