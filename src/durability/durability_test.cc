@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "durability/env.h"
@@ -822,6 +823,125 @@ TEST(FullStore, RecoversIntoTheSameMemoryAfterEveryKindOfRestart) {
       fs::remove_all(dir);
     }
   }
+}
+
+// --- the everysec bound
+
+// Records when bytes were written and when they were synced.
+class RecordingEnv final : public Env {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Event {
+    Clock::time_point at;
+    uint64_t bytes;  // written so far (for a sync: covered so far)
+  };
+  std::vector<Event> writes, syncs;
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    auto f = Env::Posix()->NewWritableFile(path);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<WritableFile>(new File(this, std::move(*f)));
+  }
+  Result<std::unique_ptr<FileData>> ReadFile(const std::string& p) override {
+    return Env::Posix()->ReadFile(p);
+  }
+  Result<bool> FileExists(const std::string& p) override {
+    return Env::Posix()->FileExists(p);
+  }
+  Result<uint64_t> FileSize(const std::string& p) override {
+    return Env::Posix()->FileSize(p);
+  }
+  Result<uint64_t> FileMtimeMs(const std::string& p) override {
+    return Env::Posix()->FileMtimeMs(p);
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& d) override {
+    return Env::Posix()->ListDir(d);
+  }
+  Result<DirState> CreateDir(const std::string& d) override {
+    return Env::Posix()->CreateDir(d);
+  }
+  Status Rename(const std::string& a, const std::string& b) override {
+    return Env::Posix()->Rename(a, b);
+  }
+  Status RemoveFile(const std::string& p) override {
+    return Env::Posix()->RemoveFile(p);
+  }
+  Status SyncDir(const std::string& d) override {
+    return Env::Posix()->SyncDir(d);
+  }
+  Status TruncateFile(const std::string& p, uint64_t n) override {
+    return Env::Posix()->TruncateFile(p, n);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& p,
+                                             const std::string& h) override {
+    return Env::Posix()->LockFile(p, h);
+  }
+
+ private:
+  class File final : public WritableFile {
+   public:
+    File(RecordingEnv* env, std::unique_ptr<WritableFile> f)
+        : env_(env), f_(std::move(f)) {}
+    Result<size_t> Write(const void* data, size_t len) override {
+      auto n = f_->Write(data, len);
+      if (n.ok()) {
+        env_->total_ += *n;
+        env_->writes.push_back({Clock::now(), env_->total_});
+      }
+      return n;
+    }
+    Status Sync() override {
+      Status st = f_->Sync();
+      if (st.ok()) env_->syncs.push_back({Clock::now(), env_->total_});
+      return st;
+    }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    RecordingEnv* env_;
+    std::unique_ptr<WritableFile> f_;
+  };
+  uint64_t total_ = 0;
+};
+
+// The power-loss bound of `everysec`, at the seam (a kill cannot show it):
+// every written byte is fdatasynced within about a second, and writes are
+// not synced one by one.
+TEST(Store, EverySecSyncsEveryWriteWithinASecond) {
+  const std::string dir = TempDir();
+  RecordingEnv env;
+  StoreOptions o = Options(dir);
+  o.env = &env;
+  o.fsync = FsyncPolicy::kEverySec;
+  Node n(o);
+  ASSERT_TRUE(n.open.ok());
+  const auto start = RecordingEnv::Clock::now();
+  int i = 0;
+  // A write every 5 ms for 2.5 s, with the passes an event loop would run.
+  while (RecordingEnv::Clock::now() - start < std::chrono::milliseconds(2500)) {
+    ASSERT_TRUE(n.Put("k" + std::to_string(i % 100), "v").ok());
+    ++i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n.store->OnPass();
+  }
+  const auto end = RecordingEnv::Clock::now();
+  ASSERT_GT(env.writes.size(), 100u);
+  // About one sync a second (the one OpenLog's file gets is not counted).
+  EXPECT_GE(env.syncs.size(), 2u);
+  EXPECT_LE(env.syncs.size(), 4u);
+  for (const auto& w : env.writes) {
+    if (end - w.at < std::chrono::milliseconds(1200)) break;  // not due yet
+    auto covered = std::find_if(env.syncs.begin(), env.syncs.end(),
+                                [&](const RecordingEnv::Event& s) {
+                                  return s.bytes >= w.bytes && s.at >= w.at;
+                                });
+    ASSERT_NE(covered, env.syncs.end());
+    EXPECT_LE(covered->at - w.at, std::chrono::milliseconds(1200));
+  }
+  n.store.reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace
