@@ -75,10 +75,11 @@ class Env {
   virtual Result<uint64_t> FileMtimeMs(const std::string& path) = 0;
   // Names in `dir` (no "." or "..").
   virtual Result<std::vector<std::string>> ListDir(const std::string& dir) = 0;
-  // Creates `dir` and missing parents (the last one 0700); an existing
-  // `dir` open to group or others is made 0700 (kTightened).
+  // Creates `dir` and its missing parents, 0700; an existing `dir` open to
+  // group or others is made 0700 (kTightened).
   virtual Result<DirState> CreateDir(const std::string& dir) = 0;
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // OK if `path` is already gone.
   virtual Status RemoveFile(const std::string& path) = 0;
   // Makes `dir`'s entries durable (after create, rename, unlink).
   virtual Status SyncDir(const std::string& dir) = 0;

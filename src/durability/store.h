@@ -91,7 +91,7 @@ struct StoreOptions {
 
 struct RecoveryReport {
   std::string snapshot;         // the base snapshot's file name; empty: none
-  uint64_t snapshot_pairs = 0;  // pairs in it
+  uint64_t snapshot_pairs = 0;  // applied from it (the log's are newer)
   uint64_t log_records = 0;     // read from the base's LSN on
   uint64_t log_bytes = 0;       // of those records
   uint64_t log_files = 0;
@@ -120,7 +120,8 @@ class PartitionStore {
  public:
   // Creates the directory if needed, recovers its contents into `state`
   // (which must be empty) and opens a fresh log file. `state` must outlive
-  // the store. On error nothing on disk was changed.
+  // the store. A recovery that fails before the state is whole (corruption,
+  // a refusal, a state error) has changed nothing on disk.
   static Result<std::unique_ptr<PartitionStore>> Open(
       const StoreOptions& options, Recoverable* state, RecoveryReport* report);
   ~PartitionStore();
