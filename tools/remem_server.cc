@@ -177,18 +177,23 @@ int main(int argc, char** argv) {
   std::string snapshot_log_bytes = "64M";
   app.add_option("--snapshot-log-bytes", snapshot_log_bytes,
                  "a partition takes a snapshot once its log has grown this "
-                 "much since the last, and at least as much as that "
-                 "snapshot's size (0: only on demand, `remem snapshot`)")
+                 "much since the last one (across restarts), and at least "
+                 "as much as that snapshot's size (0: only on demand, `remem "
+                 "snapshot`)")
       ->capture_default_str();
   std::string recovery = "strict";
   app.add_option("--recovery", recovery,
-                 "strict: refuse to start on a corrupt log record before the "
-                 "end of the log | truncate: drop it and everything after it")
+                 "strict: refuse to start unless everything on disk is "
+                 "recovered (a corrupt newest snapshot falls back to the "
+                 "previous one) | truncate: start from the intact part of "
+                 "the history and report the log records dropped")
       ->capture_default_str();
   app.add_option("--fault-log-io", cfg.fault_log_io,
-                 "testing: make log and snapshot file I/O fail: "
-                 "short-after:N | enospc-after:N | eio-after:N (bytes per "
-                 "partition)")
+                 "testing: make data-dir file I/O fail, a comma-separated "
+                 "list of short-after:N | enospc-after:N | eio-after:N "
+                 "(bytes written per partition) and read-eio:TEXT | "
+                 "read-short:TEXT | read-flip:TEXT (reads of files whose "
+                 "name contains TEXT)")
       ->group("Testing");
   app.add_option("--fault-slow-snapshot-us", cfg.fault_slow_snapshot_us,
                  "testing: snapshots copy 8 buckets per pass and pause this "

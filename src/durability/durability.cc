@@ -1,57 +1,28 @@
 #include "durability/durability.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "util/log.h"
 
 namespace remem::durability {
 
-namespace fs = std::filesystem;
-
 namespace {
 
 constexpr std::string_view kMetaMagic = "remem-data-2";
 constexpr std::string_view kOldMetaMagic = "remem-data-1";
 
-Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<std::string>();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError("cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) return Status::IOError("cannot read " + path);
-  return std::optional<std::string>(ss.str());
-}
-
-// Writes `text` to `path` so that a crash leaves the old file or the new
-// one: a temporary file, fdatasynced, renamed over, the directory synced.
-Status WriteSmallFile(const std::string& dir, const std::string& name,
-                      const std::string& text) {
-  const std::string tmp = dir + "/" + name + ".new";
-  {
-    auto f = CreateFile(tmp);
-    if (!f.ok()) return f.status();
-    size_t done = 0;
-    while (done < text.size()) {
-      auto n = (*f)->Write(text.data() + done, text.size() - done);
-      if (!n.ok()) return n.status();
-      if (*n == 0) return Status::IOError("write " + tmp + ": no progress");
-      done += *n;
-    }
-    REMEM_RETURN_IF_ERROR((*f)->Sync());
-  }
-  const std::string path = dir + "/" + name;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("rename " + tmp + ": " + std::strerror(errno));
-  }
-  return SyncDir(dir);
+Result<std::optional<std::string>> ReadSmallFile(Env* env,
+                                                 const std::string& path) {
+  auto exists = env->FileExists(path);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) return std::optional<std::string>();
+  auto d = env->ReadFile(path);
+  if (!d.ok()) return d.status();
+  return std::optional<std::string>(std::string((*d)->data()));
 }
 
 }  // namespace
@@ -62,9 +33,34 @@ Result<std::unique_ptr<Durability>> Durability::Open(
     return Status::InvalidArgument("durability needs a data directory");
   }
   std::unique_ptr<Durability> d(new Durability(options, partitions));
-  std::error_code ec;
-  fs::create_directories(options.data_dir, ec);
-  if (ec) return Status::IOError(options.data_dir + ": " + ec.message());
+  d->env_ = options.env != nullptr ? options.env : Env::Posix();
+  d->files_ = d->env_;
+  if (!options.fault.empty()) {
+    auto f = ParseFaultSpec(options.fault);
+    if (!f.ok()) return f.status();
+    d->meta_env_ = std::make_unique<FaultyEnv>(d->env_, std::move(*f));
+    d->files_ = d->meta_env_.get();
+  }
+  const std::string& dir = options.data_dir;
+  auto state = d->files_->CreateDir(dir);
+  if (!state.ok()) return state.status();
+  if (*state == DirState::kTightened) {
+    log::Warn(
+        "durability: {} was readable by other users; its mode is now 0700 "
+        "(files written before may still be open to them: check them)",
+        dir);
+  }
+  auto lock = d->files_->LockFile(
+      dir + "/LOCK", fmt::format("remem-server pid {}\n", ::getpid()));
+  if (!lock.ok()) {
+    if (lock.status().code() == StatusCode::kBusy) {
+      return Status::Busy(
+          "the data directory " + dir +
+          " is in use by another server: " + lock.status().message());
+    }
+    return lock.status();
+  }
+  d->lock_ = std::move(*lock);
   REMEM_RETURN_IF_ERROR(d->CheckLayout());
   d->stores_.resize(partitions);
   return d;
@@ -75,11 +71,11 @@ Durability::~Durability() = default;
 Status Durability::CheckLayout() {
   const std::string& dir = options_.data_dir;
   const std::string meta = dir + "/meta";
-  auto text = ReadSmallFile(meta);
+  auto text = ReadSmallFile(files_, meta);
   if (!text.ok()) return text.status();
   if (!text->has_value()) {
-    return WriteSmallFile(
-        dir, "meta",
+    return WriteFileAtomically(
+        files_, dir, "meta",
         fmt::format("{} partitions {}\n", kMetaMagic, partitions_));
   }
   std::istringstream in(**text);
@@ -96,24 +92,26 @@ Status Durability::CheckLayout() {
                                      std::to_string(n));
     }
     const std::string hash_dir = dir + "/hash";
-    std::error_code ec;
-    fs::create_directories(hash_dir, ec);
-    if (ec) return Status::IOError(hash_dir + ": " + ec.message());
+    auto made = files_->CreateDir(hash_dir);
+    if (!made.ok()) return made.status();
     for (uint64_t p = 0; p < n; ++p) {
       const std::string from = dir + "/p" + std::to_string(p);
       const std::string to = hash_dir + "/p" + std::to_string(p);
-      if (fs::exists(from, ec) && !fs::exists(to, ec)) {
-        fs::rename(from, to, ec);
-        if (ec) return Status::IOError("moving " + from + ": " + ec.message());
+      auto from_exists = files_->FileExists(from);
+      auto to_exists = files_->FileExists(to);
+      if (!from_exists.ok()) return from_exists.status();
+      if (!to_exists.ok()) return to_exists.status();
+      if (*from_exists && !*to_exists) {
+        REMEM_RETURN_IF_ERROR(files_->Rename(from, to));
       }
     }
-    REMEM_RETURN_IF_ERROR(SyncDir(hash_dir));
-    REMEM_RETURN_IF_ERROR(
-        WriteSmallFile(hash_dir, "meta", fmt::format("seed {}\n", seed)));
-    REMEM_RETURN_IF_ERROR(SyncDir(dir));
+    REMEM_RETURN_IF_ERROR(files_->SyncDir(hash_dir));
+    REMEM_RETURN_IF_ERROR(WriteFileAtomically(files_, hash_dir, "meta",
+                                              fmt::format("seed {}\n", seed)));
+    REMEM_RETURN_IF_ERROR(files_->SyncDir(dir));
     log::Info("durability: migrated {} to the {} layout", dir, kMetaMagic);
-    return WriteSmallFile(
-        dir, "meta",
+    return WriteFileAtomically(
+        files_, dir, "meta",
         fmt::format("{} partitions {}\n", kMetaMagic, partitions_));
   }
   std::string word;
@@ -131,18 +129,17 @@ Status Durability::CheckLayout() {
 
 Result<std::optional<std::string>> Durability::ReadServiceMeta(
     std::string_view service) {
-  return ReadSmallFile(options_.data_dir + "/" + std::string(service) +
-                       "/meta");
+  return ReadSmallFile(
+      files_, options_.data_dir + "/" + std::string(service) + "/meta");
 }
 
 Status Durability::WriteServiceMeta(std::string_view service,
                                     const std::string& text) {
   const std::string dir = options_.data_dir + "/" + std::string(service);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IOError(dir + ": " + ec.message());
-  REMEM_RETURN_IF_ERROR(WriteSmallFile(dir, "meta", text));
-  return SyncDir(options_.data_dir);
+  auto made = files_->CreateDir(dir);
+  if (!made.ok()) return made.status();
+  REMEM_RETURN_IF_ERROR(WriteFileAtomically(files_, dir, "meta", text));
+  return files_->SyncDir(options_.data_dir);
 }
 
 Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
@@ -152,6 +149,7 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
   StoreOptions so;
   so.dir =
       options_.data_dir + "/" + std::string(service) + "/p" + std::to_string(p);
+  so.env = env_;
   so.fsync = options_.fsync;
   so.snapshot_log_bytes = options_.snapshot_log_bytes;
   so.recovery = options_.recovery;
@@ -162,11 +160,18 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
   for (const auto& w : report.warnings) {
     log::Warn("recovery of {}: {}", so.dir, w);
   }
+  for (const auto& l : report.lost) {
+    log::Error("recovery of {}: LOST {}", so.dir, l);
+  }
   if (!store.ok()) return store.status();
   std::lock_guard<std::mutex> lock(mu_);
   recovered_pairs_ += report.snapshot_pairs;
   recovered_log_records_ += report.log_records;
+  recovered_log_bytes_ += report.log_bytes;
   recovery_us_ = std::max<uint64_t>(recovery_us_, report.took.count());
+  fallbacks_ += report.fell_back ? 1 : 0;
+  lost_records_ += report.lost_records;
+  lossy_partitions_ += report.lost.empty() ? 0 : 1;
   stores_[p].push_back(std::move(*store));
   return stores_[p].back().get();
 }
@@ -196,7 +201,7 @@ void Durability::RequestSnapshot(uint32_t p, PartitionStore::Done done) {
 
 void Durability::AddStats(std::vector<proto::StatValue>* out) const {
   uint64_t log_bytes = 0, last_ms = 0, last_bytes = 0, snapshots = 0,
-           errors = 0, failing = 0;
+           snapshot_failures = 0, errors = 0, failing = 0;
   for (const auto& part : stores_) {
     for (const auto& s : part) {
       const StoreStats& d = s->stats();
@@ -204,6 +209,7 @@ void Durability::AddStats(std::vector<proto::StatValue>* out) const {
       last_ms = std::max(last_ms, d.last_snapshot_unix_ms.load());
       last_bytes += d.last_snapshot_bytes.load();
       snapshots += d.snapshots.load();
+      snapshot_failures += d.snapshot_failures.load();
       errors += d.write_errors.load();
       failing += d.failing.load();
     }
@@ -217,21 +223,38 @@ void Durability::AddStats(std::vector<proto::StatValue>* out) const {
   num("last_snapshot_unix_ms", last_ms);
   num("last_snapshot_bytes", last_bytes);
   num("snapshots", snapshots);
+  num("snapshot_failures", snapshot_failures);
   num("log_write_errors", errors);
   num("log_failing", failing);
   std::lock_guard<std::mutex> lock(mu_);
   num("recovered_pairs", recovered_pairs_);
   num("recovered_log_records", recovered_log_records_);
+  num("recovered_log_bytes", recovered_log_bytes_);
   num("recovery_ms", recovery_us_ / 1000);
+  num("recovery_fallbacks", fallbacks_);
+  num("recovery_lost_records", lost_records_);
 }
 
 std::string Durability::recovery_summary() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return fmt::format(
-      "recovered {} pairs from snapshots and {} log records in {} ms ({}, "
-      "fsync {})",
-      recovered_pairs_, recovered_log_records_, recovery_us_ / 1000,
-      options_.data_dir, FsyncPolicyName(options_.fsync));
+  std::string s = fmt::format(
+      "recovered {} pairs from snapshots and {} log records ({} bytes) in {} "
+      "ms ({}, fsync {})",
+      recovered_pairs_, recovered_log_records_, recovered_log_bytes_,
+      recovery_us_ / 1000, options_.data_dir, FsyncPolicyName(options_.fsync));
+  if (fallbacks_ > 0) {
+    s += fmt::format(
+        "; {} partition(s) recovered from the generation before a corrupt "
+        "snapshot",
+        fallbacks_);
+  }
+  if (lossy_partitions_ > 0) {
+    s += fmt::format(
+        "; LOST: --recovery truncate dropped {} acknowledged log record(s) in "
+        "{} partition(s), listed above",
+        lost_records_, lossy_partitions_);
+  }
+  return s;
 }
 
 }  // namespace remem::durability

@@ -1,11 +1,19 @@
 // durability::Durability: everything durable under --data-dir, for every
 // service. Layout:
 //
+//   <data-dir>/LOCK                 held (flock) while a server uses the
+//                                   directory; names its pid
+//   <data-dir>/lease                the server lease's horizon (lease.h)
 //   <data-dir>/meta                 "remem-data-2 partitions <N>"
 //   <data-dir>/<service>/meta       the service's own settings (e.g. the
 //                                   hash store's partition seed)
 //   <data-dir>/<service>/p<P>/      one PartitionStore (store.h) per
 //                                   partition of each durable service
+//
+// Every file goes through the Env (env.h): created 0600, directories 0700
+// whatever the umask; a data directory open to others is tightened to 0700
+// at Open, with a warning. A second server on the same directory is
+// refused (Busy, naming the holder of LOCK).
 //
 // A data directory of the first layout (remem-data-1: meta holding the
 // partition count and hash seed, p<P>/ at the top) is migrated in place at
@@ -29,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "durability/env.h"
 #include "durability/recoverable.h"
 #include "durability/store.h"
 #include "proto/codec.h"
@@ -38,18 +47,20 @@ namespace remem::durability {
 
 struct DurabilityOptions {
   std::string data_dir;
+  Env* env = nullptr;  // null: Env::Posix(); must outlive the Durability
   FsyncPolicy fsync = FsyncPolicy::kEverySec;
   uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
   RecoveryMode recovery = RecoveryMode::kStrict;
-  std::string fault;              // tests: fault spec for every store
+  // Tests: fault spec (env.h) for every store, and for the metas.
+  std::string fault;
   uint64_t slow_snapshot_us = 0;  // tests: see StoreOptions
 };
 
 class Durability {
  public:
   // Creates or checks the data directory for `partitions` partitions
-  // (refusing a directory made with another count), migrating the first
-  // layout.
+  // (refusing a directory made with another count, or one another server
+  // holds), migrating the first layout.
   static Result<std::unique_ptr<Durability>> Open(
       const DurabilityOptions& options, uint32_t partitions);
   ~Durability();
@@ -71,11 +82,15 @@ class Durability {
   void RequestSnapshot(uint32_t p, PartitionStore::Done done);
 
   // fsync_policy, log_bytes, last_snapshot_unix_ms, last_snapshot_bytes,
-  // snapshots, log_write_errors, log_failing, recovered_pairs,
-  // recovered_log_records, recovery_ms: summed over every store.
+  // snapshots, snapshot_failures, log_write_errors, log_failing,
+  // recovered_pairs, recovered_log_records, recovered_log_bytes,
+  // recovery_ms, recovery_fallbacks, recovery_lost_records: summed over
+  // every store (recovery_ms: the slowest partition).
   void AddStats(std::vector<proto::StatValue>* out) const;
   // "recovered N pairs from snapshots and M log records in X ms (...)",
-  // once every OpenPartition has run; warnings were logged as they came.
+  // once every OpenPartition has run, with a loud "LOST" clause when
+  // --recovery truncate dropped records; warnings and losses were logged
+  // as they came.
   std::string recovery_summary() const;
 
  private:
@@ -85,12 +100,20 @@ class Durability {
 
   DurabilityOptions options_;
   uint32_t partitions_;
+  Env* env_ = nullptr;             // the base Env of every store
+  std::unique_ptr<Env> meta_env_;  // with a fault spec: over env_
+  Env* files_ = nullptr;           // for the metas: meta_env_ or env_
+  std::unique_ptr<FileLock> lock_;
   mutable std::mutex mu_;  // guards the members below while opening
   // Per partition: its stores, in opening order.
   std::vector<std::vector<std::unique_ptr<PartitionStore>>> stores_;
   uint64_t recovered_pairs_ = 0;
   uint64_t recovered_log_records_ = 0;
+  uint64_t recovered_log_bytes_ = 0;
   uint64_t recovery_us_ = 0;  // the longest partition
+  uint64_t fallbacks_ = 0;    // partitions that fell back a generation
+  uint64_t lost_records_ = 0;
+  uint64_t lossy_partitions_ = 0;
 };
 
 }  // namespace remem::durability

@@ -1,17 +1,23 @@
-// Unit tests of the durability layer: the record format, the log writer
-// under injected faults (short writes, ENOSPC, EIO), and PartitionStore's
-// recovery (snapshot + log, torn tail, corruption) and snapshots taken
-// while writes go on.
+// Unit tests of the durability layer: the record format, the Env (file
+// modes, the lock, injected write and read faults), the log writer under
+// injected faults (short writes, ENOSPC, EIO), and PartitionStore's
+// recovery (snapshot + log, torn tail, corruption, generations and
+// fallback, a full table restored into the same memory) and snapshots
+// taken while writes go on.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "durability/env.h"
 #include "durability/log.h"
 #include "durability/snapshot.h"
 #include "durability/store.h"
@@ -38,10 +44,10 @@ std::string ReadAll(const std::string& path) {
 // A table in plain memory.
 class Mem {
  public:
-  explicit Mem(uint64_t arena = 32 << 20)
+  explicit Mem(uint64_t arena = 32 << 20, uint64_t initial_buckets = 4)
       : mem_(4096 + arena + 64), slab_(Base() + 4096, arena, 4096) {
     hash::TableOptions o;
-    o.initial_buckets = 4;  // grows early: snapshots meet growth
+    o.initial_buckets = initial_buckets;  // 4: snapshots meet growth
     auto t = hash::Table::Create(Base(), 1, &slab_, o);
     EXPECT_TRUE(t.ok());
     table = std::move(*t);
@@ -53,9 +59,9 @@ class Mem {
 
  private:
   std::vector<uint8_t> mem_;
-  hash::SlabAllocator slab_;
 
  public:
+  hash::SlabAllocator slab_;
   std::unique_ptr<hash::Table> table;  // destroyed before its memory
   // The table as the durability layer sees it.
   hash::DurableTable* durable() {
@@ -105,10 +111,10 @@ FaultRun RunWithFault(const std::string& spec, bool heal_and_retry) {
   const std::string dir = TempDir();
   auto f = ParseFaultSpec(spec);
   EXPECT_TRUE(f.ok());
-  auto state = std::make_shared<FaultState>(*f);
-  auto file = CreateFile(dir + "/log");
+  FaultyEnv env(Env::Posix(), *f);
+  auto file = env.NewWritableFile(dir + "/log");
   EXPECT_TRUE(file.ok());
-  LogWriter log(WithFaults(std::move(*file), state), 1);
+  LogWriter log(std::move(*file), 1);
   FaultRun run;
   for (int i = 0; i < 100; ++i) {
     log.Append(RecordType::kPut, uint64_t(i + 1), "k" + std::to_string(i),
@@ -121,7 +127,7 @@ FaultRun RunWithFault(const std::string& spec, bool heal_and_retry) {
     ++run.records_ok;
   }
   if (heal_and_retry) {
-    state->healed = true;
+    env.Heal();
     EXPECT_TRUE(log.Flush(true).ok());
   }
   run.content = ReadAll(dir + "/log");
@@ -314,6 +320,17 @@ TEST(Store, CorruptionInTheMiddleRefusesUnlessTruncating) {
   auto s = PartitionStore::Open(o, m.durable(), &rep);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(m.table->size(), 3u);
+  // It says what it dropped: LSN 4..10, from that byte offset.
+  ASSERT_EQ(rep.lost.size(), 1u);
+  EXPECT_EQ(rep.lost_records, 7u);
+  EXPECT_NE(rep.lost[0].find("LSN 4..10 (7 records)"), std::string::npos)
+      << rep.lost[0];
+  EXPECT_NE(rep.lost[0].find("offset " + std::to_string(3 * kRec)),
+            std::string::npos)
+      << rep.lost[0];
+  EXPECT_EQ(rep.last_lsn, 3u);
+  // The dropped bytes are kept beside the log.
+  EXPECT_TRUE(fs::exists(log + ".dropped"));
   fs::remove_all(dir);
 }
 
@@ -392,10 +409,12 @@ TEST(Store, SnapshotWhileWritingMissesNothing) {
   // and grow the table mid-scan; after each, recovery equals the model.
   const std::string dir = TempDir();
   std::map<std::string, std::string> model;
+  StoreOptions o = Options(dir);
+  o.fsync = FsyncPolicy::kNo;  // about the snapshots' content, not syncs
   {
     Mem m;
     RecoveryReport rep;
-    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    auto s = PartitionStore::Open(o, m.durable(), &rep);
     ASSERT_TRUE(s.ok());
     std::mt19937 rng(7);
     int snaps = 0;
@@ -419,7 +438,7 @@ TEST(Store, SnapshotWhileWritingMissesNothing) {
   }
   Mem m;
   RecoveryReport rep;
-  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  auto s = PartitionStore::Open(o, m.durable(), &rep);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(m.table->size(), model.size());
   for (const auto& [k, v] : model) {
@@ -427,6 +446,501 @@ TEST(Store, SnapshotWhileWritingMissesNothing) {
     ASSERT_TRUE(got.ok()) << k;
     EXPECT_EQ(got->value, v);
   }
+  fs::remove_all(dir);
+}
+
+// --- the Env
+
+// Files and directories the POSIX Env makes are private under any umask.
+TEST(Env, FilesAre0600AndDirectories0700WhateverTheUmask) {
+  const std::string top = TempDir();
+  for (mode_t mask : {mode_t(0), mode_t(022), mode_t(0277)}) {
+    const mode_t old = ::umask(mask);
+    const std::string dir = top + "/u" + std::to_string(mask) + "/data";
+    auto made = Env::Posix()->CreateDir(dir);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    EXPECT_EQ(*made, DirState::kCreated);
+    auto f = Env::Posix()->NewWritableFile(dir + "/f");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    auto l = Env::Posix()->LockFile(dir + "/LOCK", "me");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ::umask(old);
+    struct stat st;
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << "umask " << mask;
+    ASSERT_EQ(::stat((dir + "/f").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << "umask " << mask;
+    ASSERT_EQ(::stat((dir + "/LOCK").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << "umask " << mask;
+  }
+  // An existing directory open to others is tightened, and says so.
+  const std::string open_dir = top + "/open";
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0755), 0);
+  auto made = Env::Posix()->CreateDir(open_dir);
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ(*made, DirState::kTightened);
+  struct stat st;
+  ASSERT_EQ(::stat(open_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(*Env::Posix()->CreateDir(open_dir), DirState::kExisted);
+  fs::remove_all(top);
+}
+
+TEST(Env, ASecondLockIsRefusedNamingTheHolder) {
+  const std::string dir = TempDir();
+  auto first = Env::Posix()->LockFile(dir + "/LOCK", "server pid 123\n");
+  ASSERT_TRUE(first.ok());
+  auto second = Env::Posix()->LockFile(dir + "/LOCK", "another");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kBusy);
+  EXPECT_NE(second.status().message().find("server pid 123"), std::string::npos)
+      << second.status().ToString();
+  first->reset();  // released: the next one gets it
+  auto third = Env::Posix()->LockFile(dir + "/LOCK", "third");
+  EXPECT_TRUE(third.ok()) << third.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(Env, ReadFaultsFailShortenOrFlip) {
+  const std::string dir = TempDir();
+  ASSERT_TRUE(
+      WriteFileAtomically(Env::Posix(), dir, "snapshot-1.snap", "0123456789")
+          .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(Env::Posix(), dir, "log-1.rlog", "abcdef").ok());
+  auto spec = ParseFaultSpec("read-eio:log-,read-short:nothing");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  FaultyEnv eio(Env::Posix(), *spec);
+  auto r = eio.ReadFile(dir + "/log-1.rlog");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Input/output"), std::string::npos);
+  auto fine = eio.ReadFile(dir + "/snapshot-1.snap");
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ((*fine)->data(), "0123456789");
+  FaultyEnv shorter(Env::Posix(), *ParseFaultSpec("read-short:snapshot"));
+  EXPECT_EQ((*shorter.ReadFile(dir + "/snapshot-1.snap"))->data(), "01234");
+  FaultyEnv flip(Env::Posix(), *ParseFaultSpec("read-flip:snap"));
+  auto flipped = flip.ReadFile(dir + "/snapshot-1.snap");
+  ASSERT_TRUE(flipped.ok());
+  EXPECT_EQ((*flipped)->data().size(), 10u);
+  EXPECT_NE((*flipped)->data(), "0123456789");
+  EXPECT_EQ((*flipped)->data().substr(0, 5), "01234");
+  EXPECT_FALSE(ParseFaultSpec("read-eio").ok());
+  EXPECT_FALSE(ParseFaultSpec("eio-after:x").ok());
+  EXPECT_TRUE(ParseFaultSpec("eio-after:5,read-flip:.tmp").ok());
+  fs::remove_all(dir);
+}
+
+// --- generations
+
+// A table and its store, written as the hash service writes them.
+struct Node {
+  Mem mem;
+  RecoveryReport report;
+  std::unique_ptr<PartitionStore> store;
+  Status open;
+  explicit Node(const StoreOptions& o, uint64_t arena = 32 << 20,
+                uint64_t initial_buckets = 4)
+      : mem(arena, initial_buckets) {
+    auto s = PartitionStore::Open(o, mem.durable(), &report);
+    open = s.ok() ? Status::OK() : s.status();
+    if (s.ok()) store = std::move(*s);
+  }
+  Result<uint64_t> Put(const std::string& k, const std::string& v) {
+    auto r = mem.table->Put(k, v);
+    if (r.ok()) store->LogPut(k, v, *r);
+    store->OnPass();
+    return r;
+  }
+  Status Delete(const std::string& k) {
+    Status st = mem.table->Delete(k);
+    if (st.ok()) store->LogDelete(k, mem.table->last_version());
+    store->OnPass();
+    return st;
+  }
+  Status Snapshot() {
+    Status result = Status::Internal("no answer");
+    bool done = false;
+    store->RequestSnapshot([&](Status st) {
+      result = st;
+      done = true;
+    });
+    while (!done) store->OnPass();
+    return result;
+  }
+};
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void Flip(const std::string& path, size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  const char c = char(f.get());
+  f.seekp(std::streamoff(at));
+  f.put(char(~c));
+}
+
+// Writes keys k0.. in three rounds with a snapshot after the first two:
+// snapshot A (LSN 11), snapshot B (LSN 21), 10 more records.
+void ThreeRounds(const std::string& dir) {
+  Node n(Options(dir));
+  ASSERT_TRUE(n.open.ok());
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(n.Put("k" + std::to_string(i), "v" + std::to_string(i)).ok());
+    if (i == 9 || i == 19) {
+      ASSERT_TRUE(n.Snapshot().ok());
+    }
+  }
+}
+
+TEST(Generations, TheNewestTwoSnapshotsAndTheLogFromTheOlderOneStay) {
+  const std::string dir = TempDir();
+  ThreeRounds(dir);
+  // Snapshot B's generation, and A's with the log from A's LSN.
+  EXPECT_EQ(Names(dir),
+            (std::vector<std::string>{LogName(11), LogName(21),
+                                      SnapshotName(11), SnapshotName(21)}));
+  {
+    Node n(Options(dir));  // a restart keeps them too
+    ASSERT_TRUE(n.open.ok());
+    EXPECT_EQ(n.report.snapshot, SnapshotName(21));
+    EXPECT_EQ(n.report.log_records, 10u);
+    ASSERT_TRUE(n.Put("k30", "v30").ok());
+    ASSERT_TRUE(n.Snapshot().ok());  // snapshot C at LSN 32: A goes
+  }
+  EXPECT_EQ(Names(dir),
+            (std::vector<std::string>{LogName(21), LogName(31), LogName(32),
+                                      SnapshotName(21), SnapshotName(32)}));
+  fs::remove_all(dir);
+}
+
+TEST(Generations, ACorruptNewestSnapshotFallsBackAndLosesNothing) {
+  const std::string dir = TempDir();
+  ThreeRounds(dir);
+  Flip(dir + "/" + SnapshotName(21), 60);
+  {
+    Node n(Options(dir));
+    ASSERT_TRUE(n.open.ok()) << n.open.ToString();
+    EXPECT_TRUE(n.report.fell_back);
+    EXPECT_EQ(n.report.snapshot, SnapshotName(11));
+    EXPECT_EQ(n.report.log_records, 20u);
+    EXPECT_TRUE(n.report.lost.empty());
+    EXPECT_EQ(n.mem.table->size(), 30u);
+    for (int i = 0; i < 30; ++i) {
+      auto g = n.mem.table->Get("k" + std::to_string(i));
+      ASSERT_TRUE(g.ok()) << i;
+      EXPECT_EQ(g->value, "v" + std::to_string(i));
+    }
+    ASSERT_FALSE(n.report.warnings.empty());
+    EXPECT_NE(n.report.warnings[0].find(SnapshotName(21)), std::string::npos);
+    // Kept aside until the next snapshot is verified.
+    EXPECT_TRUE(fs::exists(dir + "/" + SnapshotName(21) + ".corrupt"));
+    ASSERT_TRUE(n.Snapshot().ok());
+    EXPECT_FALSE(fs::exists(dir + "/" + SnapshotName(21) + ".corrupt"));
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Generations, NoValidStateUpToTheNewestRecordRefusesUnlessTruncating) {
+  const std::string dir = TempDir();
+  ThreeRounds(dir);
+  // The newest snapshot is corrupt and the log the previous generation
+  // needs past it is gone: LSN 11..20 are nowhere.
+  Flip(dir + "/" + SnapshotName(21), 60);
+  fs::remove(dir + "/" + LogName(11));
+  {
+    Node n(Options(dir));
+    ASSERT_FALSE(n.open.ok());
+    EXPECT_EQ(n.open.code(), StatusCode::kCorruption);
+    EXPECT_NE(n.open.message().find("LSN 11..30 (20 records)"),
+              std::string::npos)
+        << n.open.ToString();
+    EXPECT_NE(n.open.message().find("--recovery=truncate"), std::string::npos);
+    // Nothing on disk changed.
+    EXPECT_TRUE(fs::exists(dir + "/" + SnapshotName(21)));
+  }
+  StoreOptions o = Options(dir);
+  o.recovery = RecoveryMode::kTruncate;
+  Node n(o);
+  ASSERT_TRUE(n.open.ok()) << n.open.ToString();
+  ASSERT_EQ(n.report.lost.size(), 1u);
+  EXPECT_EQ(n.report.lost_records, 20u);
+  EXPECT_NE(n.report.lost[0].find("LSN 11..30"), std::string::npos)
+      << n.report.lost[0];
+  EXPECT_EQ(n.report.last_lsn, 10u);
+  // The intact prefix: the first snapshot's ten keys, nothing after.
+  EXPECT_EQ(n.mem.table->size(), 10u);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(n.mem.table->Get("k" + std::to_string(i)).ok(), i < 10) << i;
+  }
+  // New writes continue from LSN 11, above every version seen.
+  auto v = n.Put("after", "x");
+  ASSERT_TRUE(v.ok());
+  EXPECT_GT(*v, 30u);
+  fs::remove_all(dir);
+}
+
+TEST(Generations, ASnapshotThatDoesNotVerifyKeepsThePreviousOne) {
+  const std::string dir = TempDir();
+  ThreeRounds(dir);
+  StoreOptions o = Options(dir);
+  o.fault = "read-flip:.tmp";  // reading the new file back sees a bad byte
+  {
+    Node n(o);
+    ASSERT_TRUE(n.open.ok());
+    ASSERT_TRUE(n.Put("k30", "v30").ok());
+    Status st = n.Snapshot();
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("verifying"), std::string::npos);
+    EXPECT_EQ(n.store->stats().snapshot_failures.load(), 1u);
+    EXPECT_EQ(n.store->stats().snapshots.load(), 0u);
+  }
+  // Both generations are still there, nothing new replaced them.
+  EXPECT_EQ(Names(dir), (std::vector<std::string>{
+                            LogName(11), LogName(21), LogName(31), LogName(32),
+                            SnapshotName(11), SnapshotName(21)}));
+  Node n(Options(dir));
+  ASSERT_TRUE(n.open.ok());
+  EXPECT_EQ(n.mem.table->size(), 31u);
+  fs::remove_all(dir);
+}
+
+TEST(Generations, AShortReadIsAnErrorNotATornTail) {
+  const std::string dir = TempDir();
+  WritePuts(dir, 10);
+  StoreOptions o = Options(dir);
+  o.fault = "read-short:log-";
+  {
+    Node n(o);
+    ASSERT_FALSE(n.open.ok());
+    EXPECT_NE(n.open.message().find("bytes"), std::string::npos)
+        << n.open.ToString();
+  }
+  o.fault = "read-eio:log-";
+  {
+    Node n(o);
+    ASSERT_FALSE(n.open.ok());
+  }
+  Node n(Options(dir));  // nothing was truncated
+  ASSERT_TRUE(n.open.ok());
+  EXPECT_EQ(n.mem.table->size(), 10u);
+  fs::remove_all(dir);
+}
+
+// --- a full table recovers into the same memory
+
+// Values of a few shapes: inline of many sizes, extents, and the mixes
+// that pack worst in another order (large inline entries).
+std::string Value(std::mt19937_64& rng, int mix) {
+  switch (mix) {
+    case 0:  // half inline, half extents
+      return std::string(rng() % 2 ? 8 + rng() % 40 : 300 + rng() % 2000, 'v');
+    case 1:  // inline, every size
+      return std::string(8 + rng() % 90, 'v');
+    default:  // large inline entries only
+      return std::string(40 + rng() % 50, 'v');
+  }
+}
+
+// Fills `n` with writes (inserts, overwrites that change sizes, deletes)
+// until 200 inserts got OutOfMemory, then with inserts only until 100 in a
+// row did.
+void FillToOutOfMemory(Node& n, std::mt19937_64& rng, int mix,
+                       std::map<std::string, std::string>* model,
+                       uint64_t* next_key) {
+  int refused = 0, full = 0;
+  while (full < 100) {
+    if (refused < 200 && !model->empty() && rng() % 4 == 0) {
+      auto it = model->lower_bound("k" + std::to_string(rng() % *next_key));
+      if (it == model->end()) it = model->begin();
+      if (rng() % 2 == 0) {
+        ASSERT_TRUE(n.Delete(it->first).ok());
+        model->erase(it);
+      } else {
+        const std::string v = Value(rng, mix);
+        auto r = n.Put(it->first, v);
+        if (r.ok()) it->second = v;
+      }
+      continue;
+    }
+    const std::string k = "k" + std::to_string((*next_key)++);
+    const std::string v = Value(rng, mix);
+    auto r = n.Put(k, v);
+    if (r.ok()) {
+      (*model)[k] = v;
+      full = 0;
+    } else {
+      ASSERT_EQ(r.status().code(), StatusCode::kOutOfMemory);
+      ++refused;
+      if (refused >= 200) ++full;
+    }
+  }
+}
+
+TEST(FullStore, RecoversIntoTheSameMemoryAfterEveryKindOfRestart) {
+  // Small partitions so the tables fill in a few thousand writes; every
+  // restart refills the recovered store to OutOfMemory first.
+  constexpr uint64_t kArena = 2 << 20;
+  for (int mix = 0; mix < 3; ++mix) {
+    for (int how = 0; how < 2; ++how) {  // 0: log only, 1: snapshot + log
+      const std::string dir = TempDir();
+      StoreOptions o = Options(dir);
+      o.fsync = FsyncPolicy::kNo;
+      std::mt19937_64 rng(uint64_t(mix * 10 + how));
+      std::map<std::string, std::string> model;
+      uint64_t next_key = 0;
+      for (int restart = 0; restart < 3; ++restart) {
+        Node n(o, kArena, 16);
+        ASSERT_TRUE(n.open.ok())
+            << "mix " << mix << " how " << how << " restart " << restart << ": "
+            << n.open.ToString();
+        ASSERT_EQ(n.mem.table->size(), model.size());
+        for (const auto& [k, v] : model) {
+          auto g = n.mem.table->Get(k);
+          ASSERT_TRUE(g.ok()) << k;
+          ASSERT_EQ(g->value, v) << k;
+        }
+        FillToOutOfMemory(n, rng, mix, &model, &next_key);
+        if (how == 1) {
+          ASSERT_TRUE(n.Snapshot().ok());
+        }
+        // More writes after the snapshot: some in the log only.
+        for (int i = 0; i < 200; ++i) {
+          auto it = model.lower_bound("k" + std::to_string(rng() % next_key));
+          if (it == model.end()) continue;
+          const std::string v = Value(rng, mix);
+          if (n.Put(it->first, v).ok()) it->second = v;
+        }
+      }
+      fs::remove_all(dir);
+    }
+  }
+}
+
+// --- the everysec bound
+
+// Records when bytes were written and when they were synced.
+class RecordingEnv final : public Env {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Event {
+    Clock::time_point at;
+    uint64_t bytes;  // written so far (for a sync: covered so far)
+  };
+  std::vector<Event> writes, syncs;
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    auto f = Env::Posix()->NewWritableFile(path);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<WritableFile>(new File(this, std::move(*f)));
+  }
+  Result<std::unique_ptr<FileData>> ReadFile(const std::string& p) override {
+    return Env::Posix()->ReadFile(p);
+  }
+  Result<bool> FileExists(const std::string& p) override {
+    return Env::Posix()->FileExists(p);
+  }
+  Result<uint64_t> FileSize(const std::string& p) override {
+    return Env::Posix()->FileSize(p);
+  }
+  Result<uint64_t> FileMtimeMs(const std::string& p) override {
+    return Env::Posix()->FileMtimeMs(p);
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& d) override {
+    return Env::Posix()->ListDir(d);
+  }
+  Result<DirState> CreateDir(const std::string& d) override {
+    return Env::Posix()->CreateDir(d);
+  }
+  Status Rename(const std::string& a, const std::string& b) override {
+    return Env::Posix()->Rename(a, b);
+  }
+  Status RemoveFile(const std::string& p) override {
+    return Env::Posix()->RemoveFile(p);
+  }
+  Status SyncDir(const std::string& d) override {
+    return Env::Posix()->SyncDir(d);
+  }
+  Status TruncateFile(const std::string& p, uint64_t n) override {
+    return Env::Posix()->TruncateFile(p, n);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& p,
+                                             const std::string& h) override {
+    return Env::Posix()->LockFile(p, h);
+  }
+
+ private:
+  class File final : public WritableFile {
+   public:
+    File(RecordingEnv* env, std::unique_ptr<WritableFile> f)
+        : env_(env), f_(std::move(f)) {}
+    Result<size_t> Write(const void* data, size_t len) override {
+      auto n = f_->Write(data, len);
+      if (n.ok()) {
+        env_->total_ += *n;
+        env_->writes.push_back({Clock::now(), env_->total_});
+      }
+      return n;
+    }
+    Status Sync() override {
+      Status st = f_->Sync();
+      if (st.ok()) env_->syncs.push_back({Clock::now(), env_->total_});
+      return st;
+    }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    RecordingEnv* env_;
+    std::unique_ptr<WritableFile> f_;
+  };
+  uint64_t total_ = 0;
+};
+
+// The power-loss bound of `everysec`, at the seam (a kill cannot show it):
+// every written byte is fdatasynced within about a second, and writes are
+// not synced one by one.
+TEST(Store, EverySecSyncsEveryWriteWithinASecond) {
+  const std::string dir = TempDir();
+  RecordingEnv env;
+  StoreOptions o = Options(dir);
+  o.env = &env;
+  o.fsync = FsyncPolicy::kEverySec;
+  Node n(o);
+  ASSERT_TRUE(n.open.ok());
+  const auto start = RecordingEnv::Clock::now();
+  int i = 0;
+  // A write every 5 ms for 2.5 s, with the passes an event loop would run.
+  while (RecordingEnv::Clock::now() - start < std::chrono::milliseconds(2500)) {
+    ASSERT_TRUE(n.Put("k" + std::to_string(i % 100), "v").ok());
+    ++i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n.store->OnPass();
+  }
+  const auto end = RecordingEnv::Clock::now();
+  ASSERT_GT(env.writes.size(), 100u);
+  // About one sync a second (the one OpenLog's file gets is not counted).
+  EXPECT_GE(env.syncs.size(), 2u);
+  EXPECT_LE(env.syncs.size(), 4u);
+  for (const auto& w : env.writes) {
+    if (end - w.at < std::chrono::milliseconds(1200)) break;  // not due yet
+    auto covered = std::find_if(env.syncs.begin(), env.syncs.end(),
+                                [&](const RecordingEnv::Event& s) {
+                                  return s.bytes >= w.bytes && s.at >= w.at;
+                                });
+    ASSERT_NE(covered, env.syncs.end());
+    EXPECT_LE(covered->at - w.at, std::chrono::milliseconds(1200));
+  }
+  n.store.reset();
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,6 @@
 // durability/log.h: the on-disk record format shared by operation logs and
-// snapshots, the file-I/O seam (with fault injection for tests), and the
-// append-only log writer of one partition.
+// snapshots, and the append-only log writer of one partition (its file
+// comes from the Env, env.h).
 //
 // Record: a fixed 40-byte RecordHeader, then `key_len` bytes of key and
 // `value_len` bytes of value. The checksum is xxh3-64 over the header (with
@@ -9,8 +9,8 @@
 // idempotent (see store.h). New record types may be added; a reader that
 // meets a type it does not know refuses (newer format) rather than skip it.
 //
-// Thread contract: LogWriter and File objects belong to one thread (the
-// partition's owner); the free functions are pure.
+// Thread contract: a LogWriter belongs to one thread (the partition's
+// owner); the free functions are pure.
 
 #ifndef REMEM_DURABILITY_LOG_H_
 #define REMEM_DURABILITY_LOG_H_
@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "durability/env.h"
 #include "remem/status.h"
 
 namespace remem::durability {
@@ -35,6 +36,10 @@ enum class RecordType : uint8_t {
   // version = the state's version counter, value = 8-byte pair count, then
   // (since the services seam) the 8-byte shape of the scan.
   kSnapshotEnd = 3,
+  // Log files only: the state's shape changed (the hash store: its table
+  // grew); value = the new 8-byte shape (Recoverable::shape). Recovery
+  // sizes the state to the last one up front.
+  kShape = 4,
 };
 
 struct RecordHeader {
@@ -77,41 +82,6 @@ enum class ParseOutcome {
 // `data`) and `*size`.
 ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size);
 
-// --- the file-I/O seam
-
-// An append-only file. Write may be short (returns bytes written); errors
-// are IOError carrying the errno text.
-class File {
- public:
-  virtual ~File() = default;
-  virtual Result<size_t> Write(const void* data, size_t len) = 0;
-  virtual Status Sync() = 0;                   // fdatasync
-  virtual Status Truncate(uint64_t size) = 0;  // and seek to the new end
-  virtual const std::string& path() const = 0;
-};
-
-// Creates (or truncates) `path` for appending.
-Result<std::unique_ptr<File>> CreateFile(const std::string& path);
-
-// Fault injection: a spec like "enospc-after:N", "eio-after:N",
-// "short-after:N" (N bytes written in total, over all of a partition's
-// files, before the fault starts). short: the write crossing N writes up
-// to N, later writes fail with ENOSPC. enospc: writes past N fail with
-// ENOSPC. eio: writes and syncs past N fail with EIO.
-struct FaultState {
-  enum Kind { kNone, kShort, kEnospc, kEio } kind = kNone;
-  uint64_t after = 0;
-  uint64_t written = 0;
-  bool healed = false;  // tests: the disk got space again
-};
-Result<FaultState> ParseFaultSpec(std::string_view spec);
-// Wraps `file` so that it fails as `state` says.
-std::unique_ptr<File> WithFaults(std::unique_ptr<File> file,
-                                 std::shared_ptr<FaultState> state);
-
-// Makes `path`'s directory entry durable (after create/rename/unlink).
-Status SyncDir(const std::string& dir);
-
 // --- the log writer
 
 // Records are buffered in memory by Append and written by Flush with one
@@ -120,7 +90,7 @@ Status SyncDir(const std::string& dir);
 // records already on disk are never touched.
 class LogWriter {
  public:
-  LogWriter(std::unique_ptr<File> file, uint64_t first_lsn)
+  LogWriter(std::unique_ptr<WritableFile> file, uint64_t first_lsn)
       : file_(std::move(file)), first_lsn_(first_lsn), next_lsn_(first_lsn) {}
 
   // Buffers a record; returns its LSN.
@@ -138,7 +108,7 @@ class LogWriter {
   const std::string& path() const { return file_->path(); }
 
  private:
-  std::unique_ptr<File> file_;
+  std::unique_ptr<WritableFile> file_;
   uint64_t first_lsn_;
   uint64_t next_lsn_;
   std::string buf_;

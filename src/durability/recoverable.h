@@ -2,9 +2,12 @@
 // durability layer (store.h) owns the files, the log, group commit, fsync
 // policies and snapshots of one partition of one service; it knows the
 // service's state only through this interface:
-//   - recovery: Apply() each record of the newest valid snapshot and of the
-//     log after it (by version, so replay is idempotent), with Reserve()
-//     and Prefetch() as bulk-load hints;
+//   - recovery: Apply() the final state: each pair of the newest valid
+//     snapshot that the log after it does not supersede, then the last
+//     record of each key in that log (by version, so applying is
+//     idempotent), with Reserve() and Prefetch() as bulk-load hints and
+//     EndRecovery() last. Every key is written once, so recovery never
+//     holds more than the live state held at the end;
 //   - snapshots: a SnapshotScan that walks the live state chunk by chunk,
 //     between requests, only reading it (one-sided readers see nothing).
 //
@@ -13,9 +16,9 @@
 // A service logs the RESULT of each write (never the request), so replay
 // does not depend on the order of concurrent requests.
 //
-// Thread contract: recovery calls (Reserve, Prefetch, Apply, RaiseVersion)
-// run on one thread before the partition's owner thread starts; the rest
-// on the owner thread.
+// Thread contract: recovery calls (Reserve, Prefetch, Apply, RaiseVersion,
+// EndRecovery) run on one thread before the partition's owner thread
+// starts; the rest on the owner thread.
 
 #ifndef REMEM_DURABILITY_RECOVERABLE_H_
 #define REMEM_DURABILITY_RECOVERABLE_H_
@@ -58,8 +61,11 @@ class Recoverable {
   virtual ~Recoverable() = default;
 
   // --- recovery
-  // Before a snapshot is applied: `pairs` it holds and the `shape` its
-  // scan reported. A hint; must not allocate more than the live state had.
+  // Before anything is applied, on the empty state: the `pairs` the
+  // snapshot holds and the `shape` the live state had last (the larger of
+  // the snapshot scan's and the log's kShape records; 0 if unknown). Must
+  // not allocate more than the live state had (it may give back what the
+  // empty state holds).
   virtual Status Reserve(uint64_t pairs, uint64_t shape) = 0;
   // Starts loading whatever `key` will touch into the CPU cache.
   virtual void Prefetch(std::string_view /*key*/) {}
@@ -71,10 +77,15 @@ class Recoverable {
   virtual Status ApplyDelete(std::string_view key, uint64_t version) = 0;
   // The next write's version will be above `version`.
   virtual void RaiseVersion(uint64_t version) = 0;
+  // Every record is applied; the state is about to serve.
+  virtual void EndRecovery() {}
 
-  // --- snapshots (owner thread)
+  // --- logging and snapshots (owner thread)
   // The version counter: the version the last write consumed.
   virtual uint64_t last_version() const = 0;
+  // The state's shape now (as SnapshotScan::shape; 0: none). The store
+  // logs a kShape record before the first record after it changes.
+  virtual uint64_t shape() const { return 0; }
   virtual std::unique_ptr<SnapshotScan> BeginSnapshot() = 0;
 };
 

@@ -1,13 +1,8 @@
 #include "durability/snapshot.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 namespace remem::durability {
 
@@ -20,27 +15,42 @@ std::string Numbered(const char* prefix, uint64_t lsn, const char* suffix) {
                 static_cast<unsigned long long>(lsn), suffix);
   return buf;
 }
+
+std::string_view OutcomeText(ParseOutcome o) {
+  switch (o) {
+    case ParseOutcome::kShort:
+      return "record runs past the end of the file";
+    case ParseOutcome::kBad:
+      return "bad header or checksum mismatch";
+    case ParseOutcome::kUnknown:
+      return "record of an unknown type (written by a newer remem?)";
+    case ParseOutcome::kOk:
+      break;
+  }
+  return "a log record inside a snapshot";
+}
 }  // namespace
 
 std::string SnapshotName(uint64_t lsn) {
   return Numbered("snapshot-", lsn, ".snap");
 }
 std::string LogName(uint64_t lsn) { return Numbered("log-", lsn, ".rlog"); }
+std::string SnapshotTmpName(uint64_t lsn) {
+  return Numbered("snapshot-", lsn, ".tmp");
+}
 
 Result<std::unique_ptr<SnapshotWriter>> SnapshotWriter::Create(
-    const std::string& dir, uint64_t start_lsn,
-    std::shared_ptr<FaultState> faults) {
-  std::unique_ptr<SnapshotWriter> w(
-      new SnapshotWriter(dir, start_lsn, std::move(faults)));
-  w->tmp_path_ = dir + "/" + Numbered("snapshot-", start_lsn, ".tmp");
+    Env* env, const std::string& dir, uint64_t start_lsn) {
+  std::unique_ptr<SnapshotWriter> w(new SnapshotWriter(env, dir, start_lsn));
+  w->tmp_path_ = dir + "/" + SnapshotTmpName(start_lsn);
   REMEM_RETURN_IF_ERROR(w->Open());
   return w;
 }
 
 Status SnapshotWriter::Open() {
-  auto f = CreateFile(tmp_path_);
+  auto f = env_->NewWritableFile(tmp_path_);
   if (!f.ok()) return f.status();
-  file_ = faults_ ? WithFaults(std::move(*f), faults_) : std::move(*f);
+  file_ = std::move(*f);
   buf_.clear();
   bytes_ = 0;
   pairs_ = 0;
@@ -49,9 +59,9 @@ Status SnapshotWriter::Open() {
 }
 
 SnapshotWriter::~SnapshotWriter() {
-  if (!done_) {
+  if (!committed_) {
     file_.reset();
-    ::unlink(tmp_path_.c_str());
+    (void)env_->RemoveFile(tmp_path_);
   }
 }
 
@@ -90,8 +100,8 @@ Status SnapshotWriter::MaybeWrite() {
   return WriteOut();
 }
 
-Result<uint64_t> SnapshotWriter::Finish(uint64_t version_counter,
-                                        uint64_t shape) {
+Result<uint64_t> SnapshotWriter::Seal(uint64_t version_counter,
+                                      uint64_t shape) {
   std::string end(16, '\0');
   std::memcpy(end.data(), &pairs_, 8);
   std::memcpy(end.data() + 8, &shape, 8);
@@ -100,44 +110,69 @@ Result<uint64_t> SnapshotWriter::Finish(uint64_t version_counter,
   REMEM_RETURN_IF_ERROR(WriteOut());
   REMEM_RETURN_IF_ERROR(file_->Sync());
   file_.reset();
-  const std::string final_path = dir_ + "/" + SnapshotName(start_lsn_);
-  if (::rename(tmp_path_.c_str(), final_path.c_str()) != 0) {
-    return Status::IOError("rename " + tmp_path_ + ": " + std::strerror(errno));
-  }
-  done_ = true;
-  REMEM_RETURN_IF_ERROR(SyncDir(dir_));
   return bytes_;
 }
 
-Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::IOError("open " + path + ": " + std::strerror(errno));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::IOError("stat " + path + ": " + std::strerror(err));
-  }
-  const size_t n = size_t(st.st_size);
-  const char* data = nullptr;
-  if (n > 0) {
-    void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return Status::IOError("mmap " + path + ": " + std::strerror(err));
-    }
-    ::madvise(p, n, MADV_SEQUENTIAL);
-    data = static_cast<const char*>(p);
-  }
-  ::close(fd);
-  return std::unique_ptr<MappedFile>(new MappedFile(data, n));
+Status SnapshotWriter::Commit() {
+  REMEM_RETURN_IF_ERROR(
+      env_->Rename(tmp_path_, dir_ + "/" + SnapshotName(start_lsn_)));
+  committed_ = true;
+  return env_->SyncDir(dir_);
 }
 
-MappedFile::~MappedFile() {
-  if (size_ > 0) ::munmap(const_cast<char*>(data_), size_);
+bool SnapshotCheck::Step(size_t budget) {
+  for (size_t checked = 0; !done_ && checked < budget;) {
+    if (off_ == data_.size()) {
+      status_ =
+          Status::Corruption("snapshot has no end record (at byte offset " +
+                             std::to_string(off_) + ")");
+      done_ = true;
+      break;
+    }
+    Record rec{};
+    size_t n = 0;
+    const ParseOutcome o = ParseRecord(data_.substr(off_), &rec, &n);
+    if (o != ParseOutcome::kOk || (rec.type != RecordType::kPut &&
+                                   rec.type != RecordType::kSnapshotEnd)) {
+      status_ = Status::Corruption("corrupt snapshot at byte offset " +
+                                   std::to_string(off_) + " (" +
+                                   std::string(OutcomeText(o)) + ")");
+      done_ = true;
+      break;
+    }
+    off_ += n;
+    checked += n;
+    if (rec.type == RecordType::kPut) {
+      ++puts_;
+      continue;
+    }
+    // The end record: last, and its count matches.
+    done_ = true;
+    end_.lsn = rec.lsn;
+    end_.version = rec.version;
+    if (rec.value.size() >= 8) std::memcpy(&end_.pairs, rec.value.data(), 8);
+    if (rec.value.size() >= 16) {
+      std::memcpy(&end_.shape, rec.value.data() + 8, 8);
+    }
+    if (off_ != data_.size()) {
+      status_ = Status::Corruption(
+          "snapshot has data after its end record (at byte offset " +
+          std::to_string(off_) + ")");
+    } else if (rec.value.size() >= 8 && end_.pairs != puts_) {
+      status_ = Status::Corruption(
+          "snapshot's end record counts " + std::to_string(end_.pairs) +
+          " pairs but the file holds " + std::to_string(puts_));
+    }
+  }
+  return done_;
+}
+
+Result<SnapshotEnd> CheckSnapshot(std::string_view data) {
+  SnapshotCheck c(data);
+  while (!c.Step(std::numeric_limits<size_t>::max())) {
+  }
+  if (!c.status().ok()) return c.status();
+  return c.end();
 }
 
 }  // namespace remem::durability

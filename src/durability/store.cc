@@ -1,24 +1,24 @@
 #include "durability/store.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
+#include <limits>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "util/log.h"
 
 namespace remem::durability {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 // Work per snapshot step (the hash store: buckets scanned per pass).
 constexpr uint64_t kSnapshotChunk = 512;
+// Bytes of a written snapshot verified per pass.
+constexpr size_t kVerifyChunk = 8 << 20;
 constexpr auto kRetryEvery = std::chrono::milliseconds(100);
 
 // "prefix<digits>suffix" -> digits, or nullopt.
@@ -37,30 +37,32 @@ std::optional<uint64_t> NumberIn(const std::string& name,
   return std::stoull(digits);
 }
 
+// Every whole, valid record in `data` found by scanning for the magic from
+// `from` on: calls fn(record).
+template <typename Fn>
+void ResyncRecords(std::string_view data, size_t from, Fn fn) {
+  const char magic[4] = {'R', 'M', 'R', 'L'};
+  static_assert(kRecordMagic == 0x4C524D52);
+  for (size_t at = from; at + sizeof(RecordHeader) <= data.size(); ++at) {
+    at = data.find(std::string_view(magic, 4), at);
+    if (at == std::string_view::npos) break;
+    Record r{};
+    size_t n = 0;
+    if (ParseRecord(data.substr(at), &r, &n) == ParseOutcome::kOk) {
+      fn(r);
+      at += n - 1;
+    }
+  }
+}
+
 // Is the unreadable record at the start of `rest` the torn final record of
 // its file (a write cut short), rather than corruption in the middle? Torn
 // if no whole, valid record follows it anywhere (a corrupted length field
 // could otherwise pass a flipped record off as the tail).
 bool LooksTorn(std::string_view rest) {
-  const char magic[4] = {'R', 'M', 'R', 'L'};
-  static_assert(kRecordMagic == 0x4C524D52);
-  for (size_t at = 1; at + sizeof(RecordHeader) <= rest.size(); ++at) {
-    at = rest.find(std::string_view(magic, 4), at);
-    if (at == std::string_view::npos) break;
-    Record r{};
-    size_t n = 0;
-    if (ParseRecord(rest.substr(at), &r, &n) == ParseOutcome::kOk) {
-      return false;
-    }
-  }
-  return true;
-}
-
-Status Truncate(const std::string& path, uint64_t size) {
-  if (::truncate(path.c_str(), off_t(size)) != 0) {
-    return Status::IOError("truncate " + path + ": " + std::strerror(errno));
-  }
-  return Status::OK();
+  bool valid_after = false;
+  ResyncRecords(rest, 1, [&](const Record&) { valid_after = true; });
+  return !valid_after;
 }
 
 std::string_view OutcomeName(ParseOutcome o) {
@@ -75,6 +77,18 @@ std::string_view OutcomeName(ParseOutcome o) {
       break;
   }
   return "ok";
+}
+
+std::string Range(uint64_t from, uint64_t to) {
+  if (to < from) return "LSN " + std::to_string(from) + " and after";
+  return "LSN " + std::to_string(from) + ".." + std::to_string(to) + " (" +
+         std::to_string(to - from + 1) + " records)";
+}
+
+uint64_t UnixMs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
 }
 
 }  // namespace
@@ -101,14 +115,15 @@ Result<FsyncPolicy> ParseFsyncPolicy(std::string_view s) {
 Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
     const StoreOptions& options, Recoverable* state, RecoveryReport* report) {
   std::unique_ptr<PartitionStore> s(new PartitionStore(options, state));
-  std::error_code ec;
-  fs::create_directories(options.dir, ec);
-  if (ec) return Status::IOError(options.dir + ": " + ec.message());
+  s->env_ = options.env != nullptr ? options.env : Env::Posix();
   if (!options.fault.empty()) {
     auto f = ParseFaultSpec(options.fault);
     if (!f.ok()) return f.status();
-    s->faults_ = std::make_shared<FaultState>(*f);
+    s->own_env_ = std::make_unique<FaultyEnv>(s->env_, std::move(*f));
+    s->env_ = s->own_env_.get();
   }
+  auto dir = s->env_->CreateDir(options.dir);
+  if (!dir.ok()) return dir.status();
   const auto start = Clock::now();
   REMEM_RETURN_IF_ERROR(s->Recover(report));
   report->took = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -119,217 +134,367 @@ Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
 
 PartitionStore::~PartitionStore() {
   scan_.reset();
+  check_.reset();
+  verify_data_.reset();
   snap_.reset();
   if (log_ && !stats_.failing.load()) (void)log_->Flush(true);
 }
 
+Result<std::unique_ptr<FileData>> PartitionStore::ReadWhole(
+    const std::string& path) {
+  auto d = env_->ReadFile(path);
+  if (!d.ok()) return d.status();
+  // A short read would look like a torn tail, and recovery truncates torn
+  // tails: never trust one.
+  auto size = env_->FileSize(path);
+  if (!size.ok()) return size.status();
+  if ((*d)->data().size() != *size) {
+    return Status::IOError("read " + path + ": got " +
+                           std::to_string((*d)->data().size()) + " of " +
+                           std::to_string(*size) + " bytes");
+  }
+  return d;
+}
+
 Status PartitionStore::Recover(RecoveryReport* r) {
   const std::string& dir = options_.dir;
+  auto names = env_->ListDir(dir);
+  if (!names.ok()) return names.status();
   std::vector<uint64_t> snaps, logs;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  std::vector<std::string> tmps;
+  for (const std::string& name : *names) {
     if (auto n = NumberIn(name, "snapshot-", ".snap")) {
       snaps.push_back(*n);
     } else if (auto m = NumberIn(name, "log-", ".rlog")) {
       logs.push_back(*m);
     } else if (name.ends_with(".tmp")) {
-      fs::remove(e.path(), ec);  // an unfinished snapshot
-      r->warnings.push_back("removed the unfinished snapshot " + name);
+      tmps.push_back(name);
+    } else if (name.ends_with(".corrupt") || name.ends_with(".dropped")) {
+      aside_.push_back(name);
     }
   }
-  if (ec) return Status::IOError(dir + ": " + ec.message());
   std::sort(snaps.begin(), snaps.end());
   std::sort(logs.begin(), logs.end());
 
-  uint64_t start_lsn = 1;  // replay log records from here on
-  uint64_t max_lsn = 0;
-  if (!snaps.empty()) {
-    const std::string name = SnapshotName(snaps.back());
-    const std::string path = dir + "/" + name;
-    auto file = MappedFile::Open(path);
-    if (!file.ok()) return file.status();
-    const std::string_view data = (*file)->data();
-    // Verify the whole file before applying any of it.
+  // 1. The base: the newest snapshot that reads back whole.
+  std::unique_ptr<FileData> snap_data;
+  SnapshotEnd base;
+  base.lsn = 1;  // no snapshot: the empty state at LSN 1
+  size_t base_index = snaps.size();
+  std::vector<std::string> corrupt, unreadable;
+  for (size_t i = snaps.size(); i-- > 0;) {
+    const std::string name = SnapshotName(snaps[i]);
+    auto d = ReadWhole(PathOf(name));
+    Result<SnapshotEnd> end =
+        d.ok() ? CheckSnapshot((*d)->data()) : Result<SnapshotEnd>(d.status());
+    if (end.ok() && end->lsn != snaps[i]) {
+      end = Status::Corruption("its end record names LSN " +
+                               std::to_string(end->lsn));
+    }
+    if (!end.ok()) {
+      r->warnings.push_back(
+          "snapshot " + PathOf(name) + " is unusable (" +
+          end.status().message() +
+          "); recovering from the generation before it instead");
+      r->fell_back = true;
+      (d.ok() ? corrupt : unreadable).push_back(name);
+      continue;
+    }
+    snap_data = std::move(*d);
+    base = *end;
+    base_index = i;
+    break;
+  }
+
+  // 2. The log from the base's LSN: read and verify all of it, no LSN
+  // missing, and keep each key's last record (views into the files).
+  std::vector<std::unique_ptr<FileData>> log_data(logs.size());
+  std::vector<Record> finals;
+  std::unordered_map<std::string_view, size_t> last_of;
+  uint64_t expect = base.lsn;
+  uint64_t max_version = base.version;
+  uint64_t shape = base.shape;
+  struct Problem {
+    size_t file;
+    uint64_t offset;
+    std::string what;
+  };
+  std::optional<Problem> problem;
+  std::optional<std::pair<size_t, uint64_t>> torn;  // file, offset
+  // Files wholly before the base (the next one starts at or before its LSN)
+  // hold nothing recovery needs.
+  size_t first = 0;
+  while (first + 1 < logs.size() && logs[first + 1] <= base.lsn) ++first;
+  for (size_t i = first; i < logs.size() && !problem; ++i) {
+    const std::string path = PathOf(LogName(logs[i]));
+    auto d = ReadWhole(path);
+    if (!d.ok()) {
+      problem = Problem{i, 0, d.status().message()};
+      break;
+    }
+    ++r->log_files;
+    const std::string_view data = (*d)->data();
+    log_data[i] = std::move(*d);
     size_t off = 0;
-    Record rec{};
-    bool ended = false;
-    while (off < data.size() && !ended) {
+    while (off < data.size()) {
+      Record rec{};
       size_t n = 0;
       ParseOutcome o = ParseRecord(data.substr(off), &rec, &n);
-      if (o != ParseOutcome::kOk || (rec.type != RecordType::kPut &&
-                                     rec.type != RecordType::kSnapshotEnd)) {
-        return Status::Corruption(
-            path + ": corrupt snapshot at byte offset " + std::to_string(off) +
-            " (" + std::string(OutcomeName(o)) +
-            "); move the file away to recover from older state");
+      if (o == ParseOutcome::kOk && rec.type != RecordType::kSnapshotEnd) {
+        if (rec.lsn < base.lsn) {  // before the base: not needed
+          off += n;
+          continue;
+        }
+        if (rec.lsn != expect) {
+          problem =
+              Problem{i, off,
+                      rec.lsn > expect
+                          ? "the log jumps to LSN " + std::to_string(rec.lsn) +
+                                " (a log file is missing)"
+                          : "record LSN " + std::to_string(rec.lsn) +
+                                " is out of order"};
+          break;
+        }
+        if (rec.type == RecordType::kShape) {
+          uint64_t s = 0;
+          if (rec.value.size() == 8) std::memcpy(&s, rec.value.data(), 8);
+          shape = std::max(shape, s);
+        } else {
+          auto [it, fresh] = last_of.try_emplace(rec.key, finals.size());
+          if (fresh) {
+            finals.push_back(rec);
+          } else if (rec.version >= finals[it->second].version) {
+            finals[it->second] = rec;
+          }
+          max_version = std::max(max_version, rec.version);
+        }
+        ++expect;
+        ++r->log_records;
+        r->log_bytes += n;
+        off += n;
+        continue;
       }
-      off += n;
-      ended = rec.type == RecordType::kSnapshotEnd;
+      if (o == ParseOutcome::kOk) o = ParseOutcome::kBad;
+      if (o != ParseOutcome::kUnknown && i + 1 == logs.size() &&
+          LooksTorn(data.substr(off))) {
+        torn = {i, off};
+        r->truncated_bytes += data.size() - off;
+        r->warnings.push_back("torn final record in " + path +
+                              " at byte offset " + std::to_string(off) + " (" +
+                              std::string(OutcomeName(o)) + "): truncated " +
+                              std::to_string(data.size() - off) + " bytes");
+      } else {
+        problem = Problem{i, off, std::string(OutcomeName(o))};
+      }
+      break;
     }
-    if (!ended || off != data.size()) {
-      return Status::Corruption(path +
-                                ": snapshot has no end record at byte "
-                                "offset " +
-                                std::to_string(off));
+  }
+
+  // What a problem puts out of reach.
+  size_t drop_from = logs.size();  // log files set aside (kTruncate)
+  if (problem) {
+    uint64_t newest = expect - 1;
+    auto note = [&newest, &max_version](const Record& rec) {
+      if (rec.type != RecordType::kSnapshotEnd) {
+        newest = std::max(newest, rec.lsn);
+      }
+      // Versions the dropped writes consumed are never reused (a client
+      // may hold one for compare-and-put).
+      max_version = std::max(max_version, rec.version);
+    };
+    for (const std::string& name : corrupt) {
+      auto d = ReadWhole(PathOf(name));
+      if (d.ok()) ResyncRecords((*d)->data(), 0, note);
     }
-    const Record end = rec;
-    uint64_t count = 0, shape = 0;
-    if (end.value.size() >= 8) std::memcpy(&count, end.value.data(), 8);
-    if (end.value.size() >= 16) std::memcpy(&shape, end.value.data() + 8, 8);
-    // Shape the state as the live server had it when the snapshot was
-    // taken (the hash store: its bucket count), in one step rather than by
-    // growing again and again. Never more: a store that was full must fit
-    // again in the same memory. The log after the snapshot grows it as the
-    // live server grew.
-    if (Status st = state_->Reserve(count, shape); !st.ok()) {
-      return st.WithContext("sizing the state for " + path);
+    if (log_data[problem->file]) {
+      ResyncRecords(log_data[problem->file]->data(), problem->offset + 1, note);
     }
-    // Apply, prefetching the buckets of the record kAhead records on.
-    constexpr size_t kAhead = 8;
-    size_t at = 0, ahead = 0, ahead_count = 0;
-    auto step = [&data](size_t* pos, Record* out) {
+    std::string files = PathOf(LogName(logs[problem->file])) +
+                        " from byte offset " + std::to_string(problem->offset);
+    for (size_t j = problem->file + 1; j < logs.size(); ++j) {
+      files += ", " + LogName(logs[j]);
+      auto d = ReadWhole(PathOf(LogName(logs[j])));
+      if (d.ok()) ResyncRecords((*d)->data(), 0, note);
+    }
+    const std::string from = snap_data
+                                 ? PathOf(SnapshotName(base.lsn))
+                                 : std::string("the empty state at LSN 1");
+    const std::string what =
+        problem->what + " in " + PathOf(LogName(logs[problem->file])) +
+        " at byte offset " + std::to_string(problem->offset) +
+        ": recovery from " + from + " reaches LSN " +
+        std::to_string(expect - 1) + "; the log records " +
+        Range(expect, newest) + " in " + files + " are out of reach";
+    if (options_.recovery == RecoveryMode::kStrict) {
+      return Status::Corruption(
+          "corruption: " + what +
+          ". Refusing to start. Start with --recovery=truncate to start "
+          "from LSN " +
+          std::to_string(expect - 1) + " and drop them");
+    }
+    r->lost.push_back(what + ": dropped (--recovery=truncate)");
+    r->lost_records += newest >= expect ? newest - expect + 1 : 0;
+    drop_from = problem->file + 1;
+  }
+
+  // 3. Apply the final state: the snapshot's pairs the log does not
+  // supersede, then each key's last log record. Nothing is written twice.
+  // Shaped as the live state was last, in one step: never larger, so the
+  // state fits the same memory (the hash store: the bucket count its table
+  // had, not one grown by another order of inserts).
+  if (shape > 0) {
+    if (Status st = state_->Reserve(base.pairs, shape); !st.ok()) {
+      return st.WithContext("sizing the state for " + dir);
+    }
+  }
+  if (snap_data) {
+    const std::string path = PathOf(SnapshotName(base.lsn));
+    const std::string_view data = snap_data->data();
+    constexpr size_t kAhead = 8;  // prefetch the record this far ahead
+    size_t at = 0, ahead = 0;
+    auto next = [&data](size_t* pos, Record* out) {
       size_t n = 0;
-      (void)ParseRecord(data.substr(*pos), out, &n);
+      (void)ParseRecord(data.substr(*pos), out, &n);  // verified above
       *pos += n;
     };
-    while (ahead < data.size() && ahead_count < kAhead) {
+    for (size_t k = 0; k < kAhead && ahead < data.size(); ++k) {
       Record a{};
-      step(&ahead, &a);
+      next(&ahead, &a);
       if (a.type == RecordType::kPut) state_->Prefetch(a.key);
-      ++ahead_count;
     }
     while (at < data.size()) {
-      step(&at, &rec);
+      Record rec{};
+      next(&at, &rec);
       if (rec.type != RecordType::kPut) break;
       if (ahead < data.size()) {
         Record a{};
-        step(&ahead, &a);
+        next(&ahead, &a);
         if (a.type == RecordType::kPut) state_->Prefetch(a.key);
+      }
+      auto it = last_of.find(rec.key);
+      if (it != last_of.end() && finals[it->second].version >= rec.version) {
+        continue;  // the log has this key's newer state
       }
       Status st = state_->ApplyPut(rec.key, rec.value, rec.version);
       if (!st.ok()) return st.WithContext("restoring " + path);
       ++r->snapshot_pairs;
     }
-    state_->RaiseVersion(end.version);
-    start_lsn = end.lsn;
-    max_lsn = end.lsn - 1;
-    r->snapshot = name;
-    last_snapshot_ = name;
-    stats_.last_snapshot_bytes = data.size();
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0) {
-      stats_.last_snapshot_unix_ms = uint64_t(st.st_mtim.tv_sec) * 1000 +
-                                     uint64_t(st.st_mtim.tv_nsec) / 1000000;
+    state_->RaiseVersion(base.version);
+    r->snapshot = SnapshotName(base.lsn);
+  }
+  for (size_t k = 0; k < finals.size(); ++k) {
+    if (k + 8 < finals.size() && finals[k + 8].type == RecordType::kPut) {
+      state_->Prefetch(finals[k + 8].key);
     }
-    // Older snapshots are superseded.
-    for (size_t i = 0; i + 1 < snaps.size(); ++i) {
-      fs::remove(dir + "/" + SnapshotName(snaps[i]), ec);
+    const Record& rec = finals[k];
+    Status st = rec.type != RecordType::kDelete
+                    ? state_->ApplyPut(rec.key, rec.value, rec.version)
+                    : state_->ApplyDelete(rec.key, rec.version);
+    if (!st.ok()) {
+      return st.WithContext("replaying the log of " + dir + " (LSN " +
+                            std::to_string(rec.lsn) + ")");
     }
   }
+  state_->RaiseVersion(max_version);
+  state_->EndRecovery();
+  logged_shape_ = state_->shape();
+  r->last_lsn = expect - 1;
+  const uint64_t snap_bytes = snap_data ? snap_data->data().size() : 0;
+  std::vector<std::string> problem_tail;  // what a problem drops of its file
+  if (problem && log_data[problem->file]) {
+    const std::string_view d = log_data[problem->file]->data();
+    problem_tail.emplace_back(d.substr(problem->offset));
+  }
+  last_of.clear();
+  finals.clear();
+  snap_data.reset();
+  log_data.clear();
 
-  for (size_t i = 0; i < logs.size(); ++i) {
-    const std::string path = dir + "/" + LogName(logs[i]);
-    auto file = MappedFile::Open(path);
-    if (!file.ok()) return file.status();
-    const std::string_view data = (*file)->data();
-    ++r->log_files;
-    size_t off = 0;
-    bool stop_all = false;
-    size_t ahead = 0;  // prefetching runs a few records ahead
-    while (off < data.size()) {
-      while (ahead < data.size() && ahead < off + 8 * 64) {
-        Record a{};
-        size_t an = 0;
-        if (ParseRecord(data.substr(ahead), &a, &an) != ParseOutcome::kOk) {
-          ahead = data.size();
-          break;
-        }
-        if (a.type == RecordType::kPut) state_->Prefetch(a.key);
-        ahead += an;
-      }
-      Record rec{};
-      size_t n = 0;
-      ParseOutcome o = ParseRecord(data.substr(off), &rec, &n);
-      if (o == ParseOutcome::kOk && rec.type != RecordType::kSnapshotEnd) {
-        if (rec.lsn >= start_lsn) {
-          Status st = rec.type == RecordType::kPut
-                          ? state_->ApplyPut(rec.key, rec.value, rec.version)
-                          : state_->ApplyDelete(rec.key, rec.version);
-          if (!st.ok()) return st.WithContext("replaying " + path);
-          ++r->log_records;
-        }
-        max_lsn = std::max(max_lsn, rec.lsn);
-        off += n;
-        continue;
-      }
-      if (o == ParseOutcome::kOk) o = ParseOutcome::kBad;
-      const bool last = i + 1 == logs.size();
-      const std::string where = path + " at byte offset " + std::to_string(off);
-      if (o != ParseOutcome::kUnknown && last && LooksTorn(data.substr(off))) {
-        r->warnings.push_back("torn final record in " + where + " (" +
-                              std::string(OutcomeName(o)) + "): truncated " +
-                              std::to_string(data.size() - off) + " bytes");
-      } else if (options_.recovery == RecoveryMode::kTruncate) {
-        r->warnings.push_back(
-            "corruption in " + where + " (" + std::string(OutcomeName(o)) +
-            "): --recovery=truncate drops it and everything after it");
-        for (size_t j = i + 1; j < logs.size(); ++j) {
-          fs::remove(dir + "/" + LogName(logs[j]), ec);
-        }
-        logs.resize(i + 1);
-        stop_all = true;
-      } else {
-        return Status::Corruption(
-            "corruption in " + where + " (" + std::string(OutcomeName(o)) +
-            "); refusing to start. Start with --recovery=truncate to drop "
-            "this record and everything after it");
-      }
-      r->truncated_bytes += data.size() - off;
-      (*file).reset();
-      REMEM_RETURN_IF_ERROR(Truncate(path, off));
-      break;
-    }
-    if (stop_all) break;
+  // 4. The files, now that the state is whole (nothing changed on disk
+  // before this point).
+  for (const std::string& name : tmps) {
+    REMEM_RETURN_IF_ERROR(env_->RemoveFile(PathOf(name)));
+    r->warnings.push_back("removed the unfinished snapshot " + PathOf(name));
   }
-  // Closed logs stay until a snapshot covers them; those a finished
-  // snapshot already covers (a crash before their deletion) go now.
-  for (uint64_t first : logs) {
-    const std::string path = dir + "/" + LogName(first);
-    auto size = fs::file_size(path, ec);
-    if (ec) continue;
-    old_logs_.push_back({first, path, uint64_t(size)});
+  for (const std::string& name : corrupt) {
+    REMEM_RETURN_IF_ERROR(
+        env_->Rename(PathOf(name), PathOf(name + ".corrupt")));
+    aside_.push_back(name + ".corrupt");
+    r->warnings.push_back("kept " + PathOf(name + ".corrupt") +
+                          " until the next snapshot is verified");
   }
-  const uint64_t next = std::max(max_lsn + 1, start_lsn);
-  for (auto it = old_logs_.begin(); it != old_logs_.end();) {
-    // A log wholly before the snapshot (the next file starts at or before
-    // the snapshot's LSN), or one that is empty and would be reopened.
-    const auto next_it = it + 1;
-    const bool covered =
-        next_it != old_logs_.end() && next_it->first_lsn <= start_lsn;
-    if (covered || (it->bytes == 0 && it->first_lsn == next)) {
-      fs::remove(it->path, ec);
-      it = old_logs_.erase(it);
+  for (const std::string& name : unreadable) aside_.push_back(name);
+  if (torn) {
+    REMEM_RETURN_IF_ERROR(
+        env_->TruncateFile(PathOf(LogName(logs[torn->first])), torn->second));
+  }
+  if (problem) {
+    const std::string path = PathOf(LogName(logs[problem->file]));
+    if (problem->offset == 0) {
+      REMEM_RETURN_IF_ERROR(env_->Rename(path, path + ".dropped"));
     } else {
-      ++it;
+      if (!problem_tail.empty()) {
+        // Keep the dropped bytes beside the log, for a post-mortem.
+        auto f = env_->NewWritableFile(path + ".dropped");
+        if (!f.ok()) return f.status();
+        auto n = (*f)->Write(problem_tail[0].data(), problem_tail[0].size());
+        if (!n.ok()) return n.status();
+        REMEM_RETURN_IF_ERROR((*f)->Sync());
+      }
+      REMEM_RETURN_IF_ERROR(env_->TruncateFile(path, problem->offset));
+      r->truncated_bytes += problem_tail.empty() ? 0 : problem_tail[0].size();
+    }
+    aside_.push_back(LogName(logs[problem->file]) + ".dropped");
+    for (size_t j = drop_from; j < logs.size(); ++j) {
+      const std::string p = PathOf(LogName(logs[j]));
+      REMEM_RETURN_IF_ERROR(env_->Rename(p, p + ".dropped"));
+      aside_.push_back(LogName(logs[j]) + ".dropped");
+    }
+    if (problem->offset == 0) drop_from = problem->file;
+  }
+  // Generations: the base and the one before it stay.
+  if (snap_bytes > 0) {
+    snapshot_name_ = SnapshotName(base.lsn);
+    snapshot_lsn_ = base.lsn;
+    stats_.last_snapshot_bytes = snap_bytes;
+    auto mtime = env_->FileMtimeMs(PathOf(snapshot_name_));
+    if (mtime.ok()) stats_.last_snapshot_unix_ms = *mtime;
+  }
+  if (base_index < snaps.size() && base_index > 0) {
+    prev_snapshot_name_ = SnapshotName(snaps[base_index - 1]);
+    prev_lsn_ = snaps[base_index - 1];
+    for (size_t i = 0; i + 1 < base_index; ++i) {
+      REMEM_RETURN_IF_ERROR(env_->RemoveFile(PathOf(SnapshotName(snaps[i]))));
     }
   }
-  // The log since the snapshot counts toward the next one, whenever it was
-  // written: a restart must not reset the trigger, or the log would grow
-  // without bound across restarts (and recovery time with it).
-  for (const auto& l : old_logs_) log_bytes_since_snapshot_ += l.bytes;
-  REMEM_RETURN_IF_ERROR(OpenLog(next));
+  const uint64_t next_lsn = expect;
+  for (size_t i = 0; i < drop_from; ++i) {
+    const std::string name = LogName(logs[i]);
+    const bool before_prev = i + 1 < logs.size() && logs[i + 1] <= prev_lsn_;
+    auto size = env_->FileSize(PathOf(name));
+    if (!size.ok()) return size.status();
+    if (before_prev || (*size == 0 && logs[i] == next_lsn)) {
+      // Wholly before the previous generation, or empty and about to be
+      // reopened.
+      REMEM_RETURN_IF_ERROR(env_->RemoveFile(PathOf(name)));
+      continue;
+    }
+    old_logs_.push_back({logs[i], name, *size});
+    // The log since the base counts toward the next snapshot, whenever it
+    // was written: a restart must not reset the trigger, or the log would
+    // grow without bound across restarts (and recovery time with it).
+    if (i >= first) log_bytes_since_snapshot_ += *size;
+  }
+  REMEM_RETURN_IF_ERROR(OpenLog(next_lsn));
   UpdateLogBytes();
   return Status::OK();
 }
 
 Status PartitionStore::OpenLog(uint64_t first_lsn) {
-  auto f = CreateFile(options_.dir + "/" + LogName(first_lsn));
+  auto f = env_->NewWritableFile(PathOf(LogName(first_lsn)));
   if (!f.ok()) return f.status();
-  std::unique_ptr<File> file =
-      faults_ ? WithFaults(std::move(*f), faults_) : std::move(*f);
-  REMEM_RETURN_IF_ERROR(SyncDir(options_.dir));
-  log_ = std::make_unique<LogWriter>(std::move(file), first_lsn);
+  REMEM_RETURN_IF_ERROR(env_->SyncDir(options_.dir));
+  log_ = std::make_unique<LogWriter>(std::move(*f), first_lsn);
   return Status::OK();
 }
 
@@ -373,12 +538,23 @@ Status PartitionStore::Writable() {
   return FlushNow(options_.fsync != FsyncPolicy::kNo);
 }
 
+void PartitionStore::LogShapeChange() {
+  const uint64_t shape = state_->shape();
+  if (shape == logged_shape_) return;
+  std::string v(8, '\0');
+  std::memcpy(v.data(), &shape, 8);
+  log_->Append(RecordType::kShape, 0, {}, v);
+  logged_shape_ = shape;
+}
+
 void PartitionStore::LogPut(std::string_view key, std::string_view value,
                             uint64_t version) {
+  LogShapeChange();  // the write may have grown the state
   log_->Append(RecordType::kPut, version, key, value);
 }
 
 void PartitionStore::LogDelete(std::string_view key, uint64_t version) {
+  LogShapeChange();
   log_->Append(RecordType::kDelete, version, key, {});
 }
 
@@ -416,6 +592,7 @@ size_t PartitionStore::OnPass() {
     Status st = StartSnapshot();
     if (!st.ok()) {
       stats_.write_errors.fetch_add(1, std::memory_order_relaxed);
+      stats_.snapshot_failures.fetch_add(1, std::memory_order_relaxed);
       log::Error("durability: cannot start a snapshot: {}", st.message());
       log_bytes_since_snapshot_ = 0;  // try again after as much more log
     }
@@ -437,13 +614,12 @@ Status PartitionStore::StartSnapshot() {
   REMEM_RETURN_IF_ERROR(FlushNow(true));
   const uint64_t lsn = log_->next_lsn();
   if (log_->first_lsn() != lsn) {
-    // (An empty log already starts at the snapshot's LSN: keep it, or the
-    // snapshot's clean-up would delete the live file.)
-    OldLog old{log_->first_lsn(), log_->path(), log_->bytes()};
+    // (An empty log already starts at the snapshot's LSN: keep it.)
+    OldLog old{log_->first_lsn(), LogName(log_->first_lsn()), log_->bytes()};
     REMEM_RETURN_IF_ERROR(OpenLog(lsn));
     old_logs_.push_back(old);
   }
-  auto w = SnapshotWriter::Create(options_.dir, lsn, faults_);
+  auto w = SnapshotWriter::Create(env_, options_.dir, lsn);
   if (!w.ok()) return w.status();
   snap_ = std::move(*w);
   scan_ = state_->BeginSnapshot();
@@ -452,6 +628,26 @@ Status PartitionStore::StartSnapshot() {
 }
 
 void PartitionStore::StepSnapshot() {
+  if (check_) {
+    // Verifying what was written, a chunk per pass.
+    if (!check_->Step(kVerifyChunk)) return;
+    Status st = check_->status();
+    if (st.ok() && (check_->end().lsn != snap_->start_lsn() ||
+                    check_->end().pairs != snap_->pairs())) {
+      st = Status::Corruption(
+          "its end record does not match what was "
+          "written");
+    }
+    check_.reset();
+    verify_data_.reset();
+    if (!st.ok()) {
+      return EndSnapshot(
+          st.WithContext("verifying " + snap_->tmp_path() + " after writing"),
+          0);
+    }
+    st = snap_->Commit();
+    return EndSnapshot(st, st.ok() ? sealed_bytes_ : 0);
+  }
   if (options_.slow_snapshot_us > 0) {
     std::this_thread::sleep_for(
         std::chrono::microseconds(options_.slow_snapshot_us));
@@ -461,38 +657,73 @@ void PartitionStore::StepSnapshot() {
   Status st = snap_->MaybeWrite();
   if (!st.ok()) return EndSnapshot(st, 0);
   if (!done) return;
-  auto bytes = snap_->Finish(state_->last_version(), scan_->shape());
-  EndSnapshot(bytes.ok() ? Status::OK() : bytes.status(),
-              bytes.ok() ? *bytes : 0);
+  auto bytes = snap_->Seal(state_->last_version(), scan_->shape());
+  scan_.reset();
+  if (!bytes.ok()) return EndSnapshot(bytes.status(), 0);
+  sealed_bytes_ = *bytes;
+  // Read it back before it replaces anything.
+  auto data = ReadWhole(snap_->tmp_path());
+  if (!data.ok()) return EndSnapshot(data.status(), 0);
+  verify_data_ = std::move(*data);
+  check_ = std::make_unique<SnapshotCheck>(verify_data_->data());
+}
+
+void PartitionStore::DropOldGeneration() {
+  const uint64_t lsn = snap_->start_lsn();
+  std::vector<std::string> remove;
+  if (lsn != snapshot_lsn_ || snapshot_name_.empty()) {
+    // The newest generation becomes the previous one; the previous one
+    // goes: its snapshot, and the log files wholly before the new previous
+    // snapshot's LSN.
+    if (!prev_snapshot_name_.empty()) remove.push_back(prev_snapshot_name_);
+    prev_snapshot_name_ = snapshot_name_;
+    prev_lsn_ = snapshot_lsn_;
+    snapshot_name_ = SnapshotName(lsn);
+    snapshot_lsn_ = lsn;
+    std::vector<OldLog> keep;
+    for (size_t j = 0; j < old_logs_.size(); ++j) {
+      const uint64_t next_first = j + 1 < old_logs_.size()
+                                      ? old_logs_[j + 1].first_lsn
+                                      : log_->first_lsn();
+      if (next_first <= prev_lsn_) {
+        remove.push_back(old_logs_[j].name);
+      } else {
+        keep.push_back(old_logs_[j]);
+      }
+    }
+    old_logs_.swap(keep);
+  }
+  // (The same LSN: the new file replaced the old one, same state.)
+  for (const std::string& name : aside_) remove.push_back(name);
+  aside_.clear();
+  for (const std::string& name : remove) {
+    if (Status st = env_->RemoveFile(PathOf(name)); !st.ok()) {
+      log::Warn("durability: {}", st.message());
+    }
+  }
+  if (Status st = env_->SyncDir(options_.dir); !st.ok()) {
+    log::Warn("durability: {}", st.message());
+  }
 }
 
 void PartitionStore::EndSnapshot(Status st, uint64_t bytes) {
   scan_.reset();
+  check_.reset();
+  verify_data_.reset();
   if (st.ok() && snap_) {
-    const uint64_t lsn = snap_->start_lsn();
-    const std::string name = SnapshotName(lsn);
-    std::error_code ec;
-    if (!last_snapshot_.empty() && last_snapshot_ != name) {
-      fs::remove(options_.dir + "/" + last_snapshot_, ec);
-    }
-    last_snapshot_ = name;
-    // Every closed log lies wholly before the snapshot's LSN.
-    for (const auto& l : old_logs_) fs::remove(l.path, ec);
-    old_logs_.clear();
-    (void)SyncDir(options_.dir);
+    DropOldGeneration();
     stats_.last_snapshot_bytes.store(bytes);
-    stats_.last_snapshot_unix_ms.store(
-        uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count()));
+    stats_.last_snapshot_unix_ms.store(UnixMs());
     stats_.snapshots.fetch_add(1);
-    log::Info("durability: snapshot {} of {} pairs, {} bytes", name,
-              snap_->pairs(), bytes);
+    log::Info("durability: snapshot {} of {} pairs, {} bytes, verified",
+              PathOf(snapshot_name_), snap_->pairs(), bytes);
   } else if (!st.ok()) {
     stats_.write_errors.fetch_add(1, std::memory_order_relaxed);
-    log::Error("durability: snapshot failed: {}", st.message());
+    stats_.snapshot_failures.fetch_add(1, std::memory_order_relaxed);
+    log::Error("durability: snapshot failed (the previous one is kept): {}",
+               st.message());
   }
-  snap_.reset();
+  snap_.reset();  // removes the .tmp file unless committed
   UpdateLogBytes();
   std::vector<Done> waiting;
   waiting.swap(snap_waiting_);

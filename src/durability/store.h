@@ -3,22 +3,41 @@
 // (log-<first lsn>.rlog files) and its snapshots (snapshot-<lsn>.snap),
 // recovery from them at start, group commit, the fsync policy and
 // background snapshots. The service's state is seen only through
-// Recoverable (recoverable.h).
+// Recoverable (recoverable.h); every file through the Env (env.h).
 //
 // Write path (owner thread): the service checks Writable(), applies the
 // write, calls LogPut/LogDelete with the RESULT (key, value, new version),
-// and hands its reply to AfterDurable. At the end of the
-// worker's Progress pass, OnPass() writes every buffered record with one
-// write() (and, under `always`, one fdatasync), then runs the waiting
-// replies: OK, or the IOError that kept the records from disk. Under
-// `everysec` OnPass fdatasyncs about once a second; under `no` never.
+// and hands its reply to AfterDurable. At the end of the worker's Progress
+// pass, OnPass() writes every buffered record with one write() (and, under
+// `always`, one fdatasync), then runs the waiting replies: OK, or the
+// IOError that kept the records from disk. Under `everysec` OnPass
+// fdatasyncs about once a second; under `no` never.
 //
 // Snapshots are fuzzy and incremental: at start LSN L the log rotates to a
 // new file beginning at L; each OnPass steps the service's SnapshotScan by
-// a chunk (the state is only read, so one-sided readers see nothing).
-// Recovery = the snapshot + every log record with LSN >= L, applied by
-// version (idempotent), so writes during the snapshot are not lost. When
-// done, log files before L and older snapshots are deleted.
+// a chunk (the state is only read, so one-sided readers see nothing). The
+// snapshot file is then sealed (fdatasync), read back and verified a chunk
+// per pass, and only then renamed into place. The state at the end of the
+// log = the snapshot + every log record with LSN >= L, applied by version,
+// so writes during the snapshot are not lost.
+//
+// Generations: a generation is a snapshot (or the empty state at LSN 1)
+// and the log from its LSN on. Two are kept: the newest verified snapshot
+// and the one before it, with every log file from the older one's LSN.
+// When a new snapshot is verified, the oldest generation (its snapshot and
+// the log files wholly before the next snapshot's LSN) is deleted.
+//
+// Recovery: the base is the newest snapshot that verifies (a corrupt or
+// unreadable newer one is reported, renamed *.corrupt, and the previous
+// generation used instead); then every log record from the base's LSN is
+// read and verified, with no LSN missing, before anything is applied; then
+// the final state is applied (Recoverable: each key once). A torn final
+// record of the last log file (a write cut short) is truncated with a
+// warning. Anything else that keeps recovery from reaching the newest
+// record on disk (a corrupt record before the end, a missing log file)
+// refuses to start (kStrict), naming the files and the LSNs out of reach;
+// kTruncate starts from what is reachable and reports exactly what it
+// dropped (RecoveryReport::lost).
 //
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
@@ -35,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "durability/env.h"
 #include "durability/log.h"
 #include "durability/recoverable.h"
 #include "durability/snapshot.h"
@@ -48,28 +68,40 @@ std::string_view FsyncPolicyName(FsyncPolicy p);
 Result<FsyncPolicy> ParseFsyncPolicy(std::string_view s);
 
 enum class RecoveryMode {
-  kStrict,    // corruption before the end of the last log: refuse to start
-  kTruncate,  // drop the corrupt record and everything after it
+  // Start only with everything on disk: refuse otherwise, naming what is
+  // out of reach.
+  kStrict,
+  // Start from the longest intact prefix of the history (the newest valid
+  // generation up to the first unreadable or missing record), and report
+  // the rest as lost.
+  kTruncate,
 };
 
 struct StoreOptions {
-  std::string dir;  // this partition's directory
+  std::string dir;     // this partition's directory
+  Env* env = nullptr;  // null: Env::Posix()
+  std::string fault;   // fault spec (env.h) over `env`, tests; empty: none
   FsyncPolicy fsync = FsyncPolicy::kEverySec;
   uint64_t snapshot_log_bytes = 64ull << 20;  // 0: only on demand
   RecoveryMode recovery = RecoveryMode::kStrict;
-  std::string fault;  // fault spec (log.h), tests only; empty: none
   // Tests: > 0 makes snapshots slow (8 buckets per pass, then a pause of
   // this many microseconds), so a kill often lands inside one.
   uint64_t slow_snapshot_us = 0;
 };
 
 struct RecoveryReport {
-  std::string snapshot;  // file name, empty if none
-  uint64_t snapshot_pairs = 0;
-  uint64_t log_records = 0;  // applied (LSN >= the snapshot's)
+  std::string snapshot;         // the base snapshot's file name; empty: none
+  uint64_t snapshot_pairs = 0;  // applied from it (the log's are newer)
+  uint64_t log_records = 0;     // read from the base's LSN on
+  uint64_t log_bytes = 0;       // of those records
   uint64_t log_files = 0;
-  uint64_t truncated_bytes = 0;  // torn tail (or corruption) cut off
+  uint64_t last_lsn = 0;         // the recovered state's newest record
+  uint64_t truncated_bytes = 0;  // torn tail (or, truncating, corruption)
+  bool fell_back = false;        // a newer snapshot was corrupt/unreadable
   std::vector<std::string> warnings;
+  // kTruncate: what was dropped (LSN ranges and files), one line each.
+  std::vector<std::string> lost;
+  uint64_t lost_records = 0;  // LSNs dropped, as far as the files show
   std::chrono::microseconds took{0};
 };
 
@@ -79,15 +111,17 @@ struct StoreStats {
   std::atomic<uint64_t> last_snapshot_unix_ms{0};
   std::atomic<uint64_t> last_snapshot_bytes{0};
   std::atomic<uint64_t> snapshots{0};
-  std::atomic<uint64_t> write_errors{0};  // failed writes / syncs
-  std::atomic<uint64_t> failing{0};       // 1 while writes are refused
+  std::atomic<uint64_t> snapshot_failures{0};  // failed or did not verify
+  std::atomic<uint64_t> write_errors{0};       // failed writes / syncs
+  std::atomic<uint64_t> failing{0};            // 1 while writes are refused
 };
 
 class PartitionStore {
  public:
   // Creates the directory if needed, recovers its contents into `state`
-  // (which must be empty) and opens a fresh log file. Corruption names the
-  // file and byte offset. `state` must outlive the store.
+  // (which must be empty) and opens a fresh log file. `state` must outlive
+  // the store. A recovery that fails before the state is whole (corruption,
+  // a refusal, a state error) has changed nothing on disk.
   static Result<std::unique_ptr<PartitionStore>> Open(
       const StoreOptions& options, Recoverable* state, RecoveryReport* report);
   ~PartitionStore();
@@ -104,7 +138,8 @@ class PartitionStore {
   // Flushes, syncs per policy, steps a running snapshot, starts one when
   // the log has grown past the limit. Returns work done (0 = idle).
   size_t OnPass();
-  // Starts a snapshot (or joins the running one); `done` gets the result.
+  // Starts a snapshot (or joins the running one); `done` gets the result
+  // once it is verified and in place.
   void RequestSnapshot(Done done);
 
   const StoreStats& stats() const { return stats_; }
@@ -114,33 +149,53 @@ class PartitionStore {
   PartitionStore(StoreOptions o, Recoverable* state)
       : options_(std::move(o)), state_(state) {}
   Status Recover(RecoveryReport* report);
+  Result<std::unique_ptr<FileData>> ReadWhole(const std::string& path);
   Status OpenLog(uint64_t first_lsn);
   Status FlushNow(bool sync);
   Status StartSnapshot();
   void StepSnapshot();
   void EndSnapshot(Status st, uint64_t bytes);
+  void DropOldGeneration();
   void UpdateLogBytes();
+  void LogShapeChange();
+  std::string PathOf(const std::string& name) const {
+    return options_.dir + "/" + name;
+  }
 
   StoreOptions options_;
   Recoverable* state_;
-  std::shared_ptr<FaultState> faults_;
+  std::unique_ptr<Env> own_env_;  // the FaultyEnv, with a fault spec
+  Env* env_ = nullptr;
   std::unique_ptr<LogWriter> log_;
   struct OldLog {
     uint64_t first_lsn;
-    std::string path;
+    std::string name;
     uint64_t bytes;
   };
   std::vector<OldLog> old_logs_;  // closed log files, oldest first
   uint64_t log_bytes_since_snapshot_ = 0;
+  uint64_t logged_shape_ = 0;  // the state's shape as the log knows it
   std::vector<Done> waiting_;
   Status error_;  // the last disk error while failing
   std::chrono::steady_clock::time_point last_sync_, last_retry_;
 
-  // The running snapshot.
+  // The generations: the newest snapshot (empty name: the empty state at
+  // LSN 1) and the previous one.
+  std::string snapshot_name_;
+  uint64_t snapshot_lsn_ = 1;
+  std::string prev_snapshot_name_;
+  uint64_t prev_lsn_ = 1;
+  // Files set aside by recovery (*.corrupt, *.dropped): deleted once a
+  // newer snapshot is verified.
+  std::vector<std::string> aside_;
+
+  // The running snapshot: scanning, then verifying what was written.
   std::unique_ptr<SnapshotWriter> snap_;
   std::unique_ptr<SnapshotScan> scan_;
+  std::unique_ptr<FileData> verify_data_;
+  std::unique_ptr<SnapshotCheck> check_;
+  uint64_t sealed_bytes_ = 0;
   std::vector<Done> snap_waiting_;
-  std::string last_snapshot_;  // file name of the newest snapshot
 
   StoreStats stats_;
 };

@@ -27,7 +27,8 @@ class DurableTable : public durability::Recoverable {
   explicit DurableTable(Table* table) : table_(table) {}
 
   // Reserves `shape` buckets (the live table's count when the snapshot was
-  // taken); snapshots without a shape reserve nothing.
+  // taken), giving back the empty table's first array (Table::Reserve);
+  // snapshots without a shape reserve nothing.
   Status Reserve(uint64_t pairs, uint64_t shape) override;
   void Prefetch(std::string_view key) override { table_->Prefetch(key); }
   Status ApplyPut(std::string_view key, std::string_view value,
@@ -41,7 +42,10 @@ class DurableTable : public durability::Recoverable {
   void RaiseVersion(uint64_t version) override {
     table_->RaiseVersion(version);
   }
+  // Table::EndRestore: keeps the headroom of the arrays recovery skipped.
+  void EndRecovery() override { table_->EndRestore(); }
   uint64_t last_version() const override { return table_->last_version(); }
+  uint64_t shape() const override { return table_->num_buckets(); }
   std::unique_ptr<durability::SnapshotScan> BeginSnapshot() override;
 
  private:

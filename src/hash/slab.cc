@@ -29,7 +29,7 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
   if (list.empty()) {
     const uint64_t size = ClassSize(c);
     const uint64_t page = size > page_size_ ? size : page_size_;
-    if (length_ - next_ < page) {
+    if (length_ - next_ < page + withheld_) {
       return Status::OutOfMemory("the store's memory is full");
     }
     // Pushed in reverse so extents are handed out in address order.
@@ -48,13 +48,19 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
 }
 
 Result<uint64_t> SlabAllocator::Carve(uint64_t bytes) {
-  const uint64_t rounded = (bytes + page_size_ - 1) / page_size_ * page_size_;
-  if (length_ - next_ < rounded) {
+  const uint64_t rounded = CarveSize(bytes);
+  if (length_ - next_ < rounded + withheld_) {
     return Status::OutOfMemory("the store's memory is full");
   }
   const uint64_t offset = region_offset_ + next_;
   next_ += rounded;
   return offset;
+}
+
+void SlabAllocator::Reset() {
+  next_ = 0;
+  in_use_ = 0;
+  for (auto& list : free_) list.clear();
 }
 
 void SlabAllocator::Free(uint64_t offset, uint16_t size_class) {

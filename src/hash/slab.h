@@ -51,6 +51,17 @@ class SlabAllocator {
   // e.g. a bucket array; returns its region offset. OutOfMemory if the arena
   // has no such room left.
   Result<uint64_t> Carve(uint64_t bytes);
+  // What Carve(bytes) takes from the arena.
+  uint64_t CarveSize(uint64_t bytes) const {
+    return (bytes + page_size_ - 1) / page_size_ * page_size_;
+  }
+  // Recovery (nothing allocated yet, no reader has seen the arena): forgets
+  // every carve and free list, so the arena is empty again.
+  void Reset();
+  // Keeps `bytes` of the arena that Allocate and Carve never hand out (the
+  // headroom a recovered table keeps for its next recovery, table.h).
+  void Withhold(uint64_t bytes) { withheld_ = bytes; }
+  uint64_t withheld() const { return withheld_; }
 
   uint8_t* At(uint64_t region_offset) const {
     return base_ + (region_offset - region_offset_);
@@ -67,6 +78,7 @@ class SlabAllocator {
   uint64_t page_size_;
   uint64_t next_ = 0;  // bump pointer over the arena
   uint64_t in_use_ = 0;
+  uint64_t withheld_ = 0;
   std::vector<std::vector<uint64_t>> free_;  // per class: region offsets
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <unordered_set>
 #include <vector>
 
 namespace remem::hash {
@@ -61,6 +62,7 @@ Result<std::unique_ptr<Table>> Table::Create(uint8_t* region_base,
   std::unique_ptr<Table> t(new Table(region_base, slab, options));
   auto offset = slab->Carve(n * kBucketBytes);
   if (!offset.ok()) return offset.status();
+  t->array_bytes_ = slab->CarveSize(n * kBucketBytes);
   t->geo_ = Geometry{region, 0, 0, *offset, n, options.seed};
   t->mask_ = n - 1;
   t->FormatBuckets(*offset, n);
@@ -206,7 +208,8 @@ Result<uint64_t> Table::WriteExtent(std::string_view key,
   return MakeRef(geo_.region, uint8_t(ext->size_class), ext->offset);
 }
 
-std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
+std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
+                                        size_t max_nodes, bool dedupe) {
   for (uint64_t b : {b1, b2}) {
     if (kEntryAreaBytes - AreaUsed(*At(b)) >= need) return b;
   }
@@ -218,9 +221,11 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
     size_t entry_offset;  // in the parent bucket: the entry that moves here
     size_t entry_bytes;   // = what this bucket must have free
   };
-  constexpr size_t kMaxNodes = 2048;
   std::vector<Node> nodes{{b1, -1, 0, need}, {b2, -1, 0, need}};
-  for (size_t n = 0; n < nodes.size() && nodes.size() < kMaxNodes; ++n) {
+  // With `dedupe`, a bucket is explored once per size it must free, so the
+  // search reaches far more of the table for the same number of nodes.
+  std::unordered_set<uint64_t> seen;
+  for (size_t n = 0; n < nodes.size() && nodes.size() < max_nodes; ++n) {
     const Bucket* bk = At(nodes[n].bucket);
     const size_t free_here = kEntryAreaBytes - AreaUsed(*bk);
     // What bucket n must free: its own parent's entry (or the new pair).
@@ -239,6 +244,7 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
         }
       }
       if (cycle) continue;
+      if (dedupe && !seen.insert(alt * 16 + c.bytes() / 8).second) continue;
       nodes.push_back({alt, int(n), c.offset(), c.bytes()});
       if (kEntryAreaBytes - AreaUsed(*At(alt)) < c.bytes()) continue;
       // Move entries along the path, last hop first: each entry is copied
@@ -269,11 +275,99 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need) {
   return std::nullopt;
 }
 
+bool Table::WithinFill(size_t add, size_t remove) const {
+  return (area_used_ + add - remove) * 100 <=
+         geo_.num_buckets * kEntryAreaBytes * kMaxFillPercent;
+}
+
+Result<uint64_t> Table::RestoreRoom(const KeyHash& kh, size_t inline_bytes,
+                                    bool* as_extent) {
+  // Inline only within the live limit, as a live write would store it; the
+  // table stays as dense as the live one, whatever the order.
+  if (inline_bytes > 0 && !WithinFill(inline_bytes, 0)) inline_bytes = 0;
+  const size_t need = inline_bytes > 0 ? inline_bytes : kExtentEntryBytes;
+  *as_extent = inline_bytes == 0;
+  auto b1 = [&] { return PrimaryBucket(kh, mask_); };
+  auto b2 = [&] { return AltBucket(PrimaryBucket(kh, mask_), kh.tag, mask_); };
+  // As a live write would, then a search that reaches further.
+  if (auto r = MakeRoom(b1(), b2(), need)) return *r;
+  if (auto r = MakeRoom(b1(), b2(), need, kRestoreSearchNodes, true)) return *r;
+  // Without Reserve, the live table's size is unknown: grow as it did, if
+  // the memory holds a larger table (with Reserve, the table is that size).
+  if (!reserved_ && options_.grow && Grow().ok()) {
+    if (auto r = MakeRoom(b1(), b2(), need)) return *r;
+  }
+  // A small pair as an extent (as a live overwrite stores one that no
+  // longer fits its bucket).
+  if (inline_bytes > 0) {
+    if (auto r = MakeRoom(b1(), b2(), kExtentEntryBytes, kRestoreSearchNodes,
+                          true)) {
+      *as_extent = true;
+      return *r;
+    }
+  }
+  // Turn the largest inline entries of the pair's two buckets into
+  // extents until it fits: buckets then hold what the live table held as
+  // references, at the cost of extents (the headroom EndRestore keeps).
+  for (int i = 0; i < 16; ++i) {
+    Status d = Demote(b1());
+    if (d.code() == StatusCode::kNotFound) d = Demote(b2());
+    if (d.code() == StatusCode::kNotFound) break;
+    REMEM_RETURN_IF_ERROR(d);
+    if (auto r = MakeRoom(b1(), b2(), need)) {
+      *as_extent = inline_bytes == 0;
+      return *r;
+    }
+    if (auto r = MakeRoom(b1(), b2(), kExtentEntryBytes)) {
+      *as_extent = true;
+      return *r;
+    }
+  }
+  return Status::OutOfMemory(
+      "recovery found no room for a pair in the "
+      "hash table (" +
+      std::to_string(size_) + " keys)");
+}
+
+Status Table::Demote(uint64_t b) {
+  const Bucket* live = At(b);
+  EntryCursor c(live->entries);
+  size_t best_off = 0, best_bytes = 0;
+  while (c.Next()) {
+    if (c.head().kind == kInline && c.bytes() > best_bytes) {
+      best_off = c.offset();
+      best_bytes = c.bytes();
+    }
+  }
+  if (best_bytes <= kExtentEntryBytes) return Status::NotFound("no inline");
+  EntryHead h;
+  std::memcpy(&h, live->entries + best_off, sizeof(h));
+  uint64_t version;
+  std::memcpy(&version, live->entries + best_off + 8, 8);
+  const char* k =
+      reinterpret_cast<const char*>(live->entries + best_off + kInlineOverhead);
+  const std::string_view key(k, h.meta & 0xffff);
+  const std::string_view value(k + key.size(), h.meta >> 16);
+  uint32_t incarnation = 0;
+  auto ref = WriteExtent(key, value, version, &incarnation);
+  if (!ref.ok()) return ref.status();
+  uint8_t entry[kExtentEntryBytes];
+  MakeExtentEntry(h.tag, incarnation, *ref, entry);
+  Bucket next = *live;
+  EraseEntry(&next, best_off, best_bytes);
+  AppendEntry(&next, entry, kExtentEntryBytes);
+  Publish(b, next);
+  area_used_ -= best_bytes - kExtentEntryBytes;
+  --inline_;
+  return Status::OK();
+}
+
 Status Table::Grow() {
   const Geometry old = geo_;
   const uint64_t n = old.num_buckets * 2;
   auto offset = slab_->Carve(n * kBucketBytes);
   if (!offset.ok()) return offset.status();
+  array_bytes_ += slab_->CarveSize(n * kBucketBytes);
   FormatBuckets(*offset, n);
   // Fill the new array while readers still use the old one: nothing they
   // can see changes until the root moves.
@@ -350,24 +444,36 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     // which is never larger than the entry it replaces.
     const size_t free_after =
         kEntryAreaBytes - AreaUsed(*At(bucket)) + found->entry_bytes;
-    if (small && inline_bytes <= free_after) entry_bytes = inline_bytes;
+    if (small && inline_bytes <= free_after &&
+        WithinFill(inline_bytes, found->entry_bytes)) {
+      entry_bytes = inline_bytes;
+    }
   } else {
-    std::optional<uint64_t> room;
-    const uint64_t b1 = PrimaryBucket(kh, mask_);
-    const size_t need = small ? inline_bytes : kExtentEntryBytes;
-    room = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), need);
-    while (!room && options_.grow) {
-      Status g = Grow();
-      if (!g.ok()) break;
-      const uint64_t nb1 = PrimaryBucket(kh, mask_);
-      room = MakeRoom(nb1, AltBucket(nb1, kh.tag, mask_), need);
+    bool as_extent = !small;
+    if (mode == Mode::kRestore) {
+      auto room = RestoreRoom(kh, small ? inline_bytes : 0, &as_extent);
+      if (!room.ok()) return room.status();
+      bucket = *room;
+    } else {
+      std::optional<uint64_t> room;
+      const uint64_t b1 = PrimaryBucket(kh, mask_);
+      const size_t need = small ? inline_bytes : kExtentEntryBytes;
+      if (WithinFill(need, 0)) {
+        room = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), need);
+      }
+      while (!room && options_.grow) {
+        Status g = Grow();
+        if (!g.ok()) break;
+        const uint64_t nb1 = PrimaryBucket(kh, mask_);
+        room = MakeRoom(nb1, AltBucket(nb1, kh.tag, mask_), need);
+      }
+      if (!room) {
+        return Status::OutOfMemory("the hash table is full (" +
+                                   std::to_string(size_) + " keys)");
+      }
+      bucket = *room;
     }
-    if (!room) {
-      return Status::OutOfMemory("the hash table is full (" +
-                                 std::to_string(size_) + " keys)");
-    }
-    bucket = *room;
-    if (small) entry_bytes = inline_bytes;
+    if (!as_extent) entry_bytes = inline_bytes;
   }
   if (entry_bytes > 0) {
     MakeInlineEntry(kh.tag, key, value, version, entry);
@@ -435,17 +541,43 @@ Status Table::Delete(std::string_view key) {
 }
 
 Status Table::Reserve(uint64_t buckets) {
-  if (size_ != 0 || buckets <= geo_.num_buckets) return Status::OK();
+  if (size_ != 0) return Status::OK();
+  reserved_ = true;
+  if (buckets <= geo_.num_buckets) return Status::OK();
   const uint64_t n = std::bit_ceil(buckets);
   const Geometry old = geo_;
+  // Nothing but bucket arrays in the arena: no reader has seen this table
+  // yet (recovery runs before the server serves), so the arena starts over
+  // and the new array is all it holds.
+  const bool fresh = slab_->bytes_in_use() == 0 &&
+                     slab_->bytes_carved() == array_bytes_ && !restored_;
+  if (fresh) slab_->Reset();
   auto offset = slab_->Carve(n * kBucketBytes);
   if (!offset.ok()) return offset.status();
   FormatBuckets(*offset, n);
   geo_.buckets_offset = *offset;
   geo_.num_buckets = n;
   mask_ = n - 1;
-  SwitchTo(old);  // as after a growth
+  if (fresh) {
+    array_bytes_ = slab_->CarveSize(n * kBucketBytes);
+    geo_.generation = old.generation + 1;
+    PublishRoot();
+  } else {
+    array_bytes_ += slab_->CarveSize(n * kBucketBytes);
+    SwitchTo(old);  // as after a growth
+  }
   return Status::OK();
+}
+
+void Table::EndRestore() {
+  restored_ = true;
+  // What a table that grew from initial_buckets to its size would have
+  // carved: every array on the way (old arrays are never reused).
+  uint64_t grown = 0;
+  for (uint64_t n = options_.initial_buckets; n <= geo_.num_buckets; n *= 2) {
+    grown += slab_->CarveSize(n * kBucketBytes);
+  }
+  slab_->Withhold(grown > array_bytes_ ? grown - array_bytes_ : 0);
 }
 
 void Table::Prefetch(std::string_view key) const {

@@ -21,13 +21,30 @@
 // extent is freed after the publish (its incarnation changes, so stale
 // readers retry).
 //
-// Growth: when no cuckoo path frees room, the table doubles. The owner
+// Growth: when no cuckoo path frees room, or a new pair would fill the
+// entry area beyond kMaxFillPercent (see Recovery below), the table
+// doubles. The owner
 // thread builds the new bucket array beside the old one (readers keep using
 // the old, which does not change meanwhile), publishes it in the root
 // (generation + 1), then marks every old bucket moved (kMovedVersion);
 // only then does it take the next write. A reader reaching a moved bucket
 // re-reads the root. Old arrays are not reused (a slow reader may still be
 // reading them); they cost at most as much memory as the live array.
+//
+// Recovery (Restore, after Reserve) must place every pair the live table
+// held, in the same memory, but in another order than the live writes came
+// (a snapshot's bucket order, then the log). A live table packed by its
+// own history to the last byte could not be rebuilt in any other order, so
+// live writes keep the entry area at most kMaxFillPercent full (beyond it a
+// new pair makes the table grow, or gets OutOfMemory); recovery ignores
+// that limit, searches further for a cuckoo path, grows only if Reserve did
+// not say how large the live table was, stores a small pair as an extent
+// when its buckets have no room, and last turns inline entries into
+// extents. Reserve on an empty table
+// starts the arena over, so a recovered table has carved only the arrays
+// it uses; EndRestore withholds what the skipped arrays would have taken,
+// so a restarted server holds no more than one that never restarted, and
+// its next recovery keeps that headroom.
 //
 // Versions: every successful write takes the next value of a per-table
 // counter, so a version is never reused, even across delete and re-insert
@@ -104,7 +121,15 @@ class Table {
   // Recovery: while the table is empty, replaces its bucket array with one
   // of at least `buckets` (a power of two), so a bulk load does not grow
   // step by step. No-op once pairs are stored or if already that large.
+  // Before EndRestore, with nothing but bucket arrays carved, the arena
+  // starts over: no reader may have seen the table.
   Status Reserve(uint64_t buckets);
+  // Recovery is over: withholds (SlabAllocator::Withhold) the memory the
+  // bucket arrays this table skipped would have taken, had it grown here
+  // write by write. A restarted server then holds what one that never
+  // restarted holds, and its next recovery has that headroom (see
+  // "Recovery" above).
+  void EndRestore();
   // Recovery: starts loading the buckets `key` may live in into the CPU
   // cache, so a bulk load overlaps its cache misses.
   void Prefetch(std::string_view key) const;
@@ -172,7 +197,24 @@ class Table {
                                uint64_t version, uint32_t* incarnation);
   // Finds `need` free bytes in b1 or b2, moving entries along a cuckoo path
   // if needed; returns the bucket, or nullopt.
-  std::optional<uint64_t> MakeRoom(uint64_t b1, uint64_t b2, size_t need);
+  static constexpr size_t kSearchNodes = 2048;
+  static constexpr size_t kRestoreSearchNodes = 1 << 16;
+  std::optional<uint64_t> MakeRoom(uint64_t b1, uint64_t b2, size_t need,
+                                   size_t max_nodes = kSearchNodes,
+                                   bool dedupe = false);
+  // Live writes keep the entry area at most kMaxFillPercent full (see
+  // "Recovery" above): would adding `add` bytes and removing `remove` stay
+  // within it?
+  static constexpr uint64_t kMaxFillPercent = 95;
+  bool WithinFill(size_t add, size_t remove) const;
+  // Recovery: a bucket for a new pair whose inline entry takes
+  // `inline_bytes` (0: an extent pair). Sets `*as_extent` when the pair
+  // must be stored as an extent.
+  Result<uint64_t> RestoreRoom(const KeyHash& kh, size_t inline_bytes,
+                               bool* as_extent);
+  // Recovery: turns the largest inline entry of bucket `b` into an extent.
+  // NotFound if it has none.
+  Status Demote(uint64_t b);
   Status Grow();
   // Publishes geo_ (already naming the new array) in the root with the next
   // generation, then marks every bucket of `old` moved.
@@ -191,6 +233,9 @@ class Table {
   uint64_t inline_ = 0;
   uint64_t moves_ = 0;
   uint64_t area_used_ = 0;
+  uint64_t array_bytes_ = 0;  // arena carved for bucket arrays
+  bool restored_ = false;     // EndRestore ran
+  bool reserved_ = false;     // Reserve ran: restores do not grow
   std::function<void()> mid_write_;
   std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;
 };

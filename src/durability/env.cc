@@ -1,0 +1,410 @@
+#include "durability/env.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace remem::durability {
+
+namespace {
+
+constexpr mode_t kFileMode = 0600;
+constexpr mode_t kDirMode = 0700;
+
+Status Errno(const std::string& what, const std::string& path, int err) {
+  return Status::IOError(what + " " + path + ": " + std::strerror(err));
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path)
+      : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override { ::close(fd_); }
+  Result<size_t> Write(const void* data, size_t len) override {
+    for (;;) {
+      ssize_t n = ::write(fd_, data, len);
+      if (n >= 0) return size_t(n);
+      if (errno != EINTR) return Errno("write", path_, errno);
+    }
+  }
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_, errno);
+    return Status::OK();
+  }
+  Status Truncate(uint64_t size) override {
+    if (::ftruncate(fd_, off_t(size)) != 0) {
+      return Errno("ftruncate", path_, errno);
+    }
+    if (::lseek(fd_, off_t(size), SEEK_SET) < 0) {
+      return Errno("lseek", path_, errno);
+    }
+    return Status::OK();
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+class MappedData final : public FileData {
+ public:
+  MappedData(const char* d, size_t n) : data_(d), size_(n) {}
+  ~MappedData() override {
+    if (size_ > 0) ::munmap(const_cast<char*>(data_), size_);
+  }
+  std::string_view data() const override { return {data_, size_}; }
+
+ private:
+  const char* data_;
+  size_t size_;
+};
+
+class HeapData final : public FileData {
+ public:
+  explicit HeapData(std::string s) : s_(std::move(s)) {}
+  std::string_view data() const override { return s_; }
+
+ private:
+  std::string s_;
+};
+
+class PosixLock final : public FileLock {
+ public:
+  explicit PosixLock(int fd) : fd_(fd) {}
+  ~PosixLock() override { ::close(fd_); }  // releases the flock
+
+ private:
+  int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    kFileMode);
+    if (fd < 0) return Errno("create", path, errno);
+    // Whatever the umask, and whatever mode an older file had.
+    if (::fchmod(fd, kFileMode) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno("chmod", path, err);
+    }
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
+
+  Result<std::unique_ptr<FileData>> ReadFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno("stat", path, err);
+    }
+    const size_t n = size_t(st.st_size);
+    const char* data = nullptr;
+    if (n > 0) {
+      void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        return Errno("mmap", path, err);
+      }
+      ::madvise(p, n, MADV_SEQUENTIAL);
+      data = static_cast<const char*>(p);
+    }
+    ::close(fd);
+    return std::unique_ptr<FileData>(new MappedData(data, n));
+  }
+
+  Result<bool> FileExists(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) return true;
+    if (errno == ENOENT) return false;
+    return Errno("stat", path, errno);
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return Errno("stat", path, errno);
+    return uint64_t(st.st_size);
+  }
+
+  Result<uint64_t> FileMtimeMs(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return Errno("stat", path, errno);
+    return uint64_t(st.st_mtim.tv_sec) * 1000 +
+           uint64_t(st.st_mtim.tv_nsec) / 1000000;
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return Errno("list", dir, errno);
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* e = ::readdir(d)) {
+      const std::string_view n = e->d_name;
+      if (n != "." && n != "..") names.emplace_back(n);
+    }
+    const int err = errno;
+    ::closedir(d);
+    if (err != 0) return Errno("list", dir, err);
+    return names;
+  }
+
+  Result<DirState> CreateDir(const std::string& dir) override {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        return Status::IOError(dir + " exists and is not a directory");
+      }
+      if ((st.st_mode & 077) == 0) return DirState::kExisted;
+      if (::chmod(dir.c_str(), kDirMode) != 0)
+        return Errno("chmod", dir, errno);
+      return DirState::kTightened;
+    }
+    if (errno != ENOENT) return Errno("stat", dir, errno);
+    const size_t slash = dir.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) {
+      auto parent = CreateDir(dir.substr(0, slash));
+      if (!parent.ok()) return parent.status();
+    }
+    if (::mkdir(dir.c_str(), kDirMode) != 0 && errno != EEXIST) {
+      return Errno("mkdir", dir, errno);
+    }
+    // The umask may have taken bits away: set exactly 0700.
+    if (::chmod(dir.c_str(), kDirMode) != 0) return Errno("chmod", dir, errno);
+    return DirState::kCreated;
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return Errno("rename", from + " to " + to, errno);
+    }
+    return Status::OK();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Errno("remove", path, errno);
+    }
+    return Status::OK();
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", dir, errno);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) return Errno("fsync", dir, err);
+    return Status::OK();
+  }
+
+  Status TruncateFile(const std::string& path, uint64_t size) override {
+    if (::truncate(path.c_str(), off_t(size)) != 0) {
+      return Errno("truncate", path, errno);
+    }
+    return Status::OK();
+  }
+
+  Result<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) override {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
+    if (fd < 0) return Errno("open", path, errno);
+    if (::fchmod(fd, kFileMode) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno("chmod", path, err);
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char buf[256];
+      const ssize_t n = ::pread(fd, buf, sizeof(buf), 0);
+      ::close(fd);
+      if (err != EWOULDBLOCK) return Errno("lock", path, err);
+      std::string who(buf, n > 0 ? size_t(n) : 0);
+      while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) {
+        who.pop_back();
+      }
+      return Status::Busy(path + " is locked by " +
+                          (who.empty() ? std::string("another process") : who));
+    }
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(),
+                                            0) != ssize_t(holder.size())) {
+      const int err = errno;
+      ::close(fd);
+      return Errno("write", path, err);
+    }
+    return std::unique_ptr<FileLock>(new PosixLock(fd));
+  }
+};
+
+std::string_view BaseName(std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+Env* Env::Posix() {
+  static PosixEnv env;
+  return &env;
+}
+
+Result<FaultSpec> ParseFaultSpec(std::string_view spec) {
+  FaultSpec f;
+  const Status usage = Status::InvalidArgument(
+      "fault spec: comma-separated short-after:N, enospc-after:N, "
+      "eio-after:N, read-eio:TEXT, read-short:TEXT or read-flip:TEXT");
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view term = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view()
+                                           : spec.substr(comma + 1);
+    const size_t colon = term.find(':');
+    if (colon == std::string_view::npos || colon + 1 == term.size()) {
+      return usage;
+    }
+    const std::string_view kind = term.substr(0, colon);
+    const std::string_view arg = term.substr(colon + 1);
+    if (kind == "read-eio" || kind == "read-short" || kind == "read-flip") {
+      f.reads.push_back({kind == "read-eio"     ? FaultSpec::kReadEio
+                         : kind == "read-short" ? FaultSpec::kReadShort
+                                                : FaultSpec::kReadFlip,
+                         std::string(arg)});
+      continue;
+    }
+    if (kind == "short-after") {
+      f.write = FaultSpec::kShort;
+    } else if (kind == "enospc-after") {
+      f.write = FaultSpec::kEnospc;
+    } else if (kind == "eio-after") {
+      f.write = FaultSpec::kEio;
+    } else {
+      return usage;
+    }
+    auto [end, ec] =
+        std::from_chars(arg.data(), arg.data() + arg.size(), f.after);
+    if (ec != std::errc() || end != arg.data() + arg.size()) {
+      return Status::InvalidArgument("fault spec: N must be a number in " +
+                                     std::string(term));
+    }
+  }
+  return f;
+}
+
+class FaultyEnv::File final : public WritableFile {
+ public:
+  File(FaultyEnv* env, std::unique_ptr<WritableFile> f)
+      : env_(env), f_(std::move(f)) {}
+  Result<size_t> Write(const void* data, size_t len) override {
+    auto n = env_->Admit(path(), len);
+    if (!n.ok()) return n.status();
+    auto wrote = f_->Write(data, *n);
+    if (wrote.ok()) {
+      std::lock_guard<std::mutex> lock(env_->mu_);
+      env_->written_ += *wrote;
+    }
+    return wrote;
+  }
+  Status Sync() override {
+    REMEM_RETURN_IF_ERROR(env_->AdmitSync(path()));
+    return f_->Sync();
+  }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  const std::string& path() const override { return f_->path(); }
+
+ private:
+  FaultyEnv* env_;
+  std::unique_ptr<WritableFile> f_;
+};
+
+void FaultyEnv::Heal() {
+  std::lock_guard<std::mutex> lock(mu_);
+  healed_ = true;
+}
+
+uint64_t FaultyEnv::bytes_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_;
+}
+
+Result<size_t> FaultyEnv::Admit(const std::string& path, size_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spec_.write == FaultSpec::kNone || healed_ ||
+      written_ + len <= spec_.after) {
+    return len;
+  }
+  if (spec_.write == FaultSpec::kShort && written_ < spec_.after) {
+    return size_t(spec_.after - written_);
+  }
+  return Errno("write", path, spec_.write == FaultSpec::kEio ? EIO : ENOSPC);
+}
+
+Status FaultyEnv::AdmitSync(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spec_.write == FaultSpec::kEio && !healed_ && written_ >= spec_.after) {
+    return Errno("fdatasync", path, EIO);
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<WritableFile>> FaultyEnv::NewWritableFile(
+    const std::string& path) {
+  auto f = base_->NewWritableFile(path);
+  if (!f.ok()) return f.status();
+  return std::unique_ptr<WritableFile>(new File(this, std::move(*f)));
+}
+
+Result<std::unique_ptr<FileData>> FaultyEnv::ReadFile(const std::string& path) {
+  const FaultSpec::ReadFault* fault = nullptr;
+  for (const auto& r : spec_.reads) {
+    if (BaseName(path).find(r.match) != std::string_view::npos) {
+      fault = &r;
+      break;
+    }
+  }
+  if (fault != nullptr && fault->kind == FaultSpec::kReadEio) {
+    return Errno("read", path, EIO);
+  }
+  auto d = base_->ReadFile(path);
+  if (!d.ok() || fault == nullptr) return d;
+  std::string copy((*d)->data());
+  if (fault->kind == FaultSpec::kReadShort) {
+    copy.resize(copy.size() / 2);
+  } else if (!copy.empty()) {
+    copy[copy.size() / 2] = char(~copy[copy.size() / 2]);
+  }
+  return std::unique_ptr<FileData>(new HeapData(std::move(copy)));
+}
+
+Status WriteFileAtomically(Env* env, const std::string& dir,
+                           const std::string& name, std::string_view text) {
+  const std::string tmp = dir + "/" + name + ".new";
+  {
+    auto f = env->NewWritableFile(tmp);
+    if (!f.ok()) return f.status();
+    size_t done = 0;
+    while (done < text.size()) {
+      auto n = (*f)->Write(text.data() + done, text.size() - done);
+      if (!n.ok()) return n.status();
+      if (*n == 0) return Status::IOError("write " + tmp + ": no progress");
+      done += *n;
+    }
+    REMEM_RETURN_IF_ERROR((*f)->Sync());
+  }
+  REMEM_RETURN_IF_ERROR(env->Rename(tmp, dir + "/" + name));
+  return env->SyncDir(dir);
+}
+
+}  // namespace remem::durability
