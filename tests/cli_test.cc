@@ -144,8 +144,7 @@ TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);
   std::string address = server.address;
-  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
-  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
+  ASSERT_TRUE(server.Kill().ok());
   auto r =
       RunCommand({CliBinary(), "--server", address, "--timeout", "5", "ping"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
@@ -206,21 +205,21 @@ TEST(Server, ConfigFileAndCleanShutdown) {
   std::string cfg = "memory = \"24M\"\nthreads = 2\nlog-level = \"warn\"\n";
   ASSERT_EQ(write(fd, cfg.data(), cfg.size()), ssize_t(cfg.size()));
   close(fd);
-  SpawnOptions o;
-  o.argv = {ServerBinary(), "--config",    path,
-            "--listen",     "127.0.0.1:0", "--no-pin"};
-  auto p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
-  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status().ToString();
-  EXPECT_TRUE(Contains(*line, "2 threads")) << *line;
-  EXPECT_TRUE(Contains(*line, "24.0 MiB")) << *line;
-  ASSERT_TRUE((*p)->Signal(SIGINT).ok());
-  auto code = (*p)->Wait(std::chrono::seconds(20));
+  // Memory, threads and log level from the file alone.
+  testing::ServerOptions o = testing::TestServerOptions({"--config", path});
+  o.memory.clear();
+  o.log_level.clear();
+  auto server = testing::ServerProcess::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE(Contains(server->ready_line, "2 threads")) << server->ready_line;
+  EXPECT_TRUE(Contains(server->ready_line, "24.0 MiB")) << server->ready_line;
+  Subprocess& p = *server->process;
+  ASSERT_TRUE(p.Signal(SIGINT).ok());
+  auto code = p.Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
-  ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(5)).ok());
-  EXPECT_TRUE(Contains((*p)->output(), "remem-server stopped"));
+  ASSERT_TRUE(p.ReadToEnd(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(Contains(p.output(), "remem-server stopped"));
   unlink(path);
 }
 

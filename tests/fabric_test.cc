@@ -707,8 +707,7 @@ TEST(Connect, NoServerIsAClearErrorQuickly) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);
   std::string address = server.address;
-  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
-  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
+  ASSERT_TRUE(server.Kill().ok());
   SessionOptions o;
   o.server = address;
   o.transport = TestTransport();

@@ -7,16 +7,17 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <mutex>
+#include <cstdio>
+#include <map>
 #include <random>
-#include <thread>
 
-#include "hash_values.h"
-#include "linearizability.h"
 #include "remem/session.h"
 #include "test_util.h"
+#include "testing/hash_store_kv.h"
+#include "testing/race.h"
+#include "testing/values.h"
 #include "util/subprocess.h"
 
 namespace remem {
@@ -24,12 +25,6 @@ namespace {
 
 using testing::StartServer;
 using testing::TestTransport;
-
-uint64_t NowNs() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 
 testing::HashClient Connect(const std::string& address, ReadPath path) {
   return testing::ConnectHashOrDie(address, "", path);
@@ -187,143 +182,38 @@ TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
       << bad.out;
 }
 
-// The server (its own process) runs the writes. One writer (over RPC) rewrites,
-// compare-and-puts, deletes and re-inserts a few hot keys with values inline
-// and in extents, and inserts fresh keys so the table grows, while one-sided
-// readers in other connections read the hot keys. Every operation is recorded;
-// each key's history must be linearizable.
-void RaceAndCheckLinearizable(const std::string& address,
-                              std::chrono::milliseconds budget) {
-  using testing::KvOp;
-  constexpr int kKeys = 3;
-  constexpr int kReaders = 2;
-  std::mutex mu;
-  std::vector<std::vector<KvOp>> history(kKeys);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> reads{0}, retries{0}, fallbacks{0};
-
-  std::thread writer([&] {
-    auto c = Connect(address, ReadPath::kRpc);
-    ASSERT_TRUE(c);
-    std::mt19937_64 rng(17);
-    std::vector<uint64_t> last_version(kKeys, 0);
-    // At least `budget`, and at least enough writes to grow the table a few
-    // times however slow the machine (sanitizers); at most a minute.
-    const auto start = std::chrono::steady_clock::now();
-    const auto end = start + budget;
-    const auto cap = start + std::chrono::seconds(60);
-    for (int i = 0; i < 20000; ++i) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= cap || (now >= end && i >= 500)) break;
-      const int k = int(rng() % kKeys);
-      const std::string key = "hot" + std::to_string(k);
-      KvOp op;
-      op.client = -1;
-      const size_t len = rng() % 3 == 0 ? 500 + rng() % 6000 : rng() % 48;
-      op.value = std::string(len, char('a' + rng() % 26)) + std::to_string(i);
-      op.call_ns = NowNs();
-      switch (rng() % 5) {
-        case 0: {
-          op.kind = KvOp::kDelete;
-          Status st = c->Delete(key);
-          op.delete_reports = true;
-          op.succeeded = st.ok();
-          ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
-          break;
-        }
-        case 1: {
-          op.kind = KvOp::kCompareAndPut;
-          op.expected_version = last_version[size_t(k)];
-          auto v = c->CompareAndPut(key, op.value, op.expected_version);
-          op.succeeded = v.ok();
-          if (v.ok()) {
-            op.version = *v;
-            last_version[size_t(k)] = *v;
-          } else {
-            ASSERT_TRUE(v.status().code() == StatusCode::kConflict ||
-                        v.status().code() == StatusCode::kNotFound)
-                << v.status().ToString();
-          }
-          break;
-        }
-        default: {
-          op.kind = KvOp::kPut;
-          auto v = c->Put(key, op.value);
-          ASSERT_TRUE(v.ok()) << v.status().ToString();
-          op.version = *v;
-          last_version[size_t(k)] = *v;
-        }
-      }
-      op.return_ns = NowNs();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        history[size_t(k)].push_back(std::move(op));
-      }
-      // Fresh keys make the table grow under the readers.
-      ASSERT_TRUE(c->Put("grow" + std::to_string(i), "g").ok());
-    }
-    stop = true;
-  });
-  std::vector<std::thread> readers;
-  for (int r = 0; r < kReaders; ++r) {
-    readers.emplace_back([&, r] {
-      auto c = Connect(address, ReadPath::kOneSided);
-      ASSERT_TRUE(c);
-      std::mt19937_64 rng(100 + r);
-      std::vector<std::vector<KvOp>> mine(kKeys);
-      for (int n = 0; n < 40000 && !stop; ++n) {
-        const int k = int(rng() % kKeys);
-        KvOp op;
-        op.kind = KvOp::kGet;
-        op.client = r;
-        op.call_ns = NowNs();
-        auto g = c->Get("hot" + std::to_string(k));
-        op.return_ns = NowNs();
-        ASSERT_TRUE(g.ok() || g.status().code() == StatusCode::kNotFound)
-            << g.status().ToString();
-        op.found = g.ok();
-        if (g.ok()) {
-          op.read_value = g->value;
-          op.version = g->version;
-        }
-        mine[size_t(k)].push_back(std::move(op));
-      }
-      reads += c->read_stats().onesided_gets + c->read_stats().rpc_gets;
-      retries += c->read_stats().retries;
-      fallbacks += c->read_stats().fallbacks;
-      std::lock_guard<std::mutex> lock(mu);
-      for (int k = 0; k < kKeys; ++k) {
-        for (auto& op : mine[size_t(k)]) history[size_t(k)].push_back(op);
-      }
-    });
-  }
-  writer.join();
-  for (auto& t : readers) t.join();
-  std::printf(
-      "%llu gets racing writes: %llu verification retries (%.3f%%), "
-      "%llu fallbacks to RPC\n",
-      static_cast<unsigned long long>(reads.load()),
-      static_cast<unsigned long long>(retries.load()),
-      100.0 * double(retries.load()) /
-          double(std::max<uint64_t>(reads.load(), 1)),
-      static_cast<unsigned long long>(fallbacks.load()));
-  EXPECT_GT(reads.load(), 200u);
-  for (int k = 0; k < kKeys; ++k) {
-    auto result = testing::CheckKeyHistory(history[size_t(k)]);
-    EXPECT_TRUE(result.linearizable)
-        << "key hot" << k << ": " << result.explanation;
-  }
-  auto c = Connect(address, ReadPath::kRpc);
-  ASSERT_TRUE(c);
-  auto stats = c.session->Stats();
-  ASSERT_TRUE(stats.ok());
-  EXPECT_GT(stats->Get("hash_growths"), 0u)
-      << "the race should cover growth (" << stats->Get("hash_pairs")
-      << " pairs)";
+// The race workload (src/testing/race.h) against the server: two writers
+// (over RPC, in their own connections) rewrite, put-if-absent,
+// compare-and-put, delete and re-insert a few hot keys with self-describing
+// values switching between inline and extent sizes, and insert fresh keys
+// so the server's table grows, while one-sided readers in other connections
+// get the hot keys. Every value read must be well formed and each key's
+// history linearizable. The same workload runs in-process on the table in
+// src/hash/table_test.cc.
+void RaceAndCheckLinearizable(const std::string& address) {
+  testing::HashStoreKv store(address, TestTransport());
+  testing::RaceOptions o;
+  o.keys = 3;
+  o.writers = 2;
+  o.readers = 2;
+  o.min_duration = std::chrono::milliseconds(1500);
+  o.min_writes = 250;  // each
+  auto report = testing::RunRace(&store, o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto counters = store.Counters();
+  ASSERT_TRUE(counters.ok()) << counters.status().ToString();
+  std::printf("%s: %s; %lld table growths\n",
+              std::string(TransportName(TestTransport())).c_str(),
+              report->Summary().c_str(),
+              static_cast<long long>(counters->growths));
+  EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
+  EXPECT_GT(report->reads, 200u);
+  EXPECT_GT(report->size_switches, 0u) << "no value moved inline <-> extent";
+  EXPECT_GT(counters->growths, 0) << "the race should cover growth";
 }
 
 TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
-  RaceAndCheckLinearizable(server_.address, std::chrono::milliseconds(1500));
+  RaceAndCheckLinearizable(server_.address);
 }
 
 // The same race against a server that pauses in the middle of every bucket
@@ -334,7 +224,7 @@ TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
                              "100", "--hash-initial-buckets", "4"},
                             "64M");
   ASSERT_NE(server.process, nullptr);
-  RaceAndCheckLinearizable(server.address, std::chrono::milliseconds(1500));
+  RaceAndCheckLinearizable(server.address);
 }
 
 // Reader processes (tests/hash_reader_child.cc) get a few hot keys
