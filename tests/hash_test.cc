@@ -482,33 +482,65 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   ASSERT_TRUE(c->Put("after", "ok").ok());
 }
 
-// With the selector on, every get is answered and both paths keep being
-// measured. Which path wins is performance, measured by remem-bench hash
-// (docs/BENCHMARKS.md: ~99% one-sided on shared memory, ~98% RPC over tcp),
-// not asserted here: on a loaded machine both drift, and the selector's
-// outlier rejection deliberately waits a window before following a change.
-// Its decision logic is tested deterministically in path_selector_test.cc.
-TEST_F(HashTest, AutoPathFollowsTheMeasuredLatencies) {
+// The read-path selector (Cell's) settles on the cheaper path of the
+// transport. The value is an extent, so a one-sided get is two reads
+// (bucket, then extent). Over shared memory those are copies from this
+// process's mapping, against an RPC's round trip through the server thread:
+// auto settles on one-sided. Over tcp each read is itself a round trip the
+// server serves (docs/ARCHITECTURE.md, UCX finding 10), two against the
+// RPC's one: auto settles on RPC. Exploration (1%) keeps measuring the other
+// path. On a loaded machine one preempted sample can hold a path's estimate
+// up for thousands of gets (the moving average forgets it only a window of
+// samples later, and the other path is sampled 1% of the time), so the test
+// looks at up to 40 consecutive windows of 500 gets and wants one that went
+// the expected way; a selector that chose wrongly, at random or by
+// alternation has none. The decision logic itself is tested
+// deterministically in src/client/path_selector_test.cc.
+TEST_F(HashTest, AutoPathSettlesOnTheCheaperPathOfTheTransport) {
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_TRUE(c);
-  ASSERT_TRUE(c->Put("k", "v").ok());
-  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(c->Get("k").ok());
-  const HashStore::ReadStats before = c->read_stats();
-  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c->Get("k").ok());
-  const HashStore::ReadStats s = c->read_stats();
-  const uint64_t onesided = s.onesided_gets - before.onesided_gets;
-  const uint64_t rpc = s.rpc_gets - before.rpc_gets;
-  std::printf(
-      "%s, last 1000 gets: %llu one-sided (est. %.2f us), %llu by RPC "
-      "(est. %.2f us)\n",
-      std::string(TransportName(TestTransport())).c_str(),
-      static_cast<unsigned long long>(onesided), s.onesided_estimate_us,
-      static_cast<unsigned long long>(rpc), s.rpc_estimate_us);
-  EXPECT_EQ(onesided + rpc, 1000u);
+  ASSERT_TRUE(c->Put("k", std::string(2000, 'v')).ok());
+  const bool shm = TestTransport() == Transport::kShm;
+  const char* expected = shm ? "one-sided" : "RPC";
+  constexpr int kWindow = 500;
+  constexpr int kMaxWindows = 40;
+  uint64_t best = 0;
+  bool settled = false;
+  for (int w = 0; w < kMaxWindows && !settled; ++w) {
+    const HashStore::ReadStats before = c->read_stats();
+    for (int i = 0; i < kWindow; ++i) {
+      auto g = c->Get("k");
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      ASSERT_EQ(g->value.size(), 2000u);
+    }
+    const HashStore::ReadStats& s = c->read_stats();
+    const uint64_t onesided = s.onesided_gets - before.onesided_gets;
+    const uint64_t rpc = s.rpc_gets - before.rpc_gets;
+    ASSERT_EQ(onesided + rpc, uint64_t(kWindow)) << "every get answered once";
+    const uint64_t chosen = shm ? onesided : rpc;
+    best = std::max(best, chosen);
+    settled = chosen >= kWindow * 95 / 100;
+    std::printf(
+        "%s, gets %d-%d: %llu one-sided (est. %.2f us), %llu by RPC (est. "
+        "%.2f us)\n",
+        std::string(TransportName(TestTransport())).c_str(), w * kWindow,
+        (w + 1) * kWindow - 1, static_cast<unsigned long long>(onesided),
+        s.onesided_estimate_us, static_cast<unsigned long long>(rpc),
+        s.rpc_estimate_us);
+  }
+  EXPECT_TRUE(settled) << "auto never sent 95% of a window of " << kWindow
+                       << " gets " << expected << " (best: " << best << ")";
+  const HashStore::ReadStats& s = c->read_stats();
+  // Both paths measured, the chosen one estimated cheaper.
+  ASSERT_GT(s.onesided_estimate_us, 0);
+  ASSERT_GT(s.rpc_estimate_us, 0);
+  if (shm) {
+    EXPECT_LT(s.onesided_estimate_us, s.rpc_estimate_us);
+  } else {
+    EXPECT_LT(s.rpc_estimate_us, s.onesided_estimate_us);
+  }
   EXPECT_GT(s.onesided_gets, 0u);
   EXPECT_GT(s.rpc_gets, 0u);  // exploration keeps measuring the other path
-  EXPECT_GT(s.onesided_estimate_us, 0);
-  EXPECT_GT(s.rpc_estimate_us, 0);
 }
 
 }  // namespace
