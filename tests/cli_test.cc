@@ -168,6 +168,25 @@ TEST(Cli, AuthRefusalExitsThree) {
   unlink(path);
 }
 
+// remem-bench's durability workload, at a size that measures nothing: every
+// policy asked for runs on a server of its own, and after kill -9 every
+// loaded key is recovered (the workload fails otherwise).
+TEST(Bench, DurabilityWorkloadRunsAndRecovers) {
+  auto r = RunCommand(
+      {BenchBinary(), "durability", "--policies", "none,always", "--records",
+       "500", "--ops", "1000", "--always-ops", "100", "--recovery", "--memory",
+       "32M", "--server-cpu", "-1", "--client-cpu", "-1", "--json"},
+      {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"policy\":\"none\",")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"policy\":\"always\",")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"mix_ops\":100,")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"recovery\":{\"pairs\":500,")) << r.out;
+  auto bad =
+      RunCommand({BenchBinary(), "durability", "--policies", "sometimes"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+}
+
 TEST(Server, BadConfigurationIsAClearError) {
   auto huge = RunCommand(
       {ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "900T"});
