@@ -95,7 +95,7 @@ class FakeStore : public KvStore {
 
   uint64_t Write(std::string_view key, std::string_view value) {
     const uint64_t v = ++version_;
-    if (bug_ == Bug::kLostWrite && v % 97 == 0) return v;  // acked, dropped
+    if (bug_ == Bug::kLostWrite && v % 11 == 0) return v;  // acked, dropped
     Entry& e = map_[std::string(key)];
     if (!e.now.value.empty() || e.now.version) e.before = e.now;
     e.now = {std::string(value), v};
@@ -128,7 +128,7 @@ TEST(Race, ACorrectStorePasses) {
   auto report = RunRace(&store, QuickRace());
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
-  EXPECT_GT(report->writes, 500u);
+  EXPECT_GT(report->writes, 100u);  // 2 writers x at least 200, half puts
   EXPECT_GT(report->size_switches, 0u);
   EXPECT_GT(report->found, 0u);
 }
