@@ -149,8 +149,7 @@ TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);
   std::string address = server.address;
-  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
-  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
+  ASSERT_TRUE(server.Kill().ok());
   auto r =
       RunCommand({CliBinary(), "--server", address, "--timeout", "5", "ping"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
@@ -172,6 +171,25 @@ TEST(Cli, AuthRefusalExitsThree) {
       {CliBinary(), "--server", server.address, "--auth-file", path, "ping"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   unlink(path);
+}
+
+// remem-bench's durability workload, at a size that measures nothing: every
+// policy asked for runs on a server of its own, and after kill -9 every
+// loaded key is recovered (the workload fails otherwise).
+TEST(Bench, DurabilityWorkloadRunsAndRecovers) {
+  auto r = RunCommand(
+      {BenchBinary(), "durability", "--policies", "none,always", "--records",
+       "500", "--ops", "1000", "--always-ops", "100", "--recovery", "--memory",
+       "32M", "--server-cpu", "-1", "--client-cpu", "-1", "--json"},
+      {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"policy\":\"none\",")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"policy\":\"always\",")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"mix_ops\":100,")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"recovery\":{\"pairs\":500,")) << r.out;
+  auto bad =
+      RunCommand({BenchBinary(), "durability", "--policies", "sometimes"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
 TEST(Server, BadConfigurationIsAClearError) {
@@ -211,21 +229,21 @@ TEST(Server, ConfigFileAndCleanShutdown) {
   std::string cfg = "memory = \"24M\"\nthreads = 2\nlog-level = \"warn\"\n";
   ASSERT_EQ(write(fd, cfg.data(), cfg.size()), ssize_t(cfg.size()));
   close(fd);
-  SpawnOptions o;
-  o.argv = {ServerBinary(), "--config",    path,
-            "--listen",     "127.0.0.1:0", "--no-pin"};
-  auto p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
-  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status().ToString();
-  EXPECT_TRUE(Contains(*line, "2 threads")) << *line;
-  EXPECT_TRUE(Contains(*line, "24.0 MiB")) << *line;
-  ASSERT_TRUE((*p)->Signal(SIGINT).ok());
-  auto code = (*p)->Wait(std::chrono::seconds(20));
+  // Memory, threads and log level from the file alone.
+  testing::ServerOptions o = testing::TestServerOptions({"--config", path});
+  o.memory.clear();
+  o.log_level.clear();
+  auto server = testing::ServerProcess::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE(Contains(server->ready_line, "2 threads")) << server->ready_line;
+  EXPECT_TRUE(Contains(server->ready_line, "24.0 MiB")) << server->ready_line;
+  Subprocess& p = *server->process;
+  ASSERT_TRUE(p.Signal(SIGINT).ok());
+  auto code = p.Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
-  ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(5)).ok());
-  EXPECT_TRUE(Contains((*p)->output(), "remem-server stopped"));
+  ASSERT_TRUE(p.ReadToEnd(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(Contains(p.output(), "remem-server stopped"));
   unlink(path);
 }
 

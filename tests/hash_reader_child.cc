@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "hash_values.h"
 #include "remem/hash.h"
 #include "remem/session.h"
+#include "testing/values.h"
 
 namespace {
 std::atomic<bool> stop{false};

@@ -1,7 +1,7 @@
 // The checker itself must accept linearizable histories and reject the
 // classic violations; the store tests then trust its verdicts.
 
-#include "linearizability.h"
+#include "testing/linearizability.h"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +87,38 @@ TEST(Linearizability, CompareAndPutOnVersions) {
   // A CAP that failed while the version matched is not linearizable.
   EXPECT_FALSE(CheckKeyHistory({Put("a", 1, 2, 1), Cap(1, "b", false, 3, 4, 0)})
                    .linearizable);
+}
+
+KvOp Pia(std::string v, bool ok, uint64_t call, uint64_t ret) {
+  KvOp op;
+  op.kind = KvOp::kPutIfAbsent;
+  op.value = std::move(v);
+  op.succeeded = ok;
+  op.call_ns = call;
+  op.return_ns = ret;
+  return op;
+}
+
+TEST(Linearizability, PutIfAbsentInsertsOnlyIntoAbsence) {
+  EXPECT_TRUE(CheckKeyHistory(
+                  {Pia("a", true, 1, 2), Pia("b", false, 3, 4), Get("a", 5, 6)})
+                  .linearizable);
+  // Refused while the key was absent throughout: not linearizable.
+  EXPECT_FALSE(CheckKeyHistory({Pia("a", false, 1, 2)}).linearizable);
+  // Inserted over a present key: not linearizable.
+  EXPECT_FALSE(
+      CheckKeyHistory({Put("x", 1, 2), Pia("a", true, 3, 4)}).linearizable);
+  // Two concurrent inserts cannot both succeed; after a delete one can.
+  EXPECT_FALSE(CheckKeyHistory({Pia("a", true, 1, 10), Pia("b", true, 2, 9)})
+                   .linearizable);
+  EXPECT_TRUE(CheckKeyHistory({Pia("a", true, 1, 2), Del(3, 4),
+                               Pia("b", true, 5, 6), Get("b", 7, 8)})
+                  .linearizable);
+  // An unknown outcome may have inserted, or not.
+  KvOp lost = Pia("a", true, 1, 0);
+  lost.returned = false;
+  EXPECT_TRUE(CheckKeyHistory({lost, Get("a", 5, 6)}).linearizable);
+  EXPECT_TRUE(CheckKeyHistory({lost, Get(std::nullopt, 5, 6)}).linearizable);
 }
 
 TEST(Linearizability, UnknownOutcomesMayOrMayNotApply) {

@@ -2,11 +2,10 @@
 // with one-sided gets in a loop, reconnecting whenever its session fails,
 // and prints "FIRST <value>" the first time it returns each value. On
 // SIGUSR1 it reports, for each value it returned, the latest CLOCK_MONOTONIC
-// time at which a get that returned it STARTED, and when it first saw
-// Unavailable. Usage: liveness_reader ADDRESS TRANSPORT KEY
+// time (testing::NowNs) at which a get that returned it STARTED, and when it
+// first saw Unavailable. Usage: liveness_reader ADDRESS TRANSPORT KEY
 
 #include <signal.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstdio>
@@ -16,17 +15,12 @@
 
 #include "remem/hash.h"
 #include "remem/session.h"
+#include "testing/clock.h"
 
 namespace {
 
 std::atomic<bool> stop{false};
 void OnStop(int) { stop = true; }
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -63,7 +57,7 @@ int main(int argc, char** argv) {
       ++reconnects;
     }
     while (!stop) {
-      const uint64_t start = NowNs();
+      const uint64_t start = remem::testing::NowNs();
       auto g = (*hash)->Get(key);
       ++reads;
       if (g.ok()) {
@@ -77,7 +71,7 @@ int main(int argc, char** argv) {
         continue;
       }
       if (g.status().code() == remem::StatusCode::kUnavailable) {
-        if (first_unavailable == 0) first_unavailable = NowNs();
+        if (first_unavailable == 0) first_unavailable = remem::testing::NowNs();
         break;  // reconnect
       }
       if (g.status().code() != remem::StatusCode::kNotFound) ++errors;

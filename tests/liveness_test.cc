@@ -9,26 +9,21 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <time.h>
 
 #include <filesystem>
 #include <map>
 #include <sstream>
 
 #include "test_util.h"
+#include "testing/clock.h"
 
 namespace remem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::NowNs;
 using testing::StartServer;
 using testing::TestTransport;
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 std::string TempDir() {
   std::string t = (fs::temp_directory_path() / "remem-live-XXXXXX").string();
@@ -99,12 +94,10 @@ void RunKillAndRestart(bool with_data_dir) {
 
   // Kill the server while the reader reads, restart it on the same port.
   const uint64_t killed = NowNs();
-  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
-  ASSERT_TRUE(server.process->Wait(std::chrono::seconds(10)).ok());
-  std::vector<std::string> again = flags;
-  again.insert(again.end(), {"--listen", address});
-  auto restarted = StartServer(again, "64M");
-  ASSERT_NE(restarted.process, nullptr);
+  ASSERT_TRUE(server.Kill().ok());
+  const Status restarted = server.Restart();
+  ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  ASSERT_EQ(server.address, address);
   const uint64_t listening = NowNs();
 
   // Another client writes a new value; note when it was acknowledged.

@@ -55,19 +55,17 @@ class Netns : public ::testing::Test {
 };
 
 TEST_F(Netns, ServerAndClientOnTwoHostsOverTcp) {
-  SpawnOptions o;
-  o.argv = {"ip",       "netns",        "exec",     a_,        ServerBinary(),
-            "--listen", "198.18.0.1:0", "--memory", "64M",     "--transport",
-            "tcp",      "--log-level",  "warn",     "--no-pin"};
+  testing::ServerOptions so;
+  so.binary = ServerBinary();
+  so.command_prefix = {"ip", "netns", "exec", a_};
+  so.listen = "198.18.0.1:0";
+  so.transport = Transport::kTcp;
   // Namespaces on one host would still pick shared memory, and an extra
   // interface confuses wireup: pin UCX to the veth.
-  o.env = {{"UCX_NET_DEVICES", veth_a_}};
-  auto server = Subprocess::Spawn(o);
-  ASSERT_TRUE(server.ok());
-  auto line = (*server)->WaitForLine("listening on", std::chrono::seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status().ToString();
-  size_t at = line->find("listening on ") + 13;
-  const std::string address = line->substr(at, line->find(' ', at) - at);
+  so.env = {{"UCX_NET_DEVICES", veth_a_}};
+  auto server = testing::ServerProcess::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string address = server->address;
   EXPECT_EQ(address.rfind("198.18.0.1:", 0), 0u) << address;
 
   const std::vector<std::pair<std::string, std::string>> env = {

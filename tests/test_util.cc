@@ -2,59 +2,28 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-
 namespace remem::testing {
 
 std::string ServerBinary() { return REMEM_SERVER_BIN; }
 std::string CliBinary() { return REMEM_CLI_BIN; }
 std::string BenchBinary() { return REMEM_BENCH_BIN; }
 
-Transport TestTransport() {
-  const char* t = std::getenv("REMEM_TEST_TRANSPORT");
-  if (t == nullptr) return Transport::kShm;
-  auto parsed = ParseTransport(t);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "REMEM_TEST_TRANSPORT: %s\n",
-                 parsed.status().ToString().c_str());
-    std::abort();
-  }
-  return *parsed;
+ServerOptions TestServerOptions(const std::vector<std::string>& extra,
+                                const std::string& memory) {
+  ServerOptions o;
+  o.binary = ServerBinary();
+  o.transport = TestTransport();
+  o.memory = memory;
+  o.flags = extra;
+  return o;
 }
 
 ServerProcess StartServer(const std::vector<std::string>& extra,
                           const std::string& memory) {
-  SpawnOptions o;
-  o.argv = {ServerBinary(), "--memory", memory,
-            "--log-level",  "warn",     "--no-pin"};
-  auto named = [&](const char* flag) {
-    return std::find(extra.begin(), extra.end(), flag) != extra.end();
-  };
-  // A free loopback port, unless the test names an address.
-  if (!named("--listen")) {
-    o.argv.push_back("--listen");
-    o.argv.push_back("127.0.0.1:0");
-  }
-  // The test transport, unless the test names one.
-  if (!named("--transport")) {
-    o.argv.push_back("--transport");
-    o.argv.push_back(std::string(TransportName(TestTransport())));
-  }
-  o.argv.insert(o.argv.end(), extra.begin(), extra.end());
-  auto p = Subprocess::Spawn(o);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  ServerProcess s;
-  if (!p.ok()) return s;
-  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
-  EXPECT_TRUE(line.ok()) << line.status().ToString();
-  if (!line.ok()) return s;
-  size_t at = line->find("listening on ") + 13;
-  s.address = line->substr(at, line->find(' ', at) - at);
-  s.ready_line = *line;
-  s.process = std::move(*p);
-  return s;
+  auto s = ServerProcess::Start(TestServerOptions(extra, memory));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return ServerProcess{};
+  return std::move(*s);
 }
 
 std::unique_ptr<Session> ConnectOrDie(const std::string& address,

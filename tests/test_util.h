@@ -1,16 +1,21 @@
-// Helpers for remem's process-level tests: start the real remem-server
-// binary on a free loopback port and wait for its ready line.
+// Helpers for remem's process-level tests, over the testing library
+// (src/testing): start the real remem-server binary on a free loopback port
+// with the test transport and wait for its ready line; connect sessions and
+// hash stores; run the binaries as a user would.
 
 #ifndef REMEM_TESTS_TEST_UTIL_H_
 #define REMEM_TESTS_TEST_UTIL_H_
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remem/hash.h"
 #include "remem/options.h"
 #include "remem/session.h"
+#include "testing/server_process.h"
+#include "testing/test_transport.h"
 #include "util/subprocess.h"
 
 namespace remem::testing {
@@ -20,19 +25,15 @@ std::string ServerBinary();
 std::string CliBinary();
 std::string BenchBinary();
 
-// The transport the current test process uses: REMEM_TEST_TRANSPORT
-// (shm or tcp; default shm; anything else aborts the test program). One UCX
-// transport per process, so ctest runs the suites once per transport.
-Transport TestTransport();
-
-struct ServerProcess {
-  std::unique_ptr<Subprocess> process;
-  std::string address;
-  std::string ready_line;
-};
+// The options StartServer uses: ServerBinary(), the test transport,
+// `memory`, --no-pin, then `extra` (which may name --listen or --transport
+// itself).
+ServerOptions TestServerOptions(const std::vector<std::string>& extra = {},
+                                const std::string& memory = "64M");
 
 // Starts remem-server with `extra` flags on 127.0.0.1:0 and the test
-// transport, and waits until it is listening.
+// transport, and waits until it is listening. On failure, records a test
+// failure and returns a ServerProcess whose `process` is null.
 ServerProcess StartServer(const std::vector<std::string>& extra = {},
                           const std::string& memory = "64M");
 

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <cstdio>
+#include <utility>
 
 namespace remem::bench {
 
@@ -44,41 +45,24 @@ Status PinThisThread(int cpu) {
   return Status::OK();
 }
 
-Result<double> ServerUnderTest::CpuSeconds() const {
-  if (!process) return Status::NotFound("external server");
-  return process->CpuSeconds();
-}
-
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
-                                    int cpu, const std::string& memory) {
-  SpawnOptions o;
-  o.argv = {binary,        "--listen",    "127.0.0.1:0",
-            "--memory",    memory,        "--threads",
-            "1",           "--transport", std::string(TransportName(t)),
-            "--log-level", "warn"};
+                                    int cpu, const std::string& memory,
+                                    const std::vector<std::string>& flags) {
+  testing::ServerOptions o;
+  o.binary = binary;
+  o.transport = t;
+  o.memory = memory;
+  o.threads = 1;
+  o.pin_threads = true;
   o.cpu = cpu;
-  auto p = Subprocess::Spawn(o);
-  if (!p.ok()) return p.status();
-  auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
-  if (!line.ok()) {
-    return line.status().WithContext("starting " + binary);
-  }
-  // "remem-server listening on HOST:PORT (...)"
-  size_t at = line->find("listening on ") + 13;
-  ServerUnderTest s;
-  s.address = line->substr(at, line->find(' ', at) - at);
-  s.process = std::move(*p);
-  return s;
+  o.flags = flags;
+  return testing::ServerProcess::Start(std::move(o));
 }
 
 Result<ServerUnderTest> ServerFor(const std::string& address,
                                   const std::string& binary, Transport t,
                                   int cpu, const std::string& memory) {
-  if (!address.empty()) {
-    ServerUnderTest s;
-    s.address = address;
-    return s;
-  }
+  if (!address.empty()) return ServerUnderTest::External(address);
   auto s = StartServer(binary, t, cpu, memory);
   if (!s.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());

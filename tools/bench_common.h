@@ -1,5 +1,8 @@
 // Shared pieces of remem-bench: pinning, a server started as a pinned child
-// process, and result rows printed as a table or JSON.
+// process (src/testing's launcher), the clock, and result rows printed as a
+// table or JSON.
+//
+// Thread contract: free functions; PinThisThread pins the calling thread.
 
 #ifndef REMEM_TOOLS_BENCH_COMMON_H_
 #define REMEM_TOOLS_BENCH_COMMON_H_
@@ -12,22 +15,24 @@
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
+#include "testing/clock.h"
+#include "testing/server_process.h"
 #include "util/histogram.h"
-#include "util/subprocess.h"
 
 namespace remem::bench {
 
+using testing::NowNs;
+
 Status PinThisThread(int cpu);
 
-// A remem-server started for the benchmark (or none, when --server names an
-// existing one).
-struct ServerUnderTest {
-  std::string address;
-  std::unique_ptr<Subprocess> process;  // null if external
-  Result<double> CpuSeconds() const;
-};
+// A remem-server started for the benchmark (testing::ServerProcess), or
+// none when --server names an existing one (then `process` is null).
+using ServerUnderTest = testing::ServerProcess;
+// Starts `binary` (one thread, pinned to `cpu`, the given transport and
+// memory, `flags` added) and waits until it listens.
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
-                                    int cpu, const std::string& memory);
+                                    int cpu, const std::string& memory,
+                                    const std::vector<std::string>& flags = {});
 // The server a workload runs against: `address` if given, else one started
 // from `binary` pinned to `cpu`. Prints the error and returns it on failure.
 Result<ServerUnderTest> ServerFor(const std::string& address,

@@ -22,12 +22,6 @@ namespace remem::bench {
 
 namespace {
 
-uint64_t NowNs() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
-
 // ---------------------------------------------------------------- remem
 
 class RememDriver : public KvDriver {

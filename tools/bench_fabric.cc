@@ -18,13 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t NowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          Clock::now().time_since_epoch())
-          .count());
-}
-
 // Runs `op` synchronously until `seconds` pass; records each latency.
 Row RunSync(const std::string& name, uint64_t size, double seconds,
             const std::function<Status()>& op, Status* err) {

@@ -22,12 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ycsb::Distribution;
 
-uint64_t NowNs() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      Clock::now().time_since_epoch())
-                      .count());
-}
-
 // One (system, workload, value size) run, merged over client threads.
 struct RunResult {
   std::string system;

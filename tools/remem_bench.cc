@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_durability.h"
 #include "bench_fabric.h"
 #include "bench_ycsb.h"
 #include "remem/version.h"
@@ -130,6 +131,73 @@ int main(int argc, char** argv) {
     a->add_option("--auth-file", ycsb_auth_file, "remem shared secret file");
     a->add_flag("--json", yo.json, "print JSON instead of a table");
   }
+  bench::DurabilityOptions dur;
+  dur.server_binary = fo.server_binary;
+  dur.client_cpu = fo.client_cpu;
+  std::string dur_transport = "shm";
+  auto* durability = app.add_subcommand(
+      "durability",
+      "write throughput per fsync policy (none, no, everysec, always), each "
+      "on a server of its own with a fresh data directory: a multi-put load, "
+      "then a YCSB-A-like mix; --recovery adds kill -9 and recovery time");
+  durability
+      ->add_option("--policies,--policy", dur.policies,
+                   "fsync policies to run, e.g. none,everysec")
+      ->delimiter(',')
+      ->capture_default_str();
+  durability->add_option("--records", dur.records, "pairs to load")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1000000000}));
+  durability->add_option("--ops", dur.ops, "operations in the mix")
+      ->capture_default_str();
+  durability
+      ->add_option("--always-ops", dur.always_ops,
+                   "operations in the mix under --fsync always")
+      ->capture_default_str();
+  durability->add_option("--depth", dur.depth, "operations in flight")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  durability
+      ->add_option("--write-fraction", dur.write_fraction,
+                   "puts in the mix (0.5 = YCSB-A)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  durability->add_option("--key-size", dur.key_size, "bytes per key")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{8}, size_t{1024}));
+  durability->add_option("--value-size", dur.value_size, "bytes per value")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+  durability->add_option("--memory", dur.memory, "the servers' --memory")
+      ->capture_default_str();
+  durability->add_option("--hash-memory", dur.hash_memory,
+                         "the servers' --hash-memory (default: theirs)");
+  durability
+      ->add_option("--server-threads", dur.server_threads,
+                   "the servers' --threads (above 1: unpinned)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  durability->add_flag("--recovery", dur.recovery,
+                       "after the mix: kill -9, restart on the same data "
+                       "directory, report the recovery");
+  durability->add_option("--data-dir-parent", dur.data_dir_parent,
+                         "where the temporary data directories go (default: "
+                         "the system's temporary directory)");
+  durability
+      ->add_option("--server-binary", dur.server_binary,
+                   "remem-server to start")
+      ->capture_default_str();
+  durability->add_option("--transport", dur_transport, "shm | tcp")
+      ->capture_default_str();
+  durability
+      ->add_option("--server-cpu", dur.server_cpu,
+                   "CPU for the servers (-1: unpinned)")
+      ->capture_default_str();
+  durability
+      ->add_option("--client-cpu", dur.client_cpu,
+                   "CPU for the client thread (-1: unpinned)")
+      ->capture_default_str();
+  durability->add_flag("--json", dur.json, "print JSON instead of a table");
   for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
@@ -185,6 +253,20 @@ int main(int argc, char** argv) {
       return 2;
     }
     return bench::RunYcsb(yo);
+  }
+  if (durability->parsed()) {
+    auto t = ParseTransport(dur_transport);
+    if (!t.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n", t.status().ToString().c_str());
+      return 2;
+    }
+    dur.transport = *t;
+    if (dur.server_cpu >= ncpu || dur.client_cpu >= ncpu) {
+      std::fprintf(stderr, "remem-bench: this machine has CPUs 0-%d\n",
+                   ncpu - 1);
+      return 2;
+    }
+    return bench::RunDurability(dur);
   }
   auto t = ParseTransport(transport);
   if (!t.ok()) {

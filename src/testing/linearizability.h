@@ -4,7 +4,8 @@
 //
 // The model is a versioned register: absent, or (value, version). Versions
 // are opaque identifiers that successful writes return; a compare-and-put
-// succeeds exactly when the register holds the expected version.
+// succeeds exactly when the register holds the expected version, a
+// put-if-absent exactly when the register is absent.
 //
 // The search is Wing & Gong's with Lowe's memoisation (cache of linearized
 // set + model state): at each step, try to linearize an operation that was
@@ -18,8 +19,8 @@
 // Thread contract: a History is built by one thread (record with a mutex if
 // several threads produce it); Check is a pure function.
 
-#ifndef REMEM_TESTS_LINEARIZABILITY_H_
-#define REMEM_TESTS_LINEARIZABILITY_H_
+#ifndef REMEM_TESTING_LINEARIZABILITY_H_
+#define REMEM_TESTING_LINEARIZABILITY_H_
 
 #include <cstdint>
 #include <optional>
@@ -29,22 +30,23 @@
 namespace remem::testing {
 
 struct KvOp {
-  enum Kind { kGet, kPut, kDelete, kCompareAndPut };
+  enum Kind { kGet, kPut, kDelete, kCompareAndPut, kPutIfAbsent };
   Kind kind = kGet;
   uint64_t call_ns = 0;    // when the call was issued (CLOCK_MONOTONIC)
   uint64_t return_ns = 0;  // when its result arrived; ignored if !returned
   bool returned = true;    // false: outcome unknown
 
   // Inputs.
-  std::string value;              // put / compare-and-put
+  std::string value;              // put / compare-and-put / put-if-absent
   uint64_t expected_version = 0;  // compare-and-put
 
   // Outputs (when returned).
   bool found = false;               // get: key present
   std::string read_value;           // get: the value read
   std::optional<uint64_t> version;  // get: version read (if the API
-                                    // reports one); put / cap: new version
+                                    // reports one); writes: new version
   bool succeeded = true;            // compare-and-put: swapped or not;
+                                    // put-if-absent: inserted or not;
                                     // delete: whether the key existed
                                     // (only checked if delete_reports)
   bool delete_reports = false;
@@ -70,4 +72,4 @@ std::string Describe(const KvOp& op);
 
 }  // namespace remem::testing
 
-#endif  // REMEM_TESTS_LINEARIZABILITY_H_
+#endif  // REMEM_TESTING_LINEARIZABILITY_H_

@@ -1,10 +1,13 @@
-// Self-describing values for the hash store's race tests: "key|seq|len|"
-// then a filler derived from seq, padded to len. Any read can be checked on
-// its own: a torn value (bytes of two writes), a phantom (a value never
-// written for that key) or a truncated one fails WellFormedValue.
+// Self-describing values for the race tests (testing/race.h, and the
+// hash store's reader processes): "key|seq|len|" then a filler derived from
+// seq, padded to len. Any read can be checked on its own: a torn value
+// (bytes of two writes), a phantom (a value never written for that key) or
+// a truncated one fails WellFormedValue.
+//
+// Thread contract: pure functions; any thread.
 
-#ifndef REMEM_TESTS_HASH_VALUES_H_
-#define REMEM_TESTS_HASH_VALUES_H_
+#ifndef REMEM_TESTING_VALUES_H_
+#define REMEM_TESTING_VALUES_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -40,4 +43,4 @@ inline bool WellFormedValue(const std::string& key, const std::string& v) {
 
 }  // namespace remem::testing
 
-#endif  // REMEM_TESTS_HASH_VALUES_H_
+#endif  // REMEM_TESTING_VALUES_H_

@@ -1,4 +1,4 @@
-#include "linearizability.h"
+#include "testing/linearizability.h"
 
 #include <algorithm>
 #include <functional>
@@ -59,6 +59,17 @@ void Next(const KvOp& op, const State& s, std::vector<State>* out) {
       }
       return;
     }
+    case KvOp::kPutIfAbsent: {
+      if (!op.returned) {
+        // Unknown outcome: it inserted (if it could) or it did not.
+        if (!s.present) out->push_back({true, op.value, std::nullopt});
+        out->push_back(s);
+        return;
+      }
+      if (op.succeeded != !s.present) return;
+      out->push_back(op.succeeded ? State{true, op.value, op.version} : s);
+      return;
+    }
   }
 }
 
@@ -96,6 +107,10 @@ std::string Describe(const KvOp& op) {
     case KvOp::kCompareAndPut:
       s += "compare-and-put(v" + std::to_string(op.expected_version) + ", '" +
            op.value + "') -> " + (op.succeeded ? "swapped" : "refused");
+      break;
+    case KvOp::kPutIfAbsent:
+      s += "put-if-absent('" + op.value + "') -> " +
+           (op.succeeded ? "inserted" : "refused");
       break;
   }
   if (op.version) s += " [version " + std::to_string(*op.version) + "]";
