@@ -31,6 +31,7 @@
 #include "remem/hash.h"
 #include "remem/session.h"
 #include "test_util.h"
+#include "testing/scale.h"
 #include "util/subprocess.h"
 
 namespace remem {
@@ -256,7 +257,8 @@ void Print(const char* policy, const CrashResult& r) {
 }
 
 TEST(Durability, CrashLoopFsyncAlwaysLosesNothingAcknowledged) {
-  CrashResult r = CrashLoop("always", EnvInt("REMEM_CRASH_ITERATIONS", 30));
+  CrashResult r = CrashLoop(
+      "always", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(30, 4)));
   Print("always", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_GT(r.acked_writes, 0u);
@@ -271,8 +273,8 @@ TEST(Durability, CrashLoopFsyncEverySecKillLosesNothingAcknowledged) {
   // second of acknowledged writes) needs an OS crash; the unit test
   // Store.EverySecSyncsEveryWriteWithinASecond checks the sync cadence
   // behind it at the Env seam.
-  CrashResult r =
-      CrashLoop("everysec", EnvInt("REMEM_CRASH_ITERATIONS", 30) / 2);
+  CrashResult r = CrashLoop(
+      "everysec", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(30, 4)) / 2);
   Print("everysec", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_GT(r.acked_writes, 0u);
@@ -541,7 +543,9 @@ void FullStoreRestarts(const std::string& how) {
   }
   Model model;
   uint64_t next = 0;
-  for (int round = 0; round < 3; ++round) {
+  // Restarted twice over (once under REMEM_TEST_SCALE).
+  const int kStarts = testing::Scaled(3, 2);
+  for (int round = 0; round < kStarts; ++round) {
     ServerProcess s = Start(flags, "32M");
     ASSERT_TRUE(s.process);
     auto c = Connect(s.address);
@@ -554,7 +558,7 @@ void FullStoreRestarts(const std::string& how) {
         (unsigned long long)Stat(c, "hash_bytes_total"),
         (unsigned long long)Stat(c, "recovery_ms"));
     ExpectAll(c.store.get(), model, how + ", start " + std::to_string(round));
-    if (round == 2) break;
+    if (round == kStarts - 1) break;
     FillToOutOfMemory(c.store.get(), &model, &next, round);
     std::printf("%s, full: %zu keys, %llu bytes of hash memory carved\n",
                 how.c_str(), model.size(),
@@ -628,7 +632,7 @@ TEST(Durability, ManyRestartsKeepTheLogAndRecoveryTimeBounded) {
   std::vector<uint64_t> recovery_ms, replayed, on_disk;
   uint64_t newest_snapshot = 0;
   int snapshot_moved = 0;
-  constexpr int kRestarts = 12;
+  const int kRestarts = testing::Scaled(12, 4);
   for (int run = 0; run <= kRestarts; ++run) {
     ServerProcess s = Start(flags);
     ASSERT_TRUE(s.process);
@@ -771,7 +775,11 @@ TEST(Durability, NoValidStateRefusesToStartUnlessTruncatingLoudly) {
   for (const auto& [k, v] : dropped) {
     EXPECT_EQ(c->Get(k).status().code(), StatusCode::kNotFound) << k;
   }
-  EXPECT_EQ(Stat(c, "recovery_lost_records"), dropped.size());
+  // Records, as the files show them: each dropped write, and the table's
+  // shape records (one after each growth) that fell in the dropped range,
+  // which depends on when the growths happened.
+  EXPECT_GE(Stat(c, "recovery_lost_records"), dropped.size());
+  EXPECT_LE(Stat(c, "recovery_lost_records"), dropped.size() + 8);
   fs::remove_all(dir);
 }
 

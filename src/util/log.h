@@ -3,7 +3,8 @@
 // (SetFile), which ReopenFile reopens (log rotation: the server does it on
 // SIGHUP).
 //
-// Thread contract: thread-safe (spdlog's default logger is).
+// Thread contract: thread-safe; ReopenFile may run while other threads log
+// (one logger for the process's life, whose sink switches files).
 
 #ifndef REMEM_UTIL_LOG_H_
 #define REMEM_UTIL_LOG_H_

@@ -1,0 +1,25 @@
+// testing::Scaled: how many times a test repeats work whose count is about
+// volume, not coverage (crash-loop iterations, restarts, storm clients).
+// REMEM_TEST_SCALE=N divides those counts by N (./dev sets it under the
+// sanitizers, which run the same code paths several times slower); unset
+// or 1: the full counts. Never below `minimum`.
+//
+// Thread contract: any thread (it reads the environment).
+
+#ifndef REMEM_TESTING_SCALE_H_
+#define REMEM_TESTING_SCALE_H_
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace remem::testing {
+
+inline int Scaled(int count, int minimum = 1) {
+  const char* v = std::getenv("REMEM_TEST_SCALE");
+  const int divisor = v != nullptr ? std::max(1, std::atoi(v)) : 1;
+  return std::max(minimum, count / divisor);
+}
+
+}  // namespace remem::testing
+
+#endif  // REMEM_TESTING_SCALE_H_
