@@ -9,10 +9,19 @@
 // then the process prints DONE and keeps every session open until it is
 // told to release them, so the server holds all of them at once.
 //
-// The barrier and the release are FIFOs the parent holds open for writing:
-// the process prints READY, opens START_FIFO and reads it to its end (the
-// parent closes its end to start every process at once); after DONE it
-// does the same with RELEASE_FIFO, closes its sessions and exits 0.
+// The barrier and the release are FIFOs the parent holds open for writing
+// from before it spawns the process until it closes its end to release
+// every process at once. The process opens its read end of both before it
+// prints READY, while the parent's writer is certainly there; after READY
+// it reads START_FIFO to its end, and after DONE RELEASE_FIFO, then closes
+// its sessions and exits 0. (Opening a FIFO only after READY would race
+// with the parent: a process descheduled between READY and its open() finds
+// the writer already gone, and a blocking open() then waits for a writer
+// forever.)
+//
+// STORM_CLIENT_PAUSE_MS=N in the environment makes the process sleep N ms
+// right after READY and right after DONE, as a loaded machine may: the
+// test of that race (storm_test.cc).
 //
 // Usage: storm_client ADDRESS TRANSPORT THREADS START_FIFO RELEASE_FIFO TAG
 
@@ -23,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <latch>
 #include <memory>
 #include <string>
@@ -34,10 +44,24 @@
 
 namespace {
 
-// Blocks until every writer of the FIFO at `path` has closed it.
-bool WaitForEof(const char* path) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+// Opens the read end of the FIFO at `path` without waiting for a writer
+// (O_NONBLOCK), then makes it blocking for WaitForEof. -1 on error. Call it
+// while the parent's writer is open: a read end opened after the last
+// writer closed sees end-of-file at once, never the close itself.
+int OpenGate(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Blocks until every writer of the FIFO read through `fd` has closed it
+// (at once if they all have already); closes `fd`.
+bool WaitForEof(int fd) {
   char buf[64];
   ssize_t n;
   while ((n = ::read(fd, buf, sizeof(buf))) != 0) {
@@ -45,6 +69,14 @@ bool WaitForEof(const char* path) {
   }
   ::close(fd);
   return n == 0;
+}
+
+// STORM_CLIENT_PAUSE_MS (see the top of this file).
+void PauseIfAsked() {
+  const char* ms = std::getenv("STORM_CLIENT_PAUSE_MS");
+  if (ms != nullptr && std::atoi(ms) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
 }
 
 struct Outcome {
@@ -129,10 +161,22 @@ int main(int argc, char** argv) {
       r.ok = true;
     });
   }
+  // Both gates are open for reading before READY: see the top of the file.
+  const int start_fd = OpenGate(argv[4]);
+  const int release_fd = OpenGate(argv[5]);
+  if (start_fd < 0 || release_fd < 0) {
+    std::fprintf(stderr, "storm_client: cannot open %s or %s: %s\n", argv[4],
+                 argv[5], std::strerror(errno));
+    go.count_down();
+    for (auto& w : workers) w.join();
+    return 1;
+  }
   std::printf("READY\n");
   std::fflush(stdout);
-  if (!WaitForEof(argv[4])) {
+  PauseIfAsked();
+  if (!WaitForEof(start_fd)) {
     std::fprintf(stderr, "storm_client: cannot read %s\n", argv[4]);
+    ::close(release_fd);
     go.count_down();
     for (auto& w : workers) w.join();
     return 1;
@@ -151,7 +195,8 @@ int main(int argc, char** argv) {
   }
   std::printf("DONE\n");
   std::fflush(stdout);
-  const bool released = WaitForEof(argv[5]);
+  PauseIfAsked();
+  const bool released = WaitForEof(release_fd);
   out.clear();  // closes every session
   return released ? 0 : 1;
 }

@@ -5,8 +5,9 @@
 // with a clear reason, and once they are gone the server's
 // connections_current must come back to its base: no session lost, none
 // leaked. Also: clients killed in the middle of their handshakes and right
-// after them, the --max-connections limit, and silent connections that hold
-// handshake slots until --handshake-timeout-ms.
+// after them, the --max-connections limit, silent connections that hold
+// handshake slots until --handshake-timeout-ms, and the test's own gates
+// (a slow storm process must still be started and released).
 //
 // ctest runs this binary once per transport (REMEM_TEST_TRANSPORT=shm|tcp).
 
@@ -74,7 +75,10 @@ std::vector<Outcome> ParseOutcomes(const std::string& out) {
 }
 
 // A barrier the storm processes wait at, made of a FIFO this process holds
-// open for writing: closing it releases every reader at once.
+// open for writing from its construction: closing it releases every reader
+// at once. A storm process opens its read end before it prints READY, so
+// that the gate may be opened the moment READY is read, however late the
+// process then gets to its read (storm_client.cc).
 class Gate {
  public:
   explicit Gate(const std::string& path) : path_(path) {
@@ -141,19 +145,24 @@ class StormTest : public ::testing::Test {
     return v;
   }
 
-  // Starts `processes` storm processes and waits until each is at the
-  // start gate.
+  // Starts a storm process of `threads` clients and waits until it is at
+  // the start gate (it has printed READY). `pause` is STORM_CLIENT_PAUSE_MS.
   std::unique_ptr<Subprocess> SpawnStorm(const std::string& tag,
-                                         const Gate& start,
-                                         const Gate& release) {
+                                         const Gate& start, const Gate& release,
+                                         int threads = kThreads,
+                                         milliseconds pause = milliseconds(0)) {
     SpawnOptions o;
     o.argv = {REMEM_STORM_CLIENT_BIN,
               server_.address,
               std::string(TransportName(TestTransport())),
-              std::to_string(kThreads),
+              std::to_string(threads),
               start.path(),
               release.path(),
               tag};
+    if (pause.count() > 0) {
+      o.env.emplace_back("STORM_CLIENT_PAUSE_MS",
+                         std::to_string(pause.count()));
+    }
     auto p = Subprocess::Spawn(o);
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     if (!p.ok()) return nullptr;
@@ -231,6 +240,31 @@ class StormTest : public ::testing::Test {
   std::unique_ptr<Session> observer_;
   uint64_t base_ = 0;
 };
+
+// The gates themselves: a storm process that is slow to reach its read of
+// a gate after READY (or DONE), as on a loaded machine, is still released
+// when the gate opens right away. (storm_client once opened each FIFO only
+// after printing READY: a process descheduled there found the writer
+// already gone, blocked in open() forever, and the storm tests failed now
+// and then after waiting 180 s for it.)
+TEST_F(StormTest, GatesOpenedRightAwayReleaseASlowProcess) {
+  StartServerWith({});
+  Gate start(dir_ + "/start"), release(dir_ + "/release");
+  auto p = SpawnStorm("slow", start, release, 1, milliseconds(500));
+  ASSERT_NE(p, nullptr);
+  start.Open();  // while it sleeps after READY
+  auto done = p->WaitForLine("DONE", seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << "\n" << p->output();
+  const std::vector<Outcome> outcomes = ParseOutcomes(p->output());
+  ASSERT_EQ(outcomes.size(), 1u) << p->output();
+  EXPECT_TRUE(outcomes[0].ok)
+      << outcomes[0].stage << " " << outcomes[0].code << outcomes[0].message;
+  release.Open();  // while it sleeps after DONE
+  auto code = p->Wait(seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << p->output();
+  EXPECT_EQ(WaitForStat("connections_current", base_), base_);
+}
 
 // 6 processes x 50 threads at once: all served, all released.
 TEST_F(StormTest, ThreeHundredClientsAtOnceAreAllServed) {
