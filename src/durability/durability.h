@@ -87,8 +87,8 @@ class Durability {
   // recovery_ms, recovery_fallbacks, recovery_lost_records: summed over
   // every store (recovery_ms: the slowest partition).
   void AddStats(std::vector<proto::StatValue>* out) const;
-  // "recovered N pairs from snapshots and M log records in X ms (...)",
-  // once every OpenPartition has run, with a loud "LOST" clause when
+  // "recovered N pairs from snapshots and M log records (B bytes) in X ms
+  // (...)", once every OpenPartition has run, with a loud "LOST" clause when
   // --recovery truncate dropped records; warnings and losses were logged
   // as they came.
   std::string recovery_summary() const;

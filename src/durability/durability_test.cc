@@ -484,6 +484,18 @@ TEST(Env, FilesAre0600AndDirectories0700WhateverTheUmask) {
   ASSERT_EQ(::stat(open_dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_EQ(*Env::Posix()->CreateDir(open_dir), DirState::kExisted);
+  // Directories above the one asked for that exist already (/tmp, $HOME,
+  // the working directory) keep their modes; missing ones are made 0700.
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0755), 0);
+  made = Env::Posix()->CreateDir(open_dir + "/new/data");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(*made, DirState::kCreated);
+  ASSERT_EQ(::stat(open_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  ASSERT_EQ(::stat((open_dir + "/new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((open_dir + "/new/data").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
   fs::remove_all(top);
 }
 

@@ -173,17 +173,34 @@ class PosixEnv final : public Env {
       return DirState::kTightened;
     }
     if (errno != ENOENT) return Errno("stat", dir, errno);
-    const size_t slash = dir.find_last_of('/');
-    if (slash != std::string::npos && slash > 0) {
-      auto parent = CreateDir(dir.substr(0, slash));
-      if (!parent.ok()) return parent.status();
-    }
+    REMEM_RETURN_IF_ERROR(CreateParents(dir));
     if (::mkdir(dir.c_str(), kDirMode) != 0 && errno != EEXIST) {
       return Errno("mkdir", dir, errno);
     }
     // The umask may have taken bits away: set exactly 0700.
     if (::chmod(dir.c_str(), kDirMode) != 0) return Errno("chmod", dir, errno);
     return DirState::kCreated;
+  }
+
+  // Creates the missing directories above `path`, 0700. Existing ones are
+  // left as they are: they are not the data directory (/tmp, $HOME, ...).
+  static Status CreateParents(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos || slash == 0) return Status::OK();
+    const std::string parent = path.substr(0, slash);
+    struct stat st;
+    if (::stat(parent.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        return Status::IOError(parent + " exists and is not a directory");
+      }
+      return Status::OK();
+    }
+    if (errno != ENOENT) return Errno("stat", parent, errno);
+    REMEM_RETURN_IF_ERROR(CreateParents(parent));
+    if (::mkdir(parent.c_str(), kDirMode) != 0 && errno != EEXIST) {
+      return Errno("mkdir", parent, errno);
+    }
+    return Status::OK();
   }
 
   Status Rename(const std::string& from, const std::string& to) override {

@@ -65,8 +65,11 @@ class Env {
   // Creates `path` (mode 0600) or truncates it, for appending.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;
-  // The whole file. Never silently short: a file that changes size while
-  // read is an IOError.
+  // The file's bytes as of the open (mapped or read). A file that another
+  // process changes meanwhile is not detected here: callers that must not
+  // read a short file compare the size with FileSize (PartitionStore does).
+  // Files under the data directory change only through this server, which
+  // holds DIR/LOCK.
   virtual Result<std::unique_ptr<FileData>> ReadFile(
       const std::string& path) = 0;
   virtual Result<bool> FileExists(const std::string& path) = 0;

@@ -437,8 +437,16 @@ Status PartitionStore::Recover(RecoveryReport* r) {
         // Keep the dropped bytes beside the log, for a post-mortem.
         auto f = env_->NewWritableFile(path + ".dropped");
         if (!f.ok()) return f.status();
-        auto n = (*f)->Write(problem_tail[0].data(), problem_tail[0].size());
-        if (!n.ok()) return n.status();
+        const std::string& tail = problem_tail[0];
+        for (size_t done = 0; done < tail.size();) {
+          auto n = (*f)->Write(tail.data() + done, tail.size() - done);
+          if (!n.ok()) return n.status();
+          if (*n == 0) {
+            return Status::IOError("cannot keep the dropped bytes in " + path +
+                                   ".dropped: the write made no progress");
+          }
+          done += *n;
+        }
         REMEM_RETURN_IF_ERROR((*f)->Sync());
       }
       REMEM_RETURN_IF_ERROR(env_->TruncateFile(path, problem->offset));

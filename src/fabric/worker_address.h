@@ -9,8 +9,8 @@
 // the address names (a tcp host and port to connect to; for shared memory a
 // process id and file descriptor whose /proc link is opened and mapped
 // read-write). So remem-server parses the address first, refuses anything
-// malformed, and checks what it names (server/acceptor.cc:
-// CheckClientAddress). docs/SECURITY.md has the whole story.
+// malformed, and checks what it names (server/client_address.h:
+// ClientAddressCheck::Check). docs/SECURITY.md has the whole story.
 //
 // What is checked here (pure, no system calls):
 //   - the header: version 1 or 2, known flags; the worker uuid;

@@ -26,9 +26,9 @@ class DurableTable : public durability::Recoverable {
  public:
   explicit DurableTable(Table* table) : table_(table) {}
 
-  // Reserves `shape` buckets (the live table's count when the snapshot was
-  // taken), giving back the empty table's first array (Table::Reserve);
-  // snapshots without a shape reserve nothing.
+  // Reserves `shape` buckets (the live state's last shape: the larger of the
+  // snapshot's and the log's kShape records), giving back the empty table's
+  // first array (Table::Reserve); 0 reserves nothing.
   Status Reserve(uint64_t pairs, uint64_t shape) override;
   void Prefetch(std::string_view key) override { table_->Prefetch(key); }
   Status ApplyPut(std::string_view key, std::string_view value,

@@ -170,10 +170,10 @@ static_assert(sizeof(RegionDescriptor) == 32);
 
 // The server lease, at offset 0 of the root region, read one-sided by
 // clients whose reads do not pass through the server (shared memory). The
-// server renews it every lease/4; a reader returns what it read one-sided
+// server renews it every lease/10; a reader returns what it read one-sided
 // only while its own CLOCK_MONOTONIC is below `expires_ns` (same host, same
 // clock). Written like every remotely read structure: version odd while
-// written, checksum over the rest (docs/PROTOCOL.md, "Server lease").
+// written, checksum over the rest (docs/PROTOCOL.md, "Server root and lease").
 inline constexpr uint32_t kLeaseMagic = 0x4553414C;  // "LASE"
 struct ServerLease {
   uint64_t version;  // even when stable
