@@ -463,6 +463,16 @@ void Acceptor::ExpireHandshakes() {
     Peer* p = deadlines_.begin()->second;
     ClearDeadline(p);
     if (p->state == Peer::kHello) {
+      // The timeout is the client's, not this thread's: a hello that came in
+      // while this thread was busy with other peers (a storm of clients,
+      // each with its address check, on a loaded machine) is on time,
+      // though its readiness was not handled yet. Take what the client has
+      // sent first; refuse it only if the hello is still incomplete.
+      const int fd = p->sock.fd();
+      OnReadable(p);  // may admit, refuse or close it
+      if (peers_.find(fd) == peers_.end() || p->state != Peer::kHello) {
+        continue;
+      }
       counters_.handshake_failures.Add(1);
       log::Debug("connection from {}: no handshake within {} ms", p->name,
                  options_.handshake_timeout.count());

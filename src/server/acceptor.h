@@ -29,9 +29,11 @@
 //
 // Resources: at most max_connections sessions and handshakes together, at
 // most max_pending handshakes; a handshake has handshake_timeout from the
-// accept. When the process runs out of file descriptors the acceptor stops
-// accepting for a moment (connections wait in the kernel's backlog) instead
-// of spinning on the listening socket.
+// accept for the client to send its whole hello (a hello that arrived in
+// time counts even if the acceptor, busy with other peers, reads it later).
+// When the process runs out of file descriptors the acceptor stops accepting
+// for a moment (connections wait in the kernel's backlog) instead of spinning
+// on the listening socket.
 //
 // Thread contract: Start, address, counters and SessionClosed are
 // thread-safe; the acceptor runs on its own thread.

@@ -1,0 +1,126 @@
+// server::Acceptor alone, with a stand-in for the server threads: the
+// handshake deadline measures the client, not the acceptor thread.
+
+#include "server/acceptor.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "fabric/context.h"
+#include "fabric/worker.h"
+#include "proto/codec.h"
+#include "util/socket.h"
+
+namespace remem::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A well-formed worker address (the acceptor's check reads its form).
+std::string WorkerAddress() {
+  auto ctx = fabric::Context::Shared(Transport::kTcp);
+  EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+  if (!ctx.ok()) return {};
+  auto worker = fabric::Worker::Create(*ctx, 4096);
+  EXPECT_TRUE(worker.ok()) << worker.status().ToString();
+  return worker.ok() ? (*worker)->address() : std::string();
+}
+
+std::string ClientHello() {
+  proto::ClientHelloInfo hello;
+  hello.worker_address = WorkerAddress();
+  return proto::EncodeClientHello(hello);
+}
+
+// The status of the ServerHello that arrives on `sock`.
+Status ReadServerHello(const util::Socket& sock) {
+  const auto deadline = Clock::now() + seconds(30);
+  std::string prefix, rest;
+  REMEM_RETURN_IF_ERROR(util::RecvExact(sock.fd(), sizeof(proto::ServerHello),
+                                        &prefix, deadline));
+  proto::ServerHello h;
+  auto body = proto::DecodeServerHelloPrefix(prefix, &h);
+  if (!body.ok()) return body.status();
+  REMEM_RETURN_IF_ERROR(util::RecvExact(sock.fd(), *body, &rest, deadline));
+  auto reply = proto::DecodeServerHello(prefix + rest);
+  if (!reply.ok()) return reply.status();
+  return reply->status;
+}
+
+class AcceptorTest : public ::testing::Test {
+ protected:
+  // An acceptor whose first admission keeps its thread busy for
+  // `first_admission`, as the address checks of a storm of clients do.
+  void Start(milliseconds handshake_timeout, milliseconds first_admission) {
+    AcceptorOptions o;
+    o.listen = "127.0.0.1:0";
+    o.handshake_timeout = handshake_timeout;
+    auto a = Acceptor::Bind(
+        o,
+        [this, first_admission](
+            uint32_t, ConnectionId, std::string, std::string,
+            util::MoveFunction<void(Status, std::string)> done) {
+          if (admissions_.fetch_add(1) == 0) {
+            std::this_thread::sleep_for(first_admission);
+          }
+          done(Status::OK(), "server worker address");
+        },
+        [](uint32_t, ConnectionId) {});
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    acceptor_ = std::move(*a);
+    ASSERT_TRUE(acceptor_->Start().ok());
+  }
+
+  util::Socket Connect() {
+    auto s = util::Connect(acceptor_->address(), Clock::now() + seconds(10));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : util::Socket();
+  }
+
+  std::atomic<int> admissions_{0};
+  std::unique_ptr<Acceptor> acceptor_;
+};
+
+// A client that sent its whole hello well before its deadline is admitted,
+// though the acceptor thread was busy with another client until after that
+// deadline (it once refused it: "no handshake within ... ms").
+TEST_F(AcceptorTest, AHelloOnTimeIsAdmittedWhileTheAcceptorIsBusy) {
+  Start(milliseconds(1000), milliseconds(2000));
+  const std::string hello = ClientHello();
+  util::Socket late = Connect();  // accepted now; its deadline in 1 s
+  std::this_thread::sleep_for(milliseconds(100));
+  util::Socket busy = Connect();  // its admission takes 2 s
+  ASSERT_TRUE(util::SendAll(busy.fd(), hello, Clock::now() + seconds(10)).ok());
+  std::this_thread::sleep_for(milliseconds(100));
+  // 200 ms after its accept, while the acceptor is in the busy admission.
+  ASSERT_TRUE(util::SendAll(late.fd(), hello, Clock::now() + seconds(10)).ok());
+  EXPECT_TRUE(ReadServerHello(busy).ok());
+  const Status st = ReadServerHello(late);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(acceptor_->counters().handshakes.Get(), 2u);
+  EXPECT_EQ(acceptor_->counters().handshake_failures.Get(), 0u);
+}
+
+// What the deadline is for: a hello still incomplete then is refused.
+TEST_F(AcceptorTest, AnIncompleteHelloIsRefusedAtTheDeadline) {
+  Start(milliseconds(300), milliseconds(0));
+  const std::string hello = ClientHello();
+  util::Socket slow = Connect();
+  const auto start = Clock::now();
+  ASSERT_TRUE(util::SendAll(slow.fd(), hello.substr(0, hello.size() / 2),
+                            Clock::now() + seconds(10))
+                  .ok());
+  const Status st = ReadServerHello(slow);
+  EXPECT_EQ(st.code(), StatusCode::kTimedOut) << st.ToString();
+  EXPECT_GE(Clock::now() - start, milliseconds(250));
+  EXPECT_EQ(acceptor_->counters().handshakes.Get(), 0u);
+  EXPECT_EQ(acceptor_->counters().handshake_failures.Get(), 1u);
+}
+
+}  // namespace
+}  // namespace remem::server
