@@ -54,7 +54,9 @@ namespace {
 using testing::ConnectHashOrDie;
 using testing::ConnectOrDie;
 using testing::StartServer;
+using testing::StatOf;
 using testing::TestTransport;
+using testing::WaitForStatOf;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -289,21 +291,11 @@ class Hostile : public ::testing::Test {
   virtual std::vector<std::string> ExtraFlags() const { return {}; }
   virtual std::string Secret() const { return ""; }
 
-  uint64_t Stat(const char* name) {
-    auto s = observer_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? s->Get(name) : ~uint64_t{0};
-  }
+  uint64_t Stat(const char* name) { return StatOf(observer_.get(), name); }
   // Waits (bounded) until `name` equals `want`; returns the last value.
   uint64_t WaitForStat(const char* name, uint64_t want,
                        milliseconds bound = milliseconds(10000)) {
-    const auto deadline = Clock::now() + bound;
-    uint64_t v = Stat(name);
-    while (v != want && Clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(5));
-      v = Stat(name);
-    }
-    return v;
+    return WaitForStatOf(observer_.get(), name, want, bound);
   }
   // The server is alive, a fresh client is served, and every connection of
   // the round is gone again.

@@ -38,7 +38,9 @@ namespace {
 using testing::ConnectHashOrDie;
 using testing::ConnectOrDie;
 using testing::StartServer;
+using testing::StatOf;
 using testing::TestTransport;
+using testing::WaitForStatOf;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -130,20 +132,11 @@ class StormTest : public ::testing::Test {
     ASSERT_EQ(base_, 1u);
   }
 
-  uint64_t Stat(const char* name) {
-    auto s = observer_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? s->Get(name) : ~uint64_t{0};
-  }
+  uint64_t Stat(const char* name) { return StatOf(observer_.get(), name); }
+  // Waits (bounded) until `name` equals `want`; returns the last value.
   uint64_t WaitForStat(const char* name, uint64_t want,
                        milliseconds bound = milliseconds(30000)) {
-    const auto deadline = Clock::now() + bound;
-    uint64_t v = Stat(name);
-    while (v != want && Clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(10));
-      v = Stat(name);
-    }
-    return v;
+    return WaitForStatOf(observer_.get(), name, want, bound);
   }
 
   // Starts a storm process of `threads` clients and waits until it is at

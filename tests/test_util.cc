@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace remem::testing {
 
 std::string ServerBinary() { return REMEM_SERVER_BIN; }
@@ -66,6 +68,23 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
   r.exit_code = code.ok() ? *code : -1;
   r.out = (*p)->output();
   return r;
+}
+
+uint64_t StatOf(Session* session, const char* name) {
+  auto s = session->Stats();
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? s->Get(name) : ~uint64_t{0};
+}
+
+uint64_t WaitForStatOf(Session* session, const char* name, uint64_t want,
+                       std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  uint64_t v = StatOf(session, name);
+  while (v != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    v = StatOf(session, name);
+  }
+  return v;
 }
 
 }  // namespace remem::testing

@@ -6,6 +6,8 @@
 #ifndef REMEM_TESTS_TEST_UTIL_H_
 #define REMEM_TESTS_TEST_UTIL_H_
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,6 +64,13 @@ struct HashClient {
 HashClient ConnectHashOrDie(const std::string& address,
                             const std::string& secret = "",
                             ReadPath read_path = ReadPath::kAuto);
+
+// The server's counter `name` as `session` reads it (a test failure and
+// ~0 if the stats call fails).
+uint64_t StatOf(Session* session, const char* name);
+// Polls StatOf until it equals `want` or `bound` passes; the last value.
+uint64_t WaitForStatOf(Session* session, const char* name, uint64_t want,
+                       std::chrono::milliseconds bound);
 
 // Runs a command to completion, capturing stdout; returns exit code.
 struct CommandResult {

@@ -40,6 +40,20 @@ void EncodeRecord(std::string* out, RecordType type, uint64_t lsn,
   out->append(value);
 }
 
+std::string_view ParseOutcomeText(ParseOutcome o) {
+  switch (o) {
+    case ParseOutcome::kShort:
+      return "record runs past the end of the file";
+    case ParseOutcome::kBad:
+      return "bad header or checksum mismatch";
+    case ParseOutcome::kUnknown:
+      return "record of an unknown type (written by a newer remem?)";
+    case ParseOutcome::kOk:
+      break;
+  }
+  return "ok";
+}
+
 ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size) {
   if (data.size() < sizeof(RecordHeader)) return ParseOutcome::kShort;
   RecordHeader h;

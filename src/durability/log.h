@@ -81,6 +81,8 @@ enum class ParseOutcome {
 // Parses the record at the start of `data`; on kOk sets `*rec` (views into
 // `data`) and `*size`.
 ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size);
+// What went wrong, for error messages ("ok" for kOk).
+std::string_view ParseOutcomeText(ParseOutcome o);
 
 // --- the log writer
 

@@ -16,19 +16,6 @@ std::string Numbered(const char* prefix, uint64_t lsn, const char* suffix) {
   return buf;
 }
 
-std::string_view OutcomeText(ParseOutcome o) {
-  switch (o) {
-    case ParseOutcome::kShort:
-      return "record runs past the end of the file";
-    case ParseOutcome::kBad:
-      return "bad header or checksum mismatch";
-    case ParseOutcome::kUnknown:
-      return "record of an unknown type (written by a newer remem?)";
-    case ParseOutcome::kOk:
-      break;
-  }
-  return "a log record inside a snapshot";
-}
 }  // namespace
 
 std::string SnapshotName(uint64_t lsn) {
@@ -134,9 +121,11 @@ bool SnapshotCheck::Step(size_t budget) {
     const ParseOutcome o = ParseRecord(data_.substr(off_), &rec, &n);
     if (o != ParseOutcome::kOk || (rec.type != RecordType::kPut &&
                                    rec.type != RecordType::kSnapshotEnd)) {
-      status_ = Status::Corruption("corrupt snapshot at byte offset " +
-                                   std::to_string(off_) + " (" +
-                                   std::string(OutcomeText(o)) + ")");
+      status_ = Status::Corruption(
+          "corrupt snapshot at byte offset " + std::to_string(off_) + " (" +
+          (o == ParseOutcome::kOk ? "a log record inside a snapshot"
+                                  : std::string(ParseOutcomeText(o))) +
+          ")");
       done_ = true;
       break;
     }

@@ -65,20 +65,6 @@ bool LooksTorn(std::string_view rest) {
   return !valid_after;
 }
 
-std::string_view OutcomeName(ParseOutcome o) {
-  switch (o) {
-    case ParseOutcome::kShort:
-      return "record runs past the end of the file";
-    case ParseOutcome::kBad:
-      return "bad header or checksum mismatch";
-    case ParseOutcome::kUnknown:
-      return "record of an unknown type (written by a newer remem?)";
-    case ParseOutcome::kOk:
-      break;
-  }
-  return "ok";
-}
-
 std::string Range(uint64_t from, uint64_t to) {
   if (to < from) return "LSN " + std::to_string(from) + " and after";
   return "LSN " + std::to_string(from) + ".." + std::to_string(to) + " (" +
@@ -279,12 +265,12 @@ Status PartitionStore::Recover(RecoveryReport* r) {
           LooksTorn(data.substr(off))) {
         torn = {i, off};
         r->truncated_bytes += data.size() - off;
-        r->warnings.push_back("torn final record in " + path +
-                              " at byte offset " + std::to_string(off) + " (" +
-                              std::string(OutcomeName(o)) + "): truncated " +
-                              std::to_string(data.size() - off) + " bytes");
+        r->warnings.push_back(
+            "torn final record in " + path + " at byte offset " +
+            std::to_string(off) + " (" + std::string(ParseOutcomeText(o)) +
+            "): truncated " + std::to_string(data.size() - off) + " bytes");
       } else {
-        problem = Problem{i, off, std::string(OutcomeName(o))};
+        problem = Problem{i, off, std::string(ParseOutcomeText(o))};
       }
       break;
     }
