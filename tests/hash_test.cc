@@ -190,14 +190,22 @@ TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
 // get the hot keys. Every value read must be well formed and each key's
 // history linearizable. The same workload runs in-process on the table in
 // src/hash/table_test.cc.
-void RaceAndCheckLinearizable(const std::string& address) {
+//
+// `read_batch` > 1: readers get that many keys at a time, as `kind` says
+// (asynchronous gets in flight together, which on shared memory are
+// prefetched and run as one window; or multi-gets).
+void RaceAndCheckLinearizable(
+    const std::string& address, int read_batch = 1,
+    testing::KvClient::BatchKind kind = testing::KvClient::BatchKind::kAsync) {
   testing::HashStoreKv store(address, TestTransport());
   testing::RaceOptions o;
   o.keys = 3;
   o.writers = 2;
   o.readers = 2;
-  o.min_duration = std::chrono::milliseconds(1500);
+  o.min_duration = std::chrono::milliseconds(read_batch > 1 ? 1000 : 1500);
   o.min_writes = 250;  // each
+  o.read_batch = read_batch;
+  o.batch_kind = kind;
   auto report = testing::RunRace(&store, o);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   auto counters = store.Counters();
@@ -214,6 +222,16 @@ void RaceAndCheckLinearizable(const std::string& address) {
 
 TEST_F(HashTest, OneSidedReadersRacingServerWritesAreLinearizable) {
   RaceAndCheckLinearizable(server_.address);
+}
+
+TEST_F(HashTest, AsyncGetWindowsRacingServerWritesAreLinearizable) {
+  RaceAndCheckLinearizable(server_.address, 8,
+                           testing::KvClient::BatchKind::kAsync);
+}
+
+TEST_F(HashTest, MultiGetsRacingServerWritesAreLinearizable) {
+  RaceAndCheckLinearizable(server_.address, 8,
+                           testing::KvClient::BatchKind::kMulti);
 }
 
 // The same race against a server that pauses in the middle of every bucket

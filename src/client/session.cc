@@ -272,6 +272,12 @@ void SessionCore::Fail(const Status& why) {
 
 bool SessionCore::connected() {
   if (!ep_ || ep_->failed()) return false;
+  // The socket is looked at once per kSocketCheckNs, as Housekeeping does:
+  // callers poll this in their loops, and a system call per call costs more
+  // than a one-sided get.
+  const uint64_t coarse = CoarseNowNs();
+  if (coarse < next_socket_check_ns_) return true;
+  next_socket_check_ns_ = coarse + kSocketCheckNs;
   if (!util::PeerStillThere(socket_.fd())) {
     Fail(Status::Unavailable("the server at " + options_.server +
                              " closed the session (it stopped or died)"));

@@ -132,6 +132,18 @@ class SessionCore {
       if (done) done(std::move(r));
     };
   }
+  // The same bookkeeping without a wrapper, for stores that keep their own
+  // callbacks (no allocation per operation): Began when an operation is
+  // issued, Ended with its outcome just before its callback runs.
+  void Began() { ++in_flight_; }
+  void Ended(const Status& st) {
+    --in_flight_;
+    if (!st.ok() && first_error_.ok()) first_error_ = st;
+  }
+  template <typename T>
+  void Ended(const Result<T>& r) {
+    Ended(r.status());
+  }
   // Runs `fn` at the next Poll (never inside the issuing call).
   void Defer(util::MoveFunction<void()> fn) { worker()->Defer(std::move(fn)); }
   size_t in_flight() const { return in_flight_; }
@@ -161,6 +173,8 @@ class SessionCore {
   uint64_t incarnation() const { return incarnation_; }
   uint64_t session_id() const { return session_id_; }
   const std::string& transport() const { return transport_; }
+  // False once failed; looks at the TCP connection at most once per
+  // kSocketCheckNs.
   bool connected();
   // Tears the session down: everything outstanding and later fails with
   // `why`.

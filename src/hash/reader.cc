@@ -136,6 +136,11 @@ Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
   return out;
 }
 
+uint64_t FirstBucketOffset(const Geometry& g, std::string_view key) {
+  return g.buckets_offset +
+         PrimaryBucket(HashKey(key, g.seed), g.num_buckets - 1) * kBucketBytes;
+}
+
 ReadRequest RootRequest(const Geometry& g, Root* root) {
   return {g.region, g.root_offset, root, sizeof(Root)};
 }

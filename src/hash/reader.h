@@ -108,6 +108,10 @@ struct LookupResult {
 Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
                                 const ReadFn& read);
 
+// The region offset of `key`'s first bucket under `g` (what a lookup reads
+// first; a batch of lookups prefetches it).
+uint64_t FirstBucketOffset(const Geometry& g, std::string_view key);
+
 // The root read request for `g`'s partition, into `root`.
 ReadRequest RootRequest(const Geometry& g, Root* root);
 // Applies a root copy to `g`: true if it verified (then `g` names the live

@@ -144,7 +144,8 @@ struct HashStore::Impl {
     client::Path path = client::Path::kOneSided;
     bool timed = false;  // its latency goes to the selector
     Clock::time_point start;
-    std::function<void(Result<Value>)> done;
+    GetCallback done;
+    bool tracked = true;  // counted in in_flight (GetAsync; not MultiGet)
   };
   // Asynchronous gets and puts that go by RPC wait here until the next
   // Poll/WaitAll (or a batch or synchronous call), which sends each run of
@@ -163,9 +164,73 @@ struct HashStore::Impl {
   void SendPuts(std::vector<Queued> puts);
 
   // `forced`: the path a batch chose for all its keys; else the selector
-  // chooses.
-  void StartGet(std::string key, std::function<void(Result<Value>)> done,
+  // chooses. `tracked`: counted in in_flight and the session's first error
+  // (GetAsync); a MultiGet's own gets are not.
+  void StartGet(std::string_view key, GetCallback done, bool tracked,
                 std::optional<client::Path> forced = std::nullopt);
+  // An operation issued (GetAsync/PutAsync/DeleteAsync): counted until
+  // Complete runs its callback.
+  void Began() {
+    ++in_flight;
+    core->Began();
+  }
+  template <typename Arg, typename Fn>
+  void Complete(Fn& done, Arg r) {
+    --in_flight;
+    core->Ended(r);
+    if (done) done(std::move(r));
+  }
+
+  // --- gets on a table mapped into this process (shared memory)
+  // A one-sided GetAsync there only prefetches the key's first bucket and
+  // queues the get; RunLocalGets performs the queued gets together, from
+  // the flush hook (before every Poll, WaitAll and synchronous call) or
+  // once kLocalWindow are queued, so the cache misses of a whole window
+  // overlap instead of being paid one after the other (MICA and KV-Direct
+  // batch their memory accesses the same way). Their callbacks then run at
+  // the next Poll, as every asynchronous callback does. Nothing here
+  // allocates once the vectors have grown: keys are copied into one arena.
+  static constexpr size_t kLocalWindow = 32;
+  struct LocalGet {
+    uint32_t key_begin = 0;
+    uint32_t key_len = 0;
+    hash::Geometry* g = nullptr;
+    GetCallback done;
+  };
+  struct LocalDone {
+    GetCallback done;
+    Result<Value> result;
+  };
+  std::vector<LocalGet> local_queue, local_running;
+  std::string local_keys, local_running_keys;
+  std::vector<LocalDone> local_done, local_draining;
+  bool drain_deferred = false;
+  // Per partition: the mapping of its region (null if not mapped) and its
+  // length.
+  std::vector<const fabric::RemoteRegion*> partition_regions;
+  void QueueLocalGet(hash::Geometry* g, std::string_view key, GetCallback done);
+  void RunLocalGets();
+  void DrainLocalDone();
+  // Prefetches the first bucket `key` reads under `g` (a hint: harmless if
+  // the table grows meanwhile).
+  void PrefetchFirstBucket(const hash::Geometry& g, std::string_view key) {
+    const fabric::RemoteRegion* r =
+        partition_regions[size_t(&g - partitions.data())];
+    if (r == nullptr || r->mapped() == nullptr) return;
+    const uint64_t offset = hash::FirstBucketOffset(g, key);
+    if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
+      return;
+    }
+    const uint8_t* p = r->mapped() + offset;
+    for (size_t line = 0; line < hash::kBucketBytes; line += 64) {
+      __builtin_prefetch(p + line, 0, 3);
+    }
+  }
+  // Runs the queued local gets and sends the queued RPCs.
+  void FlushAll() {
+    RunLocalGets();
+    FlushQueued();
+  }
   void DriveOneSided(std::shared_ptr<AsyncGet> op);
   void GetByRpc(std::shared_ptr<AsyncGet> op);
   void FinishGet(const std::shared_ptr<AsyncGet>& op, Result<Value> r);
@@ -208,7 +273,7 @@ HashStore::~HashStore() {
   if (s.in_flight > 0 || !s.queued.empty()) {
     (void)s.core->ProgressUntil(
         [&s] {
-          s.FlushQueued();
+          s.FlushAll();
           return s.in_flight == 0;
         },
         Clock::now() + s.core->options().timeout);
@@ -255,7 +320,10 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
   impl->selector = std::make_unique<client::PathSelector>(so);
   impl->batch_selector = std::make_unique<client::PathSelector>(so);
   Impl* raw = impl.get();
-  impl->flush_hook = impl->core->AddFlushHook([raw] { raw->FlushQueued(); });
+  for (const hash::Geometry& g : impl->partitions) {
+    impl->partition_regions.push_back(impl->core->region(g.region));
+  }
+  impl->flush_hook = impl->core->AddFlushHook([raw] { raw->FlushAll(); });
   return std::unique_ptr<HashStore>(new HashStore(std::move(impl)));
 }
 
@@ -384,23 +452,34 @@ Status HashStore::Delete(std::string_view key) {
 
 // --- asynchronous and batched
 
-void HashStore::Impl::StartGet(std::string key,
-                               std::function<void(Result<Value>)> done,
+void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
+                               bool tracked,
                                std::optional<client::Path> forced) {
-  auto op = std::make_shared<AsyncGet>();
-  op->done = std::move(done);
+  if (tracked) Began();
   Status st = CheckKey(key);
   if (!st.ok()) {
-    core->Defer([op, st] { op->done(st); });
+    auto op = std::make_shared<AsyncGet>();
+    op->done = std::move(done);
+    op->tracked = tracked;
+    FinishGet(op, st);
     return;
   }
-  op->key = std::move(key);
-  op->g = &PartitionOf(op->key);
-  if (forced) {
-    op->path = *forced;
-  } else {
-    op->path = ChoosePath(&op->timed, &op->start);
+  hash::Geometry* g = &PartitionOf(key);
+  bool timed = false;
+  Clock::time_point start;
+  const client::Path path = forced ? *forced : ChoosePath(&timed, &start);
+  if (path == client::Path::kOneSided && tracked && core->reads_are_local()) {
+    // Timed per window instead (RunLocalGets).
+    return QueueLocalGet(g, key, std::move(done));
   }
+  auto op = std::make_shared<AsyncGet>();
+  op->done = std::move(done);
+  op->tracked = tracked;
+  op->key = std::string(key);
+  op->g = g;
+  op->path = path;
+  op->timed = timed;
+  op->start = start;
   if (op->path == client::Path::kRpc) return GetByRpc(std::move(op));
   op->lookup.emplace(*op->g, op->key);
   DriveOneSided(std::move(op));
@@ -590,12 +669,76 @@ void HashStore::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
                                 Result<Value> r) {
   if (op->timed) RecordLatency(op->path, op->start);
   // Never inside the issuing call: a mapped lookup finishes right there.
-  core->Defer([op, r = std::move(r)]() mutable { op->done(std::move(r)); });
+  core->Defer([this, op, r = std::move(r)]() mutable {
+    if (op->tracked) {
+      Complete(op->done, std::move(r));
+    } else {
+      op->done(std::move(r));
+    }
+  });
+}
+
+void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
+                                    GetCallback done) {
+  PrefetchFirstBucket(*g, key);
+  local_queue.push_back(
+      {uint32_t(local_keys.size()), uint32_t(key.size()), g, std::move(done)});
+  local_keys.append(key);
+  if (local_queue.size() >= kLocalWindow) RunLocalGets();
+}
+
+void HashStore::Impl::RunLocalGets() {
+  if (local_queue.empty()) return;
+  // Swapped out first: a fallback below queues an RPC, never a local get,
+  // but the buffers are reused without reallocating either way.
+  local_running.swap(local_queue);
+  local_running_keys.swap(local_keys);
+  const bool timed = selector->mode() == ReadPath::kAuto;
+  const Clock::time_point start = timed ? Clock::now() : last_now;
+  size_t answered = 0;
+  for (LocalGet& op : local_running) {
+    const std::string_view key(local_running_keys.data() + op.key_begin,
+                               op.key_len);
+    bool gave_up = false;
+    Result<Value> r = GetOneSided(op.g, key, &gave_up);
+    if (gave_up) {
+      // Asks the server (sent by FlushQueued, after this).
+      ++read_stats.fallbacks;
+      auto a = std::make_shared<AsyncGet>();
+      a->key = std::string(key);
+      a->g = op.g;
+      a->path = client::Path::kRpc;
+      a->done = std::move(op.done);
+      GetByRpc(std::move(a));
+      continue;
+    }
+    ++read_stats.onesided_gets;
+    ++answered;
+    local_done.push_back({std::move(op.done), std::move(r)});
+  }
+  local_running.clear();
+  local_running_keys.clear();
+  if (timed && answered > 0) {
+    RecordLatency(selector.get(), client::Path::kOneSided, start,
+                  double(answered));
+  }
+  if (!local_done.empty() && !drain_deferred) {
+    drain_deferred = true;
+    core->Defer([this] { DrainLocalDone(); });
+  }
+}
+
+void HashStore::Impl::DrainLocalDone() {
+  drain_deferred = false;
+  // A callback may issue more gets: they land in local_done again, with a
+  // drain of their own.
+  local_draining.swap(local_done);
+  for (LocalDone& d : local_draining) Complete(d.done, std::move(d.result));
+  local_draining.clear();
 }
 
 void HashStore::GetAsync(std::string_view key, GetCallback done) {
-  impl_->StartGet(std::string(key),
-                  impl_->Track<Result<Value>>(std::move(done)));
+  impl_->StartGet(key, std::move(done), /*tracked=*/true);
 }
 
 void HashStore::PutAsync(std::string_view key, std::string_view value,
@@ -666,8 +809,18 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   const Clock::time_point start = timed ? Clock::now() : s.last_now;
   const client::Path path = s.batch_selector->Choose(start);
   if (path == client::Path::kOneSided && s.core->reads_are_local()) {
-    // Shared memory: each read is a copy, done at once; nothing to overlap.
+    // Shared memory: each read is a copy, done at once. First buckets are
+    // prefetched a window ahead of the copies, so their cache misses
+    // overlap (and a huge batch does not evict its own prefetches).
+    constexpr size_t kAhead = Impl::kLocalWindow;
+    auto prefetch = [&](size_t j) {
+      if (j < keys.size() && !keys[j].empty()) {
+        s.PrefetchFirstBucket(s.PartitionOf(keys[j]), keys[j]);
+      }
+    };
+    for (size_t j = 0; j < kAhead; ++j) prefetch(j);
     for (size_t i = 0; i < keys.size(); ++i) {
+      prefetch(i + kAhead);
       Status st = s.CheckKey(keys[i]);
       if (!st.ok()) {
         out[i] = st;
@@ -693,12 +846,12 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
     size_t pending = keys.size();
     for (size_t i = 0; i < keys.size(); ++i) {
       s.StartGet(
-          std::string(keys[i]),
+          keys[i],
           [&out, &pending, i](auto r) {
             out[i] = std::move(r);
             --pending;
           },
-          path);
+          /*tracked=*/false, path);
     }
     // Gets that fall back to RPC queue it meanwhile: ProgressUntil flushes
     // each round.

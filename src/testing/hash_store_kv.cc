@@ -1,6 +1,8 @@
 #include "testing/hash_store_kv.h"
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "remem/hash.h"
 #include "remem/session.h"
@@ -33,6 +35,37 @@ class HashStoreClient : public KvClient {
     return store_->CompareAndPut(key, value, expected);
   }
   Status Delete(std::string_view key) override { return store_->Delete(key); }
+  std::vector<Result<KvValue>> GetBatch(
+      const std::vector<std::string_view>& keys, BatchKind kind) override {
+    std::vector<Result<KvValue>> out;
+    auto add = [&out](Result<HashStore::Value>&& v) {
+      if (v.ok()) {
+        out.push_back(KvValue{std::move(v->value), v->version});
+      } else {
+        out.push_back(v.status());
+      }
+    };
+    if (kind == BatchKind::kMulti) {
+      for (auto& v : store_->MultiGet(keys)) add(std::move(v));
+      return out;
+    }
+    if (kind == BatchKind::kSequential) return KvClient::GetBatch(keys, kind);
+    std::vector<std::optional<Result<HashStore::Value>>> got(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      store_->GetAsync(keys[i], [&got, i](Result<HashStore::Value> v) {
+        got[i] = std::move(v);
+      });
+    }
+    const Status st = session_->WaitAll();
+    for (auto& v : got) {
+      if (v) {
+        add(std::move(*v));
+      } else {
+        out.push_back(st.ok() ? Status::Internal("get never completed") : st);
+      }
+    }
+    return out;
+  }
   KvReadCounters read_counters() const override {
     const HashStore::ReadStats& s = store_->read_stats();
     return {s.onesided_gets + s.rpc_gets, s.retries, s.fallbacks};

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "remem/status.h"
 
@@ -54,6 +55,17 @@ class KvClient {
                                          uint64_t expected) = 0;
   // NotFound if absent.
   virtual Status Delete(std::string_view key) = 0;
+  // How GetBatch reads: one Get after another, asynchronous gets all in
+  // flight together, or one multi-get.
+  enum class BatchKind { kSequential, kAsync, kMulti };
+  // One result per key, in order. By default, Get in turn.
+  virtual std::vector<Result<KvValue>> GetBatch(
+      const std::vector<std::string_view>& keys, BatchKind kind) {
+    (void)kind;
+    std::vector<Result<KvValue>> out;
+    for (std::string_view k : keys) out.push_back(Get(k));
+    return out;
+  }
   virtual KvReadCounters read_counters() const = 0;
 };
 

@@ -187,36 +187,59 @@ void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
   // Past max_reads_per_reader reads are still checked alone (well formed,
   // not going back), only no longer recorded for the history.
   uint64_t recorded = 0;
+  const size_t batch = size_t(std::max(o.read_batch, 1));
+  std::vector<int> ks(batch);
+  std::vector<std::string> keys(batch);
+  std::vector<std::string_view> views(batch);
   while (writers_left->load() > 0) {
-    const int k = int(rng() % uint64_t(o.keys));
-    const std::string key = HotKey(k);
-    KvOp op;
-    op.kind = KvOp::kGet;
-    op.client = r;
-    op.call_ns = NowNs();
-    auto g = c.Get(key);
-    op.return_ns = NowNs();
-    ++out->reads;
-    if (g.ok()) {
-      ++out->found;
-      op.found = true;
-      op.version = g->version;
-      if (!WellFormedValue(key, g->value)) {
-        if (out->malformed++ == 0) {
-          out->first_malformed = key + ": '" + Clip(g->value) + "'";
+    for (size_t i = 0; i < batch; ++i) {
+      ks[i] = int(rng() % uint64_t(o.keys));
+      keys[i] = HotKey(ks[i]);
+      views[i] = keys[i];
+    }
+    std::vector<uint64_t> seen = last_version;
+    const uint64_t call_ns = NowNs();
+    std::vector<Result<KvValue>> got;
+    if (batch == 1) {
+      got.push_back(c.Get(views[0]));
+    } else {
+      got = c.GetBatch(views, o.batch_kind);
+    }
+    const uint64_t return_ns = NowNs();
+    for (size_t i = 0; i < batch; ++i) {
+      const int k = ks[i];
+      const std::string& key = keys[i];
+      KvOp op;
+      op.kind = KvOp::kGet;
+      op.client = r;
+      op.call_ns = call_ns;
+      op.return_ns = return_ns;
+      ++out->reads;
+      Result<KvValue>& g = got[i];
+      if (g.ok()) {
+        ++out->found;
+        op.found = true;
+        op.version = g->version;
+        if (!WellFormedValue(key, g->value)) {
+          if (out->malformed++ == 0) {
+            out->first_malformed = key + ": '" + Clip(g->value) + "'";
+          }
         }
+        // Against what the reader saw before this batch: the gets of one
+        // batch are concurrent with each other.
+        if (g->version < last_version[size_t(k)]) ++out->backwards;
+        seen[size_t(k)] = std::max(seen[size_t(k)], g->version);
+        op.read_value = std::move(g->value);
+      } else if (g.status().code() != StatusCode::kNotFound) {
+        op.returned = false;  // constrains nothing
+        out->Error(key + ": get: " + g.status().ToString());
       }
-      if (g->version < last_version[size_t(k)]) ++out->backwards;
-      last_version[size_t(k)] = g->version;
-      op.read_value = std::move(g->value);
-    } else if (g.status().code() != StatusCode::kNotFound) {
-      op.returned = false;  // constrains nothing
-      out->Error(key + ": get: " + g.status().ToString());
+      if (recorded < o.max_reads_per_reader) {
+        ++recorded;
+        out->ops[size_t(k)].push_back(std::move(op));
+      }
     }
-    if (recorded < o.max_reads_per_reader) {
-      ++recorded;
-      out->ops[size_t(k)].push_back(std::move(op));
-    }
+    last_version = seen;
     // Once its history is full a reader gives way at every read: readers
     // that never yield starve the writers (and the server) of a small
     // machine's CPUs.

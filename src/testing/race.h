@@ -58,6 +58,11 @@ struct RaceOptions {
   size_t large_min = 500;
   size_t large_max = 6500;
   uint64_t seed = 17;
+  // Readers get `read_batch` keys at a time with KvClient::GetBatch (1:
+  // single gets). Each get of a batch is recorded as running from before
+  // the batch was issued until all of it completed.
+  int read_batch = 1;
+  KvClient::BatchKind batch_kind = KvClient::BatchKind::kAsync;
 };
 
 struct RaceReport {
