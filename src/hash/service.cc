@@ -321,7 +321,16 @@ void HashService::HandleMulti(Call call) {
           return fan->Done();
         }
       }
-      for (uint32_t i : items) {
+      // Buckets are prefetched kAhead items before they are used.
+      constexpr size_t kAhead = 8;
+      for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
+        table.Prefetch(batch->keys[items[j]]);
+      }
+      for (size_t n = 0; n < items.size(); ++n) {
+        if (n + kAhead < items.size()) {
+          table.Prefetch(batch->keys[items[n + kAhead]]);
+        }
+        const uint32_t i = items[n];
         MultiItem& out = batch->results[i];
         if (get) {
           auto v = table.Get(batch->keys[i]);

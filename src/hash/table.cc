@@ -66,6 +66,7 @@ Result<std::unique_ptr<Table>> Table::Create(uint8_t* region_base,
   t->geo_ = Geometry{region, 0, 0, *offset, n, options.seed};
   t->mask_ = n - 1;
   t->FormatBuckets(*offset, n);
+  t->used_.assign(n, 0);
   t->PublishRoot();
   return t;
 }
@@ -114,6 +115,7 @@ void Table::Publish(uint64_t i, const Bucket& next) {
   Bucket b = next;
   b.version = v + 2;
   b.checksum = BucketChecksum(b);
+  used_[i] = uint16_t(AreaUsed(b));
   constexpr size_t kHalf = kEntryAreaBytes / 2;
   StoreWords(live->entries, b.entries, kHalf);
   if (mid_write_) mid_write_();
@@ -211,7 +213,7 @@ Result<uint64_t> Table::WriteExtent(std::string_view key,
 std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
                                         size_t max_nodes, bool dedupe) {
   for (uint64_t b : {b1, b2}) {
-    if (kEntryAreaBytes - AreaUsed(*At(b)) >= need) return b;
+    if (kEntryAreaBytes - used_[b] >= need) return b;
   }
   // Breadth-first search for a short cuckoo path: each hop moves one entry
   // of a bucket to its other bucket, freeing what the previous hop needs.
@@ -227,7 +229,7 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
   std::unordered_set<uint64_t> seen;
   for (size_t n = 0; n < nodes.size() && nodes.size() < max_nodes; ++n) {
     const Bucket* bk = At(nodes[n].bucket);
-    const size_t free_here = kEntryAreaBytes - AreaUsed(*bk);
+    const size_t free_here = kEntryAreaBytes - used_[nodes[n].bucket];
     // What bucket n must free: its own parent's entry (or the new pair).
     const size_t must_free = nodes[n].entry_bytes;
     EntryCursor c(bk->entries);
@@ -246,7 +248,7 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
       if (cycle) continue;
       if (dedupe && !seen.insert(alt * 16 + c.bytes() / 8).second) continue;
       nodes.push_back({alt, int(n), c.offset(), c.bytes()});
-      if (kEntryAreaBytes - AreaUsed(*At(alt)) < c.bytes()) continue;
+      if (kEntryAreaBytes - used_[alt] < c.bytes()) continue;
       // Move entries along the path, last hop first: each entry is copied
       // into its other bucket before it is erased from where it was.
       int to = int(nodes.size()) - 1;
@@ -262,10 +264,9 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
         ++moves_;
         if (move_hook_) {
           const Bucket* d = At(hop.bucket);
-          const size_t used = AreaUsed(*d);
           // The moved entry was appended last.
           move_hook_(from, hop.bucket,
-                     KeyOf(d->entries + used - hop.entry_bytes));
+                     KeyOf(d->entries + used_[hop.bucket] - hop.entry_bytes));
         }
         to = hop.parent;
       }
@@ -375,6 +376,11 @@ Status Table::Grow() {
   geo_.num_buckets = n;
   mask_ = n - 1;
   const uint64_t moves_before = moves_;
+  // No reader can use the new array before SwitchTo publishes the root, so
+  // entries are appended in place, without a version bump and a checksum
+  // per entry; each bucket is checksummed once at the end.
+  std::vector<uint16_t> old_used(n, 0);
+  old_used.swap(used_);
   for (uint64_t i = 0; i < old.num_buckets; ++i) {
     const auto* b = reinterpret_cast<const Bucket*>(base_ + old.buckets_offset +
                                                     i * kBucketBytes);
@@ -389,16 +395,28 @@ Status Table::Grow() {
         // stay on the old array.
         geo_ = old;
         mask_ = old.num_buckets - 1;
+        used_.swap(old_used);
         return Status::OutOfMemory("could not rehash into a larger table");
       }
-      Bucket next = *At(*to);
-      AppendEntry(&next, entry, c.bytes());
-      Publish(*to, next);
+      StoreWords(At(*to)->entries + used_[*to], entry, c.bytes());
+      used_[*to] = uint16_t(used_[*to] + c.bytes());
     }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    Bucket* live = At(i);
+    const uint64_t sum = BucketChecksum(*live);  // our own writes: plain
+    StoreWords(&live->checksum, &sum, sizeof(sum));
   }
   moves_ = moves_before;  // rehash placement is not a cuckoo move
   SwitchTo(old);
   return Status::OK();
+}
+
+bool Table::FillRecordMatches() const {
+  for (uint64_t i = 0; i < geo_.num_buckets; ++i) {
+    if (used_[i] != AreaUsed(*At(i))) return false;
+  }
+  return true;
 }
 
 void Table::SwitchTo(const Geometry& old) {
@@ -443,7 +461,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     // In place: inline if it fits in this bucket, else an extent reference,
     // which is never larger than the entry it replaces.
     const size_t free_after =
-        kEntryAreaBytes - AreaUsed(*At(bucket)) + found->entry_bytes;
+        kEntryAreaBytes - used_[bucket] + found->entry_bytes;
     if (small && inline_bytes <= free_after &&
         WithinFill(inline_bytes, found->entry_bytes)) {
       entry_bytes = inline_bytes;
@@ -558,6 +576,7 @@ Status Table::Reserve(uint64_t buckets) {
   geo_.buckets_offset = *offset;
   geo_.num_buckets = n;
   mask_ = n - 1;
+  used_.assign(n, 0);
   if (fresh) {
     array_bytes_ = slab_->CarveSize(n * kBucketBytes);
     geo_.generation = old.generation + 1;

@@ -61,6 +61,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hash/layout.h"
 #include "hash/slab.h"
@@ -130,9 +131,12 @@ class Table {
   // restarted holds, and its next recovery has that headroom (see
   // "Recovery" above).
   void EndRestore();
-  // Recovery: starts loading the buckets `key` may live in into the CPU
-  // cache, so a bulk load overlaps its cache misses.
+  // Starts loading the buckets `key` may live in into the CPU cache: a
+  // batch (recovery, a multi-get or multi-put) calls it a few items ahead,
+  // so the cache misses of its lookups and writes overlap. A hint only.
   void Prefetch(std::string_view key) const;
+  // Tests: true if the per-bucket fill record matches every live bucket.
+  bool FillRecordMatches() const;
   // Recovery: the next write's version will be above `version`.
   void RaiseVersion(uint64_t version) {
     if (next_version_ <= version) next_version_ = version + 1;
@@ -227,6 +231,10 @@ class Table {
   TableOptions options_;
   Geometry geo_;
   uint64_t mask_ = 0;
+  // Per bucket of the live array: bytes of its entry area in use. This
+  // thread's own record (kept by Publish, Grow and the formatting), so that
+  // placing an entry does not walk the entries of every bucket it looks at.
+  std::vector<uint16_t> used_;
   uint64_t root_version_ = 0;
   uint64_t next_version_ = 1;
   uint64_t size_ = 0;
