@@ -80,7 +80,9 @@ class HashStore {
   // --- asynchronous: key and value are copied; the callback runs inside a
   // later Session::Poll()/WaitAll() (or EventLoop::Poll()). Gets use the
   // store's read path as Get does; many may be in flight (one-sided
-  // lookups step through their reads concurrently). Gets and puts that go
+  // lookups step through their reads concurrently; on shared memory they
+  // are queued with their first bucket prefetched, and performed together
+  // at the next Poll, WaitAll or synchronous call, or once 32 are queued). Gets and puts that go
   // to the server are sent together at the next Poll, one message per run
   // of consecutive gets (or puts), in issue order (what Redis calls
   // pipelining, done for the application).
