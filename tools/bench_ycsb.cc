@@ -931,6 +931,9 @@ int RunYcsb(const YcsbOptions& options) {
   }
   std::vector<SystemSpec> systems;
   for (auto& name : o.systems) {
+    if (name == "remem" && o.transport) {
+      name += "-" + std::string(TransportName(*o.transport));
+    }
     auto s = ParseSystem(name);
     if (!s.ok()) {
       std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());

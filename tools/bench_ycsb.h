@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench_ycsb_gen.h"
+#include "remem/options.h"
 
 namespace remem::bench {
 
@@ -48,6 +49,9 @@ struct YcsbOptions {
   bool json = false;
   bool compare = false;  // ratio columns vs redis and memcached
   std::string plot_dir;  // compare: write .dat/.gp (and SVGs) here
+  // The transport of systems named plain "remem" (which then read
+  // "remem-TRANSPORT"); a system that names one keeps it.
+  std::optional<Transport> transport;
   std::string remem_binary;
   std::string remem_address;  // external remem-server
   std::string secret;

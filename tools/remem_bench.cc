@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
                       "(with several depths or batches also throughput vs "
                       "keys in flight), a gnuplot script and (with gnuplot) "
                       "SVGs into DIR");
-  // --depth and --batch of each YCSB subcommand: lists, parsed after CLI11.
+  // --depth, --batch and --transport of each YCSB subcommand, parsed after
+  // CLI11 (lists, and a transport only remem systems take).
   struct YcsbLists {
-    std::string depths = "1", batches = "1";
+    std::string depths = "1", batches = "1", transport;
     bool curve = false;
   } yl_ycsb, yl_compare;
   for (auto [a, yp, yl] : {std::tuple{ycsb, &yo_ycsb, &yl_ycsb},
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
                 "system at its best point")
         ->excludes(depth)
         ->excludes(batch);
+    a->add_option("--transport", yl->transport,
+                  "auto | shm | tcp: the transport of systems named plain "
+                  "'remem' (default shm)")
+        ->check(CLI::IsMember({"auto", "shm", "tcp"}));
     a->add_option("--duration", yo.duration, "measured seconds per run")
         ->capture_default_str()
         ->check(CLI::Range(0.01, 3600.0));
@@ -268,6 +273,20 @@ int main(int argc, char** argv) {
       }
       yo.depths = *d;
       yo.batches = *b;
+    }
+    // The top-level --transport (before the subcommand) counts too: it used
+    // to be taken and ignored.
+    if (yl.transport.empty() && app.get_option("--transport")->count() > 0) {
+      yl.transport = transport;
+    }
+    if (!yl.transport.empty()) {
+      auto t = ParseTransport(yl.transport);
+      if (!t.ok()) {
+        std::fprintf(stderr, "remem-bench: %s\n",
+                     t.status().ToString().c_str());
+        return 2;
+      }
+      yo.transport = *t;
     }
     if (!distribution.empty()) {
       yo.distribution = *bench::ycsb::ParseDistribution(distribution);
