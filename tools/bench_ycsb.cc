@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "bench_curve.h"
 #include "bench_drivers.h"
 #include "util/histogram.h"
 
@@ -22,7 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ycsb::Distribution;
 
-// One (system, workload, value size) run, merged over client threads.
+// One (system, workload, value size, depth, batch) run, merged over client
+// threads.
 struct RunResult {
   std::string system;
   char workload = 'C';
@@ -44,12 +46,19 @@ struct RunResult {
 
 enum Phase { kLoad, kWarmup, kMeasure, kStop };
 
+// The main thread runs the points in turn: for point p it sets `phase` to
+// kWarmup, then `round` to p (the client threads start on seeing it), moves
+// `phase` on to kMeasure and kStop, and waits until every thread has added
+// its `finished` for p (each drains its window first).
 struct Shared {
   const YcsbOptions* o = nullptr;
+  std::vector<CurvePoint> points;
   ycsb::Workload w;
   size_t value_size = 0;
   const SystemServer* server = nullptr;
   std::atomic<int> phase{kLoad};
+  std::atomic<int> round{-1};    // the point being run; points.size(): done
+  std::atomic<int> finished{0};  // (thread, point) pairs done
   std::atomic<uint64_t> loaded{0};
   std::atomic<int> ready{0};             // threads done loading (or failed)
   std::atomic<uint64_t> count{0};        // keys that exist (for choosers)
@@ -71,30 +80,50 @@ class ClientThread {
   ClientThread(Shared* sh, int index) : sh_(sh), index_(index) {}
 
   void Run() {
-    const YcsbOptions& o = *sh_->o;
-    if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
-      return Fail(st), Ready();
-    }
-    auto d = sh_->server->Connect();
-    if (!d.ok()) return Fail(d.status()), Ready();
-    driver_ = std::move(*d);
-    depth_ = std::min(o.depth, driver_->max_depth());
-    if (Status st = Load(); !st.ok()) return Fail(st), Ready();
+    results_.resize(sh_->points.size());
+    error_ = Setup();
     Ready();
-    while (sh_->phase.load() == kLoad) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (size_t p = 0; p < sh_->points.size(); ++p) {
+      while (sh_->round.load() < int(p)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      r_ = &results_[p];
+      // An error ends this thread's part: the connection may be unusable.
+      if (error_.ok()) error_ = RunPoint(sh_->points[p]);
+      if (!error_.ok()) r_->error = error_.ToString();
+      sh_->finished.fetch_add(1);
     }
-    if (Status st = Transactions(); !st.ok()) Fail(st);
-    r_.read_path = driver_->read_path_counts();
   }
 
-  RunResult& result() { return r_; }
+  // Set once the thread is Ready().
+  const Status& error() const { return error_; }
+  RunResult& result(size_t point) { return results_[point]; }
 
  private:
-  void Fail(const Status& st) {
-    if (r_.error.empty()) r_.error = st.ToString();
-  }
   void Ready() { sh_->ready.fetch_add(1); }
+
+  Status Setup() {
+    REMEM_RETURN_IF_ERROR(PinThisThread(sh_->o->client_cpu));
+    auto d = sh_->server->Connect();
+    if (!d.ok()) return d.status();
+    driver_ = std::move(*d);
+    return Load();
+  }
+
+  Status RunPoint(CurvePoint point) {
+    depth_ = std::min(point.depth, driver_->max_depth());
+    batch_ = point.batch;
+    const auto before = driver_->read_path_counts();
+    Status st = Transactions();
+    // The driver's counters are cumulative: this point's are the change.
+    if (auto after = driver_->read_path_counts(); after && before) {
+      r_->read_path = ReadPathCounts{
+          after->onesided_gets - before->onesided_gets,
+          after->rpc_gets - before->rpc_gets, after->retries - before->retries,
+          after->fallbacks - before->fallbacks};
+    }
+    return st;
+  }
 
   // This thread's share of records, as quiet puts through a window.
   Status Load() {
@@ -139,7 +168,7 @@ class ClientThread {
     if (u < w.read || (u >= w.read + w.update + w.insert)) {
       s->op = u < w.read ? Slot::kRead : Slot::kRmw;
       s->req.kind = KvRequest::Kind::kGet;
-      const size_t n = s->op == Slot::kRead ? size_t(o.batch) : 1;
+      const size_t n = s->op == Slot::kRead ? size_t(batch_) : 1;
       s->req.keys.resize(n);
       for (auto& k : s->req.keys) {
         ycsb::KeyName(chooser_->Next(rng_), o.key_size, &k);
@@ -171,20 +200,20 @@ class ClientThread {
   // Returns false if the operation continues (RMW's read done).
   bool Finish(Slot* s, bool measuring) {
     KvRequest& r = s->req;
-    if (measuring) r_.latency_ns.Record(r.done_ns - s->req_start_ns);
+    if (measuring) r_->latency_ns.Record(r.done_ns - s->req_start_ns);
     if (r.kind == KvRequest::Kind::kGet) {
-      if (measuring) r_.read_ns.Record(r.done_ns - s->req_start_ns);
+      if (measuring) r_->read_ns.Record(r.done_ns - s->req_start_ns);
       for (size_t i = 0; i < r.values.size(); ++i) {
         // Checks count in every phase: a wrong value is wrong in warm-up too.
         if (!r.values[i]) {
-          ++r_.missing;
+          ++r_->missing;
           continue;
         }
         const int every = sh_->o->check_every;
         if (every > 0 && ++reads_seen_ % uint64_t(every) == 0) {
-          ++r_.checked;
+          ++r_->checked;
           if (!ycsb::CheckValue(r.keys[i], *r.values[i], sh_->value_size)) {
-            ++r_.wrong;
+            ++r_->wrong;
           }
         }
       }
@@ -198,23 +227,23 @@ class ClientThread {
         return false;
       }
     } else if (measuring) {
-      r_.write_ns.Record(r.done_ns - s->req_start_ns);
+      r_->write_ns.Record(r.done_ns - s->req_start_ns);
     }
     if (s->op == Slot::kInsert) sh_->count.fetch_add(1);
     if (measuring) {
       switch (s->op) {
         case Slot::kRead:
-          r_.reads += r.keys.size();
-          r_.ops += r.keys.size();
+          r_->reads += r.keys.size();
+          r_->ops += r.keys.size();
           break;
         case Slot::kUpdate:
-          ++r_.updates, ++r_.ops;
+          ++r_->updates, ++r_->ops;
           break;
         case Slot::kInsert:
-          ++r_.inserts, ++r_.ops;
+          ++r_->inserts, ++r_->ops;
           break;
         case Slot::kRmw:
-          ++r_.rmws, ++r_.ops;
+          ++r_->rmws, ++r_->ops;
           break;
       }
     }
@@ -238,7 +267,7 @@ class ClientThread {
       REMEM_RETURN_IF_ERROR(driver_->WaitSome(&done));
       const int phase = sh_->phase.load(std::memory_order_relaxed);
       const bool measuring = phase == kMeasure;
-      if (measuring) r_.requests += done.size();
+      if (measuring) r_->requests += done.size();
       for (KvRequest* r : done) {
         Slot* s = static_cast<Slot*>(r->context);
         if (!r->status.ok()) {
@@ -256,12 +285,14 @@ class ClientThread {
   Shared* sh_;
   int index_;
   std::unique_ptr<KvDriver> driver_;
-  int depth_ = 1;
+  int depth_ = 1, batch_ = 1;  // the current point's
   ycsb::Rng rng_{0};
   std::unique_ptr<ycsb::KeyChooser> chooser_;
   uint32_t generation_ = 0;
   uint64_t reads_seen_ = 0;
-  RunResult r_;
+  Status error_;
+  std::vector<RunResult> results_;  // one per point
+  RunResult* r_ = nullptr;          // the current point's
 };
 
 // Memory the store needs for `pairs` pairs, with room to spare (the table
@@ -296,21 +327,33 @@ void Progress(const std::string& what, uint64_t done, uint64_t total,
                final ? "\n" : "");
 }
 
-RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
-                 const ycsb::Workload& w, size_t value_size) {
-  RunResult res;
-  res.system = spec.name;
-  res.workload = w.name;
-  res.distribution = o.distribution.value_or(w.distribution);
-  res.key_size = o.key_size;
-  res.value_size = value_size;
-  res.threads = o.threads;
-  res.batch = o.batch;
-  res.depth = o.depth;
+// Loads `spec` once, then runs every point of `points` against it: one
+// result per point, in order.
+std::vector<RunResult> RunSystem(const YcsbOptions& o,
+                                 const std::vector<CurvePoint>& points,
+                                 const SystemSpec& spec,
+                                 const ycsb::Workload& w, size_t value_size) {
+  std::vector<RunResult> res(points.size());
+  for (size_t p = 0; p < points.size(); ++p) {
+    RunResult& r = res[p];
+    r.system = spec.name;
+    r.workload = w.name;
+    r.distribution = o.distribution.value_or(w.distribution);
+    r.key_size = o.key_size;
+    r.value_size = value_size;
+    r.threads = o.threads;
+    r.depth = points[p].depth;
+    r.batch = points[p].batch;
+  }
+  auto fail_all = [&res](const std::string& error) {
+    for (RunResult& r : res) r.error = error;
+    return res;
+  };
 
-  // Inserts (D) add at most ~5% of a generous 3 M ops/s.
+  // Inserts (D) add at most ~5% of a generous 3 M ops/s, at every point.
+  const double seconds = (o.duration + o.warmup) * double(points.size());
   const uint64_t inserts =
-      w.insert > 0 ? uint64_t(w.insert * (o.duration + o.warmup) * 3e6) : 0;
+      w.insert > 0 ? uint64_t(w.insert * seconds * 3e6) : 0;
   SystemServer::Options so;
   so.remem_binary = o.remem_binary;
   so.remem_address = o.remem_address;
@@ -318,12 +361,10 @@ RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
   so.cpu = o.server_cpu;
   so.memory_bytes = MemoryFor(o.records + inserts, o.key_size, value_size);
   auto server = SystemServer::Start(spec, so);
-  if (!server.ok()) {
-    res.error = server.status().ToString();
-    return res;
-  }
+  if (!server.ok()) return fail_all(server.status().ToString());
   Shared sh;
   sh.o = &o;
+  sh.points = points;
   sh.w = w;
   sh.value_size = value_size;
   sh.server = server->get();
@@ -335,6 +376,11 @@ RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
     clients.push_back(std::make_unique<ClientThread>(&sh, i));
   }
   for (auto& c : clients) threads.emplace_back([&c] { c->Run(); });
+  auto finish = [&] {
+    sh.phase = kStop;
+    sh.round = int(points.size());
+    for (auto& t : threads) t.join();
+  };
 
   const std::string what = spec.name + " " + w.name;
   const auto t0 = Clock::now();
@@ -345,41 +391,60 @@ RunResult RunOne(const YcsbOptions& o, const SystemSpec& spec,
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     Progress(what, sh.loaded.load(), o.records, since(t0), false);
   }
-  res.load_seconds = since(t0);
-  Progress(what, sh.loaded.load(), o.records, res.load_seconds, true);
-
-  sh.phase = kWarmup;
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup));
-  auto cpu0 = (*server)->CpuSeconds();
-  const auto m0 = Clock::now();
-  sh.phase = kMeasure;
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration));
-  sh.phase = kStop;
-  res.seconds = since(m0);
-  auto cpu1 = (*server)->CpuSeconds();
-  if (cpu0.ok() && cpu1.ok()) res.server_cpu_s = *cpu1 - *cpu0;
-  for (auto& t : threads) t.join();
-
+  const double load_seconds = since(t0);
+  Progress(what, sh.loaded.load(), o.records, load_seconds, true);
   for (auto& c : clients) {
-    RunResult& r = c->result();
-    if (res.error.empty()) res.error = r.error;
-    res.ops += r.ops;
-    res.requests += r.requests;
-    res.latency_ns.Merge(r.latency_ns);
-    res.read_ns.Merge(r.read_ns);
-    res.write_ns.Merge(r.write_ns);
-    res.reads += r.reads, res.updates += r.updates;
-    res.inserts += r.inserts, res.rmws += r.rmws;
-    res.checked += r.checked, res.wrong += r.wrong, res.missing += r.missing;
-    if (r.read_path) {
-      if (!res.read_path) res.read_path = ReadPathCounts{};
-      res.read_path->onesided_gets += r.read_path->onesided_gets;
-      res.read_path->rpc_gets += r.read_path->rpc_gets;
-      res.read_path->retries += r.read_path->retries;
-      res.read_path->fallbacks += r.read_path->fallbacks;
+    if (!c->error().ok()) {
+      const std::string error = c->error().ToString();
+      finish();
+      return fail_all(error);
     }
-    res.depth = o.depth;
   }
+
+  for (size_t p = 0; p < points.size(); ++p) {
+    if (!o.json && points.size() > 1) {
+      std::fprintf(stderr, "%s: depth %d, batch %d\n", what.c_str(),
+                   points[p].depth, points[p].batch);
+    }
+    RunResult& res_p = res[p];
+    res_p.load_seconds = load_seconds;
+    sh.phase = kWarmup;
+    sh.round = int(p);
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup));
+    auto cpu0 = (*server)->CpuSeconds();
+    const auto m0 = Clock::now();
+    sh.phase = kMeasure;
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.duration));
+    sh.phase = kStop;
+    res_p.seconds = since(m0);
+    auto cpu1 = (*server)->CpuSeconds();
+    if (cpu0.ok() && cpu1.ok()) res_p.server_cpu_s = *cpu1 - *cpu0;
+    // Every thread drains its window before the next point's warm-up.
+    while (sh.finished.load() < o.threads * int(p + 1)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (auto& c : clients) {
+      RunResult& r = c->result(p);
+      if (res_p.error.empty()) res_p.error = r.error;
+      res_p.ops += r.ops;
+      res_p.requests += r.requests;
+      res_p.latency_ns.Merge(r.latency_ns);
+      res_p.read_ns.Merge(r.read_ns);
+      res_p.write_ns.Merge(r.write_ns);
+      res_p.reads += r.reads, res_p.updates += r.updates;
+      res_p.inserts += r.inserts, res_p.rmws += r.rmws;
+      res_p.checked += r.checked, res_p.wrong += r.wrong;
+      res_p.missing += r.missing;
+      if (r.read_path) {
+        if (!res_p.read_path) res_p.read_path = ReadPathCounts{};
+        res_p.read_path->onesided_gets += r.read_path->onesided_gets;
+        res_p.read_path->rpc_gets += r.read_path->rpc_gets;
+        res_p.read_path->retries += r.read_path->retries;
+        res_p.read_path->fallbacks += r.read_path->fallbacks;
+      }
+    }
+  }
+  finish();
   return res;
 }
 
@@ -403,16 +468,83 @@ std::string RateOf(const RunResult& r, bool fallbacks) {
                          double(gets));
 }
 
+// The peers whose throughput the ratio columns divide by.
+constexpr const char* kPeers[] = {"redis", "memcached"};
+
+// `system`'s successful run of the same workload, value size, depth and
+// batch as `like`.
 const RunResult* Find(const std::vector<RunResult>& rs, const RunResult& like,
                       const std::string& system) {
   for (const auto& r : rs) {
     if (r.system == system && r.workload == like.workload &&
-        r.value_size == like.value_size && r.error.empty()) {
+        r.value_size == like.value_size && r.depth == like.depth &&
+        r.batch == like.batch && r.error.empty()) {
       return &r;
     }
   }
   return nullptr;
 }
+
+// ops/s over `of`'s; nullopt if `of` is missing or measured nothing.
+std::optional<double> RatioTo(double ops_per_s, const RunResult* of) {
+  if (of == nullptr || OpsPerSec(*of) <= 0) return std::nullopt;
+  return ops_per_s / OpsPerSec(*of);
+}
+
+std::string RatioText(std::optional<double> x) {
+  return x ? Fmt("%.2f", *x) : "-";
+}
+
+std::string RatioJson(std::optional<double> x) {
+  return x ? Fmt("%.4f", *x) : "null";
+}
+
+std::string CpuPerOp(const RunResult& r) {
+  if (r.server_cpu_s < 0 || r.ops == 0) return "n/a";
+  return Fmt("%.3f", r.server_cpu_s * 1e6 / double(r.ops));
+}
+
+// The runs of one (workload, value size): each system's points, as the
+// curve's samples (samples[i] is *runs[i]).
+struct Group {
+  char workload = 'C';
+  size_t value_size = 0;
+  std::vector<std::string> systems;  // in the order they ran
+  std::vector<const RunResult*> runs;
+  std::vector<CurveSample> samples;
+
+  const RunResult* Best(const std::string& system) const {
+    auto i = BestSample(samples, system);
+    return i ? runs[*i] : nullptr;
+  }
+  const RunResult* At(const std::string& system, CurvePoint p) const {
+    auto i = SampleAt(samples, system, p);
+    return i ? runs[*i] : nullptr;
+  }
+};
+
+std::vector<Group> GroupRuns(const std::vector<RunResult>& rs) {
+  std::vector<Group> groups;
+  for (const RunResult& r : rs) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.workload == r.workload && g.value_size == r.value_size;
+    });
+    if (g == groups.end()) {
+      groups.push_back(Group{r.workload, r.value_size, {}, {}, {}});
+      g = groups.end() - 1;
+    }
+    if (std::find(g->systems.begin(), g->systems.end(), r.system) ==
+        g->systems.end()) {
+      g->systems.push_back(r.system);
+    }
+    g->runs.push_back(&r);
+    g->samples.push_back(CurveSample{
+        r.system, {r.depth, r.batch}, OpsPerSec(r), r.error.empty()});
+  }
+  return groups;
+}
+
+constexpr CurvePoint kLatencyPoint{1, 1};
 
 void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
   std::printf(
@@ -424,15 +556,13 @@ void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
   std::printf("\n");
   for (const auto& r : rs) {
     if (!r.error.empty()) {
-      std::printf("%-20s %2c FAILED: %s\n", r.system.c_str(), r.workload,
-                  r.error.c_str());
+      std::printf("%-20s %2c %-8s %6zu %3d %5d %5d FAILED: %s\n",
+                  r.system.c_str(), r.workload,
+                  std::string(ycsb::DistributionName(r.distribution)).c_str(),
+                  r.value_size, r.threads, r.depth, r.batch, r.error.c_str());
       continue;
     }
     const Histogram& h = r.latency_ns;
-    std::string cpu = "n/a";
-    if (r.server_cpu_s >= 0 && r.ops > 0) {
-      cpu = Fmt("%.3f", r.server_cpu_s * 1e6 / double(r.ops));
-    }
     std::printf(
         "%-20s %2c %-8s %6zu %3d %5d %5d %12.0f %9.2f %9.2f %9.2f %10s %7llu "
         "%7llu %7s %7s",
@@ -440,26 +570,105 @@ void PrintTable(const std::vector<RunResult>& rs, bool ratios) {
         std::string(ycsb::DistributionName(r.distribution)).c_str(),
         r.value_size, r.threads, r.depth, r.batch, OpsPerSec(r),
         double(h.Percentile(50)) / 1e3, double(h.Percentile(99)) / 1e3,
-        double(h.Percentile(99.9)) / 1e3, cpu.c_str(),
+        double(h.Percentile(99.9)) / 1e3, CpuPerOp(r).c_str(),
         static_cast<unsigned long long>(r.wrong),
         static_cast<unsigned long long>(r.missing), RateOf(r, false).c_str(),
         RateOf(r, true).c_str());
     if (ratios) {
-      for (const char* other : {"redis", "memcached"}) {
-        const RunResult* o = Find(rs, r, other);
-        if (o && OpsPerSec(*o) > 0) {
-          std::printf(" %8s",
-                      Fmt("%.2f", OpsPerSec(r) / OpsPerSec(*o)).c_str());
-        } else {
-          std::printf(" %8s", "-");
-        }
+      for (const char* peer : kPeers) {
+        std::printf(
+            " %8s",
+            RatioText(RatioTo(OpsPerSec(r), Find(rs, r, peer))).c_str());
       }
     }
     std::printf("\n");
   }
 }
 
-void PrintJson(const std::vector<RunResult>& rs) {
+// With several points: each system at its best point (the headline: best
+// over best), then at depth 1 batch 1 (the latency comparison).
+void PrintSummary(const std::vector<RunResult>& rs, bool ratios) {
+  for (const Group& g : GroupRuns(rs)) {
+    std::printf(
+        "\nYCSB-%c, %zu B values, each system at its best (the point with "
+        "the most ops/s)%s:\n",
+        g.workload, g.value_size,
+        ratios ? "; x_: its best over the peer's best" : "");
+    std::printf("%-20s %5s %5s %12s %9s %9s %9s %10s", "system", "depth",
+                "batch", "ops/s", "p50_us", "p99_us", "p999_us", "srv_us/op");
+    if (ratios) std::printf(" %8s %8s", "x_redis", "x_memc");
+    std::printf("\n");
+    auto row = [&](const std::string& system, const RunResult* r) {
+      if (r == nullptr) {
+        std::printf("%-20s no successful run\n", system.c_str());
+        return false;
+      }
+      const Histogram& h = r->latency_ns;
+      std::printf("%-20s %5d %5d %12.0f %9.2f %9.2f %9.2f %10s", system.c_str(),
+                  r->depth, r->batch, OpsPerSec(*r),
+                  double(h.Percentile(50)) / 1e3,
+                  double(h.Percentile(99)) / 1e3,
+                  double(h.Percentile(99.9)) / 1e3, CpuPerOp(*r).c_str());
+      return true;
+    };
+    for (const std::string& s : g.systems) {
+      if (!row(s, g.Best(s))) continue;
+      if (ratios) {
+        for (const char* peer : kPeers) {
+          std::printf(" %8s", RatioText(BestRatio(g.samples, s, peer)).c_str());
+        }
+      }
+      std::printf("\n");
+    }
+    if (!std::any_of(
+            g.samples.begin(), g.samples.end(),
+            [](const CurveSample& c) { return c.point == kLatencyPoint; })) {
+      continue;
+    }
+    std::printf(
+        "and at depth 1, batch 1 (latency)%s:\n",
+        ratios ? "; x_: ops/s over the peer's at depth 1, batch 1" : "");
+    for (const std::string& s : g.systems) {
+      const RunResult* r = g.At(s, kLatencyPoint);
+      if (!row(s, r)) continue;
+      if (ratios) {
+        for (const char* peer : kPeers) {
+          std::printf(" %8s", RatioText(RatioTo(OpsPerSec(*r),
+                                                g.At(peer, kLatencyPoint)))
+                                  .c_str());
+        }
+      }
+      std::printf("\n");
+    }
+  }
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string e;
+  for (char c : s) {
+    if (c == '"' || c == '\\') e += '\\';
+    e += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  return e;
+}
+
+// A summary entry: the run's point and figures, and ratios to the peers.
+void PrintJsonPoint(const std::string& system, const Group& g,
+                    const RunResult& r, const std::optional<double> (&x)[2]) {
+  std::printf(
+      "{\"system\":\"%s\",\"workload\":\"%c\",\"value_size\":%zu,"
+      "\"depth\":%d,\"batch\":%d,\"ops_per_s\":%.1f,\"p50_ns\":%llu,"
+      "\"p99_ns\":%llu,\"p999_ns\":%llu,\"server_cpu_s\":%.4f,"
+      "\"x_redis\":%s,\"x_memcached\":%s}",
+      JsonEscape(system).c_str(), g.workload, g.value_size, r.depth, r.batch,
+      OpsPerSec(r),
+      static_cast<unsigned long long>(r.latency_ns.Percentile(50)),
+      static_cast<unsigned long long>(r.latency_ns.Percentile(99)),
+      static_cast<unsigned long long>(r.latency_ns.Percentile(99.9)),
+      r.server_cpu_s, RatioJson(x[0]).c_str(), RatioJson(x[1]).c_str());
+}
+
+void PrintJson(const std::vector<RunResult>& rs, bool ratios, bool summary) {
   std::printf("{\"benchmark\":\"ycsb\",\"results\":[");
   for (size_t i = 0; i < rs.size(); ++i) {
     const RunResult& r = rs[i];
@@ -475,7 +684,7 @@ void PrintJson(const std::vector<RunResult>& rs) {
         "\"reads\":%llu,\"updates\":%llu,\"inserts\":%llu,\"rmws\":%llu,"
         "\"checked\":%llu,\"wrong\":%llu,\"missing\":%llu,"
         "\"server_cpu_s\":%.4f",
-        i ? "," : "", r.system.c_str(), r.workload,
+        i ? "," : "", JsonEscape(r.system).c_str(), r.workload,
         std::string(ycsb::DistributionName(r.distribution)).c_str(), r.key_size,
         r.value_size, r.threads, r.depth, r.batch, r.load_seconds, r.seconds,
         static_cast<unsigned long long>(r.ops),
@@ -498,29 +707,128 @@ void PrintJson(const std::vector<RunResult>& rs) {
           static_cast<unsigned long long>(r.read_path->retries),
           static_cast<unsigned long long>(r.read_path->fallbacks));
     }
+    if (ratios && r.error.empty()) {
+      std::printf(
+          ",\"x_redis\":%s,\"x_memcached\":%s",
+          RatioJson(RatioTo(OpsPerSec(r), Find(rs, r, kPeers[0]))).c_str(),
+          RatioJson(RatioTo(OpsPerSec(r), Find(rs, r, kPeers[1]))).c_str());
+    }
     if (!r.error.empty()) {
-      std::string e;
-      for (char c : r.error) {
-        if (c == '"' || c == '\\') e += '\\';
-        e += (c == '\n' || c == '\r') ? ' ' : c;
-      }
-      std::printf(",\"error\":\"%s\"", e.c_str());
+      std::printf(",\"error\":\"%s\"", JsonEscape(r.error).c_str());
     }
     std::printf("}");
   }
-  std::printf("]}\n");
+  std::printf("]");
+  if (summary) {
+    // "best": each system at its best point, x_ its best over the peer's
+    // best; "depth1_batch1": the latency comparison, x_ at that point.
+    const auto groups = GroupRuns(rs);
+    const char* sep = "";
+    std::printf(",\"best\":[");
+    for (const Group& g : groups) {
+      for (const std::string& s : g.systems) {
+        const RunResult* b = g.Best(s);
+        if (b == nullptr) continue;
+        std::optional<double> x[2];
+        for (int k = 0; k < 2 && ratios; ++k) {
+          x[k] = BestRatio(g.samples, s, kPeers[k]);
+        }
+        std::printf("%s", sep);
+        PrintJsonPoint(s, g, *b, x);
+        sep = ",";
+      }
+    }
+    sep = "";
+    std::printf("],\"depth1_batch1\":[");
+    for (const Group& g : groups) {
+      for (const std::string& s : g.systems) {
+        const RunResult* r = g.At(s, kLatencyPoint);
+        if (r == nullptr) continue;
+        std::optional<double> x[2];
+        for (int k = 0; k < 2 && ratios; ++k) {
+          x[k] = RatioTo(OpsPerSec(*r), g.At(kPeers[k], kLatencyPoint));
+        }
+        std::printf("%s", sep);
+        PrintJsonPoint(s, g, *r, x);
+        sep = ",";
+      }
+    }
+    std::printf("]");
+  }
+  std::printf("}\n");
 }
 
-// Pilaf's figures 10 (throughput vs value size) and 11 (latency CDF): one
-// .dat per series and plots.gp; runs gnuplot if installed.
+// Pilaf's figures 10 (throughput vs value size) and 11 (latency CDF), and
+// with several points the curve (throughput vs keys in flight, one line per
+// system and batch): .dat files and plots.gp; runs gnuplot if installed.
+// With several points, the value-size plot takes each system's best point
+// and the CDF its depth 1 batch 1 run (else its first point).
+// The curve of one (workload, value size): curve_<wl>.dat holds a block per
+// (system, batch), the depths in order, and `gp` plots each block as a line
+// of throughput against keys in flight (depth x batch).
+void WriteCurve(const std::string& dir, const Group& g, std::ostream* gp) {
+  const std::string name = "curve_" + std::string(1, g.workload);
+  std::ofstream dat(dir + "/" + name + ".dat");
+  dat << "# YCSB-" << g.workload << ", " << g.value_size
+      << " B values: a block per system and batch (gnuplot index)\n";
+  std::vector<std::string> titles;
+  for (const std::string& s : g.systems) {
+    std::vector<int> batches;
+    for (const CurveSample& c : g.samples) {
+      if (c.system == s && c.ok &&
+          std::find(batches.begin(), batches.end(), c.point.batch) ==
+              batches.end()) {
+        batches.push_back(c.point.batch);
+      }
+    }
+    for (int b : batches) {
+      dat << (titles.empty() ? "" : "\n\n") << "# " << s << ", batch " << b
+          << "\n# in_flight depth batch ops_per_s p99_us\n";
+      for (size_t i = 0; i < g.samples.size(); ++i) {
+        const CurveSample& c = g.samples[i];
+        if (c.system != s || !c.ok || c.point.batch != b) continue;
+        dat << c.point.in_flight() << " " << c.point.depth << " " << b << " "
+            << c.ops_per_s << " "
+            << double(g.runs[i]->latency_ns.Percentile(99)) / 1e3 << "\n";
+      }
+      titles.push_back(s + ", batch " + std::to_string(b));
+    }
+  }
+  if (titles.empty()) return;  // nothing ran: gnuplot rejects an empty plot
+  *gp << "\nset output '" << name << ".svg'\n"
+      << "set title 'YCSB-" << g.workload << ", " << g.value_size
+      << " B values: throughput vs keys in flight (depth x batch)'\n"
+      << "set xlabel 'keys in flight per client thread (depth x batch)'\n"
+      << "set ylabel 'operations/s'\n"
+      << "set logscale x 2\nset logscale y 10\nset key left top\nplot ";
+  for (size_t i = 0; i < titles.size(); ++i) {
+    *gp << (i ? ", " : "") << "'" << name << ".dat' index " << i
+        << " using 1:4 with linespoints title '" << titles[i] << "'";
+  }
+  *gp << "\n";
+}
+
 Status WritePlots(const std::string& dir, const YcsbOptions& o,
+                  const std::vector<CurvePoint>& points,
                   const std::vector<RunResult>& rs) {
   mkdir(dir.c_str(), 0755);
   std::ofstream gp(dir + "/plots.gp");
   if (!gp) return Status::IOError("cannot write " + dir + "/plots.gp");
-  gp << "# remem-bench compare: throughput vs value size and latency CDFs.\n"
+  gp << "# remem-bench compare: throughput vs value size, latency CDFs"
+     << (points.size() > 1 ? " and throughput vs keys in flight" : "") << ".\n"
      << "set terminal svg size 800,500 dynamic noenhanced\n"
      << "set grid\nset key left top\n";
+  const auto groups = GroupRuns(rs);
+  auto group = [&](char wl, size_t v) -> const Group* {
+    for (const Group& g : groups) {
+      if (g.workload == wl && g.value_size == v) return &g;
+    }
+    return nullptr;
+  };
+  const CurvePoint cdf_point =
+      std::find(points.begin(), points.end(), kLatencyPoint) != points.end()
+          ? kLatencyPoint
+          : points[0];
   for (const auto& wname : o.workloads) {
     const char wl = char(std::toupper(static_cast<unsigned char>(wname[0])));
     // Throughput vs value size: one file, a column per system.
@@ -531,20 +839,16 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
     dat << "  (ops/s; YCSB-" << wl << ")\n";
     for (size_t v : o.value_sizes) {
       dat << v;
+      const Group* g = group(wl, v);
       for (const auto& s : o.systems) {
-        double ops = 0;
-        for (const auto& r : rs) {
-          if (r.system == s && r.workload == wl && r.value_size == v &&
-              r.error.empty()) {
-            ops = OpsPerSec(r);
-          }
-        }
-        dat << " " << ops;
+        const RunResult* best = g ? g->Best(s) : nullptr;
+        dat << " " << (best ? OpsPerSec(*best) : 0.0);
       }
       dat << "\n";
     }
     gp << "\nset output '" << tp << ".svg'\n"
-       << "set title 'YCSB-" << wl << ": throughput vs value size'\n"
+       << "set title 'YCSB-" << wl << ": throughput vs value size"
+       << (points.size() > 1 ? " (each system at its best point)" : "") << "'\n"
        << "set xlabel 'value size (bytes)'\nset ylabel 'operations/s'\n"
        << "set logscale x 2\nset logscale y 10\nplot ";
     for (size_t i = 0; i < o.systems.size(); ++i) {
@@ -555,12 +859,10 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
     // Latency CDF at the first value size.
     const std::string cdf = "cdf_" + std::string(1, wl);
     std::vector<std::string> plotted;
+    const Group* first = group(wl, o.value_sizes[0]);
     for (const auto& s : o.systems) {
-      for (const auto& r : rs) {
-        if (r.system != s || r.workload != wl ||
-            r.value_size != o.value_sizes[0] || !r.error.empty()) {
-          continue;
-        }
+      if (const RunResult* run = first ? first->At(s, cdf_point) : nullptr) {
+        const RunResult& r = *run;
         std::ofstream c(dir + "/" + cdf + "_" + s + ".dat");
         c << "# latency_us fraction  (" << s << ", YCSB-" << wl << ", "
           << r.value_size << " B values)\n";
@@ -575,7 +877,8 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
     }
     gp << "\nset output '" << cdf << ".svg'\n"
        << "set title 'YCSB-" << wl << ": latency CDF (" << o.value_sizes[0]
-       << " B values)'\n"
+       << " B values, depth " << cdf_point.depth << ", batch "
+       << cdf_point.batch << ")'\n"
        << "set xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
        << "set logscale x 10\nunset logscale y\nset key right bottom\nplot ";
     for (size_t i = 0; i < plotted.size(); ++i) {
@@ -583,6 +886,9 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
          << ".dat' using 1:2 with lines title '" << plotted[i] << "'";
     }
     gp << "\nset key left top\n";
+    if (points.size() > 1 && first != nullptr) {
+      WriteCurve(dir, *first, &gp);
+    }
   }
   gp.close();
   auto gnuplot = FindProgram("gnuplot", "gnuplot-nox");
@@ -611,7 +917,9 @@ Status WritePlots(const std::string& dir, const YcsbOptions& o,
 
 }  // namespace
 
-int RunYcsb(const YcsbOptions& o) {
+int RunYcsb(const YcsbOptions& options) {
+  // The options with each system under the name it runs as.
+  YcsbOptions o = options;
   std::vector<ycsb::Workload> workloads;
   for (const auto& name : o.workloads) {
     auto w = ycsb::WorkloadByName(name);
@@ -622,13 +930,28 @@ int RunYcsb(const YcsbOptions& o) {
     workloads.push_back(*w);
   }
   std::vector<SystemSpec> systems;
-  for (const auto& name : o.systems) {
+  for (auto& name : o.systems) {
+    if (name == "remem" && o.transport) {
+      name += "-" + std::string(TransportName(*o.transport));
+    }
     auto s = ParseSystem(name);
     if (!s.ok()) {
       std::fprintf(stderr, "remem-bench: %s\n", s.status().ToString().c_str());
       return 2;
     }
+    for (const SystemSpec& earlier : systems) {
+      if (earlier.name == s->name) {
+        std::fprintf(stderr, "remem-bench: system %s is named twice\n",
+                     s->name.c_str());
+        return 2;
+      }
+    }
     systems.push_back(*s);
+  }
+  const std::vector<CurvePoint> points = ExpandPoints(o.depths, o.batches);
+  if (points.empty()) {
+    std::fprintf(stderr, "remem-bench: no depth or no batch to run\n");
+    return 2;
   }
   if (o.key_size < 8 || o.key_size > 1024) {
     std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
@@ -650,28 +973,31 @@ int RunYcsb(const YcsbOptions& o) {
           std::fprintf(stderr, "== %s YCSB-%c, %zu B keys, %zu B values\n",
                        s.name.c_str(), w.name, o.key_size, v);
         }
-        results.push_back(RunOne(o, s, w, v));
-        const RunResult& r = results.back();
-        if (!r.error.empty()) {
-          std::fprintf(stderr, "remem-bench: %s YCSB-%c: %s\n", s.name.c_str(),
-                       w.name, r.error.c_str());
-          failed = true;
-        } else if (r.wrong > 0) {
-          std::fprintf(stderr,
-                       "remem-bench: %s YCSB-%c: %llu of %llu values read "
-                       "were wrong\n",
-                       s.name.c_str(), w.name,
-                       static_cast<unsigned long long>(r.wrong),
-                       static_cast<unsigned long long>(r.checked));
-          failed = true;
+        for (RunResult& r : RunSystem(o, points, s, w, v)) {
+          if (!r.error.empty()) {
+            std::fprintf(
+                stderr, "remem-bench: %s YCSB-%c depth %d batch %d: %s\n",
+                s.name.c_str(), w.name, r.depth, r.batch, r.error.c_str());
+            failed = true;
+          } else if (r.wrong > 0) {
+            std::fprintf(stderr,
+                         "remem-bench: %s YCSB-%c depth %d batch %d: %llu of "
+                         "%llu values read were wrong\n",
+                         s.name.c_str(), w.name, r.depth, r.batch,
+                         static_cast<unsigned long long>(r.wrong),
+                         static_cast<unsigned long long>(r.checked));
+            failed = true;
+          }
+          results.push_back(std::move(r));
         }
       }
     }
   }
   if (o.json) {
-    PrintJson(results);
+    PrintJson(results, o.compare, points.size() > 1);
   } else {
     PrintTable(results, o.compare);
+    if (points.size() > 1) PrintSummary(results, o.compare);
     std::printf(
         "ops/s counts YCSB operations (a batch of N reads is N); latencies "
         "are per request; srv_us/op is server CPU time per operation; "
@@ -684,10 +1010,21 @@ int RunYcsb(const YcsbOptions& o) {
             "sharing CPU %d mostly wait for each other's time slices.\n",
             s.name.c_str(), o.threads, o.client_cpu);
       }
+      // RememDriver issues a batch as HashStore::MultiGet, which returns
+      // when all its keys are answered: there is no asynchronous multi-get.
+      if (s.kind == SystemSpec::Kind::kRemem &&
+          std::any_of(points.begin(), points.end(), [](CurvePoint p) {
+            return p.depth > 1 && p.batch > 1;
+          })) {
+        std::printf(
+            "note: %s's multi-get is synchronous: with batch > 1 one batch "
+            "is in flight whatever the depth.\n",
+            s.name.c_str());
+      }
     }
   }
   if (!o.plot_dir.empty()) {
-    if (Status st = WritePlots(o.plot_dir, o, results); !st.ok()) {
+    if (Status st = WritePlots(o.plot_dir, o, points, results); !st.ok()) {
       std::fprintf(stderr, "remem-bench: plots: %s\n", st.ToString().c_str());
       failed = true;
     }

@@ -2,11 +2,13 @@
 // remem, Redis and memcached with identical key sequences, sizes, client
 // threads and requests in flight. For each (workload, value size, system):
 // start the server pinned to --server-cpu, load --records pairs (progress
-// bar on a tty), warm up, run for --duration, stop the server. Prints a
-// table (or JSON) of throughput, latency percentiles, server CPU per
-// operation, value-check failures and, for remem, read-path retries and
-// fallbacks; `compare` adds ratios against Redis and memcached and can
-// write gnuplot plots (--plot DIR).
+// bar on a tty), then for each (depth, batch) point warm up and run for
+// --duration, and stop the server. Prints a table (or JSON) of throughput,
+// latency percentiles, server CPU per operation, value-check failures and,
+// for remem, read-path retries and fallbacks, one row per point; with
+// several points, a summary of each system at its best point and at depth 1
+// batch 1. `compare` adds ratios against Redis and memcached and can write
+// gnuplot plots (--plot DIR).
 //
 // Thread contract: RunYcsb runs on the main thread and starts its own
 // client threads.
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "bench_ycsb_gen.h"
+#include "remem/options.h"
 
 namespace remem::bench {
 
@@ -32,8 +35,11 @@ struct YcsbOptions {
   size_t key_size = 16;
   std::vector<size_t> value_sizes = {32};
   int threads = 1;
-  int depth = 1;  // requests in flight per client thread
-  int batch = 1;  // keys per read request (multi-get)
+  // Requests in flight per client thread, and keys per read request
+  // (multi-get). Every depth runs with every batch (bench_curve.h), one
+  // after another on a single load of each system.
+  std::vector<int> depths = {1};
+  std::vector<int> batches = {1};
   double duration = 5;
   double warmup = 1;
   int server_cpu = 0;
@@ -43,6 +49,9 @@ struct YcsbOptions {
   bool json = false;
   bool compare = false;  // ratio columns vs redis and memcached
   std::string plot_dir;  // compare: write .dat/.gp (and SVGs) here
+  // The transport of systems named plain "remem" (which then read
+  // "remem-TRANSPORT"); a system that names one keeps it.
+  std::optional<Transport> transport;
   std::string remem_binary;
   std::string remem_address;  // external remem-server
   std::string secret;

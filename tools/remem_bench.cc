@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_curve.h"
 #include "bench_durability.h"
 #include "bench_fabric.h"
 #include "bench_ycsb.h"
@@ -65,9 +66,18 @@ int main(int argc, char** argv) {
       "YCSB workloads on several systems in turn, one side-by-side table "
       "with throughput ratios (and --plot DIR)");
   compare->add_option("--plot", yo_compare.plot_dir,
-                      "write throughput-vs-value-size and latency CDF data, a "
-                      "gnuplot script and (with gnuplot) SVGs into DIR");
-  for (auto [a, yp] : {std::pair{ycsb, &yo_ycsb}, {compare, &yo_compare}}) {
+                      "write throughput-vs-value-size and latency CDF data "
+                      "(with several depths or batches also throughput vs "
+                      "keys in flight), a gnuplot script and (with gnuplot) "
+                      "SVGs into DIR");
+  // --depth, --batch and --transport of each YCSB subcommand, parsed after
+  // CLI11 (lists, and a transport only remem systems take).
+  struct YcsbLists {
+    std::string depths = "1", batches = "1", transport;
+    bool curve = false;
+  } yl_ycsb, yl_compare;
+  for (auto [a, yp, yl] : {std::tuple{ycsb, &yo_ycsb, &yl_ycsb},
+                           {compare, &yo_compare, &yl_compare}}) {
     bench::YcsbOptions& yo = *yp;
     yo.remem_binary = fo.server_binary;
     yo.client_cpu = fo.client_cpu;
@@ -98,15 +108,26 @@ int main(int argc, char** argv) {
     a->add_option("--threads", yo.threads, "client threads (on --client-cpu)")
         ->capture_default_str()
         ->check(CLI::Range(1, 256));
-    a->add_option("--depth", yo.depth,
-                  "requests in flight per client thread (remem: 1 for now)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 4096));
-    a->add_option("--batch", yo.batch,
-                  "keys per read request: remem multi-get, redis MGET, "
-                  "memcached mget")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 4096));
+    auto* depth = a->add_option(
+        "--depth,--depths", yl->depths,
+        "requests in flight per client thread (remem async gets and puts, "
+        "redis pipelining, memcached mget); a list, e.g. 1,4,16,64, runs "
+        "each on one load per system");
+    depth->capture_default_str();
+    auto* batch = a->add_option(
+        "--batch,--batches", yl->batches,
+        "keys per read request: remem multi-get, redis MGET, memcached mget; "
+        "a list runs each with every --depth");
+    batch->capture_default_str();
+    a->add_flag("--curve", yl->curve,
+                "the whole curve: --depth 1,4,16,64 --batch 1,16, then each "
+                "system at its best point")
+        ->excludes(depth)
+        ->excludes(batch);
+    a->add_option("--transport", yl->transport,
+                  "auto | shm | tcp: the transport of systems named plain "
+                  "'remem' (default shm)")
+        ->check(CLI::IsMember({"auto", "shm", "tcp"}));
     a->add_option("--duration", yo.duration, "measured seconds per run")
         ->capture_default_str()
         ->check(CLI::Range(0.01, 3600.0));
@@ -235,6 +256,38 @@ int main(int argc, char** argv) {
   (void)log::SetLevel("warn");
   if (ycsb->parsed() || compare->parsed()) {
     bench::YcsbOptions& yo = ycsb->parsed() ? yo_ycsb : yo_compare;
+    YcsbLists& yl = ycsb->parsed() ? yl_ycsb : yl_compare;
+    if (yl.curve) {
+      yo.depths.assign(std::begin(bench::kCurveDepths),
+                       std::end(bench::kCurveDepths));
+      yo.batches.assign(std::begin(bench::kCurveBatches),
+                        std::end(bench::kCurveBatches));
+    } else {
+      auto d = bench::ParseCountList(yl.depths, 1, 4096, "--depth");
+      auto b = bench::ParseCountList(yl.batches, 1, 4096, "--batch");
+      for (const Status& st : {d.status(), b.status()}) {
+        if (!st.ok()) {
+          std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
+          return 2;
+        }
+      }
+      yo.depths = *d;
+      yo.batches = *b;
+    }
+    // The top-level --transport (before the subcommand) counts too: it used
+    // to be taken and ignored.
+    if (yl.transport.empty() && app.get_option("--transport")->count() > 0) {
+      yl.transport = transport;
+    }
+    if (!yl.transport.empty()) {
+      auto t = ParseTransport(yl.transport);
+      if (!t.ok()) {
+        std::fprintf(stderr, "remem-bench: %s\n",
+                     t.status().ToString().c_str());
+        return 2;
+      }
+      yo.transport = *t;
+    }
     if (!distribution.empty()) {
       yo.distribution = *bench::ycsb::ParseDistribution(distribution);
     }
