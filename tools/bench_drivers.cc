@@ -31,21 +31,23 @@ class RememDriver : public KvDriver {
   ~RememDriver() override { c_.reset(); }
 
   // Single gets and puts are asynchronous (any number in flight, completed
-  // by Poll); a batch of keys is one MultiGet (one batch of one-sided reads
-  // or one message), which returns when all its keys are answered.
+  // by Poll); a batch of keys is one MultiGetAsync (one batch of one-sided
+  // reads or one message), also any number in flight.
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet && r->keys.size() > 1) {
       std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
-      auto results = c_->MultiGet(keys);
-      r->values.resize(r->keys.size());
-      for (size_t i = 0; i < results.size(); ++i) {
-        if (results[i].ok()) {
-          r->values[i] = std::move(results[i]->value);
-        } else if (results[i].status().code() != StatusCode::kNotFound) {
-          r->status = results[i].status();
-        }
-      }
-      Complete(r);
+      c_->MultiGetAsync(
+          keys, [this, r](std::vector<Result<HashStore::Value>> results) {
+            r->values.resize(r->keys.size());
+            for (size_t i = 0; i < results.size(); ++i) {
+              if (results[i].ok()) {
+                r->values[i] = std::move(results[i]->value);
+              } else if (results[i].status().code() != StatusCode::kNotFound) {
+                r->status = results[i].status();
+              }
+            }
+            Complete(r);
+          });
       return;
     }
     if (r->kind == KvRequest::Kind::kGet) {

@@ -16,9 +16,9 @@
 //              over the binary protocol (one quiet GETKQ per key, then a
 //              NOOP: pipelined on the wire); sets are synchronous, so a
 //              write in the window is a round trip of its own.
-// A batch of N (reads only) is a remem MultiGet of N (one batch of
-// one-sided reads, or one message; synchronous, so remem has one batch in
-// flight whatever the depth), Redis MGET of N, memcached mget of N.
+// A batch of N (reads only) is a remem MultiGetAsync of N (one batch of
+// one-sided reads, or one message; depth of them in flight), Redis MGET of
+// N, memcached mget of N.
 //
 // Thread contract: a driver is one connection, used by one thread.
 

@@ -1010,17 +1010,6 @@ int RunYcsb(const YcsbOptions& options) {
             "sharing CPU %d mostly wait for each other's time slices.\n",
             s.name.c_str(), o.threads, o.client_cpu);
       }
-      // RememDriver issues a batch as HashStore::MultiGet, which returns
-      // when all its keys are answered: there is no asynchronous multi-get.
-      if (s.kind == SystemSpec::Kind::kRemem &&
-          std::any_of(points.begin(), points.end(), [](CurvePoint p) {
-            return p.depth > 1 && p.batch > 1;
-          })) {
-        std::printf(
-            "note: %s's multi-get is synchronous: with batch > 1 one batch "
-            "is in flight whatever the depth.\n",
-            s.name.c_str());
-      }
     }
   }
   if (!o.plot_dir.empty()) {

@@ -54,6 +54,7 @@ class HashStore {
   using GetCallback = std::function<void(Result<Value>)>;
   using VersionCallback = std::function<void(Result<uint64_t>)>;
   using Callback = std::function<void(Status)>;
+  using MultiGetCallback = std::function<void(std::vector<Result<Value>>)>;
 
   // Attaches to `session`'s server (one call: the store's layout and
   // limits). Unsupported if the server has no hash store.
@@ -82,10 +83,10 @@ class HashStore {
   // store's read path as Get does; many may be in flight (one-sided
   // lookups step through their reads concurrently; on shared memory they
   // are queued with their first bucket prefetched, and performed together
-  // at the next Poll, WaitAll or synchronous call, or once 32 are queued). Gets and puts that go
-  // to the server are sent together at the next Poll, one message per run
-  // of consecutive gets (or puts), in issue order (what Redis calls
-  // pipelining, done for the application).
+  // at the next Poll, WaitAll or synchronous call, or once 32 are queued). Gets
+  // and puts that go to the server are sent together at the next Poll, one
+  // message per run of consecutive gets (or puts), in issue order (what Redis
+  // calls pipelining, done for the application).
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
@@ -99,6 +100,13 @@ class HashStore {
   // items and 32 MiB.
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);
+  // MultiGet, asynchronously (keys are copied where needed; the callback
+  // runs inside a later Poll/WaitAll, with one result per key). Many may
+  // be in flight: over tcp each is one message, so batches and requests in
+  // flight multiply. It goes out after the store's queued requests (issue
+  // order). On shared memory its one-sided reads are done in the call.
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     MultiGetCallback done);
   std::vector<Result<uint64_t>> MultiPut(
       const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
 

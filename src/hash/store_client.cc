@@ -905,6 +905,122 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   return out;
 }
 
+void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
+                              MultiGetCallback done) {
+  Impl& s = *impl_;
+  struct State {
+    std::vector<Result<Value>> out;
+    size_t pending = 1;  // the issuing call's own share, released last
+    MultiGetCallback done;
+    bool timed = false;
+    Clock::time_point start;
+    client::Path path = client::Path::kOneSided;
+  };
+  auto st = std::make_shared<State>();
+  st->out.assign(keys.size(), Status::Internal("not answered"));
+  st->done = std::move(done);
+  s.Began();
+  st->timed = s.batch_selector->mode() == ReadPath::kAuto && !keys.empty();
+  st->start = st->timed ? Clock::now() : s.last_now;
+  st->path = s.batch_selector->Choose(st->start);
+  // Called once per share; the last one answers (at a Poll: never inside
+  // this call).
+  auto release = [&s, st] {
+    if (--st->pending > 0) return;
+    if (st->timed) {
+      s.RecordLatency(s.batch_selector.get(), st->path, st->start,
+                      double(st->out.size()));
+    }
+    s.core->Defer([&s, st] {
+      --s.in_flight;
+      s.core->Ended(Status::OK());
+      if (st->done) st->done(std::move(st->out));
+    });
+  };
+  std::vector<size_t> by_rpc;  // keys the server answers
+  std::vector<size_t> valid;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Status c = s.CheckKey(keys[i]);
+    if (c.ok()) {
+      valid.push_back(i);
+    } else {
+      st->out[i] = c;
+    }
+  }
+  if (st->path == client::Path::kOneSided && s.core->reads_are_local()) {
+    // As MultiGet: copies with first buckets prefetched a window ahead;
+    // a get that gives up asks the server, in one message with the others.
+    constexpr size_t kAhead = Impl::kLocalWindow;
+    auto prefetch = [&](size_t j) {
+      if (j < valid.size()) {
+        const std::string_view k = keys[valid[j]];
+        s.PrefetchFirstBucket(s.PartitionOf(k), k);
+      }
+    };
+    for (size_t j = 0; j < kAhead; ++j) prefetch(j);
+    for (size_t n = 0; n < valid.size(); ++n) {
+      prefetch(n + kAhead);
+      const size_t i = valid[n];
+      bool gave_up = false;
+      auto r = s.GetOneSided(&s.PartitionOf(keys[i]), keys[i], &gave_up);
+      if (gave_up) {
+        ++s.read_stats.fallbacks;
+        by_rpc.push_back(i);
+      } else {
+        ++s.read_stats.onesided_gets;
+        st->out[i] = std::move(r);
+      }
+    }
+  } else if (st->path == client::Path::kOneSided) {
+    // One-sided reads over the network: every lookup in flight at once.
+    for (size_t i : valid) {
+      ++st->pending;
+      s.StartGet(
+          keys[i],
+          [st, i, release](Result<Value> r) {
+            st->out[i] = std::move(r);
+            release();
+          },
+          /*tracked=*/false, client::Path::kOneSided);
+    }
+  } else {
+    by_rpc = std::move(valid);
+  }
+  if (!by_rpc.empty()) {
+    s.core->Flush();  // requests go out in issue order
+    for (auto [b, e] : Batches(
+             by_rpc.size(), [&](size_t n) { return keys[by_rpc[n]].size(); })) {
+      std::vector<std::string_view> batch;
+      std::vector<size_t> index(by_rpc.begin() + long(b),
+                                by_rpc.begin() + long(e));
+      for (size_t i : index) batch.push_back(keys[i]);
+      ++st->pending;
+      s.core->Call(
+          hash::kHashService, M(hash::HashMethod::kMultiGet),
+          hash::EncodeHashMultiGet(batch),
+          [&s, st, index = std::move(index), release](Status call,
+                                                      std::string reply) {
+            s.read_stats.rpc_gets += index.size();
+            auto items = call.ok()
+                             ? hash::DecodeHashMultiReply(reply, index.size())
+                             : Result<std::vector<hash::MultiItem>>(call);
+            for (size_t n = 0; n < index.size(); ++n) {
+              Result<Value>& out = st->out[index[n]];
+              if (!items.ok()) {
+                out = items.status();
+              } else if (!(*items)[n].status.ok()) {
+                out = (*items)[n].status;
+              } else {
+                out = Value{std::move((*items)[n].data), (*items)[n].version};
+              }
+            }
+            release();
+          });
+    }
+  }
+  release();
+}
+
 std::vector<Result<uint64_t>> HashStore::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
   std::vector<Result<uint64_t>> out(pairs.size(),

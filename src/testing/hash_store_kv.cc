@@ -50,6 +50,27 @@ class HashStoreClient : public KvClient {
       return out;
     }
     if (kind == BatchKind::kSequential) return KvClient::GetBatch(keys, kind);
+    if (kind == BatchKind::kMultiAsync) {
+      const size_t half = keys.size() / 2;
+      std::vector<std::string_view> first(keys.begin(),
+                                          keys.begin() + long(half));
+      std::vector<std::string_view> second(keys.begin() + long(half),
+                                           keys.end());
+      std::optional<std::vector<Result<HashStore::Value>>> a, b;
+      store_->MultiGetAsync(first, [&a](auto r) { a = std::move(r); });
+      store_->MultiGetAsync(second, [&b](auto r) { b = std::move(r); });
+      const Status st = session_->WaitAll();
+      for (auto* part : {&a, &b}) {
+        if (!part->has_value()) {
+          for (size_t i = 0; i < (part == &a ? first : second).size(); ++i) {
+            out.push_back(st.ok() ? Status::Internal("never completed") : st);
+          }
+          continue;
+        }
+        for (auto& v : **part) add(std::move(v));
+      }
+      return out;
+    }
     std::vector<std::optional<Result<HashStore::Value>>> got(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       store_->GetAsync(keys[i], [&got, i](Result<HashStore::Value> v) {

@@ -56,8 +56,9 @@ class KvClient {
   // NotFound if absent.
   virtual Status Delete(std::string_view key) = 0;
   // How GetBatch reads: one Get after another, asynchronous gets all in
-  // flight together, or one multi-get.
-  enum class BatchKind { kSequential, kAsync, kMulti };
+  // flight together, one multi-get, or two asynchronous multi-gets in
+  // flight together.
+  enum class BatchKind { kSequential, kAsync, kMulti, kMultiAsync };
   // One result per key, in order. By default, Get in turn.
   virtual std::vector<Result<KvValue>> GetBatch(
       const std::vector<std::string_view>& keys, BatchKind kind) {
