@@ -35,17 +35,22 @@ void RpcClient::Call(proto::ServiceId service, uint8_t method,
   uint64_t id = next_id_++;
   proto::RpcHeader h = proto::MakeHeader(service, method, id, payload.size(),
                                          /*reply=*/false);
-  pending_.emplace(id, Pending{std::move(done), deadline});
-  deadlines_.emplace(deadline, id);
+  pending_.emplace(id,
+                   Pending{std::move(done), deadlines_.emplace(deadline, id)});
   endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),
                     [this, id](Status st) {
                       if (st.ok()) return;
                       auto it = pending_.find(id);
                       if (it == pending_.end()) return;
-                      ReplyFn fn = std::move(it->second.done);
-                      pending_.erase(it);
-                      fn(st, {});
+                      Take(it)(st, {});
                     });
+}
+
+RpcClient::ReplyFn RpcClient::Take(PendingMap::iterator it) {
+  ReplyFn fn = std::move(it->second.done);
+  deadlines_.erase(it->second.deadline);
+  pending_.erase(it);
+  return fn;
 }
 
 Result<std::string> RpcClient::CallSync(proto::ServiceId service,
@@ -85,11 +90,10 @@ void RpcClient::OnReply(AmMessage&& msg) {
       ++stray_replies_;
       return;
     }
-    ReplyFn fn = std::move(it->second.done);
-    pending_.erase(it);
-    fn(Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
-                           " bytes exceeds this client's limit"),
-       {});
+    Take(it)(
+        Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
+                            " bytes exceeds this client's limit"),
+        {});
     return;
   }
   auto h = proto::DecodeHeader(msg.header.data(), msg.header.size(),
@@ -103,8 +107,7 @@ void RpcClient::OnReply(AmMessage&& msg) {
     ++stray_replies_;  // timed out earlier, or not ours
     return;
   }
-  ReplyFn fn = std::move(it->second.done);
-  pending_.erase(it);
+  ReplyFn fn = Take(it);
   if (h->status != 0) {
     fn(Status(static_cast<StatusCode>(h->status), std::move(msg.data)), {});
     return;
@@ -122,20 +125,14 @@ void RpcClient::FailAll(const Status& why) {
 size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
   size_t n = 0;
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-    uint64_t id = deadlines_.begin()->second;
-    deadlines_.erase(deadlines_.begin());
-    auto it = pending_.find(id);
-    if (it == pending_.end()) continue;  // already answered
-    ReplyFn fn = std::move(it->second.done);
-    pending_.erase(it);
-    fn(Status::TimedOut("no reply from the server within the deadline"), {});
-    ++n;
-  }
-  // Drop deadline entries of answered calls so the map stays small.
-  if (deadlines_.size() > 2 * pending_.size() + 1024) {
-    for (auto it = deadlines_.begin(); it != deadlines_.end();) {
-      it = pending_.count(it->second) ? std::next(it) : deadlines_.erase(it);
+    auto it = pending_.find(deadlines_.begin()->second);
+    if (it == pending_.end()) {  // cannot happen: entries leave together
+      deadlines_.erase(deadlines_.begin());
+      continue;
     }
+    Take(it)(Status::TimedOut("no reply from the server within the deadline"),
+             {});
+    ++n;
   }
   return n;
 }

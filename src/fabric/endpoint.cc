@@ -1,6 +1,7 @@
 #include "fabric/endpoint.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -339,6 +340,35 @@ Result<uint64_t> Endpoint::FetchAddSync(uint64_t delta,
 
 void Endpoint::SendAm(unsigned am_id, const void* header, size_t header_len,
                       std::string payload, Completion done) {
+  if (!failed_ && !closed_) {
+    // First without keeping anything: a message small enough for the
+    // transport's inline send (every reply to a get of a small value) is
+    // copied out during the call, so no operation state, no copy of the
+    // header and no completion entry is needed. UCX refuses with
+    // NO_RESOURCE, sending nothing, whatever it cannot complete in the call.
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, am_id, header, header_len,
+                                         payload.data(), payload.size(), &p);
+    if (r == nullptr) {
+      if (done) worker_->Complete(std::move(done), Status::OK());
+      return;
+    }
+    if (!UCS_PTR_IS_ERR(r)) {
+      // Against UCX's contract for FORCE_IMM_CMPL: the request would refer
+      // to buffers about to go away.
+      std::fprintf(stderr,
+                   "remem: UCX returned a request for an immediate send\n");
+      std::abort();
+    }
+    if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE) {
+      if (done) {
+        worker_->Complete(std::move(done), FromUcs(UCS_PTR_STATUS(r), "send"));
+      }
+      return;
+    }
+  }
   auto* op = new Op{worker_, std::move(done), "send", std::move(payload),
                     std::string(static_cast<const char*>(header), header_len)};
   if (failed_ || closed_) return CompleteLater(op, Unusable());

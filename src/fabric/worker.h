@@ -19,12 +19,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fabric/context.h"
@@ -36,9 +38,35 @@ namespace remem::fabric {
 using Clock = std::chrono::steady_clock;
 using Completion = std::function<void(Status)>;
 
+// An active message's header: remem's headers (32 to 56 bytes) are kept
+// inline, so receiving one allocates nothing; a longer one (only a broken or
+// hostile peer sends one) goes to the heap.
+class AmHeader {
+ public:
+  void assign(const char* p, size_t n) {
+    size_ = n;
+    if (n <= kInline) {
+      if (n > 0) std::memcpy(inline_, p, n);
+      heap_.clear();
+    } else {
+      heap_.assign(p, n);
+    }
+  }
+  const char* data() const { return size_ <= kInline ? inline_ : heap_.data(); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  operator std::string_view() const { return {data(), size_}; }
+
+ private:
+  static constexpr size_t kInline = 64;
+  char inline_[kInline];
+  std::string heap_;
+  size_t size_ = 0;
+};
+
 // One received active message, owned by the handler.
 struct AmMessage {
-  std::string header;
+  AmHeader header;
   std::string data;
   ucp_ep_h reply_ep = nullptr;  // the sender's endpoint on this worker
   // Set when the data was refused for being larger than the worker's limit;
@@ -157,6 +185,7 @@ class Worker {
   size_t max_am_data_;
   std::vector<std::unique_ptr<AmSlot>> slots_;
   std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
+  std::vector<std::pair<AmSlot*, AmMessage>> inbox_spare_;  // its capacity
   std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unordered_set>
 #include <utility>
@@ -149,7 +151,7 @@ Result<ServerHelloInfo> DecodeServerHello(std::string_view message) {
 
 RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
                      uint64_t payload_len, bool reply, StatusCode status,
-                     uint64_t epoch) {
+                     uint32_t epoch) {
   RpcHeader h{};
   h.magic = kWireMagic;
   h.version = kWireVersion;
@@ -158,7 +160,10 @@ RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
   h.flags = reply ? kFlagReply : 0;
   h.status = static_cast<int32_t>(status);
   h.request_id = request_id;
-  h.payload_len = payload_len;
+  // Saturated: a payload over 4 GiB (never sent: kMaxRpcPayload is far
+  // below) cannot pass for a short one.
+  h.payload_len =
+      static_cast<uint32_t>(std::min<uint64_t>(payload_len, UINT32_MAX));
   h.epoch = epoch;
   return h;
 }

@@ -58,7 +58,7 @@ Result<ServerHelloInfo> DecodeServerHello(std::string_view message);
 // Builds a header for a request or reply.
 RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
                      uint64_t payload_len, bool reply,
-                     StatusCode status = StatusCode::kOk, uint64_t epoch = 0);
+                     StatusCode status = StatusCode::kOk, uint32_t epoch = 0);
 
 // Validates an AM header: size, magic, version, flags, reserved, and that
 // `payload_len` matches the AM data length `data_len`. The service and

@@ -36,7 +36,8 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // 3: remem's own TCP handshake instead of UCX's connection manager;
 // service + method + epoch in the RPC header; stats as named values; region
 // owners and access in the region list; the server lease region.
-inline constexpr uint16_t kWireVersion = 3;
+// 4: RpcHeader back to 32 bytes (32-bit payload_len and epoch).
+inline constexpr uint16_t kWireVersion = 4;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server
@@ -47,6 +48,8 @@ inline constexpr unsigned kAmMemReply = 20;    // server -> client
 // Largest RPC payload either side accepts (larger ones are refused by the
 // receiver before the data is fetched).
 inline constexpr uint64_t kMaxRpcPayload = 64ull << 20;
+static_assert(kMaxRpcPayload <= UINT32_MAX,
+              "RpcHeader::payload_len is 32 bits");
 // Largest shared secret accepted in the handshake.
 inline constexpr uint32_t kMaxSecretBytes = uint32_t(remem::kMaxSecretBytes);
 // Largest UCX worker address accepted in the handshake.
@@ -127,11 +130,16 @@ struct RpcHeader {
   uint16_t reserved;     // zero
   int32_t status;        // replies: StatusCode; requests: zero
   uint64_t request_id;   // chosen by the client, echoed in the reply
-  uint64_t payload_len;  // must equal the AM data length
-  uint64_t epoch;        // configuration epoch the sender used; 0 outside a
+  uint32_t payload_len;  // must equal the AM data length
+  uint32_t epoch;        // configuration epoch the sender used; 0 outside a
                          // cluster
 };
-static_assert(sizeof(RpcHeader) == 40);
+// 32 bytes, not more: over shared memory a reply small enough for one UCX
+// FIFO element (128 bytes with UCX's own headers) is sent inline
+// (am_short); 8 more bytes pushed a get's reply of a 32 B value out of it,
+// which cost synchronous RPCs 10-20% (docs/ARCHITECTURE.md, "What UCX did
+// that surprised us").
+static_assert(sizeof(RpcHeader) == 32);
 static_assert(offsetof(RpcHeader, request_id) == 16);
 
 // Regions reply payload: RegionsReply, then `num_regions` times

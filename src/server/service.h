@@ -86,7 +86,7 @@ class Responder {
 struct Call {
   uint8_t method = 0;
   std::string payload;  // owned by the call
-  uint64_t epoch = 0;   // the configuration epoch the client used
+  uint32_t epoch = 0;   // the configuration epoch the client used
   ConnectionId connection = 0;
   Responder responder;
 };

@@ -44,8 +44,10 @@ Result<std::unique_ptr<RawSession>> RawSession::Connect(
   // (tcp) go as served memory requests.
   REMEM_RETURN_IF_ERROR(s->ep_->set_served(s->ep_->RmaIsEmulated()));
   RawSession* raw = s.get();
-  REMEM_RETURN_IF_ERROR(s->worker_->SetAmHandler(
-      proto::kAmReply,
+  // Routed by endpoint, as a session's RpcClient routes its replies (a test
+  // may put one on this endpoint instead).
+  REMEM_RETURN_IF_ERROR(s->worker_->RouteAm(
+      proto::kAmReply, s->ep_->handle(),
       [raw](fabric::AmMessage&& m) { raw->replies_.push_back(std::move(m)); }));
   return s;
 }
