@@ -175,6 +175,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = DecodeHashMultiPut(encoded);
     if (!again.ok() || *again != *mput) std::abort();
   }
+  auto mop = DecodeHashMultiOp(in);
+  if (mop.ok()) {
+    const std::string encoded = EncodeHashMultiOp(*mop);
+    auto again = DecodeHashMultiOp(encoded);
+    if (!again.ok() || again->size() != mop->size()) std::abort();
+    for (size_t i = 0; i < mop->size(); ++i) {
+      const auto& a = (*again)[i];
+      const auto& b = (*mop)[i];
+      if (a.op != b.op || a.key != b.key || a.value != b.value) std::abort();
+    }
+  }
   if (size >= sizeof(HashMultiReply)) {
     uint32_t count;
     std::memcpy(&count, data, sizeof(count));

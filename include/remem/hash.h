@@ -83,10 +83,11 @@ class HashStore {
   // store's read path as Get does; many may be in flight (one-sided
   // lookups step through their reads concurrently; on shared memory they
   // are queued with their first bucket prefetched, and performed together
-  // at the next Poll, WaitAll or synchronous call, or once 32 are queued). Gets
-  // and puts that go to the server are sent together at the next Poll, one
-  // message per run of consecutive gets (or puts), in issue order (what Redis
-  // calls pipelining, done for the application).
+  // at the next Poll, WaitAll or synchronous call, or once 32 are queued).
+  // Gets, puts and deletes that go to the server are sent together at the
+  // next Poll as one message (what Redis calls pipelining, done for the
+  // application), which the server does in issue order: a get queued after
+  // a put of the same key sees that put.
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);

@@ -211,6 +211,58 @@ Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload) {
   return pairs;
 }
 
+std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops) {
+  size_t bytes = sizeof(HashMultiRequest);
+  for (const MultiOp& o : ops) {
+    bytes += sizeof(HashMultiOp) + o.key.size() + o.value.size();
+  }
+  std::string out;
+  out.reserve(bytes);
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(ops.size()), 0});
+  for (const MultiOp& o : ops) {
+    HashMultiOp h{};
+    h.op = static_cast<uint8_t>(o.op);
+    h.key_len = static_cast<uint32_t>(o.key.size());
+    h.value_len = static_cast<uint32_t>(o.value.size());
+    Append(&out, h);
+    out += o.key;
+    out += o.value;
+  }
+  return out;
+}
+
+Result<std::vector<MultiOp>> DecodeHashMultiOp(std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<MultiOp> ops;
+  ops.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    HashMultiOp h;
+    if (!rd.Read(&h)) return Bad("hash multi-op item truncated");
+    if (h.reserved != 0 || h.reserved2 != 0) {
+      return Bad("hash multi-op item: reserved bytes set");
+    }
+    const auto op = static_cast<MultiOpKind>(h.op);
+    if (op != MultiOpKind::kGet && op != MultiOpKind::kPut &&
+        op != MultiOpKind::kDelete) {
+      return Bad("hash multi-op item: unknown operation " +
+                 std::to_string(h.op));
+    }
+    if (op != MultiOpKind::kPut && h.value_len != 0) {
+      return Bad("hash multi-op item: a value with a get or delete");
+    }
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(uint64_t{h.key_len} + h.value_len)) {
+      return Bad("hash multi-op item truncated");
+    }
+    ops.push_back({op, Take(payload, at, h.key_len),
+                   Take(payload, at + h.key_len, h.value_len)});
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after multi-op items");
+  return ops;
+}
+
 std::string EncodeHashMultiReply(const std::vector<MultiItem>& items) {
   std::string out;
   Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});

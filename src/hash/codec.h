@@ -59,6 +59,14 @@ Result<std::vector<std::string_view>> DecodeHashMultiGet(
 using KeyValue = std::pair<std::string_view, std::string_view>;
 std::string EncodeHashMultiPut(const std::vector<KeyValue>& pairs);
 Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload);
+// Mixed batch (kMultiOp): the views point into the payload.
+struct MultiOp {
+  MultiOpKind op = MultiOpKind::kGet;
+  std::string_view key;
+  std::string_view value;  // puts only
+};
+std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops);
+Result<std::vector<MultiOp>> DecodeHashMultiOp(std::string_view payload);
 struct MultiItem {
   Status status;
   uint64_t version = 0;

@@ -53,5 +53,37 @@ TEST(Codec, HashMultiGetPutAndReply) {
   EXPECT_FALSE(DecodeHashMultiReply(huge, big).ok());
 }
 
+TEST(Codec, HashMultiOpRoundTripsAndRefusesWhatIsMalformed) {
+  const std::vector<MultiOp> ops = {{MultiOpKind::kPut, "k1", "v1"},
+                                    {MultiOpKind::kGet, "k1", {}},
+                                    {MultiOpKind::kDelete, "k1", {}},
+                                    {MultiOpKind::kPut, "k2", ""}};
+  const std::string wire = EncodeHashMultiOp(ops);
+  auto back = DecodeHashMultiOp(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ((*back)[i].op, ops[i].op) << i;
+    EXPECT_EQ((*back)[i].key, ops[i].key) << i;
+    EXPECT_EQ((*back)[i].value, ops[i].value) << i;
+  }
+  for (size_t n = 0; n < wire.size(); ++n) {
+    EXPECT_FALSE(DecodeHashMultiOp(wire.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeHashMultiOp(wire + "x").ok());  // trailing bytes
+  EXPECT_FALSE(DecodeHashMultiOp(EncodeHashMultiOp({})).ok());  // no items
+  // The first item's header starts after the 8-byte request header.
+  std::string bad = wire;
+  bad[8] = 9;  // no such operation
+  EXPECT_FALSE(DecodeHashMultiOp(bad).ok());
+  bad = wire;
+  bad[9] = 1;  // reserved
+  EXPECT_FALSE(DecodeHashMultiOp(bad).ok());
+  // A get that carries a value.
+  const std::string get_with_value =
+      EncodeHashMultiOp({{MultiOpKind::kGet, "k", "v"}});
+  EXPECT_FALSE(DecodeHashMultiOp(get_with_value).ok());
+}
+
 }  // namespace
 }  // namespace remem::hash

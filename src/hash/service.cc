@@ -181,6 +181,7 @@ Result<Route> HashService::RouteCall(uint8_t method,
     case HashMethod::kInfo:
     case HashMethod::kMultiGet:
     case HashMethod::kMultiPut:
+    case HashMethod::kMultiOp:
       return Route::Here();
     case HashMethod::kGet:
     case HashMethod::kDelete: {
@@ -207,6 +208,7 @@ void HashService::Handle(PartitionId p, Call call) {
       return call.responder.Reply(Status::OK(), info_);
     case HashMethod::kMultiGet:
     case HashMethod::kMultiPut:
+    case HashMethod::kMultiOp:
       return HandleMulti(std::move(call));
     default:
       return HandleSingle_st(p, std::move(call));
@@ -268,39 +270,58 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
 
 void HashService::HandleMulti(Call call) {
   // The decoded items are views into the payload, which `batch` owns and
-  // keeps alive until the reply is sent. Each owner thread fills only its
-  // own items' results; the last to finish replies.
+  // keeps alive until the reply is sent. Each owner thread does its own
+  // items, in request order, and fills only their results; the last to
+  // finish replies. A multi-get, a multi-put and a mixed batch are the same
+  // here: items with an operation each.
   struct Batch {
     std::string payload;
-    std::vector<std::string_view> keys;
-    std::vector<KeyValue> pairs;
+    std::vector<MultiOp> ops;
     std::vector<MultiItem> results;
     Responder responder;
   };
   auto batch = std::make_shared<Batch>();
   batch->payload = std::move(call.payload);
   batch->responder = std::move(call.responder);
-  const bool get =
-      static_cast<HashMethod>(call.method) == HashMethod::kMultiGet;
-  if (get) {
-    auto keys = DecodeHashMultiGet(batch->payload);
-    if (!keys.ok()) return batch->responder.Reply(keys.status());
-    batch->keys = std::move(*keys);
-  } else {
-    auto pairs = DecodeHashMultiPut(batch->payload);
-    if (!pairs.ok()) return batch->responder.Reply(pairs.status());
-    batch->pairs = std::move(*pairs);
-    for (const auto& kv : batch->pairs) batch->keys.push_back(kv.first);
+  switch (static_cast<HashMethod>(call.method)) {
+    case HashMethod::kMultiGet: {
+      auto keys = DecodeHashMultiGet(batch->payload);
+      if (!keys.ok()) return batch->responder.Reply(keys.status());
+      batch->ops.reserve(keys->size());
+      for (auto k : *keys) batch->ops.push_back({MultiOpKind::kGet, k, {}});
+      break;
+    }
+    case HashMethod::kMultiPut: {
+      auto pairs = DecodeHashMultiPut(batch->payload);
+      if (!pairs.ok()) return batch->responder.Reply(pairs.status());
+      batch->ops.reserve(pairs->size());
+      for (auto& [k, v] : *pairs) {
+        batch->ops.push_back({MultiOpKind::kPut, k, v});
+      }
+      break;
+    }
+    default: {
+      auto ops = DecodeHashMultiOp(batch->payload);
+      if (!ops.ok()) return batch->responder.Reply(ops.status());
+      batch->ops = std::move(*ops);
+      break;
+    }
   }
-  batch->results.resize(batch->keys.size());
-  // Items grouped by the partition that owns them.
+  batch->results.resize(batch->ops.size());
+  // Items grouped by the partition that owns them, in request order.
   std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
-  for (uint32_t i = 0; i < batch->keys.size(); ++i) {
-    if (batch->keys[i].empty()) {
+  // Not vector<bool>: its element would be captured below as a proxy into
+  // this local vector.
+  std::vector<uint8_t> owner_writes(partitions_.size(), 0);
+  for (uint32_t i = 0; i < batch->ops.size(); ++i) {
+    const MultiOp& o = batch->ops[i];
+    if (o.key.empty()) {
       batch->results[i].status = Status::InvalidArgument("empty key");
       continue;
     }
-    by_owner[PartitionOf(batch->keys[i])].push_back(i);
+    const PartitionId p = PartitionOf(o.key);
+    by_owner[p].push_back(i);
+    if (o.op != MultiOpKind::kGet) owner_writes[p] = 1;
   }
   size_t owners = 0;
   for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
@@ -311,65 +332,76 @@ void HashService::HandleMulti(Call call) {
   auto fan = std::make_shared<server::FanIn>(owners, std::move(send));
   for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(owner, [this, owner, batch, fan, get,
-                        items = std::move(by_owner[owner])]() mutable {
-      Partition& part = *partitions_[owner];
-      Table& table = *part.table;
-      if (!get && part.store) {
-        if (Status w = part.store->Writable(); !w.ok()) {
-          for (uint32_t i : items) batch->results[i].status = w;
-          return fan->Done();
-        }
-      }
-      // Buckets are prefetched kAhead items before they are used.
-      constexpr size_t kAhead = 8;
-      for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
-        table.Prefetch(batch->keys[items[j]]);
-      }
-      for (size_t n = 0; n < items.size(); ++n) {
-        if (n + kAhead < items.size()) {
-          table.Prefetch(batch->keys[items[n + kAhead]]);
-        }
-        const uint32_t i = items[n];
-        MultiItem& out = batch->results[i];
-        if (get) {
-          auto v = table.Get(batch->keys[i]);
-          if (v.ok()) {
-            out.version = v->version;
-            out.data = std::move(v->value);
-          } else {
-            out.status = v.status();
-          }
-          continue;
-        }
-        auto v = table.Put(batch->pairs[i].first, batch->pairs[i].second);
-        if (!v.ok()) {
-          out.status = v.status();
-          continue;
-        }
-        out.version = *v;
-        if (part.store) {
-          part.store->LogPut(batch->pairs[i].first, batch->pairs[i].second, *v);
-        }
-      }
-      if (get || part.store == nullptr) {
-        if (!get) UpdateCounters_st(part);
-        return fan->Done();
-      }
-      UpdateCounters_st(part);
-      // Once this partition's records are durable; a failed write fails
-      // this partition's items that had succeeded in memory.
-      part.store->AfterDurable(
-          [batch, fan, items = std::move(items)](Status st) {
-            if (!st.ok()) {
-              for (uint32_t i : items) {
-                if (batch->results[i].status.ok())
-                  batch->results[i].status = st;
-              }
-            }
-            fan->Done();
-          });
-    });
+    ctx_->RunOn(owner,
+                [this, owner, batch, fan, writes = owner_writes[owner] != 0,
+                 items = std::move(by_owner[owner])]() mutable {
+                  Partition& part = *partitions_[owner];
+                  Table& table = *part.table;
+                  Status writable;
+                  if (writes && part.store) writable = part.store->Writable();
+                  // Buckets are prefetched kAhead items before they are used.
+                  constexpr size_t kAhead = 8;
+                  for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
+                    table.Prefetch(batch->ops[items[j]].key);
+                  }
+                  for (size_t n = 0; n < items.size(); ++n) {
+                    if (n + kAhead < items.size()) {
+                      table.Prefetch(batch->ops[items[n + kAhead]].key);
+                    }
+                    const uint32_t i = items[n];
+                    const MultiOp& o = batch->ops[i];
+                    MultiItem& out = batch->results[i];
+                    if (o.op == MultiOpKind::kGet) {
+                      auto v = table.Get(o.key);
+                      if (v.ok()) {
+                        out.version = v->version;
+                        out.data = std::move(v->value);
+                      } else {
+                        out.status = v.status();
+                      }
+                      continue;
+                    }
+                    // The log cannot be written: refuse writes before changing
+                    // anything.
+                    if (!writable.ok()) {
+                      out.status = writable;
+                      continue;
+                    }
+                    if (o.op == MultiOpKind::kDelete) {
+                      out.status = table.Delete(o.key);
+                      if (out.status.ok() && part.store) {
+                        part.store->LogDelete(o.key, table.last_version());
+                      }
+                      continue;
+                    }
+                    auto v = table.Put(o.key, o.value);
+                    if (!v.ok()) {
+                      out.status = v.status();
+                      continue;
+                    }
+                    out.version = *v;
+                    if (part.store) part.store->LogPut(o.key, o.value, *v);
+                  }
+                  if (!writes) return fan->Done();
+                  UpdateCounters_st(part);
+                  if (part.store == nullptr || !writable.ok())
+                    return fan->Done();
+                  // Once this partition's records are durable; a failed write
+                  // fails this partition's writes that had succeeded in memory
+                  // (a get's answer stands).
+                  part.store->AfterDurable(
+                      [batch, fan, items = std::move(items)](Status st) {
+                        if (!st.ok()) {
+                          for (uint32_t i : items) {
+                            if (batch->ops[i].op != MultiOpKind::kGet &&
+                                batch->results[i].status.ok()) {
+                              batch->results[i].status = st;
+                            }
+                          }
+                        }
+                        fan->Done();
+                      });
+                });
   }
 }
 

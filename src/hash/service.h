@@ -6,8 +6,8 @@
 // directory so keys land where they were before a restart.
 //
 // Methods (hash/wire.h): Info, Get, Put, Delete route to the key's
-// partition; MultiGet and MultiPut run on the receiving thread and fan out
-// to the partitions of their keys. Writes are logged (the RESULT: key,
+// partition; MultiGet, MultiPut and MultiOp run on the receiving thread and fan
+// out to the partitions of their keys. Writes are logged (the RESULT: key,
 // value, new version) and answered once their records are written (group
 // commit at the end of the pass).
 //

@@ -147,21 +147,23 @@ struct HashStore::Impl {
     GetCallback done;
     bool tracked = true;  // counted in in_flight (GetAsync; not MultiGet)
   };
-  // Asynchronous gets and puts that go by RPC wait here until the next
-  // Poll/WaitAll (or a batch or synchronous call), which sends each run of
-  // consecutive gets (or puts) as one message: many requests in flight
-  // cost one send each way instead of one per request. Runs go out in
-  // issue order.
+  // Asynchronous gets, puts and deletes that go by RPC wait here until the
+  // next Poll/WaitAll (or a batch or synchronous call), which sends them
+  // all as one message (a multi-get, a multi-put, or a mixed batch the
+  // server does in order): many requests in flight cost one send each way
+  // instead of one per request.
   struct Queued {
-    bool is_get;
-    std::shared_ptr<AsyncGet> get;  // is_get
-    std::string key, value;         // !is_get
-    std::function<void(Result<uint64_t>)> put_done;
+    hash::MultiOpKind kind;
+    std::shared_ptr<AsyncGet> get;  // gets
+    std::string key, value;         // puts (key, value) and deletes (key)
+    std::function<void(Result<uint64_t>)> put_done;  // puts
+    std::function<void(Status)> delete_done;         // deletes
   };
   std::vector<Queued> queued;
   void FlushQueued();
   void SendGets(std::vector<std::shared_ptr<AsyncGet>> ops);
   void SendPuts(std::vector<Queued> puts);
+  void SendMixed(std::vector<Queued> ops);
 
   // `forced`: the path a batch chose for all its keys; else the selector
   // chooses. `tracked`: counted in in_flight and the session's first error
@@ -548,25 +550,90 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
 }
 
 void HashStore::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
-  queued.push_back({true, std::move(op), {}, {}, nullptr});
+  queued.push_back({hash::MultiOpKind::kGet, std::move(op), {}, {}, {}, {}});
 }
 
 void HashStore::Impl::FlushQueued() {
   if (queued.empty()) return;
   std::vector<Queued> all;
   all.swap(queued);
-  for (size_t i = 0; i < all.size();) {
-    size_t j = i;
-    while (j < all.size() && all[j].is_get == all[i].is_get) ++j;
-    if (all[i].is_get) {
-      std::vector<std::shared_ptr<AsyncGet>> ops;
-      for (size_t k = i; k < j; ++k) ops.push_back(std::move(all[k].get));
-      SendGets(std::move(ops));
-    } else {
-      SendPuts(std::vector<Queued>(std::make_move_iterator(all.begin() + i),
-                                   std::make_move_iterator(all.begin() + j)));
+  bool mixed = false;
+  for (const Queued& q : all) mixed |= q.kind != all.front().kind;
+  if (mixed || all.front().kind == hash::MultiOpKind::kDelete) {
+    return SendMixed(std::move(all));
+  }
+  if (all.front().kind == hash::MultiOpKind::kPut) {
+    return SendPuts(std::move(all));
+  }
+  std::vector<std::shared_ptr<AsyncGet>> ops;
+  ops.reserve(all.size());
+  for (Queued& q : all) ops.push_back(std::move(q.get));
+  SendGets(std::move(ops));
+}
+
+void HashStore::Impl::SendMixed(std::vector<Queued> all) {
+  // A lone delete is the single-key method; anything else, mixed batches
+  // of at most kMaxMultiItems and about 16 MiB each, in issue order.
+  if (all.size() == 1 && all[0].kind == hash::MultiOpKind::kDelete) {
+    auto cb = std::move(all[0].delete_done);
+    core->Call(hash::kHashService, M(hash::HashMethod::kDelete),
+               hash::EncodeHashKey(all[0].key),
+               [cb](Status st, std::string) mutable { cb(st); });
+    return;
+  }
+  auto key_of = [](const Queued& q) -> std::string_view {
+    return q.kind == hash::MultiOpKind::kGet ? std::string_view(q.get->key)
+                                             : std::string_view(q.key);
+  };
+  size_t b = 0;
+  while (b < all.size()) {
+    size_t e = b, bytes = 0;
+    while (e < all.size() && e - b < hash::kMaxMultiItems &&
+           (e == b || bytes + key_of(all[e]).size() + all[e].value.size() <
+                          (16u << 20))) {
+      bytes += key_of(all[e]).size() + all[e].value.size();
+      ++e;
     }
-    i = j;
+    auto batch = std::make_shared<std::vector<Queued>>(
+        std::make_move_iterator(all.begin() + long(b)),
+        std::make_move_iterator(all.begin() + long(e)));
+    std::vector<hash::MultiOp> ops;
+    ops.reserve(batch->size());
+    for (const Queued& q : *batch) ops.push_back({q.kind, key_of(q), q.value});
+    core->Call(hash::kHashService, M(hash::HashMethod::kMultiOp),
+               hash::EncodeHashMultiOp(ops),
+               [this, batch](Status st, std::string reply) {
+                 auto items =
+                     st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
+                             : Result<std::vector<hash::MultiItem>>(st);
+                 for (size_t i = 0; i < batch->size(); ++i) {
+                   Queued& q = (*batch)[i];
+                   const Status item_st =
+                       !items.ok() ? items.status() : (*items)[i].status;
+                   switch (q.kind) {
+                     case hash::MultiOpKind::kGet:
+                       ++read_stats.rpc_gets;
+                       if (!item_st.ok()) {
+                         FinishGet(q.get, item_st);
+                       } else {
+                         FinishGet(q.get, Value{std::move((*items)[i].data),
+                                                (*items)[i].version});
+                       }
+                       break;
+                     case hash::MultiOpKind::kPut:
+                       if (!item_st.ok()) {
+                         q.put_done(item_st);
+                       } else {
+                         q.put_done((*items)[i].version);
+                       }
+                       break;
+                     case hash::MultiOpKind::kDelete:
+                       q.delete_done(item_st);
+                       break;
+                   }
+                 }
+               });
+    b = e;
   }
 }
 
@@ -750,8 +817,12 @@ void HashStore::PutAsync(std::string_view key, std::string_view value,
     impl_->core->Defer([cb, st]() mutable { cb(st); });
     return;
   }
-  impl_->queued.push_back(
-      {false, nullptr, std::string(key), std::string(value), std::move(cb)});
+  impl_->queued.push_back({hash::MultiOpKind::kPut,
+                           nullptr,
+                           std::string(key),
+                           std::string(value),
+                           std::move(cb),
+                           {}});
 }
 
 void HashStore::DeleteAsync(std::string_view key, Callback done) {
@@ -761,10 +832,12 @@ void HashStore::DeleteAsync(std::string_view key, Callback done) {
     impl_->core->Defer([cb, st]() mutable { cb(st); });
     return;
   }
-  impl_->core->Flush();  // requests go out in issue order
-  impl_->core->Call(hash::kHashService, M(hash::HashMethod::kDelete),
-                    hash::EncodeHashKey(key),
-                    [cb](Status s, std::string) mutable { cb(s); });
+  impl_->queued.push_back({hash::MultiOpKind::kDelete,
+                           nullptr,
+                           std::string(key),
+                           {},
+                           {},
+                           std::move(cb)});
 }
 
 Result<std::vector<hash::MultiItem>> HashStore::Impl::CallMulti(

@@ -24,6 +24,8 @@ enum class HashMethod : uint8_t {
   kDelete = 3,    // HashKeyRequest + key; empty reply
   kMultiGet = 4,  // HashMultiRequest + items; HashMultiReply + items
   kMultiPut = 5,  // HashMultiRequest + items; HashMultiReply + items
+  kMultiOp = 6,   // HashMultiRequest + HashMultiOp items (gets, puts and
+                  // deletes, done in order); HashMultiReply + items
   kCount
 };
 
@@ -104,6 +106,19 @@ struct HashMultiPair {
 };
 static_assert(sizeof(HashMultiPair) == 8);
 
+// Mixed-batch item: HashMultiOp + key + value (value_len is 0 for a get or
+// a delete). Each item is done as its single-key method would do it, in
+// request order for items of the same key.
+enum class MultiOpKind : uint8_t { kGet = 1, kPut = 2, kDelete = 3 };
+struct HashMultiOp {
+  uint8_t op;  // MultiOpKind
+  uint8_t reserved;
+  uint16_t reserved2;
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(HashMultiOp) == 12);
+
 struct HashMultiReply {
   uint32_t count;  // = the request's
   uint32_t reserved;
@@ -111,7 +126,8 @@ struct HashMultiReply {
 static_assert(sizeof(HashMultiReply) == 8);
 
 // One per item, in request order, followed by `data_len` bytes: the value
-// (get, status OK), the error message (status not OK), or nothing (put).
+// (get, status OK), the error message (status not OK), or nothing (put,
+// delete). `version` is the value's (get) or the new one (put).
 struct HashMultiItem {
   uint16_t status;  // StatusCode
   uint16_t reserved;
