@@ -553,6 +553,52 @@ TEST_F(HashTest, MixedAsyncOperationsGoTogetherAndKeepIssueOrder) {
   EXPECT_EQ(stays->value, "old");
 }
 
+// Asynchronous multi-gets that go to the server join the store's queue:
+// several in flight, with single gets and puts between them, travel as one
+// message, and each batch still gets its own results, in its order.
+TEST_F(HashTest, AsyncMultiGetsQueuedTogetherGoAsOneMessage) {
+  auto c = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(c);
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 128; ++i) keys.push_back("mga-" + std::to_string(i));
+  for (const auto& k : keys) pairs.emplace_back(k, k);
+  for (const auto& r : c->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+  auto before = c.session->Stats();
+  ASSERT_TRUE(before.ok());
+  constexpr int kBatches = 8;
+  std::vector<std::vector<Result<HashStore::Value>>> got(kBatches);
+  int single = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<std::string_view> ask;
+    for (int i = 0; i < 16; ++i) ask.push_back(keys[size_t(b * 16 + i)]);
+    ask.push_back("mga-absent");
+    c->MultiGetAsync(ask, [&got, b](auto r) { got[size_t(b)] = std::move(r); });
+    c->GetAsync(keys[size_t(b)],
+                [&single, b, &keys](Result<HashStore::Value> v) {
+                  ASSERT_TRUE(v.ok()) << v.status().ToString();
+                  EXPECT_EQ(v->value, keys[size_t(b)]);
+                  ++single;
+                });
+  }
+  c->PutAsync("mga-new", "v", [](Result<uint64_t> v) { EXPECT_TRUE(v.ok()); });
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  auto after = c.session->Stats();
+  ASSERT_TRUE(after.ok());
+  // One message for everything queued, and this Stats call.
+  EXPECT_EQ(after->Get("rpcs_served") - before->Get("rpcs_served"), 2u);
+  EXPECT_EQ(single, kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    ASSERT_EQ(got[size_t(b)].size(), 17u) << b;
+    for (int i = 0; i < 16; ++i) {
+      const auto& r = got[size_t(b)][size_t(i)];
+      ASSERT_TRUE(r.ok()) << b << "/" << i << ": " << r.status().ToString();
+      EXPECT_EQ(r->value, keys[size_t(b * 16 + i)]);
+    }
+    EXPECT_EQ(got[size_t(b)][16].status().code(), StatusCode::kNotFound);
+  }
+}
+
 // A client process killed while it streams multi-put batches: the server
 // carries on serving others, and every key it acknowledged stays readable.
 TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {

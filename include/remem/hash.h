@@ -103,9 +103,10 @@ class HashStore {
       const std::vector<std::string_view>& keys);
   // MultiGet, asynchronously (keys are copied where needed; the callback
   // runs inside a later Poll/WaitAll, with one result per key). Many may
-  // be in flight: over tcp each is one message, so batches and requests in
-  // flight multiply. It goes out after the store's queued requests (issue
-  // order). On shared memory its one-sided reads are done in the call.
+  // be in flight. What goes to the server joins the store's queue and goes
+  // out at the next Poll in one message with everything else queued (other
+  // batches, single gets, puts, deletes), in issue order. On shared memory
+  // its one-sided reads are done in the call.
   void MultiGetAsync(const std::vector<std::string_view>& keys,
                      MultiGetCallback done);
   std::vector<Result<uint64_t>> MultiPut(

@@ -152,12 +152,20 @@ struct HashStore::Impl {
   // all as one message (a multi-get, a multi-put, or a mixed batch the
   // server does in order): many requests in flight cost one send each way
   // instead of one per request.
+  // Where a queued get of an asynchronous multi-get puts its result.
+  struct BatchSink {
+    virtual ~BatchSink() = default;
+    virtual void Set(size_t index, Result<Value> r) = 0;
+  };
   struct Queued {
     hash::MultiOpKind kind;
-    std::shared_ptr<AsyncGet> get;  // gets
-    std::string key, value;         // puts (key, value) and deletes (key)
+    std::shared_ptr<AsyncGet> get;  // single gets
+    // Puts (key, value), deletes (key) and multi-get keys (key).
+    std::string key, value;
     std::function<void(Result<uint64_t>)> put_done;  // puts
     std::function<void(Status)> delete_done;         // deletes
+    std::shared_ptr<BatchSink> sink;                 // multi-get keys
+    size_t index = 0;                                // in the sink
   };
   std::vector<Queued> queued;
   void FlushQueued();
@@ -550,16 +558,20 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
 }
 
 void HashStore::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
-  queued.push_back({hash::MultiOpKind::kGet, std::move(op), {}, {}, {}, {}});
+  queued.push_back(
+      {hash::MultiOpKind::kGet, std::move(op), {}, {}, {}, {}, nullptr, 0});
 }
 
 void HashStore::Impl::FlushQueued() {
   if (queued.empty()) return;
   std::vector<Queued> all;
   all.swap(queued);
-  bool mixed = false;
-  for (const Queued& q : all) mixed |= q.kind != all.front().kind;
-  if (mixed || all.front().kind == hash::MultiOpKind::kDelete) {
+  bool mixed = false, batched = false;
+  for (const Queued& q : all) {
+    mixed |= q.kind != all.front().kind;
+    batched |= q.sink != nullptr;
+  }
+  if (mixed || batched || all.front().kind == hash::MultiOpKind::kDelete) {
     return SendMixed(std::move(all));
   }
   if (all.front().kind == hash::MultiOpKind::kPut) {
@@ -582,8 +594,7 @@ void HashStore::Impl::SendMixed(std::vector<Queued> all) {
     return;
   }
   auto key_of = [](const Queued& q) -> std::string_view {
-    return q.kind == hash::MultiOpKind::kGet ? std::string_view(q.get->key)
-                                             : std::string_view(q.key);
+    return q.get ? std::string_view(q.get->key) : std::string_view(q.key);
   };
   size_t b = 0;
   while (b < all.size()) {
@@ -597,42 +608,64 @@ void HashStore::Impl::SendMixed(std::vector<Queued> all) {
     auto batch = std::make_shared<std::vector<Queued>>(
         std::make_move_iterator(all.begin() + long(b)),
         std::make_move_iterator(all.begin() + long(e)));
-    std::vector<hash::MultiOp> ops;
-    ops.reserve(batch->size());
-    for (const Queued& q : *batch) ops.push_back({q.kind, key_of(q), q.value});
-    core->Call(hash::kHashService, M(hash::HashMethod::kMultiOp),
-               hash::EncodeHashMultiOp(ops),
-               [this, batch](Status st, std::string reply) {
-                 auto items =
-                     st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
-                             : Result<std::vector<hash::MultiItem>>(st);
-                 for (size_t i = 0; i < batch->size(); ++i) {
-                   Queued& q = (*batch)[i];
-                   const Status item_st =
-                       !items.ok() ? items.status() : (*items)[i].status;
-                   switch (q.kind) {
-                     case hash::MultiOpKind::kGet:
-                       ++read_stats.rpc_gets;
-                       if (!item_st.ok()) {
-                         FinishGet(q.get, item_st);
-                       } else {
-                         FinishGet(q.get, Value{std::move((*items)[i].data),
-                                                (*items)[i].version});
-                       }
-                       break;
-                     case hash::MultiOpKind::kPut:
-                       if (!item_st.ok()) {
-                         q.put_done(item_st);
-                       } else {
-                         q.put_done((*items)[i].version);
-                       }
-                       break;
-                     case hash::MultiOpKind::kDelete:
-                       q.delete_done(item_st);
-                       break;
-                   }
-                 }
-               });
+    // Only gets: the multi-get's smaller items.
+    bool only_gets = true;
+    for (const Queued& q : *batch) {
+      only_gets &= q.kind == hash::MultiOpKind::kGet;
+    }
+    hash::HashMethod method = hash::HashMethod::kMultiOp;
+    std::string payload;
+    if (only_gets) {
+      std::vector<std::string_view> keys;
+      keys.reserve(batch->size());
+      for (const Queued& q : *batch) keys.push_back(key_of(q));
+      method = hash::HashMethod::kMultiGet;
+      payload = hash::EncodeHashMultiGet(keys);
+    } else {
+      std::vector<hash::MultiOp> ops;
+      ops.reserve(batch->size());
+      for (const Queued& q : *batch) {
+        ops.push_back({q.kind, key_of(q), q.value});
+      }
+      payload = hash::EncodeHashMultiOp(ops);
+    }
+    core->Call(
+        hash::kHashService, M(method), std::move(payload),
+        [this, batch](Status st, std::string reply) {
+          auto items = st.ok()
+                           ? hash::DecodeHashMultiReply(reply, batch->size())
+                           : Result<std::vector<hash::MultiItem>>(st);
+          for (size_t i = 0; i < batch->size(); ++i) {
+            Queued& q = (*batch)[i];
+            const Status item_st =
+                !items.ok() ? items.status() : (*items)[i].status;
+            switch (q.kind) {
+              case hash::MultiOpKind::kGet: {
+                ++read_stats.rpc_gets;
+                Result<Value> r = item_st;
+                if (item_st.ok()) {
+                  r = Value{std::move((*items)[i].data), (*items)[i].version};
+                }
+                if (q.sink) {
+                  q.sink->Set(q.index, std::move(r));
+                } else {
+                  FinishGet(q.get, std::move(r));
+                }
+                break;
+              }
+              case hash::MultiOpKind::kPut:
+                if (!item_st.ok()) {
+                  q.put_done(item_st);
+                } else {
+                  q.put_done((*items)[i].version);
+                }
+                break;
+              case hash::MultiOpKind::kDelete:
+                q.delete_done(item_st);
+                break;
+            }
+          }
+        });
     b = e;
   }
 }
@@ -822,7 +855,9 @@ void HashStore::PutAsync(std::string_view key, std::string_view value,
                            std::string(key),
                            std::string(value),
                            std::move(cb),
-                           {}});
+                           {},
+                           nullptr,
+                           0});
 }
 
 void HashStore::DeleteAsync(std::string_view key, Callback done) {
@@ -837,7 +872,9 @@ void HashStore::DeleteAsync(std::string_view key, Callback done) {
                            std::string(key),
                            {},
                            {},
-                           std::move(cb)});
+                           std::move(cb),
+                           nullptr,
+                           0});
 }
 
 Result<std::vector<hash::MultiItem>> HashStore::Impl::CallMulti(
@@ -981,35 +1018,42 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
 void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
                               MultiGetCallback done) {
   Impl& s = *impl_;
-  struct State {
+  struct State : Impl::BatchSink, std::enable_shared_from_this<State> {
+    Impl* s = nullptr;
     std::vector<Result<Value>> out;
     size_t pending = 1;  // the issuing call's own share, released last
     MultiGetCallback done;
     bool timed = false;
     Clock::time_point start;
     client::Path path = client::Path::kOneSided;
+    // Called once per share; the last one answers (at a Poll: never
+    // inside the issuing call).
+    void Release() {
+      if (--pending > 0) return;
+      if (timed) {
+        s->RecordLatency(s->batch_selector.get(), path, start,
+                         double(out.size()));
+      }
+      s->core->Defer([self = shared_from_this()] {
+        --self->s->in_flight;
+        self->s->core->Ended(Status::OK());
+        if (self->done) self->done(std::move(self->out));
+      });
+    }
+    void Set(size_t index, Result<Value> r) override {
+      out[index] = std::move(r);
+      Release();
+    }
   };
   auto st = std::make_shared<State>();
+  st->s = &s;
   st->out.assign(keys.size(), Status::Internal("not answered"));
   st->done = std::move(done);
   s.Began();
   st->timed = s.batch_selector->mode() == ReadPath::kAuto && !keys.empty();
   st->start = st->timed ? Clock::now() : s.last_now;
   st->path = s.batch_selector->Choose(st->start);
-  // Called once per share; the last one answers (at a Poll: never inside
-  // this call).
-  auto release = [&s, st] {
-    if (--st->pending > 0) return;
-    if (st->timed) {
-      s.RecordLatency(s.batch_selector.get(), st->path, st->start,
-                      double(st->out.size()));
-    }
-    s.core->Defer([&s, st] {
-      --s.in_flight;
-      s.core->Ended(Status::OK());
-      if (st->done) st->done(std::move(st->out));
-    });
-  };
+  auto release = [st] { st->Release(); };
   std::vector<size_t> by_rpc;  // keys the server answers
   std::vector<size_t> valid;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -1059,37 +1103,19 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
   } else {
     by_rpc = std::move(valid);
   }
-  if (!by_rpc.empty()) {
-    s.core->Flush();  // requests go out in issue order
-    for (auto [b, e] : Batches(
-             by_rpc.size(), [&](size_t n) { return keys[by_rpc[n]].size(); })) {
-      std::vector<std::string_view> batch;
-      std::vector<size_t> index(by_rpc.begin() + long(b),
-                                by_rpc.begin() + long(e));
-      for (size_t i : index) batch.push_back(keys[i]);
-      ++st->pending;
-      s.core->Call(
-          hash::kHashService, M(hash::HashMethod::kMultiGet),
-          hash::EncodeHashMultiGet(batch),
-          [&s, st, index = std::move(index), release](Status call,
-                                                      std::string reply) {
-            s.read_stats.rpc_gets += index.size();
-            auto items = call.ok()
-                             ? hash::DecodeHashMultiReply(reply, index.size())
-                             : Result<std::vector<hash::MultiItem>>(call);
-            for (size_t n = 0; n < index.size(); ++n) {
-              Result<Value>& out = st->out[index[n]];
-              if (!items.ok()) {
-                out = items.status();
-              } else if (!(*items)[n].status.ok()) {
-                out = (*items)[n].status;
-              } else {
-                out = Value{std::move((*items)[n].data), (*items)[n].version};
-              }
-            }
-            release();
-          });
-    }
+  // Keys the server answers join the store's queue: they go out at the next
+  // Poll in one message with every other request queued meanwhile (other
+  // batches, single gets, puts), in issue order.
+  for (size_t i : by_rpc) {
+    ++st->pending;
+    s.queued.push_back({hash::MultiOpKind::kGet,
+                        nullptr,
+                        std::string(keys[i]),
+                        {},
+                        {},
+                        {},
+                        st,
+                        i});
   }
   release();
 }
