@@ -59,7 +59,7 @@ class AmHeader {
 
  private:
   static constexpr size_t kInline = 64;
-  char inline_[kInline];
+  char inline_[kInline] = {};
   std::string heap_;
   size_t size_ = 0;
 };
