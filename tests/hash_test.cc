@@ -599,6 +599,34 @@ TEST_F(HashTest, AsyncMultiGetsQueuedTogetherGoAsOneMessage) {
   }
 }
 
+// Over tcp, where the server performs one-sided reads itself, a get issued
+// while others are in flight rides the flush's message by RPC under the
+// auto read path (a served one-sided get would cost messages of its own);
+// only a lone get is the selector's to route.
+TEST_F(HashTest, QueuedGetsRideTheBatchWhenReadsAreServed) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "shared memory: one-sided reads are local copies";
+  }
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->Put("ride", "v").ok());
+  const HashStore::ReadStats before = c->read_stats();
+  constexpr int kGets = 64;
+  std::vector<std::string> values;
+  for (int i = 0; i < kGets; ++i) {
+    c->GetAsync("ride", [&values](Result<HashStore::Value> v) {
+      values.push_back(v.ok() ? std::move(v->value) : v.status().ToString());
+    });
+  }
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  ASSERT_EQ(values.size(), size_t(kGets));
+  for (const auto& v : values) EXPECT_EQ(v, std::string("v"));
+  const HashStore::ReadStats& after = c->read_stats();
+  // The first get was alone: the selector's choice, either path.
+  EXPECT_LE(after.onesided_gets - before.onesided_gets, 1u);
+  EXPECT_GE(after.rpc_gets - before.rpc_gets, uint64_t(kGets - 1));
+}
+
 // A client process killed while it streams multi-put batches: the server
 // carries on serving others, and every key it acknowledged stays readable.
 TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {

@@ -477,7 +477,18 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   hash::Geometry* g = &PartitionOf(key);
   bool timed = false;
   Clock::time_point start;
-  const client::Path path = forced ? *forced : ChoosePath(&timed, &start);
+  // Over a served transport (tcp) a queued RPC get rides in the message the
+  // next flush sends anyway, while a served one-sided get costs messages of
+  // its own, and the latencies the selector would compare are then mostly
+  // queueing, which both paths share. So with other requests of this store
+  // in flight or queued, auto sends the get by RPC, untimed; lone gets are
+  // the selector's.
+  const bool rides_batch = !forced && tracked && core->served() &&
+                           selector->mode() == ReadPath::kAuto &&
+                           (in_flight > 1 || !queued.empty());
+  const client::Path path = forced        ? *forced
+                            : rides_batch ? client::Path::kRpc
+                                          : ChoosePath(&timed, &start);
   if (path == client::Path::kOneSided && tracked && core->reads_are_local()) {
     // Timed per window instead (RunLocalGets).
     return QueueLocalGet(g, key, std::move(done));
