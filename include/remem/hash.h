@@ -86,8 +86,11 @@ class HashStore {
   // at the next Poll, WaitAll or synchronous call, or once 32 are queued).
   // Gets, puts and deletes that go to the server are sent together at the
   // next Poll as one message (what Redis calls pipelining, done for the
-  // application), which the server does in issue order: a get queued after
-  // a put of the same key sees that put.
+  // application), which the server does in issue order: an RPC get queued
+  // after a put of the same key sees that put. Operations in flight
+  // together are concurrent: a one-sided get reads what the server holds
+  // when it runs, which may be before a put issued ahead of it was sent.
+  // An operation issued after another's callback ran sees its effect.
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
