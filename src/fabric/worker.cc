@@ -177,15 +177,15 @@ size_t Worker::Progress() {
   // operation which completes at once must not keep this call from
   // returning, so new entries wait for the next Progress().
   if (!inbox_.empty()) {
-    // Handled from a spare vector, whose capacity is kept across passes (no
-    // allocation per pass); a handler may add to inbox_ meanwhile.
     std::vector<std::pair<AmSlot*, AmMessage>> inbox;
-    inbox.swap(inbox_spare_);
     inbox.swap(inbox_);
     for (auto& [slot, msg] : inbox) slot->handler(std::move(msg));
     work += inbox.size();
-    inbox.clear();
-    if (inbox_spare_.capacity() < inbox.capacity()) inbox_spare_.swap(inbox);
+    // Keep the capacity for the next pass, as for completions below.
+    if (inbox_.empty()) {
+      inbox.clear();
+      inbox_.swap(inbox);
+    }
   }
   if (!completed_.empty()) {
     std::vector<std::pair<Completion, Status>> completed;

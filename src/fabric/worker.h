@@ -185,7 +185,6 @@ class Worker {
   size_t max_am_data_;
   std::vector<std::unique_ptr<AmSlot>> slots_;
   std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
-  std::vector<std::pair<AmSlot*, AmMessage>> inbox_spare_;  // its capacity
   std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;

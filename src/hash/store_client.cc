@@ -41,6 +41,26 @@ void PrefaultForReading(const uint8_t* p, uint64_t len) {
 
 constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
 
+// Splits [0, n) into batches that fit one message: at most kMaxMultiItems
+// items and (about) half the largest payload.
+template <typename SizeOf>
+std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = size_of(i) + 16;
+    if (i > begin && (i - begin == hash::kMaxMultiItems ||
+                      bytes + b > proto::kMaxRpcPayload / 2)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (n > begin) out.emplace_back(begin, n);
+  return out;
+}
+
 }  // namespace
 
 struct HashStore::Impl {
@@ -169,9 +189,13 @@ struct HashStore::Impl {
   };
   std::vector<Queued> queued;
   void FlushQueued();
-  void SendGets(std::vector<std::shared_ptr<AsyncGet>> ops);
-  void SendPuts(std::vector<Queued> puts);
-  void SendMixed(std::vector<Queued> ops);
+  // A lone request goes by its single-key method.
+  void SendOne(Queued q);
+  // Messages of many items, in issue order: a multi-get if all are gets, a
+  // multi-put if all are puts, else a mixed batch.
+  void SendBatches(std::vector<Queued> all);
+  // What a queued request's answer completes.
+  void Answer(Queued& q, const Status& st, hash::MultiItem* item);
 
   // `forced`: the path a batch chose for all its keys; else the selector
   // chooses. `tracked`: counted in in_flight and the session's first error
@@ -577,54 +601,81 @@ void HashStore::Impl::FlushQueued() {
   if (queued.empty()) return;
   std::vector<Queued> all;
   all.swap(queued);
-  bool mixed = false, batched = false;
-  for (const Queued& q : all) {
-    mixed |= q.kind != all.front().kind;
-    batched |= q.sink != nullptr;
+  if (all.size() == 1 && all[0].sink == nullptr) {
+    return SendOne(std::move(all[0]));
   }
-  if (mixed || batched || all.front().kind == hash::MultiOpKind::kDelete) {
-    return SendMixed(std::move(all));
-  }
-  if (all.front().kind == hash::MultiOpKind::kPut) {
-    return SendPuts(std::move(all));
-  }
-  std::vector<std::shared_ptr<AsyncGet>> ops;
-  ops.reserve(all.size());
-  for (Queued& q : all) ops.push_back(std::move(q.get));
-  SendGets(std::move(ops));
+  SendBatches(std::move(all));
 }
 
-void HashStore::Impl::SendMixed(std::vector<Queued> all) {
-  // A lone delete is the single-key method; anything else, mixed batches
-  // of at most kMaxMultiItems and about 16 MiB each, in issue order.
-  if (all.size() == 1 && all[0].kind == hash::MultiOpKind::kDelete) {
-    auto cb = std::move(all[0].delete_done);
-    core->Call(hash::kHashService, M(hash::HashMethod::kDelete),
-               hash::EncodeHashKey(all[0].key),
-               [cb](Status st, std::string) mutable { cb(st); });
-    return;
+void HashStore::Impl::Answer(Queued& q, const Status& st,
+                             hash::MultiItem* item) {
+  switch (q.kind) {
+    case hash::MultiOpKind::kGet: {
+      ++read_stats.rpc_gets;
+      Result<Value> r = st;
+      if (st.ok()) r = Value{std::move(item->data), item->version};
+      if (q.sink) return q.sink->Set(q.index, std::move(r));
+      return FinishGet(q.get, std::move(r));
+    }
+    case hash::MultiOpKind::kPut:
+      if (!st.ok()) return q.put_done(st);
+      return q.put_done(item->version);
+    case hash::MultiOpKind::kDelete:
+      return q.delete_done(st);
   }
+}
+
+void HashStore::Impl::SendOne(Queued q) {
+  auto one = std::make_shared<Queued>(std::move(q));
+  switch (one->kind) {
+    case hash::MultiOpKind::kGet:
+      return core->Call(hash::kHashService, M(hash::HashMethod::kGet),
+                        hash::EncodeHashKey(one->get->key),
+                        [this, one](Status st, std::string reply) {
+                          auto v = st.ok() ? hash::DecodeHashGetReply(reply)
+                                           : Result<hash::HashValue>(st);
+                          hash::MultiItem item;
+                          if (v.ok()) {
+                            item.version = v->version;
+                            item.data = std::move(v->value);
+                          }
+                          Answer(*one, v.status(), &item);
+                        });
+    case hash::MultiOpKind::kPut:
+      return core->Call(hash::kHashService, M(hash::HashMethod::kPut),
+                        hash::EncodeHashPut(
+                            {one->key, one->value, hash::PutMode::kUpsert, 0}),
+                        [this, one](Status st, std::string reply) {
+                          auto v = st.ok() ? hash::DecodeHashPutReply(reply)
+                                           : Result<uint64_t>(st);
+                          hash::MultiItem item;
+                          if (v.ok()) item.version = *v;
+                          Answer(*one, v.status(), &item);
+                        });
+    case hash::MultiOpKind::kDelete:
+      return core->Call(
+          hash::kHashService, M(hash::HashMethod::kDelete),
+          hash::EncodeHashKey(one->key),
+          [this, one](Status st, std::string) { Answer(*one, st, nullptr); });
+  }
+}
+
+void HashStore::Impl::SendBatches(std::vector<Queued> all) {
   auto key_of = [](const Queued& q) -> std::string_view {
     return q.get ? std::string_view(q.get->key) : std::string_view(q.key);
   };
-  size_t b = 0;
-  while (b < all.size()) {
-    size_t e = b, bytes = 0;
-    while (e < all.size() && e - b < hash::kMaxMultiItems &&
-           (e == b || bytes + key_of(all[e]).size() + all[e].value.size() <
-                          (16u << 20))) {
-      bytes += key_of(all[e]).size() + all[e].value.size();
-      ++e;
-    }
+  for (auto [b, e] : Batches(all.size(), [&](size_t i) {
+         return key_of(all[i]).size() + all[i].value.size();
+       })) {
     auto batch = std::make_shared<std::vector<Queued>>(
         std::make_move_iterator(all.begin() + long(b)),
         std::make_move_iterator(all.begin() + long(e)));
-    // Only gets: the multi-get's smaller items.
-    bool only_gets = true;
+    bool only_gets = true, only_puts = true;
     for (const Queued& q : *batch) {
       only_gets &= q.kind == hash::MultiOpKind::kGet;
+      only_puts &= q.kind == hash::MultiOpKind::kPut;
     }
-    hash::HashMethod method = hash::HashMethod::kMultiOp;
+    hash::HashMethod method;
     std::string payload;
     if (only_gets) {
       std::vector<std::string_view> keys;
@@ -632,147 +683,34 @@ void HashStore::Impl::SendMixed(std::vector<Queued> all) {
       for (const Queued& q : *batch) keys.push_back(key_of(q));
       method = hash::HashMethod::kMultiGet;
       payload = hash::EncodeHashMultiGet(keys);
+    } else if (only_puts) {
+      std::vector<hash::KeyValue> pairs;
+      pairs.reserve(batch->size());
+      for (const Queued& q : *batch) pairs.emplace_back(q.key, q.value);
+      method = hash::HashMethod::kMultiPut;
+      payload = hash::EncodeHashMultiPut(pairs);
     } else {
       std::vector<hash::MultiOp> ops;
       ops.reserve(batch->size());
       for (const Queued& q : *batch) {
         ops.push_back({q.kind, key_of(q), q.value});
       }
+      method = hash::HashMethod::kMultiOp;
       payload = hash::EncodeHashMultiOp(ops);
     }
-    core->Call(
-        hash::kHashService, M(method), std::move(payload),
-        [this, batch](Status st, std::string reply) {
-          auto items = st.ok()
-                           ? hash::DecodeHashMultiReply(reply, batch->size())
-                           : Result<std::vector<hash::MultiItem>>(st);
-          for (size_t i = 0; i < batch->size(); ++i) {
-            Queued& q = (*batch)[i];
-            const Status item_st =
-                !items.ok() ? items.status() : (*items)[i].status;
-            switch (q.kind) {
-              case hash::MultiOpKind::kGet: {
-                ++read_stats.rpc_gets;
-                Result<Value> r = item_st;
-                if (item_st.ok()) {
-                  r = Value{std::move((*items)[i].data), (*items)[i].version};
-                }
-                if (q.sink) {
-                  q.sink->Set(q.index, std::move(r));
-                } else {
-                  FinishGet(q.get, std::move(r));
-                }
-                break;
-              }
-              case hash::MultiOpKind::kPut:
-                if (!item_st.ok()) {
-                  q.put_done(item_st);
-                } else {
-                  q.put_done((*items)[i].version);
-                }
-                break;
-              case hash::MultiOpKind::kDelete:
-                q.delete_done(item_st);
-                break;
-            }
-          }
-        });
-    b = e;
-  }
-}
-
-void HashStore::Impl::SendGets(std::vector<std::shared_ptr<AsyncGet>> ops) {
-  if (ops.size() == 1) {
-    auto op = std::move(ops[0]);
-    core->Call(hash::kHashService, M(hash::HashMethod::kGet),
-               hash::EncodeHashKey(op->key),
-               [this, op](Status st, std::string reply) {
-                 ++read_stats.rpc_gets;
-                 if (!st.ok()) return FinishGet(op, st);
-                 auto v = hash::DecodeHashGetReply(reply);
-                 if (!v.ok()) return FinishGet(op, v.status());
-                 FinishGet(op, Value{std::move(v->value), v->version});
-               });
-    return;
-  }
-  // At most kMaxMultiItems and about 16 MiB of keys per message.
-  for (size_t b = 0, e = 0; b < ops.size(); b = e) {
-    size_t bytes = 0;
-    for (e = b; e < ops.size() && e - b < hash::kMaxMultiItems &&
-                (e == b || bytes + ops[e]->key.size() < (16u << 20));
-         ++e) {
-      bytes += ops[e]->key.size();
-    }
-    auto batch = std::make_shared<std::vector<std::shared_ptr<AsyncGet>>>(
-        ops.begin() + long(b), ops.begin() + long(e));
-    std::vector<std::string_view> keys;
-    for (const auto& op : *batch) keys.push_back(op->key);
-    core->Call(hash::kHashService, M(hash::HashMethod::kMultiGet),
-               hash::EncodeHashMultiGet(keys),
+    core->Call(hash::kHashService, M(method), std::move(payload),
                [this, batch](Status st, std::string reply) {
-                 read_stats.rpc_gets += batch->size();
                  auto items =
                      st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
                              : Result<std::vector<hash::MultiItem>>(st);
                  for (size_t i = 0; i < batch->size(); ++i) {
                    if (!items.ok()) {
-                     FinishGet((*batch)[i], items.status());
-                   } else if (!(*items)[i].status.ok()) {
-                     FinishGet((*batch)[i], (*items)[i].status);
+                     Answer((*batch)[i], items.status(), nullptr);
                    } else {
-                     FinishGet((*batch)[i], Value{std::move((*items)[i].data),
-                                                  (*items)[i].version});
+                     Answer((*batch)[i], (*items)[i].status, &(*items)[i]);
                    }
                  }
                });
-  }
-}
-
-void HashStore::Impl::SendPuts(std::vector<Queued> puts) {
-  if (puts.size() == 1) {
-    auto cb = std::move(puts[0].put_done);
-    core->Call(hash::kHashService, M(hash::HashMethod::kPut),
-               hash::EncodeHashPut(
-                   {puts[0].key, puts[0].value, hash::PutMode::kUpsert, 0}),
-               [cb](Status s, std::string reply) mutable {
-                 if (!s.ok()) return cb(s);
-                 cb(hash::DecodeHashPutReply(reply));
-               });
-    return;
-  }
-  // At most kMaxMultiItems and about 16 MiB per message.
-  size_t b = 0;
-  while (b < puts.size()) {
-    size_t e = b, bytes = 0;
-    while (e < puts.size() && e - b < hash::kMaxMultiItems &&
-           (e == b ||
-            bytes + puts[e].key.size() + puts[e].value.size() < (16u << 20))) {
-      bytes += puts[e].key.size() + puts[e].value.size();
-      ++e;
-    }
-    auto batch = std::make_shared<std::vector<Queued>>(
-        std::make_move_iterator(puts.begin() + long(b)),
-        std::make_move_iterator(puts.begin() + long(e)));
-    std::vector<hash::KeyValue> pairs;
-    for (const auto& q : *batch) pairs.emplace_back(q.key, q.value);
-    core->Call(hash::kHashService, M(hash::HashMethod::kMultiPut),
-               hash::EncodeHashMultiPut(pairs),
-               [batch](Status st, std::string reply) {
-                 auto items =
-                     st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
-                             : Result<std::vector<hash::MultiItem>>(st);
-                 for (size_t i = 0; i < batch->size(); ++i) {
-                   auto& cb = (*batch)[i].put_done;
-                   if (!items.ok()) {
-                     cb(items.status());
-                   } else if (!(*items)[i].status.ok()) {
-                     cb((*items)[i].status);
-                   } else {
-                     cb((*items)[i].version);
-                   }
-                 }
-               });
-    b = e;
   }
 }
 
@@ -894,30 +832,6 @@ Result<std::vector<hash::MultiItem>> HashStore::Impl::CallMulti(
   if (!r.ok()) return r.status();
   return hash::DecodeHashMultiReply(*r, count);
 }
-
-namespace {
-
-// Splits [0, n) into batches that fit one message: at most kMaxMultiItems
-// items and (about) half the largest payload.
-template <typename SizeOf>
-std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
-  std::vector<std::pair<size_t, size_t>> out;
-  size_t begin = 0, bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t b = size_of(i) + 16;
-    if (i > begin && (i - begin == hash::kMaxMultiItems ||
-                      bytes + b > proto::kMaxRpcPayload / 2)) {
-      out.emplace_back(begin, i);
-      begin = i;
-      bytes = 0;
-    }
-    bytes += b;
-  }
-  if (n > begin) out.emplace_back(begin, n);
-  return out;
-}
-
-}  // namespace
 
 std::vector<Result<HashStore::Value>> HashStore::MultiGet(
     const std::vector<std::string_view>& keys) {
