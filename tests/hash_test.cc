@@ -485,6 +485,101 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
   }
 }
 
+// Gets into storage the caller keeps (the allocation-free reads) answer as
+// the plain ones on every read path, inline and extent values alike: a
+// found value lands in the caller's Value, NotFound leaves it as it was,
+// and a multi-get keeps each key's status apart.
+TEST_F(HashTest, GetsIntoCallerStorageAnswerLikePlainGets) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    const std::string prefix = "into-" + std::string(ReadPathName(path));
+    const std::string small(40, 's'), large(20000, 'L');
+    auto v_small = c->Put(prefix + "small", small);
+    auto v_large = c->Put(prefix + "large", large);
+    ASSERT_TRUE(v_small.ok() && v_large.ok());
+
+    HashStore::Value v{"untouched", 7};
+    EXPECT_EQ(c->Get(prefix + "absent", &v).code(), StatusCode::kNotFound);
+    EXPECT_EQ(v.value, "untouched");
+    EXPECT_EQ(v.version, 7u);
+    EXPECT_EQ(c->Get("", &v).code(), StatusCode::kInvalidArgument);
+    for (int round = 0; round < 3; ++round) {  // storage reused
+      ASSERT_TRUE(c->Get(prefix + "small", &v).ok());
+      EXPECT_EQ(v.value, small);
+      EXPECT_EQ(v.version, *v_small);
+      ASSERT_TRUE(c->Get(prefix + "large", &v).ok());
+      EXPECT_EQ(v.value, large);
+      EXPECT_EQ(v.version, *v_large);
+    }
+
+    // Asynchronous, many in flight, into one Value each.
+    constexpr int kGets = 100;
+    std::vector<HashStore::Value> values(kGets, HashStore::Value{"old", 1});
+    std::vector<StatusCode> codes(kGets, StatusCode::kInternal);
+    int done = 0;
+    for (int i = 0; i < kGets; ++i) {
+      const std::string key = prefix + (i % 3 == 0   ? "small"
+                                        : i % 3 == 1 ? "large"
+                                                     : "absent");
+      c->GetAsync(key, &values[i], [&, i](Status st) {
+        codes[i] = st.code();
+        ++done;
+      });
+    }
+    EXPECT_EQ(done, 0) << "callbacks run in Poll/WaitAll only";
+    // WaitAll reports the first error: the absent keys' NotFound.
+    EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kNotFound);
+    ASSERT_EQ(done, kGets);
+    for (int i = 0; i < kGets; ++i) {
+      if (i % 3 == 2) {
+        EXPECT_EQ(codes[i], StatusCode::kNotFound) << i;
+        EXPECT_EQ(values[i].value, "old") << i;
+      } else {
+        EXPECT_EQ(codes[i], StatusCode::kOk) << i;
+        EXPECT_EQ(values[i].value, i % 3 == 0 ? small : large) << i;
+        EXPECT_EQ(values[i].version, i % 3 == 0 ? *v_small : *v_large) << i;
+      }
+    }
+
+    // A multi-get: per-key statuses; `done` gets the first error that is
+    // not NotFound.
+    const std::string k_small = prefix + "small", k_large = prefix + "large",
+                      k_absent = prefix + "absent";
+    const std::vector<std::string_view> keys = {k_small, "", k_absent, k_large};
+    std::vector<HashStore::Value> mv(2, HashStore::Value{"kept", 3});
+    std::vector<Status> ms;
+    std::optional<Status> batch;
+    for (int round = 0; round < 2; ++round) {
+      mv[0].value = "kept";
+      mv.resize(4, HashStore::Value{"kept", 3});
+      mv[2] = HashStore::Value{"kept", 3};
+      batch.reset();
+      c->MultiGetAsync(keys, &mv, &ms, [&](Status st) { batch = st; });
+      EXPECT_FALSE(batch.has_value());
+      (void)c.session->WaitAll();
+      ASSERT_TRUE(batch.has_value());
+      EXPECT_EQ(batch->code(), StatusCode::kInvalidArgument);
+      ASSERT_EQ(ms.size(), 4u);
+      ASSERT_EQ(mv.size(), 4u);
+      EXPECT_TRUE(ms[0].ok()) << ms[0].ToString();
+      EXPECT_EQ(mv[0].value, small);
+      EXPECT_EQ(mv[0].version, *v_small);
+      EXPECT_EQ(ms[1].code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(ms[2].code(), StatusCode::kNotFound);
+      EXPECT_EQ(mv[2].value, "kept");
+      EXPECT_TRUE(ms[3].ok()) << ms[3].ToString();
+      EXPECT_EQ(mv[3].value, large);
+    }
+    if (path == ReadPath::kOneSided) {
+      EXPECT_GT(c->read_stats().onesided_gets, 0u);
+    }
+    if (path == ReadPath::kRpc) {
+      EXPECT_EQ(c->read_stats().onesided_gets, 0u);
+    }
+  }
+}
+
 // Gets, puts and deletes queued together go out as one message, which the
 // server does in issue order: a get queued after a put of the same key sees
 // that put, one queued after a delete sees nothing; keys on both server

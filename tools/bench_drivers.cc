@@ -34,30 +34,27 @@ class RememDriver : public KvDriver {
   // by Poll); a batch of keys is one MultiGetAsync (one batch of one-sided
   // reads or one message), also any number in flight.
   void Issue(KvRequest* r) override {
-    if (r->kind == KvRequest::Kind::kGet && r->keys.size() > 1) {
-      std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
-      c_->MultiGetAsync(
-          keys, [this, r](std::vector<Result<HashStore::Value>> results) {
-            r->values.resize(r->keys.size());
-            for (size_t i = 0; i < results.size(); ++i) {
-              if (results[i].ok()) {
-                r->values[i] = std::move(results[i]->value);
-              } else if (results[i].status().code() != StatusCode::kNotFound) {
-                r->status = results[i].status();
-              }
-            }
-            Complete(r);
-          });
-      return;
-    }
     if (r->kind == KvRequest::Kind::kGet) {
-      r->values.resize(1);
-      c_->GetAsync(r->keys[0], [this, r](Result<HashStore::Value> v) {
-        if (v.ok()) {
-          r->values[0] = std::move(v->value);
-        } else if (v.status().code() != StatusCode::kNotFound) {
-          r->status = v.status();
-        }
+      // Values are read into storage kept with the request (remem's
+      // allocation-free gets), then copied into r->values, whose strings
+      // keep their capacity too.
+      if (r->scratch == nullptr) r->scratch = std::make_unique<GetScratch>();
+      auto* g = static_cast<GetScratch*>(r->scratch.get());
+      r->values.resize(r->keys.size());
+      if (r->keys.size() > 1) {
+        g->keys.assign(r->keys.begin(), r->keys.end());
+        c_->MultiGetAsync(g->keys, &g->values, &g->statuses,
+                          [this, r, g](Status) {
+                            for (size_t i = 0; i < g->statuses.size(); ++i) {
+                              Take(r, i, g->statuses[i], &g->values[i]);
+                            }
+                            Complete(r);
+                          });
+        return;
+      }
+      g->values.resize(1);
+      c_->GetAsync(r->keys[0], &g->values[0], [this, r, g](Status st) {
+        Take(r, 0, st, &g->values[0]);
         Complete(r);
       });
       return;
@@ -86,6 +83,26 @@ class RememDriver : public KvDriver {
   }
 
  private:
+  struct GetScratch : KvRequest::Scratch {
+    std::vector<std::string_view> keys;
+    std::vector<HashStore::Value> values;
+    std::vector<Status> statuses;
+  };
+  // Key i's outcome into r: its value (copied into a string that keeps its
+  // capacity), nullopt if absent, or the request's error.
+  static void Take(KvRequest* r, size_t i, const Status& st,
+                   HashStore::Value* v) {
+    if (st.ok()) {
+      if (r->values[i]) {
+        r->values[i]->assign(v->value);
+      } else {
+        r->values[i].emplace(v->value);
+      }
+    } else {
+      r->values[i].reset();
+      if (st.code() != StatusCode::kNotFound) r->status = st;
+    }
+  }
   void Complete(KvRequest* r) {
     r->done_ns = NowNs();
     done_.push_back(r);

@@ -50,6 +50,12 @@ struct KvRequest {
   Status status;
   uint64_t done_ns = 0;     // steady_clock, when it completed
   void* context = nullptr;  // the caller's, untouched by drivers
+  // A driver's own storage for this request, kept while the caller reuses
+  // it (remem reads values into storage it keeps here, without allocating).
+  struct Scratch {
+    virtual ~Scratch() = default;
+  };
+  std::unique_ptr<Scratch> scratch;
 };
 
 struct ReadPathCounts {  // remem only

@@ -115,6 +115,25 @@ class HashStore {
   std::vector<Result<uint64_t>> MultiPut(
       const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
 
+  // --- gets into storage the caller keeps. The same operations as above,
+  // but a found value is assigned into a Value the caller owns (its string
+  // keeps its capacity), so a caller that reuses its Values reads without
+  // allocating: on shared memory, a one-sided get then allocates nothing.
+  // A Value is changed only when its key is found (NotFound leaves it as
+  // it was). Storage passed to an asynchronous call must stay valid, and
+  // untouched, until its callback runs.
+  //
+  // OK, NotFound or another error, as Get.
+  Status Get(std::string_view key, Value* into);
+  // `done` gets what Get(key, into) would return.
+  void GetAsync(std::string_view key, Value* into, Callback done);
+  // Resizes *values and *statuses to keys.size(); each key's outcome goes
+  // to (*statuses)[i] and, when OK, its value to (*values)[i]. `done` gets
+  // OK, or the first status that is neither OK nor NotFound.
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     std::vector<Value>* values, std::vector<Status>* statuses,
+                     Callback done);
+
   struct ReadStats {
     uint64_t onesided_gets = 0;  // answered by one-sided reads
     uint64_t rpc_gets = 0;       // answered by the server

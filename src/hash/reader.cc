@@ -14,8 +14,12 @@ bool Verified(const Bucket& b) {
 
 }  // namespace
 
-Lookup::Lookup(const Geometry& g, std::string_view key)
-    : g_(g), key_(key), kh_(HashKey(key, g.seed)) {
+Lookup::Lookup(const Geometry& g, std::string_view key, std::string* value_into,
+               const KeyHash* hash)
+    : g_(g),
+      key_(key),
+      kh_(hash != nullptr ? *hash : HashKey(key, g.seed)),
+      value_(value_into != nullptr ? value_into : &own_value_) {
   const uint64_t mask = g.num_buckets - 1;
   b_[0] = PrimaryBucket(kh_, mask);
   b_[1] = AltBucket(b_[0], kh_.tag, mask);
@@ -58,9 +62,9 @@ bool Lookup::Next(ReadRequest* req) {
           std::memcmp(extent_.data() + sizeof(h), key_.data(), key_.size()) ==
               0) {
         outcome_ = kFound;
-        value_.assign(reinterpret_cast<const char*>(extent_.data()) +
-                          sizeof(h) + h.key_len,
-                      h.value_len);
+        value_->assign(reinterpret_cast<const char*>(extent_.data()) +
+                           sizeof(h) + h.key_len,
+                       h.value_len);
         version_ = h.version;
         return false;
       }
@@ -94,7 +98,7 @@ bool Lookup::Scan(ReadRequest* req) {
         continue;
       }
       outcome_ = kFound;
-      value_.assign(c.inline_value(), c.value_len());
+      value_->assign(c.inline_value(), c.value_len());
       version_ = c.word1();
       return false;
     }
@@ -137,8 +141,12 @@ Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
 }
 
 uint64_t FirstBucketOffset(const Geometry& g, std::string_view key) {
+  return FirstBucketOffset(g, HashKey(key, g.seed));
+}
+
+uint64_t FirstBucketOffset(const Geometry& g, const KeyHash& hash) {
   return g.buckets_offset +
-         PrimaryBucket(HashKey(key, g.seed), g.num_buckets - 1) * kBucketBytes;
+         PrimaryBucket(hash, g.num_buckets - 1) * kBucketBytes;
 }
 
 ReadRequest RootRequest(const Geometry& g, Root* root) {

@@ -45,8 +45,13 @@ struct ReadRequest {
 class Lookup {
  public:
   enum Outcome { kPending, kFound, kNotFound, kRetry };
-  // `key` must stay valid while the lookup runs.
-  Lookup(const Geometry& g, std::string_view key);
+  // `key` must stay valid while the lookup runs. A found value is assigned
+  // to *value_into when given (its capacity reused: a caller that keeps
+  // the string reads without allocating), else to a string of the
+  // lookup's own; value() names whichever it is. `hash`, when given, is
+  // HashKey(key, g.seed), computed once by a caller that prefetched.
+  Lookup(const Geometry& g, std::string_view key,
+         std::string* value_into = nullptr, const KeyHash* hash = nullptr);
   Lookup(const Lookup&) = delete;
   Lookup& operator=(const Lookup&) = delete;
 
@@ -55,8 +60,8 @@ class Lookup {
   bool Next(ReadRequest* req);
 
   Outcome outcome() const { return outcome_; }
-  const std::string& value() const { return value_; }
-  std::string& value() { return value_; }
+  const std::string& value() const { return *value_; }
+  std::string& value() { return *value_; }
   uint64_t version() const { return version_; }
   const char* retry_reason() const { return retry_reason_; }
   bool bucket_failed() const { return bucket_failed_; }
@@ -85,7 +90,8 @@ class Lookup {
   uint32_t extent_incarnation_ = 0;
   uint64_t extent_size_ = 0;
   Outcome outcome_ = kPending;
-  std::string value_;
+  std::string own_value_;
+  std::string* value_;
   uint64_t version_ = 0;
   const char* retry_reason_ = "";
   bool bucket_failed_ = false;
@@ -111,6 +117,8 @@ Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
 // The region offset of `key`'s first bucket under `g` (what a lookup reads
 // first; a batch of lookups prefetches it).
 uint64_t FirstBucketOffset(const Geometry& g, std::string_view key);
+// The same for a key hashed already (HashKey(key, g.seed)).
+uint64_t FirstBucketOffset(const Geometry& g, const KeyHash& hash);
 
 // The root read request for `g`'s partition, into `root`.
 ReadRequest RootRequest(const Geometry& g, Root* root);

@@ -126,6 +126,11 @@ struct HashStore::Impl {
 
   Result<Value> GetOneSided(hash::Geometry* g, std::string_view key,
                             bool* gave_up);
+  // The same into *out, whose string keeps its capacity: on shared memory
+  // a get then allocates nothing. *out is untouched unless found.
+  // `kh`: the key's hash under g's seed, if the caller has it.
+  Status GetOneSidedInto(hash::Geometry* g, std::string_view key, Value* out,
+                         bool* gave_up, const hash::KeyHash* kh = nullptr);
   // Re-reads the partition root into `g`.
   Status RefreshRoot(hash::Geometry* g);
   // After `g` names a new bucket array: fault this process's mapping of it
@@ -142,6 +147,7 @@ struct HashStore::Impl {
     }
   }
   hash::Geometry& PartitionOf(std::string_view key) {
+    if (partitions.size() == 1) return partitions[0];
     return partitions[XXH3_64bits_withSeed(key.data(), key.size(),
                                            info.partition_seed) %
                       partitions.size()];
@@ -200,8 +206,13 @@ struct HashStore::Impl {
   // `forced`: the path a batch chose for all its keys; else the selector
   // chooses. `tracked`: counted in in_flight and the session's first error
   // (GetAsync); a MultiGet's own gets are not.
+  // `into`: a GetAsync into caller storage (`done` is then null). A local
+  // get writes into *into and calls `into_done`; the other paths, which
+  // allocate anyway (the server's answer, a read over the network), take
+  // IntoAdapter's callback.
   void StartGet(std::string_view key, GetCallback done, bool tracked,
-                std::optional<client::Path> forced = std::nullopt);
+                std::optional<client::Path> forced = std::nullopt,
+                Value* into = nullptr, Callback into_done = nullptr);
   // An operation issued (GetAsync/PutAsync/DeleteAsync): counted until
   // Complete runs its callback.
   void Began() {
@@ -225,40 +236,58 @@ struct HashStore::Impl {
   // the next Poll, as every asynchronous callback does. Nothing here
   // allocates once the vectors have grown: keys are copied into one arena.
   static constexpr size_t kLocalWindow = 32;
+  static GetCallback IntoAdapter(Value* into, Callback done) {
+    return [into, done = std::move(done)](Result<Value> r) {
+      if (r.ok()) *into = std::move(*r);
+      if (done) done(r.ok() ? Status::OK() : r.status());
+    };
+  }
   struct LocalGet {
     uint32_t key_begin = 0;
     uint32_t key_len = 0;
     hash::Geometry* g = nullptr;
     GetCallback done;
+    Value* into = nullptr;  // a get into caller storage: into_done, not done
+    Callback into_done;
+    hash::KeyHash kh;  // under g's seed, from the prefetch
   };
   struct LocalDone {
     GetCallback done;
-    Result<Value> result;
+    std::optional<Result<Value>> result;  // for done
+    Callback into_done;
+    Status status;  // for into_done
   };
   std::vector<LocalGet> local_queue, local_running;
+  std::string lookup_scratch;  // GetOneSidedInto's value, before it is known
+  std::vector<size_t> batch_valid, batch_by_rpc;  // MultiGetAsync's, reused
+  std::vector<hash::KeyHash> batch_hashes;
   std::string local_keys, local_running_keys;
   std::vector<LocalDone> local_done, local_draining;
   bool drain_deferred = false;
   // Per partition: the mapping of its region (null if not mapped) and its
   // length.
   std::vector<const fabric::RemoteRegion*> partition_regions;
-  void QueueLocalGet(hash::Geometry* g, std::string_view key, GetCallback done);
+  void QueueLocalGet(hash::Geometry* g, std::string_view key, GetCallback done,
+                     Value* into, Callback into_done);
   void RunLocalGets();
   void DrainLocalDone();
   // Prefetches the first bucket `key` reads under `g` (a hint: harmless if
-  // the table grows meanwhile).
-  void PrefetchFirstBucket(const hash::Geometry& g, std::string_view key) {
+  // the table grows meanwhile); returns the key's hash, for the lookup.
+  hash::KeyHash PrefetchFirstBucket(const hash::Geometry& g,
+                                    std::string_view key) {
+    const hash::KeyHash kh = hash::HashKey(key, g.seed);
     const fabric::RemoteRegion* r =
         partition_regions[size_t(&g - partitions.data())];
-    if (r == nullptr || r->mapped() == nullptr) return;
-    const uint64_t offset = hash::FirstBucketOffset(g, key);
+    if (r == nullptr || r->mapped() == nullptr) return kh;
+    const uint64_t offset = hash::FirstBucketOffset(g, kh);
     if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
-      return;
+      return kh;
     }
     const uint8_t* p = r->mapped() + offset;
     for (size_t line = 0; line < hash::kBucketBytes; line += 64) {
       __builtin_prefetch(p + line, 0, 3);
     }
+    return kh;
   }
   // Runs the queued local gets and sends the queued RPCs.
   void FlushAll() {
@@ -385,17 +414,44 @@ Status HashStore::Impl::RefreshRoot(hash::Geometry* g) {
 Result<HashStore::Value> HashStore::Impl::GetOneSided(hash::Geometry* g,
                                                       std::string_view key,
                                                       bool* gave_up) {
+  Value v;
+  Status st = GetOneSidedInto(g, key, &v, gave_up);
+  if (!st.ok()) return st;
+  return v;
+}
+
+Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
+                                        Value* out, bool* gave_up,
+                                        const hash::KeyHash* kh) {
   for (int attempt = 0; attempt < kMaxOneSidedAttempts; ++attempt) {
-    hash::Lookup lookup(*g, key);
+    // The value is assigned to a scratch string that then trades places
+    // with *out's: both keep their capacity, and *out changes only when
+    // the key is found.
+    hash::Lookup lookup(*g, key, &lookup_scratch, kh);
     hash::ReadRequest req;
+    // The partition's own region, looked up once: reads of it are copies
+    // when it is mapped (ReadNow's, without its lookup; a failed session
+    // still reads through ReadNow, which refuses).
+    const fabric::RemoteRegion* own =
+        partition_regions.empty() || core->endpoint()->failed()
+            ? nullptr
+            : partition_regions[size_t(g - partitions.data())];
     while (lookup.Next(&req)) {
+      if (own != nullptr && own->mapped() != nullptr &&
+          req.region == own->id()) {
+        REMEM_RETURN_IF_ERROR(own->Check(req.offset, req.len));
+        std::memcpy(req.dst, own->mapped() + req.offset, req.len);
+        continue;
+      }
       REMEM_RETURN_IF_ERROR(
           core->ReadNow(req.region, req.offset, req.dst, req.len));
     }
     read_stats.reads += uint64_t(lookup.reads());
     if (lookup.outcome() == hash::Lookup::kFound) {
       if (!Vouched()) break;
-      return Value{std::move(lookup.value()), lookup.version()};
+      out->value.swap(lookup_scratch);
+      out->version = lookup.version();
+      return Status::OK();
     }
     if (lookup.outcome() == hash::Lookup::kNotFound) {
       if (!Vouched()) break;
@@ -435,6 +491,12 @@ Result<uint64_t> HashStore::Impl::Put(std::string_view key,
 }
 
 Result<HashStore::Value> HashStore::Get(std::string_view key) {
+  Value v;
+  REMEM_RETURN_IF_ERROR(Get(key, &v));
+  return v;
+}
+
+Status HashStore::Get(std::string_view key, Value* into) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
   hash::Geometry& g = impl_->PartitionOf(key);
   // Latencies feed the selector only in auto mode; a forced path skips the
@@ -447,18 +509,20 @@ Result<HashStore::Value> HashStore::Get(std::string_view key) {
   };
   if (path == client::Path::kOneSided) {
     bool gave_up = false;
-    auto r = impl_->GetOneSided(&g, key, &gave_up);
+    Status st = impl_->GetOneSidedInto(&g, key, into, &gave_up);
     if (!gave_up) {
       record();
       ++impl_->read_stats.onesided_gets;
-      return r;
+      return st;
     }
     ++impl_->read_stats.fallbacks;
   }
   auto r = impl_->GetRpc(key);
   record();
   ++impl_->read_stats.rpc_gets;
-  return r;
+  if (!r.ok()) return r.status();
+  *into = std::move(*r);
+  return Status::OK();
 }
 
 Result<uint64_t> HashStore::Put(std::string_view key, std::string_view value) {
@@ -487,13 +551,14 @@ Status HashStore::Delete(std::string_view key) {
 // --- asynchronous and batched
 
 void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
-                               bool tracked,
-                               std::optional<client::Path> forced) {
+                               bool tracked, std::optional<client::Path> forced,
+                               Value* into, Callback into_done) {
   if (tracked) Began();
   Status st = CheckKey(key);
   if (!st.ok()) {
     auto op = std::make_shared<AsyncGet>();
-    op->done = std::move(done);
+    op->done = into != nullptr ? IntoAdapter(into, std::move(into_done))
+                               : std::move(done);
     op->tracked = tracked;
     FinishGet(op, st);
     return;
@@ -515,8 +580,9 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
                                           : ChoosePath(&timed, &start);
   if (path == client::Path::kOneSided && tracked && core->reads_are_local()) {
     // Timed per window instead (RunLocalGets).
-    return QueueLocalGet(g, key, std::move(done));
+    return QueueLocalGet(g, key, std::move(done), into, std::move(into_done));
   }
+  if (into != nullptr) done = IntoAdapter(into, std::move(into_done));
   auto op = std::make_shared<AsyncGet>();
   op->done = std::move(done);
   op->tracked = tracked;
@@ -728,10 +794,11 @@ void HashStore::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
 }
 
 void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
-                                    GetCallback done) {
-  PrefetchFirstBucket(*g, key);
-  local_queue.push_back(
-      {uint32_t(local_keys.size()), uint32_t(key.size()), g, std::move(done)});
+                                    GetCallback done, Value* into,
+                                    Callback into_done) {
+  const hash::KeyHash kh = PrefetchFirstBucket(*g, key);
+  local_queue.push_back({uint32_t(local_keys.size()), uint32_t(key.size()), g,
+                         std::move(done), into, std::move(into_done), kh});
   local_keys.append(key);
   if (local_queue.size() >= kLocalWindow) RunLocalGets();
 }
@@ -749,7 +816,13 @@ void HashStore::Impl::RunLocalGets() {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
     bool gave_up = false;
-    Result<Value> r = GetOneSided(op.g, key, &gave_up);
+    std::optional<Result<Value>> r;
+    Status st;
+    if (op.into != nullptr) {
+      st = GetOneSidedInto(op.g, key, op.into, &gave_up, &op.kh);
+    } else {
+      r.emplace(GetOneSided(op.g, key, &gave_up));
+    }
     if (gave_up) {
       // Asks the server (sent by FlushQueued, after this).
       ++read_stats.fallbacks;
@@ -757,13 +830,16 @@ void HashStore::Impl::RunLocalGets() {
       a->key = std::string(key);
       a->g = op.g;
       a->path = client::Path::kRpc;
-      a->done = std::move(op.done);
+      a->done = op.into != nullptr
+                    ? IntoAdapter(op.into, std::move(op.into_done))
+                    : std::move(op.done);
       GetByRpc(std::move(a));
       continue;
     }
     ++read_stats.onesided_gets;
     ++answered;
-    local_done.push_back({std::move(op.done), std::move(r)});
+    local_done.push_back({std::move(op.done), std::move(r),
+                          std::move(op.into_done), std::move(st)});
   }
   local_running.clear();
   local_running_keys.clear();
@@ -782,12 +858,23 @@ void HashStore::Impl::DrainLocalDone() {
   // A callback may issue more gets: they land in local_done again, with a
   // drain of their own.
   local_draining.swap(local_done);
-  for (LocalDone& d : local_draining) Complete(d.done, std::move(d.result));
+  for (LocalDone& d : local_draining) {
+    if (d.result) {
+      Complete(d.done, std::move(*d.result));
+    } else {
+      Complete(d.into_done, std::move(d.status));
+    }
+  }
   local_draining.clear();
 }
 
 void HashStore::GetAsync(std::string_view key, GetCallback done) {
   impl_->StartGet(key, std::move(done), /*tracked=*/true);
+}
+
+void HashStore::GetAsync(std::string_view key, Value* into, Callback done) {
+  impl_->StartGet(key, nullptr, /*tracked=*/true, std::nullopt, into,
+                  std::move(done));
 }
 
 void HashStore::PutAsync(std::string_view key, std::string_view value,
@@ -942,12 +1029,37 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
 
 void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
                               MultiGetCallback done) {
+  // Storage of its own, then the results as Result<Value>s.
+  struct Holder {
+    std::vector<Value> values;
+    std::vector<Status> statuses;
+  };
+  auto h = std::make_shared<Holder>();
+  MultiGetAsync(keys, &h->values, &h->statuses,
+                [h, done = std::move(done)](Status) {
+                  std::vector<Result<Value>> out;
+                  out.reserve(h->values.size());
+                  for (size_t i = 0; i < h->values.size(); ++i) {
+                    if (h->statuses[i].ok()) {
+                      out.emplace_back(std::move(h->values[i]));
+                    } else {
+                      out.emplace_back(std::move(h->statuses[i]));
+                    }
+                  }
+                  if (done) done(std::move(out));
+                });
+}
+
+void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
+                              std::vector<Value>* values,
+                              std::vector<Status>* statuses, Callback done) {
   Impl& s = *impl_;
   struct State : Impl::BatchSink, std::enable_shared_from_this<State> {
     Impl* s = nullptr;
-    std::vector<Result<Value>> out;
+    std::vector<Value>* values = nullptr;
+    std::vector<Status>* statuses = nullptr;
     size_t pending = 1;  // the issuing call's own share, released last
-    MultiGetCallback done;
+    Callback done;
     bool timed = false;
     Clock::time_point start;
     client::Path path = client::Path::kOneSided;
@@ -957,46 +1069,65 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
       if (--pending > 0) return;
       if (timed) {
         s->RecordLatency(s->batch_selector.get(), path, start,
-                         double(out.size()));
+                         double(values->size()));
       }
       s->core->Defer([self = shared_from_this()] {
+        Status first;  // the first error other than NotFound
+        for (const Status& k : *self->statuses) {
+          if (!k.ok() && k.code() != StatusCode::kNotFound) {
+            first = k;
+            break;
+          }
+        }
         --self->s->in_flight;
         self->s->core->Ended(Status::OK());
-        if (self->done) self->done(std::move(self->out));
+        if (self->done) self->done(std::move(first));
       });
     }
     void Set(size_t index, Result<Value> r) override {
-      out[index] = std::move(r);
+      if (r.ok()) {
+        (*values)[index] = std::move(*r);
+        (*statuses)[index] = Status::OK();
+      } else {
+        (*statuses)[index] = r.status();
+      }
       Release();
     }
   };
+  values->resize(keys.size());
+  statuses->resize(keys.size());
   auto st = std::make_shared<State>();
   st->s = &s;
-  st->out.assign(keys.size(), Status::Internal("not answered"));
+  st->values = values;
+  st->statuses = statuses;
   st->done = std::move(done);
   s.Began();
   st->timed = s.batch_selector->mode() == ReadPath::kAuto && !keys.empty();
   st->start = st->timed ? Clock::now() : s.last_now;
   st->path = s.batch_selector->Choose(st->start);
   auto release = [st] { st->Release(); };
-  std::vector<size_t> by_rpc;  // keys the server answers
-  std::vector<size_t> valid;
+  std::vector<size_t>& by_rpc = s.batch_by_rpc;  // keys the server answers
+  std::vector<size_t>& valid = s.batch_valid;
+  by_rpc.clear();
+  valid.clear();
   for (size_t i = 0; i < keys.size(); ++i) {
     Status c = s.CheckKey(keys[i]);
     if (c.ok()) {
       valid.push_back(i);
     } else {
-      st->out[i] = c;
+      (*statuses)[i] = std::move(c);
     }
   }
   if (st->path == client::Path::kOneSided && s.core->reads_are_local()) {
     // As MultiGet: copies with first buckets prefetched a window ahead;
     // a get that gives up asks the server, in one message with the others.
     constexpr size_t kAhead = Impl::kLocalWindow;
+    std::vector<hash::KeyHash>& hashes = s.batch_hashes;
+    hashes.resize(valid.size());
     auto prefetch = [&](size_t j) {
       if (j < valid.size()) {
         const std::string_view k = keys[valid[j]];
-        s.PrefetchFirstBucket(s.PartitionOf(k), k);
+        hashes[j] = s.PrefetchFirstBucket(s.PartitionOf(k), k);
       }
     };
     for (size_t j = 0; j < kAhead; ++j) prefetch(j);
@@ -1004,13 +1135,14 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
       prefetch(n + kAhead);
       const size_t i = valid[n];
       bool gave_up = false;
-      auto r = s.GetOneSided(&s.PartitionOf(keys[i]), keys[i], &gave_up);
+      Status r = s.GetOneSidedInto(&s.PartitionOf(keys[i]), keys[i],
+                                   &(*values)[i], &gave_up, &hashes[n]);
       if (gave_up) {
         ++s.read_stats.fallbacks;
         by_rpc.push_back(i);
       } else {
         ++s.read_stats.onesided_gets;
-        st->out[i] = std::move(r);
+        (*statuses)[i] = std::move(r);
       }
     }
   } else if (st->path == client::Path::kOneSided) {
@@ -1018,15 +1150,11 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
     for (size_t i : valid) {
       ++st->pending;
       s.StartGet(
-          keys[i],
-          [st, i, release](Result<Value> r) {
-            st->out[i] = std::move(r);
-            release();
-          },
+          keys[i], [st, i](Result<Value> r) { st->Set(i, std::move(r)); },
           /*tracked=*/false, client::Path::kOneSided);
     }
   } else {
-    by_rpc = std::move(valid);
+    by_rpc.swap(valid);
   }
   // Keys the server answers join the store's queue: they go out at the next
   // Poll in one message with every other request queued meanwhile (other
