@@ -209,8 +209,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (n > size || out != in.substr(0, n)) std::abort();
     }
   }
-  // A bucket's entry area as a reader walks it: a checksum can be forged,
-  // so the walk itself must stay inside the area whatever the bytes.
+  // A bucket's entry area as EntryCursor walks it (the server, and the
+  // seal that indexes it): the walk must stay inside the area whatever the
+  // bytes.
   if (size >= remem::hash::kEntryAreaBytes) {
     remem::hash::EntryCursor c(data);
     char sink[remem::hash::kEntryAreaBytes];

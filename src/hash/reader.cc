@@ -6,18 +6,11 @@
 
 namespace remem::hash {
 
-namespace {
-
-bool Verified(const Bucket& b) {
-  return (b.version & 1) == 0 && BucketChecksum(b) == b.checksum;
-}
-
-}  // namespace
-
-Lookup::Lookup(const Geometry& g, std::string_view key, std::string* value_into,
-               const KeyHash* hash)
+Lookup::Lookup(const Geometry& g, std::string_view key, ReadMode mode,
+               std::string* value_into, const KeyHash* hash)
     : g_(g),
       key_(key),
+      mode_(mode),
       kh_(hash != nullptr ? *hash : HashKey(key, g.seed)),
       value_(value_into != nullptr ? value_into : &own_value_) {
   const uint64_t mask = g.num_buckets - 1;
@@ -25,28 +18,36 @@ Lookup::Lookup(const Geometry& g, std::string_view key, std::string* value_into,
   b_[1] = AltBucket(b_[0], kh_.tag, mask);
 }
 
-bool Lookup::ReadBucket(uint64_t b, Bucket* into, ReadRequest* req) {
-  *req = {g_.region, g_.buckets_offset + b * kBucketBytes, into,
-          sizeof(Bucket)};
+bool Lookup::ReadBucket(uint64_t b, bool whole, ReadRequest* req) {
+  *req = {g_.region, g_.buckets_offset + b * kBucketBytes, &bucket_,
+          whole ? sizeof(Bucket) : kBucketHeaderBytes};
   return true;
+}
+
+bool Lookup::HeaderVerifies() const {
+  return (bucket_.version & 1) == 0 &&
+         HeaderChecksum(bucket_) == bucket_.checksum;
 }
 
 bool Lookup::Next(ReadRequest* req) {
   switch (stage_) {
     case kStart:
-      stage_ = kGotBucket;
-      return ReadBucket(b_[0], &bucket_, req);
-    case kGotBucket:
+      stage_ = kGotHeader;
+      return ReadBucket(b_[0], mode_ == ReadMode::kWholeBuckets, req);
+    case kGotHeader:
       ++reads_;
-      if (!Verified(bucket_)) {
+      if (!HeaderVerifies()) {
         bucket_failed_ = true;
         return Retry(bucket_.version == kMovedVersion
                          ? "the table grew"
                          : "bucket failed verification");
       }
       if (which_ == 0) first_version_ = bucket_.version;
-      scanned_ = 0;
+      slot_ = 0;
       return Scan(req);
+    case kGotEntry:
+      ++reads_;
+      return CheckEntry(req);
     case kGotExtent: {
       ++reads_;
       ExtentHeader h;
@@ -72,7 +73,7 @@ bool Lookup::Next(ReadRequest* req) {
     }
     case kGotRecheck:
       ++reads_;
-      if (!Verified(bucket_)) {
+      if (!HeaderVerifies()) {
         bucket_failed_ = true;
         return Retry("first bucket failed verification");
       }
@@ -86,46 +87,80 @@ bool Lookup::Next(ReadRequest* req) {
 }
 
 bool Lookup::Scan(ReadRequest* req) {
-  EntryCursor c(bucket_.entries);
-  int index = 0;
-  while (c.Next()) {
-    if (index++ < scanned_) continue;
-    ++scanned_;
-    if (c.head().tag != kh_.tag) continue;
-    if (c.head().kind == kInline) {
-      if (c.key_len() != key_.size() ||
-          std::memcmp(c.inline_key(), key_.data(), key_.size()) != 0) {
-        continue;
-      }
-      outcome_ = kFound;
-      value_->assign(c.inline_value(), c.value_len());
-      version_ = c.word1();
-      return false;
+  while (slot_ < kIndexSlots) {
+    const IndexSlot s = bucket_.index[slot_];
+    if (s.tag == 0) break;  // the index lists entries first
+    ++slot_;
+    if (s.tag != kh_.tag) continue;
+    entry_offset_ = size_t{s.offset_words} * 8;
+    entry_bytes_ = size_t{s.words} * 8;
+    if (entry_bytes_ < kMinEntryBytes ||
+        entry_offset_ + entry_bytes_ > kEntryAreaBytes) {
+      return Retry("malformed bucket index");
     }
-    const uint64_t ref = c.word1();
-    if (RefClass(ref) >= NumSizeClasses()) {
-      return Retry("entry names no size class");
-    }
-    extent_size_ = SizeClassBytes(RefClass(ref));
-    extent_incarnation_ = c.head().meta;
-    extent_.resize(extent_size_);
-    *req = {RefRegion(ref), RefOffset(ref), extent_.data(), extent_size_};
-    stage_ = kGotExtent;
+    if (mode_ == ReadMode::kWholeBuckets) return CheckEntry(req);
+    *req = {g_.region,
+            g_.buckets_offset + b_[which_] * kBucketBytes + kBucketHeaderBytes +
+                entry_offset_,
+            bucket_.entries + entry_offset_, entry_bytes_};
+    stage_ = kGotEntry;
     return true;
   }
-  if (!c.ok()) return Retry("malformed bucket entry");
   if (which_ == 0 && b_[1] != b_[0]) {
     which_ = 1;
-    stage_ = kGotBucket;
-    return ReadBucket(b_[1], &bucket_, req);
+    stage_ = kGotHeader;
+    return ReadBucket(b_[1], mode_ == ReadMode::kWholeBuckets, req);
   }
+  // A miss: the first bucket's header again (see the header comment).
   stage_ = kGotRecheck;
-  return ReadBucket(b_[0], &bucket_, req);
+  return ReadBucket(b_[0], /*whole=*/false, req);
+}
+
+bool Lookup::CheckEntry(ReadRequest* req) {
+  const uint8_t* entry = bucket_.entries + entry_offset_;
+  if (StoredEntryChecksum(entry, entry_bytes_) !=
+      EntryChecksum(entry, entry_bytes_, bucket_.version)) {
+    return Retry("entry failed verification");
+  }
+  EntryHead h;
+  std::memcpy(&h, entry, sizeof(h));
+  if (h.tag != kh_.tag || size_t{h.words} * 8 != entry_bytes_) {
+    return Retry("entry disagrees with its index slot");
+  }
+  uint64_t word1;
+  std::memcpy(&word1, entry + 8, 8);
+  if (h.kind == kInline) {
+    const size_t key_len = h.meta & 0xffff, value_len = h.meta >> 16;
+    if (InlineEntryBytes(key_len, value_len) != entry_bytes_) {
+      return Retry("malformed bucket entry");
+    }
+    const char* k = reinterpret_cast<const char*>(entry + kInlineOverhead);
+    if (key_len == key_.size() &&
+        std::memcmp(k, key_.data(), key_.size()) == 0) {
+      outcome_ = kFound;
+      value_->assign(k + key_len, value_len);
+      version_ = word1;
+      return false;
+    }
+    return Scan(req);
+  }
+  if (h.kind != kExtent || entry_bytes_ != kExtentEntryBytes) {
+    return Retry("malformed bucket entry");
+  }
+  if (RefClass(word1) >= NumSizeClasses()) {
+    return Retry("entry names no size class");
+  }
+  extent_size_ = SizeClassBytes(RefClass(word1));
+  extent_incarnation_ = h.meta;
+  extent_.resize(extent_size_);
+  *req = {RefRegion(word1), RefOffset(word1), extent_.data(), extent_size_};
+  stage_ = kGotExtent;
+  return true;
 }
 
 Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
-                                const ReadFn& read) {
-  Lookup l(g, key);
+                                const ReadFn& read, ReadMode mode) {
+  Lookup l(g, key, mode);
   ReadRequest req;
   while (l.Next(&req)) {
     REMEM_RETURN_IF_ERROR(read(req.region, req.offset, req.dst, req.len));

@@ -1,8 +1,12 @@
 // hash::Lookup: the client side of a get by one-sided reads, as a sequence
 // of reads the caller performs (synchronously, or asynchronously with many
-// lookups in flight). It trusts nothing it has not verified:
-//   - a bucket copy must have an even version and a matching checksum;
-//   - an inline entry is then trusted with its bucket;
+// lookups in flight). It reads a bucket's header (or, over a network, the
+// whole bucket in one read), then the entries the header's index names
+// with the key's tag. It trusts nothing it has not verified:
+//   - a header copy must have an even version and a matching checksum;
+//   - an entry copy must end with the checksum of its bytes seeded with
+//     that header's version (so it is the entry of that very publish), and
+//     agree with its index slot;
 //   - an extent copy must have a matching checksum, the incarnation its
 //     entry names, and lengths that fit its size class; then its key is
 //     compared.
@@ -42,6 +46,12 @@ struct ReadRequest {
   size_t len = 0;
 };
 
+// How a lookup copies a bucket: its header, then the entries it needs (two
+// or three cache lines; for memory mapped into this process, where each
+// read is a copy), or the whole bucket in one read (over a network, where
+// each read is a round trip).
+enum class ReadMode { kHeaderThenEntries, kWholeBuckets };
+
 class Lookup {
  public:
   enum Outcome { kPending, kFound, kNotFound, kRetry };
@@ -50,7 +60,7 @@ class Lookup {
   // the string reads without allocating), else to a string of the
   // lookup's own; value() names whichever it is. `hash`, when given, is
   // HashKey(key, g.seed), computed once by a caller that prefetched.
-  Lookup(const Geometry& g, std::string_view key,
+  Lookup(const Geometry& g, std::string_view key, ReadMode mode,
          std::string* value_into = nullptr, const KeyHash* hash = nullptr);
   Lookup(const Lookup&) = delete;
   Lookup& operator=(const Lookup&) = delete;
@@ -68,21 +78,27 @@ class Lookup {
   int reads() const { return reads_; }
 
  private:
-  enum Stage { kStart, kGotBucket, kGotExtent, kGotRecheck };
+  enum Stage { kStart, kGotHeader, kGotEntry, kGotExtent, kGotRecheck };
   bool Scan(ReadRequest* req);
+  bool CheckEntry(ReadRequest* req);
   bool Retry(const char* why) {
     outcome_ = kRetry;
     retry_reason_ = why;
     return false;
   }
-  bool ReadBucket(uint64_t b, Bucket* into, ReadRequest* req);
+  // Reads bucket b's header (the whole bucket if `whole`) into bucket_.
+  bool ReadBucket(uint64_t b, bool whole, ReadRequest* req);
+  bool HeaderVerifies() const;
 
   Geometry g_;
   std::string_view key_;
+  ReadMode mode_;
   KeyHash kh_;
   uint64_t b_[2];
-  int which_ = 0;    // bucket being scanned: 0 = b1, 1 = b2
-  int scanned_ = 0;  // entries of the current bucket already looked at
+  int which_ = 0;            // bucket being scanned: 0 = b1, 1 = b2
+  size_t slot_ = 0;          // next index slot of the current bucket to look at
+  size_t entry_offset_ = 0;  // in the area, of the entry being checked
+  size_t entry_bytes_ = 0;
   uint64_t first_version_ = 0;
   Stage stage_ = kStart;
   Bucket bucket_;
@@ -112,7 +128,8 @@ struct LookupResult {
 };
 // A read error from `read` is returned as the Status.
 Result<LookupResult> LookupOnce(const Geometry& g, std::string_view key,
-                                const ReadFn& read);
+                                const ReadFn& read,
+                                ReadMode mode = ReadMode::kHeaderThenEntries);
 
 // The region offset of `key`'s first bucket under `g` (what a lookup reads
 // first; a batch of lookups prefetches it).

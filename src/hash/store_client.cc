@@ -271,6 +271,12 @@ struct HashStore::Impl {
                      Value* into, Callback into_done);
   void RunLocalGets();
   void DrainLocalDone();
+  // How lookups copy buckets: header then entries where a read is a copy
+  // out of a mapping, whole buckets where each read is a round trip.
+  hash::ReadMode ReadMode() const {
+    return core->reads_are_local() ? hash::ReadMode::kHeaderThenEntries
+                                   : hash::ReadMode::kWholeBuckets;
+  }
   // Prefetches the first bucket `key` reads under `g` (a hint: harmless if
   // the table grows meanwhile); returns the key's hash, for the lookup.
   hash::KeyHash PrefetchFirstBucket(const hash::Geometry& g,
@@ -283,11 +289,37 @@ struct HashStore::Impl {
     if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
       return kh;
     }
-    const uint8_t* p = r->mapped() + offset;
-    for (size_t line = 0; line < hash::kBucketBytes; line += 64) {
-      __builtin_prefetch(p + line, 0, 3);
-    }
+    // The header: the lookup reads it first, then only the entries it
+    // names (PrefetchEntries).
+    __builtin_prefetch(r->mapped() + offset, 0, 3);
     return kh;
+  }
+  // Prefetches the entries of `kh`'s first bucket whose tag matches, as its
+  // header names them now (a hint, read unverified: harmless if wrong).
+  // Called a while after PrefetchFirstBucket, once the header has arrived,
+  // for a window of lookups before they run.
+  void PrefetchEntries(const hash::Geometry& g, const hash::KeyHash& kh) {
+    const fabric::RemoteRegion* r =
+        partition_regions[size_t(&g - partitions.data())];
+    if (r == nullptr || r->mapped() == nullptr) return;
+    const uint64_t offset = hash::FirstBucketOffset(g, kh);
+    if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
+      return;
+    }
+    const uint8_t* p = r->mapped() + offset;
+    hash::IndexSlot index[hash::kIndexSlots];
+    hash::LoadWords(index, p + 8, sizeof(index));
+    for (const hash::IndexSlot& slot : index) {
+      if (slot.tag == 0) break;
+      if (slot.tag != kh.tag) continue;
+      const size_t begin = size_t{slot.offset_words} * 8;
+      const size_t end = begin + size_t{slot.words} * 8;
+      if (end > hash::kEntryAreaBytes) break;
+      const uint8_t* e = p + hash::kBucketHeaderBytes;
+      for (size_t at = begin & ~size_t{63}; at < end; at += 64) {
+        __builtin_prefetch(e + at, 0, 3);
+      }
+    }
   }
   // Runs the queued local gets and sends the queued RPCs.
   void FlushAll() {
@@ -427,7 +459,7 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
     // The value is assigned to a scratch string that then trades places
     // with *out's: both keep their capacity, and *out changes only when
     // the key is found.
-    hash::Lookup lookup(*g, key, &lookup_scratch, kh);
+    hash::Lookup lookup(*g, key, ReadMode(), &lookup_scratch, kh);
     hash::ReadRequest req;
     // The partition's own region, looked up once: reads of it are copies
     // when it is mapped (ReadNow's, without its lookup; a failed session
@@ -592,7 +624,7 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   op->timed = timed;
   op->start = start;
   if (op->path == client::Path::kRpc) return GetByRpc(std::move(op));
-  op->lookup.emplace(*op->g, op->key);
+  op->lookup.emplace(*op->g, op->key, ReadMode());
   DriveOneSided(std::move(op));
 }
 
@@ -605,7 +637,7 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
       if (hash::ApplyRoot(op->root, op->g)) {
         if (op->g->generation != generation) Prefault(*op->g);
         op->reading_root = false;
-        op->lookup.emplace(*op->g, op->key);
+        op->lookup.emplace(*op->g, op->key, ReadMode());
         continue;
       }
       if (++op->attempt >= kMaxOneSidedAttempts) break;
@@ -630,7 +662,7 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
       if (l.bucket_failed()) {
         op->reading_root = true;  // the table may have grown
       } else {
-        op->lookup.emplace(*op->g, op->key);
+        op->lookup.emplace(*op->g, op->key, ReadMode());
       }
       continue;
     }
@@ -812,6 +844,8 @@ void HashStore::Impl::RunLocalGets() {
   const bool timed = selector->mode() == ReadPath::kAuto;
   const Clock::time_point start = timed ? Clock::now() : last_now;
   size_t answered = 0;
+  // Their headers were prefetched when they were queued.
+  for (const LocalGet& op : local_running) PrefetchEntries(*op.g, op.kh);
   for (LocalGet& op : local_running) {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
@@ -1122,6 +1156,8 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
     // As MultiGet: copies with first buckets prefetched a window ahead;
     // a get that gives up asks the server, in one message with the others.
     constexpr size_t kAhead = Impl::kLocalWindow;
+    // In windows: the headers of the next window are prefetched while this
+    // one's entries are, then this window's lookups run.
     std::vector<hash::KeyHash>& hashes = s.batch_hashes;
     hashes.resize(valid.size());
     auto prefetch = [&](size_t j) {
@@ -1132,7 +1168,12 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
     };
     for (size_t j = 0; j < kAhead; ++j) prefetch(j);
     for (size_t n = 0; n < valid.size(); ++n) {
-      prefetch(n + kAhead);
+      if (n % kAhead == 0) {
+        for (size_t j = n + kAhead; j < n + 2 * kAhead; ++j) prefetch(j);
+        for (size_t j = n; j < std::min(n + kAhead, valid.size()); ++j) {
+          s.PrefetchEntries(s.PartitionOf(keys[valid[j]]), hashes[j]);
+        }
+      }
       const size_t i = valid[n];
       bool gave_up = false;
       Status r = s.GetOneSidedInto(&s.PartitionOf(keys[i]), keys[i],

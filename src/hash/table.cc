@@ -28,6 +28,21 @@ void EraseEntry(Bucket* b, size_t offset, size_t bytes) {
   std::memset(b->entries + end - bytes, 0, bytes);
 }
 
+void SealBucket(Bucket* b) {
+  std::memset(b->index, 0, sizeof(b->index));
+  EntryCursor c(b->entries);
+  size_t n = 0;
+  // Entries take at least kMinEntryBytes, so at most kIndexSlots fit.
+  while (c.Next() && n < kIndexSlots) {
+    uint8_t* entry = b->entries + c.offset();
+    const uint64_t sum = EntryChecksum(entry, c.bytes(), b->version);
+    std::memcpy(entry + c.bytes() - kEntryChecksumBytes, &sum, 8);
+    b->index[n++] = {c.head().tag, uint8_t(c.offset() / 8),
+                     uint8_t(c.bytes() / 8)};
+  }
+  b->checksum = HeaderChecksum(*b);
+}
+
 namespace {
 
 void MakeInlineEntry(uint16_t tag, std::string_view key, std::string_view value,
@@ -44,6 +59,7 @@ void MakeInlineEntry(uint16_t tag, std::string_view key, std::string_view value,
 
 void MakeExtentEntry(uint16_t tag, uint32_t incarnation, uint64_t ref,
                      uint8_t* out) {
+  std::memset(out, 0, kExtentEntryBytes);
   EntryHead h{tag, kExtent, uint8_t(kExtentEntryBytes / 8), incarnation};
   std::memcpy(out, &h, sizeof(h));
   std::memcpy(out + 8, &ref, 8);
@@ -78,9 +94,9 @@ Bucket* Table::At(uint64_t i) const {
 
 void Table::FormatBuckets(uint64_t offset, uint64_t n) {
   // Every bucket verifies from the start (zeroed memory would not: its
-  // checksum field is 0, not the checksum of an empty bucket).
+  // checksum field is 0, not the checksum of an empty header).
   Bucket empty{};
-  empty.checksum = BucketChecksum(empty);
+  SealBucket(&empty);
   for (uint64_t i = 0; i < n; ++i) {
     StoreWords(base_ + offset + i * kBucketBytes, &empty, sizeof(empty));
   }
@@ -114,13 +130,15 @@ void Table::Publish(uint64_t i, const Bucket& next) {
       .store(v + 1, std::memory_order_release);
   Bucket b = next;
   b.version = v + 2;
-  b.checksum = BucketChecksum(b);
+  SealBucket(&b);
   used_[i] = uint16_t(AreaUsed(b));
+  // The header after the version (index and checksum), then the entries.
+  StoreWords(reinterpret_cast<uint8_t*>(live) + 8,
+             reinterpret_cast<const uint8_t*>(&b) + 8, kBucketHeaderBytes - 8);
   constexpr size_t kHalf = kEntryAreaBytes / 2;
   StoreWords(live->entries, b.entries, kHalf);
   if (mid_write_) mid_write_();
   StoreWords(live->entries + kHalf, b.entries + kHalf, kEntryAreaBytes - kHalf);
-  StoreWords(&live->checksum, &b.checksum, sizeof(b.checksum));
   std::atomic_ref<uint64_t>(live->version)
       .store(v + 2, std::memory_order_release);
 }
@@ -377,8 +395,8 @@ Status Table::Grow() {
   mask_ = n - 1;
   const uint64_t moves_before = moves_;
   // No reader can use the new array before SwitchTo publishes the root, so
-  // entries are appended in place, without a version bump and a checksum
-  // per entry; each bucket is checksummed once at the end.
+  // entries are appended in place, without a version bump and a seal per
+  // entry; each bucket is sealed once at the end.
   std::vector<uint16_t> old_used(n, 0);
   old_used.swap(used_);
   for (uint64_t i = 0; i < old.num_buckets; ++i) {
@@ -404,8 +422,10 @@ Status Table::Grow() {
   }
   for (uint64_t i = 0; i < n; ++i) {
     Bucket* live = At(i);
-    const uint64_t sum = BucketChecksum(*live);  // our own writes: plain
-    StoreWords(&live->checksum, &sum, sizeof(sum));
+    Bucket sealed = *live;  // our own writes: plain
+    SealBucket(&sealed);
+    StoreWords(reinterpret_cast<uint8_t*>(live) + 8,
+               reinterpret_cast<const uint8_t*>(&sealed) + 8, kBucketBytes - 8);
   }
   moves_ = moves_before;  // rehash placement is not a cuckoo move
   SwitchTo(old);

@@ -255,6 +255,10 @@ size_t AreaUsed(const Bucket& b);
 void AppendEntry(Bucket* b, const uint8_t* entry, size_t bytes);
 // Removes the entry at `offset` (of `bytes`), closing the gap.
 void EraseEntry(Bucket* b, size_t offset, size_t bytes);
+// Makes a bucket image verifiable at its version: fills the index from the
+// entries, ends every entry with its checksum (seeded with b->version) and
+// sets the header checksum.
+void SealBucket(Bucket* b);
 
 }  // namespace remem::hash
 

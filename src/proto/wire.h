@@ -37,7 +37,7 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // service + method + epoch in the RPC header; stats as named values; region
 // owners and access in the region list; the server lease region.
 // 4: RpcHeader back to 32 bytes (32-bit payload_len and epoch).
-inline constexpr uint16_t kWireVersion = 4;
+inline constexpr uint16_t kWireVersion = 5;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

@@ -40,12 +40,20 @@ hash::ReadFn LocalTable::Reader(bool slow) {
     if (region != kRegion || off + len > mem_.size() - 64) {
       return Status::InvalidArgument("read outside the region");
     }
-    if (slow && len >= 128) {
+    if (slow && len >= 64) {
+      // In two halves with a yield between, in either order (a one-sided
+      // copy has no specified byte order): a bucket header line too.
       const size_t half = (len / 2) & ~size_t{7};
-      hash::LoadWords(dst, Aligned() + off, half);
+      auto* d = static_cast<uint8_t*>(dst);
+      const bool back_first =
+          slow_copies_.fetch_add(1, std::memory_order_relaxed) % 2 == 1;
+      hash::LoadWords(back_first ? d + half : d,
+                      Aligned() + off + (back_first ? half : 0),
+                      back_first ? len - half : half);
       std::this_thread::yield();
-      hash::LoadWords(static_cast<uint8_t*>(dst) + half, Aligned() + off + half,
-                      len - half);
+      hash::LoadWords(back_first ? d : d + half,
+                      Aligned() + off + (back_first ? 0 : half),
+                      back_first ? half : len - half);
     } else {
       hash::LoadWords(dst, Aligned() + off, len);
     }
@@ -67,13 +75,19 @@ Result<hash::Geometry> LocalTable::ReadGeometry() {
 }
 
 Result<hash::LookupResult> LocalTable::Get(std::string_view key, int* retries,
-                                           bool slow, hash::Geometry* cached) {
+                                           bool slow, hash::Geometry* cached,
+                                           std::optional<hash::ReadMode> mode) {
+  if (!mode) {
+    mode = lookups_.fetch_add(1, std::memory_order_relaxed) % 2 == 0
+               ? hash::ReadMode::kHeaderThenEntries
+               : hash::ReadMode::kWholeBuckets;
+  }
   hash::Geometry local;
   if (cached == nullptr) local = table_->geometry();
   hash::Geometry* g = cached != nullptr ? cached : &local;
   const hash::ReadFn read = Reader(slow);
   for (int i = 0; i < 10000; ++i) {
-    auto r = hash::LookupOnce(*g, key, read);
+    auto r = hash::LookupOnce(*g, key, read, *mode);
     if (!r.ok()) return r.status();
     if (r->outcome != hash::Lookup::kRetry) return *r;
     if (retries != nullptr) ++*retries;

@@ -14,9 +14,11 @@
 #ifndef REMEM_TESTING_LOCAL_TABLE_H_
 #define REMEM_TESTING_LOCAL_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -41,7 +43,8 @@ class LocalTable {
   hash::Table& table() { return *table_; }
   hash::SlabAllocator& slab() { return slab_; }
   // A one-sided read of the region: InvalidArgument outside it. With
-  // `slow`, copies of 128 bytes or more pause (yield) halfway.
+  // `slow`, copies of 64 bytes or more pause (yield) halfway, every other
+  // one copying its second half first.
   hash::ReadFn Reader(bool slow = false);
   // What a client knows when it starts: the root's geometry, read and
   // verified (retried while the writer publishes it).
@@ -50,9 +53,12 @@ class LocalTable {
   // a bucket fails: the table may have grown) until it is final; TimedOut
   // if it never is. `cached`: the caller's geometry, kept up to date (else
   // the table's, which only the writer may use). `retries` counts them.
-  Result<hash::LookupResult> Get(std::string_view key, int* retries = nullptr,
-                                 bool slow = false,
-                                 hash::Geometry* cached = nullptr);
+  // `mode`: how buckets are copied; unset, lookups alternate between the
+  // two modes, so that races and models cover both.
+  Result<hash::LookupResult> Get(
+      std::string_view key, int* retries = nullptr, bool slow = false,
+      hash::Geometry* cached = nullptr,
+      std::optional<hash::ReadMode> mode = std::nullopt);
 
  private:
   explicit LocalTable(uint64_t arena_bytes);
@@ -62,6 +68,8 @@ class LocalTable {
   size_t offset_ = 0;  // to the 64-byte aligned start
   hash::SlabAllocator slab_;
   std::unique_ptr<hash::Table> table_;
+  std::atomic<uint64_t> lookups_{0};      // alternates Get's read mode
+  std::atomic<uint64_t> slow_copies_{0};  // alternates a slow copy's order
 };
 
 // testing::KvStore over a LocalTable: writers call the table (one at a time,
