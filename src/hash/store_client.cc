@@ -236,6 +236,7 @@ struct HashStore::Impl {
   // the next Poll, as every asynchronous callback does. Nothing here
   // allocates once the vectors have grown: keys are copied into one arena.
   static constexpr size_t kLocalWindow = 32;
+  static constexpr size_t kSmallWindow = 8;
   static GetCallback IntoAdapter(Value* into, Callback done) {
     return [into, done = std::move(done)](Result<Value> r) {
       if (r.ok()) *into = std::move(*r);
@@ -277,36 +278,38 @@ struct HashStore::Impl {
     return core->reads_are_local() ? hash::ReadMode::kHeaderThenEntries
                                    : hash::ReadMode::kWholeBuckets;
   }
-  // Prefetches the first bucket `key` reads under `g` (a hint: harmless if
-  // the table grows meanwhile); returns the key's hash, for the lookup.
+  // The mapped address of the first bucket `kh` reads under `g`, or null
+  // (not mapped, or outside the region: then no prefetch).
+  const uint8_t* MappedFirstBucket(const hash::Geometry& g,
+                                   const hash::KeyHash& kh) const {
+    const fabric::RemoteRegion* r =
+        partition_regions[size_t(&g - partitions.data())];
+    if (r == nullptr || r->mapped() == nullptr) return nullptr;
+    const uint64_t offset = hash::FirstBucketOffset(g, kh);
+    if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
+      return nullptr;
+    }
+    return r->mapped() + offset;
+  }
+  // Prefetches the header line of the first bucket `key` reads under `g` (a
+  // hint: harmless if the table grows meanwhile); returns the key's hash,
+  // for the lookup. The lookup reads the header, then only the entries it
+  // names: PrefetchEntries, once the header has arrived.
   hash::KeyHash PrefetchFirstBucket(const hash::Geometry& g,
                                     std::string_view key) {
     const hash::KeyHash kh = hash::HashKey(key, g.seed);
-    const fabric::RemoteRegion* r =
-        partition_regions[size_t(&g - partitions.data())];
-    if (r == nullptr || r->mapped() == nullptr) return kh;
-    const uint64_t offset = hash::FirstBucketOffset(g, kh);
-    if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
-      return kh;
+    if (const uint8_t* p = MappedFirstBucket(g, kh)) {
+      __builtin_prefetch(p, 0, 3);
     }
-    // The header: the lookup reads it first, then only the entries it
-    // names (PrefetchEntries).
-    __builtin_prefetch(r->mapped() + offset, 0, 3);
     return kh;
   }
   // Prefetches the entries of `kh`'s first bucket whose tag matches, as its
   // header names them now (a hint, read unverified: harmless if wrong).
-  // Called a while after PrefetchFirstBucket, once the header has arrived,
-  // for a window of lookups before they run.
+  // Called a while after PrefetchFirstBucket, for a window of lookups
+  // before they run.
   void PrefetchEntries(const hash::Geometry& g, const hash::KeyHash& kh) {
-    const fabric::RemoteRegion* r =
-        partition_regions[size_t(&g - partitions.data())];
-    if (r == nullptr || r->mapped() == nullptr) return;
-    const uint64_t offset = hash::FirstBucketOffset(g, kh);
-    if (offset > r->length() || r->length() - offset < hash::kBucketBytes) {
-      return;
-    }
-    const uint8_t* p = r->mapped() + offset;
+    const uint8_t* p = MappedFirstBucket(g, kh);
+    if (p == nullptr) return;
     hash::IndexSlot index[hash::kIndexSlots];
     hash::LoadWords(index, p + 8, sizeof(index));
     for (const hash::IndexSlot& slot : index) {
@@ -319,6 +322,15 @@ struct HashStore::Impl {
       for (size_t at = begin & ~size_t{63}; at < end; at += 64) {
         __builtin_prefetch(e + at, 0, 3);
       }
+    }
+  }
+  // A lone get has nothing to overlap with: all of its first bucket's
+  // lines at once, so that its entry does not wait for its header.
+  void PrefetchWholeBucket(const hash::Geometry& g, const hash::KeyHash& kh) {
+    const uint8_t* p = MappedFirstBucket(g, kh);
+    if (p == nullptr) return;
+    for (size_t line = 0; line < hash::kBucketBytes; line += 64) {
+      __builtin_prefetch(p + line, 0, 3);
     }
   }
   // Runs the queued local gets and sends the queued RPCs.
@@ -541,7 +553,9 @@ Status HashStore::Get(std::string_view key, Value* into) {
   };
   if (path == client::Path::kOneSided) {
     bool gave_up = false;
-    Status st = impl_->GetOneSidedInto(&g, key, into, &gave_up);
+    const hash::KeyHash kh = hash::HashKey(key, g.seed);
+    impl_->PrefetchWholeBucket(g, kh);
+    Status st = impl_->GetOneSidedInto(&g, key, into, &gave_up, &kh);
     if (!gave_up) {
       record();
       ++impl_->read_stats.onesided_gets;
@@ -845,7 +859,18 @@ void HashStore::Impl::RunLocalGets() {
   const Clock::time_point start = timed ? Clock::now() : last_now;
   size_t answered = 0;
   // Their headers were prefetched when they were queued.
-  for (const LocalGet& op : local_running) PrefetchEntries(*op.g, op.kh);
+  // A small window has too little to overlap: its headers were prefetched
+  // just now, and waiting for them before prefetching the entries costs a
+  // second miss in a row. It takes whole buckets (one miss, eight lines
+  // each); a larger one, headers then entries (fewer lines per get).
+  const bool small_window = local_running.size() < kSmallWindow;
+  for (const LocalGet& op : local_running) {
+    if (small_window) {
+      PrefetchWholeBucket(*op.g, op.kh);
+    } else {
+      PrefetchEntries(*op.g, op.kh);
+    }
+  }
   for (LocalGet& op : local_running) {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
