@@ -162,6 +162,7 @@ class Table {
   std::optional<uint64_t> BucketOf(std::string_view key) const;
 
   const Geometry& geometry() const { return geo_; }
+  const Limits& limits() const { return options_.limits; }
   uint64_t size() const { return size_; }
   uint64_t inline_pairs() const { return inline_; }
   uint64_t moves() const { return moves_; }
