@@ -529,6 +529,35 @@ TEST_F(AtomicsTest, VectorUpdatesNeverShowAHalfUpdatedVectorToReaders) {
               static_cast<unsigned long long>(bad.load()));
 }
 
+TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        testing::CliBinary(), "-s", server_.address, "--transport",
+        std::string(TransportName(TestTransport()))};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunCommand(argv);
+  };
+  auto r = cli({"incr", "visits"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "1\n");
+  r = cli({"--json", "incr", "visits", "41"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("{\"value\":42,\"version\":", 0), 0u) << r.out;
+  EXPECT_EQ(cli({"put", "name", "remem"}).exit_code, 0);
+  EXPECT_EQ(cli({"incr", "name"}).exit_code, 2);  // not an integer
+
+  EXPECT_EQ(cli({"vec", "put", "v", "--type", "int32", "1,2,3"}).exit_code, 0);
+  EXPECT_EQ(cli({"vec", "update", "v", "mul", "5"}).exit_code, 0);
+  r = cli({"--json", "vec", "reduce", "v", "sum"});
+  EXPECT_EQ(r.out, "{\"sum\":30}\n");
+  r = cli({"--json", "vec", "get", "v"});
+  EXPECT_NE(r.out.find("\"elements\":[5,10,15]"), std::string::npos) << r.out;
+  r = cli({"vec", "filter", "v", "ge", "10", "--indices"});
+  EXPECT_EQ(r.out, "1 2\n");
+  EXPECT_EQ(cli({"vec", "update", "v", "add", "2147483647"}).exit_code, 6);
+  EXPECT_EQ(cli({"vec", "reduce", "name", "sum"}).exit_code, 2);
+}
+
 TEST(AtomicsDurability, AtomicsAreLoggedAndSurviveAKill) {
   std::string dir = (fs::temp_directory_path() / "remem-ops-XXXXXX").string();
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
