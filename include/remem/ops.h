@@ -14,7 +14,10 @@
 // handing each the value the previous one produced, and writes and logs the
 // key once (KV-Direct's reservation station). A key's operations are
 // linearizable: each takes effect at one instant between its call and its
-// reply, in the order their results show.
+// reply, in the order their results show. Operations of this store issued
+// together (async, batch) are done in issue order per key; they are not
+// ordered with HashStore writes in flight at the same time (an operation
+// issued after a put's callback ran sees that put).
 //
 // Integers are 8-byte little-endian int64 values. Overflow is an error
 // (OutOfRange) that leaves the value unchanged; an integer operation on a
@@ -154,7 +157,9 @@ struct OpsOptions {
   // Where reductions run: kRpc on the server; kOneSided reads the vector
   // (HashStore::Get, one-sided and verified) and reduces here; kAuto (or
   // unset: the session's read path) reduces here when reads are local
-  // (shared memory) and on the server otherwise.
+  // (shared memory) and on the server otherwise. A fixed rule, not the
+  // measured selector of gets: for vectors of hundreds of KiB over shared
+  // memory the server is faster today (docs/BENCHMARKS.md).
   std::optional<ReadPath> reduce_path;
 };
 
