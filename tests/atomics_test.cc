@@ -23,6 +23,7 @@
 #include "test_util.h"
 #include "testing/clock.h"
 #include "testing/linearizability.h"
+#include "testing/scale.h"
 #include "util/subprocess.h"
 
 namespace remem {
@@ -297,7 +298,7 @@ TEST_F(AtomicsTest, ABatchOnOneKeyIsForwardedInOrderAndWrittenOnce) {
 // linearizable.
 TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
   constexpr int kKeys = 3;
-  const int kOps = 400;
+  const int kOps = testing::Scaled(400, 100);
   {
     // The counters exist (at 0) before anyone adds.
     auto c = ConnectOps(server_.address);
@@ -432,6 +433,24 @@ TEST_F(AtomicsTest, VectorOperationsAgreeWithALocalModelOnBothReducePaths) {
     EXPECT_EQ(std::get<int64_t>(*st->VecReduce("vi", Reduction::kMax)), 52);
     EXPECT_EQ(std::get<int64_t>(*st->VecReduce("vi", Reduction::kCount)), 4);
   }
+  // The adaptive path: both paths measured (it alternates while warming
+  // up), every answer right whichever it took.
+  auto adaptive = ConnectOps(server_.address, ReadPath::kAuto, ReadPath::kAuto);
+  ASSERT_TRUE(adaptive.store);
+  for (int i = 0; i < 40; ++i) {
+    auto sum = adaptive->VecReduce("vi", Reduction::kSum);
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(std::get<int64_t>(*sum), 130);
+  }
+  const auto rs = adaptive->reduce_stats();
+  EXPECT_EQ(rs.local + rs.server, 40u);
+  EXPECT_GT(rs.local, 0u);
+  EXPECT_GT(rs.server, 0u);
+  EXPECT_GT(rs.local_estimate_us, 0.0);
+  EXPECT_GT(rs.server_estimate_us, 0.0);
+  EXPECT_EQ(server_side->reduce_stats().local, 0u);
+  EXPECT_EQ(client_side->reduce_stats().server, 0u);
+
   auto idx = s.VecFilter("vi", Predicate::kGt, int64_t{30}, true);
   ASSERT_TRUE(idx.ok());
   EXPECT_EQ(std::get<0>(*idx), (std::vector<int64_t>{2, 3}));
@@ -501,7 +520,8 @@ TEST_F(AtomicsTest, VectorUpdatesNeverShowAHalfUpdatedVectorToReaders) {
   }
   auto w = ConnectOps(server_.address);
   ASSERT_TRUE(w.store);
-  const int kUpdates = 2000;
+  // Volume, not coverage (REMEM_TEST_SCALE under the sanitizers).
+  const int kUpdates = testing::Scaled(2000, 200);
   for (int i = 0; i < kUpdates; ++i) {
     for (auto& [k, n] : vecs) {
       if (i % 2 == 0) {

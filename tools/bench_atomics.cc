@@ -258,6 +258,35 @@ int RunAtomics(const FabricOptions& o, const AtomicsOptions& a) {
           return 1;
         }
       }
+      // The adaptive choice (OpsOptions::reduce_path kAuto), a store of its
+      // own so it learns this size only.
+      auto adaptive = OpsStore::Open(session.get());
+      if (!adaptive.ok()) return 1;
+      Status st = measure("reduce_auto" + suffix, 1, [&](Row* row) -> Status {
+        const auto start = Clock::now();
+        const auto end = start + std::chrono::duration<double>(o.seconds);
+        while (Clock::now() < end) {
+          const uint64_t t0 = NowNs();
+          auto r = (*adaptive)->VecReduce(key, Reduction::kSum);
+          row->latency_ns.Record(NowNs() - t0);
+          if (!r.ok()) return r.status();
+          ++row->ops;
+        }
+        row->seconds =
+            std::chrono::duration<double>(Clock::now() - start).count();
+        return Status::OK();
+      });
+      rows.back().size = 16 + 8 * n;
+      if (!st.ok()) return 1;
+      const auto rs = (*adaptive)->reduce_stats();
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "reduce_auto%s: %llu local, %llu on the server "
+                    "(estimates %.1f / %.1f us)",
+                    suffix.c_str(), static_cast<unsigned long long>(rs.local),
+                    static_cast<unsigned long long>(rs.server),
+                    rs.local_estimate_us, rs.server_estimate_us);
+      notes.push_back(buf);
     }
   }
 

@@ -156,10 +156,12 @@ struct IntReply {
 struct OpsOptions {
   // Where reductions run: kRpc on the server; kOneSided reads the vector
   // (HashStore::Get, one-sided and verified) and reduces here; kAuto (or
-  // unset: the session's read path) reduces here when reads are local
-  // (shared memory) and on the server otherwise. A fixed rule, not the
-  // measured selector of gets: for vectors of hundreds of KiB over shared
-  // memory the server is faster today (docs/BENCHMARKS.md).
+  // unset: the session's read path) chooses per reduction from measured
+  // latencies (the selector of gets, Cell's: moving averages, outlier
+  // rejection, 1% exploration), so it reduces here where that is faster
+  // (small vectors on shared memory) and asks the server elsewhere. One
+  // selector per store: a store that reduces vectors of very different
+  // sizes gets the path that is faster on average.
   std::optional<ReadPath> reduce_path;
 };
 
@@ -204,6 +206,16 @@ class OpsStore {
   // --- batched: one message (split beyond 65536 ops or 32 MiB), one result
   // per op, in order, each with its own status.
   std::vector<Result<OpReply>> ExecuteBatch(const std::vector<Op>& ops);
+
+  struct ReduceStats {
+    uint64_t local = 0;   // read one-sided and reduced here
+    uint64_t server = 0;  // reduced by the server
+    // The selector's estimates of a reduction on each path (microseconds;
+    // 0 before measured, and always 0 with a forced path).
+    double local_estimate_us = 0;
+    double server_estimate_us = 0;
+  };
+  ReduceStats reduce_stats() const;
 
   HashStore* hash() { return hash_.get(); }
   // Ops of this store issued and not yet completed.

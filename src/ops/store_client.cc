@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "client/path_selector.h"
 #include "client/session_core.h"
 #include "hash/codec.h"
 #include "ops/apply.h"
@@ -223,6 +224,8 @@ struct OpsStore::Impl {
   client::SessionCore* core = nullptr;
   HashStore* hash = nullptr;
   ReadPath reduce_path = ReadPath::kAuto;
+  std::unique_ptr<client::PathSelector> reduce_selector;
+  ReduceStats reduce_stats;
   size_t in_flight = 0;
   int flush_hook = 0;
   struct Queued {
@@ -240,11 +243,7 @@ struct OpsStore::Impl {
     }
     return Status::OK();
   }
-  bool ReduceHere() const {
-    if (reduce_path == ReadPath::kOneSided) return true;
-    if (reduce_path == ReadPath::kRpc) return false;
-    return core->reads_are_local();
-  }
+
   void Complete(const Callback& done, Result<OpReply> r) {
     core->Ended(r.status());
     --in_flight;
@@ -284,6 +283,9 @@ Result<std::unique_ptr<OpsStore>> OpsStore::Open(Session* session,
   impl->hash = hash->get();
   impl->reduce_path =
       options.reduce_path.value_or(impl->core->options().read_path);
+  client::PathSelectorOptions so;
+  so.mode = impl->reduce_path;
+  impl->reduce_selector = std::make_unique<client::PathSelector>(so);
   Impl* raw = impl.get();
   impl->flush_hook = impl->core->AddFlushHook([raw] { raw->Flush(); });
   return std::unique_ptr<OpsStore>(
@@ -333,19 +335,49 @@ Result<OpsStore::VectorValue> OpsStore::VecGet(std::string_view key) {
 }
 
 Result<Number> OpsStore::VecReduce(std::string_view key, Reduction red) {
-  if (impl_->ReduceHere()) {
+  Impl& s = *impl_;
+  const auto start = fabric::Clock::now();
+  const client::Path path = s.reduce_selector->Choose(start);
+  Result<Number> out = Status::Internal("unset");
+  bool measured = true;
+  if (path == client::Path::kOneSided) {
+    ++s.reduce_stats.local;
     // The hash store's read path: one-sided and verified on shared memory.
     auto r = hash_->Get(key);
-    if (!r.ok()) return r.status();
-    auto out = ops::ReduceVector(r->value, red);
-    if (!out.ok()) return out.status();
-    OpReply reply;
-    reply.value = std::move(*out);
-    return reply.AsNumber();
+    if (!r.ok()) {
+      out = r.status();
+    } else {
+      auto sum = ops::ReduceVector(r->value, red);
+      if (!sum.ok()) {
+        out = sum.status();
+      } else {
+        OpReply reply;
+        reply.value = std::move(*sum);
+        out = reply.AsNumber();
+      }
+    }
+  } else {
+    ++s.reduce_stats.server;
+    auto r = Execute(Op::VecReduce(std::string(key), red));
+    out = r.ok() ? r->AsNumber() : Result<Number>(r.status());
   }
-  auto r = Execute(Op::VecReduce(std::string(key), red));
-  if (!r.ok()) return r.status();
-  return r->AsNumber();
+  // Only successful reductions say how long a path takes.
+  measured = out.ok();
+  if (measured && s.reduce_path == ReadPath::kAuto) {
+    const auto end = fabric::Clock::now();
+    s.reduce_selector->Record(
+        path, std::chrono::duration<double, std::micro>(end - start).count(),
+        end);
+  }
+  return out;
+}
+
+OpsStore::ReduceStats OpsStore::reduce_stats() const {
+  ReduceStats r = impl_->reduce_stats;
+  r.local_estimate_us =
+      impl_->reduce_selector->Estimate(client::Path::kOneSided);
+  r.server_estimate_us = impl_->reduce_selector->Estimate(client::Path::kRpc);
+  return r;
 }
 
 Result<VectorData> OpsStore::VecFilter(std::string_view key, Predicate p,
