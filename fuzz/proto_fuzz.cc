@@ -18,6 +18,8 @@
 #include "fabric/worker_address.h"
 #include "hash/codec.h"
 #include "hash/layout.h"
+#include "ops/apply.h"
+#include "ops/vector.h"
 #include "proto/codec.h"
 #include "server/hello_reader.h"
 
@@ -194,6 +196,55 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto again = DecodeHashMultiReply(EncodeHashMultiReply(*items), count);
       if (!again.ok() || again->size() != items->size()) std::abort();
     }
+  }
+
+  // Server-side operations: requests round-trip (what was decoded); the
+  // engine's pure functions take any decoded op on any value without
+  // reading out of bounds.
+  auto op = DecodeHashOp(in);
+  if (op.ok()) {
+    if (EncodeHashOp(*op).size() != size) std::abort();
+    bool present = true;
+    std::string value(in.substr(0, size / 2));
+    remem::ops::Outcome out;
+    (void)remem::ops::Apply(*op, 1 << 16, nullptr, &present, &value, &out);
+    value = std::string(op->arg);
+    (void)remem::ops::Apply(*op, 1 << 16, nullptr, &present, &value, &out);
+  }
+  auto opb = DecodeHashOpBatch(in);
+  if (opb.ok()) {
+    const std::string encoded = EncodeHashOpBatch(*opb);
+    auto again = DecodeHashOpBatch(encoded);
+    if (!again.ok() || again->size() != opb->size()) std::abort();
+    for (size_t i = 0; i < opb->size(); ++i) {
+      const auto& a = (*again)[i];
+      const auto& b = (*opb)[i];
+      if (a.kind != b.kind || a.key != b.key || a.arg != b.arg ||
+          a.expected != b.expected || a.initial != b.initial) {
+        std::abort();
+      }
+    }
+  }
+  auto opr = DecodeHashOpReply(in);
+  if (opr.ok() && EncodeHashOpReply(*opr).size() != size) std::abort();
+  if (size >= sizeof(HashMultiReply)) {
+    uint32_t count;
+    std::memcpy(&count, data, sizeof(count));
+    auto items = DecodeHashOpBatchReply(in, count);
+    if (items.ok()) {
+      auto again =
+          DecodeHashOpBatchReply(EncodeHashOpBatchReply(*items), count);
+      if (!again.ok() || again->size() != items->size()) std::abort();
+    }
+  }
+  (void)remem::ops::ParseVector(in);
+  if (size > 9) {
+    std::string v(in.substr(9));
+    (void)remem::ops::UpdateVector(&v, remem::VecFn(data[0] % 6),
+                                   in.substr(1, 8));
+    (void)remem::ops::ReduceVector(v, remem::Reduction(data[0] % 5));
+    (void)remem::ops::FilterVector(v, remem::Predicate(data[0] % 7),
+                                   in.substr(1, 8), data[0] & 1);
   }
 
   // A durable record (log or snapshot file bytes, read back from disk):

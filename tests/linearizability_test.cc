@@ -189,3 +189,41 @@ TEST(Linearizability, RandomHistoriesFromASequentialExecution) {
 
 }  // namespace
 }  // namespace remem::testing
+
+namespace remem::testing {
+namespace {
+
+KvOp Rmw(std::optional<std::string> old, std::string next, uint64_t call,
+         uint64_t ret, uint64_t version) {
+  KvOp op;
+  op.kind = KvOp::kReadModifyWrite;
+  op.found = old.has_value();
+  op.read_value = old.value_or("");
+  op.value = std::move(next);
+  op.call_ns = call;
+  op.return_ns = ret;
+  op.version = version;
+  return op;
+}
+
+// Two concurrent fetch-adds of 1 on an absent counter (created at 0): one
+// must have seen 0 and the other 1. Both seeing 0 (a lost update) is not
+// linearizable; a read must fall between them in that order.
+TEST(Linearizability, ReadModifyWritesMustChainTheirValues) {
+  EXPECT_TRUE(CheckKeyHistory(
+                  {Rmw(std::nullopt, "1", 0, 10, 1), Rmw("1", "2", 1, 11, 2)})
+                  .linearizable);
+  EXPECT_TRUE(CheckKeyHistory(
+                  {Rmw("1", "2", 0, 10, 2), Rmw(std::nullopt, "1", 1, 11, 1)})
+                  .linearizable);
+  EXPECT_FALSE(CheckKeyHistory({Rmw(std::nullopt, "1", 0, 10, 1),
+                                Rmw(std::nullopt, "1", 1, 11, 2)})
+                   .linearizable);
+  // A get that returned before the second started cannot see its value.
+  EXPECT_FALSE(CheckKeyHistory({Rmw(std::nullopt, "1", 0, 10, 1),
+                                Get("2", 11, 12), Rmw("1", "2", 20, 30, 2)})
+                   .linearizable);
+}
+
+}  // namespace
+}  // namespace remem::testing

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_atomics.h"
 #include "bench_curve.h"
 #include "bench_durability.h"
 #include "bench_fabric.h"
@@ -46,6 +47,20 @@ int main(int argc, char** argv) {
   hash->add_option("--value-size", value_size, "bytes per value")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{16} << 20));
+  bench::AtomicsOptions ao;
+  bool no_redis = false, no_vectors = false;
+  auto* atomics = app.add_subcommand(
+      "atomics",
+      "server-side operations: fetch-add on --keys counters (uniform, zipf "
+      "0.99, one key; async at --depth, and one at a time) against plain "
+      "puts and Redis INCRBY pipelined at the same depth; vector sums of 1K "
+      "and 64K elements on the server, here after a one-sided read, and "
+      "Redis GET + local sum");
+  atomics->add_option("--keys", ao.keys, "counters of the uniform/zipf rows")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  atomics->add_flag("--no-redis", no_redis, "skip the Redis rows");
+  atomics->add_flag("--no-vectors", no_vectors, "skip the reduce rows");
   auto* fabric = app.add_subcommand(
       "fabric",
       "one-sided get/put/fetch-add and RPC echo: latency at depth 1 and "
@@ -219,7 +234,7 @@ int main(int argc, char** argv) {
                    "CPU for the client thread (-1: unpinned)")
       ->capture_default_str();
   durability->add_flag("--json", dur.json, "print JSON instead of a table");
-  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash}) {
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash, atomics}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
                   "pinned to --server-cpu)");
@@ -356,6 +371,11 @@ int main(int argc, char** argv) {
   }
   if (hash->parsed()) return bench::RunHash(fo, records, key_size, value_size);
   if (fabric->parsed()) return bench::RunFabric(fo);
+  if (atomics->parsed()) {
+    ao.redis = !no_redis;
+    ao.vectors = !no_vectors;
+    return bench::RunAtomics(fo, ao);
+  }
   // No workload named: the transport layer, then the hash store.
   std::printf("== fabric: one-sided operations and RPCs\n");
   if (int rc = bench::RunFabric(fo); rc != 0) return rc;

@@ -9,8 +9,11 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <map>
+#include <variant>
 
 #include "remem/hash.h"
+#include "remem/ops.h"
 #include "remem/session.h"
 #include "remem/version.h"
 #include "util/log.h"
@@ -27,6 +30,7 @@ int ExitCodeFor(const Status& st) {
     return 5;
   }
   if (st.code() == StatusCode::kInvalidArgument) return 2;
+  if (st.code() == StatusCode::kOutOfRange) return 6;
   return 1;
 }
 
@@ -52,6 +56,119 @@ std::string JsonString(std::string_view in) {
     }
   }
   return out + "\"";
+}
+
+std::string NumberText(const Number& n) {
+  if (std::holds_alternative<int64_t>(n)) {
+    return std::to_string(std::get<int64_t>(n));
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(n));
+  return buf;
+}
+
+// A number for a vector of `type`: an integer for int64/int32, else a double.
+Result<Number> ParseNumber(const std::string& text, ElemType type) {
+  try {
+    size_t used = 0;
+    if (type == ElemType::kInt64 || type == ElemType::kInt32) {
+      const long long v = std::stoll(text, &used);
+      if (used == text.size()) return Number(int64_t(v));
+    } else {
+      const double v = std::stod(text, &used);
+      if (used == text.size()) return Number(v);
+    }
+  } catch (const std::exception&) {
+  }
+  return Status::InvalidArgument("'" + text +
+                                 "' is not a number for this "
+                                 "vector's element type");
+}
+
+Result<ElemType> ParseElemType(const std::string& t) {
+  if (t == "int64") return ElemType::kInt64;
+  if (t == "double") return ElemType::kDouble;
+  if (t == "float") return ElemType::kFloat;
+  if (t == "int32") return ElemType::kInt32;
+  return Status::InvalidArgument(
+      "--type must be int64, double, float or int32");
+}
+
+// Elements (comma- or space-separated words) as a vector of `type`.
+Result<VectorData> ParseElements(const std::vector<std::string>& words,
+                                 ElemType type) {
+  std::vector<std::string> items;
+  for (const std::string& w : words) {
+    size_t pos = 0;
+    while (pos <= w.size()) {
+      size_t comma = w.find(',', pos);
+      if (comma == std::string::npos) comma = w.size();
+      if (comma > pos) items.push_back(w.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  VectorData out;
+  switch (type) {
+    case ElemType::kInt64:
+      out = std::vector<int64_t>{};
+      break;
+    case ElemType::kDouble:
+      out = std::vector<double>{};
+      break;
+    case ElemType::kFloat:
+      out = std::vector<float>{};
+      break;
+    case ElemType::kInt32:
+      out = std::vector<int32_t>{};
+      break;
+  }
+  for (const std::string& it : items) {
+    auto n = ParseNumber(it, type);
+    if (!n.ok()) return n.status();
+    std::visit(
+        [&](auto& v) {
+          using T = typename std::decay_t<decltype(v)>::value_type;
+          if (std::holds_alternative<int64_t>(*n)) {
+            v.push_back(T(std::get<int64_t>(*n)));
+          } else {
+            v.push_back(T(std::get<double>(*n)));
+          }
+        },
+        out);
+  }
+  return out;
+}
+
+std::string ElementsText(const VectorData& v, bool json) {
+  std::string out = json ? "[" : "";
+  std::visit(
+      [&](const auto& elems) {
+        for (size_t i = 0; i < elems.size(); ++i) {
+          if (i) out += json ? "," : " ";
+          using T = typename std::decay_t<decltype(elems)>::value_type;
+          if constexpr (std::is_integral_v<T>) {
+            out += std::to_string(elems[i]);
+          } else {
+            out += NumberText(Number(double(elems[i])));
+          }
+        }
+      },
+      v);
+  return json ? out + "]" : out;
+}
+
+const char* TypeName(ElemType t) {
+  switch (t) {
+    case ElemType::kInt64:
+      return "int64";
+    case ElemType::kDouble:
+      return "double";
+    case ElemType::kFloat:
+      return "float";
+    case ElemType::kInt32:
+      return "int32";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -123,6 +240,50 @@ int main(int argc, char** argv) {
   auto* del = app.add_subcommand("del", "delete KEY (exit 4 if absent)");
   del->add_option("key", key, "key")->required();
 
+  // Server-side operations (remem/ops.h).
+  int64_t incr_by = 1;
+  auto* incr = app.add_subcommand(
+      "incr",
+      "add N (default 1) to KEY's 8-byte integer on the server, creating it "
+      "at 0 (Redis INCRBY); prints the new value. Exit 6 on overflow (the "
+      "value is unchanged), 2 if KEY holds something else");
+  incr->add_option("key", key, "key")->required();
+  incr->add_option("n", incr_by, "amount (may be negative)");
+  auto* vec = app.add_subcommand(
+      "vec", "typed vectors stored under a key, operated on by the server");
+  vec->require_subcommand(1);
+  std::string elem_type = "int64", vfn, vnum;
+  std::vector<std::string> elems;
+  bool indices = false;
+  auto* vput = vec->add_subcommand("put", "store KEY as a vector of ELEMS");
+  vput->add_option("key", key, "key")->required();
+  vput->add_option("elems", elems, "elements (space or comma separated)");
+  vput->add_option("--type", elem_type, "int64 | double | float | int32")
+      ->capture_default_str();
+  auto* vget = vec->add_subcommand("get", "print KEY's elements");
+  vget->add_option("key", key, "key")->required();
+  auto* vupdate = vec->add_subcommand(
+      "update",
+      "element = FN(element, OPERAND) for every element, on the server; FN "
+      "is add | mul | set | min | max; OPERAND a number or a comma-separated "
+      "vector of the same length");
+  vupdate->add_option("key", key, "key")->required();
+  vupdate->add_option("fn", vfn, "add | mul | set | min | max")->required();
+  vupdate->add_option("operand", vnum, "number or a,b,c")->required();
+  auto* vreduce = vec->add_subcommand(
+      "reduce",
+      "print sum | min | max | count of KEY's elements (on the server, or "
+      "read one-sided and reduced here: --read-path)");
+  vreduce->add_option("key", key, "key")->required();
+  vreduce->add_option("fn", vfn, "sum | min | max | count")->required();
+  auto* vfilter = vec->add_subcommand(
+      "filter",
+      "print the elements e of KEY with `e OP NUMBER`, on the server");
+  vfilter->add_option("key", key, "key")->required();
+  vfilter->add_option("op", vfn, "lt | le | gt | ge | eq | ne")->required();
+  vfilter->add_option("number", vnum, "number")->required();
+  vfilter->add_flag("--indices", indices, "print their positions instead");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -152,6 +313,128 @@ int main(int argc, char** argv) {
     auto h = HashStore::Open(&c);
     if (!h.ok()) return Fail(h.status());
     hash = std::move(*h);
+  }
+
+  if (incr->parsed() || vec->parsed()) {
+    OpsOptions oo;
+    oo.reduce_path = *rp;
+    auto o = OpsStore::Open(&c, oo);
+    if (!o.ok()) return Fail(o.status());
+    OpsStore& ops = **o;
+    if (incr->parsed()) {
+      auto r = ops.AddFetch(key, incr_by, /*create=*/true);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"value\":%lld,\"version\":%llu}\n",
+                    static_cast<long long>(r->value),
+                    static_cast<unsigned long long>(r->version));
+      } else {
+        std::printf("%lld\n", static_cast<long long>(r->value));
+      }
+      return 0;
+    }
+    if (vput->parsed()) {
+      auto type = ParseElemType(elem_type);
+      if (!type.ok()) return Fail(type.status());
+      auto v = ParseElements(elems, *type);
+      if (!v.ok()) return Fail(v.status());
+      auto r = ops.VecPut(key, *v);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"version\":%llu}\n",
+                    static_cast<unsigned long long>(*r));
+      } else {
+        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
+      }
+      return 0;
+    }
+    // The other commands need the stored vector's element type (to encode
+    // numbers): one read, one-sided where possible.
+    auto cur = ops.VecGet(key);
+    if (!cur.ok()) return Fail(cur.status());
+    const ElemType type = TypeOf(cur->data);
+    if (vget->parsed()) {
+      if (json) {
+        std::printf("{\"type\":\"%s\",\"version\":%llu,\"elements\":%s}\n",
+                    TypeName(type),
+                    static_cast<unsigned long long>(cur->version),
+                    ElementsText(cur->data, true).c_str());
+      } else {
+        std::printf("%s\n", ElementsText(cur->data, false).c_str());
+      }
+      return 0;
+    }
+    if (vupdate->parsed()) {
+      static const std::map<std::string, VecFn> kFns = {{"add", VecFn::kAdd},
+                                                        {"mul", VecFn::kMul},
+                                                        {"set", VecFn::kSet},
+                                                        {"min", VecFn::kMin},
+                                                        {"max", VecFn::kMax}};
+      auto f = kFns.find(vfn);
+      if (f == kFns.end()) {
+        return Fail(
+            Status::InvalidArgument("FN must be add, mul, set, min or max"));
+      }
+      Op op;
+      if (vnum.find(',') != std::string::npos) {
+        auto v = ParseElements({vnum}, type);
+        if (!v.ok()) return Fail(v.status());
+        op = Op::VecUpdate(key, f->second, *v);
+      } else {
+        auto n = ParseNumber(vnum, type);
+        if (!n.ok()) return Fail(n.status());
+        op = Op::VecUpdate(key, f->second, *n);
+      }
+      auto r = ops.Execute(op);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"version\":%llu}\n",
+                    static_cast<unsigned long long>(r->version));
+      } else {
+        std::printf("OK version %llu\n",
+                    static_cast<unsigned long long>(r->version));
+      }
+      return 0;
+    }
+    if (vreduce->parsed()) {
+      static const std::map<std::string, Reduction> kReds = {
+          {"sum", Reduction::kSum},
+          {"min", Reduction::kMin},
+          {"max", Reduction::kMax},
+          {"count", Reduction::kCount}};
+      auto f = kReds.find(vfn);
+      if (f == kReds.end()) {
+        return Fail(
+            Status::InvalidArgument("FN must be sum, min, max or count"));
+      }
+      auto r = ops.VecReduce(key, f->second);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"%s\":%s}\n", vfn.c_str(), NumberText(*r).c_str());
+      } else {
+        std::printf("%s\n", NumberText(*r).c_str());
+      }
+      return 0;
+    }
+    static const std::map<std::string, Predicate> kPreds = {
+        {"lt", Predicate::kLt}, {"le", Predicate::kLe}, {"gt", Predicate::kGt},
+        {"ge", Predicate::kGe}, {"eq", Predicate::kEq}, {"ne", Predicate::kNe}};
+    auto p = kPreds.find(vfn);
+    if (p == kPreds.end()) {
+      return Fail(
+          Status::InvalidArgument("OP must be lt, le, gt, ge, eq or ne"));
+    }
+    auto n = ParseNumber(vnum, type);
+    if (!n.ok()) return Fail(n.status());
+    auto r = ops.VecFilter(key, p->second, *n, indices);
+    if (!r.ok()) return Fail(r.status());
+    if (json) {
+      std::printf("{\"%s\":%s}\n", indices ? "indices" : "elements",
+                  ElementsText(*r, true).c_str());
+    } else {
+      std::printf("%s\n", ElementsText(*r, false).c_str());
+    }
+    return 0;
   }
 
   if (ping->parsed()) {

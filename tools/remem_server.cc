@@ -36,6 +36,13 @@ class CliOptions final : public server::OptionSet {
                  const std::string& help, bool testing) override {
     Group(app_->add_option(flag, *value, help)->capture_default_str(), testing);
   }
+  void AddStrings(const std::string& flag, std::vector<std::string>* values,
+                  const std::string& help, bool testing) override {
+    Group(app_->add_option(flag, *values, help)
+              ->take_all()
+              ->allow_extra_args(false),
+          testing);
+  }
   void AddUint(const std::string& flag, uint64_t* value,
                const std::string& help, bool testing) override {
     Group(app_->add_option(flag, *value, help)->capture_default_str(), testing);

@@ -36,6 +36,7 @@ enum class StatusCode : int32_t {
   kBusy = 12,             // try again later
   kInternal = 13,         // a bug: an invariant did not hold
   kConflict = 14,         // a compare (e.g. compare-and-put) did not match
+  kOutOfRange = 15,       // arithmetic left its type's range (nothing changed)
 };
 
 // Returns a short stable name for `code`, e.g. "Unavailable".
@@ -86,6 +87,9 @@ class [[nodiscard]] Status {
   }
   static Status Conflict(std::string msg) {
     return {StatusCode::kConflict, std::move(msg)};
+  }
+  static Status OutOfRange(std::string msg) {
+    return {StatusCode::kOutOfRange, std::move(msg)};
   }
   static Status Internal(std::string msg) {
     return {StatusCode::kInternal, std::move(msg)};

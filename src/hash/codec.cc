@@ -293,7 +293,7 @@ Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
   for (MultiItem& it : items) {
     HashMultiItem h;
     if (!rd.Read(&h)) return Bad("hash multi reply item truncated");
-    if (h.status > static_cast<uint16_t>(StatusCode::kConflict)) {
+    if (h.status > static_cast<uint16_t>(StatusCode::kOutOfRange)) {
       return Bad("hash multi reply: unknown status");
     }
     std::string data;
@@ -309,6 +309,164 @@ Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
     }
   }
   if (rd.remaining() != 0) return Bad("trailing bytes after multi reply");
+  return items;
+}
+
+namespace {
+
+void AppendOp(std::string* out, const ops::OpView& op) {
+  HashOpRequest h{};
+  h.op = static_cast<uint8_t>(op.kind);
+  h.flags = op.flags;
+  h.fn = op.fn;
+  h.key_len = static_cast<uint32_t>(op.key.size());
+  h.arg_len = static_cast<uint32_t>(op.arg.size());
+  h.expected_len = static_cast<uint32_t>(op.expected.size());
+  h.function_id = op.function_id;
+  h.initial = op.initial;
+  Append(out, h);
+  *out += op.key;
+  *out += op.arg;
+  *out += op.expected;
+}
+
+// One HashOpRequest and its bytes, from `rd` over `payload`.
+Result<ops::OpView> ReadOp(std::string_view payload, Reader* rd) {
+  HashOpRequest h;
+  if (!rd->Read(&h)) return Bad("hash op truncated");
+  if (h.reserved != 0 || h.reserved2 != 0) {
+    return Bad("hash op: reserved bytes set");
+  }
+  const size_t at = payload.size() - rd->remaining();
+  if (!rd->Skip(uint64_t{h.key_len} + h.arg_len + h.expected_len)) {
+    return Bad("hash op truncated");
+  }
+  ops::OpView op;
+  op.kind = static_cast<OpKind>(h.op);
+  op.flags = h.flags;
+  op.fn = h.fn;
+  op.function_id = h.function_id;
+  op.initial = h.initial;
+  op.key = Take(payload, at, h.key_len);
+  op.arg = Take(payload, at + h.key_len, h.arg_len);
+  op.expected = Take(payload, at + h.key_len + h.arg_len, h.expected_len);
+  return op;
+}
+
+void AppendOpItem(std::string* out, const OpItem& it) {
+  const std::string& data = it.status.ok() ? it.data : it.status.message();
+  HashOpItem h{};
+  h.status = static_cast<uint16_t>(it.status.code());
+  h.applied = it.applied ? 1 : 0;
+  h.data_len = static_cast<uint32_t>(data.size());
+  h.version = it.version;
+  Append(out, h);
+  *out += data;
+}
+
+Result<OpItem> ReadOpItem(Reader* rd) {
+  HashOpItem h;
+  if (!rd->Read(&h)) return Bad("hash op reply truncated");
+  if (h.status > static_cast<uint16_t>(StatusCode::kOutOfRange) ||
+      h.applied > 1 || h.reserved != 0) {
+    return Bad("hash op reply: unknown status or flags");
+  }
+  std::string data;
+  if (!rd->ReadBytes(h.data_len, &data)) {
+    return Bad("hash op reply data truncated");
+  }
+  OpItem it;
+  const auto code = static_cast<StatusCode>(h.status);
+  if (code == StatusCode::kOk) {
+    it.data = std::move(data);
+    it.version = h.version;
+    it.applied = h.applied != 0;
+  } else {
+    it.status = Status(code, std::move(data));
+  }
+  return it;
+}
+
+}  // namespace
+
+std::string EncodeHashOp(const ops::OpView& op) {
+  std::string out;
+  AppendOp(&out, op);
+  return out;
+}
+
+Result<ops::OpView> DecodeHashOp(std::string_view payload) {
+  Reader rd(payload);
+  auto op = ReadOp(payload, &rd);
+  if (!op.ok()) return op.status();
+  if (rd.remaining() != 0) return Bad("trailing bytes after hash op");
+  return op;
+}
+
+std::string EncodeHashOpBatch(const std::vector<ops::OpView>& ops) {
+  std::string out;
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(ops.size()), 0});
+  for (const ops::OpView& op : ops) AppendOp(&out, op);
+  return out;
+}
+
+Result<std::vector<ops::OpView>> DecodeHashOpBatch(std::string_view payload) {
+  Reader rd(payload);
+  auto count = ReadMultiCount(&rd);
+  if (!count.ok()) return count.status();
+  std::vector<ops::OpView> ops;
+  ops.reserve(*count);
+  for (uint32_t i = 0; i < *count; ++i) {
+    auto op = ReadOp(payload, &rd);
+    if (!op.ok()) return op.status();
+    ops.push_back(*op);
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after hash op batch");
+  return ops;
+}
+
+std::string EncodeHashOpReply(const OpItem& item) {
+  std::string out;
+  AppendOpItem(&out, item);
+  return out;
+}
+
+Result<OpItem> DecodeHashOpReply(std::string_view payload) {
+  Reader rd(payload);
+  auto it = ReadOpItem(&rd);
+  if (!it.ok()) return it.status();
+  if (!it->status.ok()) return Bad("hash op reply: an error in a success");
+  if (rd.remaining() != 0) return Bad("trailing bytes after hash op reply");
+  return it;
+}
+
+std::string EncodeHashOpBatchReply(const std::vector<OpItem>& items) {
+  std::string out;
+  Append(&out, HashMultiReply{static_cast<uint32_t>(items.size()), 0});
+  for (const OpItem& it : items) AppendOpItem(&out, it);
+  return out;
+}
+
+Result<std::vector<OpItem>> DecodeHashOpBatchReply(std::string_view payload,
+                                                   size_t expected_count) {
+  Reader rd(payload);
+  HashMultiReply r;
+  if (!rd.Read(&r)) return Bad("hash op batch reply truncated");
+  if (r.count != expected_count) {
+    return Bad("hash op batch reply: wrong count");
+  }
+  if (r.count > kMaxMultiItems ||
+      uint64_t{r.count} * sizeof(HashOpItem) > rd.remaining()) {
+    return Bad("hash op batch reply: more items than bytes");
+  }
+  std::vector<OpItem> items;
+  items.reserve(r.count);
+  for (uint32_t i = 0; i < r.count; ++i) {
+    auto it = ReadOpItem(&rd);
+    if (!it.ok()) return it.status();
+    items.push_back(std::move(*it));
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after op batch reply");
   return items;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hash/wire.h"
+#include "ops/apply.h"
 #include "remem/status.h"
 
 namespace remem::hash {
@@ -75,6 +76,26 @@ struct MultiItem {
 std::string EncodeHashMultiReply(const std::vector<MultiItem>& items);
 Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
                                                     size_t expected_count);
+
+// Server-side operations (kOp, kOpBatch). Decoders check lengths and
+// reserved bytes only; what an operation means is checked by ops::Apply,
+// so one bad item of a batch fails alone. The views point into `payload`.
+std::string EncodeHashOp(const ops::OpView& op);
+Result<ops::OpView> DecodeHashOp(std::string_view payload);
+std::string EncodeHashOpBatch(const std::vector<ops::OpView>& ops);
+Result<std::vector<ops::OpView>> DecodeHashOpBatch(std::string_view payload);
+struct OpItem {
+  Status status;
+  bool applied = true;
+  uint64_t version = 0;
+  std::string data;  // the op's result (status OK)
+};
+// A single kOp reply (the item's status is OK).
+std::string EncodeHashOpReply(const OpItem& item);
+Result<OpItem> DecodeHashOpReply(std::string_view payload);
+std::string EncodeHashOpBatchReply(const std::vector<OpItem>& items);
+Result<std::vector<OpItem>> DecodeHashOpBatchReply(std::string_view payload,
+                                                   size_t expected_count);
 
 }  // namespace remem::hash
 

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
@@ -38,6 +39,10 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              "buckets each hash partition starts with (a power of two; "
              "tables double as they fill)",
              /*testing=*/true);
+  o->AddStrings("--ops-library", &options_.ops_libraries,
+                "a shared library of user-defined update functions "
+                "(remem/ops_plugin.h) to load at start; repeatable. One that "
+                "cannot be loaded stops the server");
   o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
              "testing: pause every hash bucket write half done for this many "
              "microseconds (readers see the torn bucket)",
@@ -73,6 +78,9 @@ Status HashService::Init(server::ServiceContext* ctx) {
   }
   limits.max_key = uint32_t(options_.max_key_bytes);
   limits.max_value = uint32_t(options_.max_value_bytes);
+  for (const std::string& path : options_.ops_libraries) {
+    REMEM_RETURN_IF_ERROR(functions_.Load(path));
+  }
 
   std::random_device rd;
   partition_seed_ = (uint64_t{rd()} << 32) | rd();
@@ -173,6 +181,14 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_growths", growths);
   out->Add("hash_bytes_used", used);
   out->Add("hash_bytes_total", total);
+  uint64_t ops = 0, op_writes = 0;
+  for (const auto& p : partitions_) {
+    ops += p->ops.Get();
+    op_writes += p->op_writes.Get();
+  }
+  out->Add("hash_ops", ops);
+  out->Add("hash_op_writes", op_writes);
+  out->Add("hash_op_functions", functions_.size());
 }
 
 Result<Route> HashService::RouteCall(uint8_t method,
@@ -182,7 +198,14 @@ Result<Route> HashService::RouteCall(uint8_t method,
     case HashMethod::kMultiGet:
     case HashMethod::kMultiPut:
     case HashMethod::kMultiOp:
+    case HashMethod::kOpBatch:
       return Route::Here();
+    case HashMethod::kOp: {
+      auto op = DecodeHashOp(payload);
+      if (!op.ok()) return op.status();
+      if (op->key.empty()) return Status::InvalidArgument("empty key");
+      return Route::To(PartitionOf(op->key));
+    }
     case HashMethod::kGet:
     case HashMethod::kDelete: {
       auto key = DecodeHashKey(payload);
@@ -210,6 +233,9 @@ void HashService::Handle(PartitionId p, Call call) {
     case HashMethod::kMultiPut:
     case HashMethod::kMultiOp:
       return HandleMulti(std::move(call));
+    case HashMethod::kOp:
+    case HashMethod::kOpBatch:
+      return HandleOps(p, std::move(call));
     default:
       return HandleSingle_st(p, std::move(call));
   }
@@ -403,6 +429,185 @@ void HashService::HandleMulti(Call call) {
                       });
                 });
   }
+}
+
+// --- server-side operations (the engine: see service.h)
+
+// One Op or OpBatch request: its payload (the decoded views point into it),
+// one result per operation, and the join of its partitions.
+struct OpRequest {
+  std::string payload;
+  std::vector<ops::OpView> ops;
+  std::vector<OpItem> results;
+  std::vector<uint8_t> wrote;  // per op: its result depends on a write
+  bool single = false;         // kOp: the reply is one HashOpItem
+  Responder responder;
+  std::unique_ptr<server::FanIn> fan;
+};
+
+void HashService::HandleOps(PartitionId p, Call call) {
+  auto req = std::make_shared<OpRequest>();
+  req->payload = std::move(call.payload);
+  req->responder = std::move(call.responder);
+  req->single = static_cast<HashMethod>(call.method) == HashMethod::kOp;
+  if (req->single) {
+    auto op = DecodeHashOp(req->payload);
+    if (!op.ok()) return req->responder.Reply(op.status());
+    req->ops.push_back(*op);
+  } else {
+    auto ops = DecodeHashOpBatch(req->payload);
+    if (!ops.ok()) return req->responder.Reply(ops.status());
+    req->ops = std::move(*ops);
+  }
+  req->results.resize(req->ops.size());
+  req->wrote.assign(req->ops.size(), 0);
+  auto send = [req]() {
+    if (req->single) {
+      OpItem& it = req->results[0];
+      if (!it.status.ok()) return req->responder.Reply(it.status);
+      return req->responder.Reply(Status::OK(), EncodeHashOpReply(it));
+    }
+    req->responder.Reply(Status::OK(), EncodeHashOpBatchReply(req->results));
+  };
+  if (req->single) {
+    // Routed here by RouteCall.
+    req->fan = std::make_unique<server::FanIn>(1, std::move(send));
+    partitions_[p]->pending_ops.emplace_back(req, 0);
+    return;
+  }
+  std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
+  for (uint32_t i = 0; i < req->ops.size(); ++i) {
+    if (req->ops[i].key.empty()) {
+      req->results[i].status = Status::InvalidArgument("empty key");
+      continue;
+    }
+    by_owner[PartitionOf(req->ops[i].key)].push_back(i);
+  }
+  size_t owners = 0;
+  for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
+  if (owners == 0) return send();
+  req->fan = std::make_unique<server::FanIn>(owners, std::move(send));
+  for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
+    if (by_owner[owner].empty()) continue;
+    ctx_->RunOn(owner, [this, owner, req, items = std::move(by_owner[owner])] {
+      auto& pending = partitions_[owner]->pending_ops;
+      for (uint32_t i : items) pending.emplace_back(req, i);
+    });
+  }
+}
+
+size_t HashService::OnPass(PartitionId p) { return RunOps_st(p); }
+
+size_t HashService::RunOps_st(PartitionId p) {
+  Partition& part = *partitions_[p];
+  if (part.pending_ops.empty()) return 0;
+  auto pending = std::move(part.pending_ops);
+  part.pending_ops.clear();
+  Table& table = *part.table;
+  const uint32_t max_value = table.limits().max_value;
+  Status writable;
+  if (part.store) writable = part.store->Writable();
+
+  // Group by key, in arrival order (the groups in order of first arrival).
+  std::unordered_map<std::string_view, uint32_t> group_of;
+  std::vector<std::vector<uint32_t>> groups;  // indices into `pending`
+  group_of.reserve(pending.size());
+  for (uint32_t n = 0; n < pending.size(); ++n) {
+    const std::string_view key = pending[n].first->ops[pending[n].second].key;
+    auto [it, added] = group_of.try_emplace(key, uint32_t(groups.size()));
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(n);
+  }
+  constexpr size_t kAhead = 8;
+  auto key_of = [&](size_t g) -> std::string_view {
+    const auto& [req, i] = pending[groups[g][0]];
+    return req->ops[i].key;
+  };
+  for (size_t g = 0; g < kAhead && g < groups.size(); ++g) {
+    table.Prefetch(key_of(g));
+  }
+  uint64_t writes = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (g + kAhead < groups.size()) table.Prefetch(key_of(g + kAhead));
+    const std::string_view key = key_of(g);
+    auto cur = table.Get(key);
+    bool present = cur.ok();
+    std::string value = present ? std::move(cur->value) : std::string();
+    uint64_t version = present ? cur->version : 0;
+    const uint64_t base = table.last_version();
+    uint64_t k = 0;  // writing operations so far
+    for (uint32_t n : groups[g]) {
+      auto& [req, i] = pending[n];
+      const ops::OpView& op = req->ops[i];
+      OpItem& out = req->results[i];
+      if (!writable.ok() && ops::MayWrite(op.kind)) {
+        out.status = writable;  // refused before changing anything
+        continue;
+      }
+      ops::Outcome o;
+      out.status = ops::Apply(op, max_value, &functions_, &present, &value, &o);
+      if (!out.status.ok()) continue;
+      if (o.wrote) version = base + ++k;
+      out.version = version;
+      out.applied = o.applied;
+      out.data = std::move(o.reply);
+      req->wrote[i] = k > 0;
+    }
+    part.ops.Add(groups[g].size());
+    if (k == 0) continue;
+    // Versions base+1 .. base+k went to the operations; the stored value
+    // takes the last.
+    table.RaiseVersion(base + k - 1);
+    auto v = table.Put(key, value);
+    ++writes;
+    if (!v.ok() || *v != base + k) {
+      const Status st =
+          v.ok() ? Status::Internal("operation version skew") : v.status();
+      // Nothing of this key was stored: every result that depended on the
+      // write fails.
+      for (uint32_t n : groups[g]) {
+        auto& [req, i] = pending[n];
+        if (req->wrote[i] && req->results[i].status.ok()) {
+          req->results[i].status = st;
+          req->results[i].data.clear();
+        }
+      }
+      continue;
+    }
+    if (part.store) part.store->LogPut(key, value, *v);
+  }
+  part.op_writes.Add(writes);
+  if (writes > 0) UpdateCounters_st(part);
+
+  // Each request's part on this partition is done once its writes are
+  // durable; a failed log write fails the results that depended on one.
+  std::unordered_map<OpRequest*, size_t> req_index;
+  std::vector<std::pair<std::shared_ptr<OpRequest>, std::vector<uint32_t>>>
+      reqs;
+  for (auto& [req, i] : pending) {
+    auto [it, added] = req_index.try_emplace(req.get(), reqs.size());
+    if (added) reqs.emplace_back(req, std::vector<uint32_t>{});
+    reqs[it->second].second.push_back(i);
+  }
+  for (auto& [req, items] : reqs) {
+    if (part.store == nullptr || writes == 0) {
+      req->fan->Done();
+      continue;
+    }
+    part.store->AfterDurable(
+        [req, items = std::move(items)](Status st) mutable {
+          if (!st.ok()) {
+            for (uint32_t i : items) {
+              if (req->wrote[i] && req->results[i].status.ok()) {
+                req->results[i].status = st;
+                req->results[i].data.clear();
+              }
+            }
+          }
+          req->fan->Done();
+        });
+  }
+  return pending.size();
 }
 
 }  // namespace remem::hash

@@ -11,6 +11,18 @@
 // value, new version) and answered once their records are written (group
 // commit at the end of the pass).
 //
+// Server-side operations (Op, OpBatch: atomics, vector operations, user
+// functions; src/ops/) are the engine KV-Direct calls a reservation
+// station. Each operation is queued on its key's partition (an OpBatch fans
+// out like MultiOp) and the owner runs the queue at the end of the pass
+// (OnPass, before the group commit): operations grouped by key in arrival
+// order, buckets prefetched ahead, each key read once, each operation
+// applied to the value the previous one left (ops::Apply), and the key
+// written and logged once with the final value. A key with k writing
+// operations consumes k versions: operation i reports version base + i, and
+// the stored value carries the last (the intermediate values were never
+// visible, so each operation linearizes at the write, in order).
+//
 // Thread contract: as server::Service (service.h).
 
 #ifndef REMEM_HASH_SERVICE_H_
@@ -26,6 +38,7 @@
 #include "hash/slab.h"
 #include "hash/table.h"
 #include "hash/wire.h"
+#include "ops/functions.h"
 #include "server/service.h"
 
 namespace remem::fabric {
@@ -33,6 +46,9 @@ class LocalRegion;
 }  // namespace remem::fabric
 
 namespace remem::hash {
+
+// A request of server-side operations in flight (service.cc).
+struct OpRequest;
 
 struct HashServiceOptions {
   // Bytes of --memory for the hash store, split into one partition per
@@ -43,6 +59,8 @@ struct HashServiceOptions {
   uint64_t initial_buckets = 256;  // per partition, a power of two
   // Tests: every bucket write pauses this long half done. 0 = off.
   uint64_t fault_pause_mid_write_us = 0;
+  // Shared libraries of user-defined update functions (--ops-library).
+  std::vector<std::string> ops_libraries;
 };
 
 class HashService final : public server::Service {
@@ -61,6 +79,7 @@ class HashService final : public server::Service {
                                   std::string_view payload) const override;
   void Handle(server::PartitionId p, server::Call call) override;
   void Stats(server::StatsBuilder* out) const override;
+  size_t OnPass(server::PartitionId p) override;
 
   HashServiceOptions& options() { return options_; }
 
@@ -73,11 +92,19 @@ class HashService final : public server::Service {
     durability::PartitionStore* store = nullptr;  // null without persistence
     // Published by the owner after each write, read by Stats.
     server::Counter pairs, growths, bytes_used;
+    // Operations done, and the bucket writes they took (fewer when a pass
+    // held several operations on one key).
+    server::Counter ops, op_writes;
+    // Operations queued for the end of the pass (owner thread only).
+    std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> pending_ops;
   };
   uint32_t PartitionOf(std::string_view key) const;
   void UpdateCounters_st(Partition& part);
   void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);
+  void HandleOps(server::PartitionId p, server::Call call);
+  // Runs partition p's queued operations (the engine above).
+  size_t RunOps_st(server::PartitionId p);
   // Replies once partition p's records so far are durable (at once without
   // persistence).
   void AfterDurable_st(Partition& part, server::Responder responder,
@@ -88,6 +115,7 @@ class HashService final : public server::Service {
   uint64_t partition_seed_ = 0;
   std::vector<std::unique_ptr<Partition>> partitions_;
   std::string info_;  // encoded once
+  ops::FunctionTable functions_;
 };
 
 }  // namespace remem::hash

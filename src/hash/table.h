@@ -3,13 +3,15 @@
 // one-sided, see reader.h).
 //
 // Scheme: bucketized cuckoo hashing with two choices and 512-byte buckets
-// whose 496-byte entry area holds variable-size entries: small pairs inline
-// (seven 16 B key / 32 B value pairs per bucket), larger ones as 16-byte
-// references to slab extents. docs/ARCHITECTURE.md gives the measurements
-// behind the choice. Publishing a bucket is a seqlock write (version odd,
-// entries, checksum, version even) with word-sized atomic stores, so a
-// concurrent copy is either the old bucket, the new one, or fails its
-// checksum.
+// (layout.h): a 64-byte header line, then a 448-byte entry area of
+// variable-size entries: small pairs inline (six 16 B key / 32 B value
+// pairs per bucket), larger ones as 40-byte references to slab extents.
+// docs/ARCHITECTURE.md gives the measurements behind the choice.
+// Publishing a bucket is a seqlock write (version odd, header index and
+// checksum, entries, version even) with word-sized atomic stores, of an
+// image sealed at the new version (SealBucket), so a concurrent copy of a
+// header or of an entry is of the old publish, of the new one, or fails
+// its checksum.
 //
 // A cuckoo move copies the entry into its other bucket before erasing it
 // from the first, so a key is always in at least one bucket. A reader that
@@ -162,6 +164,7 @@ class Table {
   std::optional<uint64_t> BucketOf(std::string_view key) const;
 
   const Geometry& geometry() const { return geo_; }
+  const Limits& limits() const { return options_.limits; }
   uint64_t size() const { return size_; }
   uint64_t inline_pairs() const { return inline_; }
   uint64_t moves() const { return moves_; }

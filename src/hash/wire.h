@@ -26,6 +26,9 @@ enum class HashMethod : uint8_t {
   kMultiPut = 5,  // HashMultiRequest + items; HashMultiReply + items
   kMultiOp = 6,   // HashMultiRequest + HashMultiOp items (gets, puts and
                   // deletes, done in order); HashMultiReply + items
+  kOp = 7,        // HashOpRequest + key + arg + expected; HashOpItem + data
+  kOpBatch = 8,   // HashMultiRequest + items (HashOpRequest + key + arg +
+                  // expected); HashMultiReply + items (HashOpItem + data)
   kCount
 };
 
@@ -135,6 +138,37 @@ struct HashMultiItem {
   uint64_t version;
 };
 static_assert(sizeof(HashMultiItem) == 16);
+
+// Server-side operations (remem/ops.h, src/ops/): one operation on one
+// key's value. `op` is a remem::OpKind, `fn` its VecFn / Reduction /
+// Predicate, `flags` ops::kFlagCreate | ops::kFlagIndices. Key, argument
+// and expected value follow, in that order, and fill the request (or, in a
+// batch, the item) exactly.
+struct HashOpRequest {
+  uint8_t op;
+  uint8_t flags;
+  uint8_t fn;
+  uint8_t reserved;
+  uint32_t key_len;
+  uint32_t arg_len;
+  uint32_t expected_len;  // compare-and-swap only, else 0
+  uint32_t function_id;   // kCall
+  uint32_t reserved2;
+  int64_t initial;  // integer ops with kFlagCreate: an absent key's value
+};
+static_assert(sizeof(HashOpRequest) == 32);
+
+// An operation's outcome, followed by `data_len` bytes: the op's result
+// (status OK) or the error message. A single kOp reply is one HashOpItem
+// with status 0 (an error is the RPC's status); a batch has one per item.
+struct HashOpItem {
+  uint16_t status;  // StatusCode
+  uint8_t applied;  // compare-and-swap: 1 swapped, 0 not; else 1
+  uint8_t reserved;
+  uint32_t data_len;
+  uint64_t version;  // of the value after the op
+};
+static_assert(sizeof(HashOpItem) == 16);
 
 }  // namespace remem::hash
 

@@ -156,6 +156,10 @@ class OptionSet {
                          const std::string& help, bool testing = false) = 0;
   virtual void AddUint(const std::string& flag, uint64_t* value,
                        const std::string& help, bool testing = false) = 0;
+  // A flag that may be given several times; each value is appended.
+  virtual void AddStrings(const std::string& flag,
+                          std::vector<std::string>* values,
+                          const std::string& help, bool testing = false) = 0;
   // A byte size such as 512M; `*value` 0 means "the service's default".
   virtual void AddSize(const std::string& flag, uint64_t* value,
                        const std::string& help, bool testing = false) = 0;

@@ -59,6 +59,11 @@ void Next(const KvOp& op, const State& s, std::vector<State>* out) {
       }
       return;
     }
+    case KvOp::kReadModifyWrite:
+      if (op.found != s.present) return;
+      if (op.found && op.read_value != s.value) return;
+      out->push_back({true, op.value, op.version});
+      return;
     case KvOp::kPutIfAbsent: {
       if (!op.returned) {
         // Unknown outcome: it inserted (if it could) or it did not.
@@ -111,6 +116,11 @@ std::string Describe(const KvOp& op) {
     case KvOp::kPutIfAbsent:
       s += "put-if-absent('" + op.value + "') -> " +
            (op.succeeded ? "inserted" : "refused");
+      break;
+    case KvOp::kReadModifyWrite:
+      s += "read-modify-write " +
+           (op.found ? "'" + op.read_value + "'" : std::string("absent")) +
+           " -> '" + op.value + "'";
       break;
   }
   if (op.version) s += " [version " + std::to_string(*op.version) + "]";

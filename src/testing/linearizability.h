@@ -30,7 +30,18 @@
 namespace remem::testing {
 
 struct KvOp {
-  enum Kind { kGet, kPut, kDelete, kCompareAndPut, kPutIfAbsent };
+  // kReadModifyWrite: a server-side operation (remem/ops.h) that found
+  // the register absent (found = false) or holding `read_value`, and left
+  // `value` with `version` (an atomic fetch-add, compare-and-swap, ...). Its
+  // outcome must be known (returned).
+  enum Kind {
+    kGet,
+    kPut,
+    kDelete,
+    kCompareAndPut,
+    kPutIfAbsent,
+    kReadModifyWrite
+  };
   Kind kind = kGet;
   uint64_t call_ns = 0;    // when the call was issued (CLOCK_MONOTONIC)
   uint64_t return_ns = 0;  // when its result arrived; ignored if !returned

@@ -1,0 +1,241 @@
+#include "ops/apply.h"
+
+#include <cstring>
+
+#include "ops/vector.h"
+
+namespace remem::ops {
+
+namespace {
+
+bool IsIntegerOp(OpKind k) {
+  return k == OpKind::kFetchAdd || k == OpKind::kAddFetch ||
+         k == OpKind::kMin || k == OpKind::kMax;
+}
+
+const char* KindName(OpKind k) {
+  switch (k) {
+    case OpKind::kFetchAdd:
+      return "fetch-add";
+    case OpKind::kAddFetch:
+      return "add-fetch";
+    case OpKind::kCompareSwap:
+      return "compare-and-swap";
+    case OpKind::kAppend:
+      return "append";
+    case OpKind::kMin:
+      return "min";
+    case OpKind::kMax:
+      return "max";
+    case OpKind::kVecUpdate:
+      return "vector update";
+    case OpKind::kVecReduce:
+      return "vector reduce";
+    case OpKind::kVecFilter:
+      return "vector filter";
+    case OpKind::kCall:
+      return "function call";
+  }
+  return "operation";
+}
+
+Status TooLarge(uint64_t bytes, uint32_t max_value) {
+  return Status::InvalidArgument(
+      "the result would be " + std::to_string(bytes) +
+      " bytes, beyond the value limit of " + std::to_string(max_value) +
+      "; the value is unchanged");
+}
+
+Status IntegerOp(const OpView& op, bool* present, std::string* value,
+                 Outcome* out) {
+  int64_t old = op.initial;
+  if (*present) {
+    if (value->size() != 8) {
+      return Status::InvalidArgument(
+          std::string(KindName(op.kind)) +
+          " needs an 8-byte integer value; this key holds " +
+          std::to_string(value->size()) + " bytes (nothing changed)");
+    }
+    old = LoadI64(value->data());
+  }
+  const int64_t operand = LoadI64(op.arg.data());
+  int64_t next = old;
+  switch (op.kind) {
+    case OpKind::kFetchAdd:
+    case OpKind::kAddFetch:
+      if (__builtin_add_overflow(old, operand, &next)) {
+        return Status::OutOfRange(std::to_string(old) + " + " +
+                                  std::to_string(operand) +
+                                  " overflows int64; the value is unchanged");
+      }
+      break;
+    case OpKind::kMin:
+      next = operand < old ? operand : old;
+      break;
+    default:
+      next = operand > old ? operand : old;
+      break;
+  }
+  out->wrote = !*present || next != old;
+  out->reply = EncodeI64(op.kind == OpKind::kFetchAdd ? old : next);
+  if (out->wrote) {
+    *present = true;
+    *value = EncodeI64(next);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+bool MayWrite(OpKind kind) {
+  return kind != OpKind::kVecReduce && kind != OpKind::kVecFilter;
+}
+
+Status Validate(const OpView& op) {
+  const uint8_t k = uint8_t(op.kind);
+  if (k < uint8_t(OpKind::kFetchAdd) || k > uint8_t(OpKind::kCall)) {
+    return Status::InvalidArgument("unknown operation " + std::to_string(k));
+  }
+  if (op.flags & ~kKnownFlags) {
+    return Status::InvalidArgument("unknown operation flags");
+  }
+  if (op.key.empty()) return Status::InvalidArgument("empty key");
+  if (IsIntegerOp(op.kind) && op.arg.size() != 8) {
+    return Status::InvalidArgument(std::string(KindName(op.kind)) +
+                                   " takes an 8-byte integer operand");
+  }
+  if (!op.expected.empty() && op.kind != OpKind::kCompareSwap) {
+    return Status::InvalidArgument(
+        "only compare-and-swap has an expected value");
+  }
+  switch (op.kind) {
+    case OpKind::kVecUpdate:
+      if (op.fn < uint8_t(VecFn::kAdd) || op.fn > uint8_t(VecFn::kMax)) {
+        return Status::InvalidArgument("unknown vector update function " +
+                                       std::to_string(op.fn));
+      }
+      break;
+    case OpKind::kVecReduce:
+      if (op.fn < uint8_t(Reduction::kSum) ||
+          op.fn > uint8_t(Reduction::kCount)) {
+        return Status::InvalidArgument("unknown reduction " +
+                                       std::to_string(op.fn));
+      }
+      break;
+    case OpKind::kVecFilter:
+      if (op.fn < uint8_t(Predicate::kLt) || op.fn > uint8_t(Predicate::kNe)) {
+        return Status::InvalidArgument("unknown predicate " +
+                                       std::to_string(op.fn));
+      }
+      if (op.arg.size() != 8) {
+        return Status::InvalidArgument("a filter's operand is 8 bytes");
+      }
+      break;
+    case OpKind::kCall:
+      if (op.function_id == 0) {
+        return Status::InvalidArgument("function id 0 is never registered");
+      }
+      break;
+    default:
+      break;
+  }
+  return Status::OK();
+}
+
+Status Apply(const OpView& op, uint32_t max_value,
+             const FunctionLookup* functions, bool* present, std::string* value,
+             Outcome* out) {
+  REMEM_RETURN_IF_ERROR(Validate(op));
+  *out = Outcome{};
+  const bool create = (op.flags & kFlagCreate) != 0;
+  if (!*present && !(create && op.kind <= OpKind::kMax) &&
+      op.kind != OpKind::kCall) {
+    return Status::NotFound("no such key");
+  }
+  if (IsIntegerOp(op.kind)) return IntegerOp(op, present, value, out);
+  switch (op.kind) {
+    case OpKind::kCompareSwap: {
+      if (op.arg.size() > max_value) return TooLarge(op.arg.size(), max_value);
+      const bool match = *present ? std::string_view(*value) == op.expected
+                                  : true;  // absent with kFlagCreate
+      out->reply = *present ? *value : std::string();
+      out->applied = match;
+      if (match) {
+        *present = true;
+        *value = std::string(op.arg);
+        out->wrote = true;
+      }
+      return Status::OK();
+    }
+    case OpKind::kAppend: {
+      const uint64_t bytes = (*present ? value->size() : 0) + op.arg.size();
+      if (bytes > max_value) return TooLarge(bytes, max_value);
+      if (!*present) value->clear();
+      value->append(op.arg);
+      *present = true;
+      out->wrote = true;
+      out->reply = EncodeI64(int64_t(bytes));
+      return Status::OK();
+    }
+    case OpKind::kVecUpdate:
+      REMEM_RETURN_IF_ERROR(UpdateVector(value, VecFn(op.fn), op.arg));
+      out->wrote = true;
+      return Status::OK();
+    case OpKind::kVecReduce: {
+      auto r = ReduceVector(*value, Reduction(op.fn));
+      if (!r.ok()) return r.status();
+      out->reply = std::move(*r);
+      return Status::OK();
+    }
+    case OpKind::kVecFilter: {
+      auto r = FilterVector(*value, Predicate(op.fn), op.arg,
+                            (op.flags & kFlagIndices) != 0);
+      if (!r.ok()) return r.status();
+      out->reply = std::move(*r);
+      return Status::OK();
+    }
+    case OpKind::kCall: {
+      const UserFunction* f =
+          functions ? functions->Find(op.function_id) : nullptr;
+      if (f == nullptr) {
+        return Status::Unsupported(
+            "no update function with id " + std::to_string(op.function_id) +
+            " is registered on this server (remem-server --ops-library)");
+      }
+      // One output buffer per server thread, as large as a value may be.
+      thread_local std::string buf;
+      if (buf.size() < max_value) buf.resize(max_value);
+      size_t len = 0;
+      const int rc = f->update(
+          *present ? 1 : 0,
+          *present ? reinterpret_cast<const uint8_t*>(value->data()) : nullptr,
+          *present ? value->size() : 0,
+          reinterpret_cast<const uint8_t*>(op.arg.data()), op.arg.size(),
+          reinterpret_cast<uint8_t*>(buf.data()), max_value, &len);
+      if (rc == REMEM_OPS_KEEP) {
+        if (!*present) return Status::NotFound("no such key");
+        out->reply = *value;
+        return Status::OK();
+      }
+      if (rc != REMEM_OPS_WRITE) {
+        return Status::InvalidArgument("update function " + f->name + " (id " +
+                                       std::to_string(f->id) +
+                                       ") refused the value or argument");
+      }
+      if (len > max_value) {
+        return Status::Internal("update function " + f->name +
+                                " wrote past its output buffer");
+      }
+      value->assign(buf.data(), len);
+      *present = true;
+      out->wrote = true;
+      out->reply = *value;
+      return Status::OK();
+    }
+    default:
+      break;
+  }
+  return Status::Internal("unhandled operation");
+}
+
+}  // namespace remem::ops

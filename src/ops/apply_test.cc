@@ -1,0 +1,145 @@
+#include "ops/apply.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "ops/vector.h"
+
+namespace remem::ops {
+namespace {
+
+OpView Int(OpKind k, std::string_view key, const std::string& arg,
+           uint8_t flags = 0, int64_t initial = 0) {
+  OpView op;
+  op.kind = k;
+  op.key = key;
+  op.arg = arg;
+  op.flags = flags;
+  op.initial = initial;
+  return op;
+}
+
+struct Cell {
+  bool present = false;
+  std::string value;
+  Status Do(const OpView& op, Outcome* out, const FunctionLookup* f = nullptr) {
+    return Apply(op, 1024, f, &present, &value, out);
+  }
+};
+
+TEST(ApplyTest, FetchAddReturnsTheOldValueAndAddFetchTheNew) {
+  Cell c{true, EncodeI64(40)};
+  const std::string two = EncodeI64(2);
+  Outcome o;
+  ASSERT_TRUE(c.Do(Int(OpKind::kFetchAdd, "k", two), &o).ok());
+  EXPECT_TRUE(o.wrote);
+  EXPECT_EQ(LoadI64(o.reply.data()), 40);
+  ASSERT_TRUE(c.Do(Int(OpKind::kAddFetch, "k", two), &o).ok());
+  EXPECT_EQ(LoadI64(o.reply.data()), 44);
+  EXPECT_EQ(LoadI64(c.value.data()), 44);
+}
+
+TEST(ApplyTest, AnAbsentKeyIsNotFoundUnlessCreateGivesItsStart) {
+  Cell c;
+  const std::string five = EncodeI64(5);
+  Outcome o;
+  EXPECT_EQ(c.Do(Int(OpKind::kFetchAdd, "k", five), &o).code(),
+            StatusCode::kNotFound);
+  EXPECT_FALSE(c.present);
+  ASSERT_TRUE(
+      c.Do(Int(OpKind::kFetchAdd, "k", five, kFlagCreate, 100), &o).ok());
+  EXPECT_EQ(LoadI64(o.reply.data()), 100);
+  EXPECT_TRUE(c.present);
+  EXPECT_EQ(LoadI64(c.value.data()), 105);
+}
+
+TEST(ApplyTest, OverflowIsOutOfRangeAndLeavesTheValue) {
+  Cell c{true, EncodeI64(std::numeric_limits<int64_t>::max() - 1)};
+  const std::string before = c.value;
+  const std::string two = EncodeI64(2);
+  Outcome o;
+  Status st = c.Do(Int(OpKind::kAddFetch, "k", two), &o);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+  EXPECT_EQ(c.value, before);
+  Cell low{true, EncodeI64(std::numeric_limits<int64_t>::min())};
+  EXPECT_EQ(low.Do(Int(OpKind::kFetchAdd, "k", EncodeI64(-1)), &o).code(),
+            StatusCode::kOutOfRange);
+}
+
+TEST(ApplyTest, AnIntegerOpOnANonIntegerValueIsATypeMismatch) {
+  Cell c{true, "hello"};
+  Outcome o;
+  Status st = c.Do(Int(OpKind::kFetchAdd, "k", EncodeI64(1)), &o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("8-byte integer"), std::string::npos);
+  EXPECT_EQ(c.value, "hello");
+  // A wrong operand size is refused before the value is looked at.
+  EXPECT_EQ(c.Do(Int(OpKind::kMin, "k", "abc"), &o).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ApplyTest, MinAndMaxWriteOnlyWhenTheValueChanges) {
+  Cell c{true, EncodeI64(10)};
+  Outcome o;
+  ASSERT_TRUE(c.Do(Int(OpKind::kMin, "k", EncodeI64(20)), &o).ok());
+  EXPECT_FALSE(o.wrote);
+  EXPECT_EQ(LoadI64(o.reply.data()), 10);
+  ASSERT_TRUE(c.Do(Int(OpKind::kMax, "k", EncodeI64(20)), &o).ok());
+  EXPECT_TRUE(o.wrote);
+  EXPECT_EQ(LoadI64(c.value.data()), 20);
+}
+
+TEST(ApplyTest, CompareSwapSwapsOnlyOnEqualBytes) {
+  Cell c{true, "old"};
+  OpView op;
+  op.kind = OpKind::kCompareSwap;
+  op.key = "k";
+  op.expected = "nope";
+  op.arg = "new";
+  Outcome o;
+  ASSERT_TRUE(c.Do(op, &o).ok());
+  EXPECT_FALSE(o.applied);
+  EXPECT_FALSE(o.wrote);
+  EXPECT_EQ(o.reply, "old");
+  op.expected = "old";
+  ASSERT_TRUE(c.Do(op, &o).ok());
+  EXPECT_TRUE(o.applied);
+  EXPECT_EQ(o.reply, "old");
+  EXPECT_EQ(c.value, "new");
+}
+
+TEST(ApplyTest, AppendBeyondTheValueLimitIsRefused) {
+  Cell c{true, std::string(1000, 'a')};
+  OpView op;
+  op.kind = OpKind::kAppend;
+  op.key = "k";
+  const std::string more(100, 'b');
+  op.arg = more;
+  Outcome o;
+  EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.value.size(), 1000u);
+  op.arg = std::string_view(more).substr(0, 24);
+  ASSERT_TRUE(c.Do(op, &o).ok());
+  EXPECT_EQ(LoadI64(o.reply.data()), 1024);
+}
+
+TEST(ApplyTest, AVectorOpOnAScalarAndAnUnknownFunctionAreRefused) {
+  Cell c{true, EncodeI64(1)};
+  OpView op;
+  op.kind = OpKind::kVecReduce;
+  op.key = "k";
+  op.fn = uint8_t(Reduction::kSum);
+  Outcome o;
+  EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kInvalidArgument);
+  op.kind = OpKind::kCall;
+  op.function_id = 77;
+  Status st = c.Do(op, &o);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("77"), std::string::npos);
+  op.kind = OpKind(42);
+  EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace remem::ops

@@ -1,0 +1,47 @@
+// ops::FunctionTable: the user-defined update functions of a server, loaded
+// at start from the shared libraries named with --ops-library
+// (remem/ops_plugin.h gives the C interface a library implements).
+//
+// Thread contract: Load runs before the server threads start (Init); after
+// that the table is read-only and Find may be called from any thread.
+// Libraries stay loaded until the table is destroyed.
+
+#ifndef REMEM_OPS_FUNCTIONS_H_
+#define REMEM_OPS_FUNCTIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/apply.h"
+#include "remem/status.h"
+
+namespace remem::ops {
+
+class FunctionTable final : public FunctionLookup {
+ public:
+  FunctionTable() = default;
+  ~FunctionTable() override;
+  FunctionTable(const FunctionTable&) = delete;
+  FunctionTable& operator=(const FunctionTable&) = delete;
+
+  // dlopens `path` and registers every function it lists. InvalidArgument
+  // (naming the path and what is wrong) if it cannot be loaded, lacks
+  // remem_ops_library_v1, has another ABI version, or lists a null
+  // function, an id 0 or an id already registered; nothing of that library
+  // is registered then.
+  Status Load(const std::string& path);
+  const UserFunction* Find(uint32_t id) const override;
+  size_t size() const { return functions_.size(); }
+  // "id:name" of every function, in id order (stats, logs).
+  std::vector<std::string> Describe() const;
+
+ private:
+  std::map<uint32_t, UserFunction> functions_;
+  std::vector<void*> handles_;
+};
+
+}  // namespace remem::ops
+
+#endif  // REMEM_OPS_FUNCTIONS_H_

@@ -1,0 +1,479 @@
+// remem::OpsStore: the client side of server-side operations
+// (include/remem/ops.h), on a Session's core (client/session_core.h) and
+// the hash store's methods kOp / kOpBatch.
+
+#include <cstring>
+
+#include "client/path_selector.h"
+#include "client/session_core.h"
+#include "hash/codec.h"
+#include "ops/apply.h"
+#include "ops/vector.h"
+#include "remem/ops.h"
+
+namespace remem {
+
+namespace {
+
+constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
+
+ops::OpView ViewOf(const Op& op) {
+  ops::OpView v;
+  v.kind = op.kind;
+  v.flags = uint8_t((op.create ? ops::kFlagCreate : 0) |
+                    (op.indices ? ops::kFlagIndices : 0));
+  v.fn = op.fn;
+  v.function_id = op.function_id;
+  v.initial = op.initial;
+  v.key = op.key;
+  v.arg = op.arg;
+  v.expected = op.expected;
+  return v;
+}
+
+OpReply ReplyOf(hash::OpItem&& it) {
+  OpReply r;
+  r.value = std::move(it.data);
+  r.version = it.version;
+  r.applied = it.applied;
+  return r;
+}
+
+std::string NumberBytes(Number n) {
+  if (std::holds_alternative<int64_t>(n)) {
+    return ops::EncodeI64(std::get<int64_t>(n));
+  }
+  return ops::EncodeF64(std::get<double>(n));
+}
+
+Op IntOp(OpKind kind, std::string key, int64_t operand, bool create,
+         int64_t initial) {
+  Op op;
+  op.kind = kind;
+  op.key = std::move(key);
+  op.arg = ops::EncodeI64(operand);
+  op.create = create;
+  op.initial = initial;
+  return op;
+}
+
+// Splits ops into messages of at most kMaxMultiItems items and half the
+// largest payload.
+std::vector<std::pair<size_t, size_t>> Batches(const std::vector<Op>& ops) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const size_t b = sizeof(hash::HashOpRequest) + ops[i].key.size() +
+                     ops[i].arg.size() + ops[i].expected.size();
+    if (i > begin && (i - begin == hash::kMaxMultiItems ||
+                      bytes + b > proto::kMaxRpcPayload / 2)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (ops.size() > begin) out.emplace_back(begin, ops.size());
+  return out;
+}
+
+}  // namespace
+
+// --- values
+
+ElemType TypeOf(const VectorData& v) {
+  switch (v.index()) {
+    case 0:
+      return ElemType::kInt64;
+    case 1:
+      return ElemType::kDouble;
+    case 2:
+      return ElemType::kFloat;
+  }
+  return ElemType::kInt32;
+}
+
+std::string EncodeVector(const VectorData& v) {
+  return std::visit(
+      [&](const auto& elems) {
+        return ops::MakeVector(TypeOf(v), elems.size(), elems.data());
+      },
+      v);
+}
+
+Result<VectorData> DecodeVector(std::string_view value) {
+  auto view = ops::ParseVector(value);
+  if (!view.ok()) return view.status();
+  auto fill = [&](auto vec) -> VectorData {
+    vec.resize(view->count);
+    if (view->count > 0) {
+      std::memcpy(vec.data(), view->elems,
+                  view->count * sizeof(typename decltype(vec)::value_type));
+    }
+    return vec;
+  };
+  switch (view->type) {
+    case ElemType::kInt64:
+      return fill(std::vector<int64_t>{});
+    case ElemType::kDouble:
+      return fill(std::vector<double>{});
+    case ElemType::kFloat:
+      return fill(std::vector<float>{});
+    case ElemType::kInt32:
+      break;
+  }
+  return fill(std::vector<int32_t>{});
+}
+
+Result<int64_t> OpReply::Int() const {
+  if (value.size() != 8) {
+    return Status::InvalidArgument("the reply is " +
+                                   std::to_string(value.size()) +
+                                   " bytes, not an 8-byte integer");
+  }
+  return ops::LoadI64(value.data());
+}
+
+Result<Number> OpReply::AsNumber() const {
+  auto v = ops::ParseVector(value);
+  if (!v.ok()) return v.status();
+  if (v->count != 1) {
+    return Status::InvalidArgument("a reduction's reply has one element");
+  }
+  if (v->type == ElemType::kInt64) return Number(ops::LoadI64(v->elems));
+  if (v->type == ElemType::kDouble) return Number(ops::LoadF64(v->elems));
+  return Status::InvalidArgument("a reduction answers int64 or double");
+}
+
+// --- builders
+
+Op Op::FetchAdd(std::string key, int64_t delta, bool create, int64_t initial) {
+  return IntOp(OpKind::kFetchAdd, std::move(key), delta, create, initial);
+}
+Op Op::AddFetch(std::string key, int64_t delta, bool create, int64_t initial) {
+  return IntOp(OpKind::kAddFetch, std::move(key), delta, create, initial);
+}
+Op Op::Min(std::string key, int64_t operand, bool create, int64_t initial) {
+  return IntOp(OpKind::kMin, std::move(key), operand, create, initial);
+}
+Op Op::Max(std::string key, int64_t operand, bool create, int64_t initial) {
+  return IntOp(OpKind::kMax, std::move(key), operand, create, initial);
+}
+Op Op::CompareSwap(std::string key, std::string expected, std::string desired,
+                   bool create) {
+  Op op;
+  op.kind = OpKind::kCompareSwap;
+  op.key = std::move(key);
+  op.arg = std::move(desired);
+  op.expected = std::move(expected);
+  op.create = create;
+  return op;
+}
+Op Op::Append(std::string key, std::string bytes, bool create) {
+  Op op;
+  op.kind = OpKind::kAppend;
+  op.key = std::move(key);
+  op.arg = std::move(bytes);
+  op.create = create;
+  return op;
+}
+Op Op::VecUpdate(std::string key, VecFn fn, Number operand) {
+  Op op;
+  op.kind = OpKind::kVecUpdate;
+  op.key = std::move(key);
+  op.fn = uint8_t(fn);
+  op.arg = NumberBytes(operand);
+  return op;
+}
+Op Op::VecUpdate(std::string key, VecFn fn, const VectorData& operand) {
+  Op op;
+  op.kind = OpKind::kVecUpdate;
+  op.key = std::move(key);
+  op.fn = uint8_t(fn);
+  op.arg = EncodeVector(operand);
+  return op;
+}
+Op Op::VecReduce(std::string key, Reduction r) {
+  Op op;
+  op.kind = OpKind::kVecReduce;
+  op.key = std::move(key);
+  op.fn = uint8_t(r);
+  return op;
+}
+Op Op::VecFilter(std::string key, Predicate p, Number operand, bool indices) {
+  Op op;
+  op.kind = OpKind::kVecFilter;
+  op.key = std::move(key);
+  op.fn = uint8_t(p);
+  op.arg = NumberBytes(operand);
+  op.indices = indices;
+  return op;
+}
+Op Op::Call(std::string key, uint32_t function_id, std::string arg) {
+  Op op;
+  op.kind = OpKind::kCall;
+  op.key = std::move(key);
+  op.function_id = function_id;
+  op.arg = std::move(arg);
+  return op;
+}
+
+// --- the store
+
+struct OpsStore::Impl {
+  client::SessionCore* core = nullptr;
+  HashStore* hash = nullptr;
+  ReadPath reduce_path = ReadPath::kAuto;
+  std::unique_ptr<client::PathSelector> reduce_selector;
+  ReduceStats reduce_stats;
+  size_t in_flight = 0;
+  int flush_hook = 0;
+  struct Queued {
+    Op op;
+    Callback done;
+  };
+  std::vector<Queued> queued;
+
+  Status Check(const Op& op) const {
+    if (op.key.empty()) return Status::InvalidArgument("empty key");
+    if (op.key.size() > hash->max_key()) {
+      return Status::InvalidArgument("key of " + std::to_string(op.key.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(hash->max_key()));
+    }
+    return Status::OK();
+  }
+
+  void Complete(const Callback& done, Result<OpReply> r) {
+    core->Ended(r.status());
+    --in_flight;
+    if (done) done(std::move(r));
+  }
+  void Flush();
+};
+
+OpsStore::OpsStore(std::unique_ptr<Impl> impl, std::unique_ptr<HashStore> hash)
+    : impl_(std::move(impl)), hash_(std::move(hash)) {}
+
+OpsStore::~OpsStore() {
+  Impl& s = *impl_;
+  if (s.in_flight > 0 || !s.queued.empty()) {
+    (void)s.core->ProgressUntil(
+        [&s] {
+          s.Flush();
+          return s.in_flight == 0;
+        },
+        fabric::Clock::now() + s.core->options().timeout);
+    if (s.in_flight > 0) {
+      s.core->Fail(Status::Unavailable("the ops store was closed"));
+      (void)s.core->worker()->ProgressUntil(
+          [&s] { return s.in_flight == 0; },
+          fabric::Clock::now() + std::chrono::seconds(30));
+    }
+  }
+  s.core->RemoveFlushHook(s.flush_hook);
+}
+
+Result<std::unique_ptr<OpsStore>> OpsStore::Open(Session* session,
+                                                 const OpsOptions& options) {
+  auto hash = HashStore::Open(session);
+  if (!hash.ok()) return hash.status().WithContext("opening the ops store");
+  auto impl = std::make_unique<Impl>();
+  impl->core = session->core();
+  impl->hash = hash->get();
+  impl->reduce_path =
+      options.reduce_path.value_or(impl->core->options().read_path);
+  client::PathSelectorOptions so;
+  so.mode = impl->reduce_path;
+  impl->reduce_selector = std::make_unique<client::PathSelector>(so);
+  Impl* raw = impl.get();
+  impl->flush_hook = impl->core->AddFlushHook([raw] { raw->Flush(); });
+  return std::unique_ptr<OpsStore>(
+      new OpsStore(std::move(impl), std::move(*hash)));
+}
+
+size_t OpsStore::in_flight() const { return impl_->in_flight; }
+
+Result<OpReply> OpsStore::Execute(const Op& op) {
+  REMEM_RETURN_IF_ERROR(impl_->Check(op));
+  auto r = impl_->core->CallSync(hash::kHashService, M(hash::HashMethod::kOp),
+                                 hash::EncodeHashOp(ViewOf(op)));
+  if (!r.ok()) return r.status();
+  auto it = hash::DecodeHashOpReply(*r);
+  if (!it.ok()) return it.status();
+  return ReplyOf(std::move(*it));
+}
+
+Result<IntReply> OpsStore::FetchAdd(std::string_view key, int64_t delta,
+                                    bool create, int64_t initial) {
+  auto r = Execute(Op::FetchAdd(std::string(key), delta, create, initial));
+  if (!r.ok()) return r.status();
+  auto v = r->Int();
+  if (!v.ok()) return v.status();
+  return IntReply{*v, r->version};
+}
+
+Result<IntReply> OpsStore::AddFetch(std::string_view key, int64_t delta,
+                                    bool create, int64_t initial) {
+  auto r = Execute(Op::AddFetch(std::string(key), delta, create, initial));
+  if (!r.ok()) return r.status();
+  auto v = r->Int();
+  if (!v.ok()) return v.status();
+  return IntReply{*v, r->version};
+}
+
+Result<uint64_t> OpsStore::VecPut(std::string_view key, const VectorData& v) {
+  return hash_->Put(key, EncodeVector(v));
+}
+
+Result<OpsStore::VectorValue> OpsStore::VecGet(std::string_view key) {
+  auto r = hash_->Get(key);
+  if (!r.ok()) return r.status();
+  auto v = DecodeVector(r->value);
+  if (!v.ok()) return v.status();
+  return VectorValue{std::move(*v), r->version};
+}
+
+Result<Number> OpsStore::VecReduce(std::string_view key, Reduction red) {
+  Impl& s = *impl_;
+  const auto start = fabric::Clock::now();
+  const client::Path path = s.reduce_selector->Choose(start);
+  Result<Number> out = Status::Internal("unset");
+  bool measured = true;
+  if (path == client::Path::kOneSided) {
+    ++s.reduce_stats.local;
+    // The hash store's read path: one-sided and verified on shared memory.
+    auto r = hash_->Get(key);
+    if (!r.ok()) {
+      out = r.status();
+    } else {
+      auto sum = ops::ReduceVector(r->value, red);
+      if (!sum.ok()) {
+        out = sum.status();
+      } else {
+        OpReply reply;
+        reply.value = std::move(*sum);
+        out = reply.AsNumber();
+      }
+    }
+  } else {
+    ++s.reduce_stats.server;
+    auto r = Execute(Op::VecReduce(std::string(key), red));
+    out = r.ok() ? r->AsNumber() : Result<Number>(r.status());
+  }
+  // Only successful reductions say how long a path takes.
+  measured = out.ok();
+  if (measured && s.reduce_path == ReadPath::kAuto) {
+    const auto end = fabric::Clock::now();
+    s.reduce_selector->Record(
+        path, std::chrono::duration<double, std::micro>(end - start).count(),
+        end);
+  }
+  return out;
+}
+
+OpsStore::ReduceStats OpsStore::reduce_stats() const {
+  ReduceStats r = impl_->reduce_stats;
+  r.local_estimate_us =
+      impl_->reduce_selector->Estimate(client::Path::kOneSided);
+  r.server_estimate_us = impl_->reduce_selector->Estimate(client::Path::kRpc);
+  return r;
+}
+
+Result<VectorData> OpsStore::VecFilter(std::string_view key, Predicate p,
+                                       Number operand, bool indices) {
+  auto r = Execute(Op::VecFilter(std::string(key), p, operand, indices));
+  if (!r.ok()) return r.status();
+  return DecodeVector(r->value);
+}
+
+std::vector<Result<OpReply>> OpsStore::ExecuteBatch(
+    const std::vector<Op>& ops) {
+  std::vector<Result<OpReply>> out;
+  out.reserve(ops.size());
+  for (auto [begin, end] : Batches(ops)) {
+    std::vector<ops::OpView> views;
+    views.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      views.push_back(ViewOf(ops[i]));
+    }
+    auto r =
+        impl_->core->CallSync(hash::kHashService, M(hash::HashMethod::kOpBatch),
+                              hash::EncodeHashOpBatch(views));
+    auto items = r.ok() ? hash::DecodeHashOpBatchReply(*r, end - begin)
+                        : Result<std::vector<hash::OpItem>>(r.status());
+    for (size_t i = 0; i < end - begin; ++i) {
+      if (!items.ok()) {
+        out.push_back(items.status());
+      } else if (!(*items)[i].status.ok()) {
+        out.push_back((*items)[i].status);
+      } else {
+        out.push_back(ReplyOf(std::move((*items)[i])));
+      }
+    }
+  }
+  return out;
+}
+
+void OpsStore::ExecuteAsync(Op op, Callback done) {
+  Impl& s = *impl_;
+  s.core->Began();
+  ++s.in_flight;
+  Status st = s.Check(op);
+  if (!st.ok()) {
+    s.core->Defer(
+        [&s, done = std::move(done), st]() mutable { s.Complete(done, st); });
+    return;
+  }
+  s.queued.push_back({std::move(op), std::move(done)});
+}
+
+void OpsStore::Impl::Flush() {
+  if (queued.empty()) return;
+  auto all = std::make_shared<std::vector<Queued>>(std::move(queued));
+  queued.clear();
+  std::vector<Op> ops;
+  ops.reserve(all->size());
+  for (const Queued& q : *all) ops.push_back(q.op);
+  for (auto [begin, end] : Batches(ops)) {
+    std::string payload;
+    hash::HashMethod method;
+    if (end - begin == 1) {
+      method = hash::HashMethod::kOp;
+      payload = hash::EncodeHashOp(ViewOf(ops[begin]));
+    } else {
+      std::vector<ops::OpView> views;
+      views.reserve(end - begin);
+      for (size_t i = begin; i < end; ++i) views.push_back(ViewOf(ops[i]));
+      method = hash::HashMethod::kOpBatch;
+      payload = hash::EncodeHashOpBatch(views);
+    }
+    core->Call(hash::kHashService, M(method), std::move(payload),
+               [this, all, begin, end, method](Status st, std::string reply) {
+                 if (method == hash::HashMethod::kOp) {
+                   Result<OpReply> r = st;
+                   if (st.ok()) {
+                     auto it = hash::DecodeHashOpReply(reply);
+                     r = it.ok() ? Result<OpReply>(ReplyOf(std::move(*it)))
+                                 : Result<OpReply>(it.status());
+                   }
+                   return Complete((*all)[begin].done, std::move(r));
+                 }
+                 auto items =
+                     st.ok() ? hash::DecodeHashOpBatchReply(reply, end - begin)
+                             : Result<std::vector<hash::OpItem>>(st);
+                 for (size_t i = begin; i < end; ++i) {
+                   Callback& done = (*all)[i].done;
+                   if (!items.ok()) {
+                     Complete(done, items.status());
+                   } else if (!(*items)[i - begin].status.ok()) {
+                     Complete(done, (*items)[i - begin].status);
+                   } else {
+                     Complete(done, ReplyOf(std::move((*items)[i - begin])));
+                   }
+                 }
+               });
+  }
+}
+
+}  // namespace remem

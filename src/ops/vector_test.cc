@@ -1,0 +1,154 @@
+#include "ops/vector.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace remem::ops {
+namespace {
+
+template <typename T>
+std::string Vec(ElemType t, std::vector<T> v) {
+  return MakeVector(t, v.size(), v.data());
+}
+
+template <typename T>
+std::vector<T> Elems(const std::string& value) {
+  auto v = ParseVector(value);
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  std::vector<T> out(v->count);
+  std::memcpy(out.data(), v->elems, v->count * sizeof(T));
+  return out;
+}
+
+int64_t Int1(const Result<std::string>& r) {
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  auto v = ParseVector(*r);
+  EXPECT_TRUE(v.ok());
+  EXPECT_EQ(v->type, ElemType::kInt64);
+  return LoadI64(v->elems);
+}
+double Real1(const Result<std::string>& r) {
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  auto v = ParseVector(*r);
+  EXPECT_TRUE(v.ok());
+  EXPECT_EQ(v->type, ElemType::kDouble);
+  return LoadF64(v->elems);
+}
+
+TEST(VectorTest, HeaderIsSixteenBytesAndTheLengthMustMatchTheCount) {
+  std::string v = Vec<int64_t>(ElemType::kInt64, {1, 2, 3});
+  EXPECT_EQ(v.size(), 16u + 24u);
+  EXPECT_TRUE(ParseVector(v).ok());
+  EXPECT_FALSE(ParseVector(v.substr(0, v.size() - 1)).ok());
+  EXPECT_FALSE(ParseVector(v + "x").ok());
+  EXPECT_FALSE(ParseVector("12345678").ok());
+  std::string huge = v;
+  const uint64_t count = ~uint64_t{0} / 4;
+  std::memcpy(huge.data() + 8, &count, 8);
+  EXPECT_FALSE(ParseVector(huge).ok());
+  std::string bad_type = v;
+  bad_type[4] = 9;
+  EXPECT_EQ(ParseVector(bad_type).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(VectorTest, ScalarAndVectorUpdatesOfEveryFunction) {
+  std::string v = Vec<int64_t>(ElemType::kInt64, {1, -2, 3});
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kAdd, EncodeI64(10)).ok());
+  EXPECT_EQ(Elems<int64_t>(v), (std::vector<int64_t>{11, 8, 13}));
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMul, EncodeI64(-2)).ok());
+  EXPECT_EQ(Elems<int64_t>(v), (std::vector<int64_t>{-22, -16, -26}));
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMax, EncodeI64(-20)).ok());
+  EXPECT_EQ(Elems<int64_t>(v), (std::vector<int64_t>{-20, -16, -20}));
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMin, EncodeI64(-18)).ok());
+  EXPECT_EQ(Elems<int64_t>(v), (std::vector<int64_t>{-20, -18, -20}));
+  ASSERT_TRUE(
+      UpdateVector(&v, VecFn::kSet, Vec<int64_t>(ElemType::kInt64, {7, 8, 9}))
+          .ok());
+  EXPECT_EQ(Elems<int64_t>(v), (std::vector<int64_t>{7, 8, 9}));
+
+  std::string f = Vec<float>(ElemType::kFloat, {1.5f, 2.5f});
+  ASSERT_TRUE(UpdateVector(&f, VecFn::kMul, EncodeF64(2.0)).ok());
+  EXPECT_EQ(Elems<float>(f), (std::vector<float>{3.0f, 5.0f}));
+  std::string d = Vec<double>(ElemType::kDouble, {1.0, 2.0});
+  ASSERT_TRUE(
+      UpdateVector(&d, VecFn::kAdd, Vec<double>(ElemType::kDouble, {0.5, 0.25}))
+          .ok());
+  EXPECT_EQ(Elems<double>(d), (std::vector<double>{1.5, 2.25}));
+}
+
+TEST(VectorTest, IntegerOverflowIsOutOfRangeAndChangesNothing) {
+  std::string v =
+      Vec<int32_t>(ElemType::kInt32, {1, std::numeric_limits<int32_t>::max()});
+  const std::string before = v;
+  Status st = UpdateVector(&v, VecFn::kAdd, EncodeI64(1));
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+  EXPECT_EQ(v, before);
+  EXPECT_EQ(UpdateVector(&v, VecFn::kSet, EncodeI64(int64_t{1} << 40)).code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(v, before);
+  std::string w =
+      Vec<int64_t>(ElemType::kInt64, {std::numeric_limits<int64_t>::max(), 1});
+  EXPECT_EQ(ReduceVector(w, Reduction::kSum).status().code(),
+            StatusCode::kOutOfRange);
+}
+
+TEST(VectorTest, MismatchedOperandVectorIsRefused) {
+  std::string v = Vec<int64_t>(ElemType::kInt64, {1, 2});
+  const std::string before = v;
+  EXPECT_EQ(
+      UpdateVector(&v, VecFn::kAdd, Vec<int64_t>(ElemType::kInt64, {1, 2, 3}))
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      UpdateVector(&v, VecFn::kAdd, Vec<int32_t>(ElemType::kInt32, {1, 2}))
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(v, before);
+}
+
+TEST(VectorTest, ReductionsOfEveryType) {
+  std::string v = Vec<int32_t>(ElemType::kInt32, {4, -1, 7});
+  EXPECT_EQ(Int1(ReduceVector(v, Reduction::kSum)), 10);
+  EXPECT_EQ(Int1(ReduceVector(v, Reduction::kMin)), -1);
+  EXPECT_EQ(Int1(ReduceVector(v, Reduction::kMax)), 7);
+  EXPECT_EQ(Int1(ReduceVector(v, Reduction::kCount)), 3);
+  std::string d = Vec<double>(ElemType::kDouble, {0.5, 2.0, -1.5});
+  EXPECT_DOUBLE_EQ(Real1(ReduceVector(d, Reduction::kSum)), 1.0);
+  EXPECT_DOUBLE_EQ(Real1(ReduceVector(d, Reduction::kMin)), -1.5);
+  EXPECT_EQ(Int1(ReduceVector(d, Reduction::kCount)), 3);
+  std::string empty = Vec<float>(ElemType::kFloat, {});
+  EXPECT_DOUBLE_EQ(Real1(ReduceVector(empty, Reduction::kSum)), 0.0);
+  EXPECT_EQ(ReduceVector(empty, Reduction::kMax).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(VectorTest, FilterReturnsElementsOrIndices) {
+  std::string v = Vec<int64_t>(ElemType::kInt64, {5, 1, 9, 5, 0});
+  auto ge = FilterVector(v, Predicate::kGe, EncodeI64(5), false);
+  ASSERT_TRUE(ge.ok());
+  EXPECT_EQ(Elems<int64_t>(*ge), (std::vector<int64_t>{5, 9, 5}));
+  auto eq = FilterVector(v, Predicate::kEq, EncodeI64(5), true);
+  ASSERT_TRUE(eq.ok());
+  EXPECT_EQ(Elems<int64_t>(*eq), (std::vector<int64_t>{0, 3}));
+  std::string f = Vec<float>(ElemType::kFloat, {0.5f, 1.5f});
+  auto lt = FilterVector(f, Predicate::kLt, EncodeF64(1.0), false);
+  ASSERT_TRUE(lt.ok());
+  EXPECT_EQ(Elems<float>(*lt), (std::vector<float>{0.5f}));
+  EXPECT_EQ(FilterVector(v, Predicate(9), EncodeI64(0), false).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(VectorTest, AScalarIsNotAVector) {
+  std::string v = EncodeI64(5);
+  EXPECT_EQ(UpdateVector(&v, VecFn::kAdd, EncodeI64(1)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReduceVector(v, Reduction::kSum).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace remem::ops

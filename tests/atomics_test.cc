@@ -1,0 +1,623 @@
+// Server-side operations end to end (remem/ops.h): remem-server in its own
+// process (two threads, so batches fan out over partitions), clients in
+// child processes (tests/atomics_child.cc) and in this one, over the
+// transport of REMEM_TEST_TRANSPORT.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ops/vector.h"
+#include "remem/hash.h"
+#include "remem/ops.h"
+#include "remem/session.h"
+#include "test_util.h"
+#include "testing/clock.h"
+#include "testing/linearizability.h"
+#include "testing/scale.h"
+#include "util/subprocess.h"
+
+namespace remem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::KvOp;
+using testing::StartServer;
+using testing::TestTransport;
+
+struct OpsClient {
+  std::unique_ptr<Session> session;
+  std::unique_ptr<OpsStore> store;
+  OpsClient() = default;
+  OpsClient(OpsClient&&) = default;
+  ~OpsClient() { store.reset(); }
+  OpsStore* operator->() const { return store.get(); }
+};
+
+OpsClient ConnectOps(const std::string& address,
+                     ReadPath path = ReadPath::kAuto,
+                     std::optional<ReadPath> reduce = {}) {
+  OpsClient c;
+  c.session = testing::ConnectOrDie(address, "", path);
+  if (!c.session) return c;
+  OpsOptions o;
+  o.reduce_path = reduce;
+  auto s = OpsStore::Open(c.session.get(), o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (s.ok()) c.store = std::move(*s);
+  return c;
+}
+
+std::string I64(int64_t v) { return ops::EncodeI64(v); }
+
+class AtomicsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer({"--threads", "2", "--max-value-bytes", "65536",
+                           "--ops-library", REMEM_EXAMPLE_OPS_LIB},
+                          "64M");
+    ASSERT_NE(server_.process, nullptr);
+  }
+  testing::ServerProcess server_;
+};
+
+TEST_F(AtomicsTest, EachAtomicReturnsItsOldOrNewValueAndTheVersion) {
+  auto c = ConnectOps(server_.address);
+  ASSERT_TRUE(c.store);
+  // INCRBY on an absent key: created at 0.
+  auto a = c->FetchAdd("n", 5, /*create=*/true);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->value, 0);
+  auto b = c->AddFetch("n", 10);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->value, 15);
+  EXPECT_GT(b->version, a->version);
+  // The value is an ordinary pair: a get (one-sided where possible) reads
+  // it with the version the atomic reported.
+  auto g = c->hash()->Get("n");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->value, I64(15));
+  EXPECT_EQ(g->version, b->version);
+
+  auto mn = c->Execute(Op::Min("n", 3));
+  ASSERT_TRUE(mn.ok());
+  EXPECT_EQ(*mn->Int(), 3);
+  auto mx = c->Execute(Op::Max("n", 2));
+  ASSERT_TRUE(mx.ok());
+  EXPECT_EQ(*mx->Int(), 3);
+  EXPECT_EQ(mx->version, mn->version);  // unchanged: no write
+  auto created = c->Execute(Op::Max("m", 7, true, 9));
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(*created->Int(), 9);
+
+  ASSERT_TRUE(c->hash()->Put("s", "abc").ok());
+  auto miss = c->Execute(Op::CompareSwap("s", "xyz", "new"));
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->applied);
+  EXPECT_EQ(miss->value, "abc");
+  auto hit = c->Execute(Op::CompareSwap("s", "abc", "new"));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(hit->applied);
+  EXPECT_EQ(hit->value, "abc");
+  EXPECT_EQ(c->hash()->Get("s")->value, "new");
+  auto app = c->Execute(Op::Append("s", "-tail"));
+  ASSERT_TRUE(app.ok());
+  EXPECT_EQ(*app->Int(), 8);
+  EXPECT_EQ(c->hash()->Get("s")->value, "new-tail");
+  auto app2 = c->Execute(Op::Append("log", "x", /*create=*/true));
+  ASSERT_TRUE(app2.ok());
+  EXPECT_EQ(c->hash()->Get("log")->value, "x");
+}
+
+TEST_F(AtomicsTest, BadInputGetsClearErrorsAndChangesNothing) {
+  auto c = ConnectOps(server_.address);
+  ASSERT_TRUE(c.store);
+  ASSERT_TRUE(c->hash()->Put("text", "hello").ok());
+  auto mismatch = c->FetchAdd("text", 1);
+  EXPECT_EQ(mismatch.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("8-byte integer"),
+            std::string::npos)
+      << mismatch.status().ToString();
+  EXPECT_EQ(c->hash()->Get("text")->value, "hello");
+
+  ASSERT_TRUE(
+      c->hash()->Put("big", I64(std::numeric_limits<int64_t>::max())).ok());
+  const uint64_t version = c->hash()->Get("big")->version;
+  auto overflow = c->AddFetch("big", 1);
+  EXPECT_EQ(overflow.status().code(), StatusCode::kOutOfRange)
+      << overflow.status().ToString();
+  auto after = c->hash()->Get("big");
+  EXPECT_EQ(after->value, I64(std::numeric_limits<int64_t>::max()));
+  EXPECT_EQ(after->version, version);
+
+  EXPECT_EQ(c->FetchAdd("absent", 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c->hash()->Get("absent").status().code(), StatusCode::kNotFound);
+
+  // A vector op on a scalar; a reduction too, on both paths.
+  ASSERT_TRUE(c->hash()->Put("scalar", I64(4)).ok());
+  EXPECT_EQ(c->Execute(Op::VecUpdate("scalar", VecFn::kAdd, int64_t{1}))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      c->Execute(Op::VecReduce("scalar", Reduction::kSum)).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->VecReduce("scalar", Reduction::kSum).status().code(),
+            StatusCode::kInvalidArgument);
+
+  auto unknown = c->Execute(Op::Call("scalar", 5, I64(2)));
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(unknown.status().message().find("id 5"), std::string::npos);
+
+  // Oversize: a vector beyond the server's 64 KiB value limit, and an
+  // append that would grow a value past it.
+  std::vector<int64_t> huge(65536 / 8, 1);
+  EXPECT_EQ(c->VecPut("vec", huge).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c->VecPut("vec", std::vector<int64_t>(8000, 1)).ok());
+  auto grow = c->Execute(Op::Append("vec", std::string(4000, 'x')));
+  EXPECT_EQ(grow.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(grow.status().message().find("value limit"), std::string::npos);
+  auto v = c->VecGet("vec");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::get<0>(v->data).size(), 8000u);
+
+  // In a batch, each bad op fails alone.
+  auto rs =
+      c->ExecuteBatch({Op::FetchAdd("text", 1), Op::FetchAdd("n2", 1, true),
+                       Op::Call("n2", 999, ""), Op::AddFetch("n2", 1)});
+  ASSERT_EQ(rs.size(), 4u);
+  EXPECT_EQ(rs[0].status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(rs[1].ok());
+  EXPECT_EQ(rs[2].status().code(), StatusCode::kUnsupported);
+  ASSERT_TRUE(rs[3].ok());
+  EXPECT_EQ(*rs[3]->Int(), 2);
+}
+
+TEST_F(AtomicsTest, UserFunctionsFromTheExampleLibrary) {
+  auto c = ConnectOps(server_.address);
+  ASSERT_TRUE(c.store);
+  ASSERT_TRUE(c->hash()->Put("x", I64(6)).ok());
+  auto mul = c->Execute(Op::Call("x", 100, I64(7)));
+  ASSERT_TRUE(mul.ok()) << mul.status().ToString();
+  EXPECT_EQ(*mul->Int(), 42);
+  EXPECT_EQ(c->hash()->Get("x")->value, I64(42));
+  // bounded_add creates at 0 and clamps at 1000.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c->Execute(Op::Call("bucket", 101, I64(400))).ok());
+  }
+  EXPECT_EQ(c->hash()->Get("bucket")->value, I64(1000));
+  // keep_if_longer leaves the value and its version alone.
+  ASSERT_TRUE(c->hash()->Put("long", "abcdef").ok());
+  const uint64_t v0 = c->hash()->Get("long")->version;
+  auto keep = c->Execute(Op::Call("long", 102, "ab"));
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EQ(keep->version, v0);
+  auto refused = c->Execute(Op::Call("absent", 100, I64(2)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("int64_mul"), std::string::npos);
+  EXPECT_EQ(testing::StatOf(c.session.get(), "hash_op_functions"), 3u);
+}
+
+TEST(AtomicsStart, ALibraryThatFailsToLoadStopsTheServerWithAMessage) {
+  for (const std::string& lib : {std::string("/nonexistent/libops.so"),
+                                 std::string(REMEM_SERVER_BIN_PATH)}) {
+    SpawnOptions o;
+    o.argv = {REMEM_SERVER_BIN_PATH,
+              "--listen",
+              "127.0.0.1:0",
+              "--memory",
+              "16M",
+              "--no-pin",
+              "--ops-library",
+              lib};
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok());
+    auto rc = (*p)->Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_NE(*rc, 0);
+    ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(5)).ok());
+    EXPECT_NE((*p)->output().find("--ops-library " + lib), std::string::npos)
+        << (*p)->output();
+    EXPECT_EQ((*p)->output().find("listening"), std::string::npos);
+  }
+  // The same library twice: its ids collide.
+  SpawnOptions o;
+  o.argv = {REMEM_SERVER_BIN_PATH,
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "16M",
+            "--no-pin",
+            "--ops-library",
+            REMEM_EXAMPLE_OPS_LIB,
+            "--ops-library",
+            REMEM_EXAMPLE_OPS_LIB};
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok());
+  auto rc = (*p)->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(rc.ok());
+  EXPECT_NE(*rc, 0);
+  ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(5)).ok());
+  EXPECT_NE((*p)->output().find("already registered"), std::string::npos)
+      << (*p)->output();
+}
+
+// One batch of 100 fetch-adds on one key from one client: done in arrival
+// order (old values 0..99), versions consecutive, and the bucket written
+// once (the reservation station's write coalescing).
+TEST_F(AtomicsTest, ABatchOnOneKeyIsForwardedInOrderAndWrittenOnce) {
+  auto c = ConnectOps(server_.address);
+  ASSERT_TRUE(c.store);
+  const uint64_t writes0 = testing::StatOf(c.session.get(), "hash_op_writes");
+  std::vector<Op> batch;
+  for (int i = 0; i < 100; ++i) batch.push_back(Op::FetchAdd("hot", 1, true));
+  auto rs = c->ExecuteBatch(batch);
+  ASSERT_EQ(rs.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(rs[i].ok()) << rs[i].status().ToString();
+    EXPECT_EQ(*rs[i]->Int(), i);
+    if (i > 0) {
+      EXPECT_EQ(rs[i]->version, rs[i - 1]->version + 1);
+    }
+  }
+  EXPECT_EQ(testing::StatOf(c.session.get(), "hash_op_writes") - writes0, 1u);
+  auto g = c->hash()->Get("hot");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->value, I64(100));
+  EXPECT_EQ(g->version, rs[99]->version);
+  // Independent keys in the same batch: each written once.
+  batch.clear();
+  for (int i = 0; i < 64; ++i) {
+    batch.push_back(Op::AddFetch("k" + std::to_string(i % 8), 1, true));
+  }
+  const uint64_t writes1 = testing::StatOf(c.session.get(), "hash_op_writes");
+  rs = c->ExecuteBatch(batch);
+  for (auto& r : rs) ASSERT_TRUE(r.ok());
+  EXPECT_EQ(testing::StatOf(c.session.get(), "hash_op_writes") - writes1, 8u);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(c->hash()->Get("k" + std::to_string(k))->value, I64(8));
+  }
+}
+
+// Child processes (sync, async and batched) and a thread here hammer three
+// hot keys with fetch-adds while the thread also reads them one-sided.
+// Every key ends at the sum of the acknowledged deltas, and each key's
+// recorded history (fetch-adds as read-modify-writes, gets) is
+// linearizable.
+TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
+  constexpr int kKeys = 3;
+  const int kOps = testing::Scaled(400, 100);
+  {
+    // The counters exist (at 0) before anyone adds.
+    auto c = ConnectOps(server_.address);
+    ASSERT_TRUE(c.store);
+    for (int k = 0; k < kKeys; ++k) {
+      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
+    }
+  }
+  std::vector<std::unique_ptr<Subprocess>> children;
+  int seed = 1;
+  for (const char* mode : {"sync", "async", "batch", "async"}) {
+    SpawnOptions o;
+    o.argv = {REMEM_ATOMICS_CHILD_BIN,
+              server_.address,
+              std::string(TransportName(TestTransport())),
+              mode,
+              std::to_string(kKeys),
+              std::to_string(kOps),
+              std::to_string(seed++)};
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
+    children.push_back(std::move(*p));
+  }
+  std::map<std::string, std::vector<KvOp>> history;
+  std::map<std::string, int64_t> sum;
+  // This process: fetch-adds and one-sided gets, alternating.
+  {
+    auto c = ConnectOps(server_.address, ReadPath::kOneSided);
+    ASSERT_TRUE(c.store);
+    std::mt19937_64 rng(99);
+    for (int i = 0; i < kOps; ++i) {
+      const std::string key = "hot" + std::to_string(rng() % kKeys);
+      KvOp op;
+      op.call_ns = testing::NowNs();
+      if (i % 2 == 0) {
+        const int64_t d = 1 + int64_t(rng() % 3);
+        auto r = c->FetchAdd(key, d, true);
+        op.return_ns = testing::NowNs();
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        op.kind = KvOp::kReadModifyWrite;
+        op.found = true;
+        op.read_value = std::to_string(r->value);
+        op.value = std::to_string(r->value + d);
+        op.version = r->version;
+        sum[key] += d;
+      } else {
+        auto g = c->hash()->Get(key);
+        op.return_ns = testing::NowNs();
+        op.kind = KvOp::kGet;
+        op.found = g.ok();
+        if (g.ok()) {
+          ASSERT_EQ(g->value.size(), 8u);
+          op.read_value = std::to_string(ops::LoadI64(g->value.data()));
+          op.version = g->version;
+        } else {
+          ASSERT_EQ(g.status().code(), StatusCode::kNotFound);
+        }
+      }
+      op.client = 0;
+      history[key].push_back(op);
+    }
+  }
+  int client = 1;
+  for (auto& p : children) {
+    auto rc = p->Wait(std::chrono::seconds(120));
+    ASSERT_TRUE(rc.ok());
+    ASSERT_TRUE(p->ReadToEnd(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(*rc, 0) << p->output();
+    std::istringstream in(p->output());
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      if (line.rfind("H ", 0) != 0) continue;
+      char key[64];
+      unsigned long long call, ret, version;
+      long long old, delta;
+      ASSERT_EQ(std::sscanf(line.c_str(), "H %63s %llu %llu %lld %llu %lld",
+                            key, &call, &ret, &old, &version, &delta),
+                6)
+          << line;
+      KvOp op;
+      op.kind = KvOp::kReadModifyWrite;
+      op.call_ns = call;
+      op.return_ns = ret;
+      op.found = true;
+      op.read_value = std::to_string(old);
+      op.value = std::to_string(old + delta);
+      op.version = version;
+      op.client = client;
+      history[key].push_back(op);
+      sum[key] += delta;
+      ++lines;
+    }
+    EXPECT_EQ(lines, kOps);
+    ++client;
+  }
+  auto c = ConnectOps(server_.address);
+  ASSERT_TRUE(c.store);
+  uint64_t checked = 0;
+  for (auto& [key, ops] : history) {
+    auto g = c->hash()->Get(key);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(ops::LoadI64(g->value.data()), sum[key]) << key;
+    auto r = testing::CheckKeyHistory(ops, true, "0");
+    EXPECT_TRUE(r.linearizable) << key << ": " << r.explanation;
+    checked += ops.size();
+  }
+  std::printf("%s: %llu operations on %d keys checked linearizable\n",
+              std::string(TransportName(TestTransport())).c_str(),
+              static_cast<unsigned long long>(checked), kKeys);
+}
+
+TEST_F(AtomicsTest, VectorOperationsAgreeWithALocalModelOnBothReducePaths) {
+  auto server_side =
+      ConnectOps(server_.address, ReadPath::kAuto, ReadPath::kRpc);
+  auto client_side =
+      ConnectOps(server_.address, ReadPath::kAuto, ReadPath::kOneSided);
+  ASSERT_TRUE(server_side.store && client_side.store);
+  OpsStore& s = *server_side.store;
+  ASSERT_TRUE(s.VecPut("vi", std::vector<int64_t>{1, 2, 3, 4}).ok());
+  ASSERT_TRUE(s.Execute(Op::VecUpdate("vi", VecFn::kMul, int64_t{3})).ok());
+  ASSERT_TRUE(
+      s.Execute(Op::VecUpdate("vi", VecFn::kAdd,
+                              VectorData(std::vector<int64_t>{10, 20, 30, 40})))
+          .ok());
+  auto vi = s.VecGet("vi");
+  ASSERT_TRUE(vi.ok());
+  EXPECT_EQ(std::get<0>(vi->data), (std::vector<int64_t>{13, 26, 39, 52}));
+  for (OpsStore* st : {server_side.store.get(), client_side.store.get()}) {
+    EXPECT_EQ(std::get<int64_t>(*st->VecReduce("vi", Reduction::kSum)), 130);
+    EXPECT_EQ(std::get<int64_t>(*st->VecReduce("vi", Reduction::kMax)), 52);
+    EXPECT_EQ(std::get<int64_t>(*st->VecReduce("vi", Reduction::kCount)), 4);
+  }
+  // The adaptive path: both paths measured (it alternates while warming
+  // up), every answer right whichever it took.
+  auto adaptive = ConnectOps(server_.address, ReadPath::kAuto, ReadPath::kAuto);
+  ASSERT_TRUE(adaptive.store);
+  for (int i = 0; i < 40; ++i) {
+    auto sum = adaptive->VecReduce("vi", Reduction::kSum);
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(std::get<int64_t>(*sum), 130);
+  }
+  const auto rs = adaptive->reduce_stats();
+  EXPECT_EQ(rs.local + rs.server, 40u);
+  EXPECT_GT(rs.local, 0u);
+  EXPECT_GT(rs.server, 0u);
+  EXPECT_GT(rs.local_estimate_us, 0.0);
+  EXPECT_GT(rs.server_estimate_us, 0.0);
+  EXPECT_EQ(server_side->reduce_stats().local, 0u);
+  EXPECT_EQ(client_side->reduce_stats().server, 0u);
+
+  auto idx = s.VecFilter("vi", Predicate::kGt, int64_t{30}, true);
+  ASSERT_TRUE(idx.ok());
+  EXPECT_EQ(std::get<0>(*idx), (std::vector<int64_t>{2, 3}));
+
+  ASSERT_TRUE(s.VecPut("vf", std::vector<float>{0.5f, -1.5f, 2.0f}).ok());
+  ASSERT_TRUE(s.Execute(Op::VecUpdate("vf", VecFn::kMax, 0.0)).ok());
+  for (OpsStore* st : {server_side.store.get(), client_side.store.get()}) {
+    EXPECT_DOUBLE_EQ(std::get<double>(*st->VecReduce("vf", Reduction::kSum)),
+                     2.5);
+  }
+  auto pos = s.VecFilter("vf", Predicate::kGt, 0.25);
+  ASSERT_TRUE(pos.ok());
+  EXPECT_EQ(std::get<2>(*pos), (std::vector<float>{0.5f, 2.0f}));
+
+  ASSERT_TRUE(s.VecPut("v32", std::vector<int32_t>{2147483000, 1}).ok());
+  auto over = s.Execute(Op::VecUpdate("v32", VecFn::kAdd, int64_t{1000}));
+  EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(std::get<3>(s.VecGet("v32")->data),
+            (std::vector<int32_t>{2147483000, 1}));
+  ASSERT_TRUE(s.VecPut("vd", std::vector<double>{}).ok());
+  EXPECT_EQ(s.VecReduce("vd", Reduction::kMin).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A writer here adds 1 to every element of vectors (one inline, one in an
+// extent) over and over, while readers in other threads, each with its own
+// session, read them one-sided: every vector read must have all elements
+// equal (a half-applied update would show two values), and never go back.
+TEST_F(AtomicsTest, VectorUpdatesNeverShowAHalfUpdatedVectorToReaders) {
+  const std::vector<std::pair<std::string, size_t>> vecs = {{"small", 4},
+                                                            {"large", 2048}};
+  {
+    auto c = ConnectOps(server_.address);
+    ASSERT_TRUE(c.store);
+    for (auto& [k, n] : vecs) {
+      ASSERT_TRUE(c->VecPut(k, std::vector<int64_t>(n, 0)).ok());
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, bad{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      auto c =
+          testing::ConnectHashOrDie(server_.address, "", ReadPath::kOneSided);
+      if (!c) return;
+      std::vector<int64_t> last(vecs.size(), 0);
+      while (!stop.load()) {
+        for (size_t i = 0; i < vecs.size(); ++i) {
+          auto g = c->Get(vecs[i].first);
+          auto v =
+              g.ok() ? DecodeVector(g->value) : Result<VectorData>(g.status());
+          if (!v.ok()) {
+            ++bad;
+            continue;
+          }
+          const auto& e = std::get<0>(*v);
+          bool same = e.size() == vecs[i].second;
+          for (int64_t x : e) same = same && x == e[0];
+          if (!same || e[0] < last[i]) ++bad;
+          last[i] = e.empty() ? 0 : e[0];
+          ++reads;
+        }
+        if (r == 1) std::this_thread::yield();
+      }
+    });
+  }
+  auto w = ConnectOps(server_.address);
+  ASSERT_TRUE(w.store);
+  // Volume, not coverage (REMEM_TEST_SCALE under the sanitizers).
+  const int kUpdates = testing::Scaled(2000, 200);
+  for (int i = 0; i < kUpdates; ++i) {
+    for (auto& [k, n] : vecs) {
+      if (i % 2 == 0) {
+        ASSERT_TRUE(w->Execute(Op::VecUpdate(k, VecFn::kAdd, int64_t{1})).ok());
+      } else {
+        // Batched: two updates of one key forwarded and written once.
+        auto rs = w->ExecuteBatch({Op::VecUpdate(k, VecFn::kAdd, int64_t{1}),
+                                   Op::VecReduce(k, Reduction::kMin)});
+        ASSERT_TRUE(rs[0].ok() && rs[1].ok());
+        EXPECT_EQ(std::get<int64_t>(*rs[1]->AsNumber()), i + 1);
+      }
+    }
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(reads.load(), 0u);
+  for (auto& [k, n] : vecs) {
+    auto v = w->VecGet(k);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(std::get<0>(v->data), std::vector<int64_t>(n, kUpdates));
+  }
+  std::printf("%llu one-sided vector reads racing %d updates: %llu bad\n",
+              static_cast<unsigned long long>(reads.load()), 2 * kUpdates,
+              static_cast<unsigned long long>(bad.load()));
+}
+
+TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        testing::CliBinary(), "-s", server_.address, "--transport",
+        std::string(TransportName(TestTransport()))};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunCommand(argv);
+  };
+  auto r = cli({"incr", "visits"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "1\n");
+  r = cli({"--json", "incr", "visits", "41"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("{\"value\":42,\"version\":", 0), 0u) << r.out;
+  EXPECT_EQ(cli({"put", "name", "remem"}).exit_code, 0);
+  EXPECT_EQ(cli({"incr", "name"}).exit_code, 2);  // not an integer
+
+  EXPECT_EQ(cli({"vec", "put", "v", "--type", "int32", "1,2,3"}).exit_code, 0);
+  EXPECT_EQ(cli({"vec", "update", "v", "mul", "5"}).exit_code, 0);
+  r = cli({"--json", "vec", "reduce", "v", "sum"});
+  EXPECT_EQ(r.out, "{\"sum\":30}\n");
+  r = cli({"--json", "vec", "get", "v"});
+  EXPECT_NE(r.out.find("\"elements\":[5,10,15]"), std::string::npos) << r.out;
+  r = cli({"vec", "filter", "v", "ge", "10", "--indices"});
+  EXPECT_EQ(r.out, "1 2\n");
+  EXPECT_EQ(cli({"vec", "update", "v", "add", "2147483647"}).exit_code, 6);
+  EXPECT_EQ(cli({"vec", "reduce", "name", "sum"}).exit_code, 2);
+}
+
+TEST(AtomicsDurability, AtomicsAreLoggedAndSurviveAKill) {
+  std::string dir = (fs::temp_directory_path() / "remem-ops-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::vector<std::string> flags = {"--data-dir", dir,         "--fsync",
+                                          "always",     "--threads", "2"};
+  auto server = StartServer(flags);
+  ASSERT_TRUE(server.process);
+  {
+    auto c = ConnectOps(server.address);
+    ASSERT_TRUE(c.store);
+    for (int i = 0; i < 50; ++i) {
+      c->ExecuteAsync(Op::FetchAdd("ctr" + std::to_string(i % 5), 2, true),
+                      [](Result<OpReply> r) { EXPECT_TRUE(r.ok()); });
+    }
+    ASSERT_TRUE(c.session->WaitAll().ok());
+    ASSERT_TRUE(c->VecPut("vec", std::vector<double>{1.0, 2.0}).ok());
+    ASSERT_TRUE(c->Execute(Op::VecUpdate("vec", VecFn::kMul, 4.0)).ok());
+    ASSERT_TRUE(c->Execute(Op::Append("log", "ab", true)).ok());
+  }
+  ASSERT_TRUE(server.process->Signal(SIGKILL).ok());
+  (void)server.process->Wait(std::chrono::seconds(10));
+  auto again = StartServer(flags);
+  ASSERT_TRUE(again.process);
+  auto c = ConnectOps(again.address);
+  ASSERT_TRUE(c.store);
+  for (int k = 0; k < 5; ++k) {
+    auto g = c->hash()->Get("ctr" + std::to_string(k));
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->value, I64(20));
+  }
+  EXPECT_EQ(std::get<1>(c->VecGet("vec")->data),
+            (std::vector<double>{4.0, 8.0}));
+  EXPECT_EQ(c->hash()->Get("log")->value, "ab");
+  // Versions keep growing after recovery.
+  auto before = c->hash()->Get("ctr0")->version;
+  auto next = c->AddFetch("ctr0", 1);
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->version, before);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace remem
