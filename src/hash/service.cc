@@ -594,8 +594,9 @@ size_t HashService::RunOps_st(PartitionId p) {
       req->fan->Done();
       continue;
     }
+    // Named captures: clang before 16 cannot capture structured bindings.
     part.store->AfterDurable(
-        [req, items = std::move(items)](Status st) mutable {
+        [req = req, items = std::move(items)](Status st) mutable {
           if (!st.ok()) {
             for (uint32_t i : items) {
               if (req->wrote[i] && req->results[i].status.ok()) {

@@ -435,7 +435,9 @@ void OpsStore::Impl::Flush() {
   std::vector<Op> ops;
   ops.reserve(all->size());
   for (const Queued& q : *all) ops.push_back(q.op);
-  for (auto [begin, end] : Batches(ops)) {
+  for (const auto& range : Batches(ops)) {
+    // Plain locals: clang before 16 cannot capture structured bindings.
+    const size_t begin = range.first, end = range.second;
     std::string payload;
     hash::HashMethod method;
     if (end - begin == 1) {
