@@ -15,9 +15,9 @@
 // Absence needs one more read: a key moving from its second bucket to its
 // first can be missed by a reader that reads the first bucket before the
 // move and the second after it. So a miss re-reads the first bucket's
-// header and retries if its version changed. (A move from first to second cannot be
-// missed: the entry is copied before it is erased, and the first bucket is
-// read first.)
+// header and retries if its version changed. (A move from first to second
+// cannot be missed: the entry is copied before it is erased, and the first
+// bucket is read first.)
 //
 // A bucket that fails verification may belong to an array the table has
 // outgrown (kMovedVersion); Lookup::bucket_failed tells the caller to
