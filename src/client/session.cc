@@ -340,8 +340,13 @@ Status SessionCore::ReadNow(uint32_t region_id, uint64_t offset, void* dst,
                             size_t len) {
   const fabric::RemoteRegion* r = region(region_id);
   if (r == nullptr) return Status::ProtocolError("unknown region");
-  REMEM_RETURN_IF_ERROR(r->Check(offset, len));
-  return ep_->GetSync(dst, len, *r, offset, options_.timeout);
+  return ReadNow(*r, offset, dst, len);
+}
+
+Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
+                            void* dst, size_t len) {
+  REMEM_RETURN_IF_ERROR(region.Check(offset, len));
+  return ep_->GetSync(dst, len, region, offset, options_.timeout);
 }
 
 void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,

@@ -94,6 +94,10 @@ class SessionCore {
   const fabric::RemoteRegion* region(uint32_t id) const;
   // A read done before returning (a copy when mapped, else a UCX get).
   Status ReadNow(uint32_t region, uint64_t offset, void* dst, size_t len);
+  // The same for a region the caller looked up already (region()): a hot
+  // loop over one region skips the lookup.
+  Status ReadNow(const fabric::RemoteRegion& region, uint64_t offset, void* dst,
+                 size_t len);
   // An asynchronous read; `done` runs from Poll (or at once, deferred).
   void Read(uint32_t region, uint64_t offset, void* dst, size_t len,
             fabric::Completion done);

@@ -20,6 +20,28 @@
 
 namespace remem::hash {
 
+// Splits items [0, n) into runs that each fit one multi-item message: at
+// most kMaxMultiItems items and (about) half the largest payload, counting
+// size_of(i) bytes plus 16 of framing per item. Returns [begin, end) pairs.
+template <typename SizeOf>
+std::vector<std::pair<size_t, size_t>> SplitIntoMessages(size_t n,
+                                                         SizeOf size_of) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = size_of(i) + 16;
+    if (i > begin && (i - begin == kMaxMultiItems ||
+                      bytes + b > proto::kMaxRpcPayload / 2)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (n > begin) out.emplace_back(begin, n);
+  return out;
+}
+
 struct HashInfo {
   uint32_t max_key = 0;
   uint32_t max_value = 0;

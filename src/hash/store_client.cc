@@ -41,26 +41,6 @@ void PrefaultForReading(const uint8_t* p, uint64_t len) {
 
 constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
 
-// Splits [0, n) into batches that fit one message: at most kMaxMultiItems
-// items and (about) half the largest payload.
-template <typename SizeOf>
-std::vector<std::pair<size_t, size_t>> Batches(size_t n, SizeOf size_of) {
-  std::vector<std::pair<size_t, size_t>> out;
-  size_t begin = 0, bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t b = size_of(i) + 16;
-    if (i > begin && (i - begin == hash::kMaxMultiItems ||
-                      bytes + b > proto::kMaxRpcPayload / 2)) {
-      out.emplace_back(begin, i);
-      begin = i;
-      bytes = 0;
-    }
-    bytes += b;
-  }
-  if (n > begin) out.emplace_back(begin, n);
-  return out;
-}
-
 }  // namespace
 
 struct HashStore::Impl {
@@ -124,11 +104,11 @@ struct HashStore::Impl {
         end);
   }
 
-  Result<Value> GetOneSided(hash::Geometry* g, std::string_view key,
-                            bool* gave_up);
-  // The same into *out, whose string keeps its capacity: on shared memory
-  // a get then allocates nothing. *out is untouched unless found.
-  // `kh`: the key's hash under g's seed, if the caller has it.
+  // A verified one-sided get (retried, re-reading the root when a bucket
+  // fails) into *out, whose string keeps its capacity: on shared memory a
+  // get then allocates nothing. *out is untouched unless found. Sets
+  // *gave_up (and returns Busy) if it never verified: the caller asks the
+  // server. `kh`: the key's hash under g's seed, if the caller has it.
   Status GetOneSidedInto(hash::Geometry* g, std::string_view key, Value* out,
                          bool* gave_up, const hash::KeyHash* kh = nullptr);
   // Re-reads the partition root into `g`.
@@ -253,14 +233,16 @@ struct HashStore::Impl {
     hash::KeyHash kh;  // under g's seed, from the prefetch
   };
   struct LocalDone {
-    GetCallback done;
-    std::optional<Result<Value>> result;  // for done
-    Callback into_done;
-    Status status;  // for into_done
+    GetCallback done;    // a plain get: gets `value` or `status`
+    Callback into_done;  // a get into caller storage: gets `status`
+    Status status;
+    Value value;  // a plain get's (a get into storage fills the caller's)
   };
   std::vector<LocalGet> local_queue, local_running;
   std::string lookup_scratch;  // GetOneSidedInto's value, before it is known
   std::vector<size_t> batch_valid, batch_by_rpc;  // MultiGetAsync's, reused
+  // LookupMapped's, per key: its partition and its hash there.
+  std::vector<hash::Geometry*> batch_partitions;
   std::vector<hash::KeyHash> batch_hashes;
   std::string local_keys, local_running_keys;
   std::vector<LocalDone> local_done, local_draining;
@@ -333,6 +315,16 @@ struct HashStore::Impl {
       __builtin_prefetch(p + line, 0, 3);
     }
   }
+  // Looks up keys[i] for each i in `indices` (valid keys) in the mapped
+  // tables, in windows of kLocalWindow: the next window's headers are
+  // prefetched while this window's entries are, then this window's lookups
+  // run (MultiGet, MultiGetAsync). A found value goes to (*values)[i], the
+  // outcome to (*statuses)[i]; a lookup that gives up appends i to
+  // *gave_up instead (its status untouched).
+  void LookupMapped(const std::vector<std::string_view>& keys,
+                    const std::vector<size_t>& indices,
+                    std::vector<Value>* values, std::vector<Status>* statuses,
+                    std::vector<size_t>* gave_up);
   // Runs the queued local gets and sends the queued RPCs.
   void FlushAll() {
     RunLocalGets();
@@ -455,15 +447,6 @@ Status HashStore::Impl::RefreshRoot(hash::Geometry* g) {
   return Status::Busy("the partition root did not verify");
 }
 
-Result<HashStore::Value> HashStore::Impl::GetOneSided(hash::Geometry* g,
-                                                      std::string_view key,
-                                                      bool* gave_up) {
-  Value v;
-  Status st = GetOneSidedInto(g, key, &v, gave_up);
-  if (!st.ok()) return st;
-  return v;
-}
-
 Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
                                         Value* out, bool* gave_up,
                                         const hash::KeyHash* kh) {
@@ -473,22 +456,15 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
     // the key is found.
     hash::Lookup lookup(*g, key, ReadMode(), &lookup_scratch, kh);
     hash::ReadRequest req;
-    // The partition's own region, looked up once: reads of it are copies
-    // when it is mapped (ReadNow's, without its lookup; a failed session
-    // still reads through ReadNow, which refuses).
+    // The partition's own region is looked up once (extents may live in
+    // others).
     const fabric::RemoteRegion* own =
-        partition_regions.empty() || core->endpoint()->failed()
-            ? nullptr
-            : partition_regions[size_t(g - partitions.data())];
+        partition_regions[size_t(g - partitions.data())];
     while (lookup.Next(&req)) {
-      if (own != nullptr && own->mapped() != nullptr &&
-          req.region == own->id()) {
-        REMEM_RETURN_IF_ERROR(own->Check(req.offset, req.len));
-        std::memcpy(req.dst, own->mapped() + req.offset, req.len);
-        continue;
-      }
       REMEM_RETURN_IF_ERROR(
-          core->ReadNow(req.region, req.offset, req.dst, req.len));
+          own != nullptr && req.region == own->id()
+              ? core->ReadNow(*own, req.offset, req.dst, req.len)
+              : core->ReadNow(req.region, req.offset, req.dst, req.len));
     }
     read_stats.reads += uint64_t(lookup.reads());
     if (lookup.outcome() == hash::Lookup::kFound) {
@@ -776,7 +752,7 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
   auto key_of = [](const Queued& q) -> std::string_view {
     return q.get ? std::string_view(q.get->key) : std::string_view(q.key);
   };
-  for (auto [b, e] : Batches(all.size(), [&](size_t i) {
+  for (auto [b, e] : hash::SplitIntoMessages(all.size(), [&](size_t i) {
          return key_of(all[i]).size() + all[i].value.size();
        })) {
     auto batch = std::make_shared<std::vector<Queued>>(
@@ -849,6 +825,43 @@ void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
   if (local_queue.size() >= kLocalWindow) RunLocalGets();
 }
 
+void HashStore::Impl::LookupMapped(const std::vector<std::string_view>& keys,
+                                   const std::vector<size_t>& indices,
+                                   std::vector<Value>* values,
+                                   std::vector<Status>* statuses,
+                                   std::vector<size_t>* gave_up) {
+  constexpr size_t kAhead = kLocalWindow;
+  batch_partitions.resize(indices.size());
+  batch_hashes.resize(indices.size());
+  auto prefetch_headers = [&](size_t from, size_t to) {
+    for (size_t j = from; j < std::min(to, indices.size()); ++j) {
+      const std::string_view k = keys[indices[j]];
+      batch_partitions[j] = &PartitionOf(k);
+      batch_hashes[j] = PrefetchFirstBucket(*batch_partitions[j], k);
+    }
+  };
+  prefetch_headers(0, kAhead);
+  for (size_t n = 0; n < indices.size(); ++n) {
+    if (n % kAhead == 0) {
+      prefetch_headers(n + kAhead, n + 2 * kAhead);
+      for (size_t j = n; j < std::min(n + kAhead, indices.size()); ++j) {
+        PrefetchEntries(*batch_partitions[j], batch_hashes[j]);
+      }
+    }
+    const size_t i = indices[n];
+    bool gave = false;
+    Status r = GetOneSidedInto(batch_partitions[n], keys[i], &(*values)[i],
+                               &gave, &batch_hashes[n]);
+    if (gave) {
+      ++read_stats.fallbacks;
+      gave_up->push_back(i);
+    } else {
+      ++read_stats.onesided_gets;
+      (*statuses)[i] = std::move(r);
+    }
+  }
+}
+
 void HashStore::Impl::RunLocalGets() {
   if (local_queue.empty()) return;
   // Swapped out first: a fallback below queues an RPC, never a local get,
@@ -858,11 +871,11 @@ void HashStore::Impl::RunLocalGets() {
   const bool timed = selector->mode() == ReadPath::kAuto;
   const Clock::time_point start = timed ? Clock::now() : last_now;
   size_t answered = 0;
-  // Their headers were prefetched when they were queued.
-  // A small window has too little to overlap: its headers were prefetched
-  // just now, and waiting for them before prefetching the entries costs a
-  // second miss in a row. It takes whole buckets (one miss, eight lines
-  // each); a larger one, headers then entries (fewer lines per get).
+  // Their headers were prefetched when they were queued. A small window has too
+  // little to overlap: its headers were prefetched just now, and waiting for
+  // them before prefetching the entries costs a second miss in a row. It takes
+  // whole buckets (one miss, eight lines each); a larger one, headers then
+  // entries (fewer lines per get).
   const bool small_window = local_running.size() < kSmallWindow;
   for (const LocalGet& op : local_running) {
     if (small_window) {
@@ -875,14 +888,11 @@ void HashStore::Impl::RunLocalGets() {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
     bool gave_up = false;
-    std::optional<Result<Value>> r;
-    Status st;
-    if (op.into != nullptr) {
-      st = GetOneSidedInto(op.g, key, op.into, &gave_up, &op.kh);
-    } else {
-      r.emplace(GetOneSided(op.g, key, &gave_up));
-    }
+    LocalDone& d = local_done.emplace_back();
+    Status st = GetOneSidedInto(op.g, key, op.into ? op.into : &d.value,
+                                &gave_up, &op.kh);
     if (gave_up) {
+      local_done.pop_back();
       // Asks the server (sent by FlushQueued, after this).
       ++read_stats.fallbacks;
       auto a = std::make_shared<AsyncGet>();
@@ -897,8 +907,9 @@ void HashStore::Impl::RunLocalGets() {
     }
     ++read_stats.onesided_gets;
     ++answered;
-    local_done.push_back({std::move(op.done), std::move(r),
-                          std::move(op.into_done), std::move(st)});
+    d.done = std::move(op.done);
+    d.into_done = std::move(op.into_done);
+    d.status = std::move(st);
   }
   local_running.clear();
   local_running_keys.clear();
@@ -918,10 +929,12 @@ void HashStore::Impl::DrainLocalDone() {
   // drain of their own.
   local_draining.swap(local_done);
   for (LocalDone& d : local_draining) {
-    if (d.result) {
-      Complete(d.done, std::move(*d.result));
-    } else {
+    if (!d.done) {
       Complete(d.into_done, std::move(d.status));
+    } else if (d.status.ok()) {
+      Complete(d.done, Result<Value>(std::move(d.value)));
+    } else {
+      Complete(d.done, Result<Value>(std::move(d.status)));
     }
   }
   local_draining.clear();
@@ -990,32 +1003,30 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   const Clock::time_point start = timed ? Clock::now() : s.last_now;
   const client::Path path = s.batch_selector->Choose(start);
   if (path == client::Path::kOneSided && s.core->reads_are_local()) {
-    // Shared memory: each read is a copy, done at once. First buckets are
-    // prefetched a window ahead of the copies, so their cache misses
-    // overlap (and a huge batch does not evict its own prefetches).
-    constexpr size_t kAhead = Impl::kLocalWindow;
-    auto prefetch = [&](size_t j) {
-      if (j < keys.size() && !keys[j].empty()) {
-        s.PrefetchFirstBucket(s.PartitionOf(keys[j]), keys[j]);
-      }
-    };
-    for (size_t j = 0; j < kAhead; ++j) prefetch(j);
+    // Shared memory: each read is a copy, done at once, in prefetched
+    // windows (LookupMapped); a get that gives up asks the server.
+    std::vector<size_t> valid, gave_up;
     for (size_t i = 0; i < keys.size(); ++i) {
-      prefetch(i + kAhead);
       Status st = s.CheckKey(keys[i]);
-      if (!st.ok()) {
-        out[i] = st;
-        continue;
-      }
-      bool gave_up = false;
-      out[i] = s.GetOneSided(&s.PartitionOf(keys[i]), keys[i], &gave_up);
-      if (gave_up) {
-        ++s.read_stats.fallbacks;
-        ++s.read_stats.rpc_gets;
-        out[i] = s.GetRpc(keys[i]);
+      if (st.ok()) {
+        valid.push_back(i);
       } else {
-        ++s.read_stats.onesided_gets;
+        out[i] = st;
       }
+    }
+    std::vector<Value> values(keys.size());
+    std::vector<Status> statuses(keys.size());
+    s.LookupMapped(keys, valid, &values, &statuses, &gave_up);
+    for (size_t i : valid) {
+      if (statuses[i].ok()) {
+        out[i] = std::move(values[i]);
+      } else {
+        out[i] = std::move(statuses[i]);
+      }
+    }
+    for (size_t i : gave_up) {
+      ++s.read_stats.rpc_gets;
+      out[i] = s.GetRpc(keys[i]);
     }
     if (timed) {
       s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
@@ -1059,8 +1070,8 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
       out[i] = st;
     }
   }
-  for (auto [b, e] :
-       Batches(index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
+  for (auto [b, e] : hash::SplitIntoMessages(
+           index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
     std::vector<std::string_view> batch;
     for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
     auto items = s.CallMulti(hash::HashMethod::kMultiGet,
@@ -1178,39 +1189,8 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
     }
   }
   if (st->path == client::Path::kOneSided && s.core->reads_are_local()) {
-    // As MultiGet: copies with first buckets prefetched a window ahead;
-    // a get that gives up asks the server, in one message with the others.
-    constexpr size_t kAhead = Impl::kLocalWindow;
-    // In windows: the headers of the next window are prefetched while this
-    // one's entries are, then this window's lookups run.
-    std::vector<hash::KeyHash>& hashes = s.batch_hashes;
-    hashes.resize(valid.size());
-    auto prefetch = [&](size_t j) {
-      if (j < valid.size()) {
-        const std::string_view k = keys[valid[j]];
-        hashes[j] = s.PrefetchFirstBucket(s.PartitionOf(k), k);
-      }
-    };
-    for (size_t j = 0; j < kAhead; ++j) prefetch(j);
-    for (size_t n = 0; n < valid.size(); ++n) {
-      if (n % kAhead == 0) {
-        for (size_t j = n + kAhead; j < n + 2 * kAhead; ++j) prefetch(j);
-        for (size_t j = n; j < std::min(n + kAhead, valid.size()); ++j) {
-          s.PrefetchEntries(s.PartitionOf(keys[valid[j]]), hashes[j]);
-        }
-      }
-      const size_t i = valid[n];
-      bool gave_up = false;
-      Status r = s.GetOneSidedInto(&s.PartitionOf(keys[i]), keys[i],
-                                   &(*values)[i], &gave_up, &hashes[n]);
-      if (gave_up) {
-        ++s.read_stats.fallbacks;
-        by_rpc.push_back(i);
-      } else {
-        ++s.read_stats.onesided_gets;
-        (*statuses)[i] = std::move(r);
-      }
-    }
+    // A get that gives up asks the server, in one message with the others.
+    s.LookupMapped(keys, valid, values, statuses, &by_rpc);
   } else if (st->path == client::Path::kOneSided) {
     // One-sided reads over the network: every lookup in flight at once.
     for (size_t i : valid) {
@@ -1254,7 +1234,7 @@ std::vector<Result<uint64_t>> HashStore::MultiPut(
       out[i] = st;
     }
   }
-  for (auto [b, e] : Batches(index.size(), [&](size_t i) {
+  for (auto [b, e] : hash::SplitIntoMessages(index.size(), [&](size_t i) {
          return pairs[index[i]].first.size() + pairs[index[i]].second.size();
        })) {
     std::vector<hash::KeyValue> batch;

@@ -57,24 +57,12 @@ Op IntOp(OpKind kind, std::string key, int64_t operand, bool create,
   return op;
 }
 
-// Splits ops into messages of at most kMaxMultiItems items and half the
-// largest payload.
+// Splits ops into messages (hash::SplitIntoMessages).
 std::vector<std::pair<size_t, size_t>> Batches(const std::vector<Op>& ops) {
-  std::vector<std::pair<size_t, size_t>> out;
-  size_t begin = 0, bytes = 0;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const size_t b = sizeof(hash::HashOpRequest) + ops[i].key.size() +
-                     ops[i].arg.size() + ops[i].expected.size();
-    if (i > begin && (i - begin == hash::kMaxMultiItems ||
-                      bytes + b > proto::kMaxRpcPayload / 2)) {
-      out.emplace_back(begin, i);
-      begin = i;
-      bytes = 0;
-    }
-    bytes += b;
-  }
-  if (ops.size() > begin) out.emplace_back(begin, ops.size());
-  return out;
+  return hash::SplitIntoMessages(ops.size(), [&](size_t i) {
+    return sizeof(hash::HashOpRequest) + ops[i].key.size() + ops[i].arg.size() +
+           ops[i].expected.size();
+  });
 }
 
 }  // namespace
