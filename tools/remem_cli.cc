@@ -12,11 +12,13 @@
 #include <map>
 #include <variant>
 
+#include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/ops.h"
 #include "remem/session.h"
 #include "remem/version.h"
 #include "util/log.h"
+#include "util/size.h"
 
 namespace {
 
@@ -171,6 +173,146 @@ const char* TypeName(ElemType t) {
   return "?";
 }
 
+int PrintGot(const Result<HashStore::Value>& r, bool show_version) {
+  if (!r.ok()) return Fail(r.status());
+  std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+  if (show_version) {
+    std::fprintf(stderr, "version %llu\n",
+                 static_cast<unsigned long long>(r->version));
+  }
+  return 0;
+}
+
+int PrintPut(const Result<uint64_t>& r, bool json) {
+  if (!r.ok()) return Fail(r.status());
+  if (json) {
+    std::printf("{\"version\":%llu}\n", static_cast<unsigned long long>(*r));
+  } else {
+    std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
+  }
+  return 0;
+}
+
+int PrintMultiGet(const std::vector<std::string>& keys,
+                  const std::vector<Result<HashStore::Value>>& results,
+                  bool json) {
+  int code = 0;
+  if (json) std::printf("[");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    if (json) {
+      std::printf("%s{\"key\":%s,", i ? "," : "", JsonString(keys[i]).c_str());
+      if (r.ok()) {
+        std::printf("\"found\":true,\"version\":%llu,\"value\":%s}",
+                    static_cast<unsigned long long>(r->version),
+                    JsonString(r->value).c_str());
+      } else {
+        std::printf("\"found\":false,\"error\":%s}",
+                    JsonString(r.status().ToString()).c_str());
+      }
+    } else if (r.ok()) {
+      std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+      std::printf("\n");
+    } else {
+      std::printf("\n");
+      std::fprintf(stderr, "remem: %s: %s\n", keys[i].c_str(),
+                   r.status().ToString().c_str());
+    }
+    if (!r.ok()) {
+      const int c4 = r.status().code() == StatusCode::kNotFound ? 4 : 1;
+      if (code == 0 || c4 == 1) code = c4;
+    }
+  }
+  if (json) std::printf("]\n");
+  return code;
+}
+
+// One server's counters: a JSON object, or name/value lines.
+void PrintStats(const ServerStats& s, bool json) {
+  if (json) {
+    std::printf("{");
+    bool first = true;
+    for (const Stat& st : s.all()) {
+      std::printf("%s\"%s\":", first ? "" : ",", st.name.c_str());
+      if (st.is_text) {
+        std::printf("%s", JsonString(st.text).c_str());
+      } else {
+        std::printf("%llu", static_cast<unsigned long long>(st.value));
+      }
+      first = false;
+    }
+    // One-sided reads over shared memory never reach the server's CPU, so
+    // it cannot count them.
+    std::printf(",\"one_sided_bytes_read\":null}");
+  } else {
+    for (const Stat& st : s.all()) {
+      std::printf(
+          "%-22s %s\n", st.name.c_str(),
+          st.is_text ? st.text.c_str() : std::to_string(st.value).c_str());
+    }
+    std::printf("%-22s %s\n", "one_sided_bytes_read",
+                "not measurable (one-sided reads bypass the server's CPU)");
+  }
+}
+
+// `remem cluster info|nodes|shards`.
+int PrintCluster(const Cluster::Info& info, const std::string& what,
+                 bool json) {
+  if (what == "info") {
+    if (json) {
+      std::printf("{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu}\n",
+                  JsonString(info.name).c_str(), info.epoch, info.num_shards,
+                  info.nodes.size());
+    } else {
+      std::printf("cluster %s: epoch %u, %u shards on %zu servers\n",
+                  info.name.c_str(), info.epoch, info.num_shards,
+                  info.nodes.size());
+    }
+    return 0;
+  }
+  if (what == "nodes") {
+    if (json) std::printf("[");
+    for (size_t i = 0; i < info.nodes.size(); ++i) {
+      const Cluster::Node& n = info.nodes[i];
+      if (json) {
+        std::printf("%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u}",
+                    i ? "," : "", JsonString(n.address).c_str(),
+                    static_cast<unsigned long long>(n.capacity), n.shards);
+      } else {
+        std::printf("%-24s %6u shards  %s\n", n.address.c_str(), n.shards,
+                    FormatSize(n.capacity).c_str());
+      }
+    }
+    if (json) std::printf("]\n");
+    return 0;
+  }
+  if (what == "shards") {
+    // Runs of consecutive shards with one owner.
+    if (json) std::printf("[");
+    bool first = true;
+    for (uint32_t s = 0; s < info.shard_owner.size();) {
+      uint32_t e = s;
+      while (e + 1 < info.shard_owner.size() &&
+             info.shard_owner[e + 1] == info.shard_owner[s]) {
+        ++e;
+      }
+      const std::string& owner = info.nodes[info.shard_owner[s]].address;
+      if (json) {
+        std::printf("%s{\"first\":%u,\"last\":%u,\"owner\":%s}",
+                    first ? "" : ",", s, e, JsonString(owner).c_str());
+      } else {
+        std::printf("%5u-%-5u %s\n", s, e, owner.c_str());
+      }
+      first = false;
+      s = e + 1;
+    }
+    if (json) std::printf("]\n");
+    return 0;
+  }
+  return Fail(Status::InvalidArgument(
+      "cluster wants info, nodes or shards; got '" + what + "'"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,6 +341,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print machine-readable JSON");
+  std::string cluster_seeds;
+  app.add_option("--cluster", cluster_seeds,
+                 "talk to a cluster through these servers (host:port,...) "
+                 "instead of --server: keys are routed to their owners")
+      ->envname("REMEM_CLUSTER");
 
   auto* ping = app.add_subcommand(
       "ping", "round-trip time to the server and the transport in use");
@@ -283,6 +430,13 @@ int main(int argc, char** argv) {
   vfilter->add_option("op", vfn, "lt | le | gt | ge | eq | ne")->required();
   vfilter->add_option("number", vnum, "number")->required();
   vfilter->add_flag("--indices", indices, "print their positions instead");
+  std::string cluster_what = "info";
+  auto* cluster_cmd = app.add_subcommand(
+      "cluster",
+      "with --cluster: the configuration (info), its servers (nodes) or "
+      "which server owns which shards (shards)");
+  cluster_cmd->add_option("what", cluster_what, "info | nodes | shards")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -304,6 +458,71 @@ int main(int argc, char** argv) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) return Fail(secret.status());
     opts.secret = *secret;
+  }
+  if (!cluster_seeds.empty()) {
+    auto seeds = ParseSeeds(cluster_seeds);
+    if (!seeds.ok()) return Fail(seeds.status());
+    ClusterOptions co;
+    co.seeds = std::move(*seeds);
+    co.session = opts;
+    auto cl = Cluster::Connect(co);
+    if (!cl.ok()) return Fail(cl.status());
+    Cluster& cluster = **cl;
+    if (cluster_cmd->parsed()) {
+      return PrintCluster(cluster.info(), cluster_what, json);
+    }
+    if (get->parsed()) return PrintGot(cluster.Get(key), show_version);
+    if (put->parsed()) {
+      if (value == "-") {
+        value.assign(std::istreambuf_iterator<char>(std::cin),
+                     std::istreambuf_iterator<char>());
+      }
+      return PrintPut(if_absent         ? cluster.PutIfAbsent(key, value)
+                      : if_version >= 0 ? cluster.CompareAndPut(
+                                              key, value, uint64_t(if_version))
+                                        : cluster.Put(key, value),
+                      json);
+    }
+    if (mget->parsed()) {
+      std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
+      return PrintMultiGet(mkeys, cluster.MultiGet(views), json);
+    }
+    if (del->parsed()) {
+      Status st = cluster.Delete(key);
+      if (!st.ok()) return Fail(st);
+      std::printf("OK\n");
+      return 0;
+    }
+    if (stats->parsed()) {
+      // Every server's counters, each under its address.
+      int code = 0;
+      if (json) std::printf("{");
+      bool first = true;
+      for (auto& [addr, s] : cluster.Stats()) {
+        if (!s.ok()) {
+          std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
+                       s.status().ToString().c_str());
+          code = ExitCodeFor(s.status());
+          continue;
+        }
+        if (json) {
+          std::printf("%s%s:", first ? "" : ",", JsonString(addr).c_str());
+        } else {
+          std::printf("%s# %s\n", first ? "" : "\n", addr.c_str());
+        }
+        PrintStats(*s, json);
+        first = false;
+      }
+      if (json) std::printf("}\n");
+      return code;
+    }
+    return Fail(Status::Unsupported(
+        "this command does not take --cluster yet (ping, snapshot, incr and "
+        "vec talk to one server: use --server)"));
+  }
+  if (cluster_cmd->parsed()) {
+    return Fail(Status::InvalidArgument(
+        "remem cluster needs --cluster SEEDS (host:port,...)"));
   }
   auto session = Session::Connect(opts);
   if (!session.ok()) return Fail(session.status());
@@ -464,67 +683,21 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (get->parsed()) {
-    auto r = hash->Get(key);
-    if (!r.ok()) return Fail(r.status());
-    std::fwrite(r->value.data(), 1, r->value.size(), stdout);
-    if (show_version) {
-      std::fprintf(stderr, "version %llu\n",
-                   static_cast<unsigned long long>(r->version));
-    }
-    return 0;
-  }
+  if (get->parsed()) return PrintGot(hash->Get(key), show_version);
   if (put->parsed()) {
     if (value == "-") {
       value.assign(std::istreambuf_iterator<char>(std::cin),
                    std::istreambuf_iterator<char>());
     }
-    Result<uint64_t> r =
-        if_absent ? hash->PutIfAbsent(key, value)
-        : if_version >= 0
-            ? hash->CompareAndPut(key, value, uint64_t(if_version))
-            : hash->Put(key, value);
-    if (!r.ok()) return Fail(r.status());
-    if (json) {
-      std::printf("{\"version\":%llu}\n", static_cast<unsigned long long>(*r));
-    } else {
-      std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
-    }
-    return 0;
+    return PrintPut(if_absent ? hash->PutIfAbsent(key, value)
+                    : if_version >= 0
+                        ? hash->CompareAndPut(key, value, uint64_t(if_version))
+                        : hash->Put(key, value),
+                    json);
   }
   if (mget->parsed()) {
     std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
-    auto results = hash->MultiGet(views);
-    int code = 0;
-    if (json) std::printf("[");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      if (json) {
-        std::printf("%s{\"key\":%s,", i ? "," : "",
-                    JsonString(mkeys[i]).c_str());
-        if (r.ok()) {
-          std::printf("\"found\":true,\"version\":%llu,\"value\":%s}",
-                      static_cast<unsigned long long>(r->version),
-                      JsonString(r->value).c_str());
-        } else {
-          std::printf("\"found\":false,\"error\":%s}",
-                      JsonString(r.status().ToString()).c_str());
-        }
-      } else if (r.ok()) {
-        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
-        std::printf("\n");
-      } else {
-        std::printf("\n");
-        std::fprintf(stderr, "remem: %s: %s\n", mkeys[i].c_str(),
-                     r.status().ToString().c_str());
-      }
-      if (!r.ok()) {
-        const int c4 = r.status().code() == StatusCode::kNotFound ? 4 : 1;
-        if (code == 0 || c4 == 1) code = c4;
-      }
-    }
-    if (json) std::printf("]\n");
-    return code;
+    return PrintMultiGet(mkeys, hash->MultiGet(views), json);
   }
   if (del->parsed()) {
     Status st = hash->Delete(key);
@@ -541,30 +714,8 @@ int main(int argc, char** argv) {
   if (stats->parsed()) {
     auto s = c.Stats();
     if (!s.ok()) return Fail(s.status());
-    if (json) {
-      std::printf("{");
-      bool first = true;
-      for (const Stat& st : s->all()) {
-        std::printf("%s\"%s\":", first ? "" : ",", st.name.c_str());
-        if (st.is_text) {
-          std::printf("%s", JsonString(st.text).c_str());
-        } else {
-          std::printf("%llu", static_cast<unsigned long long>(st.value));
-        }
-        first = false;
-      }
-      // One-sided reads over shared memory never reach the server's CPU, so
-      // it cannot count them.
-      std::printf(",\"one_sided_bytes_read\":null}\n");
-    } else {
-      for (const Stat& st : s->all()) {
-        std::printf(
-            "%-22s %s\n", st.name.c_str(),
-            st.is_text ? st.text.c_str() : std::to_string(st.value).c_str());
-      }
-      std::printf("%-22s %s\n", "one_sided_bytes_read",
-                  "not measurable (one-sided reads bypass the server's CPU)");
-    }
+    PrintStats(*s, json);
+    if (json) std::printf("\n");
     return 0;
   }
   return 2;

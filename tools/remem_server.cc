@@ -238,6 +238,30 @@ int main(int argc, char** argv) {
                  "before sleeping on the worker's event fd")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  // Cluster.
+  int64_t cluster_session_ms = 10000;
+  app.add_option("--cluster", cfg.cluster,
+                 "join the cluster kept in ZooKeeper at ZK_HOSTS/PATH, e.g. "
+                 "127.0.0.1:2181/remem/prod (the cluster's name is PATH's "
+                 "last component); without it: a single server");
+  app.add_option("--advertise", cfg.advertise,
+                 "with --cluster: the host:port clients reach this server "
+                 "at (default: the --listen address)");
+  app.add_option("--cluster-size", cfg.cluster_size,
+                 "with --cluster: servers a new cluster waits for before "
+                 "its first configuration spreads the shards over them")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--shards", cfg.shards,
+                 "with --cluster: shards of a new cluster (every server of "
+                 "a cluster must agree)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--cluster-session-ms", cluster_session_ms,
+                 "with --cluster: the ZooKeeper session timeout (a killed "
+                 "configuration manager is replaced after about this long)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1000}, int64_t{60'000}));
   // Each data model's own flags.
   std::vector<std::unique_ptr<server::Service>> services =
       server::DefaultServices();
@@ -272,6 +296,7 @@ int main(int argc, char** argv) {
   cfg.region_size = *rs;
   cfg.spin = std::chrono::microseconds(spin_us);
   cfg.lease = std::chrono::milliseconds(lease_ms);
+  cfg.cluster_session = std::chrono::milliseconds(cluster_session_ms);
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;
   if (!cpus.empty()) {

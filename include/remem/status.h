@@ -37,6 +37,9 @@ enum class StatusCode : int32_t {
   kInternal = 13,         // a bug: an invariant did not hold
   kConflict = 14,         // a compare (e.g. compare-and-put) did not match
   kOutOfRange = 15,       // arithmetic left its type's range (nothing changed)
+  kMoved = 16,  // cluster: the key's shard is served elsewhere, or the
+                // sender's configuration epoch is not the server's (nothing
+                // changed): refresh the configuration and retry
 };
 
 // Returns a short stable name for `code`, e.g. "Unavailable".
@@ -90,6 +93,9 @@ class [[nodiscard]] Status {
   }
   static Status OutOfRange(std::string msg) {
     return {StatusCode::kOutOfRange, std::move(msg)};
+  }
+  static Status Moved(std::string msg) {
+    return {StatusCode::kMoved, std::move(msg)};
   }
   static Status Internal(std::string msg) {
     return {StatusCode::kInternal, std::move(msg)};

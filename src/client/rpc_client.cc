@@ -33,8 +33,9 @@ void RpcClient::Call(proto::ServiceId service, uint8_t method,
     return;
   }
   uint64_t id = next_id_++;
-  proto::RpcHeader h = proto::MakeHeader(service, method, id, payload.size(),
-                                         /*reply=*/false);
+  proto::RpcHeader h =
+      proto::MakeHeader(service, method, id, payload.size(),
+                        /*reply=*/false, StatusCode::kOk, epoch_);
   pending_.emplace(id,
                    Pending{std::move(done), deadlines_.emplace(deadline, id)});
   endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),

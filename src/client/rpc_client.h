@@ -46,6 +46,10 @@ class RpcClient {
                                std::string payload, Clock::time_point deadline);
 
   size_t pending() const { return pending_.size(); }
+  // The cluster configuration epoch sent in every later request (0: none;
+  // set by the cluster client, include/remem/cluster.h).
+  void set_epoch(uint32_t epoch) { epoch_ = epoch; }
+  uint32_t epoch() const { return epoch_; }
   // Deadlines tracked: one per pending call, never more.
   size_t deadlines_tracked() const { return deadlines_.size(); }
   // Completes every pending call with `why`.
@@ -75,6 +79,7 @@ class RpcClient {
   Worker* worker_;
   Endpoint* endpoint_;
   uint64_t next_id_ = 1;
+  uint32_t epoch_ = 0;
   PendingMap pending_;
   // One entry per pending call, removed with it: the map stays as small as
   // the calls in flight (it once kept every answered call until its

@@ -101,6 +101,11 @@ class SessionCore {
   // An asynchronous read; `done` runs from Poll (or at once, deferred).
   void Read(uint32_t region, uint64_t offset, void* dst, size_t len,
             fabric::Completion done);
+  // Set by remem::Cluster on the sessions it routes keys to: their stores
+  // may read one-sided (a store on another session of a cluster member
+  // asks the server, which knows the shards it owns).
+  void set_cluster_routed(bool routed) { cluster_routed_ = routed; }
+  bool cluster_routed() const { return cluster_routed_; }
   bool reads_are_local() const { return local_reads_; }
   // True where one-sided operations are performed by the server (tcp).
   bool served() const { return ep_->served(); }
@@ -215,6 +220,7 @@ class SessionCore {
   uint32_t lease_ms_ = 0;
   std::string transport_;
   bool local_reads_ = false;
+  bool cluster_routed_ = false;
   bool needs_lease_ = false;
   uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE
   uint64_t next_socket_check_ns_ = 0;

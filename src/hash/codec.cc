@@ -293,7 +293,7 @@ Result<std::vector<MultiItem>> DecodeHashMultiReply(std::string_view payload,
   for (MultiItem& it : items) {
     HashMultiItem h;
     if (!rd.Read(&h)) return Bad("hash multi reply item truncated");
-    if (h.status > static_cast<uint16_t>(StatusCode::kOutOfRange)) {
+    if (h.status > static_cast<uint16_t>(StatusCode::kMoved)) {
       return Bad("hash multi reply: unknown status");
     }
     std::string data;
@@ -367,8 +367,8 @@ void AppendOpItem(std::string* out, const OpItem& it) {
 Result<OpItem> ReadOpItem(Reader* rd) {
   HashOpItem h;
   if (!rd->Read(&h)) return Bad("hash op reply truncated");
-  if (h.status > static_cast<uint16_t>(StatusCode::kOutOfRange) ||
-      h.applied > 1 || h.reserved != 0) {
+  if (h.status > static_cast<uint16_t>(StatusCode::kMoved) || h.applied > 1 ||
+      h.reserved != 0) {
     return Bad("hash op reply: unknown status or flags");
   }
   std::string data;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cluster/ownership.h"
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "hash/codec.h"
@@ -51,6 +52,7 @@ void HashService::DeclareOptions(server::OptionSet* o) {
 
 Status HashService::Init(server::ServiceContext* ctx) {
   ctx_ = ctx;
+  cluster_ = ctx->cluster();
   const uint32_t n = ctx->partitions();
   uint64_t memory = options_.memory;
   if (memory == 0) memory = ctx->memory_budget() / 2;
@@ -157,6 +159,10 @@ Status HashService::Init(server::ServiceContext* ctx) {
   return Status::OK();
 }
 
+Status HashService::Owned(std::string_view key) const {
+  return cluster_ == nullptr ? Status::OK() : cluster_->Owns(key);
+}
+
 uint32_t HashService::PartitionOf(std::string_view key) const {
   return uint32_t(
       XXH3_64bits_withSeed(key.data(), key.size(), partition_seed_) %
@@ -204,6 +210,7 @@ Result<Route> HashService::RouteCall(uint8_t method,
       auto op = DecodeHashOp(payload);
       if (!op.ok()) return op.status();
       if (op->key.empty()) return Status::InvalidArgument("empty key");
+      REMEM_RETURN_IF_ERROR(Owned(op->key));
       return Route::To(PartitionOf(op->key));
     }
     case HashMethod::kGet:
@@ -211,12 +218,14 @@ Result<Route> HashService::RouteCall(uint8_t method,
       auto key = DecodeHashKey(payload);
       if (!key.ok()) return key.status();
       if (key->empty()) return Status::InvalidArgument("empty key");
+      REMEM_RETURN_IF_ERROR(Owned(*key));
       return Route::To(PartitionOf(*key));
     }
     case HashMethod::kPut: {
       auto put = DecodeHashPut(payload);
       if (!put.ok()) return put.status();
       if (put->key.empty()) return Status::InvalidArgument("empty key");
+      REMEM_RETURN_IF_ERROR(Owned(put->key));
       return Route::To(PartitionOf(put->key));
     }
     case HashMethod::kCount:
@@ -331,6 +340,16 @@ void HashService::HandleMulti(Call call) {
       if (!ops.ok()) return batch->responder.Reply(ops.status());
       batch->ops = std::move(*ops);
       break;
+    }
+  }
+  if (cluster_ != nullptr) {
+    // In a cluster a batch runs whole or not at all: one key elsewhere
+    // refuses it before anything changed, so the client can retry it all.
+    for (const MultiOp& o : batch->ops) {
+      if (o.key.empty()) continue;
+      if (Status st = cluster_->Owns(o.key); !st.ok()) {
+        return batch->responder.Reply(std::move(st));
+      }
     }
   }
   batch->results.resize(batch->ops.size());
@@ -458,6 +477,14 @@ void HashService::HandleOps(PartitionId p, Call call) {
     auto ops = DecodeHashOpBatch(req->payload);
     if (!ops.ok()) return req->responder.Reply(ops.status());
     req->ops = std::move(*ops);
+    if (cluster_ != nullptr) {
+      for (const auto& o : req->ops) {
+        if (o.key.empty()) continue;
+        if (Status st = cluster_->Owns(o.key); !st.ok()) {
+          return req->responder.Reply(std::move(st));
+        }
+      }
+    }
   }
   req->results.resize(req->ops.size());
   req->wrote.assign(req->ops.size(), 0);

@@ -99,6 +99,9 @@ class HashService final : public server::Service {
     std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> pending_ops;
   };
   uint32_t PartitionOf(std::string_view key) const;
+  // OK, or (in a cluster) Moved/Unavailable for a key this server does not
+  // own now.
+  Status Owned(std::string_view key) const;
   void UpdateCounters_st(Partition& part);
   void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);
@@ -112,6 +115,7 @@ class HashService final : public server::Service {
 
   HashServiceOptions options_;
   server::ServiceContext* ctx_ = nullptr;
+  const cluster::Ownership* cluster_ = nullptr;  // null on a single server
   uint64_t partition_seed_ = 0;
   std::vector<std::unique_ptr<Partition>> partitions_;
   std::string info_;  // encoded once

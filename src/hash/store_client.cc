@@ -416,6 +416,19 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
   }
   client::PathSelectorOptions so;
   so.mode = options.read_path.value_or(impl->core->options().read_path);
+  if (!impl->core->cluster_routed()) {
+    // A cluster member holds only its own shards. Gets that it does not
+    // answer itself would read its memory one-sided, find nothing for a
+    // key owned elsewhere and say NotFound; asked, the server says Moved.
+    // So a store outside remem::Cluster asks (the routed stores of
+    // remem::Cluster read one-sided, on the right server).
+    auto cfg = impl->core->CallSync(
+        proto::kCoreService,
+        static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {});
+    if (cfg.ok() || cfg.status().code() == StatusCode::kUnavailable) {
+      so.mode = ReadPath::kRpc;
+    }
+  }
   impl->selector = std::make_unique<client::PathSelector>(so);
   impl->batch_selector = std::make_unique<client::PathSelector>(so);
   Impl* raw = impl.get();

@@ -109,8 +109,7 @@ Result<size_t> DecodeServerHelloPrefix(std::string_view prefix,
   if (h.magic != kWireMagic) {
     return Bad("not a remem server (bad magic in the handshake)");
   }
-  if (h.status < 0 ||
-      h.status > static_cast<int32_t>(StatusCode::kOutOfRange)) {
+  if (h.status < 0 || h.status > static_cast<int32_t>(StatusCode::kMoved)) {
     return Bad("server hello: unknown status " + std::to_string(h.status));
   }
   const uint32_t limit =
@@ -184,8 +183,7 @@ Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
   if ((h.flags & ~kFlagReply) != 0 || h.reserved != 0) {
     return Bad("unknown flags in rpc header");
   }
-  if (h.status < 0 ||
-      h.status > static_cast<int32_t>(StatusCode::kOutOfRange)) {
+  if (h.status < 0 || h.status > static_cast<int32_t>(StatusCode::kMoved)) {
     return Bad("unknown status " + std::to_string(h.status) + " in rpc header");
   }
   if (h.payload_len != data_len) {

@@ -114,6 +114,10 @@ enum class CoreMethod : uint8_t {
   kSnapshot = 5,  // empty request; empty reply once every durable service's
                   // partitions are snapshotted (Unsupported without
                   // persistence)
+  kClusterConfig = 6,  // empty request; the cluster configuration this
+                       // server installed last (src/cluster/config.h);
+                       // Unsupported outside a cluster, Unavailable before
+                       // the first configuration
   kCount
 };
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "cluster/ownership.h"
 #include "proto/codec.h"
 #include "util/log.h"
 
@@ -255,6 +256,11 @@ void Dispatcher::OnRequest_st(ServerThread* t, AmMessage&& m) {
         {});
   }
   t->counters.rpcs_served.Add(1);
+  if (cluster_ != nullptr && h->service != proto::kCoreService) {
+    if (Status st = cluster_->Admits(h->epoch); !st.ok()) {
+      return Send_st(t, c, id, h->service, h->method, std::move(st), {});
+    }
+  }
   auto route = s->RouteCall(h->method, m.data);
   if (!route.ok()) {
     return Send_st(t, c, id, h->service, h->method, route.status(), {});

@@ -112,6 +112,11 @@ class Dispatcher {
                  std::string payload);
 
   Service* service(proto::ServiceId id) const { return services_[id]; }
+  // In a cluster: requests to services (not the core one) whose epoch is
+  // neither 0 nor the installed one are refused with Moved. Setup only.
+  void set_cluster(const cluster::Ownership* ownership) {
+    cluster_ = ownership;
+  }
   const std::vector<Service*>& services() const { return service_list_; }
 
  private:
@@ -128,6 +133,7 @@ class Dispatcher {
 
   std::vector<ServerThread*> threads_;
   ClosedFn on_closed_;
+  const cluster::Ownership* cluster_ = nullptr;
   std::array<Service*, 256> services_{};
   std::vector<Service*> service_list_;
   // By id; built before the threads start, then only read.

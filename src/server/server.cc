@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 
+#include "cluster/member.h"
+#include "cluster/ownership.h"
 #include "durability/durability.h"
 #include "fabric/context.h"
 #include "fabric/endpoint.h"
@@ -99,6 +102,12 @@ struct Server::Impl : public ServiceContext {
   std::string recovery_summary;
   std::chrono::milliseconds lease_waited{0};
   bool no_tcp = false;  // UCX opened no tcp transport
+  // Cluster (null on a single server). The member installs into the
+  // ownership, so it is declared after it (destroyed first); the threads
+  // that read the ownership are joined before the Impl is destroyed.
+  std::unique_ptr<cluster::Ownership> ownership;
+  std::unique_ptr<cluster::ClusterMember> member;
+  Status StartCluster();
 
   Status Init();
   Status InitTransport();
@@ -131,6 +140,7 @@ struct Server::Impl : public ServiceContext {
   bool IsOwner(PartitionId p) const override {
     return Dispatcher::CurrentThread() == int(p);
   }
+  const cluster::Ownership* cluster() const override { return ownership.get(); }
   proto::ServiceId current_service = proto::kCoreService;
 };
 
@@ -148,6 +158,20 @@ void CoreService::Handle(PartitionId, Call call) {
       return call.responder.Reply(Status::OK(), server_->regions_reply);
     case M::kSnapshot:
       break;
+    case M::kClusterConfig: {
+      const cluster::Ownership* o = server_->ownership.get();
+      if (o == nullptr) {
+        return call.responder.Reply(Status::Unsupported(
+            "this server is not in a cluster (started without --cluster)"));
+      }
+      const cluster::Ownership::Installed* c = o->current();
+      if (c == nullptr) {
+        return call.responder.Reply(Status::Unavailable(
+            "this cluster member has no configuration yet (the cluster is "
+            "still forming)"));
+      }
+      return call.responder.Reply(Status::OK(), c->encoded);
+    }
     case M::kError:
     case M::kCount:
       return call.responder.Reply(Status::ProtocolError("not a request"));
@@ -374,6 +398,16 @@ Status Server::Impl::Init() {
   if (!acc.ok()) return acc.status();
   acceptor = std::move(*acc);
   address = acceptor->address();
+  if (!config.cluster.empty()) {
+    std::string self = config.advertise.empty() ? address : config.advertise;
+    if (self.rfind("0.0.0.0:", 0) == 0 || self.rfind("*:", 0) == 0) {
+      return Status::InvalidArgument(
+          "--cluster with --listen on every interface needs --advertise "
+          "HOST:PORT (the address clients reach this server at)");
+    }
+    ownership = std::make_unique<cluster::Ownership>(std::move(self));
+    dispatcher->set_cluster(ownership.get());
+  }
 
   // The root region: the server lease at offset 0.
   auto root_or =
@@ -460,7 +494,44 @@ Status Server::Impl::Init() {
     }
   }
   REMEM_RETURN_IF_ERROR(acceptor->Start());
+  if (ownership) REMEM_RETURN_IF_ERROR(StartCluster());
 
+  return Status::OK();
+}
+
+Status Server::Impl::StartCluster() {
+  auto target = cluster::ParseZkTarget(config.cluster);
+  if (!target.ok()) return target.status();
+  if (!config.data_dir.empty() && config.persistence) {
+    // A data directory holds one cluster's shards: joining another cluster
+    // with it would serve them to the wrong cluster.
+    const std::string file = config.data_dir + "/cluster";
+    std::ifstream in(file);
+    std::string recorded;
+    if (in && std::getline(in, recorded)) {
+      if (recorded != target->path) {
+        return Status::InvalidArgument(
+            "the data directory " + config.data_dir + " belongs to cluster " +
+            recorded + ", not " + target->path +
+            " (start with that --cluster, or another --data-dir)");
+      }
+    } else {
+      std::ofstream out(file);
+      out << target->path << "\n";
+      out.close();
+      if (!out) return Status::IOError("writing " + file);
+    }
+  }
+  cluster::MemberOptions mo;
+  mo.target = std::move(*target);
+  mo.self.address = ownership->self();
+  mo.self.capacity = config.memory;
+  mo.initial_size = config.cluster_size;
+  mo.num_shards = config.shards;
+  mo.session_timeout = config.cluster_session;
+  auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
+  if (!m.ok()) return m.status().WithContext("joining the cluster");
+  member = std::move(*m);
   return Status::OK();
 }
 
@@ -559,6 +630,17 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("incarnation", incarnation_id);
   num("lease_ms", uint64_t(config.lease.count()));
   num("mem_requests_served", served);
+  if (ownership) {
+    const cluster::Ownership::Installed* c = ownership->current();
+    num("cluster_epoch", c ? c->config.epoch : 0);
+    num("cluster_shards_owned", c ? c->owned : 0);
+    num("cluster_members", c ? c->config.members.size() : 0);
+    num("cluster_manager", member && member->manager() ? 1 : 0);
+    num("cluster_zk_connected", member && member->connected() ? 1 : 0);
+    num("cluster_zk_registered", member && member->registered() ? 1 : 0);
+    num("cluster_zk_sessions", member ? member->sessions() : 0);
+    num("cluster_zk_members_seen", member ? member->members_seen() : 0);
+  }
   StatsBuilder b;
   for (const auto& s : services) s->Stats(&b);
   for (auto& v : b.stats()) out.push_back(std::move(v));

@@ -64,6 +64,13 @@ struct ServerConfig {
   // Where the lease horizon is kept across restarts when there is no data
   // directory ("" = /dev/shm, keyed by port). Tests only.
   std::string runtime_dir;
+  // Cluster (docs/ARCHITECTURE.md, "Cluster"): "ZK_HOSTS/PATH" joins the
+  // cluster kept at PATH in ZooKeeper; empty: a single server.
+  std::string cluster;
+  std::string advertise;      // address clients reach; "" = bound one
+  uint32_t cluster_size = 1;  // servers the first configuration waits for
+  uint32_t shards = 1024;     // shards of a new cluster
+  std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
 };
 
 // A quarter of physical memory, rounded down to a MiB.

@@ -47,6 +47,10 @@ namespace remem::durability {
 class Durability;
 }  // namespace remem::durability
 
+namespace remem::cluster {
+class Ownership;
+}  // namespace remem::cluster
+
 namespace remem::server {
 
 using PartitionId = uint32_t;
@@ -196,6 +200,12 @@ class ServiceContext {
   virtual void RunOn(PartitionId p, util::MoveFunction<void()> fn) = 0;
   // True on partition p's owner thread.
   virtual bool IsOwner(PartitionId p) const = 0;
+
+  // In a cluster (--cluster), which keys this server owns now: a service
+  // refuses a request for a key it does not own with Ownership::Owns's
+  // status (Moved), before changing anything. Null on a single server.
+  // The dispatcher has already refused requests of another epoch.
+  virtual const cluster::Ownership* cluster() const { return nullptr; }
 };
 
 class Service {

@@ -36,6 +36,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Conflict";
     case StatusCode::kOutOfRange:
       return "OutOfRange";
+    case StatusCode::kMoved:
+      return "Moved";
   }
   return "Unknown";
 }

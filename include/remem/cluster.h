@@ -1,0 +1,150 @@
+// Copyright remem authors.
+//
+// remem::Cluster: the hash store of a cluster of remem-servers (started
+// with --cluster ZK_HOSTS/PATH), used from one client thread.
+//
+// The client needs only a few server addresses (seeds), never ZooKeeper:
+// it asks a seed for the cluster's configuration (which server owns which
+// of the cluster's shards, at which epoch), connects to each server it
+// needs when it first needs it, all on one EventLoop (one UCX worker
+// progresses every server), and routes every operation to the owner of its
+// key's shard. Multi-gets and multi-puts are split per server and issued to
+// all of them at once. Every request carries the configuration epoch the
+// client used; a server that refuses it (Moved: the key is elsewhere, or
+// the configuration changed) makes the client fetch the configuration
+// again and retry, within the operation's deadline (SessionOptions::
+// timeout); Moved reaches the caller only if the configuration does not
+// settle by then.
+//
+// Each operation behaves as the same operation on that server's HashStore
+// (remem/hash.h): gets read one-sided or ask the server, as the read path
+// decides; the same limits and errors. A server that is down answers
+// Unavailable for the keys it owns (this release keeps one copy of each
+// shard), and the client reconnects to it on a later operation.
+//
+// Thread contract: as a Session: one thread. Callbacks of asynchronous
+// operations run inside Poll()/WaitAll() on that thread.
+
+#ifndef REMEM_CLUSTER_H_
+#define REMEM_CLUSTER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "remem/hash.h"
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/status.h"
+
+namespace remem {
+
+struct ClusterOptions {
+  // "host:port" of some of the cluster's servers; the first that answers
+  // gives the configuration.
+  std::vector<std::string> seeds;
+  // For every session to a server (its `server` field is ignored);
+  // `timeout` is also each operation's deadline, retries included.
+  SessionOptions session;
+  HashOptions hash;
+  // How long Connect waits for a cluster that is still forming (its
+  // servers up, the first configuration not yet installed); 0: not at all.
+  std::chrono::milliseconds wait_for_config{0};
+};
+
+// Splits "h1:p1,h2:p2" into seeds (InvalidArgument if empty).
+Result<std::vector<std::string>> ParseSeeds(std::string_view list);
+
+class Cluster {
+ public:
+  using Value = HashStore::Value;
+  using GetCallback = HashStore::GetCallback;
+  using VersionCallback = HashStore::VersionCallback;
+  using Callback = HashStore::Callback;
+
+  struct Node {
+    std::string address;
+    uint64_t capacity = 0;  // bytes the server exports
+    uint32_t shards = 0;    // shards it owns
+  };
+  struct Info {
+    std::string name;  // the cluster's name
+    uint32_t epoch = 0;
+    uint32_t num_shards = 0;
+    std::vector<Node> nodes;
+    std::vector<uint32_t> shard_owner;  // index into nodes, per shard
+  };
+
+  // Fetches the configuration from the first seed that answers. Errors:
+  // InvalidArgument (no seeds), Unavailable (no seed answered, or the
+  // cluster has no configuration yet), Unsupported (a seed is not in a
+  // cluster), and the session's connect errors.
+  static Result<std::unique_ptr<Cluster>> Connect(
+      const ClusterOptions& options);
+  // Waits for operations in flight, then closes every session.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // --- the configuration
+  const Info& info() const;
+  // Fetches the configuration again (from a connected server, else a seed).
+  Status Refresh();
+  // The shard of `key` and the address of the server that owns it.
+  uint32_t ShardOf(std::string_view key) const;
+  const std::string& OwnerOf(std::string_view key) const;
+
+  // --- synchronous, as HashStore's
+  Result<Value> Get(std::string_view key);
+  Status Get(std::string_view key, Value* into);
+  Result<uint64_t> Put(std::string_view key, std::string_view value);
+  Result<uint64_t> PutIfAbsent(std::string_view key, std::string_view value);
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected);
+  Status Delete(std::string_view key);
+  // Split per server, issued to all at once; one result per key, in order.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+  std::vector<Result<uint64_t>> MultiPut(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
+
+  // --- asynchronous (key and value copied; callbacks inside Poll/WaitAll).
+  // A refused operation is retried after the next Poll has fetched the
+  // configuration again.
+  void GetAsync(std::string_view key, GetCallback done);
+  void PutAsync(std::string_view key, std::string_view value,
+                VersionCallback done);
+  void DeleteAsync(std::string_view key, Callback done);
+  // Progresses every server's session; runs ready callbacks.
+  size_t Poll();
+  // Polls until every operation issued has completed; the first error
+  // among them, or OK.
+  Status WaitAll();
+  size_t in_flight() const;
+
+  // --- every server
+  // Each server's counters, by address (a server that cannot be reached
+  // gives its error).
+  std::vector<std::pair<std::string, Result<ServerStats>>> Stats();
+  // Routing counters: refusals (Moved) seen and configurations fetched.
+  struct RouteStats {
+    uint64_t moved = 0;
+    uint64_t refreshes = 0;
+    uint64_t connects = 0;
+  };
+  const RouteStats& route_stats() const;
+
+ private:
+  struct Impl;
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace remem
+
+#endif  // REMEM_CLUSTER_H_

@@ -1,0 +1,505 @@
+// The cluster client (include/remem/cluster.h): routing by the
+// configuration a server hands out, one HashStore per server on one
+// EventLoop, refresh-and-retry on Moved.
+
+#include "remem/cluster.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "client/rpc_client.h"
+#include "client/session_core.h"
+#include "cluster/config.h"
+#include "proto/wire.h"
+
+namespace remem {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
+
+bool IsMoved(const Status& s) { return s.code() == StatusCode::kMoved; }
+
+}  // namespace
+
+Result<std::vector<std::string>> ParseSeeds(std::string_view list) {
+  std::vector<std::string> out;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view one = list.substr(0, comma);
+    while (!one.empty() && one.front() == ' ') one.remove_prefix(1);
+    while (!one.empty() && one.back() == ' ') one.remove_suffix(1);
+    if (!one.empty()) {
+      if (one.find(':') == std::string_view::npos) {
+        return Status::InvalidArgument("a seed is host:port; got '" +
+                                       std::string(one) + "'");
+      }
+      out.emplace_back(one);
+    }
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  if (out.empty()) {
+    return Status::InvalidArgument("no seed servers given (host:port,...)");
+  }
+  return out;
+}
+
+struct Cluster::Impl {
+  struct Server {
+    std::unique_ptr<Session> session;
+    std::unique_ptr<HashStore> store;
+  };
+
+  ClusterOptions options;
+  std::unique_ptr<EventLoop> loop;
+  cluster::Config config;
+  Info info;
+  // By address. Stores before sessions, sessions before the loop.
+  std::map<std::string, Server> servers;
+  RouteStats stats;
+  size_t in_flight = 0;
+  Status first_error;
+  bool stale = false;
+  // Operations refused with Moved, issued again at the next Poll (after a
+  // refresh), and callbacks of operations that failed before being sent.
+  std::vector<std::function<void()>> later;
+
+  ~Impl() {
+    for (auto& [addr, s] : servers) s.store.reset();
+    servers.clear();
+    loop.reset();
+  }
+
+  Clock::time_point Deadline() const {
+    return Clock::now() + options.session.timeout;
+  }
+
+  void Install(cluster::Config c) {
+    config = std::move(c);
+    info.name = config.name;
+    info.epoch = config.epoch;
+    info.num_shards = config.num_shards();
+    info.nodes.clear();
+    for (size_t i = 0; i < config.members.size(); ++i) {
+      info.nodes.push_back({config.members[i].address,
+                            config.members[i].capacity,
+                            config.ShardsOf(int(i))});
+    }
+    info.shard_owner.assign(config.owner.begin(), config.owner.end());
+    for (auto& [addr, s] : servers) {
+      if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);
+    }
+  }
+
+  Result<Server*> Connected(const std::string& addr) {
+    auto it = servers.find(addr);
+    if (it != servers.end() && it->second.session &&
+        it->second.session->connected()) {
+      return &it->second;
+    }
+    if (it != servers.end()) {
+      // The server went away: start over with a new session.
+      it->second.store.reset();
+      it->second.session.reset();
+    }
+    SessionOptions so = options.session;
+    so.server = addr;
+    auto session = Session::Connect(so, loop.get());
+    if (!session.ok()) return session.status();
+    ++stats.connects;
+    Server& s = servers[addr];
+    s.session = std::move(*session);
+    s.session->core()->rpc()->set_epoch(config.epoch);
+    s.session->core()->set_cluster_routed(true);
+    return &s;
+  }
+
+  Result<HashStore*> StoreFor(const std::string& addr) {
+    auto s = Connected(addr);
+    if (!s.ok()) return s.status();
+    Server* server = *s;
+    if (!server->store) {
+      auto store = HashStore::Open(server->session.get(), options.hash);
+      if (!store.ok()) return store.status();
+      server->store = std::move(*store);
+    }
+    return server->store.get();
+  }
+
+  Status FetchFrom(const std::string& addr) {
+    auto s = Connected(addr);
+    if (!s.ok()) return s.status();
+    auto bytes = (*s)->session->core()->CallSync(
+        proto::kCoreService,
+        static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {});
+    if (!bytes.ok()) return bytes.status().WithContext(addr);
+    auto c = cluster::DecodeConfig(*bytes);
+    if (!c.ok()) return c.status().WithContext(addr);
+    ++stats.refreshes;
+    if (c->epoch >= config.epoch) Install(std::move(*c));
+    return Status::OK();
+  }
+
+  Status Refresh() {
+    Status last = Status::Unavailable("no server to ask");
+    // Servers already connected first, then the members, then the seeds.
+    std::vector<std::string> order;
+    for (auto& [addr, s] : servers) {
+      if (s.session && s.session->connected()) order.push_back(addr);
+    }
+    for (const auto& m : config.members) order.push_back(m.address);
+    for (const auto& seed : options.seeds) order.push_back(seed);
+    for (const std::string& addr : order) {
+      last = FetchFrom(addr);
+      if (last.ok()) return last;
+      // A seed outside any cluster is a mistake to report, not to skip.
+      if (last.code() == StatusCode::kUnsupported) return last;
+    }
+    return last;
+  }
+
+  const std::string& OwnerOf(std::string_view key) const {
+    return config.OwnerOf(key).address;
+  }
+
+  // Runs fn on the owner's store, refreshing and retrying on Moved until
+  // the deadline.
+  template <typename Fn>
+  auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
+    const auto deadline = Deadline();
+    for (int attempt = 0;; ++attempt) {
+      const std::string addr = OwnerOf(key);
+      auto store = StoreFor(addr);
+      if (!store.ok()) {
+        // Perhaps the shard moved off a server that left: ask once.
+        if (attempt == 0 && Refresh().ok() && OwnerOf(key) != addr) continue;
+        return store.status();
+      }
+      auto r = fn(*store);
+      if (!IsMoved(StatusOf(r)) || Clock::now() >= deadline) return r;
+      ++stats.moved;
+      Backoff(attempt);
+      if (!Refresh().ok()) return r;
+    }
+  }
+
+  // After a refusal whose refresh brought nothing new (a server still
+  // installing the configuration the client has): a short pause, growing.
+  void Backoff(int attempt) {
+    if (attempt == 0) return;
+    const auto pause =
+        std::chrono::microseconds(std::min(100 << std::min(attempt, 6), 5000));
+    const auto until = Clock::now() + pause;
+    while (Clock::now() < until) {
+      if (loop->Poll() == 0) std::this_thread::yield();
+    }
+  }
+
+  void Finish(const Status& st) {
+    --in_flight;
+    if (!st.ok() && first_error.ok()) first_error = st;
+  }
+
+  void IssueGet(std::string key, GetCallback done, Clock::time_point deadline) {
+    auto store = StoreFor(OwnerOf(key));
+    if (!store.ok()) {
+      later.push_back([this, st = store.status(), done = std::move(done)] {
+        Finish(st);
+        if (done) done(st);
+      });
+      return;
+    }
+    HashStore* s = *store;
+    s->GetAsync(key, [this, key, done = std::move(done),
+                      deadline](Result<Value> r) mutable {
+      if (IsMoved(r.status()) && Clock::now() < deadline) {
+        ++stats.moved;
+        stale = true;
+        later.push_back([this, key = std::move(key), done = std::move(done),
+                         deadline]() mutable {
+          IssueGet(std::move(key), std::move(done), deadline);
+        });
+        return;
+      }
+      Finish(r.status());
+      if (done) done(std::move(r));
+    });
+  }
+
+  void IssuePut(std::string key, std::string value, VersionCallback done,
+                Clock::time_point deadline) {
+    auto store = StoreFor(OwnerOf(key));
+    if (!store.ok()) {
+      later.push_back([this, st = store.status(), done = std::move(done)] {
+        Finish(st);
+        if (done) done(st);
+      });
+      return;
+    }
+    HashStore* s = *store;
+    s->PutAsync(key, value,
+                [this, key, value, done = std::move(done),
+                 deadline](Result<uint64_t> r) mutable {
+                  if (IsMoved(r.status()) && Clock::now() < deadline) {
+                    ++stats.moved;
+                    stale = true;
+                    later.push_back(
+                        [this, key = std::move(key), value = std::move(value),
+                         done = std::move(done), deadline]() mutable {
+                          IssuePut(std::move(key), std::move(value),
+                                   std::move(done), deadline);
+                        });
+                    return;
+                  }
+                  Finish(r.status());
+                  if (done) done(std::move(r));
+                });
+  }
+
+  void IssueDelete(std::string key, Callback done, Clock::time_point deadline) {
+    auto store = StoreFor(OwnerOf(key));
+    if (!store.ok()) {
+      later.push_back([this, st = store.status(), done = std::move(done)] {
+        Finish(st);
+        if (done) done(st);
+      });
+      return;
+    }
+    HashStore* s = *store;
+    s->DeleteAsync(
+        key, [this, key, done = std::move(done), deadline](Status st) mutable {
+          if (IsMoved(st) && Clock::now() < deadline) {
+            ++stats.moved;
+            stale = true;
+            later.push_back([this, key = std::move(key), done = std::move(done),
+                             deadline]() mutable {
+              IssueDelete(std::move(key), std::move(done), deadline);
+            });
+            return;
+          }
+          Finish(st);
+          if (done) done(st);
+        });
+  }
+
+  size_t Poll() {
+    size_t n = loop->Poll();
+    if (!later.empty()) {
+      if (stale) {
+        stale = false;
+        (void)Refresh();
+      }
+      auto run = std::move(later);
+      later.clear();
+      for (auto& fn : run) fn();
+      n += run.size();
+    }
+    return n;
+  }
+};
+
+Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Cluster::~Cluster() {
+  if (impl_) (void)WaitAll();
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::Connect(
+    const ClusterOptions& options) {
+  if (options.seeds.empty()) {
+    return Status::InvalidArgument("no seed servers given");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  auto loop = EventLoop::Create(options.session.transport);
+  if (!loop.ok()) return loop.status();
+  impl->loop = std::move(*loop);
+  const auto until = Clock::now() + options.wait_for_config;
+  Status st;
+  while (true) {
+    for (const std::string& seed : options.seeds) {
+      st = impl->FetchFrom(seed);
+      if (st.ok() || st.code() == StatusCode::kUnsupported) break;
+    }
+    // Only a cluster still forming is worth waiting for.
+    if (st.ok() || st.code() != StatusCode::kUnavailable ||
+        Clock::now() >= until) {
+      break;
+    }
+    impl->Backoff(6);
+  }
+  if (!st.ok()) return st;
+  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
+const Cluster::Info& Cluster::info() const { return impl_->info; }
+Status Cluster::Refresh() { return impl_->Refresh(); }
+uint32_t Cluster::ShardOf(std::string_view key) const {
+  return cluster::ShardOf(key, impl_->config.num_shards());
+}
+const std::string& Cluster::OwnerOf(std::string_view key) const {
+  return impl_->OwnerOf(key);
+}
+const Cluster::RouteStats& Cluster::route_stats() const { return impl_->stats; }
+size_t Cluster::in_flight() const { return impl_->in_flight; }
+
+Result<Cluster::Value> Cluster::Get(std::string_view key) {
+  return impl_->Routed(key, [&](HashStore* s) { return s->Get(key); });
+}
+
+Status Cluster::Get(std::string_view key, Value* into) {
+  return impl_->Routed(key, [&](HashStore* s) { return s->Get(key, into); });
+}
+
+Result<uint64_t> Cluster::Put(std::string_view key, std::string_view value) {
+  return impl_->Routed(key, [&](HashStore* s) { return s->Put(key, value); });
+}
+
+Result<uint64_t> Cluster::PutIfAbsent(std::string_view key,
+                                      std::string_view value) {
+  return impl_->Routed(
+      key, [&](HashStore* s) { return s->PutIfAbsent(key, value); });
+}
+
+Result<uint64_t> Cluster::CompareAndPut(std::string_view key,
+                                        std::string_view value,
+                                        uint64_t expected) {
+  return impl_->Routed(key, [&](HashStore* s) {
+    return s->CompareAndPut(key, value, expected);
+  });
+}
+
+Status Cluster::Delete(std::string_view key) {
+  return impl_->Routed(key, [&](HashStore* s) { return s->Delete(key); });
+}
+
+std::vector<Result<Cluster::Value>> Cluster::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  std::vector<Result<Value>> out(keys.size(),
+                                 Status::Internal("not yet answered"));
+  std::vector<size_t> todo(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) todo[i] = i;
+  const auto deadline = impl_->Deadline();
+  for (int attempt = 0; !todo.empty(); ++attempt) {
+    // One batch per owner, all in flight at once.
+    std::map<std::string, std::vector<size_t>> by_owner;
+    for (size_t i : todo) by_owner[impl_->OwnerOf(keys[i])].push_back(i);
+    size_t pending = 0;
+    for (auto& [addr, idx] : by_owner) {
+      auto store = impl_->StoreFor(addr);
+      if (!store.ok()) {
+        for (size_t i : idx) out[i] = store.status();
+        continue;
+      }
+      std::vector<std::string_view> part;
+      part.reserve(idx.size());
+      for (size_t i : idx) part.push_back(keys[i]);
+      ++pending;
+      (*store)->MultiGetAsync(
+          part, [&out, &pending, idxs = idx](std::vector<Result<Value>> r) {
+            for (size_t j = 0; j < r.size() && j < idxs.size(); ++j) {
+              out[idxs[j]] = std::move(r[j]);
+            }
+            --pending;
+          });
+    }
+    while (pending > 0) impl_->loop->Poll();
+    todo.clear();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (IsMoved(out[i].status())) todo.push_back(i);
+    }
+    if (todo.empty() || Clock::now() >= deadline) break;
+    impl_->stats.moved += todo.size();
+    impl_->Backoff(attempt);
+    if (!impl_->Refresh().ok()) break;
+  }
+  return out;
+}
+
+std::vector<Result<uint64_t>> Cluster::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  std::vector<Result<uint64_t>> out(pairs.size(),
+                                    Status::Internal("not yet answered"));
+  std::vector<size_t> todo(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) todo[i] = i;
+  const auto deadline = impl_->Deadline();
+  for (int attempt = 0; !todo.empty(); ++attempt) {
+    // Puts queued on each server's store go out at the next poll as one
+    // message per server, all servers at once.
+    size_t pending = 0;
+    for (size_t i : todo) {
+      auto store = impl_->StoreFor(impl_->OwnerOf(pairs[i].first));
+      if (!store.ok()) {
+        out[i] = store.status();
+        continue;
+      }
+      ++pending;
+      (*store)->PutAsync(pairs[i].first, pairs[i].second,
+                         [&out, &pending, i](Result<uint64_t> r) {
+                           out[i] = std::move(r);
+                           --pending;
+                         });
+    }
+    while (pending > 0) impl_->loop->Poll();
+    todo.clear();
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      if (IsMoved(out[i].status())) todo.push_back(i);
+    }
+    if (todo.empty() || Clock::now() >= deadline) break;
+    impl_->stats.moved += todo.size();
+    impl_->Backoff(attempt);
+    if (!impl_->Refresh().ok()) break;
+  }
+  return out;
+}
+
+void Cluster::GetAsync(std::string_view key, GetCallback done) {
+  ++impl_->in_flight;
+  impl_->IssueGet(std::string(key), std::move(done), impl_->Deadline());
+}
+
+void Cluster::PutAsync(std::string_view key, std::string_view value,
+                       VersionCallback done) {
+  ++impl_->in_flight;
+  impl_->IssuePut(std::string(key), std::string(value), std::move(done),
+                  impl_->Deadline());
+}
+
+void Cluster::DeleteAsync(std::string_view key, Callback done) {
+  ++impl_->in_flight;
+  impl_->IssueDelete(std::string(key), std::move(done), impl_->Deadline());
+}
+
+size_t Cluster::Poll() { return impl_->Poll(); }
+
+Status Cluster::WaitAll() {
+  while (impl_->in_flight > 0) {
+    if (impl_->Poll() == 0) std::this_thread::yield();
+  }
+  Status st = std::move(impl_->first_error);
+  impl_->first_error = Status::OK();
+  return st;
+}
+
+std::vector<std::pair<std::string, Result<ServerStats>>> Cluster::Stats() {
+  std::vector<std::pair<std::string, Result<ServerStats>>> out;
+  for (const auto& m : impl_->config.members) {
+    auto s = impl_->Connected(m.address);
+    if (!s.ok()) {
+      out.emplace_back(m.address, s.status());
+      continue;
+    }
+    out.emplace_back(m.address, (*s)->session->Stats());
+  }
+  return out;
+}
+
+}  // namespace remem

@@ -1,0 +1,39 @@
+// Fixed-layout parts of the cluster configuration's encoding (config.h;
+// docs/PROTOCOL.md section 9). All integers little-endian.
+//
+// Thread contract: plain data, no state.
+
+#ifndef REMEM_CLUSTER_WIRE_H_
+#define REMEM_CLUSTER_WIRE_H_
+
+#include <cstdint>
+
+namespace remem::cluster {
+
+inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
+inline constexpr uint16_t kConfigVersion = 1;
+
+// The configuration: ConfigHeader, `name_len` bytes of name, then
+// `num_members` times (MemberEntry, `address_len` bytes of address), then
+// `num_shards` little-endian uint16 owner indexes.
+struct ConfigHeader {
+  uint32_t magic;    // kConfigMagic
+  uint16_t version;  // kConfigVersion
+  uint16_t name_len;
+  uint32_t epoch;  // > 0
+  uint32_t num_shards;
+  uint32_t num_members;
+  uint32_t reserved[3];  // zero
+};
+static_assert(sizeof(ConfigHeader) == 32);
+
+struct MemberEntry {
+  uint64_t capacity;
+  uint32_t address_len;
+  uint32_t reserved;  // zero
+};
+static_assert(sizeof(MemberEntry) == 16);
+
+}  // namespace remem::cluster
+
+#endif  // REMEM_CLUSTER_WIRE_H_

@@ -1,0 +1,187 @@
+#include "testing/zookeeper_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace remem::testing {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A port no one listens on now (the kernel's choice for port 0).
+Result<int> FreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::IOError("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return Status::IOError("binding a free port on " + host);
+  }
+  ::close(fd);
+  return int(ntohs(a.sin_port));
+}
+
+// ZooKeeper's four-letter `ruok`, answered `imok` once it serves.
+bool AnswersRuok(const std::string& host, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::send(fd, "ruok", 4, MSG_NOSIGNAL) == 4) {
+    char buf[8] = {};
+    size_t got = 0;
+    while (got < 4) {
+      const ssize_t n = ::recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    ok = std::string(buf, got).rfind("imok", 0) == 0;
+  }
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+bool ZooKeeperInstalled(const ZooKeeperOptions& o) {
+  std::string jar = o.classpath.substr(o.classpath.rfind(':') + 1);
+  if (const char* cp = std::getenv("REMEM_ZOOKEEPER_CLASSPATH")) {
+    std::string s(cp);
+    jar = s.substr(s.rfind(':') + 1);
+  }
+  const char* java = std::getenv("REMEM_JAVA");
+  return fs::exists(java ? java : o.java) && fs::exists(jar);
+}
+
+Result<std::unique_ptr<ZooKeeperProcess>> ZooKeeperProcess::Start(
+    ZooKeeperOptions options) {
+  if (const char* cp = std::getenv("REMEM_ZOOKEEPER_CLASSPATH")) {
+    options.classpath = cp;
+  }
+  if (const char* java = std::getenv("REMEM_JAVA")) options.java = java;
+  if (!ZooKeeperInstalled(options)) {
+    return Status::Unavailable(
+        "ZooKeeper is not installed (Debian package `zookeeper`; ./dev test "
+        "installs it): no " +
+        options.java + " or " + options.classpath);
+  }
+  std::unique_ptr<ZooKeeperProcess> zk(new ZooKeeperProcess());
+  zk->options_ = std::move(options);
+  char tmpl[] = "/tmp/remem-zk-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return Status::IOError("mkdtemp");
+  zk->dir_ = tmpl;
+  auto port = FreePort(zk->options_.listen_host);
+  if (!port.ok()) return port.status();
+  zk->port_ = *port;
+  std::ofstream cfg(zk->dir_ + "/zoo.cfg");
+  cfg << "tickTime=" << zk->options_.tick.count() << "\n"
+      << "dataDir=" << zk->dir_ << "/data\n"
+      << "clientPort=" << zk->port_ << "\n"
+      << "clientPortAddress=" << zk->options_.listen_host << "\n"
+      << "admin.enableServer=false\n"
+      << "4lw.commands.whitelist=ruok\n";
+  cfg.close();
+  if (!cfg) return Status::IOError("writing " + zk->dir_ + "/zoo.cfg");
+  REMEM_RETURN_IF_ERROR(zk->Launch());
+  return zk;
+}
+
+Status ZooKeeperProcess::Launch() {
+  SpawnOptions so;
+  so.argv = options_.command_prefix;
+  std::vector<std::string> java = {options_.java,
+                                   "-Xmx256m",
+                                   "-XX:+UseSerialGC",
+                                   "-XX:TieredStopAtLevel=1",
+                                   "-Dzookeeper.admin.enableServer=false",
+                                   "-cp",
+                                   options_.classpath,
+                                   "org.apache.zookeeper.server."
+                                   "ZooKeeperServerMain",
+                                   dir_ + "/zoo.cfg"};
+  so.argv.insert(so.argv.end(), java.begin(), java.end());
+  so.merge_stderr = true;
+  auto p = Subprocess::Spawn(so);
+  if (!p.ok()) return p.status();
+  process_ = std::move(*p);
+  // No line to wait for (its logger prints nothing): ask until it answers.
+  const auto until = Clock::now() + options_.ready_timeout;
+  while (Clock::now() < until) {
+    if (!process_->running()) {
+      (void)process_->ReadToEnd(std::chrono::milliseconds(1000));
+      return Status::Unavailable("ZooKeeper exited at start: " +
+                                 process_->output());
+    }
+    bool up = false;
+    if (options_.command_prefix.empty()) {
+      up = AnswersRuok(options_.listen_host, port_);
+    } else {
+      // In another network namespace: ask from there.
+      std::vector<std::string> argv = options_.command_prefix;
+      argv.insert(argv.end(), {"bash", "-c",
+                               "exec 3<>/dev/tcp/" + options_.listen_host +
+                                   "/" + std::to_string(port_) +
+                                   " && printf ruok >&3 && timeout 1 cat <&3"});
+      SpawnOptions po;
+      po.argv = argv;
+      po.quiet_stderr = true;
+      auto probe = Subprocess::Spawn(po);
+      if (probe.ok()) {
+        (void)(*probe)->ReadToEnd(std::chrono::milliseconds(3000));
+        up = (*probe)->output().rfind("imok", 0) == 0;
+      }
+    }
+    if (up) return Status::OK();
+    // Polling: ZooKeeper signals readiness to nobody.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Status::TimedOut("ZooKeeper did not answer on port " +
+                          std::to_string(port_));
+}
+
+ZooKeeperProcess::~ZooKeeperProcess() {
+  process_.reset();  // SIGKILL and reap
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+std::string ZooKeeperProcess::hosts() const {
+  return options_.listen_host + ":" + std::to_string(port_);
+}
+
+Status ZooKeeperProcess::Stop() {
+  if (process_ == nullptr) return Status::OK();
+  REMEM_RETURN_IF_ERROR(process_->Signal(SIGTERM));
+  auto code = process_->Wait(std::chrono::seconds(30));
+  if (!code.ok()) return code.status();
+  process_.reset();
+  return Status::OK();
+}
+
+Status ZooKeeperProcess::Restart() {
+  process_.reset();
+  return Launch();
+}
+
+}  // namespace remem::testing

@@ -1,0 +1,428 @@
+// Clusters of remem-servers (docs/ARCHITECTURE.md, "Cluster"): the tests
+// start their own ZooKeeper (testing/zookeeper_process.h) and several
+// remem-server processes with --cluster, then use the cluster client
+// (remem/cluster.h) and the CLI as a user would. Each runs over shm and tcp
+// (REMEM_TEST_TRANSPORT).
+
+#include "remem/cluster.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "client/rpc_client.h"
+#include "client/session_core.h"
+#include "cluster/config.h"
+#include "test_util.h"
+#include "testing/zookeeper_process.h"
+
+namespace remem {
+namespace {
+
+using testing::ConnectHashOrDie;
+using testing::ConnectOrDie;
+using testing::RunCommand;
+using testing::StartServer;
+using testing::StatOf;
+using testing::WaitForStatOf;
+
+constexpr auto kBound = std::chrono::seconds(30);
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto zk = testing::ZooKeeperProcess::Start();
+    ASSERT_TRUE(zk.ok()) << zk.status().ToString();
+    zk_ = std::move(*zk);
+    static int n = 0;
+    path_ =
+        "/remem-test/c" + std::to_string(getpid()) + "-" + std::to_string(n++);
+  }
+
+  std::string ClusterFlag() const { return zk_->hosts() + path_; }
+
+  std::vector<std::string> MemberFlags(int size,
+                                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> f = {
+        "--cluster",          ClusterFlag(),          "--cluster-size",
+        std::to_string(size), "--cluster-session-ms", "2000"};
+    f.insert(f.end(), extra.begin(), extra.end());
+    return f;
+  }
+
+  void StartServers(int n, const std::vector<std::string>& extra = {}) {
+    for (int i = 0; i < n; ++i) {
+      servers_.push_back(StartServer(MemberFlags(n, extra)));
+      ASSERT_NE(servers_.back().process, nullptr);
+    }
+  }
+
+  std::unique_ptr<Cluster> Connect(const std::vector<std::string>& seeds) {
+    ClusterOptions o;
+    o.seeds = seeds;
+    o.session.transport = testing::TestTransport();
+    o.wait_for_config = kBound;
+    auto c = Cluster::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  std::unique_ptr<testing::ZooKeeperProcess> zk_;
+  std::string path_;
+  std::vector<testing::ServerProcess> servers_;  // before zk_ is destroyed
+};
+
+std::string TransportFlag() {
+  return std::string(TransportName(testing::TestTransport()));
+}
+
+// Polls every server until exactly one says it is the configuration
+// manager; its index, or -1 at the bound.
+int WaitForOneManager(const std::vector<std::unique_ptr<Session>>& probes) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (std::chrono::steady_clock::now() < until) {
+    int found = -1, count = 0;
+    for (size_t i = 0; i < probes.size(); ++i) {
+      if (probes[i] && StatOf(probes[i].get(), "cluster_manager") == 1) {
+        found = int(i);
+        ++count;
+      }
+    }
+    if (count == 1) return found;
+    // Polling: ZooKeeper tells the servers, not the test.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+std::string Key(int i) { return "key-" + std::to_string(i); }
+std::string Val(int i, int round = 0) {
+  return "value-" + std::to_string(i) + "-" + std::to_string(round);
+}
+
+TEST_F(ClusterTest,
+       ThreeServersSplitTheShardsAndServeEveryKeyThroughOneClient) {
+  StartServers(3);
+  // One seed is enough: the configuration names the other servers.
+  auto cluster = Connect({servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  const Cluster::Info& info = cluster->info();
+  EXPECT_EQ(info.epoch, 1u);
+  EXPECT_EQ(info.num_shards, cluster::kDefaultShards);
+  ASSERT_EQ(info.nodes.size(), 3u);
+  uint32_t shards = 0;
+  std::set<std::string> addresses;
+  for (const auto& n : info.nodes) {
+    EXPECT_GE(n.shards, 341u) << n.address;
+    shards += n.shards;
+    addresses.insert(n.address);
+  }
+  EXPECT_EQ(shards, info.num_shards);
+  for (const auto& s : servers_) EXPECT_EQ(addresses.count(s.address), 1u);
+
+  // A load through every write path: multi-put, single puts, async puts.
+  constexpr int kMulti = 3000, kSingle = 300, kAsync = 300;
+  std::vector<std::string> keys, vals;
+  for (int i = 0; i < kMulti + kSingle + kAsync; ++i) {
+    keys.push_back(Key(i));
+    vals.push_back(Val(i));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < kMulti; ++i) pairs.emplace_back(keys[i], vals[i]);
+  for (const auto& r : cluster->MultiPut(pairs)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  for (int i = kMulti; i < kMulti + kSingle; ++i) {
+    ASSERT_TRUE(cluster->Put(keys[i], vals[i]).ok());
+  }
+  int acked = 0;
+  for (int i = kMulti + kSingle; i < int(keys.size()); ++i) {
+    cluster->PutAsync(keys[i], vals[i], [&acked](Result<uint64_t> r) {
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      ++acked;
+    });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  EXPECT_EQ(acked, kAsync);
+
+  // Read back through every read path.
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto got = cluster->MultiGet(views);
+  ASSERT_EQ(got.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]);
+  }
+  for (size_t i = 0; i < keys.size(); i += 7) {
+    auto r = cluster->Get(keys[i]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->value, vals[i]);
+  }
+  int read = 0;
+  for (size_t i = 0; i < keys.size(); i += 5) {
+    cluster->GetAsync(keys[i], [&, i](Result<HashStore::Value> r) {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->value, vals[i]);
+      ++read;
+    });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  EXPECT_EQ(read, int((keys.size() + 4) / 5));
+
+  // Each key lives on its owner, and only there.
+  std::map<std::string, uint64_t> expected;
+  for (const auto& k : keys) ++expected[cluster->OwnerOf(k)];
+  uint64_t total = 0;
+  for (auto& [addr, s] : cluster->Stats()) {
+    ASSERT_TRUE(s.ok()) << addr << ": " << s.status().ToString();
+    EXPECT_EQ(s->Get("hash_pairs"), expected[addr]) << addr;
+    EXPECT_GT(s->Get("hash_pairs"), 0u) << addr;
+    EXPECT_EQ(s->Get("cluster_epoch"), 1u);
+    total += s->Get("hash_pairs");
+  }
+  EXPECT_EQ(total, keys.size());
+  EXPECT_EQ(cluster->route_stats().moved, 0u);
+
+  // Deletes reach the owner too.
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(cluster->Delete(keys[i]).ok());
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(cluster->Get(keys[i]).status().code(), StatusCode::kNotFound);
+  }
+  EXPECT_EQ(cluster->Get(keys[50])->value, vals[50]);
+
+  // The CLI, as a user would: routed put and get, and the shard map.
+  auto put = RunCommand({testing::CliBinary(), "--cluster",
+                         servers_[2].address + "," + servers_[0].address,
+                         "--transport", TransportFlag(), "put", "cli-key",
+                         "cli-value"});
+  ASSERT_EQ(put.exit_code, 0) << put.out;
+  EXPECT_EQ(cluster->Get("cli-key")->value, "cli-value");
+  auto nodes = RunCommand({testing::CliBinary(), "--cluster",
+                           servers_[0].address, "--transport", TransportFlag(),
+                           "--json", "cluster", "nodes"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.out;
+  for (const auto& s : servers_) {
+    EXPECT_NE(nodes.out.find(s.address), std::string::npos) << nodes.out;
+  }
+}
+
+TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
+  StartServers(2);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const std::string& a = servers_[0].address;
+  std::string mine, theirs;
+  for (int i = 0; mine.empty() || theirs.empty(); ++i) {
+    (cluster->OwnerOf(Key(i)) == a ? mine : theirs) = Key(i);
+  }
+
+  // A plain session to one member (no routing): its own keys work, others
+  // are refused with Moved naming their owner, for writes and reads alike
+  // (a get does not read the member's memory for a key it does not own).
+  auto plain = ConnectHashOrDie(a);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(plain->Put(mine, "x").ok());
+  auto moved = plain->Put(theirs, "x");
+  EXPECT_EQ(moved.status().code(), StatusCode::kMoved);
+  EXPECT_NE(moved.status().message().find(servers_[1].address),
+            std::string::npos)
+      << moved.status().ToString();
+  ASSERT_TRUE(cluster->Put(theirs, "there").ok());
+  EXPECT_EQ(plain->Get(theirs).status().code(), StatusCode::kMoved);
+  EXPECT_EQ(plain->Get(mine)->value, "x");
+
+  // A batch with one key elsewhere is refused whole: nothing of it done.
+  const std::string fresh = mine + "-fresh";
+  std::string fresh_mine = fresh;
+  for (int i = 0; cluster->OwnerOf(fresh_mine) != a; ++i) {
+    fresh_mine = fresh + std::to_string(i);
+  }
+  auto batch = plain->MultiPut({{fresh_mine, "1"}, {theirs, "2"}});
+  for (const auto& r : batch) {
+    EXPECT_EQ(r.status().code(), StatusCode::kMoved) << r.status().ToString();
+  }
+  EXPECT_EQ(cluster->Get(fresh_mine).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cluster->Get(theirs)->value, "there");
+
+  // A request sent with another epoch is refused, whatever its key.
+  plain.session->core()->rpc()->set_epoch(7);
+  auto stale = plain->Put(mine, "y");
+  EXPECT_EQ(stale.status().code(), StatusCode::kMoved);
+  EXPECT_NE(stale.status().message().find("epoch 7"), std::string::npos)
+      << stale.status().ToString();
+  plain.session->core()->rpc()->set_epoch(1);
+  EXPECT_TRUE(plain->Put(mine, "z").ok());
+  EXPECT_EQ(cluster->Get(mine)->value, "z");
+
+  // The CLI pointed at the wrong member says where the key is.
+  auto get = RunCommand({testing::CliBinary(), "--server", a, "--transport",
+                         TransportFlag(), "get", theirs});
+  EXPECT_NE(get.exit_code, 0);
+  // A seed that is not in a cluster is a mistake reported as such.
+  auto single = StartServer();
+  ASSERT_NE(single.process, nullptr);
+  ClusterOptions o;
+  o.seeds = {single.address};
+  o.session.transport = testing::TestTransport();
+  EXPECT_EQ(Cluster::Connect(o).status().code(), StatusCode::kUnsupported);
+}
+
+TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 3; ++i) {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dirs.push_back(tmpl);
+    servers_.push_back(
+        StartServer(MemberFlags(3, {"--data-dir", tmpl, "--fsync", "always"})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(cluster->Put(Key(i), Val(i)).ok());
+
+  // Exactly one manager.
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int manager = WaitForOneManager(probes);
+  ASSERT_GE(manager, 0);
+  const std::string dead = servers_[manager].address;
+  probes[manager].reset();
+  ASSERT_TRUE(servers_[manager].Kill().ok());
+
+  // Another takes over once ZooKeeper expires the dead one's session; the
+  // configuration (in ZooKeeper) is the same.
+  const int successor = WaitForOneManager(probes);
+  ASSERT_GE(successor, 0) << "no new configuration manager";
+  EXPECT_NE(successor, manager);
+  for (const auto& p : probes) {
+    if (p) {
+      EXPECT_EQ(StatOf(p.get(), "cluster_epoch"), 1u);
+    }
+  }
+  ASSERT_TRUE(cluster->Refresh().ok());
+  EXPECT_EQ(cluster->info().epoch, 1u);
+  EXPECT_EQ(cluster->info().nodes.size(), 3u);
+
+  // Keys on the living servers still answer; the dead one's say so.
+  for (int i = 0; i < 600; ++i) {
+    auto r = cluster->Get(Key(i));
+    if (cluster->OwnerOf(Key(i)) == dead) {
+      EXPECT_EQ(r.status().code(), StatusCode::kUnavailable)
+          << r.status().ToString();
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->value, Val(i));
+    }
+  }
+
+  // It comes back on its address with its data directory: it registers
+  // again, owns its shards again, and the client reconnects to it.
+  ASSERT_TRUE(servers_[manager].Restart().ok());
+  auto back = ConnectOrDie(servers_[manager].address);
+  EXPECT_EQ(WaitForStatOf(back.get(), "cluster_zk_registered", 1, kBound), 1u);
+  EXPECT_EQ(WaitForStatOf(back.get(), "cluster_epoch", 1, kBound), 1u);
+  EXPECT_EQ(StatOf(back.get(), "cluster_manager"), 0u);
+  for (int i = 0; i < 600; ++i) {
+    auto r = cluster->Get(Key(i));
+    ASSERT_TRUE(r.ok()) << Key(i) << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, Val(i));
+  }
+  servers_.clear();
+  for (const auto& d : dirs) std::filesystem::remove_all(d);
+}
+
+TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
+  StartServers(3);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& s : servers_) probes.push_back(ConnectOrDie(s.address));
+
+  ASSERT_TRUE(zk_->Stop().ok());
+  for (auto& p : probes) {
+    EXPECT_EQ(WaitForStatOf(p.get(), "cluster_zk_connected", 0, kBound), 0u);
+  }
+  // Without ZooKeeper, and past the servers' session timeout (2 s): the data
+  // path goes on with the configuration it has.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  int round = 0;
+  while (std::chrono::steady_clock::now() < until || round < 2) {
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(cluster->Put(Key(i), Val(i, round)).ok());
+    }
+    for (int i = 0; i < 200; ++i) {
+      auto r = cluster->Get(Key(i));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->value, Val(i, round));
+    }
+    ++round;
+  }
+
+  // ZooKeeper back: every server registers again (with a new session if the
+  // old one expired) and sees all three members.
+  ASSERT_TRUE(zk_->Restart().ok());
+  for (auto& p : probes) {
+    EXPECT_EQ(WaitForStatOf(p.get(), "cluster_zk_registered", 1, kBound), 1u);
+    EXPECT_EQ(WaitForStatOf(p.get(), "cluster_zk_members_seen", 3, kBound), 3u);
+    EXPECT_EQ(StatOf(p.get(), "cluster_epoch"), 1u);
+  }
+  // Election nodes of expired sessions are gone: one manager again.
+  EXPECT_GE(WaitForOneManager(probes), 0);
+  ASSERT_TRUE(cluster->Put("after", "zk").ok());
+  EXPECT_EQ(cluster->Get("after")->value, "zk");
+}
+
+TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
+  auto run = [](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), testing::ServerBinary());
+    argv.insert(argv.end(), {"--listen", "127.0.0.1:0", "--memory", "64M",
+                             "--no-pin", "--cluster-session-ms", "2000"});
+    return RunCommand(argv, {}, 60);
+  };
+  // Not a ZK_HOSTS/PATH.
+  auto bad = run({"--cluster", "127.0.0.1:2181"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("ZK_HOSTS/PATH"), std::string::npos) << bad.out;
+  bad = run({"--cluster", zk_->hosts() + "/a/../b"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  // No ZooKeeper there: refused within the session timeout, with a reason.
+  auto none = run({"--cluster", "127.0.0.1:1/remem/x"});
+  EXPECT_EQ(none.exit_code, 1) << none.out;
+  EXPECT_NE(none.out.find("ZooKeeper"), std::string::npos) << none.out;
+
+  // A cluster formed with 1024 shards refuses a server with another count.
+  StartServers(1);
+  auto conflict = run({"--cluster", ClusterFlag(), "--shards", "64"});
+  EXPECT_EQ(conflict.exit_code, 1) << conflict.out;
+  EXPECT_NE(conflict.out.find("shards"), std::string::npos) << conflict.out;
+
+  // A data directory of one cluster refuses another cluster.
+  char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  auto first = StartServer(MemberFlags(1, {"--data-dir", tmpl}));
+  ASSERT_NE(first.process, nullptr);
+  ASSERT_TRUE(first.Stop().ok());
+  auto other =
+      run({"--cluster", zk_->hosts() + path_ + "-other", "--data-dir", tmpl});
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_NE(other.out.find("belongs to cluster"), std::string::npos)
+      << other.out;
+  std::filesystem::remove_all(tmpl);
+
+  // The CLI: `cluster` needs --cluster; bad seeds are a usage error.
+  auto cli = RunCommand({testing::CliBinary(), "cluster", "info"});
+  EXPECT_EQ(cli.exit_code, 2) << cli.out;
+  cli =
+      RunCommand({testing::CliBinary(), "--cluster", "nohostport", "get", "k"});
+  EXPECT_EQ(cli.exit_code, 2) << cli.out;
+}
+
+}  // namespace
+}  // namespace remem
