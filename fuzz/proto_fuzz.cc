@@ -1,6 +1,7 @@
 // libFuzzer target for remem's wire decoders (the TCP handshake the server's
 // listening port reads first, RPC headers, regions, stats, served memory
-// requests, the hash store's payloads, durable records, bucket walks), and
+// requests, the hash store's payloads, durable records, bucket walks, the
+// cluster configuration), and
 // for what the server reads before anything reaches UCX: the acceptor's
 // incremental handshake reader (server/hello_reader.h) fed in arbitrary
 // pieces, and the UCX worker address parser (fabric/worker_address.h).
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "cluster/config.h"
 #include "durability/log.h"
 #include "fabric/worker_address.h"
 #include "hash/codec.h"
@@ -259,6 +261,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                       r.value);
       if (n > size || out != in.substr(0, n)) std::abort();
     }
+  }
+  // The cluster configuration (served to clients by any member; read from
+  // ZooKeeper by servers) and a member's registration: whatever decodes
+  // re-encodes to the same bytes.
+  {
+    auto c = remem::cluster::DecodeConfig(in);
+    if (c.ok() && remem::cluster::EncodeConfig(*c) != in) std::abort();
+    auto m = remem::cluster::DecodeMemberRecord(in);
+    if (m.ok() && remem::cluster::EncodeMemberRecord(*m) != in) std::abort();
   }
   // A bucket's entry area as EntryCursor walks it (the server, and the
   // seal that indexes it): the walk must stay inside the area whatever the

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "bench_common.h"
+#include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/session.h"
 
@@ -110,6 +111,59 @@ class RememDriver : public KvDriver {
 
   std::unique_ptr<Session> s_;
   std::unique_ptr<HashStore> c_;
+  std::vector<KvRequest*> done_;
+};
+
+// A remem cluster through remem::Cluster: each key routed to its owner.
+// Gets and puts are asynchronous, any number in flight; a batch of keys is
+// the cluster's MultiGet (split per server, all at once), synchronous.
+class ClusterDriver : public KvDriver {
+ public:
+  explicit ClusterDriver(std::unique_ptr<Cluster> c) : c_(std::move(c)) {}
+
+  void Issue(KvRequest* r) override {
+    if (r->kind == KvRequest::Kind::kGet) {
+      r->values.assign(r->keys.size(), std::nullopt);
+      if (r->keys.size() > 1) {
+        std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
+        auto got = c_->MultiGet(keys);
+        for (size_t i = 0; i < got.size(); ++i) Take(r, i, got[i]);
+        Complete(r);
+        return;
+      }
+      c_->GetAsync(r->keys[0], [this, r](Result<HashStore::Value> v) {
+        Take(r, 0, v);
+        Complete(r);
+      });
+      return;
+    }
+    c_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
+      if (!v.ok()) r->status = v.status();
+      Complete(r);
+    });
+  }
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    while (done_.empty() && c_->in_flight() > 0) c_->Poll();
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return c_->in_flight() + done_.size(); }
+
+ private:
+  static void Take(KvRequest* r, size_t i, const Result<HashStore::Value>& v) {
+    if (v.ok()) {
+      r->values[i].emplace(v->value);
+    } else if (v.status().code() != StatusCode::kNotFound) {
+      r->status = v.status();
+    }
+  }
+  void Complete(KvRequest* r) {
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+
+  std::unique_ptr<Cluster> c_;
   std::vector<KvRequest*> done_;
 };
 
@@ -433,8 +487,9 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
       std::max<uint64_t>(64, (o.memory_bytes + (1 << 20) - 1) >> 20);
   switch (spec.kind) {
     case SystemSpec::Kind::kRemem: {
-      if (!o.remem_address.empty()) {
-        s->address_ = o.remem_address;
+      if (!o.remem_address.empty() || !o.remem_cluster.empty()) {
+        s->address_ =
+            o.remem_cluster.empty() ? o.remem_address : o.remem_cluster;
         return s;
       }
       auto started = StartServer(o.remem_binary, spec.transport, o.cpu,
@@ -548,6 +603,18 @@ Result<double> SystemServer::CpuSeconds() const {
 Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
   switch (spec_.kind) {
     case SystemSpec::Kind::kRemem: {
+      if (!options_.remem_cluster.empty()) {
+        auto seeds = ParseSeeds(options_.remem_cluster);
+        if (!seeds.ok()) return seeds.status();
+        ClusterOptions co;
+        co.seeds = std::move(*seeds);
+        co.session.transport = spec_.transport;
+        co.session.read_path = spec_.read_path;
+        co.session.secret = options_.secret;
+        auto c = Cluster::Connect(co);
+        if (!c.ok()) return c.status();
+        return std::unique_ptr<KvDriver>(new ClusterDriver(std::move(*c)));
+      }
       SessionOptions so;
       so.server = address_;
       so.transport = spec_.transport;

@@ -98,6 +98,7 @@ class SystemServer {
   struct Options {
     std::string remem_binary;
     std::string remem_address;  // external remem-server: start none
+    std::string remem_cluster;  // external cluster (seeds): start none
     std::string secret;
     int cpu = 0;
     uint64_t memory_bytes = 1ull << 30;  // what the data set needs

@@ -357,6 +357,7 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   SystemServer::Options so;
   so.remem_binary = o.remem_binary;
   so.remem_address = o.remem_address;
+  so.remem_cluster = o.remem_cluster;
   so.secret = o.secret;
   so.cpu = o.server_cpu;
   so.memory_bytes = MemoryFor(o.records + inserts, o.key_size, value_size);

@@ -54,6 +54,7 @@ struct YcsbOptions {
   std::optional<Transport> transport;
   std::string remem_binary;
   std::string remem_address;  // external remem-server
+  std::string remem_cluster;  // external cluster: seeds host:port,...
   std::string secret;
 };
 

@@ -157,6 +157,10 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0, 1 << 30));
     a->add_option("--server", yo.remem_address,
                   "existing remem-server host:port (default: start one)");
+    a->add_option("--cluster", yo.remem_cluster,
+                  "an existing cluster's seed servers (host:port,...): remem "
+                  "runs through the cluster client, each key routed to its "
+                  "server");
     a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
         ->capture_default_str();
     a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")

@@ -161,6 +161,9 @@ Result<Member> DecodeMemberRecord(std::string_view bytes) {
     return proto::Bad("member record: bad capacity");
   }
   bytes.remove_suffix(1);
+  if (bytes.size() > 1 && bytes[0] == '0') {
+    return proto::Bad("member record: bad capacity");
+  }
   auto [p, ec] =
       std::from_chars(bytes.data(), bytes.data() + bytes.size(), m.capacity);
   if (ec != std::errc() || p != bytes.data() + bytes.size()) {

@@ -134,8 +134,11 @@ Status ZooKeeperProcess::Launch() {
                                  process_->output());
     }
     bool up = false;
+    // Listening on every interface: ask on loopback.
+    const std::string probe_host =
+        options_.listen_host == "0.0.0.0" ? "127.0.0.1" : options_.listen_host;
     if (options_.command_prefix.empty()) {
-      up = AnswersRuok(options_.listen_host, port_);
+      up = AnswersRuok(probe_host, port_);
     } else {
       // In another network namespace: ask from there.
       std::vector<std::string> argv = options_.command_prefix;

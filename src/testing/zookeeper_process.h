@@ -27,7 +27,7 @@ struct ZooKeeperOptions {
   std::string classpath = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar";
   // ZooKeeper's tick: sessions may last from 2 to 20 ticks.
   std::chrono::milliseconds tick{500};
-  std::string listen_host = "127.0.0.1";
+  std::string listen_host = "127.0.0.1";  // "0.0.0.0": every interface
   // Run through this command, e.g. {"ip", "netns", "exec", "ns1"}.
   std::vector<std::string> command_prefix;
   std::chrono::milliseconds ready_timeout{60000};
