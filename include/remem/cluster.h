@@ -14,7 +14,9 @@
 // the configuration changed) makes the client fetch the configuration
 // again and retry, within the operation's deadline (SessionOptions::
 // timeout); Moved reaches the caller only if the configuration does not
-// settle by then.
+// settle by then. A server still without a configuration (Busy: it just
+// restarted, or the cluster is forming) is asked again until the deadline
+// too.
 //
 // Each operation behaves as the same operation on that server's HashStore
 // (remem/hash.h): gets read one-sided or ask the server, as the read path
@@ -81,7 +83,7 @@ class Cluster {
   };
 
   // Fetches the configuration from the first seed that answers. Errors:
-  // InvalidArgument (no seeds), Unavailable (no seed answered, or the
+  // InvalidArgument (no seeds), Unavailable (no seed answered), Busy (the
   // cluster has no configuration yet), Unsupported (a seed is not in a
   // cluster), and the session's connect errors.
   static Result<std::unique_ptr<Cluster>> Connect(

@@ -26,6 +26,9 @@ const Status& StatusOf(const Result<T>& r) {
 }
 
 bool IsMoved(const Status& s) { return s.code() == StatusCode::kMoved; }
+// A member without a configuration yet (restarted, or the cluster forming).
+bool IsBusy(const Status& s) { return s.code() == StatusCode::kBusy; }
+bool Retryable(const Status& s) { return IsMoved(s) || IsBusy(s); }
 
 }  // namespace
 
@@ -184,7 +187,13 @@ struct Cluster::Impl {
         return store.status();
       }
       auto r = fn(*store);
-      if (!IsMoved(StatusOf(r)) || Clock::now() >= deadline) return r;
+      const Status& st = StatusOf(r);
+      if (Clock::now() >= deadline) return r;
+      if (IsBusy(st)) {
+        Backoff(attempt + 1);
+        continue;
+      }
+      if (!IsMoved(st)) return r;
       ++stats.moved;
       Backoff(attempt);
       if (!Refresh().ok()) return r;
@@ -200,6 +209,15 @@ struct Cluster::Impl {
     const auto until = Clock::now() + pause;
     while (Clock::now() < until) {
       if (loop->Poll() == 0) std::this_thread::yield();
+    }
+  }
+
+  // An asynchronous operation refused: retried at the next Poll, after a
+  // refresh if it was Moved.
+  void Refused(const Status& st) {
+    if (IsMoved(st)) {
+      ++stats.moved;
+      stale = true;
     }
   }
 
@@ -220,9 +238,8 @@ struct Cluster::Impl {
     HashStore* s = *store;
     s->GetAsync(key, [this, key, done = std::move(done),
                       deadline](Result<Value> r) mutable {
-      if (IsMoved(r.status()) && Clock::now() < deadline) {
-        ++stats.moved;
-        stale = true;
+      if (Retryable(r.status()) && Clock::now() < deadline) {
+        Refused(r.status());
         later.push_back([this, key = std::move(key), done = std::move(done),
                          deadline]() mutable {
           IssueGet(std::move(key), std::move(done), deadline);
@@ -248,9 +265,8 @@ struct Cluster::Impl {
     s->PutAsync(key, value,
                 [this, key, value, done = std::move(done),
                  deadline](Result<uint64_t> r) mutable {
-                  if (IsMoved(r.status()) && Clock::now() < deadline) {
-                    ++stats.moved;
-                    stale = true;
+                  if (Retryable(r.status()) && Clock::now() < deadline) {
+                    Refused(r.status());
                     later.push_back(
                         [this, key = std::move(key), value = std::move(value),
                          done = std::move(done), deadline]() mutable {
@@ -276,9 +292,8 @@ struct Cluster::Impl {
     HashStore* s = *store;
     s->DeleteAsync(
         key, [this, key, done = std::move(done), deadline](Status st) mutable {
-          if (IsMoved(st) && Clock::now() < deadline) {
-            ++stats.moved;
-            stale = true;
+          if (Retryable(st) && Clock::now() < deadline) {
+            Refused(st);
             later.push_back([this, key = std::move(key), done = std::move(done),
                              deadline]() mutable {
               IssueDelete(std::move(key), std::move(done), deadline);
@@ -330,8 +345,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
       if (st.ok() || st.code() == StatusCode::kUnsupported) break;
     }
     // Only a cluster still forming is worth waiting for.
-    if (st.ok() || st.code() != StatusCode::kUnavailable ||
-        Clock::now() >= until) {
+    if (st.ok() || !IsBusy(st) || Clock::now() >= until) {
       break;
     }
     impl->Backoff(6);
@@ -414,12 +428,14 @@ std::vector<Result<Cluster::Value>> Cluster::MultiGet(
     while (pending > 0) impl_->loop->Poll();
     todo.clear();
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (IsMoved(out[i].status())) todo.push_back(i);
+      if (Retryable(out[i].status())) todo.push_back(i);
     }
     if (todo.empty() || Clock::now() >= deadline) break;
-    impl_->stats.moved += todo.size();
-    impl_->Backoff(attempt);
-    if (!impl_->Refresh().ok()) break;
+    size_t moved = 0;
+    for (size_t i : todo) moved += IsMoved(out[i].status()) ? 1 : 0;
+    impl_->stats.moved += moved;
+    impl_->Backoff(attempt + 1);
+    if (moved > 0 && !impl_->Refresh().ok()) break;
   }
   return out;
 }
@@ -451,12 +467,14 @@ std::vector<Result<uint64_t>> Cluster::MultiPut(
     while (pending > 0) impl_->loop->Poll();
     todo.clear();
     for (size_t i = 0; i < pairs.size(); ++i) {
-      if (IsMoved(out[i].status())) todo.push_back(i);
+      if (Retryable(out[i].status())) todo.push_back(i);
     }
     if (todo.empty() || Clock::now() >= deadline) break;
-    impl_->stats.moved += todo.size();
-    impl_->Backoff(attempt);
-    if (!impl_->Refresh().ok()) break;
+    size_t moved = 0;
+    for (size_t i : todo) moved += IsMoved(out[i].status()) ? 1 : 0;
+    impl_->stats.moved += moved;
+    impl_->Backoff(attempt + 1);
+    if (moved > 0 && !impl_->Refresh().ok()) break;
   }
   return out;
 }

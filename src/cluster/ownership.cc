@@ -25,7 +25,7 @@ bool Ownership::Install(Config config) {
 Status Ownership::Owns(std::string_view key) const {
   const Installed* c = current();
   if (c == nullptr) {
-    return Status::Unavailable(
+    return Status::Busy(
         "this cluster member has no configuration yet (the cluster is still "
         "forming)");
   }

@@ -4,7 +4,7 @@
 // configurations; services ask Owns(key) and the dispatcher asks epoch().
 //
 // Before the first configuration is installed the server owns nothing and
-// refuses data requests with Unavailable. A configuration that does not
+// refuses data requests with Busy (try again). A configuration that does not
 // name this server leaves it owning nothing (a server that joined after
 // the cluster formed waits for shards to be moved to it).
 //
@@ -57,7 +57,7 @@ class Ownership {
     return c == nullptr ? 0 : c->config.epoch;
   }
   // OK if this server owns `key`'s shard now; else Moved naming the owner
-  // (or Unavailable before the first configuration).
+  // (or Busy before the first configuration: try again).
   Status Owns(std::string_view key) const;
   // OK if a request sent with configuration `epoch` may run here: 0 (a
   // client outside the cluster, routed by key ownership alone) or the

@@ -166,7 +166,7 @@ void CoreService::Handle(PartitionId, Call call) {
       }
       const cluster::Ownership::Installed* c = o->current();
       if (c == nullptr) {
-        return call.responder.Reply(Status::Unavailable(
+        return call.responder.Reply(Status::Busy(
             "this cluster member has no configuration yet (the cluster is "
             "still forming)"));
       }
