@@ -379,6 +379,29 @@ TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
   EXPECT_EQ(cluster->Get("after")->value, "zk");
 }
 
+TEST_F(ClusterTest, AServerThatJoinsAfterTheClusterFormedOwnsNothingYet) {
+  StartServers(2);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->Put("k", "v").ok());
+  // A third server of the same cluster, after its first configuration: it
+  // registers (the manager sees three members) but owns no shard until
+  // shards are moved to it, and says where each key is.
+  servers_.push_back(StartServer(MemberFlags(2)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  auto late = ConnectOrDie(servers_.back().address);
+  EXPECT_EQ(WaitForStatOf(late.get(), "cluster_epoch", 1, kBound), 1u);
+  EXPECT_EQ(WaitForStatOf(late.get(), "cluster_zk_registered", 1, kBound), 1u);
+  EXPECT_EQ(StatOf(late.get(), "cluster_shards_owned"), 0u);
+  EXPECT_EQ(StatOf(late.get(), "cluster_members"), 2u);
+  auto plain = ConnectHashOrDie(servers_.back().address);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->Put("k", "w").status().code(), StatusCode::kMoved);
+  ASSERT_TRUE(cluster->Refresh().ok());
+  EXPECT_EQ(cluster->info().nodes.size(), 2u);
+  EXPECT_EQ(cluster->Get("k")->value, "v");
+}
+
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   auto run = [](std::vector<std::string> argv) {
     argv.insert(argv.begin(), testing::ServerBinary());

@@ -596,8 +596,17 @@ SystemServer::~SystemServer() {
 }
 
 Result<double> SystemServer::CpuSeconds() const {
-  if (!process_) return Status::NotFound("external server");
-  return process_->CpuSeconds();
+  if (process_) return process_->CpuSeconds();
+  if (options_.server_pids.empty()) return Status::NotFound("external server");
+  // External servers whose processes the caller named (a cluster on this
+  // host): their CPU time summed.
+  double sum = 0;
+  for (int pid : options_.server_pids) {
+    auto s = ProcessCpuSeconds(pid);
+    if (!s.ok()) return s.status();
+    sum += *s;
+  }
+  return sum;
 }
 
 Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {

@@ -99,6 +99,9 @@ class SystemServer {
     std::string remem_binary;
     std::string remem_address;  // external remem-server: start none
     std::string remem_cluster;  // external cluster (seeds): start none
+    // Processes of external servers on this host, whose CPU time is the
+    // server CPU of the run (empty: not measured).
+    std::vector<int> server_pids;
     std::string secret;
     int cpu = 0;
     uint64_t memory_bytes = 1ull << 30;  // what the data set needs

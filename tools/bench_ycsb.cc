@@ -358,6 +358,7 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   so.remem_binary = o.remem_binary;
   so.remem_address = o.remem_address;
   so.remem_cluster = o.remem_cluster;
+  so.server_pids = o.server_pids;
   so.secret = o.secret;
   so.cpu = o.server_cpu;
   so.memory_bytes = MemoryFor(o.records + inserts, o.key_size, value_size);

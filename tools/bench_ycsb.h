@@ -53,8 +53,9 @@ struct YcsbOptions {
   // "remem-TRANSPORT"); a system that names one keeps it.
   std::optional<Transport> transport;
   std::string remem_binary;
-  std::string remem_address;  // external remem-server
-  std::string remem_cluster;  // external cluster: seeds host:port,...
+  std::string remem_address;     // external remem-server
+  std::string remem_cluster;     // external cluster: seeds host:port,...
+  std::vector<int> server_pids;  // external servers' processes (CPU time)
   std::string secret;
 };
 

@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
                   "an existing cluster's seed servers (host:port,...): remem "
                   "runs through the cluster client, each key routed to its "
                   "server");
+    a->add_option("--server-pids", yo.server_pids,
+                  "with --server or --cluster: the servers' process ids on "
+                  "this host, whose CPU time makes srv_us/op")
+        ->delimiter(',');
     a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
         ->capture_default_str();
     a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")
