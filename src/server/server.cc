@@ -107,6 +107,9 @@ struct Server::Impl : public ServiceContext {
   // that read the ownership are joined before the Impl is destroyed.
   std::unique_ptr<cluster::Ownership> ownership;
   std::unique_ptr<cluster::ClusterMember> member;
+  // The member as the server threads' Stats see it: published once it
+  // exists (the threads serve before the member has joined).
+  std::atomic<const cluster::ClusterMember*> member_view{nullptr};
   Status StartCluster();
 
   Status Init();
@@ -532,6 +535,7 @@ Status Server::Impl::StartCluster() {
   auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
   if (!m.ok()) return m.status().WithContext("joining the cluster");
   member = std::move(*m);
+  member_view.store(member.get(), std::memory_order_release);
   return Status::OK();
 }
 
@@ -631,15 +635,17 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("lease_ms", uint64_t(config.lease.count()));
   num("mem_requests_served", served);
   if (ownership) {
+    const cluster::ClusterMember* m =
+        member_view.load(std::memory_order_acquire);
     const cluster::Ownership::Installed* c = ownership->current();
     num("cluster_epoch", c ? c->config.epoch : 0);
     num("cluster_shards_owned", c ? c->owned : 0);
     num("cluster_members", c ? c->config.members.size() : 0);
-    num("cluster_manager", member && member->manager() ? 1 : 0);
-    num("cluster_zk_connected", member && member->connected() ? 1 : 0);
-    num("cluster_zk_registered", member && member->registered() ? 1 : 0);
-    num("cluster_zk_sessions", member ? member->sessions() : 0);
-    num("cluster_zk_members_seen", member ? member->members_seen() : 0);
+    num("cluster_manager", m && m->manager() ? 1 : 0);
+    num("cluster_zk_connected", m && m->connected() ? 1 : 0);
+    num("cluster_zk_registered", m && m->registered() ? 1 : 0);
+    num("cluster_zk_sessions", m ? m->sessions() : 0);
+    num("cluster_zk_members_seen", m ? m->members_seen() : 0);
   }
   StatsBuilder b;
   for (const auto& s : services) s->Stats(&b);
