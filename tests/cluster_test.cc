@@ -195,6 +195,13 @@ TEST_F(ClusterTest,
   }
   EXPECT_EQ(cluster->Get(keys[50])->value, vals[50]);
 
+  // Server-side operations go to the key's owner too.
+  for (int i = 0; i < 3; ++i) {
+    auto r = cluster->Execute(Op::AddFetch("counter", 5, /*create=*/true));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r->Int(), 5 * (i + 1));
+  }
+
   // The CLI, as a user would: routed put and get, and the shard map.
   auto put = RunCommand({testing::CliBinary(), "--cluster",
                          servers_[2].address + "," + servers_[0].address,
@@ -208,6 +215,18 @@ TEST_F(ClusterTest,
   ASSERT_EQ(nodes.exit_code, 0) << nodes.out;
   for (const auto& s : servers_) {
     EXPECT_NE(nodes.out.find(s.address), std::string::npos) << nodes.out;
+  }
+  auto incr =
+      RunCommand({testing::CliBinary(), "--cluster", servers_[1].address,
+                  "--transport", TransportFlag(), "incr", "counter", "2"});
+  ASSERT_EQ(incr.exit_code, 0) << incr.out;
+  EXPECT_EQ(incr.out, "17\n");
+  auto ping =
+      RunCommand({testing::CliBinary(), "--cluster", servers_[1].address,
+                  "--transport", TransportFlag(), "ping"});
+  ASSERT_EQ(ping.exit_code, 0) << ping.out;
+  for (const auto& s : servers_) {
+    EXPECT_NE(ping.out.find(s.address + " OK"), std::string::npos) << ping.out;
   }
 }
 

@@ -516,9 +516,41 @@ int main(int argc, char** argv) {
       if (json) std::printf("}\n");
       return code;
     }
+    if (incr->parsed()) {
+      auto r = cluster.Execute(Op::AddFetch(key, incr_by, /*create=*/true));
+      if (!r.ok()) return Fail(r.status());
+      auto v = r->Int();
+      if (!v.ok()) return Fail(v.status());
+      if (json) {
+        std::printf("{\"value\":%lld,\"version\":%llu}\n",
+                    static_cast<long long>(*v),
+                    static_cast<unsigned long long>(r->version));
+      } else {
+        std::printf("%lld\n", static_cast<long long>(*v));
+      }
+      return 0;
+    }
+    if (ping->parsed() || snapshot->parsed()) {
+      // Every server of the cluster, each on its own line.
+      int code = 0;
+      for (auto& [addr, st] : cluster.ForEachServer([&](Session* s) {
+             if (snapshot->parsed()) return s->TakeSnapshot();
+             auto p = s->Ping();
+             return p.status();
+           })) {
+        if (!st.ok()) {
+          std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
+                       st.ToString().c_str());
+          code = ExitCodeFor(st);
+        } else {
+          std::printf("%s OK\n", addr.c_str());
+        }
+      }
+      return code;
+    }
     return Fail(Status::Unsupported(
-        "this command does not take --cluster yet (ping, snapshot, incr and "
-        "vec talk to one server: use --server)"));
+        "vec does not take --cluster yet (use --server with the key's "
+        "owner: remem --cluster SEEDS cluster shards)"));
   }
   if (cluster_cmd->parsed()) {
     return Fail(Status::InvalidArgument(

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "remem/hash.h"
+#include "remem/ops.h"
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
@@ -114,6 +115,10 @@ class Cluster {
       const std::vector<std::string_view>& keys);
   std::vector<Result<uint64_t>> MultiPut(
       const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
+  // A server-side operation (remem/ops.h: fetch-add, compare-and-swap,
+  // vector update, ...) on the server that owns op.key, as
+  // OpsStore::Execute there.
+  Result<OpReply> Execute(const Op& op);
 
   // --- asynchronous (key and value copied; callbacks inside Poll/WaitAll).
   // A refused operation is retried after the next Poll has fetched the
@@ -133,6 +138,11 @@ class Cluster {
   // Each server's counters, by address (a server that cannot be reached
   // gives its error).
   std::vector<std::pair<std::string, Result<ServerStats>>> Stats();
+  // Runs fn with a session to each server of the configuration, in turn
+  // (e.g. Ping, TakeSnapshot): each server's outcome, by address (a server
+  // that cannot be reached gives the connection's error).
+  std::vector<std::pair<std::string, Status>> ForEachServer(
+      const std::function<Status(Session*)>& fn);
   // Routing counters: refusals (Moved) seen and configurations fetched.
   struct RouteStats {
     uint64_t moved = 0;

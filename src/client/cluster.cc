@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <thread>
+#include <type_traits>
 
 #include "client/rpc_client.h"
 #include "client/session_core.h"
@@ -59,6 +60,7 @@ struct Cluster::Impl {
   struct Server {
     std::unique_ptr<Session> session;
     std::unique_ptr<HashStore> store;
+    std::unique_ptr<OpsStore> ops;
   };
 
   ClusterOptions options;
@@ -76,7 +78,10 @@ struct Cluster::Impl {
   std::vector<std::function<void()>> later;
 
   ~Impl() {
-    for (auto& [addr, s] : servers) s.store.reset();
+    for (auto& [addr, s] : servers) {
+      s.ops.reset();
+      s.store.reset();
+    }
     servers.clear();
     loop.reset();
   }
@@ -110,6 +115,7 @@ struct Cluster::Impl {
     }
     if (it != servers.end()) {
       // The server went away: start over with a new session.
+      it->second.ops.reset();
       it->second.store.reset();
       it->second.session.reset();
     }
@@ -135,6 +141,20 @@ struct Cluster::Impl {
       server->store = std::move(*store);
     }
     return server->store.get();
+  }
+
+  Result<OpsStore*> OpsFor(const std::string& addr) {
+    auto s = Connected(addr);
+    if (!s.ok()) return s.status();
+    Server* server = *s;
+    if (!server->ops) {
+      OpsOptions oo;
+      oo.reduce_path = options.hash.read_path;
+      auto ops = OpsStore::Open(server->session.get(), oo);
+      if (!ops.ok()) return ops.status();
+      server->ops = std::move(*ops);
+    }
+    return server->ops.get();
   }
 
   Status FetchFrom(const std::string& addr) {
@@ -173,14 +193,20 @@ struct Cluster::Impl {
     return config.OwnerOf(key).address;
   }
 
-  // Runs fn on the owner's store, refreshing and retrying on Moved until
-  // the deadline.
-  template <typename Fn>
+  // Runs fn on the owner's store (a HashStore, or with Ops an OpsStore),
+  // refreshing and retrying on Moved until the deadline.
+  template <typename Store = HashStore, typename Fn>
   auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
     const auto deadline = Deadline();
     for (int attempt = 0;; ++attempt) {
       const std::string addr = OwnerOf(key);
-      auto store = StoreFor(addr);
+      auto store = [&]() -> Result<Store*> {
+        if constexpr (std::is_same_v<Store, OpsStore>) {
+          return OpsFor(addr);
+        } else {
+          return StoreFor(addr);
+        }
+      }();
       if (!store.ok()) {
         // Perhaps the shard moved off a server that left: ask once.
         if (attempt == 0 && Refresh().ok() && OwnerOf(key) != addr) continue;
@@ -395,6 +421,11 @@ Status Cluster::Delete(std::string_view key) {
   return impl_->Routed(key, [&](HashStore* s) { return s->Delete(key); });
 }
 
+Result<OpReply> Cluster::Execute(const Op& op) {
+  return impl_->Routed<OpsStore>(op.key,
+                                 [&](OpsStore* s) { return s->Execute(op); });
+}
+
 std::vector<Result<Cluster::Value>> Cluster::MultiGet(
     const std::vector<std::string_view>& keys) {
   std::vector<Result<Value>> out(keys.size(),
@@ -505,6 +536,16 @@ Status Cluster::WaitAll() {
   Status st = std::move(impl_->first_error);
   impl_->first_error = Status::OK();
   return st;
+}
+
+std::vector<std::pair<std::string, Status>> Cluster::ForEachServer(
+    const std::function<Status(Session*)>& fn) {
+  std::vector<std::pair<std::string, Status>> out;
+  for (const auto& m : impl_->config.members) {
+    auto s = impl_->Connected(m.address);
+    out.emplace_back(m.address, s.ok() ? fn((*s)->session.get()) : s.status());
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, Result<ServerStats>>> Cluster::Stats() {
