@@ -208,9 +208,17 @@ struct Cluster::Impl {
         }
       }();
       if (!store.ok()) {
+        // Opening the store is a request too: a member that has not
+        // installed the configuration yet refuses it.
+        const Status& st = store.status();
+        if (Retryable(st) && Clock::now() < deadline) {
+          Backoff(attempt + 1);
+          if (IsMoved(st)) (void)Refresh();
+          continue;
+        }
         // Perhaps the shard moved off a server that left: ask once.
         if (attempt == 0 && Refresh().ok() && OwnerOf(key) != addr) continue;
-        return store.status();
+        return st;
       }
       auto r = fn(*store);
       const Status& st = StatusOf(r);
@@ -255,7 +263,16 @@ struct Cluster::Impl {
   void IssueGet(std::string key, GetCallback done, Clock::time_point deadline) {
     auto store = StoreFor(OwnerOf(key));
     if (!store.ok()) {
-      later.push_back([this, st = store.status(), done = std::move(done)] {
+      const Status st = store.status();
+      if (Retryable(st) && Clock::now() < deadline) {
+        Refused(st);
+        later.push_back([this, key = std::move(key), done = std::move(done),
+                         deadline]() mutable {
+          IssueGet(std::move(key), std::move(done), deadline);
+        });
+        return;
+      }
+      later.push_back([this, st, done = std::move(done)] {
         Finish(st);
         if (done) done(st);
       });
@@ -281,7 +298,16 @@ struct Cluster::Impl {
                 Clock::time_point deadline) {
     auto store = StoreFor(OwnerOf(key));
     if (!store.ok()) {
-      later.push_back([this, st = store.status(), done = std::move(done)] {
+      const Status st = store.status();
+      if (Retryable(st) && Clock::now() < deadline) {
+        Refused(st);
+        later.push_back([this, key = std::move(key), value = std::move(value),
+                         done = std::move(done), deadline]() mutable {
+          IssuePut(std::move(key), std::move(value), std::move(done), deadline);
+        });
+        return;
+      }
+      later.push_back([this, st, done = std::move(done)] {
         Finish(st);
         if (done) done(st);
       });
@@ -309,7 +335,16 @@ struct Cluster::Impl {
   void IssueDelete(std::string key, Callback done, Clock::time_point deadline) {
     auto store = StoreFor(OwnerOf(key));
     if (!store.ok()) {
-      later.push_back([this, st = store.status(), done = std::move(done)] {
+      const Status st = store.status();
+      if (Retryable(st) && Clock::now() < deadline) {
+        Refused(st);
+        later.push_back([this, key = std::move(key), done = std::move(done),
+                         deadline]() mutable {
+          IssueDelete(std::move(key), std::move(done), deadline);
+        });
+        return;
+      }
+      later.push_back([this, st, done = std::move(done)] {
         Finish(st);
         if (done) done(st);
       });

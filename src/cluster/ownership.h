@@ -61,7 +61,8 @@ class Ownership {
   Status Owns(std::string_view key) const;
   // OK if a request sent with configuration `epoch` may run here: 0 (a
   // client outside the cluster, routed by key ownership alone) or the
-  // current epoch; else Moved with the current epoch.
+  // current epoch. An older epoch: Moved (the client must refresh); a newer
+  // one: Busy (this server is about to install it: try again).
   Status Admits(uint32_t epoch) const;
   const std::string& self() const { return self_; }
 

@@ -113,7 +113,8 @@ class Dispatcher {
 
   Service* service(proto::ServiceId id) const { return services_[id]; }
   // In a cluster: requests to services (not the core one) whose epoch is
-  // neither 0 nor the installed one are refused with Moved. Setup only.
+  // neither 0 nor the installed one are refused (Ownership::Admits: Moved
+  // if older, Busy if newer). Setup only.
   void set_cluster(const cluster::Ownership* ownership) {
     cluster_ = ownership;
   }
