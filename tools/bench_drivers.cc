@@ -123,7 +123,7 @@ class ClusterDriver : public KvDriver {
 
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet) {
-      r->values.assign(r->keys.size(), std::nullopt);
+      r->values.resize(r->keys.size());
       if (r->keys.size() > 1) {
         std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
         auto got = c_->MultiGet(keys);
@@ -131,8 +131,20 @@ class ClusterDriver : public KvDriver {
         Complete(r);
         return;
       }
-      c_->GetAsync(r->keys[0], [this, r](Result<HashStore::Value> v) {
-        Take(r, 0, v);
+      // Into storage kept with the request (the key stays in r->keys).
+      if (r->scratch == nullptr) r->scratch = std::make_unique<GetScratch>();
+      auto* g = static_cast<GetScratch*>(r->scratch.get());
+      c_->GetAsync(r->keys[0], &g->value, [this, r, g](Status st) {
+        if (st.ok()) {
+          if (r->values[0]) {
+            r->values[0]->assign(g->value.value);
+          } else {
+            r->values[0].emplace(g->value.value);
+          }
+        } else {
+          r->values[0].reset();
+          if (st.code() != StatusCode::kNotFound) r->status = st;
+        }
         Complete(r);
       });
       return;
@@ -154,8 +166,9 @@ class ClusterDriver : public KvDriver {
   static void Take(KvRequest* r, size_t i, const Result<HashStore::Value>& v) {
     if (v.ok()) {
       r->values[i].emplace(v->value);
-    } else if (v.status().code() != StatusCode::kNotFound) {
-      r->status = v.status();
+    } else {
+      r->values[i].reset();
+      if (v.status().code() != StatusCode::kNotFound) r->status = v.status();
     }
   }
   void Complete(KvRequest* r) {
@@ -163,6 +176,9 @@ class ClusterDriver : public KvDriver {
     done_.push_back(r);
   }
 
+  struct GetScratch : KvRequest::Scratch {
+    HashStore::Value value;
+  };
   std::unique_ptr<Cluster> c_;
   std::vector<KvRequest*> done_;
 };

@@ -127,6 +127,11 @@ class Cluster {
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
   void DeleteAsync(std::string_view key, Callback done);
+  // A get into storage the caller keeps, as HashStore::GetAsync(key, into,
+  // done): nothing allocated per get on shared memory. Here `key` is not
+  // copied: it, like *into, must stay valid and untouched until `done`
+  // runs (a refused get is sent again with it).
+  void GetAsync(std::string_view key, Value* into, Callback done);
   // Progresses every server's session; runs ready callbacks.
   size_t Poll();
   // Polls until every operation issued has completed; the first error

@@ -69,6 +69,9 @@ struct Cluster::Impl {
   Info info;
   // By address. Stores before sessions, sessions before the loop.
   std::map<std::string, Server> servers;
+  // Per member index, its entry in `servers` once looked up (entries never
+  // move): the per-operation route without a map lookup.
+  std::vector<Server*> member_servers;
   RouteStats stats;
   size_t in_flight = 0;
   Status first_error;
@@ -102,6 +105,7 @@ struct Cluster::Impl {
                             config.ShardsOf(int(i))});
     }
     info.shard_owner.assign(config.owner.begin(), config.owner.end());
+    member_servers.assign(config.members.size(), nullptr);
     for (auto& [addr, s] : servers) {
       if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);
     }
@@ -141,6 +145,20 @@ struct Cluster::Impl {
       server->store = std::move(*store);
     }
     return server->store.get();
+  }
+
+  // The store of `key`'s owner: through the per-member cache, else
+  // StoreFor (which connects and opens).
+  Result<HashStore*> StoreForKey(std::string_view key) {
+    const uint16_t m = config.owner[cluster::ShardOf(key, config.num_shards())];
+    Server* s = member_servers[m];
+    if (s != nullptr && s->store && s->session->connected()) {
+      return s->store.get();
+    }
+    const std::string& addr = config.members[m].address;
+    auto store = StoreFor(addr);
+    if (store.ok()) member_servers[m] = &servers.find(addr)->second;
+    return store;
   }
 
   Result<OpsStore*> OpsFor(const std::string& addr) {
@@ -204,7 +222,7 @@ struct Cluster::Impl {
         if constexpr (std::is_same_v<Store, OpsStore>) {
           return OpsFor(addr);
         } else {
-          return StoreFor(addr);
+          return StoreForKey(key);
         }
       }();
       if (!store.ok()) {
@@ -261,7 +279,7 @@ struct Cluster::Impl {
   }
 
   void IssueGet(std::string key, GetCallback done, Clock::time_point deadline) {
-    auto store = StoreFor(OwnerOf(key));
+    auto store = StoreForKey(key);
     if (!store.ok()) {
       const Status st = store.status();
       if (Retryable(st) && Clock::now() < deadline) {
@@ -294,9 +312,46 @@ struct Cluster::Impl {
     });
   }
 
+  // GetAsync into the caller's storage: `key` and `into` stay valid until
+  // the callback (the caller's promise), so nothing is copied.
+  void IssueGetInto(std::string_view key, Value* into, Callback done,
+                    Clock::time_point deadline) {
+    auto store = StoreForKey(key);
+    if (!store.ok()) {
+      const Status st = store.status();
+      if (Retryable(st) && Clock::now() < deadline) {
+        Refused(st);
+        later.push_back(
+            [this, key, into, done = std::move(done), deadline]() mutable {
+              IssueGetInto(key, into, std::move(done), deadline);
+            });
+        return;
+      }
+      later.push_back([this, st, done = std::move(done)] {
+        Finish(st);
+        if (done) done(st);
+      });
+      return;
+    }
+    (*store)->GetAsync(
+        key, into,
+        [this, key, into, done = std::move(done), deadline](Status st) mutable {
+          if (Retryable(st) && Clock::now() < deadline) {
+            Refused(st);
+            later.push_back(
+                [this, key, into, done = std::move(done), deadline]() mutable {
+                  IssueGetInto(key, into, std::move(done), deadline);
+                });
+            return;
+          }
+          Finish(st);
+          if (done) done(st);
+        });
+  }
+
   void IssuePut(std::string key, std::string value, VersionCallback done,
                 Clock::time_point deadline) {
-    auto store = StoreFor(OwnerOf(key));
+    auto store = StoreForKey(key);
     if (!store.ok()) {
       const Status st = store.status();
       if (Retryable(st) && Clock::now() < deadline) {
@@ -333,7 +388,7 @@ struct Cluster::Impl {
   }
 
   void IssueDelete(std::string key, Callback done, Clock::time_point deadline) {
-    auto store = StoreFor(OwnerOf(key));
+    auto store = StoreForKey(key);
     if (!store.ok()) {
       const Status st = store.status();
       if (Retryable(st) && Clock::now() < deadline) {
@@ -518,7 +573,7 @@ std::vector<Result<uint64_t>> Cluster::MultiPut(
     // message per server, all servers at once.
     size_t pending = 0;
     for (size_t i : todo) {
-      auto store = impl_->StoreFor(impl_->OwnerOf(pairs[i].first));
+      auto store = impl_->StoreForKey(pairs[i].first);
       if (!store.ok()) {
         out[i] = store.status();
         continue;
@@ -548,6 +603,11 @@ std::vector<Result<uint64_t>> Cluster::MultiPut(
 void Cluster::GetAsync(std::string_view key, GetCallback done) {
   ++impl_->in_flight;
   impl_->IssueGet(std::string(key), std::move(done), impl_->Deadline());
+}
+
+void Cluster::GetAsync(std::string_view key, Value* into, Callback done) {
+  ++impl_->in_flight;
+  impl_->IssueGetInto(key, into, std::move(done), impl_->Deadline());
 }
 
 void Cluster::PutAsync(std::string_view key, std::string_view value,
