@@ -636,6 +636,7 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
         co.session.transport = spec_.transport;
         co.session.read_path = spec_.read_path;
         co.session.secret = options_.secret;
+        co.wait_for_config = co.session.timeout;
         auto c = Cluster::Connect(co);
         if (!c.ok()) return c.status();
         return std::unique_ptr<KvDriver>(new ClusterDriver(std::move(*c)));

@@ -465,6 +465,8 @@ int main(int argc, char** argv) {
     ClusterOptions co;
     co.seeds = std::move(*seeds);
     co.session = opts;
+    // A cluster still forming answers within --timeout.
+    co.wait_for_config = opts.timeout;
     auto cl = Cluster::Connect(co);
     if (!cl.ok()) return Fail(cl.status());
     Cluster& cluster = **cl;
