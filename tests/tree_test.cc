@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -222,6 +224,45 @@ TEST_F(TreeTest, ConditionalWritesAndAsync) {
   EXPECT_EQ(c->in_flight(), 0u);
 }
 
+// The command-line client's tree commands, with their exit codes.
+TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
+  const std::string transport(TransportName(TestTransport()));
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {testing::CliBinary(), "--server",
+                                     server_.address, "--transport", transport};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunCommand(argv);
+  };
+  for (const char* k : {"user:1", "user:2", "user:3", "zz"}) {
+    auto put = cli({"tree", "put", k, std::string("v-") + k});
+    ASSERT_EQ(put.exit_code, 0) << put.out;
+    EXPECT_EQ(put.out.rfind("OK version ", 0), 0u) << put.out;
+  }
+  auto get = cli({"tree", "get", "user:2"});
+  EXPECT_EQ(get.exit_code, 0);
+  EXPECT_EQ(get.out, "v-user:2");
+  EXPECT_EQ(cli({"tree", "get", "nope"}).exit_code, 4);
+  EXPECT_EQ(cli({"tree", "put", "user:1", "x", "--if-absent"}).exit_code, 5);
+  auto scan = cli({"tree", "scan", "user:", "user;"});
+  EXPECT_EQ(scan.exit_code, 0);
+  EXPECT_EQ(scan.out, "user:1\tv-user:1\nuser:2\tv-user:2\nuser:3\tv-user:3\n");
+  auto desc =
+      cli({"tree", "scan", "--prefix", "user:", "--desc", "--limit", "2"});
+  EXPECT_EQ(desc.out, "user:3\tv-user:3\nuser:2\tv-user:2\n");
+  auto json = cli({"--json", "tree", "scan", "--limit", "1", "--all"});
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find("\"count\":4,\"more\":false"), std::string::npos)
+      << json.out;
+  EXPECT_NE(json.out.find("{\"key\":\"zz\",\"version\":"), std::string::npos)
+      << json.out;
+  EXPECT_EQ(cli({"tree", "scan", "b", "a"}).exit_code, 2) << "reversed";
+  EXPECT_EQ(cli({"tree", "scan", "--limit", "0"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "put", std::string(65, 'k'), "v"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 0);
+  EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 4);
+  EXPECT_EQ(cli({"tree", "get", "user:2"}).exit_code, 4);
+}
+
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
@@ -384,6 +425,66 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   EXPECT_GT(total[0], 10u);
   EXPECT_GT(total[7], 0u) << "nothing was read one-sided";
   EXPECT_GE(height, 2u);
+}
+
+// With --data-dir the tree is durable (snapshot and log): a server killed
+// (-9) and restarted
+// on the same address holds every acknowledged write, and a scan paged
+// before the restart resumes after it from its resume key, on a new
+// session (the old one reports the server gone, never old data).
+TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto server = StartServer({"--data-dir", dir, "--fsync", "always"}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  uint64_t last_version = 0;
+  std::string resume;
+  {
+    auto c = Connect(server.address, ReadPath::kAuto);
+    ASSERT_TRUE(c);
+    for (uint64_t i = 0; i < 600; ++i) {
+      auto v = c->Put(Key(i), "v" + std::to_string(i));
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      last_version = *v;
+    }
+    // A snapshot (the leaf walk) in the middle: the restart recovers from
+    // it and the log after it.
+    ASSERT_TRUE(c.session->TakeSnapshot().ok());
+    for (uint64_t i = 0; i < 600; i += 3) ASSERT_TRUE(c->Delete(Key(i)).ok());
+    auto page = c->Scan("", "", 100);
+    ASSERT_TRUE(page.ok());
+    ASSERT_TRUE(page->more);
+    resume = page->resume;
+    ASSERT_TRUE(server.Restart().ok());
+    // The old session: its server is gone.
+    auto stale = c->Scan(resume, "", 100);
+    EXPECT_FALSE(stale.ok());
+  }
+  auto c = Connect(server.address, ReadPath::kOneSided);
+  ASSERT_TRUE(c);
+  std::vector<std::string> keys;
+  for (const auto& it :
+       ScanAll(c.store.get(), "", resume, 1000, TreeStore::Order::kAscending)) {
+    keys.push_back(it.key);
+  }
+  EXPECT_EQ(keys.size(), 100u);
+  for (const auto& it :
+       ScanAll(c.store.get(), resume, "", 37, TreeStore::Order::kAscending)) {
+    keys.push_back(it.key);
+  }
+  std::vector<std::string> want;
+  for (uint64_t i = 0; i < 600; ++i) {
+    if (i % 3 != 0) want.push_back(Key(i));
+  }
+  EXPECT_EQ(keys, want);
+  auto got = c->Get(Key(5));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "v5");
+  auto v = c->Put("after", "restart");
+  ASSERT_TRUE(v.ok());
+  EXPECT_GT(*v, last_version) << "versions keep growing across a restart";
+  fs::remove_all(dir);
 }
 
 // The race workload of testing/race.h (hot keys written by the server,

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "tree/codec.h"
 
@@ -42,6 +43,12 @@ Status TreeService::Init(server::ServiceContext* ctx) {
         std::chrono::microseconds(options_.fault_pause_mid_write_us);
     tree_->SetMidWriteHook([pause] { std::this_thread::sleep_for(pause); });
   }
+  durable_ = std::make_unique<DurableTree>(tree_.get());
+  if (durability::Durability* d = ctx->durability(); d != nullptr) {
+    auto store = d->OpenPartition(name(), 0, durable_.get());
+    if (!store.ok()) return store.status();
+    store_ = *store;
+  }
   TreeInfo info;
   info.region = region_->id();
   info.max_key = kMaxKey;
@@ -57,6 +64,17 @@ void TreeService::UpdateCounters_st() {
   nodes_.Set(tree_->num_nodes());
   height_.Set(tree_->height());
   splits_.Set(tree_->splits());
+}
+
+void TreeService::AfterDurable_st(server::Responder responder, Status status,
+                                  std::string payload) {
+  if (store_ == nullptr || !status.ok()) {
+    return responder.Reply(std::move(status), std::move(payload));
+  }
+  store_->AfterDurable([responder = std::move(responder),
+                        payload = std::move(payload)](Status st) mutable {
+    responder.Reply(std::move(st), std::move(payload));
+  });
 }
 
 void TreeService::Stats(server::StatsBuilder* out) const {
@@ -123,17 +141,33 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
     case TreeMethod::kPut: {
       auto put = DecodeTreePut(call.payload);
       if (!put.ok()) return call.responder.Reply(put.status());
+      // The log cannot be written: refuse before changing anything.
+      if (store_ != nullptr) {
+        if (Status w = store_->Writable(); !w.ok()) {
+          return call.responder.Reply(w);
+        }
+      }
       auto v = t.Put(put->key, put->value, put->mode, put->expected_version);
       UpdateCounters_st();
       if (!v.ok()) return call.responder.Reply(v.status());
-      return call.responder.Reply(Status::OK(), EncodeTreePutReply(*v));
+      if (store_ != nullptr) store_->LogPut(put->key, put->value, *v);
+      return AfterDurable_st(std::move(call.responder), Status::OK(),
+                             EncodeTreePutReply(*v));
     }
     case TreeMethod::kDelete: {
       auto key = DecodeTreeKey(call.payload);
       if (!key.ok()) return call.responder.Reply(key.status());
+      if (store_ != nullptr) {
+        if (Status w = store_->Writable(); !w.ok()) {
+          return call.responder.Reply(w);
+        }
+      }
       Status st = t.Delete(*key);
       UpdateCounters_st();
-      return call.responder.Reply(st);
+      if (st.ok() && store_ != nullptr) {
+        store_->LogDelete(*key, t.last_version());
+      }
+      return AfterDurable_st(std::move(call.responder), std::move(st), {});
     }
     case TreeMethod::kScan: {
       auto scan = DecodeTreeScan(call.payload);

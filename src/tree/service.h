@@ -13,6 +13,11 @@
 // Methods (tree/wire.h): Info, Get, Put (upsert, if-absent, if-version),
 // Delete, Scan (a page of at most max_scan items, with a resume key).
 //
+// With persistence the tree is partition 0's durable state of service
+// "tree" (DurableTree): writes are logged (the RESULT: key, value, new
+// version) and answered once their records are written; recovery rebuilds
+// the tree from the snapshot and the log before the threads start.
+//
 // Thread contract: as server::Service (service.h).
 
 #ifndef REMEM_TREE_SERVICE_H_
@@ -22,7 +27,9 @@
 #include <memory>
 #include <string>
 
+#include "durability/store.h"
 #include "server/service.h"
+#include "tree/durable.h"
 #include "tree/tree.h"
 #include "tree/wire.h"
 
@@ -57,11 +64,17 @@ class TreeService final : public server::Service {
 
  private:
   void UpdateCounters_st();
+  // Replies once the records so far are durable (at once without
+  // persistence).
+  void AfterDurable_st(server::Responder responder, Status status,
+                       std::string payload);
 
   TreeServiceOptions options_;
   fabric::LocalRegion* region_ = nullptr;
   std::unique_ptr<BLinkTree> tree_;
-  std::string info_;  // encoded once
+  std::unique_ptr<DurableTree> durable_;
+  durability::PartitionStore* store_ = nullptr;  // null without persistence
+  std::string info_;                             // encoded once
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_;
 };

@@ -114,6 +114,33 @@ Status BLinkTree::Scan(std::string_view start, std::string_view end,
 
 Result<uint64_t> BLinkTree::Put(std::string_view key, std::string_view value,
                                 PutMode mode, uint64_t expected) {
+  return Write(key, value, mode, expected, 0);
+}
+
+Status BLinkTree::Restore(std::string_view key, std::string_view value,
+                          uint64_t version) {
+  return Write(key, value, PutMode::kUpsert, 0, version).status();
+}
+
+Status BLinkTree::RestoreDelete(std::string_view key, uint64_t version) {
+  std::vector<uint32_t> path;
+  if (key.empty() || key.size() > kMaxKey) {
+    return Status::InvalidArgument("bad key in a tree record");
+  }
+  const uint32_t leaf = Descend(key, &path);
+  NodeView v;
+  View(leaf, &v);
+  const size_t i = v.LowerBound(key);
+  if (i < v.count() && v.key(i) == key && v.entry_version(i) < version) {
+    REMEM_RETURN_IF_ERROR(Delete(key));
+  }
+  RaiseVersion(version);
+  return Status::OK();
+}
+
+Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
+                                  PutMode mode, uint64_t expected,
+                                  uint64_t restore) {
   if (key.empty() || key.size() > kMaxKey) {
     return Status::InvalidArgument("tree keys are 1.." +
                                    std::to_string(kMaxKey) + " bytes");
@@ -138,8 +165,11 @@ Result<uint64_t> BLinkTree::Put(std::string_view key, std::string_view value,
                               std::to_string(v.entry_version(i)));
     }
   }
+  if (restore != 0 && exists && v.entry_version(i) >= restore) {
+    return v.entry_version(i);  // recovery: the stored pair is as new
+  }
   NodeContent c = Decode(v);
-  const uint64_t version = version_ + 1;
+  const uint64_t version = restore != 0 ? restore : version_ + 1;
   if (exists) {
     c.entries[i].value.assign(value);
     c.entries[i].version = version;
@@ -159,7 +189,7 @@ Result<uint64_t> BLinkTree::Put(std::string_view key, std::string_view value,
     }
     REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path)));
   }
-  version_ = version;
+  RaiseVersion(version);
   if (!exists) ++size_;
   return version;
 }

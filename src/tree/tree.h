@@ -52,8 +52,18 @@ class BLinkTree {
   // has no room for a split.
   Result<uint64_t> Put(std::string_view key, std::string_view value,
                        PutMode mode = PutMode::kUpsert, uint64_t expected = 0);
-  // NotFound if absent.
+  // NotFound if absent. A delete consumes a version (last_version()).
   Status Delete(std::string_view key);
+
+  // Recovery (durability): store `key` = `value` at exactly `version`
+  // unless the stored pair is as new; remove `key` if its stored version is
+  // older than `version`; make later versions exceed `version`.
+  Status Restore(std::string_view key, std::string_view value,
+                 uint64_t version);
+  Status RestoreDelete(std::string_view key, uint64_t version);
+  void RaiseVersion(uint64_t version) {
+    if (version > version_) version_ = version;
+  }
   // Owner-thread reads (the RPC path).
   Status Get(std::string_view key, std::string* value, uint64_t* version);
   Status Scan(std::string_view start, std::string_view end, uint32_t limit,
@@ -91,6 +101,9 @@ class BLinkTree {
   uint32_t Descend(std::string_view key, std::vector<uint32_t>* path) const;
   void Publish(uint32_t index, const NodeContent& c);
   void PublishRoot();
+  // Put with the version to store given (0: the next one).
+  Result<uint64_t> Write(std::string_view key, std::string_view value,
+                         PutMode mode, uint64_t expected, uint64_t restore);
   // Splits `c` (node `index`, too big) and inserts upward along `path`.
   Status SplitAndPublish(uint32_t index, NodeContent c,
                          std::vector<uint32_t> path);
