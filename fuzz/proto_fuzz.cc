@@ -286,7 +286,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (auto p = tree::DecodeTreePut(in); p.ok()) {
       // Reserved bytes are not checked: compare the decoded fields.
-      auto again = tree::DecodeTreePut(tree::EncodeTreePut(*p));
+      const std::string bytes = tree::EncodeTreePut(*p);
+      auto again = tree::DecodeTreePut(bytes);
       if (!again.ok() || again->key != p->key || again->value != p->value ||
           again->mode != p->mode ||
           again->expected_version != p->expected_version) {
@@ -294,7 +295,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     if (auto sc = tree::DecodeTreeScan(in); sc.ok()) {
-      auto again = tree::DecodeTreeScan(tree::EncodeTreeScan(*sc));
+      const std::string bytes = tree::EncodeTreeScan(*sc);
+      auto again = tree::DecodeTreeScan(bytes);
       if (!again.ok() || again->start != sc->start || again->end != sc->end ||
           again->limit != sc->limit || again->descending != sc->descending) {
         std::abort();

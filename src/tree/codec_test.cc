@@ -17,18 +17,22 @@ TEST(TreeCodec, RoundTrips) {
   EXPECT_EQ(info->region, 5u);
   EXPECT_EQ(info->max_scan, 100u);
 
-  auto key = DecodeTreeKey(EncodeTreeKey("abc"));
+  // Decoded views point into the payload: keep each payload alive.
+  const std::string key_msg = EncodeTreeKey("abc");
+  auto key = DecodeTreeKey(key_msg);
   ASSERT_TRUE(key.ok());
   EXPECT_EQ(*key, "abc");
 
-  auto put = DecodeTreePut(EncodePutFor("k", "vv", PutMode::kIfVersion, 9));
+  const std::string put_msg = EncodePutFor("k", "vv", PutMode::kIfVersion, 9);
+  auto put = DecodeTreePut(put_msg);
   ASSERT_TRUE(put.ok());
   EXPECT_EQ(put->key, "k");
   EXPECT_EQ(put->value, "vv");
   EXPECT_EQ(put->mode, PutMode::kIfVersion);
   EXPECT_EQ(put->expected_version, 9u);
 
-  auto scan = DecodeTreeScan(EncodeTreeScan({"a", "m", 7, true}));
+  const std::string scan_msg = EncodeTreeScan({"a", "m", 7, true});
+  auto scan = DecodeTreeScan(scan_msg);
   ASSERT_TRUE(scan.ok());
   EXPECT_EQ(scan->start, "a");
   EXPECT_EQ(scan->end, "m");

@@ -36,19 +36,22 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
 
 }  // namespace
 
-void NodeCache::Put(uint32_t index, const uint8_t* image) {
+void NodeCache::Put(uint32_t index, const NodeView& view) {
   if (nodes_.size() >= max_ && nodes_.count(index) == 0) {
     evictions += nodes_.size();
     nodes_.clear();
   }
   auto& slot = nodes_[index];
-  if (!slot) slot = std::make_unique<uint8_t[]>(kNodeBytes);
-  std::memcpy(slot.get(), image, kNodeBytes);
+  if (!slot) slot = std::make_unique<Entry>();
+  std::memcpy(slot->image, view.image(), kNodeBytes);
+  // It verified as `view`: only the structure is parsed again.
+  if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok()) {
+    nodes_.erase(index);
+  }
 }
 
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
                 uint8_t* scratch, NodeView* leaf, SearchStats* stats) {
-  NodeView& v = *leaf;
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     if (restart > 0) ++stats->restarts;
     uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
@@ -62,19 +65,18 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
     int expected_level = -1;
     bool again = false;
     for (int step = 0; step < kMaxSteps && !again; ++step) {
-      const uint8_t* img = cache != nullptr ? cache->Get(cur) : nullptr;
-      const bool cached = img != nullptr;
+      // A cached copy (parsed), else a fresh one parsed into *leaf.
+      const NodeView* vp = cache != nullptr ? cache->Get(cur) : nullptr;
+      const bool cached = vp != nullptr;
       if (cached) {
         ++cache->hits;
-        if (!v.Parse(img, cur, /*checksum=*/false).ok()) {
-          cache->Evict(cur);
-          continue;
-        }
       } else {
         if (cache != nullptr) ++cache->misses;
-        REMEM_RETURN_IF_ERROR(src->Fetch(cur, scratch, &v));
+        REMEM_RETURN_IF_ERROR(src->Fetch(cur, scratch, leaf));
         ++stats->nodes_read;
+        vp = leaf;
       }
+      const NodeView& v = *vp;
       if (expected_level >= 0 && v.level() != expected_level) {
         again = true;  // not the node a parent named: start again
         break;
@@ -106,13 +108,17 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         again = true;
         break;
       }
-      if (v.leaf()) return Status::OK();
+      if (v.leaf()) {
+        if (!cached) return Status::OK();
+        cache->Evict(cur);  // only internal nodes are cached
+        continue;
+      }
       const size_t i = ChildIndex(v, t);
       if (i >= v.count()) {
         again = true;
         break;
       }
-      if (!cached && cache != nullptr) cache->Put(cur, v.image());
+      if (!cached && cache != nullptr) cache->Put(cur, v);
       parent = cur;
       expected_level = v.level() - 1;
       cur = v.child(i);

@@ -50,16 +50,18 @@ class NodeSource {
   virtual Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) = 0;
 };
 
-// A client's copies of internal nodes (and the root's index). Bounded:
-// cleared when full.
+// A client's copies of internal nodes, kept parsed (a hit costs no parse),
+// and the root's index. Bounded: cleared when full.
 class NodeCache {
  public:
   explicit NodeCache(size_t max_nodes = 16384) : max_(max_nodes) {}
-  const uint8_t* Get(uint32_t index) const {
+  // The cached node `index`, or null.
+  const NodeView* Get(uint32_t index) const {
     auto it = nodes_.find(index);
-    return it == nodes_.end() ? nullptr : it->second.get();
+    return it == nodes_.end() ? nullptr : &it->second->view;
   }
-  void Put(uint32_t index, const uint8_t* image);
+  // Copies a verified node (`view`'s image) in.
+  void Put(uint32_t index, const NodeView& view);
   void Evict(uint32_t index) { nodes_.erase(index); }
   void Clear() {
     nodes_.clear();
@@ -72,9 +74,13 @@ class NodeCache {
   uint64_t hits = 0, misses = 0, evictions = 0;
 
  private:
+  struct Entry {
+    uint8_t image[kNodeBytes];
+    NodeView view;  // over `image`
+  };
   size_t max_;
   uint32_t root_ = kNoNode;
-  std::unordered_map<uint32_t, std::unique_ptr<uint8_t[]>> nodes_;
+  std::unordered_map<uint32_t, std::unique_ptr<Entry>> nodes_;
 };
 
 // A search target: the leaf holding `key` (kAt: low <= key < high), or the
