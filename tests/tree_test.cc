@@ -159,6 +159,25 @@ TEST_F(TreeTest, OperationsAgreeOnBothReadPaths) {
     EXPECT_EQ(prefix->items.size(), want);
     EXPECT_FALSE(prefix->more);
   }
+  // Batched gets: one result per key, each with its own status.
+  for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+    std::vector<std::string> keys;
+    for (uint64_t i = 0; i < 300; ++i) keys.push_back(Key(i * 7 % 1600));
+    keys.push_back("");
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    auto results = c->MultiGet(views);
+    ASSERT_EQ(results.size(), keys.size());
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      auto it = model.find(keys[i]);
+      if (it == model.end()) {
+        EXPECT_EQ(results[i].status().code(), StatusCode::kNotFound);
+      } else {
+        ASSERT_TRUE(results[i].ok()) << results[i].status().ToString();
+        EXPECT_EQ(results[i]->value, it->second);
+      }
+    }
+    EXPECT_EQ(results.back().status().code(), StatusCode::kInvalidArgument);
+  }
   const auto& os = onesided->read_stats();
   EXPECT_GT(os.onesided_gets, 0u);
   EXPECT_GT(os.onesided_scans, 0u);

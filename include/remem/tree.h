@@ -117,6 +117,14 @@ class TreeStore {
   void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
                  Order order, ScanCallback done);
 
+  // --- batched: one result per key, in order, each with its own status.
+  // On the one-sided path the lookups run one after another in the call
+  // (each a few node copies, upper levels from the cache); on the RPC path
+  // every get is in flight at once (pipelined on the session), and the
+  // call returns when all have answered.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+
   struct ReadStats {
     uint64_t onesided_gets = 0;   // gets answered by one-sided reads
     uint64_t rpc_gets = 0;        // gets answered by the server

@@ -335,6 +335,78 @@ Status TreeStore::Delete(std::string_view key) {
       .status();
 }
 
+std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
+  if (impl_->get_selector->Choose() == client::Path::kOneSided) {
+    std::vector<size_t> ask;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
+        out[i] = st;
+        continue;
+      }
+      Value v;
+      bool gave_up = false;
+      Status st = impl_->GetOneSided(keys[i], &v, &gave_up);
+      if (gave_up) {
+        ++impl_->stats.fallbacks;
+        ask.push_back(i);
+        continue;
+      }
+      ++impl_->stats.onesided_gets;
+      out[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
+    }
+    for (size_t i : ask) {
+      ++impl_->stats.rpc_gets;
+      auto r =
+          impl_->core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
+                                tree::EncodeTreeKey(keys[i]));
+      if (!r.ok()) {
+        out[i] = r.status();
+        continue;
+      }
+      auto v = tree::DecodeTreeGetReply(*r);
+      out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
+                      : Result<Value>(v.status());
+    }
+    return out;
+  }
+  size_t left = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    ++left;
+    ++impl_->stats.rpc_gets;
+    impl_->core->Call(
+        tree::kTreeService, M(tree::TreeMethod::kGet),
+        tree::EncodeTreeKey(keys[i]),
+        [&out, &left, i](Status st, std::string payload) {
+          --left;
+          if (!st.ok()) {
+            out[i] = st;
+            return;
+          }
+          auto v = tree::DecodeTreeGetReply(payload);
+          out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
+                          : Result<Value>(v.status());
+        });
+  }
+  if (left > 0) {
+    Status st = impl_->core->ProgressUntil(
+        [&left] { return left == 0; },
+        Clock::now() + impl_->core->options().timeout);
+    if (!st.ok() && left > 0) {
+      // The calls cannot outlive `out`: fail the session's calls.
+      impl_->core->Fail(st);
+      (void)impl_->core->ProgressUntil([&left] { return left == 0; },
+                                       Clock::now() + std::chrono::seconds(1));
+    }
+  }
+  return out;
+}
+
 // --- asynchronous
 
 void TreeStore::GetAsync(std::string_view key, GetCallback done) {
