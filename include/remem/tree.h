@@ -109,7 +109,9 @@ class TreeStore {
   // --- asynchronous: arguments are copied; the callback runs inside a
   // later Session::Poll()/WaitAll(). Requests to the server are in flight
   // together; a one-sided read is done in the call and its callback
-  // deferred to the next Poll.
+  // deferred to the next Poll. With kAuto, only synchronous Get and Scan
+  // feed the selector's measurements (asynchronous calls follow its
+  // choice without timing it).
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
