@@ -125,8 +125,9 @@ TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
         << "region " << id;
     ++refused;
   }
-  // The root and one hash partition per server thread.
-  EXPECT_EQ(refused, 3u);
+  // The root, one hash partition per server thread, and the ordered
+  // store's region.
+  EXPECT_EQ(refused, 4u);
   auto keep = c->Get("keep");
   ASSERT_TRUE(keep.ok());
   EXPECT_EQ(keep->value, "me");

@@ -8,6 +8,7 @@
 #include "bench_curve.h"
 #include "bench_durability.h"
 #include "bench_fabric.h"
+#include "bench_tree.h"
 #include "bench_ycsb.h"
 #include "remem/version.h"
 #include "util/log.h"
@@ -47,6 +48,21 @@ int main(int argc, char** argv) {
   hash->add_option("--value-size", value_size, "bytes per value")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{16} << 20));
+  uint64_t tree_records = 100000;
+  size_t tree_key_size = 16, tree_value_size = 32;
+  auto* tree = app.add_subcommand(
+      "tree",
+      "the ordered store: load --records pairs, then random point gets and "
+      "scans of 10 and 100 from one thread on each read path (onesided, rpc, "
+      "auto), and the hash store's one-sided get on the same keys");
+  tree->add_option("--records", tree_records, "pairs to load")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  tree->add_option("--key-size", tree_key_size, "bytes per key (16..64)")
+      ->capture_default_str();
+  tree->add_option("--value-size", tree_value_size,
+                   "bytes per value (at most 256)")
+      ->capture_default_str();
   bench::AtomicsOptions ao;
   bool no_redis = false, no_vectors = false;
   auto* atomics = app.add_subcommand(
@@ -379,6 +395,9 @@ int main(int argc, char** argv) {
   }
   if (hash->parsed()) return bench::RunHash(fo, records, key_size, value_size);
   if (fabric->parsed()) return bench::RunFabric(fo);
+  if (tree->parsed()) {
+    return bench::RunTree(fo, tree_records, tree_key_size, tree_value_size);
+  }
   if (atomics->parsed()) {
     ao.redis = !no_redis;
     ao.vectors = !no_vectors;

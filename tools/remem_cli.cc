@@ -16,6 +16,7 @@
 #include "remem/hash.h"
 #include "remem/ops.h"
 #include "remem/session.h"
+#include "remem/tree.h"
 #include "remem/version.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -438,6 +439,41 @@ int main(int argc, char** argv) {
   cluster_cmd->add_option("what", cluster_what, "info | nodes | shards")
       ->capture_default_str();
 
+  // The ordered store (remem/tree.h).
+  auto* treecmd = app.add_subcommand(
+      "tree", "the ordered store: point operations and range scans");
+  treecmd->require_subcommand(1);
+  auto* tput = treecmd->add_subcommand(
+      "put", "set KEY to VALUE ('-' reads the value from standard input)");
+  tput->add_option("key", key, "key")->required();
+  tput->add_option("value", value, "value, or - for standard input")
+      ->required();
+  tput->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
+  tput->add_option("--if-version", if_version,
+                   "only replace this version; exit 5 if it changed");
+  auto* tget = treecmd->add_subcommand(
+      "get", "print KEY's value (raw bytes; exit 4 if absent)");
+  tget->add_option("key", key, "key")->required();
+  auto* tdel = treecmd->add_subcommand("del", "delete KEY (exit 4 if absent)");
+  tdel->add_option("key", key, "key")->required();
+  std::string scan_start, scan_end, scan_prefix;
+  uint32_t scan_limit = 100;
+  bool scan_desc = false, scan_all = false;
+  auto* tscan = treecmd->add_subcommand(
+      "scan",
+      "print the pairs with START <= key < END in key order, one "
+      "'key<TAB>value' per line (--json: binary-safe, with the resume key)");
+  tscan->add_option("start", scan_start, "first key (default: the lowest)");
+  tscan->add_option("end", scan_end, "end, exclusive (default: no bound)");
+  tscan->add_option("--prefix", scan_prefix,
+                    "only keys that begin with this (instead of a range)");
+  tscan->add_option("--limit", scan_limit, "pairs per page")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000u));
+  tscan->add_flag("--desc", scan_desc, "highest key first");
+  tscan->add_flag("--all", scan_all,
+                  "every page, not only the first (ignores the resume key)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -686,6 +722,99 @@ int main(int argc, char** argv) {
                   ElementsText(*r, true).c_str());
     } else {
       std::printf("%s\n", ElementsText(*r, false).c_str());
+    }
+    return 0;
+  }
+
+  if (treecmd->parsed()) {
+    auto ts = TreeStore::Open(&c);
+    if (!ts.ok()) return Fail(ts.status());
+    TreeStore& tree = **ts;
+    if (tget->parsed()) {
+      auto r = tree.Get(key);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
+                    JsonString(key).c_str(),
+                    static_cast<unsigned long long>(r->version),
+                    JsonString(r->value).c_str());
+      } else {
+        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+      }
+      return 0;
+    }
+    if (tput->parsed()) {
+      if (value == "-") {
+        value.assign(std::istreambuf_iterator<char>(std::cin),
+                     std::istreambuf_iterator<char>());
+      }
+      Result<uint64_t> r =
+          if_absent ? tree.PutIfAbsent(key, value)
+          : if_version >= 0
+              ? tree.CompareAndPut(key, value, uint64_t(if_version))
+              : tree.Put(key, value);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"version\":%llu}\n",
+                    static_cast<unsigned long long>(*r));
+      } else {
+        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
+      }
+      return 0;
+    }
+    if (tdel->parsed()) {
+      Status st = tree.Delete(key);
+      if (!st.ok()) return Fail(st);
+      std::printf("OK\n");
+      return 0;
+    }
+    const auto order = scan_desc ? TreeStore::Order::kDescending
+                                 : TreeStore::Order::kAscending;
+    std::string start = scan_start, end = scan_end;
+    if (!scan_prefix.empty()) {
+      if (!scan_start.empty() || !scan_end.empty()) {
+        return Fail(Status::InvalidArgument(
+            "give either --prefix or a range, not both"));
+      }
+      // The range of keys with the prefix (as TreeStore::ScanPrefix).
+      start = scan_prefix;
+      std::string e = scan_prefix;
+      while (!e.empty() && uint8_t(e.back()) == 0xff) e.pop_back();
+      if (!e.empty()) e.back() = char(uint8_t(e.back()) + 1);
+      end = e;
+    }
+    if (json) std::printf("{\"items\":[");
+    size_t n = 0;
+    bool more = false;
+    std::string resume;
+    for (;;) {
+      auto page = tree.Scan(start, end, scan_limit, order);
+      if (!page.ok()) {
+        if (json) std::printf("]}\n");
+        return Fail(page.status());
+      }
+      for (const TreeStore::Item& it : page->items) {
+        if (json) {
+          std::printf("%s{\"key\":%s,\"version\":%llu,\"value\":%s}",
+                      n ? "," : "", JsonString(it.key).c_str(),
+                      static_cast<unsigned long long>(it.version),
+                      JsonString(it.value).c_str());
+        } else {
+          std::fwrite(it.key.data(), 1, it.key.size(), stdout);
+          std::printf("\t");
+          std::fwrite(it.value.data(), 1, it.value.size(), stdout);
+          std::printf("\n");
+        }
+        ++n;
+      }
+      more = page->more;
+      resume = page->resume;
+      if (!scan_all || !more) break;
+      (scan_desc ? end : start) = page->resume;
+    }
+    if (json) {
+      std::printf("],\"count\":%zu,\"more\":%s,\"resume\":%s}\n", n,
+                  more ? "true" : "false", JsonString(resume).c_str());
     }
     return 0;
   }

@@ -1,12 +1,14 @@
 #include "registry/registry.h"
 
 #include "hash/service.h"
+#include "tree/service.h"
 
 namespace remem::server {
 
 std::vector<std::unique_ptr<Service>> DefaultServices() {
   std::vector<std::unique_ptr<Service>> s;
   s.push_back(std::make_unique<hash::HashService>());  // the hash store
+  s.push_back(std::make_unique<tree::TreeService>());  // the ordered store
   return s;
 }
 

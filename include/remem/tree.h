@@ -1,0 +1,161 @@
+// Copyright remem authors.
+//
+// remem::TreeStore: the ordered store of a remem-server (a B-link tree),
+// used through a Session (remem/session.h): point operations, and range
+// scans in key order (ascending or descending, by range or prefix),
+// returned in pages with a resume key.
+//
+// Reads take one of two paths, as the read path decides
+// (SessionOptions::read_path, or TreeOptions): the client searches the
+// tree itself with one-sided reads of the server's memory (verifying every
+// node it copies, so a torn node is never used; upper levels come from a
+// cache whose stale copies are detected by their fence keys), or the server
+// searches (one RPC). kAuto chooses per operation from measured latencies
+// (Cell's selector), with point gets and scans measured apart. Writes go
+// through the server. A result read one-sided is returned only while the
+// server's lease vouches for it (remem/session.h, "Liveness").
+//
+// Scans: a page holds keys in [start, end) (an empty end: no bound), at
+// most `limit` of them (1 .. max_scan()). `more` set means the limit ended
+// the page: the next page is Scan(page.resume, end) ascending, or
+// Scan(start, page.resume) descending (it may be empty). A scan returns
+// every key present for its whole duration, in order, and never one that
+// was never present; each page is a consistent read of each leaf it
+// crossed, not a snapshot of the whole range.
+//
+// Limits (this slice): keys are 1 .. max_key() bytes (64) and values
+// 0 .. max_value() bytes (256); beyond that InvalidArgument. A full tree
+// answers OutOfMemory and keeps every existing key. Versions are unique per
+// server and increase with every write.
+//
+// Thread contract: as the Session: one thread. A TreeStore must be
+// destroyed before its Session; its destructor waits for its own
+// operations in flight.
+
+#ifndef REMEM_TREE_H_
+#define REMEM_TREE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/status.h"
+
+namespace remem {
+
+struct TreeOptions {
+  // The read path of point gets and of scans; unset: the session's
+  // (SessionOptions::read_path).
+  std::optional<ReadPath> read_path;
+  std::optional<ReadPath> scan_path;
+};
+
+class TreeStore {
+ public:
+  struct Value {
+    std::string value;
+    uint64_t version = 0;
+  };
+  struct Item {
+    std::string key;
+    std::string value;
+    uint64_t version = 0;
+  };
+  struct Page {
+    std::vector<Item> items;
+    bool more = false;   // the limit ended the page
+    std::string resume;  // where the next page starts (see above)
+  };
+  enum class Order { kAscending, kDescending };
+  using GetCallback = std::function<void(Result<Value>)>;
+  using VersionCallback = std::function<void(Result<uint64_t>)>;
+  using Callback = std::function<void(Status)>;
+  using ScanCallback = std::function<void(Result<Page>)>;
+
+  // Attaches to `session`'s server (one call: the tree's region and
+  // limits). Unsupported if the server has no ordered store.
+  static Result<std::unique_ptr<TreeStore>> Open(
+      Session* session, const TreeOptions& options = {});
+  ~TreeStore();
+  TreeStore(const TreeStore&) = delete;
+  TreeStore& operator=(const TreeStore&) = delete;
+
+  // --- synchronous
+  // NotFound if absent.
+  Result<Value> Get(std::string_view key);
+  // Insert or replace; the new version.
+  Result<uint64_t> Put(std::string_view key, std::string_view value);
+  // AlreadyExists if present.
+  Result<uint64_t> PutIfAbsent(std::string_view key, std::string_view value);
+  // Replace only at version `expected`: Conflict if not, NotFound if absent.
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected);
+  // NotFound if absent.
+  Status Delete(std::string_view key);
+  // Keys in [start, end), end empty: unbounded. InvalidArgument for a limit
+  // of 0 or over max_scan(), or start > end; start == end is an empty page.
+  Result<Page> Scan(std::string_view start, std::string_view end,
+                    uint32_t limit, Order order = Order::kAscending);
+  // Keys that begin with `prefix` (a page, as Scan).
+  Result<Page> ScanPrefix(std::string_view prefix, uint32_t limit,
+                          Order order = Order::kAscending);
+
+  // --- asynchronous: arguments are copied; the callback runs inside a
+  // later Session::Poll()/WaitAll(). Requests to the server are in flight
+  // together; a one-sided read is done in the call and its callback
+  // deferred to the next Poll. With kAuto, only synchronous Get and Scan
+  // feed the selector's measurements (asynchronous calls follow its
+  // choice without timing it).
+  void GetAsync(std::string_view key, GetCallback done);
+  void PutAsync(std::string_view key, std::string_view value,
+                VersionCallback done);
+  void DeleteAsync(std::string_view key, Callback done);
+  void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
+                 Order order, ScanCallback done);
+
+  // --- batched: one result per key, in order, each with its own status.
+  // On the one-sided path the lookups run one after another in the call
+  // (each a few node copies, upper levels from the cache); on the RPC path
+  // every get is in flight at once (pipelined on the session), and the
+  // call returns when all have answered.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+
+  struct ReadStats {
+    uint64_t onesided_gets = 0;   // gets answered by one-sided reads
+    uint64_t rpc_gets = 0;        // gets answered by the server
+    uint64_t onesided_scans = 0;  // scan pages read one-sided
+    uint64_t rpc_scans = 0;       // scan pages the server made
+    uint64_t reads = 0;           // one-sided node reads issued
+    uint64_t retries = 0;         // node copies that failed to verify
+    uint64_t fallbacks = 0;       // one-sided operations that asked instead
+    uint64_t unvouched = 0;       // one-sided results the lease did not cover
+    uint64_t cache_hits = 0;      // upper-level nodes taken from the cache
+    uint64_t moves_right = 0;     // siblings followed (splits seen late)
+  };
+  const ReadStats& read_stats() const;
+
+  uint32_t max_key() const;
+  uint32_t max_value() const;
+  uint32_t max_scan() const;
+  // The read paths in force.
+  ReadPath read_path() const;
+  ReadPath scan_path() const;
+  // Operations of this store issued and not yet completed.
+  size_t in_flight() const;
+
+ private:
+  struct Impl;
+  explicit TreeStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace remem
+
+#endif  // REMEM_TREE_H_

@@ -1,0 +1,202 @@
+#include "tree/codec.h"
+
+#include "proto/buffer.h"
+#include "tree/layout.h"
+
+namespace remem::tree {
+
+using proto::Append;
+using proto::Bad;
+using proto::Reader;
+
+std::string EncodeTreeInfo(const TreeInfo& info) {
+  TreeInfoReply r{};
+  r.magic = proto::kWireMagic;
+  r.version = proto::kWireVersion;
+  r.layout_version = kTreeLayoutVersion;
+  r.region = info.region;
+  r.node_bytes = kNodeBytes;
+  r.max_key = info.max_key;
+  r.max_value = info.max_value;
+  r.max_scan = info.max_scan;
+  std::string out;
+  Append(&out, r);
+  return out;
+}
+
+Result<TreeInfo> DecodeTreeInfo(std::string_view payload) {
+  Reader rd(payload);
+  TreeInfoReply r;
+  if (!rd.Read(&r)) return Bad("tree info truncated");
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree info");
+  if (r.magic != proto::kWireMagic || r.version != proto::kWireVersion) {
+    return Bad("bad magic or version in tree info");
+  }
+  if (r.layout_version != kTreeLayoutVersion || r.node_bytes != kNodeBytes) {
+    return Bad("tree info: a node layout this client does not read");
+  }
+  if (r.max_key == 0 || r.max_key > kMaxKey || r.max_value > kMaxValue ||
+      r.max_scan == 0 || r.max_scan > kMaxScanLimit) {
+    return Bad("tree info: limits out of range");
+  }
+  return TreeInfo{r.region, r.max_key, r.max_value, r.max_scan};
+}
+
+std::string EncodeTreeKey(std::string_view key) {
+  TreeKeyRequest r{};
+  r.key_len = uint32_t(key.size());
+  std::string out;
+  Append(&out, r);
+  out += key;
+  return out;
+}
+
+Result<std::string_view> DecodeTreeKey(std::string_view payload) {
+  Reader rd(payload);
+  TreeKeyRequest r;
+  if (!rd.Read(&r)) return Bad("tree key request truncated");
+  if (r.reserved != 0) return Bad("tree key request: reserved bytes set");
+  if (rd.remaining() != r.key_len) return Bad("tree key length mismatch");
+  return payload.substr(sizeof(r));
+}
+
+std::string EncodeTreePut(const TreePut& put) {
+  TreePutRequest r{};
+  r.key_len = uint32_t(put.key.size());
+  r.value_len = uint32_t(put.value.size());
+  r.mode = uint8_t(put.mode);
+  r.expected_version = put.expected_version;
+  std::string out;
+  out.reserve(sizeof(r) + put.key.size() + put.value.size());
+  Append(&out, r);
+  out += put.key;
+  out += put.value;
+  return out;
+}
+
+Result<TreePut> DecodeTreePut(std::string_view payload) {
+  Reader rd(payload);
+  TreePutRequest r;
+  if (!rd.Read(&r)) return Bad("tree put request truncated");
+  if (r.mode > uint8_t(PutMode::kIfVersion))
+    return Bad("tree put: unknown mode");
+  if (uint64_t{r.key_len} + r.value_len != rd.remaining()) {
+    return Bad("tree put: lengths do not match the payload");
+  }
+  TreePut put;
+  put.key = payload.substr(sizeof(r), r.key_len);
+  put.value = payload.substr(sizeof(r) + r.key_len, r.value_len);
+  put.mode = PutMode(r.mode);
+  put.expected_version = r.expected_version;
+  return put;
+}
+
+std::string EncodeTreeGetReply(uint64_t version, std::string_view value) {
+  TreeGetReply r{};
+  r.version = version;
+  r.value_len = uint32_t(value.size());
+  std::string out;
+  Append(&out, r);
+  out += value;
+  return out;
+}
+
+Result<std::pair<uint64_t, std::string>> DecodeTreeGetReply(
+    std::string_view payload) {
+  Reader rd(payload);
+  TreeGetReply r;
+  if (!rd.Read(&r)) return Bad("tree get reply truncated");
+  if (rd.remaining() != r.value_len) return Bad("tree get reply length");
+  return std::make_pair(r.version, std::string(payload.substr(sizeof(r))));
+}
+
+std::string EncodeTreePutReply(uint64_t version) {
+  TreePutReply r{version};
+  std::string out;
+  Append(&out, r);
+  return out;
+}
+
+Result<uint64_t> DecodeTreePutReply(std::string_view payload) {
+  Reader rd(payload);
+  TreePutReply r;
+  if (!rd.Read(&r) || rd.remaining() != 0) return Bad("tree put reply length");
+  return r.version;
+}
+
+std::string EncodeTreeScan(const TreeScan& scan) {
+  TreeScanRequest r{};
+  r.start_len = uint32_t(scan.start.size());
+  r.end_len = uint32_t(scan.end.size());
+  r.limit = scan.limit;
+  r.flags = scan.descending ? kScanDescending : 0;
+  std::string out;
+  Append(&out, r);
+  out += scan.start;
+  out += scan.end;
+  return out;
+}
+
+Result<TreeScan> DecodeTreeScan(std::string_view payload) {
+  Reader rd(payload);
+  TreeScanRequest r;
+  if (!rd.Read(&r)) return Bad("tree scan request truncated");
+  if ((r.flags & ~kScanDescending) != 0) return Bad("tree scan: unknown flags");
+  if (uint64_t{r.start_len} + r.end_len != rd.remaining()) {
+    return Bad("tree scan: lengths do not match the payload");
+  }
+  TreeScan s;
+  s.start = payload.substr(sizeof(r), r.start_len);
+  s.end = payload.substr(sizeof(r) + r.start_len, r.end_len);
+  s.limit = r.limit;
+  s.descending = (r.flags & kScanDescending) != 0;
+  return s;
+}
+
+std::string EncodeTreeScanReply(const ScanPage& page) {
+  TreeScanReply r{};
+  r.count = uint32_t(page.items.size());
+  r.resume_len = uint32_t(page.resume.size());
+  r.flags = page.more ? kScanMore : 0;
+  std::string out;
+  Append(&out, r);
+  out += page.resume;
+  for (const ScanItem& it : page.items) {
+    TreeScanItem h{};
+    h.key_len = uint16_t(it.key.size());
+    h.value_len = uint16_t(it.value.size());
+    h.version = it.version;
+    Append(&out, h);
+    out += it.key;
+    out += it.value;
+  }
+  return out;
+}
+
+Result<ScanPage> DecodeTreeScanReply(std::string_view payload) {
+  Reader rd(payload);
+  TreeScanReply r;
+  if (!rd.Read(&r)) return Bad("tree scan reply truncated");
+  if ((r.flags & ~kScanMore) != 0) return Bad("tree scan reply: unknown flags");
+  if (r.count > kMaxScanLimit) return Bad("tree scan reply: too many items");
+  if (r.resume_len > kMaxKey + 1) return Bad("tree scan reply: resume key");
+  ScanPage page;
+  page.more = (r.flags & kScanMore) != 0;
+  if (!rd.ReadBytes(r.resume_len, &page.resume)) {
+    return Bad("tree scan reply: resume key truncated");
+  }
+  page.items.resize(r.count);
+  for (ScanItem& it : page.items) {
+    TreeScanItem h;
+    if (!rd.Read(&h)) return Bad("tree scan item truncated");
+    if (!rd.ReadBytes(h.key_len, &it.key) ||
+        !rd.ReadBytes(h.value_len, &it.value)) {
+      return Bad("tree scan item truncated");
+    }
+    it.version = h.version;
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree scan reply");
+  return page;
+}
+
+}  // namespace remem::tree

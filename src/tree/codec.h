@@ -1,0 +1,78 @@
+// Encoders and validating decoders for the ordered store's payloads
+// (tree/wire.h), on the helpers of proto/buffer.h. Every decoder takes
+// untrusted bytes and returns ProtocolError with a reason instead of
+// reading past the end; fuzz/proto_fuzz.cc drives them.
+//
+// Thread contract: pure functions.
+
+#ifndef REMEM_TREE_CODEC_H_
+#define REMEM_TREE_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remem/status.h"
+#include "tree/search.h"
+#include "tree/wire.h"
+
+namespace remem::tree {
+
+// The most items one scan page holds.
+inline constexpr uint32_t kMaxScanLimit = 10000;
+
+struct TreeInfo {
+  uint32_t region = 0;
+  uint32_t max_key = 0;
+  uint32_t max_value = 0;
+  uint32_t max_scan = 0;
+};
+std::string EncodeTreeInfo(const TreeInfo& info);
+// Also checks the layout: node size and layout version must be this
+// build's.
+Result<TreeInfo> DecodeTreeInfo(std::string_view payload);
+
+std::string EncodeTreeKey(std::string_view key);
+Result<std::string_view> DecodeTreeKey(std::string_view payload);
+
+struct TreePut {
+  std::string_view key;
+  std::string_view value;
+  PutMode mode = PutMode::kUpsert;
+  uint64_t expected_version = 0;
+};
+std::string EncodeTreePut(const TreePut& put);
+inline std::string EncodePutFor(std::string_view key, std::string_view value,
+                                PutMode mode, uint64_t expected) {
+  TreePut p;
+  p.key = key;
+  p.value = value;
+  p.mode = mode;
+  p.expected_version = expected;
+  return EncodeTreePut(p);
+}
+Result<TreePut> DecodeTreePut(std::string_view payload);
+
+std::string EncodeTreeGetReply(uint64_t version, std::string_view value);
+Result<std::pair<uint64_t, std::string>> DecodeTreeGetReply(
+    std::string_view payload);
+std::string EncodeTreePutReply(uint64_t version);
+Result<uint64_t> DecodeTreePutReply(std::string_view payload);
+
+struct TreeScan {
+  std::string_view start;
+  std::string_view end;  // empty: unbounded
+  uint32_t limit = 0;
+  bool descending = false;
+};
+std::string EncodeTreeScan(const TreeScan& scan);
+// Checks the framing only (lengths, flags); the range and limit are the
+// service's to judge.
+Result<TreeScan> DecodeTreeScan(std::string_view payload);
+std::string EncodeTreeScanReply(const ScanPage& page);
+Result<ScanPage> DecodeTreeScanReply(std::string_view payload);
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_CODEC_H_

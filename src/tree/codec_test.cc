@@ -1,0 +1,126 @@
+// The ordered store's codec (src/tree/codec.cc): round trips, and every
+// malformed payload refused with ProtocolError.
+
+#include "tree/codec.h"
+
+#include <gtest/gtest.h>
+
+#include "proto/buffer.h"
+#include "tree/layout.h"
+
+namespace remem::tree {
+namespace {
+
+TEST(TreeCodec, RoundTrips) {
+  auto info = DecodeTreeInfo(EncodeTreeInfo({5, kMaxKey, kMaxValue, 100}));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->region, 5u);
+  EXPECT_EQ(info->max_scan, 100u);
+
+  // Decoded views point into the payload: keep each payload alive.
+  const std::string key_msg = EncodeTreeKey("abc");
+  auto key = DecodeTreeKey(key_msg);
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(*key, "abc");
+
+  const std::string put_msg = EncodePutFor("k", "vv", PutMode::kIfVersion, 9);
+  auto put = DecodeTreePut(put_msg);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ(put->key, "k");
+  EXPECT_EQ(put->value, "vv");
+  EXPECT_EQ(put->mode, PutMode::kIfVersion);
+  EXPECT_EQ(put->expected_version, 9u);
+
+  const std::string scan_msg = EncodeTreeScan({"a", "m", 7, true});
+  auto scan = DecodeTreeScan(scan_msg);
+  ASSERT_TRUE(scan.ok());
+  EXPECT_EQ(scan->start, "a");
+  EXPECT_EQ(scan->end, "m");
+  EXPECT_EQ(scan->limit, 7u);
+  EXPECT_TRUE(scan->descending);
+
+  ScanPage page;
+  page.items.push_back({"k1", "v1", 3});
+  page.items.push_back({"k2", "", 4});
+  page.more = true;
+  page.resume = std::string("k2\0", 3);
+  auto back = DecodeTreeScanReply(EncodeTreeScanReply(page));
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->items.size(), 2u);
+  EXPECT_EQ(back->items[1].key, "k2");
+  EXPECT_EQ(back->items[0].version, 3u);
+  EXPECT_TRUE(back->more);
+  EXPECT_EQ(back->resume, page.resume);
+
+  auto get = DecodeTreeGetReply(EncodeTreeGetReply(8, "val"));
+  ASSERT_TRUE(get.ok());
+  EXPECT_EQ(get->first, 8u);
+  EXPECT_EQ(get->second, "val");
+  auto v = DecodeTreePutReply(EncodeTreePutReply(12));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 12u);
+}
+
+TEST(TreeCodec, RefusesMalformedPayloads) {
+  auto bad = [](const Status& st) {
+    return st.code() == StatusCode::kProtocolError;
+  };
+  // Every truncation of every message.
+  const std::string msgs[] = {EncodeTreeInfo({1, 8, 8, 8}),
+                              EncodeTreeKey("key"),
+                              EncodePutFor("k", "v", PutMode::kUpsert, 0),
+                              EncodeTreeScan({"a", "b", 1, false}),
+                              EncodeTreeGetReply(1, "v"),
+                              EncodeTreePutReply(1)};
+  for (size_t m = 0; m < std::size(msgs); ++m) {
+    for (size_t n = 0; n < msgs[m].size(); ++n) {
+      const std::string_view cut(msgs[m].data(), n);
+      bool refused = false;
+      switch (m) {
+        case 0:
+          refused = bad(DecodeTreeInfo(cut).status());
+          break;
+        case 1:
+          refused = bad(DecodeTreeKey(cut).status());
+          break;
+        case 2:
+          refused = bad(DecodeTreePut(cut).status());
+          break;
+        case 3:
+          refused = bad(DecodeTreeScan(cut).status());
+          break;
+        case 4:
+          refused = bad(DecodeTreeGetReply(cut).status());
+          break;
+        case 5:
+          refused = bad(DecodeTreePutReply(cut).status());
+          break;
+      }
+      EXPECT_TRUE(refused) << "message " << m << " cut at " << n;
+    }
+  }
+  // Lengths that disagree with the payload, unknown modes and flags.
+  std::string put = EncodePutFor("k", "v", PutMode::kUpsert, 0);
+  put += "x";
+  EXPECT_TRUE(bad(DecodeTreePut(put).status()));
+  put = EncodePutFor("k", "v", PutMode::kUpsert, 0);
+  put[8] = 7;  // mode
+  EXPECT_TRUE(bad(DecodeTreePut(put).status()));
+  std::string scan = EncodeTreeScan({"a", "b", 1, false});
+  scan[12] = 2;  // flags
+  EXPECT_TRUE(bad(DecodeTreeScan(scan).status()));
+  std::string info = EncodeTreeInfo({1, 8, 8, 8});
+  info[12] = 1;  // node size
+  EXPECT_TRUE(bad(DecodeTreeInfo(info).status()));
+  ScanPage page;
+  page.items.push_back({"k", "v", 1});
+  std::string reply = EncodeTreeScanReply(page);
+  reply[0] = 2;  // count
+  EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
+  reply = EncodeTreeScanReply(page);
+  reply += "z";
+  EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
+}
+
+}  // namespace
+}  // namespace remem::tree

@@ -1,0 +1,104 @@
+// tree::NodeView and tree::NodeContent: reading and building the nodes of
+// the ordered store (tree/layout.h).
+//
+// NodeView parses a node image (a copy of kNodeBytes, or the server's own
+// memory) and refuses anything that does not verify: checksum, even
+// version, magic, its own index, and a structure that lies within the node
+// (so a reader may hand it any bytes, even a torn copy). NodeContent is a
+// node decoded into owned strings, which the server edits and encodes back
+// (EncodeNode) to publish.
+//
+// Thread contract: a NodeView reads the bytes it was given, which must not
+// change while it is used (a reader's private copy, or the server's memory
+// on the owner thread); NodeContent is plain data.
+
+#ifndef REMEM_TREE_NODE_H_
+#define REMEM_TREE_NODE_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remem/status.h"
+#include "tree/layout.h"
+
+namespace remem::tree {
+
+// A verified node. Accessors are valid only after Parse returned OK.
+class NodeView {
+ public:
+  // Verifies `image` (kNodeBytes) as node `index` (kNoNode: any index).
+  // Corruption (with what failed) if it does not verify. `checksum`
+  // false skips the checksum (an image that verified before and has not
+  // changed since: a cached copy).
+  Status Parse(const uint8_t* image, uint32_t index, bool checksum = true);
+  const uint8_t* image() const { return image_; }
+
+  const NodeHeader& header() const { return h_; }
+  uint8_t level() const { return h_.level; }
+  bool leaf() const { return h_.level == 0; }
+  uint32_t right() const { return h_.right; }
+  uint64_t version() const { return h_.version; }
+  size_t count() const { return h_.count; }
+  std::string_view low() const { return low_; }
+  bool has_high() const { return (h_.flags & kHasHigh) != 0; }
+  std::string_view high() const { return high_; }
+
+  std::string_view key(size_t i) const { return keys_[i]; }
+  // Leaf entries.
+  std::string_view value(size_t i) const;
+  uint64_t entry_version(size_t i) const;
+  // Internal entries.
+  uint32_t child(size_t i) const;
+
+  // The first entry whose key is >= key (count() if none).
+  size_t LowerBound(std::string_view key) const;
+  // Fences: is `key` below the low fence / at or beyond the high fence?
+  bool Below(std::string_view key) const { return key < low_; }
+  bool AtOrBeyondHigh(std::string_view key) const {
+    return has_high() && key >= high_;
+  }
+
+ private:
+  const uint8_t* image_ = nullptr;
+  NodeHeader h_{};
+  std::string_view low_, high_;
+  std::array<std::string_view, kMaxEntries> keys_;
+  std::array<uint16_t, kMaxEntries> offsets_;  // of each entry's head
+};
+
+struct NodeEntry {
+  std::string key;
+  std::string value;     // leaf
+  uint64_t version = 0;  // leaf
+  uint32_t child = 0;    // internal
+};
+
+struct NodeContent {
+  uint32_t self = kNoNode;
+  uint32_t right = kNoNode;
+  uint8_t level = 0;
+  std::string low;
+  bool has_high = false;
+  std::string high;
+  std::vector<NodeEntry> entries;  // in key order
+
+  // Bytes after the header this content needs.
+  size_t Bytes() const;
+  bool Fits() const { return Bytes() <= kNodeArea; }
+  size_t EntryBytes(size_t i) const;
+};
+
+NodeContent Decode(const NodeView& v);
+// Writes the node image (kNodeBytes) with `version` (even) and its
+// checksum. The content must fit (Fits()).
+void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image);
+
+// Verifies a root copy: checksum, even version, magic, layout version.
+Status ParseRoot(const TreeRoot& r);
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_NODE_H_

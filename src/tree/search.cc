@@ -1,0 +1,228 @@
+#include "tree/search.h"
+
+#include <cstring>
+
+namespace remem::tree {
+
+namespace {
+
+constexpr int kMaxSteps = 4096;
+constexpr int kMaxRestarts = 8;
+
+// Is the target below the node's range (the wrong node: a stale parent)?
+bool TargetBelow(const NodeView& v, const Target& t) {
+  if (t.mode == Target::kAt) return t.key < v.low();
+  return !t.unbounded && t.key <= v.low();
+}
+// Is the target beyond the node's range (move right)?
+bool TargetBeyond(const NodeView& v, const Target& t) {
+  if (!v.has_high()) return false;
+  if (t.mode == Target::kAt) return t.key >= v.high();
+  return t.unbounded || t.key > v.high();
+}
+// The entry of an internal node whose child holds the target; count() if
+// none (a malformed node).
+size_t ChildIndex(const NodeView& v, const Target& t) {
+  if (v.count() == 0) return 0;
+  if (t.mode == Target::kBelow) {
+    if (t.unbounded) return v.count() - 1;
+    const size_t i = v.LowerBound(t.key);  // first key >= target
+    return i == 0 ? v.count() : i - 1;
+  }
+  const size_t i = v.LowerBound(t.key);
+  if (i < v.count() && v.key(i) == t.key) return i;
+  return i == 0 ? v.count() : i - 1;
+}
+
+}  // namespace
+
+void NodeCache::Put(uint32_t index, const NodeView& view) {
+  if (nodes_.size() >= max_ && nodes_.count(index) == 0) {
+    evictions += nodes_.size();
+    nodes_.clear();
+  }
+  auto& slot = nodes_[index];
+  if (!slot) slot = std::make_unique<Entry>();
+  std::memcpy(slot->image, view.image(), kNodeBytes);
+  // It verified as `view`: only the structure is parsed again.
+  if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok()) {
+    nodes_.erase(index);
+  }
+}
+
+Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
+                uint8_t* scratch, NodeView* leaf, SearchStats* stats) {
+  for (int restart = 0; restart < kMaxRestarts; ++restart) {
+    if (restart > 0) ++stats->restarts;
+    uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
+    if (cur == kNoNode) {
+      auto root = src->Root();
+      if (!root.ok()) return root.status();
+      cur = *root;
+      if (cache != nullptr) cache->set_root(cur);
+    }
+    uint32_t parent = kNoNode;
+    int expected_level = -1;
+    bool again = false;
+    for (int step = 0; step < kMaxSteps && !again; ++step) {
+      // A cached copy (parsed), else a fresh one parsed into *leaf.
+      const NodeView* vp = cache != nullptr ? cache->Get(cur) : nullptr;
+      const bool cached = vp != nullptr;
+      if (cached) {
+        ++cache->hits;
+      } else {
+        if (cache != nullptr) ++cache->misses;
+        REMEM_RETURN_IF_ERROR(src->Fetch(cur, scratch, leaf));
+        ++stats->nodes_read;
+        vp = leaf;
+      }
+      const NodeView& v = *vp;
+      if (expected_level >= 0 && v.level() != expected_level) {
+        again = true;  // not the node a parent named: start again
+        break;
+      }
+      if (TargetBeyond(v, t)) {
+        if (cached) {  // the copy may be stale: read it fresh
+          cache->Evict(cur);
+          continue;
+        }
+        if (v.right() == kNoNode) {
+          again = true;
+          break;
+        }
+        if (cache != nullptr) {
+          // The parent's copy did not show this split (or the root grew).
+          if (parent != kNoNode) cache->Evict(parent);
+          if (cache->root() == cur) cache->set_root(kNoNode);
+        }
+        ++stats->moves_right;
+        cur = v.right();
+        expected_level = v.level();
+        continue;
+      }
+      if (TargetBelow(v, t)) {
+        if (cached) {
+          cache->Evict(cur);
+          continue;
+        }
+        again = true;
+        break;
+      }
+      if (v.leaf()) {
+        if (!cached) return Status::OK();
+        cache->Evict(cur);  // only internal nodes are cached
+        continue;
+      }
+      const size_t i = ChildIndex(v, t);
+      if (i >= v.count()) {
+        again = true;
+        break;
+      }
+      if (!cached && cache != nullptr) cache->Put(cur, v);
+      parent = cur;
+      expected_level = v.level() - 1;
+      cur = v.child(i);
+    }
+    // Start again from a fresh root, without the cache's copies.
+    if (cache != nullptr) cache->Clear();
+  }
+  return Status::Busy("tree search did not settle");
+}
+
+Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
+              std::string* value, uint64_t* version, SearchStats* stats) {
+  uint8_t scratch[kNodeBytes];
+  NodeView leaf;
+  Target t;
+  t.key = key;
+  REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+  const size_t i = leaf.LowerBound(key);
+  if (i >= leaf.count() || leaf.key(i) != key) {
+    return Status::NotFound("key not found");
+  }
+  value->assign(leaf.value(i));
+  *version = leaf.entry_version(i);
+  return Status::OK();
+}
+
+Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
+                 std::string_view end, uint32_t limit, bool descending,
+                 ScanPage* page, SearchStats* stats) {
+  page->items.clear();
+  page->more = false;
+  page->resume.clear();
+  if (limit == 0) return Status::InvalidArgument("scan limit must be >= 1");
+  if (!end.empty() && start > end) {
+    return Status::InvalidArgument("scan range is reversed (start > end)");
+  }
+  if (!end.empty() && start == end) return Status::OK();
+  uint8_t scratch[kNodeBytes];
+  NodeView leaf;
+  auto add = [&](size_t i) {
+    page->items.push_back({std::string(leaf.key(i)), std::string(leaf.value(i)),
+                           leaf.entry_version(i)});
+    return page->items.size() == limit;
+  };
+  if (!descending) {
+    std::string cursor(start);
+    Target t;
+    t.key = cursor;
+    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+    for (;;) {
+      for (size_t i = leaf.LowerBound(cursor); i < leaf.count(); ++i) {
+        if (!end.empty() && leaf.key(i) >= end) return Status::OK();
+        if (add(i)) {
+          page->more = true;
+          page->resume = page->items.back().key;
+          page->resume.push_back('\0');
+          return Status::OK();
+        }
+      }
+      if (!leaf.has_high()) return Status::OK();
+      if (!end.empty() && leaf.high() >= end) return Status::OK();
+      cursor.assign(leaf.high());
+      const uint32_t next = leaf.right();
+      Status st = next == kNoNode ? Status::Corruption("no right sibling")
+                                  : src->Fetch(next, scratch, &leaf);
+      if (st.code() == StatusCode::kBusy) return st;
+      ++stats->nodes_read;
+      if (!st.ok() || leaf.leaf() == false || leaf.low() != cursor) {
+        // Not the leaf that follows: find it from the root.
+        t.key = cursor;
+        REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+      }
+    }
+  }
+  std::string cursor(end);
+  bool unbounded = end.empty();
+  for (;;) {
+    if (!unbounded && cursor <= start) return Status::OK();
+    Target t;
+    t.mode = Target::kBelow;
+    t.key = cursor;
+    t.unbounded = unbounded;
+    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+    size_t i = unbounded ? leaf.count() : leaf.LowerBound(cursor);
+    while (i > 0) {
+      --i;
+      if (leaf.key(i) < start) return Status::OK();
+      if (add(i)) {
+        page->more = true;
+        page->resume = page->items.back().key;
+        return Status::OK();
+      }
+    }
+    if (leaf.low().empty() || leaf.low() <= start) return Status::OK();
+    cursor.assign(leaf.low());
+    unbounded = false;
+  }
+}
+
+std::string PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty() && uint8_t(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = char(uint8_t(end.back()) + 1);
+  return end;
+}
+
+}  // namespace remem::tree

@@ -1,0 +1,137 @@
+// tree::Search: the B-link tree's searches and scans, written once over a
+// NodeSource, so the client (one-sided reads of verified copies, with a
+// cache of upper levels) and the server (its own memory, for the RPC path)
+// run the same code.
+//
+// A search descends from the root to the leaf that holds a key, moving
+// right along siblings whenever the key lies at or beyond a node's high
+// fence (a split the reader's copy of the parent did not show yet). Cached
+// internal nodes may be stale: a cached node whose fences do not hold the
+// key is evicted and read again; a cached parent that led to a child the
+// key lies beyond is evicted (the move right still finds the key). Leaves
+// are always read fresh. Nodes are never freed (layout.h), so an index
+// always names a node of the same level and low fence.
+//
+// Scans read leaf after leaf: ascending along right pointers (the next
+// leaf's low fence must be the previous one's high fence, else the leaf is
+// found again from the root), descending by searching again for the leaf
+// just below the last low fence. Each leaf copy is one consistent state of
+// that leaf (it verified), and the leaf owned its range at that moment, so a
+// scan returns every key present for the whole scan, in order, and nothing
+// that was never present.
+//
+// Thread contract: as the NodeSource and NodeCache given (one thread).
+
+#ifndef REMEM_TREE_SEARCH_H_
+#define REMEM_TREE_SEARCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "remem/status.h"
+#include "tree/layout.h"
+#include "tree/node.h"
+
+namespace remem::tree {
+
+// Where nodes come from.
+class NodeSource {
+ public:
+  virtual ~NodeSource() = default;
+  // The root node's index (read fresh).
+  virtual Result<uint32_t> Root() = 0;
+  // Node `index`, verified and parsed into *view: from a copy in `scratch`
+  // (kNodeBytes), or from memory that does not change while it is used.
+  // Busy if no copy verified within the source's retries.
+  virtual Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) = 0;
+};
+
+// A client's copies of internal nodes, kept parsed (a hit costs no parse),
+// and the root's index. Bounded: cleared when full.
+class NodeCache {
+ public:
+  explicit NodeCache(size_t max_nodes = 16384) : max_(max_nodes) {}
+  // The cached node `index`, or null.
+  const NodeView* Get(uint32_t index) const {
+    auto it = nodes_.find(index);
+    return it == nodes_.end() ? nullptr : &it->second->view;
+  }
+  // Copies a verified node (`view`'s image) in.
+  void Put(uint32_t index, const NodeView& view);
+  void Evict(uint32_t index) { nodes_.erase(index); }
+  void Clear() {
+    nodes_.clear();
+    root_ = kNoNode;
+  }
+  uint32_t root() const { return root_; }
+  void set_root(uint32_t r) { root_ = r; }
+  size_t size() const { return nodes_.size(); }
+
+  uint64_t hits = 0, misses = 0, evictions = 0;
+
+ private:
+  struct Entry {
+    uint8_t image[kNodeBytes];
+    NodeView view;  // over `image`
+  };
+  size_t max_;
+  uint32_t root_ = kNoNode;
+  std::unordered_map<uint32_t, std::unique_ptr<Entry>> nodes_;
+};
+
+// A search target: the leaf holding `key` (kAt: low <= key < high), or the
+// leaf holding the keys just below `key` (kBelow: low < key <= high; an
+// unbounded key is +infinity).
+struct Target {
+  enum Mode { kAt, kBelow };
+  Mode mode = kAt;
+  std::string_view key;
+  bool unbounded = false;  // kBelow only
+};
+
+struct SearchStats {
+  uint64_t nodes_read = 0;   // fetched from the source
+  uint64_t moves_right = 0;  // siblings followed
+  uint64_t restarts = 0;     // searches started again from the root
+};
+
+// Finds the leaf for `t`: on OK, *leaf is a parsed view (its bytes in
+// `scratch` or the source's memory). `cache` may be null.
+Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
+                uint8_t* scratch, NodeView* leaf, SearchStats* stats);
+
+struct ScanItem {
+  std::string key;
+  std::string value;
+  uint64_t version = 0;
+};
+struct ScanPage {
+  std::vector<ScanItem> items;
+  // True when the limit ended the page: continue from `resume` (ascending:
+  // as the new start; descending: as the new end). There may be nothing
+  // left.
+  bool more = false;
+  std::string resume;
+};
+
+// Keys in [start, end) (end empty: unbounded), at most `limit` (>= 1), in
+// ascending or descending order. start <= end (when end is set).
+Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
+                 std::string_view end, uint32_t limit, bool descending,
+                 ScanPage* page, SearchStats* stats);
+
+// A point lookup: NotFound, or the value and version.
+Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
+              std::string* value, uint64_t* version, SearchStats* stats);
+
+// The smallest key greater than every key with this prefix ("" when there
+// is none: unbounded).
+std::string PrefixEnd(std::string_view prefix);
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_SEARCH_H_

@@ -1,0 +1,196 @@
+#include "tree/service.h"
+
+#include <chrono>
+#include <thread>
+
+#include "durability/durability.h"
+#include "fabric/memory_region.h"
+#include "tree/codec.h"
+
+namespace remem::tree {
+
+using server::Call;
+using server::PartitionId;
+using server::Route;
+
+void TreeService::DeclareOptions(server::OptionSet* o) {
+  o->AddSize("--tree-memory", &options_.memory,
+             "of --memory, bytes for the ordered store's B-link tree "
+             "(default an eighth)");
+  o->AddUint("--tree-fault-pause-mid-write-us",
+             &options_.fault_pause_mid_write_us,
+             "testing: pause every tree node write half done for this many "
+             "microseconds (readers see the torn node)",
+             /*testing=*/true);
+}
+
+Status TreeService::Init(server::ServiceContext* ctx) {
+  uint64_t memory = options_.memory;
+  if (memory == 0) memory = ctx->memory_budget() / 8;
+  if (memory < (1ull << 20)) memory = 1ull << 20;
+  if (memory >= ctx->memory_budget()) {
+    return Status::InvalidArgument("--tree-memory must be less than --memory");
+  }
+  memory &= ~uint64_t{kNodeBytes - 1};
+  auto region = ctx->AllocateRegion(memory, proto::RegionAccess::kReadOnly);
+  if (!region.ok()) return region.status();
+  region_ = *region;
+  auto tree = BLinkTree::Create(region_->base(), memory);
+  if (!tree.ok()) return tree.status();
+  tree_ = std::move(*tree);
+  if (options_.fault_pause_mid_write_us > 0) {
+    const auto pause =
+        std::chrono::microseconds(options_.fault_pause_mid_write_us);
+    tree_->SetMidWriteHook([pause] { std::this_thread::sleep_for(pause); });
+  }
+  durable_ = std::make_unique<DurableTree>(tree_.get());
+  if (durability::Durability* d = ctx->durability(); d != nullptr) {
+    auto store = d->OpenPartition(name(), 0, durable_.get());
+    if (!store.ok()) return store.status();
+    store_ = *store;
+  }
+  TreeInfo info;
+  info.region = region_->id();
+  info.max_key = kMaxKey;
+  info.max_value = kMaxValue;
+  info.max_scan = kMaxScanLimit;
+  info_ = EncodeTreeInfo(info);
+  UpdateCounters_st();
+  return Status::OK();
+}
+
+void TreeService::UpdateCounters_st() {
+  pairs_.Set(tree_->size());
+  nodes_.Set(tree_->num_nodes());
+  height_.Set(tree_->height());
+  splits_.Set(tree_->splits());
+}
+
+void TreeService::AfterDurable_st(server::Responder responder, Status status,
+                                  std::string payload) {
+  if (store_ == nullptr || !status.ok()) {
+    return responder.Reply(std::move(status), std::move(payload));
+  }
+  store_->AfterDurable([responder = std::move(responder),
+                        payload = std::move(payload)](Status st) mutable {
+    responder.Reply(std::move(st), std::move(payload));
+  });
+}
+
+void TreeService::Stats(server::StatsBuilder* out) const {
+  out->Add("tree_pairs", pairs_.Get());
+  out->Add("tree_nodes", nodes_.Get());
+  out->Add("tree_height", height_.Get());
+  out->Add("tree_splits", splits_.Get());
+  out->Add("tree_bytes_total", region_ != nullptr ? region_->length() : 0);
+}
+
+Result<Route> TreeService::RouteCall(uint8_t method,
+                                     std::string_view payload) const {
+  // Decode here so a malformed request is refused before it is queued.
+  switch (static_cast<TreeMethod>(method)) {
+    case TreeMethod::kInfo:
+      return Route::Here();
+    case TreeMethod::kGet:
+    case TreeMethod::kDelete: {
+      auto key = DecodeTreeKey(payload);
+      if (!key.ok()) return key.status();
+      break;
+    }
+    case TreeMethod::kPut: {
+      auto put = DecodeTreePut(payload);
+      if (!put.ok()) return put.status();
+      break;
+    }
+    case TreeMethod::kScan: {
+      auto scan = DecodeTreeScan(payload);
+      if (!scan.ok()) return scan.status();
+      break;
+    }
+    case TreeMethod::kCount:
+      return Status::ProtocolError("unknown tree method");
+  }
+  return Route::To(0);
+}
+
+void TreeService::Handle(PartitionId /*p*/, Call call) {
+  BLinkTree& t = *tree_;
+  auto check_key = [](std::string_view key) {
+    if (key.empty() || key.size() > kMaxKey) {
+      return Status::InvalidArgument("tree keys are 1.." +
+                                     std::to_string(kMaxKey) + " bytes");
+    }
+    return Status::OK();
+  };
+  switch (static_cast<TreeMethod>(call.method)) {
+    case TreeMethod::kInfo:
+      return call.responder.Reply(Status::OK(), info_);
+    case TreeMethod::kGet: {
+      auto key = DecodeTreeKey(call.payload);
+      if (!key.ok()) return call.responder.Reply(key.status());
+      if (Status st = check_key(*key); !st.ok()) {
+        return call.responder.Reply(st);
+      }
+      std::string value;
+      uint64_t version = 0;
+      Status st = t.Get(*key, &value, &version);
+      if (!st.ok()) return call.responder.Reply(st);
+      return call.responder.Reply(Status::OK(),
+                                  EncodeTreeGetReply(version, value));
+    }
+    case TreeMethod::kPut: {
+      auto put = DecodeTreePut(call.payload);
+      if (!put.ok()) return call.responder.Reply(put.status());
+      // The log cannot be written: refuse before changing anything.
+      if (store_ != nullptr) {
+        if (Status w = store_->Writable(); !w.ok()) {
+          return call.responder.Reply(w);
+        }
+      }
+      auto v = t.Put(put->key, put->value, put->mode, put->expected_version);
+      UpdateCounters_st();
+      if (!v.ok()) return call.responder.Reply(v.status());
+      if (store_ != nullptr) store_->LogPut(put->key, put->value, *v);
+      return AfterDurable_st(std::move(call.responder), Status::OK(),
+                             EncodeTreePutReply(*v));
+    }
+    case TreeMethod::kDelete: {
+      auto key = DecodeTreeKey(call.payload);
+      if (!key.ok()) return call.responder.Reply(key.status());
+      if (store_ != nullptr) {
+        if (Status w = store_->Writable(); !w.ok()) {
+          return call.responder.Reply(w);
+        }
+      }
+      Status st = t.Delete(*key);
+      UpdateCounters_st();
+      if (st.ok() && store_ != nullptr) {
+        store_->LogDelete(*key, t.last_version());
+      }
+      return AfterDurable_st(std::move(call.responder), std::move(st), {});
+    }
+    case TreeMethod::kScan: {
+      auto scan = DecodeTreeScan(call.payload);
+      if (!scan.ok()) return call.responder.Reply(scan.status());
+      if (scan->start.size() > kMaxKey + 1 || scan->end.size() > kMaxKey + 1) {
+        return call.responder.Reply(
+            Status::InvalidArgument("scan bounds are at most " +
+                                    std::to_string(kMaxKey + 1) + " bytes"));
+      }
+      if (scan->limit > kMaxScanLimit) {
+        return call.responder.Reply(Status::InvalidArgument(
+            "scan limit is at most " + std::to_string(kMaxScanLimit)));
+      }
+      ScanPage page;
+      Status st =
+          t.Scan(scan->start, scan->end, scan->limit, scan->descending, &page);
+      if (!st.ok()) return call.responder.Reply(st);
+      return call.responder.Reply(Status::OK(), EncodeTreeScanReply(page));
+    }
+    case TreeMethod::kCount:
+      break;
+  }
+  call.responder.Reply(Status::ProtocolError("unknown tree method"));
+}
+
+}  // namespace remem::tree

@@ -1,0 +1,84 @@
+// tree::TreeService: the ordered store (a B-link tree, tree/tree.h) as a
+// server::Service.
+//
+// One tree, owned by partition 0's thread: every request routes there.
+// Why not one tree per partition: with keys spread by hash, every scan
+// would have to visit and merge every partition (a fan-out per page), and
+// with keys split by range, partitions need split points the slice has no
+// configuration for (the cluster's ordered shards, issue #14, will own key
+// ranges). A single owner keeps scans one walk along one leaf level, and
+// one-sided reads (the common path on shared memory) cost the owner
+// nothing. Writes are serialised on that thread.
+//
+// Methods (tree/wire.h): Info, Get, Put (upsert, if-absent, if-version),
+// Delete, Scan (a page of at most max_scan items, with a resume key).
+//
+// With persistence the tree is partition 0's durable state of service
+// "tree" (DurableTree): writes are logged (the RESULT: key, value, new
+// version) and answered once their records are written; recovery rebuilds
+// the tree from the snapshot and the log before the threads start.
+//
+// Thread contract: as server::Service (service.h).
+
+#ifndef REMEM_TREE_SERVICE_H_
+#define REMEM_TREE_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "durability/store.h"
+#include "server/service.h"
+#include "tree/durable.h"
+#include "tree/tree.h"
+#include "tree/wire.h"
+
+namespace remem::fabric {
+class LocalRegion;
+}  // namespace remem::fabric
+
+namespace remem::tree {
+
+struct TreeServiceOptions {
+  // Bytes of --memory for the tree's region; 0 = an eighth of --memory.
+  uint64_t memory = 0;
+  // Tests: every node write pauses this long half done. 0 = off.
+  uint64_t fault_pause_mid_write_us = 0;
+};
+
+class TreeService final : public server::Service {
+ public:
+  explicit TreeService(TreeServiceOptions options = {}) : options_(options) {}
+
+  proto::ServiceId id() const override { return kTreeService; }
+  std::string_view name() const override { return "tree"; }
+  uint8_t num_methods() const override {
+    return static_cast<uint8_t>(TreeMethod::kCount);
+  }
+  void DeclareOptions(server::OptionSet* options) override;
+  Status Init(server::ServiceContext* ctx) override;
+  Result<server::Route> RouteCall(uint8_t method,
+                                  std::string_view payload) const override;
+  void Handle(server::PartitionId p, server::Call call) override;
+  void Stats(server::StatsBuilder* out) const override;
+
+ private:
+  void UpdateCounters_st();
+  // Replies once the records so far are durable (at once without
+  // persistence).
+  void AfterDurable_st(server::Responder responder, Status status,
+                       std::string payload);
+
+  TreeServiceOptions options_;
+  fabric::LocalRegion* region_ = nullptr;
+  std::unique_ptr<BLinkTree> tree_;
+  std::unique_ptr<DurableTree> durable_;
+  durability::PartitionStore* store_ = nullptr;  // null without persistence
+  std::string info_;                             // encoded once
+  // Published by the owner after each write, read by Stats.
+  server::Counter pairs_, nodes_, height_, splits_;
+};
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_SERVICE_H_

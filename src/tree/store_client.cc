@@ -1,0 +1,508 @@
+// remem::TreeStore: the client side of the ordered store
+// (include/remem/tree.h), on a Session's core (client/session_core.h).
+// One-sided searches run tree/search.h over a RemoteSource (verified copies
+// of the server's nodes) with a cache of upper levels; the RPC path asks
+// the service (tree/service.h).
+
+#include <thread>
+
+#include "client/path_selector.h"
+#include "client/session_core.h"
+#include "remem/tree.h"
+#include "tree/codec.h"
+#include "tree/layout.h"
+#include "tree/node.h"
+#include "tree/search.h"
+
+namespace remem {
+
+using fabric::Clock;
+
+namespace {
+
+// Copies of a node that fail to verify before a one-sided operation gives
+// up and asks the server (each failure means the server was rewriting that
+// node at that moment).
+constexpr int kMaxAttempts = 16;
+
+constexpr uint8_t M(tree::TreeMethod m) { return static_cast<uint8_t>(m); }
+
+TreeStore::Page PageOf(tree::ScanPage&& p) {
+  TreeStore::Page out;
+  out.items.reserve(p.items.size());
+  for (tree::ScanItem& it : p.items) {
+    out.items.push_back({std::move(it.key), std::move(it.value), it.version});
+  }
+  out.more = p.more;
+  out.resume = std::move(p.resume);
+  return out;
+}
+
+// The server's tree as one-sided reads see it: every copy verified,
+// retried with backoff when torn.
+class RemoteSource : public tree::NodeSource {
+ public:
+  RemoteSource(client::SessionCore* core, uint32_t region,
+               TreeStore::ReadStats* stats)
+      : core_(core), region_id_(region), stats_(stats) {}
+  Status Init() {
+    region_ = core_->region(region_id_);
+    if (region_ == nullptr) {
+      return Status::ProtocolError("the tree's region is not exported");
+    }
+    return Status::OK();
+  }
+  Result<uint32_t> Root() override {
+    tree::TreeRoot r;
+    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+      REMEM_RETURN_IF_ERROR(core_->ReadNow(*region_, 0, &r, sizeof(r)));
+      ++stats_->reads;
+      if (tree::ParseRoot(r).ok()) return r.root;
+      ++stats_->retries;
+      Backoff(attempt);
+    }
+    return Status::Busy("the tree root did not verify");
+  }
+  Status Fetch(uint32_t index, uint8_t* scratch,
+               tree::NodeView* view) override {
+    if (index == tree::kNoNode) return Status::Corruption("no node");
+    const uint64_t offset = tree::NodeOffset(index);
+    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+      REMEM_RETURN_IF_ERROR(
+          core_->ReadNow(*region_, offset, scratch, tree::kNodeBytes));
+      ++stats_->reads;
+      if (view->Parse(scratch, index).ok()) return Status::OK();
+      ++stats_->retries;
+      Backoff(attempt);
+    }
+    return Status::Busy("a tree node did not verify");
+  }
+
+ private:
+  static void Backoff(int attempt) {
+    if (attempt >= 4) std::this_thread::yield();
+  }
+  client::SessionCore* core_;
+  uint32_t region_id_;
+  const fabric::RemoteRegion* region_ = nullptr;
+  TreeStore::ReadStats* stats_;
+};
+
+}  // namespace
+
+struct TreeStore::Impl {
+  client::SessionCore* core = nullptr;
+  tree::TreeInfo info;
+  ReadStats stats;
+  std::unique_ptr<RemoteSource> source;
+  tree::NodeCache cache;
+  std::unique_ptr<client::PathSelector> get_selector, scan_selector;
+  size_t in_flight = 0;
+
+  template <typename Arg, typename Fn>
+  auto Track(Fn done) {
+    ++in_flight;
+    return core->Track<Arg>([this, done = std::move(done)](Arg r) mutable {
+      --in_flight;
+      if (done) done(std::move(r));
+    });
+  }
+
+  Status CheckKey(std::string_view key) const {
+    if (key.empty() || key.size() > info.max_key) {
+      return Status::InvalidArgument("tree keys are 1.." +
+                                     std::to_string(info.max_key) + " bytes");
+    }
+    return Status::OK();
+  }
+  Status CheckScan(std::string_view start, std::string_view end,
+                   uint32_t limit) const {
+    if (limit == 0 || limit > info.max_scan) {
+      return Status::InvalidArgument("scan limit must be 1.." +
+                                     std::to_string(info.max_scan));
+    }
+    if (start.size() > info.max_key + 1 || end.size() > info.max_key + 1) {
+      return Status::InvalidArgument("scan bounds are at most " +
+                                     std::to_string(info.max_key + 1) +
+                                     " bytes");
+    }
+    if (!end.empty() && start > end) {
+      return Status::InvalidArgument("scan range is reversed (start > end)");
+    }
+    return Status::OK();
+  }
+  void Count(const tree::SearchStats& s) { stats.moves_right += s.moves_right; }
+
+  // A one-sided attempt: OK/NotFound (vouched), or gave_up when the server
+  // must be asked (nodes did not verify, or the lease does not vouch).
+  Status GetOneSided(std::string_view key, Value* out, bool* gave_up) {
+    tree::SearchStats s;
+    const uint64_t hits = cache.hits;
+    Status st =
+        tree::Lookup(source.get(), &cache, key, &out->value, &out->version, &s);
+    stats.cache_hits += cache.hits - hits;
+    Count(s);
+    if (st.ok() || st.code() == StatusCode::kNotFound) {
+      if (!core->Vouch().ok()) {
+        ++stats.unvouched;
+        *gave_up = true;
+      }
+      return st;
+    }
+    *gave_up = true;
+    return st;
+  }
+  Status ScanOneSided(std::string_view start, std::string_view end,
+                      uint32_t limit, bool desc, tree::ScanPage* page,
+                      bool* gave_up) {
+    tree::SearchStats s;
+    const uint64_t hits = cache.hits;
+    Status st = tree::ScanRange(source.get(), &cache, start, end, limit, desc,
+                                page, &s);
+    stats.cache_hits += cache.hits - hits;
+    Count(s);
+    if (st.ok() && !core->Vouch().ok()) {
+      ++stats.unvouched;
+      *gave_up = true;
+    } else if (!st.ok() && st.code() != StatusCode::kInvalidArgument) {
+      *gave_up = true;
+    }
+    return st;
+  }
+
+  Result<Value> Get(std::string_view key, client::Path* path) {
+    REMEM_RETURN_IF_ERROR(CheckKey(key));
+    *path = get_selector->Choose();
+    if (*path == client::Path::kOneSided) {
+      Value v;
+      bool gave_up = false;
+      Status st = GetOneSided(key, &v, &gave_up);
+      if (!gave_up) {
+        ++stats.onesided_gets;
+        if (!st.ok()) return st;
+        return v;
+      }
+      ++stats.fallbacks;
+    }
+    ++stats.rpc_gets;
+    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
+                            tree::EncodeTreeKey(key));
+    if (!r.ok()) return r.status();
+    auto v = tree::DecodeTreeGetReply(*r);
+    if (!v.ok()) return v.status();
+    return Value{std::move(v->second), v->first};
+  }
+
+  Result<Page> Scan(std::string_view start, std::string_view end,
+                    uint32_t limit, Order order, client::Path* path) {
+    REMEM_RETURN_IF_ERROR(CheckScan(start, end, limit));
+    const bool desc = order == Order::kDescending;
+    *path = scan_selector->Choose();
+    if (*path == client::Path::kOneSided) {
+      tree::ScanPage page;
+      bool gave_up = false;
+      Status st = ScanOneSided(start, end, limit, desc, &page, &gave_up);
+      if (!gave_up) {
+        ++stats.onesided_scans;
+        if (!st.ok()) return st;
+        return PageOf(std::move(page));
+      }
+      ++stats.fallbacks;
+    }
+    ++stats.rpc_scans;
+    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kScan),
+                            tree::EncodeTreeScan({start, end, limit, desc}));
+    if (!r.ok()) return r.status();
+    auto page = tree::DecodeTreeScanReply(*r);
+    if (!page.ok()) return page.status();
+    return PageOf(std::move(*page));
+  }
+
+  Result<uint64_t> Put(std::string_view key, std::string_view value,
+                       tree::PutMode mode, uint64_t expected) {
+    REMEM_RETURN_IF_ERROR(CheckKey(key));
+    if (value.size() > info.max_value) {
+      return Status::InvalidArgument("tree values are at most " +
+                                     std::to_string(info.max_value) + " bytes");
+    }
+    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kPut),
+                            tree::EncodePutFor(key, value, mode, expected));
+    if (!r.ok()) return r.status();
+    return tree::DecodeTreePutReply(*r);
+  }
+};
+
+TreeStore::TreeStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TreeStore::~TreeStore() {
+  Impl& s = *impl_;
+  if (s.in_flight > 0) {
+    (void)s.core->ProgressUntil([&s] { return s.in_flight == 0; },
+                                Clock::now() + s.core->options().timeout);
+    if (s.in_flight > 0) {
+      s.core->Fail(Status::Unavailable("the tree store was closed"));
+    }
+  }
+}
+
+Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
+                                                   const TreeOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->core = session->core();
+  auto reply =
+      impl->core->CallSync(tree::kTreeService, M(tree::TreeMethod::kInfo), {});
+  if (!reply.ok()) return reply.status().WithContext("opening the tree store");
+  auto info = tree::DecodeTreeInfo(*reply);
+  if (!info.ok()) return info.status().WithContext("opening the tree store");
+  impl->info = *info;
+  bool ours = false;
+  for (const proto::RegionInfoWire& r : impl->core->all_regions()) {
+    ours |= r.region_id == info->region && r.service == tree::kTreeService;
+  }
+  if (!ours) {
+    return Status::ProtocolError("the tree is in an unknown region " +
+                                 std::to_string(info->region));
+  }
+  impl->source =
+      std::make_unique<RemoteSource>(impl->core, info->region, &impl->stats);
+  REMEM_RETURN_IF_ERROR(impl->source->Init());
+  client::PathSelectorOptions so;
+  so.mode = options.read_path.value_or(impl->core->options().read_path);
+  impl->get_selector = std::make_unique<client::PathSelector>(so);
+  so.mode = options.scan_path.value_or(impl->core->options().read_path);
+  impl->scan_selector = std::make_unique<client::PathSelector>(so);
+  return std::unique_ptr<TreeStore>(new TreeStore(std::move(impl)));
+}
+
+Result<TreeStore::Value> TreeStore::Get(std::string_view key) {
+  const bool timed = impl_->get_selector->mode() == ReadPath::kAuto;
+  const auto start = timed ? Clock::now() : Clock::time_point{};
+  client::Path path;
+  auto r = impl_->Get(key, &path);
+  if (timed && (r.ok() || r.status().code() == StatusCode::kNotFound)) {
+    const auto end = Clock::now();
+    impl_->get_selector->Record(
+        path, std::chrono::duration<double, std::micro>(end - start).count(),
+        end);
+  }
+  return r;
+}
+
+Result<TreeStore::Page> TreeStore::Scan(std::string_view start,
+                                        std::string_view end, uint32_t limit,
+                                        Order order) {
+  const bool timed = impl_->scan_selector->mode() == ReadPath::kAuto;
+  const auto t0 = timed ? Clock::now() : Clock::time_point{};
+  client::Path path;
+  auto r = impl_->Scan(start, end, limit, order, &path);
+  if (timed && r.ok()) {
+    const auto t1 = Clock::now();
+    impl_->scan_selector->Record(
+        path, std::chrono::duration<double, std::micro>(t1 - t0).count(), t1);
+  }
+  return r;
+}
+
+Result<TreeStore::Page> TreeStore::ScanPrefix(std::string_view prefix,
+                                              uint32_t limit, Order order) {
+  const std::string end = tree::PrefixEnd(prefix);
+  if (!prefix.empty() && end.empty() && order == Order::kAscending) {
+    return Scan(prefix, {}, limit, order);  // a prefix of 0xff bytes
+  }
+  return Scan(prefix, end, limit, order);
+}
+
+Result<uint64_t> TreeStore::Put(std::string_view key, std::string_view value) {
+  return impl_->Put(key, value, tree::PutMode::kUpsert, 0);
+}
+
+Result<uint64_t> TreeStore::PutIfAbsent(std::string_view key,
+                                        std::string_view value) {
+  return impl_->Put(key, value, tree::PutMode::kIfAbsent, 0);
+}
+
+Result<uint64_t> TreeStore::CompareAndPut(std::string_view key,
+                                          std::string_view value,
+                                          uint64_t expected) {
+  return impl_->Put(key, value, tree::PutMode::kIfVersion, expected);
+}
+
+Status TreeStore::Delete(std::string_view key) {
+  REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
+  return impl_->core
+      ->CallSync(tree::kTreeService, M(tree::TreeMethod::kDelete),
+                 tree::EncodeTreeKey(key))
+      .status();
+}
+
+std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
+  if (impl_->get_selector->Choose() == client::Path::kOneSided) {
+    std::vector<size_t> ask;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
+        out[i] = st;
+        continue;
+      }
+      Value v;
+      bool gave_up = false;
+      Status st = impl_->GetOneSided(keys[i], &v, &gave_up);
+      if (gave_up) {
+        ++impl_->stats.fallbacks;
+        ask.push_back(i);
+        continue;
+      }
+      ++impl_->stats.onesided_gets;
+      out[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
+    }
+    for (size_t i : ask) {
+      ++impl_->stats.rpc_gets;
+      auto r =
+          impl_->core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
+                                tree::EncodeTreeKey(keys[i]));
+      if (!r.ok()) {
+        out[i] = r.status();
+        continue;
+      }
+      auto v = tree::DecodeTreeGetReply(*r);
+      out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
+                      : Result<Value>(v.status());
+    }
+    return out;
+  }
+  size_t left = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    ++left;
+    ++impl_->stats.rpc_gets;
+    impl_->core->Call(
+        tree::kTreeService, M(tree::TreeMethod::kGet),
+        tree::EncodeTreeKey(keys[i]),
+        [&out, &left, i](Status st, std::string payload) {
+          --left;
+          if (!st.ok()) {
+            out[i] = st;
+            return;
+          }
+          auto v = tree::DecodeTreeGetReply(payload);
+          out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
+                          : Result<Value>(v.status());
+        });
+  }
+  if (left > 0) {
+    Status st = impl_->core->ProgressUntil(
+        [&left] { return left == 0; },
+        Clock::now() + impl_->core->options().timeout);
+    if (!st.ok() && left > 0) {
+      // The calls cannot outlive `out`: fail the session's calls.
+      impl_->core->Fail(st);
+      (void)impl_->core->ProgressUntil([&left] { return left == 0; },
+                                       Clock::now() + std::chrono::seconds(1));
+    }
+  }
+  return out;
+}
+
+// --- asynchronous
+
+void TreeStore::GetAsync(std::string_view key, GetCallback done) {
+  auto cb = impl_->Track<Result<Value>>(std::move(done));
+  if (Status st = impl_->CheckKey(key); !st.ok()) {
+    return impl_->core->Defer([cb, st]() mutable { cb(st); });
+  }
+  if (impl_->get_selector->Choose() == client::Path::kOneSided) {
+    Value v;
+    bool gave_up = false;
+    Status st = impl_->GetOneSided(key, &v, &gave_up);
+    if (!gave_up) {
+      ++impl_->stats.onesided_gets;
+      Result<Value> r = st.ok() ? Result<Value>(std::move(v)) : st;
+      return impl_->core->Defer(
+          [cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+    }
+    ++impl_->stats.fallbacks;
+  }
+  ++impl_->stats.rpc_gets;
+  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kGet),
+                    tree::EncodeTreeKey(key),
+                    [cb](Status st, std::string payload) mutable {
+                      if (!st.ok()) return cb(st);
+                      auto v = tree::DecodeTreeGetReply(payload);
+                      if (!v.ok()) return cb(v.status());
+                      cb(Value{std::move(v->second), v->first});
+                    });
+}
+
+void TreeStore::PutAsync(std::string_view key, std::string_view value,
+                         VersionCallback done) {
+  auto cb = impl_->Track<Result<uint64_t>>(std::move(done));
+  Status st = impl_->CheckKey(key);
+  if (st.ok() && value.size() > impl_->info.max_value) {
+    st = Status::InvalidArgument("tree values are at most " +
+                                 std::to_string(impl_->info.max_value) +
+                                 " bytes");
+  }
+  if (!st.ok()) return impl_->core->Defer([cb, st]() mutable { cb(st); });
+  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kPut),
+                    tree::EncodePutFor(key, value, tree::PutMode::kUpsert, 0),
+                    [cb](Status st, std::string payload) mutable {
+                      if (!st.ok()) return cb(st);
+                      cb(tree::DecodeTreePutReply(payload));
+                    });
+}
+
+void TreeStore::DeleteAsync(std::string_view key, Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
+  if (Status st = impl_->CheckKey(key); !st.ok()) {
+    return impl_->core->Defer([cb, st]() mutable { cb(st); });
+  }
+  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kDelete),
+                    tree::EncodeTreeKey(key),
+                    [cb](Status st, std::string) mutable { cb(st); });
+}
+
+void TreeStore::ScanAsync(std::string_view start, std::string_view end,
+                          uint32_t limit, Order order, ScanCallback done) {
+  auto cb = impl_->Track<Result<Page>>(std::move(done));
+  if (Status st = impl_->CheckScan(start, end, limit); !st.ok()) {
+    return impl_->core->Defer([cb, st]() mutable { cb(st); });
+  }
+  const bool desc = order == Order::kDescending;
+  if (impl_->scan_selector->Choose() == client::Path::kOneSided) {
+    tree::ScanPage page;
+    bool gave_up = false;
+    Status st = impl_->ScanOneSided(start, end, limit, desc, &page, &gave_up);
+    if (!gave_up) {
+      ++impl_->stats.onesided_scans;
+      Result<Page> r = st.ok() ? Result<Page>(PageOf(std::move(page))) : st;
+      return impl_->core->Defer(
+          [cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+    }
+    ++impl_->stats.fallbacks;
+  }
+  ++impl_->stats.rpc_scans;
+  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kScan),
+                    tree::EncodeTreeScan({start, end, limit, desc}),
+                    [cb](Status st, std::string payload) mutable {
+                      if (!st.ok()) return cb(st);
+                      auto page = tree::DecodeTreeScanReply(payload);
+                      if (!page.ok()) return cb(page.status());
+                      cb(PageOf(std::move(*page)));
+                    });
+}
+
+const TreeStore::ReadStats& TreeStore::read_stats() const {
+  return impl_->stats;
+}
+uint32_t TreeStore::max_key() const { return impl_->info.max_key; }
+uint32_t TreeStore::max_value() const { return impl_->info.max_value; }
+uint32_t TreeStore::max_scan() const { return impl_->info.max_scan; }
+ReadPath TreeStore::read_path() const { return impl_->get_selector->mode(); }
+ReadPath TreeStore::scan_path() const { return impl_->scan_selector->mode(); }
+size_t TreeStore::in_flight() const { return impl_->in_flight; }
+
+}  // namespace remem

@@ -1,0 +1,293 @@
+#include "tree/tree.h"
+
+#include <atomic>
+#include <cstring>
+#include <limits>
+
+#include "hash/layout.h"
+
+namespace remem::tree {
+
+namespace {
+
+void StoreWord(uint8_t* at, uint64_t w) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at))
+      .store(w, std::memory_order_release);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BLinkTree>> BLinkTree::Create(uint8_t* base,
+                                                     uint64_t bytes) {
+  if (bytes < kNodesOffset + 8 * kNodeBytes) {
+    return Status::InvalidArgument("the tree region is too small");
+  }
+  const uint64_t n = (bytes - kNodesOffset) / kNodeBytes - 1;
+  const uint32_t max_nodes =
+      uint32_t(std::min<uint64_t>(n, std::numeric_limits<uint32_t>::max()));
+  std::unique_ptr<BLinkTree> t(new BLinkTree(base, max_nodes));
+  NodeContent leaf;
+  leaf.self = ++t->num_nodes_;
+  t->Publish(leaf.self, leaf);
+  t->root_ = leaf.self;
+  t->height_ = 1;
+  t->PublishRoot();
+  return t;
+}
+
+void BLinkTree::View(uint32_t index, NodeView* v) const {
+  // The owner's own memory: it verified when it was written.
+  (void)v->Parse(NodeAt(index), index, /*checksum=*/false);
+}
+
+Status BLinkTree::OwnSource::Fetch(uint32_t index, uint8_t* /*scratch*/,
+                                   NodeView* view) {
+  if (index == kNoNode || index > t_->num_nodes_) {
+    return Status::Corruption("node index out of range");
+  }
+  return view->Parse(t_->NodeAt(index), index, /*checksum=*/false);
+}
+
+void BLinkTree::Publish(uint32_t index, const NodeContent& c) {
+  uint8_t* node = NodeAt(index);
+  uint64_t old;
+  std::memcpy(&old, node + 8, 8);
+  const uint64_t version = (old | 1) + 1;
+  uint8_t image[kNodeBytes];
+  EncodeNode(c, version, image);
+  StoreWord(node + 8, old | 1);  // odd: being written
+  constexpr size_t kHalf = kNodeBytes / 2;
+  hash::StoreWords(node + 16, image + 16, kHalf - 16);
+  if (mid_write_) mid_write_();
+  hash::StoreWords(node + kHalf, image + kHalf, kNodeBytes - kHalf);
+  uint64_t sum;
+  std::memcpy(&sum, image, 8);
+  StoreWord(node, sum);
+  StoreWord(node + 8, version);
+}
+
+void BLinkTree::PublishRoot() {
+  TreeRoot r{};
+  root_version_ += 2;
+  r.version = root_version_;
+  r.magic = kTreeRootMagic;
+  r.layout_version = kTreeLayoutVersion;
+  r.height = height_;
+  r.root = root_;
+  r.num_nodes = num_nodes_;
+  r.checksum = TreeRootChecksum(r);
+  StoreWord(base_ + 8, root_version_ - 1);
+  hash::StoreWords(base_ + 16, reinterpret_cast<const uint8_t*>(&r) + 16,
+                   sizeof(r) - 16);
+  StoreWord(base_, r.checksum);
+  StoreWord(base_ + 8, r.version);
+}
+
+uint32_t BLinkTree::Descend(std::string_view key,
+                            std::vector<uint32_t>* path) const {
+  uint32_t cur = root_;
+  NodeView v;
+  for (;;) {
+    View(cur, &v);
+    if (v.leaf()) return cur;
+    path->push_back(cur);
+    // The last entry whose key is <= key (the first is the low fence, and
+    // the owner's descent from the root never moves right).
+    size_t i = v.LowerBound(key);
+    if (i == v.count() || v.key(i) != key) --i;
+    cur = v.child(i);
+  }
+}
+
+Status BLinkTree::Get(std::string_view key, std::string* value,
+                      uint64_t* version) {
+  SearchStats stats;
+  return Lookup(&source_, nullptr, key, value, version, &stats);
+}
+
+Status BLinkTree::Scan(std::string_view start, std::string_view end,
+                       uint32_t limit, bool descending, ScanPage* page) {
+  SearchStats stats;
+  return ScanRange(&source_, nullptr, start, end, limit, descending, page,
+                   &stats);
+}
+
+Result<uint64_t> BLinkTree::Put(std::string_view key, std::string_view value,
+                                PutMode mode, uint64_t expected) {
+  return Write(key, value, mode, expected, 0);
+}
+
+Status BLinkTree::Restore(std::string_view key, std::string_view value,
+                          uint64_t version) {
+  return Write(key, value, PutMode::kUpsert, 0, version).status();
+}
+
+Status BLinkTree::RestoreDelete(std::string_view key, uint64_t version) {
+  std::vector<uint32_t> path;
+  if (key.empty() || key.size() > kMaxKey) {
+    return Status::InvalidArgument("bad key in a tree record");
+  }
+  const uint32_t leaf = Descend(key, &path);
+  NodeView v;
+  View(leaf, &v);
+  const size_t i = v.LowerBound(key);
+  if (i < v.count() && v.key(i) == key && v.entry_version(i) < version) {
+    REMEM_RETURN_IF_ERROR(Delete(key));
+  }
+  RaiseVersion(version);
+  return Status::OK();
+}
+
+Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
+                                  PutMode mode, uint64_t expected,
+                                  uint64_t restore) {
+  if (key.empty() || key.size() > kMaxKey) {
+    return Status::InvalidArgument("tree keys are 1.." +
+                                   std::to_string(kMaxKey) + " bytes");
+  }
+  if (value.size() > kMaxValue) {
+    return Status::InvalidArgument("tree values are at most " +
+                                   std::to_string(kMaxValue) + " bytes");
+  }
+  std::vector<uint32_t> path;
+  const uint32_t leaf = Descend(key, &path);
+  NodeView v;
+  View(leaf, &v);
+  const size_t i = v.LowerBound(key);
+  const bool exists = i < v.count() && v.key(i) == key;
+  if (mode == PutMode::kIfAbsent && exists) {
+    return Status::AlreadyExists("key exists");
+  }
+  if (mode == PutMode::kIfVersion) {
+    if (!exists) return Status::NotFound("key not found");
+    if (v.entry_version(i) != expected) {
+      return Status::Conflict("version is " +
+                              std::to_string(v.entry_version(i)));
+    }
+  }
+  if (restore != 0 && exists && v.entry_version(i) >= restore) {
+    return v.entry_version(i);  // recovery: the stored pair is as new
+  }
+  NodeContent c = Decode(v);
+  const uint64_t version = restore != 0 ? restore : version_ + 1;
+  if (exists) {
+    c.entries[i].value.assign(value);
+    c.entries[i].version = version;
+  } else {
+    NodeEntry e;
+    e.key.assign(key);
+    e.value.assign(value);
+    e.version = version;
+    c.entries.insert(c.entries.begin() + long(i), std::move(e));
+  }
+  if (c.Fits()) {
+    Publish(leaf, c);
+  } else {
+    // A split may add a node per level and a new root.
+    if (uint64_t{num_nodes_} + height_ + 1 > max_nodes_) {
+      return Status::OutOfMemory("the tree region is full");
+    }
+    REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path)));
+  }
+  RaiseVersion(version);
+  if (!exists) ++size_;
+  return version;
+}
+
+Status BLinkTree::Delete(std::string_view key) {
+  if (key.empty() || key.size() > kMaxKey) {
+    return Status::InvalidArgument("tree keys are 1.." +
+                                   std::to_string(kMaxKey) + " bytes");
+  }
+  std::vector<uint32_t> path;
+  const uint32_t leaf = Descend(key, &path);
+  NodeView v;
+  View(leaf, &v);
+  const size_t i = v.LowerBound(key);
+  if (i >= v.count() || v.key(i) != key) {
+    return Status::NotFound("key not found");
+  }
+  NodeContent c = Decode(v);
+  c.entries.erase(c.entries.begin() + long(i));
+  Publish(leaf, c);
+  ++version_;
+  --size_;
+  return Status::OK();
+}
+
+Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
+                                  std::vector<uint32_t> path) {
+  for (;;) {
+    // The split point that makes the larger half smallest.
+    const size_t n = c.entries.size();
+    if (n < 2) return Status::Internal("a node too big with one entry");
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) total += c.EntryBytes(i);
+    size_t best = 1, best_max = SIZE_MAX, left = 0;
+    for (size_t s = 1; s < n; ++s) {
+      left += c.EntryBytes(s - 1);
+      const size_t m = std::max(left, total - left);
+      if (m < best_max) {
+        best_max = m;
+        best = s;
+      }
+    }
+    NodeContent right;
+    right.level = c.level;
+    right.self = ++num_nodes_;
+    right.entries.assign(
+        std::make_move_iterator(c.entries.begin() + long(best)),
+        std::make_move_iterator(c.entries.end()));
+    c.entries.resize(best);
+    right.low = right.entries.front().key;
+    right.has_high = c.has_high;
+    right.high = std::move(c.high);
+    right.right = c.right;
+    c.has_high = true;
+    c.high = right.low;
+    c.right = right.self;
+    if (!c.Fits() || !right.Fits()) {
+      return Status::Internal("a split half does not fit a node");
+    }
+    // B-link order: the new right node, then the left one.
+    Publish(right.self, right);
+    Publish(index, c);
+    ++splits_;
+    if (path.empty()) {
+      // The root split: a new root above both.
+      NodeContent root;
+      root.level = uint8_t(c.level + 1);
+      root.self = ++num_nodes_;
+      NodeEntry l, r;
+      l.key = c.low;
+      l.child = index;
+      r.key = right.low;
+      r.child = right.self;
+      root.entries.push_back(std::move(l));
+      root.entries.push_back(std::move(r));
+      Publish(root.self, root);
+      root_ = root.self;
+      ++height_;
+      PublishRoot();
+      return Status::OK();
+    }
+    const uint32_t parent = path.back();
+    path.pop_back();
+    NodeView pv;
+    View(parent, &pv);
+    NodeContent pc = Decode(pv);
+    const size_t at = pv.LowerBound(right.low);
+    NodeEntry e;
+    e.key = right.low;
+    e.child = right.self;
+    pc.entries.insert(pc.entries.begin() + long(at), std::move(e));
+    if (pc.Fits()) {
+      Publish(parent, pc);
+      return Status::OK();
+    }
+    index = parent;
+    c = std::move(pc);
+  }
+}
+
+}  // namespace remem::tree

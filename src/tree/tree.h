@@ -1,0 +1,126 @@
+// tree::BLinkTree: the ordered store's B-link tree in a region of server
+// memory that clients read one-sided (layout in tree/layout.h). The server
+// side: every write, split and root change is made here, by the partition's
+// owner thread; reads on the owner thread (the RPC path) use the same
+// search code as clients (tree/search.h) on the tree's own memory.
+//
+// Writes: a node is rewritten whole: its version made odd, the new image
+// stored, then its checksum and new even version. A split (B-link order)
+// writes the new right node first, then the left node with its new high
+// fence and right pointer, then the parent (and a new root last, then the
+// TreeRoot): at every moment each key is reachable from every node a reader
+// may hold, by moving right. Deletes are lazy (an emptied leaf stays; no
+// merges), and nodes are never freed, so no reader can reach reused
+// memory; a full region answers OutOfMemory and keeps every key.
+//
+// Pair versions come from one counter per tree: unique, increasing with
+// every write.
+//
+// Thread contract: writes and the owner reads on one thread (the
+// partition's owner); other threads and processes read the region
+// one-sided only (the stores are word-sized atomic stores, so an
+// in-process reader copying with hash::LoadWords is race-free).
+
+#ifndef REMEM_TREE_TREE_H_
+#define REMEM_TREE_TREE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "remem/status.h"
+#include "tree/layout.h"
+#include "tree/node.h"
+#include "tree/search.h"
+#include "tree/wire.h"
+
+namespace remem::tree {
+
+class BLinkTree {
+ public:
+  // Formats the `bytes` at `base` (8-aligned; the region clients read) as
+  // an empty tree. InvalidArgument if too small for a few nodes.
+  static Result<std::unique_ptr<BLinkTree>> Create(uint8_t* base,
+                                                   uint64_t bytes);
+
+  // Insert or replace (kUpsert), insert only (kIfAbsent: AlreadyExists),
+  // replace only at version `expected` (kIfVersion: Conflict, NotFound).
+  // Returns the pair's new version. InvalidArgument for a key outside
+  // 1..kMaxKey bytes or a value over kMaxValue; OutOfMemory when the region
+  // has no room for a split.
+  Result<uint64_t> Put(std::string_view key, std::string_view value,
+                       PutMode mode = PutMode::kUpsert, uint64_t expected = 0);
+  // NotFound if absent. A delete consumes a version (last_version()).
+  Status Delete(std::string_view key);
+
+  // Recovery (durability): store `key` = `value` at exactly `version`
+  // unless the stored pair is as new; remove `key` if its stored version is
+  // older than `version`; make later versions exceed `version`.
+  Status Restore(std::string_view key, std::string_view value,
+                 uint64_t version);
+  Status RestoreDelete(std::string_view key, uint64_t version);
+  void RaiseVersion(uint64_t version) {
+    if (version > version_) version_ = version;
+  }
+  // Owner-thread reads (the RPC path).
+  Status Get(std::string_view key, std::string* value, uint64_t* version);
+  Status Scan(std::string_view start, std::string_view end, uint32_t limit,
+              bool descending, ScanPage* page);
+
+  uint64_t size() const { return size_; }
+  uint32_t num_nodes() const { return num_nodes_; }
+  uint32_t max_nodes() const { return max_nodes_; }
+  uint8_t height() const { return height_; }
+  uint64_t splits() const { return splits_; }
+  uint64_t last_version() const { return version_; }
+
+  // Tests: runs in the middle of every node write (half its words stored).
+  void SetMidWriteHook(std::function<void()> hook) {
+    mid_write_ = std::move(hook);
+  }
+
+ private:
+  class OwnSource : public NodeSource {
+   public:
+    explicit OwnSource(BLinkTree* t) : t_(t) {}
+    Result<uint32_t> Root() override { return t_->root_; }
+    Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) override;
+
+   private:
+    BLinkTree* t_;
+  };
+
+  BLinkTree(uint8_t* base, uint32_t max_nodes)
+      : base_(base), max_nodes_(max_nodes), source_(this) {}
+  uint8_t* NodeAt(uint32_t index) const { return base_ + NodeOffset(index); }
+  // Parses a node of this tree (owner thread: no checksum needed).
+  void View(uint32_t index, NodeView* v) const;
+  // Descends to the leaf of `key`, recording the internal nodes passed.
+  uint32_t Descend(std::string_view key, std::vector<uint32_t>* path) const;
+  void Publish(uint32_t index, const NodeContent& c);
+  void PublishRoot();
+  // Put with the version to store given (0: the next one).
+  Result<uint64_t> Write(std::string_view key, std::string_view value,
+                         PutMode mode, uint64_t expected, uint64_t restore);
+  // Splits `c` (node `index`, too big) and inserts upward along `path`.
+  Status SplitAndPublish(uint32_t index, NodeContent c,
+                         std::vector<uint32_t> path);
+
+  uint8_t* base_;
+  uint32_t max_nodes_;
+  uint32_t num_nodes_ = 0;
+  uint32_t root_ = kNoNode;
+  uint8_t height_ = 0;
+  uint64_t root_version_ = 0;
+  uint64_t version_ = 0;
+  uint64_t size_ = 0;
+  uint64_t splits_ = 0;
+  OwnSource source_;
+  std::function<void()> mid_write_;
+};
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_TREE_H_

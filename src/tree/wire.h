@@ -1,0 +1,104 @@
+// Wire messages of the ordered store service (a B-link tree): the payloads
+// of its methods (RpcHeader::service = kTreeService). The header, framing
+// and handshake are in proto/wire.h; docs/PROTOCOL.md ("Ordered store")
+// describes these in prose. Change both together.
+//
+// Thread contract: plain data, no state.
+
+#ifndef REMEM_TREE_WIRE_H_
+#define REMEM_TREE_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "proto/wire.h"
+
+namespace remem::tree {
+
+inline constexpr proto::ServiceId kTreeService = 2;
+
+enum class TreeMethod : uint8_t {
+  kInfo = 0,    // empty request; TreeInfoReply
+  kGet = 1,     // TreeKeyRequest + key; TreeGetReply + value
+  kPut = 2,     // TreePutRequest + key + value; TreePutReply
+  kDelete = 3,  // TreeKeyRequest + key; empty reply
+  kScan = 4,    // TreeScanRequest + start + end; TreeScanReply + resume +
+                // items (TreeScanItem + key + value)
+  kCount
+};
+
+struct TreeInfoReply {
+  uint32_t magic;           // proto::kWireMagic
+  uint16_t version;         // proto::kWireVersion
+  uint16_t layout_version;  // tree::kTreeLayoutVersion
+  uint32_t region;          // the tree's region (TreeRoot at offset 0)
+  uint32_t node_bytes;      // tree::kNodeBytes
+  uint32_t max_key;
+  uint32_t max_value;
+  uint32_t max_scan;  // the largest scan limit served in one page
+  uint32_t reserved;
+};
+static_assert(sizeof(TreeInfoReply) == 32);
+
+struct TreeKeyRequest {
+  uint32_t key_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(TreeKeyRequest) == 8);
+
+enum class PutMode : uint8_t { kUpsert = 0, kIfAbsent = 1, kIfVersion = 2 };
+
+struct TreePutRequest {
+  uint32_t key_len;
+  uint32_t value_len;
+  uint8_t mode;  // PutMode
+  uint8_t reserved[7];
+  uint64_t expected_version;  // kIfVersion
+};
+static_assert(sizeof(TreePutRequest) == 24);
+
+struct TreeGetReply {
+  uint64_t version;
+  uint32_t value_len;
+  uint32_t reserved;
+};
+static_assert(sizeof(TreeGetReply) == 16);
+
+struct TreePutReply {
+  uint64_t version;
+};
+static_assert(sizeof(TreePutReply) == 8);
+
+enum TreeScanFlags : uint8_t { kScanDescending = 1 };
+
+// Keys in [start, end) (end_len 0: unbounded), at most `limit`.
+struct TreeScanRequest {
+  uint32_t start_len;
+  uint32_t end_len;
+  uint32_t limit;  // 1 .. TreeInfoReply::max_scan
+  uint8_t flags;   // TreeScanFlags
+  uint8_t reserved[3];
+};
+static_assert(sizeof(TreeScanRequest) == 16);
+
+enum TreeScanReplyFlags : uint8_t { kScanMore = 1 };
+
+struct TreeScanReply {
+  uint32_t count;  // items that follow the resume key
+  uint32_t resume_len;
+  uint8_t flags;  // TreeScanReplyFlags
+  uint8_t reserved[7];
+};
+static_assert(sizeof(TreeScanReply) == 16);
+
+struct TreeScanItem {
+  uint16_t key_len;
+  uint16_t value_len;
+  uint32_t reserved;
+  uint64_t version;
+};
+static_assert(sizeof(TreeScanItem) == 16);
+
+}  // namespace remem::tree
+
+#endif  // REMEM_TREE_WIRE_H_

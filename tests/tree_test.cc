@@ -1,0 +1,584 @@
+// The ordered store end to end: remem-server in its own process, clients
+// in this one and in reader processes (tree_reader_child), over the
+// transport of REMEM_TEST_TRANSPORT. One-sided and server-side searches
+// must agree; readers searching and scanning one-sided while the server
+// splits from an empty tree never return a torn value, never miss a key
+// present for a whole scan, never go out of order; point operations racing
+// server writes are linearizable; bad input is refused.
+
+#include "remem/tree.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "proto/wire.h"
+#include "remem/session.h"
+#include "test_util.h"
+#include "testing/kv_store.h"
+#include "testing/race.h"
+#include "testing/raw_session.h"
+#include "testing/values.h"
+#include "tree/codec.h"
+#include "tree/wire.h"
+#include "util/subprocess.h"
+
+namespace remem {
+namespace {
+
+using testing::StartServer;
+using testing::TestTransport;
+
+struct TreeClient {
+  std::unique_ptr<Session> session;
+  std::unique_ptr<TreeStore> store;
+  TreeClient() = default;
+  TreeClient(TreeClient&&) = default;
+  TreeClient& operator=(TreeClient&& o) {
+    store = std::move(o.store);
+    session = std::move(o.session);
+    return *this;
+  }
+  ~TreeClient() { store.reset(); }  // before its session
+  TreeStore* operator->() const { return store.get(); }
+  explicit operator bool() const { return store != nullptr; }
+};
+
+TreeClient Connect(const std::string& address, ReadPath path) {
+  TreeClient c;
+  c.session = testing::ConnectOrDie(address, "", path);
+  if (!c.session) return c;
+  auto t = TreeStore::Open(c.session.get());
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) c.store = std::move(*t);
+  return c;
+}
+
+std::string Key(uint64_t i) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "k%06llu",
+                static_cast<unsigned long long>(i));
+  return buf;
+}
+
+class TreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer({"--threads", "2"}, "64M");
+    ASSERT_NE(server_.process, nullptr);
+  }
+  testing::ServerProcess server_;
+};
+
+// All pages of a scan.
+std::vector<TreeStore::Item> ScanAll(TreeStore* t, std::string start,
+                                     std::string end, uint32_t limit,
+                                     TreeStore::Order order) {
+  std::vector<TreeStore::Item> out;
+  for (int pages = 0; pages < 100000; ++pages) {
+    auto page = t->Scan(start, end, limit, order);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    if (!page.ok()) break;
+    EXPECT_LE(page->items.size(), limit);
+    for (auto& it : page->items) out.push_back(it);
+    if (!page->more) break;
+    (order == TreeStore::Order::kAscending ? start : end) = page->resume;
+  }
+  return out;
+}
+
+TEST_F(TreeTest, OperationsAgreeOnBothReadPaths) {
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(onesided && rpc);
+  std::mt19937_64 rng(3);
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string key = Key(rng() % 1500);
+    if (rng() % 5 == 0) {
+      Status st = rpc->Delete(key);
+      EXPECT_EQ(st.ok(), model.erase(key) == 1) << st.ToString();
+    } else {
+      const std::string value(rng() % 200, char('a' + i % 26));
+      ASSERT_TRUE(onesided->Put(key, value).ok());
+      model[key] = value;
+    }
+    if (i % 10 == 0) {
+      for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+        auto got = c->Get(key);
+        if (model.count(key)) {
+          ASSERT_TRUE(got.ok()) << got.status().ToString();
+          EXPECT_EQ(got->value, model[key]);
+        } else {
+          EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+        }
+      }
+    }
+  }
+  auto stats = testing::StatOf(rpc.session.get(), "tree_height");
+  EXPECT_GE(stats, 2u) << "the test must cover splits";
+  for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+    for (auto order :
+         {TreeStore::Order::kAscending, TreeStore::Order::kDescending}) {
+      for (uint32_t limit : {1u, 17u, 1000u}) {
+        auto items = ScanAll(c, "", "", limit, order);
+        std::vector<std::string> keys;
+        for (auto& it : items) {
+          keys.push_back(it.key);
+          EXPECT_EQ(it.value, model[it.key]);
+        }
+        std::vector<std::string> want;
+        for (auto& [k, v] : model) want.push_back(k);
+        if (order == TreeStore::Order::kDescending) {
+          std::reverse(want.begin(), want.end());
+        }
+        EXPECT_EQ(keys, want) << int(order) << " " << limit;
+      }
+    }
+    // A range, and a prefix: k00012x.
+    auto range =
+        ScanAll(c, Key(100), Key(200), 7, TreeStore::Order::kAscending);
+    size_t n = 0;
+    for (auto it = model.lower_bound(Key(100));
+         it != model.end() && it->first < Key(200); ++it) {
+      ASSERT_LT(n, range.size());
+      EXPECT_EQ(range[n++].key, it->first);
+    }
+    EXPECT_EQ(n, range.size());
+    auto prefix = c->ScanPrefix("k00012", 100);
+    ASSERT_TRUE(prefix.ok());
+    size_t want = 0;
+    for (auto& [k, v] : model) want += k.rfind("k00012", 0) == 0;
+    EXPECT_EQ(prefix->items.size(), want);
+    EXPECT_FALSE(prefix->more);
+  }
+  // Batched gets: one result per key, each with its own status.
+  for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+    std::vector<std::string> keys;
+    for (uint64_t i = 0; i < 300; ++i) keys.push_back(Key(i * 7 % 1600));
+    keys.push_back("");
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    auto results = c->MultiGet(views);
+    ASSERT_EQ(results.size(), keys.size());
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      auto it = model.find(keys[i]);
+      if (it == model.end()) {
+        EXPECT_EQ(results[i].status().code(), StatusCode::kNotFound);
+      } else {
+        ASSERT_TRUE(results[i].ok()) << results[i].status().ToString();
+        EXPECT_EQ(results[i]->value, it->second);
+      }
+    }
+    EXPECT_EQ(results.back().status().code(), StatusCode::kInvalidArgument);
+  }
+  const auto& os = onesided->read_stats();
+  EXPECT_GT(os.onesided_gets, 0u);
+  EXPECT_GT(os.onesided_scans, 0u);
+  EXPECT_EQ(os.rpc_gets + os.rpc_scans, os.fallbacks);
+  EXPECT_GT(os.cache_hits, 0u);
+  EXPECT_EQ(rpc->read_stats().onesided_gets, 0u);
+  EXPECT_EQ(rpc->read_stats().onesided_scans, 0u);
+  EXPECT_GT(rpc->read_stats().rpc_scans, 0u);
+}
+
+TEST_F(TreeTest, ConditionalWritesAndAsync) {
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
+  auto v1 = c->PutIfAbsent("acct", "100");
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(c->PutIfAbsent("acct", "200").status().code(),
+            StatusCode::kAlreadyExists);
+  auto v2 = c->CompareAndPut("acct", "150", *v1);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_GT(*v2, *v1);
+  EXPECT_EQ(c->CompareAndPut("acct", "999", *v1).status().code(),
+            StatusCode::kConflict);
+  EXPECT_EQ(c->CompareAndPut("nokey", "x", 1).status().code(),
+            StatusCode::kNotFound);
+  auto got = c->Get("acct");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value, "150");
+  EXPECT_EQ(got->version, *v2);
+
+  int done = 0;
+  for (int i = 0; i < 20; ++i) {
+    c->PutAsync(Key(uint64_t(i)), "v" + std::to_string(i),
+                [&done](Result<uint64_t> r) {
+                  EXPECT_TRUE(r.ok());
+                  ++done;
+                });
+  }
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  EXPECT_EQ(done, 20);
+  c->GetAsync(Key(3), [&done](Result<TreeStore::Value> r) {
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->value, "v3");
+    ++done;
+  });
+  c->ScanAsync(Key(0), Key(10), 100, TreeStore::Order::kDescending,
+               [&done](Result<TreeStore::Page> r) {
+                 ASSERT_TRUE(r.ok());
+                 ASSERT_EQ(r->items.size(), 10u);
+                 EXPECT_EQ(r->items.front().key, Key(9));
+                 ++done;
+               });
+  c->DeleteAsync(Key(4), [&done](Status st) {
+    EXPECT_TRUE(st.ok());
+    ++done;
+  });
+  c->GetAsync("", [&done](Result<TreeStore::Value> r) {
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    ++done;
+  });
+  // WaitAll reports the first error of the operations it waited for.
+  EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(done, 24);
+  EXPECT_EQ(c->in_flight(), 0u);
+}
+
+// The command-line client's tree commands, with their exit codes.
+TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
+  const std::string transport(TransportName(TestTransport()));
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {testing::CliBinary(), "--server",
+                                     server_.address, "--transport", transport};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunCommand(argv);
+  };
+  for (const char* k : {"user:1", "user:2", "user:3", "zz"}) {
+    auto put = cli({"tree", "put", k, std::string("v-") + k});
+    ASSERT_EQ(put.exit_code, 0) << put.out;
+    EXPECT_EQ(put.out.rfind("OK version ", 0), 0u) << put.out;
+  }
+  auto get = cli({"tree", "get", "user:2"});
+  EXPECT_EQ(get.exit_code, 0);
+  EXPECT_EQ(get.out, "v-user:2");
+  EXPECT_EQ(cli({"tree", "get", "nope"}).exit_code, 4);
+  EXPECT_EQ(cli({"tree", "put", "user:1", "x", "--if-absent"}).exit_code, 5);
+  auto scan = cli({"tree", "scan", "user:", "user;"});
+  EXPECT_EQ(scan.exit_code, 0);
+  EXPECT_EQ(scan.out, "user:1\tv-user:1\nuser:2\tv-user:2\nuser:3\tv-user:3\n");
+  auto desc =
+      cli({"tree", "scan", "--prefix", "user:", "--desc", "--limit", "2"});
+  EXPECT_EQ(desc.out, "user:3\tv-user:3\nuser:2\tv-user:2\n");
+  auto json = cli({"--json", "tree", "scan", "--limit", "1", "--all"});
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find("\"count\":4,\"more\":false"), std::string::npos)
+      << json.out;
+  EXPECT_NE(json.out.find("{\"key\":\"zz\",\"version\":"), std::string::npos)
+      << json.out;
+  EXPECT_EQ(cli({"tree", "scan", "b", "a"}).exit_code, 2) << "reversed";
+  EXPECT_EQ(cli({"tree", "scan", "--limit", "0"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "put", std::string(65, 'k'), "v"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 0);
+  EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 4);
+  EXPECT_EQ(cli({"tree", "get", "user:2"}).exit_code, 4);
+}
+
+TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("keep", "me").ok());
+    const std::string at_limit(c->max_key(), 'k');
+    EXPECT_TRUE(c->Put(at_limit, "v").ok());
+    EXPECT_TRUE(c->Get(at_limit).ok());
+    EXPECT_TRUE(c->Delete(at_limit).ok());
+    const std::string past(c->max_key() + 1, 'k');
+    EXPECT_EQ(c->Put(past, "v").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Get(past).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Put("", "v").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Get("").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(c->Put("big", std::string(c->max_value(), 'v')).ok());
+    EXPECT_EQ(
+        c->Put("big", std::string(c->max_value() + 1, 'v')).status().code(),
+        StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Get("missing").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(c->Delete("missing").code(), StatusCode::kNotFound);
+    // Ranges: limit 0, over the page bound, reversed; an empty range is an
+    // empty page.
+    EXPECT_EQ(c->Scan("a", "z", 0).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Scan("a", "z", c->max_scan() + 1).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->Scan("z", "a", 10).status().code(),
+              StatusCode::kInvalidArgument);
+    auto empty = c->Scan("keep", "keep", 10);
+    ASSERT_TRUE(empty.ok());
+    EXPECT_TRUE(empty->items.empty());
+    EXPECT_FALSE(empty->more);
+    auto none = c->Scan("x", "y", 10, TreeStore::Order::kDescending);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->items.empty());
+  }
+  // Malformed requests straight to the service: refused, the tree intact.
+  auto raw = testing::RawSession::Connect(server_.address, TestTransport());
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  auto expect_refused = [&](uint8_t method, std::string payload,
+                            StatusCode code) {
+    auto r = (*raw)->Call(tree::kTreeService, method, std::move(payload));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->first.status, int32_t(code)) << int(method);
+  };
+  const auto M = [](tree::TreeMethod m) { return uint8_t(m); };
+  expect_refused(M(tree::TreeMethod::kGet), "abc", StatusCode::kProtocolError);
+  std::string key = tree::EncodeTreeKey("keep");
+  key.pop_back();
+  expect_refused(M(tree::TreeMethod::kGet), key, StatusCode::kProtocolError);
+  std::string put = tree::EncodePutFor("k", "v", tree::PutMode::kUpsert, 0);
+  put[8] = 9;  // no such mode
+  expect_refused(M(tree::TreeMethod::kPut), put, StatusCode::kProtocolError);
+  std::string scan = tree::EncodeTreeScan({"a", "b", 5, false});
+  scan += "x";
+  expect_refused(M(tree::TreeMethod::kScan), scan, StatusCode::kProtocolError);
+  expect_refused(M(tree::TreeMethod::kScan),
+                 tree::EncodeTreeScan({"a", "b", 0, false}),
+                 StatusCode::kInvalidArgument);
+  expect_refused(M(tree::TreeMethod::kScan),
+                 tree::EncodeTreeScan({"b", "a", 5, false}),
+                 StatusCode::kInvalidArgument);
+  expect_refused(M(tree::TreeMethod::kGet), tree::EncodeTreeKey(""),
+                 StatusCode::kInvalidArgument);
+  expect_refused(M(tree::TreeMethod::kCount), "", StatusCode::kProtocolError);
+  auto c = Connect(server_.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
+  auto keep = c->Get("keep");
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EQ(keep->value, "me");
+}
+
+// Reader processes scan and get one-sided while this process inserts from
+// an empty tree (splitting leaves, internal nodes and the root), deletes
+// and re-inserts; the server pauses in the middle of every node write, so
+// readers do meet torn nodes.
+TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
+  auto server = StartServer(
+      {"--threads", "2", "--tree-fault-pause-mid-write-us", "20"}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  constexpr int kReaders = 2;
+  std::vector<std::unique_ptr<Subprocess>> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    SpawnOptions o;
+    o.argv = {REMEM_TREE_READER_BIN, server.address,
+              std::string(TransportName(TestTransport()))};
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
+    readers.push_back(std::move(*p));
+  }
+  auto c = Connect(server.address, ReadPath::kRpc);
+  ASSERT_TRUE(c);
+  std::mt19937_64 rng(29);
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t stable = 0;
+  for (uint64_t seq = 1;; ++seq) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start > std::chrono::seconds(60) ||
+        (now - start > std::chrono::seconds(3) && stable >= 1500)) {
+      break;
+    }
+    // Stable keys in a shuffled order of insertion would be better for
+    // splits in the middle; interleaving with churned keys does it.
+    char sk[16];
+    std::snprintf(sk, sizeof(sk), "s%06llu",
+                  static_cast<unsigned long long>(stable));
+    ASSERT_TRUE(
+        c->Put(sk, testing::SelfDescribingValue(sk, seq, 20 + rng() % 150))
+            .ok());
+    ++stable;
+    ASSERT_TRUE(c->Put("progress", std::to_string(stable)).ok());
+    // Churned keys between the stable ones: deleted and re-inserted.
+    char ck[24];
+    std::snprintf(ck, sizeof(ck), "s%06llu-c",
+                  static_cast<unsigned long long>(rng() % stable));
+    if (rng() % 3 == 0) {
+      Status st = c->Delete(ck);
+      ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
+    } else {
+      ASSERT_TRUE(
+          c->Put(ck, testing::SelfDescribingValue(ck, seq, 10 + rng() % 200))
+              .ok());
+    }
+  }
+  for (auto& p : readers) ASSERT_TRUE(p->Signal(SIGUSR1).ok());
+  unsigned long long total[8] = {0};
+  for (auto& p : readers) {
+    auto line = p->WaitForLine("READER", std::chrono::seconds(120));
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    unsigned long long n[8];
+    ASSERT_EQ(
+        std::sscanf(line->c_str(),
+                    "READER scans=%llu gets=%llu bad=%llu missed=%llu "
+                    "disorder=%llu retries=%llu fallbacks=%llu "
+                    "onesided=%llu",
+                    &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &n[6], &n[7]),
+        8)
+        << *line;
+    for (int i = 0; i < 8; ++i) total[i] += n[i];
+    auto rc = p->Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0);
+  }
+  const uint64_t height = testing::StatOf(c.session.get(), "tree_height");
+  const uint64_t splits = testing::StatOf(c.session.get(), "tree_splits");
+  std::printf(
+      "%s: %d reader processes, %llu scans and %llu gets one-sided racing "
+      "%llu stable inserts (%llu splits, height %llu): %llu torn or phantom, "
+      "%llu missed, %llu out of order; %llu verification retries, %llu "
+      "fallbacks\n",
+      std::string(TransportName(TestTransport())).c_str(), kReaders, total[0],
+      total[1], static_cast<unsigned long long>(stable),
+      static_cast<unsigned long long>(splits),
+      static_cast<unsigned long long>(height), total[2], total[3], total[4],
+      total[5], total[6]);
+  EXPECT_EQ(total[2], 0u) << "torn or phantom values returned";
+  EXPECT_EQ(total[3], 0u) << "keys present for a whole scan were missed";
+  EXPECT_EQ(total[4], 0u) << "scans out of order";
+  EXPECT_GT(total[0], 10u);
+  EXPECT_GT(total[7], 0u) << "nothing was read one-sided";
+  EXPECT_GE(height, 2u);
+}
+
+// With --data-dir the tree is durable (snapshot and log): a server killed
+// (-9) and restarted
+// on the same address holds every acknowledged write, and a scan paged
+// before the restart resumes after it from its resume key, on a new
+// session (the old one reports the server gone, never old data).
+TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto server = StartServer({"--data-dir", dir, "--fsync", "always"}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  uint64_t last_version = 0;
+  std::string resume;
+  {
+    auto c = Connect(server.address, ReadPath::kAuto);
+    ASSERT_TRUE(c);
+    for (uint64_t i = 0; i < 600; ++i) {
+      auto v = c->Put(Key(i), "v" + std::to_string(i));
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      last_version = *v;
+    }
+    // A snapshot (the leaf walk) in the middle: the restart recovers from
+    // it and the log after it.
+    ASSERT_TRUE(c.session->TakeSnapshot().ok());
+    for (uint64_t i = 0; i < 600; i += 3) ASSERT_TRUE(c->Delete(Key(i)).ok());
+    auto page = c->Scan("", "", 100);
+    ASSERT_TRUE(page.ok());
+    ASSERT_TRUE(page->more);
+    resume = page->resume;
+    ASSERT_TRUE(server.Restart().ok());
+    // The old session: its server is gone.
+    auto stale = c->Scan(resume, "", 100);
+    EXPECT_FALSE(stale.ok());
+  }
+  auto c = Connect(server.address, ReadPath::kOneSided);
+  ASSERT_TRUE(c);
+  std::vector<std::string> keys;
+  for (const auto& it :
+       ScanAll(c.store.get(), "", resume, 1000, TreeStore::Order::kAscending)) {
+    keys.push_back(it.key);
+  }
+  EXPECT_EQ(keys.size(), 100u);
+  for (const auto& it :
+       ScanAll(c.store.get(), resume, "", 37, TreeStore::Order::kAscending)) {
+    keys.push_back(it.key);
+  }
+  std::vector<std::string> want;
+  for (uint64_t i = 0; i < 600; ++i) {
+    if (i % 3 != 0) want.push_back(Key(i));
+  }
+  EXPECT_EQ(keys, want);
+  auto got = c->Get(Key(5));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "v5");
+  auto v = c->Put("after", "restart");
+  ASSERT_TRUE(v.ok());
+  EXPECT_GT(*v, last_version) << "versions keep growing across a restart";
+  fs::remove_all(dir);
+}
+
+// The race workload of testing/race.h (hot keys written by the server,
+// read one-sided by other clients, every history checked linearizable)
+// on the ordered store, with a fresh key after every write so nodes split
+// under the readers.
+class TreeClientKv : public testing::KvClient {
+ public:
+  explicit TreeClientKv(TreeClient c) : c_(std::move(c)) {}
+  Result<testing::KvValue> Get(std::string_view key) override {
+    auto v = c_->Get(key);
+    if (!v.ok()) return v.status();
+    return testing::KvValue{std::move(v->value), v->version};
+  }
+  Result<uint64_t> Put(std::string_view key, std::string_view value) override {
+    return c_->Put(key, value);
+  }
+  Result<uint64_t> PutIfAbsent(std::string_view key,
+                               std::string_view value) override {
+    return c_->PutIfAbsent(key, value);
+  }
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected) override {
+    return c_->CompareAndPut(key, value, expected);
+  }
+  Status Delete(std::string_view key) override { return c_->Delete(key); }
+  testing::KvReadCounters read_counters() const override {
+    const auto& s = c_->read_stats();
+    return {s.onesided_gets + s.rpc_gets, s.retries, s.fallbacks};
+  }
+
+ private:
+  TreeClient c_;
+};
+
+class TreeKv : public testing::KvStore {
+ public:
+  explicit TreeKv(std::string address) : address_(std::move(address)) {}
+  Result<std::unique_ptr<testing::KvClient>> NewClient(Role role) override {
+    TreeClient c = Connect(
+        address_, role == Role::kWriter ? ReadPath::kRpc : ReadPath::kOneSided);
+    if (!c) return Status::Unavailable("could not open the tree store");
+    return std::unique_ptr<testing::KvClient>(new TreeClientKv(std::move(c)));
+  }
+  Result<testing::KvStoreCounters> Counters() override {
+    return testing::KvStoreCounters{};
+  }
+
+ private:
+  std::string address_;
+};
+
+TEST_F(TreeTest, OneSidedReadersRacingServerWritesAreLinearizable) {
+  TreeKv store(server_.address);
+  testing::RaceOptions o;
+  o.writers = 2;
+  o.readers = 2;
+  o.min_duration = std::chrono::milliseconds(1500);
+  o.min_writes = 250;
+  o.large_one_in = 3;
+  o.small_max = 48;
+  o.large_min = 100;
+  o.large_max = 200;  // within the tree's value limit
+  o.churn_keys = 200;
+  auto report = testing::RunRace(&store, o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::printf("%s: %s\n", std::string(TransportName(TestTransport())).c_str(),
+              report->Summary().c_str());
+  EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
+  EXPECT_GT(report->reads, 200u);
+  auto c = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(c);
+  EXPECT_GT(testing::StatOf(c.session.get(), "tree_splits"), 0u)
+      << "the race should cover splits";
+}
+
+}  // namespace
+}  // namespace remem

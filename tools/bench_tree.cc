@@ -1,0 +1,237 @@
+// remem-bench tree: loads `records` pairs into the ordered store (and the
+// same pairs into the hash store), then times, from one client thread,
+// uniform random point gets and scans of 10 and 100 items on each read
+// path (one-sided, RPC, auto), and the hash store's one-sided get on the
+// same keys (the yardstick: tree lookups at least 40% of it on
+// shared memory).
+
+#include "bench_tree.h"
+
+#include <algorithm>
+#include <random>
+
+#include "bench_common.h"
+#include "remem/hash.h"
+#include "remem/session.h"
+#include "remem/tree.h"
+
+namespace remem::bench {
+
+namespace {
+
+std::string KeyOf(uint64_t i, size_t len) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "user%012llu",
+                static_cast<unsigned long long>(i));
+  std::string k = buf;
+  k.resize(len, '.');
+  return k;
+}
+
+// Times `op` (one operation; false on error) for o.seconds into `row`.
+template <typename Op>
+Status TimeRow(const FabricOptions& o, ServerUnderTest& server, Row* row,
+               Op op) {
+  auto before = server.CpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(o.seconds);
+  Status err;
+  while (std::chrono::steady_clock::now() < end && err.ok()) {
+    for (int i = 0; i < 16 && err.ok(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      err = op();
+      row->latency_ns.Record(
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count()));
+      ++row->ops;
+    }
+  }
+  row->seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  auto after = server.CpuSeconds();
+  if (before.ok() && after.ok()) row->server_cpu_s = *after - *before;
+  return err;
+}
+
+}  // namespace
+
+int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
+            size_t value_len) {
+  if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  if (key_len < 16 || key_len > 64 || value_len > 256) {
+    std::fprintf(stderr,
+                 "remem-bench: tree keys are 16..64 bytes here and values at "
+                 "most 256\n");
+    return 2;
+  }
+  // Nodes are at least half full after splits: three times the pairs'
+  // bytes is room enough; the hash store gets as much again.
+  const uint64_t tree_mb =
+      std::max<uint64_t>(64, records * (16 + key_len + value_len) * 3 >> 20);
+  Result<ServerUnderTest> started =
+      o.server.empty()
+          ? StartServer(o.server_binary, o.transport, o.server_cpu,
+                        std::to_string(tree_mb * 4) + "M",
+                        {"--tree-memory", std::to_string(tree_mb) + "M"})
+          : Result<ServerUnderTest>(ServerUnderTest::External(o.server));
+  if (!started.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n",
+                 started.status().ToString().c_str());
+    return 1;
+  }
+  ServerUnderTest server = std::move(*started);
+  const std::string tname(TransportName(o.transport));
+  std::vector<Row> rows;
+  std::vector<std::string> notes;
+  const std::string value(value_len, 'v');
+  {
+    auto session =
+        ConnectOrReport(server.address, o.transport, o.secret, ReadPath::kRpc);
+    if (session == nullptr) return 1;
+    auto tree = TreeStore::Open(session.get());
+    auto hash = OpenHashOrReport(session.get());
+    if (!tree.ok() || hash == nullptr) {
+      std::fprintf(stderr, "remem-bench: opening the stores failed\n");
+      return 1;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Status first;
+    for (uint64_t i = 0; i < records; ++i) {
+      (*tree)->PutAsync(KeyOf(i, key_len), value, [&first](Result<uint64_t> r) {
+        if (!r.ok() && first.ok()) first = r.status();
+      });
+      if ((i & 255) == 255 && !session->WaitAll().ok()) break;
+    }
+    (void)session->WaitAll();
+    if (!first.ok()) {
+      std::fprintf(stderr, "remem-bench: load: %s\n", first.ToString().c_str());
+      return 1;
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    std::vector<std::string> keys;
+    std::vector<std::pair<std::string_view, std::string_view>> batch;
+    for (uint64_t i = 0; i < records; i += 256) {
+      keys.clear();
+      batch.clear();
+      for (uint64_t j = i; j < std::min(records, i + 256); ++j) {
+        keys.push_back(KeyOf(j, key_len));
+      }
+      for (const auto& k : keys) batch.emplace_back(k, value);
+      for (const auto& r : hash->MultiPut(batch)) {
+        if (!r.ok()) {
+          std::fprintf(stderr, "remem-bench: hash load: %s\n",
+                       r.status().ToString().c_str());
+          return 1;
+        }
+      }
+    }
+    if (!o.json) {
+      std::printf(
+          "load: %llu pairs (%zu B keys, %zu B values) into the "
+          "tree in %.2f s (%.0f puts/s, 256 in flight)\n",
+          static_cast<unsigned long long>(records), key_len, value_len, s,
+          double(records) / s);
+    }
+    hash.reset();
+  }
+  std::mt19937_64 rng(7);
+  std::vector<std::string> keys(1 << 16);
+  for (auto& k : keys) k = KeyOf(rng() % records, key_len);
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto session = ConnectOrReport(server.address, o.transport, o.secret, path);
+    if (session == nullptr) return 1;
+    auto opened = TreeStore::Open(session.get());
+    if (!opened.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n",
+                   opened.status().ToString().c_str());
+      return 1;
+    }
+    TreeStore& t = **opened;
+    const std::string pname(ReadPathName(path));
+    size_t next = 0;
+    Row get;
+    get.test = "tree_get_" + pname;
+    get.transport = tname;
+    get.size = value_len;
+    Status err = TimeRow(o, server, &get, [&] {
+      return t.Get(keys[next++ & (keys.size() - 1)]).status();
+    });
+    if (!err.ok()) {
+      std::fprintf(stderr, "remem-bench: get: %s\n", err.ToString().c_str());
+      return 1;
+    }
+    rows.push_back(std::move(get));
+    for (uint32_t n : {10u, 100u}) {
+      Row scan;
+      scan.test = "scan" + std::to_string(n) + "_" + pname;
+      scan.transport = tname;
+      scan.size = n;
+      err = TimeRow(o, server, &scan, [&]() -> Status {
+        auto page = t.Scan(keys[next++ & (keys.size() - 1)], {}, n);
+        return page.status();
+      });
+      if (!err.ok()) {
+        std::fprintf(stderr, "remem-bench: scan: %s\n", err.ToString().c_str());
+        return 1;
+      }
+      rows.push_back(std::move(scan));
+    }
+    const auto& st = t.read_stats();
+    char note[320];
+    std::snprintf(
+        note, sizeof(note),
+        "tree %-9s gets one-sided %llu / RPC %llu, scans one-sided %llu / "
+        "RPC %llu, node reads %llu, cache hits %llu, retries %llu, "
+        "fallbacks %llu, moves right %llu",
+        pname.c_str(), static_cast<unsigned long long>(st.onesided_gets),
+        static_cast<unsigned long long>(st.rpc_gets),
+        static_cast<unsigned long long>(st.onesided_scans),
+        static_cast<unsigned long long>(st.rpc_scans),
+        static_cast<unsigned long long>(st.reads),
+        static_cast<unsigned long long>(st.cache_hits),
+        static_cast<unsigned long long>(st.retries),
+        static_cast<unsigned long long>(st.fallbacks),
+        static_cast<unsigned long long>(st.moves_right));
+    notes.push_back(note);
+  }
+  {
+    // The yardstick: the hash store's one-sided get on the same keys.
+    auto session = ConnectOrReport(server.address, o.transport, o.secret,
+                                   ReadPath::kOneSided);
+    if (session == nullptr) return 1;
+    auto hash = OpenHashOrReport(session.get());
+    if (hash == nullptr) return 1;
+    size_t next = 0;
+    Row row;
+    row.test = "hash_get_onesided";
+    row.transport = tname;
+    row.size = value_len;
+    HashStore::Value into;
+    Status err = TimeRow(o, server, &row, [&] {
+      return hash->Get(keys[next++ & (keys.size() - 1)], &into);
+    });
+    if (!err.ok()) {
+      std::fprintf(stderr, "remem-bench: hash get: %s\n",
+                   err.ToString().c_str());
+      return 1;
+    }
+    rows.push_back(std::move(row));
+  }
+  if (o.json) {
+    PrintJson(rows, "\"workload\":\"tree\",\"records\":" +
+                        std::to_string(records) + ",");
+  } else {
+    PrintTable(rows);
+    for (const auto& n : notes) std::printf("%s\n", n.c_str());
+  }
+  return 0;
+}
+
+}  // namespace remem::bench
