@@ -278,147 +278,48 @@ struct Cluster::Impl {
     if (!st.ok() && first_error.ok()) first_error = st;
   }
 
-  void IssueGet(std::string key, GetCallback done, Clock::time_point deadline) {
+  // Starts one asynchronous operation on the owner of `key`:
+  // send(store, key, on_done) issues it there. An operation refused with
+  // Moved or Busy (by the owner, or when its store is opened) is issued
+  // again after the next Poll (which refreshes the configuration after a
+  // Moved), until the deadline. Key is std::string (copied: the operation
+  // owns it) or std::string_view (the caller keeps it valid).
+  template <typename R, typename Key, typename Send>
+  void IssueAsync(Key key, std::function<void(R)> done, Send send,
+                  Clock::time_point deadline) {
+    auto again = [this, deadline](Key k, std::function<void(R)> d, Send sn) {
+      later.push_back([this, k = std::move(k), d = std::move(d),
+                       sn = std::move(sn), deadline]() mutable {
+        IssueAsync<R>(std::move(k), std::move(d), std::move(sn), deadline);
+      });
+    };
     auto store = StoreForKey(key);
     if (!store.ok()) {
       const Status st = store.status();
       if (Retryable(st) && Clock::now() < deadline) {
         Refused(st);
-        later.push_back([this, key = std::move(key), done = std::move(done),
-                         deadline]() mutable {
-          IssueGet(std::move(key), std::move(done), deadline);
-        });
-        return;
+        return again(std::move(key), std::move(done), std::move(send));
       }
       later.push_back([this, st, done = std::move(done)] {
         Finish(st);
-        if (done) done(st);
+        if (done) done(R(st));
       });
       return;
     }
-    HashStore* s = *store;
-    s->GetAsync(key, [this, key, done = std::move(done),
-                      deadline](Result<Value> r) mutable {
-      if (Retryable(r.status()) && Clock::now() < deadline) {
-        Refused(r.status());
-        later.push_back([this, key = std::move(key), done = std::move(done),
-                         deadline]() mutable {
-          IssueGet(std::move(key), std::move(done), deadline);
-        });
-        return;
-      }
-      Finish(r.status());
-      if (done) done(std::move(r));
-    });
-  }
-
-  // GetAsync into the caller's storage: `key` and `into` stay valid until
-  // the callback (the caller's promise), so nothing is copied.
-  void IssueGetInto(std::string_view key, Value* into, Callback done,
-                    Clock::time_point deadline) {
-    auto store = StoreForKey(key);
-    if (!store.ok()) {
-      const Status st = store.status();
-      if (Retryable(st) && Clock::now() < deadline) {
-        Refused(st);
-        later.push_back(
-            [this, key, into, done = std::move(done), deadline]() mutable {
-              IssueGetInto(key, into, std::move(done), deadline);
-            });
-        return;
-      }
-      later.push_back([this, st, done = std::move(done)] {
-        Finish(st);
-        if (done) done(st);
-      });
-      return;
-    }
-    (*store)->GetAsync(
-        key, into,
-        [this, key, into, done = std::move(done), deadline](Status st) mutable {
-          if (Retryable(st) && Clock::now() < deadline) {
-            Refused(st);
-            later.push_back(
-                [this, key, into, done = std::move(done), deadline]() mutable {
-                  IssueGetInto(key, into, std::move(done), deadline);
-                });
-            return;
-          }
-          Finish(st);
-          if (done) done(st);
-        });
-  }
-
-  void IssuePut(std::string key, std::string value, VersionCallback done,
-                Clock::time_point deadline) {
-    auto store = StoreForKey(key);
-    if (!store.ok()) {
-      const Status st = store.status();
-      if (Retryable(st) && Clock::now() < deadline) {
-        Refused(st);
-        later.push_back([this, key = std::move(key), value = std::move(value),
-                         done = std::move(done), deadline]() mutable {
-          IssuePut(std::move(key), std::move(value), std::move(done), deadline);
-        });
-        return;
-      }
-      later.push_back([this, st, done = std::move(done)] {
-        Finish(st);
-        if (done) done(st);
-      });
-      return;
-    }
-    HashStore* s = *store;
-    s->PutAsync(key, value,
-                [this, key, value, done = std::move(done),
-                 deadline](Result<uint64_t> r) mutable {
-                  if (Retryable(r.status()) && Clock::now() < deadline) {
-                    Refused(r.status());
-                    later.push_back(
-                        [this, key = std::move(key), value = std::move(value),
-                         done = std::move(done), deadline]() mutable {
-                          IssuePut(std::move(key), std::move(value),
-                                   std::move(done), deadline);
-                        });
-                    return;
-                  }
-                  Finish(r.status());
-                  if (done) done(std::move(r));
-                });
-  }
-
-  void IssueDelete(std::string key, Callback done, Clock::time_point deadline) {
-    auto store = StoreForKey(key);
-    if (!store.ok()) {
-      const Status st = store.status();
-      if (Retryable(st) && Clock::now() < deadline) {
-        Refused(st);
-        later.push_back([this, key = std::move(key), done = std::move(done),
-                         deadline]() mutable {
-          IssueDelete(std::move(key), std::move(done), deadline);
-        });
-        return;
-      }
-      later.push_back([this, st, done = std::move(done)] {
-        Finish(st);
-        if (done) done(st);
-      });
-      return;
-    }
-    HashStore* s = *store;
-    s->DeleteAsync(
-        key, [this, key, done = std::move(done), deadline](Status st) mutable {
-          if (Retryable(st) && Clock::now() < deadline) {
-            Refused(st);
-            later.push_back([this, key = std::move(key), done = std::move(done),
-                             deadline]() mutable {
-              IssueDelete(std::move(key), std::move(done), deadline);
-            });
-            return;
-          }
-          Finish(st);
-          if (done) done(st);
-        });
+    // The callback keeps a copy of the key for a retry: the store is given
+    // a view of `key`, which must outlive the call (arguments are built
+    // before it, so the key cannot be moved into the callback).
+    send(*store, key,
+         [this, again, key, done = std::move(done), send,
+          deadline](R r) mutable {
+           const Status& st = StatusOf(r);
+           if (Retryable(st) && Clock::now() < deadline) {
+             Refused(st);
+             return again(std::move(key), std::move(done), std::move(send));
+           }
+           Finish(st);
+           if (done) done(std::move(r));
+         });
   }
 
   size_t Poll() {
@@ -602,24 +503,44 @@ std::vector<Result<uint64_t>> Cluster::MultiPut(
 
 void Cluster::GetAsync(std::string_view key, GetCallback done) {
   ++impl_->in_flight;
-  impl_->IssueGet(std::string(key), std::move(done), impl_->Deadline());
+  impl_->IssueAsync<Result<Value>>(
+      std::string(key), std::move(done),
+      [](HashStore* s, std::string_view k, GetCallback cb) {
+        s->GetAsync(k, std::move(cb));
+      },
+      impl_->Deadline());
 }
 
 void Cluster::GetAsync(std::string_view key, Value* into, Callback done) {
   ++impl_->in_flight;
-  impl_->IssueGetInto(key, into, std::move(done), impl_->Deadline());
+  impl_->IssueAsync<Status>(
+      key, std::move(done),
+      [into](HashStore* s, std::string_view k, Callback cb) {
+        s->GetAsync(k, into, std::move(cb));
+      },
+      impl_->Deadline());
 }
 
 void Cluster::PutAsync(std::string_view key, std::string_view value,
                        VersionCallback done) {
   ++impl_->in_flight;
-  impl_->IssuePut(std::string(key), std::string(value), std::move(done),
-                  impl_->Deadline());
+  impl_->IssueAsync<Result<uint64_t>>(
+      std::string(key), std::move(done),
+      [v = std::string(value)](HashStore* s, std::string_view k,
+                               VersionCallback cb) {
+        s->PutAsync(k, v, std::move(cb));
+      },
+      impl_->Deadline());
 }
 
 void Cluster::DeleteAsync(std::string_view key, Callback done) {
   ++impl_->in_flight;
-  impl_->IssueDelete(std::string(key), std::move(done), impl_->Deadline());
+  impl_->IssueAsync<Status>(
+      std::string(key), std::move(done),
+      [](HashStore* s, std::string_view k, Callback cb) {
+        s->DeleteAsync(k, std::move(cb));
+      },
+      impl_->Deadline());
 }
 
 size_t Cluster::Poll() { return impl_->Poll(); }
