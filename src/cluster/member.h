@@ -8,8 +8,9 @@
 //                       configuration manager
 //   config              the configuration (EncodeConfig), written only by
 //                       the manager, only conditionally: created once
-//                       (creation fails if another manager created it), and
-//                       later replaced only at the version it read
+//                       (creation fails if another manager created it);
+//                       never rewritten yet (moving shards, not built, is
+//                       what will replace it, at the version it read)
 // The manager installs the first configuration once `initial_size`
 // servers have registered: shards split evenly over them. Every server
 // watches `config` and installs each newer one into its Ownership.

@@ -99,8 +99,8 @@ class HashService final : public server::Service {
     std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> pending_ops;
   };
   uint32_t PartitionOf(std::string_view key) const;
-  // OK, or (in a cluster) Moved/Unavailable for a key this server does not
-  // own now.
+  // OK, or (in a cluster) Moved for a key this server does not own now
+  // (Busy before its first configuration).
   Status Owned(std::string_view key) const;
   void UpdateCounters_st(Partition& part);
   void HandleSingle_st(server::PartitionId p, server::Call call);

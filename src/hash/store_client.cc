@@ -425,7 +425,7 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
     auto cfg = impl->core->CallSync(
         proto::kCoreService,
         static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {});
-    if (cfg.ok() || cfg.status().code() == StatusCode::kUnavailable) {
+    if (cfg.ok() || cfg.status().code() == StatusCode::kBusy) {
       so.mode = ReadPath::kRpc;
     }
   }

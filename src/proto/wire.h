@@ -116,8 +116,8 @@ enum class CoreMethod : uint8_t {
                   // persistence)
   kClusterConfig = 6,  // empty request; the cluster configuration this
                        // server installed last (src/cluster/config.h);
-                       // Unsupported outside a cluster, Unavailable before
-                       // the first configuration
+                       // Unsupported outside a cluster, Busy before the
+                       // first configuration
   kCount
 };
 
