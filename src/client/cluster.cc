@@ -322,6 +322,35 @@ struct Cluster::Impl {
          });
   }
 
+  // A batch of n items, in rounds: issue(todo, out, pending) sends the
+  // items in `todo` (to every server at once), counting the requests it
+  // left in flight in `pending`; items refused with Moved or Busy go again
+  // (after a refresh if any moved) until the deadline.
+  template <typename R, typename Issue>
+  std::vector<R> Batched(size_t n, Issue issue) {
+    std::vector<R> out(n, R(Status::Internal("not yet answered")));
+    std::vector<size_t> todo(n);
+    for (size_t i = 0; i < n; ++i) todo[i] = i;
+    const auto deadline = Deadline();
+    for (int attempt = 0; !todo.empty(); ++attempt) {
+      size_t pending = 0;
+      issue(todo, out, pending);
+      while (pending > 0) loop->Poll();
+      todo.clear();
+      size_t moved = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (!Retryable(StatusOf(out[i]))) continue;
+        todo.push_back(i);
+        moved += IsMoved(StatusOf(out[i])) ? 1 : 0;
+      }
+      if (todo.empty() || Clock::now() >= deadline) break;
+      stats.moved += moved;
+      Backoff(attempt + 1);
+      if (moved > 0 && !Refresh().ok()) break;
+    }
+    return out;
+  }
+
   size_t Poll() {
     size_t n = loop->Poll();
     if (!later.empty()) {
@@ -419,86 +448,54 @@ Result<OpReply> Cluster::Execute(const Op& op) {
 
 std::vector<Result<Cluster::Value>> Cluster::MultiGet(
     const std::vector<std::string_view>& keys) {
-  std::vector<Result<Value>> out(keys.size(),
-                                 Status::Internal("not yet answered"));
-  std::vector<size_t> todo(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) todo[i] = i;
-  const auto deadline = impl_->Deadline();
-  for (int attempt = 0; !todo.empty(); ++attempt) {
-    // One batch per owner, all in flight at once.
-    std::map<std::string, std::vector<size_t>> by_owner;
-    for (size_t i : todo) by_owner[impl_->OwnerOf(keys[i])].push_back(i);
-    size_t pending = 0;
-    for (auto& [addr, idx] : by_owner) {
-      auto store = impl_->StoreFor(addr);
-      if (!store.ok()) {
-        for (size_t i : idx) out[i] = store.status();
-        continue;
-      }
-      std::vector<std::string_view> part;
-      part.reserve(idx.size());
-      for (size_t i : idx) part.push_back(keys[i]);
-      ++pending;
-      (*store)->MultiGetAsync(
-          part, [&out, &pending, idxs = idx](std::vector<Result<Value>> r) {
-            for (size_t j = 0; j < r.size() && j < idxs.size(); ++j) {
-              out[idxs[j]] = std::move(r[j]);
-            }
-            --pending;
-          });
-    }
-    while (pending > 0) impl_->loop->Poll();
-    todo.clear();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (Retryable(out[i].status())) todo.push_back(i);
-    }
-    if (todo.empty() || Clock::now() >= deadline) break;
-    size_t moved = 0;
-    for (size_t i : todo) moved += IsMoved(out[i].status()) ? 1 : 0;
-    impl_->stats.moved += moved;
-    impl_->Backoff(attempt + 1);
-    if (moved > 0 && !impl_->Refresh().ok()) break;
-  }
-  return out;
+  return impl_->Batched<Result<Value>>(
+      keys.size(), [&](const std::vector<size_t>& todo,
+                       std::vector<Result<Value>>& out, size_t& pending) {
+        // One batch per owner, all in flight at once.
+        std::map<std::string, std::vector<size_t>> by_owner;
+        for (size_t i : todo) by_owner[impl_->OwnerOf(keys[i])].push_back(i);
+        for (auto& [addr, idx] : by_owner) {
+          auto store = impl_->StoreFor(addr);
+          if (!store.ok()) {
+            for (size_t i : idx) out[i] = store.status();
+            continue;
+          }
+          std::vector<std::string_view> part;
+          part.reserve(idx.size());
+          for (size_t i : idx) part.push_back(keys[i]);
+          ++pending;
+          (*store)->MultiGetAsync(
+              part, [&out, &pending, idxs = idx](std::vector<Result<Value>> r) {
+                for (size_t j = 0; j < r.size() && j < idxs.size(); ++j) {
+                  out[idxs[j]] = std::move(r[j]);
+                }
+                --pending;
+              });
+        }
+      });
 }
 
 std::vector<Result<uint64_t>> Cluster::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
-  std::vector<Result<uint64_t>> out(pairs.size(),
-                                    Status::Internal("not yet answered"));
-  std::vector<size_t> todo(pairs.size());
-  for (size_t i = 0; i < pairs.size(); ++i) todo[i] = i;
-  const auto deadline = impl_->Deadline();
-  for (int attempt = 0; !todo.empty(); ++attempt) {
-    // Puts queued on each server's store go out at the next poll as one
-    // message per server, all servers at once.
-    size_t pending = 0;
-    for (size_t i : todo) {
-      auto store = impl_->StoreForKey(pairs[i].first);
-      if (!store.ok()) {
-        out[i] = store.status();
-        continue;
-      }
-      ++pending;
-      (*store)->PutAsync(pairs[i].first, pairs[i].second,
-                         [&out, &pending, i](Result<uint64_t> r) {
-                           out[i] = std::move(r);
-                           --pending;
-                         });
-    }
-    while (pending > 0) impl_->loop->Poll();
-    todo.clear();
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      if (Retryable(out[i].status())) todo.push_back(i);
-    }
-    if (todo.empty() || Clock::now() >= deadline) break;
-    size_t moved = 0;
-    for (size_t i : todo) moved += IsMoved(out[i].status()) ? 1 : 0;
-    impl_->stats.moved += moved;
-    impl_->Backoff(attempt + 1);
-    if (moved > 0 && !impl_->Refresh().ok()) break;
-  }
-  return out;
+  return impl_->Batched<Result<uint64_t>>(
+      pairs.size(), [&](const std::vector<size_t>& todo,
+                        std::vector<Result<uint64_t>>& out, size_t& pending) {
+        // Puts queued on each server's store go out at the next poll as one
+        // message per server, all servers at once.
+        for (size_t i : todo) {
+          auto store = impl_->StoreForKey(pairs[i].first);
+          if (!store.ok()) {
+            out[i] = store.status();
+            continue;
+          }
+          ++pending;
+          (*store)->PutAsync(pairs[i].first, pairs[i].second,
+                             [&out, &pending, i](Result<uint64_t> r) {
+                               out[i] = std::move(r);
+                               --pending;
+                             });
+        }
+      });
 }
 
 void Cluster::GetAsync(std::string_view key, GetCallback done) {
