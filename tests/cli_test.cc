@@ -178,6 +178,9 @@ TEST(Cli, AuthRefusalExitsThree) {
 // policy asked for runs on a server of its own, and after kill -9 every
 // loaded key is recovered (the workload fails otherwise).
 TEST(Bench, DurabilityWorkloadRunsAndRecovers) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
   auto r = RunCommand(
       {BenchBinary(), "durability", "--policies", "none,always", "--records",
        "500", "--ops", "1000", "--always-ops", "100", "--recovery", "--memory",
