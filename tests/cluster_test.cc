@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -19,6 +20,8 @@
 #include "client/session_core.h"
 #include "cluster/config.h"
 #include "test_util.h"
+#include "testing/kv_store.h"
+#include "testing/race.h"
 #include "testing/zookeeper_process.h"
 
 namespace remem {
@@ -404,27 +407,262 @@ TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
   EXPECT_EQ(cluster->Get("after")->value, "zk");
 }
 
-TEST_F(ClusterTest, AServerThatJoinsAfterTheClusterFormedOwnsNothingYet) {
+// The race workload (testing/race.h) through remem::Cluster: each client
+// its own Cluster, routed and retried as a user's would be.
+class ClusterKv : public testing::KvStore {
+ public:
+  explicit ClusterKv(std::vector<std::string> seeds)
+      : seeds_(std::move(seeds)) {}
+  Result<std::unique_ptr<testing::KvClient>> NewClient(Role) override {
+    ClusterOptions o;
+    o.seeds = seeds_;
+    o.session.transport = testing::TestTransport();
+    // Long enough for a hand-over under the sanitizers.
+    o.session.timeout = std::chrono::seconds(30);
+    auto c = Cluster::Connect(o);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<testing::KvClient>(new Client(std::move(*c)));
+  }
+  Result<testing::KvStoreCounters> Counters() override {
+    return testing::KvStoreCounters{};
+  }
+
+ private:
+  class Client : public testing::KvClient {
+   public:
+    explicit Client(std::unique_ptr<Cluster> c) : c_(std::move(c)) {}
+    Result<testing::KvValue> Get(std::string_view key) override {
+      auto v = c_->Get(key);
+      if (!v.ok()) return v.status();
+      return testing::KvValue{std::move(v->value), v->version};
+    }
+    Result<uint64_t> Put(std::string_view key,
+                         std::string_view value) override {
+      return c_->Put(key, value);
+    }
+    Result<uint64_t> PutIfAbsent(std::string_view key,
+                                 std::string_view value) override {
+      return c_->PutIfAbsent(key, value);
+    }
+    Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                   uint64_t expected) override {
+      return c_->CompareAndPut(key, value, expected);
+    }
+    Status Delete(std::string_view key) override { return c_->Delete(key); }
+    std::vector<Result<testing::KvValue>> GetBatch(
+        const std::vector<std::string_view>& keys, BatchKind kind) override {
+      std::vector<Result<testing::KvValue>> out;
+      if (kind == BatchKind::kMulti) {
+        for (auto& v : c_->MultiGet(keys)) {
+          if (v.ok()) {
+            out.push_back(testing::KvValue{std::move(v->value), v->version});
+          } else {
+            out.push_back(v.status());
+          }
+        }
+        return out;
+      }
+      std::vector<HashStore::Value> values(keys.size());
+      std::vector<Status> status(keys.size(), Status::Internal("no answer"));
+      for (size_t i = 0; i < keys.size(); ++i) {
+        c_->GetAsync(keys[i], &values[i],
+                     [&status, i](Status st) { status[i] = st; });
+      }
+      (void)c_->WaitAll();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (status[i].ok()) {
+          out.push_back(
+              testing::KvValue{std::move(values[i].value), values[i].version});
+        } else {
+          out.push_back(status[i]);
+        }
+      }
+      return out;
+    }
+    testing::KvReadCounters read_counters() const override { return {}; }
+
+   private:
+    std::unique_ptr<Cluster> c_;
+  };
+  std::vector<std::string> seeds_;
+};
+
+// Polls the configuration until nothing is moving and `done` holds; false
+// at the bound.
+bool WaitForConfig(Cluster* c,
+                   const std::function<bool(const Cluster::Info&)>& done) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (std::chrono::steady_clock::now() < until) {
+    if (c->Refresh().ok() && c->info().moving == 0 && done(c->info())) {
+      return true;
+    }
+    // Polling: the manager tells the servers, not the test.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+uint32_t ShardsOf(const Cluster::Info& info, const std::string& address) {
+  for (const auto& n : info.nodes) {
+    if (n.address == address) return n.shards;
+  }
+  return 0;
+}
+
+TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   StartServers(2);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
-  ASSERT_TRUE(cluster->Put("k", "v").ok());
-  // A third server of the same cluster, after its first configuration: it
-  // registers (the manager sees three members) but owns no shard until
-  // shards are moved to it, and says where each key is.
+  constexpr int kKeys = 4000;
+  std::vector<std::string> keys, vals;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(i));
+    vals.push_back(Val(i));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
+  for (const auto& r : cluster->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+
+  // Writers and one-sided readers race on hot keys through their own
+  // clusters while a third server joins and shards move to it.
+  ClusterKv kv({servers_[0].address, servers_[1].address});
+  testing::RaceOptions o;
+  o.keys = 8;
+  o.writers = 1;
+  o.readers = 2;
+  // Long enough for a join and a drain (the test checks they were over
+  // before the race).
+  o.min_duration = std::chrono::milliseconds(6000);
+  o.min_writes = 300;
+  o.max_writes = 1000000;
+  o.grow_every = 0;
+  Result<testing::RaceReport> report = Status::Internal("not run");
+  std::chrono::steady_clock::time_point race_end;
+  std::thread race([&] {
+    report = testing::RunRace(&kv, o);
+    race_end = std::chrono::steady_clock::now();
+  });
   servers_.push_back(StartServer(MemberFlags(2)));
   ASSERT_NE(servers_.back().process, nullptr);
-  auto late = ConnectOrDie(servers_.back().address);
-  EXPECT_EQ(WaitForStatOf(late.get(), "cluster_epoch", 1, kBound), 1u);
-  EXPECT_EQ(WaitForStatOf(late.get(), "cluster_zk_registered", 1, kBound), 1u);
-  EXPECT_EQ(StatOf(late.get(), "cluster_shards_owned"), 0u);
-  EXPECT_EQ(StatOf(late.get(), "cluster_members"), 2u);
-  auto plain = ConnectHashOrDie(servers_.back().address);
-  ASSERT_TRUE(plain);
-  EXPECT_EQ(plain->Put("k", "w").status().code(), StatusCode::kMoved);
-  ASSERT_TRUE(cluster->Refresh().ok());
-  EXPECT_EQ(cluster->info().nodes.size(), 2u);
-  EXPECT_EQ(cluster->Get("k")->value, "v");
+  const std::string joined = servers_.back().address;
+  const bool balanced = WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, joined) >= cluster::kDefaultShards / 3;
+  });
+  const uint32_t balanced_epoch = cluster->info().epoch;
+  // Then, still during the race, the server of hot key 0 is drained, so at
+  // least one raced key surely moves.
+  const std::string drained = cluster->OwnerOf("hot0");
+  const Status drain = cluster->Drain(drained, kBound);
+  const auto drained_at = std::chrono::steady_clock::now();
+  race.join();
+  ASSERT_TRUE(balanced) << "the shards never moved to the new server";
+  ASSERT_TRUE(drain.ok()) << drain.ToString();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::printf("%s: %s; balanced at epoch %u, drained at %u\n",
+              TransportFlag().c_str(), report->Summary().c_str(),
+              balanced_epoch, cluster->info().epoch);
+  EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
+  EXPECT_LT(drained_at, race_end) << "the moves did not overlap the race";
+  EXPECT_GT(report->writes, 0u);
+
+  // Even shares on the two servers left, every loaded key with its value,
+  // and each key only on its owner (old owners deleted what moved away).
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return info.nodes.size() == 2;  // the drained one dropped
+  }));
+  const Cluster::Info& info = cluster->info();
+  for (const auto& n : info.nodes) {
+    EXPECT_NE(n.address, drained);
+    EXPECT_EQ(n.shards, cluster::kDefaultShards / 2) << n.address;
+  }
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto got = cluster->MultiGet(views);
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]);
+  }
+  std::map<std::string, uint64_t> expected;
+  for (const auto& k : keys) ++expected[cluster->OwnerOf(k)];
+  for (int i = 0; i < o.keys; ++i) {
+    const std::string hot = "hot" + std::to_string(i);
+    if (cluster->Get(hot).ok()) ++expected[cluster->OwnerOf(hot)];
+  }
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    EXPECT_EQ(st->Get("hash_pairs"), expected[addr]) << addr;
+    EXPECT_EQ(st->Get("cluster_epoch"), info.epoch) << addr;
+  }
+}
+
+TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 3; ++i) {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dirs.push_back(tmpl);
+    servers_.push_back(StartServer(MemberFlags(3, {"--data-dir", tmpl})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  constexpr int kKeys = 3000;
+  for (int i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(cluster->Put(Key(i), Val(i)).ok());
+  // Counters on a few keys, to see versions survive the move.
+  std::map<std::string, uint64_t> version;
+  for (int i = 0; i < 50; ++i) {
+    auto v = cluster->Put(Key(i), Val(i, 1));
+    ASSERT_TRUE(v.ok());
+    version[Key(i)] = *v;
+  }
+
+  // The CLI drains the server that owns key 0 and waits for it.
+  const std::string drained = cluster->OwnerOf(Key(0));
+  auto drain = RunCommand({testing::CliBinary(), "--cluster",
+                           servers_[0].address + "," + servers_[1].address,
+                           "--transport", TransportFlag(), "--timeout", "60",
+                           "cluster", "drain", drained});
+  ASSERT_EQ(drain.exit_code, 0) << drain.out;
+  EXPECT_NE(drain.out.find("drained"), std::string::npos) << drain.out;
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, drained) == 0;
+  }));
+  std::string alive;
+  for (const auto& sv : servers_) {
+    if (sv.address != drained) alive = sv.address;
+  }
+  auto shards =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "cluster", "shards"});
+  ASSERT_EQ(shards.exit_code, 0) << shards.out;
+  EXPECT_EQ(shards.out.find(drained), std::string::npos) << shards.out;
+
+  // Nothing left there; stopped, it takes nothing with it. Versions kept:
+  // a compare-and-put with the version read before the move succeeds.
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].address != drained) continue;
+    auto probe = ConnectOrDie(drained);
+    EXPECT_EQ(StatOf(probe.get(), "hash_pairs"), 0u);
+    probe.reset();
+    ASSERT_TRUE(servers_[i].Stop().ok());
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    auto r = cluster->Get(Key(i));
+    ASSERT_TRUE(r.ok()) << Key(i) << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, Val(i, i < 50 ? 1 : 0));
+    if (i < 50) {
+      EXPECT_EQ(r->version, version[Key(i)]) << Key(i);
+    }
+  }
+  EXPECT_TRUE(cluster->CompareAndPut(Key(0), "cas", version[Key(0)]).ok());
+  // Draining a server that is not a member says so.
+  auto none =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "cluster", "drain", "127.0.0.1:1"});
+  EXPECT_NE(none.exit_code, 0) << none.out;
+  EXPECT_NE(none.out.find("no member"), std::string::npos) << none.out;
+  servers_.clear();
+  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {

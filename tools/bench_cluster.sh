@@ -4,7 +4,11 @@
 #      cluster, and against a single server (no --cluster) through a
 #      session, alternated;
 #   2. aggregate throughput and server CPU per operation with 1, 2, 3 ...
-#      servers, every server pinned to CPU 0 and the client to CPU 1.
+#      servers, every server pinned to CPU 0 and the client to CPU 1;
+#   3. rebalancing: a YCSB run on two servers, then the same run during
+#      which a third server joins (after the load) and shards move to it:
+#      the run's throughput and errors, and each move step's pairs, copy
+#      time and write pause (from the manager's log).
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -16,7 +20,8 @@ build=${1:-build}
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
 [ ${#extra[@]} -eq 0 ] && extra=(--workloads A,C --records 1000000 --duration 2 --warmup 0.5 --depth 16)
-servers_list=${SERVERS:-"1 2 3"}
+servers_list=${SERVERS-"1 2 3"}  # SERVERS= skips part 2; ROUTING=0 part 1,
+                                  # REBALANCE=0 part 3
 rounds=${ROUNDS:-3}
 transport=${TRANSPORT:-shm}
 
@@ -56,7 +61,7 @@ start_cluster() {
     local log="$dir/$name-$i.log" addr=""
     "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
       --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/$name" \
-      --cluster-size "$n" --log-level warn >"$log" 2>&1 &
+      --cluster-size "$n" --log-level "${log_level:-warn}" >"$log" 2>&1 &
     pids+=($!)
     spids+="${spids:+,}$!"
     for _ in $(seq 300); do
@@ -81,6 +86,7 @@ stop_cluster() {
 
 bench() { "$build/remem-bench" ycsb --transport "$transport" --client-cpu 1 "${extra[@]}" "$@"; }
 
+if [ "${ROUTING:-1}" = 1 ]; then
 echo "== routing cost: a one-server cluster through the cluster client vs a single server (no --cluster) through a session ($rounds rounds, alternated)"
 # The single server: the same flags without --cluster. (A plain session to
 # a cluster member reads by RPC, so it is not the baseline.)
@@ -104,6 +110,7 @@ for r in $(seq "$rounds"); do
 done
 stop_cluster
 kill "$single_pid"
+fi
 
 for n in $servers_list; do
   echo "== $n server(s), all on CPU 0"
@@ -111,3 +118,48 @@ for n in $servers_list; do
   bench --cluster "$seeds" --server-pids "$spids" | grep -E '^remem-' || true
   stop_cluster
 done
+
+if [ "${REBALANCE:-1}" = 1 ]; then
+  rb_duration=${RB_DURATION:-20}
+  # The records flag of the run (default 1000000).
+  records=1000000
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    [ "${extra[$i]}" = --records ] && records=${extra[$((i + 1))]}
+  done
+  # Baselines: the cluster before the join (2 servers) and after it (3;
+  # all on CPU 0, so 3 servers share the core the 2 had).
+  for with in no3 no yes; do
+    case $with in
+      yes) echo "== rebalance: 2 servers, a third joins after the load (${rb_duration}s run)" ;;
+      no) echo "== rebalance baseline: 2 servers, nobody joins (${rb_duration}s run)" ;;
+      no3) echo "== rebalance baseline: 3 servers, nobody joins (${rb_duration}s run)" ;;
+    esac
+    log_level=info start_cluster "rb-$with" "$([ "$with" = no3 ] && echo 3 || echo 2)"
+    bench --cluster "$seeds" --server-pids "$spids" --duration "$rb_duration" \
+      >"$dir/rb-$with.out" 2>&1 &
+    bpid=$!
+    if [ "$with" = yes ]; then
+      # After the load: every pair is on the two servers.
+      for _ in $(seq 600); do
+        n=$("$build/remem" --cluster "$seeds" --transport "$transport" stats 2>/dev/null |
+            awk '$1 == "hash_pairs" {s += $2} END {print s + 0}')
+        [ "$n" -ge "$records" ] && break
+        sleep 0.5
+      done
+      sleep 2  # into the timed run
+      log="$dir/rb-join.log"
+      "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
+        --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/rb-$with" \
+        --log-level info >"$log" 2>&1 &
+      pids+=($!)
+      spids+=",$!"
+    fi
+    wait "$bpid" || true
+    grep -E '^remem-|error' "$dir/rb-$with.out" || true
+    if [ "$with" = yes ]; then
+      grep -h "shards moved" "$dir"/rb-yes-*.log "$dir/rb-join.log" | sed 's/^/  /'
+      "$build/remem" --cluster "$seeds" --transport "$transport" cluster nodes
+    fi
+    stop_cluster
+  done
+fi

@@ -261,13 +261,17 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
                  bool json) {
   if (what == "info") {
     if (json) {
-      std::printf("{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu}\n",
-                  JsonString(info.name).c_str(), info.epoch, info.num_shards,
-                  info.nodes.size());
+      std::printf(
+          "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
+          "\"moving\":%u}\n",
+          JsonString(info.name).c_str(), info.epoch, info.num_shards,
+          info.nodes.size(), info.moving);
     } else {
-      std::printf("cluster %s: epoch %u, %u shards on %zu servers\n",
+      std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
                   info.nodes.size());
+      if (info.moving > 0) std::printf(", %u moving", info.moving);
+      std::printf("\n");
     }
     return 0;
   }
@@ -288,19 +292,30 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     return 0;
   }
   if (what == "shards") {
-    // Runs of consecutive shards with one owner.
+    // Runs of consecutive shards with one owner (and one destination,
+    // for shards moving).
     if (json) std::printf("[");
     bool first = true;
     for (uint32_t s = 0; s < info.shard_owner.size();) {
       uint32_t e = s;
       while (e + 1 < info.shard_owner.size() &&
-             info.shard_owner[e + 1] == info.shard_owner[s]) {
+             info.shard_owner[e + 1] == info.shard_owner[s] &&
+             info.shard_next[e + 1] == info.shard_next[s]) {
         ++e;
       }
       const std::string& owner = info.nodes[info.shard_owner[s]].address;
+      const int32_t next = info.shard_next[s];
       if (json) {
-        std::printf("%s{\"first\":%u,\"last\":%u,\"owner\":%s}",
+        std::printf("%s{\"first\":%u,\"last\":%u,\"owner\":%s",
                     first ? "" : ",", s, e, JsonString(owner).c_str());
+        if (next >= 0) {
+          std::printf(",\"moving_to\":%s",
+                      JsonString(info.nodes[size_t(next)].address).c_str());
+        }
+        std::printf("}");
+      } else if (next >= 0) {
+        std::printf("%5u-%-5u %s -> %s\n", s, e, owner.c_str(),
+                    info.nodes[size_t(next)].address.c_str());
       } else {
         std::printf("%5u-%-5u %s\n", s, e, owner.c_str());
       }
@@ -311,7 +326,7 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     return 0;
   }
   return Fail(Status::InvalidArgument(
-      "cluster wants info, nodes or shards; got '" + what + "'"));
+      "cluster wants info, nodes, shards or drain NODE; got '" + what + "'"));
 }
 
 }  // namespace
@@ -434,10 +449,16 @@ int main(int argc, char** argv) {
   std::string cluster_what = "info";
   auto* cluster_cmd = app.add_subcommand(
       "cluster",
-      "with --cluster: the configuration (info), its servers (nodes) or "
-      "which server owns which shards (shards)");
-  cluster_cmd->add_option("what", cluster_what, "info | nodes | shards")
+      "with --cluster: the configuration (info), its servers (nodes), "
+      "which server owns which shards (shards), or move every shard away "
+      "from a server (drain NODE)");
+  cluster_cmd->add_option("what", cluster_what, "info | nodes | shards | drain")
       ->capture_default_str();
+  std::string drain_node;
+  cluster_cmd->add_option(
+      "node", drain_node,
+      "drain: the server (host:port) whose shards move to the others; "
+      "waits up to --timeout for it to own none");
 
   // The ordered store (remem/tree.h).
   auto* treecmd = app.add_subcommand(
@@ -506,7 +527,21 @@ int main(int argc, char** argv) {
     auto cl = Cluster::Connect(co);
     if (!cl.ok()) return Fail(cl.status());
     Cluster& cluster = **cl;
+    if (cluster_cmd->parsed() && cluster_what == "drain") {
+      if (drain_node.empty()) {
+        return Fail(Status::InvalidArgument(
+            "cluster drain needs the server to drain (host:port)"));
+      }
+      Status st = cluster.Drain(drain_node, opts.timeout);
+      if (!st.ok()) return Fail(st);
+      std::printf("%s drained: it owns no shard\n", drain_node.c_str());
+      return 0;
+    }
     if (cluster_cmd->parsed()) {
+      if (!drain_node.empty()) {
+        return Fail(Status::InvalidArgument("cluster " + cluster_what +
+                                            " takes no server"));
+      }
       return PrintCluster(cluster.info(), cluster_what, json);
     }
     if (get->parsed()) return PrintGot(cluster.Get(key), show_version);

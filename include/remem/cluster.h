@@ -18,6 +18,11 @@
 // restarted, or the cluster is forming) is asked again until the deadline
 // too.
 //
+// Shards move between servers while the cluster serves (a server joined,
+// or was drained): a moving shard's operations are refused for a moment
+// (Busy) while it is handed over, and then Moved; both are retried here
+// within the deadline, so a caller sees neither.
+//
 // Each operation behaves as the same operation on that server's HashStore
 // (remem/hash.h): gets read one-sided or ask the server, as the read path
 // decides; the same limits and errors. A server that is down answers
@@ -81,6 +86,10 @@ class Cluster {
     uint32_t num_shards = 0;
     std::vector<Node> nodes;
     std::vector<uint32_t> shard_owner;  // index into nodes, per shard
+    // Per shard: index into nodes of the server it is moving to, or -1
+    // (the cluster moves shards when a server joins or is drained).
+    std::vector<int32_t> shard_next;
+    uint32_t moving = 0;  // shards moving now
   };
 
   // Fetches the configuration from the first seed that answers. Errors:
@@ -148,6 +157,13 @@ class Cluster {
   // that cannot be reached gives the connection's error).
   std::vector<std::pair<std::string, Status>> ForEachServer(
       const std::function<Status(Session*)>& fn);
+  // Asks the cluster to move every shard away from the server at `address`
+  // (a member of the configuration), e.g. before taking it out. With `wait`
+  // > 0, waits until it owns no shard and nothing is moving: TimedOut if
+  // that takes longer (the drain goes on). Errors: NotFound (not a member),
+  // Unavailable (no server answered).
+  Status Drain(const std::string& address, std::chrono::milliseconds wait);
+
   // Routing counters: refusals (Moved) seen and configurations fetched.
   struct RouteStats {
     uint64_t moved = 0;

@@ -105,6 +105,12 @@ struct Cluster::Impl {
                             config.ShardsOf(int(i))});
     }
     info.shard_owner.assign(config.owner.begin(), config.owner.end());
+    info.shard_next.assign(config.num_shards(), -1);
+    for (uint32_t s = 0; s < config.num_shards(); ++s) {
+      const uint16_t n = config.NextOf(s);
+      if (n != cluster::kNoMember) info.shard_next[s] = n;
+    }
+    info.moving = config.moving();
     member_servers.assign(config.members.size(), nullptr);
     for (auto& [addr, s] : servers) {
       if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);
@@ -409,6 +415,43 @@ const std::string& Cluster::OwnerOf(std::string_view key) const {
   return impl_->OwnerOf(key);
 }
 const Cluster::RouteStats& Cluster::route_stats() const { return impl_->stats; }
+
+Status Cluster::Drain(const std::string& address,
+                      std::chrono::milliseconds wait) {
+  Impl& im = *impl_;
+  Status asked = Status::Unavailable("no server to ask");
+  std::vector<std::string> order;
+  for (const auto& m : im.config.members) order.push_back(m.address);
+  for (const std::string& addr : order) {
+    auto s = im.Connected(addr);
+    if (!s.ok()) {
+      asked = s.status();
+      continue;
+    }
+    auto r = (*s)->session->core()->CallSync(
+        proto::kCoreService,
+        static_cast<uint8_t>(proto::CoreMethod::kClusterDrain), address);
+    asked = r.status();
+    // Busy: that member has no configuration yet; ask another.
+    if (r.ok() || !IsBusy(asked)) break;
+  }
+  if (!asked.ok()) return asked.WithContext("draining " + address);
+  const auto until = Clock::now() + wait;
+  while (wait.count() > 0) {
+    REMEM_RETURN_IF_ERROR(im.Refresh());
+    const int i = im.config.IndexOf(address);
+    if (i < 0 || (im.config.ShardsOf(i) == 0 && im.config.moving() == 0)) {
+      return Status::OK();
+    }
+    if (Clock::now() >= until) {
+      return Status::TimedOut(address + " still owns " +
+                              std::to_string(im.config.ShardsOf(i)) +
+                              " shards (the drain goes on)");
+    }
+    im.Backoff(6);
+  }
+  return Status::OK();
+}
 size_t Cluster::in_flight() const { return impl_->in_flight; }
 
 Result<Cluster::Value> Cluster::Get(std::string_view key) {

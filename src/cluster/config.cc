@@ -40,6 +40,11 @@ uint32_t Config::ShardsOf(int index) const {
   return uint32_t(std::count(owner.begin(), owner.end(), uint16_t(index)));
 }
 
+uint32_t Config::moving() const {
+  return uint32_t(std::count_if(next.begin(), next.end(),
+                                [](uint16_t n) { return n != kNoMember; }));
+}
+
 Config InitialConfig(std::string name, uint32_t epoch,
                      std::vector<Member> members, uint32_t num_shards) {
   std::sort(
@@ -54,6 +59,126 @@ Config InitialConfig(std::string name, uint32_t epoch,
   for (uint64_t s = 0; s < num_shards; ++s) {
     c.owner[s] = uint16_t(s * n / num_shards);
   }
+  return c;
+}
+
+std::optional<Config> NextBalanceStep(const Config& current,
+                                      const std::vector<Member>& live,
+                                      const std::vector<std::string>& drained,
+                                      uint32_t max_moves) {
+  auto is_live = [&](const std::string& a) {
+    return std::any_of(live.begin(), live.end(),
+                       [&](const Member& m) { return m.address == a; });
+  };
+  auto is_drained = [&](const std::string& a) {
+    return std::find(drained.begin(), drained.end(), a) != drained.end();
+  };
+  const uint32_t num_shards = current.num_shards();
+  // The members of the next configuration: the current ones that still
+  // own shards or take them, then the live ones that are new.
+  std::vector<uint32_t> count(current.members.size(), 0);
+  for (uint16_t o : current.owner) ++count[o];
+  Config next;
+  next.name = current.name;
+  next.epoch = current.epoch + 1;
+  std::vector<int> remap(current.members.size(), -1);
+  for (size_t i = 0; i < current.members.size(); ++i) {
+    const Member& m = current.members[i];
+    const bool keep =
+        count[i] > 0 || (is_live(m.address) && !is_drained(m.address));
+    if (!keep) continue;
+    remap[i] = int(next.members.size());
+    next.members.push_back(m);
+  }
+  for (const Member& m : live) {
+    if (next.IndexOf(m.address) >= 0 || current.IndexOf(m.address) >= 0 ||
+        is_drained(m.address)) {
+      continue;
+    }
+    if (next.members.size() >= kMaxMembers) break;
+    next.members.push_back(m);
+  }
+  next.owner.resize(num_shards);
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    next.owner[s] = uint16_t(remap[current.owner[s]]);
+  }
+  next.next.assign(num_shards, kNoMember);
+  // Each eligible member's share, the first ones by address taking the
+  // remainder.
+  std::vector<uint32_t> eligible;
+  for (uint32_t i = 0; i < next.members.size(); ++i) {
+    const std::string& a = next.members[i].address;
+    if (is_live(a) && !is_drained(a)) eligible.push_back(i);
+  }
+  if (eligible.empty()) return std::nullopt;
+  std::sort(eligible.begin(), eligible.end(), [&](uint32_t a, uint32_t b) {
+    return next.members[a].address < next.members[b].address;
+  });
+  std::vector<int64_t> want(next.members.size(), 0);
+  for (size_t r = 0; r < eligible.size(); ++r) {
+    want[eligible[r]] = num_shards / eligible.size() +
+                        (r < num_shards % eligible.size() ? 1 : 0);
+  }
+  std::vector<int64_t> have(next.members.size(), 0);
+  for (uint16_t o : next.owner) ++have[o];
+  // Shards that may leave: all of a live drained member's, and the last
+  // ones of an eligible member above its share. A member that is not live
+  // keeps its shards.
+  std::vector<uint32_t> leaving;
+  std::vector<int64_t> excess(next.members.size(), 0);
+  for (uint32_t i = 0; i < next.members.size(); ++i) {
+    const std::string& a = next.members[i].address;
+    if (!is_live(a)) continue;
+    excess[i] =
+        is_drained(a) ? have[i] : std::max<int64_t>(0, have[i] - want[i]);
+  }
+  for (uint32_t s = num_shards; s-- > 0;) {
+    const uint16_t o = next.owner[s];
+    if (excess[o] > 0) {
+      --excess[o];
+      leaving.push_back(s);
+    }
+  }
+  std::reverse(leaving.begin(), leaving.end());
+  uint32_t moves = 0;
+  size_t r = 0;
+  for (uint32_t s : leaving) {
+    if (moves >= max_moves) break;
+    while (r < eligible.size() && have[eligible[r]] >= want[eligible[r]]) ++r;
+    if (r == eligible.size()) break;
+    const uint32_t to = eligible[r];
+    next.next[s] = uint16_t(to);
+    --have[next.owner[s]];
+    ++have[to];
+    ++moves;
+  }
+  if (moves == 0) {
+    // Nothing to move; a step still drops members that are done with (a
+    // drained member that owns nothing) and lists new ones.
+    bool same = next.members.size() == current.members.size();
+    for (size_t i = 0; same && i < next.members.size(); ++i) {
+      same = next.members[i].address == current.members[i].address;
+    }
+    if (same) return std::nullopt;
+    next.next.clear();
+  }
+  return next;
+}
+
+Config CompleteMoves(const Config& moving) {
+  Config c = moving;
+  c.epoch = moving.epoch + 1;
+  for (uint32_t s = 0; s < c.num_shards(); ++s) {
+    if (c.NextOf(s) != kNoMember) c.owner[s] = c.next[s];
+  }
+  c.next.clear();
+  return c;
+}
+
+Config AbandonMoves(const Config& moving) {
+  Config c = moving;
+  c.epoch = moving.epoch + 1;
+  c.next.clear();
   return c;
 }
 
@@ -76,6 +201,9 @@ std::string EncodeConfig(const Config& c) {
     out += m.address;
   }
   for (uint16_t o : c.owner) proto::Append(&out, o);
+  for (uint32_t s = 0; s < c.num_shards(); ++s) {
+    proto::Append(&out, c.NextOf(s));
+  }
   return out;
 }
 
@@ -86,7 +214,7 @@ Result<Config> DecodeConfig(std::string_view bytes) {
   if (h.magic != kConfigMagic) {
     return proto::Bad("cluster configuration: bad magic");
   }
-  if (h.version != kConfigVersion) {
+  if (h.version != kConfigVersion && h.version != 1) {
     return proto::Bad("cluster configuration: version " +
                       std::to_string(h.version) + ", this build reads " +
                       std::to_string(kConfigVersion));
@@ -126,7 +254,8 @@ Result<Config> DecodeConfig(std::string_view bytes) {
       return proto::Bad("cluster configuration: truncated address");
     }
   }
-  if (r.remaining() != uint64_t(h.num_shards) * sizeof(uint16_t)) {
+  const uint64_t tables = h.version == 1 ? 1 : 2;
+  if (r.remaining() != tables * h.num_shards * sizeof(uint16_t)) {
     return proto::Bad("cluster configuration: shard table length");
   }
   c.owner.resize(h.num_shards);
@@ -135,6 +264,21 @@ Result<Config> DecodeConfig(std::string_view bytes) {
     if (o >= h.num_members) {
       return proto::Bad("cluster configuration: shard owned by no member");
     }
+  }
+  if (tables == 2) {
+    c.next.assign(h.num_shards, kNoMember);
+    bool any = false;
+    for (uint32_t s = 0; s < h.num_shards; ++s) {
+      uint16_t n = kNoMember;
+      (void)r.Read(&n);
+      if (n == kNoMember) continue;
+      if (n >= h.num_members || n == c.owner[s]) {
+        return proto::Bad("cluster configuration: a shard moving nowhere");
+      }
+      c.next[s] = n;
+      any = true;
+    }
+    if (!any) c.next.clear();
   }
   return c;
 }

@@ -70,14 +70,18 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
     return DecodeConfig(b);
   };
   EXPECT_FALSE(patched(0, uint32_t(0)).ok());  // magic
-  EXPECT_EQ(patched(4, uint16_t(2)).status().code(),
+  EXPECT_EQ(patched(4, uint16_t(3)).status().code(),
             StatusCode::kProtocolError);                     // version
   EXPECT_FALSE(patched(8, uint32_t(0)).ok());                // epoch
   EXPECT_FALSE(patched(12, uint32_t(kMaxShards + 1)).ok());  // shards
   EXPECT_FALSE(patched(16, uint32_t(0)).ok());               // members
   EXPECT_FALSE(patched(20, uint32_t(1)).ok());               // reserved
-  // A shard owned by a member that does not exist.
+  // A shard owned by a member that does not exist, or moving to one.
+  const size_t owners = bytes.size() - 4 * kDefaultShards;
+  EXPECT_FALSE(patched(owners, uint16_t(3)).ok());
   EXPECT_FALSE(patched(bytes.size() - 2, uint16_t(3)).ok());
+  // ... or moving to its own owner.
+  EXPECT_FALSE(patched(bytes.size() - 2, c.owner.back()).ok());
   // A name that is not a path component.
   std::string bad_name = bytes;
   bad_name[sizeof(ConfigHeader)] = '/';
@@ -107,6 +111,101 @@ TEST(ClusterConfig, MemberRecordsAndZooKeeperTargets) {
     EXPECT_EQ(ParseZkTarget(bad).status().code(), StatusCode::kInvalidArgument)
         << bad;
   }
+}
+
+TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
+  Config c = ThreeServers();
+  c.next.assign(c.num_shards(), kNoMember);
+  c.next[5] = 2;
+  c.next[700] = 0;
+  EXPECT_EQ(c.moving(), 2u);
+  auto d = DecodeConfig(EncodeConfig(c));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->next, c.next);
+  EXPECT_EQ(d->NextOf(5), 2);
+  EXPECT_EQ(d->NextOf(6), kNoMember);
+
+  // Version 1 (written before shards could move): no `next` table.
+  const Config plain = ThreeServers();
+  std::string v1 = EncodeConfig(plain);
+  v1.resize(v1.size() - 2 * plain.num_shards());
+  const uint16_t one = 1;
+  std::memcpy(v1.data() + 4, &one, sizeof(one));
+  auto old = DecodeConfig(v1);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->owner, plain.owner);
+  EXPECT_EQ(old->moving(), 0u);
+  // A version 2 configuration with nothing moving decodes to no table.
+  auto none = DecodeConfig(EncodeConfig(plain));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->next.empty());
+}
+
+// Runs balance steps, each completed, until the cluster is balanced; the
+// steps taken.
+int Balance(Config* c, const std::vector<Member>& live,
+            const std::vector<std::string>& drained, uint32_t max_moves) {
+  int steps = 0;
+  while (auto step = NextBalanceStep(*c, live, drained, max_moves)) {
+    EXPECT_EQ(step->epoch, c->epoch + 1);
+    // A step moves shards, or only changes the member list.
+    if (step->moving() == 0) {
+      EXPECT_NE(step->members.size(), c->members.size());
+    }
+    EXPECT_LE(step->moving(), max_moves);
+    // Only a step's moving shards change hands, and only on completion.
+    for (uint32_t s = 0; s < c->num_shards(); ++s) {
+      EXPECT_EQ(step->members[step->owner[s]].address,
+                c->members[c->owner[s]].address);
+    }
+    *c = step->moving() > 0 ? CompleteMoves(*step) : *step;
+    EXPECT_EQ(c->moving(), 0u);
+    if (++steps > 1000) break;
+  }
+  return steps;
+}
+
+TEST(ClusterConfig, AJoiningServerGetsItsShareInBoundedSteps) {
+  Config c = InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},
+                           kDefaultShards);
+  EXPECT_FALSE(NextBalanceStep(c, c.members, {}, 64));  // balanced
+  std::vector<Member> live = c.members;
+  live.push_back({"10.0.0.0:1", 1});  // sorts first: takes the extra shard
+  const int steps = Balance(&c, live, {}, 64);
+  EXPECT_EQ(steps, 6);  // 342 shards, 64 at a time
+  ASSERT_EQ(c.members.size(), 3u);
+  EXPECT_EQ(c.members[2].address, "10.0.0.0:1");  // appended: indexes kept
+  EXPECT_EQ(c.ShardsOf(2), 342u);
+  EXPECT_EQ(c.ShardsOf(0), 341u);
+  EXPECT_EQ(c.ShardsOf(1), 341u);
+  EXPECT_EQ(c.epoch, 1u + 2 * 6);
+}
+
+TEST(ClusterConfig, DrainedServersLoseEveryShardAndDeadOnesKeepTheirs) {
+  Config c = ThreeServers();
+  // Drained: everything moves to the other two, then it is dropped.
+  Balance(&c, c.members, {"10.0.0.2:7400"}, 100);
+  EXPECT_EQ(c.IndexOf("10.0.0.2:7400"), -1);
+  ASSERT_EQ(c.members.size(), 2u);
+  EXPECT_EQ(c.ShardsOf(0), 512u);
+  EXPECT_EQ(c.ShardsOf(1), 512u);
+
+  // A server that is not live keeps its shards (no replica has them): the
+  // others are not unbalanced among themselves, so nothing moves.
+  Config d = ThreeServers();
+  std::vector<Member> two = {d.members[0], d.members[1]};
+  EXPECT_FALSE(NextBalanceStep(d, two, {}, 64));
+  // ... even drained: its shards wait for it.
+  EXPECT_FALSE(NextBalanceStep(d, two, {"10.0.0.3:7400"}, 64));
+
+  // Abandoned moves leave every shard with its owner.
+  Config e = ThreeServers();
+  auto step = NextBalanceStep(e, e.members, {"10.0.0.1:7400"}, 10);
+  ASSERT_TRUE(step);
+  const Config back = AbandonMoves(*step);
+  EXPECT_EQ(back.epoch, e.epoch + 2);
+  EXPECT_EQ(back.moving(), 0u);
+  EXPECT_EQ(back.owner, step->owner);
 }
 
 }  // namespace

@@ -11,6 +11,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "client/rpc_client.h"
+#include "client/session_core.h"
+#include "hash/codec.h"
+#include "hash/wire.h"
 #include "util/log.h"
 
 namespace remem::cluster {
@@ -36,10 +40,10 @@ int Children(zhandle_t* zh, const std::string& path, bool watch,
 }
 
 int Get(zhandle_t* zh, const std::string& path, bool watch, std::string* out,
-        Stat* stat = nullptr) {
+        ::Stat* stat = nullptr) {
   out->resize(kMaxConfigBytes);
   int len = kMaxConfigBytes;
-  Stat st{};
+  ::Stat st{};
   const int rc =
       zoo_get(zh, path.c_str(), watch ? 1 : 0, out->data(), &len, &st);
   if (rc != ZOK) return rc;
@@ -94,7 +98,7 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
       }
     }
   }
-  for (const char* child : {"/members", "/election"}) {
+  for (const char* child : {"/members", "/election", "/drain"}) {
     const int rc = CreatePersistent(m->zh_, base + child);
     if (rc != ZOK) {
       return Status::Unavailable("ZooKeeper: creating " + base + child + ": " +
@@ -211,11 +215,33 @@ void ClusterMember::Run() {
   }
 }
 
+void ClusterMember::RequestDrain(std::string address) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_requests_.push_back(std::move(address));
+  }
+  Wake();
+}
+
 bool ClusterMember::Step() {
   // The configuration first: a server that says it is registered serves
   // the configuration of its cluster.
   FollowConfig();
   if (!registered_.load() && !Register()) return false;
+  std::vector<std::string> drains;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drains.swap(drain_requests_);
+  }
+  for (const std::string& a : drains) {
+    const std::string node = options_.target.path + "/drain/" + a;
+    const int rc = CreatePersistent(zh_, node);
+    if (rc == ZOK) {
+      log::Info("cluster: {} is to be drained", a);
+    } else {
+      log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
+    }
+  }
   ManagerDuty();
   return true;
 }
@@ -227,7 +253,7 @@ bool ClusterMember::Register() {
   int rc = zoo_create(zh_, me.c_str(), record.data(), int(record.size()),
                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
   if (rc == ZNODEEXISTS) {
-    Stat st{};
+    ::Stat st{};
     rc = zoo_exists(zh_, me.c_str(), 1, &st);
     if (rc == ZOK && st.ephemeralOwner != zoo_client_id(zh_)->client_id) {
       // A predecessor at this address (killed, its session not yet
@@ -268,7 +294,7 @@ void ClusterMember::FollowConfig() {
   const int rc = Get(zh_, options_.target.path + "/config", true, &bytes);
   if (rc == ZNONODE) {
     // Watch for its creation.
-    Stat st{};
+    ::Stat st{};
     (void)zoo_exists(zh_, (options_.target.path + "/config").c_str(), 1, &st);
     return;
   }
@@ -309,8 +335,8 @@ void ClusterMember::ManagerDuty() {
   std::vector<std::string> members;
   if (Children(zh_, base + "/members", true, &members) != ZOK) return;
   members_seen_.store(uint32_t(members.size()));
-  if (!lead || config_seen_) return;
-  if (members.size() < options_.initial_size) return;
+  if (!lead) return;
+  if (!config_seen_ && members.size() < options_.initial_size) return;
   std::vector<Member> all;
   for (const std::string& name : members) {
     std::string bytes;
@@ -322,6 +348,7 @@ void ClusterMember::ManagerDuty() {
     }
     all.push_back(std::move(*m));
   }
+  if (config_seen_) return Rebalance(all);
   if (all.size() < options_.initial_size) return;
   if (all.size() > kMaxMembers) all.resize(kMaxMembers);
   Config c = InitialConfig(options_.target.name, 1, std::move(all),
@@ -339,6 +366,279 @@ void ClusterMember::ManagerDuty() {
     log::Warn("cluster: writing the first configuration: {}", ZkError(rc));
   }
   FollowConfig();
+}
+
+// --- moving shards (member.h)
+
+namespace {
+
+bool IsLive(const std::vector<Member>& live, const std::string& address) {
+  return std::any_of(live.begin(), live.end(),
+                     [&](const Member& m) { return m.address == address; });
+}
+
+// Moving shards grouped by (owner, next).
+std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> MovesOf(
+    const Config& c) {
+  std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> out;
+  for (uint32_t s = 0; s < c.num_shards(); ++s) {
+    if (c.NextOf(s) != kNoMember) out[{c.owner[s], c.next[s]}].push_back(s);
+  }
+  return out;
+}
+
+constexpr uint32_t kExportPageBytes = 4u << 20;
+
+}  // namespace
+
+Status ClusterMember::WriteConfig(const Config& next, int version) {
+  const std::string bytes = EncodeConfig(next);
+  const int rc = zoo_set(zh_, (options_.target.path + "/config").c_str(),
+                         bytes.data(), int(bytes.size()), version);
+  if (rc == ZOK) return Status::OK();
+  if (rc == ZBADVERSION) {
+    return Status::Conflict("the configuration changed meanwhile");
+  }
+  return Status::Unavailable("ZooKeeper: writing the configuration: " +
+                             ZkError(rc));
+}
+
+Result<std::string> ClusterMember::Call(const std::string& address,
+                                        uint32_t epoch, uint8_t method,
+                                        std::string payload) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + options_.session.timeout;
+  auto pause = std::chrono::milliseconds(5);
+  while (true) {
+    Status failure;
+    auto it = sessions_to_.find(address);
+    if (it == sessions_to_.end() || !it->second->connected()) {
+      SessionOptions so = options_.session;
+      so.server = address;
+      auto s = Session::Connect(so);
+      if (s.ok()) {
+        it = sessions_to_.insert_or_assign(address, std::move(*s)).first;
+      } else {
+        failure = s.status();
+      }
+    }
+    if (failure.ok()) {
+      client::SessionCore* core = it->second->core();
+      core->rpc()->set_epoch(epoch);
+      auto r = core->CallSync(hash::kHashService, method, payload);
+      if (r.ok() || r.status().code() != StatusCode::kBusy) return r;
+      failure = r.status();
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_) return Status::Unavailable("the server is stopping");
+    }
+    if (std::chrono::steady_clock::now() + pause > deadline) {
+      return failure.WithContext("moving shards: " + address);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+void ClusterMember::Rebalance(const std::vector<Member>& live) {
+  const std::string& base = options_.target.path;
+  std::string bytes;
+  ::Stat st{};
+  if (Get(zh_, base + "/config", false, &bytes, &st) != ZOK) return;
+  auto c = DecodeConfig(bytes);
+  if (!c.ok()) return;
+  std::vector<std::string> drained;
+  if (Children(zh_, base + "/drain", true, &drained) != ZOK) return;
+  // A drained member that left and owns nothing is done with.
+  for (auto it = drained.begin(); it != drained.end();) {
+    const int i = c->IndexOf(*it);
+    if (!IsLive(live, *it) && (i < 0 || c->ShardsOf(i) == 0)) {
+      (void)zoo_delete(zh_, (base + "/drain/" + *it).c_str(), -1);
+      it = drained.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (c->moving() > 0) {
+    std::string handoff;
+    const bool past = Get(zh_, base + "/handoff", false, &handoff) == ZOK &&
+                      handoff == std::to_string(c->epoch);
+    if (!past) {
+      bool reachable = true;
+      for (uint32_t s = 0; s < c->num_shards(); ++s) {
+        if (c->NextOf(s) == kNoMember) continue;
+        reachable = reachable &&
+                    IsLive(live, c->members[c->owner[s]].address) &&
+                    IsLive(live, c->members[c->next[s]].address);
+      }
+      if (!reachable) {
+        log::Warn(
+            "cluster: a server of the moves of epoch {} left; the moves are "
+            "abandoned",
+            c->epoch);
+        if (WriteConfig(AbandonMoves(*c), st.version).ok()) FollowConfig();
+        return;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      if (Status copy = CopyMoving(*c); !copy.ok()) {
+        log::Warn("cluster: copying the shards of epoch {}: {} (retried)",
+                  c->epoch, copy.ToString());
+        return;
+      }
+      // The point of no return: the new owners hold everything.
+      const std::string e = std::to_string(c->epoch);
+      int rc = zoo_create(zh_, (base + "/handoff").c_str(), e.data(),
+                          int(e.size()), &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+      if (rc == ZNODEEXISTS) {
+        rc = zoo_set(zh_, (base + "/handoff").c_str(), e.data(), int(e.size()),
+                     -1);
+      }
+      if (rc != ZOK) {
+        log::Warn("cluster: recording the handoff of epoch {}: {}", c->epoch,
+                  ZkError(rc));
+        return;
+      }
+      last_step_ms_.store(
+          uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count()));
+    }
+    if (Status h = HandOver(*c, st.version); !h.ok()) {
+      log::Warn("cluster: handing over the shards of epoch {}: {} (retried)",
+                c->epoch, h.ToString());
+    }
+    Wake();  // the next step at once
+    return;
+  }
+  auto next = NextBalanceStep(*c, live, drained, options_.max_moves);
+  if (!next) return;
+  if (Status w = WriteConfig(*next, st.version); !w.ok()) {
+    log::Warn("cluster: starting to move shards: {}", w.ToString());
+    return;
+  }
+  if (next->moving() > 0) {
+    log::Info("cluster: epoch {}: moving {} shards", next->epoch,
+              next->moving());
+  } else {
+    log::Info("cluster: epoch {}: {} members", next->epoch,
+              next->members.size());
+  }
+  FollowConfig();
+  Wake();
+}
+
+Status ClusterMember::CopyMoving(const Config& moving) {
+  step_pairs_ = 0;
+  const auto moves = MovesOf(moving);
+  // Sends the reply of a ShardExport or ShardSync (a ShardPairs message)
+  // to `to` as a ShardImport.
+  auto forward = [&](const std::string& to, std::string pairs) {
+    return Call(to, moving.epoch,
+                static_cast<uint8_t>(hash::HashMethod::kShardImport),
+                std::move(pairs))
+        .status();
+  };
+  auto sync = [&](const std::string& from, const std::string& to,
+                  const std::vector<uint32_t>& shards, uint8_t flags) {
+    auto changed = Call(from, moving.epoch,
+                        static_cast<uint8_t>(hash::HashMethod::kShardSync),
+                        hash::EncodeShardList({shards, flags}));
+    if (!changed.ok()) return changed.status();
+    auto pairs = hash::DecodeShardPairs(*changed);
+    if (!pairs.ok()) return pairs.status();
+    step_pairs_ += pairs->pairs.size();
+    // Sent even empty: it carries the highest version A issued, which B's
+    // next versions must exceed.
+    return forward(to, std::move(*changed));
+  };
+  for (const auto& [pair, shards] : moves) {
+    const std::string& from = moving.members[pair.first].address;
+    const std::string& to = moving.members[pair.second].address;
+    // What an earlier, unfinished copy left at the new owner.
+    REMEM_RETURN_IF_ERROR(
+        Call(to, moving.epoch,
+             static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+             hash::EncodeShardList({shards, 0}))
+            .status());
+    uint32_t partitions = 1;
+    for (uint32_t p = 0; p < partitions; ++p) {
+      hash::ShardExport req;
+      req.partition = p;
+      req.max_bytes = kExportPageBytes;
+      req.shards = shards;
+      do {
+        auto page = Call(from, moving.epoch,
+                         static_cast<uint8_t>(hash::HashMethod::kShardExport),
+                         hash::EncodeShardExport(req));
+        if (!page.ok()) return page.status();
+        auto pairs = hash::DecodeShardPairs(*page);
+        if (!pairs.ok()) return pairs.status();
+        partitions = pairs->num_partitions;
+        req.generation = pairs->generation;
+        req.cursor = pairs->cursor;
+        step_pairs_ += pairs->pairs.size();
+        if (!pairs->pairs.empty()) {
+          REMEM_RETURN_IF_ERROR(forward(to, std::move(*page)));
+        }
+      } while (req.cursor != hash::kShardCursorDone);
+    }
+    // The keys changed during the copy.
+    REMEM_RETURN_IF_ERROR(sync(from, to, shards, 0));
+  }
+  // Only now, every copy done, the writes of every moving shard pause:
+  // frozen, and the last of their changes sent.
+  frozen_at_ = std::chrono::steady_clock::now();
+  for (const auto& [pair, shards] : moves) {
+    REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
+                               moving.members[pair.second].address, shards,
+                               hash::kShardFreeze));
+  }
+  return Status::OK();
+}
+
+Status ClusterMember::HandOver(const Config& moving, int zk_version) {
+  const std::string& base = options_.target.path;
+  std::map<uint16_t, std::vector<uint32_t>> by_owner;
+  for (uint32_t s = 0; s < moving.num_shards(); ++s) {
+    if (moving.NextOf(s) != kNoMember) by_owner[moving.owner[s]].push_back(s);
+  }
+  for (const auto& [owner, shards] : by_owner) {
+    const std::string& from = moving.members[owner].address;
+    auto r = Call(from, moving.epoch,
+                  static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+                  hash::EncodeShardList({shards, hash::kShardRelease}));
+    if (r.ok()) continue;
+    // An owner that is gone from ZooKeeper (its session expired, long
+    // after its lease) vouches for nothing any more.
+    std::vector<std::string> members;
+    if (Children(zh_, base + "/members", false, &members) != ZOK ||
+        std::find(members.begin(), members.end(), from) != members.end()) {
+      return r.status();
+    }
+  }
+  const Config done = CompleteMoves(moving);
+  REMEM_RETURN_IF_ERROR(WriteConfig(done, zk_version));
+  (void)zoo_delete(zh_, (base + "/handoff").c_str(), -1);
+  shards_moved_.fetch_add(moving.moving(), std::memory_order_relaxed);
+  pairs_moved_.fetch_add(step_pairs_, std::memory_order_relaxed);
+  // Known only when this manager froze the shards itself (not after a
+  // takeover).
+  const uint64_t pause =
+      frozen_at_ == std::chrono::steady_clock::time_point{}
+          ? 0
+          : uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - frozen_at_)
+                         .count());
+  last_pause_ms_.store(pause, std::memory_order_relaxed);
+  frozen_at_ = {};
+  log::Info(
+      "cluster: epoch {}: {} shards moved ({} pairs sent, copy {} ms, writes "
+      "paused {} ms)",
+      done.epoch, moving.moving(), step_pairs_, last_step_ms_.load(), pause);
+  step_pairs_ = 0;
+  FollowConfig();
+  return Status::OK();
 }
 
 }  // namespace remem::cluster

@@ -8,12 +8,41 @@
 //                       configuration manager
 //   config              the configuration (EncodeConfig), written only by
 //                       the manager, only conditionally: created once
-//                       (creation fails if another manager created it);
-//                       never rewritten yet (moving shards, not built, is
-//                       what will replace it, at the version it read)
+//                       (creation fails if another manager created it),
+//                       then replaced at the ZooKeeper version it read, so
+//                       two managers can never both install one
+//   drain/<address>     a member to empty (remem cluster drain); removed
+//                       once that member has left the cluster
+//   handoff             the epoch whose moves are past the point of no
+//                       return (see below), while they complete
 // The manager installs the first configuration once `initial_size`
 // servers have registered: shards split evenly over them. Every server
 // watches `config` and installs each newer one into its Ownership.
+//
+// Moving shards (the manager, on its member's thread). When a server
+// joins, or one is drained, the manager balances the shards again, at most
+// `max_moves` shards per step (NextBalanceStep). A step:
+//   1. Configuration e+1 names, for each moving shard, its owner A and the
+//      server B it moves to. Clients keep using A, which notes every key of
+//      those shards that changes from now on (hash service, Outgoing).
+//   2. B drops what an earlier, unfinished step left of those shards; the
+//      manager pages every pair of them from A (kShardExport, with
+//      versions) into B (kShardImport), then once more the keys changed
+//      meanwhile (kShardSync), then freezes them at A (writes answer Busy)
+//      and sends the last changes (kShardSync with kShardFreeze).
+//   3. B now holds every pair A acknowledged. The manager records
+//      `handoff` = e+1, then releases the shards at A (kShardDrop with
+//      kShardRelease: A refuses reads too, and deletes its copy, so a
+//      one-sided reader of A finds nothing, and asks), and installs
+//      configuration e+2 naming B (CompleteMoves); then removes `handoff`.
+// Between the freeze and e+2 a client retries Busy within its deadline.
+// A manager that dies mid-step is replaced; its successor finds e+1 in
+// ZooKeeper and starts the step again from 2, or, if `handoff` says e+1,
+// from the release (B already has everything; A may have deleted its
+// copy). A step whose A or B is no longer registered before the handoff is
+// abandoned (AbandonMoves: e+2 keeps every shard where it was).
+// Without replicas (this release), a server that dies takes its shards'
+// data with it; they come back with it if it restarts from --data-dir.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -29,13 +58,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/config.h"
 #include "cluster/ownership.h"
+#include "remem/options.h"
+#include "remem/session.h"
 #include "remem/status.h"
 
 typedef struct _zhandle zhandle_t;
@@ -48,6 +81,11 @@ struct MemberOptions {
   uint32_t initial_size = 1;  // servers the first configuration waits for
   uint32_t num_shards = kDefaultShards;
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
+  // Shards moved per step of a rebalance.
+  uint32_t max_moves = 64;
+  // For the manager's sessions to members, its own server included
+  // (secret, transport, timeout).
+  SessionOptions session;
 };
 
 class ClusterMember {
@@ -65,7 +103,27 @@ class ClusterMember {
   ClusterMember(const ClusterMember&) = delete;
   ClusterMember& operator=(const ClusterMember&) = delete;
 
+  // Asks the manager to move every shard away from the member at
+  // `address` (remem cluster drain): recorded in ZooKeeper by this
+  // member's thread. The drain goes on while that member is registered.
+  void RequestDrain(std::string address);
+
   bool manager() const { return manager_.load(std::memory_order_relaxed); }
+  // As manager: shards moved, and the last step's duration.
+  uint64_t shards_moved() const {
+    return shards_moved_.load(std::memory_order_relaxed);
+  }
+  uint64_t last_step_ms() const {
+    return last_step_ms_.load(std::memory_order_relaxed);
+  }
+  // As manager: how long the last step's shards refused writes (from their
+  // freeze to the configuration that names their new owners).
+  uint64_t last_pause_ms() const {
+    return last_pause_ms_.load(std::memory_order_relaxed);
+  }
+  uint64_t pairs_moved() const {
+    return pairs_moved_.load(std::memory_order_relaxed);
+  }
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
   bool registered() const {
     return registered_.load(std::memory_order_relaxed);
@@ -88,6 +146,19 @@ class ClusterMember {
   void FollowConfig();
   void ManagerDuty();
   void Wake();
+  // The manager's share of moving shards (see above).
+  void Rebalance(const std::vector<Member>& live);
+  // Step 2 of the moves of `moving`: copy each moving shard to its next
+  // owner and freeze it at its owner.
+  Status CopyMoving(const Config& moving);
+  // Step 3: release at the owners, install CompleteMoves(moving).
+  Status HandOver(const Config& moving, int zk_version);
+  // A hash service call to `address` at configuration `epoch`, retried
+  // while the member answers Busy (it has not installed `epoch` yet).
+  Result<std::string> Call(const std::string& address, uint32_t epoch,
+                           uint8_t method, std::string payload);
+  // Writes `next` over the configuration at ZooKeeper version `version`.
+  Status WriteConfig(const Config& next, int version);
 
   const MemberOptions options_;
   Ownership* const ownership_;
@@ -107,6 +178,17 @@ class ClusterMember {
   std::atomic<bool> registered_{false};
   std::atomic<uint32_t> members_seen_{0};
   std::atomic<uint64_t> sessions_{0};
+  std::atomic<uint64_t> shards_moved_{0};
+  std::atomic<uint64_t> last_step_ms_{0};
+  std::atomic<uint64_t> last_pause_ms_{0};
+  std::atomic<uint64_t> pairs_moved_{0};
+  // The current step (the member's thread): pairs copied, and when its
+  // shards were frozen.
+  uint64_t step_pairs_ = 0;
+  std::chrono::steady_clock::time_point frozen_at_;
+  std::vector<std::string> drain_requests_;  // under mu_
+  // The manager's sessions, by address (the member's thread only).
+  std::map<std::string, std::unique_ptr<Session>> sessions_to_;
   std::thread thread_;
 };
 

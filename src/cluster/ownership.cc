@@ -9,15 +9,27 @@ bool Ownership::Install(Config config) {
   auto next = std::make_unique<Installed>();
   next->encoded = EncodeConfig(config);
   next->self = config.IndexOf(self_);
-  next->owns.assign(config.num_shards(), 0);
-  for (uint32_t s = 0; s < config.num_shards(); ++s) {
+  const uint32_t n = config.num_shards();
+  next->owns.assign(n, 0);
+  next->outgoing.assign(n, 0);
+  for (uint32_t s = 0; s < n; ++s) {
     if (next->self >= 0 && config.owner[s] == uint16_t(next->self)) {
       next->owns[s] = 1;
+      next->outgoing[s] = config.NextOf(s) != kNoMember;
       ++next->owned;
     }
   }
+  if (state_ == nullptr) {
+    state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
+    for (uint32_t s = 0; s < n; ++s) state_[s].store(kServing);
+  }
   next->config = std::move(config);
   current_.store(next.get(), std::memory_order_release);
+  // A shard no longer moving away from here (moved, or the move
+  // abandoned) is served again as the configuration says.
+  for (uint32_t s = 0; s < n; ++s) {
+    if (!next->outgoing[s]) state_[s].store(kServing);
+  }
   all_.push_back(std::move(next));
   return true;
 }
@@ -30,10 +42,69 @@ Status Ownership::Owns(std::string_view key) const {
         "forming)");
   }
   const uint32_t shard = ShardOf(key, c->config.num_shards());
-  if (c->owns[shard]) return Status::OK();
+  if (c->owns[shard]) {
+    if (StateOf(shard) != kReleased) return Status::OK();
+    return Status::Busy("shard " + std::to_string(shard) +
+                        " is being handed over to another server");
+  }
   return Status::Moved("shard " + std::to_string(shard) + " is served by " +
                        c->config.members[c->config.owner[shard]].address +
                        " in epoch " + std::to_string(c->config.epoch));
+}
+
+Status Ownership::Writable(std::string_view key) const {
+  REMEM_RETURN_IF_ERROR(Owns(key));
+  const Installed* c = current();
+  const uint32_t shard = ShardOf(key, c->config.num_shards());
+  if (StateOf(shard) == kServing) return Status::OK();
+  return Status::Busy("shard " + std::to_string(shard) +
+                      " is being handed over to another server");
+}
+
+bool Ownership::Outgoing(std::string_view key) const {
+  const Installed* c = current();
+  if (c == nullptr) return false;
+  return c->outgoing[ShardOf(key, c->config.num_shards())] != 0;
+}
+
+bool Ownership::MovingAway(uint32_t shard) const {
+  const Installed* c = current();
+  return c != nullptr && shard < c->config.num_shards() &&
+         c->outgoing[shard] != 0;
+}
+
+bool Ownership::Incoming(uint32_t shard) const {
+  const Installed* c = current();
+  return c != nullptr && c->self >= 0 && shard < c->config.num_shards() &&
+         c->config.NextOf(shard) == uint16_t(c->self);
+}
+
+Status Ownership::SetState(const std::vector<uint32_t>& shards,
+                           uint8_t state) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Installed* c = current();
+  if (c == nullptr) return Status::Busy("no configuration yet");
+  for (uint32_t s : shards) {
+    if (s >= c->config.num_shards() || !c->outgoing[s]) {
+      return Status::Conflict("shard " + std::to_string(s) +
+                              " is not moving away from this server in epoch " +
+                              std::to_string(c->config.epoch));
+    }
+  }
+  for (uint32_t s : shards) {
+    // Never back: a released shard stays released until the configuration
+    // says otherwise.
+    if (state_[s].load() < state) state_[s].store(state);
+  }
+  return Status::OK();
+}
+
+Status Ownership::Freeze(const std::vector<uint32_t>& shards) const {
+  return SetState(shards, kFrozen);
+}
+
+Status Ownership::Release(const std::vector<uint32_t>& shards) const {
+  return SetState(shards, kReleased);
 }
 
 Status Ownership::Admits(uint32_t epoch) const {

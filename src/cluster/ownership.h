@@ -8,10 +8,21 @@
 // name this server leaves it owning nothing (a server that joined after
 // the cluster formed waits for shards to be moved to it).
 //
-// Thread contract: Install from one thread at a time (the member's);
-// everything else from any thread, lock-free on the data path. Installed
-// configurations are kept until the Ownership is destroyed, so a pointer
-// returned by current() stays valid (configurations change rarely).
+// Moving a shard away (member.h has the whole protocol): while the
+// configuration says shard s moves from this server to another, this
+// server keeps serving it and its hash store notes the keys written
+// meanwhile (Outgoing). The manager then freezes it here (writes answer
+// Busy, reads go on) and, once the new owner holds everything, releases it
+// (reads answer Busy too, and the store deletes its copy) just before it
+// installs the configuration that names the new owner. Those two states
+// are this server's own, kept per shard beside the configuration, and end
+// when a configuration no longer moves the shard away from here.
+//
+// Thread contract: Install, Freeze and Release from any thread (they
+// serialize on a mutex); everything else from any thread, lock-free on the
+// data path. Installed configurations are kept until the Ownership is
+// destroyed, so a pointer returned by current() stays valid
+// (configurations change rarely).
 
 #ifndef REMEM_CLUSTER_OWNERSHIP_H_
 #define REMEM_CLUSTER_OWNERSHIP_H_
@@ -41,6 +52,8 @@ class Ownership {
     std::string encoded;        // EncodeConfig(config), served to clients
     int self = -1;              // index of this server in config.members
     std::vector<uint8_t> owns;  // per shard
+    // Per shard: owned here and moving to another member.
+    std::vector<uint8_t> outgoing;
     uint32_t owned = 0;
   };
 
@@ -57,8 +70,27 @@ class Ownership {
     return c == nullptr ? 0 : c->config.epoch;
   }
   // OK if this server owns `key`'s shard now; else Moved naming the owner
-  // (or Busy before the first configuration: try again).
+  // (or Busy before the first configuration, or while the shard is
+  // released here on its way to another server: try again).
   Status Owns(std::string_view key) const;
+  // Owns, and not frozen (Busy: the shard is being handed over).
+  Status Writable(std::string_view key) const;
+  // True if `key`'s shard is owned here and moving away (its writes are
+  // noted for the new owner).
+  bool Outgoing(std::string_view key) const;
+  // True if shard s is owned here and moving away in the current
+  // configuration.
+  bool MovingAway(uint32_t shard) const;
+  // True if shard s is moving to this server in the current configuration
+  // (the manager may copy pairs of it here).
+  bool Incoming(uint32_t shard) const;
+  // The manager's steps of a move, for shards moving away from here in the
+  // current configuration (FailedPrecondition otherwise): Freeze stops
+  // writes; Release stops reads as well.
+  // (Const: a shard's hand-over state is the server's own, not part of
+  // the configuration that services read.)
+  Status Freeze(const std::vector<uint32_t>& shards) const;
+  Status Release(const std::vector<uint32_t>& shards) const;
   // OK if a request sent with configuration `epoch` may run here: 0 (a
   // client outside the cluster, routed by key ownership alone) or the
   // current epoch. An older epoch: Moved (the client must refresh); a newer
@@ -67,10 +99,20 @@ class Ownership {
   const std::string& self() const { return self_; }
 
  private:
+  static constexpr uint8_t kServing = 0, kFrozen = 1, kReleased = 2;
+  uint8_t StateOf(uint32_t shard) const {
+    return state_ == nullptr ? kServing
+                             : state_[shard].load(std::memory_order_acquire);
+  }
+  Status SetState(const std::vector<uint32_t>& shards, uint8_t state) const;
+
   const std::string self_;
   std::atomic<const Installed*> current_{nullptr};
-  std::mutex mu_;  // Install
+  mutable std::mutex mu_;  // Install, SetState
   std::vector<std::unique_ptr<Installed>> all_;
+  // Per shard (allocated with the first configuration; the shard count
+  // never changes): kServing, kFrozen or kReleased.
+  std::unique_ptr<std::atomic<uint8_t>[]> state_;
 };
 
 }  // namespace remem::cluster

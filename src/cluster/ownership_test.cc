@@ -66,5 +66,56 @@ TEST(Ownership, AConfigurationWithoutThisServerOwnsNothing) {
   EXPECT_EQ(o.Owns("k").code(), StatusCode::kMoved);
 }
 
+TEST(Ownership, FreezeAndReleaseHoldOnlyWhileAShardMovesAway) {
+  Ownership o("a:1");
+  Config c = TwoServers(1);
+  ASSERT_TRUE(o.Install(c));
+  const std::string mine = KeyOwnedBy(c, "a:1");
+  const uint32_t shard = ShardOf(mine, c.num_shards());
+  // Not moving: nothing to freeze.
+  EXPECT_EQ(o.Freeze({shard}).code(), StatusCode::kConflict);
+  EXPECT_FALSE(o.Outgoing(mine));
+
+  // Moving to b:1: still served here, its changes noted.
+  Config moving = c;
+  moving.epoch = 2;
+  moving.next.assign(c.num_shards(), kNoMember);
+  moving.next[shard] = 1;
+  ASSERT_TRUE(o.Install(moving));
+  EXPECT_TRUE(o.Outgoing(mine));
+  EXPECT_TRUE(o.MovingAway(shard));
+  EXPECT_FALSE(o.Incoming(shard));
+  EXPECT_TRUE(o.Writable(mine).ok());
+  // Frozen: reads go on, writes wait.
+  ASSERT_TRUE(o.Freeze({shard}).ok());
+  EXPECT_TRUE(o.Owns(mine).ok());
+  EXPECT_EQ(o.Writable(mine).code(), StatusCode::kBusy);
+  // Released: reads wait too; freezing again does not undo it.
+  ASSERT_TRUE(o.Release({shard}).ok());
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kBusy);
+  ASSERT_TRUE(o.Freeze({shard}).ok());
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kBusy);
+
+  // The move completes: the shard is b:1's (Moved here); b:1 saw it coming.
+  Config done = CompleteMoves(moving);
+  ASSERT_TRUE(o.Install(done));
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kMoved);
+  EXPECT_FALSE(o.Outgoing(mine));
+  Ownership b("b:1");
+  ASSERT_TRUE(b.Install(moving));
+  EXPECT_TRUE(b.Incoming(shard));
+  EXPECT_EQ(b.Owns(mine).code(), StatusCode::kMoved);
+  ASSERT_TRUE(b.Install(done));
+  EXPECT_TRUE(b.Owns(mine).ok());
+  EXPECT_FALSE(b.Incoming(shard));
+
+  // An abandoned move serves the shard here again, writes included.
+  Ownership a2("a:1");
+  ASSERT_TRUE(a2.Install(moving));
+  ASSERT_TRUE(a2.Release({shard}).ok());
+  ASSERT_TRUE(a2.Install(AbandonMoves(moving)));
+  EXPECT_TRUE(a2.Writable(mine).ok());
+}
+
 }  // namespace
 }  // namespace remem::cluster

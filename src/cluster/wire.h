@@ -11,11 +11,15 @@
 namespace remem::cluster {
 
 inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
-inline constexpr uint16_t kConfigVersion = 1;
+// Version 2 added the `next` table; version 1 (no shard ever moving) is
+// still read.
+inline constexpr uint16_t kConfigVersion = 2;
 
 // The configuration: ConfigHeader, `name_len` bytes of name, then
 // `num_members` times (MemberEntry, `address_len` bytes of address), then
-// `num_shards` little-endian uint16 owner indexes.
+// `num_shards` little-endian uint16 owner indexes, then (version 2)
+// `num_shards` little-endian uint16 indexes of the member each shard is
+// moving to (0xFFFF: not moving).
 struct ConfigHeader {
   uint32_t magic;    // kConfigMagic
   uint16_t version;  // kConfigVersion

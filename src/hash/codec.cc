@@ -470,4 +470,142 @@ Result<std::vector<OpItem>> DecodeHashOpBatchReply(std::string_view payload,
   return items;
 }
 
+// --- moving shards
+
+namespace {
+
+Status ReadShardNumbers(Reader* rd, uint32_t count,
+                        std::vector<uint32_t>* out) {
+  if (count == 0 || count > kMaxShardList) return Bad("bad shard count");
+  if (rd->remaining() != uint64_t{count} * sizeof(uint32_t)) {
+    return Bad("shard list length");
+  }
+  out->resize(count);
+  for (uint32_t& s : *out) (void)rd->Read(&s);
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string EncodeShardList(const ShardList& list) {
+  std::string out;
+  ShardListRequest h{};
+  h.count = uint32_t(list.shards.size());
+  h.flags = list.flags;
+  Append(&out, h);
+  for (uint32_t s : list.shards) Append(&out, s);
+  return out;
+}
+
+Result<ShardList> DecodeShardList(std::string_view payload) {
+  Reader rd(payload);
+  ShardListRequest h;
+  if (!rd.Read(&h)) return Bad("shard list truncated");
+  if (h.reserved[0] || h.reserved[1] || h.reserved[2] ||
+      (h.flags & ~(kShardFreeze | kShardRelease)) != 0) {
+    return Bad("shard list: reserved bits set");
+  }
+  ShardList out;
+  out.flags = h.flags;
+  REMEM_RETURN_IF_ERROR(ReadShardNumbers(&rd, h.count, &out.shards));
+  return out;
+}
+
+std::string EncodeShardExport(const ShardExport& r) {
+  std::string out;
+  ShardExportRequest h{};
+  h.partition = r.partition;
+  h.count = uint32_t(r.shards.size());
+  h.generation = r.generation;
+  h.cursor = r.cursor;
+  h.max_bytes = r.max_bytes;
+  Append(&out, h);
+  for (uint32_t s : r.shards) Append(&out, s);
+  return out;
+}
+
+Result<ShardExport> DecodeShardExport(std::string_view payload) {
+  Reader rd(payload);
+  ShardExportRequest h;
+  if (!rd.Read(&h)) return Bad("shard export request truncated");
+  if (h.reserved != 0) return Bad("shard export: reserved bytes set");
+  ShardExport out;
+  out.partition = h.partition;
+  out.generation = h.generation;
+  out.cursor = h.cursor;
+  out.max_bytes = h.max_bytes;
+  REMEM_RETURN_IF_ERROR(ReadShardNumbers(&rd, h.count, &out.shards));
+  return out;
+}
+
+ShardPairsWriter::ShardPairsWriter() { out_.resize(sizeof(ShardPairsHeader)); }
+
+void ShardPairsWriter::Add(std::string_view key, std::string_view value,
+                           uint64_t version, bool deleted) {
+  ShardPair p{};
+  p.version = version;
+  p.key_len = uint32_t(key.size());
+  p.value_len = deleted ? 0 : uint32_t(value.size());
+  p.kind = static_cast<uint8_t>(deleted ? ShardPairKind::kDeleted
+                                        : ShardPairKind::kPut);
+  Append(&out_, p);
+  out_ += key;
+  if (!deleted) out_ += value;
+  ++count_;
+}
+
+std::string ShardPairsWriter::Finish(uint64_t generation, uint64_t cursor,
+                                     uint32_t num_partitions,
+                                     uint64_t max_version) {
+  ShardPairsHeader h{};
+  h.generation = generation;
+  h.cursor = cursor;
+  h.count = count_;
+  h.num_partitions = num_partitions;
+  h.max_version = max_version;
+  std::memcpy(out_.data(), &h, sizeof(h));
+  count_ = 0;
+  std::string done = std::move(out_);
+  out_.assign(sizeof(ShardPairsHeader), '\0');
+  return done;
+}
+
+Result<ShardPairs> DecodeShardPairs(std::string_view payload) {
+  Reader rd(payload);
+  ShardPairsHeader h;
+  if (!rd.Read(&h)) return Bad("shard pairs truncated");
+  // Every pair takes at least its header and a byte of key.
+  if (h.count > rd.remaining() / (sizeof(ShardPair) + 1)) {
+    return Bad("shard pairs: count beyond the payload");
+  }
+  ShardPairs out;
+  out.generation = h.generation;
+  out.cursor = h.cursor;
+  out.num_partitions = h.num_partitions;
+  out.max_version = h.max_version;
+  out.pairs.reserve(h.count);
+  for (uint32_t i = 0; i < h.count; ++i) {
+    ShardPair p;
+    if (!rd.Read(&p)) return Bad("shard pair truncated");
+    if (p.kind > static_cast<uint8_t>(ShardPairKind::kDeleted) ||
+        p.key_len == 0 || p.reserved[0] || p.reserved[1] || p.reserved[2] ||
+        p.reserved[3] || p.reserved[4] || p.reserved[5] || p.reserved[6]) {
+      return Bad("shard pair: bad header");
+    }
+    const bool deleted =
+        p.kind == static_cast<uint8_t>(ShardPairKind::kDeleted);
+    if (deleted && p.value_len != 0)
+      return Bad("shard pair: deleted with a value");
+    const size_t at = payload.size() - rd.remaining();
+    if (!rd.Skip(uint64_t{p.key_len} + p.value_len)) {
+      return Bad("shard pair truncated");
+    }
+    out.pairs.push_back({Take(payload, at, p.key_len),
+                         Take(payload, at + p.key_len, p.value_len), p.version,
+                         deleted});
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after shard pairs");
+  return out;
+}
+
 }  // namespace remem::hash

@@ -119,6 +119,56 @@ std::string EncodeHashOpBatchReply(const std::vector<OpItem>& items);
 Result<std::vector<OpItem>> DecodeHashOpBatchReply(std::string_view payload,
                                                    size_t expected_count);
 
+// --- moving shards (hash/wire.h kShardExport .. kShardDrop)
+struct ShardList {
+  std::vector<uint32_t> shards;
+  uint8_t flags = 0;
+};
+std::string EncodeShardList(const ShardList& list);
+// Shard numbers are checked against `num_shards` by the caller.
+Result<ShardList> DecodeShardList(std::string_view payload);
+
+struct ShardExport {
+  uint32_t partition = 0;
+  uint64_t generation = 0;
+  uint64_t cursor = 0;
+  uint32_t max_bytes = 0;
+  std::vector<uint32_t> shards;
+};
+std::string EncodeShardExport(const ShardExport& request);
+Result<ShardExport> DecodeShardExport(std::string_view payload);
+
+// A pair of a moving shard; views into the decoded payload.
+struct ShardPairView {
+  std::string_view key;
+  std::string_view value;
+  uint64_t version = 0;
+  bool deleted = false;
+};
+struct ShardPairs {
+  uint64_t generation = 0;
+  uint64_t cursor = 0;
+  uint32_t num_partitions = 0;
+  uint64_t max_version = 0;
+  std::vector<ShardPairView> pairs;
+};
+// Builds a ShardPairs message item by item.
+class ShardPairsWriter {
+ public:
+  ShardPairsWriter();
+  void Add(std::string_view key, std::string_view value, uint64_t version,
+           bool deleted);
+  uint32_t count() const { return count_; }
+  size_t bytes() const { return out_.size(); }
+  std::string Finish(uint64_t generation, uint64_t cursor,
+                     uint32_t num_partitions, uint64_t max_version);
+
+ private:
+  std::string out_;
+  uint32_t count_ = 0;
+};
+Result<ShardPairs> DecodeShardPairs(std::string_view payload);
+
 }  // namespace remem::hash
 
 #endif  // REMEM_HASH_CODEC_H_

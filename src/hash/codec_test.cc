@@ -85,5 +85,62 @@ TEST(Codec, HashMultiOpRoundTripsAndRefusesWhatIsMalformed) {
   EXPECT_FALSE(DecodeHashMultiOp(get_with_value).ok());
 }
 
+TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
+  auto list = DecodeShardList(EncodeShardList({{3, 700, 1023}, kShardFreeze}));
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->shards, (std::vector<uint32_t>{3, 700, 1023}));
+  EXPECT_EQ(list->flags, kShardFreeze);
+  EXPECT_FALSE(DecodeShardList(EncodeShardList({{}, 0})).ok());  // empty
+  EXPECT_FALSE(DecodeShardList(EncodeShardList({{1}, 0x80})).ok());
+  EXPECT_FALSE(DecodeShardList(EncodeShardList({{1, 2}, 0}) + "x").ok());
+
+  ShardExport ex;
+  ex.partition = 2;
+  ex.generation = 5;
+  ex.cursor = 4096;
+  ex.max_bytes = 1 << 20;
+  ex.shards = {9};
+  auto ex2 = DecodeShardExport(EncodeShardExport(ex));
+  ASSERT_TRUE(ex2.ok()) << ex2.status().ToString();
+  EXPECT_EQ(ex2->partition, 2u);
+  EXPECT_EQ(ex2->generation, 5u);
+  EXPECT_EQ(ex2->cursor, 4096u);
+  EXPECT_EQ(ex2->shards, std::vector<uint32_t>{9});
+  const std::string ex_bytes = EncodeShardExport(ex);
+  EXPECT_FALSE(DecodeShardExport(ex_bytes.substr(0, 31)).ok());
+
+  ShardPairsWriter w;
+  w.Add("k1", "value one", 17, false);
+  w.Add("gone", "ignored", 0, true);
+  w.Add("k3", "", 4, false);
+  const std::string bytes = w.Finish(7, kShardCursorDone, 4, 99);
+  auto pairs = DecodeShardPairs(bytes);
+  ASSERT_TRUE(pairs.ok()) << pairs.status().ToString();
+  EXPECT_EQ(pairs->generation, 7u);
+  EXPECT_EQ(pairs->cursor, kShardCursorDone);
+  EXPECT_EQ(pairs->num_partitions, 4u);
+  EXPECT_EQ(pairs->max_version, 99u);
+  ASSERT_EQ(pairs->pairs.size(), 3u);
+  EXPECT_EQ(pairs->pairs[0].key, "k1");
+  EXPECT_EQ(pairs->pairs[0].value, "value one");
+  EXPECT_EQ(pairs->pairs[0].version, 17u);
+  EXPECT_TRUE(pairs->pairs[1].deleted);
+  EXPECT_EQ(pairs->pairs[1].value, "");
+  EXPECT_EQ(pairs->pairs[2].value, "");
+  // The writer starts over after Finish.
+  EXPECT_EQ(w.count(), 0u);
+  EXPECT_EQ(DecodeShardPairs(w.Finish(0, 0, 0, 0))->pairs.size(), 0u);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeShardPairs(bytes.substr(0, n)).ok()) << n;
+  }
+  std::string bad = bytes;
+  bad[sizeof(ShardPairsHeader) + 16] = 2;  // kind
+  EXPECT_FALSE(DecodeShardPairs(bad).ok());
+  const uint32_t huge = 1u << 30;
+  bad = bytes;
+  std::memcpy(bad.data() + 16, &huge, sizeof(huge));  // count
+  EXPECT_FALSE(DecodeShardPairs(bad).ok());
+}
+
 }  // namespace
 }  // namespace remem::hash

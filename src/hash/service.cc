@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -132,6 +133,14 @@ Status HashService::Init(server::ServiceContext* ctx) {
           [pause] { std::this_thread::sleep_for(pause); });
     }
     part->durable = std::make_unique<DurableTable>(part->table.get());
+    if (cluster_ != nullptr) {
+      // A shard moving away: its keys that change during the copy are sent
+      // again (HandleShardSync).
+      Partition* raw = part.get();
+      part->table->SetChangeHook([this, raw](std::string_view key) {
+        if (cluster_->Outgoing(key)) raw->changed.emplace(key);
+      });
+    }
     partitions_.push_back(std::move(part));
   }
   if (durable != nullptr) {
@@ -161,6 +170,10 @@ Status HashService::Init(server::ServiceContext* ctx) {
 
 Status HashService::Owned(std::string_view key) const {
   return cluster_ == nullptr ? Status::OK() : cluster_->Owns(key);
+}
+
+Status HashService::Writable(std::string_view key) const {
+  return cluster_ == nullptr ? Status::OK() : cluster_->Writable(key);
 }
 
 uint32_t HashService::PartitionOf(std::string_view key) const {
@@ -228,6 +241,25 @@ Result<Route> HashService::RouteCall(uint8_t method,
       REMEM_RETURN_IF_ERROR(Owned(put->key));
       return Route::To(PartitionOf(put->key));
     }
+    case HashMethod::kShardExport: {
+      if (cluster_ == nullptr) {
+        return Status::Unsupported("this server is not in a cluster");
+      }
+      auto req = DecodeShardExport(payload);
+      if (!req.ok()) return req.status();
+      if (req->partition >= partitions_.size()) {
+        return Status::InvalidArgument("no partition " +
+                                       std::to_string(req->partition));
+      }
+      return Route::To(req->partition);
+    }
+    case HashMethod::kShardSync:
+    case HashMethod::kShardImport:
+    case HashMethod::kShardDrop:
+      if (cluster_ == nullptr) {
+        return Status::Unsupported("this server is not in a cluster");
+      }
+      return Route::Here();
     case HashMethod::kCount:
       break;
   }
@@ -245,6 +277,14 @@ void HashService::Handle(PartitionId p, Call call) {
     case HashMethod::kOp:
     case HashMethod::kOpBatch:
       return HandleOps(p, std::move(call));
+    case HashMethod::kShardExport:
+      return HandleShardExport_st(p, std::move(call));
+    case HashMethod::kShardSync:
+      return HandleShardSync(std::move(call));
+    case HashMethod::kShardImport:
+      return HandleShardImport(std::move(call));
+    case HashMethod::kShardDrop:
+      return HandleShardDrop(std::move(call));
     default:
       return HandleSingle_st(p, std::move(call));
   }
@@ -269,6 +309,9 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
   if (method == HashMethod::kGet) {
     auto key = DecodeHashKey(call.payload);
     if (!key.ok()) return call.responder.Reply(key.status());
+    // Checked again here, on the owner thread: a shard released since
+    // RouteCall may have had its pairs deleted by this thread.
+    if (Status o = Owned(*key); !o.ok()) return call.responder.Reply(o);
     auto v = table.Get(*key);
     if (!v.ok()) return call.responder.Reply(v.status());
     return call.responder.Reply(Status::OK(),
@@ -283,6 +326,9 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
   if (method == HashMethod::kDelete) {
     auto key = DecodeHashKey(call.payload);
     if (!key.ok()) return call.responder.Reply(key.status());
+    // Checked here, on the owner thread: a shard frozen since RouteCall
+    // has had this partition's changes sent already.
+    if (Status w = Writable(*key); !w.ok()) return call.responder.Reply(w);
     Status st = table.Delete(*key);
     if (st.ok() && part.store)
       part.store->LogDelete(*key, table.last_version());
@@ -291,6 +337,7 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
   }
   auto put = DecodeHashPut(call.payload);
   if (!put.ok()) return call.responder.Reply(put.status());
+  if (Status w = Writable(put->key); !w.ok()) return call.responder.Reply(w);
   Result<uint64_t> v =
       put->mode == PutMode::kIfAbsent ? table.PutIfAbsent(put->key, put->value)
       : put->mode == PutMode::kIfVersion
@@ -396,6 +443,11 @@ void HashService::HandleMulti(Call call) {
                     const uint32_t i = items[n];
                     const MultiOp& o = batch->ops[i];
                     MultiItem& out = batch->results[i];
+                    if (cluster_ != nullptr) {
+                      // Here, on the owner thread (see HandleSingle_st).
+                      out.status = Owned(o.key);
+                      if (!out.status.ok()) continue;
+                    }
                     if (o.op == MultiOpKind::kGet) {
                       auto v = table.Get(o.key);
                       if (v.ok()) {
@@ -411,6 +463,10 @@ void HashService::HandleMulti(Call call) {
                     if (!writable.ok()) {
                       out.status = writable;
                       continue;
+                    }
+                    if (cluster_ != nullptr) {
+                      out.status = Writable(o.key);
+                      if (!out.status.ok()) continue;
                     }
                     if (o.op == MultiOpKind::kDelete) {
                       out.status = table.Delete(o.key);
@@ -557,6 +613,10 @@ size_t HashService::RunOps_st(PartitionId p) {
   for (size_t g = 0; g < groups.size(); ++g) {
     if (g + kAhead < groups.size()) table.Prefetch(key_of(g + kAhead));
     const std::string_view key = key_of(g);
+    // On the owner thread (see HandleSingle_st): a released shard
+    // refuses every operation, a frozen one those that write.
+    const Status key_owned = Owned(key);
+    const Status key_writable = key_owned.ok() ? Writable(key) : key_owned;
     auto cur = table.Get(key);
     bool present = cur.ok();
     std::string value = present ? std::move(cur->value) : std::string();
@@ -569,6 +629,10 @@ size_t HashService::RunOps_st(PartitionId p) {
       OpItem& out = req->results[i];
       if (!writable.ok() && ops::MayWrite(op.kind)) {
         out.status = writable;  // refused before changing anything
+        continue;
+      }
+      if (!key_owned.ok() || (!key_writable.ok() && ops::MayWrite(op.kind))) {
+        out.status = key_writable;  // the shard is being handed over
         continue;
       }
       ops::Outcome o;
@@ -636,6 +700,301 @@ size_t HashService::RunOps_st(PartitionId p) {
         });
   }
   return pending.size();
+}
+
+// --- moving shards (the manager's steps: cluster/member.h)
+
+namespace {
+
+// Per shard of the cluster: 1 if listed.
+std::vector<uint8_t> ShardSet(const std::vector<uint32_t>& shards,
+                              uint32_t num_shards) {
+  std::vector<uint8_t> set(num_shards, 0);
+  for (uint32_t s : shards) set[s] = 1;
+  return set;
+}
+
+// The first error among the partitions' outcomes, or OK.
+Status FirstError(const std::vector<Status>& all) {
+  for (const Status& st : all) {
+    if (!st.ok()) return st;
+  }
+  return Status::OK();
+}
+
+// OK if every shard of `shards` is moving away from this server (`away`) or
+// to it; Conflict naming the first that is not.
+Status CheckMoving(const cluster::Ownership& o,
+                   const std::vector<uint32_t>& shards, bool away) {
+  for (uint32_t s : shards) {
+    if (away ? o.MovingAway(s) : o.Incoming(s)) continue;
+    return Status::Conflict("shard " + std::to_string(s) + " is not moving " +
+                            (away ? "away from" : "to") +
+                            " this server in epoch " +
+                            std::to_string(o.epoch()));
+  }
+  return Status::OK();
+}
+
+// A pair of a moving shard, owned (a partition's part of a reply).
+struct OwnedPair {
+  std::string key;
+  std::string value;
+  uint64_t version = 0;
+  bool deleted = false;
+};
+
+}  // namespace
+
+void HashService::HandleShardExport_st(PartitionId p, Call call) {
+  auto req = DecodeShardExport(call.payload);
+  if (!req.ok()) return call.responder.Reply(req.status());
+  if (Status st = CheckMoving(*cluster_, req->shards, true); !st.ok()) {
+    return call.responder.Reply(st);
+  }
+  const uint32_t num_shards = cluster_->current()->config.num_shards();
+  const std::vector<uint8_t> set = ShardSet(req->shards, num_shards);
+  Partition& part = *partitions_[p];
+  const Table& table = *part.table;
+  const uint64_t generation = table.growths();
+  uint64_t cursor = req->generation == generation ? req->cursor : 0;
+  if (cursor == 0) {
+    // The scan from the start sends every pair there is; changes noted so
+    // far are in it.
+    std::erase_if(part.changed, [&](const std::string& k) {
+      return set[cluster::ShardOf(k, num_shards)] != 0;
+    });
+  }
+  const uint32_t max_bytes = std::clamp<uint32_t>(
+      req->max_bytes, 1, uint32_t(proto::kMaxRpcPayload / 2));
+  ShardPairsWriter out;
+  constexpr uint64_t kChunk = 64;  // buckets between size checks
+  while (cursor < table.num_buckets() && out.bytes() < max_bytes) {
+    cursor = table.ScanBuckets(
+        cursor, kChunk,
+        [&](std::string_view k, std::string_view v, uint64_t version) {
+          if (set[cluster::ShardOf(k, num_shards)]) {
+            out.Add(k, v, version, false);
+          }
+        });
+  }
+  if (cursor >= table.num_buckets()) cursor = kShardCursorDone;
+  call.responder.Reply(
+      Status::OK(), out.Finish(generation, cursor, uint32_t(partitions_.size()),
+                               table.last_version()));
+}
+
+void HashService::HandleShardSync(Call call) {
+  auto list = DecodeShardList(call.payload);
+  if (!list.ok()) return call.responder.Reply(list.status());
+  if ((list->flags & ~kShardFreeze) != 0) {
+    return call.responder.Reply(Status::InvalidArgument("bad sync flags"));
+  }
+  if (Status st = CheckMoving(*cluster_, list->shards, true); !st.ok()) {
+    return call.responder.Reply(st);
+  }
+  if (list->flags & kShardFreeze) {
+    // Before the partitions look: a write applied after a partition has
+    // sent its changes finds the shard frozen (Writable, on the owner
+    // thread, after this store).
+    if (Status st = cluster_->Freeze(list->shards); !st.ok()) {
+      return call.responder.Reply(st);
+    }
+  }
+  struct Sync {
+    std::vector<uint8_t> set;
+    uint32_t num_shards = 0;
+    std::vector<std::vector<OwnedPair>> parts;
+    std::vector<uint64_t> last_version;  // per partition
+    Responder responder;
+  };
+  auto sync = std::make_shared<Sync>();
+  sync->num_shards = cluster_->current()->config.num_shards();
+  sync->set = ShardSet(list->shards, sync->num_shards);
+  sync->parts.resize(partitions_.size());
+  sync->last_version.resize(partitions_.size());
+  sync->responder = std::move(call.responder);
+  auto fan = std::make_shared<server::FanIn>(partitions_.size(), [sync] {
+    ShardPairsWriter out;
+    for (const auto& part : sync->parts) {
+      for (const OwnedPair& pr : part) {
+        out.Add(pr.key, pr.value, pr.version, pr.deleted);
+      }
+    }
+    const uint64_t max_version =
+        *std::max_element(sync->last_version.begin(), sync->last_version.end());
+    sync->responder.Reply(Status::OK(),
+                          out.Finish(0, kShardCursorDone, 0, max_version));
+  });
+  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+    ctx_->RunOn(owner, [this, owner, sync, fan] {
+      Partition& part = *partitions_[owner];
+      auto& mine = sync->parts[owner];
+      for (auto it = part.changed.begin(); it != part.changed.end();) {
+        if (!sync->set[cluster::ShardOf(*it, sync->num_shards)]) {
+          ++it;
+          continue;
+        }
+        auto v = part.table->Get(*it);
+        if (v.ok()) {
+          mine.push_back({*it, std::move(v->value), v->version, false});
+        } else {
+          mine.push_back({*it, {}, 0, true});
+        }
+        it = part.changed.erase(it);
+      }
+      sync->last_version[owner] = part.table->last_version();
+      fan->Done();
+    });
+  }
+}
+
+void HashService::HandleShardImport(Call call) {
+  struct Import {
+    std::string payload;
+    ShardPairs pairs;
+    std::vector<Status> status;  // per partition
+    Responder responder;
+  };
+  auto imp = std::make_shared<Import>();
+  imp->payload = std::move(call.payload);
+  imp->responder = std::move(call.responder);
+  auto pairs = DecodeShardPairs(imp->payload);
+  if (!pairs.ok()) return imp->responder.Reply(pairs.status());
+  imp->pairs = std::move(*pairs);
+  const uint32_t num_shards = cluster_->current() == nullptr
+                                  ? 0
+                                  : cluster_->current()->config.num_shards();
+  std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
+  for (uint32_t i = 0; i < imp->pairs.pairs.size(); ++i) {
+    const std::string_view key = imp->pairs.pairs[i].key;
+    const uint32_t shard =
+        num_shards == 0 ? 0 : cluster::ShardOf(key, num_shards);
+    if (num_shards == 0 || !cluster_->Incoming(shard)) {
+      return imp->responder.Reply(
+          Status::Conflict("shard " + std::to_string(shard) +
+                           " is not moving to this server in epoch " +
+                           std::to_string(cluster_->epoch())));
+    }
+    by_owner[PartitionOf(key)].push_back(i);
+  }
+  imp->status.resize(partitions_.size());
+  auto fan = std::make_shared<server::FanIn>(partitions_.size(), [imp] {
+    imp->responder.Reply(FirstError(imp->status));
+  });
+  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+    ctx_->RunOn(
+        owner, [this, owner, imp, fan, items = std::move(by_owner[owner])] {
+          Partition& part = *partitions_[owner];
+          Table& table = *part.table;
+          Status& st = imp->status[owner];
+          // Every partition: a moved key re-inserted here later, in whichever
+          // partition, must get a version its old owner never issued (a
+          // client may hold one for compare-and-put).
+          const bool raise = imp->pairs.max_version > table.last_version();
+          if (part.store != nullptr && (raise || !items.empty())) {
+            st = part.store->Writable();
+          }
+          if (raise && st.ok()) {
+            table.RaiseVersion(imp->pairs.max_version);
+            // Into the log too, so a restart keeps it: a delete of the empty
+            // key (no key is empty) with that version; recovery raises its
+            // counter to the highest version it replays.
+            if (part.store) part.store->LogDelete({}, imp->pairs.max_version);
+          }
+          for (size_t n = 0; n < items.size() && st.ok(); ++n) {
+            const ShardPairView& pr = imp->pairs.pairs[items[n]];
+            if (pr.deleted) {
+              Status d = table.Delete(pr.key);
+              if (d.ok() && part.store) {
+                part.store->LogDelete(pr.key, table.last_version());
+              } else if (!d.ok() && d.code() != StatusCode::kNotFound) {
+                st = d;
+              }
+              continue;
+            }
+            auto v = table.Import(pr.key, pr.value, pr.version);
+            if (!v.ok()) {
+              st = v.status();
+            } else if (*v == pr.version && part.store) {
+              part.store->LogPut(pr.key, pr.value, pr.version);
+            }
+          }
+          UpdateCounters_st(part);
+          if (part.store == nullptr || (items.empty() && !raise) || !st.ok()) {
+            return fan->Done();
+          }
+          part.store->AfterDurable([imp, owner, fan](Status d) {
+            if (!d.ok()) imp->status[owner] = d;
+            fan->Done();
+          });
+        });
+  }
+}
+
+void HashService::HandleShardDrop(Call call) {
+  auto list = DecodeShardList(call.payload);
+  if (!list.ok()) return call.responder.Reply(list.status());
+  if ((list->flags & ~kShardRelease) != 0) {
+    return call.responder.Reply(Status::InvalidArgument("bad drop flags"));
+  }
+  const bool release = (list->flags & kShardRelease) != 0;
+  // Released: shards moving away whose new owner has everything. Else
+  // shards moving here: what an earlier, unfinished copy left.
+  if (Status st = CheckMoving(*cluster_, list->shards, release); !st.ok()) {
+    return call.responder.Reply(st);
+  }
+  if (release) {
+    // Readers are refused before the copy goes (a one-sided reader then
+    // finds nothing, and the server, asked, says Busy).
+    if (Status st = cluster_->Release(list->shards); !st.ok()) {
+      return call.responder.Reply(st);
+    }
+  }
+  struct Drop {
+    std::vector<uint8_t> set;
+    uint32_t num_shards = 0;
+    std::vector<Status> status;
+    Responder responder;
+  };
+  auto drop = std::make_shared<Drop>();
+  drop->num_shards = cluster_->current()->config.num_shards();
+  drop->set = ShardSet(list->shards, drop->num_shards);
+  drop->status.resize(partitions_.size());
+  drop->responder = std::move(call.responder);
+  auto fan = std::make_shared<server::FanIn>(partitions_.size(), [drop] {
+    drop->responder.Reply(FirstError(drop->status));
+  });
+  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+    ctx_->RunOn(owner, [this, owner, drop, fan] {
+      Partition& part = *partitions_[owner];
+      Table& table = *part.table;
+      std::vector<std::string> keys;
+      table.ScanBuckets(0, table.num_buckets(),
+                        [&](std::string_view k, std::string_view, uint64_t) {
+                          if (drop->set[cluster::ShardOf(k, drop->num_shards)])
+                            keys.emplace_back(k);
+                        });
+      Status& st = drop->status[owner];
+      if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
+      for (size_t n = 0; n < keys.size() && st.ok(); ++n) {
+        if (table.Delete(keys[n]).ok() && part.store) {
+          part.store->LogDelete(keys[n], table.last_version());
+        }
+      }
+      std::erase_if(part.changed, [&](const std::string& k) {
+        return drop->set[cluster::ShardOf(k, drop->num_shards)] != 0;
+      });
+      UpdateCounters_st(part);
+      if (part.store == nullptr || keys.empty() || !st.ok()) {
+        return fan->Done();
+      }
+      part.store->AfterDurable([drop, owner, fan](Status d) {
+        if (!d.ok()) drop->status[owner] = d;
+        fan->Done();
+      });
+    });
+  }
 }
 
 }  // namespace remem::hash

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "durability/store.h"
@@ -97,6 +98,9 @@ class HashService final : public server::Service {
     server::Counter ops, op_writes;
     // Operations queued for the end of the pass (owner thread only).
     std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> pending_ops;
+    // Keys of shards moving away that changed (written, deleted, moved in
+    // the table) since their export began: sent again (owner thread only).
+    std::unordered_set<std::string> changed;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -106,6 +110,14 @@ class HashService final : public server::Service {
   void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);
   void HandleOps(server::PartitionId p, server::Call call);
+  // Moving shards (hash/wire.h kShardExport .. kShardDrop; the steps are
+  // in cluster/member.h).
+  void HandleShardExport_st(server::PartitionId p, server::Call call);
+  void HandleShardSync(server::Call call);
+  void HandleShardImport(server::Call call);
+  void HandleShardDrop(server::Call call);
+  // OK, or (in a cluster) Busy for a key whose shard is being handed over.
+  Status Writable(std::string_view key) const;
   // Runs partition p's queued operations (the engine above).
   size_t RunOps_st(server::PartitionId p);
   // Replies once partition p's records so far are durable (at once without

@@ -487,7 +487,10 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
       return Status::OK();
     }
     if (lookup.outcome() == hash::Lookup::kNotFound) {
-      if (!Vouched()) break;
+      // In a cluster an absent key may be one whose shard has just moved
+      // away (its old owner deletes its copy before the new owner serves
+      // it): the server confirms (NotFound, or Moved, or Busy).
+      if (!Vouched() || core->cluster_routed()) break;
       return Status::NotFound("key not found");
     }
     ++read_stats.retries;
@@ -656,7 +659,9 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
         return FinishGet(op, Value{std::move(l.value()), l.version()});
       }
       if (l.outcome() == hash::Lookup::kNotFound) {
-        if (!Vouched()) break;
+        // In a cluster the server confirms an absent key (see
+        // GetOneSidedInto).
+        if (!Vouched() || core->cluster_routed()) break;
         ++read_stats.onesided_gets;
         return FinishGet(op, Status::NotFound("key not found"));
       }

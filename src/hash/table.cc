@@ -280,11 +280,13 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
         EraseEntry(&src, hop.entry_offset, hop.entry_bytes);
         Publish(from, src);
         ++moves_;
-        if (move_hook_) {
+        if (move_hook_ || change_hook_) {
           const Bucket* d = At(hop.bucket);
           // The moved entry was appended last.
-          move_hook_(from, hop.bucket,
-                     KeyOf(d->entries + used_[hop.bucket] - hop.entry_bytes));
+          const std::string_view moved =
+              KeyOf(d->entries + used_[hop.bucket] - hop.entry_bytes);
+          if (move_hook_) move_hook_(from, hop.bucket, moved);
+          if (change_hook_) change_hook_(moved);
         }
         to = hop.parent;
       }
@@ -467,10 +469,11 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
                               ", not " + std::to_string(expected));
     }
   }
-  if (mode == Mode::kRestore && found && found->version >= expected) {
-    return found->version;  // replay of an older record
+  const bool given = mode == Mode::kRestore || mode == Mode::kImport;
+  if (given && found && found->version >= expected) {
+    return found->version;  // replay, or copy, of an older pair
   }
-  const uint64_t version = mode == Mode::kRestore ? expected : next_version_;
+  const uint64_t version = given ? expected : next_version_;
   const bool small = FitsInline(key.size(), value.size());
   const size_t inline_bytes = InlineEntryBytes(key.size(), value.size());
   uint8_t entry[kMaxInlineEntryBytes];
@@ -539,7 +542,13 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     slab_->Free(RefOffset(found->ref), RefClass(found->ref));
   }
   if (!found) ++size_;
+  if (change_hook_) change_hook_(key);
   return version;
+}
+
+Result<uint64_t> Table::Import(std::string_view key, std::string_view value,
+                               uint64_t version) {
+  return Write(key, value, Mode::kImport, version);
 }
 
 Result<uint64_t> Table::Put(std::string_view key, std::string_view value) {
@@ -575,6 +584,7 @@ Status Table::Delete(std::string_view key) {
   }
   --size_;
   ++next_version_;  // a delete is a write too
+  if (change_hook_) change_hook_(key);
   return Status::OK();
 }
 

@@ -118,6 +118,12 @@ class Table {
   // No mode checks; keeps the version counter above every restored version.
   Status Restore(std::string_view key, std::string_view value,
                  uint64_t version);
+  // A pair copied from another server (a shard moving here): stores `key`
+  // = `value` with exactly `version`, unless the stored pair's version is
+  // already >= `version`, as a live write (same room rules as Put); keeps
+  // the version counter above it.
+  Result<uint64_t> Import(std::string_view key, std::string_view value,
+                          uint64_t version);
   // Recovery: removes `key` if its stored version is older than `version`
   // (the version the delete consumed).
   void RestoreDelete(std::string_view key, uint64_t version);
@@ -160,6 +166,13 @@ class Table {
     move_hook_ = std::move(hook);
   }
 
+  // Runs after every change of a key's pair (a write, a delete) and after
+  // every cuckoo move of it, with the key: a moving shard's keys written
+  // or moved during its copy are sent again. Empty by default.
+  void SetChangeHook(std::function<void(std::string_view key)> hook) {
+    change_hook_ = std::move(hook);
+  }
+
   // The bucket holding `key` now, or nullopt (tests and diagnostics).
   std::optional<uint64_t> BucketOf(std::string_view key) const;
 
@@ -192,7 +205,7 @@ class Table {
     uint64_t ref;  // extent entries
     uint64_t version;
   };
-  enum class Mode { kUpsert, kIfAbsent, kIfVersion, kRestore };
+  enum class Mode { kUpsert, kIfAbsent, kIfVersion, kRestore, kImport };
   Result<uint64_t> Write(std::string_view key, std::string_view value,
                          Mode mode, uint64_t expected);
   Bucket* At(uint64_t i) const;
@@ -249,6 +262,7 @@ class Table {
   bool reserved_ = false;     // Reserve ran: restores do not grow
   std::function<void()> mid_write_;
   std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;
+  std::function<void(std::string_view)> change_hook_;
 };
 
 // Helpers on a bucket image (exposed for tests).

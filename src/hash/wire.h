@@ -29,6 +29,15 @@ enum class HashMethod : uint8_t {
   kOp = 7,        // HashOpRequest + key + arg + expected; HashOpItem + data
   kOpBatch = 8,   // HashMultiRequest + items (HashOpRequest + key + arg +
                   // expected); HashMultiReply + items (HashOpItem + data)
+  // Moving shards between the members of a cluster: the configuration
+  // manager's steps (src/cluster/member.h). Each is refused with Conflict
+  // unless the configuration moves the named shards away from this server
+  // (export, sync, drop with kShardRelease) or to it (import, drop).
+  kShardExport = 9,   // ShardExportRequest + u32 shards; ShardPairs
+  kShardSync = 10,    // ShardListRequest + u32 shards; ShardPairs: the
+                      // keys changed since they were exported
+  kShardImport = 11,  // ShardPairs; empty reply
+  kShardDrop = 12,    // ShardListRequest + u32 shards; empty reply
   kCount
 };
 
@@ -169,6 +178,59 @@ struct HashOpItem {
   uint64_t version;  // of the value after the op
 };
 static_assert(sizeof(HashOpItem) == 16);
+
+// --- moving shards (kShardExport .. kShardDrop)
+inline constexpr uint32_t kMaxShardList = 65536;
+
+// ShardListRequest::flags
+inline constexpr uint8_t kShardFreeze = 1;   // sync: freeze first
+inline constexpr uint8_t kShardRelease = 2;  // drop: release first
+
+// Followed by `count` little-endian uint32 shard numbers.
+struct ShardListRequest {
+  uint32_t count;  // 1 .. kMaxShardList
+  uint8_t flags;
+  uint8_t reserved[3];
+};
+static_assert(sizeof(ShardListRequest) == 8);
+
+// One page of one partition's pairs of the listed shards (followed by
+// `count` uint32 shard numbers), from bucket `cursor` of the table at
+// growth `generation`; a table that grew since restarts at bucket 0.
+struct ShardExportRequest {
+  uint32_t partition;
+  uint32_t count;  // shards listed, 1 .. kMaxShardList
+  uint64_t generation;
+  uint64_t cursor;
+  uint32_t max_bytes;  // of pairs in the reply (at least one pair is sent)
+  uint32_t reserved;
+};
+static_assert(sizeof(ShardExportRequest) == 32);
+
+inline constexpr uint64_t kShardCursorDone = ~uint64_t{0};
+
+// ShardPairsHeader, then `count` times (ShardPair, key, value).
+struct ShardPairsHeader {
+  uint64_t generation;  // export: the table's growth count
+  uint64_t cursor;      // export: the next bucket, kShardCursorDone at end
+  uint32_t count;
+  uint32_t num_partitions;  // export: the server's partitions
+  // The highest version the sender has issued in the partitions it read:
+  // the importer's next versions are above it, so no version of a moved
+  // key is ever issued twice (delete and re-insert included).
+  uint64_t max_version;
+};
+static_assert(sizeof(ShardPairsHeader) == 32);
+
+enum class ShardPairKind : uint8_t { kPut = 0, kDeleted = 1 };
+struct ShardPair {
+  uint64_t version;  // kPut: the pair's version, kept by the new owner
+  uint32_t key_len;
+  uint32_t value_len;  // 0 for kDeleted
+  uint8_t kind;        // ShardPairKind
+  uint8_t reserved[7];
+};
+static_assert(sizeof(ShardPair) == 24);
 
 }  // namespace remem::hash
 

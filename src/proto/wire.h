@@ -118,6 +118,10 @@ enum class CoreMethod : uint8_t {
                        // server installed last (src/cluster/config.h);
                        // Unsupported outside a cluster, Busy before the
                        // first configuration
+  kClusterDrain = 7,   // request: a member's address; empty reply once the
+                       // drain is recorded (the manager then moves its
+                       // shards away); Unsupported outside a cluster,
+                       // NotFound for an address not in the configuration
   kCount
 };
 

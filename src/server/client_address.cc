@@ -210,9 +210,12 @@ Status ClientAddressCheck::Check(std::string_view address, int sock) const {
           "the client's posix shared memory is not shared through /proc "
           "links (UCX_POSIX_USE_PROC_LINK=n), which remem-server refuses");
     }
-    if (ref->pid <= 0 || ref->pid == ::getpid()) {
+    // The server's own pid passes only if the server's process opened the
+    // connection itself (the cluster manager's session to its own server,
+    // cluster/member.h): the socket check below holds for no one else.
+    if (ref->pid <= 0) {
       return Status::PermissionDenied(
-          "the UCX worker address names the server's own memory");
+          "the UCX worker address names shared memory of no process");
     }
     if (ref->pid != checked_pid) {
       if (!ProcessHoldsPeerSocket(ref->pid, sock)) {

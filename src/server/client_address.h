@@ -9,7 +9,9 @@
 //   3. Shared memory it names that this server can reach (posix and cma
 //      entries of this host's system id) belongs to the process that opened
 //      the handshake connection: that process's /proc/<pid>/fd holds the
-//      client end of the connection. Otherwise a peer could make the server
+//      client end of the connection (the server's own process only when
+//      it opened the connection itself: the cluster manager's session to
+//      its own server). Otherwise a peer could make the server
 //      map and write into any file some process of the server's user holds
 //      open (posix names a /proc/<pid>/fd/<fd> link), or read another
 //      process's memory (cma names a pid). A posix entry must name a UCX

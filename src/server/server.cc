@@ -109,7 +109,7 @@ struct Server::Impl : public ServiceContext {
   std::unique_ptr<cluster::ClusterMember> member;
   // The member as the server threads' Stats see it: published once it
   // exists (the threads serve before the member has joined).
-  std::atomic<const cluster::ClusterMember*> member_view{nullptr};
+  std::atomic<cluster::ClusterMember*> member_view{nullptr};
   Status StartCluster();
 
   Status Init();
@@ -174,6 +174,28 @@ void CoreService::Handle(PartitionId, Call call) {
             "still forming)"));
       }
       return call.responder.Reply(Status::OK(), c->encoded);
+    }
+    case M::kClusterDrain: {
+      const cluster::Ownership* o = server_->ownership.get();
+      if (o == nullptr) {
+        return call.responder.Reply(Status::Unsupported(
+            "this server is not in a cluster (started without --cluster)"));
+      }
+      cluster::ClusterMember* m =
+          server_->member_view.load(std::memory_order_acquire);
+      const cluster::Ownership::Installed* c = o->current();
+      if (m == nullptr || c == nullptr) {
+        return call.responder.Reply(Status::Busy(
+            "this cluster member has no configuration yet (the cluster is "
+            "still forming)"));
+      }
+      if (c->config.IndexOf(call.payload) < 0) {
+        return call.responder.Reply(Status::NotFound(
+            "no member '" + call.payload + "' in configuration epoch " +
+            std::to_string(c->config.epoch)));
+      }
+      m->RequestDrain(std::move(call.payload));
+      return call.responder.Reply(Status::OK());
     }
     case M::kError:
     case M::kCount:
@@ -532,6 +554,8 @@ Status Server::Impl::StartCluster() {
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
   mo.session_timeout = config.cluster_session;
+  // The manager's sessions to members: the cluster shares one secret.
+  mo.session.secret = config.secret;
   auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
   if (!m.ok()) return m.status().WithContext("joining the cluster");
   member = std::move(*m);
@@ -646,6 +670,11 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_zk_registered", m && m->registered() ? 1 : 0);
     num("cluster_zk_sessions", m ? m->sessions() : 0);
     num("cluster_zk_members_seen", m ? m->members_seen() : 0);
+    num("cluster_shards_moving", c ? c->config.moving() : 0);
+    num("cluster_shards_moved", m ? m->shards_moved() : 0);
+    num("cluster_pairs_moved", m ? m->pairs_moved() : 0);
+    num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
+    num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);
   }
   StatsBuilder b;
   for (const auto& s : services) s->Stats(&b);
