@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "test_util.h"
 #include "testing/zookeeper_process.h"
 
@@ -114,7 +117,8 @@ class NetnsCluster : public ::testing::Test {
     ASSERT_EQ(Sh("ip -n " + hub_ + " addr add 198.18.1.1/24 dev br0"), 0);
     ASSERT_EQ(Sh("ip -n " + hub_ + " link set br0 up"), 0);
     ASSERT_EQ(Sh("ip -n " + hub_ + " link set lo up"), 0);
-    for (int i = 0; i < 3; ++i) {
+    // Four hosts: three form the cluster, the fourth joins it later.
+    for (int i = 0; i < 4; ++i) {
       const std::string ns = "remem-s" + std::to_string(i) + "-" + id;
       const std::string in = "rmh" + std::to_string(i) + "-" + id;
       const std::string out = "rms" + std::to_string(i) + "-" + id;
@@ -143,8 +147,7 @@ class NetnsCluster : public ::testing::Test {
   bool created_ = false;
 };
 
-TEST_F(NetnsCluster,
-       ThreeServersOnThreeHostsServeALoadThroughTheClusterClient) {
+TEST_F(NetnsCluster, ThreeHostsServeALoadAndShardsMoveToAFourthAndOffTheFirst) {
   testing::ZooKeeperOptions zo;
   zo.command_prefix = {"ip", "netns", "exec", hub_};
   zo.listen_host = "0.0.0.0";
@@ -155,7 +158,7 @@ TEST_F(NetnsCluster,
 
   std::vector<testing::ServerProcess> servers;
   std::string seeds;
-  for (int i = 0; i < 3; ++i) {
+  auto start = [&](int i) {
     testing::ServerOptions so;
     so.binary = ServerBinary();
     so.command_prefix = {"ip", "netns", "exec", hosts_[i]};
@@ -164,7 +167,10 @@ TEST_F(NetnsCluster,
     so.memory = "128M";
     so.env = {{"UCX_NET_DEVICES", devs_[i]}};
     so.flags = {"--cluster", cluster, "--cluster-size", "3"};
-    auto s = testing::ServerProcess::Start(so);
+    return testing::ServerProcess::Start(so);
+  };
+  for (int i = 0; i < 3; ++i) {
+    auto s = start(i);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     seeds += (i ? "," : "") + s->address;
     servers.push_back(std::move(*s));
@@ -204,6 +210,53 @@ TEST_F(NetnsCluster,
     EXPECT_NE(stats.out.find("\"cluster_epoch\":1,"), std::string::npos)
         << stats.out;
   }
+
+  // Shards move between hosts while a YCSB-A run goes on: a fourth host
+  // joins, then the first is drained. remem-bench checks every value it
+  // reads and fails on an error.
+  testing::CommandResult moving;
+  std::thread run([&] {
+    moving = RunCommand(
+        {"ip",        "netns", "exec",         hub_,  BenchBinary(),   "ycsb",
+         "--cluster", seeds,   "--transport",  "tcp", "--workloads",   "A",
+         "--records", "20000", "--duration",   "4",   "--warmup",      "0",
+         "--depth",   "16",    "--client-cpu", "-1",  "--check-every", "1"},
+        env, 180);
+  });
+  auto fourth = start(3);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
+  const std::string joined = fourth->address;
+  servers.push_back(std::move(*fourth));
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"ip",  "netns",       "exec",
+                                     hub_,  CliBinary(),   "--cluster",
+                                     seeds, "--transport", "tcp"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, env, 120);
+  };
+  bool took_share = false;
+  for (int i = 0; i < 600 && !took_share; ++i) {
+    auto info = cli({"cluster", "nodes"});
+    // Its line, "ADDRESS   N shards  MEMORY": a quarter of 1024.
+    const size_t at = info.out.find(joined);
+    if (at != std::string::npos) {
+      const std::string line =
+          info.out.substr(at, info.out.find('\n', at) - at);
+      took_share = line.find(" 256 shards") != std::string::npos;
+    }
+    // Polling: the manager tells the servers, not the test.
+    if (!took_share) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto drain = cli({"--timeout", "60", "cluster", "drain", servers[0].address});
+  run.join();
+  EXPECT_TRUE(took_share) << "the fourth host never got its share";
+  EXPECT_EQ(drain.exit_code, 0) << drain.out;
+  EXPECT_EQ(moving.exit_code, 0) << moving.out;
+  auto nodes3 = cli({"cluster", "nodes"});
+  ASSERT_EQ(nodes3.exit_code, 0) << nodes3.out;
+  EXPECT_EQ(nodes3.out.find(servers[0].address), std::string::npos)
+      << nodes3.out;
+  EXPECT_NE(nodes3.out.find(joined), std::string::npos) << nodes3.out;
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #      servers, every server pinned to CPU 0 and the client to CPU 1;
 #   3. rebalancing: a YCSB run on two servers, then the same run during
 #      which a third server joins (after the load) and shards move to it:
-#      the run's throughput and errors, and each move step's pairs, copy
-#      time and write pause (from the manager's log).
+#      the run's throughput second by second and its errors, and each move
+#      step's pairs, copy time and write pause (from the manager's log).
+#      RB_SHARDS sets the clusters' shard count (10 at 1 M records: shards
+#      of 100 K pairs), RB_DURATION the runs' length.
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -61,7 +63,8 @@ start_cluster() {
     local log="$dir/$name-$i.log" addr=""
     "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
       --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/$name" \
-      --cluster-size "$n" --log-level "${log_level:-warn}" >"$log" 2>&1 &
+      --cluster-size "$n" --shards "${shards:-1024}" \
+      --log-level "${log_level:-warn}" >"$log" 2>&1 &
     pids+=($!)
     spids+="${spids:+,}$!"
     for _ in $(seq 300); do
@@ -121,6 +124,8 @@ done
 
 if [ "${REBALANCE:-1}" = 1 ]; then
   rb_duration=${RB_DURATION:-20}
+  rb_shards=${RB_SHARDS:-1024}   # e.g. 10: shards of 100 K pairs at 1 M records
+  rb_interval=${RB_INTERVAL:-1}  # seconds per throughput line
   # The records flag of the run (default 1000000).
   records=1000000
   for ((i = 0; i < ${#extra[@]}; i++)); do
@@ -134,9 +139,10 @@ if [ "${REBALANCE:-1}" = 1 ]; then
       no) echo "== rebalance baseline: 2 servers, nobody joins (${rb_duration}s run)" ;;
       no3) echo "== rebalance baseline: 3 servers, nobody joins (${rb_duration}s run)" ;;
     esac
-    log_level=info start_cluster "rb-$with" "$([ "$with" = no3 ] && echo 3 || echo 2)"
+    log_level=info shards=$rb_shards start_cluster "rb-$with" \
+      "$([ "$with" = no3 ] && echo 3 || echo 2)"
     bench --cluster "$seeds" --server-pids "$spids" --duration "$rb_duration" \
-      >"$dir/rb-$with.out" 2>&1 &
+      --interval "$rb_interval" >"$dir/rb-$with.out" 2>&1 &
     bpid=$!
     if [ "$with" = yes ]; then
       # After the load: every pair is on the two servers.
@@ -150,12 +156,12 @@ if [ "${REBALANCE:-1}" = 1 ]; then
       log="$dir/rb-join.log"
       "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
         --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/rb-$with" \
-        --log-level info >"$log" 2>&1 &
+        --shards "$rb_shards" --log-level info >"$log" 2>&1 &
       pids+=($!)
       spids+=",$!"
     fi
     wait "$bpid" || true
-    grep -E '^remem-|error' "$dir/rb-$with.out" || true
+    grep -E '^remem-|error| s: ' "$dir/rb-$with.out" || true
     if [ "$with" = yes ]; then
       grep -h "shards moved" "$dir"/rb-yes-*.log "$dir/rb-join.log" | sed 's/^/  /'
       "$build/remem" --cluster "$seeds" --transport "$transport" cluster nodes

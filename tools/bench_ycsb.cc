@@ -98,6 +98,11 @@ class ClientThread {
   // Set once the thread is Ready().
   const Status& error() const { return error_; }
   RunResult& result(size_t point) { return results_[point]; }
+  // Operations measured so far, all points (read by the main thread while
+  // the run goes on: --interval).
+  uint64_t measured_ops() const {
+    return measured_ops_.load(std::memory_order_relaxed);
+  }
 
  private:
   void Ready() { sh_->ready.fetch_add(1); }
@@ -246,6 +251,8 @@ class ClientThread {
           ++r_->rmws, ++r_->ops;
           break;
       }
+      measured_ops_.fetch_add(s->op == Slot::kRead ? r.keys.size() : 1,
+                              std::memory_order_relaxed);
     }
     return true;
   }
@@ -292,7 +299,8 @@ class ClientThread {
   uint64_t reads_seen_ = 0;
   Status error_;
   std::vector<RunResult> results_;  // one per point
-  RunResult* r_ = nullptr;          // the current point's
+  std::atomic<uint64_t> measured_ops_{0};
+  RunResult* r_ = nullptr;  // the current point's
 };
 
 // Memory the store needs for `pairs` pairs, with room to spare (the table
@@ -416,7 +424,29 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
     auto cpu0 = (*server)->CpuSeconds();
     const auto m0 = Clock::now();
     sh.phase = kMeasure;
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.duration));
+    if (o.interval > 0) {
+      // Throughput per interval, on stderr, as the run goes.
+      auto ops_now = [&] {
+        uint64_t n = 0;
+        for (auto& c : clients) n += c->measured_ops();
+        return n;
+      };
+      uint64_t last = ops_now();
+      double at = 0;
+      while (at < o.duration) {
+        const double step = std::min(o.interval, o.duration - at);
+        const auto t0 = Clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double>(step));
+        const uint64_t now = ops_now();
+        const double secs = since(t0);
+        std::fprintf(stderr, "%s: %6.1f-%6.1f s: %10.0f ops/s\n", what.c_str(),
+                     at, at + step, secs > 0 ? double(now - last) / secs : 0.0);
+        last = now;
+        at += step;
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.duration));
+    }
     sh.phase = kStop;
     res_p.seconds = since(m0);
     auto cpu1 = (*server)->CpuSeconds();

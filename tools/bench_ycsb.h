@@ -42,6 +42,9 @@ struct YcsbOptions {
   std::vector<int> batches = {1};
   double duration = 5;
   double warmup = 1;
+  // > 0: also print the throughput of every `interval` seconds of each run
+  // (on stderr), to see a run change over time (a shard moving).
+  double interval = 0;
   int server_cpu = 0;
   int client_cpu = 1;  // every client thread; -1 unpinned
   uint64_t seed = 1;

@@ -165,6 +165,11 @@ int main(int argc, char** argv) {
     a->add_option("--warmup", yo.warmup, "seconds before measuring")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 3600.0));
+    a->add_option("--interval", yo.interval,
+                  "also print each run's throughput every this many seconds "
+                  "(stderr); 0: only the run's total")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 3600.0));
     a->add_option("--seed", yo.seed, "key sequence seed (same for all systems)")
         ->capture_default_str();
     a->add_option("--check-every", yo.check_every,
