@@ -272,9 +272,8 @@ TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
   EXPECT_EQ(cluster->Get(theirs)->value, "there");
 
   // A request sent with a configuration the server does not have yet is
-  // refused (Busy: ask again), whatever its key; an older one is refused
-  // with Moved (ownership_test.cc: epochs only grow past 1 once shards
-  // move).
+  // refused (Busy: ask again), whatever its key (an older one is judged by
+  // its key: ADrainedServer... below).
   plain.session->core()->rpc()->set_epoch(7);
   auto ahead = plain->Put(mine, "y");
   EXPECT_EQ(ahead.status().code(), StatusCode::kBusy);
@@ -655,6 +654,23 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
     }
   }
   EXPECT_TRUE(cluster->CompareAndPut(Key(0), "cas", version[Key(0)]).ok());
+  // A request of the first configuration's epoch is judged by its key: a
+  // key the server owns now is served, one it does not is refused (Moved,
+  // naming its owner).
+  ASSERT_TRUE(cluster->Refresh().ok());
+  std::string owned, elsewhere;
+  for (int i = 0; owned.empty() || elsewhere.empty(); ++i) {
+    (cluster->OwnerOf(Key(i)) == alive ? owned : elsewhere) = Key(i);
+  }
+  auto stale = ConnectHashOrDie(alive);
+  ASSERT_TRUE(stale);
+  stale.session->core()->rpc()->set_epoch(1);
+  EXPECT_TRUE(stale->Put(owned, "stale-epoch").ok());
+  auto refused = stale->Put(elsewhere, "stale-epoch");
+  EXPECT_EQ(refused.status().code(), StatusCode::kMoved);
+  EXPECT_NE(refused.status().message().find(cluster->OwnerOf(elsewhere)),
+            std::string::npos)
+      << refused.status().ToString();
   // Draining a server that is not a member says so.
   auto none =
       RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",

@@ -5,12 +5,12 @@
 #      session, alternated;
 #   2. aggregate throughput and server CPU per operation with 1, 2, 3 ...
 #      servers, every server pinned to CPU 0 and the client to CPU 1;
-#   3. rebalancing: a YCSB run on two servers, then the same run during
-#      which a third server joins (after the load) and shards move to it:
-#      the run's throughput second by second and its errors, and each move
-#      step's pairs, copy time and write pause (from the manager's log).
-#      RB_SHARDS sets the clusters' shard count (10 at 1 M records: shards
-#      of 100 K pairs), RB_DURATION the runs' length.
+#   3. rebalancing: a YCSB run on three servers, then the same run during
+#      which one of them is drained (after the load) and its shards move to
+#      the other two: the run's throughput second by second and its errors,
+#      and each move step's pairs, copy time and write pause (from the
+#      manager's log). RB_SHARDS sets the clusters' shard count (10 at 1 M
+#      records: shards of 100 K pairs), RB_DURATION the runs' length.
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -131,40 +131,38 @@ if [ "${REBALANCE:-1}" = 1 ]; then
   for ((i = 0; i < ${#extra[@]}; i++)); do
     [ "${extra[$i]}" = --records ] && records=${extra[$((i + 1))]}
   done
-  # Baselines: the cluster before the join (2 servers) and after it (3;
-  # all on CPU 0, so 3 servers share the core the 2 had).
-  for with in no3 no yes; do
+  # Three servers; the same run without and with a drain of one of them
+  # (its shards move to the other two) a few seconds into the timed run.
+  # A drain rather than a join: a server starting on the shared server core
+  # stalls the others for seconds (a plain server does too), which would
+  # hide the move.
+  for with in no yes; do
     case $with in
-      yes) echo "== rebalance: 2 servers, a third joins after the load (${rb_duration}s run)" ;;
-      no) echo "== rebalance baseline: 2 servers, nobody joins (${rb_duration}s run)" ;;
-      no3) echo "== rebalance baseline: 3 servers, nobody joins (${rb_duration}s run)" ;;
+      yes) echo "== rebalance: 3 servers, one drained during the run (${rb_duration}s run)" ;;
+      no) echo "== rebalance baseline: 3 servers, nothing moves (${rb_duration}s run)" ;;
     esac
-    log_level=info shards=$rb_shards start_cluster "rb-$with" \
-      "$([ "$with" = no3 ] && echo 3 || echo 2)"
+    log_level=info shards=$rb_shards start_cluster "rb-$with" 3
     bench --cluster "$seeds" --server-pids "$spids" --duration "$rb_duration" \
       --interval "$rb_interval" >"$dir/rb-$with.out" 2>&1 &
     bpid=$!
     if [ "$with" = yes ]; then
-      # After the load: every pair is on the two servers.
+      # After the load: every pair is on the servers.
       for _ in $(seq 600); do
         n=$("$build/remem" --cluster "$seeds" --transport "$transport" stats 2>/dev/null |
             awk '$1 == "hash_pairs" {s += $2} END {print s + 0}')
         [ "$n" -ge "$records" ] && break
         sleep 0.5
       done
-      sleep 2  # into the timed run
-      log="$dir/rb-join.log"
-      "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
-        --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/rb-$with" \
-        --shards "$rb_shards" --log-level info >"$log" 2>&1 &
-      pids+=($!)
-      spids+=",$!"
+      sleep 3  # into the timed run
+      victim=${seeds%%,*}
+      "$build/remem" --cluster "$seeds" --transport "$transport" --timeout 120 \
+        cluster drain "$victim" | sed 's/^/  /'
     fi
     wait "$bpid" || true
     grep -E '^remem-|error| s: ' "$dir/rb-$with.out" || true
     if [ "$with" = yes ]; then
-      grep -h "shards moved" "$dir"/rb-yes-*.log "$dir/rb-join.log" | sed 's/^/  /'
-      "$build/remem" --cluster "$seeds" --transport "$transport" cluster nodes
+      grep -h "shards moved" "$dir"/rb-yes-*.log | sed 's/^/  /'
+      "$build/remem" --cluster "${seeds#*,}" --transport "$transport" cluster nodes
     fi
     stop_cluster
   done

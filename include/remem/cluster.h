@@ -10,18 +10,18 @@
 // progresses every server), and routes every operation to the owner of its
 // key's shard. Multi-gets and multi-puts are split per server and issued to
 // all of them at once. Every request carries the configuration epoch the
-// client used; a server that refuses it (Moved: the key is elsewhere, or
-// the configuration changed) makes the client fetch the configuration
-// again and retry, within the operation's deadline (SessionOptions::
-// timeout); Moved reaches the caller only if the configuration does not
-// settle by then. A server still without a configuration (Busy: it just
-// restarted, or the cluster is forming) is asked again until the deadline
-// too.
+// client used; a server that refuses it (Moved: the key is elsewhere)
+// makes the client fetch the configuration again and retry, within the
+// operation's deadline (SessionOptions::timeout); Moved reaches the caller
+// only if the configuration does not settle by then. A server still without a
+// configuration (Busy: it just restarted, or the cluster is forming) is asked
+// again until the deadline too.
 //
 // Shards move between servers while the cluster serves (a server joined,
 // or was drained): a moving shard's operations are refused for a moment
 // (Busy) while it is handed over, and then Moved; both are retried here
-// within the deadline, so a caller sees neither.
+// within the deadline (Busy after a pause that grows with each refusal),
+// so a caller sees neither.
 //
 // Each operation behaves as the same operation on that server's HashStore
 // (remem/hash.h): gets read one-sided or ask the server, as the read path

@@ -79,6 +79,11 @@ struct Cluster::Impl {
   // Operations refused with Moved, issued again at the next Poll (after a
   // refresh), and callbacks of operations that failed before being sent.
   std::vector<std::function<void()>> later;
+  // Operations refused with Busy (a shard being handed over, a member
+  // installing a configuration), each issued again at the first Poll after
+  // its time: a growing pause, so a hand-over is not met with a storm of
+  // retries.
+  std::vector<std::pair<Clock::time_point, std::function<void()>>> waiting;
 
   ~Impl() {
     for (auto& [addr, s] : servers) {
@@ -260,11 +265,13 @@ struct Cluster::Impl {
 
   // After a refusal whose refresh brought nothing new (a server still
   // installing the configuration the client has): a short pause, growing.
+  static std::chrono::microseconds BackoffPause(int attempt) {
+    return std::chrono::microseconds(
+        std::min(100 << std::min(attempt, 6), 5000));
+  }
   void Backoff(int attempt) {
     if (attempt == 0) return;
-    const auto pause =
-        std::chrono::microseconds(std::min(100 << std::min(attempt, 6), 5000));
-    const auto until = Clock::now() + pause;
+    const auto until = Clock::now() + BackoffPause(attempt);
     while (Clock::now() < until) {
       if (loop->Poll() == 0) std::this_thread::yield();
     }
@@ -286,25 +293,32 @@ struct Cluster::Impl {
 
   // Starts one asynchronous operation on the owner of `key`:
   // send(store, key, on_done) issues it there. An operation refused with
-  // Moved or Busy (by the owner, or when its store is opened) is issued
-  // again after the next Poll (which refreshes the configuration after a
-  // Moved), until the deadline. Key is std::string (copied: the operation
-  // owns it) or std::string_view (the caller keeps it valid).
+  // Moved (by the owner, or when its store is opened) is issued again after
+  // the next Poll, which refreshes the configuration; one refused with Busy
+  // after a pause that grows with each refusal (Backoff's); both until the
+  // deadline. Key is std::string (copied: the operation owns it) or
+  // std::string_view (the caller keeps it valid).
   template <typename R, typename Key, typename Send>
   void IssueAsync(Key key, std::function<void(R)> done, Send send,
-                  Clock::time_point deadline) {
-    auto again = [this, deadline](Key k, std::function<void(R)> d, Send sn) {
-      later.push_back([this, k = std::move(k), d = std::move(d),
-                       sn = std::move(sn), deadline]() mutable {
-        IssueAsync<R>(std::move(k), std::move(d), std::move(sn), deadline);
-      });
+                  Clock::time_point deadline, int attempt = 0) {
+    auto again = [this, deadline, attempt](const Status& why, Key k,
+                                           std::function<void(R)> d, Send sn) {
+      std::function<void()> retry = [this, k = std::move(k), d = std::move(d),
+                                     sn = std::move(sn), deadline,
+                                     attempt]() mutable {
+        IssueAsync<R>(std::move(k), std::move(d), std::move(sn), deadline,
+                      attempt + 1);
+      };
+      if (IsMoved(why)) return later.push_back(std::move(retry));
+      waiting.emplace_back(Clock::now() + BackoffPause(attempt + 1),
+                           std::move(retry));
     };
     auto store = StoreForKey(key);
     if (!store.ok()) {
       const Status st = store.status();
       if (Retryable(st) && Clock::now() < deadline) {
         Refused(st);
-        return again(std::move(key), std::move(done), std::move(send));
+        return again(st, std::move(key), std::move(done), std::move(send));
       }
       later.push_back([this, st, done = std::move(done)] {
         Finish(st);
@@ -321,7 +335,7 @@ struct Cluster::Impl {
            const Status& st = StatusOf(r);
            if (Retryable(st) && Clock::now() < deadline) {
              Refused(st);
-             return again(std::move(key), std::move(done), std::move(send));
+             return again(st, std::move(key), std::move(done), std::move(send));
            }
            Finish(st);
            if (done) done(std::move(r));
@@ -368,6 +382,21 @@ struct Cluster::Impl {
       later.clear();
       for (auto& fn : run) fn();
       n += run.size();
+    }
+    if (!waiting.empty()) {
+      const auto now = Clock::now();
+      std::vector<std::function<void()>> due;
+      for (size_t i = 0; i < waiting.size();) {
+        if (waiting[i].first > now) {
+          ++i;
+          continue;
+        }
+        due.push_back(std::move(waiting[i].second));
+        waiting[i] = std::move(waiting.back());
+        waiting.pop_back();
+      }
+      for (auto& fn : due) fn();
+      n += due.size();
     }
     return n;
   }

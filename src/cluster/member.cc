@@ -387,7 +387,9 @@ std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> MovesOf(
   return out;
 }
 
-constexpr uint32_t kExportPageBytes = 4u << 20;
+// Small pages: a page is built, and imported, in one go on a partition's
+// thread, which serves nothing else meanwhile.
+constexpr uint32_t kExportPageBytes = 256u << 10;
 
 }  // namespace
 

@@ -108,14 +108,8 @@ Status Ownership::Release(const std::vector<uint32_t>& shards) const {
 }
 
 Status Ownership::Admits(uint32_t epoch) const {
-  if (epoch == 0) return Status::OK();
   const uint32_t mine = this->epoch();
-  if (epoch == mine) return Status::OK();
-  if (epoch < mine) {
-    return Status::Moved("configuration epoch " + std::to_string(epoch) +
-                         " is older than this server's (" +
-                         std::to_string(mine) + "): refresh the configuration");
-  }
+  if (epoch <= mine) return Status::OK();
   // The client saw a configuration this server has not installed yet (it
   // follows ZooKeeper a moment behind): ask again shortly.
   return Status::Busy("this server has not installed configuration epoch " +

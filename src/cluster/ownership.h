@@ -92,9 +92,11 @@ class Ownership {
   Status Freeze(const std::vector<uint32_t>& shards) const;
   Status Release(const std::vector<uint32_t>& shards) const;
   // OK if a request sent with configuration `epoch` may run here: 0 (a
-  // client outside the cluster, routed by key ownership alone) or the
-  // current epoch. An older epoch: Moved (the client must refresh); a newer
-  // one: Busy (this server is about to install it: try again).
+  // client outside the cluster), the current epoch or an older one (the
+  // key's shard is checked by Owns: a client whose configuration is older
+  // but still right for its key is served, so a new configuration does not
+  // turn every request in flight into a refusal). A newer epoch: Busy (this
+  // server is about to install it: try again).
   Status Admits(uint32_t epoch) const;
   const std::string& self() const { return self_; }
 
