@@ -85,7 +85,7 @@ class Ownership {
   // (the manager may copy pairs of it here).
   bool Incoming(uint32_t shard) const;
   // The manager's steps of a move, for shards moving away from here in the
-  // current configuration (FailedPrecondition otherwise): Freeze stops
+  // current configuration (Conflict otherwise): Freeze stops
   // writes; Release stops reads as well.
   // (Const: a shard's hand-over state is the server's own, not part of
   // the configuration that services read.)
