@@ -681,6 +681,70 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
+// A manager killed while shards move (kill -9, mid-step or between
+// steps): its successor finds the step in ZooKeeper and finishes or
+// abandons it; nothing acknowledged is lost once the killed server is back
+// with its data directory.
+TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 3; ++i) {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dirs.push_back(tmpl);
+    servers_.push_back(
+        StartServer(MemberFlags(3, {"--data-dir", tmpl, "--shards", "16"})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster =
+      Connect({servers_[0].address, servers_[1].address, servers_[2].address});
+  ASSERT_NE(cluster, nullptr);
+  constexpr int kKeys = 20000;
+  std::vector<std::string> keys, vals;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(i));
+    vals.push_back(Val(i));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
+  for (const auto& r : cluster->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int manager = WaitForOneManager(probes);
+  ASSERT_GE(manager, 0);
+  const int drained = (manager + 1) % 3;
+  // The drain starts moving shards; the manager dies right away.
+  ASSERT_TRUE(
+      cluster->Drain(servers_[drained].address, std::chrono::milliseconds(0))
+          .ok());
+  probes[manager].reset();
+  ASSERT_TRUE(servers_[manager].Kill().ok());
+
+  // A successor takes over and empties the drained server; the killed one
+  // keeps its shards meanwhile (no replica has them).
+  EXPECT_GE(WaitForOneManager(probes), 0) << "no new configuration manager";
+  EXPECT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, servers_[drained].address) == 0;
+  }));
+  // Back with its data directory, the killed server serves its shards
+  // (and whatever moved to it before it died) again: every key, every
+  // value.
+  ASSERT_TRUE(servers_[manager].Restart().ok());
+  auto back = ConnectOrDie(servers_[manager].address);
+  EXPECT_EQ(WaitForStatOf(back.get(), "cluster_zk_registered", 1, kBound), 1u);
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, servers_[drained].address) == 0;
+  }));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto got = cluster->MultiGet(views);
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]);
+  }
+  servers_.clear();
+  for (const auto& d : dirs) std::filesystem::remove_all(d);
+}
+
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   auto run = [](std::vector<std::string> argv) {
     argv.insert(argv.begin(), testing::ServerBinary());

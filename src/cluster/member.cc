@@ -215,10 +215,11 @@ void ClusterMember::Run() {
   }
 }
 
-void ClusterMember::RequestDrain(std::string address) {
+void ClusterMember::RequestDrain(std::string address,
+                                 util::MoveFunction<void(Status)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    drain_requests_.push_back(std::move(address));
+    drain_requests_.emplace_back(std::move(address), std::move(done));
   }
   Wake();
 }
@@ -228,18 +229,21 @@ bool ClusterMember::Step() {
   // the configuration of its cluster.
   FollowConfig();
   if (!registered_.load() && !Register()) return false;
-  std::vector<std::string> drains;
+  std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>> drains;
   {
     std::lock_guard<std::mutex> lock(mu_);
     drains.swap(drain_requests_);
   }
-  for (const std::string& a : drains) {
+  for (auto& [a, done] : drains) {
     const std::string node = options_.target.path + "/drain/" + a;
     const int rc = CreatePersistent(zh_, node);
     if (rc == ZOK) {
       log::Info("cluster: {} is to be drained", a);
+      done(Status::OK());
     } else {
       log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
+      done(Status::Unavailable("ZooKeeper: recording the drain of " + a + ": " +
+                               ZkError(rc)));
     }
   }
   ManagerDuty();

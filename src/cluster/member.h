@@ -70,6 +70,7 @@
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
+#include "util/move_function.h"
 
 typedef struct _zhandle zhandle_t;
 
@@ -105,8 +106,11 @@ class ClusterMember {
 
   // Asks the manager to move every shard away from the member at
   // `address` (remem cluster drain): recorded in ZooKeeper by this
-  // member's thread. The drain goes on while that member is registered.
-  void RequestDrain(std::string address);
+  // member's thread, which then calls done(OK), or done(error) if
+  // ZooKeeper refused it (while ZooKeeper is unreachable the request
+  // waits; a member that stops drops it, and `done` with it). The drain
+  // goes on while that member is registered.
+  void RequestDrain(std::string address, util::MoveFunction<void(Status)> done);
 
   bool manager() const { return manager_.load(std::memory_order_relaxed); }
   // As manager: shards moved, and the last step's duration.
@@ -186,7 +190,9 @@ class ClusterMember {
   // shards were frozen.
   uint64_t step_pairs_ = 0;
   std::chrono::steady_clock::time_point frozen_at_;
-  std::vector<std::string> drain_requests_;  // under mu_
+  // Under mu_.
+  std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>>
+      drain_requests_;
   // The manager's sessions, by address (the member's thread only).
   std::map<std::string, std::unique_ptr<Session>> sessions_to_;
   std::thread thread_;

@@ -194,8 +194,12 @@ void CoreService::Handle(PartitionId, Call call) {
             "no member '" + call.payload + "' in configuration epoch " +
             std::to_string(c->config.epoch)));
       }
-      m->RequestDrain(std::move(call.payload));
-      return call.responder.Reply(Status::OK());
+      // Answered once the drain is in ZooKeeper (a member killed before
+      // it got there has not acknowledged it).
+      m->RequestDrain(std::move(call.payload),
+                      [responder = std::move(call.responder)](
+                          Status st) mutable { responder.Reply(st); });
+      return;
     }
     case M::kError:
     case M::kCount:
