@@ -508,19 +508,42 @@ uint32_t ShardsOf(const Cluster::Info& info, const std::string& address) {
   return 0;
 }
 
+// Keys Key(0) .. Key(n - 1) with values Val(i), loaded with one
+// multi-put.
+struct Loaded {
+  std::vector<std::string> keys, vals;
+};
+Loaded Load(Cluster* c, int n) {
+  Loaded l;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < n; ++i) {
+    l.keys.push_back(Key(i));
+    l.vals.push_back(Val(i));
+  }
+  for (int i = 0; i < n; ++i) pairs.emplace_back(l.keys[i], l.vals[i]);
+  for (const auto& r : c->MultiPut(pairs)) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+  }
+  return l;
+}
+
+// Every loaded key reads back with its value (one multi-get).
+void ExpectEveryKey(Cluster* c, const Loaded& l) {
+  std::vector<std::string_view> views(l.keys.begin(), l.keys.end());
+  auto got = c->MultiGet(views);
+  ASSERT_EQ(got.size(), l.keys.size());
+  for (size_t i = 0; i < l.keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << l.keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, l.vals[i]);
+  }
+}
+
 TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   StartServers(2);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
-  constexpr int kKeys = 4000;
-  std::vector<std::string> keys, vals;
-  for (int i = 0; i < kKeys; ++i) {
-    keys.push_back(Key(i));
-    vals.push_back(Val(i));
-  }
-  std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
-  for (const auto& r : cluster->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+  const Loaded loaded = Load(cluster.get(), 4000);
+  const std::vector<std::string>& keys = loaded.keys;
 
   // Writers and one-sided readers race on hot keys through their own
   // clusters while a third server joins and shards move to it.
@@ -574,12 +597,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
     EXPECT_NE(n.address, drained);
     EXPECT_EQ(n.shards, cluster::kDefaultShards / 2) << n.address;
   }
-  std::vector<std::string_view> views(keys.begin(), keys.end());
-  auto got = cluster->MultiGet(views);
-  for (int i = 0; i < kKeys; ++i) {
-    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
-    EXPECT_EQ(got[i]->value, vals[i]);
-  }
+  ExpectEveryKey(cluster.get(), loaded);
   std::map<std::string, uint64_t> expected;
   for (const auto& k : keys) ++expected[cluster->OwnerOf(k)];
   for (int i = 0; i < o.keys; ++i) {
@@ -698,15 +716,7 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
   auto cluster =
       Connect({servers_[0].address, servers_[1].address, servers_[2].address});
   ASSERT_NE(cluster, nullptr);
-  constexpr int kKeys = 20000;
-  std::vector<std::string> keys, vals;
-  for (int i = 0; i < kKeys; ++i) {
-    keys.push_back(Key(i));
-    vals.push_back(Val(i));
-  }
-  std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
-  for (const auto& r : cluster->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+  const Loaded loaded = Load(cluster.get(), 20000);
 
   std::vector<std::unique_ptr<Session>> probes;
   for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
@@ -735,12 +745,7 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
     return ShardsOf(info, servers_[drained].address) == 0;
   }));
-  std::vector<std::string_view> views(keys.begin(), keys.end());
-  auto got = cluster->MultiGet(views);
-  for (int i = 0; i < kKeys; ++i) {
-    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
-    EXPECT_EQ(got[i]->value, vals[i]);
-  }
+  ExpectEveryKey(cluster.get(), loaded);
   servers_.clear();
   for (const auto& d : dirs) std::filesystem::remove_all(d);
 }

@@ -16,6 +16,7 @@ bool Ownership::Install(Config config) {
     if (next->self >= 0 && config.owner[s] == uint16_t(next->self)) {
       next->owns[s] = 1;
       next->outgoing[s] = config.NextOf(s) != kNoMember;
+      next->any_outgoing = next->any_outgoing || next->outgoing[s];
       ++next->owned;
     }
   }
@@ -34,7 +35,7 @@ bool Ownership::Install(Config config) {
   return true;
 }
 
-Status Ownership::Owns(std::string_view key) const {
+Status Ownership::Check(std::string_view key, bool write) const {
   const Installed* c = current();
   if (c == nullptr) {
     return Status::Busy(
@@ -42,28 +43,21 @@ Status Ownership::Owns(std::string_view key) const {
         "forming)");
   }
   const uint32_t shard = ShardOf(key, c->config.num_shards());
-  if (c->owns[shard]) {
-    if (StateOf(shard) != kReleased) return Status::OK();
-    return Status::Busy("shard " + std::to_string(shard) +
-                        " is being handed over to another server");
+  if (!c->owns[shard]) {
+    return Status::Moved("shard " + std::to_string(shard) + " is served by " +
+                         c->config.members[c->config.owner[shard]].address +
+                         " in epoch " + std::to_string(c->config.epoch));
   }
-  return Status::Moved("shard " + std::to_string(shard) + " is served by " +
-                       c->config.members[c->config.owner[shard]].address +
-                       " in epoch " + std::to_string(c->config.epoch));
-}
-
-Status Ownership::Writable(std::string_view key) const {
-  REMEM_RETURN_IF_ERROR(Owns(key));
-  const Installed* c = current();
-  const uint32_t shard = ShardOf(key, c->config.num_shards());
-  if (StateOf(shard) == kServing) return Status::OK();
+  const uint8_t state = StateOf(shard);
+  if (state == kServing || (state == kFrozen && !write)) return Status::OK();
   return Status::Busy("shard " + std::to_string(shard) +
                       " is being handed over to another server");
 }
 
 bool Ownership::Outgoing(std::string_view key) const {
   const Installed* c = current();
-  if (c == nullptr) return false;
+  // Every write asks: no hashing while nothing moves away.
+  if (c == nullptr || !c->any_outgoing) return false;
   return c->outgoing[ShardOf(key, c->config.num_shards())] != 0;
 }
 

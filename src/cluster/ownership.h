@@ -54,6 +54,7 @@ class Ownership {
     std::vector<uint8_t> owns;  // per shard
     // Per shard: owned here and moving to another member.
     std::vector<uint8_t> outgoing;
+    bool any_outgoing = false;
     uint32_t owned = 0;
   };
 
@@ -72,9 +73,9 @@ class Ownership {
   // OK if this server owns `key`'s shard now; else Moved naming the owner
   // (or Busy before the first configuration, or while the shard is
   // released here on its way to another server: try again).
-  Status Owns(std::string_view key) const;
+  Status Owns(std::string_view key) const { return Check(key, false); }
   // Owns, and not frozen (Busy: the shard is being handed over).
-  Status Writable(std::string_view key) const;
+  Status Writable(std::string_view key) const { return Check(key, true); }
   // True if `key`'s shard is owned here and moving away (its writes are
   // noted for the new owner).
   bool Outgoing(std::string_view key) const;
@@ -107,6 +108,8 @@ class Ownership {
                              : state_[shard].load(std::memory_order_acquire);
   }
   Status SetState(const std::vector<uint32_t>& shards, uint8_t state) const;
+  // Owns (write false) or Writable (true), with one shard lookup.
+  Status Check(std::string_view key, bool write) const;
 
   const std::string self_;
   std::atomic<const Installed*> current_{nullptr};

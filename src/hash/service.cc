@@ -424,85 +424,82 @@ void HashService::HandleMulti(Call call) {
   auto fan = std::make_shared<server::FanIn>(owners, std::move(send));
   for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(owner,
-                [this, owner, batch, fan, writes = owner_writes[owner] != 0,
-                 items = std::move(by_owner[owner])]() mutable {
-                  Partition& part = *partitions_[owner];
-                  Table& table = *part.table;
-                  Status writable;
-                  if (writes && part.store) writable = part.store->Writable();
-                  // Buckets are prefetched kAhead items before they are used.
-                  constexpr size_t kAhead = 8;
-                  for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
-                    table.Prefetch(batch->ops[items[j]].key);
+    ctx_->RunOn(
+        owner, [this, owner, batch, fan, writes = owner_writes[owner] != 0,
+                items = std::move(by_owner[owner])]() mutable {
+          Partition& part = *partitions_[owner];
+          Table& table = *part.table;
+          Status writable;
+          if (writes && part.store) writable = part.store->Writable();
+          // Buckets are prefetched kAhead items before they are used.
+          constexpr size_t kAhead = 8;
+          for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
+            table.Prefetch(batch->ops[items[j]].key);
+          }
+          for (size_t n = 0; n < items.size(); ++n) {
+            if (n + kAhead < items.size()) {
+              table.Prefetch(batch->ops[items[n + kAhead]].key);
+            }
+            const uint32_t i = items[n];
+            const MultiOp& o = batch->ops[i];
+            MultiItem& out = batch->results[i];
+            if (cluster_ != nullptr) {
+              // Here, on the owner thread (see HandleSingle_st):
+              // a released shard refuses gets, a frozen one writes.
+              out.status =
+                  o.op == MultiOpKind::kGet ? Owned(o.key) : Writable(o.key);
+              if (!out.status.ok()) continue;
+            }
+            if (o.op == MultiOpKind::kGet) {
+              auto v = table.Get(o.key);
+              if (v.ok()) {
+                out.version = v->version;
+                out.data = std::move(v->value);
+              } else {
+                out.status = v.status();
+              }
+              continue;
+            }
+            // The log cannot be written: refuse writes before changing
+            // anything.
+            if (!writable.ok()) {
+              out.status = writable;
+              continue;
+            }
+            if (o.op == MultiOpKind::kDelete) {
+              out.status = table.Delete(o.key);
+              if (out.status.ok() && part.store) {
+                part.store->LogDelete(o.key, table.last_version());
+              }
+              continue;
+            }
+            auto v = table.Put(o.key, o.value);
+            if (!v.ok()) {
+              out.status = v.status();
+              continue;
+            }
+            out.version = *v;
+            if (part.store) part.store->LogPut(o.key, o.value, *v);
+          }
+          if (!writes) return fan->Done();
+          UpdateCounters_st(part);
+          if (part.store == nullptr || !writable.ok()) return fan->Done();
+          // Once this partition's records are durable; a failed write
+          // fails this partition's writes that had succeeded in memory
+          // (a get's answer stands).
+          part.store->AfterDurable(
+              [batch, fan, items = std::move(items)](Status st) {
+                if (!st.ok()) {
+                  for (uint32_t i : items) {
+                    if (batch->ops[i].op != MultiOpKind::kGet &&
+                        batch->results[i].status.ok()) {
+                      batch->results[i].status = st;
+                    }
                   }
-                  for (size_t n = 0; n < items.size(); ++n) {
-                    if (n + kAhead < items.size()) {
-                      table.Prefetch(batch->ops[items[n + kAhead]].key);
-                    }
-                    const uint32_t i = items[n];
-                    const MultiOp& o = batch->ops[i];
-                    MultiItem& out = batch->results[i];
-                    if (cluster_ != nullptr) {
-                      // Here, on the owner thread (see HandleSingle_st).
-                      out.status = Owned(o.key);
-                      if (!out.status.ok()) continue;
-                    }
-                    if (o.op == MultiOpKind::kGet) {
-                      auto v = table.Get(o.key);
-                      if (v.ok()) {
-                        out.version = v->version;
-                        out.data = std::move(v->value);
-                      } else {
-                        out.status = v.status();
-                      }
-                      continue;
-                    }
-                    // The log cannot be written: refuse writes before changing
-                    // anything.
-                    if (!writable.ok()) {
-                      out.status = writable;
-                      continue;
-                    }
-                    if (cluster_ != nullptr) {
-                      out.status = Writable(o.key);
-                      if (!out.status.ok()) continue;
-                    }
-                    if (o.op == MultiOpKind::kDelete) {
-                      out.status = table.Delete(o.key);
-                      if (out.status.ok() && part.store) {
-                        part.store->LogDelete(o.key, table.last_version());
-                      }
-                      continue;
-                    }
-                    auto v = table.Put(o.key, o.value);
-                    if (!v.ok()) {
-                      out.status = v.status();
-                      continue;
-                    }
-                    out.version = *v;
-                    if (part.store) part.store->LogPut(o.key, o.value, *v);
-                  }
-                  if (!writes) return fan->Done();
-                  UpdateCounters_st(part);
-                  if (part.store == nullptr || !writable.ok())
-                    return fan->Done();
-                  // Once this partition's records are durable; a failed write
-                  // fails this partition's writes that had succeeded in memory
-                  // (a get's answer stands).
-                  part.store->AfterDurable(
-                      [batch, fan, items = std::move(items)](Status st) {
-                        if (!st.ok()) {
-                          for (uint32_t i : items) {
-                            if (batch->ops[i].op != MultiOpKind::kGet &&
-                                batch->results[i].status.ok()) {
-                              batch->results[i].status = st;
-                            }
-                          }
-                        }
-                        fan->Done();
-                      });
-                });
+                }
+                fan->Done();
+              });
+        });
   }
 }
 
@@ -615,8 +612,8 @@ size_t HashService::RunOps_st(PartitionId p) {
     const std::string_view key = key_of(g);
     // On the owner thread (see HandleSingle_st): a released shard
     // refuses every operation, a frozen one those that write.
-    const Status key_owned = Owned(key);
-    const Status key_writable = key_owned.ok() ? Writable(key) : key_owned;
+    const Status key_writable = Writable(key);
+    const Status key_owned = key_writable.ok() ? Status::OK() : Owned(key);
     auto cur = table.Get(key);
     bool present = cur.ok();
     std::string value = present ? std::move(cur->value) : std::string();
@@ -632,7 +629,7 @@ size_t HashService::RunOps_st(PartitionId p) {
         continue;
       }
       if (!key_owned.ok() || (!key_writable.ok() && ops::MayWrite(op.kind))) {
-        out.status = key_writable;  // the shard is being handed over
+        out.status = key_owned.ok() ? key_writable : key_owned;
         continue;
       }
       ops::Outcome o;
