@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -204,6 +205,55 @@ TEST_F(ClusterTest,
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(*r->Int(), 5 * (i + 1));
   }
+  // ... one at a time asynchronously, or a batch split per server.
+  std::vector<Op> adds;
+  for (int i = 0; i < 30; ++i) {
+    adds.push_back(Op::AddFetch("ctr-" + std::to_string(i % 10), i,
+                                /*create=*/true));
+  }
+  int executed = 0;
+  for (const Op& op : adds) {
+    cluster->ExecuteAsync(op, [&executed](Result<OpReply> r) {
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      ++executed;
+    });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  EXPECT_EQ(executed, 30);
+  auto batch = cluster->ExecuteBatch(adds);
+  ASSERT_EQ(batch.size(), adds.size());
+  for (int i = 20; i < 30; ++i) {
+    // Each counter got i - 20, i - 10 and i asynchronously, then the three
+    // again in the batch, in order: the last of them sees all six.
+    ASSERT_TRUE(batch[i].ok()) << batch[i].status().ToString();
+    EXPECT_EQ(*batch[i]->Int(), 2 * (3 * i - 30)) << i;
+  }
+  // Many multi-gets in flight at once, each split per server.
+  std::vector<std::vector<Result<HashStore::Value>>> multi(10);
+  for (size_t b = 0; b < multi.size(); ++b) {
+    std::vector<std::string_view> part;
+    for (size_t i = b; i < keys.size(); i += multi.size()) {
+      part.push_back(keys[i]);
+    }
+    cluster->MultiGetAsync(
+        part, [&multi, b](std::vector<Result<HashStore::Value>> r) {
+          multi[b] = std::move(r);
+        });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  for (size_t b = 0; b < multi.size(); ++b) {
+    size_t j = 0;
+    for (size_t i = b; i < keys.size(); i += multi.size(), ++j) {
+      ASSERT_LT(j, multi[b].size());
+      if (i < 50) {  // deleted above
+        EXPECT_EQ(multi[b][j].status().code(), StatusCode::kNotFound);
+      } else {
+        ASSERT_TRUE(multi[b][j].ok()) << multi[b][j].status().ToString();
+        EXPECT_EQ(multi[b][j]->value, vals[i]);
+      }
+    }
+    EXPECT_EQ(j, multi[b].size());
+  }
 
   // The CLI, as a user would: routed put and get, and the shard map.
   auto put = RunCommand({testing::CliBinary(), "--cluster",
@@ -224,6 +274,16 @@ TEST_F(ClusterTest,
                   "--transport", TransportFlag(), "incr", "counter", "2"});
   ASSERT_EQ(incr.exit_code, 0) << incr.out;
   EXPECT_EQ(incr.out, "17\n");
+  // A vector command goes to its key's owner.
+  auto vput = RunCommand({testing::CliBinary(), "--cluster",
+                          servers_[1].address, "--transport", TransportFlag(),
+                          "vec", "put", "scores", "1,2,3,4"});
+  ASSERT_EQ(vput.exit_code, 0) << vput.out;
+  auto vsum = RunCommand({testing::CliBinary(), "--cluster",
+                          servers_[2].address, "--transport", TransportFlag(),
+                          "vec", "reduce", "scores", "sum"});
+  ASSERT_EQ(vsum.exit_code, 0) << vsum.out;
+  EXPECT_EQ(vsum.out, "10\n");
   auto ping =
       RunCommand({testing::CliBinary(), "--cluster", servers_[1].address,
                   "--transport", TransportFlag(), "ping"});
@@ -451,6 +511,24 @@ class ClusterKv : public testing::KvStore {
     std::vector<Result<testing::KvValue>> GetBatch(
         const std::vector<std::string_view>& keys, BatchKind kind) override {
       std::vector<Result<testing::KvValue>> out;
+      // kMultiAsync: one MultiGetAsync and then single GetAsync calls, in
+      // turn, so both asynchronous paths race the moves.
+      const bool multi_async = kind == BatchKind::kMultiAsync && ++calls_ % 2;
+      if (multi_async) {
+        bool done = false;
+        c_->MultiGetAsync(keys, [&](std::vector<Result<HashStore::Value>> r) {
+          for (auto& v : r) {
+            if (v.ok()) {
+              out.push_back(testing::KvValue{std::move(v->value), v->version});
+            } else {
+              out.push_back(v.status());
+            }
+          }
+          done = true;
+        });
+        while (!done) c_->Poll();
+        return out;
+      }
       if (kind == BatchKind::kMulti) {
         for (auto& v : c_->MultiGet(keys)) {
           if (v.ok()) {
@@ -482,6 +560,7 @@ class ClusterKv : public testing::KvStore {
 
    private:
     std::unique_ptr<Cluster> c_;
+    uint64_t calls_ = 0;
   };
   std::vector<std::string> seeds_;
 };
@@ -552,6 +631,9 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   o.keys = 8;
   o.writers = 1;
   o.readers = 2;
+  // Batches of gets through both asynchronous paths (see GetBatch).
+  o.read_batch = 4;
+  o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
   // Long enough for a join and a drain (the test checks they were over
   // before the race).
   o.min_duration = std::chrono::milliseconds(6000);
@@ -633,13 +715,50 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
     version[Key(i)] = *v;
   }
 
-  // The CLI drains the server that owns key 0 and waits for it.
+  // The CLI drains the server that owns key 0 and waits for it. Meanwhile
+  // counters on that server go up through asynchronous operations (refused
+  // while their shard is handed over, retried by the client: each
+  // increment acknowledged is counted once).
   const std::string drained = cluster->OwnerOf(Key(0));
-  auto drain = RunCommand({testing::CliBinary(), "--cluster",
-                           servers_[0].address + "," + servers_[1].address,
-                           "--transport", TransportFlag(), "--timeout", "60",
-                           "cluster", "drain", drained});
+  std::vector<std::string> counters;
+  for (int i = 0; counters.size() < 4; ++i) {
+    if (cluster->OwnerOf("ctr-" + std::to_string(i)) == drained) {
+      counters.push_back("ctr-" + std::to_string(i));
+    }
+  }
+  std::atomic<bool> drain_done{false};
+  testing::CommandResult drain;
+  std::thread drainer([&] {
+    drain = RunCommand({testing::CliBinary(), "--cluster",
+                        servers_[0].address + "," + servers_[1].address,
+                        "--transport", TransportFlag(), "--timeout", "60",
+                        "cluster", "drain", drained});
+    drain_done = true;
+  });
+  std::map<std::string, int64_t> acked;
+  int rounds = 0;
+  do {
+    for (const std::string& k : counters) {
+      cluster->ExecuteAsync(Op::AddFetch(k, 1, /*create=*/true),
+                            [&acked, k](Result<OpReply> r) {
+                              EXPECT_TRUE(r.ok()) << r.status().ToString();
+                              if (r.ok()) ++acked[k];
+                            });
+    }
+    EXPECT_TRUE(cluster->WaitAll().ok());
+    ++rounds;
+  } while (!drain_done);
+  drainer.join();
   ASSERT_EQ(drain.exit_code, 0) << drain.out;
+  std::vector<Op> reads;
+  for (const std::string& k : counters) reads.push_back(Op::AddFetch(k, 0));
+  auto now = cluster->ExecuteBatch(reads);
+  ASSERT_EQ(now.size(), counters.size());
+  for (size_t i = 0; i < counters.size(); ++i) {
+    ASSERT_TRUE(now[i].ok()) << now[i].status().ToString();
+    EXPECT_EQ(*now[i]->Int(), acked[counters[i]]) << counters[i];
+    EXPECT_EQ(acked[counters[i]], rounds) << counters[i];
+  }
   EXPECT_NE(drain.out.find("drained"), std::string::npos) << drain.out;
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
     return ShardsOf(info, drained) == 0;

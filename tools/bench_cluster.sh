@@ -25,6 +25,7 @@ extra=("$@")
 servers_list=${SERVERS-"1 2 3"}  # SERVERS= skips part 2; ROUTING=0 part 1,
                                   # REBALANCE=0 part 3
 rounds=${ROUNDS:-3}
+# SERVER_FLAGS: more remem-server flags for every server (e.g. "--spin-us 0").
 transport=${TRANSPORT:-shm}
 
 dir=$(mktemp -d /tmp/remem-bench-cluster-XXXXXX)
@@ -64,7 +65,7 @@ start_cluster() {
     "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
       --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/$name" \
       --cluster-size "$n" --shards "${shards:-1024}" \
-      --log-level "${log_level:-warn}" >"$log" 2>&1 &
+      --log-level "${log_level:-warn}" ${SERVER_FLAGS:-} >"$log" 2>&1 &
     pids+=($!)
     spids+="${spids:+,}$!"
     for _ in $(seq 300); do

@@ -115,8 +115,8 @@ class RememDriver : public KvDriver {
 };
 
 // A remem cluster through remem::Cluster: each key routed to its owner.
-// Gets and puts are asynchronous, any number in flight; a batch of keys is
-// the cluster's MultiGet (split per server, all at once), synchronous.
+// Gets, puts and batches of keys (the cluster's MultiGetAsync: split per
+// server, all at once) are asynchronous, any number in flight.
 class ClusterDriver : public KvDriver {
  public:
   explicit ClusterDriver(std::unique_ptr<Cluster> c) : c_(std::move(c)) {}
@@ -126,9 +126,10 @@ class ClusterDriver : public KvDriver {
       r->values.resize(r->keys.size());
       if (r->keys.size() > 1) {
         std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
-        auto got = c_->MultiGet(keys);
-        for (size_t i = 0; i < got.size(); ++i) Take(r, i, got[i]);
-        Complete(r);
+        c_->MultiGetAsync(keys, [this, r](std::vector<Result<Value>> got) {
+          for (size_t i = 0; i < got.size(); ++i) Take(r, i, got[i]);
+          Complete(r);
+        });
         return;
       }
       // Into storage kept with the request (the key stays in r->keys).
@@ -163,7 +164,8 @@ class ClusterDriver : public KvDriver {
   size_t in_flight() const override { return c_->in_flight() + done_.size(); }
 
  private:
-  static void Take(KvRequest* r, size_t i, const Result<HashStore::Value>& v) {
+  using Value = HashStore::Value;
+  static void Take(KvRequest* r, size_t i, const Result<Value>& v) {
     if (v.ok()) {
       r->values[i].emplace(v->value);
     } else {

@@ -621,9 +621,15 @@ int main(int argc, char** argv) {
       }
       return code;
     }
-    return Fail(Status::Unsupported(
-        "vec does not take --cluster yet (use --server with the key's "
-        "owner: remem --cluster SEEDS cluster shards)"));
+    if (!vec->parsed()) {
+      return Fail(Status::Unsupported(
+          "tree does not take --cluster: the ordered store is not sharded "
+          "yet (use --server)"));
+    }
+    // A vector command is several operations on one key (a read of the
+    // element type, then the op): all of them go to the key's owner, as to
+    // a single server.
+    opts.server = cluster.OwnerOf(key);
   }
   if (cluster_cmd->parsed()) {
     return Fail(Status::InvalidArgument(

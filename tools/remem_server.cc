@@ -257,6 +257,13 @@ int main(int argc, char** argv) {
                  "a cluster must agree)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 65536u));
+  app.add_option("--move-share", cfg.move_share,
+                 "with --cluster, as configuration manager: the share (%) of "
+                 "the time copying shards may keep servers busy; the rest "
+                 "of a move's copy is paced out, so clients keep most of "
+                 "the servers' time (100: copy at full speed)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100u));
   app.add_option("--cluster-session-ms", cluster_session_ms,
                  "with --cluster: the ZooKeeper session timeout (a killed "
                  "configuration manager is replaced after about this long)")

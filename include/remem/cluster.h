@@ -12,10 +12,11 @@
 // all of them at once. Every request carries the configuration epoch the
 // client used; a server that refuses it (Moved: the key is elsewhere)
 // makes the client fetch the configuration again and retry, within the
-// operation's deadline (SessionOptions::timeout); Moved reaches the caller
-// only if the configuration does not settle by then. A server still without a
-// configuration (Busy: it just restarted, or the cluster is forming) is asked
-// again until the deadline too.
+// operation's deadline (SessionOptions::timeout, counted from the first
+// refusal, so an operation answered at once never reads the clock); Moved
+// reaches the caller only if the configuration does not settle by then. A
+// server still without a configuration (Busy: it just restarted, or the cluster
+// is forming) is asked again until the deadline too.
 //
 // Shards move between servers while the cluster serves (a server joined,
 // or was drained): a moving shard's operations are refused for a moment
@@ -74,6 +75,7 @@ class Cluster {
   using GetCallback = HashStore::GetCallback;
   using VersionCallback = HashStore::VersionCallback;
   using Callback = HashStore::Callback;
+  using MultiGetCallback = HashStore::MultiGetCallback;
 
   struct Node {
     std::string address;
@@ -128,6 +130,9 @@ class Cluster {
   // vector update, ...) on the server that owns op.key, as
   // OpsStore::Execute there.
   Result<OpReply> Execute(const Op& op);
+  // Ops split per server, all servers at once (each server's part in one
+  // message, as OpsStore::ExecuteBatch); one result per op, in order.
+  std::vector<Result<OpReply>> ExecuteBatch(const std::vector<Op>& ops);
 
   // --- asynchronous (key and value copied; callbacks inside Poll/WaitAll).
   // A refused operation is retried after the next Poll has fetched the
@@ -136,6 +141,13 @@ class Cluster {
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
   void DeleteAsync(std::string_view key, Callback done);
+  // As Execute; the op is kept (copied) for a retry.
+  void ExecuteAsync(Op op, OpsStore::Callback done);
+  // As MultiGet (keys copied): one result per key, in order. Keys refused
+  // by a server that no longer owns them are asked again of their owner
+  // together, within the deadline. Many may be in flight.
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     MultiGetCallback done);
   // A get into storage the caller keeps, as HashStore::GetAsync(key, into,
   // done): nothing allocated per get on shared memory. Here `key` is not
   // copied: it, like *into, must stay valid and untouched until `done`
@@ -144,7 +156,7 @@ class Cluster {
   // Progresses every server's session; runs ready callbacks.
   size_t Poll();
   // Polls until every operation issued has completed; the first error
-  // among them, or OK.
+  // among them (for a multi-get, its first error other than NotFound), or OK.
   Status WaitAll();
   size_t in_flight() const;
 

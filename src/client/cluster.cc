@@ -5,8 +5,10 @@
 #include "remem/cluster.h"
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 
 #include "client/rpc_client.h"
@@ -94,10 +96,6 @@ struct Cluster::Impl {
     loop.reset();
   }
 
-  Clock::time_point Deadline() const {
-    return Clock::now() + options.session.timeout;
-  }
-
   void Install(cluster::Config c) {
     config = std::move(c);
     info.name = config.name;
@@ -146,10 +144,8 @@ struct Cluster::Impl {
     return &s;
   }
 
-  Result<HashStore*> StoreFor(const std::string& addr) {
-    auto s = Connected(addr);
-    if (!s.ok()) return s.status();
-    Server* server = *s;
+  // The server's HashStore (opened at first use), and its OpsStore.
+  Result<HashStore*> StoreOf(Server* server) {
     if (!server->store) {
       auto store = HashStore::Open(server->session.get(), options.hash);
       if (!store.ok()) return store.status();
@@ -157,25 +153,7 @@ struct Cluster::Impl {
     }
     return server->store.get();
   }
-
-  // The store of `key`'s owner: through the per-member cache, else
-  // StoreFor (which connects and opens).
-  Result<HashStore*> StoreForKey(std::string_view key) {
-    const uint16_t m = config.owner[cluster::ShardOf(key, config.num_shards())];
-    Server* s = member_servers[m];
-    if (s != nullptr && s->store && s->session->connected()) {
-      return s->store.get();
-    }
-    const std::string& addr = config.members[m].address;
-    auto store = StoreFor(addr);
-    if (store.ok()) member_servers[m] = &servers.find(addr)->second;
-    return store;
-  }
-
-  Result<OpsStore*> OpsFor(const std::string& addr) {
-    auto s = Connected(addr);
-    if (!s.ok()) return s.status();
-    Server* server = *s;
+  Result<OpsStore*> OpsOf(Server* server) {
     if (!server->ops) {
       OpsOptions oo;
       oo.reduce_path = options.hash.read_path;
@@ -184,6 +162,30 @@ struct Cluster::Impl {
       server->ops = std::move(*ops);
     }
     return server->ops.get();
+  }
+
+  Result<HashStore*> StoreFor(const std::string& addr) {
+    auto s = Connected(addr);
+    if (!s.ok()) return s.status();
+    return StoreOf(*s);
+  }
+
+  // The connected server of member m: through the per-member cache, else
+  // Connected (which connects).
+  Result<Server*> ServerOfMember(uint16_t m) {
+    Server* s = member_servers[m];
+    if (s != nullptr && s->session && s->session->connected()) return s;
+    auto c = Connected(config.members[m].address);
+    if (c.ok()) member_servers[m] = *c;
+    return c;
+  }
+  uint16_t OwnerIndex(std::string_view key) const {
+    return config.owner[cluster::ShardOf(key, config.num_shards())];
+  }
+  Result<HashStore*> StoreForKey(std::string_view key) {
+    auto s = ServerOfMember(OwnerIndex(key));
+    if (!s.ok()) return s.status();
+    return StoreOf(*s);
   }
 
   Status FetchFrom(const std::string& addr) {
@@ -222,41 +224,54 @@ struct Cluster::Impl {
     return config.OwnerOf(key).address;
   }
 
+  // An operation's deadline starts at its first refusal: one that is
+  // answered at once never reads the clock.
+  bool InTime(Clock::time_point* deadline) const {
+    const auto now = Clock::now();
+    if (*deadline == Clock::time_point{}) {
+      *deadline = now + options.session.timeout;
+    }
+    return now < *deadline;
+  }
+
   // Runs fn on the owner's store (a HashStore, or with Ops an OpsStore),
   // refreshing and retrying on Moved until the deadline.
   template <typename Store = HashStore, typename Fn>
   auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
-    const auto deadline = Deadline();
+    Clock::time_point deadline{};
     for (int attempt = 0;; ++attempt) {
-      const std::string addr = OwnerOf(key);
+      const uint16_t owner = OwnerIndex(key);
       auto store = [&]() -> Result<Store*> {
+        auto s = ServerOfMember(owner);
+        if (!s.ok()) return s.status();
         if constexpr (std::is_same_v<Store, OpsStore>) {
-          return OpsFor(addr);
+          return OpsOf(*s);
         } else {
-          return StoreForKey(key);
+          return StoreOf(*s);
         }
       }();
       if (!store.ok()) {
         // Opening the store is a request too: a member that has not
         // installed the configuration yet refuses it.
         const Status& st = store.status();
-        if (Retryable(st) && Clock::now() < deadline) {
+        if (Retryable(st) && InTime(&deadline)) {
           Backoff(attempt + 1);
           if (IsMoved(st)) (void)Refresh();
           continue;
         }
         // Perhaps the shard moved off a server that left: ask once.
-        if (attempt == 0 && Refresh().ok() && OwnerOf(key) != addr) continue;
+        if (attempt == 0 && Refresh().ok() && OwnerIndex(key) != owner) {
+          continue;
+        }
         return st;
       }
       auto r = fn(*store);
       const Status& st = StatusOf(r);
-      if (Clock::now() >= deadline) return r;
+      if (!Retryable(st) || !InTime(&deadline)) return r;
       if (IsBusy(st)) {
         Backoff(attempt + 1);
         continue;
       }
-      if (!IsMoved(st)) return r;
       ++stats.moved;
       Backoff(attempt);
       if (!Refresh().ok()) return r;
@@ -291,55 +306,238 @@ struct Cluster::Impl {
     if (!st.ok() && first_error.ok()) first_error = st;
   }
 
-  // Starts one asynchronous operation on the owner of `key`:
-  // send(store, key, on_done) issues it there. An operation refused with
-  // Moved (by the owner, or when its store is opened) is issued again after
-  // the next Poll, which refreshes the configuration; one refused with Busy
-  // after a pause that grows with each refusal (Backoff's); both until the
-  // deadline. Key is std::string (copied: the operation owns it) or
-  // std::string_view (the caller keeps it valid).
-  template <typename R, typename Key, typename Send>
-  void IssueAsync(Key key, std::function<void(R)> done, Send send,
-                  Clock::time_point deadline, int attempt = 0) {
-    auto again = [this, deadline, attempt](const Status& why, Key k,
-                                           std::function<void(R)> d, Send sn) {
-      std::function<void()> retry = [this, k = std::move(k), d = std::move(d),
-                                     sn = std::move(sn), deadline,
-                                     attempt]() mutable {
-        IssueAsync<R>(std::move(k), std::move(d), std::move(sn), deadline,
-                      attempt + 1);
-      };
-      if (IsMoved(why)) return later.push_back(std::move(retry));
-      waiting.emplace_back(Clock::now() + BackoffPause(attempt + 1),
-                           std::move(retry));
-    };
-    auto store = StoreForKey(key);
-    if (!store.ok()) {
-      const Status st = store.status();
-      if (Retryable(st) && Clock::now() < deadline) {
-        Refused(st);
-        return again(st, std::move(key), std::move(done), std::move(send));
+  // --- asynchronous operations
+  //
+  // One asynchronous operation on one key, from a pool per result type:
+  // once the pool is warm, issuing one allocates nothing (its strings keep
+  // their capacity, and the callback given to the owner's store holds two
+  // pointers, which std::function keeps inline).
+  template <typename R>
+  struct AsyncOp {
+    std::string key;            // the operation's copy of the key, or empty
+    std::string_view key_view;  // what is sent: `key`, op.key or the caller's
+    std::string value;          // a put's
+    Value* into = nullptr;      // a get into the caller's storage
+    Op op;                      // an Execute's
+    std::function<void(R)> done;
+    // Sends it to `server`'s store (opening it if needed); an error if it
+    // could not.
+    Status (*send)(Impl*, Server*, AsyncOp*) = nullptr;
+    Clock::time_point deadline{};  // from the first refusal
+    int attempt = 0;
+    bool counted = true;  // a caller's: in in_flight and WaitAll's error
+
+    AsyncOp* CopyKey(std::string_view k) {
+      key.assign(k.data(), k.size());
+      key_view = key;
+      return this;
+    }
+  };
+  template <typename R>
+  struct AsyncPool {
+    std::deque<AsyncOp<R>> all;  // elements never move
+    std::vector<AsyncOp<R>*> free;
+  };
+  std::tuple<AsyncPool<Result<Value>>, AsyncPool<Status>,
+             AsyncPool<Result<uint64_t>>, AsyncPool<Result<OpReply>>>
+      pools;
+
+  template <typename R>
+  AsyncOp<R>* NewAsync(std::function<void(R)> done,
+                       Status (*send)(Impl*, Server*, AsyncOp<R>*),
+                       bool counted = true) {
+    auto& pool = std::get<AsyncPool<R>>(pools);
+    AsyncOp<R>* op = nullptr;
+    if (pool.free.empty()) {
+      op = &pool.all.emplace_back();
+    } else {
+      op = pool.free.back();
+      pool.free.pop_back();
+    }
+    op->done = std::move(done);
+    op->send = send;
+    op->counted = counted;
+    if (counted) ++in_flight;
+    return op;
+  }
+  template <typename R>
+  void FreeAsync(AsyncOp<R>* op) {
+    op->key.clear();
+    op->value.clear();
+    op->into = nullptr;
+    if constexpr (std::is_same_v<R, Result<OpReply>>) op->op = Op();
+    op->deadline = {};
+    op->attempt = 0;
+    std::get<AsyncPool<R>>(pools).free.push_back(op);
+  }
+
+  // The callback an AsyncOp's send gives the owner's store.
+  template <typename R>
+  std::function<void(R)> Reply(AsyncOp<R>* op) {
+    return [this, op](R r) { Completed(op, std::move(r)); };
+  }
+
+  // Issues `op` on the owner of its key. A failure to send (the owner
+  // unreachable, its store refusing to open) completes it at the next Poll,
+  // where a refusal is retried as any other.
+  template <typename R>
+  void Issue(AsyncOp<R>* op) {
+    auto server = ServerOfMember(OwnerIndex(op->key_view));
+    Status st = server.ok() ? op->send(this, *server, op) : server.status();
+    if (!st.ok()) {
+      later.push_back([this, op, st] { Completed(op, R(st)); });
+    }
+  }
+
+  // The owner answered (or the send failed). Moved: issued again after the
+  // next Poll has refreshed the configuration; Busy: after a pause that
+  // grows with each refusal (Backoff's); both until the deadline.
+  template <typename R>
+  void Completed(AsyncOp<R>* op, R r) {
+    const Status& st = StatusOf(r);
+    if (Retryable(st) && InTime(&op->deadline)) {
+      Refused(st);
+      ++op->attempt;
+      if (IsMoved(st)) {
+        later.push_back([this, op] { Issue(op); });
+      } else {
+        waiting.emplace_back(Clock::now() + BackoffPause(op->attempt),
+                             [this, op] { Issue(op); });
       }
-      later.push_back([this, st, done = std::move(done)] {
-        Finish(st);
-        if (done) done(R(st));
-      });
       return;
     }
-    // The callback keeps a copy of the key for a retry: the store is given
-    // a view of `key`, which must outlive the call (arguments are built
-    // before it, so the key cannot be moved into the callback).
-    send(*store, key,
-         [this, again, key, done = std::move(done), send,
-          deadline](R r) mutable {
-           const Status& st = StatusOf(r);
-           if (Retryable(st) && Clock::now() < deadline) {
-             Refused(st);
-             return again(st, std::move(key), std::move(done), std::move(send));
-           }
-           Finish(st);
-           if (done) done(std::move(r));
-         });
+    if (op->counted) Finish(st);
+    std::function<void(R)> done = std::move(op->done);
+    FreeAsync(op);
+    if (done) done(std::move(r));
+  }
+
+  // The send functions, one per kind of operation.
+  static Status SendGet(Impl* im, Server* s, AsyncOp<Result<Value>>* op) {
+    auto store = im->StoreOf(s);
+    if (!store.ok()) return store.status();
+    (*store)->GetAsync(op->key_view, im->Reply(op));
+    return Status::OK();
+  }
+  static Status SendGetInto(Impl* im, Server* s, AsyncOp<Status>* op) {
+    auto store = im->StoreOf(s);
+    if (!store.ok()) return store.status();
+    (*store)->GetAsync(op->key_view, op->into, im->Reply(op));
+    return Status::OK();
+  }
+  static Status SendPut(Impl* im, Server* s, AsyncOp<Result<uint64_t>>* op) {
+    auto store = im->StoreOf(s);
+    if (!store.ok()) return store.status();
+    (*store)->PutAsync(op->key_view, op->value, im->Reply(op));
+    return Status::OK();
+  }
+  static Status SendDelete(Impl* im, Server* s, AsyncOp<Status>* op) {
+    auto store = im->StoreOf(s);
+    if (!store.ok()) return store.status();
+    (*store)->DeleteAsync(op->key_view, im->Reply(op));
+    return Status::OK();
+  }
+  static Status SendExecute(Impl* im, Server* s, AsyncOp<Result<OpReply>>* op) {
+    auto ops = im->OpsOf(s);
+    if (!ops.ok()) return ops.status();
+    // The store queues its own copy; ours stays for a retry.
+    (*ops)->ExecuteAsync(op->op, im->Reply(op));
+    return Status::OK();
+  }
+
+  // A multi-get in rounds: each round sends the keys still to do, split per
+  // owner, to every owner at once; keys refused with Moved or Busy go in
+  // the next round (after a refresh, or a pause), until the deadline.
+  struct MultiGetOp {
+    std::vector<std::string> keys;
+    std::vector<Result<Value>> out;
+    std::vector<size_t> todo;
+    MultiGetCallback done;
+    size_t pending = 0;  // servers asked this round and not yet answered
+    Clock::time_point deadline{};
+    int attempt = 0;
+    bool counted = true;
+  };
+
+  void StartMultiGet(const std::vector<std::string_view>& keys,
+                     MultiGetCallback done, bool counted) {
+    auto m = std::make_shared<MultiGetOp>();
+    m->keys.assign(keys.begin(), keys.end());
+    m->out.assign(keys.size(), Status::Internal("not yet answered"));
+    m->todo.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) m->todo[i] = i;
+    m->done = std::move(done);
+    m->counted = counted;
+    if (counted) ++in_flight;
+    MultiGetRound(std::move(m));
+  }
+
+  void MultiGetRound(std::shared_ptr<MultiGetOp> m) {
+    std::vector<std::vector<size_t>> by_owner(config.members.size());
+    for (size_t i : m->todo) by_owner[OwnerIndex(m->keys[i])].push_back(i);
+    // Counted before any is sent: a store may answer inside the call.
+    for (const auto& idx : by_owner) m->pending += idx.empty() ? 0 : 1;
+    const size_t asked = m->pending;
+    for (uint16_t owner = 0; owner < by_owner.size(); ++owner) {
+      std::vector<size_t>& idx = by_owner[owner];
+      if (idx.empty()) continue;
+      auto s = ServerOfMember(owner);
+      auto store = s.ok() ? StoreOf(*s) : Result<HashStore*>(s.status());
+      if (!store.ok()) {
+        for (size_t i : idx) m->out[i] = store.status();
+        --m->pending;
+        continue;
+      }
+      std::vector<std::string_view> part;
+      part.reserve(idx.size());
+      for (size_t i : idx) part.push_back(m->keys[i]);
+      (*store)->MultiGetAsync(
+          part, [this, m, idx = std::move(idx)](std::vector<Result<Value>> r) {
+            for (size_t j = 0; j < r.size() && j < idx.size(); ++j) {
+              m->out[idx[j]] = std::move(r[j]);
+            }
+            if (--m->pending == 0) MultiGetRoundDone(m);
+          });
+    }
+    // Nothing left in flight (every owner unreachable, or no key): done
+    // at the next Poll, as callbacks are.
+    if (asked == 0 || m->pending == 0) {
+      later.push_back([this, m] { MultiGetRoundDone(m); });
+    }
+  }
+
+  void MultiGetRoundDone(const std::shared_ptr<MultiGetOp>& m) {
+    m->todo.clear();
+    bool moved = false;
+    for (size_t i = 0; i < m->out.size(); ++i) {
+      const Status& st = m->out[i].status();
+      if (!Retryable(st)) continue;
+      m->todo.push_back(i);
+      moved = moved || IsMoved(st);
+    }
+    if (!m->todo.empty() && InTime(&m->deadline)) {
+      ++m->attempt;
+      if (moved) {
+        Refused(Status::Moved("a key moved"));
+        later.push_back([this, m] { MultiGetRound(m); });
+      } else {
+        waiting.emplace_back(Clock::now() + BackoffPause(m->attempt),
+                             [this, m] { MultiGetRound(m); });
+      }
+      return;
+    }
+    if (m->counted) {
+      Status first;  // the first error other than NotFound, as the store's
+      for (const auto& r : m->out) {
+        if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
+          first = r.status();
+          break;
+        }
+      }
+      Finish(first);
+    }
+    MultiGetCallback done = std::move(m->done);
+    if (done) done(std::move(m->out));
   }
 
   // A batch of n items, in rounds: issue(todo, out, pending) sends the
@@ -351,7 +549,7 @@ struct Cluster::Impl {
     std::vector<R> out(n, R(Status::Internal("not yet answered")));
     std::vector<size_t> todo(n);
     for (size_t i = 0; i < n; ++i) todo[i] = i;
-    const auto deadline = Deadline();
+    Clock::time_point deadline{};
     for (int attempt = 0; !todo.empty(); ++attempt) {
       size_t pending = 0;
       issue(todo, out, pending);
@@ -363,7 +561,7 @@ struct Cluster::Impl {
         todo.push_back(i);
         moved += IsMoved(StatusOf(out[i])) ? 1 : 0;
       }
-      if (todo.empty() || Clock::now() >= deadline) break;
+      if (todo.empty() || !InTime(&deadline)) break;
       stats.moved += moved;
       Backoff(attempt + 1);
       if (moved > 0 && !Refresh().ok()) break;
@@ -520,31 +718,17 @@ Result<OpReply> Cluster::Execute(const Op& op) {
 
 std::vector<Result<Cluster::Value>> Cluster::MultiGet(
     const std::vector<std::string_view>& keys) {
-  return impl_->Batched<Result<Value>>(
-      keys.size(), [&](const std::vector<size_t>& todo,
-                       std::vector<Result<Value>>& out, size_t& pending) {
-        // One batch per owner, all in flight at once.
-        std::map<std::string, std::vector<size_t>> by_owner;
-        for (size_t i : todo) by_owner[impl_->OwnerOf(keys[i])].push_back(i);
-        for (auto& [addr, idx] : by_owner) {
-          auto store = impl_->StoreFor(addr);
-          if (!store.ok()) {
-            for (size_t i : idx) out[i] = store.status();
-            continue;
-          }
-          std::vector<std::string_view> part;
-          part.reserve(idx.size());
-          for (size_t i : idx) part.push_back(keys[i]);
-          ++pending;
-          (*store)->MultiGetAsync(
-              part, [&out, &pending, idxs = idx](std::vector<Result<Value>> r) {
-                for (size_t j = 0; j < r.size() && j < idxs.size(); ++j) {
-                  out[idxs[j]] = std::move(r[j]);
-                }
-                --pending;
-              });
-        }
-      });
+  std::vector<Result<Value>> out;
+  bool finished = false;
+  impl_->StartMultiGet(
+      keys,
+      [&out, &finished](std::vector<Result<Value>> r) {
+        out = std::move(r);
+        finished = true;
+      },
+      /*counted=*/false);
+  while (!finished) impl_->Poll();
+  return out;
 }
 
 std::vector<Result<uint64_t>> Cluster::MultiPut(
@@ -571,45 +755,59 @@ std::vector<Result<uint64_t>> Cluster::MultiPut(
 }
 
 void Cluster::GetAsync(std::string_view key, GetCallback done) {
-  ++impl_->in_flight;
-  impl_->IssueAsync<Result<Value>>(
-      std::string(key), std::move(done),
-      [](HashStore* s, std::string_view k, GetCallback cb) {
-        s->GetAsync(k, std::move(cb));
-      },
-      impl_->Deadline());
+  impl_->Issue(impl_->NewAsync(std::move(done), &Impl::SendGet)->CopyKey(key));
 }
 
 void Cluster::GetAsync(std::string_view key, Value* into, Callback done) {
-  ++impl_->in_flight;
-  impl_->IssueAsync<Status>(
-      key, std::move(done),
-      [into](HashStore* s, std::string_view k, Callback cb) {
-        s->GetAsync(k, into, std::move(cb));
-      },
-      impl_->Deadline());
+  auto* op = impl_->NewAsync(std::move(done), &Impl::SendGetInto);
+  op->key_view = key;  // the caller keeps it
+  op->into = into;
+  impl_->Issue(op);
 }
 
 void Cluster::PutAsync(std::string_view key, std::string_view value,
                        VersionCallback done) {
-  ++impl_->in_flight;
-  impl_->IssueAsync<Result<uint64_t>>(
-      std::string(key), std::move(done),
-      [v = std::string(value)](HashStore* s, std::string_view k,
-                               VersionCallback cb) {
-        s->PutAsync(k, v, std::move(cb));
-      },
-      impl_->Deadline());
+  auto* op = impl_->NewAsync(std::move(done), &Impl::SendPut)->CopyKey(key);
+  op->value.assign(value.data(), value.size());
+  impl_->Issue(op);
 }
 
 void Cluster::DeleteAsync(std::string_view key, Callback done) {
-  ++impl_->in_flight;
-  impl_->IssueAsync<Status>(
-      std::string(key), std::move(done),
-      [](HashStore* s, std::string_view k, Callback cb) {
-        s->DeleteAsync(k, std::move(cb));
-      },
-      impl_->Deadline());
+  impl_->Issue(
+      impl_->NewAsync(std::move(done), &Impl::SendDelete)->CopyKey(key));
+}
+
+void Cluster::ExecuteAsync(Op op, OpsStore::Callback done) {
+  auto* a = impl_->NewAsync(std::move(done), &Impl::SendExecute);
+  a->op = std::move(op);
+  a->key_view = a->op.key;
+  impl_->Issue(a);
+}
+
+std::vector<Result<OpReply>> Cluster::ExecuteBatch(const std::vector<Op>& ops) {
+  // Each op asynchronously: what is queued for one server goes out at the
+  // next poll as one message, to every server at once.
+  std::vector<Result<OpReply>> out(ops.size(),
+                                   Status::Internal("not yet answered"));
+  size_t pending = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto* a = impl_->NewAsync<Result<OpReply>>(
+        [&out, &pending, i](Result<OpReply> r) {
+          out[i] = std::move(r);
+          --pending;
+        },
+        &Impl::SendExecute, /*counted=*/false);
+    a->op = ops[i];
+    a->key_view = a->op.key;
+    impl_->Issue(a);
+  }
+  while (pending > 0) impl_->Poll();
+  return out;
+}
+
+void Cluster::MultiGetAsync(const std::vector<std::string_view>& keys,
+                            MultiGetCallback done) {
+  impl_->StartMultiGet(keys, std::move(done), /*counted=*/true);
 }
 
 size_t Cluster::Poll() { return impl_->Poll(); }

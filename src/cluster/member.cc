@@ -391,6 +391,12 @@ std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> MovesOf(
   return out;
 }
 
+uint64_t MsSince(std::chrono::steady_clock::time_point t) {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t)
+                      .count());
+}
+
 // Small pages: a page is built, and imported, in one go on a partition's
 // thread, which serves nothing else meanwhile.
 constexpr uint32_t kExportPageBytes = 256u << 10;
@@ -494,6 +500,7 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
       }
       // The point of no return: the new owners hold everything.
       const std::string e = std::to_string(c->epoch);
+      const auto handoff_start = std::chrono::steady_clock::now();
       int rc = zoo_create(zh_, (base + "/handoff").c_str(), e.data(),
                           int(e.size()), &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
       if (rc == ZNODEEXISTS) {
@@ -505,10 +512,8 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
                   ZkError(rc));
         return;
       }
-      last_step_ms_.store(
-          uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::steady_clock::now() - start)
-                       .count()));
+      pause_parts_.handoff = MsSince(handoff_start);
+      last_step_ms_.store(MsSince(start));
     }
     if (Status h = HandOver(*c, st.version); !h.ok()) {
       log::Warn("cluster: handing over the shards of epoch {}: {} (retried)",
@@ -532,6 +537,14 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   }
   FollowConfig();
   Wake();
+}
+
+void ClusterMember::Pace(std::chrono::steady_clock::duration busy) {
+  const uint32_t share = std::clamp<uint32_t>(options_.move_share, 1, 100);
+  if (share == 100) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Woken early only to stop.
+  cv_.wait_for(lock, busy * (100 - share) / share, [this] { return stop_; });
 }
 
 Status ClusterMember::CopyMoving(const Config& moving) {
@@ -574,6 +587,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
       req.max_bytes = kExportPageBytes;
       req.shards = shards;
       do {
+        const auto page_start = std::chrono::steady_clock::now();
         auto page = Call(from, moving.epoch,
                          static_cast<uint8_t>(hash::HashMethod::kShardExport),
                          hash::EncodeShardExport(req));
@@ -587,19 +601,31 @@ Status ClusterMember::CopyMoving(const Config& moving) {
         if (!pairs->pairs.empty()) {
           REMEM_RETURN_IF_ERROR(forward(to, std::move(*page)));
         }
+        Pace(std::chrono::steady_clock::now() - page_start);
       } while (req.cursor != hash::kShardCursorDone);
     }
     // The keys changed during the copy.
     REMEM_RETURN_IF_ERROR(sync(from, to, shards, 0));
   }
+  // The keys changed while the other shards copied, still unfrozen: what
+  // is left for the pause is only what changes during this round.
+  if (moves.size() > 1) {
+    for (const auto& [pair, shards] : moves) {
+      REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
+                                 moving.members[pair.second].address, shards,
+                                 0));
+    }
+  }
   // Only now, every copy done, the writes of every moving shard pause:
   // frozen, and the last of their changes sent.
   frozen_at_ = std::chrono::steady_clock::now();
+  pause_parts_ = {};
   for (const auto& [pair, shards] : moves) {
     REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
                                moving.members[pair.second].address, shards,
                                hash::kShardFreeze));
   }
+  pause_parts_.last_changes = MsSince(frozen_at_);
   return Status::OK();
 }
 
@@ -609,6 +635,7 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
   for (uint32_t s = 0; s < moving.num_shards(); ++s) {
     if (moving.NextOf(s) != kNoMember) by_owner[moving.owner[s]].push_back(s);
   }
+  const auto release_start = std::chrono::steady_clock::now();
   for (const auto& [owner, shards] : by_owner) {
     const std::string& from = moving.members[owner].address;
     auto r = Call(from, moving.epoch,
@@ -623,25 +650,28 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
       return r.status();
     }
   }
+  pause_parts_.release = MsSince(release_start);
   const Config done = CompleteMoves(moving);
+  const auto config_start = std::chrono::steady_clock::now();
   REMEM_RETURN_IF_ERROR(WriteConfig(done, zk_version));
+  pause_parts_.config = MsSince(config_start);
   (void)zoo_delete(zh_, (base + "/handoff").c_str(), -1);
   shards_moved_.fetch_add(moving.moving(), std::memory_order_relaxed);
   pairs_moved_.fetch_add(step_pairs_, std::memory_order_relaxed);
   // Known only when this manager froze the shards itself (not after a
   // takeover).
-  const uint64_t pause =
-      frozen_at_ == std::chrono::steady_clock::time_point{}
-          ? 0
-          : uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - frozen_at_)
-                         .count());
+  const uint64_t pause = frozen_at_ == std::chrono::steady_clock::time_point{}
+                             ? 0
+                             : MsSince(frozen_at_);
   last_pause_ms_.store(pause, std::memory_order_relaxed);
   frozen_at_ = {};
   log::Info(
       "cluster: epoch {}: {} shards moved ({} pairs sent, copy {} ms, writes "
-      "paused {} ms)",
-      done.epoch, moving.moving(), step_pairs_, last_step_ms_.load(), pause);
+      "paused {} ms: last changes {} ms, handoff {} ms, release {} ms, "
+      "configuration {} ms)",
+      done.epoch, moving.moving(), step_pairs_, last_step_ms_.load(), pause,
+      pause_parts_.last_changes, pause_parts_.handoff, pause_parts_.release,
+      pause_parts_.config);
   step_pairs_ = 0;
   FollowConfig();
   return Status::OK();

@@ -84,6 +84,12 @@ struct MemberOptions {
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
   // Shards moved per step of a rebalance.
   uint32_t max_moves = 64;
+  // The share (percent, 1-100) of the time a step's copy may keep the
+  // servers busy: after each page exported and imported, the manager waits
+  // (100 - share) / share times as long as the page took, so the servers
+  // keep serving clients meanwhile. 100: no wait. The writes' pause at the
+  // end of a step is not paced.
+  uint32_t move_share = 25;
   // For the manager's sessions to members, its own server included
   // (secret, transport, timeout).
   SessionOptions session;
@@ -154,6 +160,8 @@ class ClusterMember {
   void Rebalance(const std::vector<Member>& live);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
+  // Waits out the rest of a copy page's time slice (move_share).
+  void Pace(std::chrono::steady_clock::duration busy);
   Status CopyMoving(const Config& moving);
   // Step 3: release at the owners, install CompleteMoves(moving).
   Status HandOver(const Config& moving, int zk_version);
@@ -190,6 +198,14 @@ class ClusterMember {
   // shards were frozen.
   uint64_t step_pairs_ = 0;
   std::chrono::steady_clock::time_point frozen_at_;
+  // Where a step's write pause went (ms; the log line of each step).
+  struct PauseParts {
+    uint64_t last_changes = 0;  // the frozen shards' last changes sent
+    uint64_t handoff = 0;       // the handoff recorded in ZooKeeper
+    uint64_t release = 0;       // the old owners deleting their copies
+    uint64_t config = 0;        // the new configuration written
+  };
+  PauseParts pause_parts_;
   // Under mu_.
   std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>>
       drain_requests_;

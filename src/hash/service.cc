@@ -138,7 +138,9 @@ Status HashService::Init(server::ServiceContext* ctx) {
       // again (HandleShardSync).
       Partition* raw = part.get();
       part->table->SetChangeHook([this, raw](std::string_view key) {
-        if (cluster_->Outgoing(key)) raw->changed.emplace(key);
+        if (!raw->purging && cluster_->Outgoing(key)) {
+          raw->changed.emplace(key);
+        }
       });
     }
     partitions_.push_back(std::move(part));
@@ -766,7 +768,12 @@ void HashService::HandleShardExport_st(PartitionId p, Call call) {
       req->max_bytes, 1, uint32_t(proto::kMaxRpcPayload / 2));
   ShardPairsWriter out;
   constexpr uint64_t kChunk = 64;  // buckets between size checks
-  while (cursor < table.num_buckets() && out.bytes() < max_bytes) {
+  // At most this many buckets (8 MiB) per page, however few pairs match:
+  // the partition's thread serves nothing else meanwhile.
+  constexpr uint64_t kMaxScan = 16384;
+  const uint64_t scan_end = cursor + kMaxScan;
+  while (cursor < table.num_buckets() && out.bytes() < max_bytes &&
+         cursor < scan_end) {
     cursor = table.ScanBuckets(
         cursor, kChunk,
         [&](std::string_view k, std::string_view v, uint64_t version) {
@@ -974,11 +981,13 @@ void HashService::HandleShardDrop(Call call) {
                         });
       Status& st = drop->status[owner];
       if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
+      part.purging = true;
       for (size_t n = 0; n < keys.size() && st.ok(); ++n) {
         if (table.Delete(keys[n]).ok() && part.store) {
           part.store->LogDelete(keys[n], table.last_version());
         }
       }
+      part.purging = false;
       std::erase_if(part.changed, [&](const std::string& k) {
         return drop->set[cluster::ShardOf(k, drop->num_shards)] != 0;
       });

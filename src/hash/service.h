@@ -101,6 +101,9 @@ class HashService final : public server::Service {
     // Keys of shards moving away that changed (written, deleted, moved in
     // the table) since their export began: sent again (owner thread only).
     std::unordered_set<std::string> changed;
+    // While released shards' pairs are deleted: those deletes are not
+    // changes to send (owner thread only).
+    bool purging = false;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now

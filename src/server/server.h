@@ -70,6 +70,9 @@ struct ServerConfig {
   std::string advertise;      // address clients reach; "" = bound one
   uint32_t cluster_size = 1;  // servers the first configuration waits for
   uint32_t shards = 1024;     // shards of a new cluster
+  // As the manager: the share (percent) of the time shard copies may keep
+  // the servers busy (cluster::MemberOptions::move_share).
+  uint32_t move_share = 25;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
 };
 
