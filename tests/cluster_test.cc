@@ -869,6 +869,101 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
   for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
+// The one point of a move a successor must finish without the old owner:
+// the manager, also the shards' old owner, dies right after recording the
+// handoff, before it deleted its copy. The successor commits the move; the
+// keys are then written at their new owner. Back with its data directory,
+// the old owner must not let anyone read its outdated copy: not a client
+// that still routes by the first configuration (it reads one-sided from
+// the old owner), not one that routes right.
+TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 2; ++i) {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dirs.push_back(tmpl);
+  }
+  // Alone first: the manager, owning every shard.
+  servers_.push_back(StartServer(
+      MemberFlags(1, {"--data-dir", dirs[0], "--shards", "16",
+                      "--fault-kill-after-handoff", "--move-share", "100"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  auto stale = Connect({servers_[0].address});
+  ASSERT_NE(stale, nullptr);
+  const Loaded loaded = Load(stale.get(), 2000);
+  ExpectEveryKey(stale.get(), loaded);
+  const uint32_t first_epoch = stale->info().epoch;
+
+  // A second server joins: half the shards move to it, and the manager
+  // kills itself once the handoff is recorded.
+  servers_.push_back(
+      StartServer(MemberFlags(1, {"--data-dir", dirs[1], "--shards", "16"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string old_owner = servers_[0].address;
+  const std::string new_owner = servers_[1].address;
+  auto exit = servers_[0].process->Wait(kBound);
+  ASSERT_TRUE(exit.ok()) << "the manager did not kill itself: "
+                         << exit.status().ToString();
+
+  // The survivor takes over (once the dead one's ZooKeeper session
+  // expires) and commits the move without the release.
+  auto fresh = Connect({new_owner});
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(WaitForConfig(fresh.get(), [&](const auto& info) {
+    return ShardsOf(info, new_owner) == 8;
+  })) << "the move was not committed";
+  // New values for every key that moved.
+  std::vector<std::string> expect = loaded.vals;
+  int moved = 0;
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    if (fresh->OwnerOf(loaded.keys[i]) != new_owner) continue;
+    expect[i] = "after-the-move-" + std::to_string(i);
+    ASSERT_TRUE(fresh->Put(loaded.keys[i], expect[i]).ok());
+    ++moved;
+  }
+  ASSERT_GT(moved, 0);
+
+  // The old owner comes back with its data directory.
+  ASSERT_TRUE(servers_[0].Restart().ok());
+  auto back = ConnectOrDie(old_owner);
+  EXPECT_EQ(WaitForStatOf(back.get(), "cluster_zk_registered", 1, kBound), 1u);
+  ASSERT_TRUE(WaitForConfig(fresh.get(), [&](const auto& info) {
+    return ShardsOf(info, old_owner) == 8 && ShardsOf(info, new_owner) == 8;
+  }));
+
+  // The client that still routes every key to the old owner: each moved
+  // key reads its new value (the old owner no longer holds it, so the
+  // reader is sent on), one at a time, asynchronously and in a batch.
+  ASSERT_EQ(stale->info().epoch, first_epoch);
+  for (size_t i = 0; i < loaded.keys.size(); i += 3) {
+    auto r = stale->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, expect[i]) << loaded.keys[i];
+  }
+  std::vector<HashStore::Value> values(loaded.keys.size());
+  for (size_t i = 1; i < loaded.keys.size(); i += 3) {
+    stale->GetAsync(loaded.keys[i], &values[i], [&, i](Status st) {
+      EXPECT_TRUE(st.ok()) << loaded.keys[i] << ": " << st.ToString();
+      EXPECT_EQ(values[i].value, expect[i]) << loaded.keys[i];
+    });
+  }
+  ASSERT_TRUE(stale->WaitAll().ok());
+  std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
+  for (Cluster* c : {stale.get(), fresh.get()}) {
+    auto got = c->MultiGet(views);
+    ASSERT_EQ(got.size(), views.size());
+    for (size_t i = 0; i < views.size(); ++i) {
+      ASSERT_TRUE(got[i].ok())
+          << views[i] << ": " << got[i].status().ToString();
+      EXPECT_EQ(got[i]->value, expect[i]) << views[i];
+    }
+  }
+  // And the old owner holds only its own shards' pairs.
+  EXPECT_EQ(StatOf(back.get(), "hash_pairs"), loaded.keys.size() - moved);
+  servers_.clear();
+  for (const auto& d : dirs) std::filesystem::remove_all(d);
+}
+
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   auto run = [](std::vector<std::string> argv) {
     argv.insert(argv.begin(), testing::ServerBinary());

@@ -206,6 +206,11 @@ int main(int argc, char** argv) {
                  "testing: snapshots copy 8 buckets per pass and pause this "
                  "many microseconds after each (kills land inside them)")
       ->group("Testing");
+  app.add_flag("--fault-kill-after-handoff", cfg.fault_kill_after_handoff,
+               "testing: as configuration manager, kill this server "
+               "(SIGKILL) right after it records a move's handoff in "
+               "ZooKeeper, before the old owners release their copies")
+      ->group("Testing");
   app.add_option("--runtime-dir", cfg.runtime_dir,
                  "testing: where the lease horizon of a server without "
                  "--data-dir is kept (default /dev/shm)")

@@ -8,6 +8,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <vector>
 
@@ -316,12 +317,15 @@ void ClusterMember::FollowConfig() {
   }
   const uint32_t epoch = c->epoch;
   if (ownership_->Install(std::move(*c))) {
-    const auto* cur = ownership_->current();
+    const auto* cur = ownership_->latest();
     log::Info(
-        "cluster: configuration epoch {} installed: {} members, this "
+        "cluster: configuration epoch {} installed{}: {} members, this "
         "server owns {} of {} shards",
-        epoch, cur->config.members.size(), cur->owned,
-        cur->config.num_shards());
+        epoch,
+        ownership_->current() == nullptr
+            ? " (served once what it does not give this server is deleted)"
+            : "",
+        cur->config.members.size(), cur->owned, cur->config.num_shards());
   }
   config_seen_ = true;
 }
@@ -513,6 +517,11 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
         return;
       }
       pause_parts_.handoff = MsSince(handoff_start);
+      if (options_.fault_kill_after_handoff) {
+        log::Warn("cluster: fault injection: killed after the handoff of {}",
+                  c->epoch);
+        ::raise(SIGKILL);
+      }
       last_step_ms_.store(MsSince(start));
     }
     if (Status h = HandOver(*c, st.version); !h.ok()) {

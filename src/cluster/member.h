@@ -90,6 +90,10 @@ struct MemberOptions {
   // keep serving clients meanwhile. 100: no wait. The writes' pause at the
   // end of a step is not paced.
   uint32_t move_share = 25;
+  // Testing: the manager kills its own process (SIGKILL) right after it
+  // records a step's handoff, before any release: the one point of a move
+  // a successor must finish without the old owner.
+  bool fault_kill_after_handoff = false;
   // For the manager's sessions to members, its own server included
   // (secret, transport, timeout).
   SessionOptions session;

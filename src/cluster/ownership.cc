@@ -4,7 +4,7 @@ namespace remem::cluster {
 
 bool Ownership::Install(Config config) {
   std::lock_guard<std::mutex> lock(mu_);
-  const Installed* cur = current();
+  const Installed* cur = latest();
   if (cur != nullptr && config.epoch <= cur->config.epoch) return false;
   auto next = std::make_unique<Installed>();
   next->encoded = EncodeConfig(config);
@@ -25,7 +25,12 @@ bool Ownership::Install(Config config) {
     for (uint32_t s = 0; s < n; ++s) state_[s].store(kServing);
   }
   next->config = std::move(config);
-  current_.store(next.get(), std::memory_order_release);
+  if (purges_left_ > 0) {
+    // Not served before the purges are done (they read it as pending()).
+    pending_.store(next.get(), std::memory_order_release);
+  } else {
+    current_.store(next.get(), std::memory_order_release);
+  }
   // A shard no longer moving away from here (moved, or the move
   // abandoned) is served again as the configuration says.
   for (uint32_t s = 0; s < n; ++s) {
@@ -33,6 +38,21 @@ bool Ownership::Install(Config config) {
   }
   all_.push_back(std::move(next));
   return true;
+}
+
+void Ownership::RequirePurge(uint32_t parts) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  purges_left_ += parts;
+}
+
+void Ownership::PurgeDone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (purges_left_ == 0 || --purges_left_ > 0) return;
+  // The last one: the configuration installed last is served from now on.
+  const Installed* p = pending_.load(std::memory_order_acquire);
+  if (p == nullptr) return;
+  current_.store(p, std::memory_order_release);
+  pending_.store(nullptr, std::memory_order_release);
 }
 
 Status Ownership::Check(std::string_view key, bool write) const {

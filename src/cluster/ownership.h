@@ -18,11 +18,20 @@
 // are this server's own, kept per shard beside the configuration, and end
 // when a configuration no longer moves the shard away from here.
 //
-// Thread contract: Install, Freeze and Release from any thread (they
-// serialize on a mutex); everything else from any thread, lock-free on the
-// data path. Installed configurations are kept until the Ownership is
-// destroyed, so a pointer returned by current() stays valid
-// (configurations change rarely).
+// A member that starts with data (--data-dir) may hold pairs of shards
+// that moved away while it was down (a move whose manager committed it
+// without this server's release: it had died right after the handoff).
+// So the first configuration is not served at once: it waits, as
+// pending(), until each part of the data path that keeps pairs (the hash
+// store's partitions, RequirePurge) has deleted what that configuration
+// does not give this server (PurgeDone); until then the server answers
+// Busy, as before any configuration, and no reader can find those pairs.
+//
+// Thread contract: Install, Freeze, Release and PurgeDone from any thread
+// (they serialize on a mutex); RequirePurge before the first Install;
+// everything else from any thread, lock-free on the data path. Installed
+// configurations are kept until the Ownership is destroyed, so a pointer
+// returned by current() stays valid (configurations change rarely).
 
 #ifndef REMEM_CLUSTER_OWNERSHIP_H_
 #define REMEM_CLUSTER_OWNERSHIP_H_
@@ -61,10 +70,24 @@ class Ownership {
   // Installs `config` if its epoch is newer than the current one; returns
   // whether it did.
   bool Install(Config config);
-  // Null before the first configuration.
+  // Null before the first configuration is served.
   const Installed* current() const {
     return current_.load(std::memory_order_acquire);
   }
+  // The configuration installed last: current(), or the first one while
+  // it waits for the purges. Null before any.
+  const Installed* latest() const {
+    const Installed* p = pending_.load(std::memory_order_acquire);
+    return p != nullptr ? p : current();
+  }
+  // The first configuration while it waits for the purges, else null.
+  const Installed* pending() const {
+    return pending_.load(std::memory_order_acquire);
+  }
+  // `parts` parts of the data path will each call PurgeDone once, after
+  // deleting the pairs of shards that pending() does not give this server.
+  void RequirePurge(uint32_t parts) const;
+  void PurgeDone() const;
   // 0 before the first configuration.
   uint32_t epoch() const {
     const Installed* c = current();
@@ -112,8 +135,12 @@ class Ownership {
   Status Check(std::string_view key, bool write) const;
 
   const std::string self_;
-  std::atomic<const Installed*> current_{nullptr};
-  mutable std::mutex mu_;  // Install, SetState
+  // Mutable: PurgeDone (const, as Freeze) publishes the pending one.
+  mutable std::atomic<const Installed*> current_{nullptr};
+  // The first configuration, until every purge is done.
+  mutable std::atomic<const Installed*> pending_{nullptr};
+  mutable std::mutex mu_;  // Install, SetState, purges
+  mutable uint32_t purges_left_ = 0;
   std::vector<std::unique_ptr<Installed>> all_;
   // Per shard (allocated with the first configuration; the shard count
   // never changes): kServing, kFrozen or kReleased.

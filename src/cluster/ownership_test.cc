@@ -30,6 +30,36 @@ TEST(Ownership, NothingIsOwnedBeforeTheFirstConfiguration) {
   EXPECT_EQ(o.Admits(1).code(), StatusCode::kBusy);
 }
 
+TEST(Ownership, TheFirstConfigurationIsServedOnlyOnceEveryPurgeIsDone) {
+  Ownership o("a:1");
+  o.RequirePurge(2);
+  const Config c1 = TwoServers(1);
+  const std::string mine = KeyOwnedBy(c1, "a:1");
+  ASSERT_TRUE(o.Install(c1));
+  // Pending: the purges read it; requests wait (Busy), as before any.
+  ASSERT_NE(o.pending(), nullptr);
+  EXPECT_EQ(o.current(), nullptr);
+  EXPECT_EQ(o.latest(), o.pending());
+  EXPECT_EQ(o.epoch(), 0u);
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kBusy);
+  EXPECT_EQ(o.Admits(1).code(), StatusCode::kBusy);
+  // A newer one meanwhile replaces it; an older one is still ignored.
+  ASSERT_TRUE(o.Install(TwoServers(2)));
+  EXPECT_FALSE(o.Install(TwoServers(1)));
+  EXPECT_EQ(o.pending()->config.epoch, 2u);
+  o.PurgeDone();
+  EXPECT_EQ(o.current(), nullptr);
+  o.PurgeDone();
+  ASSERT_NE(o.current(), nullptr);
+  EXPECT_EQ(o.pending(), nullptr);
+  EXPECT_EQ(o.epoch(), 2u);
+  EXPECT_TRUE(o.Owns(mine).ok());
+  // Later configurations are served at once.
+  ASSERT_TRUE(o.Install(TwoServers(3, /*swapped=*/true)));
+  EXPECT_EQ(o.epoch(), 3u);
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kMoved);
+}
+
 TEST(Ownership, OwnsItsShardsAndRefusesOthersAndOtherEpochs) {
   Ownership o("a:1");
   const Config c1 = TwoServers(1);

@@ -13,6 +13,7 @@
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "hash/codec.h"
+#include "util/log.h"
 
 namespace remem::hash {
 
@@ -167,6 +168,9 @@ Status HashService::Init(server::ServiceContext* ctx) {
         {g.region, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed});
   }
   info_ = EncodeHashInfo(info);
+  // Each partition deletes what the first configuration does not give this
+  // server before it is served (PurgeUnowned_st).
+  if (cluster_ != nullptr) cluster_->RequirePurge(uint32_t(partitions_.size()));
   return Status::OK();
 }
 
@@ -578,7 +582,45 @@ void HashService::HandleOps(PartitionId p, Call call) {
   }
 }
 
-size_t HashService::OnPass(PartitionId p) { return RunOps_st(p); }
+size_t HashService::OnPass(PartitionId p) {
+  if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
+  return RunOps_st(p);
+}
+
+void HashService::PurgeUnowned_st(PartitionId p) {
+  const cluster::Ownership::Installed* c = cluster_->pending();
+  if (c == nullptr) return;  // no configuration yet
+  Partition& part = *partitions_[p];
+  Table& table = *part.table;
+  const uint32_t num_shards = c->config.num_shards();
+  std::vector<std::string> keys;
+  table.ScanBuckets(0, table.num_buckets(),
+                    [&](std::string_view k, std::string_view, uint64_t) {
+                      if (!c->owns[cluster::ShardOf(k, num_shards)]) {
+                        keys.emplace_back(k);
+                      }
+                    });
+  // Logged where the log takes writes; in memory in any case (a restart
+  // purges again).
+  const bool logged =
+      part.store != nullptr && !keys.empty() && part.store->Writable().ok();
+  part.purging = true;
+  for (const std::string& k : keys) {
+    if (table.Delete(k).ok() && logged) {
+      part.store->LogDelete(k, table.last_version());
+    }
+  }
+  part.purging = false;
+  if (!keys.empty()) {
+    log::Info(
+        "cluster: partition {} deleted {} pairs of shards that epoch {} does "
+        "not give this server (a move ended while it was down)",
+        p, keys.size(), c->config.epoch);
+  }
+  UpdateCounters_st(part);
+  part.purged = true;
+  cluster_->PurgeDone();
+}
 
 size_t HashService::RunOps_st(PartitionId p) {
   Partition& part = *partitions_[p];

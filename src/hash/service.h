@@ -104,6 +104,9 @@ class HashService final : public server::Service {
     // While released shards' pairs are deleted: those deletes are not
     // changes to send (owner thread only).
     bool purging = false;
+    // In a cluster: what the first configuration does not give this server
+    // has been deleted (PurgeUnowned_st).
+    bool purged = false;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -123,6 +126,9 @@ class HashService final : public server::Service {
   Status Writable(std::string_view key) const;
   // Runs partition p's queued operations (the engine above).
   size_t RunOps_st(server::PartitionId p);
+  // Before the first configuration is served (cluster::Ownership::
+  // RequirePurge): deletes the pairs of shards it does not give this server.
+  void PurgeUnowned_st(server::PartitionId p);
   // Replies once partition p's records so far are durable (at once without
   // persistence).
   void AfterDurable_st(Partition& part, server::Responder responder,

@@ -558,6 +558,7 @@ Status Server::Impl::StartCluster() {
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
   mo.move_share = config.move_share;
+  mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
   mo.session_timeout = config.cluster_session;
   // The manager's sessions to members: the cluster shares one secret.
   mo.session.secret = config.secret;

@@ -73,6 +73,8 @@ struct ServerConfig {
   // As the manager: the share (percent) of the time shard copies may keep
   // the servers busy (cluster::MemberOptions::move_share).
   uint32_t move_share = 25;
+  // Testing: cluster::MemberOptions::fault_kill_after_handoff.
+  bool fault_kill_after_handoff = false;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
 };
 
