@@ -618,7 +618,10 @@ void ExpectEveryKey(Cluster* c, const Loaded& l) {
 }
 
 TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
-  StartServers(2);
+  // One changed pair per ShardSync reply: the manager must ask until the
+  // frozen shards' changes are all sent.
+  const std::vector<std::string> one_pair_syncs = {"--shard-sync-bytes", "1"};
+  StartServers(2, one_pair_syncs);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 4000);
@@ -646,7 +649,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
     report = testing::RunRace(&kv, o);
     race_end = std::chrono::steady_clock::now();
   });
-  servers_.push_back(StartServer(MemberFlags(2)));
+  servers_.push_back(StartServer(MemberFlags(2, one_pair_syncs)));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joined = servers_.back().address;
   const bool balanced = WaitForConfig(cluster.get(), [&](const auto& info) {
@@ -699,7 +702,9 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
     char tmpl[] = "/tmp/remem-cluster-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dirs.push_back(tmpl);
-    servers_.push_back(StartServer(MemberFlags(3, {"--data-dir", tmpl})));
+    // One changed pair per ShardSync reply (see below).
+    servers_.push_back(StartServer(
+        MemberFlags(3, {"--data-dir", tmpl, "--shard-sync-bytes", "1"})));
     ASSERT_NE(servers_.back().process, nullptr);
   }
   auto cluster = Connect({servers_[0].address});
@@ -718,10 +723,12 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   // The CLI drains the server that owns key 0 and waits for it. Meanwhile
   // counters on that server go up through asynchronous operations (refused
   // while their shard is handed over, retried by the client: each
-  // increment acknowledged is counted once).
+  // increment acknowledged is counted once). Each step finds several of
+  // them changed at its freeze, one per sync reply: the manager must ask
+  // until it has them all.
   const std::string drained = cluster->OwnerOf(Key(0));
   std::vector<std::string> counters;
-  for (int i = 0; counters.size() < 4; ++i) {
+  for (int i = 0; counters.size() < 64; ++i) {
     if (cluster->OwnerOf("ctr-" + std::to_string(i)) == drained) {
       counters.push_back("ctr-" + std::to_string(i));
     }

@@ -567,18 +567,28 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                 std::move(pairs))
         .status();
   };
+  // One reply of changes (about 32 MiB at most) unfrozen: what is left
+  // goes in a later round. Frozen: every change, in as many replies as it
+  // takes (no write adds any meanwhile).
   auto sync = [&](const std::string& from, const std::string& to,
-                  const std::vector<uint32_t>& shards, uint8_t flags) {
-    auto changed = Call(from, moving.epoch,
-                        static_cast<uint8_t>(hash::HashMethod::kShardSync),
-                        hash::EncodeShardList({shards, flags}));
-    if (!changed.ok()) return changed.status();
-    auto pairs = hash::DecodeShardPairs(*changed);
-    if (!pairs.ok()) return pairs.status();
-    step_pairs_ += pairs->pairs.size();
-    // Sent even empty: it carries the highest version A issued, which B's
-    // next versions must exceed.
-    return forward(to, std::move(*changed));
+                  const std::vector<uint32_t>& shards,
+                  uint8_t flags) -> Status {
+    bool more = true;
+    while (more) {
+      auto changed = Call(from, moving.epoch,
+                          static_cast<uint8_t>(hash::HashMethod::kShardSync),
+                          hash::EncodeShardList({shards, flags}));
+      if (!changed.ok()) return changed.status();
+      auto pairs = hash::DecodeShardPairs(*changed);
+      if (!pairs.ok()) return pairs.status();
+      step_pairs_ += pairs->pairs.size();
+      more = (flags & hash::kShardFreeze) != 0 &&
+             pairs->cursor != hash::kShardCursorDone;
+      // Sent even empty: it carries the highest version A issued, which
+      // B's next versions must exceed.
+      REMEM_RETURN_IF_ERROR(forward(to, std::move(*changed)));
+    }
+    return Status::OK();
   };
   for (const auto& [pair, shards] : moves) {
     const std::string& from = moving.members[pair.first].address;

@@ -46,6 +46,10 @@ void HashService::DeclareOptions(server::OptionSet* o) {
                 "a shared library of user-defined update functions "
                 "(remem/ops_plugin.h) to load at start; repeatable. One that "
                 "cannot be loaded stops the server");
+  o->AddUint("--shard-sync-bytes", &options_.shard_sync_bytes,
+             "testing: bytes of pairs per reply of the changes of moving "
+             "shards (at least one pair per reply)",
+             /*testing=*/true);
   o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
              "testing: pause every hash bucket write half done for this many "
              "microseconds (readers see the torn bucket)",
@@ -830,6 +834,22 @@ void HashService::HandleShardExport_st(PartitionId p, Call call) {
                                table.last_version()));
 }
 
+// The budget plus the largest pair still fits a reply.
+static_assert(kShardSyncBytes + Limits{}.max_key + Limits{}.max_value +
+                  sizeof(ShardPair) + sizeof(ShardPairsHeader) <=
+              proto::kMaxRpcPayload);
+
+// What a ShardSync collects, partition after partition.
+struct HashService::ShardSyncState {
+  std::vector<uint8_t> set;
+  uint32_t num_shards = 0;
+  ShardPairsWriter out;
+  uint64_t bytes = 0;        // of pairs in `out`
+  uint64_t max_version = 0;  // the highest any partition issued
+  bool more = false;         // changes left for the next request
+  Responder responder;
+};
+
 void HashService::HandleShardSync(Call call) {
   auto list = DecodeShardList(call.payload);
   if (!list.ok()) return call.responder.Reply(list.status());
@@ -847,52 +867,49 @@ void HashService::HandleShardSync(Call call) {
       return call.responder.Reply(st);
     }
   }
-  struct Sync {
-    std::vector<uint8_t> set;
-    uint32_t num_shards = 0;
-    std::vector<std::vector<OwnedPair>> parts;
-    std::vector<uint64_t> last_version;  // per partition
-    Responder responder;
-  };
-  auto sync = std::make_shared<Sync>();
+  auto sync = std::make_shared<ShardSyncState>();
   sync->num_shards = cluster_->current()->config.num_shards();
   sync->set = ShardSet(list->shards, sync->num_shards);
-  sync->parts.resize(partitions_.size());
-  sync->last_version.resize(partitions_.size());
   sync->responder = std::move(call.responder);
-  auto fan = std::make_shared<server::FanIn>(partitions_.size(), [sync] {
-    ShardPairsWriter out;
-    for (const auto& part : sync->parts) {
-      for (const OwnedPair& pr : part) {
-        out.Add(pr.key, pr.value, pr.version, pr.deleted);
-      }
+  // The partitions one after another, so that one budget bounds the reply.
+  ctx_->RunOn(0, [this, sync] { CollectChanges_st(sync, 0); });
+}
+
+void HashService::CollectChanges_st(std::shared_ptr<ShardSyncState> sync,
+                                    PartitionId p) {
+  Partition& part = *partitions_[p];
+  for (auto it = part.changed.begin(); it != part.changed.end();) {
+    if (!sync->set[cluster::ShardOf(*it, sync->num_shards)]) {
+      ++it;
+      continue;
     }
-    const uint64_t max_version =
-        *std::max_element(sync->last_version.begin(), sync->last_version.end());
-    sync->responder.Reply(Status::OK(),
-                          out.Finish(0, kShardCursorDone, 0, max_version));
-  });
-  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
-    ctx_->RunOn(owner, [this, owner, sync, fan] {
-      Partition& part = *partitions_[owner];
-      auto& mine = sync->parts[owner];
-      for (auto it = part.changed.begin(); it != part.changed.end();) {
-        if (!sync->set[cluster::ShardOf(*it, sync->num_shards)]) {
-          ++it;
-          continue;
-        }
-        auto v = part.table->Get(*it);
-        if (v.ok()) {
-          mine.push_back({*it, std::move(v->value), v->version, false});
-        } else {
-          mine.push_back({*it, {}, 0, true});
-        }
-        it = part.changed.erase(it);
-      }
-      sync->last_version[owner] = part.table->last_version();
-      fan->Done();
-    });
+    auto v = part.table->Get(*it);
+    const uint64_t size =
+        it->size() + sizeof(ShardPair) + (v.ok() ? v->value.size() : 0);
+    // At least one pair per reply, so the largest pair goes too.
+    if (sync->bytes > 0 &&
+        sync->bytes + size >
+            std::min(options_.shard_sync_bytes, kShardSyncBytes)) {
+      sync->more = true;
+      break;
+    }
+    sync->bytes += size;
+    if (v.ok()) {
+      sync->out.Add(*it, v->value, v->version, false);
+    } else {
+      sync->out.Add(*it, {}, 0, true);
+    }
+    it = part.changed.erase(it);
   }
+  sync->max_version = std::max(sync->max_version, part.table->last_version());
+  if (p + 1 < partitions_.size()) {
+    return ctx_->RunOn(p + 1,
+                       [this, sync, p] { CollectChanges_st(sync, p + 1); });
+  }
+  // Cursor 0: more changes are left, ask again.
+  sync->responder.Reply(
+      Status::OK(), sync->out.Finish(0, sync->more ? 0 : kShardCursorDone, 0,
+                                     sync->max_version));
 }
 
 void HashService::HandleShardImport(Call call) {

@@ -60,6 +60,9 @@ struct HashServiceOptions {
   uint64_t initial_buckets = 256;  // per partition, a power of two
   // Tests: every bucket write pauses this long half done. 0 = off.
   uint64_t fault_pause_mid_write_us = 0;
+  // Testing: the bytes of pairs a ShardSync reply holds (kShardSyncBytes;
+  // small values make every sync of several changes take several replies).
+  uint64_t shard_sync_bytes = kShardSyncBytes;
   // Shared libraries of user-defined update functions (--ops-library).
   std::vector<std::string> ops_libraries;
 };
@@ -120,6 +123,9 @@ class HashService final : public server::Service {
   // in cluster/member.h).
   void HandleShardExport_st(server::PartitionId p, server::Call call);
   void HandleShardSync(server::Call call);
+  struct ShardSyncState;
+  void CollectChanges_st(std::shared_ptr<ShardSyncState> sync,
+                         server::PartitionId p);
   void HandleShardImport(server::Call call);
   void HandleShardDrop(server::Call call);
   // OK, or (in a cluster) Busy for a key whose shard is being handed over.

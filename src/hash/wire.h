@@ -208,6 +208,10 @@ struct ShardExportRequest {
 static_assert(sizeof(ShardExportRequest) == 32);
 
 inline constexpr uint64_t kShardCursorDone = ~uint64_t{0};
+// A ShardSync reply holds pairs up to about this many bytes (and at least
+// one pair), so it stays within kMaxRpcPayload with the largest pair;
+// cursor 0 says more changes are left.
+inline constexpr uint64_t kShardSyncBytes = 32ull << 20;
 
 // ShardPairsHeader, then `count` times (ShardPair, key, value).
 struct ShardPairsHeader {
