@@ -254,6 +254,32 @@ TEST_F(ClusterTest,
     }
     EXPECT_EQ(j, multi[b].size());
   }
+  // ... and into storage the caller keeps (views of the caller's keys).
+  std::vector<std::string_view> every(keys.begin(), keys.end());
+  std::vector<HashStore::Value> into(3, HashStore::Value{"stale", 0});
+  std::vector<Status> statuses;
+  bool answered = false;
+  cluster->MultiGetAsync(every, &into, &statuses, [&](Status st) {
+    EXPECT_TRUE(st.ok()) << st.ToString();  // NotFound is not an error
+    answered = true;
+  });
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  ASSERT_TRUE(answered);
+  ASSERT_EQ(into.size(), keys.size());
+  ASSERT_EQ(statuses.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i < 50) {
+      EXPECT_EQ(statuses[i].code(), StatusCode::kNotFound) << keys[i];
+      if (i < 3) {
+        EXPECT_EQ(into[i].value, "stale");  // left as it was
+      }
+    } else {
+      ASSERT_TRUE(statuses[i].ok())
+          << keys[i] << ": " << statuses[i].ToString();
+      EXPECT_EQ(into[i].value, vals[i]);
+      EXPECT_GT(into[i].version, 0u);
+    }
+  }
 
   // The CLI, as a user would: routed put and get, and the shard map.
   auto put = RunCommand({testing::CliBinary(), "--cluster",

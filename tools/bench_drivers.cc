@@ -116,36 +116,33 @@ class RememDriver : public KvDriver {
 
 // A remem cluster through remem::Cluster: each key routed to its owner.
 // Gets, puts and batches of keys (the cluster's MultiGetAsync: split per
-// server, all at once) are asynchronous, any number in flight.
+// server, all at once) are asynchronous, any number in flight, and read
+// into storage kept with each request.
 class ClusterDriver : public KvDriver {
  public:
   explicit ClusterDriver(std::unique_ptr<Cluster> c) : c_(std::move(c)) {}
 
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet) {
-      r->values.resize(r->keys.size());
-      if (r->keys.size() > 1) {
-        std::vector<std::string_view> keys(r->keys.begin(), r->keys.end());
-        c_->MultiGetAsync(keys, [this, r](std::vector<Result<Value>> got) {
-          for (size_t i = 0; i < got.size(); ++i) Take(r, i, got[i]);
-          Complete(r);
-        });
-        return;
-      }
-      // Into storage kept with the request (the key stays in r->keys).
+      // Into storage kept with the request, as RememDriver (the keys stay
+      // in r->keys).
       if (r->scratch == nullptr) r->scratch = std::make_unique<GetScratch>();
       auto* g = static_cast<GetScratch*>(r->scratch.get());
-      c_->GetAsync(r->keys[0], &g->value, [this, r, g](Status st) {
-        if (st.ok()) {
-          if (r->values[0]) {
-            r->values[0]->assign(g->value.value);
-          } else {
-            r->values[0].emplace(g->value.value);
-          }
-        } else {
-          r->values[0].reset();
-          if (st.code() != StatusCode::kNotFound) r->status = st;
-        }
+      r->values.resize(r->keys.size());
+      if (r->keys.size() > 1) {
+        g->keys.assign(r->keys.begin(), r->keys.end());
+        c_->MultiGetAsync(g->keys, &g->values, &g->statuses,
+                          [this, r, g](Status) {
+                            for (size_t i = 0; i < g->statuses.size(); ++i) {
+                              Take(r, i, g->statuses[i], g->values[i]);
+                            }
+                            Complete(r);
+                          });
+        return;
+      }
+      g->values.resize(1);
+      c_->GetAsync(r->keys[0], &g->values[0], [this, r, g](Status st) {
+        Take(r, 0, st, g->values[0]);
         Complete(r);
       });
       return;
@@ -164,13 +161,24 @@ class ClusterDriver : public KvDriver {
   size_t in_flight() const override { return c_->in_flight() + done_.size(); }
 
  private:
-  using Value = HashStore::Value;
-  static void Take(KvRequest* r, size_t i, const Result<Value>& v) {
-    if (v.ok()) {
-      r->values[i].emplace(v->value);
+  struct GetScratch : KvRequest::Scratch {
+    std::vector<std::string_view> keys;
+    std::vector<HashStore::Value> values;
+    std::vector<Status> statuses;
+  };
+  // Key i's outcome into r (a string that keeps its capacity), nullopt if
+  // absent, or the request's error.
+  static void Take(KvRequest* r, size_t i, const Status& st,
+                   const HashStore::Value& v) {
+    if (st.ok()) {
+      if (r->values[i]) {
+        r->values[i]->assign(v.value);
+      } else {
+        r->values[i].emplace(v.value);
+      }
     } else {
       r->values[i].reset();
-      if (v.status().code() != StatusCode::kNotFound) r->status = v.status();
+      if (st.code() != StatusCode::kNotFound) r->status = st;
     }
   }
   void Complete(KvRequest* r) {
@@ -178,9 +186,6 @@ class ClusterDriver : public KvDriver {
     done_.push_back(r);
   }
 
-  struct GetScratch : KvRequest::Scratch {
-    HashStore::Value value;
-  };
   std::unique_ptr<Cluster> c_;
   std::vector<KvRequest*> done_;
 };

@@ -148,6 +148,13 @@ class Cluster {
   // together, within the deadline. Many may be in flight.
   void MultiGetAsync(const std::vector<std::string_view>& keys,
                      MultiGetCallback done);
+  // As HashStore::MultiGetAsync into storage the caller keeps: nothing
+  // allocated per call once warm. Here the keys are not copied: the
+  // strings they view, *values and *statuses must stay valid and untouched
+  // until `done` runs.
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     std::vector<Value>* values, std::vector<Status>* statuses,
+                     Callback done);
   // A get into storage the caller keeps, as HashStore::GetAsync(key, into,
   // done): nothing allocated per get on shared memory. Here `key` is not
   // copied: it, like *into, must stay valid and untouched until `done`

@@ -447,57 +447,129 @@ struct Cluster::Impl {
 
   // A multi-get in rounds: each round sends the keys still to do, split per
   // owner, to every owner at once; keys refused with Moved or Busy go in
-  // the next round (after a refresh, or a pause), until the deadline.
+  // the next round (after a refresh, or a pause), until the deadline. The
+  // caller's storage receives the values (strings swapped, so capacity
+  // circulates); records come from a pool, so a warm multi-get allocates
+  // nothing.
+  struct MultiGetOp;
+  struct MultiGetPart {  // one owner's share of a round
+    Impl* impl = nullptr;
+    MultiGetOp* op = nullptr;
+    std::vector<size_t> idx;
+    std::vector<std::string_view> keys;
+    std::vector<Value> values;
+    std::vector<Status> statuses;
+  };
   struct MultiGetOp {
-    std::vector<std::string> keys;
-    std::vector<Result<Value>> out;
+    std::vector<std::string_view> keys;  // the caller keeps the strings
+    std::vector<Value>* values = nullptr;
+    std::vector<Status>* statuses = nullptr;
+    Callback done;
     std::vector<size_t> todo;
-    MultiGetCallback done;
-    size_t pending = 0;  // servers asked this round and not yet answered
+    std::vector<MultiGetPart> parts;  // by member index, this round
+    size_t pending = 0;               // owners asked and not yet answered
     Clock::time_point deadline{};
     int attempt = 0;
     bool counted = true;
   };
+  std::deque<MultiGetOp> multi_all;  // elements never move
+  std::vector<MultiGetOp*> multi_free;
 
   void StartMultiGet(const std::vector<std::string_view>& keys,
-                     MultiGetCallback done, bool counted) {
-    auto m = std::make_shared<MultiGetOp>();
+                     std::vector<Value>* values, std::vector<Status>* statuses,
+                     Callback done, bool counted) {
+    MultiGetOp* m = nullptr;
+    if (multi_free.empty()) {
+      m = &multi_all.emplace_back();
+    } else {
+      m = multi_free.back();
+      multi_free.pop_back();
+    }
     m->keys.assign(keys.begin(), keys.end());
-    m->out.assign(keys.size(), Status::Internal("not yet answered"));
+    m->values = values;
+    m->statuses = statuses;
+    values->resize(keys.size());
+    statuses->assign(keys.size(), Status::OK());
+    m->done = std::move(done);
     m->todo.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) m->todo[i] = i;
-    m->done = std::move(done);
+    m->deadline = {};
+    m->attempt = 0;
     m->counted = counted;
     if (counted) ++in_flight;
-    MultiGetRound(std::move(m));
+    MultiGetRound(m);
   }
 
-  void MultiGetRound(std::shared_ptr<MultiGetOp> m) {
-    std::vector<std::vector<size_t>> by_owner(config.members.size());
-    for (size_t i : m->todo) by_owner[OwnerIndex(m->keys[i])].push_back(i);
+  // The multi-get that returns a vector of results: the same rounds, into
+  // storage it keeps with its own copy of the keys.
+  void StartMultiGet(const std::vector<std::string_view>& keys,
+                     MultiGetCallback done, bool counted) {
+    struct Held {
+      std::vector<std::string> keys;
+      std::vector<std::string_view> views;
+      std::vector<Value> values;
+      std::vector<Status> statuses;
+    };
+    auto h = std::make_shared<Held>();
+    h->keys.assign(keys.begin(), keys.end());
+    h->views.assign(h->keys.begin(), h->keys.end());
+    StartMultiGet(
+        h->views, &h->values, &h->statuses,
+        [h, done = std::move(done)](Status) {
+          std::vector<Result<Value>> out;
+          out.reserve(h->statuses.size());
+          for (size_t i = 0; i < h->statuses.size(); ++i) {
+            if (h->statuses[i].ok()) {
+              out.emplace_back(std::move(h->values[i]));
+            } else {
+              out.emplace_back(std::move(h->statuses[i]));
+            }
+          }
+          if (done) done(std::move(out));
+        },
+        counted);
+  }
+
+  void MultiGetRound(MultiGetOp* m) {
+    if (m->parts.size() < config.members.size()) {
+      m->parts.resize(config.members.size());
+    }
+    for (MultiGetPart& p : m->parts) {
+      p.idx.clear();
+      p.keys.clear();
+    }
+    for (size_t i : m->todo) {
+      MultiGetPart& p = m->parts[OwnerIndex(m->keys[i])];
+      p.idx.push_back(i);
+      p.keys.push_back(m->keys[i]);
+    }
     // Counted before any is sent: a store may answer inside the call.
-    for (const auto& idx : by_owner) m->pending += idx.empty() ? 0 : 1;
-    const size_t asked = m->pending;
-    for (uint16_t owner = 0; owner < by_owner.size(); ++owner) {
-      std::vector<size_t>& idx = by_owner[owner];
-      if (idx.empty()) continue;
+    size_t asked = 0;
+    for (const MultiGetPart& p : m->parts) asked += p.idx.empty() ? 0 : 1;
+    m->pending = asked;
+    for (uint16_t owner = 0; owner < m->parts.size(); ++owner) {
+      MultiGetPart& part = m->parts[owner];
+      if (part.idx.empty()) continue;
+      part.impl = this;
+      part.op = m;
       auto s = ServerOfMember(owner);
       auto store = s.ok() ? StoreOf(*s) : Result<HashStore*>(s.status());
       if (!store.ok()) {
-        for (size_t i : idx) m->out[i] = store.status();
+        for (size_t i : part.idx) (*m->statuses)[i] = store.status();
         --m->pending;
         continue;
       }
-      std::vector<std::string_view> part;
-      part.reserve(idx.size());
-      for (size_t i : idx) part.push_back(m->keys[i]);
-      (*store)->MultiGetAsync(
-          part, [this, m, idx = std::move(idx)](std::vector<Result<Value>> r) {
-            for (size_t j = 0; j < r.size() && j < idx.size(); ++j) {
-              m->out[idx[j]] = std::move(r[j]);
-            }
-            if (--m->pending == 0) MultiGetRoundDone(m);
-          });
+      if (asked == 1 && part.idx.size() == m->keys.size()) {
+        // Every key on one server, in order: straight into the caller's
+        // storage.
+        (*store)->MultiGetAsync(m->keys, m->values, m->statuses,
+                                [this, m](Status) {
+                                  if (--m->pending == 0) MultiGetRoundDone(m);
+                                });
+        continue;
+      }
+      (*store)->MultiGetAsync(part.keys, &part.values, &part.statuses,
+                              [p = &part](Status) { p->impl->PartDone(p); });
     }
     // Nothing left in flight (every owner unreachable, or no key): done
     // at the next Poll, as callbacks are.
@@ -506,11 +578,21 @@ struct Cluster::Impl {
     }
   }
 
-  void MultiGetRoundDone(const std::shared_ptr<MultiGetOp>& m) {
+  void PartDone(MultiGetPart* p) {
+    MultiGetOp* m = p->op;
+    for (size_t j = 0; j < p->idx.size(); ++j) {
+      const size_t i = p->idx[j];
+      (*m->statuses)[i] = std::move(p->statuses[j]);
+      if ((*m->statuses)[i].ok()) std::swap((*m->values)[i], p->values[j]);
+    }
+    if (--m->pending == 0) MultiGetRoundDone(m);
+  }
+
+  void MultiGetRoundDone(MultiGetOp* m) {
     m->todo.clear();
     bool moved = false;
-    for (size_t i = 0; i < m->out.size(); ++i) {
-      const Status& st = m->out[i].status();
+    for (size_t i = 0; i < m->statuses->size(); ++i) {
+      const Status& st = (*m->statuses)[i];
       if (!Retryable(st)) continue;
       m->todo.push_back(i);
       moved = moved || IsMoved(st);
@@ -518,7 +600,8 @@ struct Cluster::Impl {
     if (!m->todo.empty() && InTime(&m->deadline)) {
       ++m->attempt;
       if (moved) {
-        Refused(Status::Moved("a key moved"));
+        ++stats.moved;
+        stale = true;
         later.push_back([this, m] { MultiGetRound(m); });
       } else {
         waiting.emplace_back(Clock::now() + BackoffPause(m->attempt),
@@ -526,18 +609,17 @@ struct Cluster::Impl {
       }
       return;
     }
-    if (m->counted) {
-      Status first;  // the first error other than NotFound, as the store's
-      for (const auto& r : m->out) {
-        if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
-          first = r.status();
-          break;
-        }
+    Status first;  // the first error other than NotFound, as the store's
+    for (const Status& st : *m->statuses) {
+      if (!st.ok() && st.code() != StatusCode::kNotFound) {
+        first = st;
+        break;
       }
-      Finish(first);
     }
-    MultiGetCallback done = std::move(m->done);
-    if (done) done(std::move(m->out));
+    if (m->counted) Finish(first);
+    Callback done = std::move(m->done);
+    multi_free.push_back(m);
+    if (done) done(first);
   }
 
   // A batch of n items, in rounds: issue(todo, out, pending) sends the
@@ -808,6 +890,13 @@ std::vector<Result<OpReply>> Cluster::ExecuteBatch(const std::vector<Op>& ops) {
 void Cluster::MultiGetAsync(const std::vector<std::string_view>& keys,
                             MultiGetCallback done) {
   impl_->StartMultiGet(keys, std::move(done), /*counted=*/true);
+}
+
+void Cluster::MultiGetAsync(const std::vector<std::string_view>& keys,
+                            std::vector<Value>* values,
+                            std::vector<Status>* statuses, Callback done) {
+  impl_->StartMultiGet(keys, values, statuses, std::move(done),
+                       /*counted=*/true);
 }
 
 size_t Cluster::Poll() { return impl_->Poll(); }
