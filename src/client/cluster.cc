@@ -259,9 +259,11 @@ struct Cluster::Impl {
           if (IsMoved(st)) (void)Refresh();
           continue;
         }
-        // Perhaps the shard moved off a server that left: ask once.
-        if (attempt == 0 && Refresh().ok() && OwnerIndex(key) != owner) {
-          continue;
+        // Perhaps the shard moved off a server that left: ask once (by
+        // address: a new configuration may number its members anew).
+        if (attempt == 0) {
+          const std::string addr = config.members[owner].address;
+          if (Refresh().ok() && OwnerOf(key) != addr) continue;
         }
         return st;
       }

@@ -781,14 +781,6 @@ Status CheckMoving(const cluster::Ownership& o,
   return Status::OK();
 }
 
-// A pair of a moving shard, owned (a partition's part of a reply).
-struct OwnedPair {
-  std::string key;
-  std::string value;
-  uint64_t version = 0;
-  bool deleted = false;
-};
-
 }  // namespace
 
 void HashService::HandleShardExport_st(PartitionId p, Call call) {
