@@ -645,8 +645,10 @@ void ExpectEveryKey(Cluster* c, const Loaded& l) {
 
 TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   // One changed pair per ShardSync reply: the manager must ask until the
-  // frozen shards' changes are all sent.
-  const std::vector<std::string> one_pair_syncs = {"--shard-sync-bytes", "1"};
+  // frozen shards' changes are all sent. Copies at full speed (no pacing),
+  // so that the moves end within the race under the sanitizers too.
+  const std::vector<std::string> one_pair_syncs = {"--shard-sync-bytes", "1",
+                                                   "--move-share", "100"};
   StartServers(2, one_pair_syncs);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
@@ -663,9 +665,11 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   // Batches of gets through both asynchronous paths (see GetBatch).
   o.read_batch = 4;
   o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
-  // Long enough for a join and a drain (the test checks they were over
+  // Until the join and the drain are over (the test checks they were over
   // before the race).
-  o.min_duration = std::chrono::milliseconds(6000);
+  std::atomic<bool> moves_done{false};
+  o.min_duration = std::chrono::milliseconds(3000);
+  o.keep_going = [&moves_done] { return !moves_done.load(); };
   o.min_writes = 300;
   o.max_writes = 1000000;
   o.grow_every = 0;
@@ -687,6 +691,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   const std::string drained = cluster->OwnerOf("hot0");
   const Status drain = cluster->Drain(drained, kBound);
   const auto drained_at = std::chrono::steady_clock::now();
+  moves_done = true;
   race.join();
   ASSERT_TRUE(balanced) << "the shards never moved to the new server";
   ASSERT_TRUE(drain.ok()) << drain.ToString();

@@ -68,7 +68,8 @@ void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
   for (uint64_t i = 0; i < o.max_writes; ++i) {
     const auto now = Clock::now();
     if (now - start >= o.max_duration ||
-        (now - start >= o.min_duration && i >= o.min_writes)) {
+        (now - start >= o.min_duration && i >= o.min_writes &&
+         !(o.keep_going && o.keep_going()))) {
       break;
     }
     const int k = int(rng() % uint64_t(o.keys));

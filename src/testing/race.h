@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct RaceOptions {
   uint64_t min_writes = 500;
   uint64_t max_writes = 20000;
   std::chrono::milliseconds max_duration{60000};
+  // If set, the writers also go on while it returns true (e.g. until
+  // something the test does meanwhile is over), within max_duration.
+  // Called from the writer threads.
+  std::function<bool()> keep_going;
   uint64_t max_reads_per_reader = 40000;
   // A fresh key after every `grow_every`-th hot write (0: none).
   int grow_every = 1;
