@@ -90,32 +90,23 @@ int main(int argc, char** argv) {
       Print(p, ret, *r);
       ++done;
     }
-  } else if (mode == "async") {
+  } else if (mode == "async" || mode == "typed") {
+    // A window of 16 in flight. `finish` records one completion: the old
+    // value (AddFetch answers the new one: old = new - delta).
     constexpr int kWindow = 16;
     int issued = 0, in_flight = 0;
-    while (done + failed < ops) {
-      while (issued < ops && in_flight < kWindow) {
-        Pending p = next();
-        p.call_ns = remem::testing::NowNs();
-        ++issued;
-        ++in_flight;
-        s.ExecuteAsync(remem::Op::FetchAdd(p.key, p.delta, true),
-                       [&, p](remem::Result<remem::OpReply> r) {
-                         --in_flight;
-                         const uint64_t ret = remem::testing::NowNs();
-                         if (!r.ok()) {
-                           ++failed;
-                           return;
-                         }
-                         Print(p, ret, *r);
-                         ++done;
-                       });
+    auto finish = [&](const Pending& p, const remem::Status& st, int64_t old,
+                      uint64_t version) {
+      --in_flight;
+      const uint64_t ret = remem::testing::NowNs();
+      if (!st.ok()) {
+        std::fprintf(stderr, "op: %s\n", st.ToString().c_str());
+        ++failed;
+        return;
       }
-      (void)(*session)->Poll();
-    }
-  } else if (mode == "typed") {
-    constexpr int kWindow = 16;
-    int issued = 0, in_flight = 0;
+      PrintOld(p, ret, old, version);
+      ++done;
+    };
     while (done + failed < ops) {
       while (issued < ops && in_flight < kWindow) {
         Pending p = next();
@@ -123,23 +114,23 @@ int main(int argc, char** argv) {
         const bool fetch_add = issued % 2 == 0;
         ++issued;
         ++in_flight;
-        // AddFetch answers the new value: the old one is new - delta.
-        auto done_cb = [&, p, fetch_add](remem::Result<remem::IntReply> r) {
-          --in_flight;
-          const uint64_t ret = remem::testing::NowNs();
-          if (!r.ok()) {
-            std::fprintf(stderr, "op: %s\n", r.status().ToString().c_str());
-            ++failed;
-            return;
-          }
-          PrintOld(p, ret, fetch_add ? r->value : r->value - p.delta,
-                   r->version);
-          ++done;
+        auto typed = [&, p, fetch_add](remem::Result<remem::IntReply> r) {
+          if (!r.ok()) return finish(p, r.status(), 0, 0);
+          finish(p, r.status(), fetch_add ? r->value : r->value - p.delta,
+                 r->version);
         };
-        if (fetch_add) {
-          s.FetchAddAsync(p.key, p.delta, done_cb, /*create=*/true);
+        if (mode == "async") {
+          s.ExecuteAsync(remem::Op::FetchAdd(p.key, p.delta, true),
+                         [&, p](remem::Result<remem::OpReply> r) {
+                           remem::Result<int64_t> old =
+                               r.ok() ? r->Int() : r.status();
+                           if (!old.ok()) return finish(p, old.status(), 0, 0);
+                           finish(p, old.status(), *old, r->version);
+                         });
+        } else if (fetch_add) {
+          s.FetchAddAsync(p.key, p.delta, typed, /*create=*/true);
         } else {
-          s.AddFetchAsync(p.key, p.delta, done_cb, /*create=*/true);
+          s.AddFetchAsync(p.key, p.delta, typed, /*create=*/true);
         }
       }
       (void)(*session)->Poll();

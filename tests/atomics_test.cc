@@ -392,11 +392,18 @@ TEST_F(AtomicsTest, ABatchOnOneKeyIsForwardedInOrderAndWrittenOnce) {
 
 using History = std::map<std::string, std::vector<KvOp>>;
 
-// atomics_child processes, one per mode, on `keys` hot keys; each has
-// connected when this returns.
+// Creates the counters hot0 .. hot<keys-1> at 0, then starts atomics_child
+// processes on them, one per mode; each has connected when this returns.
 void SpawnChildren(const std::string& address,
                    const std::vector<std::string>& modes, int keys, int ops,
                    std::vector<std::unique_ptr<Subprocess>>* children) {
+  {
+    auto c = ConnectOps(address);
+    ASSERT_TRUE(c.store);
+    for (int k = 0; k < keys; ++k) {
+      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
+    }
+  }
   int seed = 1;
   for (const std::string& mode : modes) {
     SpawnOptions o;
@@ -484,14 +491,6 @@ void CheckSumsAndHistories(const std::string& address, const History& history,
 TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
   constexpr int kKeys = 3;
   const int kOps = testing::Scaled(400, 100);
-  {
-    // The counters exist (at 0) before anyone adds.
-    auto c = ConnectOps(server_.address);
-    ASSERT_TRUE(c.store);
-    for (int k = 0; k < kKeys; ++k) {
-      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
-    }
-  }
   std::vector<std::unique_ptr<Subprocess>> children;
   SpawnChildren(server_.address, {"sync", "async", "batch", "async"}, kKeys,
                 kOps, &children);
@@ -548,13 +547,6 @@ TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
 TEST_F(AtomicsTest, TypedAsyncHelpersFromSeveralProcessesSumExactly) {
   constexpr int kKeys = 3;
   const int kOps = testing::Scaled(400, 100);
-  {
-    auto c = ConnectOps(server_.address);
-    ASSERT_TRUE(c.store);
-    for (int k = 0; k < kKeys; ++k) {
-      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
-    }
-  }
   std::vector<std::unique_ptr<Subprocess>> children;
   SpawnChildren(server_.address, {"typed", "typed", "typed"}, kKeys, kOps,
                 &children);

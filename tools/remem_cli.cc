@@ -16,6 +16,7 @@
 #include <map>
 #include <variant>
 
+#include "ops/vector.h"
 #include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/ops.h"
@@ -162,20 +163,6 @@ std::string ElementsText(const VectorData& v, bool json) {
       },
       v);
   return json ? out + "]" : out;
-}
-
-const char* TypeName(ElemType t) {
-  switch (t) {
-    case ElemType::kInt64:
-      return "int64";
-    case ElemType::kDouble:
-      return "double";
-    case ElemType::kFloat:
-      return "float";
-    case ElemType::kInt32:
-      return "int32";
-  }
-  return "?";
 }
 
 int PrintGot(const Result<HashStore::Value>& r, bool show_version) {
@@ -686,7 +673,7 @@ int main(int argc, char** argv) {
     if (vget->parsed()) {
       if (json) {
         std::printf("{\"type\":\"%s\",\"version\":%llu,\"elements\":%s}\n",
-                    TypeName(type),
+                    ops::ElemTypeName(type),
                     static_cast<unsigned long long>(cur->version),
                     ElementsText(cur->data, true).c_str());
       } else {

@@ -106,20 +106,6 @@ Status NotRegistered(const char* what, uint32_t id,
                              other);
 }
 
-const char* TypeName(ElemType t) {
-  switch (t) {
-    case ElemType::kInt64:
-      return "int64";
-    case ElemType::kDouble:
-      return "double";
-    case ElemType::kFloat:
-      return "float";
-    case ElemType::kInt32:
-      return "int32";
-  }
-  return "unknown";
-}
-
 // A user reduction (remem_ops_reduce_fn) of the vector `value`: a
 // one-element int64 or double vector, as the built-in reductions answer.
 Result<std::string> UserReduce(uint32_t id, const FunctionLookup* functions,
@@ -132,7 +118,7 @@ Result<std::string> UserReduce(uint32_t id, const FunctionLookup* functions,
       "reduction " + f->name + " (id " + std::to_string(id) + ")";
   if ((f->elem_types & REMEM_OPS_TYPE_BIT(uint8_t(v->type))) == 0) {
     return Status::InvalidArgument(who + " does not accept " +
-                                   TypeName(v->type) + " vectors");
+                                   ElemTypeName(v->type) + " vectors");
   }
   // The contract promises 8-byte alignment; a working copy's elements are
   // usually aligned already (16 bytes into a heap buffer).
