@@ -30,6 +30,46 @@
 
 namespace {
 
+// A function table for the engine: one update function and one reduction
+// (id 1 and 2, as a --ops-library would register), so decoded calls and
+// user reductions reach a function. Both read every byte they are given.
+int FuzzUpdate(int present, const uint8_t* value, size_t value_len,
+               const uint8_t* arg, size_t arg_len, uint8_t* out, size_t out_cap,
+               size_t* out_len) {
+  size_t n = 0;
+  for (size_t i = 0; present && i < value_len && n < out_cap; ++i) {
+    out[n++] = value[i];
+  }
+  for (size_t i = 0; i < arg_len && n < out_cap; ++i) out[n++] = arg[i];
+  *out_len = n;
+  return n % 3 == 0 ? REMEM_OPS_REFUSE : REMEM_OPS_WRITE;
+}
+int FuzzReduce(uint32_t elem_type, const void* elems, uint64_t count,
+               remem_ops_number* out) {
+  const size_t size =
+      elem_type == REMEM_OPS_INT64 || elem_type == REMEM_OPS_DOUBLE ? 8 : 4;
+  const auto* p = static_cast<const uint8_t*>(elems);
+  int64_t acc = 0;
+  for (uint64_t i = 0; i < count * size; ++i) acc += p[i];
+  out->type = acc % 2 == 0 ? REMEM_OPS_INT64 : REMEM_OPS_DOUBLE;
+  out->i = acc;
+  out->d = double(acc);
+  return acc % 5 == 0 ? REMEM_OPS_REFUSE : REMEM_OPS_REDUCED;
+}
+struct FuzzFunctions : remem::ops::FunctionLookup {
+  remem::ops::UserFunction update{1, "fuzz_update", FuzzUpdate};
+  remem::ops::UserReduction reduce{
+      2, "fuzz_reduce",
+      REMEM_OPS_TYPE_BIT(REMEM_OPS_INT64) | REMEM_OPS_TYPE_BIT(REMEM_OPS_INT32),
+      FuzzReduce};
+  const remem::ops::UserFunction* Find(uint32_t id) const override {
+    return id == 1 ? &update : nullptr;
+  }
+  const remem::ops::UserReduction* FindReduction(uint32_t id) const override {
+    return id == 2 ? &reduce : nullptr;
+  }
+};
+
 struct ReaderRun {
   size_t consumed = 0;
   bool done = false;
@@ -212,9 +252,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool present = true;
     std::string value(in.substr(0, size / 2));
     remem::ops::Outcome out;
+    static const FuzzFunctions functions;
     (void)remem::ops::Apply(*op, 1 << 16, nullptr, &present, &value, &out);
     value = std::string(op->arg);
-    (void)remem::ops::Apply(*op, 1 << 16, nullptr, &present, &value, &out);
+    (void)remem::ops::Apply(*op, 1 << 16, &functions, &present, &value, &out);
+    // A user reduction or call by the table's ids on the argument's bytes
+    // (a vector when the input makes one).
+    remem::ops::OpView user = *op;
+    user.function_id = user.kind == remem::OpKind::kCall ? 1 : 2;
+    value = std::string(op->arg);
+    present = true;
+    (void)remem::ops::Apply(user, 1 << 16, &functions, &present, &value, &out);
   }
   auto opb = DecodeHashOpBatch(in);
   if (opb.ok()) {
@@ -247,7 +295,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string v(in.substr(9));
     (void)remem::ops::UpdateVector(&v, remem::VecFn(data[0] % 6),
                                    in.substr(1, 8));
-    (void)remem::ops::ReduceVector(v, remem::Reduction(data[0] % 5));
+    (void)remem::ops::ReduceVector(v, remem::Reduction(data[0] % 6));
     (void)remem::ops::FilterVector(v, remem::Predicate(data[0] % 7),
                                    in.substr(1, 8), data[0] & 1);
   }

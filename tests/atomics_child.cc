@@ -1,6 +1,8 @@
 // A client process for atomics_test.cc: fetch-adds on a few hot keys through
 // one mode (sync: one call at a time; async: a window of ExecuteAsync;
-// batch: ExecuteBatch of a few ops over the keys), printing one history
+// typed: a window of the typed helpers FetchAddAsync and AddFetchAsync,
+// alternating; batch: ExecuteBatch of a few ops over the keys), printing one
+// history
 // line per acknowledged operation for the parent to check:
 //   H KEY CALL_NS RETURN_NS OLD VERSION DELTA
 // and then "DONE ops=N". The deltas vary (1..3) so values never repeat in a
@@ -26,14 +28,17 @@ struct Pending {
   uint64_t call_ns;
 };
 
-void Print(const Pending& p, uint64_t ret, const remem::OpReply& r) {
-  auto old = r.Int();
+void PrintOld(const Pending& p, uint64_t ret, int64_t old, uint64_t version) {
   std::printf("H %s %llu %llu %lld %llu %lld\n", p.key.c_str(),
               static_cast<unsigned long long>(p.call_ns),
-              static_cast<unsigned long long>(ret),
-              static_cast<long long>(old.ok() ? *old : -1),
-              static_cast<unsigned long long>(r.version),
+              static_cast<unsigned long long>(ret), static_cast<long long>(old),
+              static_cast<unsigned long long>(version),
               static_cast<long long>(p.delta));
+}
+
+void Print(const Pending& p, uint64_t ret, const remem::OpReply& r) {
+  auto old = r.Int();
+  PrintOld(p, ret, old.ok() ? *old : -1, r.version);
 }
 
 }  // namespace
@@ -85,26 +90,48 @@ int main(int argc, char** argv) {
       Print(p, ret, *r);
       ++done;
     }
-  } else if (mode == "async") {
+  } else if (mode == "async" || mode == "typed") {
+    // A window of 16 in flight. `finish` records one completion: the old
+    // value (AddFetch answers the new one: old = new - delta).
     constexpr int kWindow = 16;
     int issued = 0, in_flight = 0;
+    auto finish = [&](const Pending& p, const remem::Status& st, int64_t old,
+                      uint64_t version) {
+      --in_flight;
+      const uint64_t ret = remem::testing::NowNs();
+      if (!st.ok()) {
+        std::fprintf(stderr, "op: %s\n", st.ToString().c_str());
+        ++failed;
+        return;
+      }
+      PrintOld(p, ret, old, version);
+      ++done;
+    };
     while (done + failed < ops) {
       while (issued < ops && in_flight < kWindow) {
         Pending p = next();
         p.call_ns = remem::testing::NowNs();
+        const bool fetch_add = issued % 2 == 0;
         ++issued;
         ++in_flight;
-        s.ExecuteAsync(remem::Op::FetchAdd(p.key, p.delta, true),
-                       [&, p](remem::Result<remem::OpReply> r) {
-                         --in_flight;
-                         const uint64_t ret = remem::testing::NowNs();
-                         if (!r.ok()) {
-                           ++failed;
-                           return;
-                         }
-                         Print(p, ret, *r);
-                         ++done;
-                       });
+        auto typed = [&, p, fetch_add](remem::Result<remem::IntReply> r) {
+          if (!r.ok()) return finish(p, r.status(), 0, 0);
+          finish(p, r.status(), fetch_add ? r->value : r->value - p.delta,
+                 r->version);
+        };
+        if (mode == "async") {
+          s.ExecuteAsync(remem::Op::FetchAdd(p.key, p.delta, true),
+                         [&, p](remem::Result<remem::OpReply> r) {
+                           remem::Result<int64_t> old =
+                               r.ok() ? r->Int() : r.status();
+                           if (!old.ok()) return finish(p, old.status(), 0, 0);
+                           finish(p, old.status(), *old, r->version);
+                         });
+        } else if (fetch_add) {
+          s.FetchAddAsync(p.key, p.delta, typed, /*create=*/true);
+        } else {
+          s.AddFetchAsync(p.key, p.delta, typed, /*create=*/true);
+        }
       }
       (void)(*session)->Poll();
     }

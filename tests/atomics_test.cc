@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -205,7 +207,104 @@ TEST_F(AtomicsTest, UserFunctionsFromTheExampleLibrary) {
   auto refused = c->Execute(Op::Call("absent", 100, I64(2)));
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("int64_mul"), std::string::npos);
-  EXPECT_EQ(testing::StatOf(c.session.get(), "hash_op_functions"), 3u);
+  // Three update functions and two reductions.
+  EXPECT_EQ(testing::StatOf(c.session.get(), "hash_op_functions"), 5u);
+}
+
+// Reductions the example library registered (200 sum_of_squares, 201
+// l2_norm), by id, on the server whatever the client's reduce path; what is
+// not registered, or not of the right kind or element type, is refused and
+// changes nothing.
+TEST_F(AtomicsTest, UserReductionsFromTheExampleLibrary) {
+  // A client that would reduce built-ins here: user reductions still go to
+  // the server (it counts them there).
+  auto c = ConnectOps(server_.address, ReadPath::kAuto, ReadPath::kOneSided);
+  ASSERT_TRUE(c.store);
+  ASSERT_TRUE(c->VecPut("ints", std::vector<int64_t>{1, -2, 3}).ok());
+  ASSERT_TRUE(c->VecPut("i32", std::vector<int32_t>{4, 5}).ok());
+  ASSERT_TRUE(c->VecPut("reals", std::vector<double>{3, 4}).ok());
+  ASSERT_TRUE(c->VecPut("floats", std::vector<float>{0.5f, 1.5f}).ok());
+  ASSERT_TRUE(c->VecPut("empty", std::vector<int64_t>{}).ok());
+  const uint64_t version = c->hash()->Get("ints")->version;
+
+  auto sq = c->VecReduce("ints", uint32_t{200});
+  ASSERT_TRUE(sq.ok()) << sq.status().ToString();
+  EXPECT_EQ(std::get<int64_t>(*sq), 14);
+  EXPECT_EQ(std::get<int64_t>(*c->VecReduce("i32", uint32_t{200})), 41);
+  EXPECT_EQ(std::get<int64_t>(*c->VecReduce("empty", uint32_t{200})), 0);
+  EXPECT_DOUBLE_EQ(std::get<double>(*c->VecReduce("reals", uint32_t{200})),
+                   25.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(*c->VecReduce("reals", uint32_t{201})),
+                   5.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(*c->VecReduce("floats", uint32_t{201})),
+                   std::sqrt(2.5));
+  EXPECT_EQ(c->reduce_stats().local, 0u);
+  EXPECT_EQ(c->reduce_stats().server, 6u);
+  // Through Execute: the reply is a one-element vector, as for built-ins.
+  auto raw = c->Execute(Op::VecReduce("ints", 200));
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(std::get<int64_t>(*raw->AsNumber()), 14);
+  EXPECT_EQ(raw->version, version);  // a reduction writes nothing
+
+  // Not registered: Unsupported naming the id; an update function's id is
+  // not a reduction (nor the other way round).
+  auto unknown = c->VecReduce("ints", uint32_t{999});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(unknown.status().message().find("reduction with id 999"),
+            std::string::npos)
+      << unknown.status().ToString();
+  auto update = c->VecReduce("ints", uint32_t{100});
+  EXPECT_EQ(update.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(update.status().message().find("int64_mul"), std::string::npos)
+      << update.status().ToString();
+  auto call = c->Execute(Op::Call("ints", 200, ""));
+  EXPECT_EQ(call.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(call.status().message().find("sum_of_squares"), std::string::npos)
+      << call.status().ToString();
+  EXPECT_EQ(c->VecReduce("ints", uint32_t{0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->VecReduce("ints", Reduction::kUser).status().code(),
+            StatusCode::kInvalidArgument);
+
+  // Type mismatch: l2_norm takes double and float vectors only; a scalar
+  // is no vector; a refusal (overflow) is InvalidArgument too.
+  auto ints = c->VecReduce("ints", uint32_t{201});
+  EXPECT_EQ(ints.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ints.status().message().find("does not accept int64"),
+            std::string::npos)
+      << ints.status().ToString();
+  ASSERT_TRUE(c->hash()->Put("scalar", I64(3)).ok());
+  EXPECT_EQ(c->VecReduce("scalar", uint32_t{200}).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c->VecPut("huge", std::vector<int64_t>{int64_t{1} << 40}).ok());
+  auto refused = c->VecReduce("huge", uint32_t{200});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("refused"), std::string::npos);
+  EXPECT_EQ(c->VecReduce("absent", uint32_t{200}).status().code(),
+            StatusCode::kNotFound);
+  auto after = c->hash()->Get("ints");
+  EXPECT_EQ(after->version, version);
+
+  // In a batch and asynchronously, each with its own outcome.
+  auto rs =
+      c->ExecuteBatch({Op::VecReduce("reals", 201), Op::VecReduce("ints", 201),
+                       Op::VecReduce("ints", 200)});
+  ASSERT_EQ(rs.size(), 3u);
+  ASSERT_TRUE(rs[0].ok());
+  EXPECT_DOUBLE_EQ(std::get<double>(*rs[0]->AsNumber()), 5.0);
+  EXPECT_EQ(rs[1].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::get<int64_t>(*rs[2]->AsNumber()), 14);
+  std::optional<Result<Number>> a, b;
+  c->VecReduceAsync("i32", uint32_t{200},
+                    [&](Result<Number> r) { a = std::move(r); });
+  c->VecReduceAsync("i32", uint32_t{201},
+                    [&](Result<Number> r) { b = std::move(r); });
+  // WaitAll reports the first error among them: l2_norm's refusal.
+  EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  ASSERT_TRUE(a->ok());
+  EXPECT_EQ(std::get<int64_t>(**a), 41);
+  EXPECT_EQ(b->status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(AtomicsStart, ALibraryThatFailsToLoadStopsTheServerWithAMessage) {
@@ -291,6 +390,99 @@ TEST_F(AtomicsTest, ABatchOnOneKeyIsForwardedInOrderAndWrittenOnce) {
   }
 }
 
+using History = std::map<std::string, std::vector<KvOp>>;
+
+// Creates the counters hot0 .. hot<keys-1> at 0, then starts atomics_child
+// processes on them, one per mode; each has connected when this returns.
+void SpawnChildren(const std::string& address,
+                   const std::vector<std::string>& modes, int keys, int ops,
+                   std::vector<std::unique_ptr<Subprocess>>* children) {
+  {
+    auto c = ConnectOps(address);
+    ASSERT_TRUE(c.store);
+    for (int k = 0; k < keys; ++k) {
+      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
+    }
+  }
+  int seed = 1;
+  for (const std::string& mode : modes) {
+    SpawnOptions o;
+    o.argv = {REMEM_ATOMICS_CHILD_BIN,
+              address,
+              std::string(TransportName(TestTransport())),
+              mode,
+              std::to_string(keys),
+              std::to_string(ops),
+              std::to_string(seed++)};
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
+    children->push_back(std::move(*p));
+  }
+}
+
+// Waits for the children and adds their history lines (clients 1, 2, ...)
+// to `history` and their deltas to `sum`.
+void CollectHistories(std::vector<std::unique_ptr<Subprocess>>* children,
+                      int ops, History* history,
+                      std::map<std::string, int64_t>* sum) {
+  int client = 1;
+  for (auto& p : *children) {
+    auto rc = p->Wait(std::chrono::seconds(120));
+    ASSERT_TRUE(rc.ok());
+    ASSERT_TRUE(p->ReadToEnd(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(*rc, 0) << p->output();
+    std::istringstream in(p->output());
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      if (line.rfind("H ", 0) != 0) continue;
+      char key[64];
+      unsigned long long call, ret, version;
+      long long old, delta;
+      ASSERT_EQ(std::sscanf(line.c_str(), "H %63s %llu %llu %lld %llu %lld",
+                            key, &call, &ret, &old, &version, &delta),
+                6)
+          << line;
+      KvOp op;
+      op.kind = KvOp::kReadModifyWrite;
+      op.call_ns = call;
+      op.return_ns = ret;
+      op.found = true;
+      op.read_value = std::to_string(old);
+      op.value = std::to_string(old + delta);
+      op.version = version;
+      op.client = client;
+      (*history)[key].push_back(op);
+      (*sum)[key] += delta;
+      ++lines;
+    }
+    EXPECT_EQ(lines, ops);
+    ++client;
+  }
+}
+
+// Every key ends at the sum of its deltas, and each key's history is
+// linearizable (the keys started at 0).
+void CheckSumsAndHistories(const std::string& address, const History& history,
+                           const std::map<std::string, int64_t>& sum) {
+  auto c = ConnectOps(address);
+  ASSERT_TRUE(c.store);
+  uint64_t checked = 0;
+  for (const auto& [key, ops] : history) {
+    auto g = c->hash()->Get(key);
+    ASSERT_TRUE(g.ok());
+    ASSERT_EQ(g->value.size(), 8u);
+    EXPECT_EQ(ops::LoadI64(g->value.data()), sum.at(key)) << key;
+    auto r = testing::CheckKeyHistory(ops, true, "0");
+    EXPECT_TRUE(r.linearizable) << key << ": " << r.explanation;
+    checked += ops.size();
+  }
+  std::printf("%s: %llu operations on %zu keys checked linearizable\n",
+              std::string(TransportName(TestTransport())).c_str(),
+              static_cast<unsigned long long>(checked), history.size());
+}
+
 // Child processes (sync, async and batched) and a thread here hammer three
 // hot keys with fetch-adds while the thread also reads them one-sided.
 // Every key ends at the sum of the acknowledged deltas, and each key's
@@ -299,31 +491,11 @@ TEST_F(AtomicsTest, ABatchOnOneKeyIsForwardedInOrderAndWrittenOnce) {
 TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
   constexpr int kKeys = 3;
   const int kOps = testing::Scaled(400, 100);
-  {
-    // The counters exist (at 0) before anyone adds.
-    auto c = ConnectOps(server_.address);
-    ASSERT_TRUE(c.store);
-    for (int k = 0; k < kKeys; ++k) {
-      ASSERT_TRUE(c->hash()->Put("hot" + std::to_string(k), I64(0)).ok());
-    }
-  }
   std::vector<std::unique_ptr<Subprocess>> children;
-  int seed = 1;
-  for (const char* mode : {"sync", "async", "batch", "async"}) {
-    SpawnOptions o;
-    o.argv = {REMEM_ATOMICS_CHILD_BIN,
-              server_.address,
-              std::string(TransportName(TestTransport())),
-              mode,
-              std::to_string(kKeys),
-              std::to_string(kOps),
-              std::to_string(seed++)};
-    auto p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
-    children.push_back(std::move(*p));
-  }
-  std::map<std::string, std::vector<KvOp>> history;
+  SpawnChildren(server_.address, {"sync", "async", "batch", "async"}, kKeys,
+                kOps, &children);
+  ASSERT_FALSE(HasFatalFailure());
+  History history;
   std::map<std::string, int64_t> sum;
   // This process: fetch-adds and one-sided gets, alternating.
   {
@@ -362,54 +534,108 @@ TEST_F(AtomicsTest, ConcurrentIncrementsSumExactlyAndAreLinearizable) {
       history[key].push_back(op);
     }
   }
-  int client = 1;
-  for (auto& p : children) {
-    auto rc = p->Wait(std::chrono::seconds(120));
-    ASSERT_TRUE(rc.ok());
-    ASSERT_TRUE(p->ReadToEnd(std::chrono::seconds(10)).ok());
-    EXPECT_EQ(*rc, 0) << p->output();
-    std::istringstream in(p->output());
-    std::string line;
-    int lines = 0;
-    while (std::getline(in, line)) {
-      if (line.rfind("H ", 0) != 0) continue;
-      char key[64];
-      unsigned long long call, ret, version;
-      long long old, delta;
-      ASSERT_EQ(std::sscanf(line.c_str(), "H %63s %llu %llu %lld %llu %lld",
-                            key, &call, &ret, &old, &version, &delta),
-                6)
-          << line;
-      KvOp op;
-      op.kind = KvOp::kReadModifyWrite;
-      op.call_ns = call;
-      op.return_ns = ret;
-      op.found = true;
-      op.read_value = std::to_string(old);
-      op.value = std::to_string(old + delta);
-      op.version = version;
-      op.client = client;
-      history[key].push_back(op);
-      sum[key] += delta;
-      ++lines;
-    }
-    EXPECT_EQ(lines, kOps);
-    ++client;
+  CollectHistories(&children, kOps, &history, &sum);
+  ASSERT_FALSE(HasFatalFailure());
+  CheckSumsAndHistories(server_.address, history, sum);
+}
+
+// The typed async helpers (FetchAddAsync, AddFetchAsync) from three child
+// processes, each with a window of 16 in flight, on three hot keys: every
+// key ends at the exact sum of the acknowledged deltas, and each key's
+// history is linearizable. Here, each of the other async helpers agrees
+// with its synchronous twin.
+TEST_F(AtomicsTest, TypedAsyncHelpersFromSeveralProcessesSumExactly) {
+  constexpr int kKeys = 3;
+  const int kOps = testing::Scaled(400, 100);
+  std::vector<std::unique_ptr<Subprocess>> children;
+  SpawnChildren(server_.address, {"typed", "typed", "typed"}, kKeys, kOps,
+                &children);
+  ASSERT_FALSE(HasFatalFailure());
+  History history;
+  std::map<std::string, int64_t> sum;
+  {
+    auto c = ConnectOps(server_.address);
+    ASSERT_TRUE(c.store);
+    int done = 0;
+    std::optional<Result<OpReply>> cas;
+    std::optional<Result<IntReply>> app;
+    std::optional<Result<uint64_t>> put, upd;
+    std::optional<Result<OpsStore::VectorValue>> got;
+    std::optional<Result<VectorData>> filtered;
+    std::optional<Result<Number>> reduced;
+    c->CompareSwapAsync(
+        "cas", "", "first",
+        [&](Result<OpReply> r) {
+          cas = std::move(r);
+          ++done;
+        },
+        /*create=*/true);
+    c->AppendAsync(
+        "log", "ab",
+        [&](Result<IntReply> r) {
+          app = std::move(r);
+          ++done;
+        },
+        /*create=*/true);
+    c->VecPutAsync("v", std::vector<int64_t>{1, 2, 3}, [&](Result<uint64_t> r) {
+      put = std::move(r);
+      ++done;
+    });
+    ASSERT_TRUE(c.session->WaitAll().ok());
+    // Issued together, done in issue order on the key.
+    c->VecUpdateAsync("v", VecFn::kMul, Number(int64_t{10}),
+                      [&](Result<uint64_t> r) {
+                        upd = std::move(r);
+                        ++done;
+                      });
+    c->VecFilterAsync("v", Predicate::kGe, Number(int64_t{20}),
+                      [&](Result<VectorData> r) {
+                        filtered = std::move(r);
+                        ++done;
+                      });
+    c->VecReduceAsync("v", Reduction::kSum, [&](Result<Number> r) {
+      reduced = std::move(r);
+      ++done;
+    });
+    ASSERT_TRUE(c.session->WaitAll().ok());
+    c->VecGetAsync("v", [&](Result<OpsStore::VectorValue> r) {
+      got = std::move(r);
+      ++done;
+    });
+    ASSERT_TRUE(c.session->WaitAll().ok());
+    ASSERT_EQ(done, 7);
+    ASSERT_TRUE(cas->ok()) << cas->status().ToString();
+    EXPECT_TRUE((*cas)->applied);
+    EXPECT_EQ(c->hash()->Get("cas")->value, "first");
+    auto miss = c->CompareSwap("cas", "other", "second");
+    ASSERT_TRUE(miss.ok());
+    EXPECT_FALSE(miss->applied);
+    EXPECT_EQ(miss->value, "first");
+    ASSERT_TRUE(app->ok());
+    EXPECT_EQ((*app)->value, 2);
+    EXPECT_EQ(c->Append("log", "cd")->value, 4);
+    ASSERT_TRUE(put->ok() && upd->ok());
+    EXPECT_GT(**upd, **put);
+    ASSERT_TRUE(filtered->ok());
+    EXPECT_EQ(std::get<0>(**filtered), (std::vector<int64_t>{20, 30}));
+    ASSERT_TRUE(reduced->ok());
+    EXPECT_EQ(std::get<int64_t>(**reduced), 60);
+    ASSERT_TRUE(got->ok());
+    EXPECT_EQ(std::get<0>((*got)->data), (std::vector<int64_t>{10, 20, 30}));
+    EXPECT_EQ((*got)->version, **upd);
+    // Errors reach the typed callback as the synchronous twin returns them.
+    std::optional<Result<IntReply>> bad;
+    c->FetchAddAsync("cas", 1, [&](Result<IntReply> r) { bad = std::move(r); });
+    EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(bad.has_value());
+    EXPECT_EQ(bad->status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->FetchAdd("cas", 1).status().code(),
+              StatusCode::kInvalidArgument);
   }
-  auto c = ConnectOps(server_.address);
-  ASSERT_TRUE(c.store);
-  uint64_t checked = 0;
-  for (auto& [key, ops] : history) {
-    auto g = c->hash()->Get(key);
-    ASSERT_TRUE(g.ok());
-    EXPECT_EQ(ops::LoadI64(g->value.data()), sum[key]) << key;
-    auto r = testing::CheckKeyHistory(ops, true, "0");
-    EXPECT_TRUE(r.linearizable) << key << ": " << r.explanation;
-    checked += ops.size();
-  }
-  std::printf("%s: %llu operations on %d keys checked linearizable\n",
-              std::string(TransportName(TestTransport())).c_str(),
-              static_cast<unsigned long long>(checked), kKeys);
+  CollectHistories(&children, kOps, &history, &sum);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(history.size(), size_t{kKeys});
+  CheckSumsAndHistories(server_.address, history, sum);
 }
 
 TEST_F(AtomicsTest, VectorOperationsAgreeWithALocalModelOnBothReducePaths) {
@@ -576,6 +802,22 @@ TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
   EXPECT_EQ(r.out, "1 2\n");
   EXPECT_EQ(cli({"vec", "update", "v", "add", "2147483647"}).exit_code, 6);
   EXPECT_EQ(cli({"vec", "reduce", "name", "sum"}).exit_code, 2);
+  // A user reduction by id (the example library's sum_of_squares and
+  // l2_norm); an unknown id exits 1 naming it, a type it does not take 2,
+  // a name that is neither a built-in nor an id 2.
+  r = cli({"--json", "vec", "reduce", "v", "200"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "{\"200\":350}\n");
+  EXPECT_EQ(cli({"vec", "put", "d", "--type", "double", "3,4"}).exit_code, 0);
+  r = cli({"vec", "reduce", "d", "201"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "5\n");
+  r = cli({"vec", "reduce", "v", "999"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("id 999"), std::string::npos) << r.out;
+  EXPECT_EQ(cli({"vec", "reduce", "v", "201"}).exit_code, 2);
+  EXPECT_EQ(cli({"vec", "reduce", "v", "median"}).exit_code, 2);
+  EXPECT_EQ(cli({"vec", "reduce", "v", "0"}).exit_code, 2);
 }
 
 TEST(AtomicsDurability, AtomicsAreLoggedAndSurviveAKill) {

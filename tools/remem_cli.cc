@@ -6,12 +6,17 @@
 // 5 compare-and-put conflict or key already exists.
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <variant>
 
+#include "ops/vector.h"
 #include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/ops.h"
@@ -158,20 +163,6 @@ std::string ElementsText(const VectorData& v, bool json) {
       },
       v);
   return json ? out + "]" : out;
-}
-
-const char* TypeName(ElemType t) {
-  switch (t) {
-    case ElemType::kInt64:
-      return "int64";
-    case ElemType::kDouble:
-      return "double";
-    case ElemType::kFloat:
-      return "float";
-    case ElemType::kInt32:
-      return "int32";
-  }
-  return "?";
 }
 
 int PrintGot(const Result<HashStore::Value>& r, bool show_version) {
@@ -436,9 +427,11 @@ int main(int argc, char** argv) {
   auto* vreduce = vec->add_subcommand(
       "reduce",
       "print sum | min | max | count of KEY's elements (on the server, or "
-      "read one-sided and reduced here: --read-path)");
+      "read one-sided and reduced here: --read-path), or the result of the "
+      "user reduction with that id (a remem-server --ops-library; always "
+      "on the server)");
   vreduce->add_option("key", key, "key")->required();
-  vreduce->add_option("fn", vfn, "sum | min | max | count")->required();
+  vreduce->add_option("fn", vfn, "sum | min | max | count | ID")->required();
   auto* vfilter = vec->add_subcommand(
       "filter",
       "print the elements e of KEY with `e OP NUMBER`, on the server");
@@ -686,7 +679,7 @@ int main(int argc, char** argv) {
     if (vget->parsed()) {
       if (json) {
         std::printf("{\"type\":\"%s\",\"version\":%llu,\"elements\":%s}\n",
-                    TypeName(type),
+                    ops::ElemTypeName(type),
                     static_cast<unsigned long long>(cur->version),
                     ElementsText(cur->data, true).c_str());
       } else {
@@ -733,11 +726,21 @@ int main(int argc, char** argv) {
           {"max", Reduction::kMax},
           {"count", Reduction::kCount}};
       auto f = kReds.find(vfn);
+      uint32_t id = 0;
       if (f == kReds.end()) {
-        return Fail(
-            Status::InvalidArgument("FN must be sum, min, max or count"));
+        // A user reduction's id: decimal, 1 .. 2^32-1.
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long n = std::strtoull(vfn.c_str(), &end, 10);
+        if (vfn.empty() || !std::isdigit(static_cast<unsigned char>(vfn[0])) ||
+            *end != '\0' || errno != 0 || n == 0 || n > UINT32_MAX) {
+          return Fail(Status::InvalidArgument(
+              "FN must be sum, min, max, count or the id (1 to 4294967295) "
+              "of a reduction the server's --ops-library registered"));
+        }
+        id = uint32_t(n);
       }
-      auto r = ops.VecReduce(key, f->second);
+      auto r = id != 0 ? ops.VecReduce(key, id) : ops.VecReduce(key, f->second);
       if (!r.ok()) return Fail(r.status());
       if (json) {
         std::printf("{\"%s\":%s}\n", vfn.c_str(), NumberText(*r).c_str());

@@ -71,7 +71,15 @@ enum class ElemType : uint8_t {
   kInt32 = 4
 };
 enum class VecFn : uint8_t { kAdd = 1, kMul = 2, kSet = 3, kMin = 4, kMax = 5 };
-enum class Reduction : uint8_t { kSum = 1, kMin = 2, kMax = 3, kCount = 4 };
+enum class Reduction : uint8_t {
+  kSum = 1,
+  kMin = 2,
+  kMax = 3,
+  kCount = 4,
+  // A reduction a --ops-library registered, named by Op::function_id: build
+  // it with Op::VecReduce(key, function_id). Always done by the server.
+  kUser = 5,
+};
 enum class Predicate : uint8_t {
   kLt = 1,
   kLe = 2,
@@ -130,6 +138,12 @@ struct Op {
   static Op VecUpdate(std::string key, VecFn fn, Number operand);
   static Op VecUpdate(std::string key, VecFn fn, const VectorData& operand);
   static Op VecReduce(std::string key, Reduction r);
+  // A reduction a --ops-library registered (remem/ops_plugin.h), by id; its
+  // reply is a one-element int64 or double vector as the function chose.
+  // Unsupported if the server has no reduction with that id (also when the
+  // id names an update function); InvalidArgument if the value is not a
+  // vector, the function does not accept its element type, or refuses it.
+  static Op VecReduce(std::string key, uint32_t function_id);
   static Op VecFilter(std::string key, Predicate p, Number operand,
                       bool indices = false);
   // A function a --ops-library registered (remem/ops_plugin.h); Unsupported
@@ -161,13 +175,17 @@ struct OpsOptions {
   // rejection, 1% exploration), so it reduces here where that is faster
   // (small vectors on shared memory) and asks the server elsewhere. One
   // selector per store: a store that reduces vectors of very different
-  // sizes gets the path that is faster on average.
+  // sizes gets the path that is faster on average. A user reduction
+  // (Reduction::kUser) always runs on the server: the client does not have
+  // the function.
   std::optional<ReadPath> reduce_path;
 };
 
 class OpsStore {
  public:
   using Callback = std::function<void(Result<OpReply>)>;
+  template <typename T>
+  using TypedCallback = std::function<void(Result<T>)>;
 
   // Attaches to `session`'s server (opens a HashStore on it). Unsupported if
   // the server has no hash store.
@@ -177,12 +195,23 @@ class OpsStore {
   OpsStore(const OpsStore&) = delete;
   OpsStore& operator=(const OpsStore&) = delete;
 
-  // --- synchronous: one round trip.
+  // --- synchronous: one round trip. The typed helpers build the Op (see
+  // its builders for each one's meaning and errors) and decode the reply.
   Result<OpReply> Execute(const Op& op);
   Result<IntReply> FetchAdd(std::string_view key, int64_t delta,
                             bool create = false, int64_t initial = 0);
   Result<IntReply> AddFetch(std::string_view key, int64_t delta,
                             bool create = false, int64_t initial = 0);
+  // OpReply: `applied`, the value compared, the version after.
+  Result<OpReply> CompareSwap(std::string_view key, std::string_view expected,
+                              std::string_view desired, bool create = false);
+  // The new length and the version.
+  Result<IntReply> Append(std::string_view key, std::string_view bytes,
+                          bool create = false);
+  // The new version.
+  Result<uint64_t> VecUpdate(std::string_view key, VecFn fn, Number operand);
+  Result<uint64_t> VecUpdate(std::string_view key, VecFn fn,
+                             const VectorData& operand);
   // Stores a vector (a put); returns its version.
   Result<uint64_t> VecPut(std::string_view key, const VectorData& v);
   struct VectorValue {
@@ -194,6 +223,10 @@ class OpsStore {
   Result<VectorValue> VecGet(std::string_view key);
   // Reduces on the server or here (OpsOptions::reduce_path).
   Result<Number> VecReduce(std::string_view key, Reduction r);
+  // A user reduction (Op::VecReduce(key, function_id)): always on the server,
+  // whatever OpsOptions::reduce_path says (the function is not in the
+  // client); counted in reduce_stats().server.
+  Result<Number> VecReduce(std::string_view key, uint32_t function_id);
   Result<VectorData> VecFilter(std::string_view key, Predicate p,
                                Number operand, bool indices = false);
 
@@ -202,6 +235,35 @@ class OpsStore {
   // one message, and `done` runs inside a later Poll/WaitAll. Ops of one
   // key are done in issue order.
   void ExecuteAsync(Op op, Callback done);
+  // The typed helpers, asynchronously: each queues its Op as ExecuteAsync
+  // does and hands `done` what the synchronous twin returns. An async
+  // reduction always runs on the server (it travels with the other queued
+  // ops; OpsOptions::reduce_path is for the synchronous VecReduce).
+  // VecPutAsync and VecGetAsync are the hash store's PutAsync and GetAsync.
+  void FetchAddAsync(std::string_view key, int64_t delta,
+                     TypedCallback<IntReply> done, bool create = false,
+                     int64_t initial = 0);
+  void AddFetchAsync(std::string_view key, int64_t delta,
+                     TypedCallback<IntReply> done, bool create = false,
+                     int64_t initial = 0);
+  void CompareSwapAsync(std::string_view key, std::string_view expected,
+                        std::string_view desired, TypedCallback<OpReply> done,
+                        bool create = false);
+  void AppendAsync(std::string_view key, std::string_view bytes,
+                   TypedCallback<IntReply> done, bool create = false);
+  void VecUpdateAsync(std::string_view key, VecFn fn, Number operand,
+                      TypedCallback<uint64_t> done);
+  void VecUpdateAsync(std::string_view key, VecFn fn, const VectorData& operand,
+                      TypedCallback<uint64_t> done);
+  void VecPutAsync(std::string_view key, const VectorData& v,
+                   TypedCallback<uint64_t> done);
+  void VecGetAsync(std::string_view key, TypedCallback<VectorValue> done);
+  void VecReduceAsync(std::string_view key, Reduction r,
+                      TypedCallback<Number> done);
+  void VecReduceAsync(std::string_view key, uint32_t function_id,
+                      TypedCallback<Number> done);
+  void VecFilterAsync(std::string_view key, Predicate p, Number operand,
+                      TypedCallback<VectorData> done, bool indices = false);
 
   // --- batched: one message (split beyond 65536 ops or 32 MiB), one result
   // per op, in order, each with its own status.
@@ -224,6 +286,15 @@ class OpsStore {
  private:
   struct Impl;
   OpsStore(std::unique_ptr<Impl> impl, std::unique_ptr<HashStore> hash);
+  // What a typed helper makes of an op's reply.
+  template <typename T>
+  using Decoder = Result<T> (*)(Result<OpReply>);
+  // Execute / ExecuteAsync, then `decode`: every typed helper is one of
+  // these two (defined and instantiated in src/ops/store_client.cc only).
+  template <typename T>
+  Result<T> ExecuteAs(const Op& op, Decoder<T> decode);
+  template <typename T>
+  void ExecuteAsyncAs(Op op, Decoder<T> decode, TypedCallback<T> done);
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<HashStore> hash_;
 };

@@ -53,6 +53,42 @@ TEST(Codec, HashMultiGetPutAndReply) {
   EXPECT_FALSE(DecodeHashMultiReply(huge, big).ok());
 }
 
+// A user reduction (op 8, fn 5) names its function by function_id; both
+// survive a single op and a batch, and every truncation is refused.
+TEST(Codec, HashOpsCarryAUserReductionsFunctionId) {
+  ops::OpView user;
+  user.kind = OpKind::kVecReduce;
+  user.fn = uint8_t(Reduction::kUser);
+  user.function_id = 0xfedcba98;
+  user.key = "vec";
+  ops::OpView sum = user;
+  sum.fn = uint8_t(Reduction::kSum);
+  sum.function_id = 0;
+  const std::string one = EncodeHashOp(user);
+  EXPECT_EQ(one.size(), sizeof(HashOpRequest) + 3);
+  EXPECT_EQ(uint8_t(one[2]), 5);  // fn, at offset 2
+  auto back = DecodeHashOp(one);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kind, OpKind::kVecReduce);
+  EXPECT_EQ(back->fn, uint8_t(Reduction::kUser));
+  EXPECT_EQ(back->function_id, 0xfedcba98u);
+  EXPECT_EQ(back->key, "vec");
+  for (size_t n = 0; n < one.size(); ++n) {
+    EXPECT_FALSE(DecodeHashOp(one.substr(0, n)).ok()) << n;
+  }
+  const std::string batch = EncodeHashOpBatch({sum, user});
+  auto items = DecodeHashOpBatch(batch);
+  ASSERT_TRUE(items.ok()) << items.status().ToString();
+  ASSERT_EQ(items->size(), 2u);
+  EXPECT_EQ((*items)[0].fn, uint8_t(Reduction::kSum));
+  EXPECT_EQ((*items)[0].function_id, 0u);
+  EXPECT_EQ((*items)[1].fn, uint8_t(Reduction::kUser));
+  EXPECT_EQ((*items)[1].function_id, 0xfedcba98u);
+  for (size_t n = 0; n < batch.size(); ++n) {
+    EXPECT_FALSE(DecodeHashOpBatch(batch.substr(0, n)).ok()) << n;
+  }
+}
+
 TEST(Codec, HashMultiOpRoundTripsAndRefusesWhatIsMalformed) {
   const std::vector<MultiOp> ops = {{MultiOpKind::kPut, "k1", "v1"},
                                     {MultiOpKind::kGet, "k1", {}},

@@ -1,6 +1,8 @@
 #include "ops/apply.h"
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "ops/vector.h"
 
@@ -85,6 +87,60 @@ Status IntegerOp(const OpView& op, bool* present, std::string* value,
   return Status::OK();
 }
 
+// Unsupported: no `what` with `id`, saying so if the id names a function of
+// the other kind.
+Status NotRegistered(const char* what, uint32_t id,
+                     const FunctionLookup* functions) {
+  std::string other;
+  if (functions != nullptr && functions->Find(id) != nullptr) {
+    other = " (id " + std::to_string(id) + " is the update function " +
+            functions->Find(id)->name + ")";
+  } else if (functions != nullptr && functions->FindReduction(id) != nullptr) {
+    other = " (id " + std::to_string(id) + " is the reduction " +
+            functions->FindReduction(id)->name + ")";
+  }
+  return Status::Unsupported(std::string("no ") + what + " with id " +
+                             std::to_string(id) +
+                             " is registered on this server (remem-server "
+                             "--ops-library)" +
+                             other);
+}
+
+// A user reduction (remem_ops_reduce_fn) of the vector `value`: a
+// one-element int64 or double vector, as the built-in reductions answer.
+Result<std::string> UserReduce(uint32_t id, const FunctionLookup* functions,
+                               std::string_view value) {
+  const UserReduction* f = functions ? functions->FindReduction(id) : nullptr;
+  if (f == nullptr) return NotRegistered("reduction", id, functions);
+  auto v = ParseVector(value);
+  if (!v.ok()) return v.status();
+  const std::string who =
+      "reduction " + f->name + " (id " + std::to_string(id) + ")";
+  if ((f->elem_types & REMEM_OPS_TYPE_BIT(uint8_t(v->type))) == 0) {
+    return Status::InvalidArgument(who + " does not accept " +
+                                   ElemTypeName(v->type) + " vectors");
+  }
+  // The contract promises 8-byte alignment; a working copy's elements are
+  // usually aligned already (16 bytes into a heap buffer).
+  const void* elems = v->elems;
+  thread_local std::vector<uint64_t> aligned;
+  if (reinterpret_cast<uintptr_t>(elems) % 8 != 0) {
+    const size_t bytes = v->count * ElemSize(v->type);
+    aligned.resize((bytes + 7) / 8);
+    if (bytes > 0) std::memcpy(aligned.data(), elems, bytes);
+    elems = aligned.data();
+  }
+  remem_ops_number n{};
+  const int rc = f->reduce(uint8_t(v->type), elems, v->count, &n);
+  if (rc != REMEM_OPS_REDUCED) {
+    return Status::InvalidArgument(who + " refused the vector");
+  }
+  if (n.type == REMEM_OPS_INT64) return MakeVector(ElemType::kInt64, 1, &n.i);
+  if (n.type == REMEM_OPS_DOUBLE) return MakeVector(ElemType::kDouble, 1, &n.d);
+  return Status::Internal(who + " answered a number of unknown type " +
+                          std::to_string(n.type));
+}
+
 }  // namespace
 
 bool MayWrite(OpKind kind) {
@@ -117,9 +173,13 @@ Status Validate(const OpView& op) {
       break;
     case OpKind::kVecReduce:
       if (op.fn < uint8_t(Reduction::kSum) ||
-          op.fn > uint8_t(Reduction::kCount)) {
+          op.fn > uint8_t(Reduction::kUser)) {
         return Status::InvalidArgument("unknown reduction " +
                                        std::to_string(op.fn));
+      }
+      if (op.fn == uint8_t(Reduction::kUser) && op.function_id == 0) {
+        return Status::InvalidArgument(
+            "a user reduction needs a function id (0 is never registered)");
       }
       break;
     case OpKind::kVecFilter:
@@ -182,6 +242,12 @@ Status Apply(const OpView& op, uint32_t max_value,
       out->wrote = true;
       return Status::OK();
     case OpKind::kVecReduce: {
+      if (op.fn == uint8_t(Reduction::kUser)) {
+        auto r = UserReduce(op.function_id, functions, *value);
+        if (!r.ok()) return r.status();
+        out->reply = std::move(*r);
+        return Status::OK();
+      }
       auto r = ReduceVector(*value, Reduction(op.fn));
       if (!r.ok()) return r.status();
       out->reply = std::move(*r);
@@ -198,9 +264,7 @@ Status Apply(const OpView& op, uint32_t max_value,
       const UserFunction* f =
           functions ? functions->Find(op.function_id) : nullptr;
       if (f == nullptr) {
-        return Status::Unsupported(
-            "no update function with id " + std::to_string(op.function_id) +
-            " is registered on this server (remem-server --ops-library)");
+        return NotRegistered("update function", op.function_id, functions);
       }
       // One output buffer per server thread, as large as a value may be.
       thread_local std::string buf;

@@ -48,11 +48,19 @@ struct UserFunction {
   std::string name;
   remem_ops_update_fn update = nullptr;
 };
+struct UserReduction {
+  uint32_t id = 0;
+  std::string name;
+  uint32_t elem_types = 0;  // REMEM_OPS_TYPE_BIT of each accepted ElemType
+  remem_ops_reduce_fn reduce = nullptr;
+};
 class FunctionLookup {
  public:
   virtual ~FunctionLookup() = default;
-  // The function registered under `id`, or null.
+  // The update function registered under `id`, or null.
   virtual const UserFunction* Find(uint32_t id) const = 0;
+  // The reduction registered under `id`, or null.
+  virtual const UserReduction* FindReduction(uint32_t id) const = 0;
 };
 
 struct Outcome {
@@ -65,9 +73,9 @@ struct Outcome {
 // two hold the value after the op and `out` says whether it changed; on
 // error nothing changed. Errors: NotFound (absent key without kFlagCreate),
 // InvalidArgument (type mismatch, malformed argument, a result beyond
-// `max_value` bytes, a function that refused), OutOfRange (integer
-// overflow), Unsupported (no function with that id; `functions` may be
-// null).
+// `max_value` bytes, a function that refused, a vector type a reduction does
+// not accept), OutOfRange (integer overflow), Unsupported (no function of
+// that kind with that id; `functions` may be null).
 Status Apply(const OpView& op, uint32_t max_value,
              const FunctionLookup* functions, bool* present, std::string* value,
              Outcome* out);

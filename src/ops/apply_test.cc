@@ -141,5 +141,78 @@ TEST(ApplyTest, AVectorOpOnAScalarAndAnUnknownFunctionAreRefused) {
   EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kInvalidArgument);
 }
 
+// One reduction (id 9, int64 vectors only) that answers the element count,
+// refuses more than 3 elements and answers a bad type for exactly 3.
+int CountUpTo2(uint32_t type, const void*, uint64_t count,
+               remem_ops_number* out) {
+  if (type != REMEM_OPS_INT64 || count > 3) return REMEM_OPS_REFUSE;
+  out->type = count == 3 ? 77 : REMEM_OPS_INT64;
+  out->i = int64_t(count);
+  return REMEM_OPS_REDUCED;
+}
+struct OneReduction : FunctionLookup {
+  UserReduction r{9, "count_up_to_2", REMEM_OPS_TYPE_BIT(REMEM_OPS_INT64),
+                  CountUpTo2};
+  const UserFunction* Find(uint32_t) const override { return nullptr; }
+  const UserReduction* FindReduction(uint32_t id) const override {
+    return id == 9 ? &r : nullptr;
+  }
+};
+
+TEST(ApplyTest, AUserReductionIsFoundByIdAndGetsOnlyItsElementTypes) {
+  OneReduction lookup;
+  const int64_t two[] = {5, 6};
+  Cell c{true, MakeVector(ElemType::kInt64, 2, two)};
+  OpView op;
+  op.kind = OpKind::kVecReduce;
+  op.key = "k";
+  op.fn = uint8_t(Reduction::kUser);
+  op.function_id = 9;
+  Outcome o;
+  ASSERT_TRUE(c.Do(op, &o, &lookup).ok());
+  EXPECT_FALSE(o.wrote);
+  auto n = ParseVector(o.reply);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->type, ElemType::kInt64);
+  EXPECT_EQ(LoadI64(n->elems), 2);
+  // Unknown ids, no table at all, and id 0.
+  op.function_id = 8;
+  Status st = c.Do(op, &o, &lookup);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("reduction with id 8"), std::string::npos);
+  op.function_id = 9;
+  EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kUnsupported);
+  op.function_id = 0;
+  EXPECT_EQ(c.Do(op, &o, &lookup).code(), StatusCode::kInvalidArgument);
+  op.function_id = 9;
+  // A type the function does not accept: refused before it is called.
+  const double reals[] = {1.0};
+  Cell d{true, MakeVector(ElemType::kDouble, 1, reals)};
+  st = d.Do(op, &o, &lookup);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("does not accept double"), std::string::npos);
+  // The function refuses; answers a number of no known type.
+  const int64_t four[] = {1, 2, 3, 4};
+  Cell e{true, MakeVector(ElemType::kInt64, 4, four)};
+  st = e.Do(op, &o, &lookup);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("count_up_to_2 (id 9) refused"),
+            std::string::npos);
+  Cell f{true, MakeVector(ElemType::kInt64, 3, four)};
+  EXPECT_EQ(f.Do(op, &o, &lookup).code(), StatusCode::kInternal);
+  // Not a vector; absent.
+  Cell g{true, EncodeI64(1)};
+  EXPECT_EQ(g.Do(op, &o, &lookup).code(), StatusCode::kInvalidArgument);
+  Cell h;
+  EXPECT_EQ(h.Do(op, &o, &lookup).code(), StatusCode::kNotFound);
+  // A call of a reduction's id names what the id is.
+  op.kind = OpKind::kCall;
+  op.fn = 0;
+  st = c.Do(op, &o, &lookup);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("is the reduction count_up_to_2"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace remem::ops

@@ -57,6 +57,27 @@ Op IntOp(OpKind kind, std::string key, int64_t operand, bool create,
   return op;
 }
 
+// Decoders of the typed helpers (OpsStore::Decoder).
+Result<OpReply> AsReply(Result<OpReply> r) { return r; }
+Result<IntReply> AsInt(Result<OpReply> r) {
+  if (!r.ok()) return r.status();
+  auto v = r->Int();
+  if (!v.ok()) return v.status();
+  return IntReply{*v, r->version};
+}
+Result<uint64_t> AsVersion(Result<OpReply> r) {
+  if (!r.ok()) return r.status();
+  return r->version;
+}
+Result<Number> AsNumber(Result<OpReply> r) {
+  if (!r.ok()) return r.status();
+  return r->AsNumber();
+}
+Result<VectorData> AsVector(Result<OpReply> r) {
+  if (!r.ok()) return r.status();
+  return DecodeVector(r->value);
+}
+
 // Splits ops into messages (hash::SplitIntoMessages).
 std::vector<std::pair<size_t, size_t>> Batches(const std::vector<Op>& ops) {
   return hash::SplitIntoMessages(ops.size(), [&](size_t i) {
@@ -188,6 +209,11 @@ Op Op::VecReduce(std::string key, Reduction r) {
   op.fn = uint8_t(r);
   return op;
 }
+Op Op::VecReduce(std::string key, uint32_t function_id) {
+  Op op = VecReduce(std::move(key), Reduction::kUser);
+  op.function_id = function_id;
+  return op;
+}
 Op Op::VecFilter(std::string key, Predicate p, Number operand, bool indices) {
   Op op;
   op.kind = OpKind::kVecFilter;
@@ -292,22 +318,125 @@ Result<OpReply> OpsStore::Execute(const Op& op) {
   return ReplyOf(std::move(*it));
 }
 
+template <typename T>
+Result<T> OpsStore::ExecuteAs(const Op& op, Decoder<T> decode) {
+  return decode(Execute(op));
+}
+
+template <typename T>
+void OpsStore::ExecuteAsyncAs(Op op, Decoder<T> decode, TypedCallback<T> done) {
+  ExecuteAsync(std::move(op),
+               [decode, done = std::move(done)](Result<OpReply> r) {
+                 if (done) done(decode(std::move(r)));
+               });
+}
+
 Result<IntReply> OpsStore::FetchAdd(std::string_view key, int64_t delta,
                                     bool create, int64_t initial) {
-  auto r = Execute(Op::FetchAdd(std::string(key), delta, create, initial));
-  if (!r.ok()) return r.status();
-  auto v = r->Int();
-  if (!v.ok()) return v.status();
-  return IntReply{*v, r->version};
+  return ExecuteAs(Op::FetchAdd(std::string(key), delta, create, initial),
+                   AsInt);
+}
+void OpsStore::FetchAddAsync(std::string_view key, int64_t delta,
+                             TypedCallback<IntReply> done, bool create,
+                             int64_t initial) {
+  ExecuteAsyncAs(Op::FetchAdd(std::string(key), delta, create, initial), AsInt,
+                 std::move(done));
 }
 
 Result<IntReply> OpsStore::AddFetch(std::string_view key, int64_t delta,
                                     bool create, int64_t initial) {
-  auto r = Execute(Op::AddFetch(std::string(key), delta, create, initial));
-  if (!r.ok()) return r.status();
-  auto v = r->Int();
-  if (!v.ok()) return v.status();
-  return IntReply{*v, r->version};
+  return ExecuteAs(Op::AddFetch(std::string(key), delta, create, initial),
+                   AsInt);
+}
+void OpsStore::AddFetchAsync(std::string_view key, int64_t delta,
+                             TypedCallback<IntReply> done, bool create,
+                             int64_t initial) {
+  ExecuteAsyncAs(Op::AddFetch(std::string(key), delta, create, initial), AsInt,
+                 std::move(done));
+}
+
+Result<OpReply> OpsStore::CompareSwap(std::string_view key,
+                                      std::string_view expected,
+                                      std::string_view desired, bool create) {
+  return ExecuteAs(Op::CompareSwap(std::string(key), std::string(expected),
+                                   std::string(desired), create),
+                   AsReply);
+}
+void OpsStore::CompareSwapAsync(std::string_view key, std::string_view expected,
+                                std::string_view desired,
+                                TypedCallback<OpReply> done, bool create) {
+  ExecuteAsyncAs(Op::CompareSwap(std::string(key), std::string(expected),
+                                 std::string(desired), create),
+                 AsReply, std::move(done));
+}
+
+Result<IntReply> OpsStore::Append(std::string_view key, std::string_view bytes,
+                                  bool create) {
+  return ExecuteAs(Op::Append(std::string(key), std::string(bytes), create),
+                   AsInt);
+}
+void OpsStore::AppendAsync(std::string_view key, std::string_view bytes,
+                           TypedCallback<IntReply> done, bool create) {
+  ExecuteAsyncAs(Op::Append(std::string(key), std::string(bytes), create),
+                 AsInt, std::move(done));
+}
+
+Result<uint64_t> OpsStore::VecUpdate(std::string_view key, VecFn fn,
+                                     Number operand) {
+  return ExecuteAs(Op::VecUpdate(std::string(key), fn, operand), AsVersion);
+}
+Result<uint64_t> OpsStore::VecUpdate(std::string_view key, VecFn fn,
+                                     const VectorData& operand) {
+  return ExecuteAs(Op::VecUpdate(std::string(key), fn, operand), AsVersion);
+}
+void OpsStore::VecUpdateAsync(std::string_view key, VecFn fn, Number operand,
+                              TypedCallback<uint64_t> done) {
+  ExecuteAsyncAs(Op::VecUpdate(std::string(key), fn, operand), AsVersion,
+                 std::move(done));
+}
+void OpsStore::VecUpdateAsync(std::string_view key, VecFn fn,
+                              const VectorData& operand,
+                              TypedCallback<uint64_t> done) {
+  ExecuteAsyncAs(Op::VecUpdate(std::string(key), fn, operand), AsVersion,
+                 std::move(done));
+}
+
+Result<Number> OpsStore::VecReduce(std::string_view key, uint32_t function_id) {
+  ++impl_->reduce_stats.server;
+  return ExecuteAs(Op::VecReduce(std::string(key), function_id), AsNumber);
+}
+void OpsStore::VecReduceAsync(std::string_view key, Reduction r,
+                              TypedCallback<Number> done) {
+  ++impl_->reduce_stats.server;
+  ExecuteAsyncAs(Op::VecReduce(std::string(key), r), AsNumber, std::move(done));
+}
+void OpsStore::VecReduceAsync(std::string_view key, uint32_t function_id,
+                              TypedCallback<Number> done) {
+  ++impl_->reduce_stats.server;
+  ExecuteAsyncAs(Op::VecReduce(std::string(key), function_id), AsNumber,
+                 std::move(done));
+}
+
+void OpsStore::VecFilterAsync(std::string_view key, Predicate p, Number operand,
+                              TypedCallback<VectorData> done, bool indices) {
+  ExecuteAsyncAs(Op::VecFilter(std::string(key), p, operand, indices), AsVector,
+                 std::move(done));
+}
+
+void OpsStore::VecPutAsync(std::string_view key, const VectorData& v,
+                           TypedCallback<uint64_t> done) {
+  hash_->PutAsync(key, EncodeVector(v), std::move(done));
+}
+
+void OpsStore::VecGetAsync(std::string_view key,
+                           TypedCallback<VectorValue> done) {
+  hash_->GetAsync(key, [done = std::move(done)](Result<HashStore::Value> r) {
+    if (!done) return;
+    if (!r.ok()) return done(r.status());
+    auto v = DecodeVector(r->value);
+    if (!v.ok()) return done(v.status());
+    done(VectorValue{std::move(*v), r->version});
+  });
 }
 
 Result<uint64_t> OpsStore::VecPut(std::string_view key, const VectorData& v) {
@@ -323,6 +452,10 @@ Result<OpsStore::VectorValue> OpsStore::VecGet(std::string_view key) {
 }
 
 Result<Number> OpsStore::VecReduce(std::string_view key, Reduction red) {
+  if (red == Reduction::kUser) {
+    return Status::InvalidArgument(
+        "a user reduction is named by its id: VecReduce(key, function_id)");
+  }
   Impl& s = *impl_;
   const auto start = fabric::Clock::now();
   const client::Path path = s.reduce_selector->Choose(start);
@@ -346,8 +479,7 @@ Result<Number> OpsStore::VecReduce(std::string_view key, Reduction red) {
     }
   } else {
     ++s.reduce_stats.server;
-    auto r = Execute(Op::VecReduce(std::string(key), red));
-    out = r.ok() ? r->AsNumber() : Result<Number>(r.status());
+    out = ExecuteAs(Op::VecReduce(std::string(key), red), AsNumber);
   }
   // Only successful reductions say how long a path takes.
   measured = out.ok();
@@ -370,9 +502,8 @@ OpsStore::ReduceStats OpsStore::reduce_stats() const {
 
 Result<VectorData> OpsStore::VecFilter(std::string_view key, Predicate p,
                                        Number operand, bool indices) {
-  auto r = Execute(Op::VecFilter(std::string(key), p, operand, indices));
-  if (!r.ok()) return r.status();
-  return DecodeVector(r->value);
+  return ExecuteAs(Op::VecFilter(std::string(key), p, operand, indices),
+                   AsVector);
 }
 
 std::vector<Result<OpReply>> OpsStore::ExecuteBatch(

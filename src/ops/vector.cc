@@ -143,6 +143,20 @@ size_t ElemSize(ElemType t) {
   return 0;
 }
 
+const char* ElemTypeName(ElemType t) {
+  switch (t) {
+    case ElemType::kInt64:
+      return "int64";
+    case ElemType::kDouble:
+      return "double";
+    case ElemType::kFloat:
+      return "float";
+    case ElemType::kInt32:
+      return "int32";
+  }
+  return "?";
+}
+
 bool IsIntegerType(ElemType t) {
   return t == ElemType::kInt64 || t == ElemType::kInt32;
 }

@@ -41,6 +41,8 @@ static_assert(offsetof(VectorHeader, count) == 8);
 
 // Bytes of one element; 0 for an unknown type.
 size_t ElemSize(ElemType t);
+// "int64", "double", "float", "int32" ("?" for an unknown type).
+const char* ElemTypeName(ElemType t);
 bool IsIntegerType(ElemType t);
 
 struct VectorView {

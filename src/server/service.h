@@ -137,13 +137,20 @@ class Counter {
 };
 
 // Joins a fan-out: Done() from any thread; the last of `n` runs `done` on
-// its own thread.
+// its own thread, and destroys it (with what it captured) before Done
+// returns. So `done` may hold the object that owns this FanIn (a request
+// holding its fan-in, whose `done` holds the request) without a cycle: the
+// FanIn may be destroyed by that last Done, which touches nothing of it
+// afterwards.
 class FanIn {
  public:
   FanIn(size_t n, util::MoveFunction<void()> done)
       : left_(n), done_(std::move(done)) {}
   void Done() {
-    if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_();
+    if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      util::MoveFunction<void()> done = std::move(done_);
+      done();
+    }
   }
 
  private:
