@@ -43,7 +43,8 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              "tables double as they fill)",
              /*testing=*/true);
   o->AddStrings("--ops-library", &options_.ops_libraries,
-                "a shared library of user-defined update functions "
+                "a shared library of user-defined update functions and "
+                "reductions "
                 "(remem/ops_plugin.h) to load at start; repeatable. One that "
                 "cannot be loaded stops the server");
   o->AddUint("--shard-sync-bytes", &options_.shard_sync_bytes,
