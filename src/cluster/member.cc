@@ -126,13 +126,18 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
 }
 
 ClusterMember::~ClusterMember() {
+  Stop();
+  if (zh_ != nullptr) zookeeper_close(zh_);
+}
+
+void ClusterMember::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (zh_ != nullptr) zookeeper_close(zh_);
+  sessions_to_.clear();  // the thread's, and it has ended
 }
 
 void ClusterMember::OnEvent(zhandle_t*, int type, int state, const char*,
@@ -655,19 +660,23 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
     if (moving.NextOf(s) != kNoMember) by_owner[moving.owner[s]].push_back(s);
   }
   const auto release_start = std::chrono::steady_clock::now();
+  // An owner that is gone from ZooKeeper (its session expired, long after
+  // its lease) vouches for nothing any more: no release is asked of it (a
+  // successor manager that took over from a dead old owner would
+  // otherwise retry it for a whole session timeout, the shards
+  // unwritable meanwhile).
+  auto gone = [&](const std::string& address) {
+    std::vector<std::string> members;
+    return Children(zh_, base + "/members", false, &members) == ZOK &&
+           std::find(members.begin(), members.end(), address) == members.end();
+  };
   for (const auto& [owner, shards] : by_owner) {
     const std::string& from = moving.members[owner].address;
+    if (gone(from)) continue;
     auto r = Call(from, moving.epoch,
                   static_cast<uint8_t>(hash::HashMethod::kShardDrop),
                   hash::EncodeShardList({shards, hash::kShardRelease}));
-    if (r.ok()) continue;
-    // An owner that is gone from ZooKeeper (its session expired, long
-    // after its lease) vouches for nothing any more.
-    std::vector<std::string> members;
-    if (Children(zh_, base + "/members", false, &members) != ZOK ||
-        std::find(members.begin(), members.end(), from) != members.end()) {
-      return r.status();
-    }
+    if (!r.ok() && !gone(from)) return r.status();
   }
   pause_parts_.release = MsSince(release_start);
   const Config done = CompleteMoves(moving);

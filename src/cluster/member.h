@@ -47,7 +47,7 @@
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
 //
-// Thread contract: Start and the destructor from one thread; the getters
+// Thread contract: Start, Stop and the destructor from one thread; the getters
 // from any thread. The member runs its own thread (ZooKeeper's C client
 // adds two of its own).
 
@@ -108,9 +108,17 @@ class ClusterMember {
   // at PATH was formed with another shard count).
   static Result<std::unique_ptr<ClusterMember>> Start(MemberOptions options,
                                                       Ownership* ownership);
-  // Leaves the cluster: closes the ZooKeeper session, so its ephemeral
-  // nodes (registration, election) go at once.
+  // Leaves the cluster: Stop, then closes the ZooKeeper session, so its
+  // ephemeral nodes (registration, election) go at once.
   ~ClusterMember();
+  // Ends the member's thread (as manager, a move in progress stops where
+  // it is; a successor resumes it) and closes its sessions to members,
+  // but keeps the ZooKeeper session: the member stays registered, so a
+  // server that stops serves nothing after it has left. Call it before
+  // the server stops serving (one of those sessions is to this server,
+  // whose threads wait at shutdown for their sessions to close). From the
+  // owner's thread; the destructor calls it too.
+  void Stop();
   ClusterMember(const ClusterMember&) = delete;
   ClusterMember& operator=(const ClusterMember&) = delete;
 

@@ -9,6 +9,7 @@
 
 #include "testing/clock.h"
 #include "testing/linearizability.h"
+#include "testing/scale.h"
 #include "testing/values.h"
 
 namespace remem::testing {
@@ -64,11 +65,15 @@ void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
   std::vector<uint64_t> last_version(size_t(o.keys), 0);
   std::vector<int> last_large(size_t(o.keys), -1);  // -1: absent
   uint64_t filler = uint64_t(w);
+  // Volume, not coverage (testing::Scaled): the sanitizers' runs look for
+  // races with fewer writes.
+  const uint64_t min_writes = uint64_t(
+      Scaled(int(o.min_writes), int(std::min<uint64_t>(o.min_writes, 50))));
   const auto start = Clock::now();
   for (uint64_t i = 0; i < o.max_writes; ++i) {
     const auto now = Clock::now();
     if (now - start >= o.max_duration ||
-        (now - start >= o.min_duration && i >= o.min_writes &&
+        (now - start >= o.min_duration && i >= min_writes &&
          !(o.keep_going && o.keep_going()))) {
       break;
     }
@@ -186,7 +191,11 @@ void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
   std::mt19937_64 rng(o.seed + 100 + uint64_t(r));
   std::vector<uint64_t> last_version(size_t(o.keys), 0);
   // Past max_reads_per_reader reads are still checked alone (well formed,
-  // not going back), only no longer recorded for the history.
+  // not going back), only no longer recorded for the history. Volume, not
+  // coverage (testing::Scaled): the sanitizers' runs check fewer.
+  const uint64_t max_recorded =
+      uint64_t(Scaled(int(o.max_reads_per_reader),
+                      int(std::min<uint64_t>(o.max_reads_per_reader, 2000))));
   uint64_t recorded = 0;
   const size_t batch = size_t(std::max(o.read_batch, 1));
   std::vector<int> ks(batch);
@@ -235,7 +244,7 @@ void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
         op.returned = false;  // constrains nothing
         out->Error(key + ": get: " + g.status().ToString());
       }
-      if (recorded < o.max_reads_per_reader) {
+      if (recorded < max_recorded) {
         ++recorded;
         out->ops[size_t(k)].push_back(std::move(op));
       }
@@ -244,7 +253,7 @@ void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
     // Once its history is full a reader gives way at every read: readers
     // that never yield starve the writers (and the server) of a small
     // machine's CPUs.
-    if (recorded >= o.max_reads_per_reader) std::this_thread::yield();
+    if (recorded >= max_recorded) std::this_thread::yield();
   }
   out->counters = c.read_counters();
 }

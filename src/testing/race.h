@@ -40,7 +40,9 @@ struct RaceOptions {
   int readers = 2;  // reader threads
   // The writers run at least `min_duration` and `min_writes` each (a slow
   // machine or a sanitizer still covers growth), at most `max_writes` each
-  // or `max_duration`. Histories stay checkable in seconds.
+  // or `max_duration`. Histories stay checkable in seconds. Under
+  // REMEM_TEST_SCALE (the sanitizers) min_writes and max_reads_per_reader
+  // are divided by it (testing::Scaled), never below 50 and 2000.
   std::chrono::milliseconds min_duration{1500};
   uint64_t min_writes = 500;
   uint64_t max_writes = 20000;
