@@ -23,6 +23,7 @@
 #include "test_util.h"
 #include "testing/kv_store.h"
 #include "testing/race.h"
+#include "testing/scale.h"
 #include "testing/zookeeper_process.h"
 
 namespace remem {
@@ -646,9 +647,13 @@ void ExpectEveryKey(Cluster* c, const Loaded& l) {
 TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   // One changed pair per ShardSync reply: the manager must ask until the
   // frozen shards' changes are all sent. Copies at full speed (no pacing),
-  // so that the moves end within the race under the sanitizers too.
-  const std::vector<std::string> one_pair_syncs = {"--shard-sync-bytes", "1",
-                                                   "--move-share", "100"};
+  // so that the moves end within the race under the sanitizers too. 256
+  // shards: still several steps of at most 64 shards each way, in a
+  // quarter of the time of 1024 under the sanitizers.
+  constexpr uint32_t kShards = 256;
+  const std::vector<std::string> one_pair_syncs = {
+      "--shard-sync-bytes",   "1", "--move-share", "100", "--shards",
+      std::to_string(kShards)};
   StartServers(2, one_pair_syncs);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
@@ -683,7 +688,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joined = servers_.back().address;
   const bool balanced = WaitForConfig(cluster.get(), [&](const auto& info) {
-    return ShardsOf(info, joined) >= cluster::kDefaultShards / 3;
+    return ShardsOf(info, joined) >= kShards / 3;
   });
   const uint32_t balanced_epoch = cluster->info().epoch;
   // Then, still during the race, the server of hot key 0 is drained, so at
@@ -711,7 +716,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   const Cluster::Info& info = cluster->info();
   for (const auto& n : info.nodes) {
     EXPECT_NE(n.address, drained);
-    EXPECT_EQ(n.shards, cluster::kDefaultShards / 2) << n.address;
+    EXPECT_EQ(n.shards, kShards / 2) << n.address;
   }
   ExpectEveryKey(cluster.get(), loaded);
   std::map<std::string, uint64_t> expected;
@@ -735,10 +740,11 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
     dirs.push_back(tmpl);
     // One changed pair per ShardSync reply (see below); copies at full
     // speed (pacing is not what this test checks, and it multiplies the
-    // test's time under the sanitizers).
-    servers_.push_back(
-        StartServer(MemberFlags(3, {"--data-dir", tmpl, "--shard-sync-bytes",
-                                    "1", "--move-share", "100"})));
+    // test's time under the sanitizers); 256 shards (the drain still takes
+    // two steps).
+    servers_.push_back(StartServer(
+        MemberFlags(3, {"--data-dir", tmpl, "--shard-sync-bytes", "1",
+                        "--move-share", "100", "--shards", "256"})));
     ASSERT_NE(servers_.back().process, nullptr);
   }
   auto cluster = Connect({servers_[0].address});
@@ -876,7 +882,9 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
   auto cluster =
       Connect({servers_[0].address, servers_[1].address, servers_[2].address});
   ASSERT_NE(cluster, nullptr);
-  const Loaded loaded = Load(cluster.get(), 20000);
+  // Fewer under the sanitizers (volume: the move is still under way when
+  // the manager dies).
+  const Loaded loaded = Load(cluster.get(), testing::Scaled(20000, 5000));
 
   std::vector<std::unique_ptr<Session>> probes;
   for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));

@@ -596,26 +596,13 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   const cluster::Ownership::Installed* c = cluster_->pending();
   if (c == nullptr) return;  // no configuration yet
   Partition& part = *partitions_[p];
-  Table& table = *part.table;
-  const uint32_t num_shards = c->config.num_shards();
-  std::vector<std::string> keys;
-  table.ScanBuckets(0, table.num_buckets(),
-                    [&](std::string_view k, std::string_view, uint64_t) {
-                      if (!c->owns[cluster::ShardOf(k, num_shards)]) {
-                        keys.emplace_back(k);
-                      }
-                    });
+  const std::vector<std::string> keys =
+      KeysOfShards_st(part, c->owns, /*in_set=*/false);
   // Logged where the log takes writes; in memory in any case (a restart
   // purges again).
-  const bool logged =
-      part.store != nullptr && !keys.empty() && part.store->Writable().ok();
-  part.purging = true;
-  for (const std::string& k : keys) {
-    if (table.Delete(k).ok() && logged) {
-      part.store->LogDelete(k, table.last_version());
-    }
-  }
-  part.purging = false;
+  DeletePairs_st(
+      part, keys,
+      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
   if (!keys.empty()) {
     log::Info(
         "cluster: partition {} deleted {} pairs of shards that epoch {} does "
@@ -625,6 +612,34 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   UpdateCounters_st(part);
   part.purged = true;
   cluster_->PurgeDone();
+}
+
+std::vector<std::string> HashService::KeysOfShards_st(
+    Partition& part, const std::vector<uint8_t>& set, bool in_set) {
+  Table& table = *part.table;
+  const uint32_t num_shards = uint32_t(set.size());
+  std::vector<std::string> keys;
+  table.ScanBuckets(
+      0, table.num_buckets(),
+      [&](std::string_view k, std::string_view, uint64_t) {
+        if ((set[cluster::ShardOf(k, num_shards)] != 0) == in_set) {
+          keys.emplace_back(k);
+        }
+      });
+  return keys;
+}
+
+void HashService::DeletePairs_st(Partition& part,
+                                 const std::vector<std::string>& keys,
+                                 bool logged) {
+  Table& table = *part.table;
+  part.purging = true;
+  for (const std::string& k : keys) {
+    if (table.Delete(k).ok() && logged) {
+      part.store->LogDelete(k, table.last_version());
+    }
+  }
+  part.purging = false;
 }
 
 size_t HashService::RunOps_st(PartitionId p) {
@@ -1024,22 +1039,11 @@ void HashService::HandleShardDrop(Call call) {
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
     ctx_->RunOn(owner, [this, owner, drop, fan] {
       Partition& part = *partitions_[owner];
-      Table& table = *part.table;
-      std::vector<std::string> keys;
-      table.ScanBuckets(0, table.num_buckets(),
-                        [&](std::string_view k, std::string_view, uint64_t) {
-                          if (drop->set[cluster::ShardOf(k, drop->num_shards)])
-                            keys.emplace_back(k);
-                        });
+      const std::vector<std::string> keys =
+          KeysOfShards_st(part, drop->set, /*in_set=*/true);
       Status& st = drop->status[owner];
       if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
-      part.purging = true;
-      for (size_t n = 0; n < keys.size() && st.ok(); ++n) {
-        if (table.Delete(keys[n]).ok() && part.store) {
-          part.store->LogDelete(keys[n], table.last_version());
-        }
-      }
-      part.purging = false;
+      if (st.ok()) DeletePairs_st(part, keys, part.store != nullptr);
       std::erase_if(part.changed, [&](const std::string& k) {
         return drop->set[cluster::ShardOf(k, drop->num_shards)] != 0;
       });

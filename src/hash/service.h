@@ -135,6 +135,15 @@ class HashService final : public server::Service {
   // Before the first configuration is served (cluster::Ownership::
   // RequirePurge): deletes the pairs of shards it does not give this server.
   void PurgeUnowned_st(server::PartitionId p);
+  // The keys of `part` whose shard is (in_set) or is not (!in_set) marked
+  // in `set` (one entry per shard): a scan of the whole table.
+  std::vector<std::string> KeysOfShards_st(Partition& part,
+                                           const std::vector<uint8_t>& set,
+                                           bool in_set);
+  // Deletes `keys` from `part`, each delete logged if `logged` (the
+  // partition's log takes writes); none is a change to send to a new owner.
+  void DeletePairs_st(Partition& part, const std::vector<std::string>& keys,
+                      bool logged);
   // Replies once partition p's records so far are durable (at once without
   // persistence).
   void AfterDurable_st(Partition& part, server::Responder responder,
