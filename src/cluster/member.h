@@ -113,11 +113,12 @@ class ClusterMember {
   ~ClusterMember();
   // Ends the member's thread (as manager, a move in progress stops where
   // it is; a successor resumes it) and closes its sessions to members,
-  // but keeps the ZooKeeper session: the member stays registered, so a
-  // server that stops serves nothing after it has left. Call it before
-  // the server stops serving (one of those sessions is to this server,
-  // whose threads wait at shutdown for their sessions to close). From the
-  // owner's thread; the destructor calls it too.
+  // but keeps the ZooKeeper session: the member stays registered until
+  // the destructor, so a stopping server has stopped serving before the
+  // cluster sees it leave. Call it before the server stops serving (one
+  // of those sessions is to this server, whose threads wait at shutdown
+  // for their sessions to close). From the owner's thread; the destructor
+  // calls it too.
   void Stop();
   ClusterMember(const ClusterMember&) = delete;
   ClusterMember& operator=(const ClusterMember&) = delete;
