@@ -172,8 +172,9 @@ struct OpsOptions {
   // (HashStore::Get, one-sided and verified) and reduces here; kAuto (or
   // unset: the session's read path) chooses per reduction from measured
   // latencies (the selector of gets, Cell's: moving averages, outlier
-  // rejection, 1% exploration), so it reduces here where that is faster
-  // (small vectors on shared memory) and asks the server elsewhere. One
+  // rejection, 1% exploration at most once a millisecond), so it reduces
+  // here where that is faster (small vectors on shared memory) and asks
+  // the server elsewhere. One
   // selector per store: a store that reduces vectors of very different
   // sizes gets the path that is faster on average. A user reduction
   // (Reduction::kUser) always runs on the server: the client does not have

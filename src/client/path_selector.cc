@@ -55,9 +55,13 @@ Path PathSelector::Choose(Clock::time_point now) {
       pick = os.count <= rpc.count ? Path::kOneSided : Path::kRpc;
     } else {
       pick = os.Mean() <= rpc.Mean() ? Path::kOneSided : Path::kRpc;
-      if (Uniform() < options_.explore) {
+      if (Uniform() < options_.explore &&
+          (!explored_ever_ ||
+           now - last_explored_ >= options_.explore_interval)) {
         pick = pick == Path::kOneSided ? Path::kRpc : Path::kOneSided;
         ++counters_.explored;
+        last_explored_ = now;
+        explored_ever_ = true;
       }
     }
   }

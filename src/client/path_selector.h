@@ -14,7 +14,11 @@
 //     discarded; if a window discards more samples than it keeps, the
 //     path's history is dropped (conditions changed);
 //   - exploration: with probability `explore` the path estimated worse is
-//     taken, so a change in conditions is noticed;
+//     taken, so a change in conditions is noticed; remem adds a floor of
+//     `explore_interval` between two explorations. At millions of gets a
+//     second, 1% is tens of thousands of RPCs a second, which keep a
+//     polling server spinning (its whole core, measured on shared memory)
+//     and tell no more than a thousand would;
 //   - a path not sampled for `idle_reset` loses its history.
 // Warm-up: the first `warmup` samples of a path are discarded (the first
 // gets pay for page faults on a fresh mapping and lazy transport setup, and
@@ -51,6 +55,7 @@ struct PathSelectorOptions {
   size_t warmup = 2;       // first samples of each path discarded
   double outlier_k = 3.0;  // Cell: K = 3
   double explore = 0.01;   // Cell: p = 1%
+  std::chrono::nanoseconds explore_interval = std::chrono::milliseconds(1);
   std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
   uint64_t seed = 0x9e3779b97f4a7c15ull;
 };
@@ -102,6 +107,8 @@ class PathSelector {
   PathSelectorOptions options_;
   History hist_[2];
   uint64_t rng_;
+  Clock::time_point last_explored_{};
+  bool explored_ever_ = false;
   Counters counters_;
 };
 

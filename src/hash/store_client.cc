@@ -27,16 +27,31 @@ namespace {
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
 
+// Maps [p, p + len) in for reading: the page-table entries (one madvise),
+// then one read of each page of the first kTouchedBytes. The reads are for
+// hosts with shadow page tables (this project's VMs): there a populated
+// entry still costs the first access a trap to the hypervisor, about 2 us
+// per page read in a row here, but 30 to 130 us for a lone get reading a
+// random page, which made the one-sided path look slower than the RPC path
+// for as long as most pages were cold. On other hosts the reads cost a TLB
+// miss each. Beyond kTouchedBytes, pages warm as gets read them.
 void PrefaultForReading(const uint8_t* p, uint64_t len) {
 #ifndef MADV_POPULATE_READ
   constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
 #endif
+  constexpr uint64_t kTouchedBytes = uint64_t{512} << 20;
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
   // Best effort: an older kernel refuses, and reads then fault lazily.
   (void)madvise(reinterpret_cast<void*>(start), end - start,
                 MADV_POPULATE_READ);
+  uint8_t sum = 0;
+  const uintptr_t touched_end = std::min(end, start + kTouchedBytes);
+  for (uintptr_t at = start; at < touched_end; at += page) {
+    sum += *reinterpret_cast<const volatile uint8_t*>(at);
+  }
+  asm volatile("" : : "r"(sum));  // the reads are the point: keep them
 }
 
 constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
@@ -207,16 +222,24 @@ struct HashStore::Impl {
   }
 
   // --- gets on a table mapped into this process (shared memory)
-  // A one-sided GetAsync there only prefetches the key's first bucket and
-  // queues the get; RunLocalGets performs the queued gets together, from
-  // the flush hook (before every Poll, WaitAll and synchronous call) or
-  // once kLocalWindow are queued, so the cache misses of a whole window
-  // overlap instead of being paid one after the other (MICA and KV-Direct
-  // batch their memory accesses the same way). Their callbacks then run at
-  // the next Poll, as every asynchronous callback does. Nothing here
+  // A one-sided GetAsync there hashes its key, prefetches every line of
+  // its first bucket and queues the get; RunLocalGets performs the queued
+  // gets together, from the flush hook (before every Poll, WaitAll and
+  // synchronous call) or once kLocalWindow are queued. Their callbacks then
+  // run at the next Poll, as every asynchronous callback does. Nothing here
   // allocates once the vectors have grown: keys are copied into one arena.
+  //
+  // So the cache and TLB misses of the gets in flight overlap instead of
+  // being paid one after the other (MICA and KV-Direct batch their memory
+  // accesses the same way); MultiGet and MultiGetAsync prefetch the whole
+  // first bucket of the lookup kPrefetchAhead places ahead while they
+  // perform each. Measured against the alternatives (docs/BENCHMARKS.md):
+  // a prefetch of headers ahead and then of the entries they name (two
+  // dependent misses) was slower for both, and so was a rolling prefetch
+  // at run time for queued gets. The copy itself still reads only the
+  // header and the entry (hash::ReadMode::kHeaderThenEntries).
   static constexpr size_t kLocalWindow = 32;
-  static constexpr size_t kSmallWindow = 8;
+  static constexpr size_t kPrefetchAhead = kLocalWindow;
   static GetCallback IntoAdapter(Value* into, Callback done) {
     return [into, done = std::move(done)](Result<Value> r) {
       if (r.ok()) *into = std::move(*r);
@@ -273,41 +296,9 @@ struct HashStore::Impl {
     }
     return r->mapped() + offset;
   }
-  // Prefetches the header line of the first bucket `key` reads under `g` (a
-  // hint: harmless if the table grows meanwhile); returns the key's hash,
-  // for the lookup. The lookup reads the header, then only the entries it
-  // names: PrefetchEntries, once the header has arrived.
-  hash::KeyHash PrefetchFirstBucket(const hash::Geometry& g,
-                                    std::string_view key) {
-    const hash::KeyHash kh = hash::HashKey(key, g.seed);
-    if (const uint8_t* p = MappedFirstBucket(g, kh)) {
-      __builtin_prefetch(p, 0, 3);
-    }
-    return kh;
-  }
-  // Prefetches the entries of `kh`'s first bucket whose tag matches, as its
-  // header names them now (a hint, read unverified: harmless if wrong).
-  // Called a while after PrefetchFirstBucket, for a window of lookups
-  // before they run.
-  void PrefetchEntries(const hash::Geometry& g, const hash::KeyHash& kh) {
-    const uint8_t* p = MappedFirstBucket(g, kh);
-    if (p == nullptr) return;
-    hash::IndexSlot index[hash::kIndexSlots];
-    hash::LoadWords(index, p + 8, sizeof(index));
-    for (const hash::IndexSlot& slot : index) {
-      if (slot.tag == 0) break;
-      if (slot.tag != kh.tag) continue;
-      const size_t begin = size_t{slot.offset_words} * 8;
-      const size_t end = begin + size_t{slot.words} * 8;
-      if (end > hash::kEntryAreaBytes) break;
-      const uint8_t* e = p + hash::kBucketHeaderBytes;
-      for (size_t at = begin & ~size_t{63}; at < end; at += 64) {
-        __builtin_prefetch(e + at, 0, 3);
-      }
-    }
-  }
-  // A lone get has nothing to overlap with: all of its first bucket's
-  // lines at once, so that its entry does not wait for its header.
+  // Prefetches every line of the first bucket `kh` reads under `g` (a
+  // hint: harmless if the table grows meanwhile), so that the lookup's
+  // entry does not wait for its header.
   void PrefetchWholeBucket(const hash::Geometry& g, const hash::KeyHash& kh) {
     const uint8_t* p = MappedFirstBucket(g, kh);
     if (p == nullptr) return;
@@ -316,9 +307,8 @@ struct HashStore::Impl {
     }
   }
   // Looks up keys[i] for each i in `indices` (valid keys) in the mapped
-  // tables, in windows of kLocalWindow: the next window's headers are
-  // prefetched while this window's entries are, then this window's lookups
-  // run (MultiGet, MultiGetAsync). A found value goes to (*values)[i], the
+  // tables, prefetching kPrefetchAhead lookups ahead (MultiGet,
+  // MultiGetAsync). A found value goes to (*values)[i], the
   // outcome to (*statuses)[i]; a lookup that gives up appends i to
   // *gave_up instead (its status untouched).
   void LookupMapped(const std::vector<std::string_view>& keys,
@@ -836,7 +826,8 @@ void HashStore::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
 void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
                                     GetCallback done, Value* into,
                                     Callback into_done) {
-  const hash::KeyHash kh = PrefetchFirstBucket(*g, key);
+  const hash::KeyHash kh = hash::HashKey(key, g->seed);
+  PrefetchWholeBucket(*g, kh);
   local_queue.push_back({uint32_t(local_keys.size()), uint32_t(key.size()), g,
                          std::move(done), into, std::move(into_done), kh});
   local_keys.append(key);
@@ -848,24 +839,19 @@ void HashStore::Impl::LookupMapped(const std::vector<std::string_view>& keys,
                                    std::vector<Value>* values,
                                    std::vector<Status>* statuses,
                                    std::vector<size_t>* gave_up) {
-  constexpr size_t kAhead = kLocalWindow;
   batch_partitions.resize(indices.size());
   batch_hashes.resize(indices.size());
-  auto prefetch_headers = [&](size_t from, size_t to) {
-    for (size_t j = from; j < std::min(to, indices.size()); ++j) {
-      const std::string_view k = keys[indices[j]];
-      batch_partitions[j] = &PartitionOf(k);
-      batch_hashes[j] = PrefetchFirstBucket(*batch_partitions[j], k);
-    }
+  auto prefetch = [&](size_t j) {
+    const std::string_view k = keys[indices[j]];
+    batch_partitions[j] = &PartitionOf(k);
+    batch_hashes[j] = hash::HashKey(k, batch_partitions[j]->seed);
+    PrefetchWholeBucket(*batch_partitions[j], batch_hashes[j]);
   };
-  prefetch_headers(0, kAhead);
+  for (size_t j = 0; j < std::min(kPrefetchAhead, indices.size()); ++j) {
+    prefetch(j);
+  }
   for (size_t n = 0; n < indices.size(); ++n) {
-    if (n % kAhead == 0) {
-      prefetch_headers(n + kAhead, n + 2 * kAhead);
-      for (size_t j = n; j < std::min(n + kAhead, indices.size()); ++j) {
-        PrefetchEntries(*batch_partitions[j], batch_hashes[j]);
-      }
-    }
+    if (n + kPrefetchAhead < indices.size()) prefetch(n + kPrefetchAhead);
     const size_t i = indices[n];
     bool gave = false;
     Status r = GetOneSidedInto(batch_partitions[n], keys[i], &(*values)[i],
@@ -886,22 +872,14 @@ void HashStore::Impl::RunLocalGets() {
   // but the buffers are reused without reallocating either way.
   local_running.swap(local_queue);
   local_running_keys.swap(local_keys);
-  const bool timed = selector->mode() == ReadPath::kAuto;
+  // Sampled as ChoosePath samples single gets: once the path has a
+  // history, every 8th window only (two clock reads cost about a tenth of
+  // a lone one-sided get).
+  const bool timed = selector->mode() == ReadPath::kAuto &&
+                     (selector->Samples(client::Path::kOneSided) < 32 ||
+                      (++sample_counter & 7) == 0);
   const Clock::time_point start = timed ? Clock::now() : last_now;
   size_t answered = 0;
-  // Their headers were prefetched when they were queued. A small window has too
-  // little to overlap: its headers were prefetched just now, and waiting for
-  // them before prefetching the entries costs a second miss in a row. It takes
-  // whole buckets (one miss, eight lines each); a larger one, headers then
-  // entries (fewer lines per get).
-  const bool small_window = local_running.size() < kSmallWindow;
-  for (const LocalGet& op : local_running) {
-    if (small_window) {
-      PrefetchWholeBucket(*op.g, op.kh);
-    } else {
-      PrefetchEntries(*op.g, op.kh);
-    }
-  }
   for (LocalGet& op : local_running) {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
