@@ -51,19 +51,19 @@ bool Lookup::Next(ReadRequest* req) {
     case kGotExtent: {
       ++reads_;
       ExtentHeader h;
-      std::memcpy(&h, extent_.data(), sizeof(h));
+      std::memcpy(&h, extent_->data(), sizeof(h));
       if (h.incarnation != extent_incarnation_ ||
           uint64_t{h.key_len} + h.value_len >
               extent_size_ - sizeof(ExtentHeader) ||
-          ExtentChecksum(extent_.data(), h.key_len, h.value_len) !=
+          ExtentChecksum(extent_->data(), h.key_len, h.value_len) !=
               h.checksum) {
         return Retry("extent failed verification or was reused");
       }
       if (h.key_len == key_.size() &&
-          std::memcmp(extent_.data() + sizeof(h), key_.data(), key_.size()) ==
+          std::memcmp(extent_->data() + sizeof(h), key_.data(), key_.size()) ==
               0) {
         outcome_ = kFound;
-        value_->assign(reinterpret_cast<const char*>(extent_.data()) +
+        value_->assign(reinterpret_cast<const char*>(extent_->data()) +
                            sizeof(h) + h.key_len,
                        h.value_len);
         version_ = h.version;
@@ -152,8 +152,8 @@ bool Lookup::CheckEntry(ReadRequest* req) {
   }
   extent_size_ = SizeClassBytes(RefClass(word1));
   extent_incarnation_ = h.meta;
-  extent_.resize(extent_size_);
-  *req = {RefRegion(word1), RefOffset(word1), extent_.data(), extent_size_};
+  extent_->resize(extent_size_);
+  *req = {RefRegion(word1), RefOffset(word1), extent_->data(), extent_size_};
   stage_ = kGotExtent;
   return true;
 }

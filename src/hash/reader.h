@@ -65,6 +65,13 @@ class Lookup {
   Lookup(const Lookup&) = delete;
   Lookup& operator=(const Lookup&) = delete;
 
+  // Extents (values stored out of line) are copied into *buffer instead of
+  // a vector of the lookup's own: a caller that runs one lookup at a time
+  // keeps the buffer's capacity from get to get, so a large value's copy is
+  // not allocated, zeroed and faulted in anew for every get. Call before
+  // the first Next.
+  void set_extent_buffer(std::vector<uint8_t>* buffer) { extent_ = buffer; }
+
   // Fills `req` with the next read to perform and returns true; call again
   // once the bytes are in req->dst. Returns false when outcome() is final.
   bool Next(ReadRequest* req);
@@ -102,7 +109,8 @@ class Lookup {
   uint64_t first_version_ = 0;
   Stage stage_ = kStart;
   Bucket bucket_;
-  std::vector<uint8_t> extent_;
+  std::vector<uint8_t> own_extent_;
+  std::vector<uint8_t>* extent_ = &own_extent_;
   uint32_t extent_incarnation_ = 0;
   uint64_t extent_size_ = 0;
   Outcome outcome_ = kPending;

@@ -263,6 +263,8 @@ struct HashStore::Impl {
   };
   std::vector<LocalGet> local_queue, local_running;
   std::string lookup_scratch;  // GetOneSidedInto's value, before it is known
+  std::vector<uint8_t> extent_scratch;  // its out-of-line values' copies
+  bool one_sided_get_running = false;   // GetOneSidedInto is under way
   std::vector<size_t> batch_valid, batch_by_rpc;  // MultiGetAsync's, reused
   // LookupMapped's, per key: its partition and its hash there.
   std::vector<hash::Geometry*> batch_partitions;
@@ -453,11 +455,23 @@ Status HashStore::Impl::RefreshRoot(hash::Geometry* g) {
 Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
                                         Value* out, bool* gave_up,
                                         const hash::KeyHash* kh) {
+  // A callback run while this get waits for a read (over a network) or
+  // for the lease may make a get of its own: only the outermost get uses
+  // the store's kept buffers, a nested one buffers of its own.
+  struct Outermost {
+    bool* busy;
+    bool nested = *busy;
+    ~Outermost() { *busy = nested; }
+  } outermost{&one_sided_get_running};
+  one_sided_get_running = true;
+  std::string nested_scratch;
+  std::string* scratch = outermost.nested ? &nested_scratch : &lookup_scratch;
   for (int attempt = 0; attempt < kMaxOneSidedAttempts; ++attempt) {
     // The value is assigned to a scratch string that then trades places
     // with *out's: both keep their capacity, and *out changes only when
-    // the key is found.
-    hash::Lookup lookup(*g, key, ReadMode(), &lookup_scratch, kh);
+    // the key is found. Extents are copied into a buffer kept likewise.
+    hash::Lookup lookup(*g, key, ReadMode(), scratch, kh);
+    if (!outermost.nested) lookup.set_extent_buffer(&extent_scratch);
     hash::ReadRequest req;
     // The partition's own region is looked up once (extents may live in
     // others).
@@ -472,7 +486,7 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
     read_stats.reads += uint64_t(lookup.reads());
     if (lookup.outcome() == hash::Lookup::kFound) {
       if (!Vouched()) break;
-      out->value.swap(lookup_scratch);
+      out->value.swap(*scratch);
       out->version = lookup.version();
       return Status::OK();
     }

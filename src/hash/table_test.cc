@@ -169,6 +169,46 @@ TEST(HashTable, AFullStoreRefusesWritesAndKeepsEveryKey) {
   }
 }
 
+// Lookups that share one extent buffer, as a client's synchronous gets do
+// (Lookup::set_extent_buffer): each answers its own key's value whatever
+// the buffer held before (a larger extent, a smaller one, an absent key),
+// and the buffer keeps its capacity.
+TEST(HashTable, LookupsSharingAnExtentBufferAnswerTheirOwnValues) {
+  auto t_table = NewTable(64, 64 << 20);
+  ASSERT_NE(t_table, nullptr);
+  LocalTable& t = *t_table;
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"big", std::string(512 << 10, 'b')},
+      {"small", std::string(300, 's')},
+      {"inline", "i"},
+      {"bigger", std::string(700 << 10, 'B')},
+      {"medium", std::string(20 << 10, 'm')},
+  };
+  for (const auto& [k, v] : pairs) ASSERT_TRUE(t.table().Put(k, v).ok()) << k;
+  auto g = t.ReadGeometry();
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const ReadFn read = t.Reader();
+  std::vector<uint8_t> buffer;
+  std::string value;
+  auto get = [&](std::string_view key) {
+    Lookup l(*g, key, ReadMode::kHeaderThenEntries, &value);
+    l.set_extent_buffer(&buffer);
+    ReadRequest req;
+    while (l.Next(&req)) {
+      EXPECT_TRUE(read(req.region, req.offset, req.dst, req.len).ok());
+    }
+    return l.outcome();
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [k, v] : pairs) {
+      ASSERT_EQ(get(k), Lookup::kFound) << k;
+      EXPECT_EQ(value, v) << k;
+      ASSERT_EQ(get("absent"), Lookup::kNotFound);
+    }
+  }
+  EXPECT_GE(buffer.capacity(), size_t{700} << 10);
+}
+
 // A reader's steps interleaved by hand with a cuckoo move: key K sits in its
 // second bucket; the reader reads K's first bucket; an insert then moves K
 // from its second bucket to its first; the reader reads the second bucket.

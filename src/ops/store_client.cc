@@ -240,6 +240,7 @@ struct OpsStore::Impl {
   ReadPath reduce_path = ReadPath::kAuto;
   std::unique_ptr<client::PathSelector> reduce_selector;
   ReduceStats reduce_stats;
+  HashStore::Value reduce_value;  // the local path's copy of the vector
   size_t in_flight = 0;
   int flush_hook = 0;
   struct Queued {
@@ -464,11 +465,13 @@ Result<Number> OpsStore::VecReduce(std::string_view key, Reduction red) {
   if (path == client::Path::kOneSided) {
     ++s.reduce_stats.local;
     // The hash store's read path: one-sided and verified on shared memory.
-    auto r = hash_->Get(key);
+    // Into a value kept from reduction to reduction: a large vector's copy
+    // is then not allocated and faulted in anew each time.
+    Status r = hash_->Get(key, &s.reduce_value);
     if (!r.ok()) {
-      out = r.status();
+      out = r;
     } else {
-      auto sum = ops::ReduceVector(r->value, red);
+      auto sum = ops::ReduceVector(s.reduce_value.value, red);
       if (!sum.ok()) {
         out = sum.status();
       } else {
