@@ -54,6 +54,12 @@ struct TreeOptions {
   // (SessionOptions::read_path).
   std::optional<ReadPath> read_path;
   std::optional<ReadPath> scan_path;
+  // Internal nodes the client keeps copies of (1 KiB each, allocated as
+  // they are cached; the cache is cleared when full). On shared memory it
+  // is filled when the store opens, top levels first. A search whose path
+  // is all cached reads only its leaf: 1 M keys of 16 bytes have about
+  // 6,600 internal nodes, 10 M about 66,000.
+  size_t cache_nodes = 131072;
 };
 
 class TreeStore {

@@ -1,8 +1,6 @@
 // remem::HashStore: the client side of the hash store (include/remem/hash.h),
 // on a Session's core (client/session_core.h).
 
-#include <sys/mman.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <optional>
@@ -26,33 +24,6 @@ namespace {
 // at that moment; a few in a row mean a hot key, where the server's answer
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
-
-// Maps [p, p + len) in for reading: the page-table entries (one madvise),
-// then one read of each page of the first kTouchedBytes. The reads are for
-// hosts with shadow page tables (this project's VMs): there a populated
-// entry still costs the first access a trap to the hypervisor, about 2 us
-// per page read in a row here, but 30 to 130 us for a lone get reading a
-// random page, which made the one-sided path look slower than the RPC path
-// for as long as most pages were cold. On other hosts the reads cost a TLB
-// miss each. Beyond kTouchedBytes, pages warm as gets read them.
-void PrefaultForReading(const uint8_t* p, uint64_t len) {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
-#endif
-  constexpr uint64_t kTouchedBytes = uint64_t{512} << 20;
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
-  // Best effort: an older kernel refuses, and reads then fault lazily.
-  (void)madvise(reinterpret_cast<void*>(start), end - start,
-                MADV_POPULATE_READ);
-  uint8_t sum = 0;
-  const uintptr_t touched_end = std::min(end, start + kTouchedBytes);
-  for (uintptr_t at = start; at < touched_end; at += page) {
-    sum += *reinterpret_cast<const volatile uint8_t*>(at);
-  }
-  asm volatile("" : : "r"(sum));  // the reads are the point: keep them
-}
 
 constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
 
@@ -135,11 +106,8 @@ struct HashStore::Impl {
   // of the region may never have been touched by the server.
   void Prefault(const hash::Geometry& g) {
     const fabric::RemoteRegion* r = core->region(g.region);
-    if (r == nullptr || r->mapped() == nullptr) return;
-    const uint64_t bytes = g.num_buckets * hash::kBucketBytes;
-    if (r->Check(g.buckets_offset, bytes).ok()) {
-      PrefaultForReading(r->mapped() + g.buckets_offset, bytes);
-    }
+    if (r == nullptr) return;
+    r->PrefaultForReading(g.buckets_offset, g.num_buckets * hash::kBucketBytes);
   }
   hash::Geometry& PartitionOf(std::string_view key) {
     if (partitions.size() == 1) return partitions[0];

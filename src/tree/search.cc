@@ -37,17 +37,50 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
 }  // namespace
 
 void NodeCache::Put(uint32_t index, const NodeView& view) {
-  if (nodes_.size() >= max_ && nodes_.count(index) == 0) {
-    evictions += nodes_.size();
+  if (index == kNoNode) return;
+  if (size_ >= max_ && Get(index) == nullptr) {
+    evictions += size_;
     nodes_.clear();
+    size_ = 0;
   }
-  auto& slot = nodes_[index];
-  if (!slot) slot = std::make_unique<Entry>();
+  if (index >= nodes_.size()) nodes_.resize(size_t{index} + 1);
+  std::unique_ptr<Entry>& slot = nodes_[index];
+  if (!slot) {
+    slot = std::make_unique<Entry>();
+    ++size_;
+  }
   std::memcpy(slot->image, view.image(), kNodeBytes);
   // It verified as `view`: only the structure is parsed again.
   if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok()) {
-    nodes_.erase(index);
+    Evict(index);
   }
+}
+
+Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
+  auto root = src->Root();
+  if (!root.ok()) return root.status();
+  cache->set_root(*root);
+  std::vector<uint32_t> level = {*root}, next;
+  int expected_level = -1;  // the root's, then one less per step down
+  while (!level.empty() && expected_level != 0) {
+    next.clear();
+    for (uint32_t index : level) {
+      if (cache->size() >= cache->capacity()) return Status::OK();
+      NodeView v;
+      REMEM_RETURN_IF_ERROR(src->Fetch(index, scratch, &v));
+      if (expected_level < 0) expected_level = v.level();
+      // Leaves are not cached, nor a node of another level than its
+      // parent's less one (which also bounds the walk to the root's
+      // height, whatever a copy says): searches read such a node.
+      if (v.leaf() || v.level() != expected_level) continue;
+      cache->Put(index, v);
+      if (v.level() == 1) continue;  // its children are leaves
+      for (size_t i = 0; i < v.count(); ++i) next.push_back(v.child(i));
+    }
+    level.swap(next);
+    --expected_level;
+  }
+  return Status::OK();
 }
 
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,

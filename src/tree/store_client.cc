@@ -4,6 +4,7 @@
 // of the server's nodes) with a cache of upper levels; the RPC path asks
 // the service (tree/service.h).
 
+#include <algorithm>
 #include <thread>
 
 #include "client/path_selector.h"
@@ -52,6 +53,25 @@ class RemoteSource : public tree::NodeSource {
     }
     return Status::OK();
   }
+  // Where the tree is mapped (shared memory): faults this process's
+  // mapping of the nodes allocated so far in now, as the hash store does
+  // for its bucket arrays (fabric::RemoteRegion::PrefaultForReading), so
+  // the first one-sided searches do not pay a page fault per node and look
+  // slower than the RPC path to the selector. Nodes allocated later warm
+  // as searches read them.
+  void Prefault() {
+    if (region_->mapped() == nullptr) return;
+    tree::TreeRoot r;
+    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+      if (!core_->ReadNow(*region_, 0, &r, sizeof(r)).ok()) return;
+      if (tree::ParseRoot(r).ok()) {
+        region_->PrefaultForReading(0, tree::NodeOffset(r.num_nodes + 1));
+        return;
+      }
+      Backoff(attempt);
+    }
+  }
+  bool mapped() const { return region_->mapped() != nullptr; }
   Result<uint32_t> Root() override {
     tree::TreeRoot r;
     for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
@@ -266,6 +286,13 @@ Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
   impl->source =
       std::make_unique<RemoteSource>(impl->core, info->region, &impl->stats);
   REMEM_RETURN_IF_ERROR(impl->source->Init());
+  impl->cache = tree::NodeCache(std::max<size_t>(options.cache_nodes, 1));
+  impl->source->Prefault();
+  if (impl->source->mapped()) {
+    // Best effort: searches fill the cache themselves otherwise.
+    std::vector<uint8_t> scratch(tree::kNodeBytes);
+    (void)tree::WarmCache(impl->source.get(), &impl->cache, scratch.data());
+  }
   client::PathSelectorOptions so;
   so.mode = options.read_path.value_or(impl->core->options().read_path);
   impl->get_selector = std::make_unique<client::PathSelector>(so);

@@ -277,6 +277,54 @@ TEST_F(TreeTest, AgreesWithAModelThroughSplitsScansAndDeletes) {
   EXPECT_GT(cache.hits, 0u);
 }
 
+// A warmed cache holds every internal node (or as many as fit, top levels
+// first), so a search then reads only its leaf; searches through it agree
+// with the model, also after splits that make its copies stale.
+TEST_F(TreeTest, AWarmedCacheHoldsTheInternalNodesAndSearchesReadOnlyLeaves) {
+  for (int i = 0; i < 4000; ++i) {
+    const std::string k = Key(uint64_t(i) * 7);
+    ASSERT_TRUE(tree_->Put(k, "v" + k).ok());
+    model_[k] = "v" + k;
+  }
+  ASSERT_GE(tree_->height(), 3) << "the test needs two internal levels";
+  CopySource copies(mem_.base);
+  std::vector<uint8_t> scratch(kNodeBytes);
+  NodeCache cache;
+  ASSERT_TRUE(WarmCache(&copies, &cache, scratch.data()).ok());
+  EXPECT_GT(cache.size(), 1u);
+  EXPECT_LT(cache.size(), tree_->num_nodes());  // no leaves
+  for (int i = 0; i < 200; ++i) {
+    const std::string k = Key(uint64_t(i) * 7 * 19);
+    NodeView leaf;
+    SearchStats stats;
+    ASSERT_TRUE(FindLeaf(&copies, &cache, {Target::kAt, k}, scratch.data(),
+                         &leaf, &stats)
+                    .ok());
+    EXPECT_EQ(stats.nodes_read, 1u) << k;
+    EXPECT_TRUE(leaf.leaf());
+  }
+  // A cache too small for every internal node keeps the top levels.
+  NodeCache small(2);
+  ASSERT_TRUE(WarmCache(&copies, &small, scratch.data()).ok());
+  EXPECT_EQ(small.size(), 2u);
+  EXPECT_NE(small.Get(small.root()), nullptr);
+  // Splits after the warm-up make copies stale; searches stay right.
+  for (int i = 0; i < 4000; ++i) {
+    const std::string k = Key(uint64_t(i) * 7 + 3);
+    ASSERT_TRUE(tree_->Put(k, "w" + k).ok());
+    model_[k] = "w" + k;
+  }
+  for (const auto& [k, v] : model_) {
+    std::string got;
+    uint64_t version = 0;
+    SearchStats stats;
+    Status st = Lookup(&copies, &cache, k, &got, &version, &stats);
+    ASSERT_TRUE(st.ok()) << k << ": " << st.ToString();
+    EXPECT_EQ(got, v);
+  }
+  EXPECT_EQ(copies.torn, 0u);
+}
+
 TEST_F(TreeTest, ConditionalWritesAndBadInput) {
   auto v1 = tree_->Put("acct", "100", PutMode::kIfAbsent);
   ASSERT_TRUE(v1.ok());
