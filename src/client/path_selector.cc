@@ -53,6 +53,9 @@ Path PathSelector::Choose(Clock::time_point now) {
     if (os.count < options_.min_samples || rpc.count < options_.min_samples) {
       // Build a minimal history of both: the one with fewer samples.
       pick = os.count <= rpc.count ? Path::kOneSided : Path::kRpc;
+    } else if (burst_left_ > 0) {
+      --burst_left_;
+      pick = burst_path_;
     } else {
       pick = os.Mean() <= rpc.Mean() ? Path::kOneSided : Path::kRpc;
       if (Uniform() < options_.explore &&
@@ -62,6 +65,9 @@ Path PathSelector::Choose(Clock::time_point now) {
         ++counters_.explored;
         last_explored_ = now;
         explored_ever_ = true;
+        burst_path_ = pick;
+        burst_left_ =
+            options_.explore_burst > 0 ? options_.explore_burst - 1 : 0;
       }
     }
   }

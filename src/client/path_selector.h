@@ -19,6 +19,10 @@
 //     second, 1% is tens of thousands of RPCs a second, which keep a
 //     polling server spinning (its whole core, measured on shared memory)
 //     and tell no more than a thousand would;
+//     and an exploration may be a burst of `explore_burst` operations in a
+//     row (1 by default, Cell's): a path whose speed depends on state
+//     its own operations keep warm (the ordered store's cached nodes)
+//     measures slower when taken once between operations of the other;
 //   - a path not sampled for `idle_reset` loses its history.
 // Warm-up: the first `warmup` samples of a path are discarded (the first
 // gets pay for page faults on a fresh mapping and lazy transport setup, and
@@ -56,6 +60,7 @@ struct PathSelectorOptions {
   double outlier_k = 3.0;  // Cell: K = 3
   double explore = 0.01;   // Cell: p = 1%
   std::chrono::nanoseconds explore_interval = std::chrono::milliseconds(1);
+  size_t explore_burst = 1;  // operations in a row on the explored path
   std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
   uint64_t seed = 0x9e3779b97f4a7c15ull;
 };
@@ -109,6 +114,8 @@ class PathSelector {
   uint64_t rng_;
   Clock::time_point last_explored_{};
   bool explored_ever_ = false;
+  size_t burst_left_ = 0;  // further operations of the current exploration
+  Path burst_path_ = Path::kOneSided;
   Counters counters_;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <vector>
 
 namespace remem::client {
 namespace {
@@ -81,6 +82,36 @@ TEST(PathSelector, ExplorationsAreAnIntervalApart) {
       [](Path p, int) { return p == Path::kOneSided ? 24.0 : 14.0; }, &now);
   EXPECT_GT(tcp.counters().explored, 400u);
   EXPECT_LT(tcp.counters().explored, 1200u);
+}
+
+TEST(PathSelector, ExplorationsComeInBurstsWhenAsked) {
+  // One-sided 1 us, RPC 3 us: after the first samples every RPC is an
+  // exploration, and each exploration is 4 RPCs in a row.
+  PathSelector sel(
+      {.explore_interval = std::chrono::milliseconds(2), .explore_burst = 4});
+  Clock::time_point now{};
+  std::vector<Path> picks;
+  for (int i = 0; i < 100000; ++i) {
+    const Path p = sel.Choose(now);
+    const double l = p == Path::kOneSided ? 1.0 : 3.0;
+    now += std::chrono::nanoseconds(static_cast<int64_t>(l * 1000));
+    sel.Record(p, l, now);
+    picks.push_back(p);
+  }
+  // Runs of RPC choices after the first 100 operations (the history's
+  // start alternates between the paths).
+  std::vector<int> runs;
+  for (size_t i = 100; i < picks.size(); ++i) {
+    if (picks[i] != Path::kRpc) continue;
+    if (picks[i - 1] == Path::kRpc && !runs.empty()) {
+      ++runs.back();
+    } else {
+      runs.push_back(1);
+    }
+  }
+  ASSERT_GE(runs.size(), 10u);
+  for (size_t r = 0; r + 1 < runs.size(); ++r) EXPECT_EQ(runs[r], 4) << r;
+  EXPECT_GT(sel.counters().chosen[int(Path::kOneSided)], 99000u);
 }
 
 TEST(PathSelector, ShiftsToClientsWhenTheServerIsOverloaded) {

@@ -293,7 +293,12 @@ Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
     std::vector<uint8_t> scratch(tree::kNodeBytes);
     (void)tree::WarmCache(impl->source.get(), &impl->cache, scratch.data());
   }
+  // Explorations in bursts: a one-sided search taken once between RPCs
+  // runs with the cached nodes cold in the CPU's caches and measured
+  // slower than RPC at 10 M keys, where back to back it is faster.
   client::PathSelectorOptions so;
+  so.explore_burst = 32;
+  so.explore_interval = std::chrono::milliseconds(8);
   so.mode = options.read_path.value_or(impl->core->options().read_path);
   impl->get_selector = std::make_unique<client::PathSelector>(so);
   so.mode = options.scan_path.value_or(impl->core->options().read_path);
