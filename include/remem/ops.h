@@ -174,11 +174,10 @@ struct OpsOptions {
   // latencies (the selector of gets, Cell's: moving averages, outlier
   // rejection, 1% exploration at most once a millisecond), so it reduces
   // here where that is faster (small vectors on shared memory) and asks
-  // the server elsewhere. One
-  // selector per store: a store that reduces vectors of very different
-  // sizes gets the path that is faster on average. A user reduction
-  // (Reduction::kUser) always runs on the server: the client does not have
-  // the function.
+  // the server elsewhere. One selector per store: a store that reduces
+  // vectors of very different sizes gets the path that is faster on
+  // average. A user reduction (Reduction::kUser) always runs on the
+  // server: the client does not have the function.
   std::optional<ReadPath> reduce_path;
 };
 

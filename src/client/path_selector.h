@@ -18,11 +18,11 @@
 //     `explore_interval` between two explorations. At millions of gets a
 //     second, 1% is tens of thousands of RPCs a second, which keep a
 //     polling server spinning (its whole core, measured on shared memory)
-//     and tell no more than a thousand would;
-//     and an exploration may be a burst of `explore_burst` operations in a
-//     row (1 by default, Cell's): a path whose speed depends on state
-//     its own operations keep warm (the ordered store's cached nodes)
-//     measures slower when taken once between operations of the other;
+//     and tell no more than a thousand would. An exploration may also be a
+//     burst of `explore_burst` operations in a row (1 by default, Cell's):
+//     a path whose speed depends on state its own operations keep warm
+//     (the ordered store's cached nodes) measures slower when taken once
+//     between operations of the other;
 //   - a path not sampled for `idle_reset` loses its history.
 // Warm-up: the first `warmup` samples of a path are discarded (the first
 // gets pay for page faults on a fresh mapping and lazy transport setup, and

@@ -53,35 +53,22 @@ class RemoteSource : public tree::NodeSource {
     }
     return Status::OK();
   }
-  // Where the tree is mapped (shared memory): faults this process's
-  // mapping of the nodes allocated so far in now, as the hash store does
-  // for its bucket arrays (fabric::RemoteRegion::PrefaultForReading), so
-  // the first one-sided searches do not pay a page fault per node and look
-  // slower than the RPC path to the selector. Nodes allocated later warm
-  // as searches read them.
+  bool mapped() const { return region_->mapped() != nullptr; }
+  // On shared memory: faults this process's mapping of the nodes allocated
+  // so far in now, as the hash store does for its bucket arrays
+  // (fabric::RemoteRegion::PrefaultForReading), so the first one-sided
+  // searches do not pay a page fault per node and look slower than the RPC
+  // path to the selector. Nodes allocated later warm as searches read them.
   void Prefault() {
-    if (region_->mapped() == nullptr) return;
-    tree::TreeRoot r;
-    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-      if (!core_->ReadNow(*region_, 0, &r, sizeof(r)).ok()) return;
-      if (tree::ParseRoot(r).ok()) {
-        region_->PrefaultForReading(0, tree::NodeOffset(r.num_nodes + 1));
-        return;
-      }
-      Backoff(attempt);
+    auto r = ReadRoot();
+    if (r.ok()) {
+      region_->PrefaultForReading(0, tree::NodeOffset(r->num_nodes + 1));
     }
   }
-  bool mapped() const { return region_->mapped() != nullptr; }
   Result<uint32_t> Root() override {
-    tree::TreeRoot r;
-    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-      REMEM_RETURN_IF_ERROR(core_->ReadNow(*region_, 0, &r, sizeof(r)));
-      ++stats_->reads;
-      if (tree::ParseRoot(r).ok()) return r.root;
-      ++stats_->retries;
-      Backoff(attempt);
-    }
-    return Status::Busy("the tree root did not verify");
+    auto r = ReadRoot();
+    if (!r.ok()) return r.status();
+    return r->root;
   }
   Status Fetch(uint32_t index, uint8_t* scratch,
                tree::NodeView* view) override {
@@ -99,6 +86,18 @@ class RemoteSource : public tree::NodeSource {
   }
 
  private:
+  // The root, verified (retried while the server publishes it).
+  Result<tree::TreeRoot> ReadRoot() {
+    tree::TreeRoot r;
+    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+      REMEM_RETURN_IF_ERROR(core_->ReadNow(*region_, 0, &r, sizeof(r)));
+      ++stats_->reads;
+      if (tree::ParseRoot(r).ok()) return r;
+      ++stats_->retries;
+      Backoff(attempt);
+    }
+    return Status::Busy("the tree root did not verify");
+  }
   static void Backoff(int attempt) {
     if (attempt >= 4) std::this_thread::yield();
   }
@@ -287,9 +286,10 @@ Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
       std::make_unique<RemoteSource>(impl->core, info->region, &impl->stats);
   REMEM_RETURN_IF_ERROR(impl->source->Init());
   impl->cache = tree::NodeCache(std::max<size_t>(options.cache_nodes, 1));
-  impl->source->Prefault();
   if (impl->source->mapped()) {
-    // Best effort: searches fill the cache themselves otherwise.
+    // Best effort: searches fault pages in and fill the cache themselves
+    // otherwise.
+    impl->source->Prefault();
     std::vector<uint8_t> scratch(tree::kNodeBytes);
     (void)tree::WarmCache(impl->source.get(), &impl->cache, scratch.data());
   }
