@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -21,7 +22,9 @@
 #include "client/session_core.h"
 #include "cluster/config.h"
 #include "test_util.h"
+#include "testing/clock.h"
 #include "testing/kv_store.h"
+#include "testing/linearizability.h"
 #include "testing/race.h"
 #include "testing/scale.h"
 #include "testing/zookeeper_process.h"
@@ -1011,6 +1014,196 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   EXPECT_EQ(StatOf(back.get(), "hash_pairs"), loaded.keys.size() - moved);
   servers_.clear();
   for (const auto& d : dirs) std::filesystem::remove_all(d);
+}
+
+// Clients that record every operation on a few hot keys, each through a
+// Cluster of its own, while the test injects a fault; then each key's
+// history is checked linearizable. A write that fails (Unavailable:
+// in flight on a primary that died, or TimedOut) has an unknown outcome.
+class RecordingClients {
+ public:
+  RecordingClients(std::vector<std::string> seeds, int keys)
+      : seeds_(std::move(seeds)), keys_(keys), histories_(keys) {}
+
+  void Start(int writers, int readers) {
+    for (int w = 0; w < writers + readers; ++w) {
+      threads_.emplace_back(
+          [this, w, writer = w < writers] { Run(w, writer); });
+    }
+  }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+  // The first acknowledged write to hot key `k` whose call came after
+  // `t_ns`.
+  uint64_t FirstWriteAfter(int k, uint64_t t_ns) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t first = 0;
+    {
+      for (const testing::KvOp& op : histories_[size_t(k)]) {
+        if (op.kind == testing::KvOp::kPut && op.returned &&
+            op.call_ns > t_ns && (first == 0 || op.return_ns < first)) {
+          first = op.return_ns;
+        }
+      }
+    }
+    return first;
+  }
+  // "" if every key's history is linearizable, else the first explanation.
+  std::string Check(uint64_t* ops, uint64_t* acked, uint64_t* unknown) const {
+    *ops = *acked = *unknown = 0;
+    for (int k = 0; k < keys_; ++k) {
+      for (const auto& op : histories_[k]) {
+        ++*ops;
+        if (op.kind == testing::KvOp::kPut) ++(op.returned ? *acked : *unknown);
+      }
+      const testing::CheckResult r = testing::CheckKeyHistory(histories_[k]);
+      if (!r.linearizable)
+        return "hot" + std::to_string(k) + ": " + r.explanation;
+    }
+    return "";
+  }
+  uint64_t errors() const { return errors_.load(); }
+  std::string first_error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+
+ private:
+  void Run(int id, bool writer) {
+    ClusterOptions o;
+    o.seeds = seeds_;
+    o.session.transport = testing::TestTransport();
+    o.session.timeout = std::chrono::seconds(20);
+    o.wait_for_config = kBound;
+    auto c = Cluster::Connect(o);
+    if (!c.ok()) {
+      Note(c.status());
+      return;
+    }
+    uint64_t n = 0;
+    while (!stop_) {
+      const int k = int(n % uint64_t(keys_));
+      const std::string key = "hot" + std::to_string(k);
+      testing::KvOp op;
+      op.client = id;
+      op.call_ns = testing::NowNs();
+      if (writer) {
+        op.kind = testing::KvOp::kPut;
+        op.value = "w" + std::to_string(id) + "-" + std::to_string(n);
+        auto r = (*c)->Put(key, op.value);
+        op.return_ns = testing::NowNs();
+        if (r.ok()) {
+          op.version = *r;
+        } else {
+          op.returned = false;  // unknown: it may have taken effect
+          if (r.status().code() != StatusCode::kUnavailable &&
+              r.status().code() != StatusCode::kTimedOut) {
+            Note(r.status());
+          }
+        }
+      } else {
+        op.kind = testing::KvOp::kGet;
+        auto r = (*c)->Get(key);
+        op.return_ns = testing::NowNs();
+        if (r.ok()) {
+          op.found = true;
+          op.read_value = std::move(r->value);
+          op.version = r->version;
+        } else if (r.status().code() != StatusCode::kNotFound) {
+          if (r.status().code() != StatusCode::kUnavailable &&
+              r.status().code() != StatusCode::kTimedOut) {
+            Note(r.status());
+          }
+          ++n;
+          continue;  // a failed read tells nothing
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        histories_[k].push_back(std::move(op));
+      }
+      ++n;
+    }
+  }
+  void Note(const Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (errors_++ == 0) first_error_ = st.ToString();
+  }
+
+  const std::vector<std::string> seeds_;
+  const int keys_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  std::vector<std::vector<testing::KvOp>> histories_;  // per key, under mu_
+  std::atomic<uint64_t> errors_{0};
+  std::string first_error_;
+};
+
+TEST_F(ClusterTest,
+       AKilledPrimaryFailsOverToItsBackupAndNoAcknowledgedWriteIsLost) {
+  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_EQ(cluster->info().replicas, 1u);
+  for (const auto& n : cluster->info().nodes) {
+    EXPECT_GT(n.shards, 0u) << n.address;
+    EXPECT_GT(n.backups, 0u) << n.address;
+  }
+  const Loaded loaded = Load(cluster.get(), 1000);
+  // Every pair is on two servers: its primary and its backup.
+  uint64_t pairs = 0;
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    pairs += st->Get("hash_pairs");
+    EXPECT_GT(st->Get("cluster_replicated_batches"), 0u) << addr;
+  }
+  EXPECT_EQ(pairs, 2 * loaded.keys.size());
+
+  // Writers and readers on hot keys while the primary of hot0 is killed.
+  const std::string victim = cluster->OwnerOf("hot0");
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  RecordingClients clients(seeds, 4);
+  clients.Start(/*writers=*/2, /*readers=*/1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // history
+  int v = -1;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].address == victim) v = int(i);
+  }
+  ASSERT_GE(v, 0);
+  const uint64_t killed_ns = testing::NowNs();
+  ASSERT_TRUE(servers_[size_t(v)].Kill().ok());
+  const bool failed_over = WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, victim) == 0;
+  });
+  std::printf("failed over after %.0f ms\n",
+              double(testing::NowNs() - killed_ns) / 1e6);
+  // Writes go on at the new primaries for a while.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  clients.Stop();
+  std::printf("clients stopped after %.0f ms\n",
+              double(testing::NowNs() - killed_ns) / 1e6);
+  ASSERT_TRUE(failed_over) << "the killed primary's shards never failed over";
+  EXPECT_NE(cluster->OwnerOf("hot0"), victim);
+  const uint64_t first_write = clients.FirstWriteAfter(0, killed_ns);
+  uint64_t ops = 0, acked = 0, unknown = 0;
+  const std::string verdict = clients.Check(&ops, &acked, &unknown);
+  std::printf(
+      "%s: %llu operations on 4 hot keys (%llu writes acknowledged, %llu "
+      "unknown); the first write to hot0 after the kill acknowledged %.0f ms "
+      "after it\n",
+      TransportFlag().c_str(), (unsigned long long)ops,
+      (unsigned long long)acked, (unsigned long long)unknown,
+      first_write ? double(first_write - killed_ns) / 1e6 : -1.0);
+  EXPECT_EQ(verdict, "");
+  EXPECT_EQ(clients.errors(), 0u) << clients.first_error();
+  EXPECT_GT(first_write, 0u) << "no write succeeded after the kill";
+  // Every loaded pair survived, the killed primary's on their backups.
+  ExpectEveryKey(cluster.get(), loaded);
 }
 
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {

@@ -254,13 +254,17 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u}\n",
+          "\"moving\":%u,\"replicas\":%u}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
-          info.nodes.size(), info.moving);
+          info.nodes.size(), info.moving, info.replicas);
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
                   info.nodes.size());
+      if (info.replicas > 0) {
+        std::printf(", %u backup%s per shard", info.replicas,
+                    info.replicas == 1 ? "" : "s");
+      }
       if (info.moving > 0) std::printf(", %u moving", info.moving);
       std::printf("\n");
     }
@@ -271,9 +275,14 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     for (size_t i = 0; i < info.nodes.size(); ++i) {
       const Cluster::Node& n = info.nodes[i];
       if (json) {
-        std::printf("%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u}",
-                    i ? "," : "", JsonString(n.address).c_str(),
-                    static_cast<unsigned long long>(n.capacity), n.shards);
+        std::printf(
+            "%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u,"
+            "\"backups\":%u}",
+            i ? "," : "", JsonString(n.address).c_str(),
+            static_cast<unsigned long long>(n.capacity), n.shards, n.backups);
+      } else if (info.replicas > 0) {
+        std::printf("%-24s %6u shards  %6u backups  %s\n", n.address.c_str(),
+                    n.shards, n.backups, FormatSize(n.capacity).c_str());
       } else {
         std::printf("%-24s %6u shards  %s\n", n.address.c_str(), n.shards,
                     FormatSize(n.capacity).c_str());
@@ -284,14 +293,39 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
   }
   if (what == "shards") {
     // Runs of consecutive shards with one owner (and one destination,
-    // for shards moving).
+    // for shards moving; the same backups, for replicated shards).
+    const uint32_t f = info.replicas;
+    auto same_backups = [&](uint32_t a, uint32_t b) {
+      for (uint32_t i = 0; i < f; ++i) {
+        if (info.shard_backups[a * f + i] != info.shard_backups[b * f + i]) {
+          return false;
+        }
+      }
+      return true;
+    };
+    // " backups a, b" (or " no backup left"), or "" unreplicated.
+    auto backups_of = [&](uint32_t s, bool as_json) {
+      std::string out;
+      if (f == 0) return out;
+      for (uint32_t i = 0; i < f; ++i) {
+        const int32_t b = info.shard_backups[s * f + i];
+        if (b < 0) continue;
+        const std::string& a = info.nodes[size_t(b)].address;
+        out += out.empty() ? "" : (as_json ? "," : ", ");
+        out += as_json ? JsonString(a) : a;
+      }
+      if (as_json) return ",\"backups\":[" + out + "]";
+      return out.empty() ? std::string("  (no backup left)")
+                         : "  backups " + out;
+    };
     if (json) std::printf("[");
     bool first = true;
     for (uint32_t s = 0; s < info.shard_owner.size();) {
       uint32_t e = s;
       while (e + 1 < info.shard_owner.size() &&
              info.shard_owner[e + 1] == info.shard_owner[s] &&
-             info.shard_next[e + 1] == info.shard_next[s]) {
+             info.shard_next[e + 1] == info.shard_next[s] &&
+             same_backups(e + 1, s)) {
         ++e;
       }
       const std::string& owner = info.nodes[info.shard_owner[s]].address;
@@ -303,12 +337,13 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
           std::printf(",\"moving_to\":%s",
                       JsonString(info.nodes[size_t(next)].address).c_str());
         }
-        std::printf("}");
+        std::printf("%s}", backups_of(s, true).c_str());
       } else if (next >= 0) {
         std::printf("%5u-%-5u %s -> %s\n", s, e, owner.c_str(),
                     info.nodes[size_t(next)].address.c_str());
       } else {
-        std::printf("%5u-%-5u %s\n", s, e, owner.c_str());
+        std::printf("%5u-%-5u %s%s\n", s, e, owner.c_str(),
+                    backups_of(s, false).c_str());
       }
       first = false;
       s = e + 1;

@@ -262,6 +262,13 @@ int main(int argc, char** argv) {
                  "a cluster must agree)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 65536u));
+  app.add_option("--replicas", cfg.replicas,
+                 "with --cluster: backups per shard of a new cluster (each "
+                 "write is held by its shard's primary and f backups before "
+                 "it is acknowledged; a primary that dies is replaced by a "
+                 "backup). Needs --cluster-size of at least f+1")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4u));
   app.add_option("--move-share", cfg.move_share,
                  "with --cluster, as configuration manager: the share (%) of "
                  "the time copying shards may keep servers busy; the rest "

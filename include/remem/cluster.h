@@ -26,9 +26,20 @@
 //
 // Each operation behaves as the same operation on that server's HashStore
 // (remem/hash.h): gets read one-sided or ask the server, as the read path
-// decides; the same limits and errors. A server that is down answers
-// Unavailable for the keys it owns (this release keeps one copy of each
-// shard), and the client reconnects to it on a later operation.
+// decides; the same limits and errors. In a cluster without replicas a
+// server that is down answers Unavailable for the keys it owns, and the
+// client reconnects to it on a later operation.
+//
+// In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
+// "Replication") every operation asks the shard's primary (gets by RPC:
+// this release does not yet read replicated shards one-sided), which
+// answers a write once the shard's backups hold it. When a primary dies,
+// the cluster fails its shards over to their backups (within the
+// servers' --cluster-session-ms); meanwhile a synchronous single-key
+// operation that finds the primary unreachable fetches the configuration
+// again until one names a new owner, within the deadline. An operation
+// that was in flight on the primary when it died fails with Unavailable:
+// it may or may not have taken effect (never half).
 //
 // Thread contract: as a Session: one thread. Callbacks of asynchronous
 // operations run inside Poll()/WaitAll() on that thread.
@@ -81,6 +92,7 @@ class Cluster {
     std::string address;
     uint64_t capacity = 0;  // bytes the server exports
     uint32_t shards = 0;    // shards it owns
+    uint32_t backups = 0;   // shards it backs up (replicated clusters)
   };
   struct Info {
     std::string name;  // the cluster's name
@@ -92,6 +104,11 @@ class Cluster {
     // (the cluster moves shards when a server joins or is drained).
     std::vector<int32_t> shard_next;
     uint32_t moving = 0;  // shards moving now
+    // Backups per shard (0: not replicated), and per shard `replicas`
+    // indexes into nodes of its backups (-1: missing, the shard runs short
+    // of copies).
+    uint32_t replicas = 0;
+    std::vector<int32_t> shard_backups;
   };
 
   // Fetches the configuration from the first seed that answers. Errors:

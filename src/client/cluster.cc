@@ -104,8 +104,16 @@ struct Cluster::Impl {
     info.nodes.clear();
     for (size_t i = 0; i < config.members.size(); ++i) {
       info.nodes.push_back({config.members[i].address,
-                            config.members[i].capacity,
-                            config.ShardsOf(int(i))});
+                            config.members[i].capacity, config.ShardsOf(int(i)),
+                            0});
+    }
+    info.replicas = config.replicas;
+    info.shard_backups.assign(config.backups.size(), -1);
+    for (size_t i = 0; i < config.backups.size(); ++i) {
+      const uint16_t b = config.backups[i];
+      if (b == cluster::kNoMember) continue;
+      info.shard_backups[i] = b;
+      ++info.nodes[b].backups;
     }
     info.shard_owner.assign(config.owner.begin(), config.owner.end());
     info.shard_next.assign(config.num_shards(), -1);
@@ -140,7 +148,10 @@ struct Cluster::Impl {
     Server& s = servers[addr];
     s.session = std::move(*session);
     s.session->core()->rpc()->set_epoch(config.epoch);
-    s.session->core()->set_cluster_routed(true);
+    // Replicated shards are read by RPC: the primary answers a get once
+    // what it read is on the backups (one-sided reads of them are not
+    // built yet).
+    s.session->core()->set_cluster_routed(config.replicas == 0);
     return &s;
   }
 
@@ -156,7 +167,8 @@ struct Cluster::Impl {
   Result<OpsStore*> OpsOf(Server* server) {
     if (!server->ops) {
       OpsOptions oo;
-      oo.reduce_path = options.hash.read_path;
+      oo.reduce_path = config.replicas > 0 ? std::optional(ReadPath::kRpc)
+                                           : options.hash.read_path;
       auto ops = OpsStore::Open(server->session.get(), oo);
       if (!ops.ok()) return ops.status();
       server->ops = std::move(*ops);
@@ -260,10 +272,19 @@ struct Cluster::Impl {
           continue;
         }
         // Perhaps the shard moved off a server that left: ask once (by
-        // address: a new configuration may number its members anew).
-        if (attempt == 0) {
+        // address: a new configuration may number its members anew). In a
+        // replicated cluster, ask until a configuration names a new owner
+        // (the shard fails over to a backup), within the deadline.
+        const bool failing_over = config.replicas > 0 &&
+                                  st.code() == StatusCode::kUnavailable &&
+                                  InTime(&deadline);
+        if (attempt == 0 || failing_over) {
           const std::string addr = config.members[owner].address;
           if (Refresh().ok() && OwnerOf(key) != addr) continue;
+          if (failing_over) {
+            Backoff(attempt + 1);
+            continue;
+          }
         }
         return st;
       }

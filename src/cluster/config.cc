@@ -40,13 +40,31 @@ uint32_t Config::ShardsOf(int index) const {
   return uint32_t(std::count(owner.begin(), owner.end(), uint16_t(index)));
 }
 
+bool Config::IsBackup(uint32_t s, int index) const {
+  if (index < 0) return false;
+  for (uint32_t i = 0; i < replicas; ++i) {
+    if (backups[size_t(s) * replicas + i] == uint16_t(index)) return true;
+  }
+  return false;
+}
+
+std::vector<uint16_t> Config::BackupsOf(uint32_t s) const {
+  std::vector<uint16_t> out;
+  for (uint32_t i = 0; i < replicas; ++i) {
+    const uint16_t b = backups[size_t(s) * replicas + i];
+    if (b != kNoMember) out.push_back(b);
+  }
+  return out;
+}
+
 uint32_t Config::moving() const {
   return uint32_t(std::count_if(next.begin(), next.end(),
                                 [](uint16_t n) { return n != kNoMember; }));
 }
 
 Config InitialConfig(std::string name, uint32_t epoch,
-                     std::vector<Member> members, uint32_t num_shards) {
+                     std::vector<Member> members, uint32_t num_shards,
+                     uint32_t replicas) {
   std::sort(
       members.begin(), members.end(),
       [](const Member& a, const Member& b) { return a.address < b.address; });
@@ -59,13 +77,71 @@ Config InitialConfig(std::string name, uint32_t epoch,
   for (uint64_t s = 0; s < num_shards; ++s) {
     c.owner[s] = uint16_t(s * n / num_shards);
   }
+  c.replicas = replicas;
+  c.backups.assign(size_t(num_shards) * replicas, kNoMember);
+  for (uint64_t s = 0; s < num_shards; ++s) {
+    for (uint32_t i = 0; i < replicas && i + 1 < n; ++i) {
+      c.backups[s * replicas + i] = uint16_t((c.owner[s] + 1 + i) % n);
+    }
+  }
   return c;
+}
+
+std::optional<Config> Failover(const Config& current,
+                               const std::vector<Member>& live) {
+  if (current.replicas == 0) return std::nullopt;
+  Config next = current;
+  next.epoch = current.epoch + 1;
+  bool changed = false;
+  // left[i]: members[i] is gone (or came back as another incarnation).
+  std::vector<uint8_t> left(current.members.size(), 1);
+  for (size_t i = 0; i < current.members.size(); ++i) {
+    const Member& m = current.members[i];
+    for (const Member& l : live) {
+      if (l.address != m.address) continue;
+      if (l.incarnation == m.incarnation) {
+        left[i] = 0;
+      } else {
+        next.members[i].incarnation = l.incarnation;
+        next.members[i].capacity = l.capacity;
+        changed = true;
+      }
+    }
+  }
+  const uint32_t f = current.replicas;
+  for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    uint16_t* b = &next.backups[size_t(s) * f];
+    // The backups still here, in order.
+    std::vector<uint16_t> kept;
+    for (uint32_t i = 0; i < f; ++i) {
+      if (b[i] != kNoMember && !left[b[i]]) kept.push_back(b[i]);
+    }
+    if (left[next.owner[s]] && !kept.empty()) {
+      next.owner[s] = kept.front();
+      kept.erase(kept.begin());
+    }
+    for (uint32_t i = 0; i < f; ++i) {
+      const uint16_t v = i < kept.size() ? kept[i] : kNoMember;
+      if (b[i] != v) changed = true;
+      b[i] = v;
+    }
+    if (next.owner[s] != current.owner[s]) changed = true;
+  }
+  for (const Member& l : live) {
+    if (next.IndexOf(l.address) >= 0) continue;
+    if (next.members.size() >= kMaxMembers) break;
+    next.members.push_back(l);
+    changed = true;
+  }
+  if (!changed) return std::nullopt;
+  return next;
 }
 
 std::optional<Config> NextBalanceStep(const Config& current,
                                       const std::vector<Member>& live,
                                       const std::vector<std::string>& drained,
                                       uint32_t max_moves) {
+  if (current.replicas > 0) return std::nullopt;
   auto is_live = [&](const std::string& a) {
     return std::any_of(live.begin(), live.end(),
                        [&](const Member& m) { return m.address == a; });
@@ -191,6 +267,7 @@ std::string EncodeConfig(const Config& c) {
   h.epoch = c.epoch;
   h.num_shards = c.num_shards();
   h.num_members = uint32_t(c.members.size());
+  h.replicas = c.replicas;
   proto::Append(&out, h);
   out += c.name;
   for (const Member& m : c.members) {
@@ -204,6 +281,8 @@ std::string EncodeConfig(const Config& c) {
   for (uint32_t s = 0; s < c.num_shards(); ++s) {
     proto::Append(&out, c.NextOf(s));
   }
+  for (uint16_t b : c.backups) proto::Append(&out, b);
+  for (const Member& m : c.members) proto::Append(&out, m.incarnation);
   return out;
 }
 
@@ -214,13 +293,18 @@ Result<Config> DecodeConfig(std::string_view bytes) {
   if (h.magic != kConfigMagic) {
     return proto::Bad("cluster configuration: bad magic");
   }
-  if (h.version != kConfigVersion && h.version != 1) {
+  if (h.version != kConfigVersion && h.version != 1 && h.version != 2) {
     return proto::Bad("cluster configuration: version " +
                       std::to_string(h.version) + ", this build reads " +
                       std::to_string(kConfigVersion));
   }
-  if (h.reserved[0] || h.reserved[1] || h.reserved[2]) {
+  if (h.reserved[0] || h.reserved[1] || (h.version < 3 && h.replicas != 0)) {
     return proto::Bad("cluster configuration: reserved bytes set");
+  }
+  if (h.replicas > kMaxReplicas) {
+    return proto::Bad("cluster configuration: " + std::to_string(h.replicas) +
+                      " replicas (at most " + std::to_string(kMaxReplicas) +
+                      ")");
   }
   if (h.epoch == 0) return proto::Bad("cluster configuration: epoch 0");
   if (h.name_len == 0 || h.name_len > kMaxNameBytes) {
@@ -255,7 +339,11 @@ Result<Config> DecodeConfig(std::string_view bytes) {
     }
   }
   const uint64_t tables = h.version == 1 ? 1 : 2;
-  if (r.remaining() != tables * h.num_shards * sizeof(uint16_t)) {
+  const uint64_t tail =
+      h.version < 3 ? 0
+                    : uint64_t(h.num_shards) * h.replicas * sizeof(uint16_t) +
+                          uint64_t(h.num_members) * sizeof(uint64_t);
+  if (r.remaining() != tables * h.num_shards * sizeof(uint16_t) + tail) {
     return proto::Bad("cluster configuration: shard table length");
   }
   c.owner.resize(h.num_shards);
@@ -280,20 +368,53 @@ Result<Config> DecodeConfig(std::string_view bytes) {
     }
     if (!any) c.next.clear();
   }
+  if (h.version >= 3) {
+    c.replicas = h.replicas;
+    c.backups.assign(size_t(h.num_shards) * h.replicas, kNoMember);
+    for (uint32_t s = 0; s < h.num_shards; ++s) {
+      bool none = false;  // a kNoMember seen: the rest must be too
+      for (uint32_t i = 0; i < h.replicas; ++i) {
+        uint16_t b = kNoMember;
+        (void)r.Read(&b);
+        if (b == kNoMember) {
+          none = true;
+        } else if (none || b >= h.num_members || b == c.owner[s] ||
+                   c.IsBackup(s, b)) {
+          return proto::Bad("cluster configuration: bad backup of shard " +
+                            std::to_string(s));
+        }
+        c.backups[size_t(s) * h.replicas + i] = b;
+      }
+    }
+    for (Member& m : c.members) (void)r.Read(&m.incarnation);
+  }
   return c;
 }
 
 std::string EncodeMemberRecord(const Member& m) {
-  return "remem-member 1\n" + m.address + "\n" + std::to_string(m.capacity) +
-         "\n";
+  return "remem-member 2\n" + m.address + "\n" + std::to_string(m.capacity) +
+         "\n" + std::to_string(m.incarnation) + "\n";
 }
 
+namespace {
+
+// A decimal uint64 without leading zeros.
+bool ParseNumber(std::string_view s, uint64_t* out) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
 Result<Member> DecodeMemberRecord(std::string_view bytes) {
-  constexpr std::string_view kHead = "remem-member 1\n";
-  if (bytes.substr(0, kHead.size()) != kHead) {
+  constexpr std::string_view kHead1 = "remem-member 1\n";
+  constexpr std::string_view kHead2 = "remem-member 2\n";
+  const bool v2 = bytes.substr(0, kHead2.size()) == kHead2;
+  if (!v2 && bytes.substr(0, kHead1.size()) != kHead1) {
     return proto::Bad("member record: bad header");
   }
-  bytes.remove_prefix(kHead.size());
+  bytes.remove_prefix(kHead1.size());
   const size_t nl = bytes.find('\n');
   if (nl == std::string_view::npos || nl == 0 || nl > kMaxAddressBytes) {
     return proto::Bad("member record: bad address");
@@ -305,12 +426,18 @@ Result<Member> DecodeMemberRecord(std::string_view bytes) {
     return proto::Bad("member record: bad capacity");
   }
   bytes.remove_suffix(1);
-  if (bytes.size() > 1 && bytes[0] == '0') {
-    return proto::Bad("member record: bad capacity");
+  std::string_view capacity = bytes;
+  if (v2) {
+    const size_t nl2 = bytes.find('\n');
+    if (nl2 == std::string_view::npos) {
+      return proto::Bad("member record: no incarnation");
+    }
+    capacity = bytes.substr(0, nl2);
+    if (!ParseNumber(bytes.substr(nl2 + 1), &m.incarnation)) {
+      return proto::Bad("member record: bad incarnation");
+    }
   }
-  auto [p, ec] =
-      std::from_chars(bytes.data(), bytes.data() + bytes.size(), m.capacity);
-  if (ec != std::errc() || p != bytes.data() + bytes.size()) {
+  if (!ParseNumber(capacity, &m.capacity)) {
     return proto::Bad("member record: bad capacity");
   }
   return m;

@@ -5,8 +5,10 @@
 // serves all three; docs/PROTOCOL.md section 9 describes it.
 //
 // Keys map to a fixed number of shards by hash (ShardOf); each shard is
-// owned by one member. The epoch only grows: a newer configuration has a
-// larger one, and every request carries the epoch its sender used.
+// owned by one member (its primary) and, in a replicated cluster
+// (`replicas` f > 0, issue #13), copied on up to f other members (its
+// backups). The epoch only grows: a newer configuration has a larger one,
+// and every request carries the epoch its sender used.
 //
 // Thread contract: plain values and pure functions.
 
@@ -28,6 +30,7 @@ inline constexpr uint32_t kMaxShards = 65536;
 inline constexpr uint32_t kMaxMembers = 4096;
 inline constexpr uint32_t kMaxNameBytes = 255;
 inline constexpr uint32_t kMaxAddressBytes = 1024;
+inline constexpr uint32_t kMaxReplicas = 4;
 
 // The shard of `key` among `num_shards` (xxh3-64 with a fixed seed, so
 // every client and server agrees; independent of the hash store's own
@@ -37,6 +40,10 @@ uint32_t ShardOf(std::string_view key, uint32_t num_shards);
 struct Member {
   std::string address;    // host:port clients connect to
   uint64_t capacity = 0;  // bytes of memory the server exports
+  // The server process's incarnation (random at each start; 0: unknown).
+  // In a replicated cluster a server that restarted is a new member: it
+  // never resumes the roles its previous incarnation held.
+  uint64_t incarnation = 0;
 };
 
 // next[s] of a shard that is not moving.
@@ -52,8 +59,18 @@ struct Config {
   // kNoMember. The owner keeps serving it until a configuration names the
   // new owner (member.h describes a move). Empty = no shard moving.
   std::vector<uint16_t> next;
+  // Backups per shard (f; 0: no replication, every shard on one server).
+  uint32_t replicas = 0;
+  // backups[s * replicas + i]: index into members of shard s's i-th
+  // backup, or kNoMember (the shard is short of copies). Live ones first.
+  // Empty when replicas is 0.
+  std::vector<uint16_t> backups;
 
   uint32_t num_shards() const { return uint32_t(owner.size()); }
+  // Whether members[index] holds a copy of shard s as a backup.
+  bool IsBackup(uint32_t s, int index) const;
+  // The backups of shard s (kNoMember entries omitted).
+  std::vector<uint16_t> BackupsOf(uint32_t s) const;
   // Index of the member at `address`, or -1.
   int IndexOf(std::string_view address) const;
   // The member that owns `key`'s shard.
@@ -71,9 +88,13 @@ struct Config {
 };
 
 // A first configuration: `members` sorted by address, shards split into
-// contiguous ranges as even as possible.
+// contiguous ranges as even as possible. With `replicas` f, the backups of
+// a shard owned by the i-th member are the members i+1 .. i+f (mod n;
+// chained, as in chain replication's placement): every member backs up
+// the shards of the f members before it. Needs f < n.
 Config InitialConfig(std::string name, uint32_t epoch,
-                     std::vector<Member> members, uint32_t num_shards);
+                     std::vector<Member> members, uint32_t num_shards,
+                     uint32_t replicas = 0);
 
 // The next step towards a balanced cluster from `current` (with no shard
 // moving), or nullopt if it is balanced: a configuration one epoch newer
@@ -90,6 +111,18 @@ std::optional<Config> NextBalanceStep(const Config& current,
                                       const std::vector<Member>& live,
                                       const std::vector<std::string>& drained,
                                       uint32_t max_moves);
+// Failover in a replicated cluster (replicas > 0): the configuration one
+// epoch newer that takes the cluster past the members that left. A member
+// has left when `live` does not name it, or names it with another
+// incarnation (it restarted: a new member). Each shard whose owner left is
+// owned by its first backup still here; members that left are dropped
+// from every shard's backups (the shard runs short of copies: nothing
+// copies it to another member yet); a restarted member keeps its index
+// with its new incarnation and no role; members new in `live` are
+// appended with no role. A shard whose owner and backups all left keeps
+// its owner (its data is nowhere else). nullopt if nothing changes.
+std::optional<Config> Failover(const Config& current,
+                               const std::vector<Member>& live);
 // The configuration that completes `moving` (one epoch newer): every
 // moving shard owned by its `next`, and nothing moving.
 Config CompleteMoves(const Config& moving);
@@ -102,7 +135,8 @@ std::string EncodeConfig(const Config& config);
 Result<Config> DecodeConfig(std::string_view bytes);
 
 // A member's registration in ZooKeeper: "remem-member
-// 1\n<address>\n<capacity>\n".
+// 2\n<address>\n<capacity>\n<incarnation>\n" (version 1 has no
+// incarnation, read as 0).
 std::string EncodeMemberRecord(const Member& member);
 Result<Member> DecodeMemberRecord(std::string_view bytes);
 

@@ -70,18 +70,20 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
     return DecodeConfig(b);
   };
   EXPECT_FALSE(patched(0, uint32_t(0)).ok());  // magic
-  EXPECT_EQ(patched(4, uint16_t(3)).status().code(),
+  EXPECT_EQ(patched(4, uint16_t(4)).status().code(),
             StatusCode::kProtocolError);                     // version
   EXPECT_FALSE(patched(8, uint32_t(0)).ok());                // epoch
   EXPECT_FALSE(patched(12, uint32_t(kMaxShards + 1)).ok());  // shards
   EXPECT_FALSE(patched(16, uint32_t(0)).ok());               // members
-  EXPECT_FALSE(patched(20, uint32_t(1)).ok());               // reserved
+  EXPECT_FALSE(patched(20, uint32_t(1)).ok());  // replicas, no backups
+  EXPECT_FALSE(patched(24, uint32_t(1)).ok());  // reserved
   // A shard owned by a member that does not exist, or moving to one.
-  const size_t owners = bytes.size() - 4 * kDefaultShards;
+  const size_t incarnations = bytes.size() - 3 * sizeof(uint64_t);
+  const size_t owners = incarnations - 4 * kDefaultShards;
   EXPECT_FALSE(patched(owners, uint16_t(3)).ok());
-  EXPECT_FALSE(patched(bytes.size() - 2, uint16_t(3)).ok());
+  EXPECT_FALSE(patched(incarnations - 2, uint16_t(3)).ok());
   // ... or moving to its own owner.
-  EXPECT_FALSE(patched(bytes.size() - 2, c.owner.back()).ok());
+  EXPECT_FALSE(patched(incarnations - 2, c.owner.back()).ok());
   // A name that is not a path component.
   std::string bad_name = bytes;
   bad_name[sizeof(ConfigHeader)] = '/';
@@ -89,15 +91,22 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
 }
 
 TEST(ClusterConfig, MemberRecordsAndZooKeeperTargets) {
-  const Member m{"127.0.0.1:7400", 1ull << 30};
+  const Member m{"127.0.0.1:7400", 1ull << 30, 0x1234567890abcdefull};
   auto d = DecodeMemberRecord(EncodeMemberRecord(m));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->address, m.address);
   EXPECT_EQ(d->capacity, m.capacity);
+  EXPECT_EQ(d->incarnation, m.incarnation);
+  // Version 1 (no incarnation) is still read.
+  auto v1 = DecodeMemberRecord("remem-member 1\na:1\n7\n");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->capacity, 7u);
+  EXPECT_EQ(v1->incarnation, 0u);
   for (const char* bad :
        {"", "remem-member 2\na:1\n1\n", "remem-member 1\n\n1\n",
         "remem-member 1\na:1\n", "remem-member 1\na:1\n01\n",
-        "remem-member 1\na:1\n1x\n", "remem-member 1\na:1\n1"}) {
+        "remem-member 1\na:1\n1x\n", "remem-member 1\na:1\n1",
+        "remem-member 2\na:1\n1\nx\n", "remem-member 3\na:1\n1\n2\n"}) {
     EXPECT_FALSE(DecodeMemberRecord(bad).ok()) << bad;
   }
 
@@ -125,10 +134,12 @@ TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
   EXPECT_EQ(d->NextOf(5), 2);
   EXPECT_EQ(d->NextOf(6), kNoMember);
 
-  // Version 1 (written before shards could move): no `next` table.
+  // Version 1 (written before shards could move): no `next` table, no
+  // incarnations.
   const Config plain = ThreeServers();
   std::string v1 = EncodeConfig(plain);
-  v1.resize(v1.size() - 2 * plain.num_shards());
+  v1.resize(v1.size() - 2 * plain.num_shards() -
+            plain.members.size() * sizeof(uint64_t));
   const uint16_t one = 1;
   std::memcpy(v1.data() + 4, &one, sizeof(one));
   auto old = DecodeConfig(v1);
@@ -206,6 +217,100 @@ TEST(ClusterConfig, DrainedServersLoseEveryShardAndDeadOnesKeepTheirs) {
   EXPECT_EQ(back.epoch, e.epoch + 2);
   EXPECT_EQ(back.moving(), 0u);
   EXPECT_EQ(back.owner, step->owner);
+}
+
+TEST(ClusterConfig, ReplicasAreChainedRoundTripAndRefuseBadBackups) {
+  const Config c = InitialConfig(
+      "prod", 1, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 2);
+  ASSERT_EQ(c.replicas, 2u);
+  for (uint32_t s = 0; s < 12; ++s) {
+    const std::vector<uint16_t> b = c.BackupsOf(s);
+    ASSERT_EQ(b.size(), 2u) << s;
+    EXPECT_EQ(b[0], (c.owner[s] + 1) % 3) << s;
+    EXPECT_EQ(b[1], (c.owner[s] + 2) % 3) << s;
+    EXPECT_TRUE(c.IsBackup(s, b[0]));
+    EXPECT_FALSE(c.IsBackup(s, c.owner[s]));
+  }
+  const std::string bytes = EncodeConfig(c);
+  auto d = DecodeConfig(bytes);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->replicas, 2u);
+  EXPECT_EQ(d->backups, c.backups);
+  EXPECT_EQ(d->members[2].incarnation, 13u);
+  EXPECT_EQ(EncodeConfig(*d), bytes);
+  // More replicas than members: the missing ones are none.
+  const Config two = InitialConfig("p", 1, {{"a:1", 1}, {"b:1", 1}}, 4, 3);
+  EXPECT_EQ(two.BackupsOf(0).size(), 1u);
+  ASSERT_TRUE(DecodeConfig(EncodeConfig(two)).ok());
+
+  // A backup that is the owner, a backup twice, a member that does not
+  // exist, a backup after a missing one: refused.
+  const size_t backups = bytes.size() - 3 * 8 - 2 * 2 * 12;
+  auto patched = [&](size_t off, uint16_t v) {
+    std::string b = bytes;
+    std::memcpy(b.data() + off, &v, sizeof(v));
+    return DecodeConfig(b);
+  };
+  EXPECT_FALSE(patched(backups, c.owner[0]).ok());
+  EXPECT_FALSE(patched(backups + 2, c.backups[0]).ok());
+  EXPECT_FALSE(patched(backups, 3).ok());
+  EXPECT_FALSE(patched(backups, kNoMember).ok());
+  EXPECT_TRUE(patched(backups + 2, kNoMember).ok());
+  std::string many = bytes;
+  const uint32_t too_many = kMaxReplicas + 1;
+  std::memcpy(many.data() + 20, &too_many, sizeof(too_many));
+  EXPECT_FALSE(DecodeConfig(many).ok());
+  // Replicated clusters do not rebalance (not built yet).
+  EXPECT_FALSE(NextBalanceStep(c, {{"d:1", 1}}, {}, 64));
+}
+
+TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
+  const Config c = InitialConfig(
+      "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);
+  // Everyone here: nothing to do.
+  EXPECT_FALSE(Failover(c, c.members));
+  // Unreplicated clusters never fail over.
+  const Config plain = InitialConfig("p", 1, c.members, 12);
+  EXPECT_FALSE(Failover(plain, {c.members[0]}));
+
+  // b left: its shards go to their backup c, and b backs up nothing.
+  auto f = Failover(c, {c.members[0], c.members[2]});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->epoch, 6u);
+  for (uint32_t s = 0; s < 12; ++s) {
+    if (c.owner[s] == 1) {
+      EXPECT_EQ(f->owner[s], 2) << s;
+      EXPECT_TRUE(f->BackupsOf(s).empty()) << s;
+    } else {
+      EXPECT_EQ(f->owner[s], c.owner[s]) << s;
+      EXPECT_FALSE(f->IsBackup(s, 1)) << s;
+    }
+  }
+  EXPECT_EQ(f->ShardsOf(1), 0u);
+  EXPECT_FALSE(Failover(*f, {c.members[0], c.members[2]}));
+  // Then c left too: its own shards go to their backup a; those it took
+  // over from b have no copy left anywhere and stay with c.
+  auto g = Failover(*f, {c.members[0]});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->ShardsOf(0), c.ShardsOf(0) + c.ShardsOf(2));
+  EXPECT_EQ(g->ShardsOf(2), c.ShardsOf(1));
+  for (uint32_t s = 0; s < 12; ++s) EXPECT_TRUE(g->BackupsOf(s).empty());
+
+  // b restarted (another incarnation): a new member at its old index, with
+  // no role; its shards are its backup's.
+  Member b2 = c.members[1];
+  b2.incarnation = 99;
+  auto r = Failover(c, {c.members[0], b2, c.members[2]});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->members[1].incarnation, 99u);
+  EXPECT_EQ(r->ShardsOf(1), 0u);
+  for (uint32_t s = 0; s < 12; ++s) EXPECT_FALSE(r->IsBackup(s, 1)) << s;
+  // A new server is listed, with no role.
+  auto n = Failover(c, {c.members[0], c.members[1], c.members[2], {"d:1", 1}});
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->members.size(), 4u);
+  EXPECT_EQ(n->ShardsOf(3), 0u);
+  EXPECT_EQ(n->owner, c.owner);
 }
 
 }  // namespace

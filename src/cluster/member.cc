@@ -74,6 +74,17 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     return Status::InvalidArgument("--shards must be 1.." +
                                    std::to_string(kMaxShards));
   }
+  if (options.replicas > kMaxReplicas) {
+    return Status::InvalidArgument("--replicas must be 0.." +
+                                   std::to_string(kMaxReplicas));
+  }
+  if (options.replicas >= options.initial_size) {
+    return Status::InvalidArgument("--replicas " +
+                                   std::to_string(options.replicas) +
+                                   " needs a --cluster-size of at least " +
+                                   std::to_string(options.replicas + 1) +
+                                   " (each shard on that many servers)");
+  }
   if (options.self.address.empty() ||
       options.self.address.find('/') != std::string::npos) {
     return Status::InvalidArgument("bad cluster address '" +
@@ -168,6 +179,7 @@ Status ClusterMember::Connect() {
   connected_.store(false);
   registered_.store(false);
   manager_.store(false);
+  manager_since_ = std::chrono::steady_clock::now();
   election_node_.clear();
   zh_ = zookeeper_init(options_.target.hosts.c_str(), &ClusterMember::OnEvent,
                        int(options_.session_timeout.count()), nullptr, this, 0);
@@ -344,6 +356,7 @@ void ClusterMember::ManagerDuty() {
     log::Info("cluster: {} the configuration manager",
               lead ? "this server is now" : "this server is no longer");
     manager_.store(lead);
+    manager_since_ = std::chrono::steady_clock::now();
   }
   std::vector<std::string> members;
   if (Children(zh_, base + "/members", true, &members) != ZOK) return;
@@ -361,11 +374,15 @@ void ClusterMember::ManagerDuty() {
     }
     all.push_back(std::move(*m));
   }
-  if (config_seen_) return Rebalance(all);
+  if (config_seen_) {
+    const Ownership::Installed* have = ownership_->latest();
+    if (have != nullptr && have->config.replicas > 0) return FailOver(all);
+    return Rebalance(all);
+  }
   if (all.size() < options_.initial_size) return;
   if (all.size() > kMaxMembers) all.resize(kMaxMembers);
   Config c = InitialConfig(options_.target.name, 1, std::move(all),
-                           options_.num_shards);
+                           options_.num_shards, options_.replicas);
   const std::string bytes = EncodeConfig(c);
   // Created once: if another manager got there first, this fails and the
   // next FollowConfig installs theirs.
@@ -422,6 +439,41 @@ Status ClusterMember::WriteConfig(const Config& next, int version) {
   }
   return Status::Unavailable("ZooKeeper: writing the configuration: " +
                              ZkError(rc));
+}
+
+void ClusterMember::FailOver(const std::vector<Member>& live) {
+  // Members re-registering (after ZooKeeper came back, or after this
+  // member's own session was replaced) get one session timeout to do so.
+  if (std::chrono::steady_clock::now() - manager_since_ <
+      options_.session_timeout) {
+    return;
+  }
+  const std::string& base = options_.target.path;
+  std::string bytes;
+  ::Stat st{};
+  if (Get(zh_, base + "/config", false, &bytes, &st) != ZOK) return;
+  auto c = DecodeConfig(bytes);
+  if (!c.ok()) return;
+  std::optional<Config> next = Failover(*c, live);
+  if (!next) return;
+  std::string gone;
+  for (size_t i = 0; i < c->members.size(); ++i) {
+    if (next->members[i].incarnation != c->members[i].incarnation ||
+        (c->ShardsOf(int(i)) > 0 && next->ShardsOf(int(i)) == 0)) {
+      gone += (gone.empty() ? "" : ", ") + c->members[i].address;
+    }
+  }
+  if (Status w = WriteConfig(*next, st.version); !w.ok()) {
+    log::Warn("cluster: failing over at epoch {}: {}", next->epoch,
+              w.ToString());
+    return;
+  }
+  failovers_.fetch_add(1, std::memory_order_relaxed);
+  log::Warn(
+      "cluster: epoch {} fails over from {} (shards to their backups; "
+      "members that left back up nothing)",
+      next->epoch, gone.empty() ? "no member (members listed)" : gone);
+  FollowConfig();
 }
 
 Result<std::string> ClusterMember::Call(const std::string& address,

@@ -41,8 +41,17 @@
 // from the release (B already has everything; A may have deleted its
 // copy). A step whose A or B is no longer registered before the handoff is
 // abandoned (AbandonMoves: e+2 keeps every shard where it was).
-// Without replicas (this release), a server that dies takes its shards'
-// data with it; they come back with it if it restarts from --data-dir.
+// Without replicas, a server that dies takes its shards' data with it; they
+// come back with it if it restarts from --data-dir, and shards move as
+// above. With replicas (the first configuration's `replicas`, from
+// --replicas), shards do not move yet; instead the manager fails over
+// (Failover): when a member leaves ZooKeeper (its session expired: dead,
+// paused or cut off for the session timeout), or registers with another
+// incarnation (it restarted), the next configuration gives each shard it
+// owned to that shard's first backup still here and drops it from every
+// shard's backups. A manager waits one session timeout after it took
+// office (or reconnected) before it fails anyone over, so members that
+// are re-registering after ZooKeeper came back are not taken for dead.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -81,6 +90,9 @@ struct MemberOptions {
   Member self;                // address clients reach, capacity
   uint32_t initial_size = 1;  // servers the first configuration waits for
   uint32_t num_shards = kDefaultShards;
+  // Backups per shard of a new cluster (its first configuration; the
+  // configuration then says). 0: no replication.
+  uint32_t replicas = 0;
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
   // Shards moved per step of a rebalance.
   uint32_t max_moves = 64;
@@ -144,6 +156,10 @@ class ClusterMember {
   uint64_t last_pause_ms() const {
     return last_pause_ms_.load(std::memory_order_relaxed);
   }
+  // As manager: configurations written to fail members over.
+  uint64_t failovers() const {
+    return failovers_.load(std::memory_order_relaxed);
+  }
   uint64_t pairs_moved() const {
     return pairs_moved_.load(std::memory_order_relaxed);
   }
@@ -171,6 +187,8 @@ class ClusterMember {
   void Wake();
   // The manager's share of moving shards (see above).
   void Rebalance(const std::vector<Member>& live);
+  // The manager's duty in a replicated cluster (above).
+  void FailOver(const std::vector<Member>& live);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
   // Waits out the rest of a copy page's time slice (move_share).
@@ -199,6 +217,9 @@ class ClusterMember {
   std::atomic<int> state_{0};  // ZooKeeper's session state
 
   std::atomic<bool> manager_{false};
+  // When this member last became manager with a live ZooKeeper session.
+  std::chrono::steady_clock::time_point manager_since_{};
+  std::atomic<uint64_t> failovers_{0};
   std::atomic<bool> connected_{false};
   std::atomic<bool> registered_{false};
   std::atomic<uint32_t> members_seen_{0};

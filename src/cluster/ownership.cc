@@ -9,9 +9,23 @@ bool Ownership::Install(Config config) {
   auto next = std::make_unique<Installed>();
   next->encoded = EncodeConfig(config);
   next->self = config.IndexOf(self_);
+  next->replicated = config.replicas > 0;
+  // In a replicated cluster the roles named for this address belong to the
+  // incarnation the configuration names: a server that restarted has none
+  // until the manager gives it some.
+  if (next->replicated && next->self >= 0 &&
+      config.members[next->self].incarnation != incarnation_) {
+    next->self = -1;
+  }
   const uint32_t n = config.num_shards();
   next->owns.assign(n, 0);
   next->outgoing.assign(n, 0);
+  if (next->replicated) {
+    next->backs.assign(n, 0);
+    for (uint32_t s = 0; s < n; ++s) {
+      next->backs[s] = config.IsBackup(s, next->self) ? 1 : 0;
+    }
+  }
   for (uint32_t s = 0; s < n; ++s) {
     if (next->self >= 0 && config.owner[s] == uint16_t(next->self)) {
       next->owns[s] = 1;
@@ -72,6 +86,20 @@ Status Ownership::Check(std::string_view key, bool write) const {
   if (state == kServing || (state == kFrozen && !write)) return Status::OK();
   return Status::Busy("shard " + std::to_string(shard) +
                       " is being handed over to another server");
+}
+
+Result<const Ownership::Installed*> Ownership::AdmitsReplication(
+    uint32_t epoch) const {
+  const Installed* c = current();
+  if (c == nullptr) return Status::Busy("no configuration yet");
+  if (epoch != c->config.epoch) {
+    // Newer: the dispatcher has answered Busy already. Older: the sender
+    // has not seen that the shards' roles may have changed.
+    return Status::Conflict("replication at epoch " + std::to_string(epoch) +
+                            "; this backup is at epoch " +
+                            std::to_string(c->config.epoch));
+  }
+  return c;
 }
 
 bool Ownership::Outgoing(std::string_view key) const {

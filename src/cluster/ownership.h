@@ -51,8 +51,12 @@ namespace remem::cluster {
 
 class Ownership {
  public:
-  // `self`: this server's address as it registers it (--advertise).
-  explicit Ownership(std::string self) : self_(std::move(self)) {}
+  // `self`: this server's address as it registers it (--advertise);
+  // `incarnation`: this process's (a replicated configuration names the
+  // incarnation each role belongs to: a restarted server holds none of its
+  // predecessor's).
+  explicit Ownership(std::string self, uint64_t incarnation = 0)
+      : self_(std::move(self)), incarnation_(incarnation) {}
   Ownership(const Ownership&) = delete;
   Ownership& operator=(const Ownership&) = delete;
 
@@ -61,6 +65,9 @@ class Ownership {
     std::string encoded;        // EncodeConfig(config), served to clients
     int self = -1;              // index of this server in config.members
     std::vector<uint8_t> owns;  // per shard
+    // Per shard: this server is one of its backups (replicated clusters).
+    std::vector<uint8_t> backs;
+    bool replicated = false;  // config.replicas > 0
     // Per shard: owned here and moving to another member.
     std::vector<uint8_t> outgoing;
     bool any_outgoing = false;
@@ -105,6 +112,26 @@ class Ownership {
   // True if shard s is owned here and moving away in the current
   // configuration.
   bool MovingAway(uint32_t shard) const;
+  // The current configuration, if a primary's records sent at
+  // configuration `epoch` may be kept here: only at the epoch this server
+  // has installed (else Conflict: the roles may have changed; Busy before
+  // any configuration). The caller keeps the records of the shards that
+  // configuration has it back up (BacksUp), judged by that one snapshot.
+  Result<const Installed*> AdmitsReplication(uint32_t epoch) const;
+  static bool BacksUp(const Installed& c, std::string_view key) {
+    return !c.backs.empty() &&
+           c.backs[ShardOf(key, c.config.num_shards())] != 0;
+  }
+  // True if the current configuration replicates shards.
+  bool replicated() const {
+    const Installed* c = current();
+    return c != nullptr && c->replicated;
+  }
+  // Whether the pairs of shard s belong here (owned or backed up) in the
+  // configuration `c`.
+  static bool Holds(const Installed& c, uint32_t s) {
+    return c.owns[s] != 0 || (!c.backs.empty() && c.backs[s] != 0);
+  }
   // True if shard s is moving to this server in the current configuration
   // (the manager may copy pairs of it here).
   bool Incoming(uint32_t shard) const;
@@ -135,6 +162,7 @@ class Ownership {
   Status Check(std::string_view key, bool write) const;
 
   const std::string self_;
+  const uint64_t incarnation_;
   // Mutable: PurgeDone (const, as Freeze) publishes the pending one.
   mutable std::atomic<const Installed*> current_{nullptr};
   // The first configuration, until every purge is done.

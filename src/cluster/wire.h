@@ -11,15 +11,17 @@
 namespace remem::cluster {
 
 inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
-// Version 2 added the `next` table; version 1 (no shard ever moving) is
-// still read.
-inline constexpr uint16_t kConfigVersion = 2;
+// Version 2 added the `next` table, version 3 replicas and incarnations;
+// versions 1 (no shard ever moving) and 2 are still read.
+inline constexpr uint16_t kConfigVersion = 3;
 
 // The configuration: ConfigHeader, `name_len` bytes of name, then
 // `num_members` times (MemberEntry, `address_len` bytes of address), then
 // `num_shards` little-endian uint16 owner indexes, then (version 2)
 // `num_shards` little-endian uint16 indexes of the member each shard is
-// moving to (0xFFFF: not moving).
+// moving to (0xFFFF: not moving), then (version 3) `num_shards` times
+// `replicas` uint16 backup indexes (0xFFFF: none) and `num_members` uint64
+// incarnations.
 struct ConfigHeader {
   uint32_t magic;    // kConfigMagic
   uint16_t version;  // kConfigVersion
@@ -27,7 +29,8 @@ struct ConfigHeader {
   uint32_t epoch;  // > 0
   uint32_t num_shards;
   uint32_t num_members;
-  uint32_t reserved[3];  // zero
+  uint32_t replicas;     // version 3: backups per shard (f); else zero
+  uint32_t reserved[2];  // zero
 };
 static_assert(sizeof(ConfigHeader) == 32);
 

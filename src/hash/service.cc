@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "cluster/ownership.h"
+#include "cluster/replicator.h"
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "hash/codec.h"
@@ -60,6 +61,7 @@ void HashService::DeclareOptions(server::OptionSet* o) {
 Status HashService::Init(server::ServiceContext* ctx) {
   ctx_ = ctx;
   cluster_ = ctx->cluster();
+  replicator_ = ctx->replicator();
   const uint32_t n = ctx->partitions();
   uint64_t memory = options_.memory;
   if (memory == 0) memory = ctx->memory_budget() / 2;
@@ -267,6 +269,7 @@ Result<Route> HashService::RouteCall(uint8_t method,
     case HashMethod::kShardSync:
     case HashMethod::kShardImport:
     case HashMethod::kShardDrop:
+    case HashMethod::kReplicate:
       if (cluster_ == nullptr) {
         return Status::Unsupported("this server is not in a cluster");
       }
@@ -296,6 +299,8 @@ void HashService::Handle(PartitionId p, Call call) {
       return HandleShardImport(std::move(call));
     case HashMethod::kShardDrop:
       return HandleShardDrop(std::move(call));
+    case HashMethod::kReplicate:
+      return HandleReplicate(std::move(call));
     default:
       return HandleSingle_st(p, std::move(call));
   }
@@ -303,14 +308,174 @@ void HashService::Handle(PartitionId p, Call call) {
 
 void HashService::AfterDurable_st(Partition& part, Responder responder,
                                   Status status, std::string payload) {
-  if (part.store == nullptr || !status.ok()) {
-    return responder.Reply(std::move(status), std::move(payload));
+  if (!status.ok()) return responder.Reply(std::move(status));
+  // The reply waits for the log (group commit at the end of the pass) and
+  // the backups.
+  AfterCommit_st(part, true,
+                 [responder = std::move(responder),
+                  payload = std::move(payload)](Status st) mutable {
+                   responder.Reply(std::move(st), std::move(payload));
+                 });
+}
+
+bool HashService::Replicating() const {
+  return replicator_ != nullptr && cluster_->replicated();
+}
+
+void HashService::LogPut_st(Partition& part, std::string_view key,
+                            std::string_view value, uint64_t version) {
+  if (part.store) part.store->LogPut(key, value, version);
+  if (!Replicating()) return;
+  if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
+  part.repl_batch->Add(key, value, version, false);
+  ++part.repl_noted;
+}
+
+void HashService::LogDelete_st(Partition& part, std::string_view key,
+                               uint64_t version) {
+  if (part.store) part.store->LogDelete(key, version);
+  if (!Replicating()) return;
+  if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
+  part.repl_batch->Add(key, {}, version, true);
+  ++part.repl_noted;
+}
+
+void HashService::AfterCommit_st(Partition& part, bool wrote,
+                                 util::MoveFunction<void(Status)> done) {
+  const bool durable = wrote && part.store != nullptr;
+  const bool replicated = part.repl_noted == part.repl_done;
+  if (!durable && replicated) return done(Status::OK());
+  if (replicated) return part.store->AfterDurable(std::move(done));
+  if (!durable) {
+    part.repl_waiters.emplace_back(part.repl_noted, std::move(done));
+    return;
   }
-  // The reply waits for the log (group commit at the end of the pass).
-  part.store->AfterDurable([responder = std::move(responder),
-                            payload = std::move(payload)](Status st) mutable {
-    responder.Reply(std::move(st), std::move(payload));
+  // Both: the first error, once both have answered (on this thread).
+  struct Join {
+    int left = 2;
+    Status status;
+    util::MoveFunction<void(Status)> done;
+    void Done(Status st) {
+      if (!st.ok() && status.ok()) status = std::move(st);
+      if (--left == 0) done(std::move(status));
+    }
+  };
+  auto join = std::make_shared<Join>();
+  join->done = std::move(done);
+  part.store->AfterDurable([join](Status st) { join->Done(std::move(st)); });
+  part.repl_waiters.emplace_back(
+      part.repl_noted, [join](Status st) { join->Done(std::move(st)); });
+}
+
+void HashService::ShipBatch_st(PartitionId p) {
+  Partition& part = *partitions_[p];
+  if (part.repl_in_flight || !part.repl_batch) return;
+  std::unique_ptr<ShardPairsWriter> batch = std::move(part.repl_batch);
+  part.repl_batches.Add();
+  part.repl_records.Add(batch->count());
+  part.repl_in_flight = true;
+  const uint64_t upto = part.repl_noted;
+  // The versions of every partition here: a backup promoted later issues
+  // versions above all of them.
+  replicator_->Replicate(
+      batch->Finish(0, 0, uint32_t(partitions_.size()),
+                    part.table->last_version()),
+      [this, p, upto](Status st) {
+        ctx_->RunOn(p, [this, p, upto, st = std::move(st)]() mutable {
+          Replicated_st(p, upto, std::move(st));
+        });
+      });
+}
+
+void HashService::Replicated_st(PartitionId p, uint64_t upto, Status status) {
+  Partition& part = *partitions_[p];
+  part.repl_in_flight = false;
+  part.repl_done = upto;
+  while (!part.repl_waiters.empty() &&
+         part.repl_waiters.front().first <= upto) {
+    auto done = std::move(part.repl_waiters.front().second);
+    part.repl_waiters.pop_front();
+    done(status);
+  }
+  ShipBatch_st(p);
+}
+
+void HashService::HandleReplicate(Call call) {
+  struct Apply {
+    std::string payload;
+    ShardPairs pairs;
+    std::vector<Status> status;  // per partition
+    Responder responder;
+  };
+  auto rep = std::make_shared<Apply>();
+  rep->payload = std::move(call.payload);
+  rep->responder = std::move(call.responder);
+  auto pairs = DecodeShardPairs(rep->payload);
+  if (!pairs.ok()) return rep->responder.Reply(pairs.status());
+  rep->pairs = std::move(*pairs);
+  std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
+  // A batch may hold records of shards with other backups (the primary
+  // sends each batch whole to every backup of one of its shards): those
+  // are not this server's to keep.
+  // (Records are applied on the partitions' threads, perhaps after a newer
+  // configuration was installed; a record applied late loses to a newer
+  // version of its key, so a write acknowledged by then is not undone.)
+  auto at = cluster_->AdmitsReplication(call.epoch);
+  if (!at.ok()) return rep->responder.Reply(at.status());
+  for (uint32_t i = 0; i < rep->pairs.pairs.size(); ++i) {
+    const std::string_view key = rep->pairs.pairs[i].key;
+    if (!cluster::Ownership::BacksUp(**at, key)) continue;
+    by_owner[PartitionOf(key)].push_back(i);
+  }
+  // Raised by every partition at its next pass (OnPass).
+  uint64_t seen = replicated_max_version_.load(std::memory_order_relaxed);
+  while (seen < rep->pairs.max_version &&
+         !replicated_max_version_.compare_exchange_weak(
+             seen, rep->pairs.max_version, std::memory_order_relaxed)) {
+  }
+  size_t owners = 0;
+  for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
+  if (owners == 0) return rep->responder.Reply(Status::OK());
+  rep->status.resize(partitions_.size());
+  auto fan = std::make_shared<server::FanIn>(owners, [rep] {
+    for (Status& st : rep->status) {
+      if (!st.ok()) return rep->responder.Reply(std::move(st));
+    }
+    rep->responder.Reply(Status::OK());
   });
+  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+    if (by_owner[owner].empty()) continue;
+    ctx_->RunOn(owner, [this, owner, rep, fan,
+                        items = std::move(by_owner[owner])] {
+      Partition& part = *partitions_[owner];
+      Table& table = *part.table;
+      Status& st = rep->status[owner];
+      table.RaiseVersion(rep->pairs.max_version);
+      // Logged where the log takes writes; held in memory in any case (the
+      // primary waits for memory, as FaRM's backups acknowledge).
+      const bool logged = part.store != nullptr && part.store->Writable().ok();
+      for (size_t n = 0; n < items.size() && st.ok(); ++n) {
+        const ShardPairView& pr = rep->pairs.pairs[items[n]];
+        if (pr.deleted) {
+          Status d = table.Delete(pr.key);
+          if (d.ok() && logged) {
+            part.store->LogDelete(pr.key, table.last_version());
+          } else if (!d.ok() && d.code() != StatusCode::kNotFound) {
+            st = d;
+          }
+          continue;
+        }
+        auto v = table.Import(pr.key, pr.value, pr.version);
+        if (!v.ok()) {
+          st = v.status();
+        } else if (*v == pr.version && logged) {
+          part.store->LogPut(pr.key, pr.value, pr.version);
+        }
+      }
+      UpdateCounters_st(part);
+      fan->Done();
+    });
+  }
 }
 
 void HashService::HandleSingle_st(PartitionId p, Call call) {
@@ -324,6 +489,19 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // RouteCall may have had its pairs deleted by this thread.
     if (Status o = Owned(*key); !o.ok()) return call.responder.Reply(o);
     auto v = table.Get(*key);
+    if (part.repl_noted != part.repl_done) {
+      // What it read may not be on the backups yet: answered once it is.
+      std::string reply =
+          v.ok() ? EncodeHashGetReply(v->version, v->value) : std::string();
+      Status read = v.status();
+      return AfterCommit_st(
+          part, false,
+          [responder = std::move(call.responder), reply = std::move(reply),
+           read = std::move(read)](Status st) mutable {
+            if (!st.ok()) return responder.Reply(std::move(st));
+            responder.Reply(std::move(read), std::move(reply));
+          });
+    }
     if (!v.ok()) return call.responder.Reply(v.status());
     return call.responder.Reply(Status::OK(),
                                 EncodeHashGetReply(v->version, v->value));
@@ -341,8 +519,7 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // has had this partition's changes sent already.
     if (Status w = Writable(*key); !w.ok()) return call.responder.Reply(w);
     Status st = table.Delete(*key);
-    if (st.ok() && part.store)
-      part.store->LogDelete(*key, table.last_version());
+    if (st.ok()) LogDelete_st(part, *key, table.last_version());
     UpdateCounters_st(part);
     return AfterDurable_st(part, std::move(call.responder), std::move(st), {});
   }
@@ -356,7 +533,7 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
           : table.Put(put->key, put->value);
   UpdateCounters_st(part);
   if (!v.ok()) return call.responder.Reply(v.status());
-  if (part.store) part.store->LogPut(put->key, put->value, *v);
+  LogPut_st(part, put->key, put->value, *v);
   AfterDurable_st(part, std::move(call.responder), Status::OK(),
                   EncodeHashPutReply(*v));
 }
@@ -479,8 +656,8 @@ void HashService::HandleMulti(Call call) {
             }
             if (o.op == MultiOpKind::kDelete) {
               out.status = table.Delete(o.key);
-              if (out.status.ok() && part.store) {
-                part.store->LogDelete(o.key, table.last_version());
+              if (out.status.ok()) {
+                LogDelete_st(part, o.key, table.last_version());
               }
               continue;
             }
@@ -490,19 +667,20 @@ void HashService::HandleMulti(Call call) {
               continue;
             }
             out.version = *v;
-            if (part.store) part.store->LogPut(o.key, o.value, *v);
+            LogPut_st(part, o.key, o.value, *v);
           }
-          if (!writes) return fan->Done();
-          UpdateCounters_st(part);
-          if (part.store == nullptr || !writable.ok()) return fan->Done();
-          // Once this partition's records are durable; a failed write
-          // fails this partition's writes that had succeeded in memory
-          // (a get's answer stands).
-          part.store->AfterDurable(
-              [batch, fan, items = std::move(items)](Status st) {
+          if (writes) UpdateCounters_st(part);
+          // Once this partition's records are durable and replicated; a
+          // failed log write fails this partition's writes that had
+          // succeeded in memory (a get's answer stands, unless it may
+          // have read a write that did not reach the backups).
+          AfterCommit_st(
+              part, writes && writable.ok(),
+              [batch, fan, items = std::move(items),
+               reads_fail = Replicating()](Status st) {
                 if (!st.ok()) {
                   for (uint32_t i : items) {
-                    if (batch->ops[i].op != MultiOpKind::kGet &&
+                    if ((reads_fail || batch->ops[i].op != MultiOpKind::kGet) &&
                         batch->results[i].status.ok()) {
                       batch->results[i].status = st;
                     }
@@ -589,15 +767,28 @@ void HashService::HandleOps(PartitionId p, Call call) {
 
 size_t HashService::OnPass(PartitionId p) {
   if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
-  return RunOps_st(p);
+  const size_t work = RunOps_st(p);
+  if (replicator_ != nullptr) {
+    Partition& part = *partitions_[p];
+    const uint64_t seen =
+        replicated_max_version_.load(std::memory_order_relaxed);
+    if (seen > part.table->last_version()) part.table->RaiseVersion(seen);
+    ShipBatch_st(p);
+  }
+  return work;
 }
 
 void HashService::PurgeUnowned_st(PartitionId p) {
   const cluster::Ownership::Installed* c = cluster_->pending();
   if (c == nullptr) return;  // no configuration yet
   Partition& part = *partitions_[p];
+  // Replicated: the shards it backs up stay too.
+  std::vector<uint8_t> holds(c->owns.size());
+  for (uint32_t s = 0; s < holds.size(); ++s) {
+    holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
+  }
   const std::vector<std::string> keys =
-      KeysOfShards_st(part, c->owns, /*in_set=*/false);
+      KeysOfShards_st(part, holds, /*in_set=*/false);
   // Logged where the log takes writes; in memory in any case (a restart
   // purges again).
   DeletePairs_st(
@@ -726,7 +917,7 @@ size_t HashService::RunOps_st(PartitionId p) {
       }
       continue;
     }
-    if (part.store) part.store->LogPut(key, value, *v);
+    LogPut_st(part, key, value, *v);
   }
   part.op_writes.Add(writes);
   if (writes > 0) UpdateCounters_st(part);
@@ -741,17 +932,18 @@ size_t HashService::RunOps_st(PartitionId p) {
     if (added) reqs.emplace_back(req, std::vector<uint32_t>{});
     reqs[it->second].second.push_back(i);
   }
+  const bool reads_fail = Replicating();
   for (auto& [req, items] : reqs) {
-    if (part.store == nullptr || writes == 0) {
-      req->fan->Done();
-      continue;
-    }
     // Named captures: clang before 16 cannot capture structured bindings.
-    part.store->AfterDurable(
-        [req = req, items = std::move(items)](Status st) mutable {
+    // (A read may have seen a write not yet on the backups: it fails with
+    // that write.)
+    AfterCommit_st(
+        part, writes > 0,
+        [req = req, items = std::move(items), reads_fail](Status st) mutable {
           if (!st.ok()) {
             for (uint32_t i : items) {
-              if (req->wrote[i] && req->results[i].status.ok()) {
+              if ((reads_fail || req->wrote[i]) &&
+                  req->results[i].status.ok()) {
                 req->results[i].status = st;
                 req->results[i].data.clear();
               }

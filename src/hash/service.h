@@ -23,24 +23,39 @@
 // the stored value carries the last (the intermediate values were never
 // visible, so each operation linearizes at the write, in order).
 //
+// Replication (a cluster whose configuration has replicas; docs/
+// ARCHITECTURE.md, "Replication"): every write of a shard this server owns
+// is also noted as a record (key, value or deletion, version) in its
+// partition's batch; at the end of the pass the batch goes to the
+// replicator (cluster/replicator.h), one batch in flight per partition, so
+// a key's records reach the backups in order. A write is answered once it
+// is durable and every backup holds it; a read (get, multi-get, operation)
+// of a partition with writes not yet replicated is answered once they are,
+// so nobody sees a value that a failover could lose. As a backup, the
+// service applies a primary's records (kReplicate) with their versions.
+//
 // Thread contract: as server::Service (service.h).
 
 #ifndef REMEM_HASH_SERVICE_H_
 #define REMEM_HASH_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "durability/store.h"
+#include "hash/codec.h"
 #include "hash/durable.h"
 #include "hash/slab.h"
 #include "hash/table.h"
 #include "hash/wire.h"
 #include "ops/functions.h"
 #include "server/service.h"
+#include "util/move_function.h"
 
 namespace remem::fabric {
 class LocalRegion;
@@ -110,6 +125,15 @@ class HashService final : public server::Service {
     // In a cluster: what the first configuration does not give this server
     // has been deleted (PurgeUnowned_st).
     bool purged = false;
+    // Replication (owner thread only): this pass's records (null: none),
+    // records noted and records replicated (or given up) so far, whether a
+    // batch is with the replicator, and who waits for which record count.
+    std::unique_ptr<ShardPairsWriter> repl_batch;
+    uint64_t repl_noted = 0, repl_done = 0;
+    bool repl_in_flight = false;
+    std::deque<std::pair<uint64_t, util::MoveFunction<void(Status)>>>
+        repl_waiters;
+    server::Counter repl_batches, repl_records;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -145,13 +169,34 @@ class HashService final : public server::Service {
   void DeletePairs_st(Partition& part, const std::vector<std::string>& keys,
                       bool logged);
   // Replies once partition p's records so far are durable (at once without
-  // persistence).
+  // persistence) and replicated (AfterCommit_st).
   void AfterDurable_st(Partition& part, server::Responder responder,
                        Status status, std::string payload);
+  // A write of `part`, for its log (if any) and its backups (if the
+  // configuration replicates).
+  void LogPut_st(Partition& part, std::string_view key, std::string_view value,
+                 uint64_t version);
+  void LogDelete_st(Partition& part, std::string_view key, uint64_t version);
+  // Runs done(status) once everything `part` wrote so far is durable (if
+  // `wrote`: the caller wrote in this pass) and held by the backups: at once
+  // if there is nothing to wait for. A get calls it with wrote = false.
+  void AfterCommit_st(Partition& part, bool wrote,
+                      util::MoveFunction<void(Status)> done);
+  // True if writes are shipped to backups now.
+  bool Replicating() const;
+  // Hands `part`'s batch to the replicator if none is in flight.
+  void ShipBatch_st(server::PartitionId p);
+  void Replicated_st(server::PartitionId p, uint64_t upto, Status status);
+  void HandleReplicate(server::Call call);
 
   HashServiceOptions options_;
   server::ServiceContext* ctx_ = nullptr;
   const cluster::Ownership* cluster_ = nullptr;  // null on a single server
+  cluster::Replicator* replicator_ = nullptr;    // null on a single server
+  // The highest version a primary's records carried here: every partition
+  // issues versions above it (after a promotion, no version of a key is
+  // issued twice).
+  std::atomic<uint64_t> replicated_max_version_{0};
   uint64_t partition_seed_ = 0;
   std::vector<std::unique_ptr<Partition>> partitions_;
   std::string info_;  // encoded once

@@ -38,6 +38,13 @@ enum class HashMethod : uint8_t {
                       // keys changed since they were exported
   kShardImport = 11,  // ShardPairs; empty reply
   kShardDrop = 12,    // ShardListRequest + u32 shards; empty reply
+  // Replication (src/cluster/replicator.h): a primary's records of one
+  // pass of one partition, sent to the backups of their shards at the
+  // primary's epoch. Refused with Conflict unless the backup has installed
+  // that epoch and backs up each pair's shard in it; records of a shard it
+  // does not back up are refused whole. Applied in memory (with their
+  // versions, as kShardImport) and logged; answered once applied.
+  kReplicate = 13,  // ShardPairs; empty reply
   kCount
 };
 

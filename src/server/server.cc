@@ -13,6 +13,7 @@
 
 #include "cluster/member.h"
 #include "cluster/ownership.h"
+#include "cluster/replicator.h"
 #include "durability/durability.h"
 #include "fabric/context.h"
 #include "fabric/endpoint.h"
@@ -107,6 +108,7 @@ struct Server::Impl : public ServiceContext {
   // that read the ownership are joined before the Impl is destroyed.
   std::unique_ptr<cluster::Ownership> ownership;
   std::unique_ptr<cluster::ClusterMember> member;
+  std::unique_ptr<cluster::Replicator> replicator_of_cluster;
   // The member as the server threads' Stats see it: published once it
   // exists (the threads serve before the member has joined).
   std::atomic<cluster::ClusterMember*> member_view{nullptr};
@@ -144,6 +146,9 @@ struct Server::Impl : public ServiceContext {
     return Dispatcher::CurrentThread() == int(p);
   }
   const cluster::Ownership* cluster() const override { return ownership.get(); }
+  cluster::Replicator* replicator() override {
+    return replicator_of_cluster.get();
+  }
   proto::ServiceId current_service = proto::kCoreService;
 };
 
@@ -188,6 +193,12 @@ void CoreService::Handle(PartitionId, Call call) {
         return call.responder.Reply(Status::Busy(
             "this cluster member has no configuration yet (the cluster is "
             "still forming)"));
+      }
+      if (c->config.replicas > 0) {
+        return call.responder.Reply(Status::Unsupported(
+            "draining a member of a replicated cluster is not built yet "
+            "(issue #13): stop it, and its shards fail over to their "
+            "backups"));
       }
       if (c->config.IndexOf(call.payload) < 0) {
         return call.responder.Reply(Status::NotFound(
@@ -434,8 +445,15 @@ Status Server::Impl::Init() {
           "--cluster with --listen on every interface needs --advertise "
           "HOST:PORT (the address clients reach this server at)");
     }
-    ownership = std::make_unique<cluster::Ownership>(std::move(self));
+    ownership =
+        std::make_unique<cluster::Ownership>(std::move(self), incarnation_id);
     dispatcher->set_cluster(ownership.get());
+    // The sessions to backups: the cluster shares one secret.
+    SessionOptions so;
+    so.secret = config.secret;
+    auto r = cluster::Replicator::Start(ownership.get(), so);
+    if (!r.ok()) return r.status();
+    replicator_of_cluster = std::move(*r);
   }
 
   // The root region: the server lease at offset 0.
@@ -555,8 +573,10 @@ Status Server::Impl::StartCluster() {
   mo.target = std::move(*target);
   mo.self.address = ownership->self();
   mo.self.capacity = config.memory;
+  mo.self.incarnation = incarnation_id;
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
+  mo.replicas = config.replicas;
   mo.move_share = config.move_share;
   mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
   mo.session_timeout = config.cluster_session;
@@ -684,6 +704,14 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_pairs_moved", m ? m->pairs_moved() : 0);
     num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
     num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);
+    num("cluster_replicas", c ? c->config.replicas : 0);
+    num("cluster_shards_backed_up",
+        c ? uint64_t(std::count(c->backs.begin(), c->backs.end(), 1)) : 0);
+    num("cluster_failovers", m ? m->failovers() : 0);
+    num("cluster_replicated_batches",
+        replicator_of_cluster ? replicator_of_cluster->batches() : 0);
+    num("cluster_replication_retries",
+        replicator_of_cluster ? replicator_of_cluster->retries() : 0);
   }
   StatsBuilder b;
   for (const auto& s : services) s->Stats(&b);
@@ -702,6 +730,9 @@ void Server::Impl::Shutdown() {
   // threads' DrainCloses to its deadline. It stays registered until the
   // Impl is destroyed, after the memory stopped being served.
   if (member) member->Stop();
+  // Writes waiting for backups fail (their outcome unknown) while the
+  // threads still run their replies.
+  if (replicator_of_cluster) replicator_of_cluster->Stop();
   // Readers stop trusting our memory first, then sessions see their
   // sockets close, then the threads drop their endpoints.
   if (lease) lease->Revoke();

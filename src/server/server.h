@@ -70,6 +70,7 @@ struct ServerConfig {
   std::string advertise;      // address clients reach; "" = bound one
   uint32_t cluster_size = 1;  // servers the first configuration waits for
   uint32_t shards = 1024;     // shards of a new cluster
+  uint32_t replicas = 0;      // backups per shard of a new cluster
   // As the manager: the share (percent) of the time shard copies may keep
   // the servers busy (cluster::MemberOptions::move_share).
   uint32_t move_share = 25;

@@ -49,6 +49,7 @@ class Durability;
 
 namespace remem::cluster {
 class Ownership;
+class Replicator;
 }  // namespace remem::cluster
 
 namespace remem::server {
@@ -213,6 +214,10 @@ class ServiceContext {
   // status (Moved), before changing anything. Null on a single server.
   // The dispatcher has already refused requests of another epoch.
   virtual const cluster::Ownership* cluster() const { return nullptr; }
+  // In a cluster: ships a partition's writes to the backups of their
+  // shards (cluster/replicator.h) when the configuration replicates them.
+  // Null on a single server.
+  virtual cluster::Replicator* replicator() { return nullptr; }
 };
 
 class Service {

@@ -1,0 +1,196 @@
+#include "cluster/replicator.h"
+
+#include <algorithm>
+
+#include "client/rpc_client.h"
+#include "client/session_core.h"
+#include "fabric/worker.h"
+#include "hash/codec.h"
+#include "hash/wire.h"
+#include "util/log.h"
+
+namespace remem::cluster {
+
+namespace {
+
+// The pause before asking a backup again: 1 ms, doubling to 100 ms (a
+// backup that failed is dropped by the manager within its ZooKeeper
+// session timeout; a backup that installs a new epoch does so within
+// milliseconds).
+std::chrono::milliseconds RetryPause(int failures) {
+  return std::chrono::milliseconds(std::min(1 << std::min(failures, 7), 100));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Replicator>> Replicator::Start(
+    const Ownership* ownership, SessionOptions session) {
+  std::unique_ptr<Replicator> r(new Replicator(ownership, std::move(session)));
+  auto loop = EventLoop::Create(r->options_.transport);
+  if (!loop.ok()) return loop.status().WithContext("replication");
+  r->loop_ = std::move(*loop);
+  r->thread_ = std::thread([p = r.get()] { p->Run(); });
+  return r;
+}
+
+namespace {
+Status Stopped() {
+  return Status::Unavailable(
+      "the server is stopping: its writes not yet replicated may or may not "
+      "have taken effect");
+}
+}  // namespace
+
+Replicator::~Replicator() {
+  Stop();
+  sessions_.clear();  // before the loop
+}
+
+void Replicator::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stop_ = true;
+  }
+  loop_->core()->worker()->Wake();
+  if (thread_.joinable()) thread_.join();
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    left.swap(incoming_);
+  }
+  for (auto& job : active_) job->done(Stopped());
+  for (auto& job : left) job->done(Stopped());
+  active_.clear();
+}
+
+void Replicator::Replicate(std::string batch, Done done) {
+  auto job = std::make_shared<Job>();
+  job->batch = std::move(batch);
+  job->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_) {
+      incoming_.push_back(std::move(job));
+      job = nullptr;
+    }
+  }
+  if (job != nullptr) return job->done(Stopped());
+  loop_->core()->worker()->Wake();
+}
+
+Result<Session*> Replicator::SessionTo(const std::string& address) {
+  auto it = sessions_.find(address);
+  if (it != sessions_.end() && it->second->core()->connected()) {
+    return it->second.get();
+  }
+  SessionOptions o = options_;
+  o.server = address;
+  auto s = Session::Connect(o, loop_.get());
+  if (!s.ok()) return s.status();
+  it = sessions_.insert_or_assign(address, std::move(*s)).first;
+  return it->second.get();
+}
+
+bool Replicator::Advance(const std::shared_ptr<Job>& job) {
+  const Ownership::Installed* c = ownership_->current();
+  if (job->shards.empty() && c != nullptr) {
+    auto pairs = hash::DecodeShardPairs(job->batch);
+    if (pairs.ok()) {
+      for (const auto& p : pairs->pairs) {
+        job->shards.push_back(ShardOf(p.key, c->config.num_shards()));
+      }
+    }
+    std::sort(job->shards.begin(), job->shards.end());
+    job->shards.erase(std::unique(job->shards.begin(), job->shards.end()),
+                      job->shards.end());
+  }
+  // Who must hold it now: the backups of the shards still owned here.
+  std::vector<std::string> targets;
+  if (c != nullptr) {
+    for (uint32_t s : job->shards) {
+      if (!c->owns[s]) {
+        job->lost = true;
+        continue;
+      }
+      for (uint16_t b : c->config.BackupsOf(s)) {
+        targets.push_back(c->config.members[b].address);
+      }
+    }
+  }
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  bool waiting = false;
+  for (const std::string& t : targets) {
+    if (job->acked[t]) continue;
+    waiting = true;
+    if (job->sending[t] || Clock::now() < job->retry_at) continue;
+    auto s = SessionTo(t);
+    if (!s.ok()) {
+      ++job->failures;
+      retries_.fetch_add(1, std::memory_order_relaxed);
+      job->retry_at = Clock::now() + RetryPause(job->failures);
+      continue;
+    }
+    job->sending[t] = true;
+    client::SessionCore* core = (*s)->core();
+    core->rpc()->set_epoch(c->config.epoch);
+    core->Call(
+        hash::kHashService, static_cast<uint8_t>(hash::HashMethod::kReplicate),
+        job->batch, [this, job, t](Status st, std::string) {
+          job->sending[t] = false;
+          if (st.ok()) {
+            job->acked[t] = true;
+            return;
+          }
+          // Another epoch at the backup, or it is gone: asked
+          // again by the configuration installed then.
+          ++job->failures;
+          retries_.fetch_add(1, std::memory_order_relaxed);
+          job->retry_at = Clock::now() + RetryPause(job->failures);
+          if (job->failures == 1 || job->failures % 100 == 0) {
+            log::Debug("replication to {}: {} (asked again)", t, st.ToString());
+          }
+        });
+  }
+  // A send still in flight to a member that is no longer a backup is not
+  // waited for (its callback holds the job).
+  if (c == nullptr || waiting) return false;
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  job->done(job->lost ? Status::Unavailable(
+                            "a shard was taken from this server before its "
+                            "writes were replicated: they may or may not "
+                            "have taken effect")
+                      : Status::OK());
+  return true;
+}
+
+void Replicator::Run() {
+  fabric::Worker* worker = loop_->core()->worker();
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) break;
+      while (!incoming_.empty()) {
+        active_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+    }
+    // In order: a partition's batches are handed over one at a time, so
+    // order matters only within a job.
+    for (size_t i = 0; i < active_.size();) {
+      if (Advance(active_[i])) {
+        active_.erase(active_.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+    if (loop_->Poll() > 0) continue;
+    // Idle or waiting for replies: sleep until a reply, a new batch
+    // (Wake) or the next retry.
+    worker->Sleep(std::chrono::milliseconds(active_.empty() ? 100 : 1));
+  }
+}
+
+}  // namespace remem::cluster

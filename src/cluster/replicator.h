@@ -1,0 +1,108 @@
+// cluster::Replicator: a primary's side of replication (issue #13;
+// docs/ARCHITECTURE.md, "Replication"). In a replicated cluster each
+// shard's owner (its primary) ships the records of its writes to the
+// shard's backups (cluster/config.h) and answers a write only once every
+// backup holds it in memory.
+//
+// A hash partition hands over, once per event-loop pass, one batch: an
+// encoded ShardPairs (hash/codec.h) of the records its pass wrote, all of
+// shards this server owned when they were written. The replicator sends it
+// (hash method kReplicate, at this server's configuration epoch) to every
+// member that backs up one of those shards in the configuration installed
+// now, and calls `done` once each of them holds it. A backup that refuses
+// (it has installed another epoch, or is unreachable) is asked again,
+// with a growing pause, by the configuration installed at that moment: a
+// backup that the manager dropped from a shard (it failed) is no longer
+// waited for, and a shard that this server no longer owns is not sent.
+// `done` gets OK if this server still owned every shard of the batch when
+// the last backup answered; otherwise Unavailable (the writes of a shard
+// that was taken from this server may or may not have survived: the client
+// must treat them as unknown).
+//
+// One thread with its own UCX worker and a session to each backup it
+// needs (opened when first needed), so the partitions' threads never wait
+// on the network.
+//
+// Thread contract: Replicate from any thread; `done` runs on the
+// replicator's thread (or, after Stop, on the caller's). Start, Stop and
+// the destructor from one thread.
+
+#ifndef REMEM_CLUSTER_REPLICATOR_H_
+#define REMEM_CLUSTER_REPLICATOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/ownership.h"
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/status.h"
+#include "util/move_function.h"
+
+namespace remem::cluster {
+
+class Replicator {
+ public:
+  // `session`: the secret, transport and timeout of the sessions to
+  // backups. `ownership` must outlive the replicator.
+  static Result<std::unique_ptr<Replicator>> Start(const Ownership* ownership,
+                                                   SessionOptions session);
+  // Stops the thread; what is left, and what comes later, fails with
+  // Unavailable. The destructor calls it.
+  void Stop();
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  using Done = util::MoveFunction<void(Status)>;
+  // Ships `batch` (an encoded ShardPairs) to the backups of its shards;
+  // done(status) as above.
+  void Replicate(std::string batch, Done done);
+
+  // Batches sent and acknowledged by every backup, and sends retried.
+  uint64_t batches() const { return batches_.load(std::memory_order_relaxed); }
+  uint64_t retries() const { return retries_.load(std::memory_order_relaxed); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Job {
+    std::string batch;
+    Done done;
+    std::vector<uint32_t> shards;       // the batch's shards (distinct)
+    std::map<std::string, bool> acked;  // by address: true once it holds it
+    std::map<std::string, bool> sending;
+    bool lost = false;  // a shard of the batch was taken from this server
+    Clock::time_point retry_at{};
+    int failures = 0;
+  };
+  Replicator(const Ownership* ownership, SessionOptions session)
+      : ownership_(ownership), options_(std::move(session)) {}
+  void Run();
+  // Sends what `job` still needs; true once it is finished (done called).
+  bool Advance(const std::shared_ptr<Job>& job);
+  Result<Session*> SessionTo(const std::string& address);
+
+  const Ownership* const ownership_;
+  const SessionOptions options_;
+  std::unique_ptr<EventLoop> loop_;
+  std::map<std::string, std::unique_ptr<Session>> sessions_;  // thread's
+  std::vector<std::shared_ptr<Job>> active_;                  // thread's
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Job>> incoming_;  // under mu_
+  bool stop_ = false;                          // under mu_
+  bool stopped_ = false;                       // under mu_: thread ended
+  std::atomic<uint64_t> batches_{0}, retries_{0};
+  std::thread thread_;
+};
+
+}  // namespace remem::cluster
+
+#endif  // REMEM_CLUSTER_REPLICATOR_H_
