@@ -364,6 +364,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (in.rfind("remem-member 2\n", 0) == 0 && again != in) std::abort();
     }
   }
+  // A member's lease ask and the manager's grant: re-encode to the bytes.
+  {
+    auto a = remem::cluster::DecodeLeaseAsk(in);
+    if (a.ok() && remem::cluster::EncodeLeaseAsk(*a) != in) std::abort();
+    auto g = remem::cluster::DecodeLeaseGrant(in);
+    if (g.ok() && remem::cluster::EncodeLeaseGrant(*g) != in) std::abort();
+  }
   // A bucket's entry area as EntryCursor walks it (the server, and the
   // seal that indexes it): the walk must stay inside the area whatever the
   // bytes.

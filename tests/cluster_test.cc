@@ -1024,6 +1024,7 @@ class RecordingClients {
  public:
   RecordingClients(std::vector<std::string> seeds, int keys)
       : seeds_(std::move(seeds)), keys_(keys), histories_(keys) {}
+  ~RecordingClients() { Stop(); }
 
   void Start(int writers, int readers) {
     for (int w = 0; w < writers + readers; ++w) {
@@ -1064,6 +1065,22 @@ class RecordingClients {
         return "hot" + std::to_string(k) + ": " + r.explanation;
     }
     return "";
+  }
+  // A put of hot key k through `c`, recorded in the history as the
+  // clients' are.
+  Result<uint64_t> Put(Cluster* c, int k, std::string value) {
+    testing::KvOp op;
+    op.client = -1;
+    op.kind = testing::KvOp::kPut;
+    op.value = std::move(value);
+    op.call_ns = testing::NowNs();
+    auto r = c->Put("hot" + std::to_string(k), op.value);
+    op.return_ns = testing::NowNs();
+    op.returned = r.ok();
+    if (r.ok()) op.version = *r;
+    std::lock_guard<std::mutex> lock(mu_);
+    histories_[size_t(k)].push_back(std::move(op));
+    return r;
   }
   uint64_t errors() const { return errors_.load(); }
   std::string first_error() const {
@@ -1204,6 +1221,118 @@ TEST_F(ClusterTest,
   EXPECT_GT(first_write, 0u) << "no write succeeded after the kill";
   // Every loaded pair survived, the killed primary's on their backups.
   ExpectEveryKey(cluster.get(), loaded);
+}
+
+TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
+  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 500);
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int manager = WaitForOneManager(probes);
+  ASSERT_GE(manager, 0);
+  const std::string dead = servers_[size_t(manager)].address;
+  probes[size_t(manager)].reset();
+  const uint64_t killed_ns = testing::NowNs();
+  ASSERT_TRUE(servers_[size_t(manager)].Kill().ok());
+  // No member can renew its lease until ZooKeeper elects a successor
+  // (its session timeout); the successor then waits out every lease the
+  // dead one granted before it fails the dead one over.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, dead) == 0;
+  })) << "the dead manager's shards never failed over";
+  std::printf("%s: failed over %.0f ms after the manager was killed\n",
+              TransportFlag().c_str(),
+              double(testing::NowNs() - killed_ns) / 1e6);
+  EXPECT_GE(WaitForOneManager(probes), 0);
+  ExpectEveryKey(cluster.get(), loaded);
+  auto put = cluster->Put(Key(0), "after");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(cluster->Get(Key(0))->value, "after");
+}
+
+TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
+  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const std::string victim = cluster->OwnerOf("hot0");
+  int v = -1;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].address == victim) v = int(i);
+  }
+  ASSERT_GE(v, 0);
+  // A plain session to the victim and a store on it, opened before the
+  // pause: over shared memory, a one-sided reader of its memory.
+  auto raw = ConnectOrDie(victim);
+  // (Once it holds its lease: until then it answers Busy.)
+  Result<std::unique_ptr<HashStore>> store = Status::Internal("not opened");
+  for (auto until = std::chrono::steady_clock::now() + kBound;
+       std::chrono::steady_clock::now() < until;) {
+    store = HashStore::Open(raw.get());
+    if (store.ok() || store.status().code() != StatusCode::kBusy) break;
+    // Polling: the lease is the server's business.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  RecordingClients clients(seeds, 4);
+  clients.Start(/*writers=*/2, /*readers=*/1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // history
+  // (A paused manager takes longer: a successor must first be elected.)
+  const bool was_manager = StatOf(raw.get(), "cluster_manager") == 1;
+  const uint64_t paused_ns = testing::NowNs();
+  ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGSTOP).ok());
+  // Paused far past its lease (500 ms): the manager fails it over.
+  const bool failed_over = WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, victim) == 0;
+  });
+  const double failover_ms = double(testing::NowNs() - paused_ns) / 1e6;
+  // Its memory is no longer vouched for: the server lease it published
+  // last ran out with its member lease, before the failover.
+  if (failed_over && raw->core()->reads_are_local()) {
+    EXPECT_FALSE(raw->core()->Vouch().ok());
+  }
+  // The new primary takes writes while the old one is still paused.
+  Result<uint64_t> after = Status::Internal("not run");
+  if (failed_over) after = clients.Put(cluster.get(), 0, "after the failover");
+  ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGCONT).ok());
+  ASSERT_TRUE(failed_over) << "the paused primary's shards never failed over";
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+
+  // Resumed, the old primary neither answers a read of what it held nor
+  // takes a write, whether it has learnt the new configuration yet
+  // (Moved) or not (Busy: no lease); and it does not vouch for its memory
+  // to one-sided readers until it holds a lease again.
+  auto stale = (*store)->Get("hot0");
+  ASSERT_FALSE(stale.ok()) << "the resumed old primary answered "
+                           << stale->value;
+  EXPECT_TRUE(stale.status().code() == StatusCode::kMoved ||
+              stale.status().code() == StatusCode::kBusy)
+      << stale.status().ToString();
+  auto put = (*store)->Put("hot0", "split brain");
+  ASSERT_FALSE(put.ok());
+  EXPECT_TRUE(put.status().code() == StatusCode::kMoved ||
+              put.status().code() == StatusCode::kBusy)
+      << put.status().ToString();
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  clients.Stop();
+  uint64_t ops = 0, acked = 0, unknown = 0;
+  const std::string verdict = clients.Check(&ops, &acked, &unknown);
+  std::printf(
+      "%s: failed over %.0f ms after the pause%s; %llu operations on 4 hot "
+      "keys (%llu writes acknowledged, %llu unknown)\n",
+      TransportFlag().c_str(), failover_ms,
+      was_manager ? " (of the manager)" : "", (unsigned long long)ops,
+      (unsigned long long)acked, (unsigned long long)unknown);
+  EXPECT_EQ(verdict, "");
+  EXPECT_EQ(clients.errors(), 0u) << clients.first_error();
+  auto now = cluster->Get("hot0");
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_GT(now->version, 0u);
 }
 
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {

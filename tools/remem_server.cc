@@ -245,6 +245,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
   // Cluster.
   int64_t cluster_session_ms = 10000;
+  int64_t cluster_lease_ms = 500;
   app.add_option("--cluster", cfg.cluster,
                  "join the cluster kept in ZooKeeper at ZK_HOSTS/PATH, e.g. "
                  "127.0.0.1:2181/remem/prod (the cluster's name is PATH's "
@@ -281,6 +282,14 @@ int main(int argc, char** argv) {
                  "configuration manager is replaced after about this long)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1000}, int64_t{60'000}));
+  app.add_option("--cluster-lease-ms", cluster_lease_ms,
+                 "with --cluster: the member lease the configuration manager "
+                 "grants; in a replicated cluster a member that has not "
+                 "renewed it for this long stops serving and is failed over "
+                 "(shorter: faster failover; too short for the machine: "
+                 "false suspicions). Less than --cluster-session-ms minus 100")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{50}, int64_t{30'000}));
   // Each data model's own flags.
   std::vector<std::unique_ptr<server::Service>> services =
       server::DefaultServices();
@@ -316,6 +325,7 @@ int main(int argc, char** argv) {
   cfg.spin = std::chrono::microseconds(spin_us);
   cfg.lease = std::chrono::milliseconds(lease_ms);
   cfg.cluster_session = std::chrono::milliseconds(cluster_session_ms);
+  cfg.cluster_lease = std::chrono::milliseconds(cluster_lease_ms);
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;
   if (!cpus.empty()) {

@@ -33,13 +33,16 @@
 // In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
 // "Replication") every operation asks the shard's primary (gets by RPC:
 // this release does not yet read replicated shards one-sided), which
-// answers a write once the shard's backups hold it. When a primary dies,
-// the cluster fails its shards over to their backups (within the
-// servers' --cluster-session-ms); meanwhile a synchronous single-key
-// operation that finds the primary unreachable fetches the configuration
-// again until one names a new owner, within the deadline. An operation
-// that was in flight on the primary when it died fails with Unavailable:
-// it may or may not have taken effect (never half).
+// answers a write once the shard's backups hold it. When a primary dies
+// (or is paused or cut off past its lease, --cluster-lease-ms), the
+// cluster fails its shards over to their backups; meanwhile its keys are
+// refused (Busy, asked again; after three in a row the configuration is
+// fetched again), and a synchronous single-key operation that finds the
+// primary unreachable fetches the configuration until one names a new
+// owner, within the deadline. An operation that was in flight on a primary
+// that died fails with Unavailable, and one sent to a paused primary with
+// TimedOut at its deadline (or is answered Busy and retried when it
+// resumes): a failed write may or may not have taken effect (never half).
 //
 // Thread contract: as a Session: one thread. Callbacks of asynchronous
 // operations run inside Poll()/WaitAll() on that thread.

@@ -200,12 +200,21 @@ struct Cluster::Impl {
     return StoreOf(*s);
   }
 
-  Status FetchFrom(const std::string& addr) {
+  // A member that does not answer a refresh within this long (paused, or
+  // cut off) is passed over for the next one; the last is waited for.
+  static constexpr auto kRefreshWait = std::chrono::milliseconds(1000);
+
+  Status FetchFrom(const std::string& addr, bool last) {
     auto s = Connected(addr);
     if (!s.ok()) return s.status();
-    auto bytes = (*s)->session->core()->CallSync(
+    client::SessionCore* core = (*s)->session->core();
+    core->Flush();
+    const auto deadline =
+        last ? core->Deadline()
+             : std::min(core->Deadline(), Clock::now() + kRefreshWait);
+    auto bytes = core->rpc()->CallSync(
         proto::kCoreService,
-        static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {});
+        static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {}, deadline);
     if (!bytes.ok()) return bytes.status().WithContext(addr);
     auto c = cluster::DecodeConfig(*bytes);
     if (!c.ok()) return c.status().WithContext(addr);
@@ -223,8 +232,8 @@ struct Cluster::Impl {
     }
     for (const auto& m : config.members) order.push_back(m.address);
     for (const auto& seed : options.seeds) order.push_back(seed);
-    for (const std::string& addr : order) {
-      last = FetchFrom(addr);
+    for (size_t i = 0; i < order.size(); ++i) {
+      last = FetchFrom(order[i], i + 1 == order.size());
       if (last.ok()) return last;
       // A seed outside any cluster is a mistake to report, not to skip.
       if (last.code() == StatusCode::kUnsupported) return last;
@@ -290,9 +299,18 @@ struct Cluster::Impl {
       }
       auto r = fn(*store);
       const Status& st = StatusOf(r);
-      if (!Retryable(st) || !InTime(&deadline)) return r;
+      if (!Retryable(st) || !InTime(&deadline)) {
+        // A server that died or stopped answering with the operation in
+        // flight: the next operation routes by a fresh configuration.
+        if (config.replicas > 0 && (st.code() == StatusCode::kUnavailable ||
+                                    st.code() == StatusCode::kTimedOut)) {
+          (void)Refresh();
+        }
+        return r;
+      }
       if (IsBusy(st)) {
         Backoff(attempt + 1);
+        if (attempt + 1 >= kRefreshAfterBusy) (void)Refresh();
         continue;
       }
       ++stats.moved;
@@ -316,13 +334,18 @@ struct Cluster::Impl {
   }
 
   // An asynchronous operation refused: retried at the next Poll, after a
-  // refresh if it was Moved.
-  void Refused(const Status& st) {
+  // refresh if it was Moved or Busy for the fourth time in a row (a member
+  // that holds no lease answers Busy; if it was failed over, only a newer
+  // configuration says where the key went).
+  void Refused(const Status& st, int attempt) {
     if (IsMoved(st)) {
       ++stats.moved;
       stale = true;
+    } else if (attempt >= kRefreshAfterBusy) {
+      stale = true;
     }
   }
+  static constexpr int kRefreshAfterBusy = 3;
 
   void Finish(const Status& st) {
     --in_flight;
@@ -419,7 +442,7 @@ struct Cluster::Impl {
   void Completed(AsyncOp<R>* op, R r) {
     const Status& st = StatusOf(r);
     if (Retryable(st) && InTime(&op->deadline)) {
-      Refused(st);
+      Refused(st, op->attempt);
       ++op->attempt;
       if (IsMoved(st)) {
         later.push_back([this, op] { Issue(op); });
@@ -627,6 +650,7 @@ struct Cluster::Impl {
         stale = true;
         later.push_back([this, m] { MultiGetRound(m); });
       } else {
+        if (m->attempt >= kRefreshAfterBusy) stale = true;
         waiting.emplace_back(Clock::now() + BackoffPause(m->attempt),
                              [this, m] { MultiGetRound(m); });
       }
@@ -669,7 +693,11 @@ struct Cluster::Impl {
       if (todo.empty() || !InTime(&deadline)) break;
       stats.moved += moved;
       Backoff(attempt + 1);
-      if (moved > 0 && !Refresh().ok()) break;
+      if (moved > 0) {
+        if (!Refresh().ok()) break;
+      } else if (attempt + 1 >= kRefreshAfterBusy) {
+        (void)Refresh();
+      }
     }
     return out;
   }
@@ -687,6 +715,10 @@ struct Cluster::Impl {
       n += run.size();
     }
     if (!waiting.empty()) {
+      if (stale) {
+        stale = false;
+        (void)Refresh();
+      }
       const auto now = Clock::now();
       std::vector<std::function<void()>> due;
       for (size_t i = 0; i < waiting.size();) {
@@ -724,8 +756,8 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
   const auto until = Clock::now() + options.wait_for_config;
   Status st;
   while (true) {
-    for (const std::string& seed : options.seeds) {
-      st = impl->FetchFrom(seed);
+    for (size_t i = 0; i < options.seeds.size(); ++i) {
+      st = impl->FetchFrom(options.seeds[i], i + 1 == options.seeds.size());
       if (st.ok() || st.code() == StatusCode::kUnsupported) break;
     }
     // Only a cluster still forming is worth waiting for.

@@ -189,7 +189,13 @@ Status SessionCore::LoadRegions() {
   local_reads_ = remote_.at(proto::kRootRegion)->mapped() != nullptr;
   // One-sided reads that do not pass through the server need its lease.
   needs_lease_ = !ep_->served();
-  if (needs_lease_) REMEM_RETURN_IF_ERROR(RenewVouch());
+  if (needs_lease_) {
+    // A lease that has lapsed (a cluster member without its member lease)
+    // refuses one-sided reads, not the session; a server that is not the
+    // one that answered the handshake fails it.
+    Status st = RenewVouch();
+    if (!st.ok() && ep_->failed()) return st;
+  }
   return Status::OK();
 }
 

@@ -443,6 +443,59 @@ Result<Member> DecodeMemberRecord(std::string_view bytes) {
   return m;
 }
 
+std::string EncodeLeaseAsk(const LeaseAsk& ask) {
+  std::string out;
+  LeaseRequest r{};
+  r.magic = kLeaseRequestMagic;
+  r.epoch = ask.epoch;
+  r.incarnation = ask.incarnation;
+  r.address_len = uint32_t(ask.address.size());
+  proto::Append(&out, r);
+  out += ask.address;
+  return out;
+}
+
+Result<LeaseAsk> DecodeLeaseAsk(std::string_view bytes) {
+  proto::Reader r(bytes);
+  LeaseRequest h;
+  if (!r.Read(&h) || h.magic != kLeaseRequestMagic || h.reserved != 0 ||
+      h.address_len == 0 || h.address_len > kMaxAddressBytes ||
+      r.remaining() != h.address_len) {
+    return proto::Bad("lease request: malformed");
+  }
+  LeaseAsk a;
+  a.epoch = h.epoch;
+  a.incarnation = h.incarnation;
+  (void)r.ReadBytes(h.address_len, &a.address);
+  return a;
+}
+
+std::string EncodeLeaseGrant(const LeaseGrant& grant) {
+  std::string out;
+  LeaseReply r{};
+  r.magic = kLeaseReplyMagic;
+  r.epoch = grant.epoch;
+  r.lease_ms = grant.lease_ms;
+  r.config_len = uint32_t(grant.config.size());
+  proto::Append(&out, r);
+  out += grant.config;
+  return out;
+}
+
+Result<LeaseGrant> DecodeLeaseGrant(std::string_view bytes) {
+  proto::Reader r(bytes);
+  LeaseReply h;
+  if (!r.Read(&h) || h.magic != kLeaseReplyMagic || h.lease_ms == 0 ||
+      r.remaining() != h.config_len) {
+    return proto::Bad("lease grant: malformed");
+  }
+  LeaseGrant g;
+  g.epoch = h.epoch;
+  g.lease_ms = h.lease_ms;
+  (void)r.ReadBytes(h.config_len, &g.config);
+  return g;
+}
+
 Result<ZkTarget> ParseZkTarget(std::string_view spec) {
   const size_t slash = spec.find('/');
   if (slash == std::string_view::npos || slash == 0) {

@@ -140,6 +140,23 @@ Result<Config> DecodeConfig(std::string_view bytes);
 std::string EncodeMemberRecord(const Member& member);
 Result<Member> DecodeMemberRecord(std::string_view bytes);
 
+// A member's lease request and the manager's grant (cluster/wire.h;
+// cluster/member_lease.h).
+struct LeaseAsk {
+  uint32_t epoch = 0;
+  uint64_t incarnation = 0;
+  std::string address;
+};
+struct LeaseGrant {
+  uint32_t epoch = 0;
+  uint32_t lease_ms = 0;
+  std::string config;  // EncodeConfig, or empty
+};
+std::string EncodeLeaseAsk(const LeaseAsk& ask);
+Result<LeaseAsk> DecodeLeaseAsk(std::string_view bytes);
+std::string EncodeLeaseGrant(const LeaseGrant& grant);
+Result<LeaseGrant> DecodeLeaseGrant(std::string_view bytes);
+
 // Parses `--cluster ZK_HOSTS/PATH` ("127.0.0.1:2181/remem/prod"): the
 // ZooKeeper hosts, the cluster's path (absolute, at least one component
 // of [A-Za-z0-9_.-]) and its name (the last component).

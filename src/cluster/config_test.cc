@@ -313,5 +313,32 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(n->owner, c.owner);
 }
 
+TEST(ClusterConfig, LeaseAsksAndGrantsRoundTripAndRefuseMalformedBytes) {
+  const LeaseAsk ask{7, 0xabcdefull, "10.0.0.1:7400"};
+  auto a = DecodeLeaseAsk(EncodeLeaseAsk(ask));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->epoch, 7u);
+  EXPECT_EQ(a->incarnation, 0xabcdefull);
+  EXPECT_EQ(a->address, ask.address);
+  const LeaseGrant grant{9, 500, EncodeConfig(ThreeServers())};
+  auto g = DecodeLeaseGrant(EncodeLeaseGrant(grant));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->epoch, 9u);
+  EXPECT_EQ(g->lease_ms, 500u);
+  EXPECT_EQ(g->config, grant.config);
+  const std::string ab = EncodeLeaseAsk(ask), gb = EncodeLeaseGrant(grant);
+  for (size_t n = 0; n < ab.size(); ++n) {
+    EXPECT_FALSE(DecodeLeaseAsk(ab.substr(0, n)).ok()) << n;
+  }
+  for (size_t n = 0; n < gb.size(); n += 97) {
+    EXPECT_FALSE(DecodeLeaseGrant(gb.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeLeaseAsk(ab + "x").ok());
+  EXPECT_FALSE(DecodeLeaseAsk(gb).ok());  // magic
+  EXPECT_FALSE(DecodeLeaseGrant(ab).ok());
+  EXPECT_FALSE(DecodeLeaseAsk(EncodeLeaseAsk({1, 1, ""})).ok());
+  EXPECT_FALSE(DecodeLeaseGrant(EncodeLeaseGrant({1, 0, ""})).ok());
+}
+
 }  // namespace
 }  // namespace remem::cluster

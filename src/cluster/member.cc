@@ -74,6 +74,13 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     return Status::InvalidArgument("--shards must be 1.." +
                                    std::to_string(kMaxShards));
   }
+  if (options.lease + std::chrono::milliseconds(100) >
+      options.session_timeout) {
+    return Status::InvalidArgument(
+        "--cluster-lease-ms must be at least 100 ms less than "
+        "--cluster-session-ms (a manager grants leases only while its "
+        "ZooKeeper session is surely alive)");
+  }
   if (options.replicas > kMaxReplicas) {
     return Status::InvalidArgument("--replicas must be 0.." +
                                    std::to_string(kMaxReplicas));
@@ -179,7 +186,6 @@ Status ClusterMember::Connect() {
   connected_.store(false);
   registered_.store(false);
   manager_.store(false);
-  manager_since_ = std::chrono::steady_clock::now();
   election_node_.clear();
   zh_ = zookeeper_init(options_.target.hosts.c_str(), &ClusterMember::OnEvent,
                        int(options_.session_timeout.count()), nullptr, this, 0);
@@ -228,7 +234,14 @@ void ClusterMember::Run() {
     }
     if (up) Step();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, kPassInterval, [&] { return stop_ || event_; });
+    // Replicated: leases are judged (and failovers decided) at least four
+    // times a lease.
+    const Ownership::Installed* c = ownership_->latest();
+    const auto pass = c != nullptr && c->replicated
+                          ? std::min<std::chrono::milliseconds>(
+                                kPassInterval, options_.lease / 4)
+                          : kPassInterval;
+    cv_.wait_for(lock, pass, [&] { return stop_ || event_; });
     event_ = false;
   }
 }
@@ -313,7 +326,10 @@ bool ClusterMember::Register() {
 
 void ClusterMember::FollowConfig() {
   std::string bytes;
+  const uint64_t asked_ns = LeaseClockNs();
   const int rc = Get(zh_, options_.target.path + "/config", true, &bytes);
+  // ZooKeeper answered: the session was alive when it was asked.
+  if (rc == ZOK || rc == ZNONODE) zk_ok_ns_.store(asked_ns);
   if (rc == ZNONODE) {
     // Watch for its creation.
     ::Stat st{};
@@ -355,8 +371,17 @@ void ClusterMember::ManagerDuty() {
   if (lead != manager_.load()) {
     log::Info("cluster: {} the configuration manager",
               lead ? "this server is now" : "this server is no longer");
+    manager_since_ns_.store(LeaseClockNs());
     manager_.store(lead);
-    manager_since_ = std::chrono::steady_clock::now();
+  }
+  if (!candidates.empty()) {
+    // Where members ask for their leases.
+    std::string address;
+    if (Get(zh_, base + "/election/" + candidates.front(), false, &address) ==
+        ZOK) {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      manager_address_ = std::move(address);
+    }
   }
   std::vector<std::string> members;
   if (Children(zh_, base + "/members", true, &members) != ZOK) return;
@@ -441,19 +466,80 @@ Status ClusterMember::WriteConfig(const Config& next, int version) {
                              ZkError(rc));
 }
 
-void ClusterMember::FailOver(const std::vector<Member>& live) {
-  // Members re-registering (after ZooKeeper came back, or after this
-  // member's own session was replaced) get one session timeout to do so.
-  if (std::chrono::steady_clock::now() - manager_since_ <
-      options_.session_timeout) {
-    return;
+std::string ClusterMember::manager_address() const {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return manager_address_;
+}
+
+uint64_t ClusterMember::SuspectAfterNs() const {
+  return uint64_t(options_.lease.count()) * 1000000ull + kLeaseMarginNs;
+}
+
+Result<std::string> ClusterMember::GrantLease(std::string_view request) {
+  auto ask = DecodeLeaseAsk(request);
+  if (!ask.ok()) return ask.status();
+  if (!manager_.load()) {
+    return Status::Conflict("this server is not the configuration manager");
   }
+  // Only while this manager's ZooKeeper session is surely alive: every
+  // lease it grants lapses before the session could have expired (and a
+  // successor been elected).
+  const uint64_t now = LeaseClockNs();
+  const uint64_t session_ns =
+      uint64_t(options_.session_timeout.count()) * 1000000ull;
+  if (!connected_.load() ||
+      now - zk_ok_ns_.load() + SuspectAfterNs() >= session_ns) {
+    return Status::Unavailable(
+        "the configuration manager has lost ZooKeeper: no lease granted");
+  }
+  const Ownership::Installed* c = ownership_->latest();
+  if (c == nullptr) return Status::Busy("no configuration yet");
+  LeaseGrant grant;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    if (c->config.epoch < grants_from_epoch_) {
+      return Status::Busy("a failover is being recorded");
+    }
+    renewals_[ask->address] = {ask->incarnation, now};
+  }
+  grant.epoch = c->config.epoch;
+  grant.lease_ms = uint32_t(options_.lease.count());
+  if (ask->epoch < c->config.epoch) grant.config = c->encoded;
+  return EncodeLeaseGrant(grant);
+}
+
+void ClusterMember::FailOver(const std::vector<Member>& registered) {
+  const uint64_t now = LeaseClockNs();
+  // A new manager has heard from nobody: it waits until any lease granted
+  // before it took office has lapsed.
+  if (now - manager_since_ns_.load() < SuspectAfterNs()) return;
   const std::string& base = options_.target.path;
   std::string bytes;
   ::Stat st{};
   if (Get(zh_, base + "/config", false, &bytes, &st) != ZOK) return;
   auto c = DecodeConfig(bytes);
   if (!c.ok()) return;
+  // Live: a member of the configuration that asked for its lease (with its
+  // incarnation) within lease + margin; a registered member with another
+  // incarnation (restarted: Failover treats it as new); a registered member
+  // that is not in the configuration (new).
+  std::vector<Member> live;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    for (const Member& m : c->members) {
+      auto it = renewals_.find(m.address);
+      if (it != renewals_.end() && it->second.incarnation == m.incarnation &&
+          now - it->second.at_ns < SuspectAfterNs()) {
+        live.push_back(m);
+      }
+    }
+  }
+  for (const Member& r : registered) {
+    const int i = c->IndexOf(r.address);
+    if (i < 0 || c->members[size_t(i)].incarnation != r.incarnation) {
+      live.push_back(r);
+    }
+  }
   std::optional<Config> next = Failover(*c, live);
   if (!next) return;
   std::string gone;
@@ -463,9 +549,16 @@ void ClusterMember::FailOver(const std::vector<Member>& live) {
       gone += (gone.empty() ? "" : ", ") + c->members[i].address;
     }
   }
+  {
+    // No grant on the configuration being replaced from now on.
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    grants_from_epoch_ = next->epoch;
+  }
   if (Status w = WriteConfig(*next, st.version); !w.ok()) {
     log::Warn("cluster: failing over at epoch {}: {}", next->epoch,
               w.ToString());
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    grants_from_epoch_ = 0;
     return;
   }
   failovers_.fetch_add(1, std::memory_order_relaxed);

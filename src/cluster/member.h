@@ -45,13 +45,16 @@
 // come back with it if it restarts from --data-dir, and shards move as
 // above. With replicas (the first configuration's `replicas`, from
 // --replicas), shards do not move yet; instead the manager fails over
-// (Failover): when a member leaves ZooKeeper (its session expired: dead,
-// paused or cut off for the session timeout), or registers with another
-// incarnation (it restarted), the next configuration gives each shard it
-// owned to that shard's first backup still here and drops it from every
-// shard's backups. A manager waits one session timeout after it took
-// office (or reconnected) before it fails anyone over, so members that
-// are re-registering after ZooKeeper came back are not taken for dead.
+// (Failover) a member whose lease lapsed (member_lease.h: it has not asked
+// for `lease` + kLeaseMargin; it stopped serving by then) or that registered
+// with another incarnation (it restarted): the next configuration gives
+// each shard it owned to that shard's first backup still here and drops it
+// from every shard's backups. A new manager has heard from nobody: it
+// waits lease + kLeaseMargin after it took office before it fails anyone
+// over. The manager grants leases (GrantLease) only while its ZooKeeper
+// session is surely alive (a successful ZooKeeper call less than the
+// session timeout - lease - kLeaseMargin ago), so the leases it granted
+// have lapsed before a successor can be elected.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -93,6 +96,8 @@ struct MemberOptions {
   // Backups per shard of a new cluster (its first configuration; the
   // configuration then says). 0: no replication.
   uint32_t replicas = 0;
+  // The member lease the manager grants (member_lease.h).
+  std::chrono::milliseconds lease{500};
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
   // Shards moved per step of a rebalance.
   uint32_t max_moves = 64;
@@ -143,6 +148,15 @@ class ClusterMember {
   // goes on while that member is registered.
   void RequestDrain(std::string address, util::MoveFunction<void(Status)> done);
 
+  // As manager: grants a member's lease (core method kClusterLease; the
+  // request and reply are LeaseAsk and LeaseGrant, cluster/config.h).
+  // Conflict if this member is not the manager, Unavailable while its
+  // ZooKeeper session may have expired. Thread-safe.
+  Result<std::string> GrantLease(std::string_view request);
+  // The manager's address as this member last read it from the election
+  // ("" while unknown). Thread-safe.
+  std::string manager_address() const;
+
   bool manager() const { return manager_.load(std::memory_order_relaxed); }
   // As manager: shards moved, and the last step's duration.
   uint64_t shards_moved() const {
@@ -185,10 +199,17 @@ class ClusterMember {
   void FollowConfig();
   void ManagerDuty();
   void Wake();
+  // A member whose lease was not asked for within this long is failed
+  // over: the lease plus kLeaseMarginNs (for the clocks' reading and the
+  // ask's way to the manager, which only makes the member's own expiry
+  // earlier).
+  static constexpr uint64_t kLeaseMarginNs = 50'000'000;
+  uint64_t SuspectAfterNs() const;
   // The manager's share of moving shards (see above).
   void Rebalance(const std::vector<Member>& live);
-  // The manager's duty in a replicated cluster (above).
-  void FailOver(const std::vector<Member>& live);
+  // The manager's duty in a replicated cluster (above); `registered`: the
+  // members in ZooKeeper.
+  void FailOver(const std::vector<Member>& registered);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
   // Waits out the rest of a copy page's time slice (move_share).
@@ -217,9 +238,23 @@ class ClusterMember {
   std::atomic<int> state_{0};  // ZooKeeper's session state
 
   std::atomic<bool> manager_{false};
-  // When this member last became manager with a live ZooKeeper session.
-  std::chrono::steady_clock::time_point manager_since_{};
+  // When this member last became manager (LeaseClockNs), and when a
+  // ZooKeeper call last succeeded.
+  std::atomic<uint64_t> manager_since_ns_{0};
+  std::atomic<uint64_t> zk_ok_ns_{0};
   std::atomic<uint64_t> failovers_{0};
+  // As manager, under lease_mu_: when each member last asked for its lease
+  // (LeaseClockNs), and with which incarnation; grants wait while a
+  // failover's configuration is written (no grant on the configuration it
+  // replaces).
+  struct Renewal {
+    uint64_t incarnation = 0;
+    uint64_t at_ns = 0;
+  };
+  mutable std::mutex lease_mu_;
+  std::map<std::string, Renewal> renewals_;
+  uint32_t grants_from_epoch_ = 0;
+  std::string manager_address_;  // under lease_mu_
   std::atomic<bool> connected_{false};
   std::atomic<bool> registered_{false};
   std::atomic<uint32_t> members_seen_{0};

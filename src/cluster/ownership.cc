@@ -1,6 +1,27 @@
 #include "cluster/ownership.h"
 
+#include <time.h>
+
 namespace remem::cluster {
+
+uint64_t LeaseClockNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+Status Ownership::Leased() const {
+  const Installed* c = current();
+  if (c == nullptr || !c->replicated) return Status::OK();
+  if (LeaseClockNs() < lease_expires_ns()) return Status::OK();
+  // Busy (ask again): a member that just started gets its lease within
+  // milliseconds; one that was cut off is failed over, and a client asking
+  // again learns the new owner.
+  return Status::Busy(
+      "this server holds no lease from the configuration manager (just "
+      "started, cut off or paused): it serves nothing of a replicated shard "
+      "until it has one");
+}
 
 bool Ownership::Install(Config config) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -77,6 +98,7 @@ Status Ownership::Check(std::string_view key, bool write) const {
         "forming)");
   }
   const uint32_t shard = ShardOf(key, c->config.num_shards());
+  if (c->replicated) REMEM_RETURN_IF_ERROR(Leased());
   if (!c->owns[shard]) {
     return Status::Moved("shard " + std::to_string(shard) + " is served by " +
                          c->config.members[c->config.owner[shard]].address +

@@ -27,6 +27,12 @@
 // does not give this server (PurgeDone); until then the server answers
 // Busy, as before any configuration, and no reader can find those pairs.
 //
+// In a replicated configuration a member serves only while it holds a
+// lease from the configuration manager (cluster/member_lease.h): until
+// lease_expires_ns() on CLOCK_MONOTONIC. Past it, Owns and Writable answer
+// Busy (the manager may be failing this member over), and the
+// server lease stops vouching for one-sided reads (LeaseKeeper's cap).
+//
 // Thread contract: Install, Freeze, Release and PurgeDone from any thread
 // (they serialize on a mutex); RequirePurge before the first Install;
 // everything else from any thread, lock-free on the data path. Installed
@@ -48,6 +54,10 @@
 #include "remem/status.h"
 
 namespace remem::cluster {
+
+// CLOCK_MONOTONIC in nanoseconds: the member lease's clock (as the server
+// lease's, server/lease.h).
+uint64_t LeaseClockNs();
 
 class Ownership {
  public:
@@ -142,6 +152,22 @@ class Ownership {
   // the configuration that services read.)
   Status Freeze(const std::vector<uint32_t>& shards) const;
   Status Release(const std::vector<uint32_t>& shards) const;
+  // The member lease (replicated configurations): extended by the lease
+  // holder, never shortened; read on the data path.
+  void ExtendLease(uint64_t until_ns) const {
+    uint64_t cur = lease_until_ns_.load(std::memory_order_relaxed);
+    while (cur < until_ns && !lease_until_ns_.compare_exchange_weak(
+                                 cur, until_ns, std::memory_order_release)) {
+    }
+  }
+  uint64_t lease_expires_ns() const {
+    return lease_until_ns_.load(std::memory_order_acquire);
+  }
+  // OK unless the current configuration is replicated and this member's
+  // lease has lapsed (Busy). Owns and Writable check it; a read
+  // checks it again once it has read, so nothing it read after the lapse
+  // is served.
+  Status Leased() const;
   // OK if a request sent with configuration `epoch` may run here: 0 (a
   // client outside the cluster), the current epoch or an older one (the
   // key's shard is checked by Owns: a client whose configuration is older
@@ -167,6 +193,7 @@ class Ownership {
   mutable std::atomic<const Installed*> current_{nullptr};
   // The first configuration, until every purge is done.
   mutable std::atomic<const Installed*> pending_{nullptr};
+  mutable std::atomic<uint64_t> lease_until_ns_{0};
   mutable std::mutex mu_;  // Install, SetState, purges
   mutable uint32_t purges_left_ = 0;
   std::vector<std::unique_ptr<Installed>> all_;

@@ -149,5 +149,46 @@ TEST(Ownership, FreezeAndReleaseHoldOnlyWhileAShardMovesAway) {
   EXPECT_TRUE(a2.Writable(mine).ok());
 }
 
+TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
+  Ownership o("a:1", /*incarnation=*/7);
+  const Config c = InitialConfig("c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}}, 64, 1);
+  ASSERT_TRUE(o.Install(c));
+  const std::string mine = KeyOwnedBy(c, "a:1");
+  const std::string theirs = KeyOwnedBy(c, "b:1");
+  ASSERT_TRUE(o.replicated());
+  // Primary of its keys, backup of the others'.
+  EXPECT_TRUE(Ownership::BacksUp(*o.current(), theirs));
+  EXPECT_FALSE(Ownership::BacksUp(*o.current(), mine));
+  // No lease yet: nothing served (ask again).
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kBusy);
+  EXPECT_EQ(o.Writable(mine).code(), StatusCode::kBusy);
+  o.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  EXPECT_TRUE(o.Owns(mine).ok());
+  EXPECT_TRUE(o.Leased().ok());
+  EXPECT_EQ(o.Owns(theirs).code(), StatusCode::kMoved);
+  // A lease never shrinks; one that ran out stops everything again.
+  o.ExtendLease(1);
+  EXPECT_TRUE(o.Owns(mine).ok());
+  Ownership lapsed("a:1", 7);
+  ASSERT_TRUE(lapsed.Install(c));
+  lapsed.ExtendLease(LeaseClockNs() - 1);
+  EXPECT_EQ(lapsed.Owns(mine).code(), StatusCode::kBusy);
+  // Records are kept only at the epoch installed.
+  EXPECT_TRUE(o.AdmitsReplication(1).ok());
+  EXPECT_EQ(o.AdmitsReplication(2).status().code(), StatusCode::kConflict);
+
+  // A restarted server (another incarnation at the same address) holds
+  // none of its predecessor's roles.
+  Ownership restarted("a:1", 9);
+  ASSERT_TRUE(restarted.Install(c));
+  restarted.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  EXPECT_EQ(restarted.Owns(mine).code(), StatusCode::kMoved);
+  EXPECT_FALSE(Ownership::BacksUp(*restarted.current(), theirs));
+  // Unreplicated configurations need no lease.
+  Ownership plain("a:1", 7);
+  ASSERT_TRUE(plain.Install(TwoServers(1)));
+  EXPECT_TRUE(plain.Owns(KeyOwnedBy(TwoServers(1), "a:1")).ok());
+}
+
 }  // namespace
 }  // namespace remem::cluster

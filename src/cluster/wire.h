@@ -41,6 +41,30 @@ struct MemberEntry {
 };
 static_assert(sizeof(MemberEntry) == 16);
 
+// A member's lease (core method kClusterLease; cluster/member_lease.h):
+// LeaseRequest + `address_len` bytes of the member's address; the reply is
+// LeaseReply + `config_len` bytes of the manager's configuration
+// (EncodeConfig), sent when the member's epoch is older.
+inline constexpr uint32_t kLeaseRequestMagic = 0x51534c52;  // "RLSQ"
+inline constexpr uint32_t kLeaseReplyMagic = 0x50534c52;    // "RLSP"
+
+struct LeaseRequest {
+  uint32_t magic;  // kLeaseRequestMagic
+  uint32_t epoch;  // the configuration the member has installed (0: none)
+  uint64_t incarnation;
+  uint32_t address_len;  // 1..kMaxAddressBytes
+  uint32_t reserved;     // zero
+};
+static_assert(sizeof(LeaseRequest) == 24);
+
+struct LeaseReply {
+  uint32_t magic;       // kLeaseReplyMagic
+  uint32_t epoch;       // the manager's configuration
+  uint32_t lease_ms;    // the lease granted, from when the member asked
+  uint32_t config_len;  // 0, or the configuration's bytes that follow
+};
+static_assert(sizeof(LeaseReply) == 16);
+
 }  // namespace remem::cluster
 
 #endif  // REMEM_CLUSTER_WIRE_H_

@@ -489,6 +489,13 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // RouteCall may have had its pairs deleted by this thread.
     if (Status o = Owned(*key); !o.ok()) return call.responder.Reply(o);
     auto v = table.Get(*key);
+    if (cluster_ != nullptr) {
+      // Read while this member held its lease (replicated): not after the
+      // manager could have promoted a backup.
+      if (Status l = cluster_->Leased(); !l.ok()) {
+        return call.responder.Reply(l);
+      }
+    }
     if (part.repl_noted != part.repl_done) {
       // What it read may not be on the backups yet: answered once it is.
       std::string reply =

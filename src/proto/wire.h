@@ -122,6 +122,9 @@ enum class CoreMethod : uint8_t {
                        // drain is recorded (the manager then moves its
                        // shards away); Unsupported outside a cluster,
                        // NotFound for an address not in the configuration
+  kClusterLease = 8,   // request: a member's lease request
+                       // (cluster/wire.h); reply: the manager's grant.
+                       // Conflict from a member that is not the manager
   kCount
 };
 

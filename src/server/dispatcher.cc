@@ -346,6 +346,13 @@ Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
         " is read-only (it holds a service's structures); raw access to it "
         "is refused");
   }
+  if (cluster_ != nullptr &&
+      it->second.access == proto::RegionAccess::kReadOnly) {
+    // A service's structures: in a replicated cluster, read for a client
+    // only while this member holds its lease (as the server lease caps
+    // what shared-memory readers trust).
+    REMEM_RETURN_IF_ERROR(cluster_->Leased());
+  }
   uint8_t* p = region.base() + r.offset;
   switch (op) {
     case proto::MemOp::kRead:

@@ -142,12 +142,20 @@ void LeaseKeeper::Publish(uint64_t expires_ns) {
                                             std::memory_order_release);
 }
 
+void LeaseKeeper::CapBy(std::function<uint64_t()> cap) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cap_ = std::move(cap);
+}
+
 void LeaseKeeper::Run() {
   const auto every = std::chrono::nanoseconds(lease_ns_ / 10);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (cv_.wait_for(lock, every, [this] { return stop_; })) break;
-    Publish(MonotonicNs() + lease_ns_);
+    uint64_t expires = MonotonicNs() + lease_ns_;
+    // Capped, never to 0, which says "revoked: the server is stopping".
+    if (cap_) expires = std::max<uint64_t>(1, std::min(expires, cap_()));
+    Publish(expires);
   }
 }
 

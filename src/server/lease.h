@@ -27,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,11 @@ class LeaseKeeper {
   // and removes the horizon file (a successor has nothing to wait for).
   ~LeaseKeeper();
   void Revoke();
+  // Never vouches past cap() (CLOCK_MONOTONIC ns): a cluster member in a
+  // replicated configuration vouches for its memory only while it holds
+  // its member lease (cluster/member_lease.h). Applied from the next
+  // renewal; thread-safe.
+  void CapBy(std::function<uint64_t()> cap);
 
  private:
   LeaseKeeper() = default;
@@ -71,6 +77,7 @@ class LeaseKeeper {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::function<uint64_t()> cap_;  // under mu_
   std::thread thread_;
 };
 

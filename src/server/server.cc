@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster/member.h"
+#include "cluster/member_lease.h"
 #include "cluster/ownership.h"
 #include "cluster/replicator.h"
 #include "durability/durability.h"
@@ -109,6 +110,7 @@ struct Server::Impl : public ServiceContext {
   std::unique_ptr<cluster::Ownership> ownership;
   std::unique_ptr<cluster::ClusterMember> member;
   std::unique_ptr<cluster::Replicator> replicator_of_cluster;
+  std::unique_ptr<cluster::MemberLease> member_lease;
   // The member as the server threads' Stats see it: published once it
   // exists (the threads serve before the member has joined).
   std::atomic<cluster::ClusterMember*> member_view{nullptr};
@@ -179,6 +181,17 @@ void CoreService::Handle(PartitionId, Call call) {
             "still forming)"));
       }
       return call.responder.Reply(Status::OK(), c->encoded);
+    }
+    case M::kClusterLease: {
+      cluster::ClusterMember* m =
+          server_->member_view.load(std::memory_order_acquire);
+      if (m == nullptr) {
+        return call.responder.Reply(Status::Unsupported(
+            "this server is not in a cluster (started without --cluster)"));
+      }
+      auto grant = m->GrantLease(call.payload);
+      if (!grant.ok()) return call.responder.Reply(grant.status());
+      return call.responder.Reply(Status::OK(), std::move(*grant));
     }
     case M::kClusterDrain: {
       const cluster::Ownership* o = server_->ownership.get();
@@ -577,6 +590,7 @@ Status Server::Impl::StartCluster() {
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
   mo.replicas = config.replicas;
+  mo.lease = config.cluster_lease;
   mo.move_share = config.move_share;
   mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
   mo.session_timeout = config.cluster_session;
@@ -586,6 +600,21 @@ Status Server::Impl::StartCluster() {
   if (!m.ok()) return m.status().WithContext("joining the cluster");
   member = std::move(*m);
   member_view.store(member.get(), std::memory_order_release);
+  cluster::MemberLeaseOptions lo;
+  lo.self = ownership->self();
+  lo.incarnation = incarnation_id;
+  lo.lease = config.cluster_lease;
+  lo.session.secret = config.secret;
+  auto ml = cluster::MemberLease::Start(
+      lo, ownership.get(), [m = member.get()] { return m->manager_address(); });
+  if (!ml.ok()) return ml.status().WithContext("the member lease");
+  member_lease = std::move(*ml);
+  // One-sided readers trust this server's memory only while it holds its
+  // member lease (replicated configurations).
+  lease->CapBy([o = ownership.get()] {
+    const cluster::Ownership::Installed* c = o->current();
+    return c != nullptr && c->replicated ? o->lease_expires_ns() : UINT64_MAX;
+  });
   return Status::OK();
 }
 
@@ -708,6 +737,8 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_shards_backed_up",
         c ? uint64_t(std::count(c->backs.begin(), c->backs.end(), 1)) : 0);
     num("cluster_failovers", m ? m->failovers() : 0);
+    num("cluster_lease_renewals", member_lease ? member_lease->renewals() : 0);
+    num("cluster_lease_failures", member_lease ? member_lease->failures() : 0);
     num("cluster_replicated_batches",
         replicator_of_cluster ? replicator_of_cluster->batches() : 0);
     num("cluster_replication_retries",
@@ -729,6 +760,7 @@ void Server::Impl::Shutdown() {
   // sessions (one is to this server) close at once instead of holding the
   // threads' DrainCloses to its deadline. It stays registered until the
   // Impl is destroyed, after the memory stopped being served.
+  if (member_lease) member_lease->Stop();
   if (member) member->Stop();
   // Writes waiting for backups fail (their outcome unknown) while the
   // threads still run their replies.

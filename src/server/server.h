@@ -77,6 +77,8 @@ struct ServerConfig {
   // Testing: cluster::MemberOptions::fault_kill_after_handoff.
   bool fault_kill_after_handoff = false;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
+  // The member lease a replicated cluster's manager grants.
+  std::chrono::milliseconds cluster_lease{500};
 };
 
 // A quarter of physical memory, rounded down to a MiB.
