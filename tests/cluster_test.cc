@@ -70,6 +70,21 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
+  // n servers of a replicated cluster (one backup per shard). Under the
+  // sanitizers (REMEM_TEST_SCALE) everything runs several times slower: a
+  // lease of 500 ms would take live servers for dead, so the lease and the
+  // ZooKeeper session are longer there.
+  void StartReplicated(int n) {
+    const bool slow = testing::Scaled(6) < 6;
+    for (int i = 0; i < n; ++i) {
+      servers_.push_back(StartServer(
+          {"--cluster", ClusterFlag(), "--cluster-size", std::to_string(n),
+           "--cluster-session-ms", slow ? "6000" : "2000", "--cluster-lease-ms",
+           slow ? "2000" : "500", "--replicas", "1", "--shards", "64"}));
+      ASSERT_NE(servers_.back().process, nullptr);
+    }
+  }
+
   std::unique_ptr<Cluster> Connect(const std::vector<std::string>& seeds) {
     ClusterOptions o;
     o.seeds = seeds;
@@ -1162,7 +1177,7 @@ class RecordingClients {
 
 TEST_F(ClusterTest,
        AKilledPrimaryFailsOverToItsBackupAndNoAcknowledgedWriteIsLost) {
-  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  StartReplicated(3);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   ASSERT_EQ(cluster->info().replicas, 1u);
@@ -1224,7 +1239,7 @@ TEST_F(ClusterTest,
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
-  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  StartReplicated(3);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 500);
@@ -1253,7 +1268,7 @@ TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
 }
 
 TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
-  StartServers(3, {"--replicas", "1", "--shards", "64"});
+  StartReplicated(3);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const std::string victim = cluster->OwnerOf("hot0");

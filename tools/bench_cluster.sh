@@ -10,7 +10,10 @@
 #      the other two: the run's throughput second by second and its errors,
 #      and each move step's pairs, copy time and write pause (from the
 #      manager's log). RB_SHARDS sets the clusters' shard count (10 at 1 M
-#      records: shards of 100 K pairs), RB_DURATION the runs' length.
+#      records: shards of 100 K pairs), RB_DURATION the runs' length;
+#   4. replication (REPLICAS="0 1 2"; off by default): three servers with
+#      --replicas f for each f listed, the same runs; with f = 0 also with
+#      gets by RPC (remem-shm-rpc), as replicated shards are read.
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -65,7 +68,8 @@ start_cluster() {
     "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
       --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/$name" \
       --cluster-size "$n" --shards "${shards:-1024}" \
-      --log-level "${log_level:-warn}" ${SERVER_FLAGS:-} >"$log" 2>&1 &
+      --log-level "${log_level:-warn}" ${replica_flags:-} ${SERVER_FLAGS:-} \
+      >"$log" 2>&1 &
     pids+=($!)
     spids+="${spids:+,}$!"
     for _ in $(seq 300); do
@@ -119,6 +123,19 @@ fi
 for n in $servers_list; do
   echo "== $n server(s), all on CPU 0"
   start_cluster "n$n" "$n"
+  bench --cluster "$seeds" --server-pids "$spids" | grep -E '^remem-' || true
+  stop_cluster
+done
+
+for f in ${REPLICAS:-}; do
+  echo "== replication: 3 servers, $f backup(s) per shard"
+  replica_flags="--replicas $f" start_cluster "rf$f" 3
+  if [ "$f" = 0 ]; then
+    echo "-- gets as the cluster client reads replicated shards: by RPC"
+    bench --cluster "$seeds" --server-pids "$spids" --systems "remem-$transport-rpc" |
+      grep -E '^remem-' || true
+    echo "-- gets on the read path the client chooses"
+  fi
   bench --cluster "$seeds" --server-pids "$spids" | grep -E '^remem-' || true
   stop_cluster
 done

@@ -8,6 +8,7 @@
 #include "bench_curve.h"
 #include "bench_durability.h"
 #include "bench_fabric.h"
+#include "bench_failover.h"
 #include "bench_tree.h"
 #include "bench_ycsb.h"
 #include "remem/version.h"
@@ -263,6 +264,40 @@ int main(int argc, char** argv) {
                    "CPU for the client thread (-1: unpinned)")
       ->capture_default_str();
   durability->add_flag("--json", dur.json, "print JSON instead of a table");
+  bench::FailoverOptions fov;
+  auto* failover = app.add_subcommand(
+      "failover",
+      "replication: per trial a new cluster (its own ZooKeeper), one key "
+      "written back to back, kill -9 of its primary; the time to the first "
+      "write acknowledged after the kill (p50, p99)");
+  failover->add_option("--trials", fov.trials)
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  failover->add_option("--servers", fov.servers)
+      ->capture_default_str()
+      ->check(CLI::Range(2, 16));
+  failover->add_option("--replicas", fov.replicas)
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4));
+  failover->add_option("--lease-ms", fov.lease_ms, "--cluster-lease-ms")
+      ->capture_default_str();
+  failover->add_option("--session-ms", fov.session_ms, "--cluster-session-ms")
+      ->capture_default_str();
+  failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
+      ->capture_default_str();
+  failover->add_flag("--kill-manager", fov.kill_manager,
+                     "kill a primary that is the configuration manager");
+  failover
+      ->add_option("--server-binary", fo.server_binary, "remem-server to start")
+      ->capture_default_str();
+  failover->add_option("--transport", transport, "shm | tcp")
+      ->capture_default_str();
+  failover->add_option("--server-cpu", fo.server_cpu, "CPU for the servers")
+      ->capture_default_str();
+  failover
+      ->add_option("--client-cpu", fo.client_cpu,
+                   "CPU for the client (-1: unpinned)")
+      ->capture_default_str();
   for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash, atomics}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
@@ -402,6 +437,13 @@ int main(int argc, char** argv) {
   if (fabric->parsed()) return bench::RunFabric(fo);
   if (tree->parsed()) {
     return bench::RunTree(fo, tree_records, tree_key_size, tree_value_size);
+  }
+  if (failover->parsed()) {
+    if (fov.servers <= fov.replicas) {
+      std::fprintf(stderr, "remem-bench: --servers must exceed --replicas\n");
+      return 2;
+    }
+    return bench::RunFailover(fo, fov);
   }
   if (atomics->parsed()) {
     ao.redis = !no_redis;

@@ -524,35 +524,41 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
   // incarnation (restarted: Failover treats it as new); a registered member
   // that is not in the configuration (new).
   std::vector<Member> live;
-  {
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    for (const Member& m : c->members) {
-      auto it = renewals_.find(m.address);
-      if (it != renewals_.end() && it->second.incarnation == m.incarnation &&
-          now - it->second.at_ns < SuspectAfterNs()) {
-        live.push_back(m);
-      }
-    }
-  }
   for (const Member& r : registered) {
     const int i = c->IndexOf(r.address);
     if (i < 0 || c->members[size_t(i)].incarnation != r.incarnation) {
       live.push_back(r);
     }
   }
-  std::optional<Config> next = Failover(*c, live);
-  if (!next) return;
+  std::optional<Config> next;
+  {
+    // Judged and closed in one go: a member granted a lease after this
+    // judgement would hold it on the configuration being replaced, so no
+    // grant is made on it from now on (grants_from_epoch_).
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    const uint64_t judged_ns = LeaseClockNs();
+    for (const Member& m : c->members) {
+      // A member this manager has not heard from yet (it joined, or was
+      // slow to find the manager) is judged from when it was first seen
+      // here; what an earlier manager granted has lapsed by then (above).
+      auto it =
+          renewals_.try_emplace(m.address, Renewal{m.incarnation, judged_ns})
+              .first;
+      if (it->second.incarnation == m.incarnation &&
+          LeaseClockNs() - it->second.at_ns < SuspectAfterNs()) {
+        live.push_back(m);
+      }
+    }
+    next = Failover(*c, live);
+    if (!next) return;
+    grants_from_epoch_ = next->epoch;
+  }
   std::string gone;
   for (size_t i = 0; i < c->members.size(); ++i) {
     if (next->members[i].incarnation != c->members[i].incarnation ||
         (c->ShardsOf(int(i)) > 0 && next->ShardsOf(int(i)) == 0)) {
       gone += (gone.empty() ? "" : ", ") + c->members[i].address;
     }
-  }
-  {
-    // No grant on the configuration being replaced from now on.
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    grants_from_epoch_ = next->epoch;
   }
   if (Status w = WriteConfig(*next, st.version); !w.ok()) {
     log::Warn("cluster: failing over at epoch {}: {}", next->epoch,

@@ -375,8 +375,8 @@ void HashService::ShipBatch_st(PartitionId p) {
   part.repl_records.Add(batch->count());
   part.repl_in_flight = true;
   const uint64_t upto = part.repl_noted;
-  // The versions of every partition here: a backup promoted later issues
-  // versions above all of them.
+  // With this partition's highest version: a backup promoted later issues
+  // versions above every version its keys were given here.
   replicator_->Replicate(
       batch->Finish(0, 0, uint32_t(partitions_.size()),
                     part.table->last_version()),

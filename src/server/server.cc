@@ -111,6 +111,9 @@ struct Server::Impl : public ServiceContext {
   std::unique_ptr<cluster::ClusterMember> member;
   std::unique_ptr<cluster::Replicator> replicator_of_cluster;
   std::unique_ptr<cluster::MemberLease> member_lease;
+  // Set once the member lease has started (after the threads): Stats reads
+  // it from any thread.
+  std::atomic<cluster::MemberLease*> member_lease_view{nullptr};
   // The member as the server threads' Stats see it: published once it
   // exists (the threads serve before the member has joined).
   std::atomic<cluster::ClusterMember*> member_view{nullptr};
@@ -609,6 +612,7 @@ Status Server::Impl::StartCluster() {
       lo, ownership.get(), [m = member.get()] { return m->manager_address(); });
   if (!ml.ok()) return ml.status().WithContext("the member lease");
   member_lease = std::move(*ml);
+  member_lease_view.store(member_lease.get(), std::memory_order_release);
   // One-sided readers trust this server's memory only while it holds its
   // member lease (replicated configurations).
   lease->CapBy([o = ownership.get()] {
@@ -737,8 +741,10 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_shards_backed_up",
         c ? uint64_t(std::count(c->backs.begin(), c->backs.end(), 1)) : 0);
     num("cluster_failovers", m ? m->failovers() : 0);
-    num("cluster_lease_renewals", member_lease ? member_lease->renewals() : 0);
-    num("cluster_lease_failures", member_lease ? member_lease->failures() : 0);
+    const cluster::MemberLease* ml =
+        member_lease_view.load(std::memory_order_acquire);
+    num("cluster_lease_renewals", ml ? ml->renewals() : 0);
+    num("cluster_lease_failures", ml ? ml->failures() : 0);
     num("cluster_replicated_batches",
         replicator_of_cluster ? replicator_of_cluster->batches() : 0);
     num("cluster_replication_retries",

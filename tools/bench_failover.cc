@@ -1,0 +1,156 @@
+#include "bench_failover.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_common.h"
+#include "remem/cluster.h"
+#include "remem/session.h"
+#include "testing/clock.h"
+#include "testing/server_process.h"
+#include "testing/zookeeper_process.h"
+
+namespace remem::bench {
+
+namespace {
+
+struct Trial {
+  double failover_ms = -1;  // -1: no write after the kill succeeded
+  uint64_t unknown = 0;     // writes that failed (in flight at the kill)
+  bool killed_manager = false;
+};
+
+Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
+                       const std::string& zk, int n) {
+  const std::string cluster = zk + "/bench-failover/t" + std::to_string(n);
+  std::vector<testing::ServerProcess> servers;
+  for (int i = 0; i < f.servers; ++i) {
+    testing::ServerOptions so;
+    so.binary = o.server_binary;
+    so.transport = o.transport;
+    so.memory = "256M";
+    so.threads = 1;
+    so.cpu = o.server_cpu;
+    so.flags = {"--cluster",
+                cluster,
+                "--cluster-size",
+                std::to_string(f.servers),
+                "--replicas",
+                std::to_string(f.replicas),
+                "--shards",
+                "64",
+                "--cluster-lease-ms",
+                std::to_string(f.lease_ms),
+                "--cluster-session-ms",
+                std::to_string(f.session_ms)};
+    auto s = testing::ServerProcess::Start(std::move(so));
+    if (!s.ok()) return s.status();
+    servers.push_back(std::move(*s));
+  }
+  ClusterOptions co;
+  for (const auto& s : servers) co.seeds.push_back(s.address);
+  co.session.transport = o.transport;
+  co.session.timeout = std::chrono::seconds(30);
+  co.wait_for_config = std::chrono::seconds(30);
+  auto c = Cluster::Connect(co);
+  if (!c.ok()) return c.status();
+  // The manager, by its stats.
+  std::string manager;
+  for (const auto& s : servers) {
+    SessionOptions so;
+    so.server = s.address;
+    so.transport = o.transport;
+    auto probe = Session::Connect(so);
+    if (!probe.ok()) return probe.status();
+    auto st = (*probe)->Stats();
+    if (st.ok() && st->Get("cluster_manager") == 1) manager = s.address;
+  }
+  // A key whose primary is (or is not) the manager.
+  std::string key;
+  for (int i = 0; key.empty() && i < 100000; ++i) {
+    const std::string k = "probe-" + std::to_string(i);
+    if (((*c)->OwnerOf(k) == manager) == f.kill_manager) key = k;
+  }
+  if (key.empty()) return Status::Internal("no key of the right primary");
+  const std::string victim = (*c)->OwnerOf(key);
+  Trial t;
+  t.killed_manager = victim == manager;
+  const auto warm_until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(f.warmup_ms);
+  uint64_t v = 0;
+  while (std::chrono::steady_clock::now() < warm_until) {
+    auto r = (*c)->Put(key, "v" + std::to_string(v++));
+    if (!r.ok()) return r.status().WithContext("before the kill");
+  }
+  const uint64_t killed_ns = testing::NowNs();
+  for (auto& s : servers) {
+    if (s.address == victim) REMEM_RETURN_IF_ERROR(s.Kill());
+  }
+  const uint64_t give_up_ns = killed_ns + 60'000'000'000ull;
+  while (testing::NowNs() < give_up_ns) {
+    const uint64_t call_ns = testing::NowNs();
+    auto r = (*c)->Put(key, "v" + std::to_string(v++));
+    if (r.ok() && call_ns >= killed_ns) {
+      t.failover_ms = double(testing::NowNs() - killed_ns) / 1e6;
+      break;
+    }
+    if (!r.ok()) ++t.unknown;
+  }
+  c->reset();
+  for (auto& s : servers) (void)s.Kill();
+  return t;
+}
+
+}  // namespace
+
+int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
+  auto zk = testing::ZooKeeperProcess::Start();
+  if (!zk.ok()) {
+    std::fprintf(stderr, "remem-bench: %s\n", zk.status().ToString().c_str());
+    return 1;
+  }
+  if (o.client_cpu >= 0) (void)PinThisThread(o.client_cpu);
+  std::printf(
+      "failover: %d trials, %d servers, %d backup(s) per shard, lease %llu "
+      "ms, ZooKeeper session %llu ms, %s, killing %s\n",
+      f.trials, f.servers, f.replicas,
+      static_cast<unsigned long long>(f.lease_ms),
+      static_cast<unsigned long long>(f.session_ms),
+      std::string(TransportName(o.transport)).c_str(),
+      f.kill_manager ? "the manager" : "a primary that is not the manager");
+  std::vector<double> ms;
+  uint64_t unknown = 0;
+  int failed = 0;
+  for (int n = 0; n < f.trials; ++n) {
+    auto t = RunTrial(o, f, (*zk)->hosts(), n);
+    if (!t.ok()) {
+      std::fprintf(stderr, "trial %d: %s\n", n, t.status().ToString().c_str());
+      ++failed;
+      continue;
+    }
+    unknown += t->unknown;
+    if (t->failover_ms < 0) {
+      ++failed;
+      continue;
+    }
+    ms.push_back(t->failover_ms);
+    std::printf("trial %3d: %8.1f ms\n", n, t->failover_ms);
+  }
+  if (ms.empty()) return 1;
+  std::sort(ms.begin(), ms.end());
+  auto pct = [&](double p) {
+    return ms[std::min(ms.size() - 1, size_t(p * double(ms.size() - 1) + 0.5))];
+  };
+  std::printf(
+      "failover_ms trials %zu  p50 %.1f  p99 %.1f  min %.1f  max %.1f  "
+      "(failed trials %d, writes with unknown outcome %llu)\n",
+      ms.size(), pct(0.5), pct(0.99), ms.front(), ms.back(), failed,
+      static_cast<unsigned long long>(unknown));
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace remem::bench

@@ -1,0 +1,37 @@
+// remem-bench failover: how long a replicated cluster's keys are
+// unwritable when a primary is killed (issue #13; docs/BENCHMARKS.md,
+// "Replication"). Starts its own ZooKeeper, then per trial a new cluster of
+// --servers servers with --replicas backups per shard (every server pinned
+// to --server-cpu), a client on --client-cpu that writes one key back to
+// back, and kill -9 of that key's primary (not the configuration manager,
+// unless --kill-manager) after --warmup-ms of writes. A trial's time is
+// from the kill to the first write to that key acknowledged after it. The
+// trials' p50, p99, min and max, and how many writes failed (outcome
+// unknown: in flight when the primary died).
+//
+// Thread contract: one function, run on the calling thread.
+
+#ifndef REMEM_TOOLS_BENCH_FAILOVER_H_
+#define REMEM_TOOLS_BENCH_FAILOVER_H_
+
+#include <cstdint>
+
+#include "bench_fabric.h"
+
+namespace remem::bench {
+
+struct FailoverOptions {
+  int trials = 50;
+  int servers = 3;
+  int replicas = 1;
+  uint64_t lease_ms = 500;     // --cluster-lease-ms
+  uint64_t session_ms = 2000;  // --cluster-session-ms
+  uint64_t warmup_ms = 300;
+  bool kill_manager = false;
+};
+
+int RunFailover(const FabricOptions& o, const FailoverOptions& f);
+
+}  // namespace remem::bench
+
+#endif  // REMEM_TOOLS_BENCH_FAILOVER_H_
