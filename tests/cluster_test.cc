@@ -1236,6 +1236,28 @@ TEST_F(ClusterTest,
   EXPECT_GT(first_write, 0u) << "no write succeeded after the kill";
   // Every loaded pair survived, the killed primary's on their backups.
   ExpectEveryKey(cluster.get(), loaded);
+
+  // The CLI shows the shards that lost their backup, and refuses a drain
+  // (not built for replicated clusters).
+  const std::string alive = servers_[size_t(v == 0 ? 1 : 0)].address;
+  auto shards =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "cluster", "shards"});
+  ASSERT_EQ(shards.exit_code, 0) << shards.out;
+  EXPECT_NE(shards.out.find("backups "), std::string::npos) << shards.out;
+  EXPECT_NE(shards.out.find("(no backup left)"), std::string::npos)
+      << shards.out;
+  EXPECT_EQ(shards.out.find(victim), std::string::npos) << shards.out;
+  auto json =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "--json", "cluster", "info"});
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  EXPECT_NE(json.out.find("\"replicas\":1"), std::string::npos) << json.out;
+  auto drain =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "cluster", "drain", alive});
+  EXPECT_NE(drain.exit_code, 0);
+  EXPECT_NE(drain.out.find("replicated"), std::string::npos) << drain.out;
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {

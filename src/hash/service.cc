@@ -311,7 +311,7 @@ void HashService::AfterDurable_st(Partition& part, Responder responder,
   if (!status.ok()) return responder.Reply(std::move(status));
   // The reply waits for the log (group commit at the end of the pass) and
   // the backups.
-  AfterCommit_st(part, true,
+  AfterCommit_st(part, true, part.repl_noted,
                  [responder = std::move(responder),
                   payload = std::move(payload)](Status st) mutable {
                    responder.Reply(std::move(st), std::move(payload));
@@ -328,7 +328,7 @@ void HashService::LogPut_st(Partition& part, std::string_view key,
   if (!Replicating()) return;
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
   part.repl_batch->Add(key, value, version, false);
-  ++part.repl_noted;
+  part.repl_dirty[XXH3_64bits(key.data(), key.size())] = ++part.repl_noted;
 }
 
 void HashService::LogDelete_st(Partition& part, std::string_view key,
@@ -337,17 +337,25 @@ void HashService::LogDelete_st(Partition& part, std::string_view key,
   if (!Replicating()) return;
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
   part.repl_batch->Add(key, {}, version, true);
-  ++part.repl_noted;
+  part.repl_dirty[XXH3_64bits(key.data(), key.size())] = ++part.repl_noted;
+}
+
+uint64_t HashService::DirtyUpTo_st(const Partition& part,
+                                   std::string_view key) const {
+  if (part.repl_dirty.empty()) return 0;
+  auto it = part.repl_dirty.find(XXH3_64bits(key.data(), key.size()));
+  return it == part.repl_dirty.end() ? 0 : it->second;
 }
 
 void HashService::AfterCommit_st(Partition& part, bool wrote,
+                                 uint64_t replicated_upto,
                                  util::MoveFunction<void(Status)> done) {
   const bool durable = wrote && part.store != nullptr;
-  const bool replicated = part.repl_noted == part.repl_done;
+  const bool replicated = replicated_upto <= part.repl_done;
   if (!durable && replicated) return done(Status::OK());
   if (replicated) return part.store->AfterDurable(std::move(done));
   if (!durable) {
-    part.repl_waiters.emplace_back(part.repl_noted, std::move(done));
+    part.repl_waiters.emplace_back(replicated_upto, std::move(done));
     return;
   }
   // Both: the first error, once both have answered (on this thread).
@@ -364,7 +372,7 @@ void HashService::AfterCommit_st(Partition& part, bool wrote,
   join->done = std::move(done);
   part.store->AfterDurable([join](Status st) { join->Done(std::move(st)); });
   part.repl_waiters.emplace_back(
-      part.repl_noted, [join](Status st) { join->Done(std::move(st)); });
+      replicated_upto, [join](Status st) { join->Done(std::move(st)); });
 }
 
 void HashService::ShipBatch_st(PartitionId p) {
@@ -391,6 +399,9 @@ void HashService::Replicated_st(PartitionId p, uint64_t upto, Status status) {
   Partition& part = *partitions_[p];
   part.repl_in_flight = false;
   part.repl_done = upto;
+  for (auto it = part.repl_dirty.begin(); it != part.repl_dirty.end();) {
+    it = it->second <= upto ? part.repl_dirty.erase(it) : std::next(it);
+  }
   while (!part.repl_waiters.empty() &&
          part.repl_waiters.front().first <= upto) {
     auto done = std::move(part.repl_waiters.front().second);
@@ -496,13 +507,13 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
         return call.responder.Reply(l);
       }
     }
-    if (part.repl_noted != part.repl_done) {
+    if (const uint64_t upto = DirtyUpTo_st(part, *key); upto > part.repl_done) {
       // What it read may not be on the backups yet: answered once it is.
       std::string reply =
           v.ok() ? EncodeHashGetReply(v->version, v->value) : std::string();
       Status read = v.status();
       return AfterCommit_st(
-          part, false,
+          part, false, upto,
           [responder = std::move(call.responder), reply = std::move(reply),
            read = std::move(read)](Status st) mutable {
             if (!st.ok()) return responder.Reply(std::move(st));
@@ -619,83 +630,86 @@ void HashService::HandleMulti(Call call) {
   auto fan = std::make_shared<server::FanIn>(owners, std::move(send));
   for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(
-        owner, [this, owner, batch, fan, writes = owner_writes[owner] != 0,
-                items = std::move(by_owner[owner])]() mutable {
-          Partition& part = *partitions_[owner];
-          Table& table = *part.table;
-          Status writable;
-          if (writes && part.store) writable = part.store->Writable();
-          // Buckets are prefetched kAhead items before they are used.
-          constexpr size_t kAhead = 8;
-          for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
-            table.Prefetch(batch->ops[items[j]].key);
+    ctx_->RunOn(owner, [this, owner, batch, fan,
+                        writes = owner_writes[owner] != 0,
+                        items = std::move(by_owner[owner])]() mutable {
+      Partition& part = *partitions_[owner];
+      Table& table = *part.table;
+      Status writable;
+      if (writes && part.store) writable = part.store->Writable();
+      // Buckets are prefetched kAhead items before they are used.
+      constexpr size_t kAhead = 8;
+      for (size_t j = 0; j < kAhead && j < items.size(); ++j) {
+        table.Prefetch(batch->ops[items[j]].key);
+      }
+      // The records a get here must see replicated (its key's).
+      uint64_t reads_upto = 0;
+      for (size_t n = 0; n < items.size(); ++n) {
+        if (n + kAhead < items.size()) {
+          table.Prefetch(batch->ops[items[n + kAhead]].key);
+        }
+        const uint32_t i = items[n];
+        const MultiOp& o = batch->ops[i];
+        MultiItem& out = batch->results[i];
+        if (cluster_ != nullptr) {
+          // Here, on the owner thread (see HandleSingle_st):
+          // a released shard refuses gets, a frozen one writes.
+          out.status =
+              o.op == MultiOpKind::kGet ? Owned(o.key) : Writable(o.key);
+          if (!out.status.ok()) continue;
+        }
+        if (o.op == MultiOpKind::kGet) {
+          reads_upto = std::max(reads_upto, DirtyUpTo_st(part, o.key));
+          auto v = table.Get(o.key);
+          if (v.ok()) {
+            out.version = v->version;
+            out.data = std::move(v->value);
+          } else {
+            out.status = v.status();
           }
-          for (size_t n = 0; n < items.size(); ++n) {
-            if (n + kAhead < items.size()) {
-              table.Prefetch(batch->ops[items[n + kAhead]].key);
-            }
-            const uint32_t i = items[n];
-            const MultiOp& o = batch->ops[i];
-            MultiItem& out = batch->results[i];
-            if (cluster_ != nullptr) {
-              // Here, on the owner thread (see HandleSingle_st):
-              // a released shard refuses gets, a frozen one writes.
-              out.status =
-                  o.op == MultiOpKind::kGet ? Owned(o.key) : Writable(o.key);
-              if (!out.status.ok()) continue;
-            }
-            if (o.op == MultiOpKind::kGet) {
-              auto v = table.Get(o.key);
-              if (v.ok()) {
-                out.version = v->version;
-                out.data = std::move(v->value);
-              } else {
-                out.status = v.status();
-              }
-              continue;
-            }
-            // The log cannot be written: refuse writes before changing
-            // anything.
-            if (!writable.ok()) {
-              out.status = writable;
-              continue;
-            }
-            if (o.op == MultiOpKind::kDelete) {
-              out.status = table.Delete(o.key);
-              if (out.status.ok()) {
-                LogDelete_st(part, o.key, table.last_version());
-              }
-              continue;
-            }
-            auto v = table.Put(o.key, o.value);
-            if (!v.ok()) {
-              out.status = v.status();
-              continue;
-            }
-            out.version = *v;
-            LogPut_st(part, o.key, o.value, *v);
+          continue;
+        }
+        // The log cannot be written: refuse writes before changing
+        // anything.
+        if (!writable.ok()) {
+          out.status = writable;
+          continue;
+        }
+        if (o.op == MultiOpKind::kDelete) {
+          out.status = table.Delete(o.key);
+          if (out.status.ok()) {
+            LogDelete_st(part, o.key, table.last_version());
           }
-          if (writes) UpdateCounters_st(part);
-          // Once this partition's records are durable and replicated; a
-          // failed log write fails this partition's writes that had
-          // succeeded in memory (a get's answer stands, unless it may
-          // have read a write that did not reach the backups).
-          AfterCommit_st(
-              part, writes && writable.ok(),
-              [batch, fan, items = std::move(items),
-               reads_fail = Replicating()](Status st) {
-                if (!st.ok()) {
-                  for (uint32_t i : items) {
-                    if ((reads_fail || batch->ops[i].op != MultiOpKind::kGet) &&
-                        batch->results[i].status.ok()) {
-                      batch->results[i].status = st;
-                    }
-                  }
+          continue;
+        }
+        auto v = table.Put(o.key, o.value);
+        if (!v.ok()) {
+          out.status = v.status();
+          continue;
+        }
+        out.version = *v;
+        LogPut_st(part, o.key, o.value, *v);
+      }
+      if (writes) UpdateCounters_st(part);
+      // Once this partition's records are durable and replicated; a
+      // failed log write fails this partition's writes that had
+      // succeeded in memory (a get's answer stands, unless it may
+      // have read a write that did not reach the backups).
+      AfterCommit_st(
+          part, writes && writable.ok(), writes ? part.repl_noted : reads_upto,
+          [batch, fan, items = std::move(items),
+           reads_fail = Replicating()](Status st) {
+            if (!st.ok()) {
+              for (uint32_t i : items) {
+                if ((reads_fail || batch->ops[i].op != MultiOpKind::kGet) &&
+                    batch->results[i].status.ok()) {
+                  batch->results[i].status = st;
                 }
-                fan->Done();
-              });
-        });
+              }
+            }
+            fan->Done();
+          });
+    });
   }
 }
 
@@ -944,8 +958,9 @@ size_t HashService::RunOps_st(PartitionId p) {
     // Named captures: clang before 16 cannot capture structured bindings.
     // (A read may have seen a write not yet on the backups: it fails with
     // that write.)
+    // (Every operation reads its key: all wait for the partition's records.)
     AfterCommit_st(
-        part, writes > 0,
+        part, writes > 0, part.repl_noted,
         [req = req, items = std::move(items), reads_fail](Status st) mutable {
           if (!st.ok()) {
             for (uint32_t i : items) {

@@ -29,9 +29,9 @@
 // partition's batch; at the end of the pass the batch goes to the
 // replicator (cluster/replicator.h), one batch in flight per partition, so
 // a key's records reach the backups in order. A write is answered once it
-// is durable and every backup holds it; a read (get, multi-get, operation)
-// of a partition with writes not yet replicated is answered once they are,
-// so nobody sees a value that a failover could lose. As a backup, the
+// is durable and every backup holds it; a get of a key with a record not
+// yet replicated (an operation: of a partition with any) is answered once
+// it is, so nobody sees a value that a failover could lose. As a backup, the
 // service applies a primary's records (kReplicate) with their versions.
 //
 // Thread contract: as server::Service (service.h).
@@ -44,6 +44,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -133,6 +134,9 @@ class HashService final : public server::Service {
     bool repl_in_flight = false;
     std::deque<std::pair<uint64_t, util::MoveFunction<void(Status)>>>
         repl_waiters;
+    // Keys (by hash) with records not yet replicated: the record count
+    // when each was last written. A read of another key waits for nothing.
+    std::unordered_map<uint64_t, uint64_t> repl_dirty;
     server::Counter repl_batches, repl_records;
   };
   uint32_t PartitionOf(std::string_view key) const;
@@ -178,10 +182,14 @@ class HashService final : public server::Service {
                  uint64_t version);
   void LogDelete_st(Partition& part, std::string_view key, uint64_t version);
   // Runs done(status) once everything `part` wrote so far is durable (if
-  // `wrote`: the caller wrote in this pass) and held by the backups: at once
-  // if there is nothing to wait for. A get calls it with wrote = false.
-  void AfterCommit_st(Partition& part, bool wrote,
+  // `wrote`: the caller wrote in this pass) and its first `replicated`
+  // records are held by the backups: at once if there is nothing to wait
+  // for. A write passes part.repl_noted; a get, DirtyUpTo_st of its key.
+  void AfterCommit_st(Partition& part, bool wrote, uint64_t replicated,
                       util::MoveFunction<void(Status)> done);
+  // The records of `part` that must be replicated before a read of `key`
+  // is answered (0: none).
+  uint64_t DirtyUpTo_st(const Partition& part, std::string_view key) const;
   // True if writes are shipped to backups now.
   bool Replicating() const;
   // Hands `part`'s batch to the replicator if none is in flight.
