@@ -310,7 +310,9 @@ struct Cluster::Impl {
       }
       if (IsBusy(st)) {
         Backoff(attempt + 1);
-        if (attempt + 1 >= kRefreshAfterBusy) (void)Refresh();
+        if (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy) {
+          (void)Refresh();
+        }
         continue;
       }
       ++stats.moved;
@@ -334,14 +336,14 @@ struct Cluster::Impl {
   }
 
   // An asynchronous operation refused: retried at the next Poll, after a
-  // refresh if it was Moved or Busy for the fourth time in a row (a member
-  // that holds no lease answers Busy; if it was failed over, only a newer
-  // configuration says where the key went).
+  // refresh if it was Moved, or, in a replicated cluster, Busy for the
+  // fourth time in a row (a member that holds no lease answers Busy; if it
+  // was failed over, only a newer configuration says where the key went).
   void Refused(const Status& st, int attempt) {
     if (IsMoved(st)) {
       ++stats.moved;
       stale = true;
-    } else if (attempt >= kRefreshAfterBusy) {
+    } else if (config.replicas > 0 && attempt >= kRefreshAfterBusy) {
       stale = true;
     }
   }
@@ -650,7 +652,9 @@ struct Cluster::Impl {
         stale = true;
         later.push_back([this, m] { MultiGetRound(m); });
       } else {
-        if (m->attempt >= kRefreshAfterBusy) stale = true;
+        if (config.replicas > 0 && m->attempt >= kRefreshAfterBusy) {
+          stale = true;
+        }
         waiting.emplace_back(Clock::now() + BackoffPause(m->attempt),
                              [this, m] { MultiGetRound(m); });
       }
@@ -695,7 +699,7 @@ struct Cluster::Impl {
       Backoff(attempt + 1);
       if (moved > 0) {
         if (!Refresh().ok()) break;
-      } else if (attempt + 1 >= kRefreshAfterBusy) {
+      } else if (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy) {
         (void)Refresh();
       }
     }

@@ -487,8 +487,10 @@ Result<std::string> ClusterMember::GrantLease(std::string_view request) {
   const uint64_t now = LeaseClockNs();
   const uint64_t session_ns =
       uint64_t(options_.session_timeout.count()) * 1000000ull;
-  if (!connected_.load() ||
-      now - zk_ok_ns_.load() + SuspectAfterNs() >= session_ns) {
+  const uint64_t zk_ok = zk_ok_ns_.load();
+  const uint64_t since_zk = now > zk_ok ? now - zk_ok : 0;
+  if (!connected_.load() || since_zk + SuspectAfterNs() >= session_ns) {
+    refused_ns_.store(now);
     return Status::Unavailable(
         "the configuration manager has lost ZooKeeper: no lease granted");
   }
@@ -498,6 +500,7 @@ Result<std::string> ClusterMember::GrantLease(std::string_view request) {
   {
     std::lock_guard<std::mutex> lock(lease_mu_);
     if (c->config.epoch < grants_from_epoch_) {
+      refused_ns_.store(now);
       return Status::Busy("a failover is being recorded");
     }
     renewals_[ask->address] = {ask->incarnation, now};
@@ -513,6 +516,13 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
   // A new manager has heard from nobody: it waits until any lease granted
   // before it took office has lapsed.
   if (now - manager_since_ns_.load() < SuspectAfterNs()) return;
+  // Nor does it judge members it refused a lease to itself (it had lost
+  // ZooKeeper, or was recording a failover) until they had the time to
+  // ask again.
+  const uint64_t refused = refused_ns_.load();
+  if (refused != 0 && (refused >= now || now - refused < SuspectAfterNs())) {
+    return;
+  }
   const std::string& base = options_.target.path;
   std::string bytes;
   ::Stat st{};

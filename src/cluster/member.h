@@ -51,10 +51,10 @@
 // each shard it owned to that shard's first backup still here and drops it
 // from every shard's backups. A new manager has heard from nobody: it
 // waits lease + kLeaseMargin after it took office before it fails anyone
-// over. The manager grants leases (GrantLease) only while its ZooKeeper
-// session is surely alive (a successful ZooKeeper call less than the
-// session timeout - lease - kLeaseMargin ago), so the leases it granted
-// have lapsed before a successor can be elected.
+// over, as after it refused a lease itself. The manager grants leases
+// (GrantLease) only while its ZooKeeper session is surely alive (a successful
+// ZooKeeper call less than the session timeout - lease - kLeaseMargin ago), so
+// the leases it granted have lapsed before a successor can be elected.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -242,6 +242,8 @@ class ClusterMember {
   // ZooKeeper call last succeeded.
   std::atomic<uint64_t> manager_since_ns_{0};
   std::atomic<uint64_t> zk_ok_ns_{0};
+  // When this manager last refused a lease (0: never).
+  std::atomic<uint64_t> refused_ns_{0};
   std::atomic<uint64_t> failovers_{0};
   // As manager, under lease_mu_: when each member last asked for its lease
   // (LeaseClockNs), and with which incarnation; grants wait while a

@@ -14,9 +14,8 @@ namespace remem::cluster {
 namespace {
 
 // The pause before asking a backup again: 1 ms, doubling to 100 ms (a
-// backup that failed is dropped by the manager within its ZooKeeper
-// session timeout; a backup that installs a new epoch does so within
-// milliseconds).
+// backup that failed is dropped by the manager about a lease later; a
+// backup that installs a new epoch does so within milliseconds).
 std::chrono::milliseconds RetryPause(int failures) {
   return std::chrono::milliseconds(std::min(1 << std::min(failures, 7), 100));
 }
