@@ -523,12 +523,9 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
   if (refused != 0 && (refused >= now || now - refused < SuspectAfterNs())) {
     return;
   }
-  const std::string& base = options_.target.path;
-  std::string bytes;
-  ::Stat st{};
-  if (Get(zh_, base + "/config", false, &bytes, &st) != ZOK) return;
-  auto c = DecodeConfig(bytes);
-  if (!c.ok()) return;
+  int version = 0;
+  std::optional<Config> c = ReadConfig(&version);
+  if (!c) return;
   // Live: a member of the configuration that asked for its lease (with its
   // incarnation) within lease + margin; a registered member with another
   // incarnation (restarted: Failover treats it as new); a registered member
@@ -570,7 +567,7 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
       gone += (gone.empty() ? "" : ", ") + c->members[i].address;
     }
   }
-  if (Status w = WriteConfig(*next, st.version); !w.ok()) {
+  if (Status w = WriteConfig(*next, version); !w.ok()) {
     log::Warn("cluster: failing over at epoch {}: {}", next->epoch,
               w.ToString());
     std::lock_guard<std::mutex> lock(lease_mu_);
@@ -623,13 +620,23 @@ Result<std::string> ClusterMember::Call(const std::string& address,
   }
 }
 
-void ClusterMember::Rebalance(const std::vector<Member>& live) {
-  const std::string& base = options_.target.path;
+std::optional<Config> ClusterMember::ReadConfig(int* version) {
   std::string bytes;
   ::Stat st{};
-  if (Get(zh_, base + "/config", false, &bytes, &st) != ZOK) return;
+  if (Get(zh_, options_.target.path + "/config", false, &bytes, &st) != ZOK) {
+    return std::nullopt;
+  }
   auto c = DecodeConfig(bytes);
-  if (!c.ok()) return;
+  if (!c.ok()) return std::nullopt;
+  *version = st.version;
+  return std::move(*c);
+}
+
+void ClusterMember::Rebalance(const std::vector<Member>& live) {
+  const std::string& base = options_.target.path;
+  int version = 0;
+  std::optional<Config> c = ReadConfig(&version);
+  if (!c) return;
   std::vector<std::string> drained;
   if (Children(zh_, base + "/drain", true, &drained) != ZOK) return;
   // A drained member that left and owns nothing is done with.
@@ -659,7 +666,7 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
             "cluster: a server of the moves of epoch {} left; the moves are "
             "abandoned",
             c->epoch);
-        if (WriteConfig(AbandonMoves(*c), st.version).ok()) FollowConfig();
+        if (WriteConfig(AbandonMoves(*c), version).ok()) FollowConfig();
         return;
       }
       const auto start = std::chrono::steady_clock::now();
@@ -690,7 +697,7 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
       }
       last_step_ms_.store(MsSince(start));
     }
-    if (Status h = HandOver(*c, st.version); !h.ok()) {
+    if (Status h = HandOver(*c, version); !h.ok()) {
       log::Warn("cluster: handing over the shards of epoch {}: {} (retried)",
                 c->epoch, h.ToString());
     }
@@ -699,7 +706,7 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   }
   auto next = NextBalanceStep(*c, live, drained, options_.max_moves);
   if (!next) return;
-  if (Status w = WriteConfig(*next, st.version); !w.ok()) {
+  if (Status w = WriteConfig(*next, version); !w.ok()) {
     log::Warn("cluster: starting to move shards: {}", w.ToString());
     return;
   }

@@ -73,6 +73,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,6 +222,9 @@ class ClusterMember {
   // while the member answers Busy (it has not installed `epoch` yet).
   Result<std::string> Call(const std::string& address, uint32_t epoch,
                            uint8_t method, std::string payload);
+  // The configuration in ZooKeeper and its node's version, or nullopt if
+  // it cannot be read or decoded.
+  std::optional<Config> ReadConfig(int* version);
   // Writes `next` over the configuration at ZooKeeper version `version`.
   Status WriteConfig(const Config& next, int version);
 

@@ -12,8 +12,13 @@ uint64_t LeaseClockNs() {
 
 Status Ownership::Leased() const {
   const Installed* c = current();
-  if (c == nullptr || !c->replicated) return Status::OK();
-  if (LeaseClockNs() < lease_expires_ns()) return Status::OK();
+  return c == nullptr ? Status::OK() : LeasedUnder(*c);
+}
+
+Status Ownership::LeasedUnder(const Installed& c) const {
+  if (!c.replicated || LeaseClockNs() < lease_expires_ns()) {
+    return Status::OK();
+  }
   // Busy (ask again): a member that just started gets its lease within
   // milliseconds; one that was cut off is failed over, and a client asking
   // again learns the new owner.
@@ -98,7 +103,7 @@ Status Ownership::Check(std::string_view key, bool write) const {
         "forming)");
   }
   const uint32_t shard = ShardOf(key, c->config.num_shards());
-  if (c->replicated) REMEM_RETURN_IF_ERROR(Leased());
+  REMEM_RETURN_IF_ERROR(LeasedUnder(*c));
   if (!c->owns[shard]) {
     return Status::Moved("shard " + std::to_string(shard) + " is served by " +
                          c->config.members[c->config.owner[shard]].address +

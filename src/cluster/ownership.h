@@ -184,6 +184,8 @@ class Ownership {
                              : state_[shard].load(std::memory_order_acquire);
   }
   Status SetState(const std::vector<uint32_t>& shards, uint8_t state) const;
+  // Leased, judged under configuration `c` (already loaded).
+  Status LeasedUnder(const Installed& c) const;
   // Owns (write false) or Writable (true), with one shard lookup.
   Status Check(std::string_view key, bool write) const;
 

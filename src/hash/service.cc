@@ -31,6 +31,18 @@ HashService::~HashService() {
   }
 }
 
+namespace {
+
+// The first error among the partitions' outcomes, or OK.
+Status FirstError(const std::vector<Status>& all) {
+  for (const Status& st : all) {
+    if (!st.ok()) return st;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 void HashService::DeclareOptions(server::OptionSet* o) {
   o->AddSize("--hash-memory", &options_.memory,
              "of --memory, bytes for the hash store (one partition per "
@@ -411,6 +423,30 @@ void HashService::Replicated_st(PartitionId p, uint64_t upto, Status status) {
   ShipBatch_st(p);
 }
 
+Status HashService::ApplyPairs_st(Partition& part, const ShardPairs& pairs,
+                                  const std::vector<uint32_t>& items,
+                                  bool logged) {
+  Table& table = *part.table;
+  for (uint32_t i : items) {
+    const ShardPairView& pr = pairs.pairs[i];
+    if (pr.deleted) {
+      Status d = table.Delete(pr.key);
+      if (d.ok() && logged) {
+        part.store->LogDelete(pr.key, table.last_version());
+      } else if (!d.ok() && d.code() != StatusCode::kNotFound) {
+        return d;
+      }
+      continue;
+    }
+    auto v = table.Import(pr.key, pr.value, pr.version);
+    if (!v.ok()) return v.status();
+    if (*v == pr.version && logged) {
+      part.store->LogPut(pr.key, pr.value, pr.version);
+    }
+  }
+  return Status::OK();
+}
+
 void HashService::HandleReplicate(Call call) {
   struct Apply {
     std::string payload;
@@ -448,44 +484,22 @@ void HashService::HandleReplicate(Call call) {
   for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
   if (owners == 0) return rep->responder.Reply(Status::OK());
   rep->status.resize(partitions_.size());
-  auto fan = std::make_shared<server::FanIn>(owners, [rep] {
-    for (Status& st : rep->status) {
-      if (!st.ok()) return rep->responder.Reply(std::move(st));
-    }
-    rep->responder.Reply(Status::OK());
-  });
+  auto fan = std::make_shared<server::FanIn>(
+      owners, [rep] { rep->responder.Reply(FirstError(rep->status)); });
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(owner, [this, owner, rep, fan,
-                        items = std::move(by_owner[owner])] {
-      Partition& part = *partitions_[owner];
-      Table& table = *part.table;
-      Status& st = rep->status[owner];
-      table.RaiseVersion(rep->pairs.max_version);
-      // Logged where the log takes writes; held in memory in any case (the
-      // primary waits for memory, as FaRM's backups acknowledge).
-      const bool logged = part.store != nullptr && part.store->Writable().ok();
-      for (size_t n = 0; n < items.size() && st.ok(); ++n) {
-        const ShardPairView& pr = rep->pairs.pairs[items[n]];
-        if (pr.deleted) {
-          Status d = table.Delete(pr.key);
-          if (d.ok() && logged) {
-            part.store->LogDelete(pr.key, table.last_version());
-          } else if (!d.ok() && d.code() != StatusCode::kNotFound) {
-            st = d;
-          }
-          continue;
-        }
-        auto v = table.Import(pr.key, pr.value, pr.version);
-        if (!v.ok()) {
-          st = v.status();
-        } else if (*v == pr.version && logged) {
-          part.store->LogPut(pr.key, pr.value, pr.version);
-        }
-      }
-      UpdateCounters_st(part);
-      fan->Done();
-    });
+    ctx_->RunOn(owner,
+                [this, owner, rep, fan, items = std::move(by_owner[owner])] {
+                  Partition& part = *partitions_[owner];
+                  // Logged where the log takes writes; held in memory in any
+                  // case (the primary waits for memory, as FaRM's backups
+                  // acknowledge).
+                  rep->status[owner] = ApplyPairs_st(
+                      part, rep->pairs, items,
+                      part.store != nullptr && part.store->Writable().ok());
+                  UpdateCounters_st(part);
+                  fan->Done();
+                });
   }
 }
 
@@ -989,14 +1003,6 @@ std::vector<uint8_t> ShardSet(const std::vector<uint32_t>& shards,
   return set;
 }
 
-// The first error among the partitions' outcomes, or OK.
-Status FirstError(const std::vector<Status>& all) {
-  for (const Status& st : all) {
-    if (!st.ok()) return st;
-  }
-  return Status::OK();
-}
-
 // OK if every shard of `shards` is moving away from this server (`away`) or
 // to it; Conflict naming the first that is not.
 Status CheckMoving(const cluster::Ownership& o,
@@ -1187,23 +1193,8 @@ void HashService::HandleShardImport(Call call) {
             // counter to the highest version it replays.
             if (part.store) part.store->LogDelete({}, imp->pairs.max_version);
           }
-          for (size_t n = 0; n < items.size() && st.ok(); ++n) {
-            const ShardPairView& pr = imp->pairs.pairs[items[n]];
-            if (pr.deleted) {
-              Status d = table.Delete(pr.key);
-              if (d.ok() && part.store) {
-                part.store->LogDelete(pr.key, table.last_version());
-              } else if (!d.ok() && d.code() != StatusCode::kNotFound) {
-                st = d;
-              }
-              continue;
-            }
-            auto v = table.Import(pr.key, pr.value, pr.version);
-            if (!v.ok()) {
-              st = v.status();
-            } else if (*v == pr.version && part.store) {
-              part.store->LogPut(pr.key, pr.value, pr.version);
-            }
+          if (st.ok()) {
+            st = ApplyPairs_st(part, imp->pairs, items, part.store != nullptr);
           }
           UpdateCounters_st(part);
           if (part.store == nullptr || (items.empty() && !raise) || !st.ok()) {

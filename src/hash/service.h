@@ -196,6 +196,11 @@ class HashService final : public server::Service {
   void ShipBatch_st(server::PartitionId p);
   void Replicated_st(server::PartitionId p, uint64_t upto, Status status);
   void HandleReplicate(server::Call call);
+  // Stores pairs[items] in `part` with their versions (Table::Import: a
+  // newer version stays) or deletes them, each logged if `logged`; the
+  // first error (kShardImport and kReplicate).
+  Status ApplyPairs_st(Partition& part, const ShardPairs& pairs,
+                       const std::vector<uint32_t>& items, bool logged);
 
   HashServiceOptions options_;
   server::ServiceContext* ctx_ = nullptr;
