@@ -325,12 +325,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto p = DecodeShardPairs(in); p.ok()) {
       ShardPairsWriter w;
       for (const auto& pr : p->pairs) {
-        w.Add(pr.key, pr.value, pr.version, pr.deleted);
+        if (pr.fill) {
+          w.AddFill(pr.key, pr.value, pr.version);
+        } else {
+          w.Add(pr.key, pr.value, pr.version, pr.deleted);
+        }
       }
       if (w.Finish(p->generation, p->cursor, p->num_partitions,
                    p->max_version) != in) {
         std::abort();
       }
+    }
+    if (auto f = DecodeShardFillReply(in); f.ok()) {
+      if (EncodeShardFillReply(*f) != in) std::abort();
     }
   }
   // The cluster configuration (served to clients by any member; read from
@@ -339,9 +346,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     auto c = remem::cluster::DecodeConfig(in);
     if (c.ok()) {
-      // Versions 1 and 2 (still read) re-encode as version 3: what that
-      // gives decodes to itself; a version 3 input re-encodes to its own
-      // bytes.
+      // Older versions (still read) re-encode as the current one: what
+      // that gives decodes to itself; an input of the current version
+      // re-encodes to its own bytes.
       const std::string again = remem::cluster::EncodeConfig(*c);
       auto c2 = remem::cluster::DecodeConfig(again);
       if (!c2.ok() || remem::cluster::EncodeConfig(*c2) != again) std::abort();

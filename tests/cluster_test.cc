@@ -1237,16 +1237,14 @@ TEST_F(ClusterTest,
   // Every loaded pair survived, the killed primary's on their backups.
   ExpectEveryKey(cluster.get(), loaded);
 
-  // The CLI shows the shards that lost their backup, and refuses a drain
-  // (not built for replicated clusters).
+  // The CLI shows the shards' backups (the dead server's gone), and
+  // refuses a drain (not built for replicated clusters).
   const std::string alive = servers_[size_t(v == 0 ? 1 : 0)].address;
   auto shards =
       RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
                   TransportFlag(), "cluster", "shards"});
   ASSERT_EQ(shards.exit_code, 0) << shards.out;
   EXPECT_NE(shards.out.find("backups "), std::string::npos) << shards.out;
-  EXPECT_NE(shards.out.find("(no backup left)"), std::string::npos)
-      << shards.out;
   EXPECT_EQ(shards.out.find(victim), std::string::npos) << shards.out;
   auto json =
       RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
@@ -1258,6 +1256,112 @@ TEST_F(ClusterTest,
                   TransportFlag(), "cluster", "drain", alive});
   EXPECT_NE(drain.exit_code, 0);
   EXPECT_NE(drain.out.find("replicated"), std::string::npos) << drain.out;
+}
+
+// Every shard has `replicas` ready backups, none is being filled, and
+// nobody is at `dead`.
+bool WholeWithout(const Cluster::Info& info, const std::string& dead) {
+  if (info.filling != 0 || ShardsOf(info, dead) != 0) return false;
+  for (uint32_t s = 0; s < info.num_shards; ++s) {
+    for (uint32_t i = 0; i < info.replicas; ++i) {
+      const int32_t b = info.shard_backups[s * info.replicas + i];
+      if (b < 0 || info.nodes[size_t(b)].address == dead) return false;
+    }
+  }
+  return true;
+}
+
+uint64_t SumOfStat(Cluster* c, const std::string& name) {
+  uint64_t sum = 0;
+  for (auto& [addr, st] : c->Stats()) {
+    if (st.ok()) sum += st->Get(name);
+  }
+  return sum;
+}
+
+TEST_F(ClusterTest,
+       ShardsShortOfCopiesAreReplicatedAgainAndSurviveASecondFailure) {
+  StartReplicated(3);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  RecordingClients clients(seeds, 4);
+  clients.Start(/*writers=*/2, /*readers=*/1);
+  auto index_of = [&](const std::string& address) {
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (servers_[i].address == address) return int(i);
+    }
+    return -1;
+  };
+
+  // The first failure: the dead server's shards fail over, and every shard
+  // it held a copy of gets a new backup, filled while the writes go on.
+  const std::string first = cluster->OwnerOf("hot0");
+  const int v1 = index_of(first);
+  ASSERT_GE(v1, 0);
+  const uint64_t killed_ns = testing::NowNs();
+  ASSERT_TRUE(servers_[size_t(v1)].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return WholeWithout(info, first);
+  })) << "the shards short of copies never got whole again";
+  std::printf("%s: every shard has its backup again %.0f ms after the kill\n",
+              TransportFlag().c_str(),
+              double(testing::NowNs() - killed_ns) / 1e6);
+  EXPECT_GT(SumOfStat(cluster.get(), "cluster_shards_filled"), 0u);
+  EXPECT_GT(SumOfStat(cluster.get(), "hash_fill_pairs"), 0u);
+  // The CLI lists every shard with a backup again.
+  const std::string alive = servers_[size_t(v1 == 0 ? 1 : 0)].address;
+  auto shards =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "cluster", "shards"});
+  ASSERT_EQ(shards.exit_code, 0) << shards.out;
+  EXPECT_EQ(shards.out.find("(no backup left)"), std::string::npos)
+      << shards.out;
+  EXPECT_EQ(shards.out.find("(filling)"), std::string::npos) << shards.out;
+  auto json =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "--json", "cluster", "info"});
+  EXPECT_NE(json.out.find("\"filling\":0"), std::string::npos) << json.out;
+
+  // The second failure: without the new copies, the shards both servers
+  // held would be lost; with them, every pair survives.
+  const std::string second = cluster->OwnerOf("hot0");
+  const int v2 = index_of(second);
+  ASSERT_GE(v2, 0);
+  ASSERT_NE(second, first);
+  ASSERT_TRUE(servers_[size_t(v2)].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, second) == 0;
+  })) << "the second dead server's shards never failed over";
+  // The first server comes back: a new member, which gets copies of every
+  // shard (the one left owns them all).
+  ASSERT_TRUE(servers_[size_t(v1)].Restart().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return WholeWithout(info, second);
+  })) << "the returning server never got its copies";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // history
+  clients.Stop();
+  uint64_t ops = 0, acked = 0, unknown = 0;
+  const std::string verdict = clients.Check(&ops, &acked, &unknown);
+  std::printf(
+      "%s: %llu operations on 4 hot keys over two failures and a return "
+      "(%llu writes acknowledged, %llu unknown)\n",
+      TransportFlag().c_str(), (unsigned long long)ops,
+      (unsigned long long)acked, (unsigned long long)unknown);
+  EXPECT_EQ(verdict, "");
+  EXPECT_EQ(clients.errors(), 0u) << clients.first_error();
+  ExpectEveryKey(cluster.get(), loaded);
+  // Every pair is on exactly two servers again: the returning one holds a
+  // copy of everything, nothing more.
+  uint64_t pairs = 0;
+  for (auto& [addr, st] : cluster->Stats()) {
+    if (addr == second) continue;
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    pairs += st->Get("hash_pairs");
+  }
+  EXPECT_EQ(pairs, 2 * (loaded.keys.size() + 4));
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {

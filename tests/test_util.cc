@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 namespace remem::testing {
@@ -17,6 +18,10 @@ ServerOptions TestServerOptions(const std::vector<std::string>& extra,
   o.transport = TestTransport();
   o.memory = memory;
   o.flags = extra;
+  // Debugging a test: its servers' log at another level.
+  if (const char* level = std::getenv("REMEM_TEST_LOG_LEVEL")) {
+    o.log_level = level;
+  }
   return o;
 }
 

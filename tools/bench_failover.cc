@@ -22,7 +22,51 @@ struct Trial {
   double failover_ms = -1;  // -1: no write after the kill succeeded
   uint64_t unknown = 0;     // writes that failed (in flight at the kill)
   bool killed_manager = false;
+  // With records: from the kill until every shard was whole again (-1:
+  // never), the manager's copy round and pairs, and the writes' latencies
+  // meanwhile (ns).
+  double whole_ms = -1;
+  uint64_t fill_ms = 0, fill_pairs = 0;
+  std::vector<uint64_t> write_ns;
 };
+
+// Every shard has all its backups, none being filled, none at `dead`.
+bool Whole(const Cluster::Info& info, const std::string& dead) {
+  if (info.filling != 0) return false;
+  for (uint32_t s = 0; s < info.num_shards; ++s) {
+    if (info.nodes[info.shard_owner[s]].address == dead) return false;
+    for (uint32_t i = 0; i < info.replicas; ++i) {
+      const int32_t b = info.shard_backups[s * info.replicas + i];
+      if (b < 0 || info.nodes[size_t(b)].address == dead) return false;
+    }
+  }
+  return true;
+}
+
+Status Load(Cluster* c, uint64_t records) {
+  constexpr uint64_t kBatch = 1000;
+  std::vector<std::string> keys, values;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (uint64_t first = 0; first < records; first += kBatch) {
+    keys.clear();
+    values.clear();
+    pairs.clear();
+    for (uint64_t i = first; i < std::min(records, first + kBatch); ++i) {
+      char k[17], v[33];
+      std::snprintf(k, sizeof(k), "rec%013llu", (unsigned long long)i);
+      std::snprintf(v, sizeof(v), "value-%026llu", (unsigned long long)i);
+      keys.emplace_back(k, 16);
+      values.emplace_back(v, 32);
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      pairs.emplace_back(keys[i], values[i]);
+    }
+    for (const auto& r : c->MultiPut(pairs)) {
+      if (!r.ok()) return r.status().WithContext("loading");
+    }
+  }
+  return Status::OK();
+}
 
 Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
                        const std::string& zk, int n) {
@@ -32,7 +76,7 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
     testing::ServerOptions so;
     so.binary = o.server_binary;
     so.transport = o.transport;
-    so.memory = "256M";
+    so.memory = f.records > 0 ? "2G" : "256M";
     so.threads = 1;
     so.cpu = o.server_cpu;
     so.flags = {"--cluster",
@@ -58,6 +102,7 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
   co.wait_for_config = std::chrono::seconds(30);
   auto c = Cluster::Connect(co);
   if (!c.ok()) return c.status();
+  if (f.records > 0) REMEM_RETURN_IF_ERROR(Load(c->get(), f.records));
   // The manager, by its stats.
   std::string manager;
   for (const auto& s : servers) {
@@ -100,6 +145,27 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
     }
     if (!r.ok()) ++t.unknown;
   }
+  if (f.records > 0 && t.failover_ms >= 0) {
+    // Writes go on while the shards short of copies are copied.
+    auto next_check = std::chrono::steady_clock::now();
+    while (testing::NowNs() < give_up_ns) {
+      const uint64_t call_ns = testing::NowNs();
+      auto r = (*c)->Put(key, "v" + std::to_string(v++));
+      if (r.ok()) t.write_ns.push_back(testing::NowNs() - call_ns);
+      if (std::chrono::steady_clock::now() < next_check) continue;
+      next_check += std::chrono::milliseconds(20);
+      if ((*c)->Refresh().ok() && Whole((*c)->info(), victim)) {
+        t.whole_ms = double(testing::NowNs() - killed_ns) / 1e6;
+        break;
+      }
+    }
+    for (auto& [address, st] : (*c)->Stats()) {
+      if (st.ok() && st->Get("cluster_manager") == 1) {
+        t.fill_ms = st->Get("cluster_last_fill_ms");
+      }
+      if (st.ok()) t.fill_pairs += st->Get("hash_fill_pairs");
+    }
+  }
   c->reset();
   for (auto& s : servers) (void)s.Kill();
   return t;
@@ -122,7 +188,14 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
       static_cast<unsigned long long>(f.session_ms),
       std::string(TransportName(o.transport)).c_str(),
       f.kill_manager ? "the manager" : "a primary that is not the manager");
-  std::vector<double> ms;
+  if (f.records > 0) {
+    std::printf(
+        "re-replication: %llu pairs of 16 B keys and 32 B values "
+        "loaded before each kill\n",
+        static_cast<unsigned long long>(f.records));
+  }
+  std::vector<double> ms, whole;
+  std::vector<uint64_t> write_ns;
   uint64_t unknown = 0;
   int failed = 0;
   for (int n = 0; n < f.trials; ++n) {
@@ -138,7 +211,31 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
       continue;
     }
     ms.push_back(t->failover_ms);
-    std::printf("trial %3d: %8.1f ms\n", n, t->failover_ms);
+    if (f.records == 0) {
+      std::printf("trial %3d: %8.1f ms\n", n, t->failover_ms);
+      continue;
+    }
+    std::vector<uint64_t> w = t->write_ns;
+    std::sort(w.begin(), w.end());
+    auto at = [&](double p) {
+      return w.empty() ? 0.0
+                       : double(w[std::min(w.size() - 1,
+                                           size_t(p * double(w.size() - 1)))]) /
+                             1e3;
+    };
+    std::printf(
+        "trial %3d: failover %8.1f ms; every shard whole again %8.1f ms after "
+        "the kill (the manager's copy round %llu ms, %llu pairs sent); "
+        "%zu writes meanwhile: p50 %.0f us, p99 %.0f us, max %.0f us\n",
+        n, t->failover_ms, t->whole_ms,
+        static_cast<unsigned long long>(t->fill_ms),
+        static_cast<unsigned long long>(t->fill_pairs), w.size(), at(0.5),
+        at(0.99), at(1.0));
+    if (t->whole_ms < 0) {
+      ++failed;
+    } else {
+      whole.push_back(t->whole_ms);
+    }
   }
   if (ms.empty()) return 1;
   std::sort(ms.begin(), ms.end());
@@ -150,6 +247,13 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
       "(failed trials %d, writes with unknown outcome %llu)\n",
       ms.size(), pct(0.5), pct(0.99), ms.front(), ms.back(), failed,
       static_cast<unsigned long long>(unknown));
+  if (!whole.empty()) {
+    std::sort(whole.begin(), whole.end());
+    std::printf(
+        "whole_again_ms trials %zu  p50 %.1f  max %.1f (from the kill until "
+        "every shard had all its backups)\n",
+        whole.size(), whole[whole.size() / 2], whole.back());
+  }
   return failed == 0 ? 0 : 1;
 }
 

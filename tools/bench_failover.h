@@ -9,6 +9,14 @@
 // trials' p50, p99, min and max, and how many writes failed (outcome
 // unknown: in flight when the primary died).
 //
+// Re-replication: with --records N, each trial first loads N pairs (16 B
+// keys, 32 B values); after the failover the client goes on writing its key
+// until every shard has all its backups again (the cluster's configuration
+// says none is short or being filled), and reports that time from the kill,
+// the pairs the manager had copied and how long its copy round took, and
+// the writes' latency meanwhile (p50, p99, max): what the copy costs the
+// foreground.
+//
 // Thread contract: one function, run on the calling thread.
 
 #ifndef REMEM_TOOLS_BENCH_FAILOVER_H_
@@ -28,6 +36,7 @@ struct FailoverOptions {
   uint64_t session_ms = 2000;  // --cluster-session-ms
   uint64_t warmup_ms = 300;
   bool kill_manager = false;
+  uint64_t records = 0;  // pairs loaded before the kill (re-replication)
 };
 
 int RunFailover(const FabricOptions& o, const FailoverOptions& f);

@@ -288,6 +288,11 @@ int main(int argc, char** argv) {
   failover->add_flag("--kill-manager", fov.kill_manager,
                      "kill a primary that is the configuration manager");
   failover
+      ->add_option("--records", fov.records,
+                   "pairs loaded before the kill; then measure the "
+                   "re-replication of the shards short of copies")
+      ->capture_default_str();
+  failover
       ->add_option("--server-binary", fo.server_binary, "remem-server to start")
       ->capture_default_str();
   failover->add_option("--transport", transport, "shm | tcp")

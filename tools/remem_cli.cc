@@ -254,9 +254,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u,\"replicas\":%u}\n",
+          "\"moving\":%u,\"replicas\":%u,\"filling\":%u}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
-          info.nodes.size(), info.moving, info.replicas);
+          info.nodes.size(), info.moving, info.replicas, info.filling);
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
@@ -266,6 +266,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
                     info.replicas == 1 ? "" : "s");
       }
       if (info.moving > 0) std::printf(", %u moving", info.moving);
+      if (info.filling > 0) {
+        std::printf(", %u getting a new copy", info.filling);
+      }
       std::printf("\n");
     }
     return 0;
@@ -277,12 +280,15 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       if (json) {
         std::printf(
             "%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u,"
-            "\"backups\":%u}",
+            "\"backups\":%u,\"filling\":%u}",
             i ? "," : "", JsonString(n.address).c_str(),
-            static_cast<unsigned long long>(n.capacity), n.shards, n.backups);
+            static_cast<unsigned long long>(n.capacity), n.shards, n.backups,
+            n.filling);
       } else if (info.replicas > 0) {
-        std::printf("%-24s %6u shards  %6u backups  %s\n", n.address.c_str(),
+        std::printf("%-24s %6u shards  %6u backups  %s", n.address.c_str(),
                     n.shards, n.backups, FormatSize(n.capacity).c_str());
+        if (n.filling > 0) std::printf("  (%u being filled)", n.filling);
+        std::printf("\n");
       } else {
         std::printf("%-24s %6u shards  %s\n", n.address.c_str(), n.shards,
                     FormatSize(n.capacity).c_str());
@@ -297,24 +303,30 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     const uint32_t f = info.replicas;
     auto same_backups = [&](uint32_t a, uint32_t b) {
       for (uint32_t i = 0; i < f; ++i) {
-        if (info.shard_backups[a * f + i] != info.shard_backups[b * f + i]) {
+        if (info.shard_backups[a * f + i] != info.shard_backups[b * f + i] ||
+            info.shard_filling[a * f + i] != info.shard_filling[b * f + i]) {
           return false;
         }
       }
       return true;
     };
-    // " backups a, b" (or " no backup left"), or "" unreplicated.
+    // " backups a, b (filling)" (or " no backup left"), or ""
+    // unreplicated.
     auto backups_of = [&](uint32_t s, bool as_json) {
-      std::string out;
+      std::string out, filling;
       if (f == 0) return out;
       for (uint32_t i = 0; i < f; ++i) {
         const int32_t b = info.shard_backups[s * f + i];
         if (b < 0) continue;
         const std::string& a = info.nodes[size_t(b)].address;
+        const bool fill = info.shard_filling[s * f + i] != 0;
         out += out.empty() ? "" : (as_json ? "," : ", ");
-        out += as_json ? JsonString(a) : a;
+        out += as_json ? JsonString(a) : a + (fill ? " (filling)" : "");
+        if (fill) filling += (filling.empty() ? "" : ",") + JsonString(a);
       }
-      if (as_json) return ",\"backups\":[" + out + "]";
+      if (as_json) {
+        return ",\"backups\":[" + out + "],\"filling\":[" + filling + "]";
+      }
       return out.empty() ? std::string("  (no backup left)")
                          : "  backups " + out;
     };

@@ -96,6 +96,7 @@ class Cluster {
     uint64_t capacity = 0;  // bytes the server exports
     uint32_t shards = 0;    // shards it owns
     uint32_t backups = 0;   // shards it backs up (replicated clusters)
+    uint32_t filling = 0;   // of those, shards it is being filled with
   };
   struct Info {
     std::string name;  // the cluster's name
@@ -109,9 +110,13 @@ class Cluster {
     uint32_t moving = 0;  // shards moving now
     // Backups per shard (0: not replicated), and per shard `replicas`
     // indexes into nodes of its backups (-1: missing, the shard runs short
-    // of copies).
+    // of copies). shard_filling[s * replicas + i]: that backup is being
+    // filled (it holds a whole copy only once the flag clears; the cluster
+    // re-replicates shards short of copies to the other servers).
     uint32_t replicas = 0;
     std::vector<int32_t> shard_backups;
+    std::vector<uint8_t> shard_filling;
+    uint32_t filling = 0;  // shards with a backup being filled
   };
 
   // Fetches the configuration from the first seed that answers. Errors:

@@ -109,12 +109,18 @@ struct Cluster::Impl {
     }
     info.replicas = config.replicas;
     info.shard_backups.assign(config.backups.size(), -1);
+    info.shard_filling.assign(config.backups.size(), 0);
     for (size_t i = 0; i < config.backups.size(); ++i) {
       const uint16_t b = config.backups[i];
       if (b == cluster::kNoMember) continue;
       info.shard_backups[i] = b;
       ++info.nodes[b].backups;
+      if (config.FillingAt(i)) {
+        info.shard_filling[i] = 1;
+        ++info.nodes[b].filling;
+      }
     }
+    info.filling = config.filling_shards();
     info.shard_owner.assign(config.owner.begin(), config.owner.end());
     info.shard_next.assign(config.num_shards(), -1);
     for (uint32_t s = 0; s < config.num_shards(); ++s) {

@@ -57,6 +57,28 @@ std::vector<uint16_t> Config::BackupsOf(uint32_t s) const {
   return out;
 }
 
+bool Config::IsFilling(uint32_t s, int index) const {
+  if (index < 0) return false;
+  for (uint32_t i = 0; i < replicas; ++i) {
+    const size_t at = size_t(s) * replicas + i;
+    if (backups[at] == uint16_t(index)) return FillingAt(at);
+  }
+  return false;
+}
+
+uint32_t Config::filling_shards() const {
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < num_shards(); ++s) {
+    for (uint32_t i = 0; i < replicas; ++i) {
+      if (FillingAt(size_t(s) * replicas + i)) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
 uint32_t Config::moving() const {
   return uint32_t(std::count_if(next.begin(), next.end(),
                                 [](uint16_t n) { return n != kNoMember; }));
@@ -79,6 +101,7 @@ Config InitialConfig(std::string name, uint32_t epoch,
   }
   c.replicas = replicas;
   c.backups.assign(size_t(num_shards) * replicas, kNoMember);
+  c.filling.assign(c.backups.size(), 0);
   for (uint64_t s = 0; s < num_shards; ++s) {
     for (uint32_t i = 0; i < replicas && i + 1 < n; ++i) {
       c.backups[s * replicas + i] = uint16_t((c.owner[s] + 1 + i) % n);
@@ -109,21 +132,32 @@ std::optional<Config> Failover(const Config& current,
     }
   }
   const uint32_t f = current.replicas;
+  next.filling.resize(next.backups.size(), 0);
   for (uint32_t s = 0; s < current.num_shards(); ++s) {
     uint16_t* b = &next.backups[size_t(s) * f];
-    // The backups still here, in order.
-    std::vector<uint16_t> kept;
+    uint8_t* fill = &next.filling[size_t(s) * f];
+    // The backups still here, in order: ready ones, then filling ones.
+    std::vector<uint16_t> ready, filling;
     for (uint32_t i = 0; i < f; ++i) {
-      if (b[i] != kNoMember && !left[b[i]]) kept.push_back(b[i]);
+      if (b[i] == kNoMember || left[b[i]]) continue;
+      (fill[i] != 0 ? filling : ready).push_back(b[i]);
     }
-    if (left[next.owner[s]] && !kept.empty()) {
-      next.owner[s] = kept.front();
-      kept.erase(kept.begin());
+    if (left[next.owner[s]] && !ready.empty()) {
+      next.owner[s] = ready.front();
+      ready.erase(ready.begin());
     }
     for (uint32_t i = 0; i < f; ++i) {
-      const uint16_t v = i < kept.size() ? kept[i] : kNoMember;
-      if (b[i] != v) changed = true;
+      uint16_t v = kNoMember;
+      uint8_t filled = 0;
+      if (i < ready.size()) {
+        v = ready[i];
+      } else if (i < ready.size() + filling.size()) {
+        v = filling[i - ready.size()];
+        filled = 1;
+      }
+      if (b[i] != v || fill[i] != filled) changed = true;
       b[i] = v;
+      fill[i] = filled;
     }
     if (next.owner[s] != current.owner[s]) changed = true;
   }
@@ -135,6 +169,68 @@ std::optional<Config> Failover(const Config& current,
   }
   if (!changed) return std::nullopt;
   return next;
+}
+
+std::optional<Config> PlanBackups(const Config& current,
+                                  const std::vector<Member>& live,
+                                  uint32_t max_shards) {
+  const uint32_t f = current.replicas;
+  if (f == 0) return std::nullopt;
+  const size_t n = current.members.size();
+  std::vector<uint8_t> is_live(n, 0);
+  for (const Member& l : live) {
+    const int i = current.IndexOf(l.address);
+    if (i >= 0 && current.members[size_t(i)].incarnation == l.incarnation) {
+      is_live[size_t(i)] = 1;
+    }
+  }
+  // Shards each member holds (owned, backed up or filling).
+  std::vector<uint64_t> load(n, 0);
+  for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    ++load[current.owner[s]];
+    for (uint16_t b : current.BackupsOf(s)) ++load[b];
+  }
+  Config next = current;
+  next.epoch = current.epoch + 1;
+  next.filling.resize(next.backups.size(), 0);
+  uint32_t planned = 0;
+  for (uint32_t s = 0; s < current.num_shards() && planned < max_shards; ++s) {
+    if (!is_live[current.owner[s]]) continue;
+    bool added = false;
+    for (uint32_t i = 0; i < f; ++i) {
+      const size_t at = size_t(s) * f + i;
+      if (next.backups[at] != kNoMember) continue;
+      int best = -1;
+      for (size_t m = 0; m < n; ++m) {
+        if (!is_live[m] || m == next.owner[s] || next.IsBackup(s, int(m))) {
+          continue;
+        }
+        if (best < 0 || load[m] < load[size_t(best)]) best = int(m);
+      }
+      if (best < 0) break;
+      next.backups[at] = uint16_t(best);
+      next.filling[at] = 1;
+      ++load[size_t(best)];
+      added = true;
+    }
+    if (added) ++planned;
+  }
+  if (planned == 0) return std::nullopt;
+  return next;
+}
+
+Config CompleteFills(const Config& filling,
+                     const std::vector<uint32_t>& shards) {
+  Config c = filling;
+  c.epoch = filling.epoch + 1;
+  c.filling.resize(c.backups.size(), 0);
+  for (uint32_t s : shards) {
+    if (s >= c.num_shards()) continue;
+    for (uint32_t i = 0; i < c.replicas; ++i) {
+      c.filling[size_t(s) * c.replicas + i] = 0;
+    }
+  }
+  return c;
 }
 
 std::optional<Config> NextBalanceStep(const Config& current,
@@ -281,7 +377,12 @@ std::string EncodeConfig(const Config& c) {
   for (uint32_t s = 0; s < c.num_shards(); ++s) {
     proto::Append(&out, c.NextOf(s));
   }
-  for (uint16_t b : c.backups) proto::Append(&out, b);
+  for (size_t i = 0; i < c.backups.size(); ++i) {
+    const uint16_t b = c.backups[i];
+    proto::Append(
+        &out,
+        uint16_t(b != kNoMember && c.FillingAt(i) ? b | kBackupFilling : b));
+  }
   for (const Member& m : c.members) proto::Append(&out, m.incarnation);
   return out;
 }
@@ -293,7 +394,7 @@ Result<Config> DecodeConfig(std::string_view bytes) {
   if (h.magic != kConfigMagic) {
     return proto::Bad("cluster configuration: bad magic");
   }
-  if (h.version != kConfigVersion && h.version != 1 && h.version != 2) {
+  if (h.version < 1 || h.version > kConfigVersion) {
     return proto::Bad("cluster configuration: version " +
                       std::to_string(h.version) + ", this build reads " +
                       std::to_string(kConfigVersion));
@@ -371,19 +472,27 @@ Result<Config> DecodeConfig(std::string_view bytes) {
   if (h.version >= 3) {
     c.replicas = h.replicas;
     c.backups.assign(size_t(h.num_shards) * h.replicas, kNoMember);
+    c.filling.assign(c.backups.size(), 0);
     for (uint32_t s = 0; s < h.num_shards; ++s) {
-      bool none = false;  // a kNoMember seen: the rest must be too
+      // A kNoMember seen: the rest must be too; a filling one seen: the
+      // rest are filling or kNoMember.
+      bool none = false, filling = false;
       for (uint32_t i = 0; i < h.replicas; ++i) {
         uint16_t b = kNoMember;
         (void)r.Read(&b);
+        const bool fill =
+            h.version >= 4 && b != kNoMember && (b & kBackupFilling) != 0;
+        if (fill) b &= uint16_t(~kBackupFilling);
         if (b == kNoMember) {
           none = true;
-        } else if (none || b >= h.num_members || b == c.owner[s] ||
-                   c.IsBackup(s, b)) {
+        } else if (none || (filling && !fill) || b >= h.num_members ||
+                   b == c.owner[s] || c.IsBackup(s, b)) {
           return proto::Bad("cluster configuration: bad backup of shard " +
                             std::to_string(s));
         }
+        filling = filling || fill;
         c.backups[size_t(s) * h.replicas + i] = b;
+        c.filling[size_t(s) * h.replicas + i] = fill ? 1 : 0;
       }
     }
     for (Member& m : c.members) (void)r.Read(&m.incarnation);

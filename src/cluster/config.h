@@ -62,15 +62,28 @@ struct Config {
   // Backups per shard (f; 0: no replication, every shard on one server).
   uint32_t replicas = 0;
   // backups[s * replicas + i]: index into members of shard s's i-th
-  // backup, or kNoMember (the shard is short of copies). Live ones first.
-  // Empty when replicas is 0.
+  // backup, or kNoMember (the shard is short of copies). Ready ones first,
+  // then filling ones, then kNoMember. Empty when replicas is 0.
   std::vector<uint16_t> backups;
+  // filling[s * replicas + i] != 0: that backup is being filled (issue #13
+  // re-replication: it takes the primary's writes and a copy of the shard,
+  // and holds a whole copy only once a configuration clears the flag). A
+  // filling backup is never promoted. Same size as backups, or empty: none
+  // filling.
+  std::vector<uint8_t> filling;
+  bool FillingAt(size_t i) const {
+    return i < filling.size() && filling[i] != 0;
+  }
 
   uint32_t num_shards() const { return uint32_t(owner.size()); }
   // Whether members[index] holds a copy of shard s as a backup.
   bool IsBackup(uint32_t s, int index) const;
-  // The backups of shard s (kNoMember entries omitted).
+  // The backups of shard s (kNoMember entries omitted), filling ones too.
   std::vector<uint16_t> BackupsOf(uint32_t s) const;
+  // Whether members[index] is a backup of shard s being filled.
+  bool IsFilling(uint32_t s, int index) const;
+  // Shards with a backup being filled.
+  uint32_t filling_shards() const;
   // Index of the member at `address`, or -1.
   int IndexOf(std::string_view address) const;
   // The member that owns `key`'s shard.
@@ -115,14 +128,32 @@ std::optional<Config> NextBalanceStep(const Config& current,
 // epoch newer that takes the cluster past the members that left. A member
 // has left when `live` does not name it, or names it with another
 // incarnation (it restarted: a new member). Each shard whose owner left is
-// owned by its first backup still here; members that left are dropped
-// from every shard's backups (the shard runs short of copies: nothing
-// copies it to another member yet); a restarted member keeps its index
+// owned by its first ready backup still here; members that left are
+// dropped from every shard's backups (the shard runs short of copies until
+// PlanBackups gives it new ones); a restarted member keeps its index
 // with its new incarnation and no role; members new in `live` are
 // appended with no role. A shard whose owner and backups all left keeps
-// its owner (its data is nowhere else). nullopt if nothing changes.
+// its owner (its data is nowhere else). Only a ready backup is promoted;
+// a filling backup stays filling (the manager fills it again from the
+// shard's owner at the new epoch). nullopt if nothing changes.
 std::optional<Config> Failover(const Config& current,
                                const std::vector<Member>& live);
+// Re-replication in a replicated cluster: the configuration one epoch
+// newer that gives every shard short of copies (fewer than `replicas`
+// backups, ready or filling) new backups, marked filling, from the
+// members of `live` (those with the incarnation `current` names): never
+// its owner or one of its backups, each time the member holding the
+// fewest shards (owned, backed up or filling), ties to the lower index. A
+// shard whose owner is not live gets none (its data may be nowhere).
+// At most `max_shards` shards get a backup per step. nullopt if no shard
+// can get one.
+std::optional<Config> PlanBackups(const Config& current,
+                                  const std::vector<Member>& live,
+                                  uint32_t max_shards);
+// The configuration one epoch newer in which the backups of `shards` that
+// were filling in `filling` are ready (they hold a whole copy).
+Config CompleteFills(const Config& filling,
+                     const std::vector<uint32_t>& shards);
 // The configuration that completes `moving` (one epoch newer): every
 // moving shard owned by its `next`, and nothing moving.
 Config CompleteMoves(const Config& moving);

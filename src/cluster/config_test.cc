@@ -70,7 +70,7 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
     return DecodeConfig(b);
   };
   EXPECT_FALSE(patched(0, uint32_t(0)).ok());  // magic
-  EXPECT_EQ(patched(4, uint16_t(4)).status().code(),
+  EXPECT_EQ(patched(4, uint16_t(kConfigVersion + 1)).status().code(),
             StatusCode::kProtocolError);                     // version
   EXPECT_FALSE(patched(8, uint32_t(0)).ok());                // epoch
   EXPECT_FALSE(patched(12, uint32_t(kMaxShards + 1)).ok());  // shards
@@ -311,6 +311,86 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(n->members.size(), 4u);
   EXPECT_EQ(n->ShardsOf(3), 0u);
   EXPECT_EQ(n->owner, c.owner);
+}
+
+TEST(ClusterConfig,
+     ShardsShortOfCopiesGetFillingBackupsThatOnlyCountOnceFilled) {
+  const Config c = InitialConfig(
+      "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);
+  // Every shard has its backup: nothing to plan.
+  EXPECT_FALSE(PlanBackups(c, c.members, 1000));
+  // b left: the shards it owned are c's, with no backup; those c owned had
+  // b as backup and have none either.
+  auto f = Failover(c, {c.members[0], c.members[2]});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->filling_shards(), 0u);
+  // b is not live: only a and c can take copies, each of the other's
+  // shards.
+  auto p = PlanBackups(*f, {c.members[0], c.members[2]}, 1000);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->epoch, f->epoch + 1);
+  EXPECT_EQ(p->owner, f->owner);
+  uint32_t short_before = 0;
+  for (uint32_t s = 0; s < 12; ++s) {
+    if (f->BackupsOf(s).empty()) ++short_before;
+    const std::vector<uint16_t> b = p->BackupsOf(s);
+    ASSERT_EQ(b.size(), 1u) << s;
+    EXPECT_NE(b[0], p->owner[s]) << s;
+    EXPECT_NE(b[0], 1) << s;
+    EXPECT_EQ(p->IsFilling(s, b[0]), f->BackupsOf(s).empty()) << s;
+  }
+  EXPECT_EQ(p->filling_shards(), short_before);
+  // The filling flags survive the encoding; version 4.
+  auto d = DecodeConfig(EncodeConfig(*p));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->filling, p->filling);
+  EXPECT_EQ(d->backups, p->backups);
+  // A filling backup is never promoted: if a owner of a shard whose only
+  // backup c is filling leaves, the shard stays with a (its data is
+  // nowhere else) and c stays filling.
+  uint32_t filled_by_c = 12;
+  for (uint32_t s = 0; s < 12; ++s) {
+    if (p->owner[s] == 0 && p->IsFilling(s, 2)) filled_by_c = s;
+  }
+  ASSERT_LT(filled_by_c, 12u);
+  auto g = Failover(*p, {c.members[2]});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->owner[filled_by_c], 0);
+  EXPECT_TRUE(g->IsFilling(filled_by_c, 2));
+  // Once filled (CompleteFills), c is promoted like any backup.
+  std::vector<uint32_t> all(12);
+  for (uint32_t s = 0; s < 12; ++s) all[s] = s;
+  const Config done = CompleteFills(*p, all);
+  EXPECT_EQ(done.epoch, p->epoch + 1);
+  EXPECT_EQ(done.filling_shards(), 0u);
+  EXPECT_FALSE(PlanBackups(done, {c.members[0], c.members[2]}, 1000));
+  auto h = Failover(done, {c.members[2]});
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->owner[filled_by_c], 2);
+  // A new member takes copies before members that hold more; a step plans
+  // at most max_shards shards.
+  auto n = Failover(*f, {c.members[0], c.members[2], {"d:1", 1, 14}});
+  ASSERT_TRUE(n);
+  auto q = PlanBackups(*n, {n->members[0], n->members[2], n->members[3]}, 2);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->filling_shards(), 2u);
+  for (uint32_t s = 0; s < 12; ++s) {
+    for (uint16_t b : q->BackupsOf(s)) {
+      if (q->IsFilling(s, b)) {
+        EXPECT_EQ(b, 3) << s;
+      }
+    }
+  }
+  // The flag in a version 3 configuration: refused.
+  const std::string bytes = EncodeConfig(*p);
+  const size_t at = bytes.size() - 3 * 8 - 2 * 12;
+  uint16_t raw;
+  std::memcpy(&raw, bytes.data() + at, 2);
+  ASSERT_NE(raw & kBackupFilling, 0) << "shard 0's backup should be filling";
+  std::string v3 = bytes;
+  const uint16_t three = 3;
+  std::memcpy(v3.data() + 4, &three, 2);
+  EXPECT_FALSE(DecodeConfig(v3).ok());
 }
 
 TEST(ClusterConfig, LeaseAsksAndGrantsRoundTripAndRefuseMalformedBytes) {

@@ -156,6 +156,7 @@ void ClusterMember::Stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   sessions_to_.clear();  // the thread's, and it has ended
+  quick_sessions_.clear();
 }
 
 void ClusterMember::OnEvent(zhandle_t*, int type, int state, const char*,
@@ -458,7 +459,10 @@ Status ClusterMember::WriteConfig(const Config& next, int version) {
   const std::string bytes = EncodeConfig(next);
   const int rc = zoo_set(zh_, (options_.target.path + "/config").c_str(),
                          bytes.data(), int(bytes.size()), version);
-  if (rc == ZOK) return Status::OK();
+  if (rc == ZOK) {
+    written_epoch_ = next.epoch;
+    return Status::OK();
+  }
   if (rc == ZBADVERSION) {
     return Status::Conflict("the configuration changed meanwhile");
   }
@@ -557,9 +561,9 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
       }
     }
     next = Failover(*c, live);
-    if (!next) return;
-    grants_from_epoch_ = next->epoch;
+    if (next) grants_from_epoch_ = next->epoch;
   }
+  if (!next) return Replenish(*c, version, live);
   std::string gone;
   for (size_t i = 0; i < c->members.size(); ++i) {
     if (next->members[i].incarnation != c->members[i].incarnation ||
@@ -582,21 +586,125 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
   FollowConfig();
 }
 
+void ClusterMember::Replenish(const Config& c, int version,
+                              const std::vector<Member>& live) {
+  if (c.filling_shards() == 0) {
+    fill_epoch_ = 0;
+    std::optional<Config> plan = PlanBackups(c, live, kMaxShards);
+    if (!plan) return;
+    if (Status w = WriteConfig(*plan, version); !w.ok()) {
+      log::Warn("cluster: planning backups at epoch {}: {}", plan->epoch,
+                w.ToString());
+      return;
+    }
+    log::Info("cluster: epoch {} gives {} shards short of copies new backups",
+              plan->epoch, plan->filling_shards());
+    return FollowConfig();
+  }
+  // Calls short enough that the leases are still judged every pass or two.
+  const auto quick = std::max<std::chrono::milliseconds>(
+      options_.lease, std::chrono::milliseconds(100));
+  // The shards being filled, by the member filled and by their primary.
+  std::map<uint16_t, std::vector<uint32_t>> by_backup, by_primary;
+  for (uint32_t s = 0; s < c.num_shards(); ++s) {
+    bool any = false;
+    for (uint32_t i = 0; i < c.replicas; ++i) {
+      const size_t at = size_t(s) * c.replicas + i;
+      if (!c.FillingAt(at)) continue;
+      by_backup[c.backups[at]].push_back(s);
+      any = true;
+    }
+    if (any) by_primary[c.owner[s]].push_back(s);
+  }
+  if (fill_epoch_ != c.epoch) {
+    if (written_epoch_ != c.epoch) {
+      // Another manager may have started copies at this epoch: a round of
+      // this manager's own starts at the next.
+      Config again = c;
+      again.epoch = c.epoch + 1;
+      if (Status w = WriteConfig(again, version); !w.ok()) {
+        log::Warn("cluster: restarting the copies at epoch {}: {}", again.epoch,
+                  w.ToString());
+        return;
+      }
+      return FollowConfig();
+    }
+    for (const auto& [b, shards] : by_backup) {
+      auto r =
+          Call(c.members[b].address, c.epoch,
+               static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+               hash::EncodeShardList({shards, hash::kShardForFill}), quick);
+      if (!r.ok()) {
+        log::Debug("cluster: emptying {} for its copies: {}",
+                   c.members[b].address, r.status().ToString());
+        return;  // again at the next pass
+      }
+    }
+    fill_epoch_ = c.epoch;
+    fill_started_ = std::chrono::steady_clock::now();
+  }
+  std::vector<uint32_t> filled;
+  uint64_t pairs = 0;
+  bool all = true;
+  for (const auto& [p, shards] : by_primary) {
+    auto r = Call(c.members[p].address, c.epoch,
+                  static_cast<uint8_t>(hash::HashMethod::kShardFill),
+                  hash::EncodeShardList({shards, 0}), quick);
+    auto progress = r.ok() ? hash::DecodeShardFillReply(*r)
+                           : Result<hash::ShardFillProgress>(r.status());
+    if (!progress.ok()) {
+      log::Debug("cluster: copying shards from {}: {}", c.members[p].address,
+                 progress.status().ToString());
+      all = false;
+      continue;
+    }
+    pairs += progress->pairs_total;
+    log::Debug("cluster: copying {} shards from {}: {} of {} pairs sent{}",
+               shards.size(), c.members[p].address, progress->pairs_copied,
+               progress->pairs_total, progress->done ? ", all held" : "");
+    if (!progress->done) {
+      all = false;
+      continue;
+    }
+    filled.insert(filled.end(), shards.begin(), shards.end());
+  }
+  if (!all) return;
+  const Config done = CompleteFills(c, filled);
+  if (Status w = WriteConfig(done, version); !w.ok()) {
+    log::Warn("cluster: completing the copies at epoch {}: {}", done.epoch,
+              w.ToString());
+    return;
+  }
+  fill_epoch_ = 0;
+  const uint64_t ms = MsSince(fill_started_);
+  shards_filled_.fetch_add(filled.size(), std::memory_order_relaxed);
+  last_fill_ms_.store(ms, std::memory_order_relaxed);
+  log::Info(
+      "cluster: epoch {}: {} shards have all their copies again ({} pairs "
+      "copied in {} ms)",
+      done.epoch, filled.size(), pairs, ms);
+  FollowConfig();
+}
+
 Result<std::string> ClusterMember::Call(const std::string& address,
                                         uint32_t epoch, uint8_t method,
-                                        std::string payload) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + options_.session.timeout;
+                                        std::string payload,
+                                        std::chrono::milliseconds quick) {
+  const bool is_quick = quick.count() > 0;
+  auto& sessions = is_quick ? quick_sessions_ : sessions_to_;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        (is_quick ? quick : options_.session.timeout);
   auto pause = std::chrono::milliseconds(5);
   while (true) {
     Status failure;
-    auto it = sessions_to_.find(address);
-    if (it == sessions_to_.end() || !it->second->connected()) {
+    auto it = sessions.find(address);
+    if (it == sessions.end() || !it->second->connected()) {
       SessionOptions so = options_.session;
       so.server = address;
+      if (is_quick) so.timeout = quick;
       auto s = Session::Connect(so);
       if (s.ok()) {
-        it = sessions_to_.insert_or_assign(address, std::move(*s)).first;
+        it = sessions.insert_or_assign(address, std::move(*s)).first;
       } else {
         failure = s.status();
       }
@@ -605,6 +713,12 @@ Result<std::string> ClusterMember::Call(const std::string& address,
       client::SessionCore* core = it->second->core();
       core->rpc()->set_epoch(epoch);
       auto r = core->CallSync(hash::kHashService, method, payload);
+      if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
+        // No call is left on it (CallSync expired them); the member may have
+        // restarted at the same address, which over shared memory nothing
+        // tells this session: the next call connects again.
+        sessions.erase(it);
+      }
       if (r.ok() || r.status().code() != StatusCode::kBusy) return r;
       failure = r.status();
     }

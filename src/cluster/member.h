@@ -55,6 +55,18 @@
 // (GrantLease) only while its ZooKeeper session is surely alive (a successful
 // ZooKeeper call less than the session timeout - lease - kLeaseMargin ago), so
 // the leases it granted have lapsed before a successor can be elected.
+// Re-replication (replicated clusters, once nobody is to be failed over):
+// shards short of copies get new backups, marked filling (PlanBackups),
+// from the members holding a lease. In a round at epoch e, which only the
+// manager that wrote e runs (a successor first writes e+1, so a copy an
+// earlier manager began is never mistaken for its own): each member being
+// filled drops what it held of those shards (kShardDrop with
+// kShardForFill), then each of their primaries copies them through its
+// replication stream (kShardFill, asked again every pass for its
+// progress), and once every copy is held the manager writes e+1 with
+// those backups ready (CompleteFills). A configuration that changes during
+// a round ends it (the primaries stop their copies); the next round starts
+// over at the new epoch.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -175,6 +187,14 @@ class ClusterMember {
   uint64_t failovers() const {
     return failovers_.load(std::memory_order_relaxed);
   }
+  // As manager: backups made whole by re-replication (shard copies), and
+  // how long the last round took.
+  uint64_t shards_filled() const {
+    return shards_filled_.load(std::memory_order_relaxed);
+  }
+  uint64_t last_fill_ms() const {
+    return last_fill_ms_.load(std::memory_order_relaxed);
+  }
   uint64_t pairs_moved() const {
     return pairs_moved_.load(std::memory_order_relaxed);
   }
@@ -211,6 +231,9 @@ class ClusterMember {
   // The manager's duty in a replicated cluster (above); `registered`: the
   // members in ZooKeeper.
   void FailOver(const std::vector<Member>& registered);
+  // Re-replication (above), from configuration `c` at ZooKeeper version
+  // `version`; `live`: the members holding leases.
+  void Replenish(const Config& c, int version, const std::vector<Member>& live);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
   // Waits out the rest of a copy page's time slice (move_share).
@@ -219,9 +242,13 @@ class ClusterMember {
   // Step 3: release at the owners, install CompleteMoves(moving).
   Status HandOver(const Config& moving, int zk_version);
   // A hash service call to `address` at configuration `epoch`, retried
-  // while the member answers Busy (it has not installed `epoch` yet).
-  Result<std::string> Call(const std::string& address, uint32_t epoch,
-                           uint8_t method, std::string payload);
+  // while the member answers Busy (it has not installed `epoch` yet), for
+  // at most the session timeout, or `quick` if set (the calls of a
+  // replicated cluster's manager, which must keep judging leases).
+  Result<std::string> Call(
+      const std::string& address, uint32_t epoch, uint8_t method,
+      std::string payload,
+      std::chrono::milliseconds quick = std::chrono::milliseconds(0));
   // The configuration in ZooKeeper and its node's version, or nullopt if
   // it cannot be read or decoded.
   std::optional<Config> ReadConfig(int* version);
@@ -284,8 +311,18 @@ class ClusterMember {
   // Under mu_.
   std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>>
       drain_requests_;
-  // The manager's sessions, by address (the member's thread only).
+  // The manager's sessions, by address (the member's thread only), and
+  // those of its quick calls.
   std::map<std::string, std::unique_ptr<Session>> sessions_to_;
+  std::map<std::string, std::unique_ptr<Session>> quick_sessions_;
+  // Re-replication (the member's thread): the epoch of the configuration
+  // this manager wrote last, the epoch of its round (0: none), and when the
+  // round's copies started.
+  uint32_t written_epoch_ = 0;
+  uint32_t fill_epoch_ = 0;
+  std::chrono::steady_clock::time_point fill_started_;
+  std::atomic<uint64_t> shards_filled_{0};
+  std::atomic<uint64_t> last_fill_ms_{0};
   std::thread thread_;
 };
 

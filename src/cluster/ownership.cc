@@ -48,8 +48,10 @@ bool Ownership::Install(Config config) {
   next->outgoing.assign(n, 0);
   if (next->replicated) {
     next->backs.assign(n, 0);
+    next->fills.assign(n, 0);
     for (uint32_t s = 0; s < n; ++s) {
       next->backs[s] = config.IsBackup(s, next->self) ? 1 : 0;
+      next->fills[s] = config.IsFilling(s, next->self) ? 1 : 0;
     }
   }
   for (uint32_t s = 0; s < n; ++s) {

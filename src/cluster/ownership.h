@@ -75,8 +75,10 @@ class Ownership {
     std::string encoded;        // EncodeConfig(config), served to clients
     int self = -1;              // index of this server in config.members
     std::vector<uint8_t> owns;  // per shard
-    // Per shard: this server is one of its backups (replicated clusters).
+    // Per shard: this server is one of its backups (replicated clusters),
+    // and (fills) one being filled.
     std::vector<uint8_t> backs;
+    std::vector<uint8_t> fills;
     bool replicated = false;  // config.replicas > 0
     // Per shard: owned here and moving to another member.
     std::vector<uint8_t> outgoing;
@@ -131,6 +133,12 @@ class Ownership {
   static bool BacksUp(const Installed& c, std::string_view key) {
     return !c.backs.empty() &&
            c.backs[ShardOf(key, c.config.num_shards())] != 0;
+  }
+  // Whether `c` has this server fill `key`'s shard as a backup (it keeps
+  // the copy of the shard its primary sends, ShardPairKind::kFill).
+  static bool Fills(const Installed& c, std::string_view key) {
+    return !c.fills.empty() &&
+           c.fills[ShardOf(key, c.config.num_shards())] != 0;
   }
   // True if the current configuration replicates shards.
   bool replicated() const {

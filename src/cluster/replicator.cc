@@ -43,6 +43,7 @@ Status Stopped() {
 Replicator::~Replicator() {
   Stop();
   sessions_.clear();  // before the loop
+  retired_.clear();
 }
 
 void Replicator::Stop() {
@@ -79,17 +80,26 @@ void Replicator::Replicate(std::string batch, Done done) {
   loop_->core()->worker()->Wake();
 }
 
-Result<Session*> Replicator::SessionTo(const std::string& address) {
+Result<Session*> Replicator::SessionTo(const std::string& address,
+                                       uint64_t incarnation) {
   auto it = sessions_.find(address);
-  if (it != sessions_.end() && it->second->core()->connected()) {
-    return it->second.get();
+  if (it != sessions_.end() && it->second.incarnation == incarnation &&
+      it->second.session->core()->connected()) {
+    return it->second.session.get();
+  }
+  if (it != sessions_.end()) {
+    if (it->second.session->core()->connected()) {
+      retired_.push_back(std::move(it->second.session));
+    }
+    sessions_.erase(it);
   }
   SessionOptions o = options_;
   o.server = address;
   auto s = Session::Connect(o, loop_.get());
   if (!s.ok()) return s.status();
-  it = sessions_.insert_or_assign(address, std::move(*s)).first;
-  return it->second.get();
+  it = sessions_.insert_or_assign(address, Peer{std::move(*s), incarnation})
+           .first;
+  return it->second.session.get();
 }
 
 bool Replicator::Advance(const std::shared_ptr<Job>& job) {
@@ -106,7 +116,7 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
                       job->shards.end());
   }
   // Who must hold it now: the backups of the shards still owned here.
-  std::vector<std::string> targets;
+  std::map<std::string, uint64_t> targets;  // address, incarnation
   if (c != nullptr) {
     for (uint32_t s : job->shards) {
       if (!c->owns[s]) {
@@ -114,18 +124,18 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
         continue;
       }
       for (uint16_t b : c->config.BackupsOf(s)) {
-        targets.push_back(c->config.members[b].address);
+        const Member& m = c->config.members[b];
+        targets[m.address] = m.incarnation;
       }
     }
   }
-  std::sort(targets.begin(), targets.end());
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
   bool waiting = false;
-  for (const std::string& t : targets) {
+  for (const auto& [address, incarnation] : targets) {
+    const std::string t = address + "/" + std::to_string(incarnation);
     if (job->acked[t]) continue;
     waiting = true;
     if (job->sending[t] || Clock::now() < job->retry_at) continue;
-    auto s = SessionTo(t);
+    auto s = SessionTo(address, incarnation);
     if (!s.ok()) {
       ++job->failures;
       retries_.fetch_add(1, std::memory_order_relaxed);

@@ -76,8 +76,10 @@ class Replicator {
   struct Job {
     std::string batch;
     Done done;
-    std::vector<uint32_t> shards;       // the batch's shards (distinct)
-    std::map<std::string, bool> acked;  // by address: true once it holds it
+    std::vector<uint32_t> shards;  // the batch's shards (distinct)
+    // By address and incarnation: true once it holds it, true while a send
+    // is in flight.
+    std::map<std::string, bool> acked;
     std::map<std::string, bool> sending;
     bool lost = false;  // a shard of the batch was taken from this server
     Clock::time_point retry_at{};
@@ -88,13 +90,24 @@ class Replicator {
   void Run();
   // Sends what `job` still needs; true once it is finished (done called).
   bool Advance(const std::shared_ptr<Job>& job);
-  Result<Session*> SessionTo(const std::string& address);
+  // A session to the member at `address` of `incarnation`: a member that
+  // restarted at the same address gets a new one (over shared memory
+  // nothing tells the old one its peer died).
+  Result<Session*> SessionTo(const std::string& address, uint64_t incarnation);
 
   const Ownership* const ownership_;
   const SessionOptions options_;
   std::unique_ptr<EventLoop> loop_;
-  std::map<std::string, std::unique_ptr<Session>> sessions_;  // thread's
-  std::vector<std::shared_ptr<Job>> active_;                  // thread's
+  struct Peer {
+    std::unique_ptr<Session> session;
+    uint64_t incarnation = 0;
+  };
+  std::map<std::string, Peer> sessions_;  // thread's
+  // Sessions to members' earlier incarnations, kept until the replicator
+  // ends: closing one waits for its calls, which a dead peer never answers
+  // (they time out).
+  std::vector<std::unique_ptr<Session>> retired_;  // thread's
+  std::vector<std::shared_ptr<Job>> active_;       // thread's
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> incoming_;  // under mu_
   bool stop_ = false;                          // under mu_

@@ -11,9 +11,13 @@
 namespace remem::cluster {
 
 inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
-// Version 2 added the `next` table, version 3 replicas and incarnations;
-// versions 1 (no shard ever moving) and 2 are still read.
-inline constexpr uint16_t kConfigVersion = 3;
+// Version 2 added the `next` table, version 3 replicas and incarnations,
+// version 4 filling backups (kBackupFilling); versions 1 (no shard ever
+// moving), 2 and 3 are still read.
+inline constexpr uint16_t kConfigVersion = 4;
+// Set in a backup index (version 4): that backup is being filled. Member
+// indexes stay below kMaxMembers (4096), so the bit is free.
+inline constexpr uint16_t kBackupFilling = 0x8000;
 
 // The configuration: ConfigHeader, `name_len` bytes of name, then
 // `num_members` times (MemberEntry, `address_len` bytes of address), then

@@ -502,7 +502,7 @@ Result<ShardList> DecodeShardList(std::string_view payload) {
   ShardListRequest h;
   if (!rd.Read(&h)) return Bad("shard list truncated");
   if (h.reserved[0] || h.reserved[1] || h.reserved[2] ||
-      (h.flags & ~(kShardFreeze | kShardRelease)) != 0) {
+      (h.flags & ~(kShardFreeze | kShardRelease | kShardForFill)) != 0) {
     return Bad("shard list: reserved bits set");
   }
   ShardList out;
@@ -554,6 +554,19 @@ void ShardPairsWriter::Add(std::string_view key, std::string_view value,
   ++count_;
 }
 
+void ShardPairsWriter::AddFill(std::string_view key, std::string_view value,
+                               uint64_t version) {
+  ShardPair p{};
+  p.version = version;
+  p.key_len = uint32_t(key.size());
+  p.value_len = uint32_t(value.size());
+  p.kind = static_cast<uint8_t>(ShardPairKind::kFill);
+  Append(&out_, p);
+  out_ += key;
+  out_ += value;
+  ++count_;
+}
+
 std::string ShardPairsWriter::Finish(uint64_t generation, uint64_t cursor,
                                      uint32_t num_partitions,
                                      uint64_t max_version) {
@@ -587,9 +600,9 @@ Result<ShardPairs> DecodeShardPairs(std::string_view payload) {
   for (uint32_t i = 0; i < h.count; ++i) {
     ShardPair p;
     if (!rd.Read(&p)) return Bad("shard pair truncated");
-    if (p.kind > static_cast<uint8_t>(ShardPairKind::kDeleted) ||
-        p.key_len == 0 || p.reserved[0] || p.reserved[1] || p.reserved[2] ||
-        p.reserved[3] || p.reserved[4] || p.reserved[5] || p.reserved[6]) {
+    if (p.kind > static_cast<uint8_t>(ShardPairKind::kFill) || p.key_len == 0 ||
+        p.reserved[0] || p.reserved[1] || p.reserved[2] || p.reserved[3] ||
+        p.reserved[4] || p.reserved[5] || p.reserved[6]) {
       return Bad("shard pair: bad header");
     }
     const bool deleted =
@@ -602,10 +615,33 @@ Result<ShardPairs> DecodeShardPairs(std::string_view payload) {
     }
     out.pairs.push_back({Take(payload, at, p.key_len),
                          Take(payload, at + p.key_len, p.value_len), p.version,
-                         deleted});
+                         deleted,
+                         p.kind == static_cast<uint8_t>(ShardPairKind::kFill)});
   }
   if (rd.remaining() != 0) return Bad("trailing bytes after shard pairs");
   return out;
+}
+
+std::string EncodeShardFillReply(const ShardFillProgress& progress) {
+  ShardFillReply r{};
+  r.done = progress.done ? 1 : 0;
+  r.pairs_total = progress.pairs_total;
+  r.pairs_copied = progress.pairs_copied;
+  std::string out;
+  Append(&out, r);
+  return out;
+}
+
+Result<ShardFillProgress> DecodeShardFillReply(std::string_view payload) {
+  Reader rd(payload);
+  ShardFillReply r;
+  if (!rd.Read(&r) || rd.remaining() != 0) {
+    return Bad("shard fill reply: bad length");
+  }
+  if (r.done > 1 || r.reserved != 0 || r.pairs_copied > r.pairs_total) {
+    return Bad("shard fill reply: bad fields");
+  }
+  return ShardFillProgress{r.done != 0, r.pairs_total, r.pairs_copied};
 }
 
 }  // namespace remem::hash

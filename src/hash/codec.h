@@ -119,7 +119,7 @@ std::string EncodeHashOpBatchReply(const std::vector<OpItem>& items);
 Result<std::vector<OpItem>> DecodeHashOpBatchReply(std::string_view payload,
                                                    size_t expected_count);
 
-// --- moving shards (hash/wire.h kShardExport .. kShardDrop)
+// --- moving shards (hash/wire.h kShardExport .. kShardDrop, kShardFill)
 struct ShardList {
   std::vector<uint32_t> shards;
   uint8_t flags = 0;
@@ -144,6 +144,7 @@ struct ShardPairView {
   std::string_view value;
   uint64_t version = 0;
   bool deleted = false;
+  bool fill = false;  // ShardPairKind::kFill
 };
 struct ShardPairs {
   uint64_t generation = 0;
@@ -158,6 +159,8 @@ class ShardPairsWriter {
   ShardPairsWriter();
   void Add(std::string_view key, std::string_view value, uint64_t version,
            bool deleted);
+  // A pair of a shard's copy to a backup being filled (ShardPairKind::kFill).
+  void AddFill(std::string_view key, std::string_view value, uint64_t version);
   uint32_t count() const { return count_; }
   size_t bytes() const { return out_.size(); }
   std::string Finish(uint64_t generation, uint64_t cursor,
@@ -168,6 +171,14 @@ class ShardPairsWriter {
   uint32_t count_ = 0;
 };
 Result<ShardPairs> DecodeShardPairs(std::string_view payload);
+
+struct ShardFillProgress {
+  bool done = false;
+  uint64_t pairs_total = 0;
+  uint64_t pairs_copied = 0;
+};
+std::string EncodeShardFillReply(const ShardFillProgress& progress);
+Result<ShardFillProgress> DecodeShardFillReply(std::string_view payload);
 
 }  // namespace remem::hash
 

@@ -149,6 +149,7 @@ TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
   w.Add("k1", "value one", 17, false);
   w.Add("gone", "ignored", 0, true);
   w.Add("k3", "", 4, false);
+  w.AddFill("k4", "copied", 12);
   const std::string bytes = w.Finish(7, kShardCursorDone, 4, 99);
   auto pairs = DecodeShardPairs(bytes);
   ASSERT_TRUE(pairs.ok()) << pairs.status().ToString();
@@ -156,13 +157,18 @@ TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
   EXPECT_EQ(pairs->cursor, kShardCursorDone);
   EXPECT_EQ(pairs->num_partitions, 4u);
   EXPECT_EQ(pairs->max_version, 99u);
-  ASSERT_EQ(pairs->pairs.size(), 3u);
+  ASSERT_EQ(pairs->pairs.size(), 4u);
   EXPECT_EQ(pairs->pairs[0].key, "k1");
   EXPECT_EQ(pairs->pairs[0].value, "value one");
   EXPECT_EQ(pairs->pairs[0].version, 17u);
   EXPECT_TRUE(pairs->pairs[1].deleted);
   EXPECT_EQ(pairs->pairs[1].value, "");
   EXPECT_EQ(pairs->pairs[2].value, "");
+  EXPECT_FALSE(pairs->pairs[2].fill);
+  EXPECT_TRUE(pairs->pairs[3].fill);
+  EXPECT_FALSE(pairs->pairs[3].deleted);
+  EXPECT_EQ(pairs->pairs[3].value, "copied");
+  EXPECT_EQ(pairs->pairs[3].version, 12u);
   // The writer starts over after Finish.
   EXPECT_EQ(w.count(), 0u);
   EXPECT_EQ(DecodeShardPairs(w.Finish(0, 0, 0, 0))->pairs.size(), 0u);
@@ -170,12 +176,20 @@ TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
     EXPECT_FALSE(DecodeShardPairs(bytes.substr(0, n)).ok()) << n;
   }
   std::string bad = bytes;
-  bad[sizeof(ShardPairsHeader) + 16] = 2;  // kind
+  bad[sizeof(ShardPairsHeader) + 16] = 3;  // kind
   EXPECT_FALSE(DecodeShardPairs(bad).ok());
   const uint32_t huge = 1u << 30;
   bad = bytes;
   std::memcpy(bad.data() + 16, &huge, sizeof(huge));  // count
   EXPECT_FALSE(DecodeShardPairs(bad).ok());
+
+  const std::string fill = EncodeShardFillReply({true, 10, 10});
+  auto progress = DecodeShardFillReply(fill);
+  ASSERT_TRUE(progress.ok()) << progress.status().ToString();
+  EXPECT_TRUE(progress->done);
+  EXPECT_EQ(progress->pairs_total, 10u);
+  EXPECT_FALSE(DecodeShardFillReply(fill.substr(0, 23)).ok());
+  EXPECT_FALSE(DecodeShardFillReply(EncodeShardFillReply({false, 3, 4})).ok());
 }
 
 }  // namespace

@@ -233,6 +233,11 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_ops", ops);
   out->Add("hash_op_writes", op_writes);
   out->Add("hash_op_functions", functions_.size());
+  if (cluster_ != nullptr) {
+    uint64_t fill_pairs = 0;
+    for (const auto& p : partitions_) fill_pairs += p->fill_pairs.Get();
+    out->Add("hash_fill_pairs", fill_pairs);
+  }
 }
 
 Result<Route> HashService::RouteCall(uint8_t method,
@@ -282,6 +287,7 @@ Result<Route> HashService::RouteCall(uint8_t method,
     case HashMethod::kShardImport:
     case HashMethod::kShardDrop:
     case HashMethod::kReplicate:
+    case HashMethod::kShardFill:
       if (cluster_ == nullptr) {
         return Status::Unsupported("this server is not in a cluster");
       }
@@ -313,6 +319,8 @@ void HashService::Handle(PartitionId p, Call call) {
       return HandleShardDrop(std::move(call));
     case HashMethod::kReplicate:
       return HandleReplicate(std::move(call));
+    case HashMethod::kShardFill:
+      return HandleShardFill(std::move(call));
     default:
       return HandleSingle_st(p, std::move(call));
   }
@@ -411,6 +419,9 @@ void HashService::Replicated_st(PartitionId p, uint64_t upto, Status status) {
   Partition& part = *partitions_[p];
   part.repl_in_flight = false;
   part.repl_done = upto;
+  if (!status.ok() && part.fill.epoch != 0 && part.fill.failed.ok()) {
+    part.fill.failed = status;
+  }
   for (auto it = part.repl_dirty.begin(); it != part.repl_dirty.end();) {
     it = it->second <= upto ? part.repl_dirty.erase(it) : std::next(it);
   }
@@ -472,6 +483,10 @@ void HashService::HandleReplicate(Call call) {
   for (uint32_t i = 0; i < rep->pairs.pairs.size(); ++i) {
     const std::string_view key = rep->pairs.pairs[i].key;
     if (!cluster::Ownership::BacksUp(**at, key)) continue;
+    // A copy for a backup being filled: a ready one has it already.
+    if (rep->pairs.pairs[i].fill && !cluster::Ownership::Fills(**at, key)) {
+      continue;
+    }
     by_owner[PartitionOf(key)].push_back(i);
   }
   // Raised by every partition at its next pass (OnPass).
@@ -808,6 +823,7 @@ size_t HashService::OnPass(PartitionId p) {
     const uint64_t seen =
         replicated_max_version_.load(std::memory_order_relaxed);
     if (seen > part.table->last_version()) part.table->RaiseVersion(seen);
+    FillStep_st(part);
     ShipBatch_st(p);
   }
   return work;
@@ -1017,7 +1033,144 @@ Status CheckMoving(const cluster::Ownership& o,
   return Status::OK();
 }
 
+// OK if the configuration installed here is at `epoch` and has this
+// server fill every shard of `shards` as a backup (`as_primary`: owns each
+// and has a backup fill it); Conflict otherwise (Busy before any).
+Status CheckFilling(const cluster::Ownership& o, uint32_t epoch,
+                    const std::vector<uint32_t>& shards,
+                    bool as_primary = false) {
+  const cluster::Ownership::Installed* c = o.current();
+  if (c == nullptr) return Status::Busy("no cluster configuration yet");
+  if (epoch != c->config.epoch) {
+    return Status::Conflict("asked at epoch " + std::to_string(epoch) +
+                            "; this server has installed epoch " +
+                            std::to_string(c->config.epoch));
+  }
+  const cluster::Config& cfg = c->config;
+  for (uint32_t s : shards) {
+    bool ok = s < cfg.num_shards();
+    if (ok && as_primary) {
+      ok = c->owns[s] != 0;
+      bool any = false;
+      for (uint32_t i = 0; ok && i < cfg.replicas; ++i) {
+        any = any || cfg.FillingAt(size_t(s) * cfg.replicas + i);
+      }
+      ok = ok && any;
+    } else if (ok) {
+      ok = !c->fills.empty() && c->fills[s] != 0;
+    }
+    if (!ok) {
+      return Status::Conflict("shard " + std::to_string(s) + " is not " +
+                              (as_primary
+                                   ? "owned here with a backup being filled"
+                                   : "being filled here") +
+                              " in epoch " + std::to_string(cfg.epoch));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+// A copy's pairs per batch: a write behind it waits for at most this much
+// more to reach the backups.
+constexpr size_t kFillBatchBytes = 256u << 10;
+
+void HashService::FillStep_st(Partition& part) {
+  Partition::Fill& fill = part.fill;
+  if (fill.epoch == 0) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->config.epoch != fill.epoch) {
+    // The roles may have changed: the manager starts another copy.
+    fill = Partition::Fill{};
+    return;
+  }
+  if (part.repl_in_flight || !fill.failed.ok() ||
+      fill.next >= fill.keys.size()) {
+    return;
+  }
+  if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
+  uint64_t added = 0;
+  while (fill.next < fill.keys.size() &&
+         part.repl_batch->bytes() < kFillBatchBytes) {
+    const std::string& key = fill.keys[fill.next++];
+    // Deleted since the copy started: its delete is in the stream already.
+    auto v = part.table->Get(key);
+    if (!v.ok()) continue;
+    part.repl_batch->AddFill(key, v->value, v->version);
+    ++part.repl_noted;
+    ++added;
+  }
+  fill.upto = part.repl_noted;
+  part.fill_pairs.Add(added);
+}
+
+void HashService::HandleShardFill(Call call) {
+  auto list = DecodeShardList(call.payload);
+  if (!list.ok()) return call.responder.Reply(list.status());
+  if (list->flags != 0) {
+    return call.responder.Reply(Status::InvalidArgument("bad fill flags"));
+  }
+  if (replicator_ == nullptr) {
+    return call.responder.Reply(
+        Status::Unsupported("this server does not replicate"));
+  }
+  const uint32_t epoch = call.epoch;
+  if (Status st = CheckFilling(*cluster_, epoch, list->shards, true);
+      !st.ok()) {
+    return call.responder.Reply(st);
+  }
+  struct Progress {
+    std::vector<uint8_t> set;
+    std::vector<ShardFillProgress> parts;
+    std::vector<Status> status;
+    Responder responder;
+  };
+  auto progress = std::make_shared<Progress>();
+  progress->set =
+      ShardSet(list->shards, cluster_->current()->config.num_shards());
+  progress->parts.resize(partitions_.size());
+  progress->status.resize(partitions_.size());
+  progress->responder = std::move(call.responder);
+  auto fan = std::make_shared<server::FanIn>(partitions_.size(), [progress] {
+    if (Status st = FirstError(progress->status); !st.ok()) {
+      return progress->responder.Reply(st);
+    }
+    ShardFillProgress sum{true, 0, 0};
+    for (const ShardFillProgress& p : progress->parts) {
+      sum.done = sum.done && p.done;
+      sum.pairs_total += p.pairs_total;
+      sum.pairs_copied += p.pairs_copied;
+    }
+    progress->responder.Reply(Status::OK(), EncodeShardFillReply(sum));
+  });
+  for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+    ctx_->RunOn(owner, [this, owner, epoch, progress, fan] {
+      Partition& part = *partitions_[owner];
+      Partition::Fill& fill = part.fill;
+      const cluster::Ownership::Installed* c = cluster_->current();
+      if (c == nullptr || c->config.epoch != epoch) {
+        progress->status[owner] =
+            Status::Conflict("the configuration changed during the copy");
+        return fan->Done();
+      }
+      if (fill.epoch != epoch || fill.set != progress->set) {
+        // Started now: every write from here on follows in the stream, and
+        // each key's pair is read when it is sent.
+        fill = Partition::Fill{};
+        fill.epoch = epoch;
+        fill.set = progress->set;
+        fill.keys = KeysOfShards_st(part, fill.set, /*in_set=*/true);
+        fill.upto = part.repl_noted;
+      }
+      progress->status[owner] = fill.failed;
+      progress->parts[owner] = {
+          fill.next == fill.keys.size() && part.repl_done >= fill.upto,
+          fill.keys.size(), fill.next};
+      fan->Done();
+    });
+  }
+}
 
 void HashService::HandleShardExport_st(PartitionId p, Call call) {
   auto req = DecodeShardExport(call.payload);
@@ -1211,13 +1364,22 @@ void HashService::HandleShardImport(Call call) {
 void HashService::HandleShardDrop(Call call) {
   auto list = DecodeShardList(call.payload);
   if (!list.ok()) return call.responder.Reply(list.status());
-  if ((list->flags & ~kShardRelease) != 0) {
+  if ((list->flags & ~(kShardRelease | kShardForFill)) != 0 ||
+      list->flags == (kShardRelease | kShardForFill)) {
     return call.responder.Reply(Status::InvalidArgument("bad drop flags"));
   }
   const bool release = (list->flags & kShardRelease) != 0;
-  // Released: shards moving away whose new owner has everything. Else
-  // shards moving here: what an earlier, unfinished copy left.
-  if (Status st = CheckMoving(*cluster_, list->shards, release); !st.ok()) {
+  if ((list->flags & kShardForFill) != 0) {
+    // Shards this server is about to be filled with: what it held of them
+    // before (an earlier role, an unfinished copy) goes first.
+    if (Status st = CheckFilling(*cluster_, call.epoch, list->shards);
+        !st.ok()) {
+      return call.responder.Reply(st);
+    }
+  } else if (Status st = CheckMoving(*cluster_, list->shards, release);
+             !st.ok()) {
+    // Released: shards moving away whose new owner has everything. Else
+    // shards moving here: what an earlier, unfinished copy left.
     return call.responder.Reply(st);
   }
   if (release) {

@@ -33,6 +33,9 @@
 // yet replicated (an operation: of a partition with any) is answered once
 // it is, so nobody sees a value that a failover could lose. As a backup, the
 // service applies a primary's records (kReplicate) with their versions.
+// Re-replication (kShardFill): a primary copies whole shards to a backup
+// being filled through the same stream, so the copy and the writes reach it
+// in order.
 //
 // Thread contract: as server::Service (service.h).
 
@@ -138,6 +141,21 @@ class HashService final : public server::Service {
     // when each was last written. A read of another key waits for nothing.
     std::unordered_map<uint64_t, uint64_t> repl_dirty;
     server::Counter repl_batches, repl_records;
+    // Re-replication (owner thread only; kShardFill): the copy of shards
+    // this server owns to their backups being filled, as kFill pairs
+    // appended to the replication batches. The keys of those shards when
+    // the copy started; each is read again when its turn comes, so the pair
+    // sent is the newest, and every later write follows it in the stream.
+    struct Fill {
+      uint32_t epoch = 0;        // 0: no copy
+      std::vector<uint8_t> set;  // per shard
+      std::vector<std::string> keys;
+      size_t next = 0;    // keys[next] is sent next
+      uint64_t upto = 0;  // the record count of the last pair sent
+      Status failed;      // a batch with its pairs was not replicated
+    };
+    Fill fill;
+    server::Counter fill_pairs;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -196,6 +214,12 @@ class HashService final : public server::Service {
   void ShipBatch_st(server::PartitionId p);
   void Replicated_st(server::PartitionId p, uint64_t upto, Status status);
   void HandleReplicate(server::Call call);
+  // Re-replication: starts (or reports) the copy of the listed shards to
+  // their backups being filled (kShardFill), on every partition.
+  void HandleShardFill(server::Call call);
+  // Appends the next pairs of partition p's copy to its batch (OnPass, when
+  // no batch is in flight); ends a copy whose epoch is no longer current.
+  void FillStep_st(Partition& part);
   // Stores pairs[items] in `part` with their versions (Table::Import: a
   // newer version stays) or deletes them, each logged if `logged`; the
   // first error (kShardImport and kReplicate).

@@ -32,7 +32,8 @@ enum class HashMethod : uint8_t {
   // Moving shards between the members of a cluster: the configuration
   // manager's steps (src/cluster/member.h). Each is refused with Conflict
   // unless the configuration moves the named shards away from this server
-  // (export, sync, drop with kShardRelease) or to it (import, drop).
+  // (export, sync, drop with kShardRelease) or to it (import, drop), or,
+  // for drop with kShardForFill, has this server fill them as a backup.
   kShardExport = 9,   // ShardExportRequest + u32 shards; ShardPairs
   kShardSync = 10,    // ShardListRequest + u32 shards; ShardPairs: the
                       // keys changed since they were exported
@@ -41,10 +42,18 @@ enum class HashMethod : uint8_t {
   // Replication (src/cluster/replicator.h): a primary's records of one
   // pass of one partition, sent to the backups of their shards at the
   // primary's epoch. Refused with Conflict unless the backup has installed
-  // that epoch and backs up each pair's shard in it; records of a shard it
-  // does not back up are refused whole. Applied in memory (with their
-  // versions, as kShardImport) and logged; answered once applied.
+  // that epoch; it keeps the records of the shards it backs up in it (the
+  // others are for other backups), and kFill pairs only of shards it is
+  // being filled with. Applied in memory (with their versions, as
+  // kShardImport) and logged; answered once applied.
   kReplicate = 13,  // ShardPairs; empty reply
+  // Re-replication (src/cluster/member.h): the manager asks a primary to
+  // copy the listed shards, which it owns, to their backups being filled,
+  // as kFill pairs in its replication stream. The first call at an epoch
+  // starts the copy; every call answers its progress. Conflict unless this
+  // server owns each shard and the shard has a backup being filled in the
+  // configuration installed here, at the request's epoch.
+  kShardFill = 14,  // ShardListRequest + u32 shards; ShardFillReply
   kCount
 };
 
@@ -192,6 +201,8 @@ inline constexpr uint32_t kMaxShardList = 65536;
 // ShardListRequest::flags
 inline constexpr uint8_t kShardFreeze = 1;   // sync: freeze first
 inline constexpr uint8_t kShardRelease = 2;  // drop: release first
+// drop: the shards are being filled here (before their copy starts).
+inline constexpr uint8_t kShardForFill = 4;
 
 // Followed by `count` little-endian uint32 shard numbers.
 struct ShardListRequest {
@@ -233,7 +244,9 @@ struct ShardPairsHeader {
 };
 static_assert(sizeof(ShardPairsHeader) == 32);
 
-enum class ShardPairKind : uint8_t { kPut = 0, kDeleted = 1 };
+// kFill: a pair of a shard's copy to a backup being filled (kReplicate);
+// only such a backup keeps it, as a kPut.
+enum class ShardPairKind : uint8_t { kPut = 0, kDeleted = 1, kFill = 2 };
 struct ShardPair {
   uint64_t version;  // kPut: the pair's version, kept by the new owner
   uint32_t key_len;
@@ -242,6 +255,15 @@ struct ShardPair {
   uint8_t reserved[7];
 };
 static_assert(sizeof(ShardPair) == 24);
+
+// kShardFill's reply: the progress of the copy at the request's epoch.
+struct ShardFillReply {
+  uint32_t done;  // 1: every pair is on the filled backups
+  uint32_t reserved;
+  uint64_t pairs_total;   // pairs of the shards when the copy started
+  uint64_t pairs_copied;  // of those, sent and held by the backups
+};
+static_assert(sizeof(ShardFillReply) == 24);
 
 }  // namespace remem::hash
 

@@ -741,6 +741,9 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_shards_backed_up",
         c ? uint64_t(std::count(c->backs.begin(), c->backs.end(), 1)) : 0);
     num("cluster_failovers", m ? m->failovers() : 0);
+    num("cluster_shards_filling", c ? c->config.filling_shards() : 0);
+    num("cluster_shards_filled", m ? m->shards_filled() : 0);
+    num("cluster_last_fill_ms", m ? m->last_fill_ms() : 0);
     const cluster::MemberLease* ml =
         member_lease_view.load(std::memory_order_acquire);
     num("cluster_lease_renewals", ml ? ml->renewals() : 0);
