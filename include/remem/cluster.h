@@ -208,11 +208,16 @@ class Cluster {
   // Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
-  // Routing counters: refusals (Moved) seen and configurations fetched.
+  // Routing counters: refusals (Moved) seen and configurations fetched;
+  // gets answered one-sided and by the server (summed over the stores of
+  // the servers this client is connected to: a replicated cluster's are
+  // all by the server).
   struct RouteStats {
     uint64_t moved = 0;
     uint64_t refreshes = 0;
     uint64_t connects = 0;
+    uint64_t onesided_gets = 0;
+    uint64_t rpc_gets = 0;
   };
   const RouteStats& route_stats() const;
 

@@ -98,6 +98,18 @@ struct Cluster::Impl {
 
   void Install(cluster::Config c) {
     config = std::move(c);
+    // A session opened before the configuration was known (a seed's, to
+    // fetch it) reads as the configuration says: replicated shards by RPC
+    // only. (A one-sided read of a primary's memory can see a write its
+    // backups do not hold yet, which a failover would then lose.)
+    for (auto& [addr, s] : servers) {
+      if (s.session &&
+          s.session->core()->cluster_routed() != (config.replicas == 0)) {
+        s.session->core()->set_cluster_routed(config.replicas == 0);
+        s.ops.reset();  // opened again with the read path that goes with it
+        s.store.reset();
+      }
+    }
     info.name = config.name;
     info.epoch = config.epoch;
     info.num_shards = config.num_shards();
@@ -788,7 +800,16 @@ uint32_t Cluster::ShardOf(std::string_view key) const {
 const std::string& Cluster::OwnerOf(std::string_view key) const {
   return impl_->OwnerOf(key);
 }
-const Cluster::RouteStats& Cluster::route_stats() const { return impl_->stats; }
+const Cluster::RouteStats& Cluster::route_stats() const {
+  RouteStats& st = impl_->stats;
+  st.onesided_gets = st.rpc_gets = 0;
+  for (const auto& [addr, s] : impl_->servers) {
+    if (!s.store) continue;
+    st.onesided_gets += s.store->read_stats().onesided_gets;
+    st.rpc_gets += s.store->read_stats().rpc_gets;
+  }
+  return st;
+}
 
 Status Cluster::Drain(const std::string& address,
                       std::chrono::milliseconds wait) {
