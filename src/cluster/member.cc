@@ -507,7 +507,7 @@ Result<std::string> ClusterMember::GrantLease(std::string_view request) {
       refused_ns_.store(now);
       return Status::Busy("a failover is being recorded");
     }
-    renewals_[ask->address] = {ask->incarnation, now};
+    renewals_[ask->address] = {ask->incarnation, now, true};
   }
   grant.epoch = c->config.epoch;
   grant.lease_ms = uint32_t(options_.lease.count());
@@ -552,10 +552,18 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
       // A member this manager has not heard from yet (it joined, or was
       // slow to find the manager) is judged from when it was first seen
       // here; what an earlier manager granted has lapsed by then (above).
+      // One that is not registered in ZooKeeper either (its session is
+      // gone: it died with the previous manager) holds no lease and is
+      // not coming: judged at once.
       auto it =
-          renewals_.try_emplace(m.address, Renewal{m.incarnation, judged_ns})
+          renewals_
+              .try_emplace(m.address, Renewal{m.incarnation, judged_ns, false})
               .first;
+      const bool registered_now =
+          std::any_of(registered.begin(), registered.end(),
+                      [&](const Member& r) { return r.address == m.address; });
       if (it->second.incarnation == m.incarnation &&
+          (it->second.asked || registered_now) &&
           LeaseClockNs() - it->second.at_ns < SuspectAfterNs()) {
         live.push_back(m);
       }

@@ -51,15 +51,17 @@
 // each shard it owned to that shard's first backup still here and drops it
 // from every shard's backups. A new manager has heard from nobody: it
 // waits lease + kLeaseMargin after it took office before it fails anyone
-// over, as after it refused a lease itself. The manager grants leases
-// (GrantLease) only while its ZooKeeper session is surely alive (a successful
-// ZooKeeper call less than the session timeout - lease - kLeaseMargin ago), so
-// the leases it granted have lapsed before a successor can be elected.
-// Re-replication (replicated clusters, once nobody is to be failed over):
-// shards short of copies get new backups, marked filling (PlanBackups),
-// from the members holding a lease. In a round at epoch e, which only the
-// manager that wrote e runs (a successor first writes e+1, so a copy an
-// earlier manager began is never mistaken for its own): each member being
+// over, as after it refused a lease itself; then a member it has not heard
+// from is judged from when it first saw it, unless that member is not
+// registered in ZooKeeper either (it died with the old manager): at once. The
+// manager grants leases (GrantLease) only while its ZooKeeper session is surely
+// alive (a successful ZooKeeper call less than the session timeout - lease -
+// kLeaseMargin ago), so the leases it granted have lapsed before a successor
+// can be elected. Re-replication (replicated clusters, once nobody is to be
+// failed over): shards short of copies get new backups, marked filling
+// (PlanBackups), from the members holding a lease. In a round at epoch e, which
+// only the manager that wrote e runs (a successor first writes e+1, so a copy
+// an earlier manager began is never mistaken for its own): each member being
 // filled drops what it held of those shards (kShardDrop with
 // kShardForFill), then each of their primaries copies them through its
 // replication stream (kShardFill, asked again every pass for its
@@ -283,6 +285,7 @@ class ClusterMember {
   struct Renewal {
     uint64_t incarnation = 0;
     uint64_t at_ns = 0;
+    bool asked = false;  // false: first seen in the configuration at at_ns
   };
   mutable std::mutex lease_mu_;
   std::map<std::string, Renewal> renewals_;
