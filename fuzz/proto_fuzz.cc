@@ -358,17 +358,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
-    // A version 1 registration re-encodes as version 2, which decodes to
-    // the same member; a version 2 one re-encodes to its own bytes.
+    // An older registration re-encodes as version 3, which decodes to the
+    // same member; a version 3 one re-encodes to its own bytes.
     auto m = remem::cluster::DecodeMemberRecord(in);
     if (m.ok()) {
       const std::string again = remem::cluster::EncodeMemberRecord(*m);
       auto m2 = remem::cluster::DecodeMemberRecord(again);
       if (!m2.ok() || m2->address != m->address ||
-          m2->capacity != m->capacity || m2->incarnation != m->incarnation) {
+          m2->capacity != m->capacity || m2->incarnation != m->incarnation ||
+          m2->domain != m->domain) {
         std::abort();
       }
-      if (in.rfind("remem-member 2\n", 0) == 0 && again != in) std::abort();
+      if (in.rfind("remem-member 3\n", 0) == 0 && again != in) std::abort();
     }
   }
   // A member's lease ask and the manager's grant: re-encode to the bytes.

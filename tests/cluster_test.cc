@@ -6,12 +6,16 @@
 
 #include "remem/cluster.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -1639,9 +1643,11 @@ TEST_F(ClusterTest, FaultSuiteOfKillsPausesAndZooKeeperRestarts) {
 int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
 
 // The same suite with network partitions: three server hosts and a hub
-// (ZooKeeper) on one LAN (198.18.2.0/24, network namespaces joined by a
-// bridge), and this test process on it through a veth of its own, all over
-// tcp. Skipped over shared memory, and where namespaces cannot be made.
+// (ZooKeeper, and this test process's clients) on one LAN (198.18.2.0/24,
+// network namespaces joined by a bridge), all over tcp. Nothing is made in
+// the root namespace (other tests' UCX lists its devices): each veth is
+// created in its namespaces, and the test process moves into the hub.
+// Skipped over shared memory, and where namespaces cannot be made.
 class ClusterNetns : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1659,43 +1665,56 @@ class ClusterNetns : public ::testing::Test {
     ASSERT_EQ(Sh("ip -n " + hub_ + " addr add 198.18.2.1/24 dev br0"), 0);
     ASSERT_EQ(Sh("ip -n " + hub_ + " link set br0 up"), 0);
     ASSERT_EQ(Sh("ip -n " + hub_ + " link set lo up"), 0);
-    auto plug = [&](const std::string& ns, const std::string& out,
-                    const std::string& in, const std::string& address) {
-      ASSERT_EQ(Sh("ip link add " + in + " type veth peer name " + out), 0);
-      ASSERT_EQ(Sh("ip link set " + in + " netns " + hub_), 0);
-      ASSERT_EQ(Sh("ip -n " + hub_ + " link set " + in + " master br0"), 0);
-      ASSERT_EQ(Sh("ip -n " + hub_ + " link set " + in + " up"), 0);
-      const std::string at = ns.empty() ? "ip " : "ip -n " + ns + " ";
-      if (!ns.empty()) {
-        ASSERT_EQ(Sh("ip link set " + out + " netns " + ns), 0);
-      }
-      ASSERT_EQ(Sh(at + "addr add " + address + "/24 dev " + out), 0);
-      ASSERT_EQ(Sh(at + "link set " + out + " up"), 0);
-      if (!ns.empty()) {
-        ASSERT_EQ(Sh(at + "link set lo up"), 0);
-      }
-    };
     for (int i = 0; i < 3; ++i) {
       const std::string ns = "remem-f" + std::to_string(i) + "-" + id;
+      const std::string in = "rfh" + std::to_string(i) + id;
+      const std::string out = "rfs" + std::to_string(i) + id;
       ASSERT_EQ(Sh("ip netns add " + ns), 0);
       hosts_.push_back(ns);
-      devs_.push_back("rfs" + std::to_string(i) + id);
-      plug(ns, devs_.back(), "rfh" + std::to_string(i) + id,
-           "198.18.2." + std::to_string(i + 2));
+      devs_.push_back(out);
+      ASSERT_EQ(Sh("ip -n " + hub_ + " link add " + in +
+                   " type veth peer name " + out + " netns " + ns),
+                0);
+      ASSERT_EQ(Sh("ip -n " + hub_ + " link set " + in + " master br0"), 0);
+      ASSERT_EQ(Sh("ip -n " + hub_ + " link set " + in + " up"), 0);
+      ASSERT_EQ(Sh("ip -n " + ns + " addr add 198.18.2." +
+                   std::to_string(i + 2) + "/24 dev " + out),
+                0);
+      ASSERT_EQ(Sh("ip -n " + ns + " link set " + out + " up"), 0);
+      ASSERT_EQ(Sh("ip -n " + ns + " link set lo up"), 0);
     }
-    // This process's own way onto the LAN (its UCX uses only that).
-    self_dev_ = "rfr" + id;
-    plug("", self_dev_, "rfp" + id, "198.18.2.254");
-    setenv("UCX_NET_DEVICES", self_dev_.c_str(), 1);
+    // This process joins the hub, as `ip netns exec` would: a mount
+    // namespace of its own whose /sys shows the hub's devices (UCX lists
+    // them there), then the hub's network namespace, which every thread it
+    // starts from here (the clients, UCX's) inherits.
+    if (::unshare(CLONE_NEWNS) != 0) {
+      GTEST_SKIP() << "joining a namespace needs a process of its own (run "
+                      "this test alone, as ctest does): "
+                   << std::strerror(errno);
+    }
+    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
+    root_ns_ = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(root_ns_, 0);
+    const int hub =
+        ::open(("/var/run/netns/" + hub_).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(hub, 0);
+    ASSERT_EQ(::setns(hub, CLONE_NEWNET), 0);
+    ::close(hub);
+    ASSERT_EQ(::umount2("/sys", MNT_DETACH), 0);
+    ASSERT_EQ(::mount("sysfs", "/sys", "sysfs", 0, nullptr), 0);
+    setenv("UCX_NET_DEVICES", "br0", 1);
   }
   void TearDown() override {
     servers_.clear();
     zk_.reset();
+    if (root_ns_ >= 0) {
+      (void)::setns(root_ns_, CLONE_NEWNET);
+      ::close(root_ns_);
+      unsetenv("UCX_NET_DEVICES");
+    }
     if (!created_) return;
     for (const auto& ns : hosts_) Sh("ip netns del " + ns + " 2>/dev/null");
     Sh("ip netns del " + hub_ + " 2>/dev/null");
-    Sh("ip link del " + self_dev_ + " 2>/dev/null");
-    unsetenv("UCX_NET_DEVICES");
   }
   // Server i cut off: its link down, or (one way) everything it sends
   // lost: a blackhole route to every other host of the LAN, so what it
@@ -1718,17 +1737,19 @@ class ClusterNetns : public ::testing::Test {
     }
     ASSERT_EQ(Sh(at + "link set " + devs_[size_t(i)] + " up"), 0);
   }
-  // The LAN's other addresses: the hub, the other servers, this process.
+  // The LAN's other addresses: the hub (ZooKeeper, the clients), the
+  // other servers.
   std::vector<std::string> Peers(int i) const {
-    std::vector<std::string> out = {"198.18.2.1", "198.18.2.254"};
+    std::vector<std::string> out = {"198.18.2.1"};
     for (int j = 0; j < 3; ++j) {
       if (j != i) out.push_back("198.18.2." + std::to_string(j + 2));
     }
     return out;
   }
-  std::string hub_, self_dev_;
+  std::string hub_;
   std::vector<std::string> hosts_, devs_;
   bool created_ = false;
+  int root_ns_ = -1;  // this process's namespace before it joined the hub
   std::unique_ptr<testing::ZooKeeperProcess> zk_;
   std::vector<testing::ServerProcess> servers_;
 };
@@ -1784,6 +1805,35 @@ TEST_F(ClusterNetns, FaultSuiteWithPartitionsAcrossHosts) {
                  Fault::kKillPrimary, Fault::kPausePrimary, Fault::kKillBackup,
                  Fault::kRestartZooKeeper, Fault::kKillManager},
                 FaultCount(slow ? 2 : 7));
+}
+
+TEST_F(ClusterTest, BackupsAreInAnotherFailureDomainThanTheirPrimary) {
+  // Two racks of two servers.
+  const std::vector<std::string> racks = {"r1", "r1", "r2", "r2"};
+  for (const std::string& rack : racks) {
+    servers_.push_back(
+        StartServer({"--cluster", ClusterFlag(), "--cluster-size", "4",
+                     "--cluster-session-ms", "2000", "--replicas", "1",
+                     "--shards", "64", "--failure-domain", rack}));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const Cluster::Info& info = cluster->info();
+  ASSERT_EQ(info.replicas, 1u);
+  for (uint32_t s = 0; s < info.num_shards; ++s) {
+    const int32_t b = info.shard_backups[s];
+    ASSERT_GE(b, 0) << s;
+    EXPECT_NE(info.nodes[size_t(b)].domain,
+              info.nodes[info.shard_owner[s]].domain)
+        << "shard " << s;
+  }
+  auto nodes = RunCommand({testing::CliBinary(), "--cluster",
+                           servers_[1].address, "--transport", TransportFlag(),
+                           "--json", "cluster", "nodes"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.out;
+  EXPECT_NE(nodes.out.find("\"domain\":\"r2\""), std::string::npos)
+      << nodes.out;
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
@@ -1911,6 +1961,10 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   EXPECT_NE(bad.out.find("ZK_HOSTS/PATH"), std::string::npos) << bad.out;
   bad = run({"--cluster", zk_->hosts() + "/a/../b"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  // A failure domain that is not a name.
+  bad = run({"--cluster", ClusterFlag(), "--failure-domain", "rack/1"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("failure domain"), std::string::npos) << bad.out;
   // No ZooKeeper there: refused within the session timeout, with a reason.
   auto none = run({"--cluster", "127.0.0.1:1/remem/x"});
   EXPECT_EQ(none.exit_code, 1) << none.out;

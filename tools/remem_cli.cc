@@ -280,13 +280,14 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       if (json) {
         std::printf(
             "%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u,"
-            "\"backups\":%u,\"filling\":%u}",
+            "\"backups\":%u,\"filling\":%u,\"domain\":%s}",
             i ? "," : "", JsonString(n.address).c_str(),
             static_cast<unsigned long long>(n.capacity), n.shards, n.backups,
-            n.filling);
+            n.filling, JsonString(n.domain).c_str());
       } else if (info.replicas > 0) {
         std::printf("%-24s %6u shards  %6u backups  %s", n.address.c_str(),
                     n.shards, n.backups, FormatSize(n.capacity).c_str());
+        if (!n.domain.empty()) std::printf("  domain %s", n.domain.c_str());
         if (n.filling > 0) std::printf("  (%u being filled)", n.filling);
         std::printf("\n");
       } else {

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cluster/config.h"
 #include "registry/registry.h"
 #include "remem/version.h"
 #include "server/server.h"
@@ -270,6 +271,17 @@ int main(int argc, char** argv) {
                  "backup). Needs --cluster-size of at least f+1")
       ->capture_default_str()
       ->check(CLI::Range(0u, 4u));
+  app.add_option("--failure-domain", cfg.failure_domain,
+                 "with --cluster: the failure domain this server is in (a "
+                 "rack, a host, a zone: [A-Za-z0-9_.-], up to 64 bytes); a "
+                 "shard's backups go to servers of other domains first")
+      ->check([](const std::string& d) {
+        return remem::cluster::ValidDomain(d)
+                   ? std::string()
+                   : std::string(
+                         "a failure domain is 1 to 64 of "
+                         "[A-Za-z0-9_.-]");
+      });
   app.add_option("--move-share", cfg.move_share,
                  "with --cluster, as configuration manager: the share (%) of "
                  "the time copying shards may keep servers busy; the rest "

@@ -97,6 +97,7 @@ class Cluster {
     uint32_t shards = 0;    // shards it owns
     uint32_t backups = 0;   // shards it backs up (replicated clusters)
     uint32_t filling = 0;   // of those, shards it is being filled with
+    std::string domain;     // its failure domain ("": none declared)
   };
   struct Info {
     std::string name;  // the cluster's name

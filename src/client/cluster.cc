@@ -117,7 +117,7 @@ struct Cluster::Impl {
     for (size_t i = 0; i < config.members.size(); ++i) {
       info.nodes.push_back({config.members[i].address,
                             config.members[i].capacity, config.ShardsOf(int(i)),
-                            0});
+                            0, 0, config.members[i].domain});
     }
     info.replicas = config.replicas;
     info.shard_backups.assign(config.backups.size(), -1);

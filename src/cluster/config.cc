@@ -22,7 +22,17 @@ bool ValidComponent(std::string_view c) {
   });
 }
 
+// Whether members a and b declared the same failure domain.
+bool SameDomain(const Member& a, const Member& b) {
+  return !a.domain.empty() && a.domain == b.domain;
+}
+
 }  // namespace
+
+bool ValidDomain(std::string_view domain) {
+  return domain.empty() ||
+         (domain.size() <= kMaxDomainBytes && ValidComponent(domain));
+}
 
 uint32_t ShardOf(std::string_view key, uint32_t num_shards) {
   return uint32_t(XXH3_64bits_withSeed(key.data(), key.size(), kShardSeed) %
@@ -102,10 +112,26 @@ Config InitialConfig(std::string name, uint32_t epoch,
   c.replicas = replicas;
   c.backups.assign(size_t(num_shards) * replicas, kNoMember);
   c.filling.assign(c.backups.size(), 0);
-  for (uint64_t s = 0; s < num_shards; ++s) {
-    for (uint32_t i = 0; i < replicas && i + 1 < n; ++i) {
-      c.backups[s * replicas + i] = uint16_t((c.owner[s] + 1 + i) % n);
+  // Each owner's backups, chained: the next members in address order,
+  // those of other failure domains first.
+  std::vector<std::vector<uint16_t>> chain(n);
+  for (uint64_t o = 0; o < n; ++o) {
+    std::vector<uint16_t>& b = chain[o];
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint64_t k = 1; k < n && b.size() < replicas; ++k) {
+        const uint16_t m = uint16_t((o + k) % n);
+        if (std::find(b.begin(), b.end(), m) != b.end()) continue;
+        bool apart = !SameDomain(c.members[m], c.members[o]);
+        for (uint16_t x : b)
+          apart = apart && !SameDomain(c.members[m], c.members[x]);
+        if (pass == 0 && !apart) continue;
+        b.push_back(m);
+      }
     }
+  }
+  for (uint64_t s = 0; s < num_shards; ++s) {
+    const std::vector<uint16_t>& b = chain[c.owner[s]];
+    for (uint32_t i = 0; i < b.size(); ++i) c.backups[s * replicas + i] = b[i];
   }
   return c;
 }
@@ -200,12 +226,29 @@ std::optional<Config> PlanBackups(const Config& current,
     for (uint32_t i = 0; i < f; ++i) {
       const size_t at = size_t(s) * f + i;
       if (next.backups[at] != kNoMember) continue;
+      // Apart: of a failure domain that neither the owner nor a backup
+      // has; such a member wins, then the least loaded.
+      auto apart = [&](size_t m) {
+        if (SameDomain(next.members[m], next.members[next.owner[s]])) {
+          return false;
+        }
+        for (uint16_t b : next.BackupsOf(s)) {
+          if (SameDomain(next.members[m], next.members[b])) return false;
+        }
+        return true;
+      };
       int best = -1;
+      bool best_apart = false;
       for (size_t m = 0; m < n; ++m) {
         if (!is_live[m] || m == next.owner[s] || next.IsBackup(s, int(m))) {
           continue;
         }
-        if (best < 0 || load[m] < load[size_t(best)]) best = int(m);
+        const bool a = apart(m);
+        if (best < 0 || (a && !best_apart) ||
+            (a == best_apart && load[m] < load[size_t(best)])) {
+          best = int(m);
+          best_apart = a;
+        }
       }
       if (best < 0) break;
       next.backups[at] = uint16_t(best);
@@ -384,6 +427,10 @@ std::string EncodeConfig(const Config& c) {
         uint16_t(b != kNoMember && c.FillingAt(i) ? b | kBackupFilling : b));
   }
   for (const Member& m : c.members) proto::Append(&out, m.incarnation);
+  for (const Member& m : c.members) {
+    proto::Append(&out, uint8_t(m.domain.size()));
+    out += m.domain;
+  }
   return out;
 }
 
@@ -444,7 +491,11 @@ Result<Config> DecodeConfig(std::string_view bytes) {
       h.version < 3 ? 0
                     : uint64_t(h.num_shards) * h.replicas * sizeof(uint16_t) +
                           uint64_t(h.num_members) * sizeof(uint64_t);
-  if (r.remaining() != tables * h.num_shards * sizeof(uint16_t) + tail) {
+  // Version 5 ends with the members' failure domains (a length byte, then
+  // the name each), whose length only reading them tells.
+  const uint64_t fixed = tables * h.num_shards * sizeof(uint16_t) + tail;
+  if (h.version < 5 ? r.remaining() != fixed
+                    : r.remaining() < fixed + h.num_members) {
     return proto::Bad("cluster configuration: shard table length");
   }
   c.owner.resize(h.num_shards);
@@ -497,12 +548,24 @@ Result<Config> DecodeConfig(std::string_view bytes) {
     }
     for (Member& m : c.members) (void)r.Read(&m.incarnation);
   }
+  if (h.version >= 5) {
+    for (Member& m : c.members) {
+      uint8_t len = 0;
+      if (!r.Read(&len) || !r.ReadBytes(len, &m.domain) ||
+          !ValidDomain(m.domain)) {
+        return proto::Bad("cluster configuration: bad failure domain");
+      }
+    }
+    if (r.remaining() != 0) {
+      return proto::Bad("cluster configuration: trailing bytes");
+    }
+  }
   return c;
 }
 
 std::string EncodeMemberRecord(const Member& m) {
-  return "remem-member 2\n" + m.address + "\n" + std::to_string(m.capacity) +
-         "\n" + std::to_string(m.incarnation) + "\n";
+  return "remem-member 3\n" + m.address + "\n" + std::to_string(m.capacity) +
+         "\n" + std::to_string(m.incarnation) + "\n" + m.domain + "\n";
 }
 
 namespace {
@@ -519,7 +582,9 @@ bool ParseNumber(std::string_view s, uint64_t* out) {
 Result<Member> DecodeMemberRecord(std::string_view bytes) {
   constexpr std::string_view kHead1 = "remem-member 1\n";
   constexpr std::string_view kHead2 = "remem-member 2\n";
-  const bool v2 = bytes.substr(0, kHead2.size()) == kHead2;
+  constexpr std::string_view kHead3 = "remem-member 3\n";
+  const bool v3 = bytes.substr(0, kHead3.size()) == kHead3;
+  const bool v2 = v3 || bytes.substr(0, kHead2.size()) == kHead2;
   if (!v2 && bytes.substr(0, kHead1.size()) != kHead1) {
     return proto::Bad("member record: bad header");
   }
@@ -535,6 +600,18 @@ Result<Member> DecodeMemberRecord(std::string_view bytes) {
     return proto::Bad("member record: bad capacity");
   }
   bytes.remove_suffix(1);
+  if (v3) {
+    // The domain is the last line (possibly empty).
+    const size_t last = bytes.rfind('\n');
+    if (last == std::string_view::npos) {
+      return proto::Bad("member record: no failure domain");
+    }
+    m.domain = std::string(bytes.substr(last + 1));
+    if (!ValidDomain(m.domain)) {
+      return proto::Bad("member record: bad failure domain");
+    }
+    bytes.remove_suffix(bytes.size() - last);
+  }
   std::string_view capacity = bytes;
   if (v2) {
     const size_t nl2 = bytes.find('\n');

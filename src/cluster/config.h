@@ -31,6 +31,11 @@ inline constexpr uint32_t kMaxMembers = 4096;
 inline constexpr uint32_t kMaxNameBytes = 255;
 inline constexpr uint32_t kMaxAddressBytes = 1024;
 inline constexpr uint32_t kMaxReplicas = 4;
+inline constexpr uint32_t kMaxDomainBytes = 64;
+
+// A failure domain's name (remem-server --failure-domain): 1 to
+// kMaxDomainBytes of [A-Za-z0-9_.-] (or empty: none declared).
+bool ValidDomain(std::string_view domain);
 
 // The shard of `key` among `num_shards` (xxh3-64 with a fixed seed, so
 // every client and server agrees; independent of the hash store's own
@@ -44,6 +49,9 @@ struct Member {
   // In a replicated cluster a server that restarted is a new member: it
   // never resumes the roles its previous incarnation held.
   uint64_t incarnation = 0;
+  // The failure domain the server declared ("": none): a shard's copies
+  // go to members of other domains where there are enough of them.
+  std::string domain = {};
 };
 
 // next[s] of a shard that is not moving.
@@ -104,7 +112,9 @@ struct Config {
 // contiguous ranges as even as possible. With `replicas` f, the backups of
 // a shard owned by the i-th member are the members i+1 .. i+f (mod n;
 // chained, as in chain replication's placement): every member backs up
-// the shards of the f members before it. Needs f < n.
+// the shards of the f members before it. With failure domains, the next
+// members in that order whose domain is not the owner's nor another
+// backup's come first, then the next ones in any domain. Needs f < n.
 Config InitialConfig(std::string name, uint32_t epoch,
                      std::vector<Member> members, uint32_t num_shards,
                      uint32_t replicas = 0);
@@ -142,8 +152,9 @@ std::optional<Config> Failover(const Config& current,
 // newer that gives every shard short of copies (fewer than `replicas`
 // backups, ready or filling) new backups, marked filling, from the
 // members of `live` (those with the incarnation `current` names): never
-// its owner or one of its backups, each time the member holding the
-// fewest shards (owned, backed up or filling), ties to the lower index. A
+// its owner or one of its backups, first one whose failure domain none of
+// them has, each time the member holding the fewest shards (owned, backed
+// up or filling), ties to the lower index. A
 // shard whose owner is not live gets none (its data may be nowhere).
 // At most `max_shards` shards get a backup per step. nullopt if no shard
 // can get one.
@@ -166,8 +177,8 @@ std::string EncodeConfig(const Config& config);
 Result<Config> DecodeConfig(std::string_view bytes);
 
 // A member's registration in ZooKeeper: "remem-member
-// 2\n<address>\n<capacity>\n<incarnation>\n" (version 1 has no
-// incarnation, read as 0).
+// 3\n<address>\n<capacity>\n<incarnation>\n<domain>\n" (version 2 has no
+// domain, version 1 no incarnation either: read as none and 0).
 std::string EncodeMemberRecord(const Member& member);
 Result<Member> DecodeMemberRecord(std::string_view bytes);
 

@@ -78,7 +78,8 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
   EXPECT_FALSE(patched(20, uint32_t(1)).ok());  // replicas, no backups
   EXPECT_FALSE(patched(24, uint32_t(1)).ok());  // reserved
   // A shard owned by a member that does not exist, or moving to one.
-  const size_t incarnations = bytes.size() - 3 * sizeof(uint64_t);
+  // (The tail: three incarnations, three empty failure domains.)
+  const size_t incarnations = bytes.size() - 3 - 3 * sizeof(uint64_t);
   const size_t owners = incarnations - 4 * kDefaultShards;
   EXPECT_FALSE(patched(owners, uint16_t(3)).ok());
   EXPECT_FALSE(patched(incarnations - 2, uint16_t(3)).ok());
@@ -139,7 +140,7 @@ TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
   const Config plain = ThreeServers();
   std::string v1 = EncodeConfig(plain);
   v1.resize(v1.size() - 2 * plain.num_shards() -
-            plain.members.size() * sizeof(uint64_t));
+            plain.members.size() * (sizeof(uint64_t) + 1));
   const uint16_t one = 1;
   std::memcpy(v1.data() + 4, &one, sizeof(one));
   auto old = DecodeConfig(v1);
@@ -245,7 +246,7 @@ TEST(ClusterConfig, ReplicasAreChainedRoundTripAndRefuseBadBackups) {
 
   // A backup that is the owner, a backup twice, a member that does not
   // exist, a backup after a missing one: refused.
-  const size_t backups = bytes.size() - 3 * 8 - 2 * 2 * 12;
+  const size_t backups = bytes.size() - 3 - 3 * 8 - 2 * 2 * 12;
   auto patched = [&](size_t off, uint16_t v) {
     std::string b = bytes;
     std::memcpy(b.data() + off, &v, sizeof(v));
@@ -383,14 +384,74 @@ TEST(ClusterConfig,
   }
   // The flag in a version 3 configuration: refused.
   const std::string bytes = EncodeConfig(*p);
-  const size_t at = bytes.size() - 3 * 8 - 2 * 12;
+  const size_t at = bytes.size() - 3 - 3 * 8 - 2 * 12;
   uint16_t raw;
   std::memcpy(&raw, bytes.data() + at, 2);
   ASSERT_NE(raw & kBackupFilling, 0) << "shard 0's backup should be filling";
-  std::string v3 = bytes;
+  std::string v3 = bytes.substr(0, bytes.size() - 3);  // no domains
   const uint16_t three = 3;
   std::memcpy(v3.data() + 4, &three, 2);
   EXPECT_FALSE(DecodeConfig(v3).ok());
+}
+
+TEST(ClusterConfig, BackupsGoToOtherFailureDomainsFirst) {
+  // Two racks of two servers, one backup per shard: every backup is in the
+  // other rack (without domains, chained placement would put a's shards
+  // on b, in a's rack).
+  const std::vector<Member> racks = {{"a:1", 1, 1, "r1"},
+                                     {"b:1", 1, 2, "r1"},
+                                     {"c:1", 1, 3, "r2"},
+                                     {"d:1", 1, 4, "r2"}};
+  const Config c = InitialConfig("prod", 1, racks, 64, 1);
+  for (uint32_t s = 0; s < 64; ++s) {
+    const std::vector<uint16_t> b = c.BackupsOf(s);
+    ASSERT_EQ(b.size(), 1u) << s;
+    EXPECT_NE(c.members[b[0]].domain, c.members[c.owner[s]].domain) << s;
+  }
+  // Two backups over two racks: the first in the other rack, the second
+  // wherever is left.
+  const Config two = InitialConfig("prod", 1, racks, 64, 2);
+  for (uint32_t s = 0; s < 64; ++s) {
+    const std::vector<uint16_t> b = two.BackupsOf(s);
+    ASSERT_EQ(b.size(), 2u) << s;
+    EXPECT_NE(two.members[b[0]].domain, two.members[two.owner[s]].domain);
+  }
+  // The domains survive the encoding (version 5); a bad one is refused.
+  auto d = DecodeConfig(EncodeConfig(c));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->members[2].domain, "r2");
+  std::string bad = EncodeConfig(c);
+  bad[bad.size() - 1] = '/';
+  EXPECT_FALSE(DecodeConfig(bad).ok());
+  EXPECT_FALSE(DecodeConfig(EncodeConfig(c) + "x").ok());
+  // A new backup goes to another domain even when a member of the owner's
+  // holds fewer shards: c (r2) left, its shards went to d (r2), and their
+  // new backups are a or b (r1).
+  auto f = Failover(c, {racks[0], racks[1], racks[3]});
+  ASSERT_TRUE(f);
+  auto p = PlanBackups(*f, {racks[0], racks[1], racks[3]}, 1000);
+  ASSERT_TRUE(p);
+  for (uint32_t s = 0; s < 64; ++s) {
+    for (uint16_t b : p->BackupsOf(s)) {
+      if (p->IsFilling(s, b)) {
+        EXPECT_NE(p->members[b].domain, p->members[p->owner[s]].domain) << s;
+      }
+    }
+  }
+  // Member records carry the domain (version 3); versions 1 and 2 have
+  // none.
+  auto m = DecodeMemberRecord(EncodeMemberRecord(racks[2]));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->domain, "r2");
+  EXPECT_EQ(m->incarnation, 3u);
+  auto none = DecodeMemberRecord(EncodeMemberRecord({"e:1", 5, 6}));
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->domain, "");
+  EXPECT_EQ(none->incarnation, 6u);
+  EXPECT_FALSE(DecodeMemberRecord("remem-member 3\na:1\n1\n2\nr/1\n").ok());
+  EXPECT_TRUE(ValidDomain("rack-1.zone_a"));
+  EXPECT_FALSE(ValidDomain(std::string(65, 'x')));
+  EXPECT_FALSE(ValidDomain(".."));
 }
 
 TEST(ClusterConfig, LeaseAsksAndGrantsRoundTripAndRefuseMalformedBytes) {

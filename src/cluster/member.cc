@@ -85,6 +85,10 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     return Status::InvalidArgument("--replicas must be 0.." +
                                    std::to_string(kMaxReplicas));
   }
+  if (!ValidDomain(options.self.domain)) {
+    return Status::InvalidArgument(
+        "a failure domain is 1 to 64 of [A-Za-z0-9_.-]");
+  }
   if (options.replicas >= options.initial_size) {
     return Status::InvalidArgument("--replicas " +
                                    std::to_string(options.replicas) +
@@ -260,7 +264,14 @@ bool ClusterMember::Step() {
   // The configuration first: a server that says it is registered serves
   // the configuration of its cluster.
   FollowConfig();
-  if (!registered_.load() && !Register()) return false;
+  if (!registered_.load()) {
+    // Not registered (yet, or again after a lost session, which waits for
+    // the old registration to expire): the member lease still asks the
+    // manager ZooKeeper names now, so a new manager hears from this member
+    // and does not take it for dead.
+    FollowManager();
+    if (!Register()) return false;
+  }
   std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>> drains;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -364,6 +375,24 @@ void ClusterMember::FollowConfig() {
   config_seen_ = true;
 }
 
+void ClusterMember::FollowManager(std::string first) {
+  const std::string& base = options_.target.path;
+  if (first.empty()) {
+    std::vector<std::string> candidates;
+    if (Children(zh_, base + "/election", false, &candidates) != ZOK ||
+        candidates.empty()) {
+      return;
+    }
+    first = candidates.front();
+  }
+  // Where members ask for their leases.
+  std::string address;
+  if (Get(zh_, base + "/election/" + first, false, &address) == ZOK) {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    manager_address_ = std::move(address);
+  }
+}
+
 void ClusterMember::ManagerDuty() {
   const std::string& base = options_.target.path;
   std::vector<std::string> candidates;
@@ -375,15 +404,7 @@ void ClusterMember::ManagerDuty() {
     manager_since_ns_.store(LeaseClockNs());
     manager_.store(lead);
   }
-  if (!candidates.empty()) {
-    // Where members ask for their leases.
-    std::string address;
-    if (Get(zh_, base + "/election/" + candidates.front(), false, &address) ==
-        ZOK) {
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      manager_address_ = std::move(address);
-    }
-  }
+  if (!candidates.empty()) FollowManager(candidates.front());
   std::vector<std::string> members;
   if (Children(zh_, base + "/members", true, &members) != ZOK) return;
   members_seen_.store(uint32_t(members.size()));

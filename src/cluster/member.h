@@ -221,6 +221,9 @@ class ClusterMember {
   bool Register();
   void FollowConfig();
   void ManagerDuty();
+  // Reads the manager's address from the first election node (`first`, or
+  // the first there is), for manager_address().
+  void FollowManager(std::string first = "");
   void Wake();
   // A member whose lease was not asked for within this long is failed
   // over: the lease plus kLeaseMarginNs (for the clocks' reading and the

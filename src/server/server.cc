@@ -590,6 +590,7 @@ Status Server::Impl::StartCluster() {
   mo.self.address = ownership->self();
   mo.self.capacity = config.memory;
   mo.self.incarnation = incarnation_id;
+  mo.self.domain = config.failure_domain;
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
   mo.replicas = config.replicas;

@@ -67,10 +67,11 @@ struct ServerConfig {
   // Cluster (docs/ARCHITECTURE.md, "Cluster"): "ZK_HOSTS/PATH" joins the
   // cluster kept at PATH in ZooKeeper; empty: a single server.
   std::string cluster;
-  std::string advertise;      // address clients reach; "" = bound one
-  uint32_t cluster_size = 1;  // servers the first configuration waits for
-  uint32_t shards = 1024;     // shards of a new cluster
-  uint32_t replicas = 0;      // backups per shard of a new cluster
+  std::string advertise;       // address clients reach; "" = bound one
+  uint32_t cluster_size = 1;   // servers the first configuration waits for
+  uint32_t shards = 1024;      // shards of a new cluster
+  uint32_t replicas = 0;       // backups per shard of a new cluster
+  std::string failure_domain;  // this server's ("": none declared)
   // As the manager: the share (percent) of the time shard copies may keep
   // the servers busy (cluster::MemberOptions::move_share).
   uint32_t move_share = 25;
