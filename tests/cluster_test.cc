@@ -1772,6 +1772,9 @@ TEST_F(ClusterNetns, FaultSuiteWithPartitionsAcrossHosts) {
     so.transport = Transport::kTcp;
     so.memory = "128M";
     so.env = {{"UCX_NET_DEVICES", devs_[size_t(i)]}};
+    if (const char* level = std::getenv("REMEM_TEST_LOG_LEVEL")) {
+      so.log_level = level;
+    }
     so.flags = {"--cluster",
                 cluster,
                 "--cluster-size",

@@ -168,7 +168,11 @@ std::optional<Config> Failover(const Config& current,
       if (b[i] == kNoMember || left[b[i]]) continue;
       (fill[i] != 0 ? filling : ready).push_back(b[i]);
     }
-    if (left[next.owner[s]] && !ready.empty()) {
+    // No ready copy left: the shard stays as it is, its owner and its
+    // backups listed (its data is nowhere else; a member judged dead that
+    // was only slow comes back with it, and is promoted then).
+    if (left[next.owner[s]] && ready.empty()) continue;
+    if (left[next.owner[s]]) {
       next.owner[s] = ready.front();
       ready.erase(ready.begin());
     }

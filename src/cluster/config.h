@@ -142,8 +142,10 @@ std::optional<Config> NextBalanceStep(const Config& current,
 // dropped from every shard's backups (the shard runs short of copies until
 // PlanBackups gives it new ones); a restarted member keeps its index
 // with its new incarnation and no role; members new in `live` are
-// appended with no role. A shard whose owner and backups all left keeps
-// its owner (its data is nowhere else). Only a ready backup is promoted;
+// appended with no role. A shard whose owner left with every ready backup
+// stays as it is, owner and backups (its data is nowhere else; a member
+// only slow to answer that comes back is promoted then). Only a ready
+// backup is promoted;
 // a filling backup stays filling (the manager fills it again from the
 // shard's owner at the new epoch). nullopt if nothing changes.
 std::optional<Config> Failover(const Config& current,

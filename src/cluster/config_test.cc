@@ -296,6 +296,23 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(g->ShardsOf(0), c.ShardsOf(0) + c.ShardsOf(2));
   EXPECT_EQ(g->ShardsOf(2), c.ShardsOf(1));
   for (uint32_t s = 0; s < 12; ++s) EXPECT_TRUE(g->BackupsOf(s).empty());
+  // b and c judged dead at once: b's shards, backed up by c, lose every
+  // copy and stay as they are (owner b, backup c listed); when c answers
+  // again (the same incarnation: it was only slow), it is promoted.
+  auto both = Failover(c, {c.members[0]});
+  ASSERT_TRUE(both);
+  for (uint32_t s = 0; s < 12; ++s) {
+    if (c.owner[s] != 1) continue;
+    EXPECT_EQ(both->owner[s], 1) << s;
+    EXPECT_TRUE(both->IsBackup(s, 2)) << s;
+  }
+  auto back = Failover(*both, {c.members[0], c.members[2]});
+  ASSERT_TRUE(back);
+  for (uint32_t s = 0; s < 12; ++s) {
+    if (c.owner[s] == 1) {
+      EXPECT_EQ(back->owner[s], 2) << s;
+    }
+  }
 
   // b restarted (another incarnation): a new member at its old index, with
   // no role; its shards are its backup's.

@@ -401,6 +401,13 @@ void ClusterMember::ManagerDuty() {
   if (lead != manager_.load()) {
     log::Info("cluster: {} the configuration manager",
               lead ? "this server is now" : "this server is no longer");
+    if (lead) {
+      // A new term: what members asked of an earlier term of this server
+      // (before another manager's) says nothing now; each is judged from
+      // when this term first sees it.
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      renewals_.clear();
+    }
     manager_since_ns_.store(LeaseClockNs());
     manager_.store(lead);
   }

@@ -40,7 +40,10 @@ void MemberLease::Stop() {
 }
 
 void MemberLease::Failed() {
-  failures_.fetch_add(1, std::memory_order_relaxed);
+  if (failures_.fetch_add(1, std::memory_order_relaxed) % 16 == 0) {
+    log::Debug("cluster: lease from {}: not granted ({} failures)", manager_(),
+               failures_.load(std::memory_order_relaxed));
+  }
   // Asked again sooner than the renewal period.
   next_ns_ = std::min(next_ns_, LeaseClockNs() + every_ns_ / 4);
 }

@@ -83,7 +83,9 @@ void Replicator::Replicate(std::string batch, Done done) {
 Result<Session*> Replicator::SessionTo(const std::string& address,
                                        uint64_t incarnation) {
   auto it = sessions_.find(address);
-  if (it != sessions_.end() && it->second.incarnation == incarnation &&
+  const bool stale = stale_.erase(address) > 0;
+  if (it != sessions_.end() && !stale &&
+      it->second.incarnation == incarnation &&
       it->second.session->core()->connected()) {
     return it->second.session.get();
   }
@@ -147,7 +149,7 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
     core->rpc()->set_epoch(c->config.epoch);
     core->Call(
         hash::kHashService, static_cast<uint8_t>(hash::HashMethod::kReplicate),
-        job->batch, [this, job, t](Status st, std::string) {
+        job->batch, [this, job, t, peer = address](Status st, std::string) {
           job->sending[t] = false;
           if (st.ok()) {
             job->acked[t] = true;
@@ -158,6 +160,8 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
           ++job->failures;
           retries_.fetch_add(1, std::memory_order_relaxed);
           job->retry_at = Clock::now() + RetryPause(job->failures);
+          // No answer at all: the next send goes on a new session.
+          if (st.code() == StatusCode::kTimedOut) stale_.insert(peer);
           if (job->failures == 1 || job->failures % 100 == 0) {
             log::Debug("replication to {}: {} (asked again)", t, st.ToString());
           }

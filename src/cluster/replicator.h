@@ -20,8 +20,10 @@
 // must treat them as unknown).
 //
 // One thread with its own UCX worker and a session to each backup it
-// needs (opened when first needed), so the partitions' threads never wait
-// on the network.
+// needs (opened when first needed; opened again for a member that
+// restarted, or after a send that got no answer within the session's
+// timeout: a session can break without a word), so the partitions'
+// threads never wait on the network.
 //
 // Thread contract: Replicate from any thread; `done` runs on the
 // replicator's thread (or, after Stop, on the caller's). Start, Stop and
@@ -37,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,7 +110,10 @@ class Replicator {
   // ends: closing one waits for its calls, which a dead peer never answers
   // (they time out).
   std::vector<std::unique_ptr<Session>> retired_;  // thread's
-  std::vector<std::shared_ptr<Job>> active_;       // thread's
+  // Addresses whose session left a batch unanswered: replaced at the next
+  // send (thread's).
+  std::set<std::string> stale_;
+  std::vector<std::shared_ptr<Job>> active_;  // thread's
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> incoming_;  // under mu_
   bool stop_ = false;                          // under mu_

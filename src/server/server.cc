@@ -467,6 +467,11 @@ Status Server::Impl::Init() {
     // The sessions to backups: the cluster shares one secret.
     SessionOptions so;
     so.secret = config.secret;
+    // A backup that has not answered a batch within a few leases is asked
+    // again on a new session (the manager drops a dead one within a lease;
+    // a session can break without telling, as to a member that restarted).
+    so.timeout = std::max<std::chrono::milliseconds>(
+        4 * config.cluster_lease, std::chrono::milliseconds(1000));
     auto r = cluster::Replicator::Start(ownership.get(), so);
     if (!r.ok()) return r.status();
     replicator_of_cluster = std::move(*r);
