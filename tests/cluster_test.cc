@@ -1623,7 +1623,17 @@ void RunFaultSuite(FaultRig& rig, Cluster* cluster,
       (unsigned long long)unknown, violations);
   EXPECT_EQ(violations, 0) << verdict;
   EXPECT_EQ(clients.errors(), 0u) << clients.first_error();
-  ExpectEveryKey(cluster, loaded);
+  // Every loaded pair, read by a client that connects now. (`cluster` may
+  // still hold a session to a server that restarted at the same address,
+  // which over tcp can break without a word: its next call waits for the
+  // deadline. A known limit of the cluster client, docs/ARCHITECTURE.md.)
+  ClusterOptions o;
+  o.seeds = seeds;
+  o.session.transport = testing::TestTransport();
+  o.wait_for_config = kBound;
+  auto after = Cluster::Connect(o);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ExpectEveryKey(after->get(), loaded);
 }
 
 TEST_F(ClusterTest, FaultSuiteOfKillsPausesAndZooKeeperRestarts) {
