@@ -1505,13 +1505,7 @@ uint32_t RolesOf(const Cluster::Info& info, const std::string& address) {
 }
 
 // Every shard has all its backups, none being filled.
-bool AllWhole(const Cluster::Info& info) {
-  if (info.filling != 0) return false;
-  for (int32_t b : info.shard_backups) {
-    if (b < 0) return false;
-  }
-  return true;
-}
+bool AllWhole(const Cluster::Info& info) { return WholeWithout(info, ""); }
 
 // Runs `count` faults, `kinds` in turn, with recording clients; each
 // fault is over once the cluster is whole again.
