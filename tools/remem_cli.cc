@@ -575,7 +575,8 @@ int main(int argc, char** argv) {
       }
       Status st = cluster.Drain(drain_node, opts.timeout);
       if (!st.ok()) return Fail(st);
-      std::printf("%s drained: it owns no shard\n", drain_node.c_str());
+      std::printf("%s drained: it %s no shard\n", drain_node.c_str(),
+                  cluster.info().replicas > 0 ? "owns or backs up" : "owns");
       return 0;
     }
     if (cluster_cmd->parsed()) {

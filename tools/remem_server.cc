@@ -207,6 +207,11 @@ int main(int argc, char** argv) {
                  "testing: snapshots copy 8 buckets per pass and pause this "
                  "many microseconds after each (kills land inside them)")
       ->group("Testing");
+  app.add_option("--fault-replication-delay-ms", cfg.fault_replication_delay_ms,
+                 "testing: in a replicated cluster, hold each batch of a "
+                 "primary's writes this long before sending it to the "
+                 "backups")
+      ->group("Testing");
   app.add_flag("--fault-kill-after-handoff", cfg.fault_kill_after_handoff,
                "testing: as configuration manager, kill this server "
                "(SIGKILL) right after it records a move's handoff in "

@@ -835,13 +835,19 @@ Status Cluster::Drain(const std::string& address,
   while (wait.count() > 0) {
     REMEM_RETURN_IF_ERROR(im.Refresh());
     const int i = im.config.IndexOf(address);
-    if (i < 0 || (im.config.ShardsOf(i) == 0 && im.config.moving() == 0)) {
+    // Replicated: its backup copies too have been made elsewhere.
+    const uint32_t backups = i < 0 ? 0 : im.info.nodes[size_t(i)].backups;
+    if (i < 0 || (im.config.ShardsOf(i) == 0 && backups == 0 &&
+                  im.config.moving() == 0 && im.config.filling_shards() == 0)) {
       return Status::OK();
     }
     if (Clock::now() >= until) {
-      return Status::TimedOut(address + " still owns " +
-                              std::to_string(im.config.ShardsOf(i)) +
-                              " shards (the drain goes on)");
+      return Status::TimedOut(
+          address + " still owns " + std::to_string(im.config.ShardsOf(i)) +
+          " shards" +
+          (im.config.replicas > 0 ? " and backs up " + std::to_string(backups)
+                                  : std::string()) +
+          " (the drain goes on)");
     }
     im.Backoff(6);
   }

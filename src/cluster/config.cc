@@ -198,12 +198,15 @@ std::optional<Config> Failover(const Config& current,
     changed = true;
   }
   if (!changed) return std::nullopt;
+  // A hand-over under way (a drain) starts again from the new roles.
+  next.next.clear();
   return next;
 }
 
 std::optional<Config> PlanBackups(const Config& current,
                                   const std::vector<Member>& live,
-                                  uint32_t max_shards) {
+                                  uint32_t max_shards,
+                                  const std::vector<std::string>& excluded) {
   const uint32_t f = current.replicas;
   if (f == 0) return std::nullopt;
   const size_t n = current.members.size();
@@ -213,6 +216,12 @@ std::optional<Config> PlanBackups(const Config& current,
     if (i >= 0 && current.members[size_t(i)].incarnation == l.incarnation) {
       is_live[size_t(i)] = 1;
     }
+  }
+  // May take a copy: live and not excluded.
+  std::vector<uint8_t> takes = is_live;
+  for (const std::string& a : excluded) {
+    const int i = current.IndexOf(a);
+    if (i >= 0) takes[size_t(i)] = 0;
   }
   // Shards each member holds (owned, backed up or filling).
   std::vector<uint64_t> load(n, 0);
@@ -244,7 +253,7 @@ std::optional<Config> PlanBackups(const Config& current,
       int best = -1;
       bool best_apart = false;
       for (size_t m = 0; m < n; ++m) {
-        if (!is_live[m] || m == next.owner[s] || next.IsBackup(s, int(m))) {
+        if (!takes[m] || m == next.owner[s] || next.IsBackup(s, int(m))) {
           continue;
         }
         const bool a = apart(m);
@@ -388,10 +397,105 @@ Config CompleteMoves(const Config& moving) {
   Config c = moving;
   c.epoch = moving.epoch + 1;
   for (uint32_t s = 0; s < c.num_shards(); ++s) {
-    if (c.NextOf(s) != kNoMember) c.owner[s] = c.next[s];
+    const uint16_t to = c.NextOf(s);
+    if (to == kNoMember) continue;
+    // Replicated: `to` was a ready backup; the old owner, which holds the
+    // same pairs, takes its place.
+    for (uint32_t i = 0; i < c.replicas; ++i) {
+      const size_t at = size_t(s) * c.replicas + i;
+      if (c.backups[at] == to) c.backups[at] = c.owner[s];
+    }
+    c.owner[s] = to;
   }
   c.next.clear();
   return c;
+}
+
+std::optional<Config> DrainStep(const Config& current,
+                                const std::vector<Member>& live,
+                                const std::vector<std::string>& drained) {
+  const uint32_t f = current.replicas;
+  if (f == 0 || current.moving() > 0 || current.filling_shards() > 0) {
+    return std::nullopt;
+  }
+  const size_t n = current.members.size();
+  std::vector<uint8_t> is_live(n, 0), is_drained(n, 0);
+  for (const Member& l : live) {
+    const int i = current.IndexOf(l.address);
+    if (i >= 0 && current.members[size_t(i)].incarnation == l.incarnation) {
+      is_live[size_t(i)] = 1;
+    }
+  }
+  for (const std::string& a : drained) {
+    const int i = current.IndexOf(a);
+    if (i >= 0) is_drained[size_t(i)] = 1;
+  }
+  // 1. Primaries: each shard of a drained owner moves to a ready backup
+  // that is live and stays.
+  Config next = current;
+  next.epoch = current.epoch + 1;
+  next.next.assign(current.num_shards(), kNoMember);
+  bool moves = false;
+  for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    if (!is_drained[current.owner[s]]) continue;
+    for (uint32_t i = 0; i < f; ++i) {
+      const size_t at = size_t(s) * f + i;
+      const uint16_t b = current.backups[at];
+      if (b == kNoMember || current.FillingAt(at) || !is_live[b] ||
+          is_drained[b]) {
+        continue;
+      }
+      next.next[s] = b;
+      moves = true;
+      break;
+    }
+  }
+  if (moves) return next;
+  // 2. Backups: a drained member's copies go to members that stay (filled
+  // from the shard's owner), for each shard that can get them all.
+  Config vacated = current;
+  vacated.next.clear();
+  vacated.filling.resize(vacated.backups.size(), 0);
+  bool any = false;
+  for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    std::vector<std::pair<uint16_t, uint8_t>> kept;
+    for (uint32_t i = 0; i < f; ++i) {
+      const size_t at = size_t(s) * f + i;
+      const uint16_t b = current.backups[at];
+      if (b == kNoMember) continue;
+      if (is_drained[b]) {
+        any = true;
+        continue;
+      }
+      kept.emplace_back(b, current.FillingAt(at) ? 1 : 0);
+    }
+    for (uint32_t i = 0; i < f; ++i) {
+      const size_t at = size_t(s) * f + i;
+      vacated.backups[at] = i < kept.size() ? kept[i].first : kNoMember;
+      vacated.filling[at] = i < kept.size() ? kept[i].second : 0;
+    }
+  }
+  if (!any) return std::nullopt;
+  std::optional<Config> planned =
+      PlanBackups(vacated, live, kMaxShards, drained);
+  if (!planned) return std::nullopt;
+  // A shard that did not get as many copies as it had keeps the drained
+  // ones (it waits for a member to join).
+  bool changed = false;
+  for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    if (planned->BackupsOf(s).size() < current.BackupsOf(s).size()) {
+      for (uint32_t i = 0; i < f; ++i) {
+        const size_t at = size_t(s) * f + i;
+        planned->backups[at] = current.backups[at];
+        planned->filling[at] = current.FillingAt(at) ? 1 : 0;
+      }
+    } else if (planned->BackupsOf(s) != current.BackupsOf(s)) {
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  planned->epoch = current.epoch + 1;
+  return planned;
 }
 
 Config AbandonMoves(const Config& moving) {

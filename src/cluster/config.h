@@ -65,7 +65,9 @@ struct Config {
   std::vector<uint16_t> owner;
   // next[s]: index into members of the server shard s is moving to, or
   // kNoMember. The owner keeps serving it until a configuration names the
-  // new owner (member.h describes a move). Empty = no shard moving.
+  // new owner (member.h describes a move). Empty = no shard moving. In a
+  // replicated configuration it is one of the shard's ready backups (a
+  // drain hands the shard over to it, no copy needed).
   std::vector<uint16_t> next;
   // Backups per shard (f; 0: no replication, every shard on one server).
   uint32_t replicas = 0;
@@ -147,7 +149,8 @@ std::optional<Config> NextBalanceStep(const Config& current,
 // only slow to answer that comes back is promoted then). Only a ready
 // backup is promoted;
 // a filling backup stays filling (the manager fills it again from the
-// shard's owner at the new epoch). nullopt if nothing changes.
+// shard's owner at the new epoch). A hand-over under way (DrainStep) is
+// abandoned. nullopt if nothing changes.
 std::optional<Config> Failover(const Config& current,
                                const std::vector<Member>& live);
 // Re-replication in a replicated cluster: the configuration one epoch
@@ -158,17 +161,34 @@ std::optional<Config> Failover(const Config& current,
 // them has, each time the member holding the fewest shards (owned, backed
 // up or filling), ties to the lower index. A
 // shard whose owner is not live gets none (its data may be nowhere).
-// At most `max_shards` shards get a backup per step. nullopt if no shard
-// can get one.
-std::optional<Config> PlanBackups(const Config& current,
-                                  const std::vector<Member>& live,
-                                  uint32_t max_shards);
+// At most `max_shards` shards get a backup per step; members named in
+// `excluded` (being drained) get none. nullopt if no shard can get one.
+std::optional<Config> PlanBackups(
+    const Config& current, const std::vector<Member>& live, uint32_t max_shards,
+    const std::vector<std::string>& excluded = {});
 // The configuration one epoch newer in which the backups of `shards` that
 // were filling in `filling` are ready (they hold a whole copy).
 Config CompleteFills(const Config& filling,
                      const std::vector<uint32_t>& shards);
+// Draining in a replicated cluster (remem cluster drain): the next step
+// that takes the members named in `drained` out of every shard's roles,
+// or nullopt when there is none to take now (a hand-over or a copy is
+// under way, or nothing can move). First, every shard owned by a drained
+// member moves (`next`) to one of its ready backups that is live and not
+// drained: a hand-over with no copy (CompleteMoves swaps the two roles).
+// When no such shard is left, the drained members' backup copies go to
+// members of `live` that are not drained, marked filling, chosen as
+// PlanBackups chooses; a shard that cannot get as many copies as it has
+// keeps its drained backups. A shard owned by a drained member whose
+// backups are all drained or filling gets its new backups first, then
+// moves.
+std::optional<Config> DrainStep(const Config& current,
+                                const std::vector<Member>& live,
+                                const std::vector<std::string>& drained);
 // The configuration that completes `moving` (one epoch newer): every
-// moving shard owned by its `next`, and nothing moving.
+// moving shard owned by its `next`, and nothing moving. In a replicated
+// configuration `next` is one of the shard's ready backups, and the old
+// owner takes its place among the backups.
 Config CompleteMoves(const Config& moving);
 // The configuration that abandons the moves of `moving` (one epoch
 // newer): every shard stays with its owner.

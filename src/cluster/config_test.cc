@@ -411,6 +411,102 @@ TEST(ClusterConfig,
   EXPECT_FALSE(DecodeConfig(v3).ok());
 }
 
+TEST(ClusterConfig, ADrainedReplicaHandsItsShardsToBackupsThenItsCopies) {
+  const Config c = InitialConfig(
+      "prod", 5,
+      {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}, {"d:1", 1, 14}}, 16, 1);
+  const std::vector<std::string> drained = {"b:1"};
+  // Nothing to drain, or nothing that can move: no step.
+  EXPECT_FALSE(DrainStep(c, c.members, {}));
+  EXPECT_FALSE(
+      DrainStep(InitialConfig("p", 1, c.members, 16), c.members, drained));
+  // 1. b's shards move to their ready backup (c, chained), nothing else.
+  auto one = DrainStep(c, c.members, drained);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->epoch, 6u);
+  EXPECT_EQ(one->owner, c.owner);
+  EXPECT_EQ(one->backups, c.backups);
+  EXPECT_EQ(one->moving(), c.ShardsOf(1));
+  for (uint32_t s = 0; s < 16; ++s) {
+    EXPECT_EQ(one->NextOf(s), c.owner[s] == 1 ? 2 : kNoMember) << s;
+  }
+  // It round-trips, and while it moves there is no further step.
+  auto coded = DecodeConfig(EncodeConfig(*one));
+  ASSERT_TRUE(coded.ok()) << coded.status().ToString();
+  EXPECT_EQ(coded->next, one->next);
+  EXPECT_FALSE(DrainStep(*one, c.members, drained));
+  // The hand-over swaps the roles: c owns, b backs up (it holds the same
+  // pairs).
+  const Config two = CompleteMoves(*one);
+  EXPECT_EQ(two.moving(), 0u);
+  for (uint32_t s = 0; s < 16; ++s) {
+    if (c.owner[s] != 1) continue;
+    EXPECT_EQ(two.owner[s], 2) << s;
+    EXPECT_TRUE(two.IsBackup(s, 1)) << s;
+    EXPECT_FALSE(two.IsFilling(s, 1)) << s;
+  }
+  EXPECT_EQ(two.ShardsOf(1), 0u);
+  // 2. b's copies go to others, filling (never to b, nor to the shard's
+  // owner); every shard keeps one backup.
+  auto three = DrainStep(two, c.members, drained);
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->owner, two.owner);
+  uint32_t filling = 0;
+  for (uint32_t s = 0; s < 16; ++s) {
+    const std::vector<uint16_t> b = three->BackupsOf(s);
+    ASSERT_EQ(b.size(), 1u) << s;
+    EXPECT_NE(b[0], 1) << s;
+    EXPECT_NE(b[0], three->owner[s]) << s;
+    if (two.IsBackup(s, 1)) {
+      EXPECT_TRUE(three->IsFilling(s, b[0])) << s;
+      ++filling;
+    } else {
+      EXPECT_EQ(b, two.BackupsOf(s)) << s;
+    }
+  }
+  EXPECT_EQ(three->filling_shards(), filling);
+  // Filling: no step until the copies are held; then b holds nothing and
+  // there is nothing left to do.
+  EXPECT_FALSE(DrainStep(*three, c.members, drained));
+  std::vector<uint32_t> all(16);
+  for (uint32_t s = 0; s < 16; ++s) all[s] = s;
+  const Config done = CompleteFills(*three, all);
+  EXPECT_FALSE(DrainStep(done, c.members, drained));
+  for (uint32_t s = 0; s < 16; ++s) EXPECT_FALSE(done.IsBackup(s, 1)) << s;
+
+  // A shard whose only backup is drained too first gets a new backup, then
+  // moves.
+  auto both = DrainStep(c, c.members, {"b:1", "c:1"});
+  ASSERT_TRUE(both);
+  for (uint32_t s = 0; s < 16; ++s) {
+    // b's shards are backed up by c (drained): they stay; c's move to d.
+    EXPECT_EQ(both->NextOf(s), c.owner[s] == 2 ? 3 : kNoMember) << s;
+  }
+  const Config after = CompleteMoves(*both);
+  auto copies = DrainStep(after, c.members, {"b:1", "c:1"});
+  ASSERT_TRUE(copies);
+  for (uint32_t s = 0; s < 16; ++s) {
+    for (uint16_t b : copies->BackupsOf(s)) {
+      EXPECT_TRUE(b == 0 || b == 3) << s << ": " << b;
+    }
+  }
+  // Nobody left to take a drained member's copy: it keeps it (a two-member
+  // cluster cannot drain one).
+  const Config pair =
+      InitialConfig("p", 1, {{"a:1", 1, 1}, {"b:1", 1, 2}}, 8, 1);
+  auto moved = DrainStep(pair, pair.members, {"b:1"});
+  ASSERT_TRUE(moved);  // b's shards go to a, b backs them up
+  const Config swapped = CompleteMoves(*moved);
+  EXPECT_EQ(swapped.ShardsOf(0), 8u);
+  EXPECT_FALSE(DrainStep(swapped, pair.members, {"b:1"}));
+  for (uint32_t s = 0; s < 8; ++s) EXPECT_TRUE(swapped.IsBackup(s, 1));
+
+  // A failover during a hand-over abandons it.
+  auto failed = Failover(*one, {c.members[0], c.members[1], c.members[3]});
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->moving(), 0u);
+}
+
 TEST(ClusterConfig, BackupsGoToOtherFailureDomainsFirst) {
   // Two racks of two servers, one backup per shard: every backup is in the
   // other rack (without domains, chained placement would put a's shards

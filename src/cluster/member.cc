@@ -599,7 +599,7 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
     next = Failover(*c, live);
     if (next) grants_from_epoch_ = next->epoch;
   }
-  if (!next) return Replenish(*c, version, live);
+  if (!next) return Reshape(*c, version, live, registered);
   std::string gone;
   for (size_t i = 0; i < c->members.size(); ++i) {
     if (next->members[i].incarnation != c->members[i].incarnation ||
@@ -622,11 +622,105 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
   FollowConfig();
 }
 
+void ClusterMember::Reshape(const Config& c, int version,
+                            const std::vector<Member>& live,
+                            const std::vector<Member>& registered) {
+  const std::string& base = options_.target.path;
+  std::vector<std::string> drained;
+  if (Children(zh_, base + "/drain", true, &drained) != ZOK) drained.clear();
+  // A drained member that left and holds nothing is done with.
+  for (auto it = drained.begin(); it != drained.end();) {
+    const int i = c.IndexOf(*it);
+    bool holds = i >= 0 && c.ShardsOf(i) > 0;
+    for (uint32_t s = 0; i >= 0 && s < c.num_shards() && !holds; ++s) {
+      holds = c.IsBackup(s, i);
+    }
+    if (!IsLive(registered, *it) && !holds) {
+      (void)zoo_delete(zh_, (base + "/drain/" + *it).c_str(), -1);
+      it = drained.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (c.moving() > 0) {
+    if (Status h = HandOverToBackups(c, version); !h.ok()) {
+      log::Debug("cluster: handing shards over at epoch {}: {} (again)",
+                 c.epoch, h.ToString());
+    }
+    return;
+  }
+  if (!drained.empty()) {
+    if (std::optional<Config> step = DrainStep(c, live, drained)) {
+      if (Status w = WriteConfig(*step, version); !w.ok()) {
+        log::Warn("cluster: draining at epoch {}: {}", step->epoch,
+                  w.ToString());
+        return;
+      }
+      if (step->moving() > 0) {
+        log::Info(
+            "cluster: epoch {}: draining, {} shards to be handed over "
+            "to their backups",
+            step->epoch, step->moving());
+      } else {
+        log::Info(
+            "cluster: epoch {}: draining, {} shards get new backups "
+            "in place of drained members",
+            step->epoch, step->filling_shards());
+      }
+      FollowConfig();
+      Wake();  // the hand-over at once
+      return;
+    }
+  }
+  Replenish(c, version, live, drained);
+}
+
+Status ClusterMember::HandOverToBackups(const Config& moving, int version) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto quick = std::max<std::chrono::milliseconds>(
+      options_.lease, std::chrono::milliseconds(100));
+  std::map<uint16_t, std::vector<uint32_t>> by_owner;
+  for (uint32_t s = 0; s < moving.num_shards(); ++s) {
+    if (moving.NextOf(s) != kNoMember) by_owner[moving.owner[s]].push_back(s);
+  }
+  // Each owner freezes its shards (writes answer Busy) and answers once
+  // its backups hold every write it made: the backup taking over then has
+  // every write the owner acknowledged, and the owner holds no write the
+  // backup lacks, so it stays a ready backup. The keys noted meanwhile are
+  // not needed (paged out only to be forgotten).
+  for (const auto& [owner, shards] : by_owner) {
+    const std::string& from = moving.members[owner].address;
+    bool more = true;
+    while (more) {
+      auto r = Call(from, moving.epoch,
+                    static_cast<uint8_t>(hash::HashMethod::kShardSync),
+                    hash::EncodeShardList({shards, hash::kShardFreeze}), quick);
+      if (!r.ok()) return r.status().WithContext(from);
+      auto pairs = hash::DecodeShardPairs(*r);
+      if (!pairs.ok()) return pairs.status().WithContext(from);
+      more = pairs->cursor != hash::kShardCursorDone;
+    }
+  }
+  const Config done = CompleteMoves(moving);
+  REMEM_RETURN_IF_ERROR(WriteConfig(done, version));
+  shards_moved_.fetch_add(moving.moving(), std::memory_order_relaxed);
+  const uint64_t ms = MsSince(start);
+  last_pause_ms_.store(ms, std::memory_order_relaxed);
+  log::Info(
+      "cluster: epoch {}: {} shards handed over to their backups (writes "
+      "paused {} ms)",
+      done.epoch, moving.moving(), ms);
+  FollowConfig();
+  return Status::OK();
+}
+
 void ClusterMember::Replenish(const Config& c, int version,
-                              const std::vector<Member>& live) {
+                              const std::vector<Member>& live,
+                              const std::vector<std::string>& drained) {
   if (c.filling_shards() == 0) {
     fill_epoch_ = 0;
-    std::optional<Config> plan = PlanBackups(c, live, kMaxShards);
+    // Never a drained member for new copies.
+    std::optional<Config> plan = PlanBackups(c, live, kMaxShards, drained);
     if (!plan) return;
     if (Status w = WriteConfig(*plan, version); !w.ok()) {
       log::Warn("cluster: planning backups at epoch {}: {}", plan->epoch,

@@ -44,8 +44,8 @@
 // Without replicas, a server that dies takes its shards' data with it; they
 // come back with it if it restarts from --data-dir, and shards move as
 // above. With replicas (the first configuration's `replicas`, from
-// --replicas), shards do not move yet; instead the manager fails over
-// (Failover) a member whose lease lapsed (member_lease.h: it has not asked
+// --replicas), shards move only off drained members (below); the manager fails
+// over (Failover) a member whose lease lapsed (member_lease.h: it has not asked
 // for `lease` + kLeaseMargin; it stopped serving by then) or that registered
 // with another incarnation (it restarted): the next configuration gives
 // each shard it owned to that shard's first backup still here and drops it
@@ -68,7 +68,15 @@
 // progress), and once every copy is held the manager writes e+1 with
 // those backups ready (CompleteFills). A configuration that changes during
 // a round ends it (the primaries stop their copies); the next round starts
-// over at the new epoch.
+// over at the new epoch. Draining (replicated clusters, once nobody is to be
+// failed over and no copy is under way; DrainStep): configuration e+1 moves
+// each shard a drained member owns to one of its ready backups (`next`);
+// the manager freezes them at the owner with kShardSync, whose answer waits
+// until the owner's backups hold every write it made, and writes e+2
+// (CompleteMoves: the backup owns, the old owner backs up in its place).
+// When the drained member owns nothing, its backup copies go to other
+// members, filling, and the round above fills them. A failover abandons a
+// hand-over.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
@@ -236,9 +244,20 @@ class ClusterMember {
   // The manager's duty in a replicated cluster (above); `registered`: the
   // members in ZooKeeper.
   void FailOver(const std::vector<Member>& registered);
-  // Re-replication (above), from configuration `c` at ZooKeeper version
-  // `version`; `live`: the members holding leases.
-  void Replenish(const Config& c, int version, const std::vector<Member>& live);
+  // Once nobody is to be failed over (replicated clusters): the drain's
+  // hand-overs and steps (DrainStep), else re-replication, from
+  // configuration `c` at ZooKeeper version `version`; `live`: the members
+  // holding leases, `registered`: those in ZooKeeper.
+  void Reshape(const Config& c, int version, const std::vector<Member>& live,
+               const std::vector<Member>& registered);
+  // Hands the moving shards of `moving` over to the backups its `next`
+  // names (a drain): freeze at each owner until its backups hold all its
+  // writes, then CompleteMoves.
+  Status HandOverToBackups(const Config& moving, int version);
+  // Re-replication (above); `live`: the members holding leases, of which
+  // those `drained` take no copies.
+  void Replenish(const Config& c, int version, const std::vector<Member>& live,
+                 const std::vector<std::string>& drained);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
   // Waits out the rest of a copy page's time slice (move_share).

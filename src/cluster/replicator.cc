@@ -23,8 +23,10 @@ std::chrono::milliseconds RetryPause(int failures) {
 }  // namespace
 
 Result<std::unique_ptr<Replicator>> Replicator::Start(
-    const Ownership* ownership, SessionOptions session) {
-  std::unique_ptr<Replicator> r(new Replicator(ownership, std::move(session)));
+    const Ownership* ownership, SessionOptions session,
+    std::chrono::milliseconds fault_delay) {
+  std::unique_ptr<Replicator> r(
+      new Replicator(ownership, std::move(session), fault_delay));
   auto loop = EventLoop::Create(r->options_.transport);
   if (!loop.ok()) return loop.status().WithContext("replication");
   r->loop_ = std::move(*loop);
@@ -186,6 +188,9 @@ void Replicator::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) break;
       while (!incoming_.empty()) {
+        if (fault_delay_.count() > 0) {
+          incoming_.front()->retry_at = Clock::now() + fault_delay_;
+        }
         active_.push_back(std::move(incoming_.front()));
         incoming_.pop_front();
       }

@@ -55,9 +55,11 @@ namespace remem::cluster {
 class Replicator {
  public:
   // `session`: the secret, transport and timeout of the sessions to
-  // backups. `ownership` must outlive the replicator.
-  static Result<std::unique_ptr<Replicator>> Start(const Ownership* ownership,
-                                                   SessionOptions session);
+  // backups. `ownership` must outlive the replicator. `fault_delay`
+  // (testing): each batch waits this long before it is first sent.
+  static Result<std::unique_ptr<Replicator>> Start(
+      const Ownership* ownership, SessionOptions session,
+      std::chrono::milliseconds fault_delay = std::chrono::milliseconds(0));
   // Stops the thread; what is left, and what comes later, fails with
   // Unavailable. The destructor calls it.
   void Stop();
@@ -88,8 +90,11 @@ class Replicator {
     Clock::time_point retry_at{};
     int failures = 0;
   };
-  Replicator(const Ownership* ownership, SessionOptions session)
-      : ownership_(ownership), options_(std::move(session)) {}
+  Replicator(const Ownership* ownership, SessionOptions session,
+             std::chrono::milliseconds fault_delay)
+      : ownership_(ownership),
+        options_(std::move(session)),
+        fault_delay_(fault_delay) {}
   void Run();
   // Sends what `job` still needs; true once it is finished (done called).
   bool Advance(const std::shared_ptr<Job>& job);
@@ -100,6 +105,7 @@ class Replicator {
 
   const Ownership* const ownership_;
   const SessionOptions options_;
+  const std::chrono::milliseconds fault_delay_;
   std::unique_ptr<EventLoop> loop_;
   struct Peer {
     std::unique_ptr<Session> session;

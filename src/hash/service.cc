@@ -1283,14 +1283,22 @@ void HashService::CollectChanges_st(std::shared_ptr<ShardSyncState> sync,
     it = part.changed.erase(it);
   }
   sync->max_version = std::max(sync->max_version, part.table->last_version());
-  if (p + 1 < partitions_.size()) {
-    return ctx_->RunOn(p + 1,
-                       [this, sync, p] { CollectChanges_st(sync, p + 1); });
-  }
-  // Cursor 0: more changes are left, ask again.
-  sync->responder.Reply(
-      Status::OK(), sync->out.Finish(0, sync->more ? 0 : kShardCursorDone, 0,
-                                     sync->max_version));
+  auto next = [this, sync, p](Status st) {
+    if (!st.ok()) return sync->responder.Reply(std::move(st));
+    if (p + 1 < partitions_.size()) {
+      return ctx_->RunOn(p + 1,
+                         [this, sync, p] { CollectChanges_st(sync, p + 1); });
+    }
+    // Cursor 0: more changes are left, ask again.
+    sync->responder.Reply(
+        Status::OK(), sync->out.Finish(0, sync->more ? 0 : kShardCursorDone, 0,
+                                       sync->max_version));
+  };
+  // Replicated (a drain hands shards over to a backup): once the backups
+  // hold every write this partition made so far, so that the new owner
+  // has every one the old owner made before the freeze.
+  if (Replicating()) return AfterCommit_st(part, false, part.repl_noted, next);
+  next(Status::OK());
 }
 
 void HashService::HandleShardImport(Call call) {

@@ -36,7 +36,10 @@ enum class HashMethod : uint8_t {
   // for drop with kShardForFill, has this server fill them as a backup.
   kShardExport = 9,   // ShardExportRequest + u32 shards; ShardPairs
   kShardSync = 10,    // ShardListRequest + u32 shards; ShardPairs: the
-                      // keys changed since they were exported
+                      // keys changed since they were exported (in a
+                      // replicated cluster, where a drain hands shards to
+                      // a backup, answered once the backups hold every
+                      // write made before it)
   kShardImport = 11,  // ShardPairs; empty reply
   kShardDrop = 12,    // ShardListRequest + u32 shards; empty reply
   // Replication (src/cluster/replicator.h): a primary's records of one

@@ -210,16 +210,21 @@ void CoreService::Handle(PartitionId, Call call) {
             "this cluster member has no configuration yet (the cluster is "
             "still forming)"));
       }
-      if (c->config.replicas > 0) {
-        return call.responder.Reply(Status::Unsupported(
-            "draining a member of a replicated cluster is not built yet "
-            "(issue #13): stop it, and its shards fail over to their "
-            "backups"));
-      }
       if (c->config.IndexOf(call.payload) < 0) {
         return call.responder.Reply(Status::NotFound(
             "no member '" + call.payload + "' in configuration epoch " +
             std::to_string(c->config.epoch)));
+      }
+      // Replicated: the members that stay must be enough for every copy.
+      if (const uint32_t f = c->config.replicas;
+          f > 0 && c->config.members.size() < f + 2) {
+        return call.responder.Reply(Status::InvalidArgument(
+            "cannot drain " + call.payload + ": the cluster has " +
+            std::to_string(c->config.members.size()) +
+            " members, and its shards' " + std::to_string(f + 1) +
+            " copies need " + std::to_string(f + 1) +
+            " members besides the drained one (start another server "
+            "first)"));
       }
       // Answered once the drain is in ZooKeeper (a member killed before
       // it got there has not acknowledged it).
@@ -472,7 +477,9 @@ Status Server::Impl::Init() {
     // a session can break without telling, as to a member that restarted).
     so.timeout = std::max<std::chrono::milliseconds>(
         4 * config.cluster_lease, std::chrono::milliseconds(1000));
-    auto r = cluster::Replicator::Start(ownership.get(), so);
+    auto r = cluster::Replicator::Start(
+        ownership.get(), so,
+        std::chrono::milliseconds(config.fault_replication_delay_ms));
     if (!r.ok()) return r.status();
     replicator_of_cluster = std::move(*r);
   }

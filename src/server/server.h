@@ -77,6 +77,8 @@ struct ServerConfig {
   uint32_t move_share = 25;
   // Testing: cluster::MemberOptions::fault_kill_after_handoff.
   bool fault_kill_after_handoff = false;
+  // Testing: each replication batch is held this long before it is sent.
+  uint32_t fault_replication_delay_ms = 0;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
   // The member lease a replicated cluster's manager grants.
   std::chrono::milliseconds cluster_lease{500};
