@@ -79,15 +79,20 @@ class ClusterTest : public ::testing::Test {
   // sanitizers (REMEM_TEST_SCALE) everything runs several times slower: a
   // lease of 500 ms would take live servers for dead, so the lease and the
   // ZooKeeper session are longer there.
-  void StartReplicated(int n, std::vector<std::string> extra = {}) {
+  // The flags of a member of a replicated cluster formed by n servers.
+  std::vector<std::string> ReplicatedFlags(
+      int n, const std::vector<std::string>& extra = {}) {
     const bool slow = testing::Scaled(6) < 6;
+    std::vector<std::string> flags(
+        {"--cluster", ClusterFlag(), "--cluster-size", std::to_string(n),
+         "--cluster-session-ms", slow ? "6000" : "2000", "--cluster-lease-ms",
+         slow ? "2000" : "500", "--replicas", "1", "--shards", "64"});
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return flags;
+  }
+  void StartReplicated(int n, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < n; ++i) {
-      std::vector<std::string> flags(
-          {"--cluster", ClusterFlag(), "--cluster-size", std::to_string(n),
-           "--cluster-session-ms", slow ? "6000" : "2000", "--cluster-lease-ms",
-           slow ? "2000" : "500", "--replicas", "1", "--shards", "64"});
-      flags.insert(flags.end(), extra.begin(), extra.end());
-      servers_.push_back(StartServer(flags));
+      servers_.push_back(StartServer(ReplicatedFlags(n, extra)));
       ASSERT_NE(servers_.back().process, nullptr);
     }
   }
@@ -1359,12 +1364,33 @@ TEST_F(ClusterTest,
 bool WholeWithout(const Cluster::Info& info, const std::string& dead) {
   if (info.filling != 0 || ShardsOf(info, dead) != 0) return false;
   for (uint32_t s = 0; s < info.num_shards; ++s) {
+    if (info.shard_retiring[s] >= 0) return false;
     for (uint32_t i = 0; i < info.replicas; ++i) {
       const int32_t b = info.shard_backups[s * info.replicas + i];
       if (b < 0 || info.nodes[size_t(b)].address == dead) return false;
     }
   }
   return true;
+}
+
+// Whole copies of shard s besides its owner's: ready backups, and a
+// retiring one.
+uint32_t WholeBackups(const Cluster::Info& info, uint32_t s) {
+  uint32_t n = info.shard_retiring[s] >= 0 ? 1 : 0;
+  for (uint32_t i = 0; i < info.replicas; ++i) {
+    const size_t at = size_t(s) * info.replicas + i;
+    if (info.shard_backups[at] >= 0 && info.shard_filling[at] == 0) ++n;
+  }
+  return n;
+}
+
+// Shards with fewer whole copies than f + 1 in `info`.
+uint32_t ShortShards(const Cluster::Info& info) {
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < info.num_shards; ++s) {
+    n += WholeBackups(info, s) < info.replicas ? 1 : 0;
+  }
+  return n;
 }
 
 uint64_t SumOfStat(Cluster* c, const std::string& name) {
@@ -1497,23 +1523,53 @@ TEST_F(ClusterTest,
     if (sv.address != drained) others.push_back(sv.address);
   }
   const uint64_t start_ns = testing::NowNs();
+  // Meanwhile every configuration seen keeps every shard's two whole
+  // copies (a drained backup retires only once its successor is filled).
+  std::atomic<bool> drained_done{false};
+  std::atomic<uint32_t> seen = 0, short_seen = 0;
+  std::thread watcher([&] {
+    auto w = Connect({others[2]});
+    while (w != nullptr && !drained_done) {
+      if (w->Refresh().ok()) {
+        ++seen;
+        short_seen += ShortShards(w->info());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
   auto drain =
       RunCommand({testing::CliBinary(), "--cluster",
                   others[0] + "," + others[1], "--transport", TransportFlag(),
                   "--timeout", "60", "cluster", "drain", drained});
+  drained_done = true;
+  watcher.join();
   ASSERT_EQ(drain.exit_code, 0) << drain.out;
+  EXPECT_GT(seen.load(), 0u);
+  EXPECT_EQ(short_seen.load(), 0u);
   EXPECT_NE(drain.out.find("owns or backs up no shard"), std::string::npos)
       << drain.out;
   std::printf("%s: drained in %.0f ms\n", TransportFlag().c_str(),
               double(testing::NowNs() - start_ns) / 1e6);
-  ASSERT_TRUE(cluster->Refresh().ok());
-  EXPECT_TRUE(WholeWithout(cluster->info(), drained));
+  // (The three left may balance their copies afterwards.)
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const Cluster::Info& info) {
+    return WholeWithout(info, drained);
+  }));
   EXPECT_EQ(RolesOf(cluster->info(), drained), 0u);
   EXPECT_GT(SumOfStat(cluster.get(), "cluster_shards_moved"), 0u);
   EXPECT_GT(SumOfStat(cluster.get(), "cluster_shards_filled"), 0u);
   ASSERT_TRUE(clients.WaitForMoreOps(200));
 
-  // Stopped, it takes nothing with it, and nobody is failed over.
+  // Its retired copies are deleted; stopped, it takes nothing with it, and
+  // nobody is failed over.
+  {
+    auto probe = ConnectOrDie(drained);
+    const auto until = std::chrono::steady_clock::now() + kBound;
+    while (StatOf(probe.get(), "hash_pairs") != 0 &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(StatOf(probe.get(), "hash_pairs"), 0u);
+  }
   const uint64_t failovers = SumOfStat(cluster.get(), "cluster_failovers");
   for (auto& sv : servers_) {
     if (sv.address == drained) {
@@ -1563,6 +1619,75 @@ TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   EXPECT_GT(ShardsOf(cluster->info(), servers_[1].address), 0u);
+}
+
+// A server that joins a replicated cluster takes its share: copies first
+// (each moved copy retires only once the new one is filled, so no shard
+// ever has fewer than two whole copies), then primaries (hand-overs to it
+// as a ready backup), while clients record mixed operations; every pair
+// ends on exactly two servers (the retired copies are deleted).
+TEST_F(ClusterTest,
+       AServerJoiningAReplicatedClusterTakesItsShareKeepingCopies) {
+  StartReplicated(3);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  RecordingClients clients(seeds, 4, /*mixed=*/true);
+  clients.Start(/*writers=*/2, /*readers=*/1);
+  ASSERT_TRUE(clients.WaitForMoreOps(200));
+
+  const uint64_t start_ns = testing::NowNs();
+  servers_.push_back(StartServer(ReplicatedFlags(3)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string joined = servers_.back().address;
+  uint32_t short_seen = 0;
+  // 64 shards x 2 copies over 4 servers: 32 each, 16 of them owned.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const Cluster::Info& info) {
+    short_seen += ShortShards(info);
+    if (info.nodes.size() != 4 || !WholeWithout(info, "")) return false;
+    for (const auto& n : info.nodes) {
+      if (n.shards != 16 || n.shards + n.backups != 32) return false;
+    }
+    return true;
+  })) << "the joined server never got its share";
+  std::printf("%s: balanced %.0f ms after the fourth server started\n",
+              TransportFlag().c_str(),
+              double(testing::NowNs() - start_ns) / 1e6);
+  EXPECT_EQ(short_seen, 0u);
+  EXPECT_GT(SumOfStat(cluster.get(), "cluster_shards_moved"), 0u);
+  ASSERT_TRUE(clients.WaitForMoreOps(200));
+  clients.Stop();
+  uint64_t ops = 0, acked = 0, unknown = 0;
+  const std::string verdict = clients.Check(&ops, &acked, &unknown);
+  std::printf(
+      "%s: %llu operations on 4 hot keys across the join (%llu writes "
+      "acknowledged, %llu unknown)\n",
+      TransportFlag().c_str(), (unsigned long long)ops,
+      (unsigned long long)acked, (unsigned long long)unknown);
+  EXPECT_EQ(verdict, "");
+  EXPECT_EQ(clients.errors(), 0u) << clients.first_error();
+  EXPECT_EQ(clients.unavailable(), 0u);
+  ExpectEveryKey(cluster.get(), loaded);
+  uint64_t hot = 0;
+  for (int k = 0; k < 4; ++k) {
+    hot += cluster->Get("hot" + std::to_string(k)).ok() ? 1 : 0;
+  }
+  // The retired copies are deleted soon after their successors are ready.
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  uint64_t pairs = 0;
+  do {
+    pairs = SumOfStat(cluster.get(), "hash_pairs");
+    if (pairs == 2 * (loaded.keys.size() + hot)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(pairs, 2 * (loaded.keys.size() + hot));
+  uint64_t joined_pairs = 0;
+  for (auto& [addr, st] : cluster->Stats()) {
+    if (addr == joined && st.ok()) joined_pairs = st->Get("hash_pairs");
+  }
+  EXPECT_GT(joined_pairs, 0u);
 }
 
 // --- The fault suite (issue #13), in the style of Jepsen's and etcd's

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client/rpc_client.h"
+#include "client/session_core.h"
 #include "fabric/endpoint.h"
 #include "fabric/worker.h"
 #include "hash/codec.h"
@@ -60,6 +61,66 @@ TEST_F(FabricTest, TransportIsTheOneAskedFor) {
   auto ping = client_->Ping();
   ASSERT_TRUE(ping.ok()) << ping.status().ToString();
   EXPECT_GT(ping->rtt_us, 0);
+}
+
+// A session whose endpoint failed keeps its reply route until it is
+// destroyed, and UCX may meanwhile give a new endpoint on the same loop the
+// failed one's handle. Destroying the failed session must not take the new
+// session's route with it: the new session's calls would then time out
+// without a word. (Found by the replication suite: a cluster client's
+// session to a live server went silent after the client dropped its
+// session to a killed one.)
+TEST_F(FabricTest, ANewSessionOnAFailedOnesHandleKeepsItsReplies) {
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  o.timeout = std::chrono::seconds(2);
+  int reused = 0;
+  for (int i = 0; i < 50 && reused < 3; ++i) {
+    auto failed = Session::Connect(o, loop->get());
+    ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+    const ucp_ep_h handle = (*failed)->core()->endpoint()->handle();
+    (*failed)->core()->Fail(Status::Unavailable("failed by the test"));
+    // (Its forced close completes as the loop progresses.)
+    for (int k = 0; k < 100; ++k) (*loop)->Poll();
+    auto fresh = Session::Connect(o, loop->get());
+    ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+    if ((*fresh)->core()->endpoint()->handle() != handle) continue;
+    ++reused;
+    failed->reset();
+    auto ping = (*fresh)->Ping();
+    EXPECT_TRUE(ping.ok()) << ping.status().ToString();
+  }
+  // The case this test is about must have happened.
+  EXPECT_GT(reused, 0) << "UCX never gave a new endpoint a closed one's handle";
+}
+
+// Sessions of one process on separate loops are independent: one that
+// keeps calling never sees an error while others on other loops of the
+// same process connect and close again and again.
+TEST_F(FabricTest, SessionsClosingBesideOneDoNotDisturbIt) {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0}, errors{0};
+  std::string first_error;
+  std::thread caller([&] {
+    auto s = ConnectOrDie(server_.address);
+    while (!stop) {
+      auto p = s->Ping();
+      ++calls;
+      if (!p.ok() && errors++ == 0) first_error = p.status().ToString();
+    }
+  });
+  for (int i = 0; i < 100; ++i) {
+    auto other = ConnectOrDie(server_.address);
+    ASSERT_NE(other, nullptr);
+    ASSERT_TRUE(other->Ping().ok());
+  }
+  stop = true;
+  caller.join();
+  EXPECT_GT(calls.load(), 0u);
+  EXPECT_EQ(errors.load(), 0u) << first_error;
 }
 
 // Writes of 8 B .. 4 MiB at random offsets by one connection, read back and

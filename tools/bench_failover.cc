@@ -1,6 +1,7 @@
 #include "bench_failover.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -28,6 +29,12 @@ struct Trial {
   double whole_ms = -1;
   uint64_t fill_ms = 0, fill_pairs = 0;
   std::vector<uint64_t> write_ns;
+  // --drain / --join: until done (-1: never), and writes that failed;
+  // --join: until the new server was listed in the configuration (its
+  // start included).
+  double reshape_ms = -1, listed_ms = -1;
+  std::string first_failure;
+  uint64_t failed_writes = 0;
 };
 
 // Every shard has all its backups, none being filled, none at `dead`.
@@ -41,6 +48,22 @@ bool Whole(const Cluster::Info& info, const std::string& dead) {
     }
   }
   return true;
+}
+
+// Balanced: every shard whole, nothing moving, and every server within one
+// shard of the others in primaries and in shards held.
+bool Balanced(const Cluster::Info& info, size_t servers) {
+  if (info.nodes.size() != servers || info.moving != 0 || !Whole(info, "")) {
+    return false;
+  }
+  uint32_t lo_p = ~0u, hi_p = 0, lo_h = ~0u, hi_h = 0;
+  for (const auto& n : info.nodes) {
+    lo_p = std::min(lo_p, n.shards);
+    hi_p = std::max(hi_p, n.shards);
+    lo_h = std::min(lo_h, n.shards + n.backups);
+    hi_h = std::max(hi_h, n.shards + n.backups);
+  }
+  return hi_p <= lo_p + 1 && hi_h <= lo_h + 1;
 }
 
 Status Load(Cluster* c, uint64_t records) {
@@ -71,6 +94,18 @@ Status Load(Cluster* c, uint64_t records) {
 Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
                        const std::string& zk, int n) {
   const std::string cluster = zk + "/bench-failover/t" + std::to_string(n);
+  const std::vector<std::string> flags = {"--cluster",
+                                          cluster,
+                                          "--cluster-size",
+                                          std::to_string(f.servers),
+                                          "--replicas",
+                                          std::to_string(f.replicas),
+                                          "--shards",
+                                          "64",
+                                          "--cluster-lease-ms",
+                                          std::to_string(f.lease_ms),
+                                          "--cluster-session-ms",
+                                          std::to_string(f.session_ms)};
   std::vector<testing::ServerProcess> servers;
   for (int i = 0; i < f.servers; ++i) {
     testing::ServerOptions so;
@@ -79,18 +114,7 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
     so.memory = f.records > 0 ? "2G" : "256M";
     so.threads = 1;
     so.cpu = o.server_cpu;
-    so.flags = {"--cluster",
-                cluster,
-                "--cluster-size",
-                std::to_string(f.servers),
-                "--replicas",
-                std::to_string(f.replicas),
-                "--shards",
-                "64",
-                "--cluster-lease-ms",
-                std::to_string(f.lease_ms),
-                "--cluster-session-ms",
-                std::to_string(f.session_ms)};
+    so.flags = flags;
     auto s = testing::ServerProcess::Start(std::move(so));
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
@@ -130,6 +154,70 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
   while (std::chrono::steady_clock::now() < warm_until) {
     auto r = (*c)->Put(key, "v" + std::to_string(v++));
     if (!r.ok()) return r.status().WithContext("before the kill");
+  }
+  if (f.drain || f.join) {
+    // Writes to the key go on while the cluster reshapes.
+    std::atomic<bool> done{false};
+    Status reshaped;
+    const uint64_t start_ns = testing::NowNs();
+    // The second client outlives the writes (its sessions close after the
+    // measurement).
+    auto other = Cluster::Connect(co);
+    std::thread reshaper([&] {
+      if (!other.ok()) {
+        reshaped = other.status();
+      } else if (f.drain) {
+        reshaped = (*other)->Drain(victim, std::chrono::seconds(120));
+      } else {
+        testing::ServerOptions so;
+        so.binary = o.server_binary;
+        so.transport = o.transport;
+        so.memory = f.records > 0 ? "2G" : "256M";
+        so.threads = 1;
+        so.cpu = o.server_cpu;
+        so.flags = flags;
+        auto s = testing::ServerProcess::Start(std::move(so));
+        if (!s.ok()) {
+          reshaped = s.status();
+        } else {
+          servers.push_back(std::move(*s));
+          const uint64_t until = testing::NowNs() + 120'000'000'000ull;
+          reshaped = Status::TimedOut("not balanced within 120 s");
+          while (testing::NowNs() < until) {
+            if (!(*other)->Refresh().ok()) continue;
+            if (t.listed_ms < 0 &&
+                (*other)->info().nodes.size() == servers.size()) {
+              t.listed_ms = double(testing::NowNs() - start_ns) / 1e6;
+            }
+            if (Balanced((*other)->info(), servers.size())) {
+              reshaped = Status::OK();
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }
+      }
+      if (reshaped.ok())
+        t.reshape_ms = double(testing::NowNs() - start_ns) / 1e6;
+      done = true;
+    });
+    while (!done) {
+      const uint64_t call_ns = testing::NowNs();
+      auto r = (*c)->Put(key, "v" + std::to_string(v++));
+      if (r.ok()) {
+        t.write_ns.push_back(testing::NowNs() - call_ns);
+      } else if (t.failed_writes++ == 0) {
+        t.first_failure = r.status().ToString();
+      }
+    }
+    reshaper.join();
+    if (!reshaped.ok()) {
+      return reshaped.WithContext(f.drain ? "draining" : "balancing");
+    }
+    t.failover_ms = 0;
+    c->reset();
+    for (auto& s : servers) (void)s.Kill();
+    return t;
   }
   const uint64_t killed_ns = testing::NowNs();
   for (auto& s : servers) {
@@ -182,12 +270,15 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
   if (o.client_cpu >= 0) (void)PinThisThread(o.client_cpu);
   std::printf(
       "failover: %d trials, %d servers, %d backup(s) per shard, lease %llu "
-      "ms, ZooKeeper session %llu ms, %s, killing %s\n",
+      "ms, ZooKeeper session %llu ms, %s, %s\n",
       f.trials, f.servers, f.replicas,
       static_cast<unsigned long long>(f.lease_ms),
       static_cast<unsigned long long>(f.session_ms),
       std::string(TransportName(o.transport)).c_str(),
-      f.kill_manager ? "the manager" : "a primary that is not the manager");
+      f.drain          ? "draining a primary that is not the manager"
+      : f.join         ? "one more server joining"
+      : f.kill_manager ? "killing the manager"
+                       : "killing a primary that is not the manager");
   if (f.records > 0) {
     std::printf(
         "re-replication: %llu pairs of 16 B keys and 32 B values "
@@ -203,6 +294,32 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
     if (!t.ok()) {
       std::fprintf(stderr, "trial %d: %s\n", n, t.status().ToString().c_str());
       ++failed;
+      continue;
+    }
+    if (f.drain || f.join) {
+      std::vector<uint64_t> w = t->write_ns;
+      std::sort(w.begin(), w.end());
+      auto at = [&](double p) {
+        return w.empty()
+                   ? 0.0
+                   : double(w[std::min(w.size() - 1,
+                                       size_t(p * double(w.size() - 1)))]) /
+                         1e3;
+      };
+      const std::string listed =
+          f.join ? " (listed after " + std::to_string(int(t->listed_ms)) +
+                       " ms: the server's start)"
+                 : "";
+      std::printf(
+          "trial %3d: %s in %8.1f ms%s; %zu writes meanwhile: p50 %.0f us, "
+          "p99 %.0f us, max %.0f us; %llu failed%s\n",
+          n, f.drain ? "drained" : "balanced", t->reshape_ms, listed.c_str(),
+          w.size(), at(0.5), at(0.99), at(1.0),
+          static_cast<unsigned long long>(t->failed_writes),
+          t->first_failure.empty() ? ""
+                                   : (" (" + t->first_failure + ")").c_str());
+      ms.push_back(t->reshape_ms);
+      unknown += t->failed_writes;
       continue;
     }
     unknown += t->unknown;
@@ -242,6 +359,14 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
   auto pct = [&](double p) {
     return ms[std::min(ms.size() - 1, size_t(p * double(ms.size() - 1) + 0.5))];
   };
+  if (f.drain || f.join) {
+    std::printf(
+        "%s_ms trials %zu  p50 %.1f  max %.1f  (failed trials %d, failed "
+        "writes %llu)\n",
+        f.drain ? "drain" : "balance", ms.size(), pct(0.5), ms.back(), failed,
+        static_cast<unsigned long long>(unknown));
+    return failed == 0 && unknown == 0 ? 0 : 1;
+  }
   std::printf(
       "failover_ms trials %zu  p50 %.1f  p99 %.1f  min %.1f  max %.1f  "
       "(failed trials %d, writes with unknown outcome %llu)\n",

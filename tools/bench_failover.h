@@ -17,6 +17,14 @@
 // the writes' latency meanwhile (p50, p99, max): what the copy costs the
 // foreground.
 //
+// --drain, instead of the kill: `remem cluster drain` of that key's primary
+// (Cluster::Drain, from a second client) while the first writes its key;
+// reports the drain's time (until the drained server holds nothing) and
+// the writes' latency meanwhile (its max is the hand-over's pause) and
+// failures. --join: one more server starts, and the time until the
+// cluster is balanced (every server within one shard of the others in
+// primaries and in copies, every shard whole) is reported the same way.
+//
 // Thread contract: one function, run on the calling thread.
 
 #ifndef REMEM_TOOLS_BENCH_FAILOVER_H_
@@ -37,6 +45,8 @@ struct FailoverOptions {
   uint64_t warmup_ms = 300;
   bool kill_manager = false;
   uint64_t records = 0;  // pairs loaded before the kill (re-replication)
+  bool drain = false;    // drain the primary instead of killing it
+  bool join = false;     // start one more server instead of killing one
 };
 
 int RunFailover(const FabricOptions& o, const FailoverOptions& f);

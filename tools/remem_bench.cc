@@ -285,8 +285,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
       ->capture_default_str();
-  failover->add_flag("--kill-manager", fov.kill_manager,
-                     "kill a primary that is the configuration manager");
+  auto* kill_manager =
+      failover->add_flag("--kill-manager", fov.kill_manager,
+                         "kill a primary that is the configuration manager");
+  auto* drain_flag = failover->add_flag(
+      "--drain", fov.drain,
+      "instead of the kill: drain the primary (remem cluster drain) while "
+      "writing; the drain's time and the writes' latency meanwhile");
+  failover
+      ->add_flag("--join", fov.join,
+                 "instead of the kill: start one more server; the time until "
+                 "the cluster is balanced and the writes' latency meanwhile")
+      ->excludes(drain_flag)
+      ->excludes(kill_manager);
+  drain_flag->excludes(kill_manager);
   failover
       ->add_option("--records", fov.records,
                    "pairs loaded before the kill; then measure the "

@@ -309,7 +309,7 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
           return false;
         }
       }
-      return true;
+      return f == 0 || info.shard_retiring[a] == info.shard_retiring[b];
     };
     // " backups a, b (filling)" (or " no backup left"), or ""
     // unreplicated.
@@ -325,8 +325,16 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
         out += as_json ? JsonString(a) : a + (fill ? " (filling)" : "");
         if (fill) filling += (filling.empty() ? "" : ",") + JsonString(a);
       }
+      const int32_t r = info.shard_retiring[s];
+      const std::string retiring =
+          r < 0 ? std::string() : info.nodes[size_t(r)].address;
       if (as_json) {
-        return ",\"backups\":[" + out + "],\"filling\":[" + filling + "]";
+        return ",\"backups\":[" + out + "],\"filling\":[" + filling +
+               "],\"retiring\":" +
+               (retiring.empty() ? std::string("null") : JsonString(retiring));
+      }
+      if (!retiring.empty()) {
+        out += (out.empty() ? "" : ", ") + retiring + " (retiring)";
       }
       return out.empty() ? std::string("  (no backup left)")
                          : "  backups " + out;

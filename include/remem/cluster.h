@@ -95,9 +95,10 @@ class Cluster {
     std::string address;
     uint64_t capacity = 0;  // bytes the server exports
     uint32_t shards = 0;    // shards it owns
-    uint32_t backups = 0;   // shards it backs up (replicated clusters)
-    uint32_t filling = 0;   // of those, shards it is being filled with
-    std::string domain;     // its failure domain ("": none declared)
+    // Shards it backs up (replicated clusters; retiring copies included).
+    uint32_t backups = 0;
+    uint32_t filling = 0;  // of those, shards it is being filled with
+    std::string domain;    // its failure domain ("": none declared)
   };
   struct Info {
     std::string name;  // the cluster's name
@@ -118,6 +119,10 @@ class Cluster {
     std::vector<int32_t> shard_backups;
     std::vector<uint8_t> shard_filling;
     uint32_t filling = 0;  // shards with a backup being filled
+    // Per shard: index into nodes of a copy on its way out (a drained
+    // server's, or one moved to balance the servers), still a backup until
+    // the one filled in its place is ready; -1: none.
+    std::vector<int32_t> shard_retiring;
   };
 
   // Fetches the configuration from the first seed that answers. Errors:

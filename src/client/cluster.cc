@@ -133,6 +133,13 @@ struct Cluster::Impl {
       }
     }
     info.filling = config.filling_shards();
+    info.shard_retiring.assign(config.num_shards(), -1);
+    for (uint32_t s = 0; s < config.num_shards(); ++s) {
+      const uint16_t r = config.RetiringOf(s);
+      if (r == cluster::kNoMember) continue;
+      info.shard_retiring[s] = r;
+      ++info.nodes[r].backups;
+    }
     info.shard_owner.assign(config.owner.begin(), config.owner.end());
     info.shard_next.assign(config.num_shards(), -1);
     for (uint32_t s = 0; s < config.num_shards(); ++s) {

@@ -10,14 +10,16 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
                                                      Endpoint* endpoint) {
   std::unique_ptr<RpcClient> c(new RpcClient(worker, endpoint));
   RpcClient* self = c.get();
-  REMEM_RETURN_IF_ERROR(
+  auto token =
       worker->RouteAm(proto::kAmReply, endpoint->handle(),
-                      [self](AmMessage&& m) { self->OnReply(std::move(m)); }));
+                      [self](AmMessage&& m) { self->OnReply(std::move(m)); });
+  if (!token.ok()) return token.status();
+  c->route_token_ = *token;
   return c;
 }
 
 RpcClient::~RpcClient() {
-  worker_->UnrouteAm(proto::kAmReply, endpoint_->handle());
+  worker_->UnrouteAm(proto::kAmReply, endpoint_->handle(), route_token_);
 }
 
 void RpcClient::Call(proto::ServiceId service, uint8_t method,

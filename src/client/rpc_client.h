@@ -78,6 +78,7 @@ class RpcClient {
 
   Worker* worker_;
   Endpoint* endpoint_;
+  uint64_t route_token_ = 0;  // of this client's reply route
   uint64_t next_id_ = 1;
   uint32_t epoch_ = 0;
   PendingMap pending_;

@@ -22,6 +22,16 @@ bool ValidComponent(std::string_view c) {
   });
 }
 
+// A retiring or next table with no entry is kept empty (as decoded).
+void DropEmptyTables(Config* c) {
+  auto none = [](const std::vector<uint16_t>& t) {
+    return std::all_of(t.begin(), t.end(),
+                       [](uint16_t m) { return m == kNoMember; });
+  };
+  if (none(c->retiring)) c->retiring.clear();
+  if (none(c->next)) c->next.clear();
+}
+
 // Whether members a and b declared the same failure domain.
 bool SameDomain(const Member& a, const Member& b) {
   return !a.domain.empty() && a.domain == b.domain;
@@ -55,7 +65,7 @@ bool Config::IsBackup(uint32_t s, int index) const {
   for (uint32_t i = 0; i < replicas; ++i) {
     if (backups[size_t(s) * replicas + i] == uint16_t(index)) return true;
   }
-  return false;
+  return RetiringOf(s) == uint16_t(index);
 }
 
 std::vector<uint16_t> Config::BackupsOf(uint32_t s) const {
@@ -64,6 +74,7 @@ std::vector<uint16_t> Config::BackupsOf(uint32_t s) const {
     const uint16_t b = backups[size_t(s) * replicas + i];
     if (b != kNoMember) out.push_back(b);
   }
+  if (RetiringOf(s) != kNoMember) out.push_back(RetiringOf(s));
   return out;
 }
 
@@ -168,13 +179,28 @@ std::optional<Config> Failover(const Config& current,
       if (b[i] == kNoMember || left[b[i]]) continue;
       (fill[i] != 0 ? filling : ready).push_back(b[i]);
     }
+    // A retiring copy is whole too: promoted when no other ready one is
+    // left, dropped when its member left.
+    const uint16_t retiring = current.RetiringOf(s);
+    const bool retiring_here = retiring != kNoMember && !left[retiring];
     // No ready copy left: the shard stays as it is, its owner and its
     // backups listed (its data is nowhere else; a member judged dead that
     // was only slow comes back with it, and is promoted then).
-    if (left[next.owner[s]] && ready.empty()) continue;
+    if (left[next.owner[s]] && ready.empty() && !retiring_here) continue;
+    uint16_t keep_retiring = retiring_here ? retiring : kNoMember;
     if (left[next.owner[s]]) {
-      next.owner[s] = ready.front();
-      ready.erase(ready.begin());
+      if (!ready.empty()) {
+        next.owner[s] = ready.front();
+        ready.erase(ready.begin());
+      } else {
+        next.owner[s] = retiring;
+        keep_retiring = kNoMember;
+      }
+    }
+    if (keep_retiring != retiring) {
+      next.retiring.resize(next.num_shards(), kNoMember);
+      next.retiring[s] = keep_retiring;
+      changed = true;
     }
     for (uint32_t i = 0; i < f; ++i) {
       uint16_t v = kNoMember;
@@ -200,6 +226,7 @@ std::optional<Config> Failover(const Config& current,
   if (!changed) return std::nullopt;
   // A hand-over under way (a drain) starts again from the new roles.
   next.next.clear();
+  DropEmptyTables(&next);
   return next;
 }
 
@@ -285,7 +312,9 @@ Config CompleteFills(const Config& filling,
     for (uint32_t i = 0; i < c.replicas; ++i) {
       c.filling[size_t(s) * c.replicas + i] = 0;
     }
+    if (!c.retiring.empty()) c.retiring[s] = kNoMember;
   }
+  DropEmptyTables(&c);
   return c;
 }
 
@@ -451,51 +480,193 @@ std::optional<Config> DrainStep(const Config& current,
     }
   }
   if (moves) return next;
-  // 2. Backups: a drained member's copies go to members that stay (filled
-  // from the shard's owner), for each shard that can get them all.
+  // 2. Backups: a drained member's copy retires in favour of one on a
+  // member that stays (filled from the shard's owner), one per shard.
   Config vacated = current;
   vacated.next.clear();
   vacated.filling.resize(vacated.backups.size(), 0);
-  bool any = false;
+  vacated.retiring.resize(current.num_shards(), kNoMember);
+  std::vector<uint8_t> touched(current.num_shards(), 0);
   for (uint32_t s = 0; s < current.num_shards(); ++s) {
+    // One copy on its way out at a time (a fill that failed over left
+    // one: re-replication fills its slot first).
+    if (current.RetiringOf(s) != kNoMember) continue;
     std::vector<std::pair<uint16_t, uint8_t>> kept;
     for (uint32_t i = 0; i < f; ++i) {
       const size_t at = size_t(s) * f + i;
       const uint16_t b = current.backups[at];
       if (b == kNoMember) continue;
-      if (is_drained[b]) {
-        any = true;
+      if (is_drained[b] && !touched[s]) {
+        touched[s] = 1;
+        // A filling one is not a copy yet: simply dropped.
+        if (!current.FillingAt(at)) vacated.retiring[s] = b;
         continue;
       }
       kept.emplace_back(b, current.FillingAt(at) ? 1 : 0);
     }
+    if (!touched[s]) continue;
+    // Ready ones first, then filling ones.
+    std::stable_sort(
+        kept.begin(), kept.end(),
+        [](const auto& x, const auto& y) { return x.second < y.second; });
     for (uint32_t i = 0; i < f; ++i) {
       const size_t at = size_t(s) * f + i;
       vacated.backups[at] = i < kept.size() ? kept[i].first : kNoMember;
       vacated.filling[at] = i < kept.size() ? kept[i].second : 0;
     }
   }
-  if (!any) return std::nullopt;
+  if (std::none_of(touched.begin(), touched.end(),
+                   [](uint8_t t) { return t != 0; })) {
+    return std::nullopt;
+  }
   std::optional<Config> planned =
       PlanBackups(vacated, live, kMaxShards, drained);
   if (!planned) return std::nullopt;
-  // A shard that did not get as many copies as it had keeps the drained
-  // ones (it waits for a member to join).
+  // A shard that got no member in the drained one's place keeps it.
   bool changed = false;
+  planned->retiring.resize(current.num_shards(), kNoMember);
   for (uint32_t s = 0; s < current.num_shards(); ++s) {
-    if (planned->BackupsOf(s).size() < current.BackupsOf(s).size()) {
+    if (!touched[s]) continue;
+    uint32_t slots_before = 0, slots_after = 0;
+    for (uint32_t i = 0; i < f; ++i) {
+      slots_before += current.backups[size_t(s) * f + i] != kNoMember;
+      slots_after += planned->backups[size_t(s) * f + i] != kNoMember;
+    }
+    if (slots_after < slots_before) {
       for (uint32_t i = 0; i < f; ++i) {
         const size_t at = size_t(s) * f + i;
         planned->backups[at] = current.backups[at];
         planned->filling[at] = current.FillingAt(at) ? 1 : 0;
       }
-    } else if (planned->BackupsOf(s) != current.BackupsOf(s)) {
+      planned->retiring[s] = current.RetiringOf(s);
+    } else {
       changed = true;
     }
   }
   if (!changed) return std::nullopt;
   planned->epoch = current.epoch + 1;
+  DropEmptyTables(&*planned);
   return planned;
+}
+
+std::optional<Config> BalanceReplicas(const Config& current,
+                                      const std::vector<Member>& live,
+                                      const std::vector<std::string>& drained,
+                                      uint32_t max_moves) {
+  const uint32_t f = current.replicas;
+  if (f == 0 || max_moves == 0 || current.moving() > 0 ||
+      current.filling_shards() > 0 || !current.retiring.empty()) {
+    return std::nullopt;
+  }
+  const size_t n = current.members.size();
+  const uint32_t num_shards = current.num_shards();
+  std::vector<uint8_t> eligible(n, 0);
+  for (const Member& l : live) {
+    const int i = current.IndexOf(l.address);
+    if (i >= 0 && current.members[size_t(i)].incarnation == l.incarnation &&
+        std::find(drained.begin(), drained.end(), l.address) == drained.end()) {
+      eligible[size_t(i)] = 1;
+    }
+  }
+  // Only a whole cluster is balanced: every role on an eligible member,
+  // every shard with all its copies.
+  std::vector<uint32_t> load(n, 0), owned(n, 0);
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    if (!eligible[current.owner[s]]) return std::nullopt;
+    ++load[current.owner[s]];
+    ++owned[current.owner[s]];
+    const std::vector<uint16_t> b = current.BackupsOf(s);
+    if (b.size() < f) return std::nullopt;
+    for (uint16_t m : b) {
+      if (!eligible[m]) return std::nullopt;
+      ++load[m];
+    }
+  }
+  // 1. Copies: from the most loaded member to the least, a backup copy of
+  // a shard the latter holds nothing of.
+  Config next = current;
+  next.epoch = current.epoch + 1;
+  next.filling.resize(next.backups.size(), 0);
+  next.retiring.assign(num_shards, kNoMember);
+  uint32_t moves = 0;
+  while (moves < max_moves) {
+    int hi = -1, lo = -1;
+    for (size_t m = 0; m < n; ++m) {
+      if (!eligible[m]) continue;
+      if (hi < 0 || load[m] > load[size_t(hi)]) hi = int(m);
+      if (lo < 0 || load[m] < load[size_t(lo)]) lo = int(m);
+    }
+    if (hi < 0 || load[size_t(hi)] < load[size_t(lo)] + 2) break;
+    bool moved = false;
+    for (uint32_t s = 0; s < num_shards && !moved; ++s) {
+      if (next.retiring[s] != kNoMember || next.owner[s] == uint16_t(lo) ||
+          next.IsBackup(s, lo)) {
+        continue;
+      }
+      for (uint32_t i = 0; i < f && !moved; ++i) {
+        const size_t at = size_t(s) * f + i;
+        if (next.backups[at] != uint16_t(hi) || next.FillingAt(at)) continue;
+        // Not onto a failure domain the shard's other copies have, unless
+        // the copy moved away shared one too.
+        auto apart = [&](int m) {
+          if (SameDomain(next.members[size_t(m)],
+                         next.members[next.owner[s]])) {
+            return false;
+          }
+          for (uint16_t b : next.BackupsOf(s)) {
+            if (b != uint16_t(hi) &&
+                SameDomain(next.members[size_t(m)], next.members[b])) {
+              return false;
+            }
+          }
+          return true;
+        };
+        if (!apart(lo) && apart(hi)) continue;
+        // The copy retires; the new one fills at the end of the slots.
+        next.retiring[s] = uint16_t(hi);
+        for (uint32_t j = i; j + 1 < f; ++j) {
+          next.backups[size_t(s) * f + j] = next.backups[size_t(s) * f + j + 1];
+          next.filling[size_t(s) * f + j] = next.filling[size_t(s) * f + j + 1];
+        }
+        next.backups[size_t(s) * f + f - 1] = uint16_t(lo);
+        next.filling[size_t(s) * f + f - 1] = 1;
+        --load[size_t(hi)];
+        ++load[size_t(lo)];
+        moved = true;
+      }
+    }
+    if (!moved) break;
+    ++moves;
+  }
+  if (moves > 0) {
+    DropEmptyTables(&next);
+    return next;
+  }
+  // 2. Primaries: a shard moves to one of its ready backups that owns two
+  // or more shards fewer than its owner.
+  next = current;
+  next.epoch = current.epoch + 1;
+  next.next.assign(num_shards, kNoMember);
+  for (uint32_t s = 0; s < num_shards && moves < max_moves; ++s) {
+    const uint16_t o = current.owner[s];
+    int best = -1;
+    for (uint32_t i = 0; i < f; ++i) {
+      const size_t at = size_t(s) * f + i;
+      const uint16_t b = current.backups[at];
+      if (b == kNoMember || current.FillingAt(at) || !eligible[b]) continue;
+      if (owned[b] + 2 <= owned[o] &&
+          (best < 0 || owned[b] < owned[size_t(best)])) {
+        best = b;
+      }
+    }
+    if (best < 0) continue;
+    next.next[s] = uint16_t(best);
+    --owned[o];
+    ++owned[size_t(best)];
+    ++moves;
+  }
+  if (moves == 0) return std::nullopt;
+  return next;
 }
 
 Config AbandonMoves(const Config& moving) {
@@ -538,6 +709,9 @@ std::string EncodeConfig(const Config& c) {
   for (const Member& m : c.members) {
     proto::Append(&out, uint8_t(m.domain.size()));
     out += m.domain;
+  }
+  for (uint32_t s = 0; s < c.num_shards(); ++s) {
+    proto::Append(&out, c.RetiringOf(s));
   }
   return out;
 }
@@ -601,7 +775,8 @@ Result<Config> DecodeConfig(std::string_view bytes) {
                           uint64_t(h.num_members) * sizeof(uint64_t);
   // Version 5 ends with the members' failure domains (a length byte, then
   // the name each), whose length only reading them tells.
-  const uint64_t fixed = tables * h.num_shards * sizeof(uint16_t) + tail;
+  const uint64_t fixed = tables * h.num_shards * sizeof(uint16_t) + tail +
+                         (h.version >= 6 ? h.num_shards * sizeof(uint16_t) : 0);
   if (h.version < 5 ? r.remaining() != fixed
                     : r.remaining() < fixed + h.num_members) {
     return proto::Bad("cluster configuration: shard table length");
@@ -664,6 +839,27 @@ Result<Config> DecodeConfig(std::string_view bytes) {
         return proto::Bad("cluster configuration: bad failure domain");
       }
     }
+  }
+  if (h.version >= 6) {
+    c.retiring.assign(h.num_shards, kNoMember);
+    bool any = false;
+    for (uint32_t s = 0; s < h.num_shards; ++s) {
+      uint16_t x = kNoMember;
+      if (!r.Read(&x)) {
+        return proto::Bad("cluster configuration: truncated retiring table");
+      }
+      if (x == kNoMember) continue;
+      if (h.replicas == 0 || x >= h.num_members || x == c.owner[s] ||
+          c.IsBackup(s, x)) {
+        return proto::Bad("cluster configuration: bad retiring copy of shard " +
+                          std::to_string(s));
+      }
+      c.retiring[s] = x;
+      any = true;
+    }
+    if (!any) c.retiring.clear();
+  }
+  if (h.version >= 5) {
     if (r.remaining() != 0) {
       return proto::Bad("cluster configuration: trailing bytes");
     }

@@ -84,11 +84,24 @@ struct Config {
   bool FillingAt(size_t i) const {
     return i < filling.size() && filling[i] != 0;
   }
+  // retiring[s]: index into members of a ready copy of shard s on its way
+  // out (its member is drained, or the copy moves to balance the members),
+  // or kNoMember. It stays a backup (it takes the primary's writes, and
+  // failover may promote it) until the backup filled in its place, in one
+  // of the shard's slots, is ready (CompleteFills drops it): so moving a
+  // copy never leaves a shard with fewer than f + 1 whole copies.
+  // Empty: none (configuration version 6).
+  std::vector<uint16_t> retiring;
+  uint16_t RetiringOf(uint32_t s) const {
+    return retiring.empty() ? kNoMember : retiring[s];
+  }
 
   uint32_t num_shards() const { return uint32_t(owner.size()); }
-  // Whether members[index] holds a copy of shard s as a backup.
+  // Whether members[index] holds a copy of shard s as a backup (in a slot,
+  // or retiring).
   bool IsBackup(uint32_t s, int index) const;
-  // The backups of shard s (kNoMember entries omitted), filling ones too.
+  // The backups of shard s (kNoMember entries omitted), filling ones too,
+  // then the retiring one.
   std::vector<uint16_t> BackupsOf(uint32_t s) const;
   // Whether members[index] is a backup of shard s being filled.
   bool IsFilling(uint32_t s, int index) const;
@@ -147,7 +160,8 @@ std::optional<Config> NextBalanceStep(const Config& current,
 // appended with no role. A shard whose owner left with every ready backup
 // stays as it is, owner and backups (its data is nowhere else; a member
 // only slow to answer that comes back is promoted then). Only a ready
-// backup is promoted;
+// backup is promoted (a retiring one when no other is left), and a
+// retiring copy whose member left is dropped;
 // a filling backup stays filling (the manager fills it again from the
 // shard's owner at the new epoch). A hand-over under way (DrainStep) is
 // abandoned. nullopt if nothing changes.
@@ -167,19 +181,36 @@ std::optional<Config> PlanBackups(
     const Config& current, const std::vector<Member>& live, uint32_t max_shards,
     const std::vector<std::string>& excluded = {});
 // The configuration one epoch newer in which the backups of `shards` that
-// were filling in `filling` are ready (they hold a whole copy).
+// were filling in `filling` are ready (they hold a whole copy), and their
+// retiring copies dropped.
 Config CompleteFills(const Config& filling,
                      const std::vector<uint32_t>& shards);
+// Balancing a replicated cluster (a member joined or returned), once
+// nothing is failing over, drained, short of copies, moving, filling or
+// retiring: the next step, or nullopt if balanced. First the copies: while
+// a member of `live` not in `drained` holds two or more shards (owned or
+// backed up) more than another, one of its backup copies moves to the
+// other (retiring here, filling there; never onto a member of a failure
+// domain the shard already has unless the moved copy shared one), at
+// most `max_moves` copies a step. Then the primaries: while an owner owns
+// two or more shards more than one of its ready backups, that shard
+// moves to it (`next`, a hand-over as in a drain), at most `max_moves` a
+// step.
+std::optional<Config> BalanceReplicas(const Config& current,
+                                      const std::vector<Member>& live,
+                                      const std::vector<std::string>& drained,
+                                      uint32_t max_moves);
 // Draining in a replicated cluster (remem cluster drain): the next step
 // that takes the members named in `drained` out of every shard's roles,
 // or nullopt when there is none to take now (a hand-over or a copy is
 // under way, or nothing can move). First, every shard owned by a drained
 // member moves (`next`) to one of its ready backups that is live and not
 // drained: a hand-over with no copy (CompleteMoves swaps the two roles).
-// When no such shard is left, the drained members' backup copies go to
-// members of `live` that are not drained, marked filling, chosen as
-// PlanBackups chooses; a shard that cannot get as many copies as it has
-// keeps its drained backups. A shard owned by a drained member whose
+// When no such shard is left, each drained member's ready backup copy
+// retires (one per shard and step) in favour of a backup on a member of
+// `live` that is not drained, filling, chosen as PlanBackups chooses (a
+// drained filling backup is simply dropped); a shard that cannot get one
+// keeps its drained backup. A shard owned by a drained member whose
 // backups are all drained or filling gets its new backups first, then
 // moves.
 std::optional<Config> DrainStep(const Config& current,

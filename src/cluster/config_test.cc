@@ -78,13 +78,17 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
   EXPECT_FALSE(patched(20, uint32_t(1)).ok());  // replicas, no backups
   EXPECT_FALSE(patched(24, uint32_t(1)).ok());  // reserved
   // A shard owned by a member that does not exist, or moving to one.
-  // (The tail: three incarnations, three empty failure domains.)
-  const size_t incarnations = bytes.size() - 3 - 3 * sizeof(uint64_t);
+  // (The tail: three incarnations, three empty failure domains, the
+  // retiring table.)
+  const size_t incarnations =
+      bytes.size() - 2 * kDefaultShards - 3 - 3 * sizeof(uint64_t);
   const size_t owners = incarnations - 4 * kDefaultShards;
   EXPECT_FALSE(patched(owners, uint16_t(3)).ok());
   EXPECT_FALSE(patched(incarnations - 2, uint16_t(3)).ok());
   // ... or moving to its own owner.
   EXPECT_FALSE(patched(incarnations - 2, c.owner.back()).ok());
+  // A retiring copy in a configuration without replicas.
+  EXPECT_FALSE(patched(bytes.size() - 2, uint16_t(1)).ok());
   // A name that is not a path component.
   std::string bad_name = bytes;
   bad_name[sizeof(ConfigHeader)] = '/';
@@ -139,8 +143,11 @@ TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
   // incarnations.
   const Config plain = ThreeServers();
   std::string v1 = EncodeConfig(plain);
+  // (version 6 ends with the retiring table, before it version 5 the
+  // domains, version 3 the incarnations, version 2 the next table)
   v1.resize(v1.size() - 2 * plain.num_shards() -
-            plain.members.size() * (sizeof(uint64_t) + 1));
+            plain.members.size() * (sizeof(uint64_t) + 1) -
+            2 * plain.num_shards());
   const uint16_t one = 1;
   std::memcpy(v1.data() + 4, &one, sizeof(one));
   auto old = DecodeConfig(v1);
@@ -401,11 +408,13 @@ TEST(ClusterConfig,
   }
   // The flag in a version 3 configuration: refused.
   const std::string bytes = EncodeConfig(*p);
-  const size_t at = bytes.size() - 3 - 3 * 8 - 2 * 12;
+  const size_t retiring = 2 * 12;  // version 6's table
+  const size_t at = bytes.size() - retiring - 3 - 3 * 8 - 2 * 12;
   uint16_t raw;
   std::memcpy(&raw, bytes.data() + at, 2);
   ASSERT_NE(raw & kBackupFilling, 0) << "shard 0's backup should be filling";
-  std::string v3 = bytes.substr(0, bytes.size() - 3);  // no domains
+  // No domains, no retiring table.
+  std::string v3 = bytes.substr(0, bytes.size() - retiring - 3);
   const uint16_t three = 3;
   std::memcpy(v3.data() + 4, &three, 2);
   EXPECT_FALSE(DecodeConfig(v3).ok());
@@ -446,31 +455,68 @@ TEST(ClusterConfig, ADrainedReplicaHandsItsShardsToBackupsThenItsCopies) {
     EXPECT_FALSE(two.IsFilling(s, 1)) << s;
   }
   EXPECT_EQ(two.ShardsOf(1), 0u);
-  // 2. b's copies go to others, filling (never to b, nor to the shard's
-  // owner); every shard keeps one backup.
+  // 2. b's copies retire in favour of copies on others, filling (never on
+  // b, nor on the shard's owner): b stays a backup until they are ready,
+  // so no shard ever has fewer than two whole copies.
   auto three = DrainStep(two, c.members, drained);
   ASSERT_TRUE(three);
   EXPECT_EQ(three->owner, two.owner);
   uint32_t filling = 0;
   for (uint32_t s = 0; s < 16; ++s) {
-    const std::vector<uint16_t> b = three->BackupsOf(s);
-    ASSERT_EQ(b.size(), 1u) << s;
-    EXPECT_NE(b[0], 1) << s;
-    EXPECT_NE(b[0], three->owner[s]) << s;
     if (two.IsBackup(s, 1)) {
-      EXPECT_TRUE(three->IsFilling(s, b[0])) << s;
+      EXPECT_EQ(three->RetiringOf(s), 1) << s;
+      EXPECT_TRUE(three->IsBackup(s, 1)) << s;
+      const uint16_t b = three->backups[s];
+      EXPECT_NE(b, 1) << s;
+      EXPECT_NE(b, three->owner[s]) << s;
+      EXPECT_TRUE(three->IsFilling(s, b)) << s;
+      EXPECT_EQ(three->BackupsOf(s), (std::vector<uint16_t>{b, 1})) << s;
       ++filling;
     } else {
-      EXPECT_EQ(b, two.BackupsOf(s)) << s;
+      EXPECT_EQ(three->RetiringOf(s), kNoMember) << s;
+      EXPECT_EQ(three->BackupsOf(s), two.BackupsOf(s)) << s;
     }
   }
   EXPECT_EQ(three->filling_shards(), filling);
+  // Version 6 keeps the retiring copies, and refuses one that is its
+  // shard's owner, one of its backups or no member.
+  auto coded3 = DecodeConfig(EncodeConfig(*three));
+  ASSERT_TRUE(coded3.ok()) << coded3.status().ToString();
+  EXPECT_EQ(coded3->retiring, three->retiring);
+  for (uint16_t bad :
+       {uint16_t(three->owner[0]), uint16_t(three->backups[0]), uint16_t(7)}) {
+    std::string bytes = EncodeConfig(*three);
+    std::memcpy(bytes.data() + bytes.size() - 2 * 16, &bad, 2);
+    EXPECT_FALSE(DecodeConfig(bytes).ok()) << bad;
+  }
+  // If the shard's owner died while the copy fills, the retiring copy is
+  // promoted (the filling one never is).
+  uint32_t r = 16;
+  for (uint32_t s = 0; s < 16 && r == 16; ++s) {
+    if (three->RetiringOf(s) == 1) r = s;
+  }
+  ASSERT_LT(r, 16u);
+  std::vector<Member> without_owner;
+  for (size_t m = 0; m < c.members.size(); ++m) {
+    if (m != three->owner[r]) without_owner.push_back(c.members[m]);
+  }
+  auto promoted = Failover(*three, without_owner);
+  ASSERT_TRUE(promoted);
+  EXPECT_EQ(promoted->owner[r], 1);
+  EXPECT_EQ(promoted->RetiringOf(r), kNoMember);
+  EXPECT_TRUE(promoted->IsFilling(r, three->backups[r]));
+  // b killed instead: its retiring copies are dropped.
+  std::vector<Member> without_b = {c.members[0], c.members[2], c.members[3]};
+  auto dropped = Failover(*three, without_b);
+  ASSERT_TRUE(dropped);
+  EXPECT_TRUE(dropped->retiring.empty());
   // Filling: no step until the copies are held; then b holds nothing and
   // there is nothing left to do.
   EXPECT_FALSE(DrainStep(*three, c.members, drained));
   std::vector<uint32_t> all(16);
   for (uint32_t s = 0; s < 16; ++s) all[s] = s;
   const Config done = CompleteFills(*three, all);
+  EXPECT_TRUE(done.retiring.empty());
   EXPECT_FALSE(DrainStep(done, c.members, drained));
   for (uint32_t s = 0; s < 16; ++s) EXPECT_FALSE(done.IsBackup(s, 1)) << s;
 
@@ -486,7 +532,8 @@ TEST(ClusterConfig, ADrainedReplicaHandsItsShardsToBackupsThenItsCopies) {
   auto copies = DrainStep(after, c.members, {"b:1", "c:1"});
   ASSERT_TRUE(copies);
   for (uint32_t s = 0; s < 16; ++s) {
-    for (uint16_t b : copies->BackupsOf(s)) {
+    for (uint32_t i = 0; i < 1; ++i) {
+      const uint16_t b = copies->backups[s];
       EXPECT_TRUE(b == 0 || b == 3) << s << ": " << b;
     }
   }
@@ -505,6 +552,71 @@ TEST(ClusterConfig, ADrainedReplicaHandsItsShardsToBackupsThenItsCopies) {
   auto failed = Failover(*one, {c.members[0], c.members[1], c.members[3]});
   ASSERT_TRUE(failed);
   EXPECT_EQ(failed->moving(), 0u);
+}
+
+TEST(ClusterConfig, AJoinedReplicaTakesCopiesThenPrimariesInSteps) {
+  const Config c = InitialConfig(
+      "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);
+  // Balanced: nothing to do.
+  EXPECT_FALSE(BalanceReplicas(c, c.members, {}, 64));
+  // d joins (Failover lists it, with no role).
+  Member d{"d:1", 1, 14};
+  std::vector<Member> live = {c.members[0], c.members[1], c.members[2], d};
+  auto joined = Failover(c, live);
+  ASSERT_TRUE(joined);
+  ASSERT_EQ(joined->members.size(), 4u);
+  // Each member's shards, owned and backed up.
+  auto load = [](const Config& x, int m) {
+    uint32_t n = x.ShardsOf(m);
+    for (uint32_t s = 0; s < x.num_shards(); ++s) n += x.IsBackup(s, m);
+    return n;
+  };
+  // 1. Copies move to d, each retiring where it was: a shard's copies stay
+  // whole meanwhile; at most max_moves a step.
+  auto one = BalanceReplicas(*joined, live, {}, 2);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->owner, joined->owner);
+  EXPECT_EQ(one->filling_shards(), 2u);
+  Config at = *one;
+  for (int step = 0; step < 20; ++step) {
+    for (uint32_t s = 0; s < at.num_shards(); ++s) {
+      if (at.RetiringOf(s) != kNoMember) {
+        EXPECT_TRUE(at.IsFilling(s, 3)) << s;
+        EXPECT_EQ(at.BackupsOf(s).size(), 2u) << s;
+      }
+    }
+    if (at.filling_shards() > 0) {
+      EXPECT_FALSE(BalanceReplicas(at, live, {}, 2));  // one step at a time
+    }
+    std::vector<uint32_t> all(12);
+    for (uint32_t s = 0; s < 12; ++s) all[s] = s;
+    at = CompleteFills(at, all);
+    auto next = BalanceReplicas(at, live, {}, 2);
+    if (!next) break;
+    if (next->moving() > 0) {
+      // 2. Then primaries: hand-overs to ready backups.
+      EXPECT_EQ(next->filling_shards(), 0u);
+      for (uint32_t s = 0; s < 12; ++s) {
+        if (next->NextOf(s) != kNoMember) {
+          EXPECT_TRUE(at.IsBackup(s, next->NextOf(s))) << s;
+          EXPECT_FALSE(at.IsFilling(s, next->NextOf(s))) << s;
+        }
+      }
+      at = CompleteMoves(*next);
+    } else {
+      at = *next;
+    }
+  }
+  // Balanced: 12 shards x 2 copies over 4 members, 3 primaries each.
+  for (int m = 0; m < 4; ++m) {
+    EXPECT_EQ(load(at, m), 6u) << m;
+    EXPECT_EQ(at.ShardsOf(m), 3u) << m;
+  }
+  EXPECT_FALSE(BalanceReplicas(at, live, {}, 64));
+  // Nothing while a member is dead, drained or a shard short of copies.
+  EXPECT_FALSE(
+      BalanceReplicas(*joined, {c.members[0], c.members[1], d}, {}, 64));
+  EXPECT_FALSE(BalanceReplicas(*joined, live, {"a:1"}, 64));
 }
 
 TEST(ClusterConfig, BackupsGoToOtherFailureDomainsFirst) {
@@ -534,7 +646,7 @@ TEST(ClusterConfig, BackupsGoToOtherFailureDomainsFirst) {
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->members[2].domain, "r2");
   std::string bad = EncodeConfig(c);
-  bad[bad.size() - 1] = '/';
+  bad[bad.size() - 2 * c.num_shards() - 1] = '/';  // before the retiring
   EXPECT_FALSE(DecodeConfig(bad).ok());
   EXPECT_FALSE(DecodeConfig(EncodeConfig(c) + "x").ok());
   // A new backup goes to another domain even when a member of the owner's

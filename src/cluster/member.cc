@@ -614,11 +614,16 @@ void ClusterMember::FailOver(const std::vector<Member>& registered) {
     grants_from_epoch_ = 0;
     return;
   }
-  failovers_.fetch_add(1, std::memory_order_relaxed);
-  log::Warn(
-      "cluster: epoch {} fails over from {} (shards to their backups; "
-      "members that left back up nothing)",
-      next->epoch, gone.empty() ? "no member (members listed)" : gone);
+  if (gone.empty()) {
+    log::Info("cluster: epoch {}: {} members listed", next->epoch,
+              next->members.size());
+  } else {
+    failovers_.fetch_add(1, std::memory_order_relaxed);
+    log::Warn(
+        "cluster: epoch {} fails over from {} (shards to their backups; "
+        "members that left back up nothing)",
+        next->epoch, gone);
+  }
   FollowConfig();
 }
 
@@ -642,6 +647,13 @@ void ClusterMember::Reshape(const Config& c, int version,
       ++it;
     }
   }
+  // New roles go only to members that hold a lease and are registered in
+  // ZooKeeper: one that stopped is unregistered at once, while its lease
+  // runs a little longer.
+  std::vector<Member> staying;
+  for (const Member& m : live) {
+    if (IsLive(registered, m.address)) staying.push_back(m);
+  }
   if (c.moving() > 0) {
     if (Status h = HandOverToBackups(c, version); !h.ok()) {
       log::Debug("cluster: handing shards over at epoch {}: {} (again)",
@@ -650,7 +662,7 @@ void ClusterMember::Reshape(const Config& c, int version,
     return;
   }
   if (!drained.empty()) {
-    if (std::optional<Config> step = DrainStep(c, live, drained)) {
+    if (std::optional<Config> step = DrainStep(c, staying, drained)) {
       if (Status w = WriteConfig(*step, version); !w.ok()) {
         log::Warn("cluster: draining at epoch {}: {}", step->epoch,
                   w.ToString());
@@ -672,7 +684,7 @@ void ClusterMember::Reshape(const Config& c, int version,
       return;
     }
   }
-  Replenish(c, version, live, drained);
+  Replenish(c, version, staying, drained);
 }
 
 Status ClusterMember::HandOverToBackups(const Config& moving, int version) {
@@ -721,7 +733,31 @@ void ClusterMember::Replenish(const Config& c, int version,
     fill_epoch_ = 0;
     // Never a drained member for new copies.
     std::optional<Config> plan = PlanBackups(c, live, kMaxShards, drained);
-    if (!plan) return;
+    if (!plan) {
+      // Whole: balanced next (a member joined or returned).
+      std::optional<Config> step =
+          BalanceReplicas(c, live, drained, options_.max_moves);
+      if (!step) return;
+      if (Status w = WriteConfig(*step, version); !w.ok()) {
+        log::Warn("cluster: balancing at epoch {}: {}", step->epoch,
+                  w.ToString());
+        return;
+      }
+      if (step->moving() > 0) {
+        log::Info(
+            "cluster: epoch {}: balancing, {} shards to be handed over to "
+            "their backups",
+            step->epoch, step->moving());
+      } else {
+        log::Info(
+            "cluster: epoch {}: balancing, {} copies move to members "
+            "holding fewer",
+            step->epoch, step->filling_shards());
+      }
+      FollowConfig();
+      Wake();  // the hand-over or the copies at once
+      return;
+    }
     if (Status w = WriteConfig(*plan, version); !w.ok()) {
       log::Warn("cluster: planning backups at epoch {}: {}", plan->epoch,
                 w.ToString());
@@ -814,6 +850,22 @@ void ClusterMember::Replenish(const Config& c, int version,
       "copied in {} ms)",
       done.epoch, filled.size(), pairs, ms);
   FollowConfig();
+  // The retired copies are deleted where they were (a member that no longer
+  // holds a shard only keeps its pairs as garbage; one that cannot be
+  // reached now keeps them).
+  std::map<uint16_t, std::vector<uint32_t>> retired;
+  for (uint32_t s : filled) {
+    if (c.RetiringOf(s) != kNoMember) retired[c.RetiringOf(s)].push_back(s);
+  }
+  for (const auto& [m, shards] : retired) {
+    auto r = Call(c.members[m].address, done.epoch,
+                  static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+                  hash::EncodeShardList({shards, hash::kShardForget}), quick);
+    if (!r.ok()) {
+      log::Debug("cluster: deleting the retired copies at {}: {}",
+                 c.members[m].address, r.status().ToString());
+    }
+  }
 }
 
 Result<std::string> ClusterMember::Call(const std::string& address,

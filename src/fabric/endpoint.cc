@@ -64,7 +64,7 @@ Status Endpoint::WaitConnected(Clock::time_point deadline) {
 Endpoint::~Endpoint() {
   *alive_ = nullptr;
   FailServed(Status::Unavailable("endpoint closed"));
-  if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_);
+  if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_, route_token_);
   if (ep_ == nullptr || closed_) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -384,9 +384,11 @@ void Endpoint::SendAm(unsigned am_id, const void* header, size_t header_len,
 
 Status Endpoint::set_served(bool served) {
   if (served && !routed_ && ep_ != nullptr) {
-    REMEM_RETURN_IF_ERROR(
+    auto token =
         worker_->RouteAm(proto::kAmMemReply, ep_,
-                         [this](AmMessage&& m) { OnMemReply(std::move(m)); }));
+                         [this](AmMessage&& m) { OnMemReply(std::move(m)); });
+    if (!token.ok()) return token.status();
+    route_token_ = *token;
     routed_ = true;
   }
   served_ = served;

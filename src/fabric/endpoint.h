@@ -172,7 +172,8 @@ class Endpoint {
   std::function<void(const Status&)> on_failure_;
   bool failure_reported_ = false;  // on_failure_ has run
   bool served_ = false;
-  bool routed_ = false;  // this endpoint's kAmMemReply route is installed
+  bool routed_ = false;       // this endpoint's kAmMemReply route is installed
+  uint64_t route_token_ = 0;  // its token (Worker::UnrouteAm)
   std::unordered_map<uint64_t, ServedOp> served_ops_;
   // Cleared by the destructor: send completions that outlive the endpoint
   // check it before touching it.

@@ -85,21 +85,24 @@ void Worker::RemoveAmHandler(unsigned am_id) {
                 [am_id](const auto& m) { return m.first->id == am_id; });
 }
 
-Status Worker::RouteAm(unsigned am_id, ucp_ep_h ep, AmHandler handler) {
+Result<uint64_t> Worker::RouteAm(unsigned am_id, ucp_ep_h ep,
+                                 AmHandler handler) {
   bool installed = false;
   for (const auto& slot : slots_) installed |= slot->id == am_id;
   if (!installed) {
     REMEM_RETURN_IF_ERROR(SetAmHandler(am_id, [this, am_id](AmMessage&& m) {
       auto it = routes_.find({am_id, m.reply_ep});
-      if (it != routes_.end()) it->second(std::move(m));
+      if (it != routes_.end()) it->second.handler(std::move(m));
     }));
   }
-  routes_[{am_id, ep}] = std::move(handler);
-  return Status::OK();
+  const uint64_t token = next_route_token_++;
+  routes_[{am_id, ep}] = Route{token, std::move(handler)};
+  return token;
 }
 
-void Worker::UnrouteAm(unsigned am_id, ucp_ep_h ep) {
-  routes_.erase({am_id, ep});
+void Worker::UnrouteAm(unsigned am_id, ucp_ep_h ep, uint64_t token) {
+  auto it = routes_.find({am_id, ep});
+  if (it != routes_.end() && it->second.token == token) routes_.erase(it);
 }
 
 ucs_status_t Worker::AmCallback(void* arg, const void* header,

@@ -100,9 +100,13 @@ class Worker {
   // endpoint is `ep` go to `handler`; messages from endpoints without a
   // route are dropped. The first route installs the worker's handler for
   // `am_id` (do not also SetAmHandler it). A handler must not remove its
-  // own route while it runs.
-  Status RouteAm(unsigned am_id, ucp_ep_h ep, AmHandler handler);
-  void UnrouteAm(unsigned am_id, ucp_ep_h ep);
+  // own route while it runs. Returns the route's token for UnrouteAm.
+  Result<uint64_t> RouteAm(unsigned am_id, ucp_ep_h ep, AmHandler handler);
+  // Removes `ep`'s route if it is still the one `token` installed: UCX may
+  // give a new endpoint the handle of one that was force-closed (at a
+  // failure) while its owner still held the route, and that owner, removing
+  // its route later, must not remove the new endpoint's.
+  void UnrouteAm(unsigned am_id, ucp_ep_h ep, uint64_t token);
 
   // A fresh id, unique on this worker, for matching replies to requests.
   uint64_t NextRequestId() { return next_request_id_++; }
@@ -188,7 +192,12 @@ class Worker {
   std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
-  std::map<std::pair<unsigned, ucp_ep_h>, AmHandler> routes_;
+  struct Route {
+    uint64_t token = 0;
+    AmHandler handler;
+  };
+  std::map<std::pair<unsigned, ucp_ep_h>, Route> routes_;
+  uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
   std::vector<std::function<size_t()>> pass_hooks_;
   std::string address_;

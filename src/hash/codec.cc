@@ -502,7 +502,8 @@ Result<ShardList> DecodeShardList(std::string_view payload) {
   ShardListRequest h;
   if (!rd.Read(&h)) return Bad("shard list truncated");
   if (h.reserved[0] || h.reserved[1] || h.reserved[2] ||
-      (h.flags & ~(kShardFreeze | kShardRelease | kShardForFill)) != 0) {
+      (h.flags &
+       ~(kShardFreeze | kShardRelease | kShardForFill | kShardForget)) != 0) {
     return Bad("shard list: reserved bits set");
   }
   ShardList out;

@@ -1372,12 +1372,18 @@ void HashService::HandleShardImport(Call call) {
 void HashService::HandleShardDrop(Call call) {
   auto list = DecodeShardList(call.payload);
   if (!list.ok()) return call.responder.Reply(list.status());
-  if ((list->flags & ~(kShardRelease | kShardForFill)) != 0 ||
-      list->flags == (kShardRelease | kShardForFill)) {
+  if (list->flags != 0 && list->flags != kShardRelease &&
+      list->flags != kShardForFill && list->flags != kShardForget) {
     return call.responder.Reply(Status::InvalidArgument("bad drop flags"));
   }
   const bool release = (list->flags & kShardRelease) != 0;
-  if ((list->flags & kShardForFill) != 0) {
+  const bool forget = (list->flags & kShardForget) != 0;
+  if (forget) {
+    // Checked again by each partition, on its thread, when it deletes.
+    if (cluster_->current() == nullptr) {
+      return call.responder.Reply(Status::Busy("no configuration yet"));
+    }
+  } else if ((list->flags & kShardForFill) != 0) {
     // Shards this server is about to be filled with: what it held of them
     // before (an earlier role, an unfinished copy) goes first.
     if (Status st = CheckFilling(*cluster_, call.epoch, list->shards);
@@ -1412,15 +1418,28 @@ void HashService::HandleShardDrop(Call call) {
     drop->responder.Reply(FirstError(drop->status));
   });
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
-    ctx_->RunOn(owner, [this, owner, drop, fan] {
+    ctx_->RunOn(owner, [this, owner, drop, fan, forget] {
       Partition& part = *partitions_[owner];
+      const std::vector<uint8_t>* set = &drop->set;
+      std::vector<uint8_t> not_held;
+      if (forget) {
+        // Not a shard held here now (a configuration installed since may
+        // have made this server a backup of it again, whose records this
+        // thread may have applied already).
+        const cluster::Ownership::Installed* c = cluster_->current();
+        not_held = drop->set;
+        for (uint32_t s = 0; s < drop->num_shards; ++s) {
+          if (not_held[s] && cluster::Ownership::Holds(*c, s)) not_held[s] = 0;
+        }
+        set = &not_held;
+      }
       const std::vector<std::string> keys =
-          KeysOfShards_st(part, drop->set, /*in_set=*/true);
+          KeysOfShards_st(part, *set, /*in_set=*/true);
       Status& st = drop->status[owner];
       if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
       if (st.ok()) DeletePairs_st(part, keys, part.store != nullptr);
       std::erase_if(part.changed, [&](const std::string& k) {
-        return drop->set[cluster::ShardOf(k, drop->num_shards)] != 0;
+        return (*set)[cluster::ShardOf(k, drop->num_shards)] != 0;
       });
       UpdateCounters_st(part);
       if (part.store == nullptr || keys.empty() || !st.ok()) {

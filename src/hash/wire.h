@@ -33,7 +33,9 @@ enum class HashMethod : uint8_t {
   // manager's steps (src/cluster/member.h). Each is refused with Conflict
   // unless the configuration moves the named shards away from this server
   // (export, sync, drop with kShardRelease) or to it (import, drop), or,
-  // for drop with kShardForFill, has this server fill them as a backup.
+  // for drop with kShardForFill, has this server fill them as a backup
+  // (drop with kShardForget deletes only shards this server does not
+  // hold).
   kShardExport = 9,   // ShardExportRequest + u32 shards; ShardPairs
   kShardSync = 10,    // ShardListRequest + u32 shards; ShardPairs: the
                       // keys changed since they were exported (in a
@@ -206,6 +208,9 @@ inline constexpr uint8_t kShardFreeze = 1;   // sync: freeze first
 inline constexpr uint8_t kShardRelease = 2;  // drop: release first
 // drop: the shards are being filled here (before their copy starts).
 inline constexpr uint8_t kShardForFill = 4;
+// drop: copies this server no longer holds (retired); a shard it holds
+// again by the time a partition deletes is kept there.
+inline constexpr uint8_t kShardForget = 8;
 
 // Followed by `count` little-endian uint32 shard numbers.
 struct ShardListRequest {

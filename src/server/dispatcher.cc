@@ -102,6 +102,15 @@ void Dispatcher::AddConnection_st(uint32_t thread,
   Connection* c = conn.get();
   const ucp_ep_h h = c->ep->handle();
   const ConnectionId id = c->id;
+  // UCX gives a new endpoint the handle of one force-closed at a failure
+  // (docs/ARCHITECTURE.md, UCX item 19), whose connection is dropped only
+  // at a later pass: drop it now, so that the handle names the new one.
+  if (auto old = t->by_endpoint.find(h); old != t->by_endpoint.end()) {
+    const fabric::Endpoint& ep = *old->second->ep;
+    DropConnection_st(thread, old->second->id,
+                      ep.failed() ? ep.failure()
+                                  : Status::Unavailable("its endpoint closed"));
+  }
   c->ep->SetFailureHandler([this, thread, id](const Status& why) {
     // Not from inside the endpoint's own callback: defer the destruction.
     threads_[thread]->worker->Defer(

@@ -46,9 +46,10 @@ Result<std::unique_ptr<RawSession>> RawSession::Connect(
   RawSession* raw = s.get();
   // Routed by endpoint, as a session's RpcClient routes its replies (a test
   // may put one on this endpoint instead).
-  REMEM_RETURN_IF_ERROR(s->worker_->RouteAm(
+  auto token = s->worker_->RouteAm(
       proto::kAmReply, s->ep_->handle(),
-      [raw](fabric::AmMessage&& m) { raw->replies_.push_back(std::move(m)); }));
+      [raw](fabric::AmMessage&& m) { raw->replies_.push_back(std::move(m)); });
+  if (!token.ok()) return token.status();
   return s;
 }
 
