@@ -627,13 +627,30 @@ class ClusterKv : public testing::KvStore {
 bool WaitForConfig(Cluster* c,
                    const std::function<bool(const Cluster::Info&)>& done) {
   const auto until = std::chrono::steady_clock::now() + kBound;
+  int refreshes = 0, failed = 0;
+  Status last;
   while (std::chrono::steady_clock::now() < until) {
-    if (c->Refresh().ok() && c->info().moving == 0 && done(c->info())) {
+    ++refreshes;
+    last = c->Refresh();
+    if (!last.ok()) ++failed;
+    if (last.ok() && c->info().moving == 0 && done(c->info())) {
       return true;
     }
     // Polling: the manager tells the servers, not the test.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // What the test saw last, for the failure's message.
+  const Cluster::Info& info = c->info();
+  std::string nodes;
+  for (const auto& n : info.nodes) {
+    nodes += " " + n.address + ":" + std::to_string(n.shards) + "+" +
+             std::to_string(n.backups);
+  }
+  std::printf(
+      "WaitForConfig gave up: %d refreshes (%d failed, last %s); epoch %u, "
+      "%u moving, %u filling; owned+backed up:%s\n",
+      refreshes, failed, last.ToString().c_str(), info.epoch, info.moving,
+      info.filling, nodes.c_str());
   return false;
 }
 

@@ -59,10 +59,10 @@
 // kLeaseMargin ago), so the leases it granted have lapsed before a successor
 // can be elected. Re-replication (replicated clusters, once nobody is to be
 // failed over): shards short of copies get new backups, marked filling
-// (PlanBackups), from the members holding a lease. In a round at epoch e, which
-// only the manager that wrote e runs (a successor first writes e+1, so a copy
-// an earlier manager began is never mistaken for its own): each member being
-// filled drops what it held of those shards (kShardDrop with
+// (PlanBackups), from the members holding a lease and registered. In a round at
+// epoch e, which only the manager that wrote e runs (a successor first writes
+// e+1, so a copy an earlier manager began is never mistaken for its own): each
+// member being filled drops what it held of those shards (kShardDrop with
 // kShardForFill), then each of their primaries copies them through its
 // replication stream (kShardFill, asked again every pass for its
 // progress), and once every copy is held the manager writes e+1 with
@@ -74,9 +74,14 @@
 // the manager freezes them at the owner with kShardSync, whose answer waits
 // until the owner's backups hold every write it made, and writes e+2
 // (CompleteMoves: the backup owns, the old owner backs up in its place).
-// When the drained member owns nothing, its backup copies go to other
-// members, filling, and the round above fills them. A failover abandons a
-// hand-over.
+// When the drained member owns nothing, each of its backup copies retires
+// (it stays a backup) in favour of one on another member, filling; the round
+// above fills them, drops the retiring copies in the configuration that marks
+// the new ones ready, and then has their members delete them (kShardDrop with
+// kShardForget). A failover abandons a hand-over. Balancing (a member joined
+// or returned; BalanceReplicas), once everything is whole: copies move the
+// same way from the members holding the most shards to those holding the
+// fewest, then primaries by hand-over.
 // ZooKeeper stays off the data path: while it is unreachable the server
 // keeps serving the configuration it has, and once its session is back
 // (or replaced, after expiry) it registers again.
