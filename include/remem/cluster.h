@@ -210,13 +210,13 @@ class Cluster {
   // Asks the cluster to move every shard away from the server at `address`
   // (a member of the configuration), e.g. before taking it out. In a
   // replicated cluster its primaries are handed over to their backups and
-  // its backup copies made on other members, every shard keeping its f + 1
-  // copies throughout except a drained backup's while its replacement is
-  // filled. With `wait` > 0, waits until it holds no shard (owned or backed
-  // up) and nothing is moving or filling: TimedOut if that takes longer
-  // (the drain goes on). Errors: NotFound (not a member), InvalidArgument
-  // (a replicated cluster too small to keep every copy without it),
-  // Unavailable (no server answered).
+  // its backup copies made on other members, every shard keeping f + 1
+  // whole copies throughout (a drained copy stays a backup until its
+  // replacement is filled). With `wait` > 0, waits until it holds no shard
+  // (owned or backed up) and nothing is moving or filling: TimedOut if that
+  // takes longer (the drain goes on). Errors: NotFound (not a member),
+  // InvalidArgument (a replicated cluster too small to keep every copy
+  // without it), Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
   // Routing counters: refusals (Moved) seen and configurations fetched;

@@ -44,9 +44,10 @@
 // Without replicas, a server that dies takes its shards' data with it; they
 // come back with it if it restarts from --data-dir, and shards move as
 // above. With replicas (the first configuration's `replicas`, from
-// --replicas), shards move only off drained members (below); the manager fails
-// over (Failover) a member whose lease lapsed (member_lease.h: it has not asked
-// for `lease` + kLeaseMargin; it stopped serving by then) or that registered
+// --replicas), shards move off drained members and to balance the members
+// (below, by hand-over and copy); the manager fails over (Failover) a member
+// whose lease lapsed (member_lease.h: it has not asked for `lease` +
+// kLeaseMargin; it stopped serving by then) or that registered
 // with another incarnation (it restarted): the next configuration gives
 // each shard it owned to that shard's first backup still here and drops it
 // from every shard's backups. A new manager has heard from nobody: it
@@ -249,18 +250,20 @@ class ClusterMember {
   // The manager's duty in a replicated cluster (above); `registered`: the
   // members in ZooKeeper.
   void FailOver(const std::vector<Member>& registered);
-  // Once nobody is to be failed over (replicated clusters): the drain's
-  // hand-overs and steps (DrainStep), else re-replication, from
+  // Once nobody is to be failed over (replicated clusters): the hand-overs
+  // under way, the drain's steps (DrainStep), else re-replication and
+  // balancing (Replenish), from
   // configuration `c` at ZooKeeper version `version`; `live`: the members
   // holding leases, `registered`: those in ZooKeeper.
   void Reshape(const Config& c, int version, const std::vector<Member>& live,
                const std::vector<Member>& registered);
   // Hands the moving shards of `moving` over to the backups its `next`
-  // names (a drain): freeze at each owner until its backups hold all its
-  // writes, then CompleteMoves.
+  // names (a drain or balancing): freeze at each owner until its backups
+  // hold all its writes, then CompleteMoves.
   Status HandOverToBackups(const Config& moving, int version);
-  // Re-replication (above); `live`: the members holding leases, of which
-  // those `drained` take no copies.
+  // Re-replication (above), and once no shard is short of copies a
+  // balancing step (BalanceReplicas); `live`: the members holding leases
+  // and registered, of which those `drained` take no copies.
   void Replenish(const Config& c, int version, const std::vector<Member>& live,
                  const std::vector<std::string>& drained);
   // Step 2 of the moves of `moving`: copy each moving shard to its next
