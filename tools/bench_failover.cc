@@ -106,8 +106,8 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
                                           std::to_string(f.lease_ms),
                                           "--cluster-session-ms",
                                           std::to_string(f.session_ms)};
-  std::vector<testing::ServerProcess> servers;
-  for (int i = 0; i < f.servers; ++i) {
+  // A member of the trial's cluster (--join starts one more).
+  auto start_server = [&]() {
     testing::ServerOptions so;
     so.binary = o.server_binary;
     so.transport = o.transport;
@@ -115,7 +115,11 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
     so.threads = 1;
     so.cpu = o.server_cpu;
     so.flags = flags;
-    auto s = testing::ServerProcess::Start(std::move(so));
+    return testing::ServerProcess::Start(std::move(so));
+  };
+  std::vector<testing::ServerProcess> servers;
+  for (int i = 0; i < f.servers; ++i) {
+    auto s = start_server();
     if (!s.ok()) return s.status();
     servers.push_back(std::move(*s));
   }
@@ -169,14 +173,7 @@ Result<Trial> RunTrial(const FabricOptions& o, const FailoverOptions& f,
       } else if (f.drain) {
         reshaped = (*other)->Drain(victim, std::chrono::seconds(120));
       } else {
-        testing::ServerOptions so;
-        so.binary = o.server_binary;
-        so.transport = o.transport;
-        so.memory = f.records > 0 ? "2G" : "256M";
-        so.threads = 1;
-        so.cpu = o.server_cpu;
-        so.flags = flags;
-        auto s = testing::ServerProcess::Start(std::move(so));
+        auto s = start_server();
         if (!s.ok()) {
           reshaped = s.status();
         } else {

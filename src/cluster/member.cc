@@ -663,28 +663,31 @@ void ClusterMember::Reshape(const Config& c, int version,
   }
   if (!drained.empty()) {
     if (std::optional<Config> step = DrainStep(c, staying, drained)) {
-      if (Status w = WriteConfig(*step, version); !w.ok()) {
-        log::Warn("cluster: draining at epoch {}: {}", step->epoch,
-                  w.ToString());
-        return;
-      }
-      if (step->moving() > 0) {
-        log::Info(
-            "cluster: epoch {}: draining, {} shards to be handed over "
-            "to their backups",
-            step->epoch, step->moving());
-      } else {
-        log::Info(
-            "cluster: epoch {}: draining, {} shards get new backups "
-            "in place of drained members",
-            step->epoch, step->filling_shards());
-      }
-      FollowConfig();
-      Wake();  // the hand-over at once
-      return;
+      return WriteStep(*step, version, "draining");
     }
   }
   Replenish(c, version, staying, drained);
+}
+
+void ClusterMember::WriteStep(const Config& step, int version,
+                              const char* why) {
+  if (Status w = WriteConfig(step, version); !w.ok()) {
+    log::Warn("cluster: {} at epoch {}: {}", why, step.epoch, w.ToString());
+    return;
+  }
+  if (step.moving() > 0) {
+    log::Info(
+        "cluster: epoch {}: {}, {} shards to be handed over to their "
+        "backups",
+        step.epoch, why, step.moving());
+  } else {
+    log::Info(
+        "cluster: epoch {}: {}, {} shards get a new copy (filling) in "
+        "place of one that retires",
+        step.epoch, why, step.filling_shards());
+  }
+  FollowConfig();
+  Wake();  // the hand-over or the copies at once
 }
 
 Status ClusterMember::HandOverToBackups(const Config& moving, int version) {
@@ -737,25 +740,7 @@ void ClusterMember::Replenish(const Config& c, int version,
       // Whole: balanced next (a member joined or returned).
       std::optional<Config> step =
           BalanceReplicas(c, live, drained, options_.max_moves);
-      if (!step) return;
-      if (Status w = WriteConfig(*step, version); !w.ok()) {
-        log::Warn("cluster: balancing at epoch {}: {}", step->epoch,
-                  w.ToString());
-        return;
-      }
-      if (step->moving() > 0) {
-        log::Info(
-            "cluster: epoch {}: balancing, {} shards to be handed over to "
-            "their backups",
-            step->epoch, step->moving());
-      } else {
-        log::Info(
-            "cluster: epoch {}: balancing, {} copies move to members "
-            "holding fewer",
-            step->epoch, step->filling_shards());
-      }
-      FollowConfig();
-      Wake();  // the hand-over or the copies at once
+      if (step) WriteStep(*step, version, "balancing");
       return;
     }
     if (Status w = WriteConfig(*plan, version); !w.ok()) {

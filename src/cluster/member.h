@@ -261,6 +261,9 @@ class ClusterMember {
   // names (a drain or balancing): freeze at each owner until its backups
   // hold all its writes, then CompleteMoves.
   Status HandOverToBackups(const Config& moving, int version);
+  // Writes a drain or balancing step (`why`) over ZooKeeper version
+  // `version`, logs it and follows it.
+  void WriteStep(const Config& step, int version, const char* why);
   // Re-replication (above), and once no shard is short of copies a
   // balancing step (BalanceReplicas); `live`: the members holding leases
   // and registered, of which those `drained` take no copies.
