@@ -31,9 +31,13 @@
 // client reconnects to it on a later operation.
 //
 // In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
-// "Replication") every operation asks the shard's primary (gets by RPC:
-// this release does not yet read replicated shards one-sided), which
-// answers a write once the shard's backups hold it. When a primary dies
+// "Replication") every operation goes to the shard's primary, which
+// answers a write once the shard's backups hold it. Over shared memory a
+// get reads the primary one-sided and returns the pair only if the
+// primary's serving mark vouches for it (its backups hold it, and the
+// primary still leads the shard as this client's configuration says);
+// otherwise it asks the primary, or fetches the configuration again. Over
+// tcp gets ask the primary. When a primary dies
 // (or is paused or cut off past its lease, --cluster-lease-ms), the
 // cluster fails its shards over to their backups; meanwhile its keys are
 // refused (Busy, asked again; after three in a row the configuration is
@@ -220,15 +224,18 @@ class Cluster {
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
   // Routing counters: refusals (Moved) seen and configurations fetched;
-  // gets answered one-sided and by the server (summed over the stores of
-  // the servers this client is connected to: a replicated cluster's are
-  // all by the server).
+  // gets answered one-sided and by the server, and (replicated clusters)
+  // one-sided results the serving mark did not cover (HashStore::ReadStats;
+  // summed over the stores of the servers this client is connected to now).
+  // A replicated cluster is read one-sided only over shared memory: over
+  // tcp every get is answered by the server.
   struct RouteStats {
     uint64_t moved = 0;
     uint64_t refreshes = 0;
     uint64_t connects = 0;
     uint64_t onesided_gets = 0;
     uint64_t rpc_gets = 0;
+    uint64_t unreplicated = 0;
   };
   const RouteStats& route_stats() const;
 

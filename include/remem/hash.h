@@ -141,6 +141,10 @@ class HashStore {
     uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
     uint64_t reads = 0;          // one-sided reads issued by gets
     uint64_t unvouched = 0;      // one-sided results the lease did not cover
+    // In a replicated cluster: one-sided results the server's serving mark
+    // did not cover (not on the backups yet, a hand-over, a configuration
+    // change), asked again of the server or after a refresh.
+    uint64_t unreplicated = 0;
     // The read-path selector's current estimates of a get's latency on
     // each path (microseconds; 0 before the path has been measured, and
     // always 0 with a forced read path, which measures nothing).

@@ -99,13 +99,9 @@ struct Cluster::Impl {
   void Install(cluster::Config c) {
     config = std::move(c);
     // A session opened before the configuration was known (a seed's, to
-    // fetch it) reads as the configuration says: replicated shards by RPC
-    // only. (A one-sided read of a primary's memory can see a write its
-    // backups do not hold yet, which a failover would then lose.)
+    // fetch it) reads as the configuration says.
     for (auto& [addr, s] : servers) {
-      if (s.session &&
-          s.session->core()->cluster_routed() != (config.replicas == 0)) {
-        s.session->core()->set_cluster_routed(config.replicas == 0);
+      if (s.session && SetReadPath(s.session->core())) {
         s.ops.reset();  // opened again with the read path that goes with it
         s.store.reset();
       }
@@ -173,11 +169,29 @@ struct Cluster::Impl {
     Server& s = servers[addr];
     s.session = std::move(*session);
     s.session->core()->rpc()->set_epoch(config.epoch);
-    // Replicated shards are read by RPC: the primary answers a get once
-    // what it read is on the backups (one-sided reads of them are not
-    // built yet).
-    s.session->core()->set_cluster_routed(config.replicas == 0);
+    SetReadPath(s.session->core());
     return &s;
+  }
+
+  // How a session's stores read under the configuration: one-sided where
+  // the server's memory says what it vouches for. In a replicated cluster
+  // a pair read one-sided is returned only if the server's serving mark
+  // covers it (hash/layout.h: a primary's memory can hold a write its
+  // backups do not hold yet, which a failover would lose), and only where
+  // the server lease is read too (shared memory): where the server
+  // performs one-sided reads itself (tcp) it would do so after losing its
+  // lease, so replicated shards are read by RPC there. True if this
+  // changed how the session reads.
+  bool SetReadPath(client::SessionCore* core) const {
+    const bool routed = config.replicas == 0 || core->vouched_by_lease();
+    const bool checked = config.replicas > 0 && routed;
+    if (core->cluster_routed() == routed &&
+        core->serving_checked() == checked) {
+      return false;
+    }
+    core->set_cluster_routed(routed);
+    core->set_serving_checked(checked);
+    return true;
   }
 
   // The server's HashStore (opened at first use), and its OpsStore.
@@ -809,11 +823,12 @@ const std::string& Cluster::OwnerOf(std::string_view key) const {
 }
 const Cluster::RouteStats& Cluster::route_stats() const {
   RouteStats& st = impl_->stats;
-  st.onesided_gets = st.rpc_gets = 0;
+  st.onesided_gets = st.rpc_gets = st.unreplicated = 0;
   for (const auto& [addr, s] : impl_->servers) {
     if (!s.store) continue;
     st.onesided_gets += s.store->read_stats().onesided_gets;
     st.rpc_gets += s.store->read_stats().rpc_gets;
+    st.unreplicated += s.store->read_stats().unreplicated;
   }
   return st;
 }

@@ -106,6 +106,15 @@ class SessionCore {
   // asks the server, which knows the shards it owns).
   void set_cluster_routed(bool routed) { cluster_routed_ = routed; }
   bool cluster_routed() const { return cluster_routed_; }
+  // Set by remem::Cluster on sessions to members of a replicated cluster
+  // that read one-sided: a pair read one-sided is returned only if the
+  // partition's serving mark covers it (hash/layout.h, "Serving mark"),
+  // judged by the epoch rpc() routes with.
+  void set_serving_checked(bool checked) { serving_checked_ = checked; }
+  bool serving_checked() const { return serving_checked_; }
+  // True where values read one-sided are vouched for by the server's lease
+  // (Vouch reads it), not by the server performing the reads.
+  bool vouched_by_lease() const { return needs_lease_; }
   bool reads_are_local() const { return local_reads_; }
   // True where one-sided operations are performed by the server (tcp).
   bool served() const { return ep_->served(); }
@@ -221,6 +230,7 @@ class SessionCore {
   std::string transport_;
   bool local_reads_ = false;
   bool cluster_routed_ = false;
+  bool serving_checked_ = false;
   bool needs_lease_ = false;
   uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE
   uint64_t next_socket_check_ns_ = 0;

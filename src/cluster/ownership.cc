@@ -32,6 +32,11 @@ bool Ownership::Install(Config config) {
   std::lock_guard<std::mutex> lock(mu_);
   const Installed* cur = latest();
   if (cur != nullptr && config.epoch <= cur->config.epoch) return false;
+  // Readers stop trusting the old word before anything changes here.
+  if (serving_published_ != 0) {
+    serving_published_ = 0;
+    if (serving_listener_) serving_listener_(0);
+  }
   auto next = std::make_unique<Installed>();
   next->encoded = EncodeConfig(config);
   next->self = config.IndexOf(self_);
@@ -66,6 +71,10 @@ bool Ownership::Install(Config config) {
     state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
     for (uint32_t s = 0; s < n; ++s) state_[s].store(kServing);
   }
+  if (cur == nullptr || config.epoch != cur->config.epoch + 1 ||
+      cur->owns != next->owns) {
+    primary_since_ = config.epoch;
+  }
   next->config = std::move(config);
   if (purges_left_ > 0) {
     // Not served before the purges are done (they read it as pending()).
@@ -79,7 +88,38 @@ bool Ownership::Install(Config config) {
     if (!next->outgoing[s]) state_[s].store(kServing);
   }
   all_.push_back(std::move(next));
+  PublishServing_locked();
   return true;
+}
+
+uint64_t Ownership::ServingWord_locked() const {
+  const Installed* c = current();
+  if (c == nullptr || !c->replicated || c->self < 0) return 0;
+  if (c->any_outgoing) {
+    for (uint32_t s = 0; s < c->config.num_shards(); ++s) {
+      if (StateOf(s) != kServing) return 0;
+    }
+  }
+  return uint64_t{c->config.epoch} | uint64_t{primary_since_} << 32;
+}
+
+void Ownership::PublishServing_locked() const {
+  const uint64_t word = ServingWord_locked();
+  if (word == serving_published_) return;
+  serving_published_ = word;
+  if (serving_listener_) serving_listener_(word);
+}
+
+void Ownership::SetServingListener(
+    std::function<void(uint64_t)> listener) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  serving_listener_ = std::move(listener);
+  if (serving_listener_) serving_listener_(serving_published_);
+}
+
+uint64_t Ownership::serving_word() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return serving_published_;
 }
 
 void Ownership::RequirePurge(uint32_t parts) const {
@@ -95,6 +135,7 @@ void Ownership::PurgeDone() const {
   if (p == nullptr) return;
   current_.store(p, std::memory_order_release);
   pending_.store(nullptr, std::memory_order_release);
+  PublishServing_locked();
 }
 
 Status Ownership::Check(std::string_view key, bool write) const {
@@ -167,6 +208,7 @@ Status Ownership::SetState(const std::vector<uint32_t>& shards,
     // says otherwise.
     if (state_[s].load() < state) state_[s].store(state);
   }
+  PublishServing_locked();
   return Status::OK();
 }
 

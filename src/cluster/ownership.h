@@ -33,6 +33,15 @@
 // Busy (the manager may be failing this member over), and the
 // server lease stops vouching for one-sided reads (LeaseKeeper's cap).
 //
+// One-sided readers of a replicated shard learn from a serving word what
+// this server vouches for (hash/layout.h, "Serving mark"): the epoch it has
+// installed and the epoch since which it has led the same shards, or 0
+// (nothing: no configuration served yet, not replicated, or a shard frozen
+// or released on its way to another member). SetServingListener gets the
+// word each time it changes, before the change takes effect for anyone:
+// inside Install (so before a member lease granted with that configuration
+// is extended), Freeze and Release.
+//
 // Thread contract: Install, Freeze, Release and PurgeDone from any thread
 // (they serialize on a mutex); RequirePurge before the first Install;
 // everything else from any thread, lock-free on the data path. Installed
@@ -44,6 +53,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -184,6 +194,12 @@ class Ownership {
   // server is about to install it: try again).
   Status Admits(uint32_t epoch) const;
   const std::string& self() const { return self_; }
+  // Calls listener(word) now and with every new serving word (above), on
+  // the thread that changed it, under this object's lock (the listener must
+  // not call back into it). One listener; a later call replaces it.
+  void SetServingListener(std::function<void(uint64_t)> listener) const;
+  // The serving word in force (above).
+  uint64_t serving_word() const;
 
  private:
   static constexpr uint8_t kServing = 0, kFrozen = 1, kReleased = 2;
@@ -192,6 +208,10 @@ class Ownership {
                              : state_[shard].load(std::memory_order_acquire);
   }
   Status SetState(const std::vector<uint32_t>& shards, uint8_t state) const;
+  // The serving word of the state now; under mu_.
+  uint64_t ServingWord_locked() const;
+  // Gives the listener the serving word if it changed; under mu_.
+  void PublishServing_locked() const;
   // Leased, judged under configuration `c` (already loaded).
   Status LeasedUnder(const Installed& c) const;
   // Owns (write false) or Writable (true), with one shard lookup.
@@ -210,6 +230,12 @@ class Ownership {
   // Per shard (allocated with the first configuration; the shard count
   // never changes): kServing, kFrozen or kReleased.
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
+  // The epoch since which this server has led the shards it leads in the
+  // configuration installed last (an install that skipped epochs starts
+  // it again: what it led in between is unknown); under mu_.
+  uint32_t primary_since_ = 0;
+  mutable std::function<void(uint64_t)> serving_listener_;  // under mu_
+  mutable uint64_t serving_published_ = 0;                  // under mu_
 };
 
 }  // namespace remem::cluster

@@ -190,5 +190,54 @@ TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
   EXPECT_TRUE(plain.Owns(KeyOwnedBy(TwoServers(1), "a:1")).ok());
 }
 
+TEST(Ownership, TheServingWordNamesTheEpochSinceWhichItLedTheSameShards) {
+  Ownership o("a:1", /*incarnation=*/7);
+  std::vector<uint64_t> heard;
+  o.SetServingListener([&](uint64_t w) { heard.push_back(w); });
+  ASSERT_EQ(heard, std::vector<uint64_t>{0});  // nothing yet
+  Config c = InitialConfig("c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}}, 64, 1);
+  ASSERT_TRUE(o.Install(c));
+  auto word = [](uint32_t installed, uint32_t since) {
+    return uint64_t{installed} | uint64_t{since} << 32;
+  };
+  EXPECT_EQ(o.serving_word(), word(1, 1));
+  // The next epoch with the same primaries (a backup changed, say): the
+  // readers of epoch 1 still read the right primary.
+  c.epoch = 2;
+  heard.clear();
+  ASSERT_TRUE(o.Install(c));
+  // Withdrawn first, then the new word.
+  EXPECT_EQ(heard, (std::vector<uint64_t>{0, word(2, 1)}));
+  // A shard of a:1's handed over: frozen, nothing is vouched for.
+  const std::string mine = KeyOwnedBy(c, "a:1");
+  const uint32_t shard = ShardOf(mine, c.num_shards());
+  c.epoch = 3;
+  c.next.assign(c.num_shards(), kNoMember);
+  c.next[shard] = 1;
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), word(3, 1));
+  ASSERT_TRUE(o.Freeze({shard}).ok());
+  EXPECT_EQ(o.serving_word(), 0u);
+  // b:1 leads it now: a:1 leads other shards since epoch 4.
+  c.epoch = 4;
+  c.next[shard] = kNoMember;
+  c.owner[shard] = 1;
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), word(4, 4));
+  // An install that skipped epochs: what it led in between is unknown.
+  c.epoch = 6;
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), word(6, 6));
+  // A configuration that gives this incarnation nothing, and an
+  // unreplicated one, vouch for nothing.
+  Ownership other("a:1", /*incarnation=*/9);
+  ASSERT_TRUE(other.Install(c));
+  EXPECT_EQ(other.serving_word(), 0u);
+  Ownership plain("a:1", 7);
+  ASSERT_TRUE(plain.Install(TwoServers(1)));
+  EXPECT_EQ(plain.serving_word(), 0u);
+  o.SetServingListener(nullptr);
+}
+
 }  // namespace
 }  // namespace remem::cluster

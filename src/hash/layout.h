@@ -42,6 +42,26 @@
 // forever: a reader that reaches it fails verification, re-reads the root,
 // and finds the new array.
 //
+// Serving mark (replicated clusters, issue #13): a ServingMark after the
+// Root says what a pair read one-sided out of a primary's memory may be
+// returned as. A primary applies a write to its table before its backups
+// hold it, and a failover would lose such a write; and a member's memory
+// keeps a shard's pairs after the shard's primary role went elsewhere. So a
+// reader of a replicated shard, after it has read a pair, reads the mark
+// and returns the pair only if (JudgeServingMark in reader.h)
+//   - `serving` verifies and is not 0 (0: nothing is vouched for: before
+//     the first configuration, during a hand-over, not replicated), and the
+//     reader's configuration epoch E satisfies primary_since <= E <=
+//     installed: the shards this server leads are the same at E as now, so
+//     the reader (which routed by E) is reading the shard's primary;
+//   - `replicated` verifies and is at least the pair's version: every pair
+//     this server wrote with a version up to it is held by the backups.
+// Each half has one writer (serving: whoever installs a configuration or
+// freezes a shard; replicated: the partition's owner thread), so each
+// carries its own check. The server lease (proto::ServerLease) bounds the
+// whole: a primary that lost its member lease stops vouching before any
+// backup can be promoted.
+//
 // Thread contract: plain data.
 
 #ifndef REMEM_HASH_LAYOUT_H_
@@ -64,10 +84,13 @@ inline constexpr size_t kIndexSlots = 12;
 inline constexpr size_t kExtentAlign = 64;
 inline constexpr uint64_t kMovedVersion = ~uint64_t{0};  // odd: never stable
 inline constexpr uint32_t kRootMagic = 0x544F4F52;       // "ROOT"
-inline constexpr uint16_t kLayoutVersion = 3;
+inline constexpr uint16_t kLayoutVersion = 4;
 // A partition region: the Root at offset 0, the arena (bucket arrays and
 // slab extents) from this offset on.
 inline constexpr uint64_t kArenaOffset = 4096;
+
+// The ServingMark of a partition region, right after its Root.
+inline constexpr uint64_t kServingMarkOffset = 64;
 
 // Where a table's buckets live, as a client needs to know it.
 struct Geometry {
@@ -98,6 +121,26 @@ struct Root {
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, checksum) == 48);
+
+struct ServingMark {
+  // installed epoch | primary_since << 32 (both 32-bit epochs); 0: vouches
+  // for nothing.
+  uint64_t serving;
+  uint64_t serving_check;  // MarkCheck(serving, kServingHalf)
+  // Versions up to this, of pairs this server wrote, are on every backup.
+  uint64_t replicated;
+  uint64_t replicated_check;  // MarkCheck(replicated, kReplicatedHalf)
+};
+static_assert(sizeof(ServingMark) == 32);
+static_assert(kServingMarkOffset >= sizeof(Root));
+static_assert(kServingMarkOffset + sizeof(ServingMark) <= kArenaOffset);
+inline constexpr uint64_t kServingHalf = 0x53455256494E4721ull;  // "SERVING!"
+inline constexpr uint64_t kReplicatedHalf =
+    0x5245504C49434121ull;  // "REPLICA!"
+inline constexpr uint64_t ServingWord(uint32_t installed,
+                                      uint32_t primary_since) {
+  return uint64_t{installed} | uint64_t{primary_since} << 32;
+}
 
 // One entry of a bucket's index; tag 0: unused (the index lists the
 // entries in area order, unused slots last).
@@ -187,6 +230,11 @@ inline uint64_t StoredEntryChecksum(const uint8_t* entry, size_t bytes) {
   uint64_t c;
   std::memcpy(&c, entry + bytes - kEntryChecksumBytes, 8);
   return c;
+}
+// A ServingMark half's check: xxh3-64 of the word, seeded with the half's
+// constant (a copy torn between two publishes does not verify).
+inline uint64_t MarkCheck(uint64_t word, uint64_t half) {
+  return XXH3_64bits_withSeed(&word, sizeof(word), half);
 }
 inline uint64_t RootChecksum(const Root& r) {
   return Checksum(&r, offsetof(Root, checksum));

@@ -202,4 +202,25 @@ bool ApplyRoot(const Root& root, Geometry* g) {
   return true;
 }
 
+ReadRequest ServingMarkRequest(const Geometry& g, ServingMark* mark) {
+  return {g.region, g.root_offset + kServingMarkOffset, mark,
+          sizeof(ServingMark)};
+}
+
+MarkVerdict JudgeServingMark(const ServingMark& mark, uint32_t epoch,
+                             uint64_t version) {
+  if (MarkCheck(mark.serving, kServingHalf) != mark.serving_check ||
+      MarkCheck(mark.replicated, kReplicatedHalf) != mark.replicated_check) {
+    return MarkVerdict::kTorn;
+  }
+  if (mark.serving == 0) return MarkVerdict::kAskServer;
+  const auto installed = uint32_t(mark.serving);
+  const auto primary_since = uint32_t(mark.serving >> 32);
+  if (epoch < primary_since) return MarkVerdict::kStale;
+  if (epoch > installed || version > mark.replicated) {
+    return MarkVerdict::kAskServer;
+  }
+  return MarkVerdict::kTrusted;
+}
+
 }  // namespace remem::hash

@@ -151,6 +151,20 @@ ReadRequest RootRequest(const Geometry& g, Root* root);
 // bucket array), false if it must be read again.
 bool ApplyRoot(const Root& root, Geometry* g);
 
+// The read of partition g's ServingMark (hash/layout.h), into `mark`.
+ReadRequest ServingMarkRequest(const Geometry& g, ServingMark* mark);
+// What a reader that routed by configuration `epoch` may do with a pair of
+// `version` it read one-sided before it copied `mark` (layout.h, "Serving
+// mark"): kTrusted: return it; kTorn: the copy did not verify (read the
+// mark again); kAskServer: the server vouches for nothing now, or the pair
+// may not be on the backups yet, or the server has not installed `epoch`
+// (ask it: it answers once the pair is replicated, or refuses); kStale:
+// the shards this server leads changed after `epoch` (fetch the
+// configuration again).
+enum class MarkVerdict { kTrusted, kTorn, kAskServer, kStale };
+MarkVerdict JudgeServingMark(const ServingMark& mark, uint32_t epoch,
+                             uint64_t version);
+
 }  // namespace remem::hash
 
 #endif  // REMEM_HASH_READER_H_

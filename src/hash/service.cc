@@ -187,6 +187,24 @@ Status HashService::Init(server::ServiceContext* ctx) {
         {g.region, 0, g.root_offset, g.buckets_offset, g.num_buckets, g.seed});
   }
   info_ = EncodeHashInfo(info);
+  for (auto& part : partitions_) {
+    PublishMarkHalf(*part, offsetof(ServingMark, serving), 0, kServingHalf);
+    PublishMarkHalf(*part, offsetof(ServingMark, replicated), 0,
+                    kReplicatedHalf);
+  }
+  if (cluster_ != nullptr) {
+    // One-sided readers of replicated shards check the serving word after
+    // each pair (layout.h, "Serving mark"); it changes inside Ownership's
+    // Install, Freeze and Release, before they return. (The server
+    // destroys its Ownership, and whatever installs configurations, before
+    // its services: the listener never outlives this.)
+    cluster_->SetServingListener([this](uint64_t word) {
+      for (auto& part : partitions_) {
+        PublishMarkHalf(*part, offsetof(ServingMark, serving), word,
+                        kServingHalf);
+      }
+    });
+  }
   // Each partition deletes what the first configuration does not give this
   // server before it is served (PurgeUnowned_st).
   if (cluster_ != nullptr) cluster_->RequirePurge(uint32_t(partitions_.size()));
@@ -338,6 +356,20 @@ void HashService::AfterDurable_st(Partition& part, Responder responder,
                  });
 }
 
+void HashService::PublishMarkHalf(Partition& part, size_t field, uint64_t word,
+                                  uint64_t half) {
+  const uint64_t half_words[2] = {word, MarkCheck(word, half)};
+  StoreWords(part.region->base() + kServingMarkOffset + field, half_words,
+             sizeof(half_words));
+}
+
+void HashService::PublishReplicated_st(Partition& part, uint64_t version) {
+  if (version <= part.repl_mark) return;
+  part.repl_mark = version;
+  PublishMarkHalf(part, offsetof(ServingMark, replicated), version,
+                  kReplicatedHalf);
+}
+
 bool HashService::Replicating() const {
   return replicator_ != nullptr && cluster_->replicated();
 }
@@ -403,22 +435,29 @@ void HashService::ShipBatch_st(PartitionId p) {
   part.repl_records.Add(batch->count());
   part.repl_in_flight = true;
   const uint64_t upto = part.repl_noted;
+  // Every pair this partition wrote so far has a version up to this one
+  // (its versions only grow): once the batch is held, so are they.
+  const uint64_t version = part.table->last_version();
   // With this partition's highest version: a backup promoted later issues
   // versions above every version its keys were given here.
   replicator_->Replicate(
-      batch->Finish(0, 0, uint32_t(partitions_.size()),
-                    part.table->last_version()),
-      [this, p, upto](Status st) {
-        ctx_->RunOn(p, [this, p, upto, st = std::move(st)]() mutable {
-          Replicated_st(p, upto, std::move(st));
+      batch->Finish(0, 0, uint32_t(partitions_.size()), version),
+      [this, p, upto, version](Status st) {
+        ctx_->RunOn(p, [this, p, upto, version, st = std::move(st)]() mutable {
+          Replicated_st(p, upto, version, std::move(st));
         });
       });
 }
 
-void HashService::Replicated_st(PartitionId p, uint64_t upto, Status status) {
+void HashService::Replicated_st(PartitionId p, uint64_t upto, uint64_t version,
+                                Status status) {
   Partition& part = *partitions_[p];
   part.repl_in_flight = false;
   part.repl_done = upto;
+  // Also when it failed: the shards it lost are no longer this server's to
+  // vouch for (the serving word changed when that configuration was
+  // installed), and it held the others.
+  PublishReplicated_st(part, version);
   if (!status.ok() && part.fill.epoch != 0 && part.fill.failed.ok()) {
     part.fill.failed = status;
   }
@@ -825,6 +864,12 @@ size_t HashService::OnPass(PartitionId p) {
     if (seen > part.table->last_version()) part.table->RaiseVersion(seen);
     FillStep_st(part);
     ShipBatch_st(p);
+    // Nothing waits for the backups: every pair here is as replicated as it
+    // will be (pairs of a promotion, copies), and one-sided readers may
+    // have them.
+    if (!part.repl_in_flight && !part.repl_batch) {
+      PublishReplicated_st(part, part.table->last_version());
+    }
   }
   return work;
 }

@@ -140,6 +140,9 @@ class HashService final : public server::Service {
     // Keys (by hash) with records not yet replicated: the record count
     // when each was last written. A read of another key waits for nothing.
     std::unordered_map<uint64_t, uint64_t> repl_dirty;
+    // The replicated half of the partition's ServingMark (layout.h): pairs
+    // this partition wrote with versions up to it are on the backups.
+    uint64_t repl_mark = 0;
     server::Counter repl_batches, repl_records;
     // Re-replication (owner thread only; kShardFill): the copy of shards
     // this server owns to their backups being filled, as kFill pairs
@@ -212,7 +215,16 @@ class HashService final : public server::Service {
   bool Replicating() const;
   // Hands `part`'s batch to the replicator if none is in flight.
   void ShipBatch_st(server::PartitionId p);
-  void Replicated_st(server::PartitionId p, uint64_t upto, Status status);
+  // Partition p's batch of records up to `upto` (pairs up to `version`)
+  // was replicated, or given up with `status`.
+  void Replicated_st(server::PartitionId p, uint64_t upto, uint64_t version,
+                     Status status);
+  // Writes one half of `part`'s ServingMark (`field`: its offset): the word
+  // and its check.
+  static void PublishMarkHalf(Partition& part, size_t field, uint64_t word,
+                              uint64_t half);
+  // Raises the replicated half to `version` (owner thread).
+  void PublishReplicated_st(Partition& part, uint64_t version);
   void HandleReplicate(server::Call call);
   // Re-replication: starts (or reports) the copy of the listed shards to
   // their backups being filled (kShardFill), on every partition.

@@ -300,6 +300,37 @@ struct HashStore::Impl {
     ++read_stats.unvouched;
     return false;
   }
+  // A pair of `version` read one-sided out of partition g, vouched for:
+  // OK if it may be returned (a store not in a replicated cluster, or the
+  // serving mark covers it: hash/layout.h); Moved if the configuration the
+  // session routes by is older than the server's leadership (the caller
+  // fetches it again); otherwise Busy (ask the server) or the read's error.
+  Status ServingCovers(const hash::Geometry& g, uint64_t version) {
+    if (!core->serving_checked()) return Status::OK();
+    hash::ServingMark mark;
+    const uint32_t epoch = core->rpc()->epoch();
+    for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
+      const hash::ReadRequest req = hash::ServingMarkRequest(g, &mark);
+      REMEM_RETURN_IF_ERROR(
+          core->ReadNow(req.region, req.offset, req.dst, req.len));
+      ++read_stats.reads;
+      switch (hash::JudgeServingMark(mark, epoch, version)) {
+        case hash::MarkVerdict::kTrusted:
+          return Status::OK();
+        case hash::MarkVerdict::kTorn:
+          continue;
+        case hash::MarkVerdict::kAskServer:
+          ++read_stats.unreplicated;
+          return Status::Busy("the server does not vouch for this pair yet");
+        case hash::MarkVerdict::kStale:
+          ++read_stats.unreplicated;
+          return Status::Moved(
+              "the server leads other shards since an epoch after " +
+              std::to_string(epoch) + " (the configuration is stale)");
+      }
+    }
+    return Status::Busy("the serving mark did not verify");
+  }
   // Sends a multi-get or multi-put message and decodes its items.
   Result<std::vector<hash::MultiItem>> CallMulti(hash::HashMethod m,
                                                  std::string payload,
@@ -454,6 +485,10 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
     read_stats.reads += uint64_t(lookup.reads());
     if (lookup.outcome() == hash::Lookup::kFound) {
       if (!Vouched()) break;
+      if (Status c = ServingCovers(*g, lookup.version()); !c.ok()) {
+        if (c.code() == StatusCode::kBusy) break;
+        return c;
+      }
       out->value.swap(*scratch);
       out->version = lookup.version();
       return Status::OK();
@@ -627,6 +662,10 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
       read_stats.reads += uint64_t(l.reads());
       if (l.outcome() == hash::Lookup::kFound) {
         if (!Vouched()) break;
+        if (Status c = ServingCovers(*op->g, l.version()); !c.ok()) {
+          if (c.code() == StatusCode::kBusy) break;
+          return FinishGet(op, std::move(c));
+        }
         ++read_stats.onesided_gets;
         return FinishGet(op, Value{std::move(l.value()), l.version()});
       }

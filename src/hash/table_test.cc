@@ -497,5 +497,35 @@ TEST(HashTable, ConcurrentReadersSeeOnlyLinearizableValues) {
   EXPECT_GT(counters->growths, 0) << "the race should cover growth";
 }
 
+ServingMark MakeMark(uint64_t serving, uint64_t replicated) {
+  return {serving, MarkCheck(serving, kServingHalf), replicated,
+          MarkCheck(replicated, kReplicatedHalf)};
+}
+
+TEST(ServingMark, AReaderTrustsAPairOnlyIfTheMarkCoversItsEpochAndVersion) {
+  // Installed epoch 9, leading the same shards since epoch 5; pairs up to
+  // version 100 on the backups.
+  const ServingMark m = MakeMark(ServingWord(9, 5), 100);
+  EXPECT_EQ(JudgeServingMark(m, 5, 100), MarkVerdict::kTrusted);
+  EXPECT_EQ(JudgeServingMark(m, 9, 1), MarkVerdict::kTrusted);
+  // Not on the backups yet: the server answers once it is.
+  EXPECT_EQ(JudgeServingMark(m, 9, 101), MarkVerdict::kAskServer);
+  // The reader's configuration is newer than the server's.
+  EXPECT_EQ(JudgeServingMark(m, 10, 1), MarkVerdict::kAskServer);
+  // The server's leadership changed after the reader's configuration.
+  EXPECT_EQ(JudgeServingMark(m, 4, 1), MarkVerdict::kStale);
+  // Nothing vouched for (a hand-over, no configuration).
+  EXPECT_EQ(JudgeServingMark(MakeMark(0, 100), 9, 1), MarkVerdict::kAskServer);
+  // A copy torn between two publishes of either half verifies never.
+  ServingMark torn = m;
+  torn.replicated = 101;
+  EXPECT_EQ(JudgeServingMark(torn, 9, 1), MarkVerdict::kTorn);
+  torn = m;
+  torn.serving = ServingWord(10, 5);
+  EXPECT_EQ(JudgeServingMark(torn, 9, 1), MarkVerdict::kTorn);
+  // Zeroed memory is no mark.
+  EXPECT_EQ(JudgeServingMark(ServingMark{}, 9, 1), MarkVerdict::kTorn);
+}
+
 }  // namespace
 }  // namespace remem::hash

@@ -106,7 +106,9 @@ struct Server::Impl : public ServiceContext {
   bool no_tcp = false;  // UCX opened no tcp transport
   // Cluster (null on a single server). The member installs into the
   // ownership, so it is declared after it (destroyed first); the threads
-  // that read the ownership are joined before the Impl is destroyed.
+  // that read the ownership are joined before the Impl is destroyed. The
+  // ownership is declared after the services (destroyed before them): the
+  // hash service's serving listener lives in it.
   std::unique_ptr<cluster::Ownership> ownership;
   std::unique_ptr<cluster::ClusterMember> member;
   std::unique_ptr<cluster::Replicator> replicator_of_cluster;
