@@ -13,8 +13,8 @@
 #      records: shards of 100 K pairs), RB_DURATION the runs' length;
 #   4. replication (REPLICAS="0 1 2"; off by default): three servers with
 #      --replicas f for each f listed, the same runs; with f = 0 also with
-#      gets by RPC (remem-shm-rpc), as replicated shards are read over tcp
-#      (and were read over shared memory before their serving marks).
+#      gets by RPC (remem-shm-rpc), as replicated shards were read before
+#      their serving marks.
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -132,7 +132,7 @@ for f in ${REPLICAS:-}; do
   echo "== replication: 3 servers, $f backup(s) per shard"
   replica_flags="--replicas $f" start_cluster "rf$f" 3
   if [ "$f" = 0 ]; then
-    echo "-- gets by RPC (as the cluster client reads replicated shards over tcp)"
+    echo "-- gets by RPC (as replicated shards were read before their serving marks)"
     bench --cluster "$seeds" --server-pids "$spids" --systems "remem-$transport-rpc" |
       grep -E '^remem-' || true
     echo "-- gets on the read path the client chooses"

@@ -32,14 +32,13 @@
 //
 // In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
 // "Replication") every operation goes to the shard's primary, which
-// answers a write once the shard's backups hold it. Over shared memory a
-// get reads the primary one-sided and returns the pair only if the
-// primary's serving mark vouches for it (its backups hold it, and the
+// answers a write once the shard's backups hold it. A get that reads the
+// primary one-sided (as the read path chooses) returns the pair only if
+// the primary's serving mark vouches for it (its backups hold it, and the
 // primary still leads the shard as this client's configuration says);
-// otherwise it asks the primary, or fetches the configuration again. Over
-// tcp gets ask the primary. When a primary dies
-// (or is paused or cut off past its lease, --cluster-lease-ms), the
-// cluster fails its shards over to their backups; meanwhile its keys are
+// otherwise it asks the primary, or fetches the configuration again. When a
+// primary dies (or is paused or cut off past its lease, --cluster-lease-ms),
+// the cluster fails its shards over to their backups; meanwhile its keys are
 // refused (Busy, asked again; after three in a row the configuration is
 // fetched again), and a synchronous single-key operation that finds the
 // primary unreachable fetches the configuration until one names a new
@@ -227,8 +226,6 @@ class Cluster {
   // gets answered one-sided and by the server, and (replicated clusters)
   // one-sided results the serving mark did not cover (HashStore::ReadStats;
   // summed over the stores of the servers this client is connected to now).
-  // A replicated cluster is read one-sided only over shared memory: over
-  // tcp every get is answered by the server.
   struct RouteStats {
     uint64_t moved = 0;
     uint64_t refreshes = 0;

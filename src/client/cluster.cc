@@ -101,7 +101,7 @@ struct Cluster::Impl {
     // A session opened before the configuration was known (a seed's, to
     // fetch it) reads as the configuration says.
     for (auto& [addr, s] : servers) {
-      if (s.session && SetReadPath(s.session->core())) {
+      if (s.session && SetReadPath(addr, s.session->core())) {
         s.ops.reset();  // opened again with the read path that goes with it
         s.store.reset();
       }
@@ -169,27 +169,35 @@ struct Cluster::Impl {
     Server& s = servers[addr];
     s.session = std::move(*session);
     s.session->core()->rpc()->set_epoch(config.epoch);
-    SetReadPath(s.session->core());
+    SetReadPath(addr, s.session->core());
     return &s;
   }
 
-  // How a session's stores read under the configuration: one-sided where
-  // the server's memory says what it vouches for. In a replicated cluster
-  // a pair read one-sided is returned only if the server's serving mark
-  // covers it (hash/layout.h: a primary's memory can hold a write its
-  // backups do not hold yet, which a failover would lose), and only where
-  // the server lease is read too (shared memory): where the server
-  // performs one-sided reads itself (tcp) it would do so after losing its
-  // lease, so replicated shards are read by RPC there. True if this
-  // changed how the session reads.
-  bool SetReadPath(client::SessionCore* core) const {
-    const bool routed = config.replicas == 0 || core->vouched_by_lease();
-    const bool checked = config.replicas > 0 && routed;
-    if (core->cluster_routed() == routed &&
-        core->serving_checked() == checked) {
+  // How a session's stores read under the configuration: one-sided (or by
+  // RPC, as their read path decides), asking the server when a key is
+  // absent. In a replicated cluster a pair read one-sided is returned only
+  // if the server's serving mark covers it (hash/layout.h: a primary's
+  // memory can hold a write its backups do not hold yet, which a failover
+  // would lose; and a member keeps pairs of shards it no longer leads).
+  // The server's lease bounds both reads: shared-memory readers check it
+  // (Vouch), and a server that performs one-sided reads (tcp) refuses them
+  // once its member lease lapsed. The marks are judged by this
+  // configuration's epoch only if it names the incarnation the session
+  // reached at `addr`: the roles it lists for that address are that
+  // process's, not those of one restarted there since (epoch 0: the mark
+  // calls the configuration stale, and it is fetched again). True if this
+  // changed how the session's stores read.
+  bool SetReadPath(const std::string& addr, client::SessionCore* core) const {
+    const bool checked = config.replicas > 0;
+    const int m = config.IndexOf(addr);
+    core->set_serving_epoch(m >= 0 && config.members[size_t(m)].incarnation ==
+                                          core->incarnation()
+                                ? config.epoch
+                                : 0);
+    if (core->cluster_routed() && core->serving_checked() == checked) {
       return false;
     }
-    core->set_cluster_routed(routed);
+    core->set_cluster_routed(true);
     core->set_serving_checked(checked);
     return true;
   }

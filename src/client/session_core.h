@@ -109,12 +109,13 @@ class SessionCore {
   // Set by remem::Cluster on sessions to members of a replicated cluster
   // that read one-sided: a pair read one-sided is returned only if the
   // partition's serving mark covers it (hash/layout.h, "Serving mark"),
-  // judged by the epoch rpc() routes with.
+  // judged by serving_epoch(): the epoch of the configuration the client
+  // routes by, if that configuration names this session's incarnation of
+  // the server, else 0 (the mark then calls it stale).
   void set_serving_checked(bool checked) { serving_checked_ = checked; }
   bool serving_checked() const { return serving_checked_; }
-  // True where values read one-sided are vouched for by the server's lease
-  // (Vouch reads it), not by the server performing the reads.
-  bool vouched_by_lease() const { return needs_lease_; }
+  void set_serving_epoch(uint32_t epoch) { serving_epoch_ = epoch; }
+  uint32_t serving_epoch() const { return serving_epoch_; }
   bool reads_are_local() const { return local_reads_; }
   // True where one-sided operations are performed by the server (tcp).
   bool served() const { return ep_->served(); }
@@ -231,6 +232,7 @@ class SessionCore {
   bool local_reads_ = false;
   bool cluster_routed_ = false;
   bool serving_checked_ = false;
+  uint32_t serving_epoch_ = 0;
   bool needs_lease_ = false;
   uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE
   uint64_t next_socket_check_ns_ = 0;

@@ -159,8 +159,9 @@ ReadRequest ServingMarkRequest(const Geometry& g, ServingMark* mark);
 // mark again); kAskServer: the server vouches for nothing now, or the pair
 // may not be on the backups yet, or the server has not installed `epoch`
 // (ask it: it answers once the pair is replicated, or refuses); kStale:
-// the shards this server leads changed after `epoch` (fetch the
-// configuration again).
+// the shards this server leads changed after `epoch`, or `epoch` is 0
+// (the reader's configuration names another incarnation of the server):
+// fetch the configuration again.
 enum class MarkVerdict { kTrusted, kTorn, kAskServer, kStale };
 MarkVerdict JudgeServingMark(const ServingMark& mark, uint32_t epoch,
                              uint64_t version);

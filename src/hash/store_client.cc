@@ -308,7 +308,7 @@ struct HashStore::Impl {
   Status ServingCovers(const hash::Geometry& g, uint64_t version) {
     if (!core->serving_checked()) return Status::OK();
     hash::ServingMark mark;
-    const uint32_t epoch = core->rpc()->epoch();
+    const uint32_t epoch = core->serving_epoch();
     for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
       const hash::ReadRequest req = hash::ServingMarkRequest(g, &mark);
       REMEM_RETURN_IF_ERROR(
@@ -325,8 +325,13 @@ struct HashStore::Impl {
         case hash::MarkVerdict::kStale:
           ++read_stats.unreplicated;
           return Status::Moved(
-              "the server leads other shards since an epoch after " +
-              std::to_string(epoch) + " (the configuration is stale)");
+              epoch == 0
+                  ? std::string("the configuration names another incarnation "
+                                "of this server (it restarted): it is stale")
+                  : "the server leads other shards since an epoch "
+                    "after " +
+                        std::to_string(epoch) +
+                        " (the configuration is stale)");
       }
     }
     return Status::Busy("the serving mark did not verify");

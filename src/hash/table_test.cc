@@ -514,6 +514,8 @@ TEST(ServingMark, AReaderTrustsAPairOnlyIfTheMarkCoversItsEpochAndVersion) {
   EXPECT_EQ(JudgeServingMark(m, 10, 1), MarkVerdict::kAskServer);
   // The server's leadership changed after the reader's configuration.
   EXPECT_EQ(JudgeServingMark(m, 4, 1), MarkVerdict::kStale);
+  // The reader's configuration names another incarnation of the server.
+  EXPECT_EQ(JudgeServingMark(m, 0, 1), MarkVerdict::kStale);
   // Nothing vouched for (a hand-over, no configuration).
   EXPECT_EQ(JudgeServingMark(MakeMark(0, 100), 9, 1), MarkVerdict::kAskServer);
   // A copy torn between two publishes of either half verifies never.

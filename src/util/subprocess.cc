@@ -10,13 +10,83 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace remem {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Every child is forked on one thread that lives as long as the process.
+// PR_SET_PDEATHSIG (in Spawn's child) fires when the *thread* that forked
+// the child ends, not the process: a server started from a helper thread
+// (remem-bench failover --join started the joining server on one) was
+// killed with SIGKILL the moment that thread returned, and a client
+// writing to it saw its session close.
+class Spawner {
+ public:
+  // Never destroyed: its thread serves until the process exits.
+  static Spawner& Get() {
+    static Spawner* spawner = new Spawner();
+    return *spawner;
+  }
+  // fork() on the spawner's thread; the child runs `in_child` (which must
+  // not return: it execs or _exits). The parent's pid result, or -1 with
+  // *error set.
+  pid_t Fork(const std::function<void()>& in_child, int* error) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return job_ == nullptr; });
+    Job job{&in_child};
+    job_ = &job;
+    cv_.notify_all();
+    cv_.wait(lock, [&job] { return job.done; });
+    *error = job.error;
+    return job.pid;
+  }
+
+ private:
+  struct Job {
+    const std::function<void()>* in_child;
+    pid_t pid = -1;
+    int error = 0;
+    bool done = false;
+  };
+  Spawner() {
+    std::thread([this] { Run(); }).detach();
+  }
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return job_ != nullptr && !job_->done; });
+      Job* job = job_;
+      lock.unlock();
+      const pid_t pid = fork();
+      if (pid == 0) {
+        (*job->in_child)();
+        _exit(127);
+      }
+      const int error = errno;
+      lock.lock();
+      job->pid = pid;
+      job->error = pid < 0 ? error : 0;
+      job->done = true;
+      job_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Job* job_ = nullptr;  // under mu_
+};
+
+}  // namespace
 
 Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   if (o.argv.empty()) return Status::InvalidArgument("empty argv");
@@ -30,13 +100,15 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   argv.push_back(nullptr);
 
   const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    return Status::IOError(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
+  // The child runs where the calling thread may run, as if forked by it.
+  cpu_set_t caller_cpus;
+  CPU_ZERO(&caller_cpus);
+  const bool have_caller_cpus =
+      sched_getaffinity(0, sizeof(caller_cpus), &caller_cpus) == 0;
+  const std::function<void()> in_child = [&] {
     // Die with the parent: a crashed test or benchmark must not leave
     // servers behind (holding its output pipe open, among other things).
+    // (With the thread that forked it, which is why that is the spawner's.)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
     if (o.capture_stdout) dup2(fds[1], STDOUT_FILENO);
@@ -51,6 +123,8 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
       CPU_ZERO(&set);
       CPU_SET(o.cpu, &set);
       sched_setaffinity(0, sizeof(set), &set);
+    } else if (have_caller_cpus) {
+      sched_setaffinity(0, sizeof(caller_cpus), &caller_cpus);
     }
     sigset_t none;
     sigemptyset(&none);
@@ -58,6 +132,15 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
     execvp(argv[0], argv.data());
     std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
+  };
+  int error = 0;
+  const pid_t pid = Spawner::Get().Fork(in_child, &error);
+  if (pid < 0) {
+    if (o.capture_stdout) {
+      close(fds[0]);
+      close(fds[1]);
+    }
+    return Status::IOError(std::string("fork: ") + std::strerror(error));
   }
   std::unique_ptr<Subprocess> p(new Subprocess());
   p->pid_ = pid;

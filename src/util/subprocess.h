@@ -1,9 +1,12 @@
 // Subprocess: starts a program with a pipe on its standard output, optional
 // extra environment and CPU pinning, and lets the parent wait for a line it
 // prints (how remem-bench and the tests know a server is ready: it prints
-// "listening on ..." once it accepts connections).
+// "listening on ..." once it accepts connections). The child dies with the
+// parent process (PR_SET_PDEATHSIG), whichever thread spawned it: every
+// child is forked on one thread that lives as long as the process.
 //
-// Thread contract: not thread-safe; one owner.
+// Thread contract: Spawn from any thread; a Subprocess is not thread-safe:
+// one owner.
 
 #ifndef REMEM_UTIL_SUBPROCESS_H_
 #define REMEM_UTIL_SUBPROCESS_H_

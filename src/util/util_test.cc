@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
 #include <random>
+#include <thread>
 
 #include "remem/options.h"
 #include "remem/status.h"
 #include "util/histogram.h"
 #include "util/size.h"
+#include "util/subprocess.h"
 
 namespace remem {
 namespace {
@@ -71,4 +75,31 @@ TEST(Histogram, PercentilesWithinBucketPrecision) {
 }
 
 }  // namespace
+// A child dies with the process that spawned it, not with the thread: a
+// server a benchmark started from a helper thread was killed when that
+// thread ended (PR_SET_PDEATHSIG follows the forking thread).
+TEST(Subprocess, AChildSpawnedFromAThreadThatEndsLivesOn) {
+  std::unique_ptr<Subprocess> child;
+  Status spawned;
+  std::thread helper([&] {
+    SpawnOptions o;
+    o.argv = {"/bin/sh", "-c", "echo started; sleep 0.5; echo alive"};
+    auto p = Subprocess::Spawn(o);
+    spawned = p.status();
+    if (!p.ok()) return;
+    child = std::move(*p);
+    // The helper ends once the child runs the program (so it has set its
+    // death signal, before exec).
+    spawned = child->WaitForLine("started", std::chrono::seconds(30)).status();
+  });
+  helper.join();
+  ASSERT_TRUE(spawned.ok()) << spawned.ToString();
+  // Killed with the helper thread, it would close its output first.
+  auto alive = child->WaitForLine("alive", std::chrono::seconds(30));
+  EXPECT_TRUE(alive.ok()) << alive.status().ToString();
+  auto code = child->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+}
+
 }  // namespace remem
