@@ -58,9 +58,10 @@
 //     this server wrote with a version up to it is held by the backups.
 // Each half has one writer (serving: whoever installs a configuration or
 // freezes a shard; replicated: the partition's owner thread), so each
-// carries its own check. The server lease (proto::ServerLease) bounds the
-// whole: a primary that lost its member lease stops vouching before any
-// backup can be promoted.
+// carries its own check. The server lease bounds the whole: a primary
+// that lost its member lease stops vouching for its memory before any
+// backup can be promoted (proto::ServerLease, which shared-memory readers
+// check; over tcp the server refuses served reads of this region).
 //
 // Thread contract: plain data.
 
