@@ -1178,15 +1178,7 @@ class RecordingClients {
   uint64_t unavailable() const { return unavailable_.load(); }
   // Waits until the clients have recorded `n` more operations (within
   // kBound); false if they did not.
-  bool WaitForMoreOps(uint64_t n) const {
-    const uint64_t until = recorded_.load() + n;
-    const auto deadline = std::chrono::steady_clock::now() + kBound;
-    while (recorded_.load() < until) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-  }
+  bool WaitForMoreOps(uint64_t n) const { return WaitForMore(recorded_, n); }
   // Paused, each writer finishes the write it is making and then waits
   // until resumed (readers go on).
   void PauseWriters(bool paused) {
@@ -1199,13 +1191,7 @@ class RecordingClients {
   // Waits until the writers have had `n` more writes acknowledged (within
   // kBound); false if they did not.
   bool WaitForMoreWrites(uint64_t n) const {
-    const uint64_t until = acked_writes_.load() + n;
-    const auto deadline = std::chrono::steady_clock::now() + kBound;
-    while (acked_writes_.load() < until) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
+    return WaitForMore(acked_writes_, n);
   }
   std::string first_error() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1332,6 +1318,17 @@ class RecordingClients {
       ++recorded_;
       ++n;
     }
+  }
+  // Waits until `counter` has grown by `n` (within kBound).
+  static bool WaitForMore(const std::atomic<uint64_t>& counter, uint64_t n) {
+    const uint64_t until = counter.load() + n;
+    const auto deadline = std::chrono::steady_clock::now() + kBound;
+    while (counter.load() < until) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      // Polling: the clients' threads count, nobody signals.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
   }
   void Note(const Status& st) {
     std::lock_guard<std::mutex> lock(mu_);
