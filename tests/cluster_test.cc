@@ -1127,13 +1127,13 @@ class RecordingClients {
         if (const char* dump = std::getenv("REMEM_TEST_DUMP")) {
           FILE* f = std::fopen(dump, "w");
           for (const auto& op : histories_[k]) {
-            std::fprintf(f, "%d %d %llu %llu %d %s %s %llu %d\n", op.client,
+            std::fprintf(f, "%d %d %llu %llu %d %s %s %llu %d %s\n", op.client,
                          int(op.kind), (unsigned long long)op.call_ns,
                          (unsigned long long)op.return_ns, op.returned ? 1 : 0,
                          op.value.empty() ? "-" : op.value.c_str(),
                          op.read_value.empty() ? "-" : op.read_value.c_str(),
                          (unsigned long long)op.version.value_or(0),
-                         op.found ? 1 : 0);
+                         op.found ? 1 : 0, op.note.c_str());
           }
           std::fclose(f);
         }
@@ -1239,6 +1239,12 @@ class RecordingClients {
       const std::string key = "hot" + std::to_string(k);
       testing::KvOp op;
       op.client = id;
+      // Where it went, for a violation's message.
+      const uint64_t onesided_before = (*c)->route_stats().onesided_gets;
+      const uint64_t rpc_before = (*c)->route_stats().rpc_gets;
+      const uint32_t epoch_before = (*c)->info().epoch;
+      op.note =
+          (*c)->OwnerOf(key) + " at epoch " + std::to_string(epoch_before);
       op.call_ns = testing::NowNs();
       // A mixed writer's every fourth operation deletes, every third
       // compares and puts.
@@ -1308,6 +1314,16 @@ class RecordingClients {
           ++n;
           continue;  // a failed read tells nothing
         }
+      }
+      if (!writer) {
+        op.note += (*c)->route_stats().onesided_gets != onesided_before
+                       ? ", one-sided"
+                   : (*c)->route_stats().rpc_gets != rpc_before ? ", rpc"
+                                                                : "";
+      }
+      if ((*c)->info().epoch != epoch_before) {
+        op.note += "; then " + (*c)->OwnerOf(key) + " at epoch " +
+                   std::to_string((*c)->info().epoch);
       }
       if (!op.returned) ++unavailable_;
       if (writer && op.returned) ++acked_writes_;

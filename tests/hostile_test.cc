@@ -40,6 +40,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/session_core.h"
 #include "fabric/context.h"
 #include "fabric/worker.h"
 #include "fabric/worker_address.h"
@@ -681,6 +682,42 @@ TEST_F(Hostile, BytesAfterTheHandshakeEndOnlyThatSession) {
   raw->reset();
   other = {};
   ExpectServing("bytes after the handshake");
+}
+
+// A client worker whose handshakes the server admitted but that never made
+// its own endpoint (it gave up at its deadline: the server was paused, or
+// slow) still gets sessions afterwards. UCX pairs the two sides' endpoints
+// between two workers by how many each side has created: without the
+// server's count in the hello, every later session of that worker would be
+// paired with the endpoint of an abandoned one, and its messages dropped
+// (the stuck re-replication of long fault runs).
+TEST_F(Hostile, HandshakesAbandonedAfterTheServersHelloLeaveTheWorkerUsable) {
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  const std::string address = (*loop)->core()->worker()->address();
+  const uint64_t stray = Stat("stray_messages");
+  for (int i = 0; i < 3; ++i) {
+    Probe p;
+    p.bytes = Hello(address, Secret());
+    p.ending = Probe::kAwaitHello;
+    // Admitted (the server made its endpoint), then dropped: the socket
+    // closes when Throw returns.
+    const Answer a = Throw(server_.address, p);
+    ASSERT_TRUE(a.hello.has_value()) << a.received.size();
+    ASSERT_TRUE(a.hello->status.ok()) << a.hello->status.ToString();
+  }
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  o.secret = Secret();
+  o.timeout = std::chrono::seconds(5);
+  for (int i = 0; i < 2; ++i) {
+    auto s = Session::Connect(o, loop->get());
+    ASSERT_TRUE(s.ok()) << "session " << i << ": " << s.status().ToString();
+    EXPECT_TRUE((*s)->Ping().ok());
+  }
+  EXPECT_EQ(Stat("stray_messages"), stray);
+  ExpectServing("abandoned handshakes");
 }
 
 // UCX's own tcp ports (tcp enabled): what does not pass UCX's magic number

@@ -81,7 +81,9 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
       new SessionCore(options, loop, std::move(owned)));
   const auto deadline = s->Deadline();
   REMEM_RETURN_IF_ERROR(s->Handshake(deadline));
-  auto ep = fabric::Endpoint::Create(s->worker(), s->server_address_);
+  // With the number of the server's endpoint: UCX pairs the two by it.
+  auto ep = fabric::Endpoint::CreateNumbered(s->worker(), s->server_address_,
+                                             s->endpoint_number_);
   if (!ep.ok()) {
     return ep.status().WithContext(
         "cannot reach the server at " + options.server +
@@ -157,6 +159,7 @@ Status SessionCore::Handshake(Clock::time_point deadline) {
   incarnation_ = reply->incarnation;
   session_id_ = reply->session_id;
   lease_ms_ = reply->lease_ms;
+  endpoint_number_ = reply->endpoint_number;
   return Status::OK();
 }
 

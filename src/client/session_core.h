@@ -228,6 +228,7 @@ class SessionCore {
   uint64_t incarnation_ = 0;
   uint64_t session_id_ = 0;
   uint32_t lease_ms_ = 0;
+  uint64_t endpoint_number_ = 0;  // the server endpoint's (ServerHello)
   std::string transport_;
   bool local_reads_ = false;
   bool cluster_routed_ = false;

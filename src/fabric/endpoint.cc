@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 
+#include "fabric/worker_address.h"
 #include "proto/codec.h"
 
 namespace remem::fabric {
@@ -36,6 +37,11 @@ void OpCallback(void* request, ucs_status_t status, void* user_data) {
 
 Result<std::unique_ptr<Endpoint>> Endpoint::Create(
     Worker* worker, std::string_view remote_address) {
+  auto parsed = ParseWorkerAddress(remote_address);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->has_uuid) {
+    return Status::ProtocolError("the UCX worker address carries no uuid");
+  }
   std::unique_ptr<Endpoint> ep(new Endpoint(worker));
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -45,9 +51,31 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = &Endpoint::ErrorCallback;
   p.err_handler.arg = ep.get();
+  // UCX takes the endpoint's number before it can fail (the address was
+  // readable): counted either way.
+  worker->CountEndpointTo(parsed->uuid);
   ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
   if (s != UCS_OK) return FromUcs(s, "creating an endpoint");
   return ep;
+}
+
+Result<std::unique_ptr<Endpoint>> Endpoint::CreateNumbered(
+    Worker* worker, std::string_view remote_address, uint64_t number) {
+  auto have = worker->EndpointNumber(remote_address);
+  if (!have.ok()) return have.status();
+  if (*have > number) {
+    return Status::Unavailable(
+        "UCX endpoint numbers disagree: this worker has made " +
+        std::to_string(*have) + " endpoints to the peer's, which made its " +
+        "own as number " + std::to_string(number));
+  }
+  for (uint64_t n = *have; n < number; ++n) {
+    // Paired with the peer's endpoint of the handshake given up (or with
+    // nothing, if the peer closed it), then closed.
+    auto skipped = Create(worker, remote_address);
+    if (!skipped.ok()) return skipped.status();
+  }
+  return Create(worker, remote_address);
 }
 
 Status Endpoint::WaitConnected(Clock::time_point deadline) {

@@ -42,11 +42,22 @@ class Endpoint {
  public:
   // Creates an endpoint to the worker whose packed UCX address is
   // `remote_address` (ucp_worker_get_address), with peer error handling.
-  // Both sides of a session create one to the other's worker; UCX matches
-  // the two into one connection. Returns at once: the connection is wired
-  // up in the background (WaitConnected waits for it).
+  // Both sides of a session create one to the other's worker; UCX pairs
+  // the two into one connection by their numbers (Worker::EndpointNumber).
+  // Returns at once: the connection is wired up in the background
+  // (WaitConnected waits for it).
   static Result<std::unique_ptr<Endpoint>> Create(
       Worker* worker, std::string_view remote_address);
+  // As Create, for the side that creates its endpoint second: the peer
+  // made its own as number `number` toward this worker, so this one must
+  // get that number too. Endpoints this worker never made (it gave up a
+  // handshake after the peer had made its endpoint: the peer is ahead) are
+  // made and closed first, so that the numbers agree again; without that,
+  // every later endpoint would be paired with the wrong peer endpoint and
+  // its messages dropped. Unavailable if this worker is already past
+  // `number`.
+  static Result<std::unique_ptr<Endpoint>> CreateNumbered(
+      Worker* worker, std::string_view remote_address, uint64_t number);
   // Waits until the connection is wired up: OK, Unavailable if it failed,
   // TimedOut (the endpoint is then failed) after `deadline`.
   Status WaitConnected(Clock::time_point deadline);

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "fabric/worker_address.h"
+
 namespace remem::fabric {
 
 struct Worker::PendingRecv {
@@ -325,6 +327,16 @@ void Worker::TrackClose(ucs_status_ptr_t request) {
 
 void Worker::DrainCloses(Clock::time_point deadline) {
   (void)ProgressUntil([&] { return closing_.empty(); }, deadline);
+}
+
+Result<uint64_t> Worker::EndpointNumber(std::string_view remote_address) const {
+  auto parsed = ParseWorkerAddress(remote_address);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->has_uuid) {
+    return Status::ProtocolError("the UCX worker address carries no uuid");
+  }
+  auto it = endpoints_to_.find(parsed->uuid);
+  return it == endpoints_to_.end() ? uint64_t{0} : it->second;
 }
 
 }  // namespace remem::fabric

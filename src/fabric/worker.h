@@ -108,6 +108,17 @@ class Worker {
   // its route later, must not remove the new endpoint's.
   void UnrouteAm(unsigned am_id, ucp_ep_h ep, uint64_t token);
 
+  // UCX joins the endpoints two workers create to each other by their
+  // order (ucp's connection sequence numbers): the n-th endpoint this
+  // worker creates to a peer worker is paired with the n-th that worker
+  // creates to this one, whichever comes first. The number the next
+  // endpoint to the worker at `remote_address` gets: how many this worker
+  // has created to it (Endpoint::Create counts them). ProtocolError if the
+  // address names no worker uuid.
+  Result<uint64_t> EndpointNumber(std::string_view remote_address) const;
+  // Counts an endpoint created to the worker of `uuid` (Endpoint::Create).
+  void CountEndpointTo(uint64_t uuid) { ++endpoints_to_[uuid]; }
+
   // A fresh id, unique on this worker, for matching replies to requests.
   uint64_t NextRequestId() { return next_request_id_++; }
 
@@ -182,6 +193,8 @@ class Worker {
   static void RecvDone(void* request, ucs_status_t status, size_t length,
                        void* user_data);
   bool HasPendingWork();
+  // Endpoints created to each peer worker, by its uuid (EndpointNumber).
+  std::map<uint64_t, uint64_t> endpoints_to_;
 
   std::shared_ptr<Context> ctx_;
   ucp_worker_h worker_;

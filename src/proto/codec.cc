@@ -92,6 +92,7 @@ std::string EncodeServerHello(const ServerHelloInfo& hello) {
   h.session_id = hello.session_id;
   h.server_threads = hello.server_threads;
   h.lease_ms = hello.lease_ms;
+  h.endpoint_number = hello.endpoint_number;
   std::string out;
   Append(&out, h);
   out.append(body.data(), len);
@@ -138,6 +139,7 @@ Result<ServerHelloInfo> DecodeServerHello(std::string_view message) {
   info.session_id = h.session_id;
   info.server_threads = h.server_threads;
   info.lease_ms = h.lease_ms;
+  info.endpoint_number = h.endpoint_number;
   const std::string_view rest = message.substr(sizeof(h));
   if (h.status == 0) {
     info.worker_address.assign(rest);

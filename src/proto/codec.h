@@ -46,6 +46,7 @@ struct ServerHelloInfo {
   uint64_t session_id = 0;
   uint32_t server_threads = 0;
   uint32_t lease_ms = 0;
+  uint64_t endpoint_number = 0;
 };
 std::string EncodeServerHello(const ServerHelloInfo& hello);
 // As DecodeClientHelloPrefix, for the client.

@@ -37,7 +37,8 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // service + method + epoch in the RPC header; stats as named values; region
 // owners and access in the region list; the server lease region.
 // 4: RpcHeader back to 32 bytes (32-bit payload_len and epoch).
-inline constexpr uint16_t kWireVersion = 5;
+// 6: ServerHello carries the number of the server's endpoint.
+inline constexpr uint16_t kWireVersion = 6;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server
@@ -91,7 +92,11 @@ struct ServerHello {
   uint64_t session_id;   // names the session in the server's logs
   uint32_t server_threads;
   uint32_t lease_ms;  // the server lease length (docs/PROTOCOL.md)
-  uint64_t reserved2;
+  // UCX's number of the server's endpoint to the client's worker (how many
+  // that server worker had made to it before): the client creates its own
+  // with the same number, so that UCX pairs the two (fabric/endpoint.h,
+  // CreateNumbered).
+  uint64_t endpoint_number;
 };
 static_assert(sizeof(ServerHello) == 48);
 

@@ -332,10 +332,11 @@ void Acceptor::Admit(Peer* p, std::string worker_address) {
   counters_.sessions.Add(1);
   const ConnectionId id = p->id;
   admit_(p->thread, id, p->name, std::move(worker_address),
-         [this, id](Status st, std::string address) {
+         [this, id](Status st, std::string address, uint64_t number) {
            {
              std::lock_guard<std::mutex> lock(mu_);
-             events_.push_back({id, true, std::move(st), std::move(address)});
+             events_.push_back(
+                 {id, true, std::move(st), std::move(address), number});
            }
            Notify();
          });
@@ -378,6 +379,7 @@ void Acceptor::DrainEvents() {
     hello.session_id = p->id;
     hello.server_threads = options_.server_threads;
     hello.lease_ms = options_.lease_ms;
+    hello.endpoint_number = e.endpoint_number;
     p->state = Peer::kSession;
     p->out = proto::EncodeServerHello(hello);
     const ssize_t w =

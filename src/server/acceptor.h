@@ -12,8 +12,9 @@
 //   3. it hands the session to a server thread, which creates a UCX
 //      endpoint to the client's worker and adopts the connection
 //      (Dispatcher::AddConnection);
-//   4. it answers ServerHello with that thread's worker address; the client
-//      creates its endpoint to it, and UCX joins the two.
+//   4. it answers ServerHello with that thread's worker address and the
+//      number UCX gave the server's endpoint; the client creates its
+//      endpoint to it with the same number, and UCX joins the two.
 //
 // The TCP connection then stays open, silent, for the life of the session:
 // when the client process dies its kernel closes the socket and the server
@@ -89,11 +90,12 @@ class Acceptor {
  public:
   // Runs on the chosen server thread: create the endpoint to the client's
   // worker and adopt the connection, then call `done` (from that thread)
-  // with OK and the thread's worker address, or why it could not.
+  // with OK, the thread's worker address and the endpoint's number
+  // (fabric::Worker::EndpointNumber), or why it could not.
+  using AdmitDone = util::MoveFunction<void(Status, std::string, uint64_t)>;
   using AdmitFn =
       std::function<void(uint32_t thread, ConnectionId id, std::string peer,
-                         std::string client_address,
-                         util::MoveFunction<void(Status, std::string)> done)>;
+                         std::string client_address, AdmitDone done)>;
   // Runs on the acceptor thread when a session's socket closed: release
   // the connection on its thread.
   using ClosedFn = std::function<void(uint32_t thread, ConnectionId id)>;
@@ -162,6 +164,7 @@ class Acceptor {
     bool admitted;  // else: the session was closed by the server
     Status status;
     std::string worker_address;
+    uint64_t endpoint_number = 0;
   };
   std::mutex mu_;
   std::vector<Event> events_;

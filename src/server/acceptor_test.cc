@@ -62,13 +62,12 @@ class AcceptorTest : public ::testing::Test {
     o.handshake_timeout = handshake_timeout;
     auto a = Acceptor::Bind(
         o,
-        [this, first_admission](
-            uint32_t, ConnectionId, std::string, std::string,
-            util::MoveFunction<void(Status, std::string)> done) {
+        [this, first_admission](uint32_t, ConnectionId, std::string,
+                                std::string, Acceptor::AdmitDone done) {
           if (admissions_.fetch_add(1) == 0) {
             std::this_thread::sleep_for(first_admission);
           }
-          done(Status::OK(), "server worker address");
+          done(Status::OK(), "server worker address", 0);
         },
         [](uint32_t, ConnectionId) {});
     ASSERT_TRUE(a.ok()) << a.status().ToString();

@@ -126,8 +126,7 @@ struct Server::Impl : public ServiceContext {
   void ChooseCpus();
   void RunThread(Thread* t);
   void AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
-               std::string client_address,
-               util::MoveFunction<void(Status, std::string)> done);
+               std::string client_address, Acceptor::AdmitDone done);
   void OnConnectionClosed(uint32_t thread, ConnectionId id);
   std::vector<proto::StatValue> Stats() const;
   void Shutdown();
@@ -447,8 +446,7 @@ Status Server::Impl::Init() {
   auto acc = Acceptor::Bind(
       ao,
       [this](uint32_t thread, ConnectionId id, std::string peer,
-             std::string client_address,
-             util::MoveFunction<void(Status, std::string)> done) {
+             std::string client_address, Acceptor::AdmitDone done) {
         AdmitOn(thread, id, std::move(peer), std::move(client_address),
                 std::move(done));
       },
@@ -639,14 +637,17 @@ Status Server::Impl::StartCluster() {
 
 void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                            std::string client_address,
-                           util::MoveFunction<void(Status, std::string)> done) {
+                           Acceptor::AdmitDone done) {
   fabric::Worker* w = threads[thread]->state.worker.get();
   w->Post([this, thread, id, w, peer = std::move(peer),
            client_address = std::move(client_address),
            done = std::move(done)]() mutable {
     if (stop.load(std::memory_order_acquire)) {
-      return done(Status::Unavailable("the server is stopping"), {});
+      return done(Status::Unavailable("the server is stopping"), {}, 0);
     }
+    // The client creates its endpoint with the same number (ServerHello).
+    auto number = w->EndpointNumber(client_address);
+    if (!number.ok()) return done(number.status(), {}, 0);
     auto ep = fabric::Endpoint::Create(w, client_address);
     if (!ep.ok()) {
       const char* hint =
@@ -661,14 +662,14 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
           Status::Unavailable("the server cannot reach the client over its "
                               "transports (" +
                               ep.status().message() + "); " + hint),
-          {});
+          {}, 0);
     }
     auto conn = std::make_unique<Connection>();
     conn->id = id;
     conn->peer = std::move(peer);
     conn->ep = std::move(*ep);
     dispatcher->AddConnection_st(thread, std::move(conn));
-    done(Status::OK(), w->address());
+    done(Status::OK(), w->address(), *number);
   });
 }
 

@@ -140,6 +140,7 @@ std::string Describe(const KvOp& op) {
   s += " called " + std::to_string(op.call_ns);
   s += op.returned ? " returned " + std::to_string(op.return_ns)
                    : " (outcome unknown)";
+  if (!op.note.empty()) s += " (" + op.note + ")";
   return s;
 }
 

@@ -62,7 +62,8 @@ struct KvOp {
                                     // delete: whether the key existed
                                     // (only checked if delete_reports)
   bool delete_reports = false;
-  int client = 0;  // for messages only
+  int client = 0;    // for messages only
+  std::string note;  // for messages only (where it went, how it was read)
 };
 
 struct CheckResult {

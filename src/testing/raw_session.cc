@@ -36,7 +36,8 @@ Result<std::unique_ptr<RawSession>> RawSession::Connect(
   if (!reply.ok()) return reply.status();
   if (!reply->status.ok()) return reply->status;
   s->hello_ = *reply;
-  auto ep = fabric::Endpoint::Create(s->worker_.get(), reply->worker_address);
+  auto ep = fabric::Endpoint::CreateNumbered(
+      s->worker_.get(), reply->worker_address, reply->endpoint_number);
   if (!ep.ok()) return ep.status();
   s->ep_ = std::move(*ep);
   REMEM_RETURN_IF_ERROR(s->ep_->WaitConnected(deadline));
