@@ -1874,6 +1874,73 @@ struct FaultRig {
 // Every shard has all its backups, none being filled.
 bool AllWhole(const Cluster::Info& info) { return WholeWithout(info, ""); }
 
+// A backup applies an admitted batch on its partition thread, later: if a
+// new configuration made it the keys' primary in between, its own writes
+// since must not be undone by the old primary's records (a delete always
+// won, and an import won by version when the new primary's write came in
+// the same pass). Here the backup holds batches that delete 3 s: the old
+// primary's delete is admitted, the primary killed, the backup promoted
+// and written to, and only then is the delete's batch due. It is refused
+// (the configuration changed since it was admitted); before, the
+// acknowledged write vanished.
+TEST_F(ClusterTest,
+       ABatchOfTheOldPrimaryAppliedLateDoesNotUndoTheNewOnesWrites) {
+  const bool slow = testing::Scaled(6) < 6;  // leases of 2 s
+  StartReplicated(2,
+                  {"--fault-replica-delete-delay-ms", slow ? "12000" : "3000"});
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(WaitForConfig(cluster.get(), AllWhole));
+  // A key whose primary is not the manager (whose death would take a new
+  // election first).
+  std::string key, victim;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "late" + std::to_string(i);
+    auto probe = ConnectOrDie(cluster->OwnerOf(k));
+    ASSERT_NE(probe, nullptr);
+    if (StatOf(probe.get(), "cluster_manager") == 0) {
+      key = k;
+      victim = cluster->OwnerOf(k);
+    }
+  }
+  const size_t v = servers_[0].address == victim ? 0 : 1;
+  ASSERT_EQ(servers_[v].address, victim);
+  auto backup = ConnectOrDie(servers_[1 - v].address);
+  ASSERT_NE(backup, nullptr);
+  auto put = cluster->Put(key, "v0");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  // The delete waits for the backup, which holds its batch: from another
+  // client, on its own thread; its outcome is unknown (the primary dies).
+  std::thread deleter([&] {
+    auto c = Connect({servers_[0].address, servers_[1].address});
+    if (c != nullptr) (void)c->Delete(key);
+  });
+  auto held = [&] { return StatOf(backup.get(), "hash_replica_applies_held"); };
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  while (held() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling
+  }
+  ASSERT_GT(held(), 0u) << "the delete's batch never reached the backup";
+  ASSERT_TRUE(servers_[v].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, victim) == 0;
+  })) << "the killed primary's shards never failed over";
+  auto w = cluster->Put(key, "w1");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  // Still held: the write came first, as the test means.
+  ASSERT_GT(held(), 0u)
+      << "the held batch was applied before the write: raise the delay";
+  EXPECT_EQ(WaitForStatOf(backup.get(), "hash_replica_applies_held", 0, kBound),
+            0u);
+  EXPECT_GT(StatOf(backup.get(), "hash_replica_refused"), 0u);
+  auto r = cluster->Get(key);
+  ASSERT_TRUE(r.ok()) << "the acknowledged write vanished: "
+                      << r.status().ToString();
+  EXPECT_EQ(r->value, "w1");
+  EXPECT_EQ(r->version, *w);
+  deleter.join();
+}
+
 // Runs `count` faults, `kinds` in turn, with recording clients; each
 // fault is over once the cluster is whole again.
 void RunFaultSuite(FaultRig& rig, Cluster* cluster,

@@ -68,6 +68,11 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              "testing: pause every hash bucket write half done for this many "
              "microseconds (readers see the torn bucket)",
              /*testing=*/true);
+  o->AddUint("--fault-replica-delete-delay-ms",
+             &options_.fault_replica_delete_delay_ms,
+             "testing: as a backup, apply each replication batch that deletes "
+             "a pair this long after admitting it",
+             /*testing=*/true);
 }
 
 Status HashService::Init(server::ServiceContext* ctx) {
@@ -252,9 +257,17 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_op_writes", op_writes);
   out->Add("hash_op_functions", functions_.size());
   if (cluster_ != nullptr) {
-    uint64_t fill_pairs = 0;
-    for (const auto& p : partitions_) fill_pairs += p->fill_pairs.Get();
+    uint64_t fill_pairs = 0, held = 0, refused = 0;
+    for (const auto& p : partitions_) {
+      fill_pairs += p->fill_pairs.Get();
+      held += p->applies_held.Get();
+      refused += p->replica_refused.Get();
+    }
     out->Add("hash_fill_pairs", fill_pairs);
+    // As a backup: batches refused when applied (the configuration changed
+    // since they were admitted), and applies held (testing).
+    out->Add("hash_replica_refused", refused);
+    out->Add("hash_replica_applies_held", held);
   }
 }
 
@@ -514,10 +527,8 @@ void HashService::HandleReplicate(Call call) {
   // A batch may hold records of shards with other backups (the primary
   // sends each batch whole to every backup of one of its shards): those
   // are not this server's to keep.
-  // (Records are applied on the partitions' threads, perhaps after a newer
-  // configuration was installed; a record applied late loses to a newer
-  // version of its key, so a write acknowledged by then is not undone.)
-  auto at = cluster_->AdmitsReplication(call.epoch);
+  const uint32_t epoch = call.epoch;
+  auto at = cluster_->AdmitsReplication(epoch);
   if (!at.ok()) return rep->responder.Reply(at.status());
   for (uint32_t i = 0; i < rep->pairs.pairs.size(); ++i) {
     const std::string_view key = rep->pairs.pairs[i].key;
@@ -542,18 +553,43 @@ void HashService::HandleReplicate(Call call) {
       owners, [rep] { rep->responder.Reply(FirstError(rep->status)); });
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(owner,
-                [this, owner, rep, fan, items = std::move(by_owner[owner])] {
-                  Partition& part = *partitions_[owner];
-                  // Logged where the log takes writes; held in memory in any
-                  // case (the primary waits for memory, as FaRM's backups
-                  // acknowledge).
-                  rep->status[owner] = ApplyPairs_st(
-                      part, rep->pairs, items,
-                      part.store != nullptr && part.store->Writable().ok());
-                  UpdateCounters_st(part);
-                  fan->Done();
-                });
+    auto apply = [this, owner, rep, fan, epoch,
+                  items = std::move(by_owner[owner])] {
+      Partition& part = *partitions_[owner];
+      // Admitted again, here on the owner thread: a configuration installed
+      // since the batch was admitted may have made this server the keys'
+      // primary, and a write it took meanwhile must not be undone by the
+      // old primary's records (an import wins by version, and this
+      // thread's versions are raised to the batch's only at its next pass;
+      // a delete always wins). Refused, the sender asks again by the new
+      // configuration; its writes in the batch are not acknowledged yet.
+      if (auto again = cluster_->AdmitsReplication(epoch); !again.ok()) {
+        part.replica_refused.Add(1);
+        rep->status[owner] = again.status();
+        return fan->Done();
+      }
+      // Logged where the log takes writes; held in memory in any case (the
+      // primary waits for memory, as FaRM's backups acknowledge).
+      rep->status[owner] =
+          ApplyPairs_st(part, rep->pairs, items,
+                        part.store != nullptr && part.store->Writable().ok());
+      UpdateCounters_st(part);
+      fan->Done();
+    };
+    if (options_.fault_replica_delete_delay_ms == 0 ||
+        std::none_of(rep->pairs.pairs.begin(), rep->pairs.pairs.end(),
+                     [](const ShardPairView& p) { return p.deleted; })) {
+      ctx_->RunOn(owner, std::move(apply));
+      continue;
+    }
+    const auto due =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(options_.fault_replica_delete_delay_ms);
+    ctx_->RunOn(owner, [this, owner, due, apply = std::move(apply)]() mutable {
+      Partition& part = *partitions_[owner];
+      part.held_applies.emplace_back(due, std::move(apply));
+      part.applies_held.Set(part.held_applies.size());
+    });
   }
 }
 
@@ -856,7 +892,16 @@ void HashService::HandleOps(PartitionId p, Call call) {
 
 size_t HashService::OnPass(PartitionId p) {
   if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
-  const size_t work = RunOps_st(p);
+  size_t work = RunOps_st(p);
+  Partition& held = *partitions_[p];
+  while (!held.held_applies.empty() &&
+         held.held_applies.front().first <= std::chrono::steady_clock::now()) {
+    auto apply = std::move(held.held_applies.front().second);
+    held.held_applies.pop_front();
+    apply();
+    held.applies_held.Set(held.held_applies.size());
+    ++work;
+  }
   if (replicator_ != nullptr) {
     Partition& part = *partitions_[p];
     const uint64_t seen =

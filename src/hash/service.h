@@ -43,6 +43,7 @@
 #define REMEM_HASH_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -79,6 +80,10 @@ struct HashServiceOptions {
   uint64_t initial_buckets = 256;  // per partition, a power of two
   // Tests: every bucket write pauses this long half done. 0 = off.
   uint64_t fault_pause_mid_write_us = 0;
+  // Testing: a backup holds each replication batch it admitted that
+  // deletes a pair this long before applying it (the partition thread goes
+  // on meanwhile). 0 = off.
+  uint64_t fault_replica_delete_delay_ms = 0;
   // Testing: the bytes of pairs a ShardSync reply holds (kShardSyncBytes;
   // small values make every sync of several changes take several replies).
   uint64_t shard_sync_bytes = kShardSyncBytes;
@@ -159,6 +164,14 @@ class HashService final : public server::Service {
     };
     Fill fill;
     server::Counter fill_pairs;
+    // As a backup (owner thread only): applies of admitted batches held by
+    // --fault-replica-delete-delay-ms, due at the time given; and batches
+    // refused when applied because the configuration changed since they
+    // were admitted (HandleReplicate).
+    std::deque<std::pair<std::chrono::steady_clock::time_point,
+                         util::MoveFunction<void()>>>
+        held_applies;
+    server::Counter applies_held, replica_refused;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
