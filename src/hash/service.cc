@@ -893,17 +893,16 @@ void HashService::HandleOps(PartitionId p, Call call) {
 size_t HashService::OnPass(PartitionId p) {
   if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
   size_t work = RunOps_st(p);
-  Partition& held = *partitions_[p];
-  while (!held.held_applies.empty() &&
-         held.held_applies.front().first <= std::chrono::steady_clock::now()) {
-    auto apply = std::move(held.held_applies.front().second);
-    held.held_applies.pop_front();
+  Partition& part = *partitions_[p];
+  while (!part.held_applies.empty() &&
+         part.held_applies.front().first <= std::chrono::steady_clock::now()) {
+    auto apply = std::move(part.held_applies.front().second);
+    part.held_applies.pop_front();
     apply();
-    held.applies_held.Set(held.held_applies.size());
+    part.applies_held.Set(part.held_applies.size());
     ++work;
   }
   if (replicator_ != nullptr) {
-    Partition& part = *partitions_[p];
     const uint64_t seen =
         replicated_max_version_.load(std::memory_order_relaxed);
     if (seen > part.table->last_version()) part.table->RaiseVersion(seen);

@@ -37,6 +37,7 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // service + method + epoch in the RPC header; stats as named values; region
 // owners and access in the region list; the server lease region.
 // 4: RpcHeader back to 32 bytes (32-bit payload_len and epoch).
+// 5: the hash store's layout 3 (bucket headers with an index).
 // 6: ServerHello carries the number of the server's endpoint.
 inline constexpr uint16_t kWireVersion = 6;
 
