@@ -463,6 +463,43 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   EXPECT_GE(stats->Get("rpc_errors"), 7u);
 }
 
+// Endpoint numbers (fabric/endpoint.h): a worker counts the endpoints it
+// made to each peer worker; CreateNumbered catches up by the endpoints it
+// skipped, and refuses a number behind it or implausibly far ahead.
+TEST_F(FabricTest, EndpointNumbersAreCountedAndCaughtUpTo) {
+  auto keys = RawOrDie(server_.address);
+  ASSERT_NE(keys, nullptr);
+  const std::string& peer = keys->hello().worker_address;
+  auto ctx = fabric::Context::Shared(TestTransport());
+  ASSERT_TRUE(ctx.ok());
+  auto w = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
+  ASSERT_TRUE(w.ok());
+  auto number = [&](const std::string& address) -> uint64_t {
+    auto n = (*w)->EndpointNumber(address);
+    return n.ok() ? *n : 99;
+  };
+  ASSERT_EQ(number(peer), 0u);
+  auto far = fabric::Endpoint::CreateNumbered(
+      w->get(), peer, fabric::Endpoint::kMaxSkippedEndpoints + 1);
+  EXPECT_EQ(far.status().code(), StatusCode::kUnavailable)
+      << far.status().ToString();
+  EXPECT_EQ(number(peer), 0u);
+  {
+    auto ep = fabric::Endpoint::CreateNumbered(w->get(), peer, 3);
+    ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+    EXPECT_EQ(number(peer), 4u);
+  }
+  auto behind = fabric::Endpoint::CreateNumbered(w->get(), peer, 2);
+  EXPECT_EQ(behind.status().code(), StatusCode::kUnavailable);
+  // Another peer worker has its own count.
+  auto other = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(number((*other)->address()), 0u);
+  EXPECT_EQ((*w)->EndpointNumber("not an address").status().code(),
+            StatusCode::kProtocolError);
+  (*w)->DrainCloses(Clock::now() + std::chrono::seconds(5));
+}
+
 // A UCX endpoint made without remem's handshake (the server worker's
 // address is public to any session) gets nothing: the server drops its
 // messages unanswered and counts them, and keeps serving.

@@ -63,11 +63,13 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateNumbered(
     Worker* worker, std::string_view remote_address, uint64_t number) {
   auto have = worker->EndpointNumber(remote_address);
   if (!have.ok()) return have.status();
-  if (*have > number) {
+  if (*have > number || number - *have > kMaxSkippedEndpoints) {
     return Status::Unavailable(
         "UCX endpoint numbers disagree: this worker has made " +
         std::to_string(*have) + " endpoints to the peer's, which made its " +
-        "own as number " + std::to_string(number));
+        "own as number " + std::to_string(number) + " (at most " +
+        std::to_string(kMaxSkippedEndpoints) +
+        " are skipped; connect from a new event loop)");
   }
   for (uint64_t n = *have; n < number; ++n) {
     // Paired with the peer's endpoint of the handshake given up (or with

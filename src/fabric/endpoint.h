@@ -55,7 +55,9 @@ class Endpoint {
   // made and closed first, so that the numbers agree again; without that,
   // every later endpoint would be paired with the wrong peer endpoint and
   // its messages dropped. Unavailable if this worker is already past
-  // `number`.
+  // `number`, or more than kMaxSkippedEndpoints behind it (a number no
+  // listening backlog could explain: a peer that is not telling the truth).
+  static constexpr uint64_t kMaxSkippedEndpoints = 4096;
   static Result<std::unique_ptr<Endpoint>> CreateNumbered(
       Worker* worker, std::string_view remote_address, uint64_t number);
   // Waits until the connection is wired up: OK, Unavailable if it failed,
