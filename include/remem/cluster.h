@@ -224,8 +224,8 @@ class Cluster {
 
   // Routing counters: refusals (Moved) seen and configurations fetched;
   // gets answered one-sided and by the server, and (replicated clusters)
-  // one-sided results the serving mark did not cover (HashStore::ReadStats;
-  // summed over the stores of the servers this client is connected to now).
+  // one-sided results the serving mark did not cover (HashStore::ReadStats,
+  // summed over this client's stores, those of servers it has left too).
   struct RouteStats {
     uint64_t moved = 0;
     uint64_t refreshes = 0;

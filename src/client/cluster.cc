@@ -75,6 +75,9 @@ struct Cluster::Impl {
   // move): the per-operation route without a map lookup.
   std::vector<Server*> member_servers;
   RouteStats stats;
+  // Read counters of stores closed since (a server that went away, a read
+  // path that changed): route_stats counts them too.
+  RouteStats dropped;
   size_t in_flight = 0;
   Status first_error;
   bool stale = false;
@@ -96,6 +99,16 @@ struct Cluster::Impl {
     loop.reset();
   }
 
+  // Closes a server's store; its read counters stay in route_stats.
+  void DropStore(Server& s) {
+    if (!s.store) return;
+    const HashStore::ReadStats& r = s.store->read_stats();
+    dropped.onesided_gets += r.onesided_gets;
+    dropped.rpc_gets += r.rpc_gets;
+    dropped.unreplicated += r.unreplicated;
+    s.store.reset();
+  }
+
   void Install(cluster::Config c) {
     config = std::move(c);
     // A session opened before the configuration was known (a seed's, to
@@ -103,7 +116,7 @@ struct Cluster::Impl {
     for (auto& [addr, s] : servers) {
       if (s.session && SetReadPath(addr, s.session->core())) {
         s.ops.reset();  // opened again with the read path that goes with it
-        s.store.reset();
+        DropStore(s);
       }
     }
     info.name = config.name;
@@ -158,7 +171,7 @@ struct Cluster::Impl {
     if (it != servers.end()) {
       // The server went away: start over with a new session.
       it->second.ops.reset();
-      it->second.store.reset();
+      DropStore(it->second);
       it->second.session.reset();
     }
     SessionOptions so = options.session;
@@ -831,7 +844,9 @@ const std::string& Cluster::OwnerOf(std::string_view key) const {
 }
 const Cluster::RouteStats& Cluster::route_stats() const {
   RouteStats& st = impl_->stats;
-  st.onesided_gets = st.rpc_gets = st.unreplicated = 0;
+  st.onesided_gets = impl_->dropped.onesided_gets;
+  st.rpc_gets = impl_->dropped.rpc_gets;
+  st.unreplicated = impl_->dropped.unreplicated;
   for (const auto& [addr, s] : impl_->servers) {
     if (!s.store) continue;
     st.onesided_gets += s.store->read_stats().onesided_gets;
