@@ -487,6 +487,7 @@ TEST_F(FabricTest, EndpointNumbersAreCountedAndCaughtUpTo) {
   {
     auto ep = fabric::Endpoint::CreateNumbered(w->get(), peer, 3);
     ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+    EXPECT_EQ((*ep)->number(), 3u);
     EXPECT_EQ(number(peer), 4u);
   }
   auto behind = fabric::Endpoint::CreateNumbered(w->get(), peer, 2);

@@ -99,13 +99,17 @@ struct Cluster::Impl {
     loop.reset();
   }
 
+  // Adds a store's read counters to `to`.
+  static void AddReads(const HashStore& store, RouteStats* to) {
+    const HashStore::ReadStats& r = store.read_stats();
+    to->onesided_gets += r.onesided_gets;
+    to->rpc_gets += r.rpc_gets;
+    to->unreplicated += r.unreplicated;
+  }
   // Closes a server's store; its read counters stay in route_stats.
   void DropStore(Server& s) {
     if (!s.store) return;
-    const HashStore::ReadStats& r = s.store->read_stats();
-    dropped.onesided_gets += r.onesided_gets;
-    dropped.rpc_gets += r.rpc_gets;
-    dropped.unreplicated += r.unreplicated;
+    AddReads(*s.store, &dropped);
     s.store.reset();
   }
 
@@ -848,10 +852,7 @@ const Cluster::RouteStats& Cluster::route_stats() const {
   st.rpc_gets = impl_->dropped.rpc_gets;
   st.unreplicated = impl_->dropped.unreplicated;
   for (const auto& [addr, s] : impl_->servers) {
-    if (!s.store) continue;
-    st.onesided_gets += s.store->read_stats().onesided_gets;
-    st.rpc_gets += s.store->read_stats().rpc_gets;
-    st.unreplicated += s.store->read_stats().unreplicated;
+    if (s.store) Impl::AddReads(*s.store, &st);
   }
   return st;
 }

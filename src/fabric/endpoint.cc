@@ -37,11 +37,8 @@ void OpCallback(void* request, ucs_status_t status, void* user_data) {
 
 Result<std::unique_ptr<Endpoint>> Endpoint::Create(
     Worker* worker, std::string_view remote_address) {
-  auto parsed = ParseWorkerAddress(remote_address);
-  if (!parsed.ok()) return parsed.status();
-  if (!parsed->has_uuid) {
-    return Status::ProtocolError("the UCX worker address carries no uuid");
-  }
+  auto uuid = WorkerUuidOf(remote_address);
+  if (!uuid.ok()) return uuid.status();
   std::unique_ptr<Endpoint> ep(new Endpoint(worker));
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -53,7 +50,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(
   p.err_handler.arg = ep.get();
   // UCX takes the endpoint's number before it can fail (the address was
   // readable): counted either way.
-  worker->CountEndpointTo(parsed->uuid);
+  ep->number_ = worker->TakeEndpointNumber(*uuid);
   ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
   if (s != UCS_OK) return FromUcs(s, "creating an endpoint");
   return ep;

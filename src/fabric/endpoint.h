@@ -48,6 +48,10 @@ class Endpoint {
   // (WaitConnected waits for it).
   static Result<std::unique_ptr<Endpoint>> Create(
       Worker* worker, std::string_view remote_address);
+  // UCX's number of this endpoint among those its worker created to the
+  // peer's (Worker::EndpointNumber): the peer's endpoint with the same
+  // number is the one UCX pairs it with.
+  uint64_t number() const { return number_; }
   // As Create, for the side that creates its endpoint second: the peer
   // made its own as number `number` toward this worker, so this one must
   // get that number too. Endpoints this worker never made (it gave up a
@@ -179,6 +183,7 @@ class Endpoint {
 
   Worker* worker_;
   ucp_ep_h ep_ = nullptr;
+  uint64_t number_ = 0;  // number()
   bool failed_ = false;
   bool closed_ = false;
   Status failure_;

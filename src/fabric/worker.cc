@@ -330,12 +330,9 @@ void Worker::DrainCloses(Clock::time_point deadline) {
 }
 
 Result<uint64_t> Worker::EndpointNumber(std::string_view remote_address) const {
-  auto parsed = ParseWorkerAddress(remote_address);
-  if (!parsed.ok()) return parsed.status();
-  if (!parsed->has_uuid) {
-    return Status::ProtocolError("the UCX worker address carries no uuid");
-  }
-  auto it = endpoints_to_.find(parsed->uuid);
+  auto uuid = WorkerUuidOf(remote_address);
+  if (!uuid.ok()) return uuid.status();
+  auto it = endpoints_to_.find(*uuid);
   return it == endpoints_to_.end() ? uint64_t{0} : it->second;
 }
 

@@ -113,11 +113,9 @@ class Worker {
   // worker creates to a peer worker is paired with the n-th that worker
   // creates to this one, whichever comes first. The number the next
   // endpoint to the worker at `remote_address` gets: how many this worker
-  // has created to it (Endpoint::Create counts them). ProtocolError if the
-  // address names no worker uuid.
+  // has created to it (Endpoint::number). ProtocolError if the address
+  // names no worker uuid.
   Result<uint64_t> EndpointNumber(std::string_view remote_address) const;
-  // Counts an endpoint created to the worker of `uuid` (Endpoint::Create).
-  void CountEndpointTo(uint64_t uuid) { ++endpoints_to_[uuid]; }
 
   // A fresh id, unique on this worker, for matching replies to requests.
   uint64_t NextRequestId() { return next_request_id_++; }
@@ -193,6 +191,9 @@ class Worker {
   static void RecvDone(void* request, ucs_status_t status, size_t length,
                        void* user_data);
   bool HasPendingWork();
+  friend class Endpoint;  // takes the numbers
+  // The number of an endpoint being created to the worker of `uuid`.
+  uint64_t TakeEndpointNumber(uint64_t uuid) { return endpoints_to_[uuid]++; }
   // Endpoints created to each peer worker, by its uuid (EndpointNumber).
   std::map<uint64_t, uint64_t> endpoints_to_;
 

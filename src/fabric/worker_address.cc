@@ -328,4 +328,13 @@ Result<SharedMemoryRef> SharedMemoryRefOf(const WorkerAddressIface& iface) {
   return Status::InvalidArgument("not a shared-memory interface entry");
 }
 
+Result<uint64_t> WorkerUuidOf(std::string_view bytes) {
+  auto parsed = ParseWorkerAddress(bytes);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->has_uuid) {
+    return Status::ProtocolError("the UCX worker address carries no uuid");
+  }
+  return parsed->uuid;
+}
+
 }  // namespace remem::fabric

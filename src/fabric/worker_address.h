@@ -60,6 +60,9 @@ struct ParsedWorkerAddress {
 // Parses `bytes` (which must stay alive while the result is used).
 // ProtocolError, with what is wrong, if UCX 1.13 could not read it safely.
 Result<ParsedWorkerAddress> ParseWorkerAddress(std::string_view bytes);
+// The worker uuid the address carries; ProtocolError if it carries none
+// (or is unreadable).
+Result<uint64_t> WorkerUuidOf(std::string_view bytes);
 
 // What a shared-memory interface entry names (posix or cma), decoded from
 // its interface address. `pid` is the process whose memory the transport

@@ -645,9 +645,6 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
     if (stop.load(std::memory_order_acquire)) {
       return done(Status::Unavailable("the server is stopping"), {}, 0);
     }
-    // The client creates its endpoint with the same number (ServerHello).
-    auto number = w->EndpointNumber(client_address);
-    if (!number.ok()) return done(number.status(), {}, 0);
     auto ep = fabric::Endpoint::Create(w, client_address);
     if (!ep.ok()) {
       const char* hint =
@@ -664,12 +661,14 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                               ep.status().message() + "); " + hint),
           {}, 0);
     }
+    // The client creates its endpoint with the same number (ServerHello).
+    const uint64_t number = (*ep)->number();
     auto conn = std::make_unique<Connection>();
     conn->id = id;
     conn->peer = std::move(peer);
     conn->ep = std::move(*ep);
     dispatcher->AddConnection_st(thread, std::move(conn));
-    done(Status::OK(), w->address(), *number);
+    done(Status::OK(), w->address(), number);
   });
 }
 

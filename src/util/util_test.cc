@@ -74,7 +74,6 @@ TEST(Histogram, PercentilesWithinBucketPrecision) {
   EXPECT_EQ(Histogram().Percentile(50), 0u);
 }
 
-}  // namespace
 // A child dies with the process that spawned it, not with the thread: a
 // server a benchmark started from a helper thread was killed when that
 // thread ended (PR_SET_PDEATHSIG follows the forking thread).
@@ -102,4 +101,5 @@ TEST(Subprocess, AChildSpawnedFromAThreadThatEndsLivesOn) {
   EXPECT_EQ(*code, 0);
 }
 
+}  // namespace
 }  // namespace remem
