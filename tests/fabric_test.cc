@@ -866,6 +866,59 @@ TEST(Connect, NoServerIsAClearErrorQuickly) {
   EXPECT_EQ(Session::Connect(o).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Post and Notify signal the worker's event fd only while its thread is
+// in Sleep (fabric/worker.h). A hand-off lost in the race between the two
+// would leave the thread asleep: here it sleeps for a minute at a time, so
+// each hand-off must be taken within the bound, not at a timeout. Pauses
+// of random length before each hand-off (not synchronisation) land them
+// while the thread polls, arms, or sleeps.
+TEST(WorkerWakeups, EveryHandOffWakesTheThreadWhereverItIs) {
+  auto ctx = fabric::Context::Shared(TestTransport());
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  auto worker = fabric::Worker::Create(*ctx, 4096);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  fabric::Worker* w = worker->get();
+  std::atomic<bool> stop{false};
+  std::atomic<int> notified{0}, taken{0}, ran{0};
+  // Notify's own queue: a counter the pass hook takes from.
+  w->AddPassHook([&] {
+    const int n = notified.load();
+    if (taken.load() == n) return size_t{0};
+    taken.store(n);
+    return size_t{1};
+  });
+  std::thread owner([&] {
+    while (!stop.load()) {
+      if (w->Progress() == 0) w->Sleep(std::chrono::minutes(1));
+    }
+  });
+  std::mt19937 rng(7);
+  constexpr int kHandOffs = 4000;
+  constexpr auto kBound = std::chrono::seconds(10);
+  for (int i = 1; i <= kHandOffs; ++i) {
+    const auto pause = std::chrono::microseconds(rng() % 200);
+    for (auto until = Clock::now() + pause; Clock::now() < until;) {
+    }
+    const auto deadline = Clock::now() + kBound;
+    if (i % 2 == 0) {
+      w->Post([&ran, i] { ran.store(i); });
+      while (ran.load() != i && Clock::now() < deadline)
+        std::this_thread::yield();
+      ASSERT_EQ(ran.load(), i) << "hand-off " << i << " (Post) never woke it";
+    } else {
+      notified.store(i);
+      w->Notify();
+      while (taken.load() != i && Clock::now() < deadline)
+        std::this_thread::yield();
+      ASSERT_EQ(taken.load(), i)
+          << "hand-off " << i << " (Notify) never woke it";
+    }
+  }
+  stop.store(true);
+  w->Wake();
+  owner.join();
+}
+
 TEST(Idle, AnIdleServerSleeps) {
   auto server = StartServer({"--threads", "2"}, "16M");
   ASSERT_NE(server.process, nullptr);

@@ -23,7 +23,11 @@
 // needs (opened when first needed; opened again for a member that
 // restarted, or after a send that got no answer within the session's
 // timeout: a session can break without a word), so the partitions'
-// threads never wait on the network.
+// threads never wait on the network. While batches are out it polls for
+// their replies for `spin` before it sleeps (a sleeping replicator costs a
+// wake-up on each side per batch), and it looks at its batches again only
+// when something they wait for changed: a batch handed over, a reply,
+// another configuration, a retry due.
 //
 // Thread contract: Replicate from any thread; `done` runs on the
 // replicator's thread (or, after Stop, on the caller's). Start, Stop and
@@ -55,10 +59,13 @@ namespace remem::cluster {
 class Replicator {
  public:
   // `session`: the secret, transport and timeout of the sessions to
-  // backups. `ownership` must outlive the replicator. `fault_delay`
-  // (testing): each batch waits this long before it is first sent.
+  // backups. `ownership` must outlive the replicator. `spin`: how long the
+  // thread polls for replies before it sleeps (the server's --spin-us).
+  // `fault_delay` (testing): each batch waits this long before it is first
+  // sent.
   static Result<std::unique_ptr<Replicator>> Start(
       const Ownership* ownership, SessionOptions session,
+      std::chrono::microseconds spin = std::chrono::microseconds(100),
       std::chrono::milliseconds fault_delay = std::chrono::milliseconds(0));
   // Stops the thread; what is left, and what comes later, fails with
   // Unavailable. The destructor calls it.
@@ -91,9 +98,11 @@ class Replicator {
     int failures = 0;
   };
   Replicator(const Ownership* ownership, SessionOptions session,
+             std::chrono::microseconds spin,
              std::chrono::milliseconds fault_delay)
       : ownership_(ownership),
         options_(std::move(session)),
+        spin_(spin),
         fault_delay_(fault_delay) {}
   void Run();
   // Sends what `job` still needs; true once it is finished (done called).
@@ -105,6 +114,7 @@ class Replicator {
 
   const Ownership* const ownership_;
   const SessionOptions options_;
+  const std::chrono::microseconds spin_;
   const std::chrono::milliseconds fault_delay_;
   std::unique_ptr<EventLoop> loop_;
   struct Peer {
@@ -112,14 +122,19 @@ class Replicator {
     uint64_t incarnation = 0;
   };
   std::map<std::string, Peer> sessions_;  // thread's
-  // Sessions to members' earlier incarnations, kept until the replicator
-  // ends: closing one waits for its calls, which a dead peer never answers
-  // (they time out).
+  // Sessions replaced while calls were still out on them (to a member's
+  // earlier incarnation, or one that left a batch unanswered), kept until
+  // those calls are answered or time out: closing a session waits for its
+  // calls, which a dead peer never answers.
   std::vector<std::unique_ptr<Session>> retired_;  // thread's
   // Addresses whose session left a batch unanswered: replaced at the next
   // send (thread's).
   std::set<std::string> stale_;
   std::vector<std::shared_ptr<Job>> active_;  // thread's
+  // A reply came since the jobs were last advanced; the earliest retry due
+  // (thread's).
+  bool replied_ = false;
+  Clock::time_point next_retry_ = Clock::time_point::max();
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> incoming_;  // under mu_
   bool stop_ = false;                          // under mu_

@@ -233,12 +233,19 @@ bool Worker::HasPendingWork() {
 
 void Worker::Sleep(std::chrono::milliseconds timeout) {
   if (HasPendingWork()) return;
+  // Post() signals only a worker that may be asleep: it sets its task
+  // before it looks at `sleeping_`, and this looks at the tasks after
+  // setting it (both fenced), so one of the two sees the other.
+  sleeping_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   ucs_status_t s = ucp_worker_arm(worker_);
-  if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile
-  if (s != UCS_OK) return;
-  if (HasPendingWork()) return;  // Post() raced with arm
-  pollfd pfd{efd_, POLLIN, 0};
-  (void)poll(&pfd, 1, static_cast<int>(timeout.count()));
+  // UCS_ERR_BUSY: events arrived meanwhile; HasPendingWork: a Post() raced
+  // with arm.
+  if (s == UCS_OK && !HasPendingWork()) {
+    pollfd pfd{efd_, POLLIN, 0};
+    (void)poll(&pfd, 1, static_cast<int>(timeout.count()));
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
 }
 
 Status Worker::ProgressUntil(const std::function<bool()>& done,
@@ -315,7 +322,17 @@ void Worker::Post(util::MoveFunction<void()> fn) {
     posted_.push_back(std::move(fn));
     has_posted_.store(true, std::memory_order_release);
   }
-  Wake();
+  // A worker that is not asleep finds the task at its next Progress(): the
+  // signal (a system call, and a wake-up of a thread that may share this
+  // CPU) is for a sleeping one only. See Sleep().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed)) Wake();
+}
+
+void Worker::Notify() {
+  has_posted_.store(true, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed)) Wake();
 }
 
 void Worker::Wake() { (void)ucp_worker_signal(worker_); }

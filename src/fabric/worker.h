@@ -145,10 +145,15 @@ class Worker {
   Status Wait(ucs_status_ptr_t request, Clock::time_point deadline,
               std::string_view what);
 
-  // Runs `fn` on this worker's thread at its next Progress(). Thread-safe.
+  // Runs `fn` on this worker's thread at its next Progress(); wakes the
+  // thread if it sleeps. Thread-safe.
   void Post(util::MoveFunction<void()> fn);
   // Interrupts Sleep(). Thread-safe.
   void Wake();
+  // Makes the owner's next Sleep() return at once, or interrupts the one it
+  // is in; a system call only then. For a thread that hands the owner work
+  // through a queue of its own, filled before this call. Thread-safe.
+  void Notify();
 
   // Runs `fn` at the next Progress() on this thread.
   void Defer(util::MoveFunction<void()> fn) {
@@ -219,6 +224,8 @@ class Worker {
   std::mutex posted_mu_;
   std::vector<util::MoveFunction<void()>> posted_;
   std::atomic<bool> has_posted_{false};
+  // Set by the owner thread while in Sleep(): Post() signals only then.
+  std::atomic<bool> sleeping_{false};
 };
 
 }  // namespace remem::fabric

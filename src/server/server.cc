@@ -472,13 +472,16 @@ Status Server::Impl::Init() {
     // The sessions to backups: the cluster shares one secret.
     SessionOptions so;
     so.secret = config.secret;
+    // The server's transport: beside a server on shm, a replicator on auto
+    // would open tcp too, and poll its interface for nothing.
+    so.transport = config.transport;
     // A backup that has not answered a batch within a few leases is asked
     // again on a new session (the manager drops a dead one within a lease;
     // a session can break without telling, as to a member that restarted).
     so.timeout = std::max<std::chrono::milliseconds>(
         4 * config.cluster_lease, std::chrono::milliseconds(1000));
     auto r = cluster::Replicator::Start(
-        ownership.get(), so,
+        ownership.get(), so, config.spin,
         std::chrono::milliseconds(config.fault_replication_delay_ms));
     if (!r.ok()) return r.status();
     replicator_of_cluster = std::move(*r);
