@@ -482,6 +482,39 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
   for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
+// A refresh that no server answers says what each one said, and asks each
+// once: a member that is also a seed, or already connected, is not waited
+// for twice.
+TEST_F(ClusterTest, ARefreshNobodyAnswersNamesEveryServerOnce) {
+  StartServers(2);
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->Put("k", "v").ok());
+  ASSERT_EQ(cluster->info().nodes.size(), 2u);
+  for (auto& s : servers_) ASSERT_TRUE(s.Kill().ok());
+  const Status st = cluster->Refresh();
+  ASSERT_FALSE(st.ok());
+  const std::string& m = st.message();
+  EXPECT_NE(m.find("no server gave the configuration"), std::string::npos) << m;
+  // One answer per server asked: "(A: why; B: why)".
+  const size_t open = m.find('(');
+  ASSERT_NE(open, std::string::npos) << m;
+  std::vector<std::string> asked;
+  for (size_t at = open + 1; at < m.size();) {
+    const size_t colon = m.find(": ", at);
+    const size_t next = m.find("; ", at);
+    if (colon == std::string::npos) break;
+    asked.push_back(m.substr(at, colon - at));
+    if (next == std::string::npos) break;
+    at = next + 2;
+  }
+  std::vector<std::string> expected = {servers_[0].address,
+                                       servers_[1].address};
+  std::sort(asked.begin(), asked.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(asked, expected) << m;
+}
+
 TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
   StartServers(3);
   auto cluster = Connect({servers_[0].address});
@@ -1508,6 +1541,70 @@ TEST_F(ClusterTest,
   EXPECT_GT(clients.onesided_gets(), 0u);
   // The mark refused pairs whose batch was still held: it was consulted.
   EXPECT_GT(clients.unreplicated(), 0u);
+}
+
+// A refused conditional write, or a delete of a key that is not there,
+// tells what the primary holds, as a get does: it is answered only once
+// the write it saw is on the backups (a failover would lose that write,
+// and the answer would have told of a write that never was). Batches are
+// held 200 ms before they are sent; a write and then a refused request on
+// one session reach the primary in that order, so the refusal must not be
+// answered before the write.
+TEST_F(ClusterTest, RefusalsThatTellWhatThePrimaryHoldsWaitForItsBackups) {
+  StartReplicated(3, {"--fault-replication-delay-ms", "200"});
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const std::string key = "k";
+  auto v1 = cluster->Put(key, "v1");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  auto raw = ConnectOrDie(cluster->OwnerOf(key));
+  ASSERT_NE(raw, nullptr);
+  auto store = HashStore::Open(raw.get());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  HashStore* h = store->get();
+  struct Case {
+    const char* what;
+    std::function<void(std::function<void(Status)>)> write;
+    std::function<Status()> refused;
+    StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {"a compare-and-put behind a put",
+       [&](auto done) {
+         h->PutAsync(key, "v2",
+                     [done](Result<uint64_t> r) { done(r.status()); });
+       },
+       [&] { return h->CompareAndPut(key, "v3", *v1).status(); },
+       StatusCode::kConflict},
+      {"a delete behind a delete",
+       [&](auto done) { h->DeleteAsync(key, done); },
+       [&] { return h->Delete(key); }, StatusCode::kNotFound},
+      {"a put-if-absent behind a put",
+       [&](auto done) {
+         h->PutAsync(key, "v4",
+                     [done](Result<uint64_t> r) { done(r.status()); });
+       },
+       [&] { return h->PutIfAbsent(key, "v5").status(); },
+       StatusCode::kAlreadyExists},
+  };
+  for (const Case& c : cases) {
+    bool written = false;
+    Status wrote;
+    c.write([&](Status st) {
+      written = true;
+      wrote = st;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const Status refused = c.refused();
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(refused.code(), c.code) << c.what << ": " << refused.ToString();
+    EXPECT_TRUE(written)
+        << c.what << ": refused after "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+        << " ms, before the write it saw was replicated";
+    ASSERT_TRUE(raw->WaitAll().ok());
+    EXPECT_TRUE(wrote.ok()) << c.what << ": " << wrote.ToString();
+  }
 }
 
 // Every shard has `replicas` ready backups, none is being filled, and

@@ -141,7 +141,12 @@ class Cluster {
 
   // --- the configuration
   const Info& info() const;
-  // Fetches the configuration again (from a connected server, else a seed).
+  // Fetches the configuration again: from a connected server, else a
+  // member of the configuration, else a seed, each asked at most once. The
+  // answer is awaited for a second (from the last server asked, for the
+  // session timeout); a server without a session first gets one, within
+  // the session timeout. If none gives it, the error (with the last
+  // answer's code) names every server asked and what it answered.
   Status Refresh();
   // The shard of `key` and the address of the server that owns it.
   uint32_t ShardOf(std::string_view key) const;

@@ -4,6 +4,7 @@
 
 #include "remem/cluster.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -289,20 +290,35 @@ struct Cluster::Impl {
 
   Status Refresh() {
     Status last = Status::Unavailable("no server to ask");
-    // Servers already connected first, then the members, then the seeds.
+    // Servers already connected first, then the members, then the seeds;
+    // each once (a server that does not answer costs a wait each time).
     std::vector<std::string> order;
+    auto add = [&order](const std::string& addr) {
+      if (std::find(order.begin(), order.end(), addr) == order.end()) {
+        order.push_back(addr);
+      }
+    };
     for (auto& [addr, s] : servers) {
-      if (s.session && s.session->connected()) order.push_back(addr);
+      if (s.session && s.session->connected()) add(addr);
     }
-    for (const auto& m : config.members) order.push_back(m.address);
-    for (const auto& seed : options.seeds) order.push_back(seed);
+    for (const auto& m : config.members) add(m.address);
+    for (const auto& seed : options.seeds) add(seed);
+    // Every server's answer, for the error when none gave a configuration.
+    std::string why;
     for (size_t i = 0; i < order.size(); ++i) {
       last = FetchFrom(order[i], i + 1 == order.size());
       if (last.ok()) return last;
       // A seed outside any cluster is a mistake to report, not to skip.
       if (last.code() == StatusCode::kUnsupported) return last;
+      if (order.size() > 1) {
+        const std::string& m = last.message();
+        why += (why.empty() ? "" : "; ") +
+               (m.rfind(order[i], 0) == 0 ? m : order[i] + ": " + m);
+      }
     }
-    return last;
+    if (order.size() <= 1) return last;
+    return Status(last.code(),
+                  "no server gave the configuration (" + why + ")");
   }
 
   const std::string& OwnerOf(std::string_view key) const {

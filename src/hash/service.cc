@@ -41,6 +41,15 @@ Status FirstError(const std::vector<Status>& all) {
   return Status::OK();
 }
 
+// A result that says nothing of what the table holds: the request was
+// refused before it was read (the shard is elsewhere, or being handed
+// over). Any other, success or not (NotFound, Conflict, a value of the
+// wrong shape...), was read from the table, and fails with the
+// replication of what it read.
+bool RefusedBeforeReading(const Status& st) {
+  return st.code() == StatusCode::kMoved || st.code() == StatusCode::kBusy;
+}
+
 }  // namespace
 
 void HashService::DeclareOptions(server::OptionSet* o) {
@@ -357,6 +366,28 @@ void HashService::Handle(PartitionId p, Call call) {
   }
 }
 
+void HashService::ReplyAsRead_st(Partition& part, std::string_view key,
+                                 Responder responder, Status status,
+                                 std::string payload) {
+  if (cluster_ != nullptr) {
+    // Read while this member held its lease (replicated): not after the
+    // manager could have promoted a backup.
+    if (Status l = cluster_->Leased(); !l.ok()) return responder.Reply(l);
+  }
+  const uint64_t upto = DirtyUpTo_st(part, key);
+  if (upto <= part.repl_done) {
+    return responder.Reply(std::move(status), std::move(payload));
+  }
+  // What it read may not be on the backups yet (a failover would lose
+  // it): answered once it is.
+  AfterCommit_st(part, false, upto,
+                 [responder = std::move(responder), status = std::move(status),
+                  payload = std::move(payload)](Status st) mutable {
+                   if (!st.ok()) return responder.Reply(std::move(st));
+                   responder.Reply(std::move(status), std::move(payload));
+                 });
+}
+
 void HashService::AfterDurable_st(Partition& part, Responder responder,
                                   Status status, std::string payload) {
   if (!status.ok()) return responder.Reply(std::move(status));
@@ -604,29 +635,11 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // RouteCall may have had its pairs deleted by this thread.
     if (Status o = Owned(*key); !o.ok()) return call.responder.Reply(o);
     auto v = table.Get(*key);
-    if (cluster_ != nullptr) {
-      // Read while this member held its lease (replicated): not after the
-      // manager could have promoted a backup.
-      if (Status l = cluster_->Leased(); !l.ok()) {
-        return call.responder.Reply(l);
-      }
+    if (!v.ok()) {
+      return ReplyAsRead_st(part, *key, std::move(call.responder), v.status());
     }
-    if (const uint64_t upto = DirtyUpTo_st(part, *key); upto > part.repl_done) {
-      // What it read may not be on the backups yet: answered once it is.
-      std::string reply =
-          v.ok() ? EncodeHashGetReply(v->version, v->value) : std::string();
-      Status read = v.status();
-      return AfterCommit_st(
-          part, false, upto,
-          [responder = std::move(call.responder), reply = std::move(reply),
-           read = std::move(read)](Status st) mutable {
-            if (!st.ok()) return responder.Reply(std::move(st));
-            responder.Reply(std::move(read), std::move(reply));
-          });
-    }
-    if (!v.ok()) return call.responder.Reply(v.status());
-    return call.responder.Reply(Status::OK(),
-                                EncodeHashGetReply(v->version, v->value));
+    return ReplyAsRead_st(part, *key, std::move(call.responder), Status::OK(),
+                          EncodeHashGetReply(v->version, v->value));
   }
   if (part.store != nullptr) {
     // The log cannot be written: refuse before changing anything.
@@ -641,9 +654,13 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // has had this partition's changes sent already.
     if (Status w = Writable(*key); !w.ok()) return call.responder.Reply(w);
     Status st = table.Delete(*key);
-    if (st.ok()) LogDelete_st(part, *key, table.last_version());
+    // NotFound tells what the table holds: answered as a get would be.
+    if (!st.ok()) {
+      return ReplyAsRead_st(part, *key, std::move(call.responder), st);
+    }
+    LogDelete_st(part, *key, table.last_version());
     UpdateCounters_st(part);
-    return AfterDurable_st(part, std::move(call.responder), std::move(st), {});
+    return AfterDurable_st(part, std::move(call.responder), Status::OK(), {});
   }
   auto put = DecodeHashPut(call.payload);
   if (!put.ok()) return call.responder.Reply(put.status());
@@ -654,7 +671,12 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
           ? table.CompareAndPut(put->key, put->value, put->expected_version)
           : table.Put(put->key, put->value);
   UpdateCounters_st(part);
-  if (!v.ok()) return call.responder.Reply(v.status());
+  // A refused conditional write (Conflict, AlreadyExists) tells what the
+  // table holds: answered as a get would be.
+  if (!v.ok()) {
+    return ReplyAsRead_st(part, put->key, std::move(call.responder),
+                          v.status());
+  }
   LogPut_st(part, put->key, put->value, *v);
   AfterDurable_st(part, std::move(call.responder), Status::OK(),
                   EncodeHashPutReply(*v));
@@ -805,9 +827,14 @@ void HashService::HandleMulti(Call call) {
            reads_fail = Replicating()](Status st) {
             if (!st.ok()) {
               for (uint32_t i : items) {
-                if ((reads_fail || batch->ops[i].op != MultiOpKind::kGet) &&
-                    batch->results[i].status.ok()) {
+                const Status& r = batch->results[i].status;
+                // Replicated, every answer read from the table goes with
+                // what it read; else a write's success with its log.
+                if (reads_fail
+                        ? !RefusedBeforeReading(r)
+                        : batch->ops[i].op != MultiOpKind::kGet && r.ok()) {
                   batch->results[i].status = st;
+                  batch->results[i].data.clear();
                 }
               }
             }
@@ -1083,8 +1110,11 @@ size_t HashService::RunOps_st(PartitionId p) {
         [req = req, items = std::move(items), reads_fail](Status st) mutable {
           if (!st.ok()) {
             for (uint32_t i : items) {
-              if ((reads_fail || req->wrote[i]) &&
-                  req->results[i].status.ok()) {
+              const Status& r = req->results[i].status;
+              // As in HandleMulti: replicated, every answer read from the
+              // table; else a write's success.
+              if (reads_fail ? !RefusedBeforeReading(r)
+                             : req->wrote[i] && r.ok()) {
                 req->results[i].status = st;
                 req->results[i].data.clear();
               }

@@ -210,6 +210,14 @@ class HashService final : public server::Service {
   // persistence) and replicated (AfterCommit_st).
   void AfterDurable_st(Partition& part, server::Responder responder,
                        Status status, std::string payload);
+  // Replies with what the table holds for `key` (a get's answer; a refused
+  // delete's or conditional write's NotFound, AlreadyExists, Conflict)
+  // only as a linearizable read may: while this member holds its lease,
+  // and once the key's records are held by the backups (else with the
+  // error that stopped them).
+  void ReplyAsRead_st(Partition& part, std::string_view key,
+                      server::Responder responder, Status status,
+                      std::string payload = {});
   // A write of `part`, for its log (if any) and its backups (if the
   // configuration replicates).
   void LogPut_st(Partition& part, std::string_view key, std::string_view value,
