@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "fabric/worker_address.h"
@@ -168,15 +169,19 @@ size_t Worker::Progress() {
     if (!inbox_.empty() || !completed_.empty()) break;
   }
 
-  if (has_posted_.load(std::memory_order_acquire)) {
+  // Cleared before the tasks are taken: a Post or Notify after this finds
+  // it cleared and sets it again, for the next pass or Sleep. A Notify
+  // counts as work (its task is in the notifier's own queue, which the
+  // caller looks at again before it sleeps).
+  if (has_posted_.load(std::memory_order_relaxed) &&
+      has_posted_.exchange(false, std::memory_order_seq_cst)) {
     std::vector<util::MoveFunction<void()>> posted;
     {
       std::lock_guard<std::mutex> lock(posted_mu_);
       posted.swap(posted_);
-      has_posted_.store(false, std::memory_order_relaxed);
     }
     for (auto& fn : posted) fn();
-    work += posted.size();
+    work += std::max<size_t>(posted.size(), 1);
   }
   // One pass over what is ready now: a completion that issues a new
   // operation which completes at once must not keep this call from
@@ -228,16 +233,16 @@ size_t Worker::Progress() {
 
 bool Worker::HasPendingWork() {
   return !inbox_.empty() || !deferred_.empty() || !completed_.empty() ||
-         has_posted_.load(std::memory_order_acquire);
+         has_posted_.load(std::memory_order_seq_cst);
 }
 
 void Worker::Sleep(std::chrono::milliseconds timeout) {
   if (HasPendingWork()) return;
-  // Post() signals only a worker that may be asleep: it sets its task
-  // before it looks at `sleeping_`, and this looks at the tasks after
-  // setting it (both fenced), so one of the two sees the other.
-  sleeping_.store(true, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Post() signals only a worker that may be asleep: it sets has_posted_
+  // before it looks at `sleeping_`, and this looks at has_posted_ after
+  // setting `sleeping_` (all four sequentially consistent), so one of the
+  // two sees the other.
+  sleeping_.store(true, std::memory_order_seq_cst);
   ucs_status_t s = ucp_worker_arm(worker_);
   // UCS_ERR_BUSY: events arrived meanwhile; HasPendingWork: a Post() raced
   // with arm.
@@ -320,19 +325,16 @@ void Worker::Post(util::MoveFunction<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(posted_mu_);
     posted_.push_back(std::move(fn));
-    has_posted_.store(true, std::memory_order_release);
   }
-  // A worker that is not asleep finds the task at its next Progress(): the
-  // signal (a system call, and a wake-up of a thread that may share this
-  // CPU) is for a sleeping one only. See Sleep().
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed)) Wake();
+  Notify();
 }
 
 void Worker::Notify() {
-  has_posted_.store(true, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed)) Wake();
+  // A worker that is not asleep finds has_posted_ at its next Progress():
+  // the signal (a system call, and a wake-up of a thread that may share
+  // this CPU) is for a sleeping one only. See Sleep().
+  has_posted_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) Wake();
 }
 
 void Worker::Wake() { (void)ucp_worker_signal(worker_); }

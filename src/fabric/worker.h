@@ -151,8 +151,10 @@ class Worker {
   // Interrupts Sleep(). Thread-safe.
   void Wake();
   // Makes the owner's next Sleep() return at once, or interrupts the one it
-  // is in; a system call only then. For a thread that hands the owner work
-  // through a queue of its own, filled before this call. Thread-safe.
+  // is in (a system call only then), and its next Progress() count one unit
+  // of work. For a thread that hands the owner work through a queue of its
+  // own, filled before this call, which the owner looks at whenever
+  // Progress() did work. Thread-safe.
   void Notify();
 
   // Runs `fn` at the next Progress() on this thread.
