@@ -176,7 +176,20 @@ Status SessionCore::LoadRegions() {
   for (proto::RegionInfoWire& r : info->regions) {
     auto region = fabric::RemoteRegion::Unpack(ep_->handle(), r.region_id,
                                                r.base, r.length, r.rkey);
-    if (!region.ok()) return region.status();
+    if (!region.ok()) {
+      // Over shared memory the key names the server's segment, which a
+      // server that died since it listed its regions no longer has: that
+      // is a server gone away (as any call to it would find), not a fault
+      // of this machine's shared memory.
+      if (!util::PeerStillThereAfter(socket_.fd(),
+                                     std::chrono::milliseconds(100))) {
+        return Status::Unavailable("the server at " + options_.server +
+                                   " went away while the session was set "
+                                   "up (" +
+                                   region.status().message() + ")");
+      }
+      return region.status();
+    }
     if (r.region_id == proto::kRootRegion) {
       have_root = r.length >= sizeof(proto::ServerLease);
     } else if (r.service == proto::kCoreService &&

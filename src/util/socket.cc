@@ -289,4 +289,19 @@ bool PeerStillThere(int fd) {
   return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 }
 
+bool PeerStillThereAfter(int fd, std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (PeerStillThere(fd)) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return true;
+    // Readable once the peer closes it (or sends: then peeked again).
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) == 0) return true;
+    // Data, not a close: the peer is there.
+    if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace remem::util

@@ -87,6 +87,9 @@ void TuneConnection(int fd, int keepalive_s);
 // For a connected socket: false once the peer has closed it or it failed
 // (a non-blocking peek; no data is consumed). True while it is open.
 bool PeerStillThere(int fd);
+// The same, waiting up to `wait` for the peer to close it: false as soon as
+// it has; true if it is still open after `wait`.
+bool PeerStillThereAfter(int fd, std::chrono::milliseconds wait);
 
 }  // namespace remem::util
 

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -9,6 +11,7 @@
 #include "remem/status.h"
 #include "util/histogram.h"
 #include "util/size.h"
+#include "util/socket.h"
 #include "util/subprocess.h"
 
 namespace remem {
@@ -27,6 +30,30 @@ TEST(Status, CodesAndMessages) {
   EXPECT_EQ(e.status().code(), StatusCode::kBusy);
   Result<int> bogus = Status::OK();  // a bug, reported as one
   EXPECT_EQ(bogus.status().code(), StatusCode::kInternal);
+}
+
+// A peer that closes is noticed at once, also while waiting; one that
+// stays is reported there once the wait is over; data is not a close.
+TEST(Socket, PeerStillThereAfterSeesACloseAndWaitsOutAnOpenPeer) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  EXPECT_TRUE(util::PeerStillThereAfter(fds[0], std::chrono::milliseconds(0)));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(util::PeerStillThereAfter(fds[0], std::chrono::milliseconds(50)));
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(50));
+  ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  EXPECT_TRUE(util::PeerStillThereAfter(fds[0], std::chrono::milliseconds(50)));
+  std::thread closer([&] { ::close(fds[1]); });
+  // Closed while it waits (or before): false well before the minute.
+  const auto waited = std::chrono::steady_clock::now();
+  char c;
+  ASSERT_EQ(::read(fds[0], &c, 1), 1);  // the byte above, so EOF is next
+  EXPECT_FALSE(util::PeerStillThereAfter(fds[0], std::chrono::minutes(1)));
+  EXPECT_LT(std::chrono::steady_clock::now() - waited,
+            std::chrono::seconds(30));
+  closer.join();
+  ::close(fds[0]);
 }
 
 TEST(Size, Parse) {
