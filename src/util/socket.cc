@@ -295,10 +295,10 @@ bool PeerStillThereAfter(int fd, std::chrono::milliseconds wait) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return true;
-    // Readable once the peer closes it (or sends: then peeked again).
+    // Woken by a close (peeked again above) or by data, which alone says
+    // the peer is there.
     pollfd p{fd, POLLIN | POLLRDHUP, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) == 0) return true;
-    // Data, not a close: the peer is there.
     if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return true;
   }
   return false;
