@@ -41,13 +41,17 @@ Status FirstError(const std::vector<Status>& all) {
   return Status::OK();
 }
 
-// A result that says nothing of what the table holds: the request was
-// refused before it was read (the shard is elsewhere, or being handed
-// over). Any other, success or not (NotFound, Conflict, a value of the
-// wrong shape...), was read from the table, and fails with the
-// replication of what it read.
-bool RefusedBeforeReading(const Status& st) {
-  return st.code() == StatusCode::kMoved || st.code() == StatusCode::kBusy;
+// Whether an item's result `r` is replaced by its partition's commit
+// failing (the log or the backups). Replicated, every result read from the
+// table goes with the replication of what it read: success or not
+// (NotFound, Conflict, a value of the wrong shape...), all but a refusal
+// made before reading (Moved, Busy). Otherwise only a write's success
+// goes with its log.
+bool FailsWithItsCommit(const Status& r, bool replicated, bool wrote) {
+  if (replicated) {
+    return r.code() != StatusCode::kMoved && r.code() != StatusCode::kBusy;
+  }
+  return wrote && r.ok();
 }
 
 }  // namespace
@@ -827,12 +831,8 @@ void HashService::HandleMulti(Call call) {
            reads_fail = Replicating()](Status st) {
             if (!st.ok()) {
               for (uint32_t i : items) {
-                const Status& r = batch->results[i].status;
-                // Replicated, every answer read from the table goes with
-                // what it read; else a write's success with its log.
-                if (reads_fail
-                        ? !RefusedBeforeReading(r)
-                        : batch->ops[i].op != MultiOpKind::kGet && r.ok()) {
+                if (FailsWithItsCommit(batch->results[i].status, reads_fail,
+                                       batch->ops[i].op != MultiOpKind::kGet)) {
                   batch->results[i].status = st;
                   batch->results[i].data.clear();
                 }
@@ -1110,11 +1110,8 @@ size_t HashService::RunOps_st(PartitionId p) {
         [req = req, items = std::move(items), reads_fail](Status st) mutable {
           if (!st.ok()) {
             for (uint32_t i : items) {
-              const Status& r = req->results[i].status;
-              // As in HandleMulti: replicated, every answer read from the
-              // table; else a write's success.
-              if (reads_fail ? !RefusedBeforeReading(r)
-                             : req->wrote[i] && r.ok()) {
+              if (FailsWithItsCommit(req->results[i].status, reads_fail,
+                                     req->wrote[i] != 0)) {
                 req->results[i].status = st;
                 req->results[i].data.clear();
               }
