@@ -151,18 +151,24 @@ TEST(YcsbGen, ValuesCheckThemselves) {
 }
 
 TEST(YcsbGen, Workloads) {
-  for (const char* n : {"A", "B", "C", "D", "F", "a"}) {
+  for (const char* n : {"A", "B", "C", "D", "E", "F", "a"}) {
     auto w = WorkloadByName(n);
     ASSERT_TRUE(w.ok()) << n;
-    EXPECT_DOUBLE_EQ(w->read + w->update + w->insert + w->rmw, 1.0);
+    EXPECT_DOUBLE_EQ(w->read + w->update + w->insert + w->rmw + w->scan, 1.0);
+    EXPECT_EQ(w->ordered(), w->name == 'E') << n;
   }
   EXPECT_EQ(WorkloadByName("D")->distribution, Distribution::kLatest);
   EXPECT_DOUBLE_EQ(WorkloadByName("F")->rmw, 0.5);
+  // YCSB's workloade: 95% scans of at most 100 keys from a zipfian start,
+  // 5% inserts.
   auto e = WorkloadByName("E");
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(e.status().message().find("ordered store"), std::string::npos);
+  ASSERT_TRUE(e.ok());
+  EXPECT_DOUBLE_EQ(e->scan, 0.95);
+  EXPECT_DOUBLE_EQ(e->insert, 0.05);
+  EXPECT_EQ(e->max_scan, 100u);
+  EXPECT_EQ(e->distribution, Distribution::kZipfian);
   EXPECT_FALSE(WorkloadByName("G").ok());
+  EXPECT_FALSE(WorkloadByName("").ok());
 }
 
 }  // namespace

@@ -196,6 +196,39 @@ TEST(Bench, DurabilityWorkloadRunsAndRecovers) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
+// remem-bench's YCSB-E (scans and inserts) on remem's ordered store, at a
+// size that measures nothing: it loads, scans from zipfian starts and
+// inserts at two depths, checks every item a scan returns (in order, from
+// the start key, values as written: it exits 1 otherwise), and counts the
+// scans. memcached, which has no order, is skipped; a cluster is refused.
+TEST(Bench, YcsbEScansTheOrderedStore) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
+  const std::string transport(TransportName(testing::TestTransport()));
+  auto r = RunCommand(
+      {BenchBinary(), "ycsb", "--workloads", "E", "--records", "3000",
+       "--duration", "0.3", "--warmup", "0.1", "--depth", "1,8", "--transport",
+       transport, "--server-cpu", "-1", "--client-cpu", "-1", "--json"},
+      {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"workload\":\"E\"")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\"depth\":8,")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "\"scans\":0,")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "\"checked\":0,")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "\"error\"")) << r.out;
+
+  auto memcached = RunCommand({BenchBinary(), "ycsb", "--workloads", "E",
+                               "--systems", "memcached", "--records", "10"});
+  EXPECT_EQ(memcached.exit_code, 0) << memcached.out;
+  EXPECT_TRUE(Contains(memcached.out, "skipped (memcached keeps no key order"))
+      << memcached.out;
+  auto cluster = RunCommand({BenchBinary(), "ycsb", "--workloads", "E",
+                             "--cluster", "127.0.0.1:1", "--records", "10"});
+  EXPECT_EQ(cluster.exit_code, 2) << cluster.out;
+  EXPECT_TRUE(Contains(cluster.out, "does not shard yet")) << cluster.out;
+}
+
 TEST(Server, BadConfigurationIsAClearError) {
   auto huge = RunCommand(
       {ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "900T"});

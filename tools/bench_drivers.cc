@@ -18,6 +18,7 @@
 #include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/session.h"
+#include "remem/tree.h"
 
 namespace remem::bench {
 
@@ -114,6 +115,103 @@ class RememDriver : public KvDriver {
   std::vector<KvRequest*> done_;
 };
 
+// The ordered store of one remem server: scans, puts and gets, each
+// asynchronous, any number in flight (TreeStore's own pipelining).
+class RememTreeDriver : public KvDriver {
+ public:
+  RememTreeDriver(std::unique_ptr<Session> s, std::unique_ptr<TreeStore> t)
+      : s_(std::move(s)), t_(std::move(t)) {}
+  ~RememTreeDriver() override { t_.reset(); }
+
+  void Issue(KvRequest* r) override {
+    switch (r->kind) {
+      case KvRequest::Kind::kScan: {
+        // Into a page kept with the request (TreeStore::ScanInto's reuse of
+        // storage), then copied into r->items, whose strings keep theirs.
+        if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
+        auto* sc = static_cast<ScanScratch*>(r->scratch.get());
+        t_->ScanAsync(r->keys[0], {}, r->limit, TreeStore::Order::kAscending,
+                      &sc->page, [this, r, sc](Status st) {
+                        r->scanned = 0;
+                        if (!st.ok()) {
+                          r->status = st;
+                          return Complete(r);
+                        }
+                        const auto& items = sc->page.items;
+                        if (r->items.size() < items.size()) {
+                          r->items.resize(items.size());
+                        }
+                        for (size_t i = 0; i < items.size(); ++i) {
+                          r->items[i].key.assign(items[i].key);
+                          r->items[i].value.assign(items[i].value);
+                        }
+                        r->scanned = items.size();
+                        Complete(r);
+                      });
+        return;
+      }
+      case KvRequest::Kind::kGet:
+        if (r->keys.size() != 1) {
+          r->status = Status::Unsupported(
+              "remem-bench: batched gets of the ordered store");
+          return Complete(r);
+        }
+        r->values.resize(1);
+        t_->GetAsync(r->keys[0], [this, r](Result<TreeStore::Value> v) {
+          if (v.ok()) {
+            r->values[0].emplace(std::move(v->value));
+          } else {
+            r->values[0].reset();
+            if (v.status().code() != StatusCode::kNotFound) {
+              r->status = v.status();
+            }
+          }
+          Complete(r);
+        });
+        return;
+      case KvRequest::Kind::kPut:
+        t_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
+          if (!v.ok()) r->status = v.status();
+          Complete(r);
+        });
+        return;
+    }
+  }
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    while (done_.empty()) {
+      if (t_->in_flight() == 0) break;
+      s_->Poll();
+      if (!s_->connected()) {
+        return Status::Unavailable("remem: the connection failed");
+      }
+    }
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return t_->in_flight() + done_.size(); }
+  std::optional<ReadPathCounts> read_path_counts() const override {
+    // A scan page counts as one read.
+    const auto& s = t_->read_stats();
+    return ReadPathCounts{s.onesided_gets + s.onesided_scans,
+                          s.rpc_gets + s.rpc_scans, s.retries, s.fallbacks};
+  }
+
+ private:
+  void Complete(KvRequest* r) {
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+
+  struct ScanScratch : KvRequest::Scratch {
+    TreeStore::Page page;
+  };
+
+  std::unique_ptr<Session> s_;
+  std::unique_ptr<TreeStore> t_;
+  std::vector<KvRequest*> done_;
+};
+
 // A remem cluster through remem::Cluster: each key routed to its owner.
 // Gets, puts and batches of keys (the cluster's MultiGetAsync: split per
 // server, all at once) are asynchronous, any number in flight, and read
@@ -194,7 +292,8 @@ class ClusterDriver : public KvDriver {
 
 class RedisDriver : public KvDriver {
  public:
-  explicit RedisDriver(redisContext* c) : c_(c) {}
+  // `ordered`: keys live in the sorted set kSortedSet (bench_drivers.h).
+  RedisDriver(redisContext* c, bool ordered) : c_(c), ordered_(ordered) {}
   ~RedisDriver() override { redisFree(c_); }
 
   void Issue(KvRequest* r) override {
@@ -204,6 +303,36 @@ class RedisDriver : public KvDriver {
       argv_.push_back(p);
       lens_.push_back(n);
     };
+    if (ordered_) {
+      switch (r->kind) {
+        case KvRequest::Kind::kPut:
+          member_ = r->keys[0];
+          member_ += r->value;
+          arg("ZADD", 4);
+          arg(kSortedSet, sizeof(kSortedSet) - 1);
+          arg("0", 1);
+          arg(member_.data(), member_.size());
+          break;
+        case KvRequest::Kind::kScan:
+          bound_ = "[" + r->keys[0];
+          limit_ = std::to_string(r->limit);
+          arg("ZRANGEBYLEX", 11);
+          arg(kSortedSet, sizeof(kSortedSet) - 1);
+          arg(bound_.data(), bound_.size());
+          arg("+", 1);
+          arg("LIMIT", 5);
+          arg("0", 1);
+          arg(limit_.data(), limit_.size());
+          break;
+        case KvRequest::Kind::kGet:
+          r->status =
+              Status::Unsupported("remem-bench: gets of Redis's sorted set");
+          r->done_ns = NowNs();
+          failed_.push_back(r);
+          return;
+      }
+      return Append(r);
+    }
     if (r->kind == KvRequest::Kind::kGet) {
       if (r->keys.size() == 1) {
         arg("GET", 3);
@@ -216,15 +345,7 @@ class RedisDriver : public KvDriver {
       arg(r->keys[0].data(), r->keys[0].size());
       arg(r->value.data(), r->value.size());
     }
-    if (redisAppendCommandArgv(c_, int(argv_.size()), argv_.data(),
-                               lens_.data()) != REDIS_OK) {
-      // Nothing was queued for it, so no reply will come.
-      r->status = Status::Internal(std::string("redis: ") + c_->errstr);
-      r->done_ns = NowNs();
-      failed_.push_back(r);
-      return;
-    }
-    queue_.push_back(r);
+    Append(r);
   }
 
   Status WaitSome(std::vector<KvRequest*>* done) override {
@@ -255,6 +376,21 @@ class RedisDriver : public KvDriver {
   size_t in_flight() const override { return queue_.size() + failed_.size(); }
 
  private:
+  static constexpr char kSortedSet[] = "ycsb";
+
+  // Queues the command in argv_/lens_ for `r`.
+  void Append(KvRequest* r) {
+    if (redisAppendCommandArgv(c_, int(argv_.size()), argv_.data(),
+                               lens_.data()) != REDIS_OK) {
+      // Nothing was queued for it, so no reply will come.
+      r->status = Status::Internal(std::string("redis: ") + c_->errstr);
+      r->done_ns = NowNs();
+      failed_.push_back(r);
+      return;
+    }
+    queue_.push_back(r);
+  }
+
   static void Complete(KvRequest* r, redisReply* rep) {
     r->done_ns = NowNs();
     if (rep->type == REDIS_REPLY_ERROR) {
@@ -262,6 +398,28 @@ class RedisDriver : public KvDriver {
       return;
     }
     if (r->kind == KvRequest::Kind::kPut) return;
+    if (r->kind == KvRequest::Kind::kScan) {
+      // Members are key + value, every key as long as the start key.
+      const size_t key_size = r->keys[0].size();
+      r->scanned = 0;
+      if (rep->type != REDIS_REPLY_ARRAY) {
+        r->status = Status::ProtocolError("redis: ZRANGEBYLEX: not an array");
+        return;
+      }
+      if (r->items.size() < rep->elements) r->items.resize(rep->elements);
+      for (size_t i = 0; i < rep->elements; ++i) {
+        const redisReply* e = rep->element[i];
+        if (e->type != REDIS_REPLY_STRING || e->len < key_size) {
+          r->status =
+              Status::ProtocolError("redis: a member shorter than a key");
+          return;
+        }
+        r->items[i].key.assign(e->str, key_size);
+        r->items[i].value.assign(e->str + key_size, e->len - key_size);
+      }
+      r->scanned = rep->elements;
+      return;
+    }
     r->values.assign(r->keys.size(), std::nullopt);
     auto one = [](redisReply* e, std::optional<std::string>* out) {
       if (e->type == REDIS_REPLY_STRING) out->emplace(e->str, e->len);
@@ -276,7 +434,9 @@ class RedisDriver : public KvDriver {
   }
 
   redisContext* c_;
-  std::deque<KvRequest*> queue_;  // replies come back in this order
+  const bool ordered_;
+  std::string member_, bound_, limit_;  // arguments of the command in argv_
+  std::deque<KvRequest*> queue_;        // replies come back in this order
   std::vector<KvRequest*> failed_;
   std::vector<const char*> argv_;
   std::vector<size_t> lens_;
@@ -515,8 +675,13 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
             o.remem_cluster.empty() ? o.remem_address : o.remem_cluster;
         return s;
       }
+      std::vector<std::string> flags;
+      if (o.tree_bytes > 0) {
+        flags = {"--tree-memory",
+                 std::to_string((o.tree_bytes + (1 << 20) - 1) >> 20) + "M"};
+      }
       auto started = StartServer(o.remem_binary, spec.transport, o.cpu,
-                                 std::to_string(mib) + "M");
+                                 std::to_string(mib) + "M", flags);
       if (!started.ok()) return started.status();
       s->address_ = started->address;
       s->process_ = std::move(started->process);
@@ -632,10 +797,15 @@ Result<double> SystemServer::CpuSeconds() const {
   return sum;
 }
 
-Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
+Result<std::unique_ptr<KvDriver>> SystemServer::Connect(bool ordered) const {
   switch (spec_.kind) {
     case SystemSpec::Kind::kRemem: {
       if (!options_.remem_cluster.empty()) {
+        if (ordered) {
+          return Status::Unsupported(
+              "a remem cluster does not shard the ordered store yet: run "
+              "ordered workloads (E) against one server");
+        }
         auto seeds = ParseSeeds(options_.remem_cluster);
         if (!seeds.ok()) return seeds.status();
         ClusterOptions co;
@@ -655,6 +825,12 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
       so.secret = options_.secret;
       auto s = Session::Connect(so);
       if (!s.ok()) return s.status();
+      if (ordered) {
+        auto t = TreeStore::Open(s->get());
+        if (!t.ok()) return t.status();
+        return std::unique_ptr<KvDriver>(
+            new RememTreeDriver(std::move(*s), std::move(*t)));
+      }
       auto h = HashStore::Open(s->get());
       if (!h.ok()) return h.status();
       return std::unique_ptr<KvDriver>(
@@ -668,9 +844,13 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect() const {
         if (c) redisFree(c);
         return Status::Unavailable("redis connect: " + err);
       }
-      return std::unique_ptr<KvDriver>(new RedisDriver(c));
+      return std::unique_ptr<KvDriver>(new RedisDriver(c, ordered));
     }
     case SystemSpec::Kind::kMemcached: {
+      if (ordered) {
+        return Status::Unsupported(
+            "memcached keeps no key order: no scans (YCSB-E)");
+      }
       auto mc = MemcachedConnect(port_, false);
       if (!mc.ok()) return mc.status();
       auto quiet = MemcachedConnect(port_, true);

@@ -20,6 +20,18 @@
 // one-sided reads, or one message; depth of them in flight), Redis MGET of
 // N, memcached mget of N.
 //
+// Ordered drivers (YCSB-E: scans and puts; Connect(ordered = true)):
+//   remem      the ordered store (TreeStore::ScanAsync/PutAsync/GetAsync),
+//              depth of them in flight, as above.
+//   redis      one sorted set, "ycsb", whose members are key + value with
+//              score 0 (keys are all key_size bytes, so members sort by
+//              key): a put is ZADD, a scan one ZRANGEBYLEX ycsb [start +
+//              LIMIT 0 n, which returns the values with the keys (Redis
+//              at its best; YCSB's own Redis binding keeps a hash per key
+//              and an index, and reads each key of a scan apart);
+//              pipelined as above. Gets are refused.
+//   memcached  has no order: Connect refuses.
+//
 // Thread contract: a driver is one connection, used by one thread.
 
 #ifndef REMEM_TOOLS_BENCH_DRIVERS_H_
@@ -37,16 +49,27 @@
 
 namespace remem::bench {
 
-// One request: a get of one or more keys, or a put of one key.
+// One request: a get of one or more keys, a put of one key, or a scan.
 struct KvRequest {
-  enum class Kind { kGet, kPut };
+  enum class Kind { kGet, kPut, kScan };
   Kind kind = Kind::kGet;
-  std::vector<std::string> keys;  // kGet: 1..batch keys; kPut: one
-  std::string value;              // kPut
+  // kGet: 1..batch keys; kPut: one; kScan: one, where the scan starts
+  // (inclusive).
+  std::vector<std::string> keys;
+  std::string value;   // kPut
+  uint32_t limit = 0;  // kScan: at most this many items
   bool quiet = false;  // a load put: the driver may skip per-put acks
   // Set by the driver on completion. kGet: one entry per key, nullopt if
   // the key is absent.
   std::vector<std::optional<std::string>> values;
+  // kScan: items[0, scanned) are the keys from keys[0] on, ascending, with
+  // their values (fewer than `limit` only at the end of the keys). Entries
+  // past `scanned` are kept for their capacity.
+  struct Item {
+    std::string key, value;
+  };
+  std::vector<Item> items;
+  size_t scanned = 0;
   Status status;
   uint64_t done_ns = 0;     // steady_clock, when it completed
   void* context = nullptr;  // the caller's, untouched by drivers
@@ -105,12 +128,16 @@ class SystemServer {
     std::string secret;
     int cpu = 0;
     uint64_t memory_bytes = 1ull << 30;  // what the data set needs
+    // remem: of memory_bytes, what the ordered store's region gets (0: the
+    // server's default, an eighth).
+    uint64_t tree_bytes = 0;
   };
   static Result<std::unique_ptr<SystemServer>> Start(const SystemSpec& spec,
                                                      const Options& o);
   ~SystemServer();
-  // A new connection (one per client thread).
-  Result<std::unique_ptr<KvDriver>> Connect() const;
+  // A new connection (one per client thread). `ordered`: to the system's
+  // ordered keys (see above); Unsupported where it has none.
+  Result<std::unique_ptr<KvDriver>> Connect(bool ordered = false) const;
   // CPU seconds the server process has used (NotFound if external).
   Result<double> CpuSeconds() const;
   const std::string& address() const { return address_; }

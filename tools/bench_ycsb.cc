@@ -38,6 +38,7 @@ struct RunResult {
   Histogram latency_ns;  // per request (an RMW: its read and write)
   Histogram read_ns, write_ns;
   uint64_t reads = 0, updates = 0, inserts = 0, rmws = 0;
+  uint64_t scans = 0, scanned = 0;  // scans, and the items they returned
   uint64_t checked = 0, wrong = 0, missing = 0;
   double server_cpu_s = -1;
   std::optional<ReadPathCounts> read_path;
@@ -69,7 +70,7 @@ struct Shared {
 // of (an RMW is a get then a put in the same slot).
 struct Slot {
   KvRequest req;
-  enum Op { kRead, kUpdate, kInsert, kRmw } op = kRead;
+  enum Op { kRead, kUpdate, kInsert, kRmw, kScan } op = kRead;
   bool second_half = false;  // RMW: the put after the get
   uint64_t start_ns = 0;     // when the operation (not the request) began
   uint64_t req_start_ns = 0;
@@ -109,7 +110,7 @@ class ClientThread {
 
   Status Setup() {
     REMEM_RETURN_IF_ERROR(PinThisThread(sh_->o->client_cpu));
-    auto d = sh_->server->Connect();
+    auto d = sh_->server->Connect(sh_->w.ordered());
     if (!d.ok()) return d.status();
     driver_ = std::move(*d);
     return Load();
@@ -170,7 +171,15 @@ class ClientThread {
     s->second_half = false;
     s->req.status = Status::OK();
     s->req.quiet = false;
-    if (u < w.read || (u >= w.read + w.update + w.insert)) {
+    if (w.scan > 0 && u >= w.read + w.update + w.insert + w.rmw) {
+      // A scan from a chosen key, of 1..max_scan keys.
+      s->op = Slot::kScan;
+      s->req.kind = KvRequest::Kind::kScan;
+      s->req.keys.resize(1);
+      ycsb::KeyName(chooser_->Next(rng_), o.key_size, &s->req.keys[0]);
+      s->req.limit = 1 + uint32_t(rng_.Next() % w.max_scan);
+      s->req.scanned = 0;
+    } else if (u < w.read || (u >= w.read + w.update + w.insert)) {
       s->op = u < w.read ? Slot::kRead : Slot::kRmw;
       s->req.kind = KvRequest::Kind::kGet;
       const size_t n = s->op == Slot::kRead ? size_t(batch_) : 1;
@@ -206,7 +215,10 @@ class ClientThread {
   bool Finish(Slot* s, bool measuring) {
     KvRequest& r = s->req;
     if (measuring) r_->latency_ns.Record(r.done_ns - s->req_start_ns);
-    if (r.kind == KvRequest::Kind::kGet) {
+    if (r.kind == KvRequest::Kind::kScan) {
+      if (measuring) r_->read_ns.Record(r.done_ns - s->req_start_ns);
+      CheckScan(r);
+    } else if (r.kind == KvRequest::Kind::kGet) {
       if (measuring) r_->read_ns.Record(r.done_ns - s->req_start_ns);
       for (size_t i = 0; i < r.values.size(); ++i) {
         // Checks count in every phase: a wrong value is wrong in warm-up too.
@@ -250,11 +262,34 @@ class ClientThread {
         case Slot::kRmw:
           ++r_->rmws, ++r_->ops;
           break;
+        case Slot::kScan:
+          ++r_->scans, ++r_->ops;
+          r_->scanned += r.scanned;
+          break;
       }
       measured_ops_.fetch_add(s->op == Slot::kRead ? r.keys.size() : 1,
                               std::memory_order_relaxed);
     }
     return true;
+  }
+
+  // A scan's items: keys from the start key on, strictly ascending, too
+  // many never, and values as written (every --check-every'th item). A
+  // wrong order or range counts as a wrong value.
+  void CheckScan(const KvRequest& r) {
+    bool in_order = r.scanned <= r.limit;
+    for (size_t i = 0; i < r.scanned; ++i) {
+      const KvRequest::Item& it = r.items[i];
+      if (i == 0 ? it.key < r.keys[0] : !(r.items[i - 1].key < it.key)) {
+        in_order = false;
+      }
+      const int every = sh_->o->check_every;
+      if (every > 0 && ++reads_seen_ % uint64_t(every) == 0) {
+        ++r_->checked;
+        if (!ycsb::CheckValue(it.key, it.value, sh_->value_size)) ++r_->wrong;
+      }
+    }
+    if (!in_order) ++r_->wrong;
   }
 
   Status Transactions() {
@@ -362,6 +397,7 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   const double seconds = (o.duration + o.warmup) * double(points.size());
   const uint64_t inserts =
       w.insert > 0 ? uint64_t(w.insert * seconds * 3e6) : 0;
+  const uint64_t pairs = o.records + inserts;
   SystemServer::Options so;
   so.remem_binary = o.remem_binary;
   so.remem_address = o.remem_address;
@@ -369,7 +405,14 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   so.server_pids = o.server_pids;
   so.secret = o.secret;
   so.cpu = o.server_cpu;
-  so.memory_bytes = MemoryFor(o.records + inserts, o.key_size, value_size);
+  so.memory_bytes = MemoryFor(pairs, o.key_size, value_size);
+  if (w.ordered()) {
+    // The ordered store's region: leaf entries (16 bytes of head) in nodes
+    // filled half to whole, internal nodes, and room for the inserts.
+    so.tree_bytes = std::max<uint64_t>(
+        64ull << 20, pairs * (16 + o.key_size + value_size) * 3);
+    so.memory_bytes = std::max(so.memory_bytes, 2 * so.tree_bytes);
+  }
   auto server = SystemServer::Start(spec, so);
   if (!server.ok()) return fail_all(server.status().ToString());
   Shared sh;
@@ -465,6 +508,7 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
       res_p.write_ns.Merge(r.write_ns);
       res_p.reads += r.reads, res_p.updates += r.updates;
       res_p.inserts += r.inserts, res_p.rmws += r.rmws;
+      res_p.scans += r.scans, res_p.scanned += r.scanned;
       res_p.checked += r.checked, res_p.wrong += r.wrong;
       res_p.missing += r.missing;
       if (r.read_path) {
@@ -714,6 +758,7 @@ void PrintJson(const std::vector<RunResult>& rs, bool ratios, bool summary) {
         "\"requests\":%llu,\"ops_per_s\":%.1f,\"p50_ns\":%llu,\"p99_ns\":%llu,"
         "\"p999_ns\":%llu,\"read_p99_ns\":%llu,\"write_p99_ns\":%llu,"
         "\"reads\":%llu,\"updates\":%llu,\"inserts\":%llu,\"rmws\":%llu,"
+        "\"scans\":%llu,\"scanned\":%llu,"
         "\"checked\":%llu,\"wrong\":%llu,\"missing\":%llu,"
         "\"server_cpu_s\":%.4f",
         i ? "," : "", JsonEscape(r.system).c_str(), r.workload,
@@ -727,6 +772,8 @@ void PrintJson(const std::vector<RunResult>& rs, bool ratios, bool summary) {
         static_cast<unsigned long long>(r.updates),
         static_cast<unsigned long long>(r.inserts),
         static_cast<unsigned long long>(r.rmws),
+        static_cast<unsigned long long>(r.scans),
+        static_cast<unsigned long long>(r.scanned),
         static_cast<unsigned long long>(r.checked),
         static_cast<unsigned long long>(r.wrong),
         static_cast<unsigned long long>(r.missing), r.server_cpu_s);
@@ -996,11 +1043,28 @@ int RunYcsb(const YcsbOptions& options) {
                  o.key_size, static_cast<unsigned long long>(o.records));
     return 2;
   }
+  const bool any_ordered =
+      std::any_of(workloads.begin(), workloads.end(),
+                  [](const ycsb::Workload& w) { return w.ordered(); });
+  if (any_ordered && !o.remem_cluster.empty()) {
+    std::fprintf(stderr,
+                 "remem-bench: YCSB-E needs the ordered store, which a remem "
+                 "cluster does not shard yet: run it against one server\n");
+    return 2;
+  }
   std::vector<RunResult> results;
   bool failed = false;
   for (size_t v : o.value_sizes) {
     for (const auto& w : workloads) {
       for (const auto& s : systems) {
+        if (w.ordered() && s.kind == SystemSpec::Kind::kMemcached) {
+          // Not a failure: the system has no such operation.
+          std::fprintf(stderr,
+                       "== %s YCSB-%c: skipped (memcached keeps no key order, "
+                       "so it has no scans)\n",
+                       s.name.c_str(), w.name);
+          continue;
+        }
         if (!o.json) {
           std::fprintf(stderr, "== %s YCSB-%c, %zu B keys, %zu B values\n",
                        s.name.c_str(), w.name, o.key_size, v);
@@ -1031,9 +1095,19 @@ int RunYcsb(const YcsbOptions& options) {
     PrintTable(results, o.compare);
     if (points.size() > 1) PrintSummary(results, o.compare);
     std::printf(
-        "ops/s counts YCSB operations (a batch of N reads is N); latencies "
-        "are per request; srv_us/op is server CPU time per operation; "
-        "retry%%/fallbk%% are per remem get.\n");
+        "ops/s counts YCSB operations (a batch of N reads is N, a scan is "
+        "one); latencies are per request; srv_us/op is server CPU time per "
+        "operation; retry%%/fallbk%% are per remem get (or scan page).\n");
+    for (const RunResult& r : results) {
+      if (r.scans == 0) continue;
+      std::printf(
+          "%s YCSB-%c depth %d batch %d: %llu scans returned %.1f "
+          "items each on average (%.0f items/s)\n",
+          r.system.c_str(), r.workload, r.depth, r.batch,
+          static_cast<unsigned long long>(r.scans),
+          double(r.scanned) / double(r.scans),
+          r.seconds > 0 ? double(r.scanned) / r.seconds : 0.0);
+    }
     for (const auto& s : systems) {
       if (s.kind == SystemSpec::Kind::kRemem && o.threads > 1 &&
           o.client_cpu >= 0) {

@@ -278,9 +278,10 @@ Result<Workload> WorkloadByName(std::string_view name) {
       w.distribution = Distribution::kLatest;
       return w;
     case 'E':
-      return Status::Unsupported(
-          "YCSB-E (short range scans) needs the ordered store, which remem "
-          "does not have yet");
+      // YCSB's workloade: scans of 1..100 keys (uniform) from a zipfian
+      // start, and inserts of new keys.
+      w.read = 0, w.scan = 0.95, w.insert = 0.05;
+      return w;
     case 'F':
       w.read = 0.5, w.rmw = 0.5;
       return w;

@@ -104,14 +104,19 @@ void MakeValue(std::string_view key, uint32_t generation, size_t size,
                std::string* out);
 bool CheckValue(std::string_view key, std::string_view value, size_t size);
 
-// A YCSB core workload. Proportions add up to 1.
+// A YCSB core workload. Proportions add up to 1. A scan reads up to
+// 1..max_scan keys (uniform, YCSB's scanlengthdistribution) in key order
+// from a start key the distribution picks.
 struct Workload {
   char name = 'C';
-  double read = 1, update = 0, insert = 0, rmw = 0;
+  double read = 1, update = 0, insert = 0, rmw = 0, scan = 0;
+  uint32_t max_scan = 100;  // YCSB's maxscanlength
   Distribution distribution = Distribution::kZipfian;
+  // Needs a store that keeps keys in order (remem's ordered store, a Redis
+  // sorted set).
+  bool ordered() const { return scan > 0; }
 };
-// A, B, C, D, F. E (short scans) is refused with Unsupported: it needs the
-// ordered store.
+// A to F, as YCSB's core workloads.
 Result<Workload> WorkloadByName(std::string_view name);
 
 }  // namespace remem::bench::ycsb

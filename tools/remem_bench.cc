@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
   std::string distribution, ycsb_auth_file;
   auto* ycsb = app.add_subcommand(
       "ycsb",
-      "YCSB core workloads (A B C D F; E needs the ordered store) against "
-      "remem, redis or memcached: load, warm up, timed run");
+      "YCSB core workloads (A-F; E scans remem's ordered store and Redis's "
+      "sorted sets) against remem, redis or memcached: load, warm up, timed "
+      "run");
   auto* compare = app.add_subcommand(
       "compare",
       "YCSB workloads on several systems in turn, one side-by-side table "

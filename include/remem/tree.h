@@ -108,6 +108,12 @@ class TreeStore {
   // of 0 or over max_scan(), or start > end; start == end is an empty page.
   Result<Page> Scan(std::string_view start, std::string_view end,
                     uint32_t limit, Order order = Order::kAscending);
+  // As Scan, into *page, reusing its storage: the items' strings and the
+  // vector keep their capacity, so a loop that scans into one page
+  // allocates only for more or longer items than before. On an error the
+  // page is empty.
+  Status ScanInto(std::string_view start, std::string_view end, uint32_t limit,
+                  Order order, Page* page);
   // Keys that begin with `prefix` (a page, as Scan).
   Result<Page> ScanPrefix(std::string_view prefix, uint32_t limit,
                           Order order = Order::kAscending);
@@ -115,15 +121,21 @@ class TreeStore {
   // --- asynchronous: arguments are copied; the callback runs inside a
   // later Session::Poll()/WaitAll(). Requests to the server are in flight
   // together; a one-sided read is done in the call and its callback
-  // deferred to the next Poll. With kAuto, only synchronous Get and Scan
-  // feed the selector's measurements (asynchronous calls follow its
-  // choice without timing it).
+  // deferred to the next Poll. With kAuto, gets and scans feed the
+  // selector's measurements too (a one-sided one for the time of the call,
+  // one by RPC from the call to its answer), except over tcp while others
+  // of this store are in flight: those go by RPC, in the message the next
+  // Poll sends anyway, and are not timed.
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);
   void DeleteAsync(std::string_view key, Callback done);
   void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
                  Order order, ScanCallback done);
+  // Into *page (as ScanInto), which must stay valid, and not be read, until
+  // `done` has run.
+  void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
+                 Order order, Page* page, Callback done);
 
   // --- batched: one result per key, in order, each with its own status.
   // On the one-sided path the lookups run one after another in the call

@@ -158,7 +158,12 @@ std::string EncodeTreeScanReply(const ScanPage& page) {
   r.count = uint32_t(page.items.size());
   r.resume_len = uint32_t(page.resume.size());
   r.flags = page.more ? kScanMore : 0;
+  size_t bytes = sizeof(r) + page.resume.size();
+  for (const ScanItem& it : page.items) {
+    bytes += sizeof(TreeScanItem) + it.key.size() + it.value.size();
+  }
   std::string out;
+  out.reserve(bytes);
   Append(&out, r);
   out += page.resume;
   for (const ScanItem& it : page.items) {
@@ -173,20 +178,21 @@ std::string EncodeTreeScanReply(const ScanPage& page) {
   return out;
 }
 
-Result<ScanPage> DecodeTreeScanReply(std::string_view payload) {
+namespace {
+
+Status DecodeScanReplyInto(std::string_view payload, ScanPage* page) {
   Reader rd(payload);
   TreeScanReply r;
   if (!rd.Read(&r)) return Bad("tree scan reply truncated");
   if ((r.flags & ~kScanMore) != 0) return Bad("tree scan reply: unknown flags");
   if (r.count > kMaxScanLimit) return Bad("tree scan reply: too many items");
   if (r.resume_len > kMaxKey + 1) return Bad("tree scan reply: resume key");
-  ScanPage page;
-  page.more = (r.flags & kScanMore) != 0;
-  if (!rd.ReadBytes(r.resume_len, &page.resume)) {
+  page->more = (r.flags & kScanMore) != 0;
+  if (!rd.ReadBytes(r.resume_len, &page->resume)) {
     return Bad("tree scan reply: resume key truncated");
   }
-  page.items.resize(r.count);
-  for (ScanItem& it : page.items) {
+  page->items.resize(r.count);
+  for (ScanItem& it : page->items) {
     TreeScanItem h;
     if (!rd.Read(&h)) return Bad("tree scan item truncated");
     if (!rd.ReadBytes(h.key_len, &it.key) ||
@@ -196,6 +202,24 @@ Result<ScanPage> DecodeTreeScanReply(std::string_view payload) {
     it.version = h.version;
   }
   if (rd.remaining() != 0) return Bad("trailing bytes after tree scan reply");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status DecodeTreeScanReply(std::string_view payload, ScanPage* page) {
+  Status st = DecodeScanReplyInto(payload, page);
+  if (!st.ok()) {
+    page->items.clear();
+    page->more = false;
+    page->resume.clear();
+  }
+  return st;
+}
+
+Result<ScanPage> DecodeTreeScanReply(std::string_view payload) {
+  ScanPage page;
+  REMEM_RETURN_IF_ERROR(DecodeScanReplyInto(payload, &page));
   return page;
 }
 

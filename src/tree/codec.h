@@ -72,6 +72,9 @@ std::string EncodeTreeScan(const TreeScan& scan);
 Result<TreeScan> DecodeTreeScan(std::string_view payload);
 std::string EncodeTreeScanReply(const ScanPage& page);
 Result<ScanPage> DecodeTreeScanReply(std::string_view payload);
+// The same into *page, reusing its storage (as ScanRange); on an error the
+// page is empty.
+Status DecodeTreeScanReply(std::string_view payload, ScanPage* page);
 
 }  // namespace remem::tree
 

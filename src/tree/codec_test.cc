@@ -51,6 +51,22 @@ TEST(TreeCodec, RoundTrips) {
   EXPECT_EQ(back->items[0].version, 3u);
   EXPECT_TRUE(back->more);
   EXPECT_EQ(back->resume, page.resume);
+  // Into a page that held more: exactly the reply's items; a bad reply
+  // leaves it empty.
+  ScanPage kept;
+  kept.items.assign(5, {"old-key", "old-value", 1});
+  ASSERT_TRUE(DecodeTreeScanReply(EncodeTreeScanReply(page), &kept).ok());
+  ASSERT_EQ(kept.items.size(), 2u);
+  EXPECT_EQ(kept.items[0].key, "k1");
+  EXPECT_EQ(kept.items[1].value, "");
+  EXPECT_EQ(kept.items[1].version, 4u);
+  EXPECT_EQ(kept.resume, page.resume);
+  const std::string reply = EncodeTreeScanReply(page);
+  EXPECT_FALSE(
+      DecodeTreeScanReply(reply.substr(0, reply.size() - 1), &kept).ok());
+  EXPECT_TRUE(kept.items.empty());
+  EXPECT_FALSE(kept.more);
+  EXPECT_TRUE(kept.resume.empty());
 
   auto get = DecodeTreeGetReply(EncodeTreeGetReply(8, "val"));
   ASSERT_TRUE(get.ok());

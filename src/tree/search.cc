@@ -178,23 +178,28 @@ Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
   return Status::OK();
 }
 
-Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
-                 std::string_view end, uint32_t limit, bool descending,
-                 ScanPage* page, SearchStats* stats) {
-  page->items.clear();
-  page->more = false;
-  page->resume.clear();
-  if (limit == 0) return Status::InvalidArgument("scan limit must be >= 1");
-  if (!end.empty() && start > end) {
-    return Status::InvalidArgument("scan range is reversed (start > end)");
-  }
+namespace {
+
+// ScanRange with the items counted in *n: page->items[0, n) are the page,
+// the rest are storage kept for their capacity.
+Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
+                std::string_view end, uint32_t limit, bool descending,
+                ScanPage* page, size_t* n, SearchStats* stats) {
   if (!end.empty() && start == end) return Status::OK();
   uint8_t scratch[kNodeBytes];
   NodeView leaf;
   auto add = [&](size_t i) {
-    page->items.push_back({std::string(leaf.key(i)), std::string(leaf.value(i)),
-                           leaf.entry_version(i)});
-    return page->items.size() == limit;
+    if (*n < page->items.size()) {
+      ScanItem& it = page->items[*n];
+      it.key.assign(leaf.key(i));
+      it.value.assign(leaf.value(i));
+      it.version = leaf.entry_version(i);
+    } else {
+      page->items.push_back({std::string(leaf.key(i)),
+                             std::string(leaf.value(i)),
+                             leaf.entry_version(i)});
+    }
+    return ++*n == limit;
   };
   if (!descending) {
     std::string cursor(start);
@@ -206,7 +211,7 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
         if (!end.empty() && leaf.key(i) >= end) return Status::OK();
         if (add(i)) {
           page->more = true;
-          page->resume = page->items.back().key;
+          page->resume = page->items[*n - 1].key;
           page->resume.push_back('\0');
           return Status::OK();
         }
@@ -241,7 +246,7 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
       if (leaf.key(i) < start) return Status::OK();
       if (add(i)) {
         page->more = true;
-        page->resume = page->items.back().key;
+        page->resume = page->items[*n - 1].key;
         return Status::OK();
       }
     }
@@ -249,6 +254,28 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
     cursor.assign(leaf.low());
     unbounded = false;
   }
+}
+
+}  // namespace
+
+Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
+                 std::string_view end, uint32_t limit, bool descending,
+                 ScanPage* page, SearchStats* stats) {
+  page->more = false;
+  page->resume.clear();
+  if (limit == 0) {
+    page->items.clear();
+    return Status::InvalidArgument("scan limit must be >= 1");
+  }
+  if (!end.empty() && start > end) {
+    page->items.clear();
+    return Status::InvalidArgument("scan range is reversed (start > end)");
+  }
+  size_t n = 0;
+  Status st =
+      ScanInto(src, cache, start, end, limit, descending, page, &n, stats);
+  page->items.resize(st.ok() ? n : 0);
+  return st;
 }
 
 std::string PrefixEnd(std::string_view prefix) {

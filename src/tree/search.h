@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "remem/status.h"
+#include "remem/tree.h"
 #include "tree/layout.h"
 #include "tree/node.h"
 
@@ -123,22 +124,18 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
 // (the server splits meanwhile): searches check them as any cached copy.
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch);
 
-struct ScanItem {
-  std::string key;
-  std::string value;
-  uint64_t version = 0;
-};
-struct ScanPage {
-  std::vector<ScanItem> items;
-  // True when the limit ended the page: continue from `resume` (ascending:
-  // as the new start; descending: as the new end). There may be nothing
-  // left.
-  bool more = false;
-  std::string resume;
-};
+// The public page (remem/tree.h), so that a client's page is filled with
+// no conversion. `more` set: the limit ended the page; continue from
+// `resume` (ascending: as the new start; descending: as the new end).
+// There may be nothing left.
+using ScanItem = TreeStore::Item;
+using ScanPage = TreeStore::Page;
 
 // Keys in [start, end) (end empty: unbounded), at most `limit` (>= 1), in
-// ascending or descending order. start <= end (when end is set).
+// ascending or descending order. start <= end (when end is set). Reuses
+// the storage of *page: its items' strings and vector keep their capacity
+// where the new page has as many items, so a scan into a page kept from
+// the last one allocates for nothing but longer items and more of them.
 Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
                  std::string_view end, uint32_t limit, bool descending,
                  ScanPage* page, SearchStats* stats);

@@ -181,11 +181,13 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
         return call.responder.Reply(Status::InvalidArgument(
             "scan limit is at most " + std::to_string(kMaxScanLimit)));
       }
-      ScanPage page;
-      Status st =
-          t.Scan(scan->start, scan->end, scan->limit, scan->descending, &page);
+      // Into the page kept from the last scan: its strings keep their
+      // capacity.
+      Status st = t.Scan(scan->start, scan->end, scan->limit, scan->descending,
+                         &scan_page_);
       if (!st.ok()) return call.responder.Reply(st);
-      return call.responder.Reply(Status::OK(), EncodeTreeScanReply(page));
+      return call.responder.Reply(Status::OK(),
+                                  EncodeTreeScanReply(scan_page_));
     }
     case TreeMethod::kCount:
       break;

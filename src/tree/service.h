@@ -30,6 +30,7 @@
 #include "durability/store.h"
 #include "server/service.h"
 #include "tree/durable.h"
+#include "tree/search.h"
 #include "tree/tree.h"
 #include "tree/wire.h"
 
@@ -75,6 +76,7 @@ class TreeService final : public server::Service {
   std::unique_ptr<DurableTree> durable_;
   durability::PartitionStore* store_ = nullptr;  // null without persistence
   std::string info_;                             // encoded once
+  ScanPage scan_page_;  // the owner's, reused by every scan
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_;
 };

@@ -28,15 +28,10 @@ constexpr int kMaxAttempts = 16;
 
 constexpr uint8_t M(tree::TreeMethod m) { return static_cast<uint8_t>(m); }
 
-TreeStore::Page PageOf(tree::ScanPage&& p) {
-  TreeStore::Page out;
-  out.items.reserve(p.items.size());
-  for (tree::ScanItem& it : p.items) {
-    out.items.push_back({std::move(it.key), std::move(it.value), it.version});
-  }
-  out.more = p.more;
-  out.resume = std::move(p.resume);
-  return out;
+void ClearPage(TreeStore::Page* page) {
+  page->items.clear();
+  page->more = false;
+  page->resume.clear();
 }
 
 // The server's tree as one-sided reads see it: every copy verified,
@@ -152,6 +147,29 @@ struct TreeStore::Impl {
   }
   void Count(const tree::SearchStats& s) { stats.moves_right += s.moves_right; }
 
+  // The path of an asynchronous get or scan (its Track()ed callback
+  // already counted in in_flight), and whether kAuto times it: a one-sided
+  // operation over the call, an RPC from the call to its answer. Over a
+  // served transport (tcp) with other operations of this store in flight,
+  // auto sends it by RPC, untimed: it rides in the message the next flush
+  // sends anyway, where each one-sided node read would be a round trip of
+  // its own, and the latencies compared would be mostly the queue both
+  // paths share (the hash store does the same).
+  client::Path ChooseAsync(client::PathSelector* selector, bool* timed) {
+    *timed = false;
+    if (selector->mode() != ReadPath::kAuto) return selector->Choose();
+    if (core->served() && in_flight > 1) return client::Path::kRpc;
+    *timed = true;
+    return selector->Choose();
+  }
+  static void RecordSince(client::PathSelector* selector, client::Path path,
+                          Clock::time_point start) {
+    const auto end = Clock::now();
+    selector->Record(
+        path, std::chrono::duration<double, std::micro>(end - start).count(),
+        end);
+  }
+
   // A one-sided attempt: OK/NotFound (vouched), or gave_up when the server
   // must be asked (nodes did not verify, or the lease does not vouch).
   Status GetOneSided(std::string_view key, Value* out, bool* gave_up) {
@@ -212,29 +230,33 @@ struct TreeStore::Impl {
     return Value{std::move(v->second), v->first};
   }
 
-  Result<Page> Scan(std::string_view start, std::string_view end,
-                    uint32_t limit, Order order, client::Path* path) {
-    REMEM_RETURN_IF_ERROR(CheckScan(start, end, limit));
+  // Into *page (its storage reused); cleared on an error.
+  Status Scan(std::string_view start, std::string_view end, uint32_t limit,
+              Order order, Page* page, client::Path* path) {
+    if (Status st = CheckScan(start, end, limit); !st.ok()) {
+      ClearPage(page);
+      return st;
+    }
     const bool desc = order == Order::kDescending;
     *path = scan_selector->Choose();
     if (*path == client::Path::kOneSided) {
-      tree::ScanPage page;
       bool gave_up = false;
-      Status st = ScanOneSided(start, end, limit, desc, &page, &gave_up);
+      Status st = ScanOneSided(start, end, limit, desc, page, &gave_up);
       if (!gave_up) {
         ++stats.onesided_scans;
-        if (!st.ok()) return st;
-        return PageOf(std::move(page));
+        if (!st.ok()) ClearPage(page);
+        return st;
       }
       ++stats.fallbacks;
     }
     ++stats.rpc_scans;
     auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kScan),
                             tree::EncodeTreeScan({start, end, limit, desc}));
-    if (!r.ok()) return r.status();
-    auto page = tree::DecodeTreeScanReply(*r);
-    if (!page.ok()) return page.status();
-    return PageOf(std::move(*page));
+    if (!r.ok()) {
+      ClearPage(page);
+      return r.status();
+    }
+    return tree::DecodeTreeScanReply(*r, page);
   }
 
   Result<uint64_t> Put(std::string_view key, std::string_view value,
@@ -323,16 +345,23 @@ Result<TreeStore::Value> TreeStore::Get(std::string_view key) {
 Result<TreeStore::Page> TreeStore::Scan(std::string_view start,
                                         std::string_view end, uint32_t limit,
                                         Order order) {
+  Page page;
+  REMEM_RETURN_IF_ERROR(ScanInto(start, end, limit, order, &page));
+  return page;
+}
+
+Status TreeStore::ScanInto(std::string_view start, std::string_view end,
+                           uint32_t limit, Order order, Page* page) {
   const bool timed = impl_->scan_selector->mode() == ReadPath::kAuto;
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
   client::Path path;
-  auto r = impl_->Scan(start, end, limit, order, &path);
-  if (timed && r.ok()) {
+  Status st = impl_->Scan(start, end, limit, order, page, &path);
+  if (timed && st.ok()) {
     const auto t1 = Clock::now();
     impl_->scan_selector->Record(
         path, std::chrono::duration<double, std::micro>(t1 - t0).count(), t1);
   }
-  return r;
+  return st;
 }
 
 Result<TreeStore::Page> TreeStore::ScanPrefix(std::string_view prefix,
@@ -446,27 +475,36 @@ void TreeStore::GetAsync(std::string_view key, GetCallback done) {
   if (Status st = impl_->CheckKey(key); !st.ok()) {
     return impl_->core->Defer([cb, st]() mutable { cb(st); });
   }
-  if (impl_->get_selector->Choose() == client::Path::kOneSided) {
+  client::PathSelector* selector = impl_->get_selector.get();
+  bool timed = false;
+  const client::Path path = impl_->ChooseAsync(selector, &timed);
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  if (path == client::Path::kOneSided) {
     Value v;
     bool gave_up = false;
     Status st = impl_->GetOneSided(key, &v, &gave_up);
     if (!gave_up) {
       ++impl_->stats.onesided_gets;
+      if (timed) Impl::RecordSince(selector, path, start);
       Result<Value> r = st.ok() ? Result<Value>(std::move(v)) : st;
       return impl_->core->Defer(
           [cb, r = std::move(r)]() mutable { cb(std::move(r)); });
     }
     ++impl_->stats.fallbacks;
+    timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_gets;
-  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kGet),
-                    tree::EncodeTreeKey(key),
-                    [cb](Status st, std::string payload) mutable {
-                      if (!st.ok()) return cb(st);
-                      auto v = tree::DecodeTreeGetReply(payload);
-                      if (!v.ok()) return cb(v.status());
-                      cb(Value{std::move(v->second), v->first});
-                    });
+  impl_->core->Call(
+      tree::kTreeService, M(tree::TreeMethod::kGet), tree::EncodeTreeKey(key),
+      [cb, timed, start, selector](Status st, std::string payload) mutable {
+        if (!st.ok()) return cb(st);
+        auto v = tree::DecodeTreeGetReply(payload);
+        if (timed && (v.ok() || v.status().code() == StatusCode::kNotFound)) {
+          Impl::RecordSince(selector, client::Path::kRpc, start);
+        }
+        if (!v.ok()) return cb(v.status());
+        cb(Value{std::move(v->second), v->first});
+      });
 }
 
 void TreeStore::PutAsync(std::string_view key, std::string_view value,
@@ -499,32 +537,55 @@ void TreeStore::DeleteAsync(std::string_view key, Callback done) {
 
 void TreeStore::ScanAsync(std::string_view start, std::string_view end,
                           uint32_t limit, Order order, ScanCallback done) {
-  auto cb = impl_->Track<Result<Page>>(std::move(done));
+  auto page = std::make_shared<Page>();
+  ScanAsync(start, end, limit, order, page.get(),
+            [page, done = std::move(done)](Status st) mutable {
+              if (!done) return;
+              if (!st.ok()) return done(st);
+              done(std::move(*page));
+            });
+}
+
+void TreeStore::ScanAsync(std::string_view start, std::string_view end,
+                          uint32_t limit, Order order, Page* page,
+                          Callback done) {
+  auto cb = impl_->Track<Status>(std::move(done));
   if (Status st = impl_->CheckScan(start, end, limit); !st.ok()) {
+    ClearPage(page);
     return impl_->core->Defer([cb, st]() mutable { cb(st); });
   }
   const bool desc = order == Order::kDescending;
-  if (impl_->scan_selector->Choose() == client::Path::kOneSided) {
-    tree::ScanPage page;
+  client::PathSelector* selector = impl_->scan_selector.get();
+  bool timed = false;
+  const client::Path path = impl_->ChooseAsync(selector, &timed);
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  if (path == client::Path::kOneSided) {
     bool gave_up = false;
-    Status st = impl_->ScanOneSided(start, end, limit, desc, &page, &gave_up);
+    Status st = impl_->ScanOneSided(start, end, limit, desc, page, &gave_up);
     if (!gave_up) {
       ++impl_->stats.onesided_scans;
-      Result<Page> r = st.ok() ? Result<Page>(PageOf(std::move(page))) : st;
-      return impl_->core->Defer(
-          [cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+      if (timed && st.ok()) Impl::RecordSince(selector, path, t0);
+      if (!st.ok()) ClearPage(page);
+      return impl_->core->Defer([cb, st]() mutable { cb(st); });
     }
     ++impl_->stats.fallbacks;
+    timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_scans;
-  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kScan),
-                    tree::EncodeTreeScan({start, end, limit, desc}),
-                    [cb](Status st, std::string payload) mutable {
-                      if (!st.ok()) return cb(st);
-                      auto page = tree::DecodeTreeScanReply(payload);
-                      if (!page.ok()) return cb(page.status());
-                      cb(PageOf(std::move(*page)));
-                    });
+  impl_->core->Call(
+      tree::kTreeService, M(tree::TreeMethod::kScan),
+      tree::EncodeTreeScan({start, end, limit, desc}),
+      [cb, timed, t0, selector, page](Status st, std::string payload) mutable {
+        if (!st.ok()) {
+          ClearPage(page);
+          return cb(st);
+        }
+        st = tree::DecodeTreeScanReply(payload, page);
+        if (timed && st.ok()) {
+          Impl::RecordSince(selector, client::Path::kRpc, t0);
+        }
+        cb(st);
+      });
 }
 
 const TreeStore::ReadStats& TreeStore::read_stats() const {
