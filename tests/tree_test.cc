@@ -246,8 +246,9 @@ TEST_F(TreeTest, ConditionalWritesAndAsync) {
 
 // A page kept from one scan to the next (ScanInto, and ScanAsync into a
 // page) holds exactly the new scan's items whatever the last one left in
-// it, on both read paths; an error leaves it empty.
-TEST_F(TreeTest, AScanIntoAKeptPageHoldsOnlyTheNewItems) {
+// it, on both read paths; an error leaves it empty. The same for a value
+// kept from one get to the next.
+TEST_F(TreeTest, KeptPagesAndValuesHoldOnlyTheNewResult) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
     ASSERT_TRUE(c);
@@ -294,6 +295,20 @@ TEST_F(TreeTest, AScanIntoAKeptPageHoldsOnlyTheNewItems) {
     EXPECT_EQ(page.items.front().key, Key(9));
     EXPECT_EQ(page.items.back().key, Key(0));
     EXPECT_FALSE(page.more);
+    // Gets into one value: a long one, then shorter ones.
+    TreeStore::Value into;
+    into.value = std::string(500, '#');
+    for (int i : {6, 0, 299, 13}) {
+      ASSERT_TRUE(c->Get(Key(uint64_t(i)), &into).ok());
+      auto fresh = c->Get(Key(uint64_t(i)));
+      ASSERT_TRUE(fresh.ok());
+      EXPECT_EQ(into.value, fresh->value);
+      EXPECT_EQ(into.value,
+                std::string(size_t(20 + i % 7), char('a' + i % 26)));
+      EXPECT_EQ(into.version, fresh->version);
+    }
+    EXPECT_EQ(c->Get("absent", &into).code(), StatusCode::kNotFound);
+    EXPECT_EQ(c->Get("", &into).code(), StatusCode::kInvalidArgument);
     // A refused scan empties the page.
     EXPECT_EQ(
         c->ScanInto(Key(5), Key(1), 10, TreeStore::Order::kAscending, &page)

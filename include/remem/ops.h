@@ -55,7 +55,7 @@ enum class OpKind : uint8_t {
   kFetchAdd = 1,     // returns the old integer
   kAddFetch = 2,     // returns the new integer
   kCompareSwap = 3,  // returns the old value (applied) or the current one
-  kAppend = 4,       // returns the new length (8-byte little-endian u64)
+  kAppend = 4,       // returns the new length (an int64, as integers are)
   kMin = 5,          // returns the new integer
   kMax = 6,          // returns the new integer
   kVecUpdate = 7,    // returns nothing (the new version)

@@ -95,6 +95,10 @@ class TreeStore {
   // --- synchronous
   // NotFound if absent.
   Result<Value> Get(std::string_view key);
+  // As Get, into *into, whose string keeps its capacity: a loop of gets
+  // into one Value allocates only for a longer value than before. On any
+  // status but OK, *into's content is unspecified.
+  Status Get(std::string_view key, Value* into);
   // Insert or replace; the new version.
   Result<uint64_t> Put(std::string_view key, std::string_view value);
   // AlreadyExists if present.

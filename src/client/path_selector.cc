@@ -1,5 +1,6 @@
 #include "client/path_selector.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace remem::client {
@@ -58,9 +59,7 @@ Path PathSelector::Choose(Clock::time_point now) {
       pick = burst_path_;
     } else {
       pick = os.Mean() <= rpc.Mean() ? Path::kOneSided : Path::kRpc;
-      if (Uniform() < options_.explore &&
-          (!explored_ever_ ||
-           now - last_explored_ >= options_.explore_interval)) {
+      if (Uniform() < options_.explore && ExploreAllowed(pick, now)) {
         pick = pick == Path::kOneSided ? Path::kRpc : Path::kOneSided;
         ++counters_.explored;
         last_explored_ = now;
@@ -73,6 +72,24 @@ Path PathSelector::Choose(Clock::time_point now) {
   }
   ++counters_.chosen[int(pick)];
   return pick;
+}
+
+bool PathSelector::ExploreAllowed(Path chosen, Clock::time_point now) const {
+  if (!explored_ever_) return true;
+  const Path other = chosen == Path::kOneSided ? Path::kRpc : Path::kOneSided;
+  auto gap =
+      std::chrono::duration_cast<Clock::duration>(options_.explore_interval);
+  if (options_.explore_time_share > 0 && options_.explore_time_share < 1) {
+    // The burst's estimated cost, spread so that explorations take at most
+    // the share of the time (and never more than a minute apart).
+    const double burst_us =
+        Estimate(other) * double(std::max<size_t>(options_.explore_burst, 1)) /
+        options_.explore_time_share;
+    gap = std::max(gap, std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double, std::micro>(
+                                std::min(burst_us, 60e6))));
+  }
+  return now - last_explored_ >= gap;
 }
 
 void PathSelector::Record(Path path, double latency_us, Clock::time_point now) {

@@ -22,7 +22,13 @@
 //     burst of `explore_burst` operations in a row (1 by default, Cell's):
 //     a path whose speed depends on state its own operations keep warm
 //     (the ordered store's cached nodes) measures slower when taken once
-//     between operations of the other;
+//     between operations of the other. And explorations take at most
+//     `explore_time_share` of the time: the next waits at least the
+//     explored path's estimated cost of a burst divided by that share.
+//     Cell's 1% of operations assumes paths of like cost: with the server's
+//     core saturated by another load an RPC took 4 ms against a one-sided
+//     get's 1 us, and 1% of gets (in bursts of 32) spent nearly all the
+//     time in RPCs (auto: 764 gets/s where one-sided did 948,000);
 //   - a path not sampled for `idle_reset` loses its history.
 // Warm-up: the first `warmup` samples of a path are discarded (the first
 // gets pay for page faults on a fresh mapping and lazy transport setup, and
@@ -61,6 +67,8 @@ struct PathSelectorOptions {
   double explore = 0.01;   // Cell: p = 1%
   std::chrono::nanoseconds explore_interval = std::chrono::milliseconds(1);
   size_t explore_burst = 1;  // operations in a row on the explored path
+  // Of the time, at most (see above); 1 or more: no bound.
+  double explore_time_share = 0.02;
   std::chrono::nanoseconds idle_reset = std::chrono::seconds(3);  // Cell: 3 s
   uint64_t seed = 0x9e3779b97f4a7c15ull;
 };
@@ -108,6 +116,8 @@ class PathSelector {
     double StdDev() const;
   };
   double Uniform();
+  // May an exploration of the path not `chosen` start at `now`?
+  bool ExploreAllowed(Path chosen, Clock::time_point now) const;
 
   PathSelectorOptions options_;
   History hist_[2];

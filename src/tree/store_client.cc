@@ -207,17 +207,16 @@ struct TreeStore::Impl {
     return st;
   }
 
-  Result<Value> Get(std::string_view key, client::Path* path) {
+  // Into *into (its string's storage reused).
+  Status Get(std::string_view key, Value* into, client::Path* path) {
     REMEM_RETURN_IF_ERROR(CheckKey(key));
     *path = get_selector->Choose();
     if (*path == client::Path::kOneSided) {
-      Value v;
       bool gave_up = false;
-      Status st = GetOneSided(key, &v, &gave_up);
+      Status st = GetOneSided(key, into, &gave_up);
       if (!gave_up) {
         ++stats.onesided_gets;
-        if (!st.ok()) return st;
-        return v;
+        return st;
       }
       ++stats.fallbacks;
     }
@@ -227,7 +226,9 @@ struct TreeStore::Impl {
     if (!r.ok()) return r.status();
     auto v = tree::DecodeTreeGetReply(*r);
     if (!v.ok()) return v.status();
-    return Value{std::move(v->second), v->first};
+    into->value = std::move(v->second);
+    into->version = v->first;
+    return Status::OK();
   }
 
   // Into *page (its storage reused); cleared on an error.
@@ -329,17 +330,23 @@ Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
 }
 
 Result<TreeStore::Value> TreeStore::Get(std::string_view key) {
+  Value v;
+  REMEM_RETURN_IF_ERROR(Get(key, &v));
+  return v;
+}
+
+Status TreeStore::Get(std::string_view key, Value* into) {
   const bool timed = impl_->get_selector->mode() == ReadPath::kAuto;
   const auto start = timed ? Clock::now() : Clock::time_point{};
   client::Path path;
-  auto r = impl_->Get(key, &path);
-  if (timed && (r.ok() || r.status().code() == StatusCode::kNotFound)) {
+  Status st = impl_->Get(key, into, &path);
+  if (timed && (st.ok() || st.code() == StatusCode::kNotFound)) {
     const auto end = Clock::now();
     impl_->get_selector->Record(
         path, std::chrono::duration<double, std::micro>(end - start).count(),
         end);
   }
-  return r;
+  return st;
 }
 
 Result<TreeStore::Page> TreeStore::Scan(std::string_view start,

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "hash/layout.h"
@@ -132,6 +133,68 @@ TEST(TreeNode, EncodesAndParses) {
     std::vector<uint8_t> bad = img;
     bad[at] ^= 1;
     EXPECT_FALSE(v.Parse(bad.data(), 3).ok()) << at;
+  }
+}
+
+// LowerBound agrees with std::lower_bound over the node's keys for any
+// probe: keys that share long prefixes, differ in length, hold zero bytes;
+// probes that are stored keys, cut or extended ones, and anything else.
+TEST(TreeNode, LowerBoundAgreesWithAPlainSearch) {
+  std::mt19937_64 rng(7);
+  const std::string alphabet("\0\1az\xff", 5);
+  auto random_key = [&](const std::string& prefix, size_t max_extra) {
+    std::string k = prefix;
+    const size_t extra = rng() % (max_extra + 1);
+    for (size_t i = 0; i < extra; ++i) k += alphabet[rng() % alphabet.size()];
+    return k;
+  };
+  for (int round = 0; round < 400; ++round) {
+    // Keys with a shared prefix of 0 to 20 bytes, then up to 14 more.
+    const std::string prefix = random_key("", round % 3 == 0 ? 0 : 20);
+    std::set<std::string> keys;
+    const size_t n = 1 + rng() % 15;
+    while (keys.size() < n) {
+      std::string k = random_key(prefix, 14);
+      if (!k.empty() && k.size() <= kMaxKey) keys.insert(k);
+    }
+    NodeContent c;
+    c.self = 3;
+    c.level = round % 2;  // leaves and internal nodes
+    for (const std::string& k : keys) {
+      NodeEntry e;
+      e.key = k;
+      e.value = c.level == 0 ? "v" : "";
+      e.child = 9;
+      c.entries.push_back(e);
+    }
+    ASSERT_TRUE(c.Fits());
+    std::vector<uint8_t> img(kNodeBytes);
+    EncodeNode(c, 2, img.data());
+    NodeView v;
+    ASSERT_TRUE(v.Parse(img.data(), 3).ok());
+    const std::vector<std::string> sorted(keys.begin(), keys.end());
+    for (int probe = 0; probe < 60; ++probe) {
+      std::string k;
+      switch (probe % 4) {
+        case 0:  // a stored key
+          k = sorted[rng() % sorted.size()];
+          break;
+        case 1:  // a stored key, cut or extended
+          k = sorted[rng() % sorted.size()];
+          k = rng() % 2 ? k.substr(0, rng() % (k.size() + 1))
+                        : k + std::string(1 + rng() % 9, '\0');
+          break;
+        case 2:  // near the prefix
+          k = random_key(prefix.substr(0, rng() % (prefix.size() + 1)), 10);
+          break;
+        default:  // anything
+          k = random_key("", 24);
+      }
+      const size_t want = size_t(
+          std::lower_bound(sorted.begin(), sorted.end(), k) - sorted.begin());
+      ASSERT_EQ(v.LowerBound(k), want)
+          << "round " << round << " probe " << probe;
+    }
   }
 }
 
