@@ -1003,34 +1003,53 @@ void HashService::DeletePairs_st(Partition& part,
 size_t HashService::RunOps_st(PartitionId p) {
   Partition& part = *partitions_[p];
   if (part.pending_ops.empty()) return 0;
-  auto pending = std::move(part.pending_ops);
-  part.pending_ops.clear();
+  // The queue is swapped with the kept one (empty), so both keep their
+  // capacity.
+  auto& pending = part.running_ops;
+  pending.swap(part.pending_ops);
   Table& table = *part.table;
   const uint32_t max_value = table.limits().max_value;
   Status writable;
   if (part.store) writable = part.store->Writable();
 
-  // Group by key, in arrival order (the groups in order of first arrival).
-  std::unordered_map<std::string_view, uint32_t> group_of;
-  std::vector<std::vector<uint32_t>> groups;  // indices into `pending`
-  group_of.reserve(pending.size());
-  for (uint32_t n = 0; n < pending.size(); ++n) {
-    const std::string_view key = pending[n].first->ops[pending[n].second].key;
-    auto [it, added] = group_of.try_emplace(key, uint32_t(groups.size()));
-    if (added) groups.emplace_back();
-    groups[it->second].push_back(n);
-  }
-  constexpr size_t kAhead = 8;
-  auto key_of = [&](size_t g) -> std::string_view {
-    const auto& [req, i] = pending[groups[g][0]];
-    return req->ops[i].key;
+  // Group by key, in arrival order (the groups in order of first arrival),
+  // in the partition's kept storage: a table of 2^k >= 2n slots (group + 1,
+  // 0 empty), probed linearly; each group a list of `pending` indices.
+  auto key_at = [&](uint32_t n) -> std::string_view {
+    return pending[n].first->ops[pending[n].second].key;
   };
-  for (size_t g = 0; g < kAhead && g < groups.size(); ++g) {
+  size_t num_slots = 16;
+  while (num_slots < 2 * pending.size()) num_slots *= 2;
+  part.op_slots.assign(num_slots, 0);
+  part.op_first.clear();
+  part.op_last.clear();
+  part.op_next.assign(pending.size(), UINT32_MAX);
+  for (uint32_t n = 0; n < pending.size(); ++n) {
+    const std::string_view key = key_at(n);
+    size_t s = XXH3_64bits(key.data(), key.size()) & (num_slots - 1);
+    while (part.op_slots[s] != 0 &&
+           key_at(part.op_first[part.op_slots[s] - 1]) != key) {
+      s = (s + 1) & (num_slots - 1);
+    }
+    if (part.op_slots[s] == 0) {
+      part.op_first.push_back(n);
+      part.op_last.push_back(n);
+      part.op_slots[s] = uint32_t(part.op_first.size());
+    } else {
+      const uint32_t g = part.op_slots[s] - 1;
+      part.op_next[part.op_last[g]] = n;
+      part.op_last[g] = n;
+    }
+  }
+  const size_t num_groups = part.op_first.size();
+  constexpr size_t kAhead = 8;
+  auto key_of = [&](size_t g) { return key_at(part.op_first[g]); };
+  for (size_t g = 0; g < kAhead && g < num_groups; ++g) {
     table.Prefetch(key_of(g));
   }
   uint64_t writes = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (g + kAhead < groups.size()) table.Prefetch(key_of(g + kAhead));
+  for (size_t g = 0; g < num_groups; ++g) {
+    if (g + kAhead < num_groups) table.Prefetch(key_of(g + kAhead));
     const std::string_view key = key_of(g);
     // On the owner thread (see HandleSingle_st): a released shard
     // refuses every operation, a frozen one those that write.
@@ -1042,7 +1061,9 @@ size_t HashService::RunOps_st(PartitionId p) {
     uint64_t version = present ? cur->version : 0;
     const uint64_t base = table.last_version();
     uint64_t k = 0;  // writing operations so far
-    for (uint32_t n : groups[g]) {
+    uint64_t group_size = 0;
+    for (uint32_t n = part.op_first[g]; n != UINT32_MAX; n = part.op_next[n]) {
+      ++group_size;
       auto& [req, i] = pending[n];
       const ops::OpView& op = req->ops[i];
       OpItem& out = req->results[i];
@@ -1063,7 +1084,7 @@ size_t HashService::RunOps_st(PartitionId p) {
       out.data = std::move(o.reply);
       req->wrote[i] = k > 0;
     }
-    part.ops.Add(groups[g].size());
+    part.ops.Add(group_size);
     if (k == 0) continue;
     // Versions base+1 .. base+k went to the operations; the stored value
     // takes the last.
@@ -1075,7 +1096,8 @@ size_t HashService::RunOps_st(PartitionId p) {
           v.ok() ? Status::Internal("operation version skew") : v.status();
       // Nothing of this key was stored: every result that depended on the
       // write fails.
-      for (uint32_t n : groups[g]) {
+      for (uint32_t n = part.op_first[g]; n != UINT32_MAX;
+           n = part.op_next[n]) {
         auto& [req, i] = pending[n];
         if (req->wrote[i] && req->results[i].status.ok()) {
           req->results[i].status = st;
@@ -1120,7 +1142,9 @@ size_t HashService::RunOps_st(PartitionId p) {
           req->fan->Done();
         });
   }
-  return pending.size();
+  const size_t ran = pending.size();
+  pending.clear();  // the requests are held by their callbacks now
+  return ran;
 }
 
 // --- moving shards (the manager's steps: cluster/member.h)

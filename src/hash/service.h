@@ -125,6 +125,12 @@ class HashService final : public server::Service {
     server::Counter ops, op_writes;
     // Operations queued for the end of the pass (owner thread only).
     std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> pending_ops;
+    // RunOps_st's storage, kept from pass to pass so that grouping the
+    // operations by key allocates nothing (owner thread only): the queue
+    // being run, an open-addressed table of groups by key, and each group's
+    // operations as a list (first, last, next).
+    std::vector<std::pair<std::shared_ptr<OpRequest>, uint32_t>> running_ops;
+    std::vector<uint32_t> op_slots, op_first, op_last, op_next;
     // Keys of shards moving away that changed (written, deleted, moved in
     // the table) since their export began: sent again (owner thread only).
     std::unordered_set<std::string> changed;

@@ -527,6 +527,16 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
   }
   next_version_ = std::max(next_version_, version + 1);
   Bucket next = *At(bucket);
+  if (found && found->is_inline && entry_bytes == found->entry_bytes) {
+    // An inline pair rewritten at the same size (a counter, a value of
+    // fixed width) keeps its place: no erase and append of the entries
+    // after it. The bucket is published as any other (each entry's
+    // checksum is seeded with the bucket's version).
+    std::memcpy(next.entries + found->entry_offset, entry, entry_bytes);
+    Publish(bucket, next);
+    if (change_hook_) change_hook_(key);
+    return version;
+  }
   if (found) {
     EraseEntry(&next, found->entry_offset, found->entry_bytes);
     area_used_ -= found->entry_bytes;
