@@ -26,11 +26,43 @@ namespace {
 
 // ---------------------------------------------------------------- remem
 
-class RememDriver : public KvDriver {
+// What the drivers of one remem session share: the stores' callbacks
+// Complete() requests, and WaitSome polls the session until one has. A
+// derived driver's store is its own member, destroyed before the session.
+class SessionDriver : public KvDriver {
+ public:
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    while (done_.empty()) {
+      if (StoreInFlight() == 0) break;
+      s_->Poll();
+      if (!s_->connected()) {
+        return Status::Unavailable("remem: the connection failed");
+      }
+    }
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return StoreInFlight() + done_.size(); }
+
+ protected:
+  explicit SessionDriver(std::unique_ptr<Session> s) : s_(std::move(s)) {}
+  // The store's operations issued and not yet completed.
+  virtual size_t StoreInFlight() const = 0;
+  void Complete(KvRequest* r) {
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+
+ private:
+  std::unique_ptr<Session> s_;
+  std::vector<KvRequest*> done_;
+};
+
+class RememDriver : public SessionDriver {
  public:
   RememDriver(std::unique_ptr<Session> s, std::unique_ptr<HashStore> h)
-      : s_(std::move(s)), c_(std::move(h)) {}
-  ~RememDriver() override { c_.reset(); }
+      : SessionDriver(std::move(s)), c_(std::move(h)) {}
 
   // Single gets and puts are asynchronous (any number in flight, completed
   // by Poll); a batch of keys is one MultiGetAsync (one batch of one-sided
@@ -66,19 +98,6 @@ class RememDriver : public KvDriver {
       Complete(r);
     });
   }
-  Status WaitSome(std::vector<KvRequest*>* done) override {
-    while (done_.empty()) {
-      if (c_->in_flight() == 0) break;
-      s_->Poll();
-      if (!s_->connected()) {
-        return Status::Unavailable("remem: the connection failed");
-      }
-    }
-    done->insert(done->end(), done_.begin(), done_.end());
-    done_.clear();
-    return Status::OK();
-  }
-  size_t in_flight() const override { return c_->in_flight() + done_.size(); }
   std::optional<ReadPathCounts> read_path_counts() const override {
     const auto& s = c_->read_stats();
     return ReadPathCounts{s.onesided_gets, s.rpc_gets, s.retries, s.fallbacks};
@@ -105,23 +124,17 @@ class RememDriver : public KvDriver {
       if (st.code() != StatusCode::kNotFound) r->status = st;
     }
   }
-  void Complete(KvRequest* r) {
-    r->done_ns = NowNs();
-    done_.push_back(r);
-  }
+  size_t StoreInFlight() const override { return c_->in_flight(); }
 
-  std::unique_ptr<Session> s_;
   std::unique_ptr<HashStore> c_;
-  std::vector<KvRequest*> done_;
 };
 
 // The ordered store of one remem server: scans, puts and gets, each
 // asynchronous, any number in flight (TreeStore's own pipelining).
-class RememTreeDriver : public KvDriver {
+class RememTreeDriver : public SessionDriver {
  public:
   RememTreeDriver(std::unique_ptr<Session> s, std::unique_ptr<TreeStore> t)
-      : s_(std::move(s)), t_(std::move(t)) {}
-  ~RememTreeDriver() override { t_.reset(); }
+      : SessionDriver(std::move(s)), t_(std::move(t)) {}
 
   void Issue(KvRequest* r) override {
     switch (r->kind) {
@@ -177,19 +190,6 @@ class RememTreeDriver : public KvDriver {
         return;
     }
   }
-  Status WaitSome(std::vector<KvRequest*>* done) override {
-    while (done_.empty()) {
-      if (t_->in_flight() == 0) break;
-      s_->Poll();
-      if (!s_->connected()) {
-        return Status::Unavailable("remem: the connection failed");
-      }
-    }
-    done->insert(done->end(), done_.begin(), done_.end());
-    done_.clear();
-    return Status::OK();
-  }
-  size_t in_flight() const override { return t_->in_flight() + done_.size(); }
   std::optional<ReadPathCounts> read_path_counts() const override {
     // A scan page counts as one read.
     const auto& s = t_->read_stats();
@@ -198,18 +198,12 @@ class RememTreeDriver : public KvDriver {
   }
 
  private:
-  void Complete(KvRequest* r) {
-    r->done_ns = NowNs();
-    done_.push_back(r);
-  }
-
   struct ScanScratch : KvRequest::Scratch {
     TreeStore::Page page;
   };
+  size_t StoreInFlight() const override { return t_->in_flight(); }
 
-  std::unique_ptr<Session> s_;
   std::unique_ptr<TreeStore> t_;
-  std::vector<KvRequest*> done_;
 };
 
 // A remem cluster through remem::Cluster: each key routed to its owner.

@@ -209,11 +209,7 @@ Status DecodeScanReplyInto(std::string_view payload, ScanPage* page) {
 
 Status DecodeTreeScanReply(std::string_view payload, ScanPage* page) {
   Status st = DecodeScanReplyInto(payload, page);
-  if (!st.ok()) {
-    page->items.clear();
-    page->more = false;
-    page->resume.clear();
-  }
+  if (!st.ok()) ClearPage(page);
   return st;
 }
 

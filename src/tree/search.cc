@@ -263,18 +263,20 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
                  ScanPage* page, SearchStats* stats) {
   page->more = false;
   page->resume.clear();
-  if (limit == 0) {
-    page->items.clear();
-    return Status::InvalidArgument("scan limit must be >= 1");
-  }
-  if (!end.empty() && start > end) {
-    page->items.clear();
-    return Status::InvalidArgument("scan range is reversed (start > end)");
-  }
   size_t n = 0;
-  Status st =
-      ScanInto(src, cache, start, end, limit, descending, page, &n, stats);
-  page->items.resize(st.ok() ? n : 0);
+  Status st;
+  if (limit == 0) {
+    st = Status::InvalidArgument("scan limit must be >= 1");
+  } else if (!end.empty() && start > end) {
+    st = Status::InvalidArgument("scan range is reversed (start > end)");
+  } else {
+    st = ScanInto(src, cache, start, end, limit, descending, page, &n, stats);
+  }
+  if (!st.ok()) {
+    ClearPage(page);
+    return st;
+  }
+  page->items.resize(n);
   return st;
 }
 

@@ -131,11 +131,19 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch);
 using ScanItem = TreeStore::Item;
 using ScanPage = TreeStore::Page;
 
+// Empties *page (an error's page), keeping the vector's capacity.
+inline void ClearPage(ScanPage* page) {
+  page->items.clear();
+  page->more = false;
+  page->resume.clear();
+}
+
 // Keys in [start, end) (end empty: unbounded), at most `limit` (>= 1), in
 // ascending or descending order. start <= end (when end is set). Reuses
 // the storage of *page: its items' strings and vector keep their capacity
 // where the new page has as many items, so a scan into a page kept from
 // the last one allocates for nothing but longer items and more of them.
+// On an error the page is empty.
 Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
                  std::string_view end, uint32_t limit, bool descending,
                  ScanPage* page, SearchStats* stats);

@@ -28,12 +28,6 @@ constexpr int kMaxAttempts = 16;
 
 constexpr uint8_t M(tree::TreeMethod m) { return static_cast<uint8_t>(m); }
 
-void ClearPage(TreeStore::Page* page) {
-  page->items.clear();
-  page->more = false;
-  page->resume.clear();
-}
-
 // The server's tree as one-sided reads see it: every copy verified,
 // retried with backoff when torn.
 class RemoteSource : public tree::NodeSource {
@@ -235,7 +229,7 @@ struct TreeStore::Impl {
   Status Scan(std::string_view start, std::string_view end, uint32_t limit,
               Order order, Page* page, client::Path* path) {
     if (Status st = CheckScan(start, end, limit); !st.ok()) {
-      ClearPage(page);
+      tree::ClearPage(page);
       return st;
     }
     const bool desc = order == Order::kDescending;
@@ -245,7 +239,6 @@ struct TreeStore::Impl {
       Status st = ScanOneSided(start, end, limit, desc, page, &gave_up);
       if (!gave_up) {
         ++stats.onesided_scans;
-        if (!st.ok()) ClearPage(page);
         return st;
       }
       ++stats.fallbacks;
@@ -254,7 +247,7 @@ struct TreeStore::Impl {
     auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kScan),
                             tree::EncodeTreeScan({start, end, limit, desc}));
     if (!r.ok()) {
-      ClearPage(page);
+      tree::ClearPage(page);
       return r.status();
     }
     return tree::DecodeTreeScanReply(*r, page);
@@ -341,10 +334,7 @@ Status TreeStore::Get(std::string_view key, Value* into) {
   client::Path path;
   Status st = impl_->Get(key, into, &path);
   if (timed && (st.ok() || st.code() == StatusCode::kNotFound)) {
-    const auto end = Clock::now();
-    impl_->get_selector->Record(
-        path, std::chrono::duration<double, std::micro>(end - start).count(),
-        end);
+    Impl::RecordSince(impl_->get_selector.get(), path, start);
   }
   return st;
 }
@@ -363,11 +353,7 @@ Status TreeStore::ScanInto(std::string_view start, std::string_view end,
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
   client::Path path;
   Status st = impl_->Scan(start, end, limit, order, page, &path);
-  if (timed && st.ok()) {
-    const auto t1 = Clock::now();
-    impl_->scan_selector->Record(
-        path, std::chrono::duration<double, std::micro>(t1 - t0).count(), t1);
-  }
+  if (timed && st.ok()) Impl::RecordSince(impl_->scan_selector.get(), path, t0);
   return st;
 }
 
@@ -558,7 +544,7 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
                           Callback done) {
   auto cb = impl_->Track<Status>(std::move(done));
   if (Status st = impl_->CheckScan(start, end, limit); !st.ok()) {
-    ClearPage(page);
+    tree::ClearPage(page);
     return impl_->core->Defer([cb, st]() mutable { cb(st); });
   }
   const bool desc = order == Order::kDescending;
@@ -572,7 +558,6 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
     if (!gave_up) {
       ++impl_->stats.onesided_scans;
       if (timed && st.ok()) Impl::RecordSince(selector, path, t0);
-      if (!st.ok()) ClearPage(page);
       return impl_->core->Defer([cb, st]() mutable { cb(st); });
     }
     ++impl_->stats.fallbacks;
@@ -584,7 +569,7 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
       tree::EncodeTreeScan({start, end, limit, desc}),
       [cb, timed, t0, selector, page](Status st, std::string payload) mutable {
         if (!st.ok()) {
-          ClearPage(page);
+          tree::ClearPage(page);
           return cb(st);
         }
         st = tree::DecodeTreeScanReply(payload, page);
