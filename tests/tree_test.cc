@@ -72,7 +72,8 @@ std::string Key(uint64_t i) {
 class TreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = StartServer({"--threads", "2"}, "64M");
+    // A tree of 48 MiB: room for two values of the largest size.
+    server_ = StartServer({"--threads", "2", "--tree-memory", "48M"}, "96M");
     ASSERT_NE(server_.process, nullptr);
   }
   testing::ServerProcess server_;
@@ -107,7 +108,9 @@ TEST_F(TreeTest, OperationsAgreeOnBothReadPaths) {
       Status st = rpc->Delete(key);
       EXPECT_EQ(st.ok(), model.erase(key) == 1) << st.ToString();
     } else {
-      const std::string value(rng() % 200, char('a' + i % 26));
+      // Inline, and a quarter out of line (over 256 bytes).
+      const size_t len = rng() % 4 == 0 ? 257 + rng() % 5000 : rng() % 200;
+      const std::string value(len, char('a' + i % 26));
       ASSERT_TRUE(onesided->Put(key, value).ok());
       model[key] = value;
     }
@@ -406,6 +409,55 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
   EXPECT_EQ(cli({"tree", "get", "user:2"}).exit_code, 4);
 }
 
+// Values over 256 bytes live out of line: up to max_value on both paths,
+// scans of large values page by bytes (about 1 MiB a page), and deleting
+// them frees their memory (tree_extent_bytes).
+TEST_F(TreeTest, LargeValuesOnBothPaths) {
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(onesided && rpc);
+  EXPECT_EQ(rpc->max_value(), 16u << 20);
+  std::map<std::string, std::string> model;
+  const std::vector<size_t> sizes = {256, 257, 4096, 1 << 20, rpc->max_value()};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string k = "big" + std::to_string(i);
+    model[k] = testing::SelfDescribingValue(k, i, sizes[i]);
+    ASSERT_TRUE(rpc->Put(k, model[k]).ok()) << sizes[i];
+  }
+  for (int i = 0; i < 30; ++i) {
+    const std::string k = "page" + Key(uint64_t(i));
+    model[k] = testing::SelfDescribingValue(k, uint64_t(i), 100000);
+    ASSERT_TRUE(rpc->Put(k, model[k]).ok());
+  }
+  for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+    for (const auto& [k, v] : model) {
+      auto got = c->Get(k);
+      ASSERT_TRUE(got.ok()) << k << ": " << got.status().ToString();
+      EXPECT_EQ(got->value.size(), v.size()) << k;
+      EXPECT_TRUE(got->value == v) << k;
+    }
+    for (auto order :
+         {TreeStore::Order::kAscending, TreeStore::Order::kDescending}) {
+      auto first = c->Scan("page", "pagf", 100, order);
+      ASSERT_TRUE(first.ok()) << first.status().ToString();
+      EXPECT_TRUE(first->more);
+      EXPECT_EQ(first->items.size(), 11u);  // 11 x 100 KB reach 1 MiB
+      auto all = ScanAll(c, "page", "pagf", 100, order);
+      ASSERT_EQ(all.size(), 30u);
+      for (const auto& it : all) EXPECT_TRUE(it.value == model[it.key]);
+    }
+  }
+  EXPECT_GT(onesided->read_stats().onesided_gets, 0u);
+  EXPECT_GT(testing::StatOf(rpc.session.get(), "tree_extent_bytes"),
+            uint64_t{16} << 20);
+  // Rewritten in place of a smaller value, then deleted: memory comes back.
+  ASSERT_TRUE(rpc->Put("big4", "small").ok());
+  for (const auto& [k, v] : model) ASSERT_TRUE(rpc->Delete(k).ok()) << k;
+  EXPECT_EQ(testing::StatOf(rpc.session.get(), "tree_extent_bytes"), 0u);
+  // The region can hold the largest value again.
+  EXPECT_TRUE(rpc->Put("again", std::string(rpc->max_value(), 'x')).ok());
+}
+
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
@@ -516,7 +568,7 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
     std::snprintf(sk, sizeof(sk), "s%06llu",
                   static_cast<unsigned long long>(stable));
     ASSERT_TRUE(
-        c->Put(sk, testing::SelfDescribingValue(sk, seq, 20 + rng() % 150))
+        c->Put(sk, testing::SelfDescribingValue(sk, seq, 20 + rng() % 600))
             .ok());
     ++stable;
     ASSERT_TRUE(c->Put("progress", std::to_string(stable)).ok());
@@ -529,7 +581,7 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
       ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
     } else {
       ASSERT_TRUE(
-          c->Put(ck, testing::SelfDescribingValue(ck, seq, 10 + rng() % 200))
+          c->Put(ck, testing::SelfDescribingValue(ck, seq, 10 + rng() % 600))
               .ok());
     }
   }
@@ -585,11 +637,16 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   ASSERT_NE(server.process, nullptr);
   uint64_t last_version = 0;
   std::string resume;
+  // Every 7th value out of line (over 256 bytes).
+  auto value_of = [](uint64_t i) {
+    return i % 7 == 0 ? testing::SelfDescribingValue(Key(i), i, 300 + i)
+                      : "v" + std::to_string(i);
+  };
   {
     auto c = Connect(server.address, ReadPath::kAuto);
     ASSERT_TRUE(c);
     for (uint64_t i = 0; i < 600; ++i) {
-      auto v = c->Put(Key(i), "v" + std::to_string(i));
+      auto v = c->Put(Key(i), value_of(i));
       ASSERT_TRUE(v.ok()) << v.status().ToString();
       last_version = *v;
     }
@@ -608,21 +665,27 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   }
   auto c = Connect(server.address, ReadPath::kOneSided);
   ASSERT_TRUE(c);
-  std::vector<std::string> keys;
+  std::vector<std::string> keys, values;
   for (const auto& it :
        ScanAll(c.store.get(), "", resume, 1000, TreeStore::Order::kAscending)) {
     keys.push_back(it.key);
+    values.push_back(it.value);
   }
   EXPECT_EQ(keys.size(), 100u);
   for (const auto& it :
        ScanAll(c.store.get(), resume, "", 37, TreeStore::Order::kAscending)) {
     keys.push_back(it.key);
+    values.push_back(it.value);
   }
-  std::vector<std::string> want;
+  std::vector<std::string> want, want_values;
   for (uint64_t i = 0; i < 600; ++i) {
-    if (i % 3 != 0) want.push_back(Key(i));
+    if (i % 3 != 0) {
+      want.push_back(Key(i));
+      want_values.push_back(value_of(i));
+    }
   }
   EXPECT_EQ(keys, want);
+  EXPECT_TRUE(values == want_values);
   auto got = c->Get(Key(5));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->value, "v5");
@@ -692,7 +755,7 @@ TEST_F(TreeTest, OneSidedReadersRacingServerWritesAreLinearizable) {
   o.large_one_in = 3;
   o.small_max = 48;
   o.large_min = 100;
-  o.large_max = 200;  // within the tree's value limit
+  o.large_max = 1000;  // inline up to 256 bytes, out of line beyond
   o.churn_keys = 200;
   auto report = testing::RunRace(&store, o);
   ASSERT_TRUE(report.ok()) << report.status().ToString();

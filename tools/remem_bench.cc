@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   tree->add_option("--key-size", tree_key_size, "bytes per key (16..64)")
       ->capture_default_str();
   tree->add_option("--value-size", tree_value_size,
-                   "bytes per value (at most 256)")
+                   "bytes per value (at most 16 MiB; over 256 out of line)")
       ->capture_default_str();
   bench::AtomicsOptions ao;
   bool no_redis = false, no_vectors = false;

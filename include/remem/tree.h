@@ -16,17 +16,21 @@
 // server's lease vouches for it (remem/session.h, "Liveness").
 //
 // Scans: a page holds keys in [start, end) (an empty end: no bound), at
-// most `limit` of them (1 .. max_scan()). `more` set means the limit ended
-// the page: the next page is Scan(page.resume, end) ascending, or
-// Scan(start, page.resume) descending (it may be empty). A scan returns
-// every key present for its whole duration, in order, and never one that
-// was never present; each page is a consistent read of each leaf it
+// most `limit` of them (1 .. max_scan()), and it ends early, with at least
+// one item, once its keys and values reach 1 MiB. `more` set means the
+// limit or that size ended the page: the next page is Scan(page.resume, end)
+// ascending, or Scan(start, page.resume) descending (it may be empty). A scan
+// returns every key present for its whole duration, in order, and never one
+// that was never present; each page is a consistent read of each leaf it
 // crossed, not a snapshot of the whole range.
 //
-// Limits (this slice): keys are 1 .. max_key() bytes (64) and values
-// 0 .. max_value() bytes (256); beyond that InvalidArgument. A full tree
-// answers OutOfMemory and keeps every existing key. Versions are unique per
-// server and increase with every write.
+// Limits: keys are 1 .. max_key() bytes (64 in this slice) and values
+// 0 .. max_value() bytes (16 MiB, as the hash store); beyond that
+// InvalidArgument. Values of up to 256 bytes are stored in the leaf, larger
+// ones out of line (a one-sided read then reads the leaf and the value). A
+// full tree answers OutOfMemory, changes nothing and keeps every existing
+// key; deleting or shrinking large values gives their memory back. Versions are
+// unique per server and increase with every write.
 //
 // Thread contract: as the Session: one thread. A TreeStore must be
 // destroyed before its Session; its destructor waits for its own
@@ -75,7 +79,7 @@ class TreeStore {
   };
   struct Page {
     std::vector<Item> items;
-    bool more = false;   // the limit ended the page
+    bool more = false;   // the limit (or 1 MiB of items) ended the page
     std::string resume;  // where the next page starts (see above)
   };
   enum class Order { kAscending, kDescending };

@@ -39,7 +39,9 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // 4: RpcHeader back to 32 bytes (32-bit payload_len and epoch).
 // 5: the hash store's layout 3 (bucket headers with an index).
 // 6: ServerHello carries the number of the server's endpoint.
-inline constexpr uint16_t kWireVersion = 6;
+// 7: the ordered store's layout 2 (out-of-line values, a node arena of
+//    pages, 32-bit value lengths in scan items).
+inline constexpr uint16_t kWireVersion = 7;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

@@ -169,7 +169,7 @@ std::string EncodeTreeScanReply(const ScanPage& page) {
   for (const ScanItem& it : page.items) {
     TreeScanItem h{};
     h.key_len = uint16_t(it.key.size());
-    h.value_len = uint16_t(it.value.size());
+    h.value_len = uint32_t(it.value.size());
     h.version = it.version;
     Append(&out, h);
     out += it.key;
@@ -195,6 +195,10 @@ Status DecodeScanReplyInto(std::string_view payload, ScanPage* page) {
   for (ScanItem& it : page->items) {
     TreeScanItem h;
     if (!rd.Read(&h)) return Bad("tree scan item truncated");
+    if (h.reserved != 0) return Bad("tree scan item: reserved bytes set");
+    if (h.key_len > kMaxKey || h.value_len > kMaxValue) {
+      return Bad("tree scan item: lengths out of range");
+    }
     if (!rd.ReadBytes(h.key_len, &it.key) ||
         !rd.ReadBytes(h.value_len, &it.value)) {
       return Bad("tree scan item truncated");

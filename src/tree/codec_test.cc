@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "proto/buffer.h"
 #include "tree/layout.h"
 
@@ -42,13 +44,16 @@ TEST(TreeCodec, RoundTrips) {
   ScanPage page;
   page.items.push_back({"k1", "v1", 3});
   page.items.push_back({"k2", "", 4});
+  // An out-of-line value's length does not fit 16 bits.
+  page.items.push_back({"k3", std::string(70000, 'x'), 5});
   page.more = true;
   page.resume = std::string("k2\0", 3);
   auto back = DecodeTreeScanReply(EncodeTreeScanReply(page));
   ASSERT_TRUE(back.ok());
-  ASSERT_EQ(back->items.size(), 2u);
+  ASSERT_EQ(back->items.size(), 3u);
   EXPECT_EQ(back->items[1].key, "k2");
   EXPECT_EQ(back->items[0].version, 3u);
+  EXPECT_EQ(back->items[2].value, page.items[2].value);
   EXPECT_TRUE(back->more);
   EXPECT_EQ(back->resume, page.resume);
   // Into a page that held more: exactly the reply's items; a bad reply
@@ -56,7 +61,7 @@ TEST(TreeCodec, RoundTrips) {
   ScanPage kept;
   kept.items.assign(5, {"old-key", "old-value", 1});
   ASSERT_TRUE(DecodeTreeScanReply(EncodeTreeScanReply(page), &kept).ok());
-  ASSERT_EQ(kept.items.size(), 2u);
+  ASSERT_EQ(kept.items.size(), 3u);
   EXPECT_EQ(kept.items[0].key, "k1");
   EXPECT_EQ(kept.items[1].value, "");
   EXPECT_EQ(kept.items[1].version, 4u);
@@ -135,6 +140,15 @@ TEST(TreeCodec, RefusesMalformedPayloads) {
   EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
   reply = EncodeTreeScanReply(page);
   reply += "z";
+  EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
+  // An item's reserved bytes, a value length past max_value.
+  reply = EncodeTreeScanReply(page);
+  const size_t item = sizeof(TreeScanReply);
+  reply[item + 2] = 1;
+  EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
+  reply = EncodeTreeScanReply(page);
+  const uint32_t huge = kMaxValue + 1;
+  std::memcpy(reply.data() + item + 4, &huge, 4);
   EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
 }
 

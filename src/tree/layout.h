@@ -4,18 +4,25 @@
 // together.
 //
 // Tree region: a TreeRoot at offset 0 names the root node and the tree's
-// height; nodes follow from kNodesOffset, node i at kNodesOffset + i *
-// kNodeBytes. A node index is the node's name: it survives the region being
-// mapped anywhere. Node 0 is never used (kNoNode).
+// height; from kNodesOffset on the region is an arena of 64 KiB pages
+// (hash::SlabAllocator, the hash store's slab scheme), each holding either
+// 64 nodes or extents of one size class. Node i lies at kNodesOffset + i *
+// kNodeBytes wherever its page is. A node index is the node's name: it
+// survives the region being mapped anywhere. Index 0 is never a node
+// (kNoNode), and every node's index is below the TreeRoot's node_limit.
 //
 // Node (kNodeBytes, fixed): a NodeHeader, then the low fence key, the high
 // fence key (absent when the node is the rightmost of its level: +infinity),
 // then the entries, packed, in key order:
-//   - leaf (level 0): LeafEntryHead (key_len, value_len, version), key,
-//     value;
+//   - leaf (level 0): LeafEntryHead (key_len, value_len, flags, version),
+//     key, then the value (up to kMaxInlineValue bytes) or, with
+//     kValueOutOfLine, a ValueRef naming the extent that holds it;
 //   - internal (level >= 1): InternalEntryHead (key_len, child), key. The
 //     child holds the keys from this entry's key up to the next entry's key
 //     (the first entry's key is the node's low fence).
+// An extent is the hash store's (hash::ExtentHeader: checksum,
+// incarnation, key and value lengths, the pair's version; then the key and
+// the value); its checksum covers everything after the checksum word.
 // A node holds the keys k with low <= k < high; a key beyond the high fence
 // lives to the right (follow `right`, the B-link pointer). The empty key is
 // the lowest fence (-infinity); stored keys are never empty.
@@ -27,6 +34,12 @@
 // checksum; a reader trusts a copy only if its checksum verifies, its
 // version is even, its magic and its own index (`self`) are right, and its
 // structure parses within the node. A torn copy is refused and read again.
+// An extent is trusted only if its checksum verifies and its incarnation,
+// lengths, version and key are those of the leaf entry that named it.
+// Extents are written whole before the leaf that names them is published,
+// and freed (incarnation bumped, hash::SlabAllocator::Free) after the leaf
+// that stopped naming them is: a reader holding an older leaf copy finds
+// the incarnation changed and reads the leaf again.
 //
 // Nodes are never freed in this slice (deletes are lazy: no merges), so a
 // node index a reader holds (a cached node, a right pointer, an old root)
@@ -51,14 +64,19 @@ inline constexpr uint64_t kNodesOffset = 4096;
 inline constexpr uint32_t kNoNode = 0;
 inline constexpr uint32_t kNodeMagic = 0x45444F4E;      // "NODE"
 inline constexpr uint32_t kTreeRootMagic = 0x45455254;  // "TREE"
-inline constexpr uint16_t kTreeLayoutVersion = 1;
+// 2: out-of-line values, the arena of pages, 32-bit scan item value lengths.
+inline constexpr uint16_t kTreeLayoutVersion = 2;
 inline constexpr uint8_t kMaxLevels = 32;
 
-// Limits: a key and a value are bounded so that any split of a full node
-// leaves both halves within a node (see kMaxLeafEntryBytes). Values larger
-// than kMaxValue are not stored in this slice (no out-of-line values).
+// Limits: a key and an inline value are bounded so that any split of a
+// full node leaves both halves within a node (see kMaxLeafEntryBytes).
+// Values of more than kMaxInlineValue bytes are stored out of line, in an
+// extent, up to kMaxValue (the hash store's limit).
 inline constexpr uint32_t kMaxKey = 64;
-inline constexpr uint32_t kMaxValue = 256;
+inline constexpr uint32_t kMaxInlineValue = 256;
+inline constexpr uint32_t kMaxValue = 16u << 20;
+// Nodes are carved from the arena a page at a time.
+inline constexpr uint64_t kNodePageBytes = 64 << 10;
 
 struct TreeRoot {
   uint64_t checksum;  // xxh3-64 of bytes [8, 64)
@@ -67,8 +85,8 @@ struct TreeRoot {
   uint16_t layout_version;
   uint8_t height;  // levels: 1 = the root is a leaf
   uint8_t reserved;
-  uint32_t root;       // node index of the root
-  uint32_t num_nodes;  // nodes allocated so far (indices 1 .. num_nodes)
+  uint32_t root;        // node index of the root
+  uint32_t node_limit;  // every node's index is below this
   uint64_t reserved2[4];
 };
 static_assert(sizeof(TreeRoot) == 64);
@@ -92,13 +110,27 @@ struct NodeHeader {
 };
 static_assert(sizeof(NodeHeader) == 48);
 
+enum LeafEntryFlags : uint32_t { kValueOutOfLine = 1 };
+
 struct LeafEntryHead {
   uint16_t key_len;
-  uint16_t value_len;
-  uint32_t reserved;
-  uint64_t version;  // the pair's version (compare-and-put)
+  uint16_t value_len;  // bytes after the key: the value, or a ValueRef
+  uint32_t flags;      // LeafEntryFlags
+  uint64_t version;    // the pair's version (compare-and-put)
 };
 static_assert(sizeof(LeafEntryHead) == 16);
+
+// An out-of-line value: its extent (an ExtentHeader, the key, the value).
+struct ValueRef {
+  uint64_t offset;       // region offset of the extent
+  uint32_t incarnation;  // the extent's, when it was written
+  uint8_t size_class;    // hash::SlabAllocator's
+  uint8_t reserved[3];
+  uint32_t value_len;
+  uint32_t reserved2;
+};
+static_assert(sizeof(ValueRef) == 24);
+static_assert(sizeof(ValueRef) <= kMaxInlineValue);
 
 struct InternalEntryHead {
   uint16_t key_len;
@@ -111,7 +143,7 @@ inline constexpr size_t kNodeArea = kNodeBytes - sizeof(NodeHeader);
 // Entries a node can hold at most (the smallest entry is 8 + 1 bytes).
 inline constexpr size_t kMaxEntries = kNodeArea / 9;
 inline constexpr size_t kMaxLeafEntryBytes =
-    sizeof(LeafEntryHead) + kMaxKey + kMaxValue;
+    sizeof(LeafEntryHead) + kMaxKey + kMaxInlineValue;
 inline constexpr size_t kMaxInternalEntryBytes =
     sizeof(InternalEntryHead) + kMaxKey;
 // What entries always have room for: the area less two fences at most.

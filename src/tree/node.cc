@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hash/layout.h"
+
 namespace remem::tree {
 
 Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
@@ -35,6 +37,11 @@ Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
       head = sizeof(e);
       klen = e.key_len;
       vlen = e.value_len;
+      if ((e.flags & ~uint32_t{kValueOutOfLine}) != 0 ||
+          ((e.flags & kValueOutOfLine) != 0 ? vlen != sizeof(ValueRef)
+                                            : vlen > kMaxInlineValue)) {
+        return Status::Corruption("leaf entry: bad flags or value length");
+      }
     } else {
       InternalEntryHead e;
       if (pos + sizeof(e) > h_.used) return Status::Corruption("entry head");
@@ -70,6 +77,18 @@ uint64_t NodeView::entry_version(size_t i) const {
   return e.version;
 }
 
+bool NodeView::out_of_line(size_t i) const {
+  LeafEntryHead e;
+  std::memcpy(&e, image_ + sizeof(NodeHeader) + offsets_[i], sizeof(e));
+  return (e.flags & kValueOutOfLine) != 0;
+}
+
+ValueRef NodeView::value_ref(size_t i) const {
+  ValueRef r;
+  std::memcpy(&r, value(i).data(), sizeof(r));  // Parse checked the length
+  return r;
+}
+
 uint32_t NodeView::child(size_t i) const {
   InternalEntryHead e;
   std::memcpy(&e, image_ + sizeof(NodeHeader) + offsets_[i], sizeof(e));
@@ -103,6 +122,7 @@ NodeContent Decode(const NodeView& v) {
     e.key = std::string(v.key(i));
     if (v.leaf()) {
       e.value = std::string(v.value(i));
+      e.out_of_line = v.out_of_line(i);
       e.version = v.entry_version(i);
     } else {
       e.child = v.child(i);
@@ -148,6 +168,7 @@ void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
       LeafEntryHead eh{};
       eh.key_len = uint16_t(e.key.size());
       eh.value_len = uint16_t(e.value.size());
+      eh.flags = e.out_of_line ? uint32_t{kValueOutOfLine} : 0;
       eh.version = e.version;
       put(&eh, sizeof(eh));
       put(e.key.data(), e.key.size());
@@ -166,6 +187,27 @@ void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
   std::memcpy(image, &sum, sizeof(sum));
 }
 
+uint64_t ExtentReadBytes(size_t key_len, const ValueRef& ref) {
+  return (sizeof(hash::ExtentHeader) + key_len + ref.value_len + 7) &
+         ~uint64_t{7};
+}
+
+Status VerifyExtent(const uint8_t* copy, std::string_view key, uint64_t version,
+                    const ValueRef& ref, std::string* value) {
+  hash::ExtentHeader h;
+  std::memcpy(&h, copy, sizeof(h));
+  // Lengths first: the checksum then stays within the copy.
+  if (h.incarnation != ref.incarnation || h.version != version ||
+      h.key_len != key.size() || h.value_len != ref.value_len ||
+      h.checksum != hash::ExtentChecksum(copy, h.key_len, h.value_len) ||
+      std::memcmp(copy + sizeof(h), key.data(), key.size()) != 0) {
+    return Status::Corruption("the value's extent was rewritten");
+  }
+  value->assign(reinterpret_cast<const char*>(copy) + sizeof(h) + key.size(),
+                h.value_len);
+  return Status::OK();
+}
+
 Status ParseRoot(const TreeRoot& r) {
   if (r.checksum != TreeRootChecksum(r)) {
     return Status::Corruption("tree root checksum mismatch");
@@ -176,7 +218,7 @@ Status ParseRoot(const TreeRoot& r) {
     return Status::Corruption("not a tree root of this layout");
   }
   if (r.root == kNoNode || r.height == 0 || r.height > kMaxLevels ||
-      r.root > r.num_nodes) {
+      r.root >= r.node_limit) {
     return Status::Corruption("tree root out of range");
   }
   return Status::OK();

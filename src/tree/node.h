@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,9 +48,22 @@ class NodeView {
   std::string_view high() const { return high_; }
 
   std::string_view key(size_t i) const { return keys_[i]; }
-  // Leaf entries.
+  // Leaf entries. value(i): the bytes stored after the key: the value, or
+  // for an entry out_of_line(i) its ValueRef (value_ref(i)).
   std::string_view value(size_t i) const;
   uint64_t entry_version(size_t i) const;
+  bool out_of_line(size_t i) const;
+  ValueRef value_ref(size_t i) const;
+  // Entry i's head, read once (a scan's per-item path).
+  LeafEntryHead leaf_head(size_t i) const {
+    LeafEntryHead e;
+    std::memcpy(&e, image_ + sizeof(NodeHeader) + offsets_[i], sizeof(e));
+    return e;
+  }
+  // The bytes after entry i's key, given its head.
+  std::string_view stored(size_t i, const LeafEntryHead& e) const {
+    return std::string_view(keys_[i].data() + keys_[i].size(), e.value_len);
+  }
   // Internal entries.
   uint32_t child(size_t i) const;
 
@@ -71,9 +85,10 @@ class NodeView {
 
 struct NodeEntry {
   std::string key;
-  std::string value;     // leaf
-  uint64_t version = 0;  // leaf
-  uint32_t child = 0;    // internal
+  std::string value;         // leaf: the value, or the ValueRef's bytes
+  bool out_of_line = false;  // leaf: `value` is a ValueRef
+  uint64_t version = 0;      // leaf
+  uint32_t child = 0;        // internal
 };
 
 struct NodeContent {
@@ -95,6 +110,16 @@ NodeContent Decode(const NodeView& v);
 // Writes the node image (kNodeBytes) with `version` (even) and its
 // checksum. The content must fit (Fits()).
 void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image);
+
+// The bytes to read of the extent a leaf entry of `key_len` names: its
+// header, key and value, rounded up to words.
+uint64_t ExtentReadBytes(size_t key_len, const ValueRef& ref);
+// Verifies a copy (ExtentReadBytes long) of the extent `ref` names as the
+// value of `key` at `version`, and copies the value into *value.
+// Corruption if it does not verify: torn, or no longer that value (freed
+// or reused since the leaf naming it was copied).
+Status VerifyExtent(const uint8_t* copy, std::string_view key, uint64_t version,
+                    const ValueRef& ref, std::string* value);
 
 // Verifies a root copy: checksum, even version, magic, layout version.
 Status ParseRoot(const TreeRoot& r);

@@ -8,6 +8,20 @@ namespace {
 
 constexpr int kMaxSteps = 4096;
 constexpr int kMaxRestarts = 8;
+// Reads of a leaf whose out-of-line value changed before its extent was
+// read, before giving up (Busy).
+constexpr int kMaxValueAttempts = 16;
+
+// Entry i of a verified leaf's value: its bytes, or its extent's.
+Status CopyValue(NodeSource* src, const NodeView& leaf, size_t i,
+                 std::string* value) {
+  if (!leaf.out_of_line(i)) {
+    value->assign(leaf.value(i));
+    return Status::OK();
+  }
+  return src->ReadExtent(leaf.key(i), leaf.entry_version(i), leaf.value_ref(i),
+                         value);
+}
 
 // Is the target below the node's range (the wrong node: a stale parent)?
 bool TargetBelow(const NodeView& v, const Target& t) {
@@ -168,14 +182,21 @@ Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
   NodeView leaf;
   Target t;
   t.key = key;
-  REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
-  const size_t i = leaf.LowerBound(key);
-  if (i >= leaf.count() || leaf.key(i) != key) {
-    return Status::NotFound("key not found");
+  for (int attempt = 0; attempt < kMaxValueAttempts; ++attempt) {
+    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+    const size_t i = leaf.LowerBound(key);
+    if (i >= leaf.count() || leaf.key(i) != key) {
+      return Status::NotFound("key not found");
+    }
+    Status st = CopyValue(src, leaf, i, value);
+    if (st.code() == StatusCode::kCorruption) {
+      ++stats->stale_values;  // rewritten meanwhile: read the leaf again
+      continue;
+    }
+    if (st.ok()) *version = leaf.entry_version(i);
+    return st;
   }
-  value->assign(leaf.value(i));
-  *version = leaf.entry_version(i);
-  return Status::OK();
+  return Status::Busy("a tree value changed under every read");
 }
 
 namespace {
@@ -188,34 +209,63 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
   if (!end.empty() && start == end) return Status::OK();
   uint8_t scratch[kNodeBytes];
   NodeView leaf;
-  auto add = [&](size_t i) {
-    if (*n < page->items.size()) {
-      ScanItem& it = page->items[*n];
-      it.key.assign(leaf.key(i));
-      it.value.assign(leaf.value(i));
-      it.version = leaf.entry_version(i);
+  size_t bytes = 0;
+  int stale = 0;
+  // Adds entry i of `leaf` as item *n. OK: added (*full set when the page
+  // is complete); Corruption: its value changed since the leaf was copied
+  // (not added: read the leaf again); another error: give up.
+  auto add = [&](size_t i, bool* full) -> Status {
+    if (*n == page->items.size()) page->items.emplace_back();
+    ScanItem& it = page->items[*n];
+    const LeafEntryHead e = leaf.leaf_head(i);
+    if ((e.flags & kValueOutOfLine) == 0) {
+      it.value.assign(leaf.stored(i, e));
     } else {
-      page->items.push_back({std::string(leaf.key(i)),
-                             std::string(leaf.value(i)),
-                             leaf.entry_version(i)});
+      Status st =
+          src->ReadExtent(leaf.key(i), e.version, leaf.value_ref(i), &it.value);
+      if (st.code() == StatusCode::kCorruption) {
+        ++stats->stale_values;
+        if (++stale >= kMaxValueAttempts) {
+          return Status::Busy("tree values changed under every read");
+        }
+        return st;
+      }
+      REMEM_RETURN_IF_ERROR(st);
     }
-    return ++*n == limit;
+    it.key.assign(leaf.key(i));
+    it.version = e.version;
+    bytes += it.key.size() + it.value.size();
+    *full = ++*n == limit || bytes >= kScanPageBytes;
+    return Status::OK();
   };
   if (!descending) {
     std::string cursor(start);
     Target t;
-    t.key = cursor;
-    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+    bool find = true;
     for (;;) {
+      if (find) {
+        t.key = cursor;
+        REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+        find = false;
+      }
       for (size_t i = leaf.LowerBound(cursor); i < leaf.count(); ++i) {
         if (!end.empty() && leaf.key(i) >= end) return Status::OK();
-        if (add(i)) {
+        bool full = false;
+        Status st = add(i, &full);
+        if (st.code() == StatusCode::kCorruption) {
+          cursor.assign(leaf.key(i));  // this key's leaf again
+          find = true;
+          break;
+        }
+        REMEM_RETURN_IF_ERROR(st);
+        if (full) {
           page->more = true;
           page->resume = page->items[*n - 1].key;
           page->resume.push_back('\0');
           return Status::OK();
         }
       }
+      if (find) continue;
       if (!leaf.has_high()) return Status::OK();
       if (!end.empty() && leaf.high() >= end) return Status::OK();
       cursor.assign(leaf.high());
@@ -224,11 +274,8 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
                                   : src->Fetch(next, scratch, &leaf);
       if (st.code() == StatusCode::kBusy) return st;
       ++stats->nodes_read;
-      if (!st.ok() || leaf.leaf() == false || leaf.low() != cursor) {
-        // Not the leaf that follows: find it from the root.
-        t.key = cursor;
-        REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
-      }
+      // Not the leaf that follows: find it from the root.
+      find = !st.ok() || leaf.leaf() == false || leaf.low() != cursor;
     }
   }
   std::string cursor(end);
@@ -241,15 +288,28 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
     t.unbounded = unbounded;
     REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
     size_t i = unbounded ? leaf.count() : leaf.LowerBound(cursor);
-    while (i > 0) {
+    bool again = false;
+    while (i > 0 && !again) {
       --i;
       if (leaf.key(i) < start) return Status::OK();
-      if (add(i)) {
+      bool full = false;
+      Status st = add(i, &full);
+      if (st.code() == StatusCode::kCorruption) {
+        // This key's leaf again: the keys below key + a zero byte.
+        cursor.assign(leaf.key(i));
+        cursor.push_back('\0');
+        unbounded = false;
+        again = true;
+        break;
+      }
+      REMEM_RETURN_IF_ERROR(st);
+      if (full) {
         page->more = true;
         page->resume = page->items[*n - 1].key;
         return Status::OK();
       }
     }
+    if (again) continue;
     if (leaf.low().empty() || leaf.low() <= start) return Status::OK();
     cursor.assign(leaf.low());
     unbounded = false;

@@ -12,6 +12,9 @@
 // are always read fresh. Nodes are never freed (layout.h), so an index
 // always names a node of the same level and low fence.
 //
+// A value stored out of line is read from its extent after the leaf; if
+// the extent no longer holds it, the leaf is read again (from the root).
+//
 // Scans read leaf after leaf: ascending along right pointers (the next
 // leaf's low fence must be the previous one's high fence, else the leaf is
 // found again from the root), descending by searching again for the leaf
@@ -48,7 +51,18 @@ class NodeSource {
   // (kNodeBytes), or from memory that does not change while it is used.
   // Busy if no copy verified within the source's retries.
   virtual Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) = 0;
+  // The out-of-line value of the pair `key` at `version` that a leaf named
+  // by `ref`, into *value. Corruption if the extent no longer holds it (the
+  // pair was rewritten or deleted since the leaf was copied: read the leaf
+  // again).
+  virtual Status ReadExtent(std::string_view key, uint64_t version,
+                            const ValueRef& ref, std::string* value) = 0;
 };
+
+// A page ends before its limit once its keys and values reach this many
+// bytes (a page of large values would otherwise be up to the scan limit
+// times the largest value); it always holds at least one item.
+inline constexpr size_t kScanPageBytes = 1 << 20;
 
 // A client's copies of internal nodes, kept parsed (a hit costs no parse),
 // and the root's index. Bounded: cleared when full. Nodes are found by
@@ -106,9 +120,10 @@ struct Target {
 };
 
 struct SearchStats {
-  uint64_t nodes_read = 0;   // fetched from the source
-  uint64_t moves_right = 0;  // siblings followed
-  uint64_t restarts = 0;     // searches started again from the root
+  uint64_t nodes_read = 0;    // fetched from the source
+  uint64_t moves_right = 0;   // siblings followed
+  uint64_t restarts = 0;      // searches started again from the root
+  uint64_t stale_values = 0;  // leaves read again: an extent had changed
 };
 
 // Finds the leaf for `t`: on OK, *leaf is a parsed view (its bytes in
@@ -125,9 +140,9 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch);
 
 // The public page (remem/tree.h), so that a client's page is filled with
-// no conversion. `more` set: the limit ended the page; continue from
-// `resume` (ascending: as the new start; descending: as the new end).
-// There may be nothing left.
+// no conversion. `more` set: the limit or kScanPageBytes ended the page;
+// continue from `resume` (ascending: as the new start; descending: as the
+// new end). There may be nothing left.
 using ScanItem = TreeStore::Item;
 using ScanPage = TreeStore::Page;
 
@@ -138,12 +153,12 @@ inline void ClearPage(ScanPage* page) {
   page->resume.clear();
 }
 
-// Keys in [start, end) (end empty: unbounded), at most `limit` (>= 1), in
-// ascending or descending order. start <= end (when end is set). Reuses
-// the storage of *page: its items' strings and vector keep their capacity
-// where the new page has as many items, so a scan into a page kept from
-// the last one allocates for nothing but longer items and more of them.
-// On an error the page is empty.
+// Keys in [start, end) (end empty: unbounded), at most `limit` (>= 1) and
+// about kScanPageBytes, in ascending or descending order. start <= end (when
+// end is set). Reuses the storage of *page: its items' strings and vector keep
+// their capacity where the new page has as many items, so a scan into a page
+// kept from the last one allocates for nothing but longer items and more of
+// them. On an error the page is empty.
 Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
                  std::string_view end, uint32_t limit, bool descending,
                  ScanPage* page, SearchStats* stats);

@@ -44,14 +44,16 @@ class RemoteSource : public tree::NodeSource {
   }
   bool mapped() const { return region_->mapped() != nullptr; }
   // On shared memory: faults this process's mapping of the nodes allocated
-  // so far in now, as the hash store does for its bucket arrays
-  // (fabric::RemoteRegion::PrefaultForReading), so the first one-sided
-  // searches do not pay a page fault per node and look slower than the RPC
-  // path to the selector. Nodes allocated later warm as searches read them.
+  // so far in now (and the extents among their pages), as the hash store
+  // does for its bucket arrays (fabric::RemoteRegion::PrefaultForReading),
+  // so the first one-sided searches do not pay a page fault per node and
+  // look slower than the RPC path to the selector. Nodes allocated later
+  // warm as searches read them.
   void Prefault() {
     auto r = ReadRoot();
     if (r.ok()) {
-      region_->PrefaultForReading(0, tree::NodeOffset(r->num_nodes + 1));
+      region_->PrefaultForReading(
+          0, std::min(region_->length(), tree::NodeOffset(r->node_limit)));
     }
   }
   Result<uint32_t> Root() override {
@@ -73,8 +75,24 @@ class RemoteSource : public tree::NodeSource {
     }
     return Status::Busy("a tree node did not verify");
   }
+  // One read of the extent's header, key and value (not the rest of its
+  // size class), verified against the leaf entry that named it.
+  Status ReadExtent(std::string_view key, uint64_t version,
+                    const tree::ValueRef& ref, std::string* value) override {
+    const uint64_t bytes = tree::ExtentReadBytes(key.size(), ref);
+    if (ref.offset < tree::kNodesOffset || ref.offset > region_->length() ||
+        bytes > region_->length() - ref.offset) {
+      return Status::Corruption("a tree value's extent lies outside the tree");
+    }
+    extent_.resize(bytes);
+    REMEM_RETURN_IF_ERROR(
+        core_->ReadNow(*region_, ref.offset, extent_.data(), bytes));
+    ++stats_->reads;
+    Status st = tree::VerifyExtent(extent_.data(), key, version, ref, value);
+    if (!st.ok()) ++stats_->retries;
+    return st;
+  }
 
- private:
   // The root, verified (retried while the server publishes it).
   Result<tree::TreeRoot> ReadRoot() {
     tree::TreeRoot r;
@@ -94,6 +112,7 @@ class RemoteSource : public tree::NodeSource {
   uint32_t region_id_;
   const fabric::RemoteRegion* region_ = nullptr;
   TreeStore::ReadStats* stats_;
+  std::vector<uint8_t> extent_;  // the last extent copy, kept for capacity
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "hash/layout.h"
+#include "hash/slab.h"
 
 namespace remem::tree {
 
@@ -19,20 +20,88 @@ void StoreWord(uint8_t* at, uint64_t w) {
 
 Result<std::unique_ptr<BLinkTree>> BLinkTree::Create(uint8_t* base,
                                                      uint64_t bytes) {
-  if (bytes < kNodesOffset + 8 * kNodeBytes) {
+  if (bytes < kNodesOffset + 2 * kNodePageBytes) {
     return Status::InvalidArgument("the tree region is too small");
   }
-  const uint64_t n = (bytes - kNodesOffset) / kNodeBytes - 1;
-  const uint32_t max_nodes =
-      uint32_t(std::min<uint64_t>(n, std::numeric_limits<uint32_t>::max()));
-  std::unique_ptr<BLinkTree> t(new BLinkTree(base, max_nodes));
+  std::unique_ptr<BLinkTree> t(new BLinkTree(base, bytes));
+  REMEM_RETURN_IF_ERROR(t->ReserveNodes(1));
   NodeContent leaf;
-  leaf.self = ++t->num_nodes_;
+  leaf.self = t->TakeNode();
   t->Publish(leaf.self, leaf);
   t->root_ = leaf.self;
   t->height_ = 1;
   t->PublishRoot();
   return t;
+}
+
+Status BLinkTree::ReserveNodes(size_t n) {
+  while (free_nodes_.size() < n) {
+    auto page = slab_.Carve(kNodePageBytes);
+    if (!page.ok()) return Status::OutOfMemory("the tree region is full");
+    const uint64_t first = (*page - kNodesOffset) / kNodeBytes;
+    const uint64_t last = first + kNodePageBytes / kNodeBytes;  // exclusive
+    if (last > std::numeric_limits<uint32_t>::max()) {
+      return Status::OutOfMemory("the tree has as many nodes as it can name");
+    }
+    // Reversed: nodes are taken in index order. Index 0 is kNoNode.
+    for (uint64_t i = last; i-- > first;) {
+      if (i != kNoNode) free_nodes_.push_back(uint32_t(i));
+    }
+  }
+  return Status::OK();
+}
+
+uint32_t BLinkTree::TakeNode() {
+  const uint32_t index = free_nodes_.back();
+  free_nodes_.pop_back();
+  ++num_nodes_;
+  if (index >= node_limit_) node_limit_ = index + 1;
+  return index;
+}
+
+Status BLinkTree::WriteExtent(std::string_view key, std::string_view value,
+                              uint64_t version, std::string* ref_bytes) {
+  const uint64_t bytes = sizeof(hash::ExtentHeader) + key.size() + value.size();
+  auto ext = slab_.Allocate(bytes);
+  if (!ext.ok()) {
+    if (ext.status().code() == StatusCode::kOutOfMemory) {
+      return Status::OutOfMemory("the tree region is full");
+    }
+    return ext.status();
+  }
+  extent_image_.assign((bytes + 7) & ~uint64_t{7}, 0);
+  hash::ExtentHeader h{};
+  h.incarnation = ext->incarnation;
+  h.key_len = uint32_t(key.size());
+  h.value_len = uint32_t(value.size());
+  h.version = version;
+  uint8_t* img = extent_image_.data();
+  std::memcpy(img, &h, sizeof(h));
+  std::memcpy(img + sizeof(h), key.data(), key.size());
+  std::memcpy(img + sizeof(h) + key.size(), value.data(), value.size());
+  h.checksum = hash::ExtentChecksum(img, key.size(), value.size());
+  std::memcpy(img, &h.checksum, 8);
+  // Release stores: the extent is whole before a leaf names it.
+  hash::StoreWords(slab_.At(ext->offset), img, extent_image_.size());
+  // Keep the image's storage for values up to 1 MiB only (not 16 MiB for
+  // good after one large value).
+  if (extent_image_.capacity() > (1u << 20)) {
+    extent_image_.clear();
+    extent_image_.shrink_to_fit();
+  }
+  ValueRef ref{};
+  ref.offset = ext->offset;
+  ref.incarnation = ext->incarnation;
+  ref.size_class = uint8_t(ext->size_class);
+  ref.value_len = uint32_t(value.size());
+  ref_bytes->assign(reinterpret_cast<const char*>(&ref), sizeof(ref));
+  return Status::OK();
+}
+
+void BLinkTree::FreeExtent(std::string_view ref_bytes) {
+  ValueRef ref;
+  std::memcpy(&ref, ref_bytes.data(), sizeof(ref));
+  slab_.Free(ref.offset, ref.size_class);
 }
 
 void BLinkTree::View(uint32_t index, NodeView* v) const {
@@ -42,10 +111,23 @@ void BLinkTree::View(uint32_t index, NodeView* v) const {
 
 Status BLinkTree::OwnSource::Fetch(uint32_t index, uint8_t* /*scratch*/,
                                    NodeView* view) {
-  if (index == kNoNode || index > t_->num_nodes_) {
+  if (index == kNoNode || index >= t_->node_limit_) {
     return Status::Corruption("node index out of range");
   }
   return view->Parse(t_->NodeAt(index), index, /*checksum=*/false);
+}
+
+Status BLinkTree::OwnSource::ReadExtent(std::string_view /*key*/,
+                                        uint64_t /*version*/,
+                                        const ValueRef& ref,
+                                        std::string* value) {
+  // The owner's own memory: the extent is the leaf's while the owner reads.
+  const uint8_t* e = t_->slab_.At(ref.offset);
+  hash::ExtentHeader h;
+  std::memcpy(&h, e, sizeof(h));
+  value->assign(reinterpret_cast<const char*>(e) + sizeof(h) + h.key_len,
+                h.value_len);
+  return Status::OK();
 }
 
 void BLinkTree::Publish(uint32_t index, const NodeContent& c) {
@@ -74,7 +156,7 @@ void BLinkTree::PublishRoot() {
   r.layout_version = kTreeLayoutVersion;
   r.height = height_;
   r.root = root_;
-  r.num_nodes = num_nodes_;
+  r.node_limit = node_limit_;
   r.checksum = TreeRootChecksum(r);
   StoreWord(base_ + 8, root_version_ - 1);
   hash::StoreWords(base_ + 16, reinterpret_cast<const uint8_t*>(&r) + 16,
@@ -170,25 +252,35 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
   }
   NodeContent c = Decode(v);
   const uint64_t version = restore != 0 ? restore : version_ + 1;
-  if (exists) {
-    c.entries[i].value.assign(value);
-    c.entries[i].version = version;
+  NodeEntry e;
+  e.key.assign(key);
+  e.version = version;
+  e.out_of_line = value.size() > kMaxInlineValue;
+  if (e.out_of_line) {
+    REMEM_RETURN_IF_ERROR(WriteExtent(key, value, version, &e.value));
   } else {
-    NodeEntry e;
-    e.key.assign(key);
     e.value.assign(value);
-    e.version = version;
+  }
+  std::string replaced;  // the replaced value's ValueRef, if out of line
+  if (exists) {
+    if (c.entries[i].out_of_line) replaced = std::move(c.entries[i].value);
+    c.entries[i] = std::move(e);
+  } else {
     c.entries.insert(c.entries.begin() + long(i), std::move(e));
   }
   if (c.Fits()) {
     Publish(leaf, c);
   } else {
     // A split may add a node per level and a new root.
-    if (uint64_t{num_nodes_} + height_ + 1 > max_nodes_) {
-      return Status::OutOfMemory("the tree region is full");
+    if (Status st = ReserveNodes(size_t{height_} + 1); !st.ok()) {
+      if (c.entries[i].out_of_line) FreeExtent(c.entries[i].value);
+      return st;
     }
     REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path)));
   }
+  // No leaf names the old extent any more: a reader holding an older copy
+  // finds its incarnation changed.
+  if (!replaced.empty()) FreeExtent(replaced);
   RaiseVersion(version);
   if (!exists) ++size_;
   return version;
@@ -208,8 +300,11 @@ Status BLinkTree::Delete(std::string_view key) {
     return Status::NotFound("key not found");
   }
   NodeContent c = Decode(v);
+  std::string replaced;
+  if (c.entries[i].out_of_line) replaced = std::move(c.entries[i].value);
   c.entries.erase(c.entries.begin() + long(i));
   Publish(leaf, c);
+  if (!replaced.empty()) FreeExtent(replaced);
   ++version_;
   --size_;
   return Status::OK();
@@ -234,7 +329,7 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     }
     NodeContent right;
     right.level = c.level;
-    right.self = ++num_nodes_;
+    right.self = TakeNode();
     right.entries.assign(
         std::make_move_iterator(c.entries.begin() + long(best)),
         std::make_move_iterator(c.entries.end()));
@@ -257,7 +352,7 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
       // The root split: a new root above both.
       NodeContent root;
       root.level = uint8_t(c.level + 1);
-      root.self = ++num_nodes_;
+      root.self = TakeNode();
       NodeEntry l, r;
       l.key = c.low;
       l.child = index;

@@ -10,8 +10,13 @@
 // fence and right pointer, then the parent (and a new root last, then the
 // TreeRoot): at every moment each key is reachable from every node a reader
 // may hold, by moving right. Deletes are lazy (an emptied leaf stays; no
-// merges), and nodes are never freed, so no reader can reach reused
+// merges), and nodes are never freed, so no reader can reach reused node
 // memory; a full region answers OutOfMemory and keeps every key.
+//
+// Values over kMaxInlineValue bytes live in extents of the same region
+// (hash::SlabAllocator): written whole before the leaf naming them is
+// published, freed (incarnation bumped) once a leaf no longer names them.
+// Nodes take whole pages of that arena, 64 nodes at a time.
 //
 // Pair versions come from one counter per tree: unique, increasing with
 // every write.
@@ -29,7 +34,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "hash/slab.h"
 #include "remem/status.h"
 #include "tree/layout.h"
 #include "tree/node.h"
@@ -49,7 +56,7 @@ class BLinkTree {
   // replace only at version `expected` (kIfVersion: Conflict, NotFound).
   // Returns the pair's new version. InvalidArgument for a key outside
   // 1..kMaxKey bytes or a value over kMaxValue; OutOfMemory when the region
-  // has no room for a split.
+  // has no room for the value's extent or a split (nothing changed).
   Result<uint64_t> Put(std::string_view key, std::string_view value,
                        PutMode mode = PutMode::kUpsert, uint64_t expected = 0);
   // NotFound if absent. A delete consumes a version (last_version()).
@@ -71,7 +78,10 @@ class BLinkTree {
 
   uint64_t size() const { return size_; }
   uint32_t num_nodes() const { return num_nodes_; }
-  uint32_t max_nodes() const { return max_nodes_; }
+  // Bytes of the region's arena held by extents (out-of-line values).
+  uint64_t extent_bytes() const { return slab_.bytes_in_use(); }
+  // Bytes of the arena not yet carved into pages.
+  uint64_t bytes_left() const { return slab_.bytes_left(); }
   uint8_t height() const { return height_; }
   uint64_t splits() const { return splits_; }
   uint64_t last_version() const { return version_; }
@@ -87,13 +97,17 @@ class BLinkTree {
     explicit OwnSource(BLinkTree* t) : t_(t) {}
     Result<uint32_t> Root() override { return t_->root_; }
     Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) override;
+    Status ReadExtent(std::string_view key, uint64_t version,
+                      const ValueRef& ref, std::string* value) override;
 
    private:
     BLinkTree* t_;
   };
 
-  BLinkTree(uint8_t* base, uint32_t max_nodes)
-      : base_(base), max_nodes_(max_nodes), source_(this) {}
+  BLinkTree(uint8_t* base, uint64_t bytes)
+      : base_(base),
+        slab_(base + kNodesOffset, bytes - kNodesOffset, kNodesOffset),
+        source_(this) {}
   uint8_t* NodeAt(uint32_t index) const { return base_ + NodeOffset(index); }
   // Parses a node of this tree (owner thread: no checksum needed).
   void View(uint32_t index, NodeView* v) const;
@@ -105,12 +119,24 @@ class BLinkTree {
   Result<uint64_t> Write(std::string_view key, std::string_view value,
                          PutMode mode, uint64_t expected, uint64_t restore);
   // Splits `c` (node `index`, too big) and inserts upward along `path`.
+  // The free node list holds at least height_ + 1 nodes (ReserveNodes).
   Status SplitAndPublish(uint32_t index, NodeContent c,
                          std::vector<uint32_t> path);
-
+  // Carves node pages until `n` nodes are free; OutOfMemory if the arena
+  // has no room.
+  Status ReserveNodes(size_t n);
+  uint32_t TakeNode();
+  // Writes `value` of `key` at `version` into a new extent; its ValueRef's
+  // bytes into *ref.
+  Status WriteExtent(std::string_view key, std::string_view value,
+                     uint64_t version, std::string* ref);
+  void FreeExtent(std::string_view ref_bytes);
   uint8_t* base_;
-  uint32_t max_nodes_;
-  uint32_t num_nodes_ = 0;
+  hash::SlabAllocator slab_;           // the arena: node pages and extents
+  std::vector<uint32_t> free_nodes_;   // carved, never used (last: next)
+  std::vector<uint8_t> extent_image_;  // kept for WriteExtent
+  uint32_t num_nodes_ = 0;             // in use
+  uint32_t node_limit_ = 1;            // every node index is below this
   uint32_t root_ = kNoNode;
   uint8_t height_ = 0;
   uint64_t root_version_ = 0;

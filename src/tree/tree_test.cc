@@ -72,7 +72,16 @@ class CopySource : public NodeSource {
     }
     return Status::Busy("node");
   }
+  Status ReadExtent(std::string_view key, uint64_t version, const ValueRef& ref,
+                    std::string* value) override {
+    std::vector<uint8_t> copy(ExtentReadBytes(key.size(), ref));
+    Copy(copy.data(), base_ + ref.offset, copy.size());
+    Status st = VerifyExtent(copy.data(), key, version, ref, value);
+    if (!st.ok()) ++stale_extents;
+    return st;
+  }
   uint64_t torn = 0;
+  uint64_t stale_extents = 0;
 
  private:
   void Copy(void* dst, const uint8_t* src, size_t n) {
@@ -284,7 +293,7 @@ class TreeTest : public ::testing::Test {
     }
     return out;
   }
-  Memory mem_{8 << 20};
+  Memory mem_{40 << 20};  // room for a value of kMaxValue
   std::unique_ptr<BLinkTree> tree_;
   std::map<std::string, std::string> model_;
 };
@@ -297,7 +306,10 @@ TEST_F(TreeTest, AgreesWithAModelThroughSplitsScansAndDeletes) {
       Status st = tree_->Delete(k);
       EXPECT_EQ(st.ok(), model_.erase(k) == 1);
     } else {
-      std::string v(rng() % (kMaxValue + 1), char('a' + i % 26));
+      // Inline values, and a quarter out of line.
+      const size_t len = rng() % 4 == 0 ? kMaxInlineValue + 1 + rng() % 4000
+                                        : rng() % (kMaxInlineValue + 1);
+      std::string v(len, char('a' + i % 26));
       ASSERT_TRUE(tree_->Put(k, v).ok());
       model_[k] = v;
     }
@@ -425,8 +437,123 @@ TEST_F(TreeTest, ConditionalWritesAndBadInput) {
   EXPECT_EQ(version, *v2);
 }
 
+// Values over kMaxInlineValue live in extents: read the same by the owner
+// and through verified copies, freed and reused when rewritten or deleted,
+// refused (and the leaf read again) when a reader's leaf copy is older
+// than the extent; pages of large values end by bytes.
+TEST_F(TreeTest, LargeValuesLiveOutOfLineAndTheirExtentsAreReused) {
+  CopySource copies(mem_.base);
+  NodeCache cache;
+  auto both_read = [&](const std::string& k, const std::string& want) {
+    std::string got;
+    uint64_t version = 0, version2 = 0;
+    ASSERT_TRUE(tree_->Get(k, &got, &version).ok()) << k;
+    EXPECT_EQ(got, want) << k;
+    SearchStats stats;
+    got.clear();
+    ASSERT_TRUE(Lookup(&copies, &cache, k, &got, &version2, &stats).ok());
+    EXPECT_EQ(got, want) << k;
+    EXPECT_EQ(version, version2);
+  };
+  const std::vector<size_t> sizes = {kMaxInlineValue, kMaxInlineValue + 1, 1000,
+                                     70000, kMaxValue};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string k = Key(i);
+    model_[k] = std::string(sizes[i], char('A' + i));
+    ASSERT_TRUE(tree_->Put(k, model_[k]).ok());
+  }
+  for (const auto& [k, v] : model_) both_read(k, v);
+  EXPECT_GT(tree_->extent_bytes(), kMaxValue);
+
+  // A reader's leaf copy taken before a rewrite names a freed extent.
+  const std::string k1 = Key(2);
+  NodeView old_leaf;
+  std::vector<uint8_t> image(kNodeBytes);
+  SearchStats stats;
+  Target t;
+  t.key = k1;
+  ASSERT_TRUE(
+      FindLeaf(&copies, nullptr, t, image.data(), &old_leaf, &stats).ok());
+  const size_t at = old_leaf.LowerBound(k1);
+  ASSERT_TRUE(old_leaf.out_of_line(at));
+  const ValueRef old_ref = old_leaf.value_ref(at);
+  model_[k1] = std::string(1000, 'z');  // same size class: reuses it
+  ASSERT_TRUE(tree_->Put(k1, model_[k1]).ok());
+  std::string got;
+  EXPECT_EQ(
+      copies.ReadExtent(k1, old_leaf.entry_version(at), old_ref, &got).code(),
+      StatusCode::kCorruption);
+  both_read(k1, model_[k1]);
+
+  // Rewrites of a large value reuse one extent; small again frees it.
+  const uint64_t before = tree_->extent_bytes();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(tree_->Put(k1, std::string(1000, char('a' + i % 26))).ok());
+  }
+  EXPECT_EQ(tree_->extent_bytes(), before);
+  model_[k1] = "small now";
+  ASSERT_TRUE(tree_->Put(k1, model_[k1]).ok());
+  EXPECT_LT(tree_->extent_bytes(), before);
+  both_read(k1, model_[k1]);
+
+  // Pages end by bytes: 40 values of 100 KB, pages of about 1 MiB.
+  for (int i = 0; i < 40; ++i) {
+    const std::string k = "p" + Key(uint64_t(i));
+    model_[k] = std::string(100000, char('a' + i % 26));
+    ASSERT_TRUE(tree_->Put(k, model_[k]).ok());
+  }
+  for (bool desc : {false, true}) {
+    ScanPage page;
+    ASSERT_TRUE(tree_->Scan("p", "q", 100, desc, &page).ok());
+    EXPECT_TRUE(page.more);
+    EXPECT_EQ(page.items.size(), kScanPageBytes / 100000 + 1);
+    const auto all = PageThrough(&copies, &cache, "p", "q", 100, desc);
+    EXPECT_EQ(all, ModelRange("p", "q", desc));
+  }
+
+  // Deleting every pair frees every extent.
+  for (const auto& [k, v] : model_) ASSERT_TRUE(tree_->Delete(k).ok());
+  model_.clear();
+  EXPECT_EQ(tree_->extent_bytes(), 0u);
+  EXPECT_EQ(tree_->size(), 0u);
+}
+
+// Values out of line until the region is full: OutOfMemory, and the pair
+// that did not fit keeps its old value.
+TEST(TreeFull, AFullRegionOfLargeValuesSaysSoAndChangesNothing) {
+  Memory mem(kNodesOffset + 32 * kNodePageBytes);
+  auto t = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Put("first", "small").ok());
+  std::vector<std::string> keys;
+  Status last;
+  for (int i = 0; i < 10000; ++i) {
+    auto v = (*t)->Put(Key(uint64_t(i)), std::string(5000, 'v'));
+    if (!v.ok()) {
+      last = v.status();
+      break;
+    }
+    keys.push_back(Key(uint64_t(i)));
+  }
+  EXPECT_EQ(last.code(), StatusCode::kOutOfMemory);
+  EXPECT_GT(keys.size(), 100u);
+  EXPECT_EQ((*t)->Put("first", std::string(5000, 'w')).status().code(),
+            StatusCode::kOutOfMemory);
+  std::string got;
+  uint64_t version;
+  ASSERT_TRUE((*t)->Get("first", &got, &version).ok());
+  EXPECT_EQ(got, "small");
+  for (const auto& k : keys) {
+    ASSERT_TRUE((*t)->Get(k, &got, &version).ok()) << k;
+    EXPECT_EQ(got, std::string(5000, 'v'));
+  }
+  // Freed extents make room again.
+  ASSERT_TRUE((*t)->Delete(keys.back()).ok());
+  EXPECT_TRUE((*t)->Put("first", std::string(5000, 'w')).ok());
+}
+
 TEST(TreeFull, AFullRegionSaysSoAndKeepsEveryKey) {
-  Memory mem(kNodesOffset + 40 * kNodeBytes);
+  Memory mem(kNodesOffset + 3 * kNodePageBytes);
   auto t = BLinkTree::Create(mem.base, mem.bytes);
   ASSERT_TRUE(t.ok());
   std::vector<std::string> keys;
@@ -556,7 +683,8 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       const std::string k = Key(i);
       // Let the reader run on a machine with few cores.
       if (i % 8 == 0) std::this_thread::yield();
-      if (!tree.Put(k, testing::SelfDescribingValue(k, i, 20 + i % 200)).ok()) {
+      // Values from 20 to 619 bytes: inline, and out of line from 257.
+      if (!tree.Put(k, testing::SelfDescribingValue(k, i, 20 + i % 600)).ok()) {
         ADD_FAILURE() << "put " << k;
         break;
       }
@@ -568,10 +696,11 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       }
       if (i > 10) {
         // A stable key rewritten in place (same length: the node keeps its
-        // structure, so only the checksum can expose a torn copy).
+        // structure, so only the checksum can expose a torn copy; out of
+        // line, a new extent and the old one freed under readers).
         const uint64_t j = (rng() % (i / 2)) * 2;
         (void)tree.Put(Key(j),
-                       testing::SelfDescribingValue(Key(j), i, 20 + j % 200));
+                       testing::SelfDescribingValue(Key(j), i, 20 + j % 600));
       }
     }
     done = true;
@@ -650,12 +779,13 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
   EXPECT_GT(scans_during_writes, 10u);
   EXPECT_GT(copies.torn, 0u) << "the race should meet torn nodes";
   std::printf(
-      "scans=%llu gets=%llu gave up=%llu torn copies refused=%llu cache "
-      "hits=%llu\n",
+      "scans=%llu gets=%llu gave up=%llu torn copies refused=%llu stale "
+      "extents refused=%llu cache hits=%llu\n",
       static_cast<unsigned long long>(scans),
       static_cast<unsigned long long>(gets),
       static_cast<unsigned long long>(gave_up),
       static_cast<unsigned long long>(copies.torn),
+      static_cast<unsigned long long>(copies.stale_extents),
       static_cast<unsigned long long>(cache.hits));
 }
 

@@ -71,7 +71,9 @@ static_assert(sizeof(TreePutReply) == 8);
 
 enum TreeScanFlags : uint8_t { kScanDescending = 1 };
 
-// Keys in [start, end) (end_len 0: unbounded), at most `limit`.
+// Keys in [start, end) (end_len 0: unbounded), at most `limit`; a page
+// ends early once its keys and values hold tree::kScanPageBytes (1 MiB),
+// with at least one item.
 struct TreeScanRequest {
   uint32_t start_len;
   uint32_t end_len;
@@ -93,8 +95,8 @@ static_assert(sizeof(TreeScanReply) == 16);
 
 struct TreeScanItem {
   uint16_t key_len;
-  uint16_t value_len;
-  uint32_t reserved;
+  uint16_t reserved;
+  uint32_t value_len;  // up to max_value (32 bits since layout version 2)
   uint64_t version;
 };
 static_assert(sizeof(TreeScanItem) == 16);
