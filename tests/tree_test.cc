@@ -532,8 +532,9 @@ TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
 
 // Reader processes scan and get one-sided while this process inserts from
 // an empty tree (splitting leaves, internal nodes and the root), deletes
-// and re-inserts; the server pauses in the middle of every node write, so
-// readers do meet torn nodes.
+// (merging nodes, whose indices later splits reuse) and re-inserts; the
+// server pauses in the middle of every node write, so readers do meet torn
+// nodes.
 TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   auto server = StartServer(
       {"--threads", "2", "--tree-fault-pause-mid-write-us", "20"}, "64M");
@@ -572,6 +573,22 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
             .ok());
     ++stable;
     ASSERT_TRUE(c->Put("progress", std::to_string(stable)).ok());
+    // Blocks of keys after each stable one, deleted 25 stable keys later:
+    // the leaves they filled fall under a quarter full and merge, and
+    // later splits reuse the merged nodes' indices.
+    for (int b = 0; b < 4; ++b) {
+      char bk[32];
+      std::snprintf(bk, sizeof(bk), "s%06llu-b%d",
+                    static_cast<unsigned long long>(stable - 1), b);
+      ASSERT_TRUE(
+          c->Put(bk, testing::SelfDescribingValue(bk, seq, 10 + rng() % 600))
+              .ok());
+      if (stable > 25) {
+        std::snprintf(bk, sizeof(bk), "s%06llu-b%d",
+                      static_cast<unsigned long long>(stable - 26), b);
+        ASSERT_TRUE(c->Delete(bk).ok()) << bk;
+      }
+    }
     // Churned keys between the stable ones: deleted and re-inserted.
     char ck[24];
     std::snprintf(ck, sizeof(ck), "s%06llu-c",
@@ -606,14 +623,16 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   }
   const uint64_t height = testing::StatOf(c.session.get(), "tree_height");
   const uint64_t splits = testing::StatOf(c.session.get(), "tree_splits");
+  const uint64_t merges = testing::StatOf(c.session.get(), "tree_merges");
   std::printf(
       "%s: %d reader processes, %llu scans and %llu gets one-sided racing "
-      "%llu stable inserts (%llu splits, height %llu): %llu torn or phantom, "
-      "%llu missed, %llu out of order; %llu verification retries, %llu "
-      "fallbacks\n",
+      "%llu stable inserts (%llu splits, %llu merges, height %llu): %llu torn "
+      "or phantom, %llu missed, %llu out of order; %llu verification "
+      "retries, %llu fallbacks\n",
       std::string(TransportName(TestTransport())).c_str(), kReaders, total[0],
       total[1], static_cast<unsigned long long>(stable),
       static_cast<unsigned long long>(splits),
+      static_cast<unsigned long long>(merges),
       static_cast<unsigned long long>(height), total[2], total[3], total[4],
       total[5], total[6]);
   EXPECT_EQ(total[2], 0u) << "torn or phantom values returned";
@@ -622,6 +641,7 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   EXPECT_GT(total[0], 10u);
   EXPECT_GT(total[7], 0u) << "nothing was read one-sided";
   EXPECT_GE(height, 2u);
+  EXPECT_GT(merges, 0u) << "the race should cover merges";
 }
 
 // With --data-dir the tree is durable (snapshot and log): a server killed

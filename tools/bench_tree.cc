@@ -227,6 +227,54 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     }
     rows.push_back(std::move(row));
   }
+  {
+    // Deleting every pair, in a random order, 256 in flight: what merges
+    // cost, and what they give back.
+    auto session =
+        ConnectOrReport(server.address, o.transport, o.secret, ReadPath::kRpc);
+    if (session == nullptr) return 1;
+    auto tree = TreeStore::Open(session.get());
+    if (!tree.ok()) {
+      std::fprintf(stderr, "remem-bench: %s\n",
+                   tree.status().ToString().c_str());
+      return 1;
+    }
+    auto before = session->Stats();
+    std::vector<uint64_t> order(records);
+    for (uint64_t i = 0; i < records; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status first;
+    for (uint64_t i = 0; i < records; ++i) {
+      (*tree)->DeleteAsync(KeyOf(order[i], key_len), [&first](Status st) {
+        if (!st.ok() && first.ok()) first = st;
+      });
+      if ((i & 255) == 255 && !session->WaitAll().ok()) break;
+    }
+    (void)session->WaitAll();
+    if (!first.ok()) {
+      std::fprintf(stderr, "remem-bench: delete: %s\n",
+                   first.ToString().c_str());
+      return 1;
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    auto after = session->Stats();
+    if (before.ok() && after.ok()) {
+      char note[320];
+      std::snprintf(
+          note, sizeof(note),
+          "delete: %llu pairs in random order in %.2f s (%.0f deletes/s, "
+          "256 in flight); tree nodes %llu -> %llu, %llu merges",
+          static_cast<unsigned long long>(records), s, double(records) / s,
+          static_cast<unsigned long long>(before->Get("tree_nodes")),
+          static_cast<unsigned long long>(after->Get("tree_nodes")),
+          static_cast<unsigned long long>(after->Get("tree_merges") -
+                                          before->Get("tree_merges")));
+      notes.push_back(note);
+    }
+  }
   if (o.json) {
     PrintJson(rows, "\"workload\":\"tree\",\"records\":" +
                         std::to_string(records) + ",");

@@ -41,11 +41,20 @@
 // that stopped naming them is: a reader holding an older leaf copy finds
 // the incarnation changed and reads the leaf again.
 //
-// Nodes are never freed in this slice (deletes are lazy: no merges), so a
-// node index a reader holds (a cached node, a right pointer, an old root)
-// always names a node of the same level whose low fence never changes; a
-// stale copy is detected by its fences (the key lies beyond the high fence
-// of the fresh copy of the child it leads to), never trusted.
+// Merges: a delete that leaves a node under a quarter full merges it with
+// a sibling of the same parent when both fit in three quarters of a node:
+// the left one takes over the right one's entries and range (published
+// first, so both claim the range with the same keys for a moment), the
+// right one is published dead (kDead), then the parent drops its entry (and
+// may merge in turn). Node pages stay node pages (type-stable), and a dead
+// node's index is reused by a later split. A reader holding a stale index
+// (a cached parent, a right pointer, an old copy) is protected as it is
+// from any stale copy: it trusts a leaf only for keys within the fences of
+// a fresh verified copy, searches again when the node is dead, of another
+// level than expected, or starts above the key, and moves right when the
+// key lies at or beyond the high fence. Every live leaf holds, at every
+// moment, exactly the keys of its range; so the fences play the role of
+// an incarnation.
 //
 // Thread contract: plain data.
 
@@ -91,7 +100,11 @@ struct TreeRoot {
 };
 static_assert(sizeof(TreeRoot) == 64);
 
-enum NodeFlags : uint8_t { kHasHigh = 1 };
+// kDead: a node merged into its left sibling (which took over its range)
+// and dropped from its parent; it holds no keys, and a reader that reaches
+// it (through an older copy of its parent or sibling) searches again. Its
+// index is then reused by a later split.
+enum NodeFlags : uint8_t { kHasHigh = 1, kDead = 2 };
 
 struct NodeHeader {
   uint64_t checksum;  // xxh3-64 of the node's bytes [8, kNodeBytes)

@@ -20,7 +20,9 @@ Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
   }
   if (h_.level >= kMaxLevels || h_.count > kMaxEntries || h_.used > kNodeArea ||
       h_.low_len > kMaxKey || h_.high_len > kMaxKey ||
-      (!has_high() && h_.high_len != 0)) {
+      (!has_high() && h_.high_len != 0) ||
+      (h_.flags & ~uint8_t{kHasHigh | kDead}) != 0 ||
+      (dead() && h_.count != 0)) {
     return Status::Corruption("node header out of range");
   }
   const char* area = reinterpret_cast<const char*>(image) + sizeof(NodeHeader);
@@ -115,6 +117,7 @@ NodeContent Decode(const NodeView& v) {
   c.level = v.level();
   c.low = std::string(v.low());
   c.has_high = v.has_high();
+  c.dead = v.dead();
   c.high = std::string(v.high());
   c.entries.resize(v.count());
   for (size_t i = 0; i < v.count(); ++i) {
@@ -151,7 +154,7 @@ void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
   h.self = c.self;
   h.right = c.right;
   h.level = c.level;
-  h.flags = c.has_high ? kHasHigh : 0;
+  h.flags = uint8_t((c.has_high ? kHasHigh : 0) | (c.dead ? kDead : 0));
   h.count = uint16_t(c.entries.size());
   h.low_len = uint16_t(c.low.size());
   h.high_len = uint16_t(c.has_high ? c.high.size() : 0);

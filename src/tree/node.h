@@ -45,6 +45,8 @@ class NodeView {
   size_t count() const { return h_.count; }
   std::string_view low() const { return low_; }
   bool has_high() const { return (h_.flags & kHasHigh) != 0; }
+  // Merged away (layout.h, kDead): holds no keys; search again.
+  bool dead() const { return (h_.flags & kDead) != 0; }
   std::string_view high() const { return high_; }
 
   std::string_view key(size_t i) const { return keys_[i]; }
@@ -98,6 +100,7 @@ struct NodeContent {
   std::string low;
   bool has_high = false;
   std::string high;
+  bool dead = false;
   std::vector<NodeEntry> entries;  // in key order
 
   // Bytes after the header this content needs.

@@ -83,10 +83,10 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
       NodeView v;
       REMEM_RETURN_IF_ERROR(src->Fetch(index, scratch, &v));
       if (expected_level < 0) expected_level = v.level();
-      // Leaves are not cached, nor a node of another level than its
-      // parent's less one (which also bounds the walk to the root's
-      // height, whatever a copy says): searches read such a node.
-      if (v.leaf() || v.level() != expected_level) continue;
+      // Leaves are not cached, nor a dead node, nor a node of another
+      // level than its parent's less one (which also bounds the walk to the
+      // root's height, whatever a copy says): searches read such a node.
+      if (v.leaf() || v.dead() || v.level() != expected_level) continue;
       cache->Put(index, v);
       if (v.level() == 1) continue;  // its children are leaves
       for (size_t i = 0; i < v.count(); ++i) next.push_back(v.child(i));
@@ -110,7 +110,7 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
     }
     uint32_t parent = kNoNode;
     int expected_level = -1;
-    bool again = false;
+    bool again = false, keep_cache = false;
     for (int step = 0; step < kMaxSteps && !again; ++step) {
       // A cached copy (parsed), else a fresh one parsed into *leaf.
       const NodeView* vp = cache != nullptr ? cache->Get(cur) : nullptr;
@@ -124,6 +124,19 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         vp = leaf;
       }
       const NodeView& v = *vp;
+      if (v.dead()) {
+        // Merged away: whatever named it (a parent's copy, a left
+        // sibling's right pointer, the root) is stale. Only that copy is
+        // dropped: the rest of the cache still routes.
+        if (cache != nullptr) {
+          cache->Evict(cur);
+          if (parent != kNoNode) cache->Evict(parent);
+          if (cache->root() == cur) cache->set_root(kNoNode);
+        }
+        keep_cache = true;
+        again = true;
+        break;
+      }
       if (expected_level >= 0 && v.level() != expected_level) {
         again = true;  // not the node a parent named: start again
         break;
@@ -170,8 +183,9 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
       expected_level = v.level() - 1;
       cur = v.child(i);
     }
-    // Start again from a fresh root, without the cache's copies.
-    if (cache != nullptr) cache->Clear();
+    // Start again from a fresh root, without the cache's copies (but for a
+    // dead node, whose stale namers were evicted).
+    if (cache != nullptr && !keep_cache) cache->Clear();
   }
   return Status::Busy("tree search did not settle");
 }
@@ -274,8 +288,8 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
                                   : src->Fetch(next, scratch, &leaf);
       if (st.code() == StatusCode::kBusy) return st;
       ++stats->nodes_read;
-      // Not the leaf that follows: find it from the root.
-      find = !st.ok() || leaf.leaf() == false || leaf.low() != cursor;
+      // Not the leaf that follows (or merged away): find it from the root.
+      find = !st.ok() || !leaf.leaf() || leaf.dead() || leaf.low() != cursor;
     }
   }
   std::string cursor(end);

@@ -9,8 +9,10 @@
 // internal nodes may be stale: a cached node whose fences do not hold the
 // key is evicted and read again; a cached parent that led to a child the
 // key lies beyond is evicted (the move right still finds the key). Leaves
-// are always read fresh. Nodes are never freed (layout.h), so an index
-// always names a node of the same level and low fence.
+// are always read fresh. A node merged away is dead (layout.h): a search
+// that reaches one evicts the copy that named it and starts again from the
+// root; a node index reused since a copy named it is detected by its level
+// and fences, as any stale copy is.
 //
 // A value stored out of line is read from its extent after the leaf; if
 // the extent no longer holds it, the leaf is read again (from the root).

@@ -78,7 +78,7 @@ class TreeService final : public server::Service {
   std::string info_;                             // encoded once
   ScanPage scan_page_;  // the owner's, reused by every scan
   // Published by the owner after each write, read by Stats.
-  server::Counter pairs_, nodes_, height_, splits_, extent_bytes_;
+  server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_;
 };
 
 }  // namespace remem::tree

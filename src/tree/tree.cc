@@ -307,7 +307,89 @@ Status BLinkTree::Delete(std::string_view key) {
   if (!replaced.empty()) FreeExtent(replaced);
   ++version_;
   --size_;
+  Rebalance(leaf, std::move(c), std::move(path));
   return Status::OK();
+}
+
+namespace {
+
+// Merge thresholds (bytes after the header): a node under a quarter full
+// is merged with a sibling if both fit in three quarters, so a merged node
+// must grow by a quarter of a node before it splits again.
+constexpr size_t kUnderfull = kNodeArea / 4;
+constexpr size_t kMergedAtMost = kNodeArea * 3 / 4;
+
+// Bytes of `left` after taking over `right`'s entries and high fence.
+size_t MergedBytes(const NodeContent& left, const NodeContent& right) {
+  return left.Bytes() - left.high.size() + right.Bytes() - right.low.size();
+}
+
+}  // namespace
+
+void BLinkTree::Rebalance(uint32_t index, NodeContent c,
+                          std::vector<uint32_t> path) {
+  while (!path.empty() && c.Bytes() < kUnderfull) {
+    const uint32_t parent = path.back();
+    path.pop_back();
+    NodeView pv;
+    View(parent, &pv);
+    // The owner's parent is exact: its entry for this node has the node's
+    // low fence as key, and neighbouring entries name its siblings.
+    const size_t j = pv.LowerBound(c.low);
+    if (j >= pv.count() || pv.key(j) != c.low || pv.child(j) != index) return;
+    NodeContent pc;
+    if (j > 0) {
+      const uint32_t left = pv.child(j - 1);
+      NodeView lv;
+      View(left, &lv);
+      NodeContent l = Decode(lv);
+      if (l.right != index || MergedBytes(l, c) > kMergedAtMost) return;
+      Merge(left, std::move(l), index, c, parent, j, &pc);
+    } else if (j + 1 < pv.count()) {
+      const uint32_t right = pv.child(j + 1);
+      NodeView rv;
+      View(right, &rv);
+      NodeContent r = Decode(rv);
+      if (c.right != right || MergedBytes(c, r) > kMergedAtMost) return;
+      Merge(index, std::move(c), right, r, parent, j + 1, &pc);
+    } else {
+      return;  // an only child: its parent may merge instead, later
+    }
+    index = parent;
+    c = std::move(pc);
+  }
+}
+
+void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,
+                      const NodeContent& r, uint32_t parent, size_t j,
+                      NodeContent* pc) {
+  // 1. The left node takes over: for a moment both claim the right one's
+  // range, with the same keys (nothing is written in between).
+  l.entries.insert(l.entries.end(), r.entries.begin(), r.entries.end());
+  l.has_high = r.has_high;
+  l.high = r.high;
+  l.right = r.right;
+  Publish(left, l);
+  // 2. The right one holds nothing any more: a reader reaching it searches
+  // again.
+  NodeContent dead;
+  dead.self = right;
+  dead.level = r.level;
+  dead.low = r.low;
+  dead.has_high = r.has_high;
+  dead.high = r.high;
+  dead.right = r.right;
+  dead.dead = true;
+  Publish(right, dead);
+  // 3. The parent drops it (it keeps the left one's entry: at least one).
+  NodeView pv;
+  View(parent, &pv);
+  *pc = Decode(pv);
+  pc->entries.erase(pc->entries.begin() + long(j));
+  Publish(parent, *pc);
+  free_nodes_.push_back(right);
+  --num_nodes_;
+  ++merges_;
 }
 
 Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,

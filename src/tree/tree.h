@@ -9,9 +9,15 @@
 // writes the new right node first, then the left node with its new high
 // fence and right pointer, then the parent (and a new root last, then the
 // TreeRoot): at every moment each key is reachable from every node a reader
-// may hold, by moving right. Deletes are lazy (an emptied leaf stays; no
-// merges), and nodes are never freed, so no reader can reach reused node
-// memory; a full region answers OutOfMemory and keeps every key.
+// may hold, by moving right. A delete that leaves a node under a quarter
+// full merges it with a sibling under the same parent if both fit in three
+// quarters of a node (layout.h, "Merges"): the left node takes over the
+// right one's entries and range, the right one is published dead, the
+// parent drops its entry and is looked at in turn. The root never goes
+// (the height never shrinks). A dead node's index goes back to the free
+// list and is reused by a later split; readers holding it are protected by
+// fences, levels and the dead flag. A full region answers OutOfMemory and
+// keeps every key.
 //
 // Values over kMaxInlineValue bytes live in extents of the same region
 // (hash::SlabAllocator): written whole before the leaf naming them is
@@ -77,7 +83,8 @@ class BLinkTree {
               bool descending, ScanPage* page);
 
   uint64_t size() const { return size_; }
-  uint32_t num_nodes() const { return num_nodes_; }
+  uint32_t num_nodes() const { return num_nodes_; }  // live nodes
+  uint64_t merges() const { return merges_; }
   // Bytes of the region's arena held by extents (out-of-line values).
   uint64_t extent_bytes() const { return slab_.bytes_in_use(); }
   // Bytes of the arena not yet carved into pages.
@@ -126,6 +133,16 @@ class BLinkTree {
   // has no room.
   Status ReserveNodes(size_t n);
   uint32_t TakeNode();
+  // After a delete from node `index` (content `c`, published): while a node
+  // on `path` (its ancestors) is under a quarter full, merges it with a
+  // sibling under the same parent if both fit in three quarters of a node.
+  void Rebalance(uint32_t index, NodeContent c, std::vector<uint32_t> path);
+  // Merges node `right` into node `left` (its left sibling, both children
+  // of `parent` at entries j - 1 and j): left takes over right's entries
+  // and range, right is published dead, the parent drops entry j. The
+  // parent's new content into *pc.
+  void Merge(uint32_t left, NodeContent l, uint32_t right, const NodeContent& r,
+             uint32_t parent, size_t j, NodeContent* pc);
   // Writes `value` of `key` at `version` into a new extent; its ValueRef's
   // bytes into *ref.
   Status WriteExtent(std::string_view key, std::string_view value,
@@ -143,6 +160,7 @@ class BLinkTree {
   uint64_t version_ = 0;
   uint64_t size_ = 0;
   uint64_t splits_ = 0;
+  uint64_t merges_ = 0;
   OwnSource source_;
   std::function<void()> mid_write_;
 };

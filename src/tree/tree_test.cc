@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -437,6 +438,96 @@ TEST_F(TreeTest, ConditionalWritesAndBadInput) {
   EXPECT_EQ(version, *v2);
 }
 
+// Deletes merge underfull nodes (leaves and internal ones): the tree
+// shrinks, a cache warmed before still finds every key (stale parents
+// name dead or reused nodes), and splits reuse the freed indices before
+// they carve new pages.
+TEST_F(TreeTest, DeletesMergeNodesAndSplitsReuseThem) {
+  std::mt19937_64 rng(5);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string k = Key(uint64_t(i));
+    ASSERT_TRUE(tree_->Put(k, "v" + k).ok());
+    model_[k] = "v" + k;
+    keys.push_back(k);
+  }
+  ASSERT_GE(tree_->height(), 3);
+  const uint32_t peak = tree_->num_nodes();
+  CopySource copies(mem_.base);
+  std::vector<uint8_t> scratch(kNodeBytes);
+  NodeCache cache;
+  ASSERT_TRUE(WarmCache(&copies, &cache, scratch.data()).ok());
+  // Delete 95%, in random order.
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (size_t i = 0; i < keys.size() * 95 / 100; ++i) {
+    ASSERT_TRUE(tree_->Delete(keys[i]).ok());
+    model_.erase(keys[i]);
+  }
+  EXPECT_GT(tree_->merges(), 100u);
+  EXPECT_LT(tree_->num_nodes(), peak / 4) << "peak " << peak;
+  // Through the stale cache and from the owner: every key, and no other.
+  for (uint64_t i = 0; i < 20000; ++i) {
+    const std::string k = Key(i);
+    std::string got;
+    uint64_t version = 0;
+    SearchStats stats;
+    Status st = Lookup(&copies, &cache, k, &got, &version, &stats);
+    if (model_.count(k)) {
+      ASSERT_TRUE(st.ok()) << k << ": " << st.ToString();
+      EXPECT_EQ(got, model_[k]);
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kNotFound) << k;
+    }
+    EXPECT_EQ(tree_->Get(k, &got, &version).code(), st.code()) << k;
+  }
+  for (bool desc : {false, true}) {
+    EXPECT_EQ(PageThrough(&copies, &cache, "", "", 53, desc),
+              ModelRange("", "", desc));
+  }
+  // Refilling reuses the freed nodes: no new pages until they run out.
+  const uint64_t left = tree_->bytes_left();
+  const uint32_t live = tree_->num_nodes();
+  for (int i = 0; i < 20000 && tree_->num_nodes() < peak - 64; ++i) {
+    const std::string k = Key(uint64_t(i)) + "r";
+    ASSERT_TRUE(tree_->Put(k, "r").ok());
+    model_[k] = "r";
+  }
+  EXPECT_GT(tree_->num_nodes(), live + 100);
+  EXPECT_EQ(tree_->bytes_left(), left);
+  for (bool desc : {false, true}) {
+    EXPECT_EQ(PageThrough(&copies, &cache, "", "", 101, desc),
+              ModelRange("", "", desc));
+  }
+  EXPECT_EQ(copies.torn, 0u);
+}
+
+// A queue (insert at one end, delete at the other) in a region of a few
+// pages runs indefinitely: merged nodes are reused (without merges it
+// would need thousands of nodes).
+TEST(TreeFull, AQueueInASmallRegionNeverFillsIt) {
+  Memory mem(kNodesOffset + 4 * kNodePageBytes);  // 255 nodes
+  auto t = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(t.ok());
+  constexpr uint64_t kWindow = 500, kTotal = 100000;
+  uint32_t most = 0;
+  for (uint64_t i = 0; i < kTotal; ++i) {
+    auto v = (*t)->Put(Key(i), std::string(32, 'q'));
+    ASSERT_TRUE(v.ok()) << i << ": " << v.status().ToString();
+    if (i >= kWindow) {
+      ASSERT_TRUE((*t)->Delete(Key(i - kWindow)).ok());
+    }
+    most = std::max(most, (*t)->num_nodes());
+  }
+  EXPECT_EQ((*t)->size(), kWindow);
+  EXPECT_GT((*t)->merges(), 1000u);
+  EXPECT_LT(most, 200u);
+  ScanPage page;
+  ASSERT_TRUE((*t)->Scan("", "", 1000, false, &page).ok());
+  ASSERT_EQ(page.items.size(), kWindow);
+  EXPECT_EQ(page.items.front().key, Key(kTotal - kWindow));
+  EXPECT_EQ(page.items.back().key, Key(kTotal - 1));
+}
+
 // Values over kMaxInlineValue live in extents: read the same by the owner
 // and through verified copies, freed and reused when rewritten or deleted,
 // refused (and the leaf read again) when a reader's leaf copy is older
@@ -787,6 +878,122 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       static_cast<unsigned long long>(copies.torn),
       static_cast<unsigned long long>(copies.stale_extents),
       static_cast<unsigned long long>(cache.hits));
+}
+
+// A writer fills ranges and deletes them again but for one key in 16,
+// so leaves and internal nodes merge and splits reuse their indices, while
+// a reader with a cache of upper levels (stale as nodes die and come back
+// elsewhere) gets and scans. Kept keys, once inserted, must be in every
+// scan that starts after them, and found by every get; nothing torn.
+TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
+  Memory mem(16 << 20);
+  auto created = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(created.ok());
+  BLinkTree& tree = **created;
+  uint64_t node_writes = 0;
+  tree.SetMidWriteHook([&node_writes] {
+    if (++node_writes % 4 == 0) std::this_thread::yield();
+  });
+  constexpr uint64_t kRounds = 12, kPerRound = 1600;
+  std::atomic<uint64_t> kept_upto{0};  // kept keys below this are present
+  std::atomic<bool> done{false}, reading{false}, failed{false};
+  std::thread writer([&] {
+    while (!reading.load()) std::this_thread::yield();
+    for (uint64_t r = 0; r < kRounds && !failed.load(); ++r) {
+      // Interleaved rounds: round r's keys are Key(i * kRounds + r).
+      for (uint64_t i = 0; i < kPerRound; ++i) {
+        const std::string k = Key(i * kRounds + r);
+        if (i % 8 == 0) std::this_thread::yield();
+        if (!tree.Put(k, testing::SelfDescribingValue(k, r, 20 + i % 400))
+                 .ok()) {
+          ADD_FAILURE() << "put " << k;
+          failed = true;
+          return;
+        }
+      }
+      kept_upto.store(r + 1, std::memory_order_release);
+      for (uint64_t i = 0; i < kPerRound; ++i) {
+        if (i % 16 == 0) continue;  // kept
+        if (i % 8 == 0) std::this_thread::yield();
+        (void)tree.Delete(Key(i * kRounds + r));
+      }
+    }
+    done = true;
+  });
+  CopySource copies(mem.base);
+  NodeCache cache;
+  uint64_t scans = 0, gets = 0, bad = 0, missed = 0, disorder = 0;
+  uint64_t gave_up = 0;
+  reading = true;
+  while (!done.load() || scans < 10) {
+    const uint64_t rounds = kept_upto.load(std::memory_order_acquire);
+    for (int g = 0; g < 50 && rounds > 0; ++g) {
+      const uint64_t i = (gets * 7919 % kPerRound) / 16 * 16;
+      const std::string k = Key(i * kRounds + gets % rounds);
+      std::string v;
+      uint64_t version;
+      SearchStats stats;
+      Status st = Lookup(&copies, &cache, k, &v, &version, &stats);
+      ++gets;
+      if (st.code() == StatusCode::kBusy) {
+        ++gave_up;
+        continue;
+      }
+      if (!st.ok() || !testing::WellFormedValue(k, v)) ++bad;
+    }
+    std::vector<std::string> seen;
+    std::string s;
+    bool busy = false;
+    for (;;) {
+      ScanPage page;
+      SearchStats stats;
+      Status st = ScanRange(&copies, &cache, s, "", 97, false, &page, &stats);
+      if (st.code() == StatusCode::kBusy) {
+        ++gave_up;
+        busy = true;
+        break;
+      }
+      if (!st.ok()) {
+        ADD_FAILURE() << st.ToString();
+        failed = true;
+        break;
+      }
+      for (auto& it : page.items) {
+        if (!testing::WellFormedValue(it.key, it.value)) ++bad;
+        seen.push_back(it.key);
+      }
+      if (!page.more) break;
+      s = page.resume;
+    }
+    if (failed) break;
+    if (busy) continue;
+    for (size_t i = 1; i < seen.size(); ++i) {
+      if (!(seen[i - 1] < seen[i])) ++disorder;
+    }
+    for (uint64_t r = 0; r < rounds; ++r) {
+      for (uint64_t i = 0; i < kPerRound; i += 16) {
+        if (!std::binary_search(seen.begin(), seen.end(),
+                                Key(i * kRounds + r))) {
+          ++missed;
+        }
+      }
+    }
+    ++scans;
+  }
+  writer.join();
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(missed, 0u);
+  EXPECT_EQ(disorder, 0u);
+  EXPECT_GT(tree.merges(), 100u);
+  EXPECT_GT(scans, 10u);
+  std::printf(
+      "scans=%llu gets=%llu gave up=%llu merges=%llu torn copies "
+      "refused=%llu\n",
+      static_cast<unsigned long long>(scans),
+      static_cast<unsigned long long>(gets),
+      static_cast<unsigned long long>(gave_up),
+      static_cast<unsigned long long>(tree.merges()),
+      static_cast<unsigned long long>(copies.torn));
 }
 
 }  // namespace
