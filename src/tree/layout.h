@@ -66,9 +66,21 @@
 #include <cstddef>
 #include <cstdint>
 
+// The node size: 1 KiB, Cell's choice, which the measurements in
+// docs/BENCHMARKS.md ("Node size") confirm here. A build can set another
+// power of two from 512 to 8192 (cmake -DREMEM_TREE_NODE_BYTES=...) to
+// measure it; clients and servers must then agree (TreeInfoReply carries
+// it, and a client refuses another).
+#ifndef REMEM_TREE_NODE_BYTES
+#define REMEM_TREE_NODE_BYTES 1024
+#endif
+
 namespace remem::tree {
 
-inline constexpr size_t kNodeBytes = 1024;
+inline constexpr size_t kNodeBytes = REMEM_TREE_NODE_BYTES;
+static_assert(kNodeBytes >= 512 && kNodeBytes <= 8192 &&
+                  (kNodeBytes & (kNodeBytes - 1)) == 0,
+              "tree nodes are a power of two from 512 to 8192 bytes");
 inline constexpr uint64_t kNodesOffset = 4096;
 inline constexpr uint32_t kNoNode = 0;
 inline constexpr uint32_t kNodeMagic = 0x45444F4E;      // "NODE"
@@ -79,10 +91,17 @@ inline constexpr uint8_t kMaxLevels = 32;
 
 // Limits: a key and an inline value are bounded so that any split of a
 // full node leaves both halves within a node (see kMaxLeafEntryBytes).
-// Values of more than kMaxInlineValue bytes are stored out of line, in an
-// extent, up to kMaxValue (the hash store's limit).
+// Values of more than kMaxInlineValue bytes (256, or less in nodes under
+// 1 KiB) are stored out of line, in an extent, up to kMaxValue (the hash
+// store's limit).
 inline constexpr uint32_t kMaxKey = 64;
-inline constexpr uint32_t kMaxInlineValue = 256;
+// The largest inline value the split rule allows: a leaf entry is a
+// 16-byte head, the key and the value, and two of the largest must fit in
+// a node's area less two fences (48: the NodeHeader).
+inline constexpr uint32_t kMaxInlineValue =
+    uint32_t((kNodeBytes - 48 - 2 * kMaxKey) / 2 - 16 - kMaxKey < 256
+                 ? (kNodeBytes - 48 - 2 * kMaxKey) / 2 - 16 - kMaxKey
+                 : 256);
 inline constexpr uint32_t kMaxValue = 16u << 20;
 // Nodes are carved from the arena a page at a time.
 inline constexpr uint64_t kNodePageBytes = 64 << 10;

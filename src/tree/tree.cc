@@ -276,7 +276,8 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
       if (c.entries[i].out_of_line) FreeExtent(c.entries[i].value);
       return st;
     }
-    REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path)));
+    REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path),
+                                          exists ? SIZE_MAX : i));
   }
   // No leaf names the old extent any more: a reader holding an older copy
   // finds its incarnation changed.
@@ -393,20 +394,33 @@ void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,
 }
 
 Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
-                                  std::vector<uint32_t> path) {
+                                  std::vector<uint32_t> path, size_t inserted) {
   for (;;) {
-    // The split point that makes the larger half smallest.
     const size_t n = c.entries.size();
     if (n < 2) return Status::Internal("a node too big with one entry");
-    size_t total = 0;
-    for (size_t i = 0; i < n; ++i) total += c.EntryBytes(i);
-    size_t best = 1, best_max = SIZE_MAX, left = 0;
-    for (size_t s = 1; s < n; ++s) {
-      left += c.EntryBytes(s - 1);
-      const size_t m = std::max(left, total - left);
-      if (m < best_max) {
-        best_max = m;
-        best = s;
+    size_t best = 1;
+    // What the left node would hold keeping all but the last entry: its
+    // entries, its low fence and a new high fence (the last entry's key).
+    size_t keep = c.low.size() + c.entries.back().key.size();
+    for (size_t i = 0; i + 1 < n; ++i) keep += c.EntryBytes(i);
+    if (inserted == n - 1 && keep <= kNodeArea) {
+      // Appended after the node's last key (keys inserted in ascending
+      // runs): the left node keeps what it held, full, and the new entry
+      // starts the right one. An even split would leave each left half
+      // half empty for good, as the run goes on to the right.
+      best = n - 1;
+    } else {
+      // The split point that makes the larger half smallest.
+      size_t total = 0;
+      for (size_t i = 0; i < n; ++i) total += c.EntryBytes(i);
+      size_t best_max = SIZE_MAX, left = 0;
+      for (size_t s = 1; s < n; ++s) {
+        left += c.EntryBytes(s - 1);
+        const size_t m = std::max(left, total - left);
+        if (m < best_max) {
+          best_max = m;
+          best = s;
+        }
       }
     }
     NodeContent right;
@@ -464,6 +478,7 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     }
     index = parent;
     c = std::move(pc);
+    inserted = at;
   }
 }
 

@@ -126,9 +126,11 @@ class BLinkTree {
   Result<uint64_t> Write(std::string_view key, std::string_view value,
                          PutMode mode, uint64_t expected, uint64_t restore);
   // Splits `c` (node `index`, too big) and inserts upward along `path`.
+  // `inserted`: the entry just added (SIZE_MAX: none, a value grew); an
+  // entry appended after a node's last key splits off alone.
   // The free node list holds at least height_ + 1 nodes (ReserveNodes).
   Status SplitAndPublish(uint32_t index, NodeContent c,
-                         std::vector<uint32_t> path);
+                         std::vector<uint32_t> path, size_t inserted);
   // Carves node pages until `n` nodes are free; OutOfMemory if the arena
   // has no room.
   Status ReserveNodes(size_t n);
