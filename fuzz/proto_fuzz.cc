@@ -426,6 +426,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
+    if (auto keys = tree::DecodeTreeMultiGet(in); keys.ok()) {
+      if (tree::EncodeTreeMultiGet(*keys) != in) std::abort();
+    }
+    if (in.size() >= sizeof(tree::TreeMultiReply)) {
+      uint32_t count;
+      std::memcpy(&count, in.data(), sizeof(count));
+      (void)tree::DecodeTreeMultiGetReply(in, count);
+    }
     (void)tree::DecodeTreeInfo(in);
     (void)tree::DecodeTreeGetReply(in);
     (void)tree::DecodeTreePutReply(in);

@@ -458,6 +458,53 @@ TEST_F(TreeTest, LargeValuesOnBothPaths) {
   EXPECT_TRUE(rpc->Put("again", std::string(rpc->max_value(), 'x')).ok());
 }
 
+// MultiGet on the RPC path: one request per 4096 keys, each result with
+// its own status, as single gets say; a reply full of large values leaves
+// the rest to be asked again.
+TEST_F(TreeTest, MultiGetAsksTheServerInBatches) {
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  ASSERT_TRUE(rpc && onesided);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5000; ++i) {
+    keys.push_back(Key(uint64_t(i)));
+    if (i % 3 != 0) {
+      ASSERT_TRUE(rpc->Put(keys.back(), "v" + keys.back()).ok());
+    }
+  }
+  keys.push_back("");                                    // invalid
+  keys.push_back(std::string(rpc->max_key() + 1, 'k'));  // invalid
+  // Two values of 16 MiB: the second does not fit the first's reply.
+  for (const char* k : {"huge1", "huge2"}) {
+    ASSERT_TRUE(rpc->Put(k, std::string(rpc->max_value(), k[4])).ok());
+    keys.push_back(k);
+  }
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  const uint64_t rpcs_before =
+      testing::StatOf(rpc.session.get(), "rpcs_served");
+  auto batched = rpc->MultiGet(views);
+  const uint64_t rpcs =
+      testing::StatOf(rpc.session.get(), "rpcs_served") - rpcs_before;
+  // Two batches (4096 + 908 keys), huge2 asked again, and the stats call.
+  EXPECT_LE(rpcs, 5u);
+  auto singly = onesided->MultiGet(views);
+  ASSERT_EQ(batched.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto one = rpc->Get(keys[i]);
+    ASSERT_EQ(batched[i].status().code(), one.status().code()) << i;
+    ASSERT_EQ(singly[i].status().code(), one.status().code()) << i;
+    if (one.ok()) {
+      EXPECT_TRUE(batched[i]->value == one->value) << i;
+      EXPECT_EQ(batched[i]->version, one->version) << i;
+      EXPECT_TRUE(singly[i]->value == one->value) << i;
+    }
+  }
+  EXPECT_EQ(batched[0].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(batched[5000].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(batched[5001].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(batched[5003]->value.size(), rpc->max_value());
+}
+
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
@@ -522,6 +569,12 @@ TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
                  StatusCode::kInvalidArgument);
   expect_refused(M(tree::TreeMethod::kGet), tree::EncodeTreeKey(""),
                  StatusCode::kInvalidArgument);
+  expect_refused(M(tree::TreeMethod::kMultiGet), tree::EncodeTreeMultiGet({}),
+                 StatusCode::kProtocolError);
+  std::string multi = tree::EncodeTreeMultiGet({"keep", "x"});
+  multi.pop_back();
+  expect_refused(M(tree::TreeMethod::kMultiGet), multi,
+                 StatusCode::kProtocolError);
   expect_refused(M(tree::TreeMethod::kCount), "", StatusCode::kProtocolError);
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_TRUE(c);

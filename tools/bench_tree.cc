@@ -186,6 +186,27 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       }
       rows.push_back(std::move(scan));
     }
+    {
+      // Batches of 16 gets: one request on the RPC path.
+      Row multi;
+      multi.test = "multiget16_" + pname;
+      multi.transport = tname;
+      multi.size = 16;
+      std::vector<std::string_view> batch(16);
+      err = TimeRow(o, server, &multi, [&]() -> Status {
+        for (auto& k : batch) k = keys[next++ & (keys.size() - 1)];
+        for (auto& r : t.MultiGet(batch)) {
+          if (!r.ok()) return r.status();
+        }
+        return Status::OK();
+      });
+      if (!err.ok()) {
+        std::fprintf(stderr, "remem-bench: multi-get: %s\n",
+                     err.ToString().c_str());
+        return 1;
+      }
+      rows.push_back(std::move(multi));
+    }
     const auto& st = t.read_stats();
     char note[320];
     std::snprintf(

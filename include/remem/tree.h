@@ -148,8 +148,9 @@ class TreeStore {
   // --- batched: one result per key, in order, each with its own status.
   // On the one-sided path the lookups run one after another in the call
   // (each a few node copies, upper levels from the cache); on the RPC path
-  // every get is in flight at once (pipelined on the session), and the
-  // call returns when all have answered.
+  // the keys go in batches of up to 4096 per request (one message each,
+  // all in flight together), and the call returns when all have answered.
+  // On kAuto over tcp a batch always goes by RPC.
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);
 

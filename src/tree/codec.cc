@@ -223,4 +223,93 @@ Result<ScanPage> DecodeTreeScanReply(std::string_view payload) {
   return page;
 }
 
+std::string EncodeTreeMultiGet(const std::vector<std::string_view>& keys) {
+  TreeMultiRequest r{};
+  r.count = uint32_t(keys.size());
+  size_t bytes = sizeof(r);
+  for (std::string_view k : keys) bytes += sizeof(TreeKeyRequest) + k.size();
+  std::string out;
+  out.reserve(bytes);
+  Append(&out, r);
+  for (std::string_view k : keys) {
+    TreeKeyRequest h{};
+    h.key_len = uint32_t(k.size());
+    Append(&out, h);
+    out += k;
+  }
+  return out;
+}
+
+Result<std::vector<std::string_view>> DecodeTreeMultiGet(
+    std::string_view payload) {
+  Reader rd(payload);
+  TreeMultiRequest r;
+  if (!rd.Read(&r)) return Bad("tree multi-get truncated");
+  if (r.reserved != 0) return Bad("tree multi-get: reserved bytes set");
+  if (r.count == 0 || r.count > kMaxMultiGetKeys) {
+    return Bad("tree multi-get: 1.." + std::to_string(kMaxMultiGetKeys) +
+               " keys");
+  }
+  std::vector<std::string_view> keys(r.count);
+  for (std::string_view& key : keys) {
+    TreeKeyRequest h;
+    if (!rd.Read(&h)) return Bad("tree multi-get item truncated");
+    if (h.reserved != 0) return Bad("tree multi-get item: reserved bytes set");
+    if (!rd.View(h.key_len, &key)) return Bad("tree multi-get key truncated");
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree multi-get");
+  return keys;
+}
+
+TreeMultiReplyWriter::TreeMultiReplyWriter(uint32_t count) {
+  TreeMultiReply r{};
+  r.count = count;
+  Append(&out_, r);
+}
+
+void TreeMultiReplyWriter::AddValue(uint64_t version, std::string_view value) {
+  TreeMultiItem h{};
+  h.status = 0;
+  h.value_len = uint32_t(value.size());
+  h.version = version;
+  Append(&out_, h);
+  out_ += value;
+}
+
+void TreeMultiReplyWriter::AddError(const Status& status) {
+  TreeMultiItem h{};
+  h.status = int32_t(status.code());
+  h.value_len = uint32_t(status.message().size());
+  Append(&out_, h);
+  out_ += status.message();
+}
+
+Result<std::vector<Result<TreeStore::Value>>> DecodeTreeMultiGetReply(
+    std::string_view payload, size_t expected) {
+  Reader rd(payload);
+  TreeMultiReply r;
+  if (!rd.Read(&r)) return Bad("tree multi-get reply truncated");
+  if (r.reserved != 0 || r.count != expected || r.count > kMaxMultiGetKeys) {
+    return Bad("tree multi-get reply: another count than the request's");
+  }
+  std::vector<Result<TreeStore::Value>> out;
+  out.reserve(r.count);
+  for (uint32_t i = 0; i < r.count; ++i) {
+    TreeMultiItem h;
+    std::string bytes;
+    if (!rd.Read(&h) || !rd.ReadBytes(h.value_len, &bytes)) {
+      return Bad("tree multi-get reply item truncated");
+    }
+    if (h.status == 0) {
+      out.push_back(TreeStore::Value{std::move(bytes), h.version});
+    } else if (h.status < 0 || h.status > int32_t(StatusCode::kMoved)) {
+      return Bad("tree multi-get reply: unknown status");
+    } else {
+      out.push_back(Status(StatusCode(h.status), std::move(bytes)));
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree multi-get");
+  return out;
+}
+
 }  // namespace remem::tree

@@ -76,6 +76,29 @@ Result<ScanPage> DecodeTreeScanReply(std::string_view payload);
 // page is empty.
 Status DecodeTreeScanReply(std::string_view payload, ScanPage* page);
 
+// A batch of gets (TreeMethod::kMultiGet). The decoder checks the framing
+// (count 1..kMaxMultiGetKeys, every length within the payload); the keys'
+// sizes are the service's to judge.
+std::string EncodeTreeMultiGet(const std::vector<std::string_view>& keys);
+Result<std::vector<std::string_view>> DecodeTreeMultiGet(
+    std::string_view payload);
+// The reply, built an item at a time.
+class TreeMultiReplyWriter {
+ public:
+  explicit TreeMultiReplyWriter(uint32_t count);
+  void AddValue(uint64_t version, std::string_view value);
+  void AddError(const Status& status);
+  size_t bytes() const { return out_.size(); }
+  std::string Finish() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+// One result per key: a value and version, or the item's error. The count
+// must be `expected`.
+Result<std::vector<Result<TreeStore::Value>>> DecodeTreeMultiGetReply(
+    std::string_view payload, size_t expected);
+
 }  // namespace remem::tree
 
 #endif  // REMEM_TREE_CODEC_H_

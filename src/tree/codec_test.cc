@@ -73,6 +73,27 @@ TEST(TreeCodec, RoundTrips) {
   EXPECT_FALSE(kept.more);
   EXPECT_TRUE(kept.resume.empty());
 
+  // A batch of gets, and its reply with values and errors.
+  const std::string multi_msg = EncodeTreeMultiGet({"a", "", "ccc"});
+  auto multi = DecodeTreeMultiGet(multi_msg);
+  ASSERT_TRUE(multi.ok()) << multi.status().ToString();
+  ASSERT_EQ(multi->size(), 3u);
+  EXPECT_EQ((*multi)[0], "a");
+  EXPECT_EQ((*multi)[1], "");
+  EXPECT_EQ((*multi)[2], "ccc");
+  TreeMultiReplyWriter w(3);
+  w.AddValue(7, "seven");
+  w.AddError(Status::NotFound("key not found"));
+  w.AddValue(9, std::string(70000, 'x'));
+  auto items = DecodeTreeMultiGetReply(w.Finish(), 3);
+  ASSERT_TRUE(items.ok()) << items.status().ToString();
+  ASSERT_TRUE((*items)[0].ok());
+  EXPECT_EQ((*items)[0]->value, "seven");
+  EXPECT_EQ((*items)[0]->version, 7u);
+  EXPECT_EQ((*items)[1].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*items)[1].status().message(), "key not found");
+  EXPECT_EQ((*items)[2]->value.size(), 70000u);
+
   auto get = DecodeTreeGetReply(EncodeTreeGetReply(8, "val"));
   ASSERT_TRUE(get.ok());
   EXPECT_EQ(get->first, 8u);
@@ -141,6 +162,27 @@ TEST(TreeCodec, RefusesMalformedPayloads) {
   reply = EncodeTreeScanReply(page);
   reply += "z";
   EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
+  // Multi-gets: no keys, too many, a key past the payload, trailing
+  // bytes; a reply of another count, an unknown status, a short item.
+  EXPECT_TRUE(bad(DecodeTreeMultiGet(EncodeTreeMultiGet({})).status()));
+  EXPECT_TRUE(
+      bad(DecodeTreeMultiGet(EncodeTreeMultiGet(std::vector<std::string_view>(
+                                 kMaxMultiGetKeys + 1, "k")))
+              .status()));
+  std::string multi = EncodeTreeMultiGet({"abc"});
+  EXPECT_TRUE(
+      bad(DecodeTreeMultiGet(multi.substr(0, multi.size() - 1)).status()));
+  EXPECT_TRUE(bad(DecodeTreeMultiGet(multi + "z").status()));
+  TreeMultiReplyWriter w(1);
+  w.AddValue(1, "v");
+  const std::string mreply = w.Finish();
+  EXPECT_TRUE(bad(DecodeTreeMultiGetReply(mreply, 2).status()));
+  EXPECT_TRUE(
+      bad(DecodeTreeMultiGetReply(mreply.substr(0, mreply.size() - 1), 1)
+              .status()));
+  std::string unknown = mreply;
+  unknown[sizeof(TreeMultiReply)] = 100;  // status
+  EXPECT_TRUE(bad(DecodeTreeMultiGetReply(unknown, 1).status()));
   // An item's reserved bytes, a value length past max_value.
   reply = EncodeTreeScanReply(page);
   const size_t item = sizeof(TreeScanReply);

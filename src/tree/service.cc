@@ -111,6 +111,11 @@ Result<Route> TreeService::RouteCall(uint8_t method,
       if (!scan.ok()) return scan.status();
       break;
     }
+    case TreeMethod::kMultiGet: {
+      auto keys = DecodeTreeMultiGet(payload);
+      if (!keys.ok()) return keys.status();
+      break;
+    }
     case TreeMethod::kCount:
       return Status::ProtocolError("unknown tree method");
   }
@@ -192,6 +197,31 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       if (!st.ok()) return call.responder.Reply(st);
       return call.responder.Reply(Status::OK(),
                                   EncodeTreeScanReply(scan_page_));
+    }
+    case TreeMethod::kMultiGet: {
+      auto keys = DecodeTreeMultiGet(call.payload);
+      if (!keys.ok()) return call.responder.Reply(keys.status());
+      TreeMultiReplyWriter reply(uint32_t(keys->size()));
+      std::string& value = multi_value_;  // kept: its capacity is reused
+      for (std::string_view key : *keys) {
+        if (Status st = check_key(key); !st.ok()) {
+          reply.AddError(st);
+          continue;
+        }
+        // Full: the rest are asked again (a message holds 64 MiB at most).
+        if (reply.bytes() >= kMultiGetReplyBytes) {
+          reply.AddError(Status::Busy("the multi-get reply is full"));
+          continue;
+        }
+        uint64_t version = 0;
+        Status st = t.Get(key, &value, &version);
+        if (st.ok()) {
+          reply.AddValue(version, value);
+        } else {
+          reply.AddError(st);
+        }
+      }
+      return call.responder.Reply(Status::OK(), reply.Finish());
     }
     case TreeMethod::kCount:
       break;

@@ -11,7 +11,8 @@
 // nothing. Writes are serialised on that thread.
 //
 // Methods (tree/wire.h): Info, Get, Put (upsert, if-absent, if-version),
-// Delete, Scan (a page of at most max_scan items, with a resume key).
+// Delete, Scan (a page of at most max_scan items, with a resume key),
+// MultiGet (up to kMaxMultiGetKeys gets in one request).
 //
 // With persistence the tree is partition 0's durable state of service
 // "tree" (DurableTree): writes are logged (the RESULT: key, value, new
@@ -76,7 +77,8 @@ class TreeService final : public server::Service {
   std::unique_ptr<DurableTree> durable_;
   durability::PartitionStore* store_ = nullptr;  // null without persistence
   std::string info_;                             // encoded once
-  ScanPage scan_page_;  // the owner's, reused by every scan
+  ScanPage scan_page_;       // the owner's, reused by every scan
+  std::string multi_value_;  // the owner's, reused by every multi-get
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_;
 };

@@ -272,6 +272,67 @@ struct TreeStore::Impl {
     return tree::DecodeTreeScanReply(*r, page);
   }
 
+  // Gets keys[i] for each i of `which` from the server into (*out)[i]:
+  // batches of up to kMaxMultiGetKeys in one request each, all in flight
+  // together; keys a full reply left unanswered (Busy) are asked singly.
+  void MultiGetByRpc(const std::vector<std::string_view>& keys,
+                     const std::vector<size_t>& which,
+                     std::vector<Result<Value>>* out) {
+    std::vector<size_t> again;
+    size_t left = 0;
+    std::vector<std::string_view> batch;
+    for (size_t begin = 0; begin < which.size();
+         begin += tree::kMaxMultiGetKeys) {
+      const size_t end =
+          std::min(which.size(), begin + size_t{tree::kMaxMultiGetKeys});
+      batch.clear();
+      for (size_t j = begin; j < end; ++j) batch.push_back(keys[which[j]]);
+      ++left;
+      core->Call(tree::kTreeService, M(tree::TreeMethod::kMultiGet),
+                 tree::EncodeTreeMultiGet(batch),
+                 [out, &which, &again, &left, begin, end](Status st,
+                                                          std::string payload) {
+                   --left;
+                   auto items =
+                       st.ok()
+                           ? tree::DecodeTreeMultiGetReply(payload, end - begin)
+                           : Result<std::vector<Result<Value>>>(st);
+                   for (size_t j = begin; j < end; ++j) {
+                     Result<Value>& slot = (*out)[which[j]];
+                     if (!items.ok()) {
+                       slot = items.status();
+                     } else if ((*items)[j - begin].status().code() ==
+                                StatusCode::kBusy) {
+                       again.push_back(which[j]);
+                     } else {
+                       slot = std::move((*items)[j - begin]);
+                     }
+                   }
+                 });
+    }
+    if (left > 0) {
+      Status st = core->ProgressUntil([&left] { return left == 0; },
+                                      Clock::now() + core->options().timeout);
+      if (!st.ok() && left > 0) {
+        // The calls cannot outlive `out`: fail the session's calls.
+        core->Fail(st);
+        (void)core->ProgressUntil([&left] { return left == 0; },
+                                  Clock::now() + std::chrono::seconds(1));
+      }
+    }
+    for (size_t i : again) {
+      auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
+                              tree::EncodeTreeKey(keys[i]));
+      if (!r.ok()) {
+        (*out)[i] = r.status();
+        continue;
+      }
+      auto v = tree::DecodeTreeGetReply(*r);
+      (*out)[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
+                         : Result<Value>(v.status());
+    }
+  }
+
   Result<uint64_t> Put(std::string_view key, std::string_view value,
                        tree::PutMode mode, uint64_t expected) {
     REMEM_RETURN_IF_ERROR(CheckKey(key));
@@ -411,72 +472,36 @@ Status TreeStore::Delete(std::string_view key) {
 std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
     const std::vector<std::string_view>& keys) {
   std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
-  if (impl_->get_selector->Choose() == client::Path::kOneSided) {
-    std::vector<size_t> ask;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
-        out[i] = st;
-        continue;
-      }
-      Value v;
-      bool gave_up = false;
-      Status st = impl_->GetOneSided(keys[i], &v, &gave_up);
-      if (gave_up) {
-        ++impl_->stats.fallbacks;
-        ask.push_back(i);
-        continue;
-      }
-      ++impl_->stats.onesided_gets;
-      out[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
-    }
-    for (size_t i : ask) {
-      ++impl_->stats.rpc_gets;
-      auto r =
-          impl_->core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
-                                tree::EncodeTreeKey(keys[i]));
-      if (!r.ok()) {
-        out[i] = r.status();
-        continue;
-      }
-      auto v = tree::DecodeTreeGetReply(*r);
-      out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
-                      : Result<Value>(v.status());
-    }
-    return out;
-  }
-  size_t left = 0;
+  std::vector<size_t> ask;  // indices for the server
+  // On auto over a served transport (tcp) the batch goes by RPC: there a
+  // one-sided lookup is a round trip per node, where a batch is one
+  // message for all its keys.
+  client::PathSelector& sel = *impl_->get_selector;
+  const bool onesided =
+      !(sel.mode() == ReadPath::kAuto && impl_->core->served()) &&
+      sel.Choose() == client::Path::kOneSided;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
       out[i] = st;
       continue;
     }
-    ++left;
-    ++impl_->stats.rpc_gets;
-    impl_->core->Call(
-        tree::kTreeService, M(tree::TreeMethod::kGet),
-        tree::EncodeTreeKey(keys[i]),
-        [&out, &left, i](Status st, std::string payload) {
-          --left;
-          if (!st.ok()) {
-            out[i] = st;
-            return;
-          }
-          auto v = tree::DecodeTreeGetReply(payload);
-          out[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
-                          : Result<Value>(v.status());
-        });
-  }
-  if (left > 0) {
-    Status st = impl_->core->ProgressUntil(
-        [&left] { return left == 0; },
-        Clock::now() + impl_->core->options().timeout);
-    if (!st.ok() && left > 0) {
-      // The calls cannot outlive `out`: fail the session's calls.
-      impl_->core->Fail(st);
-      (void)impl_->core->ProgressUntil([&left] { return left == 0; },
-                                       Clock::now() + std::chrono::seconds(1));
+    if (!onesided) {
+      ask.push_back(i);
+      continue;
     }
+    Value v;
+    bool gave_up = false;
+    Status st = impl_->GetOneSided(keys[i], &v, &gave_up);
+    if (gave_up) {
+      ++impl_->stats.fallbacks;
+      ask.push_back(i);
+      continue;
+    }
+    ++impl_->stats.onesided_gets;
+    out[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
   }
+  impl_->stats.rpc_gets += ask.size();
+  impl_->MultiGetByRpc(keys, ask, &out);
   return out;
 }
 

@@ -18,12 +18,14 @@ namespace remem::tree {
 inline constexpr proto::ServiceId kTreeService = 2;
 
 enum class TreeMethod : uint8_t {
-  kInfo = 0,    // empty request; TreeInfoReply
-  kGet = 1,     // TreeKeyRequest + key; TreeGetReply + value
-  kPut = 2,     // TreePutRequest + key + value; TreePutReply
-  kDelete = 3,  // TreeKeyRequest + key; empty reply
-  kScan = 4,    // TreeScanRequest + start + end; TreeScanReply + resume +
-                // items (TreeScanItem + key + value)
+  kInfo = 0,      // empty request; TreeInfoReply
+  kGet = 1,       // TreeKeyRequest + key; TreeGetReply + value
+  kPut = 2,       // TreePutRequest + key + value; TreePutReply
+  kDelete = 3,    // TreeKeyRequest + key; empty reply
+  kScan = 4,      // TreeScanRequest + start + end; TreeScanReply + resume +
+                  // items (TreeScanItem + key + value)
+  kMultiGet = 5,  // TreeMultiRequest + items (TreeKeyRequest + key);
+                  // TreeMultiReply + items (TreeMultiItem + value or error)
   kCount
 };
 
@@ -100,6 +102,32 @@ struct TreeScanItem {
   uint64_t version;
 };
 static_assert(sizeof(TreeScanItem) == 16);
+
+// A batch of gets in one request: at most kMaxMultiGetKeys keys. The reply
+// has one item per key, in order; once the values in it pass
+// kMultiGetReplyBytes, the rest are answered Busy (no value), to be asked
+// again (a batch of 16 MiB values would otherwise not fit a message).
+inline constexpr uint32_t kMaxMultiGetKeys = 4096;
+inline constexpr size_t kMultiGetReplyBytes = size_t{16} << 20;
+
+struct TreeMultiRequest {
+  uint32_t count;  // items that follow, 1 .. kMaxMultiGetKeys
+  uint32_t reserved;
+};
+static_assert(sizeof(TreeMultiRequest) == 8);
+
+struct TreeMultiReply {
+  uint32_t count;  // items that follow: the request's count
+  uint32_t reserved;
+};
+static_assert(sizeof(TreeMultiReply) == 8);
+
+struct TreeMultiItem {
+  int32_t status;      // StatusCode: 0 OK (a value follows), else an error
+  uint32_t value_len;  // bytes that follow: the value, or the error message
+  uint64_t version;    // OK only
+};
+static_assert(sizeof(TreeMultiItem) == 16);
 
 }  // namespace remem::tree
 
