@@ -26,11 +26,12 @@
 //
 // Limits: keys are 1 .. max_key() bytes (64 in this slice) and values
 // 0 .. max_value() bytes (16 MiB, as the hash store); beyond that
-// InvalidArgument. Values of up to 256 bytes are stored in the leaf, larger
-// ones out of line (a one-sided read then reads the leaf and the value). A
-// full tree answers OutOfMemory, changes nothing and keeps every existing
-// key; deleting or shrinking large values gives their memory back. Versions are
-// unique per server and increase with every write.
+// InvalidArgument. Values of up to 256 bytes (with the default 1 KiB
+// nodes) are stored in the leaf, larger ones out of line (a one-sided read then
+// reads the leaf and the value). A full tree answers OutOfMemory, changes
+// nothing and keeps every existing key; deleting or shrinking large values
+// gives their memory back. Versions are unique per server and increase with
+// every write.
 //
 // Thread contract: as the Session: one thread. A TreeStore must be
 // destroyed before its Session; its destructor waits for its own

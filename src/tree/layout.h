@@ -6,10 +6,13 @@
 // Tree region: a TreeRoot at offset 0 names the root node and the tree's
 // height; from kNodesOffset on the region is an arena of 64 KiB pages
 // (hash::SlabAllocator, the hash store's slab scheme), each holding either
-// 64 nodes or extents of one size class. Node i lies at kNodesOffset + i *
-// kNodeBytes wherever its page is. A node index is the node's name: it
+// nodes (the node slots wholly inside it: 64 of 1 KiB, or 63 when an
+// extent of a class over 64 KiB left the page off a node boundary) or
+// extents of one size class. Node i lies at kNodesOffset + i * kNodeBytes
+// wherever its page is. A node index is the node's name: it
 // survives the region being mapped anywhere. Index 0 is never a node
-// (kNoNode), and every node's index is below the TreeRoot's node_limit.
+// (kNoNode), and every node's index is below the TreeRoot's node_limit
+// (republished whenever node pages are added).
 //
 // Node (kNodeBytes, fixed): a NodeHeader, then the low fence key, the high
 // fence key (absent when the node is the rightmost of its level: +infinity),

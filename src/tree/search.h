@@ -69,8 +69,9 @@ inline constexpr size_t kScanPageBytes = 1 << 20;
 // A client's copies of internal nodes, kept parsed (a hit costs no parse),
 // and the root's index. Bounded: cleared when full. Nodes are found by
 // their index in a table as long as the highest cached index (node indices
-// are dense: 1 .. the tree's node count, so at most 8 bytes per KiB of the
-// tree's region), one load per hit (a hash map's lookup was 17% of a
+// are below the tree's node limit, with holes where extent pages lie
+// between node pages: at most 8 bytes per node-sized slot of the region
+// carved so far), one load per hit (a hash map's lookup was 17% of a
 // one-sided get's time).
 class NodeCache {
  public:

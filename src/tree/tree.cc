@@ -38,8 +38,12 @@ Status BLinkTree::ReserveNodes(size_t n) {
   while (free_nodes_.size() < n) {
     auto page = slab_.Carve(kNodePageBytes);
     if (!page.ok()) return Status::OutOfMemory("the tree region is full");
-    const uint64_t first = (*page - kNodesOffset) / kNodeBytes;
-    const uint64_t last = first + kNodePageBytes / kNodeBytes;  // exclusive
+    // The node slots wholly inside the page. A page need not start on a
+    // node boundary: extents of a class over a page take their class's
+    // size of the arena, a multiple of 64 bytes, not of kNodeBytes.
+    const uint64_t begin = *page - kNodesOffset;
+    const uint64_t first = (begin + kNodeBytes - 1) / kNodeBytes;
+    const uint64_t last = (begin + kNodePageBytes) / kNodeBytes;  // exclusive
     if (last > std::numeric_limits<uint32_t>::max()) {
       return Status::OutOfMemory("the tree has as many nodes as it can name");
     }
@@ -47,7 +51,11 @@ Status BLinkTree::ReserveNodes(size_t n) {
     for (uint64_t i = last; i-- > first;) {
       if (i != kNoNode) free_nodes_.push_back(uint32_t(i));
     }
+    if (last > node_limit_) node_limit_ = uint32_t(last);
   }
+  // Readers learn the new limit (they prefault up to it); the root is
+  // unchanged.
+  if (root_ != kNoNode) PublishRoot();
   return Status::OK();
 }
 
@@ -55,7 +63,6 @@ uint32_t BLinkTree::TakeNode() {
   const uint32_t index = free_nodes_.back();
   free_nodes_.pop_back();
   ++num_nodes_;
-  if (index >= node_limit_) node_limit_ = index + 1;
   return index;
 }
 

@@ -22,7 +22,8 @@
 // Values over kMaxInlineValue bytes live in extents of the same region
 // (hash::SlabAllocator): written whole before the leaf naming them is
 // published, freed (incarnation bumped) once a leaf no longer names them.
-// Nodes take whole pages of that arena, 64 nodes at a time.
+// Nodes take whole pages of that arena (kNodePageBytes): 64 nodes of 1 KiB,
+// or 63 when an extent left the page off a node boundary.
 //
 // Pair versions come from one counter per tree: unique, increasing with
 // every write.
@@ -151,11 +152,13 @@ class BLinkTree {
                      uint64_t version, std::string* ref);
   void FreeExtent(std::string_view ref_bytes);
   uint8_t* base_;
-  hash::SlabAllocator slab_;           // the arena: node pages and extents
-  std::vector<uint32_t> free_nodes_;   // carved, never used (last: next)
+  hash::SlabAllocator slab_;  // the arena: node pages and extents
+  // Free nodes: carved and never used, or dead (merged away); the last is
+  // taken next.
+  std::vector<uint32_t> free_nodes_;
   std::vector<uint8_t> extent_image_;  // kept for WriteExtent
   uint32_t num_nodes_ = 0;             // in use
-  uint32_t node_limit_ = 1;            // every node index is below this
+  uint32_t node_limit_ = 1;  // every node index (free ones too) is below
   uint32_t root_ = kNoNode;
   uint8_t height_ = 0;
   uint64_t root_version_ = 0;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "hash/layout.h"
+#include "hash/slab.h"
 #include "testing/values.h"
 #include "tree/durable.h"
 #include "tree/node.h"
@@ -672,6 +673,46 @@ TEST(TreeFull, AFullRegionOfLargeValuesSaysSoAndChangesNothing) {
   // Freed extents make room again.
   ASSERT_TRUE((*t)->Delete(keys.back()).ok());
   EXPECT_TRUE((*t)->Put("first", std::string(5000, 'w')).ok());
+}
+
+// An extent of a class over a page takes its class's size of the arena,
+// a multiple of 64 bytes but not of a node: the node pages carved after
+// it are off a node boundary, and their nodes must not overlap it (a node
+// published over the extent's tail corrupted the value).
+TEST(TreeFull, NodePagesAfterALargeExtentDoNotOverlapIt) {
+  Memory mem(8 << 20);
+  auto t = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(t.ok());
+  // A value that fills its size class to the last byte.
+  const int cls = hash::SlabAllocator::ClassFor(70000);
+  const uint64_t class_bytes = hash::SlabAllocator::ClassSize(cls);
+  ASSERT_NE(class_bytes % kNodeBytes, 0u) << "the test needs an odd class";
+  const std::string big_key = "big";
+  const std::string big(class_bytes - sizeof(hash::ExtentHeader) - 3, 'B');
+  ASSERT_TRUE((*t)->Put(big_key, big).ok());
+  ASSERT_EQ(hash::SlabAllocator::ClassFor(sizeof(hash::ExtentHeader) + 3 +
+                                          big.size()),
+            cls);
+  // Enough small pairs for several more node pages.
+  for (uint64_t i = 0; i < 4000; ++i) {
+    ASSERT_TRUE((*t)->Put(Key(i), std::string(32, 's')).ok());
+  }
+  ASSERT_GT((*t)->num_nodes(), 3 * kNodePageBytes / kNodeBytes);
+  std::string got;
+  uint64_t version;
+  ASSERT_TRUE((*t)->Get(big_key, &got, &version).ok());
+  EXPECT_TRUE(got == big);
+  CopySource copies(mem.base);
+  NodeCache cache;
+  SearchStats stats;
+  got.clear();
+  ASSERT_TRUE(Lookup(&copies, &cache, big_key, &got, &version, &stats).ok());
+  EXPECT_TRUE(got == big);
+  EXPECT_EQ(copies.stale_extents, 0u);
+  for (uint64_t i = 0; i < 4000; i += 7) {
+    ASSERT_TRUE(Lookup(&copies, &cache, Key(i), &got, &version, &stats).ok());
+    EXPECT_EQ(got, std::string(32, 's'));
+  }
 }
 
 TEST(TreeFull, AFullRegionSaysSoAndKeepsEveryKey) {
