@@ -47,6 +47,29 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
   return Extent{offset, uint16_t(c), inc};
 }
 
+Result<SlabAllocator::Extent> SlabAllocator::Store(
+    std::string_view key, std::string_view value, uint64_t version,
+    std::vector<uint8_t>* image) {
+  const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
+  auto ext = Allocate(bytes);
+  if (!ext.ok()) return ext.status();
+  image->assign((bytes + 7) & ~uint64_t{7}, 0);
+  uint8_t* img = image->data();
+  ExtentHeader h{};
+  h.incarnation = ext->incarnation;
+  h.key_len = uint32_t(key.size());
+  h.value_len = uint32_t(value.size());
+  h.version = version;
+  std::memcpy(img, &h, sizeof(h));
+  std::memcpy(img + sizeof(h), key.data(), key.size());
+  std::memcpy(img + sizeof(h) + key.size(), value.data(), value.size());
+  h.checksum = ExtentChecksum(img, key.size(), value.size());
+  std::memcpy(img, &h.checksum, 8);
+  // Release stores: the extent is complete before any entry points to it.
+  StoreWords(At(ext->offset), img, image->size());
+  return ext;
+}
+
 Result<uint64_t> SlabAllocator::Carve(uint64_t bytes) {
   const uint64_t rounded = CarveSize(bytes);
   if (length_ - next_ < rounded + withheld_) {

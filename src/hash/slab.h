@@ -18,6 +18,7 @@
 #define REMEM_HASH_SLAB_H_
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "remem/status.h"
@@ -45,6 +46,13 @@ class SlabAllocator {
   // OutOfMemory when the arena has no room for another page of the class
   // and its free list is empty.
   Result<Extent> Allocate(uint64_t bytes);
+  // Allocates an extent for the pair `key` = `value` at `version` and
+  // stores it whole (ExtentHeader with its checksum, key, value) with
+  // release word stores, so it is complete before anything names it.
+  // `image` is scratch for its bytes (kept by a caller that writes often).
+  // OutOfMemory as Allocate.
+  Result<Extent> Store(std::string_view key, std::string_view value,
+                       uint64_t version, std::vector<uint8_t>* image);
   // Returns an extent; bumps the incarnation in its header.
   void Free(uint64_t offset, uint16_t size_class);
   // Carves `bytes` (rounded up to whole pages) of contiguous arena for good,

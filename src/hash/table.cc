@@ -208,22 +208,9 @@ Status Table::CheckSizes(std::string_view key, std::string_view value) const {
 Result<uint64_t> Table::WriteExtent(std::string_view key,
                                     std::string_view value, uint64_t version,
                                     uint32_t* incarnation) {
-  const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
-  auto ext = slab_->Allocate(bytes);
+  std::vector<uint8_t> image;
+  auto ext = slab_->Store(key, value, version, &image);
   if (!ext.ok()) return ext.status();
-  std::vector<uint8_t> buf((bytes + 7) & ~uint64_t{7}, 0);
-  ExtentHeader h{};
-  h.incarnation = ext->incarnation;
-  h.key_len = uint32_t(key.size());
-  h.value_len = uint32_t(value.size());
-  h.version = version;
-  std::memcpy(buf.data(), &h, sizeof(h));
-  std::memcpy(buf.data() + sizeof(h), key.data(), key.size());
-  std::memcpy(buf.data() + sizeof(h) + key.size(), value.data(), value.size());
-  h.checksum = ExtentChecksum(buf.data(), key.size(), value.size());
-  std::memcpy(buf.data(), &h.checksum, 8);
-  // Release stores: the extent is complete before any entry points to it.
-  StoreWords(slab_->At(ext->offset), buf.data(), buf.size());
   *incarnation = ext->incarnation;
   return MakeRef(geo_.region, uint8_t(ext->size_class), ext->offset);
 }

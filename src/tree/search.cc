@@ -12,15 +12,15 @@ constexpr int kMaxRestarts = 8;
 // read, before giving up (Busy).
 constexpr int kMaxValueAttempts = 16;
 
-// Entry i of a verified leaf's value: its bytes, or its extent's.
+// The value of entry i (head `e`) of a verified leaf: its bytes, or its
+// extent's (Corruption: the pair changed since the leaf was copied).
 Status CopyValue(NodeSource* src, const NodeView& leaf, size_t i,
-                 std::string* value) {
-  if (!leaf.out_of_line(i)) {
-    value->assign(leaf.value(i));
+                 const LeafEntryHead& e, std::string* value) {
+  if ((e.flags & kValueOutOfLine) == 0) {
+    value->assign(leaf.stored(i, e));
     return Status::OK();
   }
-  return src->ReadExtent(leaf.key(i), leaf.entry_version(i), leaf.value_ref(i),
-                         value);
+  return src->ReadExtent(leaf.key(i), e.version, leaf.value_ref(i), value);
 }
 
 // Is the target below the node's range (the wrong node: a stale parent)?
@@ -202,12 +202,13 @@ Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
     if (i >= leaf.count() || leaf.key(i) != key) {
       return Status::NotFound("key not found");
     }
-    Status st = CopyValue(src, leaf, i, value);
+    const LeafEntryHead e = leaf.leaf_head(i);
+    Status st = CopyValue(src, leaf, i, e, value);
     if (st.code() == StatusCode::kCorruption) {
       ++stats->stale_values;  // rewritten meanwhile: read the leaf again
       continue;
     }
-    if (st.ok()) *version = leaf.entry_version(i);
+    if (st.ok()) *version = e.version;
     return st;
   }
   return Status::Busy("a tree value changed under every read");
@@ -232,20 +233,15 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
     if (*n == page->items.size()) page->items.emplace_back();
     ScanItem& it = page->items[*n];
     const LeafEntryHead e = leaf.leaf_head(i);
-    if ((e.flags & kValueOutOfLine) == 0) {
-      it.value.assign(leaf.stored(i, e));
-    } else {
-      Status st =
-          src->ReadExtent(leaf.key(i), e.version, leaf.value_ref(i), &it.value);
-      if (st.code() == StatusCode::kCorruption) {
-        ++stats->stale_values;
-        if (++stale >= kMaxValueAttempts) {
-          return Status::Busy("tree values changed under every read");
-        }
-        return st;
+    Status st = CopyValue(src, leaf, i, e, &it.value);
+    if (st.code() == StatusCode::kCorruption) {
+      ++stats->stale_values;
+      if (++stale >= kMaxValueAttempts) {
+        return Status::Busy("tree values changed under every read");
       }
-      REMEM_RETURN_IF_ERROR(st);
+      return st;
     }
+    REMEM_RETURN_IF_ERROR(st);
     it.key.assign(leaf.key(i));
     it.version = e.version;
     bytes += it.key.size() + it.value.size();

@@ -234,6 +234,10 @@ struct TreeStore::Impl {
       ++stats.fallbacks;
     }
     ++stats.rpc_gets;
+    return GetByRpc(key, into);
+  }
+  // One get by RPC, waited for.
+  Status GetByRpc(std::string_view key, Value* into) {
     auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
                             tree::EncodeTreeKey(key));
     if (!r.ok()) return r.status();
@@ -321,15 +325,9 @@ struct TreeStore::Impl {
       }
     }
     for (size_t i : again) {
-      auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
-                              tree::EncodeTreeKey(keys[i]));
-      if (!r.ok()) {
-        (*out)[i] = r.status();
-        continue;
-      }
-      auto v = tree::DecodeTreeGetReply(*r);
-      (*out)[i] = v.ok() ? Result<Value>(Value{std::move(v->second), v->first})
-                         : Result<Value>(v.status());
+      Value v;
+      Status st = GetByRpc(keys[i], &v);
+      (*out)[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
     }
   }
 
@@ -411,7 +409,7 @@ Result<TreeStore::Value> TreeStore::Get(std::string_view key) {
 Status TreeStore::Get(std::string_view key, Value* into) {
   const bool timed = impl_->get_selector->mode() == ReadPath::kAuto;
   const auto start = timed ? Clock::now() : Clock::time_point{};
-  client::Path path;
+  client::Path path = client::Path::kRpc;  // set by Impl unless refused
   Status st = impl_->Get(key, into, &path);
   if (timed && (st.ok() || st.code() == StatusCode::kNotFound)) {
     Impl::RecordSince(impl_->get_selector.get(), path, start);
@@ -431,7 +429,7 @@ Status TreeStore::ScanInto(std::string_view start, std::string_view end,
                            uint32_t limit, Order order, Page* page) {
   const bool timed = impl_->scan_selector->mode() == ReadPath::kAuto;
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
-  client::Path path;
+  client::Path path = client::Path::kRpc;  // set by Impl unless refused
   Status st = impl_->Scan(start, end, limit, order, page, &path);
   if (timed && st.ok()) Impl::RecordSince(impl_->scan_selector.get(), path, t0);
   return st;

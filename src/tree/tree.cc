@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "hash/layout.h"
@@ -35,6 +36,7 @@ Result<std::unique_ptr<BLinkTree>> BLinkTree::Create(uint8_t* base,
 }
 
 Status BLinkTree::ReserveNodes(size_t n) {
+  if (free_nodes_.size() >= n) return Status::OK();  // every split's case
   while (free_nodes_.size() < n) {
     auto page = slab_.Carve(kNodePageBytes);
     if (!page.ok()) return Status::OutOfMemory("the tree region is full");
@@ -53,8 +55,8 @@ Status BLinkTree::ReserveNodes(size_t n) {
     }
     if (last > node_limit_) node_limit_ = uint32_t(last);
   }
-  // Readers learn the new limit (they prefault up to it); the root is
-  // unchanged.
+  // Readers learn the new limit (they prefault up to it) whenever pages
+  // were added; the root is unchanged.
   if (root_ != kNoNode) PublishRoot();
   return Status::OK();
 }
@@ -68,28 +70,13 @@ uint32_t BLinkTree::TakeNode() {
 
 Status BLinkTree::WriteExtent(std::string_view key, std::string_view value,
                               uint64_t version, std::string* ref_bytes) {
-  const uint64_t bytes = sizeof(hash::ExtentHeader) + key.size() + value.size();
-  auto ext = slab_.Allocate(bytes);
+  auto ext = slab_.Store(key, value, version, &extent_image_);
   if (!ext.ok()) {
     if (ext.status().code() == StatusCode::kOutOfMemory) {
       return Status::OutOfMemory("the tree region is full");
     }
     return ext.status();
   }
-  extent_image_.assign((bytes + 7) & ~uint64_t{7}, 0);
-  hash::ExtentHeader h{};
-  h.incarnation = ext->incarnation;
-  h.key_len = uint32_t(key.size());
-  h.value_len = uint32_t(value.size());
-  h.version = version;
-  uint8_t* img = extent_image_.data();
-  std::memcpy(img, &h, sizeof(h));
-  std::memcpy(img + sizeof(h), key.data(), key.size());
-  std::memcpy(img + sizeof(h) + key.size(), value.data(), value.size());
-  h.checksum = hash::ExtentChecksum(img, key.size(), value.size());
-  std::memcpy(img, &h.checksum, 8);
-  // Release stores: the extent is whole before a leaf names it.
-  hash::StoreWords(slab_.At(ext->offset), img, extent_image_.size());
   // Keep the image's storage for values up to 1 MiB only (not 16 MiB for
   // good after one large value).
   if (extent_image_.capacity() > (1u << 20)) {
@@ -352,14 +339,14 @@ void BLinkTree::Rebalance(uint32_t index, NodeContent c,
       View(left, &lv);
       NodeContent l = Decode(lv);
       if (l.right != index || MergedBytes(l, c) > kMergedAtMost) return;
-      Merge(left, std::move(l), index, c, parent, j, &pc);
+      Merge(left, std::move(l), index, std::move(c), parent, j, &pc);
     } else if (j + 1 < pv.count()) {
       const uint32_t right = pv.child(j + 1);
       NodeView rv;
       View(right, &rv);
       NodeContent r = Decode(rv);
       if (c.right != right || MergedBytes(c, r) > kMergedAtMost) return;
-      Merge(index, std::move(c), right, r, parent, j + 1, &pc);
+      Merge(index, std::move(c), right, std::move(r), parent, j + 1, &pc);
     } else {
       return;  // an only child: its parent may merge instead, later
     }
@@ -369,26 +356,21 @@ void BLinkTree::Rebalance(uint32_t index, NodeContent c,
 }
 
 void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,
-                      const NodeContent& r, uint32_t parent, size_t j,
+                      NodeContent r, uint32_t parent, size_t j,
                       NodeContent* pc) {
   // 1. The left node takes over: for a moment both claim the right one's
   // range, with the same keys (nothing is written in between).
-  l.entries.insert(l.entries.end(), r.entries.begin(), r.entries.end());
+  l.entries.insert(l.entries.end(), std::make_move_iterator(r.entries.begin()),
+                   std::make_move_iterator(r.entries.end()));
   l.has_high = r.has_high;
   l.high = r.high;
   l.right = r.right;
   Publish(left, l);
-  // 2. The right one holds nothing any more: a reader reaching it searches
-  // again.
-  NodeContent dead;
-  dead.self = right;
-  dead.level = r.level;
-  dead.low = r.low;
-  dead.has_high = r.has_high;
-  dead.high = r.high;
-  dead.right = r.right;
-  dead.dead = true;
-  Publish(right, dead);
+  // 2. The right one holds nothing any more (its fences, level and right
+  // pointer stay): a reader reaching it searches again.
+  r.entries.clear();
+  r.dead = true;
+  Publish(right, r);
   // 3. The parent drops it (it keeps the left one's entry: at least one).
   NodeView pv;
   View(parent, &pv);

@@ -144,7 +144,7 @@ class BLinkTree {
   // of `parent` at entries j - 1 and j): left takes over right's entries
   // and range, right is published dead, the parent drops entry j. The
   // parent's new content into *pc.
-  void Merge(uint32_t left, NodeContent l, uint32_t right, const NodeContent& r,
+  void Merge(uint32_t left, NodeContent l, uint32_t right, NodeContent r,
              uint32_t parent, size_t j, NodeContent* pc);
   // Writes `value` of `key` at `version` into a new extent; its ValueRef's
   // bytes into *ref.

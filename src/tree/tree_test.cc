@@ -816,6 +816,34 @@ TEST(TreeDurable, SnapshotWalkAndRecoveryByVersion) {
   EXPECT_GT(*next, top + 1);
 }
 
+// A reader's pass over the whole tree in pages of `limit`, one-sided
+// (racing a writer): the keys into *seen in ascending order, values not
+// well formed for their keys counted in *bad, keys out of order in
+// *disorder. Busy when a page gave up (nothing to check then).
+Status ScanWholeTree(NodeSource* src, NodeCache* cache, uint32_t limit,
+                     bool desc, std::vector<std::string>* seen, uint64_t* bad,
+                     uint64_t* disorder) {
+  seen->clear();
+  std::string s, e;
+  for (;;) {
+    ScanPage page;
+    SearchStats stats;
+    REMEM_RETURN_IF_ERROR(
+        ScanRange(src, cache, s, e, limit, desc, &page, &stats));
+    for (auto& it : page.items) {
+      if (!testing::WellFormedValue(it.key, it.value)) ++*bad;
+      seen->push_back(it.key);
+    }
+    if (!page.more) break;
+    (desc ? e : s) = page.resume;
+  }
+  if (desc) std::reverse(seen->begin(), seen->end());
+  for (size_t i = 1; i < seen->size(); ++i) {
+    if (!((*seen)[i - 1] < (*seen)[i])) ++*disorder;
+  }
+  return Status::OK();
+}
+
 // A writer inserts from an empty tree (splitting leaves, internal nodes and
 // the root), deletes and re-inserts, while a reader searches and scans with
 // its own verified copies and a cache of upper levels. Keys below
@@ -897,37 +925,17 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       ++gets;
     }
     // A scan of the whole tree in pages, one direction or the other.
-    const bool desc = scans % 2 == 1;
     std::vector<std::string> seen;
-    std::string s, e;
-    bool busy = false;
-    for (;;) {
-      ScanPage page;
-      SearchStats stats;
-      Status st = ScanRange(&copies, &cache, s, e, 37, desc, &page, &stats);
-      if (st.code() == StatusCode::kBusy) {
-        ++gave_up;
-        seen.clear();
-        busy = true;
-        break;
-      }
-      if (!st.ok()) {
-        ADD_FAILURE() << st.ToString();
-        failed = true;
-        break;
-      }
-      for (auto& it : page.items) {
-        if (!testing::WellFormedValue(it.key, it.value)) ++bad;
-        seen.push_back(it.key);
-      }
-      if (!page.more) break;
-      (desc ? e : s) = page.resume;
+    Status st = ScanWholeTree(&copies, &cache, 37, scans % 2 == 1, &seen, &bad,
+                              &disorder);
+    if (st.code() == StatusCode::kBusy) {
+      ++gave_up;  // this scan gave up: nothing to check
+      continue;
     }
-    if (failed) break;
-    if (busy) continue;  // this scan gave up: nothing to check
-    if (desc) std::reverse(seen.begin(), seen.end());
-    for (size_t i = 1; i < seen.size(); ++i) {
-      if (!(seen[i - 1] < seen[i])) ++disorder;
+    if (!st.ok()) {
+      ADD_FAILURE() << st.ToString();
+      failed = true;
+      break;
     }
     for (uint64_t i = 0; i < before; i += 2) {
       if (!std::binary_search(seen.begin(), seen.end(), Key(i))) ++missed;
@@ -1014,33 +1022,16 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
       if (!st.ok() || !testing::WellFormedValue(k, v)) ++bad;
     }
     std::vector<std::string> seen;
-    std::string s;
-    bool busy = false;
-    for (;;) {
-      ScanPage page;
-      SearchStats stats;
-      Status st = ScanRange(&copies, &cache, s, "", 97, false, &page, &stats);
-      if (st.code() == StatusCode::kBusy) {
-        ++gave_up;
-        busy = true;
-        break;
-      }
-      if (!st.ok()) {
-        ADD_FAILURE() << st.ToString();
-        failed = true;
-        break;
-      }
-      for (auto& it : page.items) {
-        if (!testing::WellFormedValue(it.key, it.value)) ++bad;
-        seen.push_back(it.key);
-      }
-      if (!page.more) break;
-      s = page.resume;
+    Status st = ScanWholeTree(&copies, &cache, 97, /*desc=*/false, &seen, &bad,
+                              &disorder);
+    if (st.code() == StatusCode::kBusy) {
+      ++gave_up;
+      continue;
     }
-    if (failed) break;
-    if (busy) continue;
-    for (size_t i = 1; i < seen.size(); ++i) {
-      if (!(seen[i - 1] < seen[i])) ++disorder;
+    if (!st.ok()) {
+      ADD_FAILURE() << st.ToString();
+      failed = true;
+      break;
     }
     for (uint64_t r = 0; r < rounds; ++r) {
       for (uint64_t i = 0; i < kPerRound; i += 16) {
