@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "proto/wire.h"
 #include "remem/version.h"
 #include "test_util.h"
 
@@ -28,6 +29,13 @@ TEST(Cli, HelpAndUsageErrors) {
     auto version = RunCommand({bin, "--version"});
     EXPECT_EQ(version.exit_code, 0) << bin << ": " << version.out;
     EXPECT_TRUE(Contains(version.out, REMEM_VERSION_STRING)) << version.out;
+    // The wire version the binaries speak (it said 3 while they spoke 7).
+    if (bin != BenchBinary()) {
+      EXPECT_TRUE(Contains(
+          version.out,
+          "(wire version " + std::to_string(proto::kWireVersion) + ")"))
+          << version.out;
+    }
     auto help = RunCommand({bin, "--help"});
     EXPECT_EQ(help.exit_code, 0) << bin;
     EXPECT_TRUE(Contains(help.out, "--transport")) << help.out;

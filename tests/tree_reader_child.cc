@@ -8,9 +8,10 @@
 // inserted before the scan began must be in it. Prints
 //   READER scans=N gets=N bad=N missed=N disorder=N retries=N fallbacks=N
 //          onesided=N
-// and "READY" once connected.
+// and "READY" once connected. With PAD, every key has PAD after its "s"
+// (a long PAD makes them long keys, stored out of line).
 //
-// Usage: tree_reader_child ADDRESS TRANSPORT
+// Usage: tree_reader_child ADDRESS TRANSPORT [PAD]
 
 #include <signal.h>
 
@@ -30,19 +31,21 @@ namespace {
 std::atomic<bool> stop{false};
 void OnStop(int) { stop = true; }
 
+std::string pad;
+
 std::string Stable(uint64_t i) {
   char buf[16];
-  std::snprintf(buf, sizeof(buf), "s%06llu",
-                static_cast<unsigned long long>(i));
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%06llu", static_cast<unsigned long long>(i));
+  return "s" + pad + buf;
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: tree_reader_child ADDRESS TRANSPORT\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: tree_reader_child ADDRESS TRANSPORT [PAD]\n");
     return 2;
   }
+  if (argc == 4) pad = argv[3];
   signal(SIGUSR1, OnStop);
   remem::SessionOptions o;
   o.server = argv[1];

@@ -403,7 +403,12 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
       << json.out;
   EXPECT_EQ(cli({"tree", "scan", "b", "a"}).exit_code, 2) << "reversed";
   EXPECT_EQ(cli({"tree", "scan", "--limit", "0"}).exit_code, 2);
-  EXPECT_EQ(cli({"tree", "put", std::string(65, 'k'), "v"}).exit_code, 2);
+  // Keys up to 64 KiB (out of line past 64 bytes); one byte more is a
+  // usage error.
+  const std::string longest(64 << 10, 'k');
+  EXPECT_EQ(cli({"tree", "put", longest, "long"}).exit_code, 0);
+  EXPECT_EQ(cli({"tree", "get", longest}).out, "long");
+  EXPECT_EQ(cli({"tree", "put", longest + "k", "v"}).exit_code, 2);
   EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 0);
   EXPECT_EQ(cli({"tree", "del", "user:2"}).exit_code, 4);
   EXPECT_EQ(cli({"tree", "get", "user:2"}).exit_code, 4);
@@ -456,6 +461,85 @@ TEST_F(TreeTest, LargeValuesOnBothPaths) {
   EXPECT_EQ(testing::StatOf(rpc.session.get(), "tree_extent_bytes"), 0u);
   // The region can hold the largest value again.
   EXPECT_TRUE(rpc->Put("again", std::string(rpc->max_value(), 'x')).ok());
+}
+
+// Keys over 64 bytes, up to max_key (64 KiB, the hash store's limit),
+// live out of line in the server's memory; clients read them one-sided
+// and through the server alike: gets, scans in both directions with pages
+// that resume from a long key, prefixes, deletes, and the key extents
+// given back.
+TEST_F(TreeTest, LongKeysOnBothPaths) {
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(onesided && rpc);
+  EXPECT_EQ(rpc->max_key(), 64u << 10);
+  std::map<std::string, std::string> model;
+  std::mt19937_64 rng(5);
+  const std::string url =
+      "https://example.com/a/path/long/enough/to/share/"
+      "more/than/sixty/four/bytes/";
+  for (uint64_t i = 0; i < 1500; ++i) {
+    std::string k;
+    switch (i % 4) {
+      case 0:
+        k = Key(i);
+        break;
+      case 1:
+        k = url + Key(i);
+        break;
+      case 2:
+        k = url + std::string(100 + rng() % 900, 'd') + Key(i);
+        break;
+      default:
+        k = std::string(200, 'm') + Key(i);
+    }
+    model[k] = testing::SelfDescribingValue(k, i, 8 + i % 300);
+  }
+  // At and near the limit, sharing all but their last bytes.
+  for (int i = 0; i < 3; ++i) {
+    std::string k(rpc->max_key() - 1, 'z');
+    k.push_back(char('a' + i));
+    model[k] = "at the limit " + std::to_string(i);
+  }
+  for (const auto& [k, v] : model) {
+    ASSERT_TRUE(rpc->Put(k, v).ok()) << k.size();
+  }
+  EXPECT_GT(testing::StatOf(rpc.session.get(), "tree_long_keys"), 1000u);
+  for (TreeStore* c : {onesided.store.get(), rpc.store.get()}) {
+    for (const auto& [k, v] : model) {
+      auto got = c->Get(k);
+      ASSERT_TRUE(got.ok()) << k.size() << ": " << got.status().ToString();
+      EXPECT_TRUE(got->value == v) << k.size();
+    }
+    EXPECT_EQ(c->Get(url + "absent").status().code(), StatusCode::kNotFound);
+    for (auto order :
+         {TreeStore::Order::kAscending, TreeStore::Order::kDescending}) {
+      // Everything, in pages of 7 (resume keys are long keys).
+      auto all = ScanAll(c, "", "", 7, order);
+      ASSERT_EQ(all.size(), model.size());
+      auto it = model.begin();
+      auto rit = model.rbegin();
+      for (const auto& item : all) {
+        const auto& want =
+            order == TreeStore::Order::kAscending ? *it++ : *rit++;
+        ASSERT_EQ(item.key, want.first);
+        EXPECT_TRUE(item.value == want.second);
+      }
+      // A prefix longer than 64 bytes.
+      auto urls = c->ScanPrefix(url, 10000, order);
+      ASSERT_TRUE(urls.ok()) << urls.status().ToString();
+      size_t want = 0;
+      for (const auto& [k, v] : model) want += k.starts_with(url);
+      EXPECT_EQ(urls->items.size(), want);
+    }
+  }
+  EXPECT_GT(onesided->read_stats().onesided_gets, 0u);
+  // Deleted, every key extent comes back (but those the remaining nodes'
+  // fences and separators still name).
+  for (const auto& [k, v] : model) ASSERT_TRUE(rpc->Delete(k).ok());
+  EXPECT_LT(testing::StatOf(rpc.session.get(), "tree_long_keys"),
+            3 * testing::StatOf(rpc.session.get(), "tree_nodes"));
+  EXPECT_EQ(testing::StatOf(rpc.session.get(), "tree_pairs"), 0u);
 }
 
 // MultiGet on the RPC path: one request per 4096 keys, each result with
@@ -588,7 +672,14 @@ TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
 // (merging nodes, whose indices later splits reuse) and re-inserts; the
 // server pauses in the middle of every node write, so readers do meet torn
 // nodes.
-TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
+void RaceReaderProcesses(const std::string& pad) {
+  // Every key is "s" + pad + ...: a long pad makes all of them long keys.
+  auto stable_key = [&pad](uint64_t i) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%06llu",
+                  static_cast<unsigned long long>(i));
+    return "s" + pad + buf;
+  };
   auto server = StartServer(
       {"--threads", "2", "--tree-fault-pause-mid-write-us", "20"}, "64M");
   ASSERT_NE(server.process, nullptr);
@@ -597,7 +688,7 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   for (int r = 0; r < kReaders; ++r) {
     SpawnOptions o;
     o.argv = {REMEM_TREE_READER_BIN, server.address,
-              std::string(TransportName(TestTransport()))};
+              std::string(TransportName(TestTransport())), pad};
     auto p = Subprocess::Spawn(o);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     ASSERT_TRUE((*p)->WaitForLine("READY", std::chrono::seconds(60)).ok());
@@ -618,9 +709,7 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
     }
     // Stable keys in a shuffled order of insertion would be better for
     // splits in the middle; interleaving with churned keys does it.
-    char sk[16];
-    std::snprintf(sk, sizeof(sk), "s%06llu",
-                  static_cast<unsigned long long>(stable));
+    const std::string sk = stable_key(stable);
     ASSERT_TRUE(
         c->Put(sk, testing::SelfDescribingValue(sk, seq, 20 + rng() % 600))
             .ok());
@@ -630,22 +719,18 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
     // the leaves they filled fall under a quarter full and merge, and
     // later splits reuse the merged nodes' indices.
     for (int b = 0; b < 4; ++b) {
-      char bk[32];
-      std::snprintf(bk, sizeof(bk), "s%06llu-b%d",
-                    static_cast<unsigned long long>(stable - 1), b);
+      const std::string bk = stable_key(stable - 1) + "-b" + std::to_string(b);
       ASSERT_TRUE(
           c->Put(bk, testing::SelfDescribingValue(bk, seq, 10 + rng() % 600))
               .ok());
       if (stable > 25) {
-        std::snprintf(bk, sizeof(bk), "s%06llu-b%d",
-                      static_cast<unsigned long long>(stable - 26), b);
-        ASSERT_TRUE(c->Delete(bk).ok()) << bk;
+        const std::string old =
+            stable_key(stable - 26) + "-b" + std::to_string(b);
+        ASSERT_TRUE(c->Delete(old).ok()) << old;
       }
     }
     // Churned keys between the stable ones: deleted and re-inserted.
-    char ck[24];
-    std::snprintf(ck, sizeof(ck), "s%06llu-c",
-                  static_cast<unsigned long long>(rng() % stable));
+    const std::string ck = stable_key(rng() % stable) + "-c";
     if (rng() % 3 == 0) {
       Status st = c->Delete(ck);
       ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound);
@@ -677,13 +762,15 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   const uint64_t height = testing::StatOf(c.session.get(), "tree_height");
   const uint64_t splits = testing::StatOf(c.session.get(), "tree_splits");
   const uint64_t merges = testing::StatOf(c.session.get(), "tree_merges");
+  const uint64_t long_keys = testing::StatOf(c.session.get(), "tree_long_keys");
   std::printf(
-      "%s: %d reader processes, %llu scans and %llu gets one-sided racing "
+      "%s%s: %d reader processes, %llu scans and %llu gets one-sided racing "
       "%llu stable inserts (%llu splits, %llu merges, height %llu): %llu torn "
       "or phantom, %llu missed, %llu out of order; %llu verification "
       "retries, %llu fallbacks\n",
-      std::string(TransportName(TestTransport())).c_str(), kReaders, total[0],
-      total[1], static_cast<unsigned long long>(stable),
+      std::string(TransportName(TestTransport())).c_str(),
+      pad.empty() ? "" : " (long keys)", kReaders, total[0], total[1],
+      static_cast<unsigned long long>(stable),
       static_cast<unsigned long long>(splits),
       static_cast<unsigned long long>(merges),
       static_cast<unsigned long long>(height), total[2], total[3], total[4],
@@ -695,6 +782,19 @@ TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
   EXPECT_GT(total[7], 0u) << "nothing was read one-sided";
   EXPECT_GE(height, 2u);
   EXPECT_GT(merges, 0u) << "the race should cover merges";
+  if (!pad.empty()) {
+    EXPECT_GT(long_keys, 0u) << "keys should be long";
+  }
+}
+
+TEST(TreeRace, ReaderProcessesScanWhileTheServerSplits) {
+  RaceReaderProcesses("");
+}
+
+// The same with every key over 64 bytes: readers resolve fences,
+// separators and keys from key extents freed and reused under them.
+TEST(TreeRace, ReaderProcessesScanLongKeysWhileTheServerSplits) {
+  RaceReaderProcesses(std::string(90, 'p'));
 }
 
 // With --data-dir the tree is durable (snapshot and log): a server killed
@@ -710,23 +810,30 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   ASSERT_NE(server.process, nullptr);
   uint64_t last_version = 0;
   std::string resume;
-  // Every 7th value out of line (over 256 bytes).
-  auto value_of = [](uint64_t i) {
-    return i % 7 == 0 ? testing::SelfDescribingValue(Key(i), i, 300 + i)
+  // Every 5th key long (out of line; the last at the limit, 64 KiB), every
+  // 7th value out of line (over 256 bytes).
+  auto key_of = [](uint64_t i) {
+    if (i == 599) return Key(i) + std::string((64 << 10) - Key(i).size(), '+');
+    return i % 5 == 0 ? Key(i) + std::string(i % 10 == 0 ? 3000 : 100, '+')
+                      : Key(i);
+  };
+  auto value_of = [&key_of](uint64_t i) {
+    return i % 7 == 0 ? testing::SelfDescribingValue(key_of(i), i, 300 + i)
                       : "v" + std::to_string(i);
   };
   {
     auto c = Connect(server.address, ReadPath::kAuto);
     ASSERT_TRUE(c);
     for (uint64_t i = 0; i < 600; ++i) {
-      auto v = c->Put(Key(i), value_of(i));
+      auto v = c->Put(key_of(i), value_of(i));
       ASSERT_TRUE(v.ok()) << v.status().ToString();
       last_version = *v;
     }
     // A snapshot (the leaf walk) in the middle: the restart recovers from
     // it and the log after it.
     ASSERT_TRUE(c.session->TakeSnapshot().ok());
-    for (uint64_t i = 0; i < 600; i += 3) ASSERT_TRUE(c->Delete(Key(i)).ok());
+    for (uint64_t i = 0; i < 600; i += 3)
+      ASSERT_TRUE(c->Delete(key_of(i)).ok());
     auto page = c->Scan("", "", 100);
     ASSERT_TRUE(page.ok());
     ASSERT_TRUE(page->more);
@@ -753,62 +860,70 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   std::vector<std::string> want, want_values;
   for (uint64_t i = 0; i < 600; ++i) {
     if (i % 3 != 0) {
-      want.push_back(Key(i));
+      want.push_back(key_of(i));
       want_values.push_back(value_of(i));
     }
   }
   EXPECT_EQ(keys, want);
   EXPECT_TRUE(values == want_values);
-  auto got = c->Get(Key(5));
+  auto got = c->Get(key_of(5));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->value, "v5");
+  got = c->Get(key_of(599));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "v599");
   auto v = c->Put("after", "restart");
   ASSERT_TRUE(v.ok());
   EXPECT_GT(*v, last_version) << "versions keep growing across a restart";
   fs::remove_all(dir);
 }
 
-// The race workload of testing/race.h (hot keys written by the server,
-// read one-sided by other clients, every history checked linearizable)
-// on the ordered store, with a fresh key after every write so nodes split
-// under the readers.
+// The race harness's store over TreeStore; every key gets `prefix` (a
+// long one makes them all long keys, stored out of line).
 class TreeClientKv : public testing::KvClient {
  public:
-  explicit TreeClientKv(TreeClient c) : c_(std::move(c)) {}
+  TreeClientKv(TreeClient c, std::string prefix)
+      : c_(std::move(c)), prefix_(std::move(prefix)) {}
   Result<testing::KvValue> Get(std::string_view key) override {
-    auto v = c_->Get(key);
+    auto v = c_->Get(K(key));
     if (!v.ok()) return v.status();
     return testing::KvValue{std::move(v->value), v->version};
   }
   Result<uint64_t> Put(std::string_view key, std::string_view value) override {
-    return c_->Put(key, value);
+    return c_->Put(K(key), value);
   }
   Result<uint64_t> PutIfAbsent(std::string_view key,
                                std::string_view value) override {
-    return c_->PutIfAbsent(key, value);
+    return c_->PutIfAbsent(K(key), value);
   }
   Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
                                  uint64_t expected) override {
-    return c_->CompareAndPut(key, value, expected);
+    return c_->CompareAndPut(K(key), value, expected);
   }
-  Status Delete(std::string_view key) override { return c_->Delete(key); }
+  Status Delete(std::string_view key) override { return c_->Delete(K(key)); }
   testing::KvReadCounters read_counters() const override {
     const auto& s = c_->read_stats();
     return {s.onesided_gets + s.rpc_gets, s.retries, s.fallbacks};
   }
 
  private:
+  std::string K(std::string_view key) const {
+    return prefix_ + std::string(key);
+  }
   TreeClient c_;
+  std::string prefix_;
 };
 
 class TreeKv : public testing::KvStore {
  public:
-  explicit TreeKv(std::string address) : address_(std::move(address)) {}
+  explicit TreeKv(std::string address, std::string prefix = "")
+      : address_(std::move(address)), prefix_(std::move(prefix)) {}
   Result<std::unique_ptr<testing::KvClient>> NewClient(Role role) override {
     TreeClient c = Connect(
         address_, role == Role::kWriter ? ReadPath::kRpc : ReadPath::kOneSided);
     if (!c) return Status::Unavailable("could not open the tree store");
-    return std::unique_ptr<testing::KvClient>(new TreeClientKv(std::move(c)));
+    return std::unique_ptr<testing::KvClient>(
+        new TreeClientKv(std::move(c), prefix_));
   }
   Result<testing::KvStoreCounters> Counters() override {
     return testing::KvStoreCounters{};
@@ -816,10 +931,15 @@ class TreeKv : public testing::KvStore {
 
  private:
   std::string address_;
+  std::string prefix_;
 };
 
-TEST_F(TreeTest, OneSidedReadersRacingServerWritesAreLinearizable) {
-  TreeKv store(server_.address);
+// The race workload of testing/race.h (hot keys written by the server,
+// read one-sided by other clients, every history checked linearizable)
+// on the ordered store, with a fresh key after every write so nodes split
+// under the readers.
+void RaceLinearizable(const std::string& address, const std::string& prefix) {
+  TreeKv store(address, prefix);
   testing::RaceOptions o;
   o.writers = 2;
   o.readers = 2;
@@ -836,10 +956,21 @@ TEST_F(TreeTest, OneSidedReadersRacingServerWritesAreLinearizable) {
               report->Summary().c_str());
   EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
   EXPECT_GT(report->reads, 200u);
-  auto c = Connect(server_.address, ReadPath::kRpc);
+  auto c = Connect(address, ReadPath::kRpc);
   ASSERT_TRUE(c);
   EXPECT_GT(testing::StatOf(c.session.get(), "tree_splits"), 0u)
       << "the race should cover splits";
+  if (!prefix.empty()) {
+    EXPECT_GT(testing::StatOf(c.session.get(), "tree_long_keys"), 0u);
+  }
+}
+
+TEST_F(TreeTest, OneSidedReadersRacingServerWritesAreLinearizable) {
+  RaceLinearizable(server_.address, "");
+}
+
+TEST_F(TreeTest, OneSidedReadersRacingServerWritesOnLongKeysAreLinearizable) {
+  RaceLinearizable(server_.address, std::string(80, 'L'));
 }
 
 }  // namespace

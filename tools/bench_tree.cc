@@ -63,10 +63,10 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
     return 2;
   }
-  if (key_len < 16 || key_len > 64 || value_len > (16u << 20)) {
+  if (key_len < 16 || key_len > 1024 || value_len > (16u << 20)) {
     std::fprintf(stderr,
-                 "remem-bench: tree keys are 16..64 bytes here and values at "
-                 "most 16 MiB\n");
+                 "remem-bench: tree keys are 16..1024 bytes here and values "
+                 "at most 16 MiB\n");
     return 2;
   }
   // Nodes are at least half full after splits: three times the pairs'

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   tree->add_option("--records", tree_records, "pairs to load")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
-  tree->add_option("--key-size", tree_key_size, "bytes per key (16..64)")
+  tree->add_option("--key-size", tree_key_size,
+                   "bytes per key (16..1024; over 64 stored out of line)")
       ->capture_default_str();
   tree->add_option("--value-size", tree_value_size,
                    "bytes per value (at most 16 MiB; over 256 out of line)")

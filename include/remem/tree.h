@@ -24,11 +24,13 @@
 // that was never present; each page is a consistent read of each leaf it
 // crossed, not a snapshot of the whole range.
 //
-// Limits: keys are 1 .. max_key() bytes (64 in this slice) and values
-// 0 .. max_value() bytes (16 MiB, as the hash store); beyond that
-// InvalidArgument. Values of up to 256 bytes (with the default 1 KiB
-// nodes) are stored in the leaf, larger ones out of line (a one-sided read then
-// reads the leaf and the value). A full tree answers OutOfMemory, changes
+// Limits: keys are 1 .. max_key() bytes (64 KiB) and values 0 ..
+// max_value() bytes (16 MiB), as the hash store's; beyond that
+// InvalidArgument. Keys of up to 64 bytes are stored in the nodes, longer
+// ones out of line (a one-sided read then reads each long key of a node it
+// copies as well). Values of up to 256 bytes (with the default 1 KiB
+// nodes) are stored in the leaf, larger ones out of line (a one-sided read
+// then reads the leaf and the value). A full tree answers OutOfMemory, changes
 // nothing and keeps every existing key; deleting or shrinking large values
 // gives their memory back. Versions are unique per server and increase with
 // every write.

@@ -41,7 +41,9 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // 6: ServerHello carries the number of the server's endpoint.
 // 7: the ordered store's layout 2 (out-of-line values, a node arena of
 //    pages, 32-bit value lengths in scan items).
-inline constexpr uint16_t kWireVersion = 7;
+// 8: the ordered store's layout 3 (long keys out of line, 32-bit key
+//    lengths in scan items).
+inline constexpr uint16_t kWireVersion = 8;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

@@ -2,7 +2,12 @@
 
 #include <cstring>
 
+#include "remem/version.h"
+
 namespace remem::server {
+
+// The public header's wire version (remem/version.h) is this one.
+static_assert(kWireVersion == proto::kWireVersion);
 
 size_t HelloReader::Wanted() const {
   const size_t need = want_ != 0 ? want_ : sizeof(proto::ClientHello);

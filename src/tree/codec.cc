@@ -168,7 +168,7 @@ std::string EncodeTreeScanReply(const ScanPage& page) {
   out += page.resume;
   for (const ScanItem& it : page.items) {
     TreeScanItem h{};
-    h.key_len = uint16_t(it.key.size());
+    h.key_len = uint32_t(it.key.size());
     h.value_len = uint32_t(it.value.size());
     h.version = it.version;
     Append(&out, h);
@@ -195,7 +195,6 @@ Status DecodeScanReplyInto(std::string_view payload, ScanPage* page) {
   for (ScanItem& it : page->items) {
     TreeScanItem h;
     if (!rd.Read(&h)) return Bad("tree scan item truncated");
-    if (h.reserved != 0) return Bad("tree scan item: reserved bytes set");
     if (h.key_len > kMaxKey || h.value_len > kMaxValue) {
       return Bad("tree scan item: lengths out of range");
     }

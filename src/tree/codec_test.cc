@@ -183,10 +183,11 @@ TEST(TreeCodec, RefusesMalformedPayloads) {
   std::string unknown = mreply;
   unknown[sizeof(TreeMultiReply)] = 100;  // status
   EXPECT_TRUE(bad(DecodeTreeMultiGetReply(unknown, 1).status()));
-  // An item's reserved bytes, a value length past max_value.
+  // A key length past max_key, a value length past max_value.
   reply = EncodeTreeScanReply(page);
   const size_t item = sizeof(TreeScanReply);
-  reply[item + 2] = 1;
+  const uint32_t long_key = kMaxKey + 1;
+  std::memcpy(reply.data() + item, &long_key, 4);
   EXPECT_TRUE(bad(DecodeTreeScanReply(reply).status()));
   reply = EncodeTreeScanReply(page);
   const uint32_t huge = kMaxValue + 1;

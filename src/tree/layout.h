@@ -20,9 +20,25 @@
 //   - leaf (level 0): LeafEntryHead (key_len, value_len, flags, version),
 //     key, then the value (up to kMaxInlineValue bytes) or, with
 //     kValueOutOfLine, a ValueRef naming the extent that holds it;
-//   - internal (level >= 1): InternalEntryHead (key_len, child), key. The
-//     child holds the keys from this entry's key up to the next entry's key
-//     (the first entry's key is the node's low fence).
+//   - internal (level >= 1): InternalEntryHead (key_len, flags, child), key.
+//     The child holds the keys from this entry's key up to the next entry's
+//     key (the first entry's key is the node's low fence).
+// A leaf's fences need not be stored keys: when the right half's first key
+// is long, a leaf split makes the shortest prefix of it that lies above the
+// left half's last key the fence between them (suffix truncation), unless
+// that prefix would be a long key too.
+// Long keys: a key of more than kMaxInlineKey bytes (a fence or an entry's
+// key) is stored out of line, in a key extent (an extent of the arena
+// holding the key and no value), and its place in the node holds a KeyRef
+// instead (the fence's or entry's key_len is then sizeof(KeyRef), and a
+// flag says so: kLowOutOfLine, kHighOutOfLine, kKeyOutOfLine). A reader
+// resolves them when it copies the node: it reads each key extent and
+// trusts it only if its checksum verifies and its incarnation and length
+// are the KeyRef's (else its node copy is stale: it reads the node again).
+// Key extents never change while a node names them; the server counts the
+// places in published nodes that name each one (a split's new fences and
+// separators share the key's extent) and frees it when the last is
+// republished without it.
 // An extent is the hash store's (hash::ExtentHeader: checksum,
 // incarnation, key and value lengths, the pair's version; then the key and
 // the value); its checksum covers everything after the checksum word.
@@ -89,22 +105,25 @@ inline constexpr uint32_t kNoNode = 0;
 inline constexpr uint32_t kNodeMagic = 0x45444F4E;      // "NODE"
 inline constexpr uint32_t kTreeRootMagic = 0x45455254;  // "TREE"
 // 2: out-of-line values, the arena of pages, 32-bit scan item value lengths.
-inline constexpr uint16_t kTreeLayoutVersion = 2;
+// 3: out-of-line keys (KeyRef), 32-bit scan item key lengths.
+inline constexpr uint16_t kTreeLayoutVersion = 3;
 inline constexpr uint8_t kMaxLevels = 32;
 
-// Limits: a key and an inline value are bounded so that any split of a
-// full node leaves both halves within a node (see kMaxLeafEntryBytes).
-// Values of more than kMaxInlineValue bytes (256, or less in nodes under
-// 1 KiB) are stored out of line, in an extent, up to kMaxValue (the hash
-// store's limit).
-inline constexpr uint32_t kMaxKey = 64;
+// Limits: an inline key and an inline value are bounded so that any split
+// of a full node leaves both halves within a node (see kMaxLeafEntryBytes).
+// Keys of more than kMaxInlineKey bytes are stored out of line (a KeyRef in
+// the node), up to kMaxKey; values of more than kMaxInlineValue bytes (256,
+// or less in nodes under 1 KiB) are stored out of line, in an extent, up to
+// kMaxValue. Both limits are the hash store's.
+inline constexpr uint32_t kMaxInlineKey = 64;
+inline constexpr uint32_t kMaxKey = 64 << 10;
 // The largest inline value the split rule allows: a leaf entry is a
 // 16-byte head, the key and the value, and two of the largest must fit in
 // a node's area less two fences (48: the NodeHeader).
-inline constexpr uint32_t kMaxInlineValue =
-    uint32_t((kNodeBytes - 48 - 2 * kMaxKey) / 2 - 16 - kMaxKey < 256
-                 ? (kNodeBytes - 48 - 2 * kMaxKey) / 2 - 16 - kMaxKey
-                 : 256);
+inline constexpr uint32_t kMaxInlineValue = uint32_t(
+    (kNodeBytes - 48 - 2 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey < 256
+        ? (kNodeBytes - 48 - 2 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey
+        : 256);
 inline constexpr uint32_t kMaxValue = 16u << 20;
 // Nodes are carved from the arena a page at a time.
 inline constexpr uint64_t kNodePageBytes = 64 << 10;
@@ -126,7 +145,15 @@ static_assert(sizeof(TreeRoot) == 64);
 // and dropped from its parent; it holds no keys, and a reader that reaches
 // it (through an older copy of its parent or sibling) searches again. Its
 // index is then reused by a later split.
-enum NodeFlags : uint8_t { kHasHigh = 1, kDead = 2 };
+// kLowOutOfLine, kHighOutOfLine: that fence is a KeyRef (a long key).
+enum NodeFlags : uint8_t {
+  kHasHigh = 1,
+  kDead = 2,
+  kLowOutOfLine = 4,
+  kHighOutOfLine = 8,
+};
+inline constexpr uint8_t kAllNodeFlags =
+    kHasHigh | kDead | kLowOutOfLine | kHighOutOfLine;
 
 struct NodeHeader {
   uint64_t checksum;  // xxh3-64 of the node's bytes [8, kNodeBytes)
@@ -137,7 +164,7 @@ struct NodeHeader {
   uint8_t level;      // 0: leaf
   uint8_t flags;      // NodeFlags
   uint16_t count;     // entries
-  uint16_t low_len;   // bytes of the low fence key
+  uint16_t low_len;   // bytes of the low fence key (or its KeyRef)
   uint16_t high_len;  // bytes of the high fence key (0 without kHasHigh)
   uint16_t used;      // bytes after the header in use (fences + entries)
   uint16_t reserved;
@@ -145,10 +172,11 @@ struct NodeHeader {
 };
 static_assert(sizeof(NodeHeader) == 48);
 
-enum LeafEntryFlags : uint32_t { kValueOutOfLine = 1 };
+// kKeyOutOfLine (leaf and internal entries): the key's bytes are a KeyRef.
+enum LeafEntryFlags : uint32_t { kValueOutOfLine = 1, kKeyOutOfLine = 2 };
 
 struct LeafEntryHead {
-  uint16_t key_len;
+  uint16_t key_len;    // bytes of the key (or its KeyRef)
   uint16_t value_len;  // bytes after the key: the value, or a ValueRef
   uint32_t flags;      // LeafEntryFlags
   uint64_t version;    // the pair's version (compare-and-put)
@@ -167,9 +195,22 @@ struct ValueRef {
 static_assert(sizeof(ValueRef) == 24);
 static_assert(sizeof(ValueRef) <= kMaxInlineValue);
 
+// A long key (more than kMaxInlineKey bytes): the key extent holding it
+// (a hash::ExtentHeader with value_len 0 and version 0, then the key).
+struct KeyRef {
+  uint64_t offset;       // region offset of the extent
+  uint32_t incarnation;  // the extent's, when it was written
+  uint8_t size_class;    // hash::SlabAllocator's
+  uint8_t reserved[3];
+  uint32_t key_len;  // kMaxInlineKey < key_len <= kMaxKey
+  uint32_t reserved2;
+};
+static_assert(sizeof(KeyRef) == 24);
+static_assert(sizeof(KeyRef) <= kMaxInlineKey);
+
 struct InternalEntryHead {
-  uint16_t key_len;
-  uint16_t reserved;
+  uint16_t key_len;  // bytes of the key (or its KeyRef)
+  uint16_t flags;    // kKeyOutOfLine
   uint32_t child;
 };
 static_assert(sizeof(InternalEntryHead) == 8);
@@ -178,11 +219,11 @@ inline constexpr size_t kNodeArea = kNodeBytes - sizeof(NodeHeader);
 // Entries a node can hold at most (the smallest entry is 8 + 1 bytes).
 inline constexpr size_t kMaxEntries = kNodeArea / 9;
 inline constexpr size_t kMaxLeafEntryBytes =
-    sizeof(LeafEntryHead) + kMaxKey + kMaxInlineValue;
+    sizeof(LeafEntryHead) + kMaxInlineKey + kMaxInlineValue;
 inline constexpr size_t kMaxInternalEntryBytes =
-    sizeof(InternalEntryHead) + kMaxKey;
+    sizeof(InternalEntryHead) + kMaxInlineKey;
 // What entries always have room for: the area less two fences at most.
-inline constexpr size_t kEntryRoom = kNodeArea - 2 * kMaxKey;
+inline constexpr size_t kEntryRoom = kNodeArea - 2 * kMaxInlineKey;
 // A full node (at most kEntryRoom of entries) plus one more entry splits
 // into halves of at most (total + largest entry) / 2 bytes each: they must
 // fit.

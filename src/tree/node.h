@@ -4,7 +4,9 @@
 // NodeView parses a node image (a copy of kNodeBytes, or the server's own
 // memory) and refuses anything that does not verify: checksum, even
 // version, magic, its own index, and a structure that lies within the node
-// (so a reader may hand it any bytes, even a torn copy). NodeContent is a
+// (so a reader may hand it any bytes, even a torn copy). A node with long
+// keys (layout.h: out of line, in key extents) is usable once ResolveKeys
+// has copied them in from wherever its reader finds them. NodeContent is a
 // node decoded into owned strings, which the server edits and encodes back
 // (EncodeNode) to publish.
 //
@@ -18,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,15 +30,45 @@
 
 namespace remem::tree {
 
-// A verified node. Accessors are valid only after Parse returned OK.
+// A verified node. Accessors are valid only after Parse returned OK and,
+// for a node with long keys (long_keys() > 0), ResolveKeys did too.
 class NodeView {
  public:
+  NodeView() = default;
+  // Not copyable: resolved keys point into the view's own storage.
+  NodeView(const NodeView&) = delete;
+  NodeView& operator=(const NodeView&) = delete;
+
   // Verifies `image` (kNodeBytes) as node `index` (kNoNode: any index).
   // Corruption (with what failed) if it does not verify. `checksum`
-  // false skips the checksum (an image that verified before and has not
-  // changed since: a cached copy).
+  // false skips the checksum and the entries' order (an image that
+  // verified before and has not changed since: a cached copy, or the
+  // owner's own memory); every length is still checked, so that what
+  // parses lies within the node. The order check was most of the owner's
+  // time on a write (a key comparison per entry of every node it descends
+  // through).
   Status Parse(const uint8_t* image, uint32_t index, bool checksum = true);
   const uint8_t* image() const { return image_; }
+
+  // Long keys: how many of the node's fences and entry keys are out of
+  // line. Until ResolveKeys they read as empty.
+  size_t long_keys() const { return long_keys_; }
+  // Copies each long key in: `read(ref, dst)` writes the ref.key_len bytes
+  // of the key extent `ref` names to dst, or answers Corruption when that
+  // extent does not hold it any more (the node copy is stale). Then checks
+  // the entries' order (Corruption if they are not ascending).
+  using KeyReader = std::function<Status(const KeyRef&, char*)>;
+  Status ResolveKeys(const KeyReader& read);
+  // The long keys of `from`, a view of the same image, resolved (a cache
+  // keeping a copy of a node it just read).
+  void AdoptKeys(const NodeView& from);
+  // The KeyRefs of the long keys, appended to *out (the server counting
+  // the places that name each key extent).
+  void LongKeyRefs(std::vector<KeyRef>* out) const;
+  // The KeyRef of entry i / a fence if that key is long; else all zero.
+  KeyRef key_ref(size_t i) const;
+  KeyRef low_ref() const;
+  KeyRef high_ref() const;
 
   const NodeHeader& header() const { return h_; }
   uint8_t level() const { return h_.level; }
@@ -64,7 +97,10 @@ class NodeView {
   }
   // The bytes after entry i's key, given its head.
   std::string_view stored(size_t i, const LeafEntryHead& e) const {
-    return std::string_view(keys_[i].data() + keys_[i].size(), e.value_len);
+    return std::string_view(reinterpret_cast<const char*>(image_) +
+                                sizeof(NodeHeader) + offsets_[i] +
+                                sizeof(LeafEntryHead) + e.key_len,
+                            e.value_len);
   }
   // Internal entries.
   uint32_t child(size_t i) const;
@@ -78,15 +114,36 @@ class NodeView {
   }
 
  private:
+  bool EntryKeyOutOfLine(size_t i) const;
+  // Points the long keys' views at key_store_ (their bytes in slot order:
+  // low, high, entries).
+  void PointAtStore();
+  Status CheckOrder() const;
+
   const uint8_t* image_ = nullptr;
   NodeHeader h_{};
   std::string_view low_, high_;
+  size_t long_keys_ = 0;
+  bool check_order_ = true;  // Parse's `checksum`
+  std::string key_store_;    // the long keys' bytes, once resolved
   std::array<std::string_view, kMaxEntries> keys_;
   std::array<uint16_t, kMaxEntries> offsets_;  // of each entry's head
 };
 
+// A key as a node stores it: its bytes and, for a long key (more than
+// kMaxInlineKey bytes), the key extent holding them (ref.key_len != 0).
+struct NodeKey {
+  std::string bytes;
+  KeyRef ref{};
+  bool out_of_line() const { return ref.key_len != 0; }
+  // Bytes it takes in a node.
+  size_t stored_size() const {
+    return out_of_line() ? sizeof(KeyRef) : bytes.size();
+  }
+};
+
 struct NodeEntry {
-  std::string key;
+  NodeKey key;
   std::string value;         // leaf: the value, or the ValueRef's bytes
   bool out_of_line = false;  // leaf: `value` is a ValueRef
   uint64_t version = 0;      // leaf
@@ -97,9 +154,9 @@ struct NodeContent {
   uint32_t self = kNoNode;
   uint32_t right = kNoNode;
   uint8_t level = 0;
-  std::string low;
+  NodeKey low;
   bool has_high = false;
-  std::string high;
+  NodeKey high;
   bool dead = false;
   std::vector<NodeEntry> entries;  // in key order
 
@@ -111,8 +168,26 @@ struct NodeContent {
 
 NodeContent Decode(const NodeView& v);
 // Writes the node image (kNodeBytes) with `version` (even) and its
-// checksum. The content must fit (Fits()).
+// checksum. The content must fit (Fits()), and every key over
+// kMaxInlineKey bytes must name its key extent.
 void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image);
+// Calls fn(ref) for each long key of `c`.
+template <typename Fn>
+void ForEachKeyRef(const NodeContent& c, Fn fn) {
+  if (c.low.out_of_line()) fn(c.low.ref);
+  if (c.has_high && c.high.out_of_line()) fn(c.high.ref);
+  for (const NodeEntry& e : c.entries) {
+    if (e.key.out_of_line()) fn(e.key.ref);
+  }
+}
+
+// The bytes to read of a key extent: its header and key, rounded up to
+// words.
+uint64_t KeyExtentReadBytes(const KeyRef& ref);
+// Verifies a copy (KeyExtentReadBytes long) of the key extent `ref` names
+// and copies the key to dst (ref.key_len bytes). Corruption if it does not
+// verify: torn, or freed or reused since the node naming it was copied.
+Status VerifyKeyExtent(const uint8_t* copy, const KeyRef& ref, char* dst);
 
 // The bytes to read of the extent a leaf entry of `key_len` names: its
 // header, key and value, rounded up to words.

@@ -64,10 +64,13 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
     ++size_;
   }
   std::memcpy(slot->image, view.image(), kNodeBytes);
-  // It verified as `view`: only the structure is parsed again.
+  // It verified as `view`: only the structure is parsed again, and its
+  // long keys are copied from `view` (resolved there).
   if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok()) {
     Evict(index);
+    return;
   }
+  slot->view.AdoptKeys(view);
 }
 
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {

@@ -66,6 +66,7 @@ void TreeService::UpdateCounters_st() {
   splits_.Set(tree_->splits());
   merges_.Set(tree_->merges());
   extent_bytes_.Set(tree_->extent_bytes());
+  long_keys_.Set(tree_->long_keys());
 }
 
 void TreeService::AfterDurable_st(server::Responder responder, Status status,
@@ -86,6 +87,7 @@ void TreeService::Stats(server::StatsBuilder* out) const {
   out->Add("tree_splits", splits_.Get());
   out->Add("tree_merges", merges_.Get());
   out->Add("tree_extent_bytes", extent_bytes_.Get());
+  out->Add("tree_long_keys", long_keys_.Get());
   out->Add("tree_bytes_total", region_ != nullptr ? region_->length() : 0);
 }
 

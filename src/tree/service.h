@@ -80,7 +80,8 @@ class TreeService final : public server::Service {
   ScanPage scan_page_;       // the owner's, reused by every scan
   std::string multi_value_;  // the owner's, reused by every multi-get
   // Published by the owner after each write, read by Stats.
-  server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_;
+  server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,
+      long_keys_;
 };
 
 }  // namespace remem::tree

@@ -5,6 +5,7 @@
 // the service (tree/service.h).
 
 #include <algorithm>
+#include <memory>
 #include <thread>
 
 #include "client/path_selector.h"
@@ -69,11 +70,78 @@ class RemoteSource : public tree::NodeSource {
       REMEM_RETURN_IF_ERROR(
           core_->ReadNow(*region_, offset, scratch, tree::kNodeBytes));
       ++stats_->reads;
-      if (view->Parse(scratch, index).ok()) return Status::OK();
+      if (view->Parse(scratch, index).ok()) {
+        if (view->long_keys() == 0) return Status::OK();
+        // Long keys: each from its key extent. One that does not verify
+        // was freed since this copy: the node changed, read it again.
+        Status st = ResolveKeys(view);
+        if (st.ok()) return st;
+        if (st.code() != StatusCode::kCorruption) return st;
+      }
       ++stats_->retries;
       Backoff(attempt);
     }
     return Status::Busy("a tree node did not verify");
+  }
+  // The long keys of a node copy. Mapped, each is a copy; otherwise the
+  // reads of all of them are in flight together: one round trip more for
+  // the node, not one per key (a leaf of 13 long keys took 13).
+  Status ResolveKeys(tree::NodeView* view) {
+    if (mapped() || view->long_keys() < 2) {
+      return view->ResolveKeys(
+          [this](const tree::KeyRef& r, char* dst) { return ReadKey(r, dst); });
+    }
+    std::vector<tree::KeyRef> refs;
+    view->LongKeyRefs(&refs);
+    for (const tree::KeyRef& r : refs) REMEM_RETURN_IF_ERROR(CheckKeyRef(r));
+    // Owned by the reads' callbacks too: a read still in flight when
+    // progress gives up (timeout) writes into it, not into a dead frame.
+    struct Batch {
+      std::vector<std::vector<uint8_t>> copies;
+      size_t left = 0;
+      Status failed;
+    };
+    auto batch = std::make_shared<Batch>();
+    batch->copies.resize(refs.size());
+    batch->left = refs.size();
+    for (size_t i = 0; i < refs.size(); ++i) {
+      std::vector<uint8_t>& copy = batch->copies[i];
+      copy.resize(tree::KeyExtentReadBytes(refs[i]));
+      core_->Read(region_id_, refs[i].offset, copy.data(), copy.size(),
+                  [batch](Status st) {
+                    if (!st.ok() && batch->failed.ok()) {
+                      batch->failed = std::move(st);
+                    }
+                    --batch->left;
+                  });
+    }
+    stats_->reads += refs.size();
+    REMEM_RETURN_IF_ERROR(core_->ProgressUntil(
+        [&batch] { return batch->left == 0; }, core_->Deadline()));
+    REMEM_RETURN_IF_ERROR(batch->failed);
+    size_t next = 0;
+    return view->ResolveKeys([&batch, &next](const tree::KeyRef& r, char* dst) {
+      return tree::VerifyKeyExtent(batch->copies[next++].data(), r, dst);
+    });
+  }
+  Status CheckKeyRef(const tree::KeyRef& ref) const {
+    const uint64_t bytes = tree::KeyExtentReadBytes(ref);
+    if (ref.offset < tree::kNodesOffset || ref.offset > region_->length() ||
+        bytes > region_->length() - ref.offset) {
+      return Status::Corruption("a tree key's extent lies outside the tree");
+    }
+    return Status::OK();
+  }
+  // One read of a key extent (header and key), verified against the KeyRef
+  // that named it.
+  Status ReadKey(const tree::KeyRef& ref, char* dst) {
+    REMEM_RETURN_IF_ERROR(CheckKeyRef(ref));
+    const uint64_t bytes = tree::KeyExtentReadBytes(ref);
+    extent_.resize(bytes);
+    REMEM_RETURN_IF_ERROR(
+        core_->ReadNow(*region_, ref.offset, extent_.data(), bytes));
+    ++stats_->reads;
+    return tree::VerifyKeyExtent(extent_.data(), ref, dst);
   }
   // One read of the extent's header, key and value (not the rest of its
   // size class), verified against the leaf entry that named it.

@@ -1,5 +1,6 @@
 #include "tree/tree.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <iterator>
@@ -98,9 +99,39 @@ void BLinkTree::FreeExtent(std::string_view ref_bytes) {
   slab_.Free(ref.offset, ref.size_class);
 }
 
+Status BLinkTree::WriteKey(std::string_view key, KeyRef* ref) {
+  auto ext = slab_.Store(key, std::string_view(), 0, &extent_image_);
+  if (!ext.ok()) {
+    if (ext.status().code() == StatusCode::kOutOfMemory) {
+      return Status::OutOfMemory("the tree region is full");
+    }
+    return ext.status();
+  }
+  *ref = KeyRef{};
+  ref->offset = ext->offset;
+  ref->incarnation = ext->incarnation;
+  ref->size_class = uint8_t(ext->size_class);
+  ref->key_len = uint32_t(key.size());
+  return Status::OK();
+}
+
+void BLinkTree::FreeKey(const KeyRef& ref) {
+  slab_.Free(ref.offset, ref.size_class);
+}
+
+Status BLinkTree::ResolveOwn(NodeView* v) const {
+  if (v->long_keys() == 0) return Status::OK();
+  return v->ResolveKeys([this](const KeyRef& r, char* dst) {
+    std::memcpy(dst, slab_.At(r.offset) + sizeof(hash::ExtentHeader),
+                r.key_len);
+    return Status::OK();
+  });
+}
+
 void BLinkTree::View(uint32_t index, NodeView* v) const {
   // The owner's own memory: it verified when it was written.
   (void)v->Parse(NodeAt(index), index, /*checksum=*/false);
+  (void)ResolveOwn(v);
 }
 
 Status BLinkTree::OwnSource::Fetch(uint32_t index, uint8_t* /*scratch*/,
@@ -108,7 +139,9 @@ Status BLinkTree::OwnSource::Fetch(uint32_t index, uint8_t* /*scratch*/,
   if (index == kNoNode || index >= t_->node_limit_) {
     return Status::Corruption("node index out of range");
   }
-  return view->Parse(t_->NodeAt(index), index, /*checksum=*/false);
+  REMEM_RETURN_IF_ERROR(view->Parse(t_->NodeAt(index), index,
+                                    /*checksum=*/false));
+  return t_->ResolveOwn(view);
 }
 
 Status BLinkTree::OwnSource::ReadExtent(std::string_view /*key*/,
@@ -126,6 +159,18 @@ Status BLinkTree::OwnSource::ReadExtent(std::string_view /*key*/,
 
 void BLinkTree::Publish(uint32_t index, const NodeContent& c) {
   uint8_t* node = NodeAt(index);
+  // Key extents: counted for the places the new image names them before
+  // it is written; the old image's places are given up after, and an
+  // extent no place names any more is freed (a reader holding an older
+  // copy finds its incarnation changed).
+  ForEachKeyRef(c, [this](const KeyRef& r) { ++key_uses_[r.offset]; });
+  old_refs_.clear();
+  if (!key_uses_.empty()) {
+    NodeView ov;
+    if (ov.Parse(node, index, /*checksum=*/false).ok()) {
+      ov.LongKeyRefs(&old_refs_);
+    }
+  }
   uint64_t old;
   std::memcpy(&old, node + 8, 8);
   const uint64_t version = (old | 1) + 1;
@@ -140,6 +185,13 @@ void BLinkTree::Publish(uint32_t index, const NodeContent& c) {
   std::memcpy(&sum, image, 8);
   StoreWord(node, sum);
   StoreWord(node + 8, version);
+  for (const KeyRef& r : old_refs_) {
+    auto it = key_uses_.find(r.offset);
+    if (it != key_uses_.end() && --it->second == 0) {
+      key_uses_.erase(it);
+      FreeKey(r);
+    }
+  }
 }
 
 void BLinkTree::PublishRoot() {
@@ -247,11 +299,25 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
   NodeContent c = Decode(v);
   const uint64_t version = restore != 0 ? restore : version_ + 1;
   NodeEntry e;
-  e.key.assign(key);
+  // A long key keeps its key extent when it is rewritten; a new one gets
+  // its own (no node names it yet: freed here if the write fails).
+  bool new_key_extent = false;
+  if (exists) {
+    e.key = c.entries[i].key;
+  } else {
+    e.key.bytes.assign(key);
+    if (key.size() > kMaxInlineKey) {
+      REMEM_RETURN_IF_ERROR(WriteKey(key, &e.key.ref));
+      new_key_extent = true;
+    }
+  }
   e.version = version;
   e.out_of_line = value.size() > kMaxInlineValue;
   if (e.out_of_line) {
-    REMEM_RETURN_IF_ERROR(WriteExtent(key, value, version, &e.value));
+    if (Status st = WriteExtent(key, value, version, &e.value); !st.ok()) {
+      if (new_key_extent) FreeKey(e.key.ref);
+      return st;
+    }
   } else {
     e.value.assign(value);
   }
@@ -268,6 +334,7 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
     // A split may add a node per level and a new root.
     if (Status st = ReserveNodes(size_t{height_} + 1); !st.ok()) {
       if (c.entries[i].out_of_line) FreeExtent(c.entries[i].value);
+      if (new_key_extent) FreeKey(c.entries[i].key.ref);
       return st;
     }
     REMEM_RETURN_IF_ERROR(SplitAndPublish(leaf, std::move(c), std::move(path),
@@ -314,9 +381,32 @@ namespace {
 constexpr size_t kUnderfull = kNodeArea / 4;
 constexpr size_t kMergedAtMost = kNodeArea * 3 / 4;
 
+// The fence between two leaves, whose keys end with `left` and start with
+// `right` (left < right): `right` if it is short; if it is long, the
+// shortest prefix of it above `left` (suffix truncation), so that long
+// keys become fences and separators only where neighbouring keys share
+// more than kMaxInlineKey bytes, and a read of an internal node needs no
+// key extent. A prefix that would be long is not made (it would need a
+// key extent of its own in the middle of a split): `right` itself then,
+// sharing its extent. Short keys are not truncated: at 1 M pairs of 16 B
+// keys it measured no faster either way (BENCHMARKS.md, "Long keys").
+NodeKey Separator(const NodeKey& left, const NodeKey& right) {
+  const std::string& l = left.bytes;
+  const std::string& r = right.bytes;
+  if (r.size() <= kMaxInlineKey) return right;
+  const size_t n = std::min(l.size(), r.size());
+  size_t p = 0;
+  while (p < n && l[p] == r[p]) ++p;
+  if (p + 1 >= r.size() || p + 1 > kMaxInlineKey) return right;
+  NodeKey s;
+  s.bytes = r.substr(0, p + 1);
+  return s;
+}
+
 // Bytes of `left` after taking over `right`'s entries and high fence.
 size_t MergedBytes(const NodeContent& left, const NodeContent& right) {
-  return left.Bytes() - left.high.size() + right.Bytes() - right.low.size();
+  return left.Bytes() - left.high.stored_size() + right.Bytes() -
+         right.low.stored_size();
 }
 
 }  // namespace
@@ -330,8 +420,10 @@ void BLinkTree::Rebalance(uint32_t index, NodeContent c,
     View(parent, &pv);
     // The owner's parent is exact: its entry for this node has the node's
     // low fence as key, and neighbouring entries name its siblings.
-    const size_t j = pv.LowerBound(c.low);
-    if (j >= pv.count() || pv.key(j) != c.low || pv.child(j) != index) return;
+    const size_t j = pv.LowerBound(c.low.bytes);
+    if (j >= pv.count() || pv.key(j) != c.low.bytes || pv.child(j) != index) {
+      return;
+    }
     NodeContent pc;
     if (j > 0) {
       const uint32_t left = pv.child(j - 1);
@@ -366,9 +458,13 @@ void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,
   l.high = r.high;
   l.right = r.right;
   Publish(left, l);
-  // 2. The right one holds nothing any more (its fences, level and right
-  // pointer stay): a reader reaching it searches again.
+  // 2. The right one holds nothing any more (its level and right pointer
+  // stay; its fences go, so that a dead node names no key extent): a
+  // reader reaching it searches again.
   r.entries.clear();
+  r.low = NodeKey{};
+  r.has_high = false;
+  r.high = NodeKey{};
   r.dead = true;
   Publish(right, r);
   // 3. The parent drops it (it keeps the left one's entry: at least one).
@@ -389,8 +485,14 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     if (n < 2) return Status::Internal("a node too big with one entry");
     size_t best = 1;
     // What the left node would hold keeping all but the last entry: its
-    // entries, its low fence and a new high fence (the last entry's key).
-    size_t keep = c.low.size() + c.entries.back().key.size();
+    // entries, its low fence and a new high fence (the last entry's key,
+    // or for a leaf a prefix of it, which may take more room in the node
+    // than a long key's KeyRef).
+    const NodeKey& last = c.entries.back().key;
+    size_t keep =
+        c.low.stored_size() +
+        (c.level == 0 ? Separator(c.entries[n - 2].key, last).stored_size()
+                      : last.stored_size());
     for (size_t i = 0; i + 1 < n; ++i) keep += c.EntryBytes(i);
     if (inserted == n - 1 && keep <= kNodeArea) {
       // Appended after the node's last key (keys inserted in ascending
@@ -419,7 +521,9 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
         std::make_move_iterator(c.entries.begin() + long(best)),
         std::make_move_iterator(c.entries.end()));
     c.entries.resize(best);
-    right.low = right.entries.front().key;
+    right.low = c.level == 0
+                    ? Separator(c.entries.back().key, right.entries.front().key)
+                    : right.entries.front().key;
     right.has_high = c.has_high;
     right.high = std::move(c.high);
     right.right = c.right;
@@ -456,7 +560,7 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     NodeView pv;
     View(parent, &pv);
     NodeContent pc = Decode(pv);
-    const size_t at = pv.LowerBound(right.low);
+    const size_t at = pv.LowerBound(right.low.bytes);
     NodeEntry e;
     e.key = right.low;
     e.child = right.self;

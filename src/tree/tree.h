@@ -22,6 +22,10 @@
 // Values over kMaxInlineValue bytes live in extents of the same region
 // (hash::SlabAllocator): written whole before the leaf naming them is
 // published, freed (incarnation bumped) once a leaf no longer names them.
+// Keys over kMaxInlineKey bytes live in key extents: written when the key
+// is first inserted, shared by every fence and separator made from it
+// (counted per place in a published node), and freed once the last node
+// naming it is republished without it.
 // Nodes take whole pages of that arena (kNodePageBytes): 64 nodes of 1 KiB,
 // or 63 when an extent left the page off a node boundary.
 //
@@ -41,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "hash/slab.h"
@@ -63,7 +68,8 @@ class BLinkTree {
   // replace only at version `expected` (kIfVersion: Conflict, NotFound).
   // Returns the pair's new version. InvalidArgument for a key outside
   // 1..kMaxKey bytes or a value over kMaxValue; OutOfMemory when the region
-  // has no room for the value's extent or a split (nothing changed).
+  // has no room for the key's or value's extent or a split (nothing
+  // changed).
   Result<uint64_t> Put(std::string_view key, std::string_view value,
                        PutMode mode = PutMode::kUpsert, uint64_t expected = 0);
   // NotFound if absent. A delete consumes a version (last_version()).
@@ -86,8 +92,12 @@ class BLinkTree {
   uint64_t size() const { return size_; }
   uint32_t num_nodes() const { return num_nodes_; }  // live nodes
   uint64_t merges() const { return merges_; }
-  // Bytes of the region's arena held by extents (out-of-line values).
+  // Bytes of the region's arena held by extents (out-of-line values and
+  // long keys).
   uint64_t extent_bytes() const { return slab_.bytes_in_use(); }
+  // Key extents in use (long keys, each counted once however many fences
+  // and separators share it).
+  size_t long_keys() const { return key_uses_.size(); }
   // Bytes of the arena not yet carved into pages.
   uint64_t bytes_left() const { return slab_.bytes_left(); }
   uint8_t height() const { return height_; }
@@ -117,8 +127,10 @@ class BLinkTree {
         slab_(base + kNodesOffset, bytes - kNodesOffset, kNodesOffset),
         source_(this) {}
   uint8_t* NodeAt(uint32_t index) const { return base_ + NodeOffset(index); }
-  // Parses a node of this tree (owner thread: no checksum needed).
+  // Parses a node of this tree (owner thread: no checksum needed) and
+  // resolves its long keys from the tree's own memory.
   void View(uint32_t index, NodeView* v) const;
+  Status ResolveOwn(NodeView* v) const;
   // Descends to the leaf of `key`, recording the internal nodes passed.
   uint32_t Descend(std::string_view key, std::vector<uint32_t>* path) const;
   void Publish(uint32_t index, const NodeContent& c);
@@ -151,14 +163,21 @@ class BLinkTree {
   Status WriteExtent(std::string_view key, std::string_view value,
                      uint64_t version, std::string* ref);
   void FreeExtent(std::string_view ref_bytes);
+  // Writes a long key into a new key extent (counted from the first
+  // Publish that names it; FreeKey frees one no node named).
+  Status WriteKey(std::string_view key, KeyRef* ref);
+  void FreeKey(const KeyRef& ref);
   uint8_t* base_;
   hash::SlabAllocator slab_;  // the arena: node pages and extents
   // Free nodes: carved and never used, or dead (merged away); the last is
   // taken next.
   std::vector<uint32_t> free_nodes_;
   std::vector<uint8_t> extent_image_;  // kept for WriteExtent
-  uint32_t num_nodes_ = 0;             // in use
-  uint32_t node_limit_ = 1;  // every node index (free ones too) is below
+  // Key extents: region offset -> places in published nodes naming it.
+  std::unordered_map<uint64_t, uint32_t> key_uses_;
+  std::vector<KeyRef> old_refs_;  // kept for Publish
+  uint32_t num_nodes_ = 0;        // in use
+  uint32_t node_limit_ = 1;       // every node index (free ones too) is below
   uint32_t root_ = kNoNode;
   uint8_t height_ = 0;
   uint64_t root_version_ = 0;

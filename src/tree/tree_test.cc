@@ -68,7 +68,18 @@ class CopySource : public NodeSource {
   Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) override {
     for (int i = 0; i < 1000; ++i) {
       Copy(scratch, base_ + NodeOffset(index), kNodeBytes);
-      if (view->Parse(scratch, index).ok()) return Status::OK();
+      if (view->Parse(scratch, index).ok()) {
+        // Long keys from their key extents, verified; one freed since
+        // the copy means the node changed: copy it again.
+        Status st = view->ResolveKeys([this](const KeyRef& r, char* dst) {
+          std::vector<uint8_t> copy(KeyExtentReadBytes(r));
+          Copy(copy.data(), base_ + r.offset, copy.size());
+          Status k = VerifyKeyExtent(copy.data(), r, dst);
+          if (!k.ok()) ++stale_keys;
+          return k;
+        });
+        if (st.ok()) return st;
+      }
       ++torn;
       std::this_thread::yield();  // let the writer finish (few cores)
     }
@@ -84,6 +95,7 @@ class CopySource : public NodeSource {
   }
   uint64_t torn = 0;
   uint64_t stale_extents = 0;
+  uint64_t stale_keys = 0;
 
  private:
   void Copy(void* dst, const uint8_t* src, size_t n) {
@@ -103,15 +115,15 @@ class CopySource : public NodeSource {
 NodeContent SampleLeaf(uint32_t self, int n, char fill) {
   NodeContent c;
   c.self = self;
-  c.low = "a";
+  c.low.bytes = "a";
   c.has_high = true;
-  c.high = "z";
+  c.high.bytes = "z";
   c.right = 7;
   for (int i = 0; i < n; ++i) {
     NodeEntry e;
     char key[16];
     std::snprintf(key, sizeof(key), "b%02d", i);  // in key order
-    e.key = key;
+    e.key.bytes = key;
     e.value = std::string(20, fill);
     e.version = uint64_t(i + 1);
     c.entries.push_back(e);
@@ -134,7 +146,7 @@ TEST(TreeNode, EncodesAndParses) {
   EXPECT_EQ(v.LowerBound("b01"), 1u);
   NodeContent d = Decode(v);
   EXPECT_EQ(d.entries.size(), 10u);
-  EXPECT_EQ(d.high, "z");
+  EXPECT_EQ(d.high.bytes, "z");
   // Another index, an odd version, a flipped byte: refused.
   EXPECT_FALSE(v.Parse(img.data(), 4).ok());
   std::vector<uint8_t> odd(kNodeBytes);
@@ -173,7 +185,7 @@ TEST(TreeNode, LowerBoundAgreesWithAPlainSearch) {
     c.level = round % 2;  // leaves and internal nodes
     for (const std::string& k : keys) {
       NodeEntry e;
-      e.key = k;
+      e.key.bytes = k;
       e.value = c.level == 0 ? "v" : "";
       e.child = 9;
       c.entries.push_back(e);
@@ -643,6 +655,225 @@ TEST_F(TreeTest, LargeValuesLiveOutOfLineAndTheirExtentsAreReused) {
 
 // Values out of line until the region is full: OutOfMemory, and the pair
 // that did not fit keeps its old value.
+// Keys over kMaxInlineKey bytes live in key extents (layout.h, "Long
+// keys"): keys of every length up to kMaxKey, many sharing prefixes longer
+// than a node can hold inline (so fences and separators are long too),
+// agree with a model through splits, merges, gets and scans on both read
+// paths; key extents are shared by the fences made from a key and freed
+// once no node names them.
+TEST_F(TreeTest, LongKeysAgreeWithAModelAndTheirExtentsAreFreed) {
+  std::mt19937_64 rng(17);
+  const std::string shared70(70, 's'), shared300(300, 't');
+  auto random_key = [&]() {
+    std::string k;
+    switch (rng() % 5) {
+      case 0:
+        k = Key(rng() % 500);  // short
+        break;
+      case 1:
+        k = shared70 + Key(rng() % 500);  // a 64+ byte shared prefix
+        break;
+      case 2:
+        k = shared300 + Key(rng() % 500);
+        break;
+      case 3:
+        k = Key(rng() % 500) + std::string(40 + rng() % 200, 'x');
+        break;
+      default:
+        // Up to the limit; rare, they are large.
+        // Up to the limit (rare: they are large), sharing all but their
+        // last bytes.
+        k = rng() % 40 == 0
+                ? std::string(kMaxKey - rng() % 3, 'z')
+                : shared70 + Key(rng() % 50) + std::string(rng() % 2000, 'y');
+    }
+    return k;
+  };
+  CopySource copies(mem_.base);
+  NodeCache cache;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string k = random_key();
+    if (rng() % 4 == 0) {
+      Status st = tree_->Delete(k);
+      EXPECT_EQ(st.ok(), model_.erase(k) == 1);
+    } else {
+      const size_t len =
+          rng() % 6 == 0 ? kMaxInlineValue + 1 + rng() % 2000 : rng() % 40;
+      std::string v(len, char('a' + i % 26));
+      auto put = tree_->Put(k, v);
+      ASSERT_TRUE(put.ok()) << put.status().ToString();
+      model_[k] = v;
+    }
+    if (i % 500 == 0) {
+      // Gets through stale cached copies, one-sided.
+      for (auto& [mk, mv] : model_) {
+        std::string got;
+        uint64_t version;
+        SearchStats stats;
+        ASSERT_TRUE(Lookup(&copies, &cache, mk, &got, &version, &stats).ok())
+            << mk.size();
+        EXPECT_EQ(got, mv);
+      }
+    }
+  }
+  EXPECT_EQ(tree_->size(), model_.size());
+  EXPECT_GE(tree_->height(), 2);
+  // Long keys in key extents: one per long key stored, and more held by
+  // fences and separators made from long keys deleted since (the test
+  // must cover long fences and separators).
+  size_t stored_long = 0;
+  for (auto& [k, v] : model_) stored_long += k.size() > kMaxInlineKey;
+  EXPECT_GT(tree_->long_keys(), stored_long);
+  for (auto& [k, v] : model_) {
+    std::string got;
+    uint64_t version = 0;
+    ASSERT_TRUE(tree_->Get(k, &got, &version).ok()) << k.size();
+    EXPECT_EQ(got, v);
+  }
+  std::string got;
+  uint64_t version;
+  SearchStats stats;
+  EXPECT_EQ(Lookup(&copies, &cache, shared70 + "absent", &got, &version, &stats)
+                .code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(
+      Lookup(&copies, &cache, std::string(kMaxKey, 'a'), &got, &version, &stats)
+          .code(),
+      StatusCode::kNotFound);
+  for (bool desc : {false, true}) {
+    for (uint32_t limit : {1u, 9u, 100000u}) {
+      EXPECT_EQ(PageThrough(&copies, &cache, "", "", limit, desc),
+                ModelRange("", "", desc));
+    }
+    // Ranges whose bounds are long keys, and a long prefix.
+    EXPECT_EQ(PageThrough(&copies, &cache, shared70, shared300, 7, desc),
+              ModelRange(shared70, shared300, desc));
+    EXPECT_EQ(
+        PageThrough(&copies, nullptr, shared300, PrefixEnd(shared300), 5, desc),
+        ModelRange(shared300, PrefixEnd(shared300), desc));
+  }
+  EXPECT_EQ(copies.torn, 0u);
+  EXPECT_EQ(copies.stale_keys, 0u);
+  // Every pair gone: no key extent left (nor a value's), and merges took
+  // the tree back to a few nodes.
+  for (auto& [k, v] : model_) ASSERT_TRUE(tree_->Delete(k).ok()) << k.size();
+  model_.clear();
+  EXPECT_EQ(tree_->size(), 0u);
+  EXPECT_EQ(PageThrough(&copies, &cache, "", "", 10, false),
+            std::vector<std::string>());
+  // The nodes that remain may still name long keys (a fence or separator
+  // is a key that once split them; dead nodes name none): at most two
+  // fences a node and a separator for every node but the root.
+  EXPECT_LE(tree_->long_keys(), 3u * tree_->num_nodes());
+  const size_t left = tree_->long_keys();
+  // Refilling with short keys and emptying again reuses the extents'
+  // memory: nothing leaks into the arena.
+  const uint64_t arena_left = tree_->bytes_left();
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 300; ++i) {
+      ASSERT_TRUE(tree_->Put(shared300 + Key(i), "v").ok());
+    }
+    for (int i = 0; i < 300; ++i) {
+      ASSERT_TRUE(tree_->Delete(shared300 + Key(i)).ok());
+    }
+  }
+  EXPECT_LE(tree_->long_keys(), 3u * tree_->num_nodes() + left);
+  EXPECT_EQ(tree_->bytes_left(), arena_left) << "extents were not reused";
+}
+
+// Long keys appended in ascending order, neighbours sharing 63 bytes: a
+// leaf split keeps the left leaf full and cuts a 64-byte fence, inline,
+// where the key itself takes a 24-byte KeyRef; the split must count the
+// fence's own size (it once counted the key's, and a left half over the
+// node's size failed the put).
+TEST_F(TreeTest, AppendedLongKeysSplitWithTheirFencesCounted) {
+  std::mt19937_64 rng(23);
+  for (int g = 0; g < 12; ++g) {
+    // 63 bytes shared within a group, then byte 63 ascending: every
+    // neighbour's fence is the 64-byte prefix.
+    const std::string shared = std::string(62, 'q') + char('a' + g);
+    for (int b = 1; b < 251; ++b) {
+      const std::string k = shared + char(b) + std::string(30, '.');
+      std::string v(rng() % 120, 'v');
+      auto put = tree_->Put(k, v);
+      ASSERT_TRUE(put.ok()) << g << "/" << b << ": " << put.status().ToString();
+      model_[k] = v;
+    }
+  }
+  CopySource copies(mem_.base);
+  NodeCache cache;
+  EXPECT_EQ(PageThrough(&copies, &cache, "", "", 1000, false),
+            ModelRange("", "", false));
+}
+
+// A key extent freed while a reader holds a copy of the node that named
+// it: the copy is stale, and the reader's check refuses it.
+TEST(TreeNode, AFreedKeyExtentIsRefused) {
+  Memory mem(8 << 20);
+  auto t = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(t.ok());
+  BLinkTree& tree = **t;
+  const std::string long_key(100, 'L');
+  ASSERT_TRUE(tree.Put(long_key, "v1").ok());
+  EXPECT_EQ(tree.long_keys(), 1u);
+  // The reader's copy of the (root) leaf, before the delete.
+  CopySource copies(mem.base);
+  auto root = copies.Root();
+  ASSERT_TRUE(root.ok());
+  std::vector<uint8_t> image(kNodeBytes);
+  std::memcpy(image.data(), mem.base + NodeOffset(*root), kNodeBytes);
+  NodeView v;
+  ASSERT_TRUE(v.Parse(image.data(), *root).ok());
+  ASSERT_EQ(v.long_keys(), 1u);
+  const KeyRef ref = v.key_ref(0);
+  EXPECT_EQ(ref.key_len, 100u);
+  {
+    // A KeyRef naming a key short enough to be inline is malformed.
+    std::vector<uint8_t> bad = image;
+    KeyRef short_ref = ref;
+    short_ref.key_len = kMaxInlineKey;
+    std::memcpy(bad.data() + sizeof(NodeHeader) + sizeof(LeafEntryHead),
+                &short_ref, sizeof(short_ref));
+    const uint64_t sum = NodeChecksum(bad.data());
+    std::memcpy(bad.data(), &sum, sizeof(sum));
+    NodeView b;
+    EXPECT_EQ(b.Parse(bad.data(), *root).code(), StatusCode::kCorruption);
+  }
+  std::vector<uint8_t> copy(KeyExtentReadBytes(ref));
+  std::memcpy(copy.data(), mem.base + ref.offset, copy.size());
+  std::string key(ref.key_len, '\0');
+  ASSERT_TRUE(VerifyKeyExtent(copy.data(), ref, key.data()).ok());
+  EXPECT_EQ(key, long_key);
+  // Deleted: the extent is freed (its incarnation bumped) and reused.
+  ASSERT_TRUE(tree.Delete(long_key).ok());
+  EXPECT_EQ(tree.long_keys(), 0u);
+  ASSERT_TRUE(tree.Put(std::string(100, 'M'), "v2").ok());
+  std::memcpy(copy.data(), mem.base + ref.offset, copy.size());
+  EXPECT_EQ(VerifyKeyExtent(copy.data(), ref, key.data()).code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(v.ResolveKeys([&](const KeyRef& r, char* dst) {
+               std::memcpy(copy.data(), mem.base + r.offset, copy.size());
+               return VerifyKeyExtent(copy.data(), r, dst);
+             }).code(),
+            StatusCode::kCorruption);
+  // A torn key extent (a byte of its key changed) is refused too.
+  std::string got;
+  uint64_t version;
+  SearchStats stats;
+  ASSERT_TRUE(
+      Lookup(&copies, nullptr, std::string(100, 'M'), &got, &version, &stats)
+          .ok());
+  EXPECT_EQ(got, "v2");
+  std::memcpy(copy.data(), mem.base + ref.offset, copy.size());
+  copy[sizeof(hash::ExtentHeader) + 5] ^= 1;
+  KeyRef now = ref;
+  hash::ExtentHeader h;
+  std::memcpy(&h, copy.data(), sizeof(h));
+  now.incarnation = h.incarnation;
+  EXPECT_EQ(VerifyKeyExtent(copy.data(), now, key.data()).code(),
+            StatusCode::kCorruption);
+}
+
 TEST(TreeFull, AFullRegionOfLargeValuesSaysSoAndChangesNothing) {
   Memory mem(kNodesOffset + 32 * kNodePageBytes);
   auto t = BLinkTree::Create(mem.base, mem.bytes);
@@ -850,7 +1081,10 @@ Status ScanWholeTree(NodeSource* src, NodeCache* cache, uint32_t limit,
 // `stable` are inserted first and never deleted: every scan must return
 // all of those in its range, in order; every value read must be one that
 // was written for its key.
-TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
+void RaceReadersAgainstInserts(const std::string& prefix) {
+  // Keys with the given prefix (a long one makes every key, fence and
+  // separator a long key, in key extents).
+  auto K = [&prefix](uint64_t i) { return prefix + Key(i); };
   Memory mem(16 << 20);
   auto created = BLinkTree::Create(mem.base, mem.bytes);
   ASSERT_TRUE(created.ok());
@@ -871,7 +1105,7 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
     std::mt19937_64 rng(3);
     for (uint64_t i = 0; i < kKeys && !failed.load(); ++i) {
       // Even keys stay; odd ones churn.
-      const std::string k = Key(i);
+      const std::string k = K(i);
       // Let the reader run on a machine with few cores.
       if (i % 8 == 0) std::this_thread::yield();
       // Values from 20 to 619 bytes: inline, and out of line from 257.
@@ -882,16 +1116,16 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       if (i % 2 == 0) stable.store(i + 1, std::memory_order_release);
       if (i > 10 && rng() % 3 == 0) {
         const uint64_t j = (rng() % (i / 2)) * 2 + 1;
-        (void)tree.Delete(Key(j));
-        (void)tree.Put(Key(j), testing::SelfDescribingValue(Key(j), i, 30));
+        (void)tree.Delete(K(j));
+        (void)tree.Put(K(j), testing::SelfDescribingValue(K(j), i, 30));
       }
       if (i > 10) {
         // A stable key rewritten in place (same length: the node keeps its
         // structure, so only the checksum can expose a torn copy; out of
         // line, a new extent and the old one freed under readers).
         const uint64_t j = (rng() % (i / 2)) * 2;
-        (void)tree.Put(Key(j),
-                       testing::SelfDescribingValue(Key(j), i, 20 + j % 600));
+        (void)tree.Put(K(j),
+                       testing::SelfDescribingValue(K(j), i, 20 + j % 600));
       }
     }
     done = true;
@@ -911,17 +1145,17 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       std::string v;
       uint64_t version;
       SearchStats stats;
-      Status st = Lookup(&copies, &cache, Key(i), &v, &version, &stats);
+      Status st = Lookup(&copies, &cache, K(i), &v, &version, &stats);
       if (st.code() == StatusCode::kBusy) {
         ++gave_up;
         continue;
       }
       if (!st.ok()) {
-        ADD_FAILURE() << Key(i) << " " << st.ToString();
+        ADD_FAILURE() << K(i) << " " << st.ToString();
         failed = true;
         break;
       }
-      if (!testing::WellFormedValue(Key(i), v)) ++bad;
+      if (!testing::WellFormedValue(K(i), v)) ++bad;
       ++gets;
     }
     // A scan of the whole tree in pages, one direction or the other.
@@ -938,7 +1172,7 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
       break;
     }
     for (uint64_t i = 0; i < before; i += 2) {
-      if (!std::binary_search(seen.begin(), seen.end(), Key(i))) ++missed;
+      if (!std::binary_search(seen.begin(), seen.end(), K(i))) ++missed;
     }
     ++scans;
   }
@@ -951,13 +1185,22 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
   EXPECT_GT(copies.torn, 0u) << "the race should meet torn nodes";
   std::printf(
       "scans=%llu gets=%llu gave up=%llu torn copies refused=%llu stale "
-      "extents refused=%llu cache hits=%llu\n",
+      "extents refused=%llu stale keys refused=%llu cache hits=%llu\n",
       static_cast<unsigned long long>(scans),
       static_cast<unsigned long long>(gets),
       static_cast<unsigned long long>(gave_up),
       static_cast<unsigned long long>(copies.torn),
       static_cast<unsigned long long>(copies.stale_extents),
+      static_cast<unsigned long long>(copies.stale_keys),
       static_cast<unsigned long long>(cache.hits));
+}
+
+TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
+  RaceReadersAgainstInserts("");
+}
+
+TEST(TreeRace, ReadersNeverSeeTornNodesWithLongKeys) {
+  RaceReadersAgainstInserts(std::string(100, 'p'));
 }
 
 // A writer fills ranges and deletes them again but for one key in 16,
@@ -965,7 +1208,10 @@ TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
 // a reader with a cache of upper levels (stale as nodes die and come back
 // elsewhere) gets and scans. Kept keys, once inserted, must be in every
 // scan that starts after them, and found by every get; nothing torn.
-TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
+void RaceReadersAgainstMerges(const std::string& prefix) {
+  // Keys with the given prefix (a long one makes every key, fence and
+  // separator a long key, in key extents).
+  auto K = [&prefix](uint64_t i) { return prefix + Key(i); };
   Memory mem(16 << 20);
   auto created = BLinkTree::Create(mem.base, mem.bytes);
   ASSERT_TRUE(created.ok());
@@ -980,9 +1226,9 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
   std::thread writer([&] {
     while (!reading.load()) std::this_thread::yield();
     for (uint64_t r = 0; r < kRounds && !failed.load(); ++r) {
-      // Interleaved rounds: round r's keys are Key(i * kRounds + r).
+      // Interleaved rounds: round r's keys are K(i * kRounds + r).
       for (uint64_t i = 0; i < kPerRound; ++i) {
-        const std::string k = Key(i * kRounds + r);
+        const std::string k = K(i * kRounds + r);
         if (i % 8 == 0) std::this_thread::yield();
         if (!tree.Put(k, testing::SelfDescribingValue(k, r, 20 + i % 400))
                  .ok()) {
@@ -995,7 +1241,7 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
       for (uint64_t i = 0; i < kPerRound; ++i) {
         if (i % 16 == 0) continue;  // kept
         if (i % 8 == 0) std::this_thread::yield();
-        (void)tree.Delete(Key(i * kRounds + r));
+        (void)tree.Delete(K(i * kRounds + r));
       }
     }
     done = true;
@@ -1009,7 +1255,7 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
     const uint64_t rounds = kept_upto.load(std::memory_order_acquire);
     for (int g = 0; g < 50 && rounds > 0; ++g) {
       const uint64_t i = (gets * 7919 % kPerRound) / 16 * 16;
-      const std::string k = Key(i * kRounds + gets % rounds);
+      const std::string k = K(i * kRounds + gets % rounds);
       std::string v;
       uint64_t version;
       SearchStats stats;
@@ -1035,8 +1281,7 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
     }
     for (uint64_t r = 0; r < rounds; ++r) {
       for (uint64_t i = 0; i < kPerRound; i += 16) {
-        if (!std::binary_search(seen.begin(), seen.end(),
-                                Key(i * kRounds + r))) {
+        if (!std::binary_search(seen.begin(), seen.end(), K(i * kRounds + r))) {
           ++missed;
         }
       }
@@ -1057,6 +1302,14 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
       static_cast<unsigned long long>(gave_up),
       static_cast<unsigned long long>(tree.merges()),
       static_cast<unsigned long long>(copies.torn));
+}
+
+TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
+  RaceReadersAgainstMerges("");
+}
+
+TEST(TreeRace, ReadersMeetMergedAndReusedNodesWithLongKeys) {
+  RaceReadersAgainstMerges(std::string(100, 'p'));
 }
 
 }  // namespace

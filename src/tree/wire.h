@@ -96,8 +96,7 @@ struct TreeScanReply {
 static_assert(sizeof(TreeScanReply) == 16);
 
 struct TreeScanItem {
-  uint16_t key_len;
-  uint16_t reserved;
+  uint32_t key_len;    // up to max_key (32 bits since layout version 3)
   uint32_t value_len;  // up to max_value (32 bits since layout version 2)
   uint64_t version;
 };
