@@ -430,10 +430,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto keys = tree::DecodeTreeMultiGet(in); keys.ok()) {
       if (tree::EncodeTreeMultiGet(*keys) != in) std::abort();
     }
+    if (auto pairs = tree::DecodeTreeMultiPut(in); pairs.ok()) {
+      if (tree::EncodeTreeMultiPut(*pairs) != in) std::abort();
+    }
     if (in.size() >= sizeof(tree::TreeMultiReply)) {
       uint32_t count;
       std::memcpy(&count, in.data(), sizeof(count));
       (void)tree::DecodeTreeMultiGetReply(in, count);
+      (void)tree::DecodeTreeMultiPutReply(in, count);
     }
     (void)tree::DecodeTreeInfo(in);
     (void)tree::DecodeTreeGetReply(in);

@@ -589,6 +589,60 @@ TEST_F(TreeTest, MultiGetAsksTheServerInBatches) {
   EXPECT_EQ(batched[5003]->value.size(), rpc->max_value());
 }
 
+// MultiPut: one request per 4096 pairs (and 32 MiB), each pair with its
+// own result; bad pairs refused alone, the rest written, in order (a key
+// twice in a batch ends with its last value).
+TEST_F(TreeTest, MultiPutWritesPairsInBatches) {
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  ASSERT_TRUE(rpc && onesided);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string k = i % 4 == 0 ? std::string(100, 'L') + Key(uint64_t(i))
+                                     : Key(uint64_t(i));
+    pairs.emplace_back(
+        k, testing::SelfDescribingValue(k, uint64_t(i), i % 7 == 0 ? 400 : 20));
+  }
+  pairs.emplace_back("", "empty key");                            // 5000
+  pairs.emplace_back(std::string(rpc->max_key() + 1, 'k'), "v");  // 5001
+  pairs.emplace_back("toolong", std::string(rpc->max_value() + 1, 'v'));
+  pairs.emplace_back("huge", std::string(rpc->max_value(), 'h'));  // 5003
+  pairs.emplace_back(Key(1), "again");  // 5004: Key(1) twice, last wins
+  std::vector<std::pair<std::string_view, std::string_view>> views(
+      pairs.begin(), pairs.end());
+  const uint64_t rpcs_before =
+      testing::StatOf(rpc.session.get(), "rpcs_served");
+  auto results = rpc->MultiPut(views);
+  const uint64_t rpcs =
+      testing::StatOf(rpc.session.get(), "rpcs_served") - rpcs_before;
+  // Two requests (4096 + the rest: 16 MiB fit in 32 MiB) and the stats
+  // call.
+  EXPECT_LE(rpcs, 3u);
+  ASSERT_EQ(results.size(), pairs.size());
+  EXPECT_EQ(results[5000].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(results[5001].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(results[5002].status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(results[1].ok() && results[5004].ok());
+  EXPECT_GT(*results[5004], *results[1]) << "applied in order";
+  std::map<std::string, std::pair<std::string, uint64_t>> want;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i >= 5000 && i <= 5002) continue;
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status().ToString();
+    want[pairs[i].first] = {pairs[i].second, *results[i]};
+  }
+  for (TreeStore* c : {rpc.store.get(), onesided.store.get()}) {
+    for (const auto& [k, v] : want) {
+      auto got = c->Get(k);
+      ASSERT_TRUE(got.ok()) << k.size() << ": " << got.status().ToString();
+      EXPECT_TRUE(got->value == v.first) << k;
+      EXPECT_EQ(got->version, v.second) << k;
+    }
+  }
+  EXPECT_EQ(rpc->Get("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rpc->Get("toolong").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(rpc->MultiPut({}).empty());
+}
+
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);
@@ -658,6 +712,12 @@ TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   std::string multi = tree::EncodeTreeMultiGet({"keep", "x"});
   multi.pop_back();
   expect_refused(M(tree::TreeMethod::kMultiGet), multi,
+                 StatusCode::kProtocolError);
+  expect_refused(M(tree::TreeMethod::kMultiPut), tree::EncodeTreeMultiPut({}),
+                 StatusCode::kProtocolError);
+  std::string mput = tree::EncodeTreeMultiPut({{"keep", "lost"}});
+  mput.pop_back();
+  expect_refused(M(tree::TreeMethod::kMultiPut), mput,
                  StatusCode::kProtocolError);
   expect_refused(M(tree::TreeMethod::kCount), "", StatusCode::kProtocolError);
   auto c = Connect(server_.address, ReadPath::kAuto);
@@ -824,7 +884,21 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   {
     auto c = Connect(server.address, ReadPath::kAuto);
     ASSERT_TRUE(c);
-    for (uint64_t i = 0; i < 600; ++i) {
+    // The first half in one batch (MultiPut: logged pair by pair, answered
+    // once durable), the rest singly.
+    std::vector<std::string> keys, values;
+    for (uint64_t i = 0; i < 300; ++i) {
+      keys.push_back(key_of(i));
+      values.push_back(value_of(i));
+    }
+    std::vector<std::pair<std::string_view, std::string_view>> batch;
+    for (size_t i = 0; i < keys.size(); ++i)
+      batch.emplace_back(keys[i], values[i]);
+    for (const auto& v : c->MultiPut(batch)) {
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      last_version = *v;
+    }
+    for (uint64_t i = 300; i < 600; ++i) {
       auto v = c->Put(key_of(i), value_of(i));
       ASSERT_TRUE(v.ok()) << v.status().ToString();
       last_version = *v;

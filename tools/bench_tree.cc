@@ -249,8 +249,9 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     rows.push_back(std::move(row));
   }
   {
-    // Deleting every pair, in a random order, 256 in flight: what merges
-    // cost, and what they give back.
+    // Writes one at a time: a put, and a batch of 16 puts in one request
+    // (MultiPut), rewriting existing keys with values of the same size;
+    // then every pair deleted.
     auto session =
         ConnectOrReport(server.address, o.transport, o.secret, ReadPath::kRpc);
     if (session == nullptr) return 1;
@@ -260,6 +261,38 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
                    tree.status().ToString().c_str());
       return 1;
     }
+    TreeStore& t = **tree;
+    size_t next = 0;
+    Row put;
+    put.test = "put_rpc";
+    put.transport = tname;
+    put.size = value_len;
+    Status err = TimeRow(o, server, &put, [&]() -> Status {
+      return t.Put(keys[next++ & (keys.size() - 1)], value).status();
+    });
+    Row multi;
+    multi.test = "multiput16_rpc";
+    multi.transport = tname;
+    multi.size = 16;
+    std::vector<std::pair<std::string_view, std::string_view>> batch(16);
+    if (err.ok()) {
+      err = TimeRow(o, server, &multi, [&]() -> Status {
+        for (auto& p : batch) p = {keys[next++ & (keys.size() - 1)], value};
+        for (auto& r : t.MultiPut(batch)) {
+          if (!r.ok()) return r.status();
+        }
+        return Status::OK();
+      });
+    }
+    if (!err.ok()) {
+      std::fprintf(stderr, "remem-bench: puts: %s\n", err.ToString().c_str());
+      return 1;
+    }
+    rows.push_back(std::move(put));
+    rows.push_back(std::move(multi));
+
+    // Then deleting every pair, in a random order, 256 in flight: what
+    // merges cost, and what they give back.
     auto before = session->Stats();
     std::vector<uint64_t> order(records);
     for (uint64_t i = 0; i < records; ++i) order[i] = i;

@@ -48,6 +48,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "remem/options.h"
@@ -156,6 +157,12 @@ class TreeStore {
   // On kAuto over tcp a batch always goes by RPC.
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);
+  // Insert or replace each pair, in order: its new version, or its error
+  // (InvalidArgument, OutOfMemory...). The pairs go in requests of up to
+  // 4096 pairs and 32 MiB, all in flight together; the call returns when
+  // all have answered (with --data-dir, once they are durable).
+  std::vector<Result<uint64_t>> MultiPut(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
 
   struct ReadStats {
     uint64_t onesided_gets = 0;   // gets answered by one-sided reads

@@ -62,7 +62,10 @@ Result<SlabAllocator::Extent> SlabAllocator::Store(
   h.version = version;
   std::memcpy(img, &h, sizeof(h));
   std::memcpy(img + sizeof(h), key.data(), key.size());
-  std::memcpy(img + sizeof(h) + key.size(), value.data(), value.size());
+  // (An empty value, a tree's key extent, may have no data pointer.)
+  if (!value.empty()) {
+    std::memcpy(img + sizeof(h) + key.size(), value.data(), value.size());
+  }
   h.checksum = ExtentChecksum(img, key.size(), value.size());
   std::memcpy(img, &h.checksum, 8);
   // Release stores: the extent is complete before any entry points to it.

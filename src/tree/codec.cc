@@ -260,6 +260,77 @@ Result<std::vector<std::string_view>> DecodeTreeMultiGet(
   return keys;
 }
 
+std::string EncodeTreeMultiPut(const std::vector<KeyValueView>& pairs) {
+  TreeMultiRequest r{};
+  r.count = uint32_t(pairs.size());
+  size_t bytes = sizeof(r);
+  for (const auto& [k, v] : pairs) {
+    bytes += sizeof(TreeMultiPutItem) + k.size() + v.size();
+  }
+  std::string out;
+  out.reserve(bytes);
+  Append(&out, r);
+  for (const auto& [k, v] : pairs) {
+    TreeMultiPutItem h{};
+    h.key_len = uint32_t(k.size());
+    h.value_len = uint32_t(v.size());
+    Append(&out, h);
+    out += k;
+    out += v;
+  }
+  return out;
+}
+
+Result<std::vector<KeyValueView>> DecodeTreeMultiPut(std::string_view payload) {
+  Reader rd(payload);
+  TreeMultiRequest r;
+  if (!rd.Read(&r)) return Bad("tree multi-put truncated");
+  if (r.reserved != 0) return Bad("tree multi-put: reserved bytes set");
+  if (r.count == 0 || r.count > kMaxMultiGetKeys) {
+    return Bad("tree multi-put: 1.." + std::to_string(kMaxMultiGetKeys) +
+               " pairs");
+  }
+  std::vector<KeyValueView> pairs(r.count);
+  for (auto& [key, value] : pairs) {
+    TreeMultiPutItem h;
+    if (!rd.Read(&h)) return Bad("tree multi-put item truncated");
+    if (!rd.View(h.key_len, &key) || !rd.View(h.value_len, &value)) {
+      return Bad("tree multi-put pair truncated");
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree multi-put");
+  return pairs;
+}
+
+Result<std::vector<Result<uint64_t>>> DecodeTreeMultiPutReply(
+    std::string_view payload, size_t expected) {
+  Reader rd(payload);
+  TreeMultiReply r;
+  if (!rd.Read(&r)) return Bad("tree multi-put reply truncated");
+  if (r.reserved != 0 || r.count != expected || r.count > kMaxMultiGetKeys) {
+    return Bad("tree multi-put reply: another count than the request's");
+  }
+  std::vector<Result<uint64_t>> out;
+  out.reserve(r.count);
+  for (uint32_t i = 0; i < r.count; ++i) {
+    TreeMultiItem h;
+    std::string message;
+    if (!rd.Read(&h) || !rd.ReadBytes(h.value_len, &message)) {
+      return Bad("tree multi-put reply item truncated");
+    }
+    if (h.status == 0) {
+      if (h.value_len != 0) return Bad("tree multi-put reply: a value");
+      out.push_back(h.version);
+    } else if (h.status < 0 || h.status > int32_t(StatusCode::kMoved)) {
+      return Bad("tree multi-put reply: unknown status");
+    } else {
+      out.push_back(Status(StatusCode(h.status), std::move(message)));
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree multi-put");
+  return out;
+}
+
 TreeMultiReplyWriter::TreeMultiReplyWriter(uint32_t count) {
   TreeMultiReply r{};
   r.count = count;

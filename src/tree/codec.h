@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "remem/status.h"
@@ -87,6 +88,8 @@ class TreeMultiReplyWriter {
  public:
   explicit TreeMultiReplyWriter(uint32_t count);
   void AddValue(uint64_t version, std::string_view value);
+  // A put's result: its new version.
+  void AddVersion(uint64_t version) { AddValue(version, {}); }
   void AddError(const Status& status);
   size_t bytes() const { return out_.size(); }
   std::string Finish() { return std::move(out_); }
@@ -97,6 +100,18 @@ class TreeMultiReplyWriter {
 // One result per key: a value and version, or the item's error. The count
 // must be `expected`.
 Result<std::vector<Result<TreeStore::Value>>> DecodeTreeMultiGetReply(
+    std::string_view payload, size_t expected);
+
+// A batch of puts (TreeMethod::kMultiPut): framing checked as for
+// multi-gets (count 1..kMaxMultiGetKeys, lengths within the payload); the
+// pairs' sizes are the service's to judge. The reply is a
+// TreeMultiReplyWriter's, AddVersion or AddError per pair.
+using KeyValueView = std::pair<std::string_view, std::string_view>;
+std::string EncodeTreeMultiPut(const std::vector<KeyValueView>& pairs);
+Result<std::vector<KeyValueView>> DecodeTreeMultiPut(std::string_view payload);
+// One result per pair: its new version, or its error. The count must be
+// `expected`.
+Result<std::vector<Result<uint64_t>>> DecodeTreeMultiPutReply(
     std::string_view payload, size_t expected);
 
 }  // namespace remem::tree

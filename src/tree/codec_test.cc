@@ -94,6 +94,28 @@ TEST(TreeCodec, RoundTrips) {
   EXPECT_EQ((*items)[1].status().message(), "key not found");
   EXPECT_EQ((*items)[2]->value.size(), 70000u);
 
+  // A batch of puts, and its reply with versions and errors.
+  const std::string mput_msg =
+      EncodeTreeMultiPut({{"a", "1"},
+                          {"", ""},
+                          {std::string_view("kkk"), std::string(70000, 'v')}});
+  auto mput = DecodeTreeMultiPut(mput_msg);
+  ASSERT_TRUE(mput.ok()) << mput.status().ToString();
+  ASSERT_EQ(mput->size(), 3u);
+  EXPECT_EQ((*mput)[0].first, "a");
+  EXPECT_EQ((*mput)[0].second, "1");
+  EXPECT_EQ((*mput)[1].first, "");
+  EXPECT_EQ((*mput)[2].second.size(), 70000u);
+  TreeMultiReplyWriter pw(2);
+  pw.AddVersion(11);
+  pw.AddError(Status::InvalidArgument("bad key"));
+  auto versions = DecodeTreeMultiPutReply(pw.Finish(), 2);
+  ASSERT_TRUE(versions.ok()) << versions.status().ToString();
+  ASSERT_TRUE((*versions)[0].ok());
+  EXPECT_EQ(*(*versions)[0], 11u);
+  EXPECT_EQ((*versions)[1].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*versions)[1].status().message(), "bad key");
+
   auto get = DecodeTreeGetReply(EncodeTreeGetReply(8, "val"));
   ASSERT_TRUE(get.ok());
   EXPECT_EQ(get->first, 8u);
@@ -183,6 +205,20 @@ TEST(TreeCodec, RefusesMalformedPayloads) {
   std::string unknown = mreply;
   unknown[sizeof(TreeMultiReply)] = 100;  // status
   EXPECT_TRUE(bad(DecodeTreeMultiGetReply(unknown, 1).status()));
+  // Multi-puts: no pairs, too many, a value past the payload, trailing
+  // bytes; a reply of another count, or with a value on success.
+  EXPECT_TRUE(bad(DecodeTreeMultiPut(EncodeTreeMultiPut({})).status()));
+  EXPECT_TRUE(
+      bad(DecodeTreeMultiPut(EncodeTreeMultiPut(std::vector<KeyValueView>(
+                                 kMaxMultiGetKeys + 1, KeyValueView("k", "v"))))
+              .status()));
+  std::string mput = EncodeTreeMultiPut({{"abc", "value"}});
+  EXPECT_TRUE(
+      bad(DecodeTreeMultiPut(mput.substr(0, mput.size() - 1)).status()));
+  EXPECT_TRUE(bad(DecodeTreeMultiPut(mput + "z").status()));
+  EXPECT_TRUE(bad(DecodeTreeMultiPutReply(mreply, 2).status()));
+  EXPECT_TRUE(bad(DecodeTreeMultiPutReply(mreply, 1).status()))
+      << "a put's success carries no value";
   // A key length past max_key, a value length past max_value.
   reply = EncodeTreeScanReply(page);
   const size_t item = sizeof(TreeScanReply);

@@ -65,15 +65,16 @@
 // the left one takes over the right one's entries and range (published
 // first, so both claim the range with the same keys for a moment), the
 // right one is published dead (kDead), then the parent drops its entry (and
-// may merge in turn). Node pages stay node pages (type-stable), and a dead
-// node's index is reused by a later split. A reader holding a stale index
-// (a cached parent, a right pointer, an old copy) is protected as it is
-// from any stale copy: it trusts a leaf only for keys within the fences of
-// a fresh verified copy, searches again when the node is dead, of another
-// level than expected, or starts above the key, and moves right when the
-// key lies at or beyond the high fence. Every live leaf holds, at every
-// moment, exactly the keys of its range; so the fences play the role of
-// an incarnation.
+// may merge in turn). A root left with one child gives way to it: the
+// TreeRoot names the child, then the old root is published dead. Node pages
+// stay node pages (type-stable), and a dead node's index is reused by a later
+// split. A reader holding a stale index (a cached parent, a right pointer, an
+// old copy) is protected as it is from any stale copy: it trusts a leaf only
+// for keys within the fences of a fresh verified copy, searches again when the
+// node is dead, of another level than expected, or starts above the key, and
+// moves right when the key lies at or beyond the high fence. Every live leaf
+// holds, at every moment, exactly the keys of its range; so the fences play the
+// role of an incarnation.
 //
 // Thread contract: plain data.
 
@@ -119,10 +120,10 @@ inline constexpr uint32_t kMaxInlineKey = 64;
 inline constexpr uint32_t kMaxKey = 64 << 10;
 // The largest inline value the split rule allows: a leaf entry is a
 // 16-byte head, the key and the value, and two of the largest must fit in
-// a node's area less two fences (48: the NodeHeader).
+// a node's area less three fences (48: the NodeHeader; kSplitRoom).
 inline constexpr uint32_t kMaxInlineValue = uint32_t(
-    (kNodeBytes - 48 - 2 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey < 256
-        ? (kNodeBytes - 48 - 2 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey
+    (kNodeBytes - 48 - 3 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey < 256
+        ? (kNodeBytes - 48 - 3 * kMaxInlineKey) / 2 - 16 - kMaxInlineKey
         : 256);
 inline constexpr uint32_t kMaxValue = 16u << 20;
 // Nodes are carved from the arena a page at a time.
@@ -222,13 +223,17 @@ inline constexpr size_t kMaxLeafEntryBytes =
     sizeof(LeafEntryHead) + kMaxInlineKey + kMaxInlineValue;
 inline constexpr size_t kMaxInternalEntryBytes =
     sizeof(InternalEntryHead) + kMaxInlineKey;
-// What entries always have room for: the area less two fences at most.
-inline constexpr size_t kEntryRoom = kNodeArea - 2 * kMaxInlineKey;
-// A full node (at most kEntryRoom of entries) plus one more entry splits
-// into halves of at most (total + largest entry) / 2 bytes each: they must
-// fit.
-static_assert(2 * kMaxLeafEntryBytes <= kEntryRoom);
-static_assert(2 * kMaxInternalEntryBytes <= kEntryRoom);
+// A node's entries take up to its area less its two fences (all of it
+// when both are short: a leftmost node's low fence is empty). A split
+// adds one entry, and each half gets a new fence (at most kMaxInlineKey
+// bytes) beside one it had: the larger half, at most (entries + largest
+// entry) / 2 bytes, must fit beside two fences. With fences a and b and at
+// most area - a - b of entries, that is 2 x largest entry <= area - 128 -
+// a + b, whose worst case (a = 64, b = 0) is the area less three fences.
+// (Two fences were counted before: 512-byte nodes could fail a split.)
+inline constexpr size_t kSplitRoom = kNodeArea - 3 * kMaxInlineKey;
+static_assert(2 * kMaxLeafEntryBytes <= kSplitRoom);
+static_assert(2 * kMaxInternalEntryBytes <= kSplitRoom);
 
 inline uint64_t NodeChecksum(const void* node) {
   return XXH3_64bits(static_cast<const uint8_t*>(node) + 8, kNodeBytes - 8);

@@ -1,7 +1,8 @@
 #include "tree/node.h"
 
 #include <algorithm>
-#include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "hash/layout.h"
@@ -166,10 +167,18 @@ Status NodeView::ResolveKeys(const KeyReader& read) {
   return check_order_ ? CheckOrder() : Status::OK();
 }
 
-void NodeView::AdoptKeys(const NodeView& from) {
-  if (long_keys_ == 0) return;
+bool NodeView::AdoptKeys(const NodeView& from) {
+  if (long_keys_ == 0) return true;
+  size_t total = 0;
+  std::vector<KeyRef> refs;
+  LongKeyRefs(&refs);
+  for (const KeyRef& r : refs) total += r.key_len;
+  if (from.long_keys_ != long_keys_ || from.key_store_.size() != total) {
+    return false;
+  }
   key_store_ = from.key_store_;
   PointAtStore();
+  return true;
 }
 
 void NodeView::PointAtStore() {
@@ -302,7 +311,13 @@ void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
     pos += n;
   };
   auto put_key = [&](const NodeKey& k) {
-    assert(k.out_of_line() == (k.bytes.size() > kMaxInlineKey));
+    if (k.out_of_line() != (k.bytes.size() > kMaxInlineKey)) {
+      // A long key without its extent (or a short one with one) would
+      // publish a node no reader can parse: a bug in the owner, stop.
+      std::fprintf(stderr, "remem: tree key of %zu bytes %s a key extent\n",
+                   k.bytes.size(), k.out_of_line() ? "with" : "without");
+      std::abort();
+    }
     if (k.out_of_line()) {
       put(&k.ref, sizeof(k.ref));
     } else {

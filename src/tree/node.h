@@ -60,8 +60,11 @@ class NodeView {
   using KeyReader = std::function<Status(const KeyRef&, char*)>;
   Status ResolveKeys(const KeyReader& read);
   // The long keys of `from`, a view of the same image, resolved (a cache
-  // keeping a copy of a node it just read).
-  void AdoptKeys(const NodeView& from);
+  // keeping a copy of a node it just read). False if `from` does not hold
+  // this view's long keys.
+  bool AdoptKeys(const NodeView& from);
+  // Bytes of the long keys copied in (ResolveKeys, AdoptKeys).
+  size_t key_bytes() const { return long_keys_ > 0 ? key_store_.size() : 0; }
   // The KeyRefs of the long keys, appended to *out (the server counting
   // the places that name each key extent).
   void LongKeyRefs(std::vector<KeyRef>* out) const;

@@ -52,10 +52,14 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
 
 void NodeCache::Put(uint32_t index, const NodeView& view) {
   if (index == kNoNode) return;
-  if (size_ >= max_ && Get(index) == nullptr) {
+  const bool have = Get(index) != nullptr;  // a copy replaced
+  if (have) key_bytes_ -= nodes_[index]->view.key_bytes();
+  if ((size_ >= max_ && !have) ||
+      key_bytes_ + view.key_bytes() > kMaxCachedKeyBytes) {
     evictions += size_;
     nodes_.clear();
     size_ = 0;
+    key_bytes_ = 0;
   }
   if (index >= nodes_.size()) nodes_.resize(size_t{index} + 1);
   std::unique_ptr<Entry>& slot = nodes_[index];
@@ -66,11 +70,13 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   std::memcpy(slot->image, view.image(), kNodeBytes);
   // It verified as `view`: only the structure is parsed again, and its
   // long keys are copied from `view` (resolved there).
-  if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok()) {
-    Evict(index);
+  if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok() ||
+      !slot->view.AdoptKeys(view)) {
+    slot.reset();  // its bytes were not counted
+    --size_;
     return;
   }
-  slot->view.AdoptKeys(view);
+  key_bytes_ += slot->view.key_bytes();
 }
 
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {

@@ -67,7 +67,9 @@ class NodeSource {
 inline constexpr size_t kScanPageBytes = 1 << 20;
 
 // A client's copies of internal nodes, kept parsed (a hit costs no parse),
-// and the root's index. Bounded: cleared when full. Nodes are found by
+// and the root's index. Bounded: cleared when full, by nodes or by the
+// bytes of their long keys (kMaxCachedKeyBytes: a node of long keys holds up
+// to a few MiB of them). Nodes are found by
 // their index in a table as long as the highest cached index (node indices
 // are below the tree's node limit, with holes where extent pages lie
 // between node pages: at most 8 bytes per node-sized slot of the region
@@ -85,6 +87,7 @@ class NodeCache {
   void Put(uint32_t index, const NodeView& view);
   void Evict(uint32_t index) {
     if (index < nodes_.size() && nodes_[index]) {
+      key_bytes_ -= nodes_[index]->view.key_bytes();
       nodes_[index].reset();
       --size_;
     }
@@ -92,8 +95,10 @@ class NodeCache {
   void Clear() {
     nodes_.clear();
     size_ = 0;
+    key_bytes_ = 0;
     root_ = kNoNode;
   }
+  static constexpr size_t kMaxCachedKeyBytes = size_t{64} << 20;
   uint32_t root() const { return root_; }
   void set_root(uint32_t r) { root_ = r; }
   size_t size() const { return size_; }
@@ -107,7 +112,8 @@ class NodeCache {
     NodeView view;  // over `image`
   };
   size_t max_;
-  size_t size_ = 0;  // cached nodes
+  size_t size_ = 0;       // cached nodes
+  size_t key_bytes_ = 0;  // their long keys' bytes
   uint32_t root_ = kNoNode;
   std::vector<std::unique_ptr<Entry>> nodes_;  // by node index
 };

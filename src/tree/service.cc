@@ -118,6 +118,11 @@ Result<Route> TreeService::RouteCall(uint8_t method,
       if (!keys.ok()) return keys.status();
       break;
     }
+    case TreeMethod::kMultiPut: {
+      auto pairs = DecodeTreeMultiPut(payload);
+      if (!pairs.ok()) return pairs.status();
+      break;
+    }
     case TreeMethod::kCount:
       return Status::ProtocolError("unknown tree method");
   }
@@ -224,6 +229,33 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
         }
       }
       return call.responder.Reply(Status::OK(), reply.Finish());
+    }
+    case TreeMethod::kMultiPut: {
+      auto pairs = DecodeTreeMultiPut(call.payload);
+      if (!pairs.ok()) return call.responder.Reply(pairs.status());
+      if (store_ != nullptr) {
+        if (Status w = store_->Writable(); !w.ok()) {
+          return call.responder.Reply(w);
+        }
+      }
+      TreeMultiReplyWriter reply(uint32_t(pairs->size()));
+      for (const auto& [key, value] : *pairs) {
+        if (Status st = check_key(key); !st.ok()) {
+          reply.AddError(st);
+          continue;
+        }
+        auto v = t.Put(key, value);
+        if (!v.ok()) {
+          reply.AddError(v.status());
+          continue;
+        }
+        if (store_ != nullptr) store_->LogPut(key, value, *v);
+        reply.AddVersion(*v);
+      }
+      UpdateCounters_st();
+      // Once every pair applied is durable (one wait for the batch).
+      return AfterDurable_st(std::move(call.responder), Status::OK(),
+                             reply.Finish());
     }
     case TreeMethod::kCount:
       break;

@@ -137,11 +137,12 @@ class RemoteSource : public tree::NodeSource {
   Status ReadKey(const tree::KeyRef& ref, char* dst) {
     REMEM_RETURN_IF_ERROR(CheckKeyRef(ref));
     const uint64_t bytes = tree::KeyExtentReadBytes(ref);
-    extent_.resize(bytes);
+    ExtentBuffer buf(this);
+    buf->resize(bytes);
     REMEM_RETURN_IF_ERROR(
-        core_->ReadNow(*region_, ref.offset, extent_.data(), bytes));
+        core_->ReadNow(*region_, ref.offset, buf->data(), bytes));
     ++stats_->reads;
-    return tree::VerifyKeyExtent(extent_.data(), ref, dst);
+    return tree::VerifyKeyExtent(buf->data(), ref, dst);
   }
   // One read of the extent's header, key and value (not the rest of its
   // size class), verified against the leaf entry that named it.
@@ -152,11 +153,12 @@ class RemoteSource : public tree::NodeSource {
         bytes > region_->length() - ref.offset) {
       return Status::Corruption("a tree value's extent lies outside the tree");
     }
-    extent_.resize(bytes);
+    ExtentBuffer buf(this);
+    buf->resize(bytes);
     REMEM_RETURN_IF_ERROR(
-        core_->ReadNow(*region_, ref.offset, extent_.data(), bytes));
+        core_->ReadNow(*region_, ref.offset, buf->data(), bytes));
     ++stats_->reads;
-    Status st = tree::VerifyExtent(extent_.data(), key, version, ref, value);
+    Status st = tree::VerifyExtent(buf->data(), key, version, ref, value);
     if (!st.ok()) ++stats_->retries;
     return st;
   }
@@ -180,7 +182,29 @@ class RemoteSource : public tree::NodeSource {
   uint32_t region_id_;
   const fabric::RemoteRegion* region_ = nullptr;
   TreeStore::ReadStats* stats_;
+  // The buffer an extent is copied into: the kept one, or, for a read
+  // nested in another (a callback that reads while a read over the
+  // network progresses the worker), one of its own, so that the outer
+  // read's transfer never lands in storage the inner one reallocated.
+  class ExtentBuffer {
+   public:
+    explicit ExtentBuffer(RemoteSource* s) : s_(s), nested_(s->extent_in_use_) {
+      s_->extent_in_use_ = true;
+    }
+    ~ExtentBuffer() {
+      if (!nested_) s_->extent_in_use_ = false;
+    }
+    std::vector<uint8_t>* operator->() {
+      return nested_ ? &own_ : &s_->extent_;
+    }
+
+   private:
+    RemoteSource* s_;
+    bool nested_;
+    std::vector<uint8_t> own_;
+  };
   std::vector<uint8_t> extent_;  // the last extent copy, kept for capacity
+  bool extent_in_use_ = false;
 };
 
 }  // namespace
@@ -344,6 +368,20 @@ struct TreeStore::Impl {
     return tree::DecodeTreeScanReply(*r, page);
   }
 
+  // Progress until the calls in flight counted by *left have answered. On
+  // a timeout the session's calls are failed (their callbacks write into
+  // the caller's results, which must not outlive them).
+  void WaitForCalls(size_t* left) {
+    if (*left == 0) return;
+    Status st = core->ProgressUntil([left] { return *left == 0; },
+                                    Clock::now() + core->options().timeout);
+    if (!st.ok() && *left > 0) {
+      core->Fail(st);
+      (void)core->ProgressUntil([left] { return *left == 0; },
+                                Clock::now() + std::chrono::seconds(1));
+    }
+  }
+
   // Gets keys[i] for each i of `which` from the server into (*out)[i]:
   // batches of up to kMaxMultiGetKeys in one request each, all in flight
   // together; keys a full reply left unanswered (Busy) are asked singly.
@@ -382,16 +420,7 @@ struct TreeStore::Impl {
                    }
                  });
     }
-    if (left > 0) {
-      Status st = core->ProgressUntil([&left] { return left == 0; },
-                                      Clock::now() + core->options().timeout);
-      if (!st.ok() && left > 0) {
-        // The calls cannot outlive `out`: fail the session's calls.
-        core->Fail(st);
-        (void)core->ProgressUntil([&left] { return left == 0; },
-                                  Clock::now() + std::chrono::seconds(1));
-      }
-    }
+    WaitForCalls(&left);
     for (size_t i : again) {
       Value v;
       Status st = GetByRpc(keys[i], &v);
@@ -399,13 +428,57 @@ struct TreeStore::Impl {
     }
   }
 
-  Result<uint64_t> Put(std::string_view key, std::string_view value,
-                       tree::PutMode mode, uint64_t expected) {
+  Status CheckPair(std::string_view key, std::string_view value) const {
     REMEM_RETURN_IF_ERROR(CheckKey(key));
     if (value.size() > info.max_value) {
       return Status::InvalidArgument("tree values are at most " +
                                      std::to_string(info.max_value) + " bytes");
     }
+    return Status::OK();
+  }
+
+  // Puts pairs[i] for each i of `which` by RPC, results into (*out)[i]:
+  // requests of up to kMaxMultiGetKeys pairs and kMultiPutBytes each, all
+  // in flight together, waited for.
+  void MultiPutByRpc(const std::vector<tree::KeyValueView>& pairs,
+                     const std::vector<size_t>& which,
+                     std::vector<Result<uint64_t>>* out) {
+    size_t left = 0;
+    std::vector<tree::KeyValueView> batch;
+    for (size_t begin = 0; begin < which.size();) {
+      batch.clear();
+      size_t end = begin, bytes = 0;
+      while (end < which.size() && batch.size() < tree::kMaxMultiGetKeys) {
+        const auto& [k, v] = pairs[which[end]];
+        if (!batch.empty() &&
+            bytes + k.size() + v.size() > tree::kMultiPutBytes) {
+          break;
+        }
+        bytes += k.size() + v.size();
+        batch.push_back(pairs[which[end++]]);
+      }
+      ++left;
+      core->Call(
+          tree::kTreeService, M(tree::TreeMethod::kMultiPut),
+          tree::EncodeTreeMultiPut(batch),
+          [out, &which, &left, begin, end](Status st, std::string payload) {
+            --left;
+            auto items =
+                st.ok() ? tree::DecodeTreeMultiPutReply(payload, end - begin)
+                        : Result<std::vector<Result<uint64_t>>>(st);
+            for (size_t j = begin; j < end; ++j) {
+              (*out)[which[j]] = items.ok() ? std::move((*items)[j - begin])
+                                            : Result<uint64_t>(items.status());
+            }
+          });
+      begin = end;
+    }
+    WaitForCalls(&left);
+  }
+
+  Result<uint64_t> Put(std::string_view key, std::string_view value,
+                       tree::PutMode mode, uint64_t expected) {
+    REMEM_RETURN_IF_ERROR(CheckPair(key, value));
     auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kPut),
                             tree::EncodePutFor(key, value, mode, expected));
     if (!r.ok()) return r.status();
@@ -568,6 +641,23 @@ std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
   }
   impl_->stats.rpc_gets += ask.size();
   impl_->MultiGetByRpc(keys, ask, &out);
+  return out;
+}
+
+std::vector<Result<uint64_t>> TreeStore::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  std::vector<Result<uint64_t>> out(pairs.size(),
+                                    Status::Internal("not answered"));
+  std::vector<size_t> ask;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (Status st = impl_->CheckPair(pairs[i].first, pairs[i].second);
+        !st.ok()) {
+      out[i] = st;
+    } else {
+      ask.push_back(i);
+    }
+  }
+  impl_->MultiPutByRpc(pairs, ask, &out);
   return out;
 }
 

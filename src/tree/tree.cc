@@ -442,8 +442,34 @@ void BLinkTree::Rebalance(uint32_t index, NodeContent c,
     } else {
       return;  // an only child: its parent may merge instead, later
     }
+    if (parent == root_) return ShrinkRoot(std::move(pc));
     index = parent;
     c = std::move(pc);
+  }
+}
+
+void BLinkTree::ShrinkRoot(NodeContent root) {
+  // The root's one child holds every key (its low fence is the root's,
+  // -infinity, and it has no right sibling).
+  while (root.level > 0 && root.entries.size() == 1) {
+    const uint32_t old = root_;
+    root_ = root.entries[0].child;
+    --height_;
+    PublishRoot();
+    // Readers that read the TreeRoot before reach the old root dead and
+    // start again from the new one; a cached copy of it still routes to
+    // live children or to dead ones, as any stale copy.
+    root.entries.clear();
+    root.low = NodeKey{};
+    root.has_high = false;
+    root.high = NodeKey{};
+    root.dead = true;
+    Publish(old, root);
+    free_nodes_.push_back(old);
+    --num_nodes_;
+    NodeView v;
+    View(root_, &v);
+    root = Decode(v);
   }
 }
 
@@ -516,7 +542,6 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     }
     NodeContent right;
     right.level = c.level;
-    right.self = TakeNode();
     right.entries.assign(
         std::make_move_iterator(c.entries.begin() + long(best)),
         std::make_move_iterator(c.entries.end()));
@@ -529,10 +554,12 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
     right.right = c.right;
     c.has_high = true;
     c.high = right.low;
-    c.right = right.self;
+    // kSplitRoom makes this impossible; checked before anything is taken.
     if (!c.Fits() || !right.Fits()) {
       return Status::Internal("a split half does not fit a node");
     }
+    right.self = TakeNode();
+    c.right = right.self;
     // B-link order: the new right node, then the left one.
     Publish(right.self, right);
     Publish(index, c);

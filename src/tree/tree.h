@@ -13,8 +13,9 @@
 // full merges it with a sibling under the same parent if both fit in three
 // quarters of a node (layout.h, "Merges"): the left node takes over the
 // right one's entries and range, the right one is published dead, the
-// parent drops its entry and is looked at in turn. The root never goes
-// (the height never shrinks). A dead node's index goes back to the free
+// parent drops its entry and is looked at in turn. A root left with one
+// child gives way to it (ShrinkRoot: the height shrinks). A dead node's
+// index goes back to the free
 // list and is reused by a later split; readers holding it are protected by
 // fences, levels and the dead flag. A full region answers OutOfMemory and
 // keeps every key.
@@ -22,10 +23,12 @@
 // Values over kMaxInlineValue bytes live in extents of the same region
 // (hash::SlabAllocator): written whole before the leaf naming them is
 // published, freed (incarnation bumped) once a leaf no longer names them.
-// Keys over kMaxInlineKey bytes live in key extents: written when the key
-// is first inserted, shared by every fence and separator made from it
-// (counted per place in a published node), and freed once the last node
-// naming it is republished without it.
+// Keys over kMaxInlineKey bytes live in key extents: a new one written
+// for each insert of a key its leaf does not hold (even while a fence
+// made from an earlier insert of the same key still names an extent of
+// its own), shared by every fence and separator made from it (counted per
+// place in a published node), and freed once the last node naming it is
+// republished without it.
 // Nodes take whole pages of that arena (kNodePageBytes): 64 nodes of 1 KiB,
 // or 63 when an extent left the page off a node boundary.
 //
@@ -158,6 +161,10 @@ class BLinkTree {
   // parent's new content into *pc.
   void Merge(uint32_t left, NodeContent l, uint32_t right, NodeContent r,
              uint32_t parent, size_t j, NodeContent* pc);
+  // While the root (content `root`) is internal with one child: the
+  // TreeRoot names the child, then the old root is published dead and
+  // its index freed.
+  void ShrinkRoot(NodeContent root);
   // Writes `value` of `key` at `version` into a new extent; its ValueRef's
   // bytes into *ref.
   Status WriteExtent(std::string_view key, std::string_view value,

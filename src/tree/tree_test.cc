@@ -545,6 +545,82 @@ TEST_F(TreeTest, DeletesMergeNodesAndSplitsReuseThem) {
   EXPECT_EQ(copies.torn, 0u);
 }
 
+// Deleting nearly everything shrinks the height back: a root left with
+// one child gives way to it, and the old root is dead. Readers holding the
+// old root (a stale cache, a TreeRoot read before) still find every key;
+// the tree grows again from there.
+TEST_F(TreeTest, TheHeightShrinksAsKeysGo) {
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_TRUE(tree_->Put(Key(uint64_t(i)), "v").ok());
+  }
+  ASSERT_GE(tree_->height(), 3);
+  CopySource copies(mem_.base);
+  std::vector<uint8_t> scratch(kNodeBytes);
+  NodeCache cache;
+  ASSERT_TRUE(WarmCache(&copies, &cache, scratch.data()).ok());
+  const uint32_t old_root = cache.root();
+  std::mt19937_64 rng(31);
+  std::vector<int> order(20000);
+  for (int i = 0; i < 20000; ++i) order[size_t(i)] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  // Keep three keys.
+  for (size_t i = 3; i < order.size(); ++i) {
+    ASSERT_TRUE(tree_->Delete(Key(uint64_t(order[i]))).ok());
+  }
+  for (size_t i = 0; i < 3; ++i) model_[Key(uint64_t(order[i]))] = "v";
+  EXPECT_EQ(tree_->height(), 1);
+  EXPECT_EQ(tree_->num_nodes(), 1u);
+  // The cached old root is stale: it names a dead node, or is one.
+  for (const auto& [k, v] : model_) {
+    std::string got;
+    uint64_t version;
+    SearchStats stats;
+    ASSERT_TRUE(Lookup(&copies, &cache, k, &got, &version, &stats).ok()) << k;
+  }
+  EXPECT_NE(cache.root(), old_root);
+  EXPECT_EQ(PageThrough(&copies, &cache, "", "", 2, true),
+            ModelRange("", "", true));
+  // And it grows again, reusing the freed nodes.
+  for (int i = 0; i < 5000; ++i) {
+    const std::string k = Key(uint64_t(i)) + "+";
+    ASSERT_TRUE(tree_->Put(k, "w").ok());
+    model_[k] = "w";
+  }
+  EXPECT_GE(tree_->height(), 2);
+  EXPECT_EQ(PageThrough(&copies, &cache, "", "", 97, false),
+            ModelRange("", "", false));
+  EXPECT_EQ(copies.torn, 0u);
+}
+
+// The largest entries (64-byte keys with the largest inline values) mixed
+// with small ones, in random order: every split's halves fit beside their
+// fences (layout.h, kSplitRoom). With two fences counted instead of three,
+// a build of 512-byte nodes failed a put with Internal here.
+TEST(TreeFull, SplitsOfTheLargestEntriesAlwaysFit) {
+  Memory mem(32 << 20);
+  for (unsigned seed = 1; seed <= 40; ++seed) {
+    std::memset(mem.base, 0, mem.bytes);
+    auto t = BLinkTree::Create(mem.base, mem.bytes);
+    ASSERT_TRUE(t.ok());
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < 2000; ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%08llu",
+                    static_cast<unsigned long long>(rng() % 100000));
+      std::string k = buf, v;
+      if (rng() % 2 == 0) {
+        k.resize(kMaxInlineKey, 'x');
+        v.assign(kMaxInlineValue, 'v');
+      } else {
+        k.resize(16, '.');
+      }
+      auto put = (*t)->Put(k, v);
+      ASSERT_TRUE(put.ok())
+          << seed << "/" << i << ": " << put.status().ToString();
+    }
+  }
+}
+
 // A queue (insert at one end, delete at the other) in a region of a few
 // pages runs indefinitely: merged nodes are reused (without merges it
 // would need thousands of nodes).
@@ -1310,6 +1386,91 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
 
 TEST(TreeRace, ReadersMeetMergedAndReusedNodesWithLongKeys) {
   RaceReadersAgainstMerges(std::string(100, 'p'));
+}
+
+// A writer grows the tree to three levels and deletes it back to one
+// pair, over and over (roots split, merge away and give way to a child),
+// while a reader with a cache of upper levels gets the one key that stays
+// and scans everything: it must find that key every time.
+TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
+  Memory mem(16 << 20);
+  auto created = BLinkTree::Create(mem.base, mem.bytes);
+  ASSERT_TRUE(created.ok());
+  BLinkTree& tree = **created;
+  uint64_t node_writes = 0;
+  tree.SetMidWriteHook([&node_writes] {
+    if (++node_writes % 4 == 0) std::this_thread::yield();
+  });
+  const std::string kept = Key(777777);
+  ASSERT_TRUE(tree.Put(kept, testing::SelfDescribingValue(kept, 1, 40)).ok());
+  std::atomic<bool> done{false}, reading{false};
+  std::atomic<int> shrinks{0};
+  std::thread writer([&] {
+    while (!reading.load()) std::this_thread::yield();
+    std::mt19937_64 rng(37);
+    for (int cycle = 0; cycle < 6; ++cycle) {
+      std::vector<uint64_t> keys;
+      for (uint64_t i = 0; i < 2500; ++i) keys.push_back(i * 7 + cycle);
+      std::shuffle(keys.begin(), keys.end(), rng);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (i % 8 == 0) std::this_thread::yield();
+        const std::string k = Key(keys[i]);
+        if (!tree.Put(k, testing::SelfDescribingValue(k, i, 20 + i % 100))
+                 .ok()) {
+          ADD_FAILURE() << "put " << k;
+          done = true;
+          return;
+        }
+      }
+      if (tree.height() < 3) ADD_FAILURE() << "the tree should grow";
+      std::shuffle(keys.begin(), keys.end(), rng);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (i % 8 == 0) std::this_thread::yield();
+        (void)tree.Delete(Key(keys[i]));
+      }
+      if (tree.height() == 1) ++shrinks;
+    }
+    done = true;
+  });
+  CopySource copies(mem.base);
+  NodeCache cache;
+  uint64_t gets = 0, scans = 0, bad = 0, missed = 0, disorder = 0;
+  uint64_t gave_up = 0;
+  reading = true;
+  while (!done.load() || scans < 10) {
+    for (int g = 0; g < 20; ++g) {
+      std::string v;
+      uint64_t version;
+      SearchStats stats;
+      Status st = Lookup(&copies, &cache, kept, &v, &version, &stats);
+      if (st.code() == StatusCode::kBusy) {
+        ++gave_up;
+        continue;
+      }
+      if (!st.ok() || !testing::WellFormedValue(kept, v)) ++missed;
+      ++gets;
+    }
+    std::vector<std::string> seen;
+    Status st = ScanWholeTree(&copies, &cache, 61, scans % 2 == 1, &seen, &bad,
+                              &disorder);
+    if (st.code() == StatusCode::kBusy) {
+      ++gave_up;
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    if (!std::binary_search(seen.begin(), seen.end(), kept)) ++missed;
+    ++scans;
+  }
+  writer.join();
+  EXPECT_EQ(missed, 0u);
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(disorder, 0u);
+  EXPECT_EQ(shrinks.load(), 6) << "every cycle should end at height 1";
+  std::printf("gets=%llu scans=%llu gave up=%llu torn copies refused=%llu\n",
+              static_cast<unsigned long long>(gets),
+              static_cast<unsigned long long>(scans),
+              static_cast<unsigned long long>(gave_up),
+              static_cast<unsigned long long>(copies.torn));
 }
 
 }  // namespace

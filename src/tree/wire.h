@@ -26,6 +26,9 @@ enum class TreeMethod : uint8_t {
                   // items (TreeScanItem + key + value)
   kMultiGet = 5,  // TreeMultiRequest + items (TreeKeyRequest + key);
                   // TreeMultiReply + items (TreeMultiItem + value or error)
+  kMultiPut = 6,  // TreeMultiRequest + items (TreeMultiPutItem + key +
+                  // value); TreeMultiReply + items (TreeMultiItem: the new
+                  // version, or the error message)
   kCount
 };
 
@@ -127,6 +130,22 @@ struct TreeMultiItem {
   uint64_t version;    // OK only
 };
 static_assert(sizeof(TreeMultiItem) == 16);
+
+// A batch of puts (insert or replace) in one request: at most
+// kMaxMultiGetKeys pairs and, but for a batch of one pair, kMultiPutBytes
+// of keys and values (a client splits larger batches). The server applies
+// them in order and answers each with its own status: OK and the new
+// version (value_len 0), or the pair's error (InvalidArgument,
+// OutOfMemory...) and its message. One whose log cannot be written
+// refuses the whole request before changing anything; the reply goes once
+// every pair it applied is durable.
+inline constexpr size_t kMultiPutBytes = size_t{32} << 20;
+
+struct TreeMultiPutItem {
+  uint32_t key_len;
+  uint32_t value_len;
+};
+static_assert(sizeof(TreeMultiPutItem) == 8);
 
 }  // namespace remem::tree
 
