@@ -641,6 +641,22 @@ TEST_F(TreeTest, MultiPutWritesPairsInBatches) {
   EXPECT_EQ(rpc->Get("").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(rpc->Get("toolong").status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(rpc->MultiPut({}).empty());
+  // More requests than go in flight at once (20,000 pairs: 5 requests).
+  std::vector<std::string> many;
+  for (int i = 0; i < 20000; ++i) many.push_back("m" + Key(uint64_t(i)));
+  std::vector<std::pair<std::string_view, std::string_view>> more;
+  for (const auto& k : many) more.emplace_back(k, k);
+  auto done = rpc->MultiPut(more);
+  ASSERT_EQ(done.size(), more.size());
+  for (size_t i = 0; i < done.size(); ++i) {
+    ASSERT_TRUE(done[i].ok()) << i << ": " << done[i].status().ToString();
+  }
+  std::vector<std::string_view> back(many.begin(), many.end());
+  auto got = rpc->MultiGet(back);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << i;
+    EXPECT_EQ(got[i]->value, many[i]);
+  }
 }
 
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {

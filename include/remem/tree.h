@@ -153,14 +153,17 @@ class TreeStore {
   // On the one-sided path the lookups run one after another in the call
   // (each a few node copies, upper levels from the cache); on the RPC path
   // the keys go in batches of up to 4096 per request (one message each,
-  // all in flight together), and the call returns when all have answered.
+  // four in flight at a time), and the call returns when all have
+  // answered.
   // On kAuto over tcp a batch always goes by RPC.
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);
   // Insert or replace each pair, in order: its new version, or its error
   // (InvalidArgument, OutOfMemory...). The pairs go in requests of up to
-  // 4096 pairs and 32 MiB, all in flight together; the call returns when
-  // all have answered (with --data-dir, once they are durable).
+  // 4096 pairs and 32 MiB, four in flight at a time; the call returns when
+  // all have answered (with --data-dir, once they are durable). Should the
+  // session time out, the pairs of requests not answered say so: those
+  // may have been applied, as a single Put that times out.
   std::vector<Result<uint64_t>> MultiPut(
       const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
 

@@ -143,8 +143,9 @@ struct TreeRoot {
 static_assert(sizeof(TreeRoot) == 64);
 
 // kDead: a node merged into its left sibling (which took over its range)
-// and dropped from its parent; it holds no keys, and a reader that reaches
-// it (through an older copy of its parent or sibling) searches again. Its
+// and dropped from its parent, or a root that gave way to its only child;
+// it holds no keys nor fences, and a reader that reaches it (through an
+// older copy of its parent, sibling or the TreeRoot) searches again. Its
 // index is then reused by a later split.
 // kLowOutOfLine, kHighOutOfLine: that fence is a KeyRef (a long key).
 enum NodeFlags : uint8_t {

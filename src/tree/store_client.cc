@@ -368,23 +368,31 @@ struct TreeStore::Impl {
     return tree::DecodeTreeScanReply(*r, page);
   }
 
-  // Progress until the calls in flight counted by *left have answered. On
-  // a timeout the session's calls are failed (their callbacks write into
-  // the caller's results, which must not outlive them).
-  void WaitForCalls(size_t* left) {
-    if (*left == 0) return;
-    Status st = core->ProgressUntil([left] { return *left == 0; },
+  // Batched requests in flight at once: each waits for one to answer
+  // before it goes. All at once, the last of a large batch would wait
+  // behind the others at the server past their deadline (set when they
+  // are sent) and be reported failed, a put then applied all the same.
+  static constexpr size_t kWindow = 4;
+
+  // Progress until fewer than `below` of the calls counted by *left (their
+  // callbacks decrement it) are in flight. On a timeout the session's
+  // calls are failed and drained (their callbacks write into the caller's
+  // results, which must not outlive them), and the error is returned.
+  Status WaitForCalls(size_t* left, size_t below = 1) {
+    if (*left < below) return Status::OK();
+    Status st = core->ProgressUntil([left, below] { return *left < below; },
                                     Clock::now() + core->options().timeout);
-    if (!st.ok() && *left > 0) {
+    if (!st.ok()) {
       core->Fail(st);
       (void)core->ProgressUntil([left] { return *left == 0; },
                                 Clock::now() + std::chrono::seconds(1));
     }
+    return st;
   }
 
   // Gets keys[i] for each i of `which` from the server into (*out)[i]:
-  // batches of up to kMaxMultiGetKeys in one request each, all in flight
-  // together; keys a full reply left unanswered (Busy) are asked singly.
+  // batches of up to kMaxMultiGetKeys in one request each, kWindow in
+  // flight; keys a full reply left unanswered (Busy) are asked singly.
   void MultiGetByRpc(const std::vector<std::string_view>& keys,
                      const std::vector<size_t>& which,
                      std::vector<Result<Value>>* out) {
@@ -395,6 +403,10 @@ struct TreeStore::Impl {
          begin += tree::kMaxMultiGetKeys) {
       const size_t end =
           std::min(which.size(), begin + size_t{tree::kMaxMultiGetKeys});
+      if (Status st = WaitForCalls(&left, kWindow); !st.ok()) {
+        for (size_t j = begin; j < which.size(); ++j) (*out)[which[j]] = st;
+        break;
+      }
       batch.clear();
       for (size_t j = begin; j < end; ++j) batch.push_back(keys[which[j]]);
       ++left;
@@ -420,7 +432,7 @@ struct TreeStore::Impl {
                    }
                  });
     }
-    WaitForCalls(&left);
+    (void)WaitForCalls(&left);  // a failure is in each result
     for (size_t i : again) {
       Value v;
       Status st = GetByRpc(keys[i], &v);
@@ -438,14 +450,18 @@ struct TreeStore::Impl {
   }
 
   // Puts pairs[i] for each i of `which` by RPC, results into (*out)[i]:
-  // requests of up to kMaxMultiGetKeys pairs and kMultiPutBytes each, all
-  // in flight together, waited for.
+  // requests of up to kMaxMultiGetKeys pairs and kMultiPutBytes each,
+  // kWindow in flight, waited for.
   void MultiPutByRpc(const std::vector<tree::KeyValueView>& pairs,
                      const std::vector<size_t>& which,
                      std::vector<Result<uint64_t>>* out) {
     size_t left = 0;
     std::vector<tree::KeyValueView> batch;
     for (size_t begin = 0; begin < which.size();) {
+      if (Status st = WaitForCalls(&left, kWindow); !st.ok()) {
+        for (size_t j = begin; j < which.size(); ++j) (*out)[which[j]] = st;
+        break;
+      }
       batch.clear();
       size_t end = begin, bytes = 0;
       while (end < which.size() && batch.size() < tree::kMaxMultiGetKeys) {
@@ -473,7 +489,7 @@ struct TreeStore::Impl {
           });
       begin = end;
     }
-    WaitForCalls(&left);
+    (void)WaitForCalls(&left);  // a failure is in each result
   }
 
   Result<uint64_t> Put(std::string_view key, std::string_view value,

@@ -21,6 +21,7 @@
 
 #include "hash/layout.h"
 #include "hash/slab.h"
+#include "testing/scale.h"
 #include "testing/values.h"
 #include "tree/durable.h"
 #include "tree/node.h"
@@ -1296,7 +1297,8 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
   tree.SetMidWriteHook([&node_writes] {
     if (++node_writes % 4 == 0) std::this_thread::yield();
   });
-  constexpr uint64_t kRounds = 12, kPerRound = 1600;
+  // Fewer rounds under the sanitizers (volume: every round merges).
+  const uint64_t kRounds = uint64_t(testing::Scaled(12, 4)), kPerRound = 1600;
   std::atomic<uint64_t> kept_upto{0};  // kept keys below this are present
   std::atomic<bool> done{false}, reading{false}, failed{false};
   std::thread writer([&] {
@@ -1401,6 +1403,7 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
   tree.SetMidWriteHook([&node_writes] {
     if (++node_writes % 4 == 0) std::this_thread::yield();
   });
+  const int kCycles = testing::Scaled(6, 2);  // fewer under the sanitizers
   const std::string kept = Key(777777);
   ASSERT_TRUE(tree.Put(kept, testing::SelfDescribingValue(kept, 1, 40)).ok());
   std::atomic<bool> done{false}, reading{false};
@@ -1408,7 +1411,7 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
   std::thread writer([&] {
     while (!reading.load()) std::this_thread::yield();
     std::mt19937_64 rng(37);
-    for (int cycle = 0; cycle < 6; ++cycle) {
+    for (int cycle = 0; cycle < kCycles; ++cycle) {
       std::vector<uint64_t> keys;
       for (uint64_t i = 0; i < 2500; ++i) keys.push_back(i * 7 + cycle);
       std::shuffle(keys.begin(), keys.end(), rng);
@@ -1465,7 +1468,7 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
   EXPECT_EQ(missed, 0u);
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(disorder, 0u);
-  EXPECT_EQ(shrinks.load(), 6) << "every cycle should end at height 1";
+  EXPECT_EQ(shrinks.load(), kCycles) << "every cycle should end at height 1";
   std::printf("gets=%llu scans=%llu gave up=%llu torn copies refused=%llu\n",
               static_cast<unsigned long long>(gets),
               static_cast<unsigned long long>(scans),

@@ -132,13 +132,13 @@ struct TreeMultiItem {
 static_assert(sizeof(TreeMultiItem) == 16);
 
 // A batch of puts (insert or replace) in one request: at most
-// kMaxMultiGetKeys pairs and, but for a batch of one pair, kMultiPutBytes
-// of keys and values (a client splits larger batches). The server applies
+// kMaxMultiGetKeys pairs and kMultiPutBytes of keys and values (a client
+// splits larger batches). The server applies
 // them in order and answers each with its own status: OK and the new
 // version (value_len 0), or the pair's error (InvalidArgument,
 // OutOfMemory...) and its message. One whose log cannot be written
 // refuses the whole request before changing anything; the reply goes once
-// every pair it applied is durable.
+// every pair it applied is durable (or is the log's error, for all).
 inline constexpr size_t kMultiPutBytes = size_t{32} << 20;
 
 struct TreeMultiPutItem {
