@@ -489,15 +489,18 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
       if (WithinFill(need, 0)) {
         room = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), need);
       }
+      Status grown;  // why the table could not grow, if it could not
       while (!room && options_.grow) {
-        Status g = Grow();
-        if (!g.ok()) break;
+        grown = Grow();
+        if (!grown.ok()) break;
         const uint64_t nb1 = PrimaryBucket(kh, mask_);
         room = MakeRoom(nb1, AltBucket(nb1, kh.tag, mask_), need);
       }
       if (!room) {
-        return Status::OutOfMemory("the hash table is full (" +
-                                   std::to_string(size_) + " keys)");
+        return Status::OutOfMemory(
+            "the hash table is full (" + std::to_string(size_) + " keys, " +
+            std::to_string(geo_.num_buckets) + " buckets" +
+            (grown.ok() ? std::string() : ": " + grown.message()) + ")");
       }
       bucket = *room;
     }
