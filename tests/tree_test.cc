@@ -659,6 +659,231 @@ TEST_F(TreeTest, MultiPutWritesPairsInBatches) {
   }
 }
 
+// MultiGetAsync and MultiPutAsync: the same results as the synchronous
+// calls, the callbacks inside a later Poll/WaitAll, the caller's keys and
+// values free to change once the call returns, several batches in flight
+// together, and WaitAll reporting a batch's first error (other than
+// NotFound).
+TEST_F(TreeTest, AsynchronousBatchesAnswerAsTheSynchronousOnes) {
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  auto onesided = Connect(server_.address, ReadPath::kOneSided);
+  ASSERT_TRUE(rpc && onesided);
+  // Two batches at once: 9,000 pairs (three requests) and 5,000 more with
+  // an invalid pair, a long key every fifth and a large value every
+  // seventh.
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 14000; ++i) {
+    keys.push_back(i % 5 == 0 ? std::string(80, 'L') + Key(uint64_t(i))
+                              : Key(uint64_t(i)));
+    values.push_back(testing::SelfDescribingValue(keys.back(), uint64_t(i),
+                                                  i % 7 == 0 ? 300 : 24));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> first, second;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    (i < 9000 ? first : second).emplace_back(keys[i], values[i]);
+  }
+  second.emplace_back("", "an empty key");
+  std::vector<Result<uint64_t>> put1, put2;
+  rpc->MultiPutAsync(first, [&](auto r) { put1 = std::move(r); });
+  rpc->MultiPutAsync(second, [&](auto r) { put2 = std::move(r); });
+  EXPECT_TRUE(put1.empty() && put2.empty()) << "callbacks ran in the call";
+  EXPECT_EQ(rpc->in_flight(), 2u);
+  // What the calls needed was copied: the caller's strings may change.
+  std::vector<std::string> saved_keys = keys, saved_values = values;
+  for (auto& v : values) std::fill(v.begin(), v.end(), 'x');
+  for (auto& k : keys) std::fill(k.begin(), k.end(), 'y');
+  EXPECT_EQ(rpc.session->WaitAll().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rpc->in_flight(), 0u);
+  ASSERT_EQ(put1.size(), first.size());
+  ASSERT_EQ(put2.size(), second.size());
+  EXPECT_EQ(put2.back().status().code(), StatusCode::kInvalidArgument);
+  std::map<uint64_t, size_t> versions;  // every write its own version
+  for (size_t i = 0; i < saved_keys.size(); ++i) {
+    const Result<uint64_t>& r = i < 9000 ? put1[i] : put2[i - 9000];
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    EXPECT_TRUE(versions.emplace(*r, i).second) << i;
+  }
+  keys = saved_keys;
+  values = saved_values;
+
+  // Gets: every key, absent ones and two invalid ones, on both paths.
+  std::vector<std::string> ask = keys;
+  for (int i = 0; i < 300; ++i) ask.push_back("absent" + Key(uint64_t(i)));
+  ask.push_back("");
+  ask.push_back(std::string(rpc->max_key() + 1, 'k'));
+  std::vector<std::string_view> views(ask.begin(), ask.end());
+  for (TreeStore* c : {rpc.store.get(), onesided.store.get()}) {
+    std::vector<Result<TreeStore::Value>> got, tail;
+    c->MultiGetAsync(views, [&](auto r) { got = std::move(r); });
+    EXPECT_TRUE(got.empty()) << "the callback ran in the call";
+    // (Over tcp this call's one-sided reads progress the session, which
+    // may run the first batch's callback.)
+    c->MultiGetAsync({views.end() - 3, views.end()},
+                     [&](auto r) { tail = std::move(r); });
+    EXPECT_TRUE(tail.empty()) << "the callback ran in the call";
+    // The batch's first error other than NotFound.
+    Session* s =
+        c == rpc.store.get() ? rpc.session.get() : onesided.session.get();
+    EXPECT_EQ(s->WaitAll().code(), StatusCode::kInvalidArgument);
+    ASSERT_EQ(got.size(), ask.size());
+    ASSERT_EQ(tail.size(), 3u);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+      EXPECT_TRUE(got[i]->value == values[i]) << i;
+      EXPECT_EQ(got[i]->version, *(i < 9000 ? put1[i] : put2[i - 9000])) << i;
+    }
+    for (size_t i = keys.size(); i < keys.size() + 300; ++i) {
+      EXPECT_EQ(got[i].status().code(), StatusCode::kNotFound) << i;
+    }
+    EXPECT_EQ(got[ask.size() - 2].status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(got[ask.size() - 1].status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(tail[0].status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(tail[1].status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_GE(onesided->read_stats().onesided_gets, keys.size());
+
+  // More batches in flight than the store sends at once (16 requests):
+  // they take turns.
+  std::vector<std::vector<Result<TreeStore::Value>>> many(24);
+  for (size_t b = 0; b < many.size(); ++b) {
+    std::vector<std::string_view> part(views.begin() + long(b * 500),
+                                       views.begin() + long(b * 500 + 500));
+    rpc->MultiGetAsync(part, [&many, b](auto r) { many[b] = std::move(r); });
+  }
+  EXPECT_EQ(rpc->in_flight(), many.size());
+  EXPECT_TRUE(rpc.session->WaitAll().ok());
+  for (size_t b = 0; b < many.size(); ++b) {
+    ASSERT_EQ(many[b].size(), 500u) << b;
+    for (size_t i = 0; i < 500; ++i) {
+      ASSERT_TRUE(many[b][i].ok()) << b << " " << i;
+      EXPECT_TRUE(many[b][i]->value == values[b * 500 + i]) << b << " " << i;
+    }
+  }
+
+  // Empty batches answer at the next Poll too.
+  bool empty_put = false, empty_get = false;
+  rpc->MultiPutAsync({}, [&](auto r) { empty_put = r.empty(); });
+  rpc->MultiGetAsync({}, [&](auto r) { empty_get = r.empty(); });
+  EXPECT_FALSE(empty_put || empty_get);
+  EXPECT_TRUE(rpc.session->WaitAll().ok());
+  EXPECT_TRUE(empty_put && empty_get);
+
+  // Two values of 16 MiB: the second does not fit the first's reply and
+  // is asked again.
+  for (const char* k : {"huge1", "huge2"}) {
+    ASSERT_TRUE(rpc->Put(k, std::string(rpc->max_value(), k[4])).ok());
+  }
+  std::vector<Result<TreeStore::Value>> huge;
+  rpc->MultiGetAsync({"huge1", "huge2"}, [&](auto r) { huge = std::move(r); });
+  EXPECT_TRUE(rpc.session->WaitAll().ok());
+  ASSERT_EQ(huge.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(huge[i].ok()) << huge[i].status().ToString();
+    EXPECT_EQ(huge[i]->value, std::string(rpc->max_value(), "12"[i]));
+  }
+}
+
+// A batch's requests go four at a time, each meeting its own deadline;
+// WaitAll waits for the whole batch however long it takes, while the
+// server answers (it used to give up at twice the session timeout and
+// tear the session down).
+TEST_F(TreeTest, WaitAllOutlastsTheTimeoutForALongBatch) {
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(rpc);
+  std::vector<std::string> keys;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < 4096; ++i) keys.push_back("t" + Key(uint64_t(i)));
+  for (const auto& k : keys) pairs.emplace_back(k, k);
+  for (const auto& v : rpc->MultiPut(pairs)) ASSERT_TRUE(v.ok());
+  // The time of one request of 4,096 gets (the median of five).
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<std::chrono::steady_clock::duration> times;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& v : rpc->MultiGet(views)) ASSERT_TRUE(v.ok());
+    times.push_back(std::chrono::steady_clock::now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const auto one = times[2];
+  // A timeout of 24 such requests (four queued at the server make one
+  // request's wait four times its own: a margin of 6 for a busier
+  // machine), at least half a second (the session connects under it too),
+  // and a batch of about four timeouts' worth.
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kRpc;
+  o.timeout =
+      std::max(std::chrono::milliseconds(500),
+               std::chrono::duration_cast<std::chrono::milliseconds>(24 * one));
+  auto session = Session::Connect(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto store = TreeStore::Open(session->get());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const size_t requests = size_t(4 * o.timeout / one) + 1;
+  std::vector<std::string_view> batch;
+  for (size_t r = 0; r < requests; ++r) {
+    batch.insert(batch.end(), views.begin(), views.end());
+  }
+  std::vector<Result<TreeStore::Value>> got;
+  const auto t0 = std::chrono::steady_clock::now();
+  (*store)->MultiGetAsync(batch, [&](auto r) { got = std::move(r); });
+  Status st = (*session)->WaitAll();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(st.ok()) << st.ToString() << " after "
+                       << std::chrono::duration<double>(took).count() << " s";
+  // Else the old bound would have held too, and this tested nothing.
+  EXPECT_GT(took, 2 * o.timeout);
+  ASSERT_EQ(got.size(), batch.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, batch[i]) << i;
+  }
+  store->reset();  // before its session
+}
+
+// A batch whose requests time out (the server paused): their pairs say
+// TimedOut (they may have been applied), and the requests never sent
+// answer Busy and were not applied.
+TEST_F(TreeTest, ABatchStopsAtAFailedRequestAndSaysWhatWasNotSent) {
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kRpc;
+  o.timeout = std::chrono::milliseconds(1000);
+  auto session = Session::Connect(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto store = TreeStore::Open(session->get());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10 * 4096; ++i) keys.push_back("p" + Key(uint64_t(i)));
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (const auto& k : keys) pairs.emplace_back(k, k);
+  ASSERT_TRUE(server_.process->Signal(SIGSTOP).ok());
+  std::vector<Result<uint64_t>> done;
+  (*store)->MultiPutAsync(pairs, [&](auto r) { done = std::move(r); });
+  EXPECT_EQ((*session)->WaitAll().code(), StatusCode::kTimedOut);
+  ASSERT_TRUE(server_.process->Signal(SIGCONT).ok());
+  ASSERT_EQ(done.size(), pairs.size());
+  // Four requests sent, then none: 4 x 4096 pairs timed out, the rest
+  // never sent.
+  for (size_t i = 0; i < done.size(); ++i) {
+    ASSERT_EQ(done[i].status().code(),
+              i < 4 * 4096 ? StatusCode::kTimedOut : StatusCode::kBusy)
+        << i << ": " << done[i].status().ToString();
+  }
+  EXPECT_NE(done.back().status().ToString().find("not sent"),
+            std::string::npos);
+  // The session still works; what was not sent is not there.
+  auto later = (*store)->MultiGet({pairs[4 * 4096].first, pairs.back().first});
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_EQ(later[0].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(later[1].status().code(), StatusCode::kNotFound);
+  store->reset();  // before its session
+}
+
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);

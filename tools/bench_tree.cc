@@ -28,6 +28,16 @@ std::string KeyOf(uint64_t i, size_t len) {
   return k;
 }
 
+// A row's time and the server's CPU time since `start` (and `before`).
+void EndRow(ServerUnderTest& server, const Result<double>& before,
+            std::chrono::steady_clock::time_point start, Row* row) {
+  row->seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  auto after = server.CpuSeconds();
+  if (before.ok() && after.ok()) row->server_cpu_s = *after - *before;
+}
+
 // Times `op` (one operation; false on error) for o.seconds into `row`.
 template <typename Op>
 Status TimeRow(const FabricOptions& o, ServerUnderTest& server, Row* row,
@@ -47,12 +57,51 @@ Status TimeRow(const FabricOptions& o, ServerUnderTest& server, Row* row,
       ++row->ops;
     }
   }
-  row->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  auto after = server.CpuSeconds();
-  if (before.ok() && after.ok()) row->server_cpu_s = *after - *before;
+  EndRow(server, before, start, row);
   return err;
+}
+
+// Times `issue` (one asynchronous operation, which calls its completion
+// with a status) for o.seconds into `row`, `depth` of them in flight on
+// `session`; the latency is each one's, from issue to completion.
+template <typename Issue>
+Status TimeAsyncRow(const FabricOptions& o, ServerUnderTest& server,
+                    Session* session, Row* row, int depth, Issue issue) {
+  row->depth = depth;
+  auto before = server.CpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(o.seconds);
+  Status err;
+  int in_flight = 0;
+  while (std::chrono::steady_clock::now() < end && err.ok()) {
+    // At most `depth` a round: over tcp an issue's own one-sided reads
+    // progress the session and may complete earlier ones.
+    for (int i = 0; i < depth && in_flight < depth; ++i) {
+      ++in_flight;
+      issue([&, t0 = std::chrono::steady_clock::now()](Status st) {
+        --in_flight;
+        if (!st.ok() && err.ok()) err = st;
+        row->latency_ns.Record(
+            uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count()));
+        ++row->ops;
+      });
+    }
+    session->Poll();
+  }
+  if (Status st = session->WaitAll(); !st.ok() && err.ok()) err = st;
+  EndRow(server, before, start, row);
+  return err;
+}
+
+// A batch's first error, or OK.
+template <typename T>
+Status FirstError(const std::vector<Result<T>>& results) {
+  for (const auto& r : results) {
+    if (!r.ok()) return r.status();
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -206,6 +255,25 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
         return 1;
       }
       rows.push_back(std::move(multi));
+      // The same batches, asynchronously: 16 in flight (256 keys).
+      Row pipelined;
+      pipelined.test = "multiget16_async_" + pname;
+      pipelined.transport = tname;
+      pipelined.size = 16;
+      err = TimeAsyncRow(
+          o, server, session.get(), &pipelined, 16, [&](auto done) {
+            for (auto& k : batch) {
+              k = keys[next++ & (keys.size() - 1)];
+            }
+            t.MultiGetAsync(batch,
+                            [done](auto r) mutable { done(FirstError(r)); });
+          });
+      if (!err.ok()) {
+        std::fprintf(stderr, "remem-bench: multi-get: %s\n",
+                     err.ToString().c_str());
+        return 1;
+      }
+      rows.push_back(std::move(pipelined));
     }
     const auto& st = t.read_stats();
     char note[320];
@@ -288,8 +356,28 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       std::fprintf(stderr, "remem-bench: puts: %s\n", err.ToString().c_str());
       return 1;
     }
+    // The same batches, asynchronously: 16 in flight (256 pairs).
+    Row pipelined;
+    pipelined.test = "multiput16_async_rpc";
+    pipelined.transport = tname;
+    pipelined.size = 16;
+    if (err.ok()) {
+      err = TimeAsyncRow(
+          o, server, session.get(), &pipelined, 16, [&](auto done) {
+            for (auto& p : batch) {
+              p = {keys[next++ & (keys.size() - 1)], value};
+            }
+            t.MultiPutAsync(batch,
+                            [done](auto r) mutable { done(FirstError(r)); });
+          });
+    }
+    if (!err.ok()) {
+      std::fprintf(stderr, "remem-bench: puts: %s\n", err.ToString().c_str());
+      return 1;
+    }
     rows.push_back(std::move(put));
     rows.push_back(std::move(multi));
+    rows.push_back(std::move(pipelined));
 
     // Then deleting every pair, in a random order, 256 in flight: what
     // merges cost, and what they give back.

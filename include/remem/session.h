@@ -18,7 +18,10 @@
 //   - synchronous: returns when done, or with TimedOut after
 //     SessionOptions::timeout;
 //   - asynchronous (*Async): returns at once; the callback runs on this
-//     thread inside a later Poll()/WaitAll(). Any number may be in flight;
+//     thread inside a later Poll()/WaitAll(), never inside the call that
+//     issued it. Anything else that progresses the session may run it
+//     too: a later synchronous call, and over tcp a later asynchronous one
+//     that reads one-sided in the call. Any number may be in flight;
 //     buffers passed to an async call must stay valid until its callback
 //     runs.
 //
@@ -37,9 +40,11 @@
 // and later operation completes with Unavailable (never a hang). Each RPC
 // has its own deadline (SessionOptions::timeout) and times out alone. A
 // one-sided operation cannot be cancelled, so it has no deadline of its
-// own: a synchronous one that times out, or a WaitAll() that waits more
-// than twice the timeout, tears the connection down (completing everything
-// outstanding with an error).
+// own: a synchronous one that times out, or a WaitAll() that waits twice
+// the timeout with no answer from the server (counted from its last one:
+// a batch whose parts go as earlier ones answer may take longer in all),
+// tears the connection down (completing everything outstanding with an
+// error).
 //
 // Thread contract: a Session, its stores and its EventLoop are
 // single-threaded: call them from one thread (any one, but one at a time;

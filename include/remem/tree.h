@@ -91,6 +91,8 @@ class TreeStore {
   using VersionCallback = std::function<void(Result<uint64_t>)>;
   using Callback = std::function<void(Status)>;
   using ScanCallback = std::function<void(Result<Page>)>;
+  using MultiGetCallback = std::function<void(std::vector<Result<Value>>)>;
+  using MultiPutCallback = std::function<void(std::vector<Result<uint64_t>>)>;
 
   // Attaches to `session`'s server (one call: the tree's region and
   // limits). Unsupported if the server has no ordered store.
@@ -161,11 +163,25 @@ class TreeStore {
   // Insert or replace each pair, in order: its new version, or its error
   // (InvalidArgument, OutOfMemory...). The pairs go in requests of up to
   // 4096 pairs and 32 MiB, four in flight at a time; the call returns when
-  // all have answered (with --data-dir, once they are durable). Should the
-  // session time out, the pairs of requests not answered say so: those
-  // may have been applied, as a single Put that times out.
+  // all have answered (with --data-dir, once they are durable). Should a
+  // request fail (TimedOut, Unavailable...), its pairs say so and may have
+  // been applied, as a single Put that fails; the batch's later requests
+  // are then not sent, and their pairs answer Busy (not applied). The same
+  // holds for MultiGet's keys.
   std::vector<Result<uint64_t>> MultiPut(
       const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
+  // MultiGet and MultiPut, asynchronously: what they need of keys and
+  // values is copied in the call (one-sided lookups done there too); the
+  // callback runs inside a later Poll/WaitAll with one result per key or
+  // pair, in order, failures as MultiPut's. Many may be in flight: each
+  // has up to four requests at a time and the store sixteen, which its
+  // batches take in turn; pairs of batches in flight together may be
+  // applied in any order between them (each batch's own pairs in order).
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     MultiGetCallback done);
+  void MultiPutAsync(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+      MultiPutCallback done);
 
   struct ReadStats {
     uint64_t onesided_gets = 0;   // gets answered by one-sided reads

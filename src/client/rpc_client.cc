@@ -93,6 +93,7 @@ void RpcClient::OnReply(AmMessage&& msg) {
       ++stray_replies_;
       return;
     }
+    ++replies_;
     Take(it)(
         Status::OutOfMemory("reply of " + std::to_string(msg.refused_length) +
                             " bytes exceeds this client's limit"),
@@ -111,6 +112,7 @@ void RpcClient::OnReply(AmMessage&& msg) {
     return;
   }
   ReplyFn fn = Take(it);
+  ++replies_;
   if (h->status != 0) {
     fn(Status(static_cast<StatusCode>(h->status), std::move(msg.data)), {});
     return;

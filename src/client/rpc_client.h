@@ -62,6 +62,9 @@ class RpcClient {
 
   // Replies that could not be matched or decoded (diagnostics).
   uint64_t stray_replies() const { return stray_replies_; }
+  // Replies matched to their calls so far: a wait that sees it grow knows
+  // the server is answering (SessionCore::ProgressWhileAnswered).
+  uint64_t replies() const { return replies_; }
 
  private:
   RpcClient(Worker* w, Endpoint* ep) : worker_(w), endpoint_(ep) {}
@@ -88,6 +91,7 @@ class RpcClient {
   // calls a second, which slowed every call).
   Deadlines deadlines_;
   uint64_t stray_replies_ = 0;
+  uint64_t replies_ = 0;
 };
 
 }  // namespace remem::client

@@ -402,13 +402,23 @@ Status SessionCore::ProgressUntil(const std::function<bool()>& done,
       deadline);
 }
 
+Status SessionCore::ProgressWhileAnswered(const std::function<bool()>& done,
+                                          Clock::duration idle) {
+  for (;;) {
+    const uint64_t replies = rpc_->replies();
+    Status st = ProgressUntil(done, Clock::now() + idle);
+    if (st.ok() || rpc_->replies() == replies) return st;
+  }
+}
+
 Status SessionCore::WaitAll() {
   Flush();
   // Each pending RPC has its own deadline; one-sided operations end when
-  // the transport completes or fails them. The outer bound covers the
-  // worst case of both.
-  Status st = ProgressUntil([this] { return in_flight_ == 0; },
-                            Clock::now() + 2 * options_.timeout);
+  // the transport completes or fails them. The bound covers the worst case
+  // of both, counted from the server's last reply (a batched tree request
+  // sends its parts as earlier ones answer).
+  Status st = ProgressWhileAnswered([this] { return in_flight_ == 0; },
+                                    2 * options_.timeout);
   if (!st.ok()) {
     // One-sided operations did not finish: tear the connection down so they
     // complete (with errors) before their buffers go away.

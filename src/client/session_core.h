@@ -181,6 +181,12 @@ class SessionCore {
   // deadline; TimedOut then. Checks the server is still there.
   Status ProgressUntil(const std::function<bool()>& done,
                        Clock::time_point deadline);
+  // As ProgressUntil, but gives up (TimedOut) only after `idle` passes
+  // with no reply from the server: a wait for a batch whose requests go a
+  // few at a time, each when one before has answered, may take many
+  // timeouts in all while every request meets its own deadline.
+  Status ProgressWhileAnswered(const std::function<bool()>& done,
+                               Clock::duration idle);
   // Progress until nothing of this session is in flight (WaitAll).
   Status WaitAll();
   // Expires deadlines and checks the session's TCP connection.

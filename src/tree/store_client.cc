@@ -5,6 +5,7 @@
 // the service (tree/service.h).
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "tree/layout.h"
 #include "tree/node.h"
 #include "tree/search.h"
+#include "util/move_function.h"
 
 namespace remem {
 
@@ -227,6 +229,26 @@ struct TreeStore::Impl {
     });
   }
 
+  // Track for a batch: its status for WaitAll is its first error other
+  // than NotFound.
+  template <typename T>
+  auto TrackBatch(std::function<void(std::vector<Result<T>>)> done) {
+    ++in_flight;
+    core->Began();
+    return [this, done = std::move(done)](std::vector<Result<T>> r) mutable {
+      --in_flight;
+      Status first;
+      for (const Result<T>& x : r) {
+        if (!x.ok() && x.status().code() != StatusCode::kNotFound) {
+          first = x.status();
+          break;
+        }
+      }
+      core->Ended(first);
+      if (done) done(std::move(r));
+    };
+  }
+
   Status CheckKey(std::string_view key) const {
     if (key.empty() || key.size() > info.max_key) {
       return Status::InvalidArgument("tree keys are 1.." +
@@ -368,76 +390,232 @@ struct TreeStore::Impl {
     return tree::DecodeTreeScanReply(*r, page);
   }
 
-  // Batched requests in flight at once: each waits for one to answer
-  // before it goes. All at once, the last of a large batch would wait
-  // behind the others at the server past their deadline (set when they
-  // are sent) and be reported failed, a put then applied all the same.
+  // Requests of batches in flight at once: four of one batch, sixteen of
+  // all the store's. Each waits for an earlier one to answer before it
+  // goes: all at once, the last of a large batch would wait behind the
+  // others at the server past their deadline (set when they are sent) and
+  // be reported failed, a put then applied all the same.
   static constexpr size_t kWindow = 4;
+  static constexpr size_t kStoreWindow = 16;
 
-  // Progress until fewer than `below` of the calls counted by *left (their
-  // callbacks decrement it) are in flight. On a timeout the session's
-  // calls are failed and drained (their callbacks write into the caller's
-  // results, which must not outlive them), and the error is returned.
-  Status WaitForCalls(size_t* left, size_t below = 1) {
-    if (*left < below) return Status::OK();
-    Status st = core->ProgressUntil([left, below] { return *left < below; },
-                                    Clock::now() + core->options().timeout);
-    if (!st.ok()) {
-      core->Fail(st);
-      (void)core->ProgressUntil([left] { return *left == 0; },
-                                Clock::now() + std::chrono::seconds(1));
+  // A batched call to the server: `count` requests, each encoded when it
+  // is sent (from views of the caller's keys and values for a synchronous
+  // batch, of the batch's own copy for an asynchronous one). After a
+  // request fails, no further one is sent.
+  struct RpcBatch {
+    uint8_t method = 0;
+    size_t count = 0;
+    size_t next = 0;  // the first request not yet sent
+    size_t in_flight = 0;
+    bool queued = false;  // in Impl::waiting
+    Status failed;        // the first failure among its requests
+    util::MoveFunction<std::string(size_t)> encode;
+    // Request i's reply (or its failure); may add requests (count).
+    util::MoveFunction<void(RpcBatch&, size_t, Status, std::string)> on_reply;
+    // Once every request sent has answered and none is left to send, or a
+    // failure stopped them: requests [next, count) were never sent.
+    util::MoveFunction<void(RpcBatch&)> on_done;
+
+    bool CanSend() const {
+      return failed.ok() && next < count && in_flight < kWindow;
     }
-    return st;
+    bool Finished() const {
+      return in_flight == 0 && (!failed.ok() || next == count);
+    }
+  };
+  size_t batch_requests = 0;  // of all the store's batches, in flight
+  // Batches with requests to send, waiting for room in kStoreWindow; they
+  // send one request each in turn.
+  std::deque<std::shared_ptr<RpcBatch>> waiting;
+
+  void Issue(std::shared_ptr<RpcBatch> b) {
+    b->queued = true;
+    waiting.push_back(std::move(b));
+    SendWaiting();
+  }
+  void SendWaiting() {
+    while (batch_requests < kStoreWindow && !waiting.empty()) {
+      std::shared_ptr<RpcBatch> b = std::move(waiting.front());
+      waiting.pop_front();
+      b->queued = false;
+      if (!b->CanSend()) continue;  // its next answer queues it again
+      const size_t i = b->next++;
+      ++b->in_flight;
+      ++batch_requests;
+      core->Call(tree::kTreeService, b->method, b->encode(i),
+                 [this, b, i](Status st, std::string payload) {
+                   --b->in_flight;
+                   --batch_requests;
+                   if (!st.ok() && b->failed.ok()) b->failed = st;
+                   b->on_reply(*b, i, std::move(st), std::move(payload));
+                   if (b->CanSend() && !b->queued) {
+                     b->queued = true;
+                     waiting.push_back(b);
+                   }
+                   if (b->Finished() && b->on_done) {
+                     auto done = std::move(b->on_done);
+                     done(*b);
+                   }
+                   SendWaiting();
+                 });
+      if (b->CanSend()) {
+        b->queued = true;
+        waiting.push_back(std::move(b));
+      }
+    }
+  }
+  // The result of a request never sent.
+  static Status NotSent(const Status& failed) {
+    return Status::Busy("not sent: an earlier request of the batch failed (" +
+                        failed.ToString() + ")");
   }
 
-  // Gets keys[i] for each i of `which` from the server into (*out)[i]:
-  // batches of up to kMaxMultiGetKeys in one request each, kWindow in
-  // flight; keys a full reply left unanswered (Busy) are asked singly.
-  void MultiGetByRpc(const std::vector<std::string_view>& keys,
-                     const std::vector<size_t>& which,
-                     std::vector<Result<Value>>* out) {
-    std::vector<size_t> again;
-    size_t left = 0;
-    std::vector<std::string_view> batch;
-    for (size_t begin = 0; begin < which.size();
-         begin += tree::kMaxMultiGetKeys) {
-      const size_t end =
-          std::min(which.size(), begin + size_t{tree::kMaxMultiGetKeys});
-      if (Status st = WaitForCalls(&left, kWindow); !st.ok()) {
-        for (size_t j = begin; j < which.size(); ++j) (*out)[which[j]] = st;
-        break;
+  // Waits for a synchronous batch: its requests meet their own deadlines,
+  // so it ends unless the server stops answering altogether; then the
+  // session's calls are failed, which ends it too.
+  void WaitForBatch(const bool* finished) {
+    if (*finished) return;
+    Status st = core->ProgressWhileAnswered([finished] { return *finished; },
+                                            core->options().timeout);
+    if (!st.ok()) {
+      core->Fail(st);
+      (void)core->ProgressUntil([finished] { return *finished; },
+                                Clock::now() + std::chrono::seconds(30));
+    }
+  }
+
+  // A synchronous batch of n: start(done) issues it, and its results are
+  // waited for.
+  template <typename T, typename Start>
+  std::vector<Result<T>> RunBatch(size_t n, Start start) {
+    // Shared: should the wait give up, a late answer still has its place.
+    auto out = std::make_shared<std::pair<bool, std::vector<Result<T>>>>();
+    start([out](std::vector<Result<T>> r) {
+      out->second = std::move(r);
+      out->first = true;
+    });
+    WaitForBatch(&out->first);
+    if (!out->first) {  // not even failing the session ended it
+      out->second.assign(n, Status::TimedOut("the batch never ended"));
+    }
+    return std::move(out->second);
+  }
+
+  using MultiGetDone = util::MoveFunction<void(std::vector<Result<Value>>)>;
+  using MultiPutDone = util::MoveFunction<void(std::vector<Result<uint64_t>>)>;
+
+  // Copies of what views name, into one buffer `arena` (an asynchronous
+  // batch's own): the views then name the copies.
+  static void CopyInto(std::string* arena,
+                       std::vector<std::string_view*> views) {
+    size_t bytes = 0;
+    for (const std::string_view* v : views) bytes += v->size();
+    arena->reserve(bytes);  // no reallocation below: the views stay valid
+    for (std::string_view* v : views) {
+      const size_t at = arena->size();
+      arena->append(*v);
+      *v = std::string_view(arena->data() + at, v->size());
+    }
+  }
+
+  // A multi-get: invalid keys and (on the one-sided path) lookups are
+  // answered in the call; the other keys are asked of the server, up to
+  // kMaxMultiGetKeys a request; keys a full reply left unanswered (Busy:
+  // its values reached the reply's bound) are asked again together, and a
+  // request's first key answered Busy keeps that answer (the server
+  // answers a request's first key in full, so Busy there is the tree's own,
+  // and asking again could go on forever). `copy`: the keys asked are
+  // copied (an asynchronous batch), else they must stay valid until `done`
+  // has run. `done` gets one result per key, in the call if no key went to
+  // the server. `rpc_only` skips the one-sided path.
+  void MultiGet(const std::vector<std::string_view>& keys, bool rpc_only,
+                bool copy, MultiGetDone done) {
+    struct State {
+      std::vector<Result<Value>> results;
+      std::string arena;                   // the copied keys
+      std::vector<std::string_view> keys;  // asked of the server
+      std::vector<size_t> slots;           // keys[k]'s index in results
+      std::vector<size_t> order;  // keys, in the order requests ask them
+      std::vector<std::pair<size_t, size_t>> spans;  // request i: order[a, b)
+    };
+    auto s = std::make_shared<State>();
+    s->results.assign(keys.size(), Status::Internal("not answered"));
+    client::PathSelector& sel = *get_selector;
+    const bool onesided = !rpc_only && sel.Choose() == client::Path::kOneSided;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (Status st = CheckKey(keys[i]); !st.ok()) {
+        s->results[i] = st;
+        continue;
       }
-      batch.clear();
-      for (size_t j = begin; j < end; ++j) batch.push_back(keys[which[j]]);
-      ++left;
-      core->Call(tree::kTreeService, M(tree::TreeMethod::kMultiGet),
-                 tree::EncodeTreeMultiGet(batch),
-                 [out, &which, &again, &left, begin, end](Status st,
-                                                          std::string payload) {
-                   --left;
-                   auto items =
-                       st.ok()
-                           ? tree::DecodeTreeMultiGetReply(payload, end - begin)
-                           : Result<std::vector<Result<Value>>>(st);
-                   for (size_t j = begin; j < end; ++j) {
-                     Result<Value>& slot = (*out)[which[j]];
-                     if (!items.ok()) {
-                       slot = items.status();
-                     } else if ((*items)[j - begin].status().code() ==
-                                StatusCode::kBusy) {
-                       again.push_back(which[j]);
-                     } else {
-                       slot = std::move((*items)[j - begin]);
-                     }
-                   }
-                 });
+      if (onesided) {
+        Value v;
+        bool gave_up = false;
+        Status st = GetOneSided(keys[i], &v, &gave_up);
+        if (!gave_up) {
+          ++stats.onesided_gets;
+          s->results[i] = st.ok() ? Result<Value>(std::move(v)) : st;
+          continue;
+        }
+        ++stats.fallbacks;
+      }
+      s->order.push_back(s->keys.size());
+      s->keys.push_back(keys[i]);
+      s->slots.push_back(i);
     }
-    (void)WaitForCalls(&left);  // a failure is in each result
-    for (size_t i : again) {
-      Value v;
-      Status st = GetByRpc(keys[i], &v);
-      (*out)[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
+    stats.rpc_gets += s->keys.size();
+    if (s->keys.empty()) return done(std::move(s->results));
+    if (copy) {
+      std::vector<std::string_view*> views;
+      for (std::string_view& k : s->keys) views.push_back(&k);
+      CopyInto(&s->arena, std::move(views));
     }
+    for (size_t first = 0; first < s->order.size();
+         first += tree::kMaxMultiGetKeys) {
+      s->spans.emplace_back(
+          first, std::min(s->order.size(), first + tree::kMaxMultiGetKeys));
+    }
+    auto b = std::make_shared<RpcBatch>();
+    b->method = M(tree::TreeMethod::kMultiGet);
+    b->count = s->spans.size();
+    b->encode = [s](size_t i) {
+      std::vector<std::string_view> batch;
+      for (size_t j = s->spans[i].first; j < s->spans[i].second; ++j) {
+        batch.push_back(s->keys[s->order[j]]);
+      }
+      return tree::EncodeTreeMultiGet(batch);
+    };
+    b->on_reply = [s](RpcBatch& b, size_t i, Status st, std::string payload) {
+      const auto [first, last] = s->spans[i];
+      auto items = st.ok()
+                       ? tree::DecodeTreeMultiGetReply(payload, last - first)
+                       : Result<std::vector<Result<Value>>>(st);
+      const size_t again = s->order.size();
+      for (size_t j = first; j < last; ++j) {
+        const size_t k = s->order[j];
+        Result<Value>& slot = s->results[s->slots[k]];
+        if (!items.ok()) {
+          slot = items.status();
+        } else if ((*items)[j - first].status().code() == StatusCode::kBusy &&
+                   j > first) {
+          s->order.push_back(k);
+        } else {
+          slot = std::move((*items)[j - first]);
+        }
+      }
+      if (s->order.size() > again) {
+        s->spans.emplace_back(again, s->order.size());
+        ++b.count;
+      }
+    };
+    b->on_done = [s, done = std::move(done)](RpcBatch& b) mutable {
+      for (size_t i = b.next; i < b.count; ++i) {
+        for (size_t j = s->spans[i].first; j < s->spans[i].second; ++j) {
+          s->results[s->slots[s->order[j]]] = NotSent(b.failed);
+        }
+      }
+      done(std::move(s->results));
+    };
+    Issue(std::move(b));
   }
 
   Status CheckPair(std::string_view key, std::string_view value) const {
@@ -449,47 +627,79 @@ struct TreeStore::Impl {
     return Status::OK();
   }
 
-  // Puts pairs[i] for each i of `which` by RPC, results into (*out)[i]:
-  // requests of up to kMaxMultiGetKeys pairs and kMultiPutBytes each,
-  // kWindow in flight, waited for.
-  void MultiPutByRpc(const std::vector<tree::KeyValueView>& pairs,
-                     const std::vector<size_t>& which,
-                     std::vector<Result<uint64_t>>* out) {
-    size_t left = 0;
-    std::vector<tree::KeyValueView> batch;
-    for (size_t begin = 0; begin < which.size();) {
-      if (Status st = WaitForCalls(&left, kWindow); !st.ok()) {
-        for (size_t j = begin; j < which.size(); ++j) (*out)[which[j]] = st;
-        break;
+  // A multi-put: invalid pairs are refused in the call, the others go in
+  // requests of up to kMaxMultiGetKeys pairs and kMultiPutBytes. `copy` as
+  // MultiGet's. `done` gets one result per pair, in the call if none went
+  // to the server.
+  void MultiPut(const std::vector<tree::KeyValueView>& pairs, bool copy,
+                MultiPutDone done) {
+    struct State {
+      std::vector<Result<uint64_t>> results;
+      std::string arena;                      // the copied pairs
+      std::vector<tree::KeyValueView> pairs;  // those sent
+      std::vector<size_t> slots;              // pairs[k]'s index in results
+      std::vector<std::pair<size_t, size_t>> spans;  // request i: pairs[a, b)
+    };
+    auto s = std::make_shared<State>();
+    s->results.assign(pairs.size(), Status::Internal("not answered"));
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      if (Status st = CheckPair(pairs[i].first, pairs[i].second); !st.ok()) {
+        s->results[i] = st;
+      } else {
+        s->pairs.push_back(pairs[i]);
+        s->slots.push_back(i);
       }
-      batch.clear();
-      size_t end = begin, bytes = 0;
-      while (end < which.size() && batch.size() < tree::kMaxMultiGetKeys) {
-        const auto& [k, v] = pairs[which[end]];
-        if (!batch.empty() &&
+    }
+    if (s->pairs.empty()) return done(std::move(s->results));
+    if (copy) {
+      std::vector<std::string_view*> views;
+      for (auto& [k, v] : s->pairs) {
+        views.push_back(&k);
+        views.push_back(&v);
+      }
+      CopyInto(&s->arena, std::move(views));
+    }
+    for (size_t first = 0; first < s->pairs.size();) {
+      size_t last = first, bytes = 0;
+      while (last < s->pairs.size() && last - first < tree::kMaxMultiGetKeys) {
+        const auto& [k, v] = s->pairs[last];
+        if (last > first &&
             bytes + k.size() + v.size() > tree::kMultiPutBytes) {
           break;
         }
         bytes += k.size() + v.size();
-        batch.push_back(pairs[which[end++]]);
+        ++last;
       }
-      ++left;
-      core->Call(
-          tree::kTreeService, M(tree::TreeMethod::kMultiPut),
-          tree::EncodeTreeMultiPut(batch),
-          [out, &which, &left, begin, end](Status st, std::string payload) {
-            --left;
-            auto items =
-                st.ok() ? tree::DecodeTreeMultiPutReply(payload, end - begin)
-                        : Result<std::vector<Result<uint64_t>>>(st);
-            for (size_t j = begin; j < end; ++j) {
-              (*out)[which[j]] = items.ok() ? std::move((*items)[j - begin])
-                                            : Result<uint64_t>(items.status());
-            }
-          });
-      begin = end;
+      s->spans.emplace_back(first, last);
+      first = last;
     }
-    (void)WaitForCalls(&left);  // a failure is in each result
+    auto b = std::make_shared<RpcBatch>();
+    b->method = M(tree::TreeMethod::kMultiPut);
+    b->count = s->spans.size();
+    b->encode = [s](size_t i) {
+      return tree::EncodeTreeMultiPut(
+          {s->pairs.begin() + long(s->spans[i].first),
+           s->pairs.begin() + long(s->spans[i].second)});
+    };
+    b->on_reply = [s](RpcBatch&, size_t i, Status st, std::string payload) {
+      const auto [first, last] = s->spans[i];
+      auto items = st.ok()
+                       ? tree::DecodeTreeMultiPutReply(payload, last - first)
+                       : Result<std::vector<Result<uint64_t>>>(st);
+      for (size_t j = first; j < last; ++j) {
+        s->results[s->slots[j]] = items.ok() ? std::move((*items)[j - first])
+                                             : Result<uint64_t>(items.status());
+      }
+    };
+    b->on_done = [s, done = std::move(done)](RpcBatch& b) mutable {
+      for (size_t i = b.next; i < b.count; ++i) {
+        for (size_t j = s->spans[i].first; j < s->spans[i].second; ++j) {
+          s->results[s->slots[j]] = NotSent(b.failed);
+        }
+      }
+      done(std::move(s->results));
+    };
+    Issue(std::move(b));
   }
 
   Result<uint64_t> Put(std::string_view key, std::string_view value,
@@ -506,11 +716,17 @@ TreeStore::TreeStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 TreeStore::~TreeStore() {
   Impl& s = *impl_;
+  // Our callbacks point into this store: let them run first. A batch may
+  // take many timeouts, so the bound counts from the server's last answer;
+  // a session that gives up fails the rest.
   if (s.in_flight > 0) {
-    (void)s.core->ProgressUntil([&s] { return s.in_flight == 0; },
-                                Clock::now() + s.core->options().timeout);
+    (void)s.core->ProgressWhileAnswered([&s] { return s.in_flight == 0; },
+                                        s.core->options().timeout);
     if (s.in_flight > 0) {
       s.core->Fail(Status::Unavailable("the tree store was closed"));
+      (void)s.core->worker()->ProgressUntil(
+          [&s] { return s.in_flight == 0; },
+          Clock::now() + std::chrono::seconds(30));
     }
   }
 }
@@ -626,55 +842,54 @@ Status TreeStore::Delete(std::string_view key) {
 
 std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
     const std::vector<std::string_view>& keys) {
-  std::vector<Result<Value>> out(keys.size(), Status::Internal("not answered"));
-  std::vector<size_t> ask;  // indices for the server
   // On auto over a served transport (tcp) the batch goes by RPC: there a
   // one-sided lookup is a round trip per node, where a batch is one
   // message for all its keys.
-  client::PathSelector& sel = *impl_->get_selector;
-  const bool onesided =
-      !(sel.mode() == ReadPath::kAuto && impl_->core->served()) &&
-      sel.Choose() == client::Path::kOneSided;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (Status st = impl_->CheckKey(keys[i]); !st.ok()) {
-      out[i] = st;
-      continue;
-    }
-    if (!onesided) {
-      ask.push_back(i);
-      continue;
-    }
-    Value v;
-    bool gave_up = false;
-    Status st = impl_->GetOneSided(keys[i], &v, &gave_up);
-    if (gave_up) {
-      ++impl_->stats.fallbacks;
-      ask.push_back(i);
-      continue;
-    }
-    ++impl_->stats.onesided_gets;
-    out[i] = st.ok() ? Result<Value>(std::move(v)) : Result<Value>(st);
-  }
-  impl_->stats.rpc_gets += ask.size();
-  impl_->MultiGetByRpc(keys, ask, &out);
-  return out;
+  const bool rpc_only =
+      impl_->get_selector->mode() == ReadPath::kAuto && impl_->core->served();
+  return impl_->RunBatch<Value>(keys.size(), [&](auto done) {
+    impl_->MultiGet(keys, rpc_only, /*copy=*/false, std::move(done));
+  });
 }
 
 std::vector<Result<uint64_t>> TreeStore::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
-  std::vector<Result<uint64_t>> out(pairs.size(),
-                                    Status::Internal("not answered"));
-  std::vector<size_t> ask;
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (Status st = impl_->CheckPair(pairs[i].first, pairs[i].second);
-        !st.ok()) {
-      out[i] = st;
-    } else {
-      ask.push_back(i);
-    }
-  }
-  impl_->MultiPutByRpc(pairs, ask, &out);
-  return out;
+  return impl_->RunBatch<uint64_t>(pairs.size(), [&](auto done) {
+    impl_->MultiPut(pairs, /*copy=*/false, std::move(done));
+  });
+}
+
+void TreeStore::MultiGetAsync(const std::vector<std::string_view>& keys,
+                              MultiGetCallback done) {
+  auto cb = impl_->TrackBatch<Value>(std::move(done));
+  // As MultiGet: over tcp on auto, one message for the batch where
+  // one-sided lookups would be a round trip per node.
+  const bool rpc_only =
+      impl_->get_selector->mode() == ReadPath::kAuto && impl_->core->served();
+  // Answered in the call (nothing went to the server): deferred to Poll.
+  auto in_call = std::make_shared<bool>(true);
+  impl_->MultiGet(
+      keys, rpc_only, /*copy=*/true,
+      [core = impl_->core, cb, in_call](std::vector<Result<Value>> r) mutable {
+        if (!*in_call) return cb(std::move(r));
+        core->Defer([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+      });
+  *in_call = false;
+}
+
+void TreeStore::MultiPutAsync(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+    MultiPutCallback done) {
+  auto cb = impl_->TrackBatch<uint64_t>(std::move(done));
+  auto in_call = std::make_shared<bool>(true);
+  impl_->MultiPut(
+      pairs, /*copy=*/true,
+      [core = impl_->core, cb,
+       in_call](std::vector<Result<uint64_t>> r) mutable {
+        if (!*in_call) return cb(std::move(r));
+        core->Defer([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+      });
+  *in_call = false;
 }
 
 // --- asynchronous

@@ -459,14 +459,7 @@ void BLinkTree::ShrinkRoot(NodeContent root) {
     // Readers that read the TreeRoot before reach the old root dead and
     // start again from the new one; a cached copy of it still routes to
     // live children or to dead ones, as any stale copy.
-    root.entries.clear();
-    root.low = NodeKey{};
-    root.has_high = false;
-    root.high = NodeKey{};
-    root.dead = true;
-    Publish(old, root);
-    free_nodes_.push_back(old);
-    --num_nodes_;
+    Kill(old, std::move(root));
     NodeView v;
     View(root_, &v);
     root = Decode(v);
@@ -484,24 +477,29 @@ void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,
   l.high = r.high;
   l.right = r.right;
   Publish(left, l);
-  // 2. The right one holds nothing any more (its level and right pointer
-  // stay; its fences go, so that a dead node names no key extent): a
-  // reader reaching it searches again.
-  r.entries.clear();
-  r.low = NodeKey{};
-  r.has_high = false;
-  r.high = NodeKey{};
-  r.dead = true;
-  Publish(right, r);
+  // 2. The right one holds nothing any more: a reader reaching it
+  // searches again.
+  Kill(right, std::move(r));
   // 3. The parent drops it (it keeps the left one's entry: at least one).
   NodeView pv;
   View(parent, &pv);
   *pc = Decode(pv);
   pc->entries.erase(pc->entries.begin() + long(j));
   Publish(parent, *pc);
-  free_nodes_.push_back(right);
-  --num_nodes_;
   ++merges_;
+}
+
+void BLinkTree::Kill(uint32_t index, NodeContent c) {
+  // Its level and right pointer stay; its fences go, so that a dead node
+  // names no key extent.
+  c.entries.clear();
+  c.low = NodeKey{};
+  c.has_high = false;
+  c.high = NodeKey{};
+  c.dead = true;
+  Publish(index, c);
+  free_nodes_.push_back(index);
+  --num_nodes_;
 }
 
 Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,

@@ -165,6 +165,10 @@ class BLinkTree {
   // TreeRoot names the child, then the old root is published dead and
   // its index freed.
   void ShrinkRoot(NodeContent root);
+  // Publishes node `index` (content `c`, no longer reachable from its
+  // parent or the TreeRoot once the caller is done) dead and frees its
+  // index: a reader that still reaches it searches again.
+  void Kill(uint32_t index, NodeContent c);
   // Writes `value` of `key` at `version` into a new extent; its ValueRef's
   // bytes into *ref.
   Status WriteExtent(std::string_view key, std::string_view value,
