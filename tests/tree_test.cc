@@ -387,6 +387,17 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
   auto get = cli({"tree", "get", "user:2"});
   EXPECT_EQ(get.exit_code, 0);
   EXPECT_EQ(get.out, "v-user:2");
+  auto mget = cli({"tree", "mget", "user:3", "zz", "user:1"});
+  EXPECT_EQ(mget.exit_code, 0);
+  EXPECT_EQ(mget.out, "v-user:3\nv-zz\nv-user:1\n");
+  auto some = cli({"--json", "tree", "mget", "zz", "nope"});
+  EXPECT_EQ(some.exit_code, 4) << "a key absent";
+  EXPECT_EQ(some.out.rfind("[{\"key\":\"zz\",\"found\":true,\"version\":", 0),
+            0u)
+      << some.out;
+  EXPECT_NE(some.out.find("{\"key\":\"nope\",\"found\":false,"),
+            std::string::npos)
+      << some.out;
   EXPECT_EQ(cli({"tree", "get", "nope"}).exit_code, 4);
   EXPECT_EQ(cli({"tree", "put", "user:1", "x", "--if-absent"}).exit_code, 5);
   auto scan = cli({"tree", "scan", "user:", "user;"});

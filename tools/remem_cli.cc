@@ -185,9 +185,11 @@ int PrintPut(const Result<uint64_t>& r, bool json) {
   return 0;
 }
 
+// A multi-get's values (HashStore's or TreeStore's), one per line or JSON;
+// exit 4 if a key is absent, 1 on another error.
+template <typename Value>
 int PrintMultiGet(const std::vector<std::string>& keys,
-                  const std::vector<Result<HashStore::Value>>& results,
-                  bool json) {
+                  const std::vector<Result<Value>>& results, bool json) {
   int code = 0;
   if (json) std::printf("[");
   for (size_t i = 0; i < results.size(); ++i) {
@@ -524,6 +526,11 @@ int main(int argc, char** argv) {
   auto* tget = treecmd->add_subcommand(
       "get", "print KEY's value (raw bytes; exit 4 if absent)");
   tget->add_option("key", key, "key")->required();
+  auto* tmget = treecmd->add_subcommand(
+      "mget",
+      "print the values of KEY... one per line, in one batch (exit 4 if any "
+      "is absent; --json for binary-safe output)");
+  tmget->add_option("keys", mkeys, "keys")->required();
   auto* tdel = treecmd->add_subcommand("del", "delete KEY (exit 4 if absent)");
   tdel->add_option("key", key, "key")->required();
   std::string scan_start, scan_end, scan_prefix;
@@ -831,6 +838,10 @@ int main(int argc, char** argv) {
     auto ts = TreeStore::Open(&c);
     if (!ts.ok()) return Fail(ts.status());
     TreeStore& tree = **ts;
+    if (tmget->parsed()) {
+      std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
+      return PrintMultiGet(mkeys, tree.MultiGet(views), json);
+    }
     if (tget->parsed()) {
       auto r = tree.Get(key);
       if (!r.ok()) return Fail(r.status());

@@ -32,6 +32,7 @@ KeyRef RefAt(const char* at) {
 Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
   image_ = image;
   long_keys_ = 0;
+  lazy_reader_ = nullptr;
   check_order_ = checksum;
   std::memcpy(&h_, image, sizeof(h_));
   if (checksum && h_.checksum != NodeChecksum(image)) {
@@ -150,14 +151,19 @@ void NodeView::LongKeyRefs(std::vector<KeyRef>* out) const {
   }
 }
 
-Status NodeView::ResolveKeys(const KeyReader& read) {
-  if (long_keys_ == 0) return Status::OK();
+size_t NodeView::LongKeyRefsAndBytes(std::vector<KeyRef>* refs) const {
+  refs->reserve(long_keys_);
+  LongKeyRefs(refs);
   size_t total = 0;
+  for (const KeyRef& r : *refs) total += r.key_len;
+  return total;
+}
+
+Status NodeView::ResolveKeys(const KeyReader& read) {
+  lazy_reader_ = nullptr;
+  if (long_keys_ == 0) return Status::OK();
   std::vector<KeyRef> refs;
-  refs.reserve(long_keys_);
-  LongKeyRefs(&refs);
-  for (const KeyRef& r : refs) total += r.key_len;
-  key_store_.resize(total);
+  key_store_.resize(LongKeyRefsAndBytes(&refs));
   size_t pos = 0;
   for (const KeyRef& r : refs) {
     REMEM_RETURN_IF_ERROR(read(r, key_store_.data() + pos));
@@ -167,12 +173,65 @@ Status NodeView::ResolveKeys(const KeyReader& read) {
   return check_order_ ? CheckOrder() : Status::OK();
 }
 
+Status NodeView::ResolveFences(const KeyReader* read) {
+  lazy_reader_ = read;
+  if (long_keys_ == 0) return Status::OK();
+  std::vector<KeyRef> refs;
+  key_store_.clear();
+  key_store_.reserve(LongKeyRefsAndBytes(&refs));
+  auto append = [&](const KeyRef& r, std::string_view* into) -> Status {
+    const size_t at = key_store_.size();
+    key_store_.resize(at + r.key_len);  // within capacity: nothing moves
+    REMEM_RETURN_IF_ERROR((*read)(r, key_store_.data() + at));
+    *into = std::string_view(key_store_.data() + at, r.key_len);
+    return Status::OK();
+  };
+  if ((h_.flags & kLowOutOfLine) != 0) {
+    REMEM_RETURN_IF_ERROR(append(low_ref(), &low_));
+  }
+  if ((h_.flags & kHighOutOfLine) != 0) {
+    REMEM_RETURN_IF_ERROR(append(high_ref(), &high_));
+  }
+  return Status::OK();
+}
+
+Status NodeView::ResolveLazily(size_t i) {
+  if (!EntryKeyOutOfLine(i)) return Status::OK();  // an empty inline key
+  const KeyRef r = key_ref(i);
+  const size_t at = key_store_.size();
+  if (key_store_.capacity() - at < r.key_len) {
+    return Status::Internal("a lazily resolved key does not fit its store");
+  }
+  key_store_.resize(at + r.key_len);
+  Status st = (*lazy_reader_)(r, key_store_.data() + at);
+  if (!st.ok()) {
+    key_store_.resize(at);
+    return st;
+  }
+  keys_[i] = std::string_view(key_store_.data() + at, r.key_len);
+  return Status::OK();
+}
+
+Status NodeView::LowerBoundLazily(std::string_view key, size_t* at) {
+  size_t lo = 0, hi = h_.count;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    REMEM_RETURN_IF_ERROR(ResolveEntry(mid));
+    if (keys_[mid] < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  *at = lo;
+  return Status::OK();
+}
+
 bool NodeView::AdoptKeys(const NodeView& from) {
   if (long_keys_ == 0) return true;
-  size_t total = 0;
+  if (from.lazy_reader_ != nullptr) return false;
   std::vector<KeyRef> refs;
-  LongKeyRefs(&refs);
-  for (const KeyRef& r : refs) total += r.key_len;
+  const size_t total = LongKeyRefsAndBytes(&refs);
   if (from.long_keys_ != long_keys_ || from.key_store_.size() != total) {
     return false;
   }

@@ -59,9 +59,36 @@ class NodeView {
   // the entries' order (Corruption if they are not ascending).
   using KeyReader = std::function<Status(const KeyRef&, char*)>;
   Status ResolveKeys(const KeyReader& read);
+  // Lazily, for a point lookup in a leaf: resolves the fences' long keys
+  // now and leaves the entries' for ResolveEntry, with `*read` (which must
+  // outlive this view's use): a lookup compares only the keys its binary
+  // search probes and its match, a few of a leaf's dozens. Until then
+  // key(i) of a long key reads as empty. The entries' order is not checked
+  // (each key is the one its verified KeyRef names, as the owner published
+  // it, in order).
+  Status ResolveFences(const KeyReader* read);
+  // Entry i's key resolved, if it was left for later (ResolveFences):
+  // Corruption if its extent no longer holds it (the copy is stale).
+  // Whether keys are left to resolve (ResolveFences).
+  bool lazy() const { return lazy_reader_ != nullptr; }
+  Status ResolveEntry(size_t i) {
+    // A long key is never empty: empty means not resolved yet.
+    if (lazy_reader_ == nullptr || !keys_[i].empty()) return Status::OK();
+    return ResolveLazily(i);
+  }
+  // LowerBound over a lazily resolved view, resolving each key it
+  // compares; *at as LowerBound's answer.
+  Status LowerBound(std::string_view key, size_t* at) {
+    if (lazy_reader_ == nullptr) {
+      *at = LowerBound(key);
+      return Status::OK();
+    }
+    return LowerBoundLazily(key, at);
+  }
   // The long keys of `from`, a view of the same image, resolved (a cache
   // keeping a copy of a node it just read). False if `from` does not hold
   // this view's long keys.
+  // False for a lazily resolved `from` too.
   bool AdoptKeys(const NodeView& from);
   // Bytes of the long keys copied in (ResolveKeys, AdoptKeys).
   size_t key_bytes() const { return long_keys_ > 0 ? key_store_.size() : 0; }
@@ -118,6 +145,10 @@ class NodeView {
 
  private:
   bool EntryKeyOutOfLine(size_t i) const;
+  // The long keys' KeyRefs into *refs (slot order), and their bytes.
+  size_t LongKeyRefsAndBytes(std::vector<KeyRef>* refs) const;
+  Status ResolveLazily(size_t i);
+  Status LowerBoundLazily(std::string_view key, size_t* at);
   // Points the long keys' views at key_store_ (their bytes in slot order:
   // low, high, entries).
   void PointAtStore();
@@ -128,7 +159,11 @@ class NodeView {
   std::string_view low_, high_;
   size_t long_keys_ = 0;
   bool check_order_ = true;  // Parse's `checksum`
-  std::string key_store_;    // the long keys' bytes, once resolved
+  // The long keys' bytes, once resolved. Lazily (ResolveFences), its
+  // capacity holds them all and resolved ones are appended: no
+  // reallocation moves those already pointed at.
+  std::string key_store_;
+  const KeyReader* lazy_reader_ = nullptr;  // set by ResolveFences
   std::array<std::string_view, kMaxEntries> keys_;
   std::array<uint16_t, kMaxEntries> offsets_;  // of each entry's head
 };

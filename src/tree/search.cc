@@ -107,7 +107,8 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
 }
 
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
-                uint8_t* scratch, NodeView* leaf, SearchStats* stats) {
+                uint8_t* scratch, NodeView* leaf, SearchStats* stats,
+                bool for_lookup) {
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     if (restart > 0) ++stats->restarts;
     uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
@@ -128,7 +129,9 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         ++cache->hits;
       } else {
         if (cache != nullptr) ++cache->misses;
-        REMEM_RETURN_IF_ERROR(src->Fetch(cur, scratch, leaf));
+        REMEM_RETURN_IF_ERROR(for_lookup
+                                  ? src->FetchForLookup(cur, scratch, leaf)
+                                  : src->Fetch(cur, scratch, leaf));
         ++stats->nodes_read;
         vp = leaf;
       }
@@ -206,8 +209,22 @@ Status Lookup(NodeSource* src, NodeCache* cache, std::string_view key,
   Target t;
   t.key = key;
   for (int attempt = 0; attempt < kMaxValueAttempts; ++attempt) {
-    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
-    const size_t i = leaf.LowerBound(key);
+    REMEM_RETURN_IF_ERROR(
+        FindLeaf(src, cache, t, scratch, &leaf, stats, /*for_lookup=*/true));
+    size_t i = 0;
+    if (!leaf.lazy()) {
+      i = leaf.LowerBound(key);
+    } else {
+      // The keys it compares, resolved as it goes (a long key's extent
+      // freed since the leaf was copied: read the leaf again).
+      Status st = leaf.LowerBound(key, &i);
+      if (st.ok() && i < leaf.count()) st = leaf.ResolveEntry(i);
+      if (st.code() == StatusCode::kCorruption) {
+        ++stats->stale_values;
+        continue;
+      }
+      REMEM_RETURN_IF_ERROR(st);
+    }
     if (i >= leaf.count() || leaf.key(i) != key) {
       return Status::NotFound("key not found");
     }

@@ -53,6 +53,13 @@ class NodeSource {
   // (kNodeBytes), or from memory that does not change while it is used.
   // Busy if no copy verified within the source's retries.
   virtual Status Fetch(uint32_t index, uint8_t* scratch, NodeView* view) = 0;
+  // As Fetch, for a point lookup: a leaf's entries' long keys may be left
+  // for the view to resolve as the lookup compares them
+  // (NodeView::ResolveFences). By default, as Fetch.
+  virtual Status FetchForLookup(uint32_t index, uint8_t* scratch,
+                                NodeView* view) {
+    return Fetch(index, scratch, view);
+  }
   // The out-of-line value of the pair `key` at `version` that a leaf named
   // by `ref`, into *value. Corruption if the extent no longer holds it (the
   // pair was rewritten or deleted since the leaf was copied: read the leaf
@@ -136,9 +143,12 @@ struct SearchStats {
 };
 
 // Finds the leaf for `t`: on OK, *leaf is a parsed view (its bytes in
-// `scratch` or the source's memory). `cache` may be null.
+// `scratch` or the source's memory). `cache` may be null. `for_lookup`:
+// nodes come from FetchForLookup (the leaf's entries' long keys may be
+// unresolved).
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
-                uint8_t* scratch, NodeView* leaf, SearchStats* stats);
+                uint8_t* scratch, NodeView* leaf, SearchStats* stats,
+                bool for_lookup = false);
 
 // Fills `cache` with the tree's internal nodes, level by level from the
 // root, until it holds them all or is full: a client that searches
