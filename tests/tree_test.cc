@@ -398,6 +398,10 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
   EXPECT_NE(some.out.find("{\"key\":\"nope\",\"found\":false,"),
             std::string::npos)
       << some.out;
+  // A key the limits refuse exits 2, as for a single get.
+  EXPECT_EQ(
+      cli({"tree", "mget", "zz", std::string((64 << 10) + 1, 'k')}).exit_code,
+      2);
   EXPECT_EQ(cli({"tree", "get", "nope"}).exit_code, 4);
   EXPECT_EQ(cli({"tree", "put", "user:1", "x", "--if-absent"}).exit_code, 5);
   auto scan = cli({"tree", "scan", "user:", "user;"});

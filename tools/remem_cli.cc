@@ -185,8 +185,10 @@ int PrintPut(const Result<uint64_t>& r, bool json) {
   return 0;
 }
 
-// A multi-get's values (HashStore's or TreeStore's), one per line or JSON;
-// exit 4 if a key is absent, 1 on another error.
+// A multi-get's values (HashStore's or TreeStore's), one per line or JSON.
+// The exit code: a key's error other than NotFound as a single get's
+// (2 for a key the limits refuse, 1 for a failure), else 4 if a key is
+// absent, else 0.
 template <typename Value>
 int PrintMultiGet(const std::vector<std::string>& keys,
                   const std::vector<Result<Value>>& results, bool json) {
@@ -213,8 +215,8 @@ int PrintMultiGet(const std::vector<std::string>& keys,
                    r.status().ToString().c_str());
     }
     if (!r.ok()) {
-      const int c4 = r.status().code() == StatusCode::kNotFound ? 4 : 1;
-      if (code == 0 || c4 == 1) code = c4;
+      const int c = ExitCodeFor(r.status());
+      if (code == 0 || code == 4) code = c;
     }
   }
   if (json) std::printf("]\n");

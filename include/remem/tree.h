@@ -190,11 +190,13 @@ class TreeStore {
     uint64_t onesided_scans = 0;  // scan pages read one-sided
     uint64_t rpc_scans = 0;       // scan pages the server made
     uint64_t reads = 0;           // one-sided node reads issued
-    uint64_t retries = 0;         // node copies that failed to verify
-    uint64_t fallbacks = 0;       // one-sided operations that asked instead
-    uint64_t unvouched = 0;       // one-sided results the lease did not cover
-    uint64_t cache_hits = 0;      // upper-level nodes taken from the cache
-    uint64_t moves_right = 0;     // siblings followed (splits seen late)
+    // Node copies that failed to verify, and leaves read again because a
+    // key or value they named had changed since.
+    uint64_t retries = 0;
+    uint64_t fallbacks = 0;    // one-sided operations that asked instead
+    uint64_t unvouched = 0;    // one-sided results the lease did not cover
+    uint64_t cache_hits = 0;   // upper-level nodes taken from the cache
+    uint64_t moves_right = 0;  // siblings followed (splits seen late)
   };
   const ReadStats& read_stats() const;
 

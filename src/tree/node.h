@@ -31,7 +31,9 @@
 namespace remem::tree {
 
 // A verified node. Accessors are valid only after Parse returned OK and,
-// for a node with long keys (long_keys() > 0), ResolveKeys did too.
+// for a node with long keys (long_keys() > 0), ResolveKeys did too; after
+// ResolveFences instead, low() and high() are, and key(i) once
+// ResolveEntry(i) returned OK.
 class NodeView {
  public:
   NodeView() = default;
@@ -67,10 +69,10 @@ class NodeView {
   // (each key is the one its verified KeyRef names, as the owner published
   // it, in order).
   Status ResolveFences(const KeyReader* read);
-  // Entry i's key resolved, if it was left for later (ResolveFences):
-  // Corruption if its extent no longer holds it (the copy is stale).
   // Whether keys are left to resolve (ResolveFences).
   bool lazy() const { return lazy_reader_ != nullptr; }
+  // Entry i's key resolved, if it was left for later (ResolveFences):
+  // Corruption if its extent no longer holds it (the copy is stale).
   Status ResolveEntry(size_t i) {
     // A long key is never empty: empty means not resolved yet.
     if (lazy_reader_ == nullptr || !keys_[i].empty()) return Status::OK();
@@ -160,9 +162,9 @@ class NodeView {
   size_t long_keys_ = 0;
   bool check_order_ = true;  // Parse's `checksum`
   // The long keys' bytes, once resolved. Lazily (ResolveFences), its
-  // capacity holds them all and resolved ones are appended: no
-  // reallocation moves those already pointed at.
-  std::string key_store_;
+  // capacity holds them all and resolved ones are appended: a vector's
+  // resize within its capacity never moves those already pointed at.
+  std::vector<char> key_store_;
   const KeyReader* lazy_reader_ = nullptr;  // set by ResolveFences
   std::array<std::string_view, kMaxEntries> keys_;
   std::array<uint16_t, kMaxEntries> offsets_;  // of each entry's head

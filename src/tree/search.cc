@@ -9,7 +9,8 @@ namespace {
 constexpr int kMaxSteps = 4096;
 constexpr int kMaxRestarts = 8;
 // Reads of a leaf whose out-of-line value changed before its extent was
-// read, before giving up (Busy).
+// read (or, for a lookup, whose long key compared lazily was freed), before
+// giving up (Busy).
 constexpr int kMaxValueAttempts = 16;
 
 // The value of entry i (head `e`) of a verified leaf: its bytes, or its

@@ -70,7 +70,7 @@ class RemoteSource : public tree::NodeSource {
   }
   // Mapped, a leaf's entries' long keys are resolved as the lookup
   // compares them, each a copy (a lookup in a leaf of 13 long keys reads
-  // about 5). Over tcp they are read together with the node, one round
+  // 4 or 5). Over tcp they are read together with the node, one round
   // trip for all (resolving them one by one would be one each).
   Status FetchForLookup(uint32_t index, uint8_t* scratch,
                         tree::NodeView* view) override {
@@ -288,7 +288,10 @@ struct TreeStore::Impl {
     }
     return Status::OK();
   }
-  void Count(const tree::SearchStats& s) { stats.moves_right += s.moves_right; }
+  void Count(const tree::SearchStats& s) {
+    stats.moves_right += s.moves_right;
+    stats.retries += s.stale_values;  // leaves read again
+  }
 
   // The path of an asynchronous get or scan (its Track()ed callback
   // already counted in in_flight), and whether kAuto times it: a one-sided

@@ -73,18 +73,20 @@ class CopySource : public NodeSource {
   }
   Status FetchForLookup(uint32_t index, uint8_t* scratch,
                         NodeView* view) override {
-    lazy_ = !lazy_;
-    return FetchNode(index, scratch, view, lazy_);
+    return FetchNode(index, scratch, view, true);
   }
   Status FetchNode(uint32_t index, uint8_t* scratch, NodeView* view,
                    bool lazy) {
     for (int i = 0; i < 1000; ++i) {
       Copy(scratch, base_ + NodeOffset(index), kNodeBytes);
       if (view->Parse(scratch, index).ok()) {
+        if (view->long_keys() == 0) return Status::OK();
         // Long keys from their key extents, verified; one freed since
-        // the copy means the node changed: copy it again.
-        Status st = lazy && view->leaf() ? view->ResolveFences(&read_key_)
-                                         : view->ResolveKeys(read_key_);
+        // the copy means the node changed: copy it again. A lookup's
+        // leaves alternate between lazy and whole.
+        const bool lazy_leaf = lazy && view->leaf() && (lazy_ = !lazy_);
+        Status st = lazy_leaf ? view->ResolveFences(&read_key_)
+                              : view->ResolveKeys(read_key_);
         if (st.ok()) return st;
       }
       ++torn;
