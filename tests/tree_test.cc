@@ -62,6 +62,26 @@ TreeClient Connect(const std::string& address, ReadPath path) {
   return c;
 }
 
+// An RPC-path client whose session has `timeout` (for every call and for
+// connecting).
+TreeClient ConnectRpc(const std::string& address,
+                      std::chrono::milliseconds timeout) {
+  TreeClient c;
+  SessionOptions o;
+  o.server = address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kRpc;
+  o.timeout = timeout;
+  auto session = Session::Connect(o);
+  EXPECT_TRUE(session.ok()) << session.status().ToString();
+  if (!session.ok()) return c;
+  c.session = std::move(*session);
+  auto t = TreeStore::Open(c.session.get());
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) c.store = std::move(*t);
+  return c;
+}
+
 std::string Key(uint64_t i) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "k%06llu",
@@ -826,60 +846,46 @@ TEST_F(TreeTest, WaitAllOutlastsTheTimeoutForALongBatch) {
   // request's wait four times its own: a margin of 6 for a busier
   // machine), at least half a second (the session connects under it too),
   // and a batch of about four timeouts' worth.
-  SessionOptions o;
-  o.server = server_.address;
-  o.transport = TestTransport();
-  o.read_path = ReadPath::kRpc;
-  o.timeout =
+  const auto timeout =
       std::max(std::chrono::milliseconds(500),
                std::chrono::duration_cast<std::chrono::milliseconds>(24 * one));
-  auto session = Session::Connect(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  auto store = TreeStore::Open(session->get());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  const size_t requests = size_t(4 * o.timeout / one) + 1;
+  auto c = ConnectRpc(server_.address, timeout);
+  ASSERT_TRUE(c);
+  const size_t requests = size_t(4 * timeout / one) + 1;
   std::vector<std::string_view> batch;
   for (size_t r = 0; r < requests; ++r) {
     batch.insert(batch.end(), views.begin(), views.end());
   }
   std::vector<Result<TreeStore::Value>> got;
   const auto t0 = std::chrono::steady_clock::now();
-  (*store)->MultiGetAsync(batch, [&](auto r) { got = std::move(r); });
-  Status st = (*session)->WaitAll();
+  c->MultiGetAsync(batch, [&](auto r) { got = std::move(r); });
+  Status st = c.session->WaitAll();
   const auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(st.ok()) << st.ToString() << " after "
                        << std::chrono::duration<double>(took).count() << " s";
   // Else the old bound would have held too, and this tested nothing.
-  EXPECT_GT(took, 2 * o.timeout);
+  EXPECT_GT(took, 2 * timeout);
   ASSERT_EQ(got.size(), batch.size());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
     EXPECT_EQ(got[i]->value, batch[i]) << i;
   }
-  store->reset();  // before its session
 }
 
 // A batch whose requests time out (the server paused): their pairs say
 // TimedOut (they may have been applied), and the requests never sent
 // answer Busy and were not applied.
 TEST_F(TreeTest, ABatchStopsAtAFailedRequestAndSaysWhatWasNotSent) {
-  SessionOptions o;
-  o.server = server_.address;
-  o.transport = TestTransport();
-  o.read_path = ReadPath::kRpc;
-  o.timeout = std::chrono::milliseconds(1000);
-  auto session = Session::Connect(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  auto store = TreeStore::Open(session->get());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto c = ConnectRpc(server_.address, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(c);
   std::vector<std::string> keys;
   for (int i = 0; i < 10 * 4096; ++i) keys.push_back("p" + Key(uint64_t(i)));
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   for (const auto& k : keys) pairs.emplace_back(k, k);
   ASSERT_TRUE(server_.process->Signal(SIGSTOP).ok());
   std::vector<Result<uint64_t>> done;
-  (*store)->MultiPutAsync(pairs, [&](auto r) { done = std::move(r); });
-  EXPECT_EQ((*session)->WaitAll().code(), StatusCode::kTimedOut);
+  c->MultiPutAsync(pairs, [&](auto r) { done = std::move(r); });
+  EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kTimedOut);
   ASSERT_TRUE(server_.process->Signal(SIGCONT).ok());
   ASSERT_EQ(done.size(), pairs.size());
   // Four requests sent, then none: 4 x 4096 pairs timed out, the rest
@@ -892,11 +898,10 @@ TEST_F(TreeTest, ABatchStopsAtAFailedRequestAndSaysWhatWasNotSent) {
   EXPECT_NE(done.back().status().ToString().find("not sent"),
             std::string::npos);
   // The session still works; what was not sent is not there.
-  auto later = (*store)->MultiGet({pairs[4 * 4096].first, pairs.back().first});
+  auto later = c->MultiGet({pairs[4 * 4096].first, pairs.back().first});
   ASSERT_EQ(later.size(), 2u);
   EXPECT_EQ(later[0].status().code(), StatusCode::kNotFound);
   EXPECT_EQ(later[1].status().code(), StatusCode::kNotFound);
-  store->reset();  // before its session
 }
 
 TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {

@@ -212,7 +212,7 @@ Status NodeView::ResolveLazily(size_t i) {
   return Status::OK();
 }
 
-Status NodeView::LowerBoundLazily(std::string_view key, size_t* at) {
+Status NodeView::LowerBound(std::string_view key, size_t* at) {
   size_t lo = 0, hi = h_.count;
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;

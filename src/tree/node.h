@@ -80,13 +80,7 @@ class NodeView {
   }
   // LowerBound over a lazily resolved view, resolving each key it
   // compares; *at as LowerBound's answer.
-  Status LowerBound(std::string_view key, size_t* at) {
-    if (lazy_reader_ == nullptr) {
-      *at = LowerBound(key);
-      return Status::OK();
-    }
-    return LowerBoundLazily(key, at);
-  }
+  Status LowerBound(std::string_view key, size_t* at);
   // The long keys of `from`, a view of the same image, resolved (a cache
   // keeping a copy of a node it just read). False if `from` does not hold
   // this view's long keys.
@@ -150,7 +144,6 @@ class NodeView {
   // The long keys' KeyRefs into *refs (slot order), and their bytes.
   size_t LongKeyRefsAndBytes(std::vector<KeyRef>* refs) const;
   Status ResolveLazily(size_t i);
-  Status LowerBoundLazily(std::string_view key, size_t* at);
   // Points the long keys' views at key_store_ (their bytes in slot order:
   // low, high, entries).
   void PointAtStore();

@@ -503,6 +503,20 @@ struct TreeStore::Impl {
     }
   }
 
+  // An asynchronous batch: start(done') issues it, and `done` (tracked)
+  // gets its results at a later Poll, never in the call.
+  template <typename T, typename Start>
+  void RunBatchAsync(std::function<void(std::vector<Result<T>>)> done,
+                     Start start) {
+    auto cb = TrackBatch<T>(std::move(done));
+    auto in_call = std::make_shared<bool>(true);
+    start([core = core, cb, in_call](std::vector<Result<T>> r) mutable {
+      if (!*in_call) return cb(std::move(r));
+      core->Defer([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
+    });
+    *in_call = false;
+  }
+
   // A synchronous batch of n: start(done) issues it, and its results are
   // waited for.
   template <typename T, typename Start>
@@ -546,9 +560,11 @@ struct TreeStore::Impl {
   // and asking again could go on forever). `copy`: the keys asked are
   // copied (an asynchronous batch), else they must stay valid until `done`
   // has run. `done` gets one result per key, in the call if no key went to
-  // the server. `rpc_only` skips the one-sided path.
-  void MultiGet(const std::vector<std::string_view>& keys, bool rpc_only,
-                bool copy, MultiGetDone done) {
+  // the server. On auto over a served transport (tcp) every key goes to
+  // the server: there a one-sided lookup is a round trip per node, where a
+  // request is one message for thousands of keys.
+  void MultiGet(const std::vector<std::string_view>& keys, bool copy,
+                MultiGetDone done) {
     struct State {
       std::vector<Result<Value>> results;
       std::string arena;                   // the copied keys
@@ -560,6 +576,7 @@ struct TreeStore::Impl {
     auto s = std::make_shared<State>();
     s->results.assign(keys.size(), Status::Internal("not answered"));
     client::PathSelector& sel = *get_selector;
+    const bool rpc_only = sel.mode() == ReadPath::kAuto && core->served();
     const bool onesided = !rpc_only && sel.Choose() == client::Path::kOneSided;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (Status st = CheckKey(keys[i]); !st.ok()) {
@@ -861,13 +878,8 @@ Status TreeStore::Delete(std::string_view key) {
 
 std::vector<Result<TreeStore::Value>> TreeStore::MultiGet(
     const std::vector<std::string_view>& keys) {
-  // On auto over a served transport (tcp) the batch goes by RPC: there a
-  // one-sided lookup is a round trip per node, where a batch is one
-  // message for all its keys.
-  const bool rpc_only =
-      impl_->get_selector->mode() == ReadPath::kAuto && impl_->core->served();
   return impl_->RunBatch<Value>(keys.size(), [&](auto done) {
-    impl_->MultiGet(keys, rpc_only, /*copy=*/false, std::move(done));
+    impl_->MultiGet(keys, /*copy=*/false, std::move(done));
   });
 }
 
@@ -880,35 +892,17 @@ std::vector<Result<uint64_t>> TreeStore::MultiPut(
 
 void TreeStore::MultiGetAsync(const std::vector<std::string_view>& keys,
                               MultiGetCallback done) {
-  auto cb = impl_->TrackBatch<Value>(std::move(done));
-  // As MultiGet: over tcp on auto, one message for the batch where
-  // one-sided lookups would be a round trip per node.
-  const bool rpc_only =
-      impl_->get_selector->mode() == ReadPath::kAuto && impl_->core->served();
-  // Answered in the call (nothing went to the server): deferred to Poll.
-  auto in_call = std::make_shared<bool>(true);
-  impl_->MultiGet(
-      keys, rpc_only, /*copy=*/true,
-      [core = impl_->core, cb, in_call](std::vector<Result<Value>> r) mutable {
-        if (!*in_call) return cb(std::move(r));
-        core->Defer([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
-      });
-  *in_call = false;
+  impl_->RunBatchAsync<Value>(std::move(done), [&](auto deliver) {
+    impl_->MultiGet(keys, /*copy=*/true, std::move(deliver));
+  });
 }
 
 void TreeStore::MultiPutAsync(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
     MultiPutCallback done) {
-  auto cb = impl_->TrackBatch<uint64_t>(std::move(done));
-  auto in_call = std::make_shared<bool>(true);
-  impl_->MultiPut(
-      pairs, /*copy=*/true,
-      [core = impl_->core, cb,
-       in_call](std::vector<Result<uint64_t>> r) mutable {
-        if (!*in_call) return cb(std::move(r));
-        core->Defer([cb, r = std::move(r)]() mutable { cb(std::move(r)); });
-      });
-  *in_call = false;
+  impl_->RunBatchAsync<uint64_t>(std::move(done), [&](auto deliver) {
+    impl_->MultiPut(pairs, /*copy=*/true, std::move(deliver));
+  });
 }
 
 // --- asynchronous
