@@ -59,15 +59,23 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
       key_bytes_ + view.key_bytes() > kMaxCachedKeyBytes) {
     evictions += size_;
     nodes_.clear();
+    routes_.clear();
     size_ = 0;
     key_bytes_ = 0;
+    ++generation_;
   }
-  if (index >= nodes_.size()) nodes_.resize(size_t{index} + 1);
+  if (index >= nodes_.size()) {
+    nodes_.resize(size_t{index} + 1);
+    routes_.resize(size_t{index} + 1);
+  }
   std::unique_ptr<Entry>& slot = nodes_[index];
   if (!slot) {
     slot = std::make_unique<Entry>();
     ++size_;
   }
+  if (slot->route != nullptr) ++generation_;  // freed below
+  routes_[index] = nullptr;
+  slot->route.reset();
   std::memcpy(slot->image, view.image(), kNodeBytes);
   // It verified as `view`: only the structure is parsed again, and its
   // long keys are copied from `view` (resolved there).
@@ -78,6 +86,8 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
     return;
   }
   key_bytes_ += slot->view.key_bytes();
+  slot->route = RouteNode::Make(slot->view);
+  routes_[index] = slot->route.get();
 }
 
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
@@ -110,6 +120,10 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
                 uint8_t* scratch, NodeView* leaf, SearchStats* stats,
                 bool for_lookup) {
+  RouteTarget rt;
+  rt.below = t.mode == Target::kBelow;
+  rt.unbounded = t.unbounded;
+  rt.key = t.key;
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     if (restart > 0) ++stats->restarts;
     uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
@@ -122,9 +136,42 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
     uint32_t parent = kNoNode;
     int expected_level = -1;
     bool again = false, keep_cache = false;
+    // The route of `cur` when its parent's route knew it (ChildRoute).
+    const RouteNode* known = nullptr;
     for (int step = 0; step < kMaxSteps && !again; ++step) {
+      // Only internal nodes are cached: a leaf's index is not looked up
+      // (the cache's tables are as long as the tree has nodes; a leaf's
+      // slot is a cache miss of its own).
+      NodeCache* const here = expected_level == 0 ? nullptr : cache;
+      // A cached node's route: the same decisions as below for a cached
+      // copy, from its compact form (a cached node is internal and live).
+      const RouteNode* r = known != nullptr
+                               ? known
+                               : (here != nullptr ? here->Route(cur) : nullptr);
+      known = nullptr;
+      if (r != nullptr) {
+        ++cache->hits;
+        if (expected_level >= 0 && r->level() != expected_level) {
+          again = true;
+          break;
+        }
+        size_t i = 0;
+        if (r->Locate(rt, &i) != RouteNode::Place::kIn) {
+          cache->Evict(cur);  // the copy may be stale: read it fresh
+          continue;
+        }
+        if (i >= r->count()) {
+          again = true;
+          break;
+        }
+        parent = cur;
+        expected_level = r->level() - 1;
+        cur = r->child(i);
+        if (expected_level > 0) known = cache->ChildRoute(r, i);
+        continue;
+      }
       // A cached copy (parsed), else a fresh one parsed into *leaf.
-      const NodeView* vp = cache != nullptr ? cache->Get(cur) : nullptr;
+      const NodeView* vp = here != nullptr ? here->Get(cur) : nullptr;
       const bool cached = vp != nullptr;
       if (cached) {
         ++cache->hits;

@@ -40,6 +40,7 @@
 #include "remem/tree.h"
 #include "tree/layout.h"
 #include "tree/node.h"
+#include "tree/route.h"
 
 namespace remem::tree {
 
@@ -73,15 +74,15 @@ class NodeSource {
 // times the largest value); it always holds at least one item.
 inline constexpr size_t kScanPageBytes = 1 << 20;
 
-// A client's copies of internal nodes, kept parsed (a hit costs no parse),
+// A client's copies of internal nodes, kept parsed (a hit costs no parse)
+// and as routes (tree/route.h: what a descent reads, in a few cache lines),
 // and the root's index. Bounded: cleared when full, by nodes or by the
 // bytes of their long keys (kMaxCachedKeyBytes: a node of long keys holds up
-// to a few MiB of them). Nodes are found by
-// their index in a table as long as the highest cached index (node indices
-// are below the tree's node limit, with holes where extent pages lie
-// between node pages: at most 8 bytes per node-sized slot of the region
-// carved so far), one load per hit (a hash map's lookup was 17% of a
-// one-sided get's time).
+// to a few MiB of them). Nodes are found by their index in tables as long
+// as the highest cached index (node indices are below the tree's node
+// limit, with holes where extent pages lie between node pages: at most 16
+// bytes per node-sized slot of the region carved so far), one load per hit
+// (a hash map's lookup was 17% of a one-sided get's time).
 class NodeCache {
  public:
   explicit NodeCache(size_t max_nodes = 16384) : max_(max_nodes) {}
@@ -90,20 +91,39 @@ class NodeCache {
     return index < nodes_.size() && nodes_[index] ? &nodes_[index]->view
                                                   : nullptr;
   }
+  // The cached node `index`'s route, or null (not cached, or a node
+  // RouteNode::Make refused: Get serves it).
+  const RouteNode* Route(uint32_t index) const {
+    return index < routes_.size() ? routes_[index] : nullptr;
+  }
+  // The route of child i of `parent` (a cached route), or null: as
+  // Route(parent->child(i)), from the parent's own memory once known.
+  const RouteNode* ChildRoute(const RouteNode* parent, size_t i) const {
+    const RouteNode* r = parent->kid(i, generation_);
+    if (r == nullptr) {
+      r = Route(parent->child(i));
+      if (r != nullptr) parent->set_kid(i, generation_, r);
+    }
+    return r;
+  }
   // Copies a verified node (`view`'s image) in.
   void Put(uint32_t index, const NodeView& view);
   void Evict(uint32_t index) {
     if (index < nodes_.size() && nodes_[index]) {
       key_bytes_ -= nodes_[index]->view.key_bytes();
       nodes_[index].reset();
+      routes_[index] = nullptr;
       --size_;
+      ++generation_;  // a route freed: routes' kids forget it
     }
   }
   void Clear() {
     nodes_.clear();
+    routes_.clear();
     size_ = 0;
     key_bytes_ = 0;
     root_ = kNoNode;
+    ++generation_;
   }
   static constexpr size_t kMaxCachedKeyBytes = size_t{64} << 20;
   uint32_t root() const { return root_; }
@@ -116,13 +136,18 @@ class NodeCache {
  private:
   struct Entry {
     uint8_t image[kNodeBytes];
-    NodeView view;  // over `image`
+    NodeView view;         // over `image`
+    RouteNode::Ptr route;  // over `view`; may be null
   };
   size_t max_;
   size_t size_ = 0;       // cached nodes
   size_t key_bytes_ = 0;  // their long keys' bytes
   uint32_t root_ = kNoNode;
+  // Bumped whenever a route is freed (RouteNode::kid): starts at 1, as a
+  // route's kids start unknown at 0.
+  uint64_t generation_ = 1;
   std::vector<std::unique_ptr<Entry>> nodes_;  // by node index
+  std::vector<const RouteNode*> routes_;       // by node index: entries' routes
 };
 
 // A search target: the leaf holding `key` (kAt: low <= key < high), or the
