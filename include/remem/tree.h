@@ -63,8 +63,9 @@ struct TreeOptions {
   // (SessionOptions::read_path).
   std::optional<ReadPath> read_path;
   std::optional<ReadPath> scan_path;
-  // Internal nodes the client keeps copies of (1 KiB each, allocated as
-  // they are cached; the cache is cleared when full). On shared memory it
+  // Internal nodes the client keeps copies of (about 4 KiB each: the 1 KiB
+  // copy, its parsed view and its route for searches, allocated as they
+  // are cached; the cache is cleared when full). On shared memory it
   // is filled when the store opens, top levels first. A search whose path
   // is all cached reads only its leaf: 1 M keys of 16 bytes have about
   // 6,600 internal nodes, 10 M about 66,000.

@@ -150,7 +150,6 @@ RouteNode::Ptr RouteNode::Make(const NodeView& view) {
       (count + 1) / 2 * 2 * sizeof(uint32_t) + count * sizeof(RouteNode*);
   Ptr r(new (::operator new(bytes)) RouteNode());
   r->view_ = &view;
-  r->right_ = view.right();
   r->prefix_len_ = uint16_t(p);
   r->entry_prefix_len_ = uint16_t(q);
   r->count_ = uint16_t(count);

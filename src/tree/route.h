@@ -4,11 +4,13 @@
 // one of the node per key it compares (a one-sided get on 1 M pairs spent
 // most of its time there, the cached level above the leaves being 4,500
 // nodes: 13 MiB of copies and views). A RouteNode keeps what a descent
-// needs in one block of a few hundred bytes: the node's level and right
-// sibling, its children, and each key as the 8 bytes that follow the
-// prefix all its keys share, as a big-endian word, so that comparing a key
-// with it is one integer comparison. Only a tie (two keys that agree on
-// those bytes too) compares whole keys, from the node's view.
+// needs in one block: the node's level, its children, and each key as the
+// 8 bytes that follow the prefix all its keys share, as a big-endian word,
+// so that comparing a key with it is one integer comparison (20 bytes per
+// entry with the children's routes, a 40-byte header and the prefix: 600-900
+// bytes for a node of 16-byte keys, whose binary search touches 3 or 4 of its
+// lines). Only a tie (two keys that agree on those bytes too) compares whole
+// keys, from the node's view, which the cache keeps beside it.
 //
 // Prefixes: every key a node holds lies in [low, high), and so starts with
 // the longest common prefix P of its two fences (a string below P, or
@@ -59,11 +61,16 @@ class RouteNode {
   static Ptr Make(const NodeView& view);
 
   enum class Place { kBelow, kBeyond, kIn };
-  // Where the target lies: below the node's range, beyond it (at or past
-  // the high fence: move right, or the copy is stale), or in it; for kIn,
-  // *entry is the entry whose child holds the target (count() if none: a
-  // malformed node). The same answers as the view's fences and
-  // LowerBound (search.cc's TargetBelow, TargetBeyond, ChildIndex).
+  // Where the target lies: below the node's range, beyond it (move right,
+  // or the copy is stale), or in it; for kIn, *entry is the entry whose
+  // child holds the target (count() if none: a malformed node). The same
+  // answers as the view's fences and LowerBound (search.cc's TargetBelow,
+  // TargetBeyond, ChildIndex): for kAt, below is under the low fence and
+  // beyond at or past the high one; for kBelow, below is at or under the
+  // low fence and beyond past the high one (always, unbounded, if there is
+  // one). In a malformed node whose low fence is not below its high one,
+  // a target may be both: this answers below where search.cc's order says
+  // beyond (a search evicts the node either way).
   Place Locate(const RouteTarget& t, size_t* entry) const;
 
   // The route of child i's node as the cache held it at `generation`
@@ -78,7 +85,6 @@ class RouteNode {
   void set_kid(size_t i, uint64_t generation, const RouteNode* route) const;
 
   uint8_t level() const { return level_; }
-  uint32_t right() const { return right_; }
   size_t count() const { return count_; }
   uint32_t child(size_t i) const { return children()[i]; }
 
@@ -110,9 +116,8 @@ class RouteNode {
   const NodeView* view_ = nullptr;         // whole keys, for ties
   mutable uint64_t kids_generation_ = 0;   // of kids(): 0, none known
   uint64_t low_word_ = 0, high_word_ = 0;  // the fences' words after P
-  uint32_t right_ = kNoNode;
-  uint16_t prefix_len_ = 0;        // P: the fences' common prefix
-  uint16_t entry_prefix_len_ = 0;  // Q: the entries' (>= P)
+  uint16_t prefix_len_ = 0;                // P: the fences' common prefix
+  uint16_t entry_prefix_len_ = 0;          // Q: the entries' (>= P)
   uint16_t count_ = 0;
   uint8_t level_ = 0;
   bool has_high_ = false;
@@ -120,7 +125,8 @@ class RouteNode {
   // words[count_] (each key's after Q), uint32_t children[count_] (padded
   // to words), const RouteNode* kids[count_].
 };
-static_assert(sizeof(RouteNode) % alignof(uint64_t) == 0);
+// The arrays after the header start aligned for words.
+static_assert(sizeof(RouteNode) == 40);
 
 }  // namespace remem::tree
 

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -59,22 +61,45 @@ TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
     for (size_t i = 0; i < extra; ++i) k += alphabet[rng() % alphabet.size()];
     return k;
   };
-  int routes = 0;
-  for (int round = 0; round < 600; ++round) {
-    // Keys sharing 0 to 30 bytes, then up to 12 more (ties on the 8 bytes
-    // after the fences' common prefix are frequent).
-    const std::string prefix = random_key("", round % 4 == 0 ? 0 : 30);
+  // Keys over kMaxInlineKey bytes are stored out of line: a KeyRef naming
+  // a (pretend) key extent, resolved from this map as a reader would.
+  std::map<uint64_t, std::string> extents;
+  auto node_key = [&](const std::string& bytes) {
+    NodeKey k;
+    k.bytes = bytes;
+    if (bytes.size() > kMaxInlineKey) {
+      k.ref.offset = 4096 + 64 * extents.size();
+      k.ref.key_len = uint32_t(bytes.size());
+      extents[k.ref.offset] = bytes;
+    }
+    return k;
+  };
+  int routes = 0, long_nodes = 0, empty_nodes = 0;
+  for (int round = 0; round < 900; ++round) {
+    extents.clear();
+    // Keys sharing 0 to 30 bytes (or up to 100: prefixes past the routes'
+    // cap of kMaxInlineKey, keys out of line), then up to 12 more (ties on
+    // the 8 bytes after the prefix are frequent) or up to 40.
+    const size_t prefix_max = round % 4 == 0 ? 0 : (round % 4 == 3 ? 100 : 30);
+    const std::string prefix = random_key("", prefix_max);
     std::set<std::string> keys;
-    const size_t n = 1 + rng() % 30;
+    const size_t n = round % 9 == 0 ? 0 : 1 + rng() % 30;
     while (keys.size() < n) {
-      std::string k = random_key(prefix, 12);
-      if (!k.empty() && k.size() <= kMaxInlineKey) keys.insert(k);
+      std::string k = random_key(prefix, round % 2 == 0 ? 12 : 40);
+      if (!k.empty()) keys.insert(k);
     }
     const std::vector<std::string> sorted(keys.begin(), keys.end());
-    // The low fence: the first key, or empty (the leftmost node).
-    const std::string low = round % 5 == 0 ? std::string() : sorted.front();
+    // The low fence: the first key, or empty (the leftmost node); for a
+    // node with no entries, the prefix and a tail.
+    std::string low;
+    if (sorted.empty()) {
+      low = round % 5 == 0 ? std::string() : random_key(prefix, 10);
+    } else if (round % 5 != 0) {
+      low = sorted.front();
+    }
     // The high fence: none (the rightmost node), a key just above the last
     // (sharing much of it), or one well above.
+    const std::string& top = sorted.empty() ? low : sorted.back();
     std::string high;
     bool has_high = true;
     switch (round % 3) {
@@ -82,10 +107,10 @@ TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
         has_high = false;
         break;
       case 1:
-        high = sorted.back() + std::string(1, '\0');
+        high = top + std::string(1, '\0');
         break;
       default:
-        high = sorted.back();
+        high = top;
         while (!high.empty() && uint8_t(high.back()) == 0xff) high.pop_back();
         if (high.empty()) {
           has_high = false;
@@ -93,56 +118,79 @@ TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
           high.back() = char(uint8_t(high.back()) + 1);
         }
     }
-    if (has_high && high.size() > kMaxInlineKey) has_high = false;
     NodeContent c;
     c.self = 5;
     c.level = 1 + round % 3;
-    c.low.bytes = low;
+    c.low = node_key(low);
     c.has_high = has_high;
-    if (has_high) c.high.bytes = high;
+    if (has_high) c.high = node_key(high);
     for (size_t i = 0; i < sorted.size(); ++i) {
       NodeEntry e;
-      e.key.bytes = sorted[i];
+      e.key = node_key(sorted[i]);
       e.child = uint32_t(100 + i);
       c.entries.push_back(e);
     }
     if (!c.Fits()) continue;
     std::vector<uint8_t> img(kNodeBytes);
     EncodeNode(c, 2, img.data());
-    NodeView v;
-    ASSERT_TRUE(v.Parse(img.data(), 5).ok());
-    RouteNode::Ptr r = RouteNode::Make(v);
+    NodeView read;
+    ASSERT_TRUE(read.Parse(img.data(), 5).ok());
+    ASSERT_TRUE(read.ResolveKeys([&](const KeyRef& r, char* dst) {
+                      const std::string& k = extents.at(r.offset);
+                      std::memcpy(dst, k.data(), k.size());
+                      return Status::OK();
+                    })
+                    .ok());
+    // Through the cache, as a search's routes are made (the long keys
+    // adopted from the view that resolved them).
+    NodeCache cache;
+    cache.Put(5, read);
+    const RouteNode* r = cache.Route(5);
     ASSERT_NE(r, nullptr) << "round " << round;
     ++routes;
+    if (read.long_keys() > 0) ++long_nodes;
+    if (sorted.empty()) ++empty_nodes;
     EXPECT_EQ(r->level(), c.level);
     EXPECT_EQ(r->count(), sorted.size());
     for (size_t i = 0; i < sorted.size(); ++i) {
       ASSERT_EQ(r->child(i), 100 + i);
     }
     const std::string* high_ptr = has_high ? &high : nullptr;
+    auto some_key = [&] {
+      return sorted.empty() ? low : sorted[rng() % sorted.size()];
+    };
     for (int probe = 0; probe < 120; ++probe) {
       std::string k;
-      switch (probe % 5) {
+      switch (probe % 6) {
         case 0:  // a stored key or a fence
           k = probe % 3 == 0               ? low
               : probe % 3 == 1 && has_high ? high
-                                           : sorted[rng() % sorted.size()];
+                                           : some_key();
           break;
-        case 1:  // a stored key, cut or extended by zero bytes
-          k = sorted[rng() % sorted.size()];
-          k = rng() % 2 ? k.substr(0, rng() % (k.size() + 1))
-                        : k + std::string(1 + rng() % 9, '\0');
+        case 1:  // a stored key, cut or extended by zero bytes or 0xff
+          k = some_key();
+          k = rng() % 2
+                  ? k.substr(0, rng() % (k.size() + 1))
+                  : k + std::string(1 + rng() % 9, rng() % 2 ? '\0' : '\xff');
           break;
         case 2:  // the prefix, cut, and a tail
-          k = random_key(prefix.substr(0, rng() % (prefix.size() + 1)), 12);
+          k = random_key(prefix.substr(0, rng() % (prefix.size() + 1)), 40);
           break;
         case 3:  // beside the prefix
           k = prefix.empty() ? random_key("", 4) : prefix;
-          if (!k.empty())
+          if (!k.empty()) {
             k.back() = char(uint8_t(k.back()) + (rng() % 2 ? 1 : -1));
+          }
+          break;
+        case 4:  // a stored key with one byte changed
+          k = some_key();
+          if (!k.empty()) {
+            const size_t j = rng() % k.size();
+            k[j] = char(uint8_t(k[j]) + (rng() % 2 ? 1 : -1));
+          }
           break;
         default:  // anything
-          k = random_key("", 40);
+          k = random_key("", 120);
       }
       for (int mode = 0; mode < 3; ++mode) {
         RouteTarget t;
@@ -161,7 +209,9 @@ TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
       }
     }
   }
-  EXPECT_GT(routes, 400);
+  EXPECT_GT(routes, 700);
+  EXPECT_GT(long_nodes, 100);
+  EXPECT_GT(empty_nodes, 50);
 }
 
 TEST(TreeRoute, KeysThatTieOnTheComparedWordAreComparedWhole) {
@@ -306,6 +356,8 @@ TEST(TreeRoute, AParentKnowsItsChildrensRoutesUntilOneIsFreed) {
   const std::vector<uint8_t> parent = InternalImage(7, 2, {8, 9});
   const std::vector<uint8_t> child8 = InternalImage(8, 1, {20, 21});
   const std::vector<uint8_t> child9 = InternalImage(9, 1, {22});
+  // A newer copy of 9, of another size: its route is another block.
+  const std::vector<uint8_t> child9b = InternalImage(9, 1, {22, 23, 24});
   NodeView v;
   ASSERT_TRUE(v.Parse(parent.data(), 7).ok());
   cache.Put(7, v);
@@ -316,18 +368,26 @@ TEST(TreeRoute, AParentKnowsItsChildrensRoutesUntilOneIsFreed) {
   EXPECT_EQ(cache.ChildRoute(p, 0), cache.Route(8));
   EXPECT_EQ(cache.ChildRoute(p, 1), nullptr);  // 9 is not cached
   ASSERT_TRUE(v.Parse(child9.data(), 9).ok());
-  cache.Put(9, v);
+  cache.Put(9, v);  // a route added: found once asked again
   EXPECT_EQ(cache.ChildRoute(p, 1), cache.Route(9));
-  // Freed and replaced: the parent's memory of it is forgotten.
+  EXPECT_EQ(cache.ChildRoute(p, 1)->count(), 1u);
+  // Both known now. A newer copy of 9 frees the route the parent knew.
+  ASSERT_NE(cache.ChildRoute(p, 0), nullptr);
+  ASSERT_NE(cache.ChildRoute(p, 1), nullptr);
+  ASSERT_TRUE(v.Parse(child9b.data(), 9).ok());
+  cache.Put(9, v);
+  const RouteNode* k = cache.ChildRoute(p, 1);
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k, cache.Route(9));
+  EXPECT_EQ(k->count(), 3u);
+  // An evicted child is forgotten, and found again once cached.
+  ASSERT_NE(cache.ChildRoute(p, 0), nullptr);
   cache.Evict(8);
   EXPECT_EQ(cache.ChildRoute(p, 0), nullptr);
   ASSERT_TRUE(v.Parse(child8.data(), 8).ok());
   cache.Put(8, v);
   EXPECT_EQ(cache.ChildRoute(p, 0), cache.Route(8));
-  ASSERT_TRUE(v.Parse(child9.data(), 9).ok());
-  cache.Put(9, v);  // a newer copy: a new route
   EXPECT_EQ(cache.ChildRoute(p, 1), cache.Route(9));
-  EXPECT_EQ(cache.ChildRoute(p, 0), cache.Route(8));
 }
 
 TEST(TreeRoute, AFullCacheDropsEveryRoute) {

@@ -141,7 +141,9 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
     for (int step = 0; step < kMaxSteps && !again; ++step) {
       // Only internal nodes are cached: a leaf's index is not looked up
       // (the cache's tables are as long as the tree has nodes; a leaf's
-      // slot is a cache miss of its own).
+      // slot is a cache miss of its own). A cached copy of an internal
+      // node whose index was reused for this leaf stays, stale as any
+      // other: a search through it meets its checks.
       NodeCache* const here = expected_level == 0 ? nullptr : cache;
       // A cached node's route: the same decisions as below for a cached
       // copy, from its compact form (a cached node is internal and live).
