@@ -445,8 +445,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size >= tree::kNodeBytes) {
       // As a reader's copy (the checksum made right, so that the order
       // and length checks behind it run), and as a cached or own image.
+      // (A `used` past the node is refused before the checksum.)
       std::vector<uint8_t> copy(data, data + tree::kNodeBytes);
-      const uint64_t sum = tree::NodeChecksum(copy.data());
+      tree::NodeHeader h;
+      std::memcpy(&h, copy.data(), sizeof(h));
+      const uint64_t sum = tree::NodeChecksum(
+          copy.data(), uint16_t(std::min<size_t>(h.used, tree::kNodeArea)));
       std::memcpy(copy.data(), &sum, sizeof(sum));
       tree::NodeView checked;
       if (checked.Parse(copy.data(), remem::tree::kNoNode).ok()) {

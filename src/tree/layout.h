@@ -47,18 +47,19 @@
 // the lowest fence (-infinity); stored keys are never empty.
 //
 // Self-verification (BRIEF.md: a one-sided copy has no byte order): the
-// header's checksum is xxh3-64 of the node's bytes [8, kNodeBytes), which
-// include the version. The server makes the version odd before it rewrites
-// a node and publishes the new content with an even version and its
-// checksum; a reader trusts a copy only if its checksum verifies, its
-// version is even, its magic and its own index (`self`) are right, and its
-// structure parses within the node. A torn copy is refused and read again.
-// An extent is trusted only if its checksum verifies and its incarnation,
-// lengths, version and key are those of the leaf entry that named it.
-// Extents are written whole before the leaf that names them is published,
-// and freed (incarnation bumped, hash::SlabAllocator::Free) after the leaf
-// that stopped naming them is: a reader holding an older leaf copy finds
-// the incarnation changed and reads the leaf again.
+// header's checksum is xxh3-64 of the node's bytes in use, [8, 48 + used)
+// (the header from the version on, the fences and the entries): a reader
+// copies no more (a leaf of 16-byte keys uses about 70% of its bytes). The
+// server makes the version odd before it rewrites a node and publishes the new
+// content with an even version and its checksum; a reader trusts a copy only if
+// its checksum verifies, its version is even, its magic and its own index
+// (`self`) are right, and its structure parses within the node. A torn copy is
+// refused and read again. An extent is trusted only if its checksum verifies
+// and its incarnation, lengths, version and key are those of the leaf entry
+// that named it. Extents are written whole before the leaf that names them is
+// published, and freed (incarnation bumped, hash::SlabAllocator::Free) after
+// the leaf that stopped naming them is: a reader holding an older leaf copy
+// finds the incarnation changed and reads the leaf again.
 //
 // Merges: a delete that leaves a node under a quarter full merges it with
 // a sibling of the same parent when both fit in three quarters of a node:
@@ -107,7 +108,8 @@ inline constexpr uint32_t kNodeMagic = 0x45444F4E;      // "NODE"
 inline constexpr uint32_t kTreeRootMagic = 0x45455254;  // "TREE"
 // 2: out-of-line values, the arena of pages, 32-bit scan item value lengths.
 // 3: out-of-line keys (KeyRef), 32-bit scan item key lengths.
-inline constexpr uint16_t kTreeLayoutVersion = 3;
+// 4: a node's checksum covers its bytes in use, not the whole node.
+inline constexpr uint16_t kTreeLayoutVersion = 4;
 inline constexpr uint8_t kMaxLevels = 32;
 
 // Limits: an inline key and an inline value are bounded so that any split
@@ -158,7 +160,7 @@ inline constexpr uint8_t kAllNodeFlags =
     kHasHigh | kDead | kLowOutOfLine | kHighOutOfLine;
 
 struct NodeHeader {
-  uint64_t checksum;  // xxh3-64 of the node's bytes [8, kNodeBytes)
+  uint64_t checksum;  // xxh3-64 of the node's bytes [8, 48 + used)
   uint64_t version;   // even: stable; odd: the server is rewriting it
   uint32_t magic;     // kNodeMagic
   uint32_t self;      // this node's index
@@ -236,8 +238,11 @@ inline constexpr size_t kSplitRoom = kNodeArea - 3 * kMaxInlineKey;
 static_assert(2 * kMaxLeafEntryBytes <= kSplitRoom);
 static_assert(2 * kMaxInternalEntryBytes <= kSplitRoom);
 
-inline uint64_t NodeChecksum(const void* node) {
-  return XXH3_64bits(static_cast<const uint8_t*>(node) + 8, kNodeBytes - 8);
+// The checksum of a node whose header says `used` (at most kNodeArea: a
+// reader checks it first, as a torn copy may say anything).
+inline uint64_t NodeChecksum(const void* node, uint16_t used) {
+  return XXH3_64bits(static_cast<const uint8_t*>(node) + 8,
+                     sizeof(NodeHeader) - 8 + used);
 }
 inline uint64_t TreeRootChecksum(const TreeRoot& r) {
   return XXH3_64bits(reinterpret_cast<const uint8_t*>(&r) + 8,

@@ -35,7 +35,10 @@ Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
   lazy_reader_ = nullptr;
   check_order_ = checksum;
   std::memcpy(&h_, image, sizeof(h_));
-  if (checksum && h_.checksum != NodeChecksum(image)) {
+  if (h_.used > kNodeArea) {
+    return Status::Corruption("node header out of range");
+  }
+  if (checksum && h_.checksum != NodeChecksum(image, h_.used)) {
     return Status::Corruption("node checksum mismatch");
   }
   if ((h_.version & 1) != 0) return Status::Corruption("node being written");
@@ -407,7 +410,7 @@ void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
   }
   h.used = uint16_t(pos);
   std::memcpy(image, &h, sizeof(h));
-  const uint64_t sum = NodeChecksum(image);
+  const uint64_t sum = NodeChecksum(image, h.used);
   std::memcpy(image, &sum, sizeof(sum));
 }
 

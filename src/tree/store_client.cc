@@ -81,8 +81,7 @@ class RemoteSource : public tree::NodeSource {
     if (index == tree::kNoNode) return Status::Corruption("no node");
     const uint64_t offset = tree::NodeOffset(index);
     for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-      REMEM_RETURN_IF_ERROR(
-          core_->ReadNow(*region_, offset, scratch, tree::kNodeBytes));
+      REMEM_RETURN_IF_ERROR(CopyNode(offset, scratch));
       ++stats_->reads;
       if (view->Parse(scratch, index).ok()) {
         if (view->long_keys() == 0) return Status::OK();
@@ -97,6 +96,23 @@ class RemoteSource : public tree::NodeSource {
       Backoff(attempt);
     }
     return Status::Busy("a tree node did not verify");
+  }
+  // A node's bytes into scratch. Mapped, its header's line first, then
+  // only the bytes in use, which are all its checksum covers (a torn
+  // header's `used` is bounded here and refused by the parse); a
+  // round trip reads the whole node at once.
+  Status CopyNode(uint64_t offset, uint8_t* scratch) {
+    if (!mapped()) {
+      return core_->ReadNow(*region_, offset, scratch, tree::kNodeBytes);
+    }
+    constexpr size_t kFirst = 64;
+    REMEM_RETURN_IF_ERROR(core_->ReadNow(*region_, offset, scratch, kFirst));
+    tree::NodeHeader h;
+    std::memcpy(&h, scratch, sizeof(h));
+    const size_t end = sizeof(h) + std::min<size_t>(h.used, tree::kNodeArea);
+    if (end <= kFirst) return Status::OK();
+    return core_->ReadNow(*region_, offset + kFirst, scratch + kFirst,
+                          end - kFirst);
   }
   // The long keys of a node copy. Mapped, each is a copy; otherwise the
   // reads of all of them are in flight together: one round trip more for

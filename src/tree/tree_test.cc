@@ -171,7 +171,12 @@ TEST(TreeNode, EncodesAndParses) {
   std::vector<uint8_t> odd(kNodeBytes);
   EncodeNode(c, 5, odd.data());
   EXPECT_FALSE(v.Parse(odd.data(), 3).ok());
-  for (size_t at : {size_t{9}, size_t{60}, size_t{300}, kNodeBytes - 1}) {
+  // (The last byte in use: what follows is not the node's, below.)
+  NodeHeader h;
+  std::memcpy(&h, img.data(), sizeof(h));
+  const size_t last = sizeof(NodeHeader) + h.used - 1;
+  ASSERT_GT(last, 300u);
+  for (size_t at : {size_t{9}, size_t{60}, size_t{300}, last}) {
     std::vector<uint8_t> bad = img;
     bad[at] ^= 1;
     EXPECT_FALSE(v.Parse(bad.data(), 3).ok()) << at;
@@ -181,6 +186,30 @@ TEST(TreeNode, EncodesAndParses) {
 // LowerBound agrees with std::lower_bound over the node's keys for any
 // probe: keys that share long prefixes, differ in length, hold zero bytes;
 // probes that are stored keys, cut or extended ones, and anything else.
+TEST(TreeNode, TheChecksumCoversTheBytesInUse) {
+  // A reader copies the header and the bytes in use, no more (layout
+  // version 4): what lies after them is not the node's, and a change
+  // within them is refused.
+  NodeContent c = SampleLeaf(3, 10, 'x');
+  std::vector<uint8_t> img(kNodeBytes);
+  EncodeNode(c, 4, img.data());
+  NodeHeader h;
+  std::memcpy(&h, img.data(), sizeof(h));
+  const size_t end = sizeof(NodeHeader) + h.used;
+  ASSERT_LT(end, kNodeBytes);
+  std::vector<uint8_t> tail = img;
+  for (size_t i = end; i < kNodeBytes; ++i) tail[i] = uint8_t(i * 7 + 1);
+  NodeView v;
+  ASSERT_TRUE(v.Parse(tail.data(), 3).ok());
+  EXPECT_EQ(Decode(v).entries.size(), c.entries.size());
+  for (size_t at : {size_t{8}, size_t{20}, sizeof(NodeHeader), end - 1}) {
+    std::vector<uint8_t> changed = img;
+    changed[at] ^= 0x10;
+    EXPECT_EQ(v.Parse(changed.data(), 3).code(), StatusCode::kCorruption)
+        << "byte " << at;
+  }
+}
+
 TEST(TreeNode, LowerBoundAgreesWithAPlainSearch) {
   std::mt19937_64 rng(7);
   const std::string alphabet("\0\1az\xff", 5);
@@ -277,8 +306,13 @@ TEST(TreeNode, ATornCopyIsRefused) {
     std::memcpy(&h, junk.data(), sizeof(h));
     h.magic = kNodeMagic;
     h.version = 2;
+    // Mostly within the node, so that the structure is parsed; a tenth
+    // beyond it (refused before the checksum is computed over it).
+    h.used = uint16_t(trial % 10 == 0 ? kNodeArea + 1 + rng() % 100
+                                      : rng() % (kNodeArea + 1));
     std::memcpy(junk.data(), &h, sizeof(h));
-    const uint64_t sum = NodeChecksum(junk.data());
+    const uint64_t sum =
+        NodeChecksum(junk.data(), std::min<size_t>(h.used, kNodeArea));
     std::memcpy(junk.data(), &sum, 8);
     (void)v.Parse(junk.data(), kNoNode);  // ASan checks the bounds
   }
@@ -929,7 +963,9 @@ TEST(TreeNode, AFreedKeyExtentIsRefused) {
     short_ref.key_len = kMaxInlineKey;
     std::memcpy(bad.data() + sizeof(NodeHeader) + sizeof(LeafEntryHead),
                 &short_ref, sizeof(short_ref));
-    const uint64_t sum = NodeChecksum(bad.data());
+    NodeHeader h;
+    std::memcpy(&h, bad.data(), sizeof(h));
+    const uint64_t sum = NodeChecksum(bad.data(), h.used);
     std::memcpy(bad.data(), &sum, sizeof(sum));
     NodeView b;
     EXPECT_EQ(b.Parse(bad.data(), *root).code(), StatusCode::kCorruption);
