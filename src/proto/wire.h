@@ -43,7 +43,9 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 //    pages, 32-bit value lengths in scan items).
 // 8: the ordered store's layout 3 (long keys out of line, 32-bit key
 //    lengths in scan items).
-inline constexpr uint16_t kWireVersion = 8;
+// 9: the ordered store's layout 4 (a node's checksum covers its bytes in
+//    use).
+inline constexpr uint16_t kWireVersion = 9;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

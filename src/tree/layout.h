@@ -49,7 +49,9 @@
 // Self-verification (BRIEF.md: a one-sided copy has no byte order): the
 // header's checksum is xxh3-64 of the node's bytes in use, [8, 48 + used)
 // (the header from the version on, the fences and the entries): a reader
-// copies no more (a leaf of 16-byte keys uses about 70% of its bytes). The
+// need copy no more (a leaf of 16-byte keys uses about 70% of its bytes;
+// remem's client on shared memory copies just those, over a round trip the
+// whole node in one read). The
 // server makes the version odd before it rewrites a node and publishes the new
 // content with an even version and its checksum; a reader trusts a copy only if
 // its checksum verifies, its version is even, its magic and its own index

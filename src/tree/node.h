@@ -1,10 +1,12 @@
 // tree::NodeView and tree::NodeContent: reading and building the nodes of
 // the ordered store (tree/layout.h).
 //
-// NodeView parses a node image (a copy of kNodeBytes, or the server's own
-// memory) and refuses anything that does not verify: checksum, even
-// version, magic, its own index, and a structure that lies within the node
-// (so a reader may hand it any bytes, even a torn copy). A node with long
+// NodeView parses a node image (a copy, or the server's own memory) and
+// refuses anything that does not verify: its bytes in use within the node,
+// checksum, even version, magic, its own index, and a structure that lies
+// within the bytes in use (so a reader may hand it any bytes, even a torn
+// copy). It reads the header and the bytes in use, [0, 48 + used), and
+// nothing after them. A node with long
 // keys (layout.h: out of line, in key extents) is usable once ResolveKeys
 // has copied them in from wherever its reader finds them. NodeContent is a
 // node decoded into owned strings, which the server edits and encodes back
@@ -41,7 +43,9 @@ class NodeView {
   NodeView(const NodeView&) = delete;
   NodeView& operator=(const NodeView&) = delete;
 
-  // Verifies `image` (kNodeBytes) as node `index` (kNoNode: any index).
+  // Verifies `image` as node `index` (kNoNode: any index). `image` holds at
+  // least the header and the bytes in use it names (a buffer of kNodeBytes
+  // always does; what follows the bytes in use may be anything).
   // Corruption (with what failed) if it does not verify. `checksum`
   // false skips the checksum and the entries' order (an image that
   // verified before and has not changed since: a cached copy, or the
