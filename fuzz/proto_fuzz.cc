@@ -449,11 +449,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<uint8_t> copy(data, data + tree::kNodeBytes);
       tree::NodeHeader h;
       std::memcpy(&h, copy.data(), sizeof(h));
-      const uint64_t sum = tree::NodeChecksum(
-          copy.data(), uint16_t(std::min<size_t>(h.used, tree::kNodeArea)));
+      const size_t in_use = tree::NodeBytesInUse(h.used);
+      const uint64_t sum =
+          tree::NodeChecksum(copy.data(), uint16_t(in_use - sizeof(h)));
       std::memcpy(copy.data(), &sum, sizeof(sum));
       // The copy ends after its bytes in use (ASan sees a read past them).
-      copy.resize(sizeof(h) + std::min<size_t>(h.used, tree::kNodeArea));
+      copy.resize(in_use);
       tree::NodeView checked;
       if (checked.Parse(copy.data(), remem::tree::kNoNode).ok()) {
         (void)checked.ResolveKeys([](const tree::KeyRef& r, char* dst) {

@@ -246,6 +246,11 @@ inline uint64_t NodeChecksum(const void* node, uint16_t used) {
   return XXH3_64bits(static_cast<const uint8_t*>(node) + 8,
                      sizeof(NodeHeader) - 8 + used);
 }
+// The bytes a reader copies of a node whose header (maybe torn) says
+// `used`: the header and the bytes in use, never past the node.
+inline size_t NodeBytesInUse(uint16_t used) {
+  return sizeof(NodeHeader) + (used < kNodeArea ? used : kNodeArea);
+}
 inline uint64_t TreeRootChecksum(const TreeRoot& r) {
   return XXH3_64bits(reinterpret_cast<const uint8_t*>(&r) + 8,
                      sizeof(TreeRoot) - 8);

@@ -49,7 +49,7 @@ Status NodeView::Parse(const uint8_t* image, uint32_t index, bool checksum) {
   const char* area = reinterpret_cast<const char*>(image) + sizeof(NodeHeader);
   const bool low_long = (h_.flags & kLowOutOfLine) != 0;
   const bool high_long = (h_.flags & kHighOutOfLine) != 0;
-  if (h_.level >= kMaxLevels || h_.count > kMaxEntries || h_.used > kNodeArea ||
+  if (h_.level >= kMaxLevels || h_.count > kMaxEntries ||
       (!has_high() && (h_.high_len != 0 || high_long)) ||
       (h_.flags & ~kAllNodeFlags) != 0 || (dead() && h_.count != 0) ||
       size_t{h_.low_len} + h_.high_len > h_.used ||

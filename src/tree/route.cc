@@ -83,8 +83,9 @@ void RouteNode::Deleter::operator()(RouteNode* r) const {
   return lo;
 }
 
-RouteNode::Place RouteNode::Locate(const RouteTarget& t, size_t* entry) const {
-  if (t.below && t.unbounded) {
+RouteNode::Place RouteNode::Locate(const Target& t, size_t* entry) const {
+  const bool below = t.mode == Target::kBelow;
+  if (below && t.unbounded) {
     if (has_high_) return Place::kBeyond;
     *entry = count_ == 0 ? 0 : count_ - 1;
     return Place::kIn;
@@ -103,7 +104,7 @@ RouteNode::Place RouteNode::Locate(const RouteTarget& t, size_t* entry) const {
     vs_high = w != high_word_ ? (w < high_word_ ? -1 : 1)
                               : CompareKeys(key, view_->high());
   }
-  if (!t.below) {
+  if (!below) {
     if (vs_low < 0) return Place::kBelow;
     if (has_high_ && vs_high >= 0) return Place::kBeyond;
     const size_t i = Bound(key, /*strict=*/true);  // first entry > key

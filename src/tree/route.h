@@ -38,13 +38,14 @@
 
 namespace remem::tree {
 
-// A search target (search.h's Target, which it mirrors, without the
-// dependency): the node holding `key` (kAt), or the keys just below it
-// (kBelow; unbounded: +infinity).
-struct RouteTarget {
-  bool below = false;  // Target::kBelow
-  bool unbounded = false;
+// A search target (search.h): the leaf holding `key` (kAt: low <= key <
+// high), or the leaf holding the keys just below `key` (kBelow: low < key
+// <= high; an unbounded key is +infinity).
+struct Target {
+  enum Mode { kAt, kBelow };
+  Mode mode = kAt;
   std::string_view key;
+  bool unbounded = false;  // kBelow only
 };
 
 class RouteNode {
@@ -56,22 +57,22 @@ class RouteNode {
 
   // The route of `view`, a verified internal node with its long keys
   // resolved; null for a leaf, a dead node, or keys outside the fences'
-  // common prefix (a node the server would never publish: the view's own
-  // search serves it).
+  // common prefix (a node the server would never publish: NodeCache does
+  // not keep it, and searches read it fresh).
   static Ptr Make(const NodeView& view);
 
   enum class Place { kBelow, kBeyond, kIn };
-  // Where the target lies: below the node's range, beyond it (move right,
-  // or the copy is stale), or in it; for kIn, *entry is the entry whose
-  // child holds the target (count() if none: a malformed node). The same
-  // answers as the view's fences and LowerBound (search.cc's TargetBelow,
+  // Where the target lies: below the node's range, beyond it (the copy is
+  // stale), or in it; for kIn, *entry is the entry whose child holds the
+  // target (count() if none: a malformed node). The same answers as a
+  // fresh copy's fences and LowerBound (search.cc's TargetBelow,
   // TargetBeyond, ChildIndex): for kAt, below is under the low fence and
   // beyond at or past the high one; for kBelow, below is at or under the
   // low fence and beyond past the high one (always, unbounded, if there is
   // one). In a malformed node whose low fence is not below its high one,
   // a target may be both: this answers below where search.cc's order says
   // beyond (a search evicts the node either way).
-  Place Locate(const RouteTarget& t, size_t* entry) const;
+  Place Locate(const Target& t, size_t* entry) const;
 
   // The route of child i's node as the cache held it at `generation`
   // (NodeCache: bumped whenever a route is freed), or null: not known yet

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/keys.h"
 #include "tree/search.h"
 
 namespace remem::tree {
@@ -28,14 +29,15 @@ struct Expected {
 
 // What search.cc decides from the view: the fences, then the child.
 Expected Reference(const std::vector<std::string>& keys, const std::string& low,
-                   const std::string* high, const RouteTarget& t) {
+                   const std::string* high, const Target& t) {
   const std::string k(t.key);
   const size_t n = keys.size();
-  if (t.below && t.unbounded) {
+  const bool below = t.mode == Target::kBelow;
+  if (below && t.unbounded) {
     if (high != nullptr) return {RouteNode::Place::kBeyond, 0};
     return {RouteNode::Place::kIn, n == 0 ? 0 : n - 1};
   }
-  if (!t.below) {
+  if (!below) {
     if (k < low) return {RouteNode::Place::kBelow, 0};
     if (high != nullptr && k >= *high) return {RouteNode::Place::kBeyond, 0};
     // The last key <= k.
@@ -51,15 +53,59 @@ Expected Reference(const std::vector<std::string>& keys, const std::string& low,
   return {RouteNode::Place::kIn, i == 0 ? n : i - 1};
 }
 
+// Whether the route places `k` as Reference does, in the three modes (kAt,
+// kBelow, kBelow unbounded).
+::testing::AssertionResult PlacedAsReference(
+    const RouteNode& r, const std::vector<std::string>& keys,
+    const std::string& low, const std::string* high, const std::string& k) {
+  for (int mode = 0; mode < 3; ++mode) {
+    Target t;
+    t.mode = mode > 0 ? Target::kBelow : Target::kAt;
+    t.unbounded = mode == 2;
+    t.key = k;
+    const Expected want = Reference(keys, low, high, t);
+    size_t got = size_t(-1);
+    const RouteNode::Place place = r.Locate(t, &got);
+    if (place != want.place ||
+        (place == RouteNode::Place::kIn && got != want.entry)) {
+      return ::testing::AssertionFailure()
+             << "mode " << mode << ": placed " << int(place) << " at " << got
+             << ", want " << int(want.place) << " at " << want.entry;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// An internal node `self` at `level`, fences `low` and `high` (null: none),
+// whose entries keys[i] name children[i], encoded at version 2.
+NodeContent Internal(uint32_t self, uint8_t level, const std::string& low,
+                     const char* high, const std::vector<std::string>& keys,
+                     const std::vector<uint32_t>& children) {
+  NodeContent c;
+  c.self = self;
+  c.level = level;
+  c.low.bytes = low;
+  c.has_high = high != nullptr;
+  if (high != nullptr) c.high.bytes = high;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    NodeEntry e;
+    e.key.bytes = keys[i];
+    e.child = children[i];
+    c.entries.push_back(e);
+  }
+  return c;
+}
+
+std::vector<uint8_t> Image(const NodeContent& c, uint64_t version = 2) {
+  std::vector<uint8_t> img(kNodeBytes);
+  EncodeNode(c, version, img.data());
+  return img;
+}
+
 TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
   std::mt19937_64 rng(11);
-  // Zero bytes and 0xff: padding ties and the extremes of a byte.
-  const std::string alphabet("\0\1az\xff", 5);
   auto random_key = [&](const std::string& prefix, size_t max_extra) {
-    std::string k = prefix;
-    const size_t extra = rng() % (max_extra + 1);
-    for (size_t i = 0; i < extra; ++i) k += alphabet[rng() % alphabet.size()];
-    return k;
+    return testing::EdgeByteKey(rng, prefix, max_extra);
   };
   // Keys over kMaxInlineKey bytes are stored out of line: a KeyRef naming
   // a (pretend) key extent, resolved from this map as a reader would.
@@ -192,21 +238,8 @@ TEST(TreeRoute, PlacesEveryProbeAsThePlainComparisons) {
         default:  // anything
           k = random_key("", 120);
       }
-      for (int mode = 0; mode < 3; ++mode) {
-        RouteTarget t;
-        t.below = mode > 0;
-        t.unbounded = mode == 2;
-        t.key = k;
-        const Expected want = Reference(sorted, low, high_ptr, t);
-        size_t got = size_t(-1);
-        const RouteNode::Place place = r->Locate(t, &got);
-        ASSERT_EQ(int(place), int(want.place))
-            << "round " << round << " probe " << probe << " mode " << mode;
-        if (place == RouteNode::Place::kIn) {
-          ASSERT_EQ(got, want.entry)
-              << "round " << round << " probe " << probe << " mode " << mode;
-        }
-      }
+      ASSERT_TRUE(PlacedAsReference(*r, sorted, low, high_ptr, k))
+          << "round " << round << " probe " << probe;
     }
   }
   EXPECT_GT(routes, 700);
@@ -221,20 +254,9 @@ TEST(TreeRoute, KeysThatTieOnTheComparedWordAreComparedWhole) {
   const std::vector<std::string> keys = {
       "p/",         "p/aaaaaaa",  std::string("p/aaaaaaa\0", 10),
       "p/aaaaaaab", "p/aaaaaaac", "p/aaaaaaacz"};
-  NodeContent c;
-  c.self = 5;
-  c.level = 1;
-  c.low.bytes = keys.front();
-  c.has_high = true;
-  c.high.bytes = "p0";
-  for (size_t i = 0; i < keys.size(); ++i) {
-    NodeEntry e;
-    e.key.bytes = keys[i];
-    e.child = uint32_t(100 + i);
-    c.entries.push_back(e);
-  }
-  std::vector<uint8_t> img(kNodeBytes);
-  EncodeNode(c, 2, img.data());
+  const NodeContent c =
+      Internal(5, 1, keys.front(), "p0", keys, {100, 101, 102, 103, 104, 105});
+  const std::vector<uint8_t> img = Image(c);
   NodeView v;
   ASSERT_TRUE(v.Parse(img.data(), 5).ok());
   RouteNode::Ptr r = RouteNode::Make(v);
@@ -246,64 +268,30 @@ TEST(TreeRoute, KeysThatTieOnTheComparedWordAreComparedWhole) {
     probes.push_back(k.substr(0, k.size() - 1));
   }
   for (const std::string& k : probes) {
-    for (int mode = 0; mode < 2; ++mode) {
-      RouteTarget t;
-      t.below = mode == 1;
-      t.key = k;
-      const Expected want = Reference(keys, c.low.bytes, &c.high.bytes, t);
-      size_t got = size_t(-1);
-      const RouteNode::Place place = r->Locate(t, &got);
-      ASSERT_EQ(int(place), int(want.place)) << k << " mode " << mode;
-      if (place == RouteNode::Place::kIn) {
-        ASSERT_EQ(got, want.entry) << k << " mode " << mode;
-      }
-    }
+    ASSERT_TRUE(PlacedAsReference(*r, keys, c.low.bytes, &c.high.bytes, k))
+        << k;
   }
 }
 
 TEST(TreeRoute, KeysOutsideTheFencesPrefixGetNoRoute) {
   // A node the server never publishes: an entry below its fences' common
   // prefix "ab". The view's own search serves it.
-  NodeContent c;
-  c.self = 5;
-  c.level = 1;
-  c.low.bytes = "ab";
-  c.has_high = true;
-  c.high.bytes = "abz";
-  for (const char* k : {"a", "abc"}) {
-    NodeEntry e;
-    e.key.bytes = k;
-    e.child = 9;
-    c.entries.push_back(e);
-  }
-  std::vector<uint8_t> img(kNodeBytes);
-  EncodeNode(c, 2, img.data());
+  NodeContent c = Internal(5, 1, "ab", "abz", {"a", "abc"}, {9, 9});
+  std::vector<uint8_t> img = Image(c);
   NodeView v;
   ASSERT_TRUE(v.Parse(img.data(), 5).ok());
   EXPECT_EQ(RouteNode::Make(v), nullptr);
   // A leaf has none either.
   c.level = 0;
   for (NodeEntry& e : c.entries) e.value = "v";
-  EncodeNode(c, 2, img.data());
+  img = Image(c);
   ASSERT_TRUE(v.Parse(img.data(), 5).ok());
   EXPECT_EQ(RouteNode::Make(v), nullptr);
 }
 
 TEST(TreeRoute, TheCacheKeepsARouteBesideEachInternalCopy) {
-  NodeContent c;
-  c.self = 7;
-  c.level = 1;
-  c.low.bytes = "k10";
-  c.has_high = true;
-  c.high.bytes = "k20";
-  for (const char* k : {"k10", "k15"}) {
-    NodeEntry e;
-    e.key.bytes = k;
-    e.child = k[2] == '1' && k[3] == '0' ? 21 : 22;
-    c.entries.push_back(e);
-  }
-  std::vector<uint8_t> img(kNodeBytes);
-  EncodeNode(c, 2, img.data());
+  NodeContent c = Internal(7, 1, "k10", "k20", {"k10", "k15"}, {21, 22});
+  std::vector<uint8_t> img = Image(c);
   NodeView v;
   ASSERT_TRUE(v.Parse(img.data(), 7).ok());
   NodeCache cache;
@@ -311,14 +299,14 @@ TEST(TreeRoute, TheCacheKeepsARouteBesideEachInternalCopy) {
   cache.Put(7, v);
   const RouteNode* r = cache.Route(7);
   ASSERT_NE(r, nullptr);
-  RouteTarget t;
+  Target t;
   t.key = "k17";
   size_t i = 0;
   ASSERT_EQ(r->Locate(t, &i), RouteNode::Place::kIn);
   EXPECT_EQ(r->child(i), 22u);
   // A newer copy replaces the route too.
   c.entries[1].child = 23;
-  EncodeNode(c, 4, img.data());
+  img = Image(c, 4);
   ASSERT_TRUE(v.Parse(img.data(), 7).ok());
   cache.Put(7, v);
   r = cache.Route(7);
@@ -327,7 +315,6 @@ TEST(TreeRoute, TheCacheKeepsARouteBesideEachInternalCopy) {
   EXPECT_EQ(r->child(i), 23u);
   cache.Evict(7);
   EXPECT_EQ(cache.Route(7), nullptr);
-  EXPECT_EQ(cache.Get(7), nullptr);
   cache.Put(7, v);
   cache.Clear();
   EXPECT_EQ(cache.Route(7), nullptr);
@@ -337,18 +324,11 @@ TEST(TreeRoute, TheCacheKeepsARouteBesideEachInternalCopy) {
 // `children[i]`.
 std::vector<uint8_t> InternalImage(uint32_t self, uint8_t level,
                                    const std::vector<uint32_t>& children) {
-  NodeContent c;
-  c.self = self;
-  c.level = level;
+  std::vector<std::string> keys;
   for (size_t i = 0; i < children.size(); ++i) {
-    NodeEntry e;
-    e.key.bytes = "k" + std::to_string(i);
-    e.child = children[i];
-    c.entries.push_back(e);
+    keys.push_back("k" + std::to_string(i));
   }
-  std::vector<uint8_t> img(kNodeBytes);
-  EncodeNode(c, 2, img.data());
-  return img;
+  return Image(Internal(self, level, "", nullptr, keys, children));
 }
 
 TEST(TreeRoute, AParentKnowsItsChildrensRoutesUntilOneIsFreed) {
@@ -409,7 +389,7 @@ TEST(TreeRoute, AFullCacheDropsEveryRoute) {
   EXPECT_EQ(cache.Route(4), nullptr);
   ASSERT_NE(cache.Route(5), nullptr);
   size_t i = 0;
-  RouteTarget t;
+  Target t;
   t.key = "k0";
   ASSERT_EQ(cache.Route(5)->Locate(t, &i), RouteNode::Place::kIn);
   EXPECT_EQ(cache.Route(5)->child(i), 12u);

@@ -53,7 +53,7 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
 
 void NodeCache::Put(uint32_t index, const NodeView& view) {
   if (index == kNoNode) return;
-  const bool have = Get(index) != nullptr;  // a copy replaced
+  const bool have = Route(index) != nullptr;  // a copy replaced
   if (have) key_bytes_ -= nodes_[index]->view.key_bytes();
   if ((size_ >= max_ && !have) ||
       key_bytes_ + view.key_bytes() > kMaxCachedKeyBytes) {
@@ -78,15 +78,17 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   slot->route.reset();
   std::memcpy(slot->image, view.image(), kNodeBytes);
   // It verified as `view`: only the structure is parsed again, and its
-  // long keys are copied from `view` (resolved there).
+  // long keys are copied from `view` (resolved there). A node without a
+  // route (a leaf, a dead node, or one the server would never publish) is
+  // not kept: searches read it fresh.
   if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok() ||
-      !slot->view.AdoptKeys(view)) {
+      !slot->view.AdoptKeys(view) ||
+      (slot->route = RouteNode::Make(slot->view)) == nullptr) {
     slot.reset();  // its bytes were not counted
     --size_;
     return;
   }
   key_bytes_ += slot->view.key_bytes();
-  slot->route = RouteNode::Make(slot->view);
   routes_[index] = slot->route.get();
 }
 
@@ -120,10 +122,6 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
                 uint8_t* scratch, NodeView* leaf, SearchStats* stats,
                 bool for_lookup) {
-  RouteTarget rt;
-  rt.below = t.mode == Target::kBelow;
-  rt.unbounded = t.unbounded;
-  rt.key = t.key;
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     if (restart > 0) ++stats->restarts;
     uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
@@ -145,8 +143,8 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
       // node whose index was reused for this leaf stays, stale as any
       // other: a search through it meets its checks.
       NodeCache* const here = expected_level == 0 ? nullptr : cache;
-      // A cached node's route: the same decisions as below for a cached
-      // copy, from its compact form (a cached node is internal and live).
+      // A cached node (internal and live), searched by its route; a copy
+      // that does not hold the target may be stale: it is read fresh.
       const RouteNode* r = known != nullptr
                                ? known
                                : (here != nullptr ? here->Route(cur) : nullptr);
@@ -158,8 +156,8 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
           break;
         }
         size_t i = 0;
-        if (r->Locate(rt, &i) != RouteNode::Place::kIn) {
-          cache->Evict(cur);  // the copy may be stale: read it fresh
+        if (r->Locate(t, &i) != RouteNode::Place::kIn) {
+          cache->Evict(cur);
           continue;
         }
         if (i >= r->count()) {
@@ -172,20 +170,12 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         if (expected_level > 0) known = cache->ChildRoute(r, i);
         continue;
       }
-      // A cached copy (parsed), else a fresh one parsed into *leaf.
-      const NodeView* vp = here != nullptr ? here->Get(cur) : nullptr;
-      const bool cached = vp != nullptr;
-      if (cached) {
-        ++cache->hits;
-      } else {
-        if (cache != nullptr) ++cache->misses;
-        REMEM_RETURN_IF_ERROR(for_lookup
-                                  ? src->FetchForLookup(cur, scratch, leaf)
-                                  : src->Fetch(cur, scratch, leaf));
-        ++stats->nodes_read;
-        vp = leaf;
-      }
-      const NodeView& v = *vp;
+      // A fresh copy, parsed into *leaf.
+      if (cache != nullptr) ++cache->misses;
+      REMEM_RETURN_IF_ERROR(for_lookup ? src->FetchForLookup(cur, scratch, leaf)
+                                       : src->Fetch(cur, scratch, leaf));
+      ++stats->nodes_read;
+      const NodeView& v = *leaf;
       if (v.dead()) {
         // Merged away: whatever named it (a parent's copy, a left
         // sibling's right pointer, the root) is stale. Only that copy is
@@ -204,10 +194,6 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         break;
       }
       if (TargetBeyond(v, t)) {
-        if (cached) {  // the copy may be stale: read it fresh
-          cache->Evict(cur);
-          continue;
-        }
         if (v.right() == kNoNode) {
           again = true;
           break;
@@ -223,24 +209,16 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         continue;
       }
       if (TargetBelow(v, t)) {
-        if (cached) {
-          cache->Evict(cur);
-          continue;
-        }
         again = true;
         break;
       }
-      if (v.leaf()) {
-        if (!cached) return Status::OK();
-        cache->Evict(cur);  // only internal nodes are cached
-        continue;
-      }
+      if (v.leaf()) return Status::OK();
       const size_t i = ChildIndex(v, t);
       if (i >= v.count()) {
         again = true;
         break;
       }
-      if (!cached && cache != nullptr) cache->Put(cur, v);
+      if (cache != nullptr) cache->Put(cur, v);
       parent = cur;
       expected_level = v.level() - 1;
       cur = v.child(i);

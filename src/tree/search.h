@@ -74,9 +74,10 @@ class NodeSource {
 // times the largest value); it always holds at least one item.
 inline constexpr size_t kScanPageBytes = 1 << 20;
 
-// A client's copies of internal nodes, kept parsed (a hit costs no parse)
-// and as routes (tree/route.h: what a descent reads, in a few cache lines),
-// and the root's index. Bounded: cleared when full, by nodes or by the
+// A client's copies of internal nodes, each searched by its route
+// (tree/route.h: what a descent reads, in a few cache lines; the parsed
+// copy beside it holds the whole keys a tie compares), and the root's
+// index. Bounded: cleared when full, by nodes or by the
 // bytes of their long keys (kMaxCachedKeyBytes: a node of long keys holds up
 // to a few MiB of them). Nodes are found by their index in tables as long
 // as the highest cached index (node indices are below the tree's node
@@ -86,13 +87,7 @@ inline constexpr size_t kScanPageBytes = 1 << 20;
 class NodeCache {
  public:
   explicit NodeCache(size_t max_nodes = 16384) : max_(max_nodes) {}
-  // The cached node `index`, or null.
-  const NodeView* Get(uint32_t index) const {
-    return index < nodes_.size() && nodes_[index] ? &nodes_[index]->view
-                                                  : nullptr;
-  }
-  // The cached node `index`'s route, or null (not cached, or a node
-  // RouteNode::Make refused: Get serves it).
+  // The cached node `index`'s route, or null (not cached).
   const RouteNode* Route(uint32_t index) const {
     return index < routes_.size() ? routes_[index] : nullptr;
   }
@@ -137,7 +132,7 @@ class NodeCache {
   struct Entry {
     uint8_t image[kNodeBytes];
     NodeView view;         // over `image`
-    RouteNode::Ptr route;  // over `view`; may be null
+    RouteNode::Ptr route;  // over `view`
   };
   size_t max_;
   size_t size_ = 0;       // cached nodes
@@ -148,16 +143,6 @@ class NodeCache {
   uint64_t generation_ = 1;
   std::vector<std::unique_ptr<Entry>> nodes_;  // by node index
   std::vector<const RouteNode*> routes_;       // by node index: entries' routes
-};
-
-// A search target: the leaf holding `key` (kAt: low <= key < high), or the
-// leaf holding the keys just below `key` (kBelow: low < key <= high; an
-// unbounded key is +infinity).
-struct Target {
-  enum Mode { kAt, kBelow };
-  Mode mode = kAt;
-  std::string_view key;
-  bool unbounded = false;  // kBelow only
 };
 
 struct SearchStats {

@@ -109,7 +109,7 @@ class RemoteSource : public tree::NodeSource {
     REMEM_RETURN_IF_ERROR(core_->ReadNow(*region_, offset, scratch, kFirst));
     tree::NodeHeader h;
     std::memcpy(&h, scratch, sizeof(h));
-    const size_t end = sizeof(h) + std::min<size_t>(h.used, tree::kNodeArea);
+    const size_t end = tree::NodeBytesInUse(h.used);
     if (end <= kFirst) return Status::OK();
     return core_->ReadNow(*region_, offset + kFirst, scratch + kFirst,
                           end - kFirst);

@@ -21,6 +21,7 @@
 
 #include "hash/layout.h"
 #include "hash/slab.h"
+#include "testing/keys.h"
 #include "testing/scale.h"
 #include "testing/values.h"
 #include "tree/durable.h"
@@ -86,8 +87,7 @@ class CopySource : public NodeSource {
       Copy(scratch, node, 64);
       NodeHeader h;
       std::memcpy(&h, scratch, sizeof(h));
-      const size_t end =
-          (sizeof(h) + std::min<size_t>(h.used, kNodeArea) + 7) / 8 * 8;
+      const size_t end = (NodeBytesInUse(h.used) + 7) / 8 * 8;
       if (end > 64) Copy(scratch + 64, node + 64, end - 64);
       if (view->Parse(scratch, index).ok()) {
         if (view->long_keys() == 0) return Status::OK();
@@ -231,12 +231,8 @@ TEST(TreeNode, TheChecksumCoversTheBytesInUse) {
 // probes that are stored keys, cut or extended ones, and anything else.
 TEST(TreeNode, LowerBoundAgreesWithAPlainSearch) {
   std::mt19937_64 rng(7);
-  const std::string alphabet("\0\1az\xff", 5);
   auto random_key = [&](const std::string& prefix, size_t max_extra) {
-    std::string k = prefix;
-    const size_t extra = rng() % (max_extra + 1);
-    for (size_t i = 0; i < extra; ++i) k += alphabet[rng() % alphabet.size()];
-    return k;
+    return testing::EdgeByteKey(rng, prefix, max_extra);
   };
   for (int round = 0; round < 400; ++round) {
     // Keys with a shared prefix of 0 to 20 bytes, then up to 14 more.
@@ -292,7 +288,7 @@ TEST(TreeNode, LowerBoundAgreesWithAPlainSearch) {
 std::vector<uint8_t> InUse(const std::vector<uint8_t>& image) {
   NodeHeader h;
   std::memcpy(&h, image.data(), sizeof(h));
-  const size_t end = sizeof(h) + std::min<size_t>(h.used, kNodeArea);
+  const size_t end = NodeBytesInUse(h.used);
   return std::vector<uint8_t>(image.begin(), image.begin() + end);
 }
 
@@ -355,7 +351,7 @@ TEST(TreeNode, ATornCopyIsRefused) {
                                       : rng() % (kNodeArea + 1));
     std::memcpy(junk.data(), &h, sizeof(h));
     const uint64_t sum =
-        NodeChecksum(junk.data(), std::min<size_t>(h.used, kNodeArea));
+        NodeChecksum(junk.data(), uint16_t(NodeBytesInUse(h.used) - sizeof(h)));
     std::memcpy(junk.data(), &sum, 8);
     const std::vector<uint8_t> exact = InUse(junk);
     const Status st = v.Parse(exact.data(), kNoNode);
@@ -496,7 +492,7 @@ TEST_F(TreeTest, AWarmedCacheHoldsTheInternalNodesAndSearchesReadOnlyLeaves) {
   NodeCache small(2);
   ASSERT_TRUE(WarmCache(&copies, &small, scratch.data()).ok());
   EXPECT_EQ(small.size(), 2u);
-  EXPECT_NE(small.Get(small.root()), nullptr);
+  EXPECT_NE(small.Route(small.root()), nullptr);
   // Splits after the warm-up make copies stale; searches stay right.
   for (int i = 0; i < 4000; ++i) {
     const std::string k = Key(uint64_t(i) * 7 + 3);
