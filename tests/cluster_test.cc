@@ -21,12 +21,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "client/rpc_client.h"
 #include "client/session_core.h"
 #include "cluster/config.h"
+#include "remem/tree.h"
 #include "test_util.h"
 #include "testing/clock.h"
 #include "testing/kv_store.h"
@@ -2517,6 +2520,478 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
   auto now = cluster->Get("hot0");
   ASSERT_TRUE(now.ok()) << now.status().ToString();
   EXPECT_GT(now->version, 0u);
+}
+
+// --- the ordered store's ranges (cluster/config.h, "ordered shards")
+
+// All pages of a scan of [start, end), chained by their resume keys.
+std::vector<std::string> ScanAll(ClusterTree* t, const std::string& start,
+                                 const std::string& end, uint32_t limit,
+                                 ClusterTree::Order order) {
+  std::vector<std::string> keys;
+  std::string from = start, to = end;
+  for (int pages = 0; pages < 100000; ++pages) {
+    auto page = t->Scan(from, to, limit, order);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    if (!page.ok()) break;
+    EXPECT_LE(page->items.size(), limit);
+    for (const auto& it : page->items) keys.push_back(it.key);
+    if (!page->more) break;
+    (order == ClusterTree::Order::kAscending ? from : to) = page->resume;
+  }
+  return keys;
+}
+
+TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
+  // Ranges [.., "key-3"), ["key-3", "key-6"), ["key-6", ..): one a server.
+  StartServers(3, {"--tree-splits", "key-6,key-3"});
+  auto cluster = Connect({servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  const Cluster::Info& info = cluster->info();
+  ASSERT_EQ(info.range_owner.size(), 3u);
+  EXPECT_EQ(info.splits, (std::vector<std::string>{"key-3", "key-6"}));
+  for (const auto& n : info.nodes) EXPECT_EQ(n.ranges, 1u) << n.address;
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+
+  // 3,000 keys: half in batches (split per owner), half one by one.
+  constexpr int kKeys = 3000;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back(Key(i));
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  std::vector<std::string> values;
+  for (int i = 0; i < kKeys; ++i) values.push_back(Val(i));
+  for (int i = 0; i < kKeys / 2; ++i) pairs.emplace_back(keys[i], values[i]);
+  for (const auto& r : t->MultiPut(pairs)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  for (int i = kKeys / 2; i < kKeys; ++i) {
+    ASSERT_TRUE(t->Put(keys[i], values[i]).ok()) << i;
+  }
+  // Each key is on its range's owner, and only there.
+  uint64_t total = 0;
+  for (const auto& srv : servers_) {
+    auto s = ConnectOrDie(srv.address);
+    ASSERT_TRUE(s);
+    uint64_t expect = 0;
+    for (const auto& k : keys) expect += t->OwnerOf(k) == srv.address;
+    EXPECT_EQ(StatOf(s.get(), "tree_pairs"), expect) << srv.address;
+    EXPECT_EQ(StatOf(s.get(), "cluster_ranges_owned"), 1u) << srv.address;
+    EXPECT_GT(expect, 300u) << srv.address;
+    total += expect;
+  }
+  EXPECT_EQ(total, uint64_t(kKeys));
+
+  // Whole scans, ascending and descending, in pages that end inside
+  // ranges and at their ends (limits 7, 100, and one that takes all).
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> reversed(sorted.rbegin(), sorted.rend());
+  for (uint32_t limit : {7u, 100u, 10000u}) {
+    EXPECT_EQ(ScanAll(t, "", "", limit, ClusterTree::Order::kAscending), sorted)
+        << limit;
+    EXPECT_EQ(ScanAll(t, "", "", limit, ClusterTree::Order::kDescending),
+              reversed)
+        << limit;
+  }
+  // A page whose limit takes the last key of a range: the next page finds
+  // nothing left there and goes on into the next range (the keys below
+  // "key-3" are those of range 0).
+  const size_t below = size_t(
+      std::lower_bound(sorted.begin(), sorted.end(), "key-3") - sorted.begin());
+  auto first = t->Scan("", "", uint32_t(below));
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->items.size(), below);
+  EXPECT_TRUE(first->more);
+  auto next = t->Scan(first->resume, "", 1);
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->items.size(), 1u);
+  EXPECT_EQ(next->items[0].key, sorted[below]);
+  // Bounded scans across a split, a prefix, and bounds at a split.
+  auto expect_range = [&](const std::string& a, const std::string& b) {
+    std::vector<std::string> want;
+    for (const auto& k : sorted) {
+      if (k >= a && (b.empty() || k < b)) want.push_back(k);
+    }
+    return want;
+  };
+  EXPECT_EQ(ScanAll(t, "key-25", "key-35", 13, ClusterTree::Order::kAscending),
+            expect_range("key-25", "key-35"));
+  auto down =
+      ScanAll(t, "key-25", "key-65", 13, ClusterTree::Order::kDescending);
+  std::reverse(down.begin(), down.end());
+  EXPECT_EQ(down, expect_range("key-25", "key-65"));
+  EXPECT_EQ(ScanAll(t, "key-3", "key-6", 50, ClusterTree::Order::kAscending),
+            expect_range("key-3", "key-6"));
+  auto prefix = t->ScanPrefix("key-5", 1000);
+  ASSERT_TRUE(prefix.ok());
+  std::vector<std::string> got;
+  for (const auto& it : prefix->items) got.push_back(it.key);
+  EXPECT_EQ(got, expect_range("key-5", "key-6"));
+  EXPECT_EQ(t->Scan("key-5", "key-4", 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->Scan("a", "b", 0).status().code(), StatusCode::kInvalidArgument);
+  auto empty = t->Scan("key-4", "key-4", 10);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->items.empty());
+
+  // Point operations and a batch with absent keys, through every owner.
+  std::vector<std::string_view> asked;
+  for (int i = 0; i < kKeys; i += 3) asked.push_back(keys[size_t(i)]);
+  asked.push_back("key-absent-2");
+  asked.push_back("key-absent-9");
+  auto many = t->MultiGet(asked);
+  ASSERT_EQ(many.size(), asked.size());
+  for (size_t i = 0; i + 2 < asked.size(); ++i) {
+    ASSERT_TRUE(many[i].ok())
+        << asked[i] << ": " << many[i].status().ToString();
+    EXPECT_EQ(many[i]->value, Val(int(i * 3)));
+  }
+  EXPECT_EQ(many[asked.size() - 1].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(many[asked.size() - 2].status().code(), StatusCode::kNotFound);
+  auto v = t->Get("key-2999");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(t->PutIfAbsent("key-2999", "x").status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(t->CompareAndPut("key-2999", "x", v->version + 1).status().code(),
+            StatusCode::kConflict);
+  EXPECT_TRUE(t->CompareAndPut("key-2999", "x", v->version).ok());
+  EXPECT_EQ(t->Get("key-2999")->value, "x");
+  EXPECT_TRUE(t->Delete("key-2999").ok());
+  EXPECT_EQ(t->Get("key-2999").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(t->Delete("key-2999").code(), StatusCode::kNotFound);
+  EXPECT_EQ(t->Put("", "x").status().code(), StatusCode::kInvalidArgument);
+
+  // Asynchronously: puts, gets and deletes in every range in flight
+  // together, and scans across the ranges, answered inside WaitAll.
+  std::vector<Result<uint64_t>> put_versions(30, Status::Internal("unset"));
+  for (int i = 0; i < 30; ++i) {
+    t->PutAsync("key-" + std::to_string(i * 100) + "-async", "a",
+                [&put_versions, i](Result<uint64_t> r) {
+                  put_versions[size_t(i)] = std::move(r);
+                });
+  }
+  EXPECT_EQ(cluster->in_flight(), 30u);
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  for (const auto& r : put_versions)
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> async_values(30);
+  std::vector<std::optional<ClusterTree::Page>> pages(2);
+  for (int i = 0; i < 30; ++i) {
+    t->GetAsync("key-" + std::to_string(i * 100) + "-async",
+                [&async_values, i](Result<ClusterTree::Value> v) {
+                  ASSERT_TRUE(v.ok()) << v.status().ToString();
+                  async_values[size_t(i)] = v->value;
+                });
+  }
+  for (int d = 0; d < 2; ++d) {
+    t->ScanAsync("key-25", "key-65", 10000,
+                 d == 0 ? ClusterTree::Order::kAscending
+                        : ClusterTree::Order::kDescending,
+                 [&pages, d](Result<ClusterTree::Page> p) {
+                   ASSERT_TRUE(p.ok()) << p.status().ToString();
+                   pages[size_t(d)] = std::move(*p);
+                 });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  for (const auto& v : async_values) EXPECT_EQ(v, "a");
+  ASSERT_TRUE(pages[0] && pages[1]);
+  std::vector<std::string> async_up, async_down;
+  for (const auto& it : pages[0]->items) async_up.push_back(it.key);
+  for (const auto& it : pages[1]->items) async_down.push_back(it.key);
+  std::reverse(async_down.begin(), async_down.end());
+  std::vector<std::string> want_async;
+  for (const auto& k : sorted) {
+    // (key-2999 was deleted above)
+    if (k >= "key-25" && k < "key-65" && k != "key-2999") {
+      want_async.push_back(k);
+    }
+  }
+  for (int i = 0; i < 30; ++i) {
+    const std::string k = "key-" + std::to_string(i * 100) + "-async";
+    if (k >= "key-25" && k < "key-65") want_async.push_back(k);
+  }
+  std::sort(want_async.begin(), want_async.end());
+  EXPECT_EQ(async_up, want_async);
+  EXPECT_EQ(async_down, want_async);
+  EXPECT_FALSE(pages[0]->more);
+  // An asynchronous refusal is a callback too, never a throw or a call in
+  // the caller's frame.
+  bool refused = false;
+  t->ScanAsync("b", "a", 10, ClusterTree::Order::kAscending,
+               [&refused](Result<ClusterTree::Page> p) {
+                 EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+                 refused = true;
+               });
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(cluster->WaitAll().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(refused);
+  int deleted = 0;
+  for (int i = 0; i < 30; ++i) {
+    t->DeleteAsync("key-" + std::to_string(i * 100) + "-async",
+                   [&deleted](Status st) {
+                     EXPECT_TRUE(st.ok()) << st.ToString();
+                     ++deleted;
+                   });
+  }
+  ASSERT_TRUE(cluster->WaitAll().ok());
+  EXPECT_EQ(deleted, 30);
+  EXPECT_EQ(t->Get("key-2900-async").status().code(), StatusCode::kNotFound);
+
+  // Pages that end at a range's end: each part ends at 1 MiB of its own,
+  // so a page ends at a range boundary once the parts together reach it.
+  // Two values of 350 KiB in each range; the first page ascending holds
+  // ranges 0 and 1 (1.4 MiB) and resumes at range 2's first key,
+  // descending ranges 2 and 1, resuming below range 1's lowest key.
+  const std::string big(350 << 10, 'b');
+  std::vector<std::string> with_big;
+  for (const auto& k : sorted) {
+    if (k != "key-2999") with_big.push_back(k);
+  }
+  for (const char* r : {"1", "4", "7"}) {
+    for (const char* i : {"a", "b"}) {
+      const std::string k = std::string("key-") + r + "-big-" + i;
+      ASSERT_TRUE(t->Put(k, big).ok());
+      with_big.push_back(k);
+    }
+  }
+  std::sort(with_big.begin(), with_big.end());
+  auto in = [&](const std::string& a, const std::string& b) {
+    std::vector<std::string> want;
+    for (const auto& k : with_big) {
+      if (k >= a && k < b) want.push_back(k);
+    }
+    return want;
+  };
+  auto ascending = t->Scan("key-1-big", "key-8", 10000);
+  ASSERT_TRUE(ascending.ok()) << ascending.status().ToString();
+  EXPECT_TRUE(ascending->more);
+  EXPECT_EQ(ascending->resume, "key-6");
+  EXPECT_EQ(ascending->items.size(), in("key-1-big", "key-6").size());
+  auto descending =
+      t->Scan("key-1-big", "key-8", 10000, ClusterTree::Order::kDescending);
+  ASSERT_TRUE(descending.ok()) << descending.status().ToString();
+  EXPECT_TRUE(descending->more);
+  EXPECT_EQ(descending->resume, "key-3");
+  EXPECT_EQ(descending->items.size(), in("key-3", "key-8").size());
+  EXPECT_EQ(
+      ScanAll(t, "key-1-big", "key-8", 10000, ClusterTree::Order::kAscending),
+      in("key-1-big", "key-8"));
+  auto all_down =
+      ScanAll(t, "key-1-big", "key-8", 10000, ClusterTree::Order::kDescending);
+  std::reverse(all_down.begin(), all_down.end());
+  EXPECT_EQ(all_down, in("key-1-big", "key-8"));
+  // A descending scan that ends at a split: from the range below it.
+  auto at_split =
+      ScanAll(t, "key-3", "key-6", 7, ClusterTree::Order::kDescending);
+  std::reverse(at_split.begin(), at_split.end());
+  EXPECT_EQ(at_split, in("key-3", "key-6"));
+  for (const char* r : {"1", "4", "7"}) {
+    for (const char* i : {"a", "b"}) {
+      ASSERT_TRUE(t->Delete(std::string("key-") + r + "-big-" + i).ok());
+    }
+  }
+
+  // A member refuses what it does not own: a key of another range (Moved,
+  // naming its owner) and a scan past its range's end. A session outside
+  // the cluster's routing (epoch 0) cannot open the tree at all.
+  const std::string owner0 = t->OwnerOf("a");  // range 0
+  auto plain = ConnectOrDie(owner0);
+  ASSERT_TRUE(plain);
+  auto outside = TreeStore::Open(plain.get());
+  EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.status().message().find("cluster client"),
+            std::string::npos)
+      << outside.status().ToString();
+  plain->core()->rpc()->set_epoch(info.epoch);
+  TreeOptions rpc_only;
+  rpc_only.read_path = ReadPath::kRpc;
+  rpc_only.scan_path = ReadPath::kRpc;
+  auto direct = TreeStore::Open(plain.get(), rpc_only);
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+  EXPECT_TRUE((*direct)->Get("key-1")->value == Val(1));
+  auto moved = (*direct)->Get("key-7");
+  EXPECT_EQ(moved.status().code(), StatusCode::kMoved);
+  EXPECT_NE(moved.status().message().find(t->OwnerOf("key-7")),
+            std::string::npos)
+      << moved.status().ToString();
+  EXPECT_EQ((*direct)->Put("key-7", "x").status().code(), StatusCode::kMoved);
+  EXPECT_EQ((*direct)->Scan("key-1", "key-4", 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*direct)->Scan("key-1", "key-3", 10).ok());
+  direct->reset();
+
+  // Ranges do not move: draining a member that owns one is refused.
+  Status drain = cluster->Drain(owner0, std::chrono::milliseconds(0));
+  EXPECT_EQ(drain.code(), StatusCode::kInvalidArgument) << drain.ToString();
+  EXPECT_NE(drain.message().find("ordered"), std::string::npos)
+      << drain.ToString();
+
+  // The CLI: the ranges, and a scan of every page through the cluster.
+  const std::string seeds = servers_[0].address;
+  auto ranges =
+      RunCommand({testing::CliBinary(), "--cluster", seeds, "--transport",
+                  TransportFlag(), "cluster", "ranges"});
+  EXPECT_EQ(ranges.exit_code, 0) << ranges.out;
+  EXPECT_NE(ranges.out.find("[\"key-3\", \"key-6\")  " + t->OwnerOf("key-4")),
+            std::string::npos)
+      << ranges.out;
+  auto scan = RunCommand({testing::CliBinary(), "--cluster", seeds,
+                          "--transport", TransportFlag(), "--json", "tree",
+                          "scan", "--limit", "500", "--all"});
+  EXPECT_EQ(scan.exit_code, 0) << scan.out;
+  EXPECT_NE(scan.out.find("\"count\":" + std::to_string(kKeys - 1)),
+            std::string::npos)
+      << scan.out.substr(scan.out.size() > 200 ? scan.out.size() - 200 : 0);
+  auto put =
+      RunCommand({testing::CliBinary(), "--cluster", seeds, "--transport",
+                  TransportFlag(), "tree", "put", "key-9-cli", "hello"});
+  EXPECT_EQ(put.exit_code, 0) << put.out;
+  EXPECT_EQ(t->Get("key-9-cli")->value, "hello");
+
+  // YCSB-E through the cluster (remem-bench ycsb --cluster: ClusterTree's
+  // asynchronous calls), checked as it runs.
+  std::string seed_list;
+  for (const auto& srv : servers_) {
+    seed_list += (seed_list.empty() ? "" : ",") + srv.address;
+  }
+  auto ycsb = RunCommand(
+      {testing::BenchBinary(), "ycsb", "--workloads", "E", "--cluster",
+       seed_list, "--transport", TransportFlag(), "--records", "2000",
+       "--duration", "0.3", "--warmup", "0", "--depth", "4", "--json"},
+      {}, 120);
+  EXPECT_EQ(ycsb.exit_code, 0) << ycsb.out;
+  EXPECT_NE(ycsb.out.find("\"workload\":\"E\""), std::string::npos) << ycsb.out;
+  EXPECT_EQ(ycsb.out.find("\"scans\":0,"), std::string::npos) << ycsb.out;
+  EXPECT_EQ(ycsb.out.find("\"error\""), std::string::npos) << ycsb.out;
+  EXPECT_EQ(ycsb.out.find("\"checked\":0,"), std::string::npos) << ycsb.out;
+  EXPECT_NE(ycsb.out.find("\"wrong\":0,\"missing\":0,"), std::string::npos)
+      << ycsb.out;
+}
+
+// Scans across ranges while writers insert and delete in every range: a
+// scan returns every key present throughout it, in order, and nothing
+// that was never written (run over shm, where the client reads the trees
+// one-sided, and over tcp).
+TEST_F(ClusterTest, ScansAcrossRangesMissNothingWhileWritersChurnEveryRange) {
+  StartServers(2, {"--tree-splits", "k-3,k-6"});
+  auto writer_cluster = Connect({servers_[0].address});
+  auto reader_cluster = Connect({servers_[1].address});
+  ASSERT_NE(writer_cluster, nullptr);
+  ASSERT_NE(reader_cluster, nullptr);
+  auto wt = writer_cluster->Tree();
+  auto rt = reader_cluster->Tree();
+  ASSERT_TRUE(wt.ok() && rt.ok());
+  // Stable keys k-<i>-s stay throughout; churn keys k-<i>-c<j> come and
+  // go beside them (splitting leaves as they come).
+  constexpr int kStable = 900;
+  std::set<std::string> stable;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kStable; ++i)
+    keys.push_back("k-" + std::to_string(i) + "-s");
+  for (const auto& k : keys) {
+    pairs.emplace_back(k, k);
+    stable.insert(k);
+  }
+  for (const auto& r : (*wt)->MultiPut(pairs)) ASSERT_TRUE(r.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> writes{0};
+  std::thread writer([&] {
+    ClusterTree* t = *wt;
+    std::mt19937_64 rng(7);
+    for (int round = 0; !stop.load(); ++round) {
+      for (int n = 0; n < 64; ++n) {
+        const std::string k = "k-" + std::to_string(rng() % kStable) + "-c" +
+                              std::to_string(rng() % 8);
+        const bool del = rng() % 3 == 0;
+        Status st = del ? t->Delete(k) : t->Put(k, k).status();
+        ASSERT_TRUE(st.ok() || (del && st.code() == StatusCode::kNotFound))
+            << st.ToString();
+        writes.fetch_add(1);
+      }
+    }
+  });
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int scans = 0;
+  while (std::chrono::steady_clock::now() < until || scans < 4) {
+    const auto order = scans % 2 == 0 ? ClusterTree::Order::kAscending
+                                      : ClusterTree::Order::kDescending;
+    std::vector<std::string> got = ScanAll(*rt, "", "", 97, order);
+    if (order == ClusterTree::Order::kDescending) {
+      std::reverse(got.begin(), got.end());
+    }
+    ASSERT_TRUE(std::is_sorted(got.begin(), got.end())) << scans;
+    ASSERT_EQ(std::adjacent_find(got.begin(), got.end()), got.end()) << scans;
+    size_t found = 0;
+    for (const auto& k : got) {
+      if (stable.count(k)) {
+        ++found;
+        continue;
+      }
+      // A churn key: one the writer can write, and only that.
+      const size_t c = k.rfind("-c");
+      ASSERT_NE(c, std::string::npos) << k;
+      ASSERT_EQ(k.size(), c + 3) << k;
+      ASSERT_TRUE(k[c + 2] >= '0' && k[c + 2] <= '7') << k;
+      ASSERT_EQ(stable.count(k.substr(0, c) + "-s"), 1u) << k;
+    }
+    ASSERT_EQ(found, stable.size()) << "scan " << scans;
+    ++scans;
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_GT(writes.load(), 100u);
+  EXPECT_GE(scans, 4);
+}
+
+TEST_F(ClusterTest,
+       AClusterWithoutSplitsHasNoOrderedStoreAndBadSplitsAreRefused) {
+  StartServers(1);
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  EXPECT_TRUE(cluster->info().range_owner.empty());
+  auto tree = cluster->Tree();
+  EXPECT_EQ(tree.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(tree.status().message().find("--tree-splits"), std::string::npos)
+      << tree.status().ToString();
+  // Even asked directly, at the cluster's epoch.
+  auto plain = ConnectOrDie(servers_[0].address);
+  ASSERT_TRUE(plain);
+  plain->core()->rpc()->set_epoch(cluster->info().epoch);
+  EXPECT_EQ(TreeStore::Open(plain.get()).status().code(),
+            StatusCode::kUnsupported);
+  auto cli = RunCommand({testing::CliBinary(), "--cluster", servers_[0].address,
+                         "--transport", TransportFlag(), "tree", "get", "k"});
+  EXPECT_NE(cli.exit_code, 0);
+  EXPECT_NE(cli.out.find("--tree-splits"), std::string::npos) << cli.out;
+
+  auto run = [](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), testing::ServerBinary());
+    argv.insert(argv.end(), {"--listen", "127.0.0.1:0", "--memory", "64M",
+                             "--no-pin", "--cluster-session-ms", "2000"});
+    return RunCommand(argv, {}, 60);
+  };
+  // This cluster has no ordered store: a server with splits cannot join.
+  auto conflict = run({"--cluster", ClusterFlag(), "--tree-splits", "m"});
+  EXPECT_EQ(conflict.exit_code, 1) << conflict.out;
+  EXPECT_NE(conflict.out.find("has no ordered store"), std::string::npos)
+      << conflict.out;
+  // Bad lists, splits without a cluster, splits with replicas.
+  for (const std::string bad : {"a,,b", "a,b,a", ","}) {
+    auto r = run({"--cluster", ClusterFlag() + "-x", "--tree-splits", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--tree-splits"), std::string::npos) << r.out;
+  }
+  auto alone = run({"--tree-splits", "m"});
+  EXPECT_EQ(alone.exit_code, 2) << alone.out;
+  auto replicated = run({"--cluster", ClusterFlag() + "-y", "--tree-splits",
+                         "m", "--replicas", "1", "--cluster-size", "2"});
+  EXPECT_EQ(replicated.exit_code, 2) << replicated.out;
+  EXPECT_NE(replicated.out.find("replicated"), std::string::npos)
+      << replicated.out;
 }
 
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {

@@ -29,7 +29,10 @@ extra=("$@")
 servers_list=${SERVERS-"1 2 3"}  # SERVERS= skips part 2; ROUTING=0 part 1,
                                   # REBALANCE=0 part 3
 rounds=${ROUNDS:-3}
-# SERVER_FLAGS: more remem-server flags for every server (e.g. "--spin-us 0").
+# SERVER_FLAGS: more remem-server flags for every server, the single one of
+# part 1 too (e.g. "--spin-us 0", "--tree-memory 1G").
+# TREE_SPLITS: the clusters' --tree-splits (their ordered store, for YCSB-E:
+# e.g. TREE_SPLITS=zzzz, one range; TREE_SPLITS=user5,usera, three).
 transport=${TRANSPORT:-shm}
 
 dir=$(mktemp -d /tmp/remem-bench-cluster-XXXXXX)
@@ -70,7 +73,7 @@ start_cluster() {
       --memory 2G --cpus 0 --cluster "127.0.0.1:$zk_port/bench/$name" \
       --cluster-size "$n" --shards "${shards:-1024}" \
       --log-level "${log_level:-warn}" ${replica_flags:-} ${SERVER_FLAGS:-} \
-      >"$log" 2>&1 &
+      ${TREE_SPLITS:+--tree-splits "$TREE_SPLITS"} >"$log" 2>&1 &
     pids+=($!)
     spids+="${spids:+,}$!"
     for _ in $(seq 300); do
@@ -101,7 +104,7 @@ echo "== routing cost: a one-server cluster through the cluster client vs a sing
 # a cluster member reads by RPC, so it is not the baseline.)
 single_log="$dir/single.log"
 "$build/remem-server" --listen 127.0.0.1:0 --transport "$transport" \
-  --memory 2G --cpus 0 --log-level warn >"$single_log" 2>&1 &
+  --memory 2G --cpus 0 --log-level warn ${SERVER_FLAGS:-} >"$single_log" 2>&1 &
 single_pid=$!
 pids+=($single_pid)
 single=""

@@ -282,6 +282,92 @@ class ClusterDriver : public KvDriver {
   std::vector<KvRequest*> done_;
 };
 
+// The ordered store of a remem cluster formed with --tree-splits, through
+// ClusterTree: each key to its range's owner, a scan across the ranges in
+// order; asynchronous, any number in flight.
+class ClusterTreeDriver : public KvDriver {
+ public:
+  ClusterTreeDriver(std::unique_ptr<Cluster> c, ClusterTree* t)
+      : c_(std::move(c)), t_(t) {}
+
+  void Issue(KvRequest* r) override {
+    switch (r->kind) {
+      case KvRequest::Kind::kScan: {
+        // Into a page kept with the request (its storage reused), then
+        // copied into r->items, as RememTreeDriver.
+        if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
+        auto* sc = static_cast<ScanScratch*>(r->scratch.get());
+        t_->ScanAsync(r->keys[0], {}, r->limit, ClusterTree::Order::kAscending,
+                      &sc->page, [this, r, sc](Status st) {
+                        r->scanned = 0;
+                        if (!st.ok()) {
+                          r->status = st;
+                          return Complete(r);
+                        }
+                        const auto& items = sc->page.items;
+                        if (r->items.size() < items.size()) {
+                          r->items.resize(items.size());
+                        }
+                        for (size_t i = 0; i < items.size(); ++i) {
+                          r->items[i].key.assign(items[i].key);
+                          r->items[i].value.assign(items[i].value);
+                        }
+                        r->scanned = items.size();
+                        Complete(r);
+                      });
+        return;
+      }
+      case KvRequest::Kind::kGet:
+        if (r->keys.size() != 1) {
+          r->status = Status::Unsupported(
+              "remem-bench: batched gets of the ordered store");
+          r->done_ns = NowNs();
+          done_.push_back(r);
+          return;
+        }
+        r->values.resize(1);
+        t_->GetAsync(r->keys[0], [this, r](Result<ClusterTree::Value> v) {
+          if (v.ok()) {
+            r->values[0].emplace(std::move(v->value));
+          } else {
+            r->values[0].reset();
+            if (v.status().code() != StatusCode::kNotFound) {
+              r->status = v.status();
+            }
+          }
+          Complete(r);
+        });
+        return;
+      case KvRequest::Kind::kPut:
+        t_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
+          if (!v.ok()) r->status = v.status();
+          Complete(r);
+        });
+        return;
+    }
+  }
+  Status WaitSome(std::vector<KvRequest*>* done) override {
+    while (done_.empty() && c_->in_flight() > 0) c_->Poll();
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::OK();
+  }
+  size_t in_flight() const override { return c_->in_flight() + done_.size(); }
+
+ private:
+  struct ScanScratch : KvRequest::Scratch {
+    ClusterTree::Page page;
+  };
+  void Complete(KvRequest* r) {
+    r->done_ns = NowNs();
+    done_.push_back(r);
+  }
+
+  std::unique_ptr<Cluster> c_;
+  ClusterTree* t_;  // c_'s
+  std::vector<KvRequest*> done_;
+};
+
 // ---------------------------------------------------------------- Redis
 
 class RedisDriver : public KvDriver {
@@ -795,11 +881,6 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect(bool ordered) const {
   switch (spec_.kind) {
     case SystemSpec::Kind::kRemem: {
       if (!options_.remem_cluster.empty()) {
-        if (ordered) {
-          return Status::Unsupported(
-              "a remem cluster does not shard the ordered store yet: run "
-              "ordered workloads (E) against one server");
-        }
         auto seeds = ParseSeeds(options_.remem_cluster);
         if (!seeds.ok()) return seeds.status();
         ClusterOptions co;
@@ -810,6 +891,13 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect(bool ordered) const {
         co.wait_for_config = co.session.timeout;
         auto c = Cluster::Connect(co);
         if (!c.ok()) return c.status();
+        if (ordered) {
+          // Unsupported unless its servers were started with --tree-splits.
+          auto t = (*c)->Tree();
+          if (!t.ok()) return t.status();
+          return std::unique_ptr<KvDriver>(
+              new ClusterTreeDriver(std::move(*c), *t));
+        }
         return std::unique_ptr<KvDriver>(new ClusterDriver(std::move(*c)));
       }
       SessionOptions so;

@@ -1043,15 +1043,6 @@ int RunYcsb(const YcsbOptions& options) {
                  o.key_size, static_cast<unsigned long long>(o.records));
     return 2;
   }
-  const bool any_ordered =
-      std::any_of(workloads.begin(), workloads.end(),
-                  [](const ycsb::Workload& w) { return w.ordered(); });
-  if (any_ordered && !o.remem_cluster.empty()) {
-    std::fprintf(stderr,
-                 "remem-bench: YCSB-E needs the ordered store, which a remem "
-                 "cluster does not shard yet: run it against one server\n");
-    return 2;
-  }
   std::vector<RunResult> results;
   bool failed = false;
   for (size_t v : o.value_sizes) {

@@ -258,9 +258,10 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u,\"replicas\":%u,\"filling\":%u}\n",
+          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,\"ranges\":%zu}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
-          info.nodes.size(), info.moving, info.replicas, info.filling);
+          info.nodes.size(), info.moving, info.replicas, info.filling,
+          info.range_owner.size());
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
@@ -272,6 +273,11 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       if (info.moving > 0) std::printf(", %u moving", info.moving);
       if (info.filling > 0) {
         std::printf(", %u getting a new copy", info.filling);
+      }
+      if (!info.range_owner.empty()) {
+        std::printf("; ordered store in %zu key range%s",
+                    info.range_owner.size(),
+                    info.range_owner.size() == 1 ? "" : "s");
       }
       std::printf("\n");
     }
@@ -376,8 +382,42 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) std::printf("]\n");
     return 0;
   }
+  if (what == "ranges") {
+    // The ordered store's ranges: [from, to) and the owner of each.
+    if (info.range_owner.empty()) {
+      if (json) {
+        std::printf("[]\n");
+      } else {
+        std::printf(
+            "no ordered store (the cluster was formed without "
+            "--tree-splits)\n");
+      }
+      return 0;
+    }
+    if (json) std::printf("[");
+    for (size_t r = 0; r < info.range_owner.size(); ++r) {
+      const std::string from = r == 0 ? std::string() : info.splits[r - 1];
+      const std::string to =
+          r < info.splits.size() ? info.splits[r] : std::string();
+      const std::string& owner = info.nodes[info.range_owner[r]].address;
+      if (json) {
+        std::printf("%s{\"range\":%zu,\"from\":%s,\"to\":%s,\"owner\":%s}",
+                    r ? "," : "", r, JsonString(from).c_str(),
+                    r < info.splits.size() ? JsonString(to).c_str() : "null",
+                    JsonString(owner).c_str());
+      } else {
+        std::printf("%5zu [%s, %s)  %s\n", r,
+                    r == 0 ? "-inf" : JsonString(from).c_str(),
+                    r < info.splits.size() ? JsonString(to).c_str() : "+inf",
+                    owner.c_str());
+      }
+    }
+    if (json) std::printf("]\n");
+    return 0;
+  }
   return Fail(Status::InvalidArgument(
-      "cluster wants info, nodes, shards or drain NODE; got '" + what + "'"));
+      "cluster wants info, nodes, shards, ranges or drain NODE; got '" + what +
+      "'"));
 }
 
 }  // namespace
@@ -503,9 +543,11 @@ int main(int argc, char** argv) {
   auto* cluster_cmd = app.add_subcommand(
       "cluster",
       "with --cluster: the configuration (info), its servers (nodes), "
-      "which server owns which shards (shards), or move every shard away "
-      "from a server (drain NODE)");
-  cluster_cmd->add_option("what", cluster_what, "info | nodes | shards | drain")
+      "which server owns which shards (shards) and which ordered key ranges "
+      "(ranges), or move every shard away from a server (drain NODE)");
+  cluster_cmd
+      ->add_option("what", cluster_what,
+                   "info | nodes | shards | ranges | drain")
       ->capture_default_str();
   std::string drain_node;
   cluster_cmd->add_option(
@@ -574,6 +616,101 @@ int main(int argc, char** argv) {
     if (!secret.ok()) return Fail(secret.status());
     opts.secret = *secret;
   }
+  // The tree command on a server's TreeStore or a cluster's ClusterTree
+  // (the same calls).
+  auto run_tree = [&](auto& tree) -> int {
+    if (tmget->parsed()) {
+      std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
+      return PrintMultiGet(mkeys, tree.MultiGet(views), json);
+    }
+    if (tget->parsed()) {
+      auto r = tree.Get(key);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
+                    JsonString(key).c_str(),
+                    static_cast<unsigned long long>(r->version),
+                    JsonString(r->value).c_str());
+      } else {
+        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
+      }
+      return 0;
+    }
+    if (tput->parsed()) {
+      if (value == "-") {
+        value.assign(std::istreambuf_iterator<char>(std::cin),
+                     std::istreambuf_iterator<char>());
+      }
+      Result<uint64_t> r =
+          if_absent ? tree.PutIfAbsent(key, value)
+          : if_version >= 0
+              ? tree.CompareAndPut(key, value, uint64_t(if_version))
+              : tree.Put(key, value);
+      if (!r.ok()) return Fail(r.status());
+      if (json) {
+        std::printf("{\"version\":%llu}\n",
+                    static_cast<unsigned long long>(*r));
+      } else {
+        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
+      }
+      return 0;
+    }
+    if (tdel->parsed()) {
+      Status st = tree.Delete(key);
+      if (!st.ok()) return Fail(st);
+      std::printf("OK\n");
+      return 0;
+    }
+    const auto order = scan_desc ? TreeStore::Order::kDescending
+                                 : TreeStore::Order::kAscending;
+    std::string start = scan_start, end = scan_end;
+    if (!scan_prefix.empty()) {
+      if (!scan_start.empty() || !scan_end.empty()) {
+        return Fail(Status::InvalidArgument(
+            "give either --prefix or a range, not both"));
+      }
+      // The range of keys with the prefix (as TreeStore::ScanPrefix).
+      start = scan_prefix;
+      std::string e = scan_prefix;
+      while (!e.empty() && uint8_t(e.back()) == 0xff) e.pop_back();
+      if (!e.empty()) e.back() = char(uint8_t(e.back()) + 1);
+      end = e;
+    }
+    if (json) std::printf("{\"items\":[");
+    size_t n = 0;
+    bool more = false;
+    std::string resume;
+    for (;;) {
+      auto page = tree.Scan(start, end, scan_limit, order);
+      if (!page.ok()) {
+        if (json) std::printf("]}\n");
+        return Fail(page.status());
+      }
+      for (const TreeStore::Item& it : page->items) {
+        if (json) {
+          std::printf("%s{\"key\":%s,\"version\":%llu,\"value\":%s}",
+                      n ? "," : "", JsonString(it.key).c_str(),
+                      static_cast<unsigned long long>(it.version),
+                      JsonString(it.value).c_str());
+        } else {
+          std::fwrite(it.key.data(), 1, it.key.size(), stdout);
+          std::printf("\t");
+          std::fwrite(it.value.data(), 1, it.value.size(), stdout);
+          std::printf("\n");
+        }
+        ++n;
+      }
+      more = page->more;
+      resume = page->resume;
+      if (!scan_all || !more) break;
+      (scan_desc ? end : start) = page->resume;
+    }
+    if (json) {
+      std::printf("],\"count\":%zu,\"more\":%s,\"resume\":%s}\n", n,
+                  more ? "true" : "false", JsonString(resume).c_str());
+    }
+    return 0;
+  };
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
     if (!seeds.ok()) return Fail(seeds.status());
@@ -680,10 +817,10 @@ int main(int argc, char** argv) {
       }
       return code;
     }
-    if (!vec->parsed()) {
-      return Fail(Status::Unsupported(
-          "tree does not take --cluster: the ordered store is not sharded "
-          "yet (use --server)"));
+    if (treecmd->parsed()) {
+      auto ct = cluster.Tree();
+      if (!ct.ok()) return Fail(ct.status());
+      return run_tree(**ct);
     }
     // A vector command is several operations on one key (a read of the
     // element type, then the op): all of them go to the key's owner, as to
@@ -839,98 +976,7 @@ int main(int argc, char** argv) {
   if (treecmd->parsed()) {
     auto ts = TreeStore::Open(&c);
     if (!ts.ok()) return Fail(ts.status());
-    TreeStore& tree = **ts;
-    if (tmget->parsed()) {
-      std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
-      return PrintMultiGet(mkeys, tree.MultiGet(views), json);
-    }
-    if (tget->parsed()) {
-      auto r = tree.Get(key);
-      if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
-                    JsonString(key).c_str(),
-                    static_cast<unsigned long long>(r->version),
-                    JsonString(r->value).c_str());
-      } else {
-        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
-      }
-      return 0;
-    }
-    if (tput->parsed()) {
-      if (value == "-") {
-        value.assign(std::istreambuf_iterator<char>(std::cin),
-                     std::istreambuf_iterator<char>());
-      }
-      Result<uint64_t> r =
-          if_absent ? tree.PutIfAbsent(key, value)
-          : if_version >= 0
-              ? tree.CompareAndPut(key, value, uint64_t(if_version))
-              : tree.Put(key, value);
-      if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"version\":%llu}\n",
-                    static_cast<unsigned long long>(*r));
-      } else {
-        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
-      }
-      return 0;
-    }
-    if (tdel->parsed()) {
-      Status st = tree.Delete(key);
-      if (!st.ok()) return Fail(st);
-      std::printf("OK\n");
-      return 0;
-    }
-    const auto order = scan_desc ? TreeStore::Order::kDescending
-                                 : TreeStore::Order::kAscending;
-    std::string start = scan_start, end = scan_end;
-    if (!scan_prefix.empty()) {
-      if (!scan_start.empty() || !scan_end.empty()) {
-        return Fail(Status::InvalidArgument(
-            "give either --prefix or a range, not both"));
-      }
-      // The range of keys with the prefix (as TreeStore::ScanPrefix).
-      start = scan_prefix;
-      std::string e = scan_prefix;
-      while (!e.empty() && uint8_t(e.back()) == 0xff) e.pop_back();
-      if (!e.empty()) e.back() = char(uint8_t(e.back()) + 1);
-      end = e;
-    }
-    if (json) std::printf("{\"items\":[");
-    size_t n = 0;
-    bool more = false;
-    std::string resume;
-    for (;;) {
-      auto page = tree.Scan(start, end, scan_limit, order);
-      if (!page.ok()) {
-        if (json) std::printf("]}\n");
-        return Fail(page.status());
-      }
-      for (const TreeStore::Item& it : page->items) {
-        if (json) {
-          std::printf("%s{\"key\":%s,\"version\":%llu,\"value\":%s}",
-                      n ? "," : "", JsonString(it.key).c_str(),
-                      static_cast<unsigned long long>(it.version),
-                      JsonString(it.value).c_str());
-        } else {
-          std::fwrite(it.key.data(), 1, it.key.size(), stdout);
-          std::printf("\t");
-          std::fwrite(it.value.data(), 1, it.value.size(), stdout);
-          std::printf("\n");
-        }
-        ++n;
-      }
-      more = page->more;
-      resume = page->resume;
-      if (!scan_all || !more) break;
-      (scan_desc ? end : start) = page->resume;
-    }
-    if (json) {
-      std::printf("],\"count\":%zu,\"more\":%s,\"resume\":%s}\n", n,
-                  more ? "true" : "false", JsonString(resume).c_str());
-    }
-    return 0;
+    return run_tree(**ts);
   }
 
   if (ping->parsed()) {

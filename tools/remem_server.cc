@@ -276,6 +276,14 @@ int main(int argc, char** argv) {
                  "backup). Needs --cluster-size of at least f+1")
       ->capture_default_str()
       ->check(CLI::Range(0u, 4u));
+  std::string tree_splits;
+  auto* tree_splits_opt = app.add_option(
+      "--tree-splits", tree_splits,
+      "with --cluster: give the new cluster an ordered store, sharded by key "
+      "range: the split keys, comma-separated (\"g,p\": [..g) [g..p) "
+      "[p..); \"\": one range). Ranges are spread over the first "
+      "servers and stay there; every server of the cluster must agree. "
+      "Without it the cluster has no ordered store. Not with --replicas");
   app.add_option("--failure-domain", cfg.failure_domain,
                  "with --cluster: the failure domain this server is in (a "
                  "rack, a host, a zone: [A-Za-z0-9_.-], up to 64 bytes); a "
@@ -343,6 +351,18 @@ int main(int argc, char** argv) {
   cfg.lease = std::chrono::milliseconds(lease_ms);
   cfg.cluster_session = std::chrono::milliseconds(cluster_session_ms);
   cfg.cluster_lease = std::chrono::milliseconds(cluster_lease_ms);
+  if (tree_splits_opt->count() > 0) {
+    if (cfg.cluster.empty()) return Fail("--tree-splits needs --cluster", 2);
+    auto splits = cluster::ParseSplits(tree_splits);
+    if (!splits.ok()) return Fail(splits.status().message(), 2);
+    if (cfg.replicas > 0) {
+      return Fail(
+          "--tree-splits with --replicas: the ordered store's ranges are not "
+          "replicated yet",
+          2);
+    }
+    cfg.tree_splits = tree_splits;
+  }
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;
   if (!cpus.empty()) {

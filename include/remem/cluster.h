@@ -47,8 +47,14 @@
 // TimedOut at its deadline (or is answered Busy and retried when it
 // resumes): a failed write may or may not have taken effect (never half).
 //
+// The ordered store (remem/tree.h) of a cluster formed with split keys
+// (remem-server --tree-splits) is sharded by key range: Cluster::Tree()
+// gives a ClusterTree that routes each key to its range's owner and splits
+// scans and batches by range (below).
+//
 // Thread contract: as a Session: one thread. Callbacks of asynchronous
-// operations run inside Poll()/WaitAll() on that thread.
+// operations run inside Poll()/WaitAll() on that thread. A ClusterTree is
+// its Cluster's, used from the same thread.
 
 #ifndef REMEM_CLUSTER_H_
 #define REMEM_CLUSTER_H_
@@ -67,8 +73,11 @@
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
+#include "remem/tree.h"
 
 namespace remem {
+
+class ClusterTree;
 
 struct ClusterOptions {
   // "host:port" of some of the cluster's servers; the first that answers
@@ -102,6 +111,7 @@ class Cluster {
     uint32_t backups = 0;
     uint32_t filling = 0;  // of those, shards it is being filled with
     std::string domain;    // its failure domain ("": none declared)
+    uint32_t ranges = 0;   // ordered ranges it owns
   };
   struct Info {
     std::string name;  // the cluster's name
@@ -126,6 +136,11 @@ class Cluster {
     // server's, or one moved to balance the servers), still a backup until
     // the one filled in its place is ready; -1: none.
     std::vector<int32_t> shard_retiring;
+    // The ordered store's ranges (none: the cluster has no ordered store):
+    // range r holds the keys in [splits[r - 1], splits[r]) (the first from
+    // the smallest key, the last unbounded); range_owner[r] indexes nodes.
+    std::vector<std::string> splits;
+    std::vector<uint32_t> range_owner;
   };
 
   // Fetches the configuration from the first seed that answers. Errors:
@@ -227,6 +242,11 @@ class Cluster {
   // without it), Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
+  // The cluster's ordered store, owned by this Cluster (the same object on
+  // every call; `options` count at the first call only). Unsupported if
+  // the cluster was formed without --tree-splits.
+  Result<ClusterTree*> Tree(const TreeOptions& options = {});
+
   // Routing counters: refusals (Moved) seen and configurations fetched;
   // gets answered one-sided and by the server, and (replicated clusters)
   // one-sided results the serving mark did not cover (HashStore::ReadStats,
@@ -242,9 +262,101 @@ class Cluster {
   const RouteStats& route_stats() const;
 
  private:
+  friend class ClusterTree;
   struct Impl;
   explicit Cluster(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// The ordered store of a cluster: as a TreeStore (remem/tree.h) on each
+// range's owner, which it opens at first use (reading one-sided or asking
+// the server, as TreeOptions and the session's read path say). Ranges are
+// placed when the cluster forms and do not move: a server that is down
+// answers Unavailable for the keys of its ranges (the client reconnects on
+// a later operation). Refusals are retried as the hash store's are: Busy (a
+// member installing its configuration) after a pause, Moved after a
+// refresh, within the session timeout.
+//
+// Scans cross ranges in key order: a scan asks each range's owner in turn
+// for the part of [start, end) in its range, until `limit` items, the end,
+// or a part after which the page holds 1 MiB of items or more (each part
+// ends at 1 MiB of its own, so a page holds at most about 2 MiB); `more`
+// and `resume` are as TreeStore's, so pages chain alike. A scan returns
+// every key present for its whole duration, in order, and never one that
+// was never present (each range's part holds that, and the parts are
+// disjoint and read in order). A part that fails fails the scan (the
+// items of the parts before it are not returned). Batches are split per
+// owner and sent to all at once.
+//
+// Errors: as TreeStore's, and Unsupported if the configuration has no
+// ordered ranges.
+//
+// Thread contract: its Cluster's thread; callbacks inside its Poll().
+class ClusterTree {
+ public:
+  using Value = TreeStore::Value;
+  using Item = TreeStore::Item;
+  using Page = TreeStore::Page;
+  using Order = TreeStore::Order;
+
+  Result<Value> Get(std::string_view key);
+  Result<uint64_t> Put(std::string_view key, std::string_view value);
+  Result<uint64_t> PutIfAbsent(std::string_view key, std::string_view value);
+  Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                 uint64_t expected);
+  Status Delete(std::string_view key);
+  // As TreeStore::Scan, across ranges.
+  Result<Page> Scan(std::string_view start, std::string_view end,
+                    uint32_t limit, Order order = Order::kAscending);
+  // As Scan, into *page, reusing its storage as TreeStore::ScanInto does
+  // (the first range's part goes into it directly). On an error the page
+  // is empty.
+  Status ScanInto(std::string_view start, std::string_view end, uint32_t limit,
+                  Order order, Page* page);
+  Result<Page> ScanPrefix(std::string_view prefix, uint32_t limit,
+                          Order order = Order::kAscending);
+  // One result per key or pair, in order, each with its own status (as
+  // TreeStore's); each owner's part in its own requests, all owners at
+  // once.
+  std::vector<Result<Value>> MultiGet(
+      const std::vector<std::string_view>& keys);
+  std::vector<Result<uint64_t>> MultiPut(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs);
+
+  // --- asynchronous: arguments are copied; callbacks run inside the
+  // Cluster's Poll()/WaitAll(), which count these among its operations in
+  // flight. A refusal (Busy, Moved) is sent again as the hash store's are,
+  // within the session timeout.
+  void GetAsync(std::string_view key, TreeStore::GetCallback done);
+  void PutAsync(std::string_view key, std::string_view value,
+                TreeStore::VersionCallback done);
+  void DeleteAsync(std::string_view key, TreeStore::Callback done);
+  // As Scan: each range's part once the part before it has answered.
+  void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
+                 Order order, TreeStore::ScanCallback done);
+  // Into *page (as ScanInto), which must stay valid, and not be read, until
+  // `done` has run.
+  void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
+                 Order order, Page* page, TreeStore::Callback done);
+
+  // The range holding `key`, and the address of its owner.
+  uint32_t RangeOf(std::string_view key) const;
+  const std::string& OwnerOf(std::string_view key) const;
+  // The limits of the trees (the same on every server of a build).
+  uint32_t max_key() const;
+  uint32_t max_scan() const;
+
+ private:
+  friend class Cluster;
+  struct ScanState;
+  ClusterTree(Cluster::Impl* impl, TreeOptions options);
+  // InvalidArgument for a limit of 0 or over max_scan(), or start > end.
+  Status CheckScan(std::string_view start, std::string_view end,
+                   uint32_t limit) const;
+  // Asks for the next range's part of an asynchronous scan.
+  static void ScanStep(Cluster::Impl* impl, std::shared_ptr<ScanState> scan);
+  Cluster::Impl* impl_;
+  TreeOptions options_;
 };
 
 }  // namespace remem

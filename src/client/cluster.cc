@@ -16,6 +16,9 @@
 #include "client/session_core.h"
 #include "cluster/config.h"
 #include "proto/wire.h"
+#include "tree/codec.h"
+#include "tree/layout.h"
+#include "tree/search.h"
 
 namespace remem {
 
@@ -64,6 +67,7 @@ struct Cluster::Impl {
     std::unique_ptr<Session> session;
     std::unique_ptr<HashStore> store;
     std::unique_ptr<OpsStore> ops;
+    std::unique_ptr<TreeStore> tree;
   };
 
   ClusterOptions options;
@@ -82,6 +86,9 @@ struct Cluster::Impl {
   size_t in_flight = 0;
   Status first_error;
   bool stale = false;
+  // The ordered store's client (Cluster::Tree), and its options.
+  std::unique_ptr<ClusterTree> tree;
+  TreeOptions tree_options;
   // Operations refused with Moved, issued again at the next Poll (after a
   // refresh), and callbacks of operations that failed before being sent.
   std::vector<std::function<void()>> later;
@@ -93,6 +100,7 @@ struct Cluster::Impl {
 
   ~Impl() {
     for (auto& [addr, s] : servers) {
+      s.tree.reset();
       s.ops.reset();
       s.store.reset();
     }
@@ -161,6 +169,10 @@ struct Cluster::Impl {
       if (n != cluster::kNoMember) info.shard_next[s] = n;
     }
     info.moving = config.moving();
+    info.splits = config.splits;
+    info.range_owner.assign(config.range_owner.begin(),
+                            config.range_owner.end());
+    for (uint16_t o : config.range_owner) ++info.nodes[o].ranges;
     member_servers.assign(config.members.size(), nullptr);
     for (auto& [addr, s] : servers) {
       if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);
@@ -175,6 +187,7 @@ struct Cluster::Impl {
     }
     if (it != servers.end()) {
       // The server went away: start over with a new session.
+      it->second.tree.reset();
       it->second.ops.reset();
       DropStore(it->second);
       it->second.session.reset();
@@ -241,6 +254,16 @@ struct Cluster::Impl {
     return server->ops.get();
   }
 
+  // The server's TreeStore (opened at first use).
+  Result<TreeStore*> TreeOf(Server* server) {
+    if (!server->tree) {
+      auto tree = TreeStore::Open(server->session.get(), tree_options);
+      if (!tree.ok()) return tree.status();
+      server->tree = std::move(*tree);
+    }
+    return server->tree.get();
+  }
+
   Result<HashStore*> StoreFor(const std::string& addr) {
     auto s = Connected(addr);
     if (!s.ok()) return s.status();
@@ -258,6 +281,26 @@ struct Cluster::Impl {
   }
   uint16_t OwnerIndex(std::string_view key) const {
     return config.owner[cluster::ShardOf(key, config.num_shards())];
+  }
+  // The owner of `key` for a Store: of its ordered range for a TreeStore
+  // (the configuration has ranges: ClusterTree exists only then), else of
+  // its shard.
+  // OK if the configuration has ordered ranges (a cluster whose ZooKeeper
+  // path was made anew could hand out one without): before OwnerFor for a
+  // TreeStore.
+  Status Ordered() const {
+    if (config.ordered()) return Status::OK();
+    return Status::Unsupported("cluster " + config.name +
+                               " has no ordered store (its servers were "
+                               "started without --tree-splits)");
+  }
+  template <typename Store>
+  uint16_t OwnerFor(std::string_view key) const {
+    if constexpr (std::is_same_v<Store, TreeStore>) {
+      return config.range_owner[config.RangeOf(key)];
+    } else {
+      return OwnerIndex(key);
+    }
   }
   Result<HashStore*> StoreForKey(std::string_view key) {
     auto s = ServerOfMember(OwnerIndex(key));
@@ -341,12 +384,17 @@ struct Cluster::Impl {
   auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
     Clock::time_point deadline{};
     for (int attempt = 0;; ++attempt) {
-      const uint16_t owner = OwnerIndex(key);
+      if constexpr (std::is_same_v<Store, TreeStore>) {
+        if (Status st = Ordered(); !st.ok()) return st;
+      }
+      const uint16_t owner = OwnerFor<Store>(key);
       auto store = [&]() -> Result<Store*> {
         auto s = ServerOfMember(owner);
         if (!s.ok()) return s.status();
         if constexpr (std::is_same_v<Store, OpsStore>) {
           return OpsOf(*s);
+        } else if constexpr (std::is_same_v<Store, TreeStore>) {
+          return TreeOf(*s);
         } else {
           return StoreOf(*s);
         }
@@ -369,7 +417,10 @@ struct Cluster::Impl {
                                   InTime(&deadline);
         if (attempt == 0 || failing_over) {
           const std::string addr = config.members[owner].address;
-          if (Refresh().ok() && OwnerOf(key) != addr) continue;
+          if (Refresh().ok() &&
+              config.members[OwnerFor<Store>(key)].address != addr) {
+            continue;
+          }
           if (failing_over) {
             Backoff(attempt + 1);
             continue;
@@ -786,6 +837,69 @@ struct Cluster::Impl {
     return out;
   }
 
+  // --- asynchronous tree operations (ClusterTree)
+  //
+  // One operation on the owner of `key`'s range: send(tree, reply) issues
+  // it there. A reply refused with Moved or Busy is sent again as the hash
+  // store's asynchronous operations are (Completed), else it goes to done.
+  template <typename R>
+  struct TreeOp {
+    std::string key;
+    std::function<void(TreeStore*, std::function<void(R)>)> send;
+    std::function<void(R)> done;
+    Clock::time_point deadline{};
+    int attempt = 0;
+  };
+  template <typename R>
+  void TreeIssue(std::shared_ptr<TreeOp<R>> op) {
+    auto tree = [&]() -> Result<TreeStore*> {
+      REMEM_RETURN_IF_ERROR(Ordered());
+      auto server = ServerOfMember(OwnerFor<TreeStore>(op->key));
+      if (!server.ok()) return server.status();
+      return TreeOf(*server);
+    };
+    Result<TreeStore*> t = tree();
+    if (!t.ok()) {
+      // Failed before it was sent: the callback still runs inside a Poll.
+      later.push_back(
+          [this, op, st = t.status()] { TreeCompleted(op, R(st)); });
+      return;
+    }
+    op->send(*t, [this, op](R r) { TreeCompleted(op, std::move(r)); });
+  }
+  template <typename R>
+  void TreeCompleted(const std::shared_ptr<TreeOp<R>>& op, R r) {
+    const Status& st = StatusOf(r);
+    if (Retryable(st) && InTime(&op->deadline)) {
+      Refused(st, op->attempt);
+      ++op->attempt;
+      if (IsMoved(st)) {
+        later.push_back([this, op] { TreeIssue(op); });
+      } else {
+        waiting.emplace_back(Clock::now() + BackoffPause(op->attempt),
+                             [this, op] { TreeIssue(op); });
+      }
+      return;
+    }
+    std::function<void(R)> done = std::move(op->done);
+    if (done) done(std::move(r));
+  }
+  // Starts a tree operation counted in in_flight (and first_error).
+  template <typename R>
+  void TreeAsync(std::string_view key,
+                 std::function<void(TreeStore*, std::function<void(R)>)> send,
+                 std::function<void(R)> done) {
+    ++in_flight;
+    auto op = std::make_shared<TreeOp<R>>();
+    op->key.assign(key);
+    op->send = std::move(send);
+    op->done = [this, done = std::move(done)](R r) {
+      Finish(StatusOf(r));
+      if (done) done(std::move(r));
+    };
+    TreeIssue(std::move(op));
+  }
+
   size_t Poll() {
     size_t n = loop->Poll();
     if (!later.empty()) {
@@ -1085,6 +1199,370 @@ std::vector<std::pair<std::string, Result<ServerStats>>> Cluster::Stats() {
     out.emplace_back(m.address, (*s)->session->Stats());
   }
   return out;
+}
+
+// --- the ordered store
+
+Result<ClusterTree*> Cluster::Tree(const TreeOptions& options) {
+  if (impl_->tree) return impl_->tree.get();
+  if (!impl_->config.ordered()) {
+    return Status::Unsupported(
+        "cluster " + impl_->config.name +
+        " has no ordered store (its servers were started without "
+        "--tree-splits)");
+  }
+  impl_->tree_options = options;
+  impl_->tree.reset(new ClusterTree(impl_.get(), options));
+  return impl_->tree.get();
+}
+
+ClusterTree::ClusterTree(Cluster::Impl* impl, TreeOptions options)
+    : impl_(impl), options_(std::move(options)) {}
+
+uint32_t ClusterTree::RangeOf(std::string_view key) const {
+  return impl_->config.RangeOf(key);
+}
+
+const std::string& ClusterTree::OwnerOf(std::string_view key) const {
+  const cluster::Config& c = impl_->config;
+  return c.members[c.range_owner[c.RangeOf(key)]].address;
+}
+
+uint32_t ClusterTree::max_key() const { return tree::kMaxKey; }
+uint32_t ClusterTree::max_scan() const { return tree::kMaxScanLimit; }
+
+Result<ClusterTree::Value> ClusterTree::Get(std::string_view key) {
+  return impl_->Routed<TreeStore>(key,
+                                  [&](TreeStore* t) { return t->Get(key); });
+}
+
+Result<uint64_t> ClusterTree::Put(std::string_view key,
+                                  std::string_view value) {
+  return impl_->Routed<TreeStore>(
+      key, [&](TreeStore* t) { return t->Put(key, value); });
+}
+
+Result<uint64_t> ClusterTree::PutIfAbsent(std::string_view key,
+                                          std::string_view value) {
+  return impl_->Routed<TreeStore>(
+      key, [&](TreeStore* t) { return t->PutIfAbsent(key, value); });
+}
+
+Result<uint64_t> ClusterTree::CompareAndPut(std::string_view key,
+                                            std::string_view value,
+                                            uint64_t expected) {
+  return impl_->Routed<TreeStore>(key, [&](TreeStore* t) {
+    return t->CompareAndPut(key, value, expected);
+  });
+}
+
+Status ClusterTree::Delete(std::string_view key) {
+  return impl_->Routed<TreeStore>(key,
+                                  [&](TreeStore* t) { return t->Delete(key); });
+}
+
+namespace {
+
+// A scan of [start, end) across the ordered ranges, one range's part at a
+// time, into *out: Next() says which part to ask of which range's owner,
+// PartPage() where to scan it (the first part into *out itself, reusing
+// its storage as TreeStore::ScanInto does; the others into a scratch page
+// whose items are then moved over), Add() takes it and says whether the
+// page is complete.
+class RangeWalk {
+ public:
+  using Page = TreeStore::Page;
+  RangeWalk(std::string_view start, std::string_view end, uint32_t limit,
+            TreeStore::Order order, Page* out)
+      : up_(order == TreeStore::Order::kAscending),
+        from_(start),
+        to_(end),
+        limit_(limit),
+        out_(out) {}
+
+  // The part of range r still to scan: [part_from, part_to) (part_to
+  // empty: unbounded). part_from is in range r (part_to may be r's upper
+  // split: the next range's first key), so it routes the part.
+  void Next(const cluster::Config& c) {
+    uint32_t r;
+    if (up_) {
+      r = c.RangeOf(from_);
+    } else if (to_.empty()) {
+      r = c.num_ranges() - 1;
+    } else {
+      // The range of the keys just below `to`.
+      r = c.RangeOf(to_);
+      if (r > 0 && c.splits[r - 1] == to_) --r;
+    }
+    lo_ = r == 0 ? std::string() : c.splits[r - 1];
+    hi_ = r < c.splits.size() ? c.splits[r] : std::string();
+    part_from_ = up_ || from_ >= lo_ ? from_ : lo_;
+    part_to_ = !up_ || hi_.empty() || (!to_.empty() && to_ <= hi_) ? to_ : hi_;
+  }
+  const std::string& part_from() const { return part_from_; }
+  const std::string& part_to() const { return part_to_; }
+  // Items still wanted in the page.
+  uint32_t want() const {
+    return limit_ - (first_ ? 0 : uint32_t(out_->items.size()));
+  }
+  Page* PartPage() { return first_ ? out_ : &scratch_; }
+
+  // Takes the part scanned into PartPage(); true once the page is
+  // complete: the part's limit or size ended it (more), it reached the
+  // scan's end, or the page holds 1 MiB after a range's end. (A part that
+  // answers fewer items than it was asked for, without more, left the page
+  // short of `limit`.)
+  bool Add() {
+    Page* part = PartPage();
+    for (TreeStore::Item& it : part->items) {
+      bytes_ += it.key.size() + it.value.size();
+      if (part != out_) out_->items.push_back(std::move(it));
+    }
+    first_ = false;
+    if (part->more) {
+      out_->more = true;
+      if (part != out_) out_->resume = std::move(part->resume);
+      return true;
+    }
+    // This range's part is done: the whole scan too, if it was the last.
+    if (up_ ? part_to_ == to_ : part_from_ == from_) return true;
+    (up_ ? from_ : to_) = up_ ? hi_ : lo_;
+    if (bytes_ >= tree::kScanPageBytes) {
+      // The next page starts at the next range (ascending: its first key;
+      // descending: below this range's lowest key, an exclusive end).
+      out_->more = true;
+      out_->resume = up_ ? from_ : to_;
+      return true;
+    }
+    return false;
+  }
+  // After a part failed: the page is empty, as TreeStore's.
+  void Fail() {
+    out_->items.clear();
+    out_->more = false;
+    out_->resume.clear();
+  }
+
+ private:
+  const bool up_;
+  std::string from_, to_;  // what is left of [start, end)
+  const uint32_t limit_;
+  Page* const out_;
+  bool first_ = true;  // no part taken yet
+  std::string lo_, hi_, part_from_, part_to_;
+  Page scratch_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+Status ClusterTree::CheckScan(std::string_view start, std::string_view end,
+                              uint32_t limit) const {
+  if (limit == 0 || limit > max_scan()) {
+    return Status::InvalidArgument("scan limit must be 1.." +
+                                   std::to_string(max_scan()));
+  }
+  if (!end.empty() && start > end) {
+    return Status::InvalidArgument("scan start is after its end");
+  }
+  return Status::OK();
+}
+
+Result<ClusterTree::Page> ClusterTree::Scan(std::string_view start,
+                                            std::string_view end,
+                                            uint32_t limit, Order order) {
+  Page page;
+  REMEM_RETURN_IF_ERROR(ScanInto(start, end, limit, order, &page));
+  return page;
+}
+
+Status ClusterTree::ScanInto(std::string_view start, std::string_view end,
+                             uint32_t limit, Order order, Page* page) {
+  RangeWalk walk(start, end, limit, order, page);
+  Status st = CheckScan(start, end, limit);
+  while (st.ok()) {
+    st = impl_->Ordered();
+    if (!st.ok()) break;
+    walk.Next(impl_->config);
+    st = impl_->Routed<TreeStore>(walk.part_from(), [&](TreeStore* t) {
+      return t->ScanInto(walk.part_from(), walk.part_to(), walk.want(), order,
+                         walk.PartPage());
+    });
+    if (st.ok() && walk.Add()) return st;
+  }
+  walk.Fail();
+  return st;
+}
+
+void ClusterTree::GetAsync(std::string_view key, TreeStore::GetCallback done) {
+  impl_->TreeAsync<Result<Value>>(
+      key,
+      [key = std::string(key)](TreeStore* t,
+                               std::function<void(Result<Value>)> reply) {
+        t->GetAsync(key, std::move(reply));
+      },
+      std::move(done));
+}
+
+void ClusterTree::PutAsync(std::string_view key, std::string_view value,
+                           TreeStore::VersionCallback done) {
+  impl_->TreeAsync<Result<uint64_t>>(
+      key,
+      [key = std::string(key), value = std::string(value)](
+          TreeStore* t, std::function<void(Result<uint64_t>)> reply) {
+        t->PutAsync(key, value, std::move(reply));
+      },
+      std::move(done));
+}
+
+void ClusterTree::DeleteAsync(std::string_view key, TreeStore::Callback done) {
+  impl_->TreeAsync<Status>(
+      key,
+      [key = std::string(key)](TreeStore* t,
+                               std::function<void(Status)> reply) {
+        t->DeleteAsync(key, std::move(reply));
+      },
+      std::move(done));
+}
+
+struct ClusterTree::ScanState {
+  ScanState(std::string_view start, std::string_view end, uint32_t limit,
+            Order order, Page* page)
+      : walk(start, end, limit, order, page), order(order) {}
+  RangeWalk walk;
+  const Order order;
+  std::function<void(Status)> done;  // counted in in_flight
+};
+
+void ClusterTree::ScanAsync(std::string_view start, std::string_view end,
+                            uint32_t limit, Order order,
+                            TreeStore::ScanCallback done) {
+  auto page = std::make_shared<Page>();
+  ScanAsync(start, end, limit, order, page.get(),
+            [page, done = std::move(done)](Status st) {
+              if (!done) return;
+              if (!st.ok()) return done(st);
+              done(std::move(*page));
+            });
+}
+
+void ClusterTree::ScanAsync(std::string_view start, std::string_view end,
+                            uint32_t limit, Order order, Page* page,
+                            TreeStore::Callback done) {
+  Cluster::Impl* im = impl_;
+  ++im->in_flight;
+  auto scan = std::make_shared<ScanState>(start, end, limit, order, page);
+  scan->done = [im, scan_state = scan.get(),
+                done = std::move(done)](Status st) {
+    if (!st.ok()) scan_state->walk.Fail();
+    im->Finish(st);
+    if (done) done(st);
+  };
+  if (Status st = CheckScan(start, end, limit); !st.ok()) {
+    im->later.push_back([scan, st] { scan->done(st); });
+    return;
+  }
+  ScanStep(im, std::move(scan));
+}
+
+void ClusterTree::ScanStep(Cluster::Impl* im, std::shared_ptr<ScanState> scan) {
+  if (Status st = im->Ordered(); !st.ok()) {
+    im->later.push_back([scan, st] { scan->done(st); });
+    return;
+  }
+  scan->walk.Next(im->config);
+  auto op = std::make_shared<Cluster::Impl::TreeOp<Status>>();
+  op->key = scan->walk.part_from();
+  op->send = [scan](TreeStore* t, std::function<void(Status)> reply) {
+    RangeWalk& w = scan->walk;
+    t->ScanAsync(w.part_from(), w.part_to(), w.want(), scan->order,
+                 w.PartPage(), std::move(reply));
+  };
+  op->done = [im, scan](Status st) {
+    if (!st.ok()) return scan->done(st);
+    if (scan->walk.Add()) return scan->done(Status::OK());
+    ScanStep(im, scan);
+  };
+  im->TreeIssue(std::move(op));
+}
+
+Result<ClusterTree::Page> ClusterTree::ScanPrefix(std::string_view prefix,
+                                                  uint32_t limit, Order order) {
+  // PrefixEnd is empty for a prefix of 0xff bytes (or none): unbounded.
+  return Scan(prefix, tree::PrefixEnd(prefix), limit, order);
+}
+
+std::vector<Result<ClusterTree::Value>> ClusterTree::MultiGet(
+    const std::vector<std::string_view>& keys) {
+  Cluster::Impl* im = impl_;
+  return im->Batched<Result<Value>>(
+      keys.size(), [&](const std::vector<size_t>& todo,
+                       std::vector<Result<Value>>& out, size_t& pending) {
+        if (Status st = im->Ordered(); !st.ok()) {
+          for (size_t i : todo) out[i] = st;
+          return;
+        }
+        // Each owner's keys in one batch, all owners at once.
+        std::map<uint16_t, std::vector<size_t>> per_owner;
+        for (size_t i : todo) {
+          per_owner[im->OwnerFor<TreeStore>(keys[i])].push_back(i);
+        }
+        for (auto& [owner, items] : per_owner) {
+          auto server = im->ServerOfMember(owner);
+          Result<TreeStore*> t =
+              server.ok() ? im->TreeOf(*server) : server.status();
+          if (!t.ok()) {
+            for (size_t i : items) out[i] = t.status();
+            continue;
+          }
+          std::vector<std::string_view> batch;
+          for (size_t i : items) batch.push_back(keys[i]);
+          ++pending;
+          (*t)->MultiGetAsync(batch, [&out, &pending, items = std::move(items)](
+                                         std::vector<Result<Value>> r) {
+            for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+              out[items[j]] = std::move(r[j]);
+            }
+            --pending;
+          });
+        }
+      });
+}
+
+std::vector<Result<uint64_t>> ClusterTree::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  Cluster::Impl* im = impl_;
+  return im->Batched<Result<uint64_t>>(
+      pairs.size(), [&](const std::vector<size_t>& todo,
+                        std::vector<Result<uint64_t>>& out, size_t& pending) {
+        if (Status st = im->Ordered(); !st.ok()) {
+          for (size_t i : todo) out[i] = st;
+          return;
+        }
+        std::map<uint16_t, std::vector<size_t>> per_owner;
+        for (size_t i : todo) {
+          per_owner[im->OwnerFor<TreeStore>(pairs[i].first)].push_back(i);
+        }
+        for (auto& [owner, items] : per_owner) {
+          auto server = im->ServerOfMember(owner);
+          Result<TreeStore*> t =
+              server.ok() ? im->TreeOf(*server) : server.status();
+          if (!t.ok()) {
+            for (size_t i : items) out[i] = t.status();
+            continue;
+          }
+          std::vector<std::pair<std::string_view, std::string_view>> batch;
+          for (size_t i : items) batch.push_back(pairs[i]);
+          ++pending;
+          (*t)->MultiPutAsync(batch, [&out, &pending, items = std::move(items)](
+                                         std::vector<Result<uint64_t>> r) {
+            for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+              out[items[j]] = std::move(r[j]);
+            }
+            --pending;
+          });
+        }
+      });
 }
 
 }  // namespace remem

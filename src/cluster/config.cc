@@ -100,6 +100,62 @@ uint32_t Config::filling_shards() const {
   return n;
 }
 
+uint32_t Config::RangeOf(std::string_view key) const {
+  // The number of split keys at or below `key`.
+  return uint32_t(
+      std::upper_bound(splits.begin(), splits.end(), key,
+                       [](std::string_view k, const std::string& s) {
+                         return k < std::string_view(s);
+                       }) -
+      splits.begin());
+}
+
+uint32_t Config::RangesOf(int index) const {
+  return uint32_t(
+      std::count(range_owner.begin(), range_owner.end(), uint16_t(index)));
+}
+
+Result<std::vector<std::string>> ParseSplits(std::string_view list) {
+  std::vector<std::string> out;
+  if (list.empty()) return out;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view one = list.substr(0, comma);
+    if (one.empty()) {
+      return Status::InvalidArgument(
+          "--tree-splits: an empty split key (keys are separated by single "
+          "commas)");
+    }
+    if (one.size() > kMaxSplitBytes) {
+      return Status::InvalidArgument("--tree-splits: a split key is at most " +
+                                     std::to_string(kMaxSplitBytes) + " bytes");
+    }
+    out.emplace_back(one);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i] == out[i - 1]) {
+      return Status::InvalidArgument("--tree-splits: '" + out[i] +
+                                     "' is given twice");
+    }
+  }
+  if (out.size() >= kMaxRanges) {
+    return Status::InvalidArgument("--tree-splits: at most " +
+                                   std::to_string(kMaxRanges - 1) +
+                                   " split keys");
+  }
+  size_t total = 0;
+  for (const std::string& k : out) total += k.size();
+  if (total > kMaxSplitsTotalBytes) {
+    return Status::InvalidArgument("--tree-splits: at most " +
+                                   std::to_string(kMaxSplitsTotalBytes) +
+                                   " bytes of split keys in all");
+  }
+  return out;
+}
+
 uint32_t Config::moving() const {
   return uint32_t(std::count_if(next.begin(), next.end(),
                                 [](uint16_t n) { return n != kNoMember; }));
@@ -107,7 +163,8 @@ uint32_t Config::moving() const {
 
 Config InitialConfig(std::string name, uint32_t epoch,
                      std::vector<Member> members, uint32_t num_shards,
-                     uint32_t replicas) {
+                     uint32_t replicas,
+                     const std::optional<std::vector<std::string>>& splits) {
   std::sort(
       members.begin(), members.end(),
       [](const Member& a, const Member& b) { return a.address < b.address; });
@@ -143,6 +200,13 @@ Config InitialConfig(std::string name, uint32_t epoch,
   for (uint64_t s = 0; s < num_shards; ++s) {
     const std::vector<uint16_t>& b = chain[c.owner[s]];
     for (uint32_t i = 0; i < b.size(); ++i) c.backups[s * replicas + i] = b[i];
+  }
+  if (splits.has_value()) {
+    c.splits = *splits;
+    c.range_owner.resize(splits->size() + 1);
+    for (size_t r = 0; r < c.range_owner.size(); ++r) {
+      c.range_owner[r] = uint16_t(r % n);
+    }
   }
   return c;
 }
@@ -335,6 +399,7 @@ std::optional<Config> NextBalanceStep(const Config& current,
   // own shards or take them, then the live ones that are new.
   std::vector<uint32_t> count(current.members.size(), 0);
   for (uint16_t o : current.owner) ++count[o];
+  for (uint16_t o : current.range_owner) ++count[o];
   Config next;
   next.name = current.name;
   next.epoch = current.epoch + 1;
@@ -358,6 +423,10 @@ std::optional<Config> NextBalanceStep(const Config& current,
   next.owner.resize(num_shards);
   for (uint32_t s = 0; s < num_shards; ++s) {
     next.owner[s] = uint16_t(remap[current.owner[s]]);
+  }
+  next.splits = current.splits;
+  for (uint16_t o : current.range_owner) {
+    next.range_owner.push_back(uint16_t(remap[o]));
   }
   next.next.assign(num_shards, kNoMember);
   // Each eligible member's share, the first ones by address taking the
@@ -713,6 +782,12 @@ std::string EncodeConfig(const Config& c) {
   for (uint32_t s = 0; s < c.num_shards(); ++s) {
     proto::Append(&out, c.RetiringOf(s));
   }
+  proto::Append(&out, c.num_ranges());
+  for (uint16_t o : c.range_owner) proto::Append(&out, o);
+  for (const std::string& k : c.splits) {
+    proto::Append(&out, uint16_t(k.size()));
+    out += k;
+  }
   return out;
 }
 
@@ -858,6 +933,33 @@ Result<Config> DecodeConfig(std::string_view bytes) {
       any = true;
     }
     if (!any) c.retiring.clear();
+  }
+  if (h.version >= 7) {
+    uint32_t ranges = 0;
+    if (!r.Read(&ranges) || ranges > kMaxRanges ||
+        r.remaining() < uint64_t(ranges) * sizeof(uint16_t) ||
+        (ranges > 0 && h.replicas > 0)) {
+      return proto::Bad("cluster configuration: bad ordered range count");
+    }
+    c.range_owner.resize(ranges);
+    for (uint16_t& o : c.range_owner) {
+      (void)r.Read(&o);
+      if (o >= h.num_members) {
+        return proto::Bad("cluster configuration: range owned by no member");
+      }
+    }
+    size_t total = 0;
+    for (uint32_t i = 0; i + 1 < ranges; ++i) {
+      uint16_t len = 0;
+      std::string k;
+      if (!r.Read(&len) || len == 0 || len > kMaxSplitBytes ||
+          (total += len) > kMaxSplitsTotalBytes || !r.ReadBytes(len, &k) ||
+          (i > 0 && !(c.splits.back() < k))) {
+        return proto::Bad("cluster configuration: bad split key " +
+                          std::to_string(i));
+      }
+      c.splits.push_back(std::move(k));
+    }
   }
   if (h.version >= 5) {
     if (r.remaining() != 0) {

@@ -4,6 +4,12 @@
 // the cluster client routes by it (include/remem/cluster.h). One encoding
 // serves all three; docs/PROTOCOL.md section 9 describes it.
 //
+// The ordered store (tree/, issue #14) is sharded apart: by key range, so
+// that a scan walks its ranges in order. A cluster formed with split keys
+// (remem-server --tree-splits) has one ordered shard per range, each owned
+// by one member; ranges are placed once, when the cluster forms, and do not
+// move (nor are they replicated: --tree-splits refuses --replicas).
+//
 // Keys map to a fixed number of shards by hash (ShardOf); each shard is
 // owned by one member (its primary) and, in a replicated cluster
 // (`replicas` f > 0, issue #13), copied on up to f other members (its
@@ -32,6 +38,12 @@ inline constexpr uint32_t kMaxNameBytes = 255;
 inline constexpr uint32_t kMaxAddressBytes = 1024;
 inline constexpr uint32_t kMaxReplicas = 4;
 inline constexpr uint32_t kMaxDomainBytes = 64;
+// Ordered shards (the ordered store's key ranges, --tree-splits).
+inline constexpr uint32_t kMaxRanges = 4096;
+inline constexpr uint32_t kMaxSplitBytes = 1024;
+// All split keys together (the configuration must fit in a ZooKeeper node,
+// 1 MiB, beside the shard tables).
+inline constexpr uint32_t kMaxSplitsTotalBytes = 64 << 10;
 
 // A failure domain's name (remem-server --failure-domain): 1 to
 // kMaxDomainBytes of [A-Za-z0-9_.-] (or empty: none declared).
@@ -95,6 +107,20 @@ struct Config {
   uint16_t RetiringOf(uint32_t s) const {
     return retiring.empty() ? kNoMember : retiring[s];
   }
+  // Ordered shards (version 7): range r holds the keys in [splits[r - 1],
+  // splits[r]) (the first from the smallest key, the last unbounded), and
+  // range_owner[r] is the index into members of its owner. `splits` is
+  // strictly ascending, of non-empty keys of at most kMaxSplitBytes;
+  // range_owner has one more entry. Both empty: the cluster has no
+  // ordered store.
+  std::vector<std::string> splits;
+  std::vector<uint16_t> range_owner;
+  bool ordered() const { return !range_owner.empty(); }
+  uint32_t num_ranges() const { return uint32_t(range_owner.size()); }
+  // The range holding `key` (needs ordered()).
+  uint32_t RangeOf(std::string_view key) const;
+  // Ranges owned by members[index].
+  uint32_t RangesOf(int index) const;
 
   uint32_t num_shards() const { return uint32_t(owner.size()); }
   // Whether members[index] holds a copy of shard s as a backup (in a slot,
@@ -130,9 +156,19 @@ struct Config {
 // the shards of the f members before it. With failure domains, the next
 // members in that order whose domain is not the owner's nor another
 // backup's come first, then the next ones in any domain. Needs f < n.
-Config InitialConfig(std::string name, uint32_t epoch,
-                     std::vector<Member> members, uint32_t num_shards,
-                     uint32_t replicas = 0);
+// With `splits` (nullopt: no ordered store; an empty list: one range),
+// range r is owned by member r mod n, members in that address order.
+Config InitialConfig(
+    std::string name, uint32_t epoch, std::vector<Member> members,
+    uint32_t num_shards, uint32_t replicas = 0,
+    const std::optional<std::vector<std::string>>& splits = std::nullopt);
+
+// Parses --tree-splits: split keys separated by commas, as given (no
+// escapes: a split key cannot hold a comma), put in order; "" is one
+// range. InvalidArgument for an empty key between commas, a key longer
+// than kMaxSplitBytes, a key given twice, more than kMaxRanges - 1 keys,
+// or more than kMaxSplitsTotalBytes of them.
+Result<std::vector<std::string>> ParseSplits(std::string_view list);
 
 // The next step towards a balanced cluster from `current` (with no shard
 // moving), or nullopt if it is balanced: a configuration one epoch newer
@@ -143,8 +179,9 @@ Config InitialConfig(std::string name, uint32_t epoch,
 // divide evenly); shards leave drained members and members above their
 // share. A member that is not live keeps its shards (without replicas its
 // data is nowhere else). Members new in `live` are appended (indexes of the
-// current members stay); members that own nothing and are not live, or are
-// drained, are dropped.
+// current members stay); members that own nothing (no shard, no ordered
+// range) and are not live, or are drained, are dropped. Ordered ranges
+// keep their owners.
 std::optional<Config> NextBalanceStep(const Config& current,
                                       const std::vector<Member>& live,
                                       const std::vector<std::string>& drained,

@@ -79,16 +79,19 @@ TEST(ClusterConfig, EncodesAndDecodesAndRefusesEveryMalformedPart) {
   EXPECT_FALSE(patched(24, uint32_t(1)).ok());  // reserved
   // A shard owned by a member that does not exist, or moving to one.
   // (The tail: three incarnations, three empty failure domains, the
-  // retiring table.)
+  // retiring table, the ordered ranges' count.)
+  const size_t ranges = bytes.size() - sizeof(uint32_t);
   const size_t incarnations =
-      bytes.size() - 2 * kDefaultShards - 3 - 3 * sizeof(uint64_t);
+      ranges - 2 * kDefaultShards - 3 - 3 * sizeof(uint64_t);
   const size_t owners = incarnations - 4 * kDefaultShards;
   EXPECT_FALSE(patched(owners, uint16_t(3)).ok());
   EXPECT_FALSE(patched(incarnations - 2, uint16_t(3)).ok());
   // ... or moving to its own owner.
   EXPECT_FALSE(patched(incarnations - 2, c.owner.back()).ok());
   // A retiring copy in a configuration without replicas.
-  EXPECT_FALSE(patched(bytes.size() - 2, uint16_t(1)).ok());
+  EXPECT_FALSE(patched(ranges - 2, uint16_t(1)).ok());
+  // Ordered ranges whose owners and splits are missing.
+  EXPECT_FALSE(patched(ranges, uint32_t(1)).ok());
   // A name that is not a path component.
   std::string bad_name = bytes;
   bad_name[sizeof(ConfigHeader)] = '/';
@@ -143,9 +146,10 @@ TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
   // incarnations.
   const Config plain = ThreeServers();
   std::string v1 = EncodeConfig(plain);
-  // (version 6 ends with the retiring table, before it version 5 the
-  // domains, version 3 the incarnations, version 2 the next table)
-  v1.resize(v1.size() - 2 * plain.num_shards() -
+  // (version 7 ends with the ordered ranges' count, 0 here, before it
+  // version 6 the retiring table, version 5 the domains, version 3 the
+  // incarnations, version 2 the next table)
+  v1.resize(v1.size() - sizeof(uint32_t) - 2 * plain.num_shards() -
             plain.members.size() * (sizeof(uint64_t) + 1) -
             2 * plain.num_shards());
   const uint16_t one = 1;
@@ -158,6 +162,112 @@ TEST(ClusterConfig, MovingShardsRoundTripAndVersionOneIsStillRead) {
   auto none = DecodeConfig(EncodeConfig(plain));
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->next.empty());
+}
+
+TEST(ClusterConfig, OrderedRangesRoundTripRouteByKeyAndRefuseBadTables) {
+  const std::vector<std::string> splits = {"g", "n", "user5"};
+  const Config c = InitialConfig(
+      "prod", 1,
+      {{"10.0.0.3:7400", 3}, {"10.0.0.1:7400", 1}, {"10.0.0.2:7400", 2}},
+      kDefaultShards, 0, splits);
+  ASSERT_TRUE(c.ordered());
+  ASSERT_EQ(c.num_ranges(), 4u);
+  // Range r to member r mod 3, in address order.
+  EXPECT_EQ(c.range_owner, (std::vector<uint16_t>{0, 1, 2, 0}));
+  EXPECT_EQ(c.RangesOf(0), 2u);
+  EXPECT_EQ(c.RangesOf(2), 1u);
+  // A split key starts its range; "" and keys below "g" are in range 0.
+  const std::vector<std::pair<std::string, uint32_t>> where = {
+      {"", 0},
+      {"a", 0},
+      {"f\xff", 0},
+      {"g", 1},
+      {std::string("g\0", 2), 1},
+      {"mzz", 1},
+      {"n", 2},
+      {"user4999", 2},
+      {"user5", 3},
+      {"user50", 3},
+      {"zzz", 3},
+      {std::string(1, '\0'), 0}};
+  for (const auto& [k, r] : where) EXPECT_EQ(c.RangeOf(k), r) << k;
+
+  const std::string bytes = EncodeConfig(c);
+  auto d = DecodeConfig(bytes);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->splits, splits);
+  EXPECT_EQ(d->range_owner, c.range_owner);
+  EXPECT_EQ(EncodeConfig(*d), bytes);
+  for (size_t n = bytes.size() - 40; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeConfig(bytes.substr(0, n)).ok()) << n;
+  }
+  // The tables' offsets from the end: the splits (2 + 1, 2 + 1, 2 + 5
+  // bytes), the owners (4 x 2), the count.
+  const size_t splits_at = bytes.size() - 13;
+  const size_t owners_at = splits_at - 8;
+  const size_t count_at = owners_at - 4;
+  auto patched = [&](size_t off, auto v) {
+    std::string b = bytes;
+    std::memcpy(b.data() + off, &v, sizeof(v));
+    return DecodeConfig(b);
+  };
+  EXPECT_FALSE(patched(count_at, uint32_t(kMaxRanges + 1)).ok());
+  // Three ranges: the fourth owner's bytes (0) read as an empty split key.
+  EXPECT_FALSE(patched(count_at, uint32_t(3)).ok());
+  EXPECT_FALSE(DecodeConfig(bytes + std::string(1, '\0')).ok());  // trailing
+  // Ranges with replicas (--tree-splits refuses --replicas).
+  const Config replicated = InitialConfig(
+      "prod", 1, {{"10.0.0.1:7400", 1}, {"10.0.0.2:7400", 1}}, 64, 1, splits);
+  EXPECT_FALSE(DecodeConfig(EncodeConfig(replicated)).ok());
+  Config unreplicated = replicated;
+  unreplicated.range_owner.clear();
+  unreplicated.splits.clear();
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(unreplicated)).ok());
+  EXPECT_FALSE(patched(owners_at + 2, uint16_t(3)).ok());  // no member 3
+  EXPECT_FALSE(patched(splits_at, uint16_t(0)).ok());      // an empty key
+  // "n" -> "f": out of order.
+  EXPECT_FALSE(patched(splits_at + 5, uint8_t('f')).ok());
+  // "n" -> "g": given twice.
+  EXPECT_FALSE(patched(splits_at + 5, uint8_t('g')).ok());
+  EXPECT_TRUE(patched(splits_at + 5, uint8_t('h')).ok());
+
+  // Without splits: no ordered store; an empty list: one range.
+  EXPECT_FALSE(ThreeServers().ordered());
+  const Config one =
+      InitialConfig("prod", 1, {{"10.0.0.1:7400", 1}}, kDefaultShards, 0,
+                    std::vector<std::string>{});
+  ASSERT_EQ(one.num_ranges(), 1u);
+  EXPECT_EQ(one.RangeOf("anything"), 0u);
+  auto od = DecodeConfig(EncodeConfig(one));
+  ASSERT_TRUE(od.ok());
+  EXPECT_TRUE(od->ordered());
+}
+
+TEST(ClusterConfig, SplitsAreParsedSortedAndBadListsRefused) {
+  auto s = ParseSplits("m,c,user:5");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(*s, (std::vector<std::string>{"c", "m", "user:5"}));
+  auto none = ParseSplits("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  for (const std::string& bad :
+       std::vector<std::string>{",", "a,", ",a", "a,,b", "a,b,a",
+                                std::string(kMaxSplitBytes + 1, 'k')}) {
+    auto r = ParseSplits(bad);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  std::string many;
+  for (uint32_t i = 0; i < kMaxRanges; ++i) {
+    many += (i ? "," : "") + std::to_string(100000 + i);
+  }
+  EXPECT_FALSE(ParseSplits(many).ok());
+  // At most 64 KiB in all (the configuration fits a ZooKeeper node).
+  std::string big;
+  for (int i = 0; i < 65; ++i) {
+    big += (i ? "," : "") + std::to_string(100 + i) + std::string(1021, 'k');
+  }
+  EXPECT_TRUE(ParseSplits(big.substr(0, big.rfind(','))).ok());
+  EXPECT_FALSE(ParseSplits(big).ok());
 }
 
 // Runs balance steps, each completed, until the cluster is balanced; the
@@ -182,6 +292,40 @@ int Balance(Config* c, const std::vector<Member>& live,
     if (++steps > 1000) break;
   }
   return steps;
+}
+
+TEST(ClusterConfig, RangesStayWithTheirOwnersAsShardsMove) {
+  Config c =
+      InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},
+                    kDefaultShards, 0, std::vector<std::string>{"k", "t"});
+  // Ranges 0 and 2 on 10.0.0.1, range 1 on 10.0.0.2.
+  auto owner_of = [&](uint32_t r) {
+    return c.members[c.range_owner[r]].address;
+  };
+  std::vector<Member> live = c.members;
+  live.insert(live.begin(), {"10.0.0.0:1", 1});
+  Balance(&c, live, {}, 200);
+  EXPECT_EQ(c.members.size(), 3u);
+  EXPECT_EQ(owner_of(0), "10.0.0.1:1");
+  EXPECT_EQ(owner_of(1), "10.0.0.2:1");
+  EXPECT_EQ(owner_of(2), "10.0.0.1:1");
+  EXPECT_EQ(c.splits, (std::vector<std::string>{"k", "t"}));
+  // Drained: its hash shards leave; it stays a member while it owns
+  // ranges (they do not move), so the indexes of the others are remapped.
+  Balance(&c, live, {"10.0.0.1:1"}, 1024);
+  EXPECT_EQ(c.ShardsOf(c.IndexOf("10.0.0.1:1")), 0u);
+  EXPECT_EQ(owner_of(0), "10.0.0.1:1");
+  EXPECT_EQ(owner_of(1), "10.0.0.2:1");
+  // A member that owns no range and no shard is dropped; the ranges'
+  // owner indexes follow (the second member's range is renumbered from
+  // index 1 to 0 once the first is gone).
+  Config d = InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},
+                           kDefaultShards, 0, std::vector<std::string>{});
+  d.range_owner = {1};
+  Balance(&d, d.members, {"10.0.0.1:1"}, 1024);
+  ASSERT_EQ(d.members.size(), 1u);
+  EXPECT_EQ(d.members[0].address, "10.0.0.2:1");
+  EXPECT_EQ(d.range_owner, (std::vector<uint16_t>{0}));
 }
 
 TEST(ClusterConfig, AJoiningServerGetsItsShareInBoundedSteps) {

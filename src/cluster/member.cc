@@ -59,6 +59,27 @@ int CreatePersistent(zhandle_t* zh, const std::string& path) {
   return rc == ZNODEEXISTS ? ZOK : rc;
 }
 
+// Whether a configuration has the ordered ranges a server was started
+// with (Conflict saying how they differ).
+Status SameSplits(const Config& c,
+                  const std::optional<std::vector<std::string>>& splits) {
+  auto list = [](const std::vector<std::string>& s) {
+    std::string out;
+    for (const std::string& k : s) out += (out.empty() ? "" : ",") + k;
+    return "'" + out + "'";
+  };
+  if (c.ordered() == splits.has_value() &&
+      (!splits.has_value() || c.splits == *splits)) {
+    return Status::OK();
+  }
+  return Status::Conflict(
+      (c.ordered() ? "has the ordered split keys " + list(c.splits)
+                   : std::string("has no ordered store")) +
+      "; this server was started " +
+      (splits.has_value() ? "with --tree-splits " + list(*splits)
+                          : std::string("without --tree-splits")));
+}
+
 }  // namespace
 
 ClusterMember::ClusterMember(MemberOptions options, Ownership* ownership)
@@ -88,6 +109,11 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
   if (!ValidDomain(options.self.domain)) {
     return Status::InvalidArgument(
         "a failure domain is 1 to 64 of [A-Za-z0-9_.-]");
+  }
+  if (options.tree_splits.has_value() && options.replicas > 0) {
+    return Status::InvalidArgument(
+        "--tree-splits with --replicas: the ordered store's ranges are not "
+        "replicated yet (form the cluster without one of them)");
   }
   if (options.replicas >= options.initial_size) {
     return Status::InvalidArgument("--replicas " +
@@ -141,6 +167,9 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
           "cluster " + base + " has " + std::to_string(c->num_shards()) +
           " shards; this server was started with --shards " +
           std::to_string(m->options_.num_shards));
+    }
+    if (Status st = SameSplits(*c, m->options_.tree_splits); !st.ok()) {
+      return Status::Conflict("cluster " + base + " " + st.message());
     }
   }
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
@@ -360,6 +389,14 @@ void ClusterMember::FollowConfig() {
                c->num_shards(), options_.num_shards);
     return;
   }
+  if (Status st = SameSplits(*c, options_.tree_splits);
+      !st.ok() && !splits_warned_) {
+    // The cluster formed while this server started (Start checks a formed
+    // one): the configuration's ranges are the cluster's, and serve.
+    log::Warn("cluster: the configuration {}; the configuration's are used",
+              st.message());
+    splits_warned_ = true;
+  }
   const uint32_t epoch = c->epoch;
   if (ownership_->Install(std::move(*c))) {
     const auto* cur = ownership_->latest();
@@ -436,8 +473,16 @@ void ClusterMember::ManagerDuty() {
   if (all.size() < options_.initial_size) return;
   if (all.size() > kMaxMembers) all.resize(kMaxMembers);
   Config c = InitialConfig(options_.target.name, 1, std::move(all),
-                           options_.num_shards, options_.replicas);
+                           options_.num_shards, options_.replicas,
+                           options_.tree_splits);
   const std::string bytes = EncodeConfig(c);
+  if (bytes.size() > size_t(kMaxConfigBytes)) {
+    log::Error(
+        "cluster: the first configuration takes {} bytes, more than a "
+        "ZooKeeper node holds ({}): fewer --shards or --tree-splits",
+        bytes.size(), kMaxConfigBytes);
+    return;
+  }
   // Created once: if another manager got there first, this fails and the
   // next FollowConfig installs theirs.
   const int rc =

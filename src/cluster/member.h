@@ -125,6 +125,11 @@ struct MemberOptions {
   // Backups per shard of a new cluster (its first configuration; the
   // configuration then says). 0: no replication.
   uint32_t replicas = 0;
+  // The ordered store's split keys of a new cluster (config.h, "ordered
+  // shards"); nullopt: none. A cluster already formed with other splits,
+  // or without, cannot take this server (Start: Conflict); one that formed
+  // while it started is followed as formed (a warning is logged).
+  std::optional<std::vector<std::string>> tree_splits;
   // The member lease the manager grants (member_lease.h).
   std::chrono::milliseconds lease{500};
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
@@ -295,6 +300,9 @@ class ClusterMember {
   zhandle_t* zh_ = nullptr;  // the member's thread's, after Start
   std::string election_node_;
   bool config_seen_ = false;
+  // The configuration's ordered ranges differ from --tree-splits (logged
+  // once).
+  bool splits_warned_ = false;
   bool was_connected_ = true;  // the member's thread's
 
   std::mutex mu_;

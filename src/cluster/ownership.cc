@@ -158,6 +158,58 @@ Status Ownership::Check(std::string_view key, bool write) const {
                       " is being handed over to another server");
 }
 
+namespace {
+
+// Range r's owner in `c`, or the error a request for it gets.
+Status RangeOwnedBy(const Ownership::Installed* c, uint32_t r) {
+  const Config& config = c->config;
+  if (c->self >= 0 && config.range_owner[r] == uint16_t(c->self)) {
+    return Status::OK();
+  }
+  return Status::Moved("ordered range " + std::to_string(r) + " is served by " +
+                       config.members[config.range_owner[r]].address +
+                       " in epoch " + std::to_string(config.epoch));
+}
+
+Status NoOrderedStore(const Ownership::Installed* c) {
+  if (c == nullptr) {
+    return Status::Busy(
+        "this cluster member has no configuration yet (the cluster is still "
+        "forming)");
+  }
+  if (!c->config.ordered()) {
+    return Status::Unsupported(
+        "cluster " + c->config.name +
+        " has no ordered store (its servers were started without "
+        "--tree-splits)");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Ownership::HasOrderedStore() const { return NoOrderedStore(current()); }
+
+Status Ownership::OwnsRange(std::string_view key) const {
+  const Installed* c = current();
+  REMEM_RETURN_IF_ERROR(NoOrderedStore(c));
+  return RangeOwnedBy(c, c->config.RangeOf(key));
+}
+
+Status Ownership::OwnsScan(std::string_view start, std::string_view end) const {
+  const Installed* c = current();
+  REMEM_RETURN_IF_ERROR(NoOrderedStore(c));
+  const Config& config = c->config;
+  const uint32_t r = config.RangeOf(start);
+  REMEM_RETURN_IF_ERROR(RangeOwnedBy(c, r));
+  if (r == config.splits.size()) return Status::OK();  // the last: unbounded
+  const std::string& upper = config.splits[r];
+  if (!end.empty() && end <= std::string_view(upper)) return Status::OK();
+  return Status::InvalidArgument(
+      "the scan goes past this server's ordered range, which ends before '" +
+      upper + "' (scan a cluster through its cluster client)");
+}
+
 Result<const Ownership::Installed*> Ownership::AdmitsReplication(
     uint32_t epoch) const {
   const Installed* c = current();

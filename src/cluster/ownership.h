@@ -128,6 +128,18 @@ class Ownership {
   Status Owns(std::string_view key) const { return Check(key, false); }
   // Owns, and not frozen (Busy: the shard is being handed over).
   Status Writable(std::string_view key) const { return Check(key, true); }
+  // The ordered store's ranges (config.h, "ordered shards"; they never
+  // move): OK if this server owns the range of `key`; Moved naming its
+  // owner; Busy before the first configuration; Unsupported if the cluster
+  // has no ordered store.
+  Status OwnsRange(std::string_view key) const;
+  // OK if the configuration has an ordered store; else Busy before the
+  // first configuration, Unsupported without ranges.
+  Status HasOrderedStore() const;
+  // A scan of [start, end) (an empty end: unbounded): OwnsRange(start),
+  // and InvalidArgument if the scan goes past the end of that range (the
+  // cluster client splits a scan by range, in order).
+  Status OwnsScan(std::string_view start, std::string_view end) const;
   // True if `key`'s shard is owned here and moving away (its writes are
   // noted for the new owner).
   bool Outgoing(std::string_view key) const;

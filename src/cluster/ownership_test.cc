@@ -30,6 +30,43 @@ TEST(Ownership, NothingIsOwnedBeforeTheFirstConfiguration) {
   EXPECT_EQ(o.Admits(1).code(), StatusCode::kBusy);
 }
 
+TEST(Ownership, OrderedRangesAreOwnedByRangeAndScansStayInOne) {
+  // Ranges ["", "g"), ["g", "p"), ["p", ...): a:1, b:1, a:1.
+  const Config c = InitialConfig("c", 1, {{"a:1", 1}, {"b:1", 1}}, 64, 0,
+                                 std::vector<std::string>{"g", "p"});
+  Ownership a("a:1"), b("b:1");
+  EXPECT_EQ(a.OwnsRange("k").code(), StatusCode::kBusy);
+  ASSERT_TRUE(a.Install(c));
+  ASSERT_TRUE(b.Install(c));
+  EXPECT_TRUE(a.OwnsRange("").ok());
+  EXPECT_TRUE(a.OwnsRange("f").ok());
+  EXPECT_TRUE(a.OwnsRange("zzz").ok());
+  EXPECT_EQ(a.OwnsRange("g").code(), StatusCode::kMoved);
+  EXPECT_NE(a.OwnsRange("g").message().find("b:1"), std::string::npos);
+  EXPECT_TRUE(b.OwnsRange("g").ok());
+  EXPECT_TRUE(b.OwnsRange("ozz").ok());
+  EXPECT_EQ(b.OwnsRange("p").code(), StatusCode::kMoved);
+  // A scan within one range; up to its end ("p", excluded); past it.
+  EXPECT_TRUE(b.OwnsScan("g", "p").ok());
+  EXPECT_TRUE(b.OwnsScan("h", "i").ok());
+  EXPECT_EQ(b.OwnsScan("h", std::string("p\0", 2)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.OwnsScan("h", "").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.OwnsScan("a", "b").code(), StatusCode::kMoved);
+  EXPECT_TRUE(a.OwnsScan("p", "").ok());  // the last range is unbounded
+  EXPECT_TRUE(a.OwnsScan("", "g").ok());
+
+  // A cluster formed without --tree-splits has no ordered store.
+  Ownership plain("a:1");
+  ASSERT_TRUE(plain.Install(TwoServers(1)));
+  EXPECT_EQ(plain.OwnsRange("k").code(), StatusCode::kUnsupported);
+  EXPECT_EQ(plain.OwnsScan("a", "b").code(), StatusCode::kUnsupported);
+  // A server the configuration does not name owns no range.
+  Ownership stranger("z:1");
+  ASSERT_TRUE(stranger.Install(c));
+  EXPECT_EQ(stranger.OwnsRange("k").code(), StatusCode::kMoved);
+}
+
 TEST(Ownership, TheFirstConfigurationIsServedOnlyOnceEveryPurgeIsDone) {
   Ownership o("a:1");
   o.RequirePurge(2);

@@ -13,9 +13,9 @@ namespace remem::cluster {
 inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
 // Version 2 added the `next` table, version 3 replicas and incarnations,
 // version 4 filling backups (kBackupFilling), version 5 failure domains,
-// version 6 retiring copies; versions 1 (no shard ever moving) to 5 are
-// still read.
-inline constexpr uint16_t kConfigVersion = 6;
+// version 6 retiring copies, version 7 ordered shards; versions 1 (no
+// shard ever moving) to 6 are still read.
+inline constexpr uint16_t kConfigVersion = 7;
 // Set in a backup index (version 4): that backup is being filled. Member
 // indexes stay below kMaxMembers (4096), so the bit is free.
 inline constexpr uint16_t kBackupFilling = 0x8000;
@@ -29,7 +29,11 @@ inline constexpr uint16_t kBackupFilling = 0x8000;
 // kBackupFilling set for a backup being filled) and `num_members` uint64
 // incarnations, then (version 5) per member a uint8 length and that many
 // bytes of its failure domain (0: none), then (version 6) `num_shards`
-// uint16 indexes of each shard's retiring copy (0xFFFF: none).
+// uint16 indexes of each shard's retiring copy (0xFFFF: none), then
+// (version 7) the ordered shards: a uint32 count of key ranges (0: the
+// cluster has no ordered store), that many uint16 owner indexes, and per
+// split key (one fewer than the ranges, ascending) a uint16 length and its
+// bytes.
 struct ConfigHeader {
   uint32_t magic;    // kConfigMagic
   uint16_t version;  // kConfigVersion

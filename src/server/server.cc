@@ -216,6 +216,15 @@ void CoreService::Handle(PartitionId, Call call) {
             "no member '" + call.payload + "' in configuration epoch " +
             std::to_string(c->config.epoch)));
       }
+      // Ordered ranges stay where the cluster placed them (config.h).
+      if (const int i = c->config.IndexOf(call.payload);
+          c->config.RangesOf(i) > 0) {
+        return call.responder.Reply(Status::InvalidArgument(
+            "cannot drain " + call.payload + ": it owns " +
+            std::to_string(c->config.RangesOf(i)) +
+            " of the ordered store's key ranges, which do not move (the "
+            "cluster was formed with --tree-splits)"));
+      }
       // Replicated: the members that stay must be enough for every copy.
       if (const uint32_t f = c->config.replicas;
           f > 0 && c->config.members.size() < f + 2) {
@@ -609,6 +618,11 @@ Status Server::Impl::StartCluster() {
   mo.initial_size = config.cluster_size;
   mo.num_shards = config.shards;
   mo.replicas = config.replicas;
+  if (config.tree_splits.has_value()) {
+    auto splits = cluster::ParseSplits(*config.tree_splits);
+    if (!splits.ok()) return splits.status();
+    mo.tree_splits = std::move(*splits);
+  }
   mo.lease = config.cluster_lease;
   mo.move_share = config.move_share;
   mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
@@ -756,6 +770,8 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
     num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);
     num("cluster_replicas", c ? c->config.replicas : 0);
+    num("cluster_ranges", c ? c->config.num_ranges() : 0);
+    num("cluster_ranges_owned", c ? c->config.RangesOf(c->self) : 0);
     num("cluster_shards_backed_up",
         c ? uint64_t(std::count(c->backs.begin(), c->backs.end(), 1)) : 0);
     num("cluster_failovers", m ? m->failovers() : 0);

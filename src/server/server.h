@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,10 +68,14 @@ struct ServerConfig {
   // Cluster (docs/ARCHITECTURE.md, "Cluster"): "ZK_HOSTS/PATH" joins the
   // cluster kept at PATH in ZooKeeper; empty: a single server.
   std::string cluster;
-  std::string advertise;       // address clients reach; "" = bound one
-  uint32_t cluster_size = 1;   // servers the first configuration waits for
-  uint32_t shards = 1024;      // shards of a new cluster
-  uint32_t replicas = 0;       // backups per shard of a new cluster
+  std::string advertise;      // address clients reach; "" = bound one
+  uint32_t cluster_size = 1;  // servers the first configuration waits for
+  uint32_t shards = 1024;     // shards of a new cluster
+  uint32_t replicas = 0;      // backups per shard of a new cluster
+  // The ordered store's split keys of a new cluster (cluster/config.h,
+  // "ordered shards"; cluster::ParseSplits's list): nullopt, no ordered
+  // store in the cluster. Every server of a cluster must agree.
+  std::optional<std::string> tree_splits;
   std::string failure_domain;  // this server's ("": none declared)
   // As the manager: the share (percent) of the time shard copies may keep
   // the servers busy (cluster::MemberOptions::move_share).

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "cluster/ownership.h"
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "tree/codec.h"
@@ -35,6 +36,7 @@ Status TreeService::Init(server::ServiceContext* ctx) {
   auto region = ctx->AllocateRegion(memory, proto::RegionAccess::kReadOnly);
   if (!region.ok()) return region.status();
   region_ = *region;
+  cluster_ = ctx->cluster();
   auto tree = BLinkTree::Create(region_->base(), memory);
   if (!tree.ok()) return tree.status();
   tree_ = std::move(*tree);
@@ -129,15 +131,30 @@ Result<Route> TreeService::RouteCall(uint8_t method,
   return Route::To(0);
 }
 
+Status TreeService::InCluster(uint32_t epoch) const {
+  if (cluster_ == nullptr) return Status::OK();
+  if (epoch == 0) {
+    return Status::InvalidArgument(
+        "this server is a cluster member: its ordered store holds only its "
+        "ranges of the cluster's keys; use the cluster client (remem::Cluster, "
+        "or remem --cluster SEEDS)");
+  }
+  return cluster_->HasOrderedStore();
+}
+
 void TreeService::Handle(PartitionId /*p*/, Call call) {
   BLinkTree& t = *tree_;
-  auto check_key = [](std::string_view key) {
+  // In a cluster, a key of another member's range is refused (Moved).
+  auto check_key = [this](std::string_view key) {
     if (key.empty() || key.size() > kMaxKey) {
       return Status::InvalidArgument("tree keys are 1.." +
                                      std::to_string(kMaxKey) + " bytes");
     }
-    return Status::OK();
+    return cluster_ == nullptr ? Status::OK() : cluster_->OwnsRange(key);
   };
+  if (Status st = InCluster(call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
   switch (static_cast<TreeMethod>(call.method)) {
     case TreeMethod::kInfo:
       return call.responder.Reply(Status::OK(), info_);
@@ -157,6 +174,11 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
     case TreeMethod::kPut: {
       auto put = DecodeTreePut(call.payload);
       if (!put.ok()) return call.responder.Reply(put.status());
+      if (cluster_ != nullptr) {
+        if (Status st = cluster_->OwnsRange(put->key); !st.ok()) {
+          return call.responder.Reply(st);
+        }
+      }
       // The log cannot be written: refuse before changing anything.
       if (store_ != nullptr) {
         if (Status w = store_->Writable(); !w.ok()) {
@@ -173,6 +195,11 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
     case TreeMethod::kDelete: {
       auto key = DecodeTreeKey(call.payload);
       if (!key.ok()) return call.responder.Reply(key.status());
+      if (cluster_ != nullptr) {
+        if (Status st = cluster_->OwnsRange(*key); !st.ok()) {
+          return call.responder.Reply(st);
+        }
+      }
       if (store_ != nullptr) {
         if (Status w = store_->Writable(); !w.ok()) {
           return call.responder.Reply(w);
@@ -196,6 +223,11 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       if (scan->limit > kMaxScanLimit) {
         return call.responder.Reply(Status::InvalidArgument(
             "scan limit is at most " + std::to_string(kMaxScanLimit)));
+      }
+      if (cluster_ != nullptr) {
+        if (Status st = cluster_->OwnsScan(scan->start, scan->end); !st.ok()) {
+          return call.responder.Reply(st);
+        }
       }
       // Into the page kept from the last scan: its strings keep their
       // capacity.

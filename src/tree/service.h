@@ -4,11 +4,19 @@
 // One tree, owned by partition 0's thread: every request routes there.
 // Why not one tree per partition: with keys spread by hash, every scan
 // would have to visit and merge every partition (a fan-out per page), and
-// with keys split by range, partitions need split points the slice has no
-// configuration for (the cluster's ordered shards, issue #14, will own key
-// ranges). A single owner keeps scans one walk along one leaf level, and
+// with keys split by range, partitions would need split points of their
+// own. A single owner keeps scans one walk along one leaf level, and
 // one-sided reads (the common path on shared memory) cost the owner
 // nothing. Writes are serialised on that thread.
+//
+// In a cluster (cluster/config.h, "ordered shards") the server's tree
+// holds the key ranges the configuration gives it: a key of another range
+// is refused (Moved, naming its owner), a scan must stay within one range
+// (the cluster client splits scans by range), and a cluster formed without
+// --tree-splits has no ordered store (Unsupported). Requests must come
+// through the cluster client (they carry its configuration's epoch): one
+// sent outside the cluster (epoch 0) is refused, since this tree holds
+// only some of the cluster's keys and a one-sided reader could not tell.
 //
 // Methods (tree/wire.h): Info, Get, Put (upsert, if-absent, if-version),
 // Delete, Scan (a page of at most max_scan items, with a resume key),
@@ -38,6 +46,9 @@
 namespace remem::fabric {
 class LocalRegion;
 }  // namespace remem::fabric
+namespace remem::cluster {
+class Ownership;
+}  // namespace remem::cluster
 
 namespace remem::tree {
 
@@ -66,6 +77,9 @@ class TreeService final : public server::Service {
 
  private:
   void UpdateCounters_st();
+  // In a cluster: OK for a request sent at a configuration's epoch (> 0)
+  // to a cluster with an ordered store (Ownership::HasOrderedStore).
+  Status InCluster(uint32_t epoch) const;
   // Replies once the records so far are durable (at once without
   // persistence).
   void AfterDurable_st(server::Responder responder, Status status,
@@ -74,6 +88,7 @@ class TreeService final : public server::Service {
   TreeServiceOptions options_;
   fabric::LocalRegion* region_ = nullptr;
   std::unique_ptr<BLinkTree> tree_;
+  const cluster::Ownership* cluster_ = nullptr;  // null on a single server
   std::unique_ptr<DurableTree> durable_;
   durability::PartitionStore* store_ = nullptr;  // null without persistence
   std::string info_;                             // encoded once
