@@ -2951,6 +2951,96 @@ TEST_F(ClusterTest, ScansAcrossRangesMissNothingWhileWritersChurnEveryRange) {
   EXPECT_GE(scans, 4);
 }
 
+// A range's owner killed with asynchronous operations in flight on it and
+// on the other range: those on its range fail (each callback runs once),
+// the cluster client does not crash while their sessions and stores go
+// away under callbacks that issue more, and the other range serves on.
+TEST_F(ClusterTest,
+       AKilledRangeOwnerFailsItsRangesOperationsAndTheOtherServes) {
+  StartServers(2, {"--tree-splits", "k-5"});
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok());
+  ClusterTree* t = *tree;
+  std::vector<std::string> low, high;  // keys of range 0 and range 1
+  for (int i = 0; i < 400; ++i) {
+    const std::string k = "k-" + std::to_string(i);
+    (t->RangeOf(k) == 0 ? low : high).push_back(k);
+    ASSERT_TRUE(t->Put(k, k).ok());
+  }
+  ASSERT_FALSE(low.empty());
+  ASSERT_FALSE(high.empty());
+  const std::string victim = t->OwnerOf(high[0]);
+  ASSERT_NE(victim, t->OwnerOf(low[0]));
+  size_t victim_index = 0;
+  while (servers_[victim_index].address != victim) ++victim_index;
+
+  // Up to 8 in flight: gets in each range and scans across both; each
+  // callback issues the next operation, from inside the callback.
+  constexpr int kOps = 600;
+  int issued = 0, completed = 0, low_failed_after = 0;
+  bool killed = false;
+  std::map<StatusCode, int> high_errors;
+  std::function<void()> issue = [&] {
+    const int i = issued++;
+    const bool after = killed;
+    auto finish = [&, after](const Status& st, bool in_low) {
+      ++completed;
+      if (!st.ok() && st.code() != StatusCode::kNotFound) {
+        if (in_low && after) ++low_failed_after;
+        if (!in_low) ++high_errors[st.code()];
+      }
+      if (issued < kOps) issue();
+    };
+    switch (i % 3) {
+      case 0:
+        t->GetAsync(low[size_t(i) % low.size()],
+                    [finish](Result<ClusterTree::Value> v) {
+                      finish(v.status(), true);
+                    });
+        break;
+      case 1:
+        t->GetAsync(high[size_t(i) % high.size()],
+                    [finish](Result<ClusterTree::Value> v) {
+                      finish(v.status(), false);
+                    });
+        break;
+      default:
+        t->ScanAsync("k-4", "", 50, ClusterTree::Order::kAscending,
+                     [finish](Result<ClusterTree::Page> p) {
+                       finish(p.status(), false);
+                     });
+    }
+  };
+  for (int i = 0; i < 8; ++i) issue();
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (cluster->in_flight() > 0 && std::chrono::steady_clock::now() < until) {
+    cluster->Poll();
+    if (!killed && completed >= 150) {
+      ASSERT_TRUE(servers_[victim_index].Kill().ok());
+      killed = true;
+    }
+  }
+  (void)cluster->WaitAll();
+  EXPECT_EQ(completed, issued);
+  EXPECT_EQ(issued, kOps);
+  EXPECT_TRUE(killed);
+  // Range 0 never failed; range 1 did once its owner was gone, with the
+  // errors of a server that is down.
+  EXPECT_EQ(low_failed_after, 0);
+  int high_failed = 0;
+  for (const auto& [code, n] : high_errors) {
+    EXPECT_TRUE(code == StatusCode::kUnavailable ||
+                code == StatusCode::kTimedOut)
+        << Status(code, "").ToString() << " x" << n;
+    high_failed += n;
+  }
+  EXPECT_GT(high_failed, 0);
+  EXPECT_TRUE(t->Get(low[0]).ok());
+  EXPECT_EQ(t->Get(high[0]).status().code(), StatusCode::kUnavailable);
+}
+
 TEST_F(ClusterTest,
        AClusterWithoutSplitsHasNoOrderedStoreAndBadSplitsAreRefused) {
   StartServers(1);

@@ -278,8 +278,10 @@ class ClusterDriver : public KvDriver {
     done_.push_back(r);
   }
 
-  std::unique_ptr<Cluster> c_;
+  // done_ first: ~Cluster waits for operations in flight, whose callbacks
+  // add to it.
   std::vector<KvRequest*> done_;
+  std::unique_ptr<Cluster> c_;
 };
 
 // The ordered store of a remem cluster formed with --tree-splits, through
@@ -363,9 +365,11 @@ class ClusterTreeDriver : public KvDriver {
     done_.push_back(r);
   }
 
+  // done_ first: ~Cluster waits for operations in flight, whose callbacks
+  // add to it.
+  std::vector<KvRequest*> done_;
   std::unique_ptr<Cluster> c_;
   ClusterTree* t_;  // c_'s
-  std::vector<KvRequest*> done_;
 };
 
 // ---------------------------------------------------------------- Redis

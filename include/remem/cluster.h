@@ -53,8 +53,10 @@
 // scans and batches by range (below).
 //
 // Thread contract: as a Session: one thread. Callbacks of asynchronous
-// operations run inside Poll()/WaitAll() on that thread. A ClusterTree is
-// its Cluster's, used from the same thread.
+// operations run inside Poll()/WaitAll() on that thread, or inside another
+// call that waits for a server (a synchronous call; the first operation on
+// a server, which connects to it), never inside the call that issued
+// them. A ClusterTree is its Cluster's, used from the same thread.
 
 #ifndef REMEM_CLUSTER_H_
 #define REMEM_CLUSTER_H_
@@ -280,7 +282,8 @@ class Cluster {
 // Scans cross ranges in key order: a scan asks each range's owner in turn
 // for the part of [start, end) in its range, until `limit` items, the end,
 // or a part after which the page holds 1 MiB of items or more (each part
-// ends at 1 MiB of its own, so a page holds at most about 2 MiB); `more`
+// ends at 1 MiB of its own, so a page may hold up to about 2 MiB, plus the
+// item that ended each part); `more`
 // and `resume` are as TreeStore's, so pages chain alike. A scan returns
 // every key present for its whole duration, in order, and never one that
 // was never present (each range's part holds that, and the parts are
@@ -325,8 +328,11 @@ class ClusterTree {
 
   // --- asynchronous: arguments are copied; callbacks run inside the
   // Cluster's Poll()/WaitAll(), which count these among its operations in
-  // flight. A refusal (Busy, Moved) is sent again as the hash store's are,
-  // within the session timeout.
+  // flight, or inside another call of the Cluster that waits for a server
+  // (a synchronous call; the first operation on a server, which connects
+  // and opens its store), never inside the call that issued them. A
+  // refusal (Busy, Moved) is sent again as the hash store's are, within
+  // the session timeout.
   void GetAsync(std::string_view key, TreeStore::GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 TreeStore::VersionCallback done);
@@ -349,14 +355,13 @@ class ClusterTree {
  private:
   friend class Cluster;
   struct ScanState;
-  ClusterTree(Cluster::Impl* impl, TreeOptions options);
+  explicit ClusterTree(Cluster::Impl* impl);
   // InvalidArgument for a limit of 0 or over max_scan(), or start > end.
   Status CheckScan(std::string_view start, std::string_view end,
                    uint32_t limit) const;
   // Asks for the next range's part of an asynchronous scan.
   static void ScanStep(Cluster::Impl* impl, std::shared_ptr<ScanState> scan);
   Cluster::Impl* impl_;
-  TreeOptions options_;
 };
 
 }  // namespace remem

@@ -68,6 +68,7 @@ struct Cluster::Impl {
     std::unique_ptr<HashStore> store;
     std::unique_ptr<OpsStore> ops;
     std::unique_ptr<TreeStore> tree;
+    bool opening_tree = false;  // TreeOf is opening it (a call that waits)
   };
 
   ClusterOptions options;
@@ -99,6 +100,7 @@ struct Cluster::Impl {
   std::vector<std::pair<Clock::time_point, std::function<void()>>> waiting;
 
   ~Impl() {
+    BuryDead();
     for (auto& [addr, s] : servers) {
       s.tree.reset();
       s.ops.reset();
@@ -106,6 +108,25 @@ struct Cluster::Impl {
     }
     servers.clear();
     loop.reset();
+  }
+
+  // Sessions of servers that went away, with their stores (Connected):
+  // destroyed by BuryDead at the start of a Poll that no other call of
+  // this client's encloses (`depth`: Polls and store openings under way).
+  std::vector<Server> dead;
+  int depth = 0;
+  void BuryDead() {
+    while (!dead.empty()) {
+      // Their destructors may add more (a callback reaching Connected).
+      std::vector<Server> now = std::move(dead);
+      dead.clear();
+      for (Server& s : now) {
+        s.tree.reset();
+        s.ops.reset();
+        s.store.reset();
+        s.session.reset();
+      }
+    }
   }
 
   // Adds a store's read counters to `to`.
@@ -181,16 +202,27 @@ struct Cluster::Impl {
 
   Result<Server*> Connected(const std::string& addr) {
     auto it = servers.find(addr);
-    if (it != servers.end() && it->second.session &&
-        it->second.session->connected()) {
-      return &it->second;
-    }
-    if (it != servers.end()) {
-      // The server went away: start over with a new session.
-      it->second.tree.reset();
-      it->second.ops.reset();
-      DropStore(it->second);
-      it->second.session.reset();
+    if (it != servers.end() && it->second.session) {
+      Server& s = it->second;
+      Session* was = s.session.get();
+      // On a session that broke, connected() fails the operations in
+      // flight, whose callbacks may come back here (for this address too).
+      const bool up = was->connected();
+      if (s.session.get() != was) {
+        if (s.session) return &s;  // a callback connected anew meanwhile
+      } else if (up) {
+        return &s;
+      } else {
+        // The server went away: start over with a new session. The old one
+        // and its stores are not destroyed here: their destructors fail
+        // what is still on them, and those callbacks may issue operations
+        // that come back here while a caller up the stack (the session's
+        // failure handling, a store's destructor) still uses them. The
+        // outermost Poll destroys them (BuryDead), outside any callback.
+        if (s.store) AddReads(*s.store, &dropped);
+        dead.push_back(std::move(s));
+        s = Server{};
+      }
     }
     SessionOptions so = options.session;
     so.server = addr;
@@ -257,8 +289,33 @@ struct Cluster::Impl {
   // The server's TreeStore (opened at first use).
   Result<TreeStore*> TreeOf(Server* server) {
     if (!server->tree) {
-      auto tree = TreeStore::Open(server->session.get(), tree_options);
+      // Opening waits for the server, running other operations' callbacks:
+      // one that comes back here for this server waits its turn (Busy is
+      // asked again).
+      if (server->opening_tree) {
+        return Status::Busy("the ordered store is being opened");
+      }
+      server->opening_tree = true;
+      Session* session = server->session.get();
+      ++depth;  // the session stays, even if a callback finds it broken
+      auto tree = TreeStore::Open(session, tree_options);
+      --depth;
+      server->opening_tree = false;
       if (!tree.ok()) return tree.status();
+      if (server->session.get() != session) {
+        // A callback found the session broken meanwhile (Connected moved
+        // it to `dead`, `server` being the map entry, which stays): the
+        // store goes with it, destroyed before it.
+        for (Server& d : dead) {
+          if (d.session.get() == session && !d.tree) {
+            d.tree = std::move(*tree);
+            break;
+          }
+        }
+        return Status::Unavailable(
+            "the server went away while its ordered "
+            "store was being opened");
+      }
       server->tree = std::move(*tree);
     }
     return server->tree.get();
@@ -417,9 +474,11 @@ struct Cluster::Impl {
                                   InTime(&deadline);
         if (attempt == 0 || failing_over) {
           const std::string addr = config.members[owner].address;
-          if (Refresh().ok() &&
-              config.members[OwnerFor<Store>(key)].address != addr) {
-            continue;
+          if (Refresh().ok()) {
+            if constexpr (std::is_same_v<Store, TreeStore>) {
+              if (!config.ordered()) continue;  // Ordered() says so, above
+            }
+            if (config.members[OwnerFor<Store>(key)].address != addr) continue;
           }
           if (failing_over) {
             Backoff(attempt + 1);
@@ -901,6 +960,13 @@ struct Cluster::Impl {
   }
 
   size_t Poll() {
+    if (depth == 0) BuryDead();
+    ++depth;
+    const size_t n = PollOnce();
+    --depth;
+    return n;
+  }
+  size_t PollOnce() {
     size_t n = loop->Poll();
     if (!later.empty()) {
       if (stale) {
@@ -1212,19 +1278,20 @@ Result<ClusterTree*> Cluster::Tree(const TreeOptions& options) {
         "--tree-splits)");
   }
   impl_->tree_options = options;
-  impl_->tree.reset(new ClusterTree(impl_.get(), options));
+  impl_->tree.reset(new ClusterTree(impl_.get()));
   return impl_->tree.get();
 }
 
-ClusterTree::ClusterTree(Cluster::Impl* impl, TreeOptions options)
-    : impl_(impl), options_(std::move(options)) {}
+ClusterTree::ClusterTree(Cluster::Impl* impl) : impl_(impl) {}
 
 uint32_t ClusterTree::RangeOf(std::string_view key) const {
   return impl_->config.RangeOf(key);
 }
 
 const std::string& ClusterTree::OwnerOf(std::string_view key) const {
+  static const std::string kNone;
   const cluster::Config& c = impl_->config;
+  if (!c.ordered()) return kNone;
   return c.members[c.range_owner[c.RangeOf(key)]].address;
 }
 
@@ -1481,7 +1548,9 @@ void ClusterTree::ScanStep(Cluster::Impl* im, std::shared_ptr<ScanState> scan) {
   op->done = [im, scan](Status st) {
     if (!st.ok()) return scan->done(st);
     if (scan->walk.Add()) return scan->done(Status::OK());
-    ScanStep(im, scan);
+    // The next range's part from the next Poll, not from inside the
+    // callback that ended this one (which may run inside another call).
+    im->later.push_back([im, scan] { ScanStep(im, scan); });
   };
   im->TreeIssue(std::move(op));
 }
