@@ -129,6 +129,68 @@ class RememDriver : public SessionDriver {
   std::unique_ptr<HashStore> c_;
 };
 
+// A request on the ordered store of one server (TreeStore) or of a cluster
+// (ClusterTree), whose calls are the same: a scan into a page kept with
+// the request (ScanInto's reuse of storage), copied into r->items, whose
+// strings keep theirs; a single get; a put. complete(r) when it is done.
+struct OrderedScanScratch : KvRequest::Scratch {
+  TreeStore::Page page;
+};
+template <typename Tree, typename Complete>
+void IssueOrdered(Tree* t, KvRequest* r, Complete complete) {
+  using ScanScratch = OrderedScanScratch;
+  switch (r->kind) {
+    case KvRequest::Kind::kScan: {
+      if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
+      auto* sc = static_cast<ScanScratch*>(r->scratch.get());
+      t->ScanAsync(r->keys[0], {}, r->limit, TreeStore::Order::kAscending,
+                   &sc->page, [complete, r, sc](Status st) {
+                     r->scanned = 0;
+                     if (!st.ok()) {
+                       r->status = st;
+                       return complete(r);
+                     }
+                     const auto& items = sc->page.items;
+                     if (r->items.size() < items.size()) {
+                       r->items.resize(items.size());
+                     }
+                     for (size_t i = 0; i < items.size(); ++i) {
+                       r->items[i].key.assign(items[i].key);
+                       r->items[i].value.assign(items[i].value);
+                     }
+                     r->scanned = items.size();
+                     complete(r);
+                   });
+      return;
+    }
+    case KvRequest::Kind::kGet:
+      if (r->keys.size() != 1) {
+        r->status = Status::Unsupported(
+            "remem-bench: batched gets of the ordered store");
+        return complete(r);
+      }
+      r->values.resize(1);
+      t->GetAsync(r->keys[0], [complete, r](Result<TreeStore::Value> v) {
+        if (v.ok()) {
+          r->values[0].emplace(std::move(v->value));
+        } else {
+          r->values[0].reset();
+          if (v.status().code() != StatusCode::kNotFound) {
+            r->status = v.status();
+          }
+        }
+        complete(r);
+      });
+      return;
+    case KvRequest::Kind::kPut:
+      t->PutAsync(r->keys[0], r->value, [complete, r](Result<uint64_t> v) {
+        if (!v.ok()) r->status = v.status();
+        complete(r);
+      });
+      return;
+  }
+}
+
 // The ordered store of one remem server: scans, puts and gets, each
 // asynchronous, any number in flight (TreeStore's own pipelining).
 class RememTreeDriver : public SessionDriver {
@@ -137,58 +199,7 @@ class RememTreeDriver : public SessionDriver {
       : SessionDriver(std::move(s)), t_(std::move(t)) {}
 
   void Issue(KvRequest* r) override {
-    switch (r->kind) {
-      case KvRequest::Kind::kScan: {
-        // Into a page kept with the request (TreeStore::ScanInto's reuse of
-        // storage), then copied into r->items, whose strings keep theirs.
-        if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
-        auto* sc = static_cast<ScanScratch*>(r->scratch.get());
-        t_->ScanAsync(r->keys[0], {}, r->limit, TreeStore::Order::kAscending,
-                      &sc->page, [this, r, sc](Status st) {
-                        r->scanned = 0;
-                        if (!st.ok()) {
-                          r->status = st;
-                          return Complete(r);
-                        }
-                        const auto& items = sc->page.items;
-                        if (r->items.size() < items.size()) {
-                          r->items.resize(items.size());
-                        }
-                        for (size_t i = 0; i < items.size(); ++i) {
-                          r->items[i].key.assign(items[i].key);
-                          r->items[i].value.assign(items[i].value);
-                        }
-                        r->scanned = items.size();
-                        Complete(r);
-                      });
-        return;
-      }
-      case KvRequest::Kind::kGet:
-        if (r->keys.size() != 1) {
-          r->status = Status::Unsupported(
-              "remem-bench: batched gets of the ordered store");
-          return Complete(r);
-        }
-        r->values.resize(1);
-        t_->GetAsync(r->keys[0], [this, r](Result<TreeStore::Value> v) {
-          if (v.ok()) {
-            r->values[0].emplace(std::move(v->value));
-          } else {
-            r->values[0].reset();
-            if (v.status().code() != StatusCode::kNotFound) {
-              r->status = v.status();
-            }
-          }
-          Complete(r);
-        });
-        return;
-      case KvRequest::Kind::kPut:
-        t_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
-          if (!v.ok()) r->status = v.status();
-          Complete(r);
-        });
-        return;
-    }
+    IssueOrdered(t_.get(), r, [this](KvRequest* done) { Complete(done); });
   }
   std::optional<ReadPathCounts> read_path_counts() const override {
     // A scan page counts as one read.
@@ -198,9 +209,6 @@ class RememTreeDriver : public SessionDriver {
   }
 
  private:
-  struct ScanScratch : KvRequest::Scratch {
-    TreeStore::Page page;
-  };
   size_t StoreInFlight() const override { return t_->in_flight(); }
 
   std::unique_ptr<TreeStore> t_;
@@ -293,60 +301,7 @@ class ClusterTreeDriver : public KvDriver {
       : c_(std::move(c)), t_(t) {}
 
   void Issue(KvRequest* r) override {
-    switch (r->kind) {
-      case KvRequest::Kind::kScan: {
-        // Into a page kept with the request (its storage reused), then
-        // copied into r->items, as RememTreeDriver.
-        if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
-        auto* sc = static_cast<ScanScratch*>(r->scratch.get());
-        t_->ScanAsync(r->keys[0], {}, r->limit, ClusterTree::Order::kAscending,
-                      &sc->page, [this, r, sc](Status st) {
-                        r->scanned = 0;
-                        if (!st.ok()) {
-                          r->status = st;
-                          return Complete(r);
-                        }
-                        const auto& items = sc->page.items;
-                        if (r->items.size() < items.size()) {
-                          r->items.resize(items.size());
-                        }
-                        for (size_t i = 0; i < items.size(); ++i) {
-                          r->items[i].key.assign(items[i].key);
-                          r->items[i].value.assign(items[i].value);
-                        }
-                        r->scanned = items.size();
-                        Complete(r);
-                      });
-        return;
-      }
-      case KvRequest::Kind::kGet:
-        if (r->keys.size() != 1) {
-          r->status = Status::Unsupported(
-              "remem-bench: batched gets of the ordered store");
-          r->done_ns = NowNs();
-          done_.push_back(r);
-          return;
-        }
-        r->values.resize(1);
-        t_->GetAsync(r->keys[0], [this, r](Result<ClusterTree::Value> v) {
-          if (v.ok()) {
-            r->values[0].emplace(std::move(v->value));
-          } else {
-            r->values[0].reset();
-            if (v.status().code() != StatusCode::kNotFound) {
-              r->status = v.status();
-            }
-          }
-          Complete(r);
-        });
-        return;
-      case KvRequest::Kind::kPut:
-        t_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
-          if (!v.ok()) r->status = v.status();
-          Complete(r);
-        });
-        return;
-    }
+    IssueOrdered(t_, r, [this](KvRequest* done) { Complete(done); });
   }
   Status WaitSome(std::vector<KvRequest*>* done) override {
     while (done_.empty() && c_->in_flight() > 0) c_->Poll();
@@ -357,9 +312,6 @@ class ClusterTreeDriver : public KvDriver {
   size_t in_flight() const override { return c_->in_flight() + done_.size(); }
 
  private:
-  struct ScanScratch : KvRequest::Scratch {
-    ClusterTree::Page page;
-  };
   void Complete(KvRequest* r) {
     r->done_ns = NowNs();
     done_.push_back(r);

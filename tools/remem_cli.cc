@@ -602,6 +602,11 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
   (void)log::SetLevel("warn");
+  // `put KEY -` and `tree put KEY -`: the value is standard input.
+  if ((put->parsed() || tput->parsed()) && value == "-") {
+    value.assign(std::istreambuf_iterator<char>(std::cin),
+                 std::istreambuf_iterator<char>());
+  }
 
   auto t = ParseTransport(transport);
   if (!t.ok()) return Fail(t.status());
@@ -637,10 +642,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (tput->parsed()) {
-      if (value == "-") {
-        value.assign(std::istreambuf_iterator<char>(std::cin),
-                     std::istreambuf_iterator<char>());
-      }
       Result<uint64_t> r =
           if_absent ? tree.PutIfAbsent(key, value)
           : if_version >= 0
@@ -742,10 +743,6 @@ int main(int argc, char** argv) {
     }
     if (get->parsed()) return PrintGot(cluster.Get(key), show_version);
     if (put->parsed()) {
-      if (value == "-") {
-        value.assign(std::istreambuf_iterator<char>(std::cin),
-                     std::istreambuf_iterator<char>());
-      }
       return PrintPut(if_absent         ? cluster.PutIfAbsent(key, value)
                       : if_version >= 0 ? cluster.CompareAndPut(
                                               key, value, uint64_t(if_version))
@@ -1008,10 +1005,6 @@ int main(int argc, char** argv) {
   }
   if (get->parsed()) return PrintGot(hash->Get(key), show_version);
   if (put->parsed()) {
-    if (value == "-") {
-      value.assign(std::istreambuf_iterator<char>(std::cin),
-                   std::istreambuf_iterator<char>());
-    }
     return PrintPut(if_absent ? hash->PutIfAbsent(key, value)
                     : if_version >= 0
                         ? hash->CompareAndPut(key, value, uint64_t(if_version))

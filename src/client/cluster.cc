@@ -627,21 +627,32 @@ struct Cluster::Impl {
     }
   }
 
-  // The owner answered (or the send failed). Moved: issued again after the
-  // next Poll has refreshed the configuration; Busy: after a pause that
-  // grows with each refusal (Backoff's); both until the deadline.
+  // An asynchronous operation refused with Moved or Busy before its
+  // deadline: `again` (which issues it again) runs after the next Poll has
+  // refreshed the configuration (Moved) or after a pause that grows with
+  // each refusal (Busy, Backoff's). False: not retried, it is done.
+  template <typename Again>
+  bool RetryLater(const Status& st, Clock::time_point* deadline, int* attempt,
+                  Again again) {
+    if (!Retryable(st) || !InTime(deadline)) return false;
+    Refused(st, *attempt);
+    ++*attempt;
+    if (IsMoved(st)) {
+      later.push_back(std::move(again));
+    } else {
+      waiting.emplace_back(Clock::now() + BackoffPause(*attempt),
+                           std::move(again));
+    }
+    return true;
+  }
+
+  // The owner answered (or the send failed): retried as RetryLater says,
+  // else done.
   template <typename R>
   void Completed(AsyncOp<R>* op, R r) {
     const Status& st = StatusOf(r);
-    if (Retryable(st) && InTime(&op->deadline)) {
-      Refused(st, op->attempt);
-      ++op->attempt;
-      if (IsMoved(st)) {
-        later.push_back([this, op] { Issue(op); });
-      } else {
-        waiting.emplace_back(Clock::now() + BackoffPause(op->attempt),
-                             [this, op] { Issue(op); });
-      }
+    if (RetryLater(st, &op->deadline, &op->attempt,
+                   [this, op] { Issue(op); })) {
       return;
     }
     if (op->counted) Finish(st);
@@ -899,8 +910,8 @@ struct Cluster::Impl {
   // --- asynchronous tree operations (ClusterTree)
   //
   // One operation on the owner of `key`'s range: send(tree, reply) issues
-  // it there. A reply refused with Moved or Busy is sent again as the hash
-  // store's asynchronous operations are (Completed), else it goes to done.
+  // it there. A reply refused with Moved or Busy is sent again
+  // (RetryLater), else it goes to done.
   template <typename R>
   struct TreeOp {
     std::string key;
@@ -929,15 +940,8 @@ struct Cluster::Impl {
   template <typename R>
   void TreeCompleted(const std::shared_ptr<TreeOp<R>>& op, R r) {
     const Status& st = StatusOf(r);
-    if (Retryable(st) && InTime(&op->deadline)) {
-      Refused(st, op->attempt);
-      ++op->attempt;
-      if (IsMoved(st)) {
-        later.push_back([this, op] { TreeIssue(op); });
-      } else {
-        waiting.emplace_back(Clock::now() + BackoffPause(op->attempt),
-                             [this, op] { TreeIssue(op); });
-      }
+    if (RetryLater(st, &op->deadline, &op->attempt,
+                   [this, op] { TreeIssue(op); })) {
       return;
     }
     std::function<void(R)> done = std::move(op->done);

@@ -55,14 +55,19 @@ LoopCore::~LoopCore() = default;
 
 void LoopCore::Detach(SessionCore* s) { std::erase(sessions_, s); }
 
+// By index: a session's flush or housekeeping fails what it had in flight,
+// and a callback may connect a new session on this loop (Attach appends,
+// which would move a vector a range-for walks).
 void LoopCore::Flush() {
-  for (SessionCore* s : sessions_) s->Flush();
+  for (size_t i = 0; i < sessions_.size(); ++i) sessions_[i]->Flush();
 }
 
 size_t LoopCore::Poll() {
   Flush();
   size_t n = worker_->Progress();
-  for (SessionCore* s : sessions_) n += s->Housekeeping();
+  for (size_t i = 0; i < sessions_.size(); ++i) {
+    n += sessions_[i]->Housekeeping();
+  }
   return n;
 }
 
