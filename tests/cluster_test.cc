@@ -2955,18 +2955,12 @@ TEST_F(ClusterTest, ScansAcrossRangesMissNothingWhileWritersChurnEveryRange) {
 // on the other range: those on its range fail (each callback runs once),
 // the cluster client does not crash while their sessions and stores go
 // away under callbacks that issue more, and the other range serves on.
+// Over shared memory, now and then (about one run in 150 on a loaded
+// machine) the victim dies mid-reply and blocks the client's receive
+// queue: the client moves to a new event loop and the reads in flight on
+// the other range are retried there, so they still never fail.
 TEST_F(ClusterTest,
        AKilledRangeOwnerFailsItsRangesOperationsAndTheOtherServes) {
-  if (testing::TestTransport() == Transport::kShm) {
-    // Found by this test and open (docs/ARCHITECTURE.md, "Ordered shards"):
-    // over shared memory, in about one run in ten, the client's requests
-    // to the surviving server go unanswered after the other is killed
-    // (each until its deadline; the server serves other clients), so the
-    // run stalls. Over tcp it holds (and caught the use-after-free it was
-    // written for).
-    GTEST_SKIP() << "open: requests to the surviving server stall over shm "
-                    "after a member is killed";
-  }
   StartServers(2, {"--tree-splits", "k-5"});
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
@@ -3049,6 +3043,95 @@ TEST_F(ClusterTest,
   EXPECT_GT(high_failed, 0);
   EXPECT_TRUE(t->Get(low[0]).ok());
   EXPECT_EQ(t->Get(high[0]).status().code(), StatusCode::kUnavailable);
+}
+
+// The cluster client's event loop stalls (a server killed while sending
+// to it over shared memory blocks its receive queue: the test above meets
+// that now and then; here the stall is simulated, so the client's side of
+// it runs every time) with gets, scans, a multi-get and puts in flight on
+// both servers: the client moves to a new loop by itself, the reads are
+// issued again there and all succeed, a put's outcome is unknown (it
+// succeeded, or failed with the stall's Unavailable), and both servers
+// serve on.
+TEST_F(ClusterTest, AStalledEventLoopIsReplacedAndTheReadsOnItRetried) {
+  StartServers(2, {"--tree-splits", "k-5"});
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) {
+    keys.push_back("k-" + std::to_string(i));
+    ASSERT_TRUE(cluster->Put(keys.back(), "hash " + keys.back()).ok());
+    ASSERT_TRUE(t->Put(keys.back(), "tree " + keys.back()).ok());
+  }
+  ASSERT_NE(t->OwnerOf("k-0"), t->OwnerOf("k-99"));  // both servers serve
+  std::set<std::string> owners;
+  for (const auto& k : keys) owners.insert(cluster->OwnerOf(k));
+  ASSERT_EQ(owners.size(), 2u);
+
+  int reads = 0, bad_reads = 0;
+  auto read = [&](const Status& st, bool right) {
+    ++reads;
+    if (!st.ok() || !right) {
+      ++bad_reads;
+      ADD_FAILURE() << st.ToString();
+    }
+  };
+  for (const auto& k : keys) {
+    cluster->GetAsync(k, [&, k](Result<Cluster::Value> v) {
+      read(v.status(), v.ok() && v->value == "hash " + k);
+    });
+    t->GetAsync(k, [&, k](Result<ClusterTree::Value> v) {
+      read(v.status(), v.ok() && v->value == "tree " + k);
+    });
+  }
+  t->ScanAsync("k-", "", 1000, ClusterTree::Order::kAscending,
+               [&](Result<ClusterTree::Page> p) {
+                 read(p.status(), p.ok() && p->items.size() == keys.size());
+               });
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  cluster->MultiGetAsync(views, [&](std::vector<Result<Cluster::Value>> got) {
+    bool right = got.size() == keys.size();
+    for (size_t i = 0; right && i < got.size(); ++i) {
+      right = got[i].ok() && got[i]->value == "hash " + keys[i];
+    }
+    read(Status::OK(), right);
+  });
+  int writes = 0, unknown = 0;
+  for (int i = 0; i < 20; ++i) {
+    cluster->PutAsync(keys[size_t(i)], "put", [&](Result<uint64_t> r) {
+      ++writes;
+      if (r.ok()) return;
+      ++unknown;
+      EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+      EXPECT_NE(r.status().message().find("receive queue is blocked"),
+                std::string::npos)
+          << r.status().ToString();
+    });
+  }
+  EventLoop* stalled = cluster->loop();
+  stalled->core()->worker()->SimulateReceiveStallForTesting();
+  (void)cluster->WaitAll();
+  EXPECT_EQ(reads, 2 * 100 + 2);
+  EXPECT_EQ(bad_reads, 0);
+  EXPECT_EQ(writes, 20);
+  EXPECT_EQ(cluster->route_stats().loops_replaced, 1u);
+  EXPECT_NE(cluster->loop(), stalled);
+  EXPECT_FALSE(cluster->loop()->stalled());
+  std::printf(
+      "%d reads retried or answered, %d of 20 puts of unknown outcome\n", reads,
+      unknown);
+  // Both servers serve on, through the new loop.
+  for (const auto& k : {keys.front(), keys.back()}) {
+    auto v = cluster->Get(k);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_TRUE(cluster->Put(k, "after").ok());
+    auto tv = t->Get(k);
+    ASSERT_TRUE(tv.ok()) << tv.status().ToString();
+    EXPECT_EQ(tv->value, "tree " + k);
+  }
 }
 
 TEST_F(ClusterTest,

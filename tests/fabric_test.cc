@@ -97,6 +97,105 @@ TEST_F(FabricTest, ANewSessionOnAFailedOnesHandleKeepsItsReplies) {
   EXPECT_GT(reused, 0) << "UCX never gave a new endpoint a closed one's handle";
 }
 
+// A loop whose shared-memory receive queue a dying server blocked
+// (fabric::Worker::receive_stalled; the stall itself needs a server killed
+// between claiming a slot of the queue and filling it, which a test cannot
+// aim at: tests/cluster_test.cc's killed-range-owner test meets it now and
+// then) fails every session on it at once, with an error that says what
+// to do, and refuses new ones; a new loop serves.
+TEST_F(FabricTest, AStalledLoopFailsItsSessionsAndANewLoopServes) {
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 2; ++i) {
+    auto s = Session::Connect(o, loop->get());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    sessions.push_back(std::move(*s));
+  }
+  int failed = 0, answered = 0;
+  for (auto& s : sessions) {
+    for (int i = 0; i < 20; ++i) {
+      s->EchoAsync("in flight", [&](Result<std::string> r) {
+        if (r.ok()) {
+          ++answered;
+          return;
+        }
+        ++failed;
+        EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+        EXPECT_NE(r.status().message().find("receive queue is blocked"),
+                  std::string::npos)
+            << r.status().ToString();
+      });
+    }
+  }
+  EXPECT_FALSE((*loop)->stalled());
+  (*loop)->core()->worker()->SimulateReceiveStallForTesting();
+  EXPECT_TRUE((*loop)->stalled());
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (answered + failed < 40 && Clock::now() < until) (*loop)->Poll();
+  EXPECT_EQ(answered + failed, 40);
+  EXPECT_EQ(failed, 40);  // the loop was not polled before the stall
+  for (auto& s : sessions) {
+    EXPECT_FALSE(s->connected());
+    EXPECT_EQ(s->Echo("after").status().code(), StatusCode::kUnavailable);
+  }
+  auto again = Session::Connect(o, loop->get());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(again.status().message().find("new event loop"), std::string::npos)
+      << again.status().ToString();
+  sessions.clear();
+
+  auto fresh = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  auto s = Session::Connect(o, fresh->get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto echo = (*s)->Echo("fresh");
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+  EXPECT_EQ(*echo, "fresh");
+}
+
+// The watch a peer that went away starts on a loop never takes a healthy
+// loop for a stalled one: its other session keeps being answered, idle at
+// times and busy at others, past the stall's bound.
+TEST_F(FabricTest, AFailedSessionDoesNotMakeItsHealthyLoopLookStalled) {
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  auto gone = Session::Connect(o, loop->get());
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  auto kept = Session::Connect(o, loop->get());
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  (*gone)->core()->Fail(Status::Unavailable("failed by the test"));
+  // As the session would if its server had closed it.
+  (*loop)->core()->worker()->WatchForStall();
+  const auto until = Clock::now() + 3 * fabric::Worker::kStallAfter;
+  int rounds = 0;
+  while (Clock::now() < until) {
+    int left = 16;
+    for (int i = 0; i < 16; ++i) {
+      (*kept)->EchoAsync("x", [&](Result<std::string> r) {
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        --left;
+      });
+    }
+    while (left > 0) (*loop)->Poll();
+    // Idle a while, as an application between bursts: the loop looks for
+    // a stall only when it has nothing to do.
+    const auto idle = Clock::now() + std::chrono::milliseconds(30);
+    while (Clock::now() < idle) (*loop)->Poll();
+    ++rounds;
+  }
+  EXPECT_GT(rounds, 5);
+  EXPECT_FALSE((*loop)->stalled());
+  EXPECT_TRUE((*kept)->connected());
+}
+
 // Sessions of one process on separate loops are independent: one that
 // keeps calling never sees an error while others on other loops of the
 // same process connect and close again and again.

@@ -28,7 +28,11 @@
 // (remem/hash.h): gets read one-sided or ask the server, as the read path
 // decides; the same limits and errors. In a cluster without replicas a
 // server that is down answers Unavailable for the keys it owns, and the
-// client reconnects to it on a later operation.
+// client reconnects to it on a later operation. Over shared memory a server
+// killed while sending to this client can block the client's event loop
+// (remem/session.h): the client then reaches every server through a new
+// loop by itself; the reads that were in flight are issued again, and the
+// writes fail with Unavailable (their outcome is unknown).
 //
 // In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
 // "Replication") every operation goes to the shard's primary, which
@@ -222,6 +226,10 @@ class Cluster {
   // among them (for a multi-get, its first error other than NotFound), or OK.
   Status WaitAll();
   size_t in_flight() const;
+  // The event loop every server's session is on now. Replaced by a new
+  // one when it stalls (remem/session.h, EventLoop::stalled): do not keep
+  // it past a Poll.
+  EventLoop* loop() const;
 
   // --- every server
   // Each server's counters, by address (a server that cannot be reached
@@ -260,6 +268,10 @@ class Cluster {
     uint64_t onesided_gets = 0;
     uint64_t rpc_gets = 0;
     uint64_t unreplicated = 0;
+    // Times the client moved to a new event loop: a server died while
+    // sending to it over shared memory and blocked its receive queue
+    // (remem/session.h, EventLoop::stalled).
+    uint64_t loops_replaced = 0;
   };
   const RouteStats& route_stats() const;
 

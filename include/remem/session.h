@@ -46,6 +46,17 @@
 // tears the connection down (completing everything outstanding with an
 // error).
 //
+// A dead peer on a shared EventLoop (shared memory): UCX receives every
+// server's messages to one loop through one queue, in order, and a server
+// killed while sending to it can block that queue for good (a UCX
+// limitation; docs/ARCHITECTURE.md, UCX finding 20). The loop notices
+// (half a second after a session on it failed, if its queue stays blocked)
+// and every session on it then fails with Unavailable, saying so:
+// EventLoop::stalled() turns true, and new sessions must be connected on a
+// new EventLoop (Session::Connect refuses this one). A Session with its own
+// loop is reconnected with a new Session anyway. remem::Cluster does this
+// by itself.
+//
 // Thread contract: a Session, its stores and its EventLoop are
 // single-threaded: call them from one thread (any one, but one at a time;
 // callbacks run on the caller of Poll()). Sessions on one EventLoop share
@@ -132,6 +143,10 @@ class EventLoop {
   // Progresses every session on this loop and runs ready callbacks;
   // returns how many events were handled. Never blocks.
   size_t Poll();
+
+  // True once a server died while sending to this loop and blocked its
+  // shared-memory receive queue (above): connect on a new EventLoop.
+  bool stalled() const;
 
   client::LoopCore* core() { return core_.get(); }
 

@@ -36,6 +36,13 @@ bool IsMoved(const Status& s) { return s.code() == StatusCode::kMoved; }
 // A member without a configuration yet (restarted, or the cluster forming).
 bool IsBusy(const Status& s) { return s.code() == StatusCode::kBusy; }
 bool Retryable(const Status& s) { return IsMoved(s) || IsBusy(s); }
+// The client's event loop stalled under the operation (Worker::
+// receive_stalled): the server may be well.
+bool LostToStall(const Status& s) {
+  return s.code() == StatusCode::kUnavailable &&
+         s.message().find(fabric::Worker::StalledStatus().message()) !=
+             std::string::npos;
+}
 
 }  // namespace
 
@@ -100,6 +107,8 @@ struct Cluster::Impl {
   std::vector<std::pair<Clock::time_point, std::function<void()>>> waiting;
 
   ~Impl() {
+    // No new session from a callback of those closing (Connected).
+    closing = true;
     BuryDead();
     for (auto& [addr, s] : servers) {
       s.tree.reset();
@@ -107,26 +116,83 @@ struct Cluster::Impl {
       s.store.reset();
     }
     servers.clear();
+    BuryDead();
     loop.reset();
   }
+  bool closing = false;
 
   // Sessions of servers that went away, with their stores (Connected):
   // destroyed by BuryDead at the start of a Poll that no other call of
   // this client's encloses (`depth`: Polls and store openings under way).
+  // Event loops given up (ReplaceLoop), destroyed by BuryDead after their
+  // sessions (and declared before them: destroyed after them).
+  std::vector<std::unique_ptr<EventLoop>> dead_loops;
   std::vector<Server> dead;
   int depth = 0;
   void BuryDead() {
-    while (!dead.empty()) {
-      // Their destructors may add more (a callback reaching Connected).
-      std::vector<Server> now = std::move(dead);
-      dead.clear();
-      for (Server& s : now) {
-        s.tree.reset();
-        s.ops.reset();
-        s.store.reset();
-        s.session.reset();
+    // Callbacks run here: a Poll they call must not bury what is being
+    // buried.
+    ++depth;
+    BuryDeadNow();
+    --depth;
+  }
+  void BuryDeadNow() {
+    for (;;) {
+      while (!dead.empty()) {
+        // Their destructors may add more (a callback reaching Connected).
+        std::vector<Server> now = std::move(dead);
+        dead.clear();
+        for (Server& s : now) {
+          s.tree.reset();
+          s.ops.reset();
+          s.store.reset();
+          s.session.reset();
+        }
+      }
+      if (dead_loops.empty()) return;
+      // What the sessions' teardown completed runs on their loop, before
+      // it goes (the callbacks may issue operations anew, on `loop`).
+      std::vector<std::unique_ptr<EventLoop>> now = std::move(dead_loops);
+      dead_loops.clear();
+      for (auto& l : now) {
+        while (l->Poll() > 0) {
+        }
       }
     }
+  }
+
+  // The loop, and loops given up whose sessions are not destroyed yet:
+  // what their teardown completes runs there.
+  size_t PollLoops() {
+    // A Poll from a callback run here must not destroy a loop being polled.
+    ++depth;
+    size_t n = loop->Poll();
+    for (size_t i = 0; i < dead_loops.size(); ++i) n += dead_loops[i]->Poll();
+    --depth;
+    return n;
+  }
+
+  // The loop's shared-memory receive queue is blocked for good: a server
+  // died while sending to it (remem/session.h, EventLoop::stalled). Every
+  // server is reached again through a new loop; the sessions on the old
+  // one (failed, or failing at their next look: their operations end with
+  // the stall's Unavailable, reads retried) go to `dead`, and the old loop
+  // after them.
+  uint64_t loop_generation = 0;  // ReplaceLoops so far
+  Status ReplaceLoop() {
+    auto fresh = EventLoop::Create(options.session.transport);
+    if (!fresh.ok()) return fresh.status();
+    dead_loops.push_back(std::move(loop));
+    loop = std::move(*fresh);
+    ++stats.loops_replaced;
+    ++loop_generation;
+    for (auto& [addr, s] : servers) {
+      if (!s.session) continue;
+      if (s.store) AddReads(*s.store, &dropped);
+      dead.push_back(std::move(s));
+      s = Server{};
+    }
+    return Status::OK();
   }
 
   // Adds a store's read counters to `to`.
@@ -201,6 +267,8 @@ struct Cluster::Impl {
   }
 
   Result<Server*> Connected(const std::string& addr) {
+    if (closing) return Status::Unavailable("the cluster client is closing");
+    if (loop->stalled()) REMEM_RETURN_IF_ERROR(ReplaceLoop());
     auto it = servers.find(addr);
     if (it != servers.end() && it->second.session) {
       Server& s = it->second;
@@ -227,6 +295,12 @@ struct Cluster::Impl {
     SessionOptions so = options.session;
     so.server = addr;
     auto session = Session::Connect(so, loop.get());
+    if (!session.ok() && loop->stalled()) {
+      // The loop stalled under the handshake (its wait ends then): once
+      // more on a new one.
+      REMEM_RETURN_IF_ERROR(ReplaceLoop());
+      session = Session::Connect(so, loop.get());
+    }
     if (!session.ok()) return session.status();
     ++stats.connects;
     Server& s = servers[addr];
@@ -297,6 +371,7 @@ struct Cluster::Impl {
       }
       server->opening_tree = true;
       Session* session = server->session.get();
+      const uint64_t generation = loop_generation;
       ++depth;  // the session stays, even if a callback finds it broken
       auto tree = TreeStore::Open(session, tree_options);
       --depth;
@@ -311,6 +386,9 @@ struct Cluster::Impl {
             d.tree = std::move(*tree);
             break;
           }
+        }
+        if (loop_generation != generation) {
+          return fabric::Worker::StalledStatus();  // reads retry it
         }
         return Status::Unavailable(
             "the server went away while its ordered "
@@ -436,8 +514,9 @@ struct Cluster::Impl {
   }
 
   // Runs fn on the owner's store (a HashStore, or with Ops an OpsStore),
-  // refreshing and retrying on Moved until the deadline.
-  template <typename Store = HashStore, typename Fn>
+  // refreshing and retrying on Moved until the deadline. kRead: fn only
+  // reads, and is run again if the event loop stalled under it (RetryLater).
+  template <typename Store = HashStore, bool kRead = false, typename Fn>
   auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
     Clock::time_point deadline{};
     for (int attempt = 0;; ++attempt) {
@@ -460,6 +539,8 @@ struct Cluster::Impl {
         // Opening the store is a request too: a member that has not
         // installed the configuration yet refuses it.
         const Status& st = store.status();
+        // Lost to a stalled loop: nothing was sent, so for writes too.
+        if (LostToStall(st) && InTime(&deadline)) continue;
         if (Retryable(st) && InTime(&deadline)) {
           Backoff(attempt + 1);
           if (IsMoved(st)) (void)Refresh();
@@ -489,6 +570,7 @@ struct Cluster::Impl {
       }
       auto r = fn(*store);
       const Status& st = StatusOf(r);
+      if (kRead && LostToStall(st) && InTime(&deadline)) continue;
       if (!Retryable(st) || !InTime(&deadline)) {
         // A server that died or stopped answering with the operation in
         // flight: the next operation routes by a fresh configuration.
@@ -521,7 +603,7 @@ struct Cluster::Impl {
     if (attempt == 0) return;
     const auto until = Clock::now() + BackoffPause(attempt);
     while (Clock::now() < until) {
-      if (loop->Poll() == 0) std::this_thread::yield();
+      if (PollLoops() == 0) std::this_thread::yield();
     }
   }
 
@@ -631,9 +713,19 @@ struct Cluster::Impl {
   // deadline: `again` (which issues it again) runs after the next Poll has
   // refreshed the configuration (Moved) or after a pause that grows with
   // each refusal (Busy, Backoff's). False: not retried, it is done.
+  //
+  // `read`: the operation only reads, and a read that failed because the
+  // event loop stalled (it never reached the server, or its reply is lost)
+  // is issued again too, at the next Poll (on a new loop: Connected). A
+  // write's outcome is unknown then: it fails with the stall's error.
   template <typename Again>
   bool RetryLater(const Status& st, Clock::time_point* deadline, int* attempt,
-                  Again again) {
+                  Again again, bool read = false) {
+    if (read && LostToStall(st) && InTime(deadline)) {
+      ++*attempt;
+      later.push_back(std::move(again));
+      return true;
+    }
     if (!Retryable(st) || !InTime(deadline)) return false;
     Refused(st, *attempt);
     ++*attempt;
@@ -651,8 +743,10 @@ struct Cluster::Impl {
   template <typename R>
   void Completed(AsyncOp<R>* op, R r) {
     const Status& st = StatusOf(r);
-    if (RetryLater(st, &op->deadline, &op->attempt,
-                   [this, op] { Issue(op); })) {
+    constexpr bool kGet = std::is_same_v<R, Result<Value>>;
+    if (RetryLater(
+            st, &op->deadline, &op->attempt, [this, op] { Issue(op); },
+            kGet || op->into != nullptr)) {
       return;
     }
     if (op->counted) Finish(st);
@@ -842,7 +936,7 @@ struct Cluster::Impl {
     bool moved = false;
     for (size_t i = 0; i < m->statuses->size(); ++i) {
       const Status& st = (*m->statuses)[i];
-      if (!Retryable(st)) continue;
+      if (!Retryable(st) && !LostToStall(st)) continue;
       m->todo.push_back(i);
       moved = moved || IsMoved(st);
     }
@@ -877,8 +971,9 @@ struct Cluster::Impl {
   // A batch of n items, in rounds: issue(todo, out, pending) sends the
   // items in `todo` (to every server at once), counting the requests it
   // left in flight in `pending`; items refused with Moved or Busy go again
-  // (after a refresh if any moved) until the deadline.
-  template <typename R, typename Issue>
+  // (after a refresh if any moved) until the deadline, and with kRead (a
+  // multi-get) those lost to a stalled loop too (RetryLater).
+  template <typename R, bool kRead = false, typename Issue>
   std::vector<R> Batched(size_t n, Issue issue) {
     std::vector<R> out(n, R(Status::Internal("not yet answered")));
     std::vector<size_t> todo(n);
@@ -887,11 +982,12 @@ struct Cluster::Impl {
     for (int attempt = 0; !todo.empty(); ++attempt) {
       size_t pending = 0;
       issue(todo, out, pending);
-      while (pending > 0) loop->Poll();
+      while (pending > 0) PollLoops();
       todo.clear();
       size_t moved = 0;
       for (size_t i = 0; i < n; ++i) {
-        if (!Retryable(StatusOf(out[i]))) continue;
+        const Status& st = StatusOf(out[i]);
+        if (!Retryable(st) && !(kRead && LostToStall(st))) continue;
         todo.push_back(i);
         moved += IsMoved(StatusOf(out[i])) ? 1 : 0;
       }
@@ -919,6 +1015,7 @@ struct Cluster::Impl {
     std::function<void(R)> done;
     Clock::time_point deadline{};
     int attempt = 0;
+    bool read = false;  // a get or a scan's part (RetryLater)
   };
   template <typename R>
   void TreeIssue(std::shared_ptr<TreeOp<R>> op) {
@@ -940,22 +1037,25 @@ struct Cluster::Impl {
   template <typename R>
   void TreeCompleted(const std::shared_ptr<TreeOp<R>>& op, R r) {
     const Status& st = StatusOf(r);
-    if (RetryLater(st, &op->deadline, &op->attempt,
-                   [this, op] { TreeIssue(op); })) {
+    if (RetryLater(
+            st, &op->deadline, &op->attempt, [this, op] { TreeIssue(op); },
+            op->read)) {
       return;
     }
     std::function<void(R)> done = std::move(op->done);
     if (done) done(std::move(r));
   }
-  // Starts a tree operation counted in in_flight (and first_error).
+  // Starts a tree operation counted in in_flight (and first_error); `read`:
+  // it only reads (TreeOp::read).
   template <typename R>
   void TreeAsync(std::string_view key,
                  std::function<void(TreeStore*, std::function<void(R)>)> send,
-                 std::function<void(R)> done) {
+                 std::function<void(R)> done, bool read = false) {
     ++in_flight;
     auto op = std::make_shared<TreeOp<R>>();
     op->key.assign(key);
     op->send = std::move(send);
+    op->read = read;
     op->done = [this, done = std::move(done)](R r) {
       Finish(StatusOf(r));
       if (done) done(std::move(r));
@@ -971,7 +1071,7 @@ struct Cluster::Impl {
     return n;
   }
   size_t PollOnce() {
-    size_t n = loop->Poll();
+    size_t n = PollLoops();
     if (!later.empty()) {
       if (stale) {
         stale = false;
@@ -1100,13 +1200,16 @@ Status Cluster::Drain(const std::string& address,
   return Status::OK();
 }
 size_t Cluster::in_flight() const { return impl_->in_flight; }
+EventLoop* Cluster::loop() const { return impl_->loop.get(); }
 
 Result<Cluster::Value> Cluster::Get(std::string_view key) {
-  return impl_->Routed(key, [&](HashStore* s) { return s->Get(key); });
+  return impl_->Routed<HashStore, true>(
+      key, [&](HashStore* s) { return s->Get(key); });
 }
 
 Status Cluster::Get(std::string_view key, Value* into) {
-  return impl_->Routed(key, [&](HashStore* s) { return s->Get(key, into); });
+  return impl_->Routed<HashStore, true>(
+      key, [&](HashStore* s) { return s->Get(key, into); });
 }
 
 Result<uint64_t> Cluster::Put(std::string_view key, std::string_view value) {
@@ -1303,8 +1406,8 @@ uint32_t ClusterTree::max_key() const { return tree::kMaxKey; }
 uint32_t ClusterTree::max_scan() const { return tree::kMaxScanLimit; }
 
 Result<ClusterTree::Value> ClusterTree::Get(std::string_view key) {
-  return impl_->Routed<TreeStore>(key,
-                                  [&](TreeStore* t) { return t->Get(key); });
+  return impl_->Routed<TreeStore, true>(
+      key, [&](TreeStore* t) { return t->Get(key); });
 }
 
 Result<uint64_t> ClusterTree::Put(std::string_view key,
@@ -1455,7 +1558,7 @@ Status ClusterTree::ScanInto(std::string_view start, std::string_view end,
     st = impl_->Ordered();
     if (!st.ok()) break;
     walk.Next(impl_->config);
-    st = impl_->Routed<TreeStore>(walk.part_from(), [&](TreeStore* t) {
+    st = impl_->Routed<TreeStore, true>(walk.part_from(), [&](TreeStore* t) {
       return t->ScanInto(walk.part_from(), walk.part_to(), walk.want(), order,
                          walk.PartPage());
     });
@@ -1472,7 +1575,7 @@ void ClusterTree::GetAsync(std::string_view key, TreeStore::GetCallback done) {
                                std::function<void(Result<Value>)> reply) {
         t->GetAsync(key, std::move(reply));
       },
-      std::move(done));
+      std::move(done), /*read=*/true);
 }
 
 void ClusterTree::PutAsync(std::string_view key, std::string_view value,
@@ -1544,6 +1647,7 @@ void ClusterTree::ScanStep(Cluster::Impl* im, std::shared_ptr<ScanState> scan) {
   scan->walk.Next(im->config);
   auto op = std::make_shared<Cluster::Impl::TreeOp<Status>>();
   op->key = scan->walk.part_from();
+  op->read = true;
   op->send = [scan](TreeStore* t, std::function<void(Status)> reply) {
     RangeWalk& w = scan->walk;
     t->ScanAsync(w.part_from(), w.part_to(), w.want(), scan->order,
@@ -1568,7 +1672,7 @@ Result<ClusterTree::Page> ClusterTree::ScanPrefix(std::string_view prefix,
 std::vector<Result<ClusterTree::Value>> ClusterTree::MultiGet(
     const std::vector<std::string_view>& keys) {
   Cluster::Impl* im = impl_;
-  return im->Batched<Result<Value>>(
+  return im->Batched<Result<Value>, true>(
       keys.size(), [&](const std::vector<size_t>& todo,
                        std::vector<Result<Value>>& out, size_t& pending) {
         if (Status st = im->Ordered(); !st.ok()) {

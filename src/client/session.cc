@@ -63,6 +63,11 @@ void LoopCore::Flush() {
 }
 
 size_t LoopCore::Poll() {
+  if (worker_->receive_stalled()) {
+    // Nothing more arrives (what was readable ahead of the blocked message
+    // was taken by earlier polls): the sessions fail at once (Housekeeping).
+    for (size_t i = 0; i < sessions_.size(); ++i) sessions_[i]->Housekeeping();
+  }
   Flush();
   size_t n = worker_->Progress();
   for (size_t i = 0; i < sessions_.size(); ++i) {
@@ -82,6 +87,9 @@ uint64_t SessionCore::CoarseNowNs() {
 Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
     const SessionOptions& options, LoopCore* loop,
     std::unique_ptr<LoopCore> owned) {
+  if (loop->worker()->receive_stalled()) {
+    return fabric::Worker::StalledStatus();
+  }
   std::unique_ptr<SessionCore> s(
       new SessionCore(options, loop, std::move(owned)));
   const auto deadline = s->Deadline();
@@ -225,8 +233,7 @@ Status SessionCore::RenewVouch() {
   const uint64_t coarse = CoarseNowNs();
   next_socket_check_ns_ = coarse + kSocketCheckNs;
   if (!util::PeerStillThere(socket_.fd())) {
-    Fail(Status::Unavailable("the server at " + options_.server +
-                             " closed the session (it stopped or died)"));
+    ServerGone();
     return ep_->failure();
   }
   proto::ServerLease lease{};
@@ -292,6 +299,13 @@ SessionCore::~SessionCore() {
   socket_.Close();
 }
 
+void SessionCore::ServerGone() {
+  // It may have died while sending to this loop (fabric/worker.h).
+  worker()->WatchForStall();
+  Fail(Status::Unavailable("the server at " + options_.server +
+                           " closed the session (it stopped or died)"));
+}
+
 void SessionCore::Fail(const Status& why) {
   if (ep_ && !ep_->failed()) ep_->Fail(why);
   if (rpc_) rpc_->FailAll(ep_ ? ep_->failure() : why);
@@ -299,6 +313,10 @@ void SessionCore::Fail(const Status& why) {
 
 bool SessionCore::connected() {
   if (!ep_ || ep_->failed()) return false;
+  if (worker()->receive_stalled()) {
+    Fail(fabric::Worker::StalledStatus());
+    return false;
+  }
   // The socket is looked at once per kSocketCheckNs, as Housekeeping does:
   // callers poll this in their loops, and a system call per call costs more
   // than a one-sided get.
@@ -306,8 +324,7 @@ bool SessionCore::connected() {
   if (coarse < next_socket_check_ns_) return true;
   next_socket_check_ns_ = coarse + kSocketCheckNs;
   if (!util::PeerStillThere(socket_.fd())) {
-    Fail(Status::Unavailable("the server at " + options_.server +
-                             " closed the session (it stopped or died)"));
+    ServerGone();
     return false;
   }
   return true;
@@ -319,12 +336,16 @@ size_t SessionCore::Housekeeping() {
   if (rpc_ && rpc_->pending() > 0 && rpc_->NextDeadline() <= now) {
     n += rpc_->ExpireDeadlines(now);
   }
+  if (ep_ && !ep_->failed() && worker()->receive_stalled()) {
+    // Replies can no longer arrive: fail now, not at each deadline.
+    Fail(fabric::Worker::StalledStatus());
+    ++n;
+  }
   const uint64_t coarse = CoarseNowNs();
   if (coarse >= next_socket_check_ns_) {
     next_socket_check_ns_ = coarse + kSocketCheckNs;
     if (ep_ && !ep_->failed() && !util::PeerStillThere(socket_.fd())) {
-      Fail(Status::Unavailable("the server at " + options_.server +
-                               " closed the session (it stopped or died)"));
+      ServerGone();
       ++n;
     }
   }
@@ -471,6 +492,8 @@ Result<std::unique_ptr<EventLoop>> EventLoop::Create(Transport transport) {
 }
 
 size_t EventLoop::Poll() { return core_->Poll(); }
+
+bool EventLoop::stalled() const { return core_->worker()->receive_stalled(); }
 
 // --- Session
 

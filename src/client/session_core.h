@@ -212,6 +212,9 @@ class SessionCore {
   Status Handshake(Clock::time_point deadline);
   Status LoadRegions();
   Status RenewVouch();
+  // The session's TCP connection closed: fails it, and has the loop watch
+  // for a stall.
+  void ServerGone();
   static uint64_t CoarseNowNs();
   static const Status& StatusOf(const Status& s) { return s; }
   template <typename T>

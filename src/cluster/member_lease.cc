@@ -18,7 +18,7 @@ Result<std::unique_ptr<MemberLease>> MemberLease::Start(
   }
   std::unique_ptr<MemberLease> m(
       new MemberLease(std::move(options), ownership, std::move(manager)));
-  auto loop = EventLoop::Create(m->options_.session.transport);
+  auto loop = PeerLoop::Create(m->options_.session.transport);
   if (!loop.ok()) return loop.status().WithContext("member lease");
   m->loop_ = std::move(*loop);
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
@@ -35,7 +35,7 @@ void MemberLease::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  loop_->core()->worker()->Wake();
+  loop_->Wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -61,7 +61,7 @@ void MemberLease::Ask() {
     o.server = manager;
     // A manager that does not answer within half a lease is no use.
     o.timeout = options_.lease / 2;
-    auto s = Session::Connect(o, loop_.get());
+    auto s = Session::Connect(o, loop_->get());
     if (!s.ok()) {
       Failed();
       return;
@@ -121,8 +121,11 @@ void MemberLease::Granted(uint64_t asked_ns, Result<std::string> reply) {
 }
 
 void MemberLease::Run() {
-  fabric::Worker* worker = loop_->core()->worker();
   while (true) {
+    // The manager died while answering and blocked the loop: the session
+    // (failed by the stall, its ask with it) goes, and the next ask
+    // connects on the new loop.
+    if (loop_->ReplaceIfStalled()) session_.reset();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) break;
@@ -136,7 +139,7 @@ void MemberLease::Run() {
     if (loop_->Poll() > 0) continue;
     now = LeaseClockNs();
     const uint64_t left = next_ns_ > now ? next_ns_ - now : 0;
-    worker->Sleep(std::chrono::milliseconds(
+    loop_->worker()->Sleep(std::chrono::milliseconds(
         std::max<uint64_t>(1, std::min<uint64_t>(left / 1000000, 50))));
   }
 }

@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "cluster/ownership.h"
+#include "cluster/peer_loop.h"
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
@@ -78,7 +79,7 @@ class MemberLease {
   const MemberLeaseOptions options_;
   Ownership* const ownership_;
   const std::function<std::string()> manager_;
-  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<PeerLoop> loop_;
   std::unique_ptr<Session> session_;  // to session_address_ (thread's)
   std::string session_address_;
   bool asking_ = false;  // a request is in flight (thread's)

@@ -29,7 +29,7 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(
     std::chrono::microseconds spin, std::chrono::milliseconds fault_delay) {
   std::unique_ptr<Replicator> r(
       new Replicator(ownership, std::move(session), spin, fault_delay));
-  auto loop = EventLoop::Create(r->options_.transport);
+  auto loop = PeerLoop::Create(r->options_.transport);
   if (!loop.ok()) return loop.status().WithContext("replication");
   r->loop_ = std::move(*loop);
   r->thread_ = std::thread([p = r.get()] { p->Run(); });
@@ -56,7 +56,7 @@ void Replicator::Stop() {
     if (stopped_) return;
     stop_ = true;
   }
-  loop_->core()->worker()->Wake();
+  loop_->Wake();
   if (thread_.joinable()) thread_.join();
   std::deque<std::shared_ptr<Job>> left;
   {
@@ -81,7 +81,7 @@ void Replicator::Replicate(std::string batch, Done done) {
     }
   }
   if (job != nullptr) return job->done(Stopped());
-  loop_->core()->worker()->Notify();
+  loop_->Notify();
 }
 
 Result<Session*> Replicator::SessionTo(const std::string& address,
@@ -101,7 +101,7 @@ Result<Session*> Replicator::SessionTo(const std::string& address,
   }
   SessionOptions o = options_;
   o.server = address;
-  auto s = Session::Connect(o, loop_.get());
+  auto s = Session::Connect(o, loop_->get());
   if (!s.ok()) return s.status();
   it = sessions_.insert_or_assign(address, Peer{std::move(*s), incarnation})
            .first;
@@ -185,11 +185,20 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
 }
 
 void Replicator::Run() {
-  fabric::Worker* worker = loop_->core()->worker();
   const Ownership::Installed* advanced_by = nullptr;
   auto last_work = Clock::now();
   unsigned idle_polls = 0;
   while (true) {
+    // Before the look at incoming_ (PeerLoop's contract). The sessions,
+    // failed by the stall, are retired (closed once their calls are
+    // failed: at once); the sends they failed go again on new ones.
+    if (loop_->ReplaceIfStalled()) {
+      for (auto& [address, peer] : sessions_) {
+        retired_.push_back(std::move(peer.session));
+      }
+      sessions_.clear();
+      replied_ = true;
+    }
     bool arrived = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -251,7 +260,7 @@ void Replicator::Run() {
                              next_retry_ - Clock::now()),
                          std::chrono::milliseconds(0), pause);
     }
-    worker->Sleep(pause);
+    loop_->worker()->Sleep(pause);
     last_work = Clock::now();
   }
 }

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "cluster/ownership.h"
+#include "cluster/peer_loop.h"
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
@@ -116,7 +117,7 @@ class Replicator {
   const SessionOptions options_;
   const std::chrono::microseconds spin_;
   const std::chrono::milliseconds fault_delay_;
-  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<PeerLoop> loop_;
   struct Peer {
     std::unique_ptr<Session> session;
     uint64_t incarnation = 0;

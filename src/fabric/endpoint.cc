@@ -29,6 +29,7 @@ void CompleteLater(Op* op, Status st) {
 
 void OpCallback(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
+  op->worker->RequestEnded();
   CompleteLater(op, FromUcs(status, op->what));
   ucp_request_free(request);
 }
@@ -104,6 +105,8 @@ void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   if (self->failed_) return;
   self->failed_ = true;
   self->failure_ = FromUcs(status, "connection lost");
+  // The peer may have died mid-send.
+  self->worker_->WatchForStall();
   self->FailServed(self->failure_);
   // Closing from inside a UCX callback is not allowed; do it after (unless
   // the endpoint is destroyed first: its destructor force-closes it).
@@ -172,8 +175,9 @@ void Endpoint::Finish(ucs_status_ptr_t r, Op* op) {
     CompleteLater(op, Status::OK());
   } else if (UCS_PTR_IS_ERR(r)) {
     CompleteLater(op, FromUcs(UCS_PTR_STATUS(r), op->what));
+  } else {
+    worker_->RequestIssued();  // OpCallback completes it
   }
-  // Otherwise OpCallback completes it.
 }
 
 Status Endpoint::Settle(ucs_status_ptr_t r, Clock::duration timeout,

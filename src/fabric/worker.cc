@@ -228,7 +228,61 @@ size_t Worker::Progress() {
       }
     }
   }
+  if (work == 0 && stall_watch_until_ != Clock::time_point{}) LookForStall();
   return work;
+}
+
+void Worker::WatchForStall() {
+  if (ctx_->transport() == Transport::kTcp) return;  // no shared-memory ring
+  stall_watch_until_ = Clock::now() + kStallWatch;
+}
+
+Status Worker::StalledStatus() {
+  return Status::Unavailable(
+      "this event loop's shared-memory receive queue is blocked by a peer "
+      "that died while sending to it (UCX cannot skip the message it left "
+      "unfinished): connect again on a new event loop");
+}
+
+void Worker::LookForStall() {
+  const auto now = Clock::now();
+  if (now < next_stall_look_ || receive_stalled_) return;
+  if (now >= stall_watch_until_) {
+    stall_watch_until_ = {};
+    busy_looks_ = 0;
+    return;
+  }
+  next_stall_look_ = now + kStallLook;
+  // Arm answers busy for our own sends waiting on a peer's full queue
+  // (UCX wakes a worker for send completions): no verdict while any
+  // request of ours is out.
+  if (requests_in_flight_ > 0 || !closing_.empty()) return;
+  // Busy: a message is claimed that Progress could not read. But arm also
+  // answers busy, once each, for a signal left in its event fd (a Wake or
+  // Notify that woke an earlier Sleep), for a datagram left on the shared
+  // memory signal socket and for the keepalive timer, and that answer
+  // drains it without looking further: only four busy answers in a row
+  // count.
+  int busy = 0;
+  while (busy < 4 && ucp_worker_arm(worker_) == UCS_ERR_BUSY) ++busy;
+  // What was drained may have been a Wake meant to end the next Sleep.
+  if (busy > 0) signal_drained_ = true;
+  if (busy < 4) {
+    busy_looks_ = 0;
+    return;
+  }
+  // A slot is busy for a moment whenever a peer is mid-copy: on a worker
+  // that seldom idles, two looks far apart could both meet one. So only
+  // looks in a row, each close to the last, count: for kStallAfter and
+  // kStallLooks of them.
+  if (busy_looks_ > 0 && now - last_busy_look_ > 5 * kStallLook) {
+    busy_looks_ = 0;
+  }
+  last_busy_look_ = now;
+  if (busy_looks_++ == 0) busy_since_ = now;
+  if (now - busy_since_ >= kStallAfter && busy_looks_ >= kStallLooks) {
+    receive_stalled_ = true;
+  }
 }
 
 bool Worker::HasPendingWork() {
@@ -238,6 +292,11 @@ bool Worker::HasPendingWork() {
 
 void Worker::Sleep(std::chrono::milliseconds timeout) {
   if (HasPendingWork()) return;
+  if (signal_drained_) {
+    // A look for a stall drained the event fd: perhaps of a Wake.
+    signal_drained_ = false;
+    return;
+  }
   // Post() signals only a worker that may be asleep: it sets has_posted_
   // before it looks at `sleeping_`, and this looks at has_posted_ after
   // setting `sleeping_` (all four sequentially consistent), so one of the
@@ -263,6 +322,8 @@ Status Worker::ProgressUntil(const std::function<bool()>& done,
       last_work = Clock::now();
       continue;
     }
+    // Nothing more arrives: waiting longer would only end in TimedOut.
+    if (receive_stalled_) return StalledStatus();
     auto now = Clock::now();
     if (now >= deadline) return Status::TimedOut("operation timed out");
     if (now - last_work <= spin) {

@@ -175,6 +175,42 @@ class Worker {
     pass_hooks_.push_back(std::move(hook));
   }
 
+  // A receive queue blocked for good. Over shared memory UCX (1.13, the mm
+  // transport) receives every peer's active messages through one ring per
+  // worker, read in order; a sender claims a slot, fills it, then marks it
+  // full. A peer killed between the claim and the mark (a kill -9 mid-send)
+  // leaves a slot that is never marked: nothing sent to this worker after
+  // it, by any peer, is delivered again, and UCX has no way to skip it.
+  //
+  // The worker watches for it for kStallWatch after a peer failed (the
+  // only way a sender can die mid-send; WatchForStall): if, for kStallAfter
+  // and at least kStallLooks looks in a row (each within 50 ms of the
+  // last, while no request of this worker is out), every look finds
+  // messages claimed (ucp_worker_arm: busy four times over) when Progress
+  // had nothing to deliver, the queue is stalled. Sticky: the owner must
+  // move its peers to a new worker; ProgressUntil (and the waits built on
+  // it) then ends at once with StalledStatus(). A peer merely paused
+  // mid-send (SIGSTOP) past kStallAfter, while another failed, counts as
+  // stalled too. Never set on a tcp-only worker.
+  bool receive_stalled() const { return receive_stalled_; }
+  static constexpr auto kStallAfter = std::chrono::milliseconds(500);
+  static constexpr int kStallLooks = 20;
+  // How long after an endpoint failed the worker watches.
+  static constexpr auto kStallWatch = std::chrono::seconds(60);
+  // Starts (or extends) the watch: called when a peer of this worker
+  // failed or went away (an endpoint's error, a session's or connection's
+  // socket closed), not for a failure of this side's making.
+  void WatchForStall();
+  // Endpoint's asynchronous UCX requests out now: a look for a stall gives
+  // no verdict while any is (a send waiting on a peer's full queue makes
+  // the worker look busy too).
+  void RequestIssued() { ++requests_in_flight_; }
+  void RequestEnded() { --requests_in_flight_; }
+  // The error of an operation on a worker whose queue stalled.
+  static Status StalledStatus();
+  // Tests: what a stall leads to, without a peer killed mid-send.
+  void SimulateReceiveStallForTesting() { receive_stalled_ = true; }
+
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
   // Progresses until every tracked close has completed, or `deadline`.
@@ -198,6 +234,10 @@ class Worker {
   static void RecvDone(void* request, ucs_status_t status, size_t length,
                        void* user_data);
   bool HasPendingWork();
+  // Progress found nothing to do while watching: looks at the receive
+  // queue (at most every kStallLook).
+  void LookForStall();
+  static constexpr auto kStallLook = std::chrono::milliseconds(10);
   friend class Endpoint;  // takes the numbers
   // The number of an endpoint being created to the worker of `uuid`.
   uint64_t TakeEndpointNumber(uint64_t uuid) { return endpoints_to_[uuid]++; }
@@ -221,6 +261,17 @@ class Worker {
   uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
   std::vector<std::function<size_t()>> pass_hooks_;
+  // The stall watch (receive_stalled): until when, the next look, and since
+  // when (and for how many looks) every look found the queue busy.
+  Clock::time_point stall_watch_until_{};
+  Clock::time_point next_stall_look_{};
+  Clock::time_point busy_since_{};
+  Clock::time_point last_busy_look_{};
+  int busy_looks_ = 0;
+  size_t requests_in_flight_ = 0;  // RequestIssued
+  // A look drained the event fd: the next Sleep returns at once.
+  bool signal_drained_ = false;
+  bool receive_stalled_ = false;
   std::string address_;
 
   std::mutex posted_mu_;

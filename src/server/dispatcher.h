@@ -54,6 +54,9 @@ struct ThreadCounters {
   Counter rpc_errors;
   Counter mem_requests_served;
   Counter unknown_endpoint_messages;
+  // 1 once the thread's shared-memory receive queue stalled
+  // (fabric::Worker::receive_stalled).
+  Counter receive_stalled;
 };
 
 // A server thread: its worker and the connections it owns.

@@ -548,6 +548,23 @@ Status Server::Impl::Init() {
       durability::Durability* d = durable.get();
       t->state.worker->AddPassHook([d, p] { return d->OnPass(p); });
     }
+    // A client killed while sending to this thread over shared memory may
+    // have blocked its receive queue for good (fabric/worker.h): UCX cannot
+    // recover it, so the operator is told, once, what to do.
+    t->state.worker->AddPassHook([st = &t->state] {
+      if (st->counters.receive_stalled.Get() == 0 &&
+          st->worker->receive_stalled()) {
+        st->counters.receive_stalled.Add(1);
+        log::Error(
+            "server thread {}: its shared-memory receive queue is blocked by "
+            "a client that died while sending to it (a UCX limitation): "
+            "shared-memory clients of this thread get no answers and new "
+            "ones it is given are refused; tcp clients are served. Restart "
+            "the server to recover",
+            st->index);
+      }
+      return size_t{0};
+    });
   }
 
   // The lease: a successor of a server that died on this port or data
@@ -678,6 +695,14 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                               ep.status().message() + "); " + hint),
           {}, 0);
     }
+    if (w->receive_stalled() && (*ep)->UsesSharedMemory()) {
+      return done(Status::Unavailable(
+                      "the server thread's shared-memory receive queue is "
+                      "blocked by a client that died mid-message (see the "
+                      "server's log): connect over tcp, or restart the "
+                      "server"),
+                  {}, 0);
+    }
     // The client creates its endpoint with the same number (ServerHello).
     const uint64_t number = (*ep)->number();
     auto conn = std::make_unique<Connection>();
@@ -690,8 +715,12 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
 }
 
 void Server::Impl::OnConnectionClosed(uint32_t thread, ConnectionId id) {
-  (void)thread;
   if (acceptor) acceptor->SessionClosed(id);
+  // The client may have died while sending to that thread (fabric/worker.h).
+  if (thread < threads.size()) {
+    fabric::Worker* w = threads[thread]->state.worker.get();
+    w->Post([w] { w->WatchForStall(); });
+  }
   for (auto& s : services) {
     Service* raw = s.get();
     for (PartitionId p = 0; p < partitions(); ++p) {
@@ -717,7 +746,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     out.push_back({name, proto::StatKind::kNumber, v, {}});
   };
   uint64_t current = 0, total = 0, rpcs = 0, in = 0, bytes_out = 0, errors = 0,
-           served = 0, stray = 0;
+           served = 0, stray = 0, stalled = 0;
   for (const auto& t : threads) {
     const ThreadCounters& c = t->state.counters;
     current += c.connections_current.Get();
@@ -728,6 +757,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     errors += c.rpc_errors.Get();
     served += c.mem_requests_served.Get();
     stray += c.unknown_endpoint_messages.Get();
+    stalled += c.receive_stalled.Get();
   }
   uint64_t registered = 0;
   for (const auto& r : regions) registered += r->length();
@@ -746,6 +776,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("rpc_bytes_out", bytes_out);
   num("rpc_errors", errors);
   num("stray_messages", stray);
+  num("shm_receive_stalled_threads", stalled);
   num("memory_registered", registered);
   num("regions", regions.size());
   num("server_threads", threads.size());
