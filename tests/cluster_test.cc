@@ -3045,6 +3045,94 @@ TEST_F(ClusterTest,
   EXPECT_EQ(t->Get(high[0]).status().code(), StatusCode::kUnavailable);
 }
 
+// Batches of the ordered store, asynchronously: split per range owner and
+// sent to all at once, several batches in flight together, each answered
+// inside a Poll with one result per item, in order, each with its own
+// status; WaitAll reports a batch's first error (for a multi-get, other
+// than NotFound).
+TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
+  StartServers(3, {"--tree-splits", "key-6,key-3"});
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  constexpr int kKeys = 900;
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(i));
+    values.push_back(Val(i));
+  }
+  // Three batches in flight together (their keys disjoint), the last with
+  // a key the store refuses in the middle.
+  std::vector<std::vector<Result<uint64_t>>> put(3);
+  for (int b = 0; b < 3; ++b) {
+    std::vector<std::pair<std::string_view, std::string_view>> pairs;
+    for (int i = b; i < kKeys; i += 3) pairs.emplace_back(keys[i], values[i]);
+    if (b == 2) pairs.insert(pairs.begin() + 5, {"", "refused"});
+    t->MultiPutAsync(pairs, [&put, b](std::vector<Result<uint64_t>> r) {
+      put[size_t(b)] = std::move(r);
+    });
+  }
+  EXPECT_EQ(cluster->in_flight(), 3u);
+  for (const auto& r : put) EXPECT_TRUE(r.empty());  // not inside the call
+  Status first = cluster->WaitAll();
+  EXPECT_EQ(first.code(), StatusCode::kInvalidArgument) << first.ToString();
+  ASSERT_EQ(put[0].size(), size_t(kKeys / 3));
+  ASSERT_EQ(put[2].size(), size_t(kKeys / 3 + 1));
+  for (size_t b = 0; b < 3; ++b) {
+    for (size_t j = 0; j < put[b].size(); ++j) {
+      if (b == 2 && j == 5) {
+        EXPECT_EQ(put[b][j].status().code(), StatusCode::kInvalidArgument);
+      } else {
+        EXPECT_TRUE(put[b][j].ok())
+            << b << "/" << j << ": " << put[b][j].status().ToString();
+      }
+    }
+  }
+  // Every range owner holds its part.
+  for (const auto& srv : servers_) {
+    auto s = ConnectOrDie(srv.address);
+    ASSERT_TRUE(s);
+    uint64_t expect = 0;
+    for (const auto& k : keys) expect += t->OwnerOf(k) == srv.address;
+    EXPECT_EQ(StatOf(s.get(), "tree_pairs"), expect) << srv.address;
+    EXPECT_GT(expect, 0u) << srv.address;
+  }
+  // Gets of every key and of absent ones, in two batches at once.
+  std::vector<std::string_view> asked(keys.begin(), keys.end());
+  asked.push_back("key-absent");
+  std::vector<Result<ClusterTree::Value>> got, again;
+  t->MultiGetAsync(asked, [&got](std::vector<Result<ClusterTree::Value>> r) {
+    got = std::move(r);
+  });
+  t->MultiGetAsync({"key-absent", asked[7]},
+                   [&again](std::vector<Result<ClusterTree::Value>> r) {
+                     again = std::move(r);
+                   });
+  EXPECT_TRUE(got.empty());
+  EXPECT_TRUE(cluster->WaitAll().ok());  // NotFound is an answer
+  ASSERT_EQ(got.size(), asked.size());
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[size_t(i)].ok()) << keys[size_t(i)];
+    EXPECT_EQ(got[size_t(i)]->value, values[size_t(i)]);
+  }
+  EXPECT_EQ(got.back().status().code(), StatusCode::kNotFound);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(again[1].ok());
+  EXPECT_EQ(again[1]->value, values[7]);
+  // An empty batch is answered too, inside a Poll.
+  bool empty_done = false;
+  t->MultiGetAsync({},
+                   [&empty_done](std::vector<Result<ClusterTree::Value>> r) {
+                     empty_done = r.empty();
+                   });
+  EXPECT_FALSE(empty_done);
+  EXPECT_TRUE(cluster->WaitAll().ok());
+  EXPECT_TRUE(empty_done);
+}
+
 // The cluster client's event loop stalls (a server killed while sending
 // to it over shared memory blocks its receive queue: the test above meets
 // that now and then; here the stall is simulated, so the client's side of
@@ -3099,6 +3187,13 @@ TEST_F(ClusterTest, AStalledEventLoopIsReplacedAndTheReadsOnItRetried) {
     }
     read(Status::OK(), right);
   });
+  t->MultiGetAsync(views, [&](std::vector<Result<ClusterTree::Value>> got) {
+    bool right = got.size() == keys.size();
+    for (size_t i = 0; right && i < got.size(); ++i) {
+      right = got[i].ok() && got[i]->value == "tree " + keys[i];
+    }
+    read(Status::OK(), right);
+  });
   int writes = 0, unknown = 0;
   for (int i = 0; i < 20; ++i) {
     cluster->PutAsync(keys[size_t(i)], "put", [&](Result<uint64_t> r) {
@@ -3114,7 +3209,7 @@ TEST_F(ClusterTest, AStalledEventLoopIsReplacedAndTheReadsOnItRetried) {
   EventLoop* stalled = cluster->loop();
   stalled->core()->worker()->SimulateReceiveStallForTesting();
   (void)cluster->WaitAll();
-  EXPECT_EQ(reads, 2 * 100 + 2);
+  EXPECT_EQ(reads, 2 * 100 + 3);
   EXPECT_EQ(bad_reads, 0);
   EXPECT_EQ(writes, 20);
   EXPECT_EQ(cluster->route_stats().loops_replaced, 1u);

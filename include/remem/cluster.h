@@ -352,6 +352,14 @@ class ClusterTree {
   // As Scan: each range's part once the part before it has answered.
   void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
                  Order order, TreeStore::ScanCallback done);
+  // As MultiGet and MultiPut: keys and values are copied in the call; one
+  // result per key or pair, in order, each owner's part sent at once (as
+  // TreeStore::MultiGetAsync and MultiPutAsync), the refused items again.
+  void MultiGetAsync(const std::vector<std::string_view>& keys,
+                     TreeStore::MultiGetCallback done);
+  void MultiPutAsync(
+      const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+      TreeStore::MultiPutCallback done);
   // Into *page (as ScanInto), which must stay valid, and not be read, until
   // `done` has run.
   void ScanAsync(std::string_view start, std::string_view end, uint32_t limit,
@@ -373,6 +381,10 @@ class ClusterTree {
                    uint32_t limit) const;
   // Asks for the next range's part of an asynchronous scan.
   static void ScanStep(Cluster::Impl* impl, std::shared_ptr<ScanState> scan);
+  // A batch's items split per owner (cluster.cc).
+  template <typename R, typename KeyOf, typename Send>
+  static void PerOwner(Cluster::Impl* im, const std::vector<size_t>& todo,
+                       KeyOf key_of, std::vector<R>& out, Send send);
   Cluster::Impl* impl_;
 };
 

@@ -1003,6 +1003,93 @@ struct Cluster::Impl {
     return out;
   }
 
+  // Batched, asynchronously: issue(todo, batch) sends the items in `todo`
+  // (to every server at once), counting in batch->pending each request it
+  // left in flight, whose reply fills batch->out and calls BatchAnswered;
+  // rounds as Batched's (the next one from a Poll), then done(out) inside
+  // a Poll. Counted in in_flight, its first error (other than NotFound,
+  // for reads) in WaitAll's.
+  template <typename R>
+  struct AsyncBatch {
+    std::vector<R> out;
+    std::vector<size_t> todo;
+    size_t pending = 0;
+    Clock::time_point deadline{};
+    int attempt = 0;
+    bool read = false;
+    std::function<void(const std::vector<size_t>&,
+                       const std::shared_ptr<AsyncBatch>&)>
+        issue;
+    std::function<void(std::vector<R>)> done;
+  };
+  template <typename R>
+  void AsyncBatched(size_t n, bool read,
+                    std::function<void(const std::vector<size_t>&,
+                                       const std::shared_ptr<AsyncBatch<R>>&)>
+                        issue,
+                    std::function<void(std::vector<R>)> done) {
+    ++in_flight;
+    auto b = std::make_shared<AsyncBatch<R>>();
+    b->out.assign(n, R(Status::Internal("not yet answered")));
+    b->todo.resize(n);
+    for (size_t i = 0; i < n; ++i) b->todo[i] = i;
+    b->read = read;
+    b->issue = std::move(issue);
+    b->done = std::move(done);
+    BatchRound(b);
+  }
+  template <typename R>
+  void BatchRound(const std::shared_ptr<AsyncBatch<R>>& b) {
+    // The round holds one count of its own until the next Poll: opening an
+    // owner's store waits, running callbacks (an earlier owner's reply),
+    // and the round must not end before every owner's part is out; and a
+    // round that sent nothing (every owner unreachable) ends in a Poll, as
+    // callbacks do.
+    ++b->pending;
+    b->issue(b->todo, b);
+    later.push_back([this, b] { BatchAnswered(b); });
+  }
+  // A request of the round answered, or the round's own count went.
+  template <typename R>
+  void BatchAnswered(const std::shared_ptr<AsyncBatch<R>>& b) {
+    if (--b->pending > 0) return;
+    b->todo.clear();
+    bool moved = false;
+    for (size_t i = 0; i < b->out.size(); ++i) {
+      const Status& st = StatusOf(b->out[i]);
+      if (!Retryable(st) && !(b->read && LostToStall(st))) continue;
+      b->todo.push_back(i);
+      moved = moved || IsMoved(st);
+    }
+    if (!b->todo.empty() && InTime(&b->deadline)) {
+      ++b->attempt;
+      if (moved) {
+        ++stats.moved;
+        stale = true;
+        later.push_back([this, b] { BatchRound(b); });
+      } else {
+        if (config.replicas > 0 && b->attempt >= kRefreshAfterBusy) {
+          stale = true;
+        }
+        waiting.emplace_back(Clock::now() + BackoffPause(b->attempt),
+                             [this, b] { BatchRound(b); });
+      }
+      return;
+    }
+    Status first;
+    for (const R& r : b->out) {
+      const Status& st = StatusOf(r);
+      if (!st.ok() && !(b->read && st.code() == StatusCode::kNotFound)) {
+        first = st;
+        break;
+      }
+    }
+    Finish(first);
+    auto done = std::move(b->done);
+    b->issue = nullptr;  // its copies of the keys go now
+    if (done) done(std::move(b->out));
+  }
+
   // --- asynchronous tree operations (ClusterTree)
   //
   // One operation on the owner of `key`'s range: send(tree, reply) issues
@@ -1669,40 +1756,53 @@ Result<ClusterTree::Page> ClusterTree::ScanPrefix(std::string_view prefix,
   return Scan(prefix, tree::PrefixEnd(prefix), limit, order);
 }
 
+// Splits `todo` by the owner of each item's key (key_of(i)) and hands each
+// owner's items to send(tree, items), its TreeStore opened; the items of
+// an owner that cannot be reached get its error in `out`.
+template <typename R, typename KeyOf, typename Send>
+void ClusterTree::PerOwner(Cluster::Impl* im, const std::vector<size_t>& todo,
+                           KeyOf key_of, std::vector<R>& out, Send send) {
+  if (Status st = im->Ordered(); !st.ok()) {
+    for (size_t i : todo) out[i] = st;
+    return;
+  }
+  // Each owner's items in one batch, all owners at once.
+  std::map<uint16_t, std::vector<size_t>> per_owner;
+  for (size_t i : todo) {
+    per_owner[im->OwnerFor<TreeStore>(key_of(i))].push_back(i);
+  }
+  for (auto& [owner, items] : per_owner) {
+    auto server = im->ServerOfMember(owner);
+    Result<TreeStore*> t = server.ok() ? im->TreeOf(*server) : server.status();
+    if (!t.ok()) {
+      for (size_t i : items) out[i] = t.status();
+      continue;
+    }
+    send(*t, std::move(items));
+  }
+}
+
 std::vector<Result<ClusterTree::Value>> ClusterTree::MultiGet(
     const std::vector<std::string_view>& keys) {
   Cluster::Impl* im = impl_;
   return im->Batched<Result<Value>, true>(
       keys.size(), [&](const std::vector<size_t>& todo,
                        std::vector<Result<Value>>& out, size_t& pending) {
-        if (Status st = im->Ordered(); !st.ok()) {
-          for (size_t i : todo) out[i] = st;
-          return;
-        }
-        // Each owner's keys in one batch, all owners at once.
-        std::map<uint16_t, std::vector<size_t>> per_owner;
-        for (size_t i : todo) {
-          per_owner[im->OwnerFor<TreeStore>(keys[i])].push_back(i);
-        }
-        for (auto& [owner, items] : per_owner) {
-          auto server = im->ServerOfMember(owner);
-          Result<TreeStore*> t =
-              server.ok() ? im->TreeOf(*server) : server.status();
-          if (!t.ok()) {
-            for (size_t i : items) out[i] = t.status();
-            continue;
-          }
-          std::vector<std::string_view> batch;
-          for (size_t i : items) batch.push_back(keys[i]);
-          ++pending;
-          (*t)->MultiGetAsync(batch, [&out, &pending, items = std::move(items)](
-                                         std::vector<Result<Value>> r) {
-            for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
-              out[items[j]] = std::move(r[j]);
-            }
-            --pending;
-          });
-        }
+        PerOwner(
+            im, todo, [&](size_t i) { return keys[i]; }, out,
+            [&](TreeStore* t, std::vector<size_t> items) {
+              std::vector<std::string_view> batch;
+              for (size_t i : items) batch.push_back(keys[i]);
+              ++pending;
+              t->MultiGetAsync(
+                  batch, [&out, &pending, items = std::move(items)](
+                             std::vector<Result<Value>> r) {
+                    for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+                      out[items[j]] = std::move(r[j]);
+                    }
+                    --pending;
+                  });
+            });
       });
 }
 
@@ -1712,34 +1812,86 @@ std::vector<Result<uint64_t>> ClusterTree::MultiPut(
   return im->Batched<Result<uint64_t>>(
       pairs.size(), [&](const std::vector<size_t>& todo,
                         std::vector<Result<uint64_t>>& out, size_t& pending) {
-        if (Status st = im->Ordered(); !st.ok()) {
-          for (size_t i : todo) out[i] = st;
-          return;
-        }
-        std::map<uint16_t, std::vector<size_t>> per_owner;
-        for (size_t i : todo) {
-          per_owner[im->OwnerFor<TreeStore>(pairs[i].first)].push_back(i);
-        }
-        for (auto& [owner, items] : per_owner) {
-          auto server = im->ServerOfMember(owner);
-          Result<TreeStore*> t =
-              server.ok() ? im->TreeOf(*server) : server.status();
-          if (!t.ok()) {
-            for (size_t i : items) out[i] = t.status();
-            continue;
-          }
-          std::vector<std::pair<std::string_view, std::string_view>> batch;
-          for (size_t i : items) batch.push_back(pairs[i]);
-          ++pending;
-          (*t)->MultiPutAsync(batch, [&out, &pending, items = std::move(items)](
-                                         std::vector<Result<uint64_t>> r) {
-            for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
-              out[items[j]] = std::move(r[j]);
-            }
-            --pending;
-          });
-        }
+        PerOwner(
+            im, todo, [&](size_t i) { return pairs[i].first; }, out,
+            [&](TreeStore* t, std::vector<size_t> items) {
+              std::vector<std::pair<std::string_view, std::string_view>> batch;
+              for (size_t i : items) batch.push_back(pairs[i]);
+              ++pending;
+              t->MultiPutAsync(
+                  batch, [&out, &pending, items = std::move(items)](
+                             std::vector<Result<uint64_t>> r) {
+                    for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+                      out[items[j]] = std::move(r[j]);
+                    }
+                    --pending;
+                  });
+            });
       });
+}
+
+void ClusterTree::MultiGetAsync(const std::vector<std::string_view>& keys,
+                                TreeStore::MultiGetCallback done) {
+  Cluster::Impl* im = impl_;
+  using Batch = Cluster::Impl::AsyncBatch<Result<Value>>;
+  auto owned =
+      std::make_shared<std::vector<std::string>>(keys.begin(), keys.end());
+  im->AsyncBatched<Result<Value>>(
+      owned->size(), /*read=*/true,
+      [im, owned](const std::vector<size_t>& todo,
+                  const std::shared_ptr<Batch>& b) {
+        PerOwner(
+            im, todo, [&](size_t i) { return std::string_view((*owned)[i]); },
+            b->out,
+            [&](TreeStore* t, std::vector<size_t> items) {
+              std::vector<std::string_view> batch;
+              for (size_t i : items) batch.push_back((*owned)[i]);
+              ++b->pending;
+              t->MultiGetAsync(batch, [im, b, items = std::move(items)](
+                                          std::vector<Result<Value>> r) {
+                for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+                  b->out[items[j]] = std::move(r[j]);
+                }
+                im->BatchAnswered(b);
+              });
+            });
+      },
+      std::move(done));
+}
+
+void ClusterTree::MultiPutAsync(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+    TreeStore::MultiPutCallback done) {
+  Cluster::Impl* im = impl_;
+  using Batch = Cluster::Impl::AsyncBatch<Result<uint64_t>>;
+  auto owned =
+      std::make_shared<std::vector<std::pair<std::string, std::string>>>();
+  owned->reserve(pairs.size());
+  for (const auto& [k, v] : pairs) owned->emplace_back(k, v);
+  im->AsyncBatched<Result<uint64_t>>(
+      owned->size(), /*read=*/false,
+      [im, owned](const std::vector<size_t>& todo,
+                  const std::shared_ptr<Batch>& b) {
+        PerOwner(
+            im, todo,
+            [&](size_t i) { return std::string_view((*owned)[i].first); },
+            b->out,
+            [&](TreeStore* t, std::vector<size_t> items) {
+              std::vector<std::pair<std::string_view, std::string_view>> batch;
+              for (size_t i : items) {
+                batch.emplace_back((*owned)[i].first, (*owned)[i].second);
+              }
+              ++b->pending;
+              t->MultiPutAsync(batch, [im, b, items = std::move(items)](
+                                          std::vector<Result<uint64_t>> r) {
+                for (size_t j = 0; j < items.size() && j < r.size(); ++j) {
+                  b->out[items[j]] = std::move(r[j]);
+                }
+                im->BatchAnswered(b);
+              });
+            });
+      },
+      std::move(done));
 }
 
 }  // namespace remem
