@@ -3066,12 +3066,14 @@ TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
   // Three batches in flight together (their keys disjoint), the last with
   // a key the store refuses in the middle.
   std::vector<std::vector<Result<uint64_t>>> put(3);
+  std::vector<int> calls(6, 0);  // each callback runs once
   for (int b = 0; b < 3; ++b) {
     std::vector<std::pair<std::string_view, std::string_view>> pairs;
     for (int i = b; i < kKeys; i += 3) pairs.emplace_back(keys[i], values[i]);
     if (b == 2) pairs.insert(pairs.begin() + 5, {"", "refused"});
-    t->MultiPutAsync(pairs, [&put, b](std::vector<Result<uint64_t>> r) {
+    t->MultiPutAsync(pairs, [&put, &calls, b](std::vector<Result<uint64_t>> r) {
       put[size_t(b)] = std::move(r);
+      ++calls[size_t(b)];
     });
   }
   EXPECT_EQ(cluster->in_flight(), 3u);
@@ -3079,6 +3081,7 @@ TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
   Status first = cluster->WaitAll();
   EXPECT_EQ(first.code(), StatusCode::kInvalidArgument) << first.ToString();
   ASSERT_EQ(put[0].size(), size_t(kKeys / 3));
+  ASSERT_EQ(put[1].size(), size_t(kKeys / 3));
   ASSERT_EQ(put[2].size(), size_t(kKeys / 3 + 1));
   for (size_t b = 0; b < 3; ++b) {
     for (size_t j = 0; j < put[b].size(); ++j) {
@@ -3103,12 +3106,15 @@ TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
   std::vector<std::string_view> asked(keys.begin(), keys.end());
   asked.push_back("key-absent");
   std::vector<Result<ClusterTree::Value>> got, again;
-  t->MultiGetAsync(asked, [&got](std::vector<Result<ClusterTree::Value>> r) {
-    got = std::move(r);
-  });
+  t->MultiGetAsync(asked,
+                   [&got, &calls](std::vector<Result<ClusterTree::Value>> r) {
+                     got = std::move(r);
+                     ++calls[3];
+                   });
   t->MultiGetAsync({"key-absent", asked[7]},
-                   [&again](std::vector<Result<ClusterTree::Value>> r) {
+                   [&again, &calls](std::vector<Result<ClusterTree::Value>> r) {
                      again = std::move(r);
+                     ++calls[4];
                    });
   EXPECT_TRUE(got.empty());
   EXPECT_TRUE(cluster->WaitAll().ok());  // NotFound is an answer
@@ -3124,13 +3130,16 @@ TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
   EXPECT_EQ(again[1]->value, values[7]);
   // An empty batch is answered too, inside a Poll.
   bool empty_done = false;
-  t->MultiGetAsync({},
-                   [&empty_done](std::vector<Result<ClusterTree::Value>> r) {
-                     empty_done = r.empty();
-                   });
+  t->MultiGetAsync(
+      {}, [&empty_done, &calls](std::vector<Result<ClusterTree::Value>> r) {
+        empty_done = r.empty();
+        ++calls[5];
+      });
   EXPECT_FALSE(empty_done);
   EXPECT_TRUE(cluster->WaitAll().ok());
   EXPECT_TRUE(empty_done);
+  EXPECT_EQ(calls, std::vector<int>(6, 1));
+  EXPECT_EQ(cluster->in_flight(), 0u);
 }
 
 // The cluster client's event loop stalls (a server killed while sending
