@@ -1418,9 +1418,16 @@ TEST_F(ClusterTest,
   // is replicated), once the serving mark vouches for the pair: here at
   // once, the load was acknowledged, so its backups hold it. (Over tcp the
   // read path the client measures faster is RPC.)
+  // The read path measures both paths and settles on one; a loaded
+  // machine can make it settle on RPC for a while, and then only its
+  // explorations (a few in a thousand gets) read one-sided: enough gets
+  // for some, and the test fails only if none does.
   for (int i = 0; i < 1000; ++i) {
     if (cluster->OwnerOf(Key(i)) != servers_[0].address) continue;
-    for (int n = 0; n < 50; ++n) ASSERT_TRUE(cluster->Get(Key(i)).ok());
+    for (int n = 0; n < 5000; ++n) {
+      ASSERT_TRUE(cluster->Get(Key(i)).ok());
+      if (n >= 50 && cluster->route_stats().onesided_gets > 0) break;
+    }
     break;
   }
   if (testing::TestTransport() == Transport::kShm) {

@@ -50,8 +50,9 @@
 // server's messages to one loop through one queue, in order, and a server
 // killed while sending to it can block that queue for good (a UCX
 // limitation; docs/ARCHITECTURE.md, UCX finding 20). The loop notices
-// (half a second after a session on it failed, if its queue stays blocked)
-// and every session on it then fails with Unavailable, saying so:
+// (half a second after a server of one of its sessions went away, if its
+// queue stays blocked) and every session on it then fails with
+// Unavailable, saying so:
 // EventLoop::stalled() turns true, and new sessions must be connected on a
 // new EventLoop (Session::Connect refuses this one). A Session with its own
 // loop is reconnected with a new Session anyway. remem::Cluster does this
