@@ -931,6 +931,22 @@ struct Cluster::Impl {
     if (--m->pending == 0) MultiGetRoundDone(m);
   }
 
+  // The next round of an asynchronous batch some of whose items were
+  // refused (or lost to a stalled loop): after a refresh if any moved, else
+  // after a pause that grows with each round (and, in a replicated
+  // cluster, a refresh from the kRefreshAfterBusy-th on).
+  void NextRound(bool moved, int attempt, std::function<void()> again) {
+    if (moved) {
+      ++stats.moved;
+      stale = true;
+      later.push_back(std::move(again));
+      return;
+    }
+    if (config.replicas > 0 && attempt >= kRefreshAfterBusy) stale = true;
+    waiting.emplace_back(Clock::now() + BackoffPause(attempt),
+                         std::move(again));
+  }
+
   void MultiGetRoundDone(MultiGetOp* m) {
     m->todo.clear();
     bool moved = false;
@@ -941,18 +957,7 @@ struct Cluster::Impl {
       moved = moved || IsMoved(st);
     }
     if (!m->todo.empty() && InTime(&m->deadline)) {
-      ++m->attempt;
-      if (moved) {
-        ++stats.moved;
-        stale = true;
-        later.push_back([this, m] { MultiGetRound(m); });
-      } else {
-        if (config.replicas > 0 && m->attempt >= kRefreshAfterBusy) {
-          stale = true;
-        }
-        waiting.emplace_back(Clock::now() + BackoffPause(m->attempt),
-                             [this, m] { MultiGetRound(m); });
-      }
+      NextRound(moved, ++m->attempt, [this, m] { MultiGetRound(m); });
       return;
     }
     Status first;  // the first error other than NotFound, as the store's
@@ -1062,18 +1067,7 @@ struct Cluster::Impl {
       moved = moved || IsMoved(st);
     }
     if (!b->todo.empty() && InTime(&b->deadline)) {
-      ++b->attempt;
-      if (moved) {
-        ++stats.moved;
-        stale = true;
-        later.push_back([this, b] { BatchRound(b); });
-      } else {
-        if (config.replicas > 0 && b->attempt >= kRefreshAfterBusy) {
-          stale = true;
-        }
-        waiting.emplace_back(Clock::now() + BackoffPause(b->attempt),
-                             [this, b] { BatchRound(b); });
-      }
+      NextRound(moved, ++b->attempt, [this, b] { BatchRound(b); });
       return;
     }
     Status first;
