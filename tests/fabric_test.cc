@@ -158,6 +158,78 @@ TEST_F(FabricTest, AStalledLoopFailsItsSessionsAndANewLoopServes) {
   EXPECT_EQ(*echo, "fresh");
 }
 
+// A client killed mid-send over shared memory can block a server thread's
+// receive queue for good (UCX finding 20, docs/ARCHITECTURE.md). A test
+// cannot aim that kill, so --fault-receive-stall makes the first session
+// that closes leave its thread as such a kill would. The thread moves to a
+// new UCX worker by itself: its shared-memory sessions end (their clients
+// connect again), new sessions are served over either transport, a tcp
+// session goes on being served through the old worker, and nothing stored
+// is lost. Before, the thread refused every new shared-memory session
+// until the server was restarted.
+TEST(ServerThreadStall, TheThreadMovesToANewWorkerAndLosesNothing) {
+  auto server = StartServer({"--threads", "1", "--fault-receive-stall"});
+  ASSERT_NE(server.process, nullptr);
+  auto kept = testing::ConnectHashOrDie(server.address);
+  ASSERT_TRUE(kept);
+  constexpr int kKeys = 100;
+  for (int i = 0; i < kKeys; ++i) {
+    auto put =
+        kept->Put("k" + std::to_string(i), "before " + std::to_string(i));
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+  }
+  {
+    auto gone = ConnectOrDie(server.address);
+    ASSERT_NE(gone, nullptr);
+    ASSERT_TRUE(gone->Ping().ok());
+  }  // Its close blocks the thread's queue; the thread renews its worker.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  const bool shm = TestTransport() == Transport::kShm;
+  if (shm) {
+    // The kept session was closed by the server: its calls fail from then.
+    Status ping;
+    while (ping.ok() && Clock::now() < deadline) {
+      ping = kept.session->Ping().status();
+    }
+    EXPECT_EQ(ping.code(), StatusCode::kUnavailable) << ping.ToString();
+    EXPECT_FALSE(kept.session->connected());
+  } else {
+    // A tcp session is kept, on the old worker, and sees the renewal.
+    EXPECT_EQ(testing::WaitForStatOf(kept.session.get(), "shm_receive_renewals",
+                                     1, std::chrono::seconds(20)),
+              1u);
+  }
+  auto fresh = testing::ConnectHashOrDie(server.address);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh.session->reads_are_local(), shm);
+  EXPECT_EQ(testing::StatOf(fresh.session.get(), "shm_receive_renewals"), 1u);
+  EXPECT_EQ(testing::StatOf(fresh.session.get(), "shm_receive_stalled_threads"),
+            0u);
+  for (int i = 0; i < kKeys; ++i) {
+    auto got = fresh->Get("k" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->value, "before " + std::to_string(i));
+  }
+  auto put = fresh->Put("after", "the renewal");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  if (!shm) {
+    // The old worker still carries the kept session both ways.
+    auto got = kept->Get("after");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->value, "the renewal");
+    auto again = kept->Put("k0", "from the old worker");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    auto seen = fresh->Get("k0");
+    ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+    EXPECT_EQ(seen->value, "from the old worker");
+  }
+  kept = {};
+  fresh = {};
+  auto code = server.Stop();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0);
+}
+
 // The watch a peer that went away starts on a loop never takes a healthy
 // loop for a stalled one: its other session keeps being answered, idle at
 // times and busy at others, past the stall's bound.

@@ -217,6 +217,12 @@ int main(int argc, char** argv) {
                "(SIGKILL) right after it records a move's handoff in "
                "ZooKeeper, before the old owners release their copies")
       ->group("Testing");
+  app.add_flag("--fault-receive-stall", cfg.fault_receive_stall,
+               "testing: the first session whose connection closes leaves "
+               "its server thread's shared-memory receive queue blocked, as "
+               "a client killed mid-send can (the thread then moves to a "
+               "new UCX worker)")
+      ->group("Testing");
   app.add_option("--runtime-dir", cfg.runtime_dir,
                  "testing: where the lease horizon of a server without "
                  "--data-dir is kept (default /dev/shm)")

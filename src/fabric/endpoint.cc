@@ -54,6 +54,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(
   ep->number_ = worker->TakeEndpointNumber(*uuid);
   ucs_status_t s = ucp_ep_create(worker->handle(), &p, &ep->ep_);
   if (s != UCS_OK) return FromUcs(s, "creating an endpoint");
+  ep->ucp_worker_ = worker->handle();
+  worker->EndpointOpened(ep->ucp_worker_);
   return ep;
 }
 
@@ -93,6 +95,7 @@ Endpoint::~Endpoint() {
   *alive_ = nullptr;
   FailServed(Status::Unavailable("endpoint closed"));
   if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_, route_token_);
+  if (ucp_worker_ != nullptr) worker_->EndpointClosed(ucp_worker_);
   if (ep_ == nullptr || closed_) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

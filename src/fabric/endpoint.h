@@ -182,6 +182,9 @@ class Endpoint {
                  Clock::duration timeout, std::string_view what);
 
   Worker* worker_;
+  // The UCX worker it was made on (Worker::RenewAfterStall may replace
+  // the worker's).
+  ucp_worker_h ucp_worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
   uint64_t number_ = 0;  // number()
   bool failed_ = false;

@@ -15,16 +15,15 @@ struct Worker::PendingRecv {
   AmMessage msg;
 };
 
-Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
-                                               size_t max_am_data) {
+Status Worker::CreateUcp(const Context& ctx, ucp_worker_h* out, int* efd,
+                         std::string* address) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h w = nullptr;
-  ucs_status_t s = ucp_worker_create(ctx->handle(), &params, &w);
+  ucs_status_t s = ucp_worker_create(ctx.handle(), &params, &w);
   if (s != UCS_OK) return FromUcs(s, "ucp_worker_create");
-  int efd = -1;
-  s = ucp_worker_get_efd(w, &efd);
+  s = ucp_worker_get_efd(w, efd);
   if (s != UCS_OK) {
     ucp_worker_destroy(w);
     return FromUcs(s, "ucp_worker_get_efd");
@@ -36,39 +35,56 @@ Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
     ucp_worker_destroy(w);
     return FromUcs(s, "ucp_worker_get_address");
   }
+  address->assign(reinterpret_cast<const char*>(addr), addr_len);
+  ucp_worker_release_address(w, addr);
+  *out = w;
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
+                                               size_t max_am_data) {
+  ucp_worker_h w = nullptr;
+  int efd = -1;
+  std::string address;
+  REMEM_RETURN_IF_ERROR(CreateUcp(*ctx, &w, &efd, &address));
   std::unique_ptr<Worker> worker(
       new Worker(std::move(ctx), w, efd, max_am_data));
-  worker->address_.assign(reinterpret_cast<const char*>(addr), addr_len);
-  ucp_worker_release_address(w, addr);
+  worker->address_ = std::move(address);
   return worker;
 }
 
 Worker::~Worker() {
   DrainCloses(Clock::now() + std::chrono::seconds(1));
   for (ucs_status_ptr_t r : closing_) ucp_request_free(r);
-  for (auto& slot : slots_) {
-    ucp_am_handler_param_t p{};
-    p.field_mask =
-        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
-    p.id = slot->id;
-    p.cb = nullptr;
-    (void)ucp_worker_set_am_recv_handler(worker_, &p);
+  for (auto& b : bindings_) (void)Bind(nullptr, b->slot->id, b->ucp);
+  for (const Retired& r : retired_) ucp_worker_destroy(r.ucp);
+  ucp_worker_destroy(handle());
+}
+
+Status Worker::Bind(AmSlot* slot, unsigned am_id, ucp_worker_h ucp) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+  p.id = am_id;
+  p.cb = nullptr;
+  if (slot != nullptr) {
+    auto binding = std::make_unique<AmBinding>(AmBinding{slot, ucp});
+    p.field_mask |=
+        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    p.cb = &Worker::AmCallback;
+    p.arg = binding.get();
+    p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ucs_status_t s = ucp_worker_set_am_recv_handler(ucp, &p);
+    if (s != UCS_OK) return FromUcs(s, "ucp_worker_set_am_recv_handler");
+    bindings_.push_back(std::move(binding));
+    return Status::OK();
   }
-  ucp_worker_destroy(worker_);
+  (void)ucp_worker_set_am_recv_handler(ucp, &p);
+  return Status::OK();
 }
 
 Status Worker::SetAmHandler(unsigned am_id, AmHandler handler) {
   auto slot = std::make_unique<AmSlot>(AmSlot{this, am_id, std::move(handler)});
-  ucp_am_handler_param_t p{};
-  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                 UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  p.id = am_id;
-  p.cb = &Worker::AmCallback;
-  p.arg = slot.get();
-  p.flags = UCP_AM_FLAG_WHOLE_MSG;
-  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
-  if (s != UCS_OK) return FromUcs(s, "ucp_worker_set_am_recv_handler");
+  REMEM_RETURN_IF_ERROR(Bind(slot.get(), am_id, handle()));
   slots_.push_back(std::move(slot));
   return Status::OK();
 }
@@ -76,12 +92,9 @@ Status Worker::SetAmHandler(unsigned am_id, AmHandler handler) {
 void Worker::RemoveAmHandler(unsigned am_id) {
   for (auto& slot : slots_) {
     if (slot->id != am_id || !slot->handler) continue;
-    ucp_am_handler_param_t p{};
-    p.field_mask =
-        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
-    p.id = am_id;
-    p.cb = nullptr;
-    (void)ucp_worker_set_am_recv_handler(worker_, &p);
+    for (auto& b : bindings_) {
+      if (b->slot == slot.get()) (void)Bind(nullptr, am_id, b->ucp);
+    }
     slot->handler = [](AmMessage&&) {};  // for rendezvous data still arriving
   }
   std::erase_if(inbox_,
@@ -111,7 +124,8 @@ void Worker::UnrouteAm(unsigned am_id, ucp_ep_h ep, uint64_t token) {
 ucs_status_t Worker::AmCallback(void* arg, const void* header,
                                 size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {
-  auto* slot = static_cast<AmSlot*>(arg);
+  auto* binding = static_cast<AmBinding*>(arg);
+  AmSlot* slot = binding->slot;
   Worker* w = slot->worker;
   AmMessage msg;
   msg.header.assign(static_cast<const char*>(header), header_length);
@@ -138,7 +152,7 @@ ucs_status_t Worker::AmCallback(void* arg, const void* header,
   p.cb.recv_am = &Worker::RecvDone;
   p.user_data = pending;
   ucs_status_ptr_t r = ucp_am_recv_data_nbx(
-      w->worker_, data, pending->msg.data.data(), length, &p);
+      binding->ucp, data, pending->msg.data.data(), length, &p);
   if (r == nullptr) {
     w->inbox_.emplace_back(slot, std::move(pending->msg));
     delete pending;
@@ -164,9 +178,19 @@ size_t Worker::Progress() {
   // Stop progressing UCX once a message or completion is ready: another
   // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
   // delay handling it, and the next Progress() picks up the rest.
-  while (unsigned n = ucp_worker_progress(worker_)) {
+  while (unsigned n = ucp_worker_progress(handle())) {
     work += n;
     if (!inbox_.empty() || !completed_.empty()) break;
+  }
+  if (!retired_.empty() && RetiredActive()) {
+    // Once per pass, and counted as work only for what it delivered: a
+    // stalled worker's progress may keep answering without delivering.
+    const size_t before = inbox_.size() + completed_.size();
+    for (const Retired& r : retired_) {
+      if (r.endpoints > 0 || !closing_.empty())
+        (void)ucp_worker_progress(r.ucp);
+    }
+    work += inbox_.size() + completed_.size() - before;
   }
 
   // Cleared before the tasks are taken: a Post or Notify after this finds
@@ -228,6 +252,7 @@ size_t Worker::Progress() {
       }
     }
   }
+  if (!retired_.empty() && closing_.empty()) DestroyIdleRetired();
   if (work == 0 && stall_watch_until_ != Clock::time_point{}) LookForStall();
   return work;
 }
@@ -264,7 +289,7 @@ void Worker::LookForStall() {
   // drains it without looking further: only four busy answers in a row
   // count.
   int busy = 0;
-  while (busy < 4 && ucp_worker_arm(worker_) == UCS_ERR_BUSY) ++busy;
+  while (busy < 4 && ucp_worker_arm(handle()) == UCS_ERR_BUSY) ++busy;
   // What was drained may have been a Wake meant to end the next Sleep.
   if (busy > 0) signal_drained_ = true;
   if (busy < 4) {
@@ -301,8 +326,12 @@ void Worker::Sleep(std::chrono::milliseconds timeout) {
   // before it looks at `sleeping_`, and this looks at has_posted_ after
   // setting `sleeping_` (all four sequentially consistent), so one of the
   // two sees the other.
+  // A retired worker's tcp peers: polled, since it cannot be armed.
+  if (!retired_.empty() && RetiredActive()) {
+    timeout = std::min<std::chrono::milliseconds>(timeout, kRetiredPoll);
+  }
   sleeping_.store(true, std::memory_order_seq_cst);
-  ucs_status_t s = ucp_worker_arm(worker_);
+  ucs_status_t s = ucp_worker_arm(handle());
   // UCS_ERR_BUSY: events arrived meanwhile; HasPendingWork: a Post() raced
   // with arm.
   if (s == UCS_OK && !HasPendingWork()) {
@@ -398,7 +427,94 @@ void Worker::Notify() {
   if (sleeping_.load(std::memory_order_seq_cst)) Wake();
 }
 
-void Worker::Wake() { (void)ucp_worker_signal(worker_); }
+void Worker::Wake() {
+  // A Wake racing with RenewAfterStall may signal the old worker: the owner
+  // is awake then, and finds the posted work before it sleeps again. The
+  // lock keeps the old worker alive until the signal is given.
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  (void)ucp_worker_signal(worker_.load(std::memory_order_acquire));
+}
+
+Status Worker::RenewAfterStall() {
+  ucp_worker_h fresh = nullptr;
+  int efd = -1;
+  std::string address;
+  REMEM_RETURN_IF_ERROR(CreateUcp(*ctx_, &fresh, &efd, &address));
+  // Every handler, on the new worker too (each slot once: the old worker's
+  // bindings are not copied twice).
+  std::vector<AmSlot*> bound;
+  for (auto& b : bindings_) {
+    if (b->ucp == handle() && b->slot->handler) bound.push_back(b->slot);
+  }
+  for (AmSlot* slot : bound) {
+    Status st = Bind(slot, slot->id, fresh);
+    if (!st.ok()) {
+      std::erase_if(bindings_,
+                    [fresh](const auto& b) { return b->ucp == fresh; });
+      ucp_worker_destroy(fresh);
+      return st;
+    }
+  }
+  retired_.push_back(Retired{handle(), endpoints_});
+  ++renewals_;
+  endpoints_ = 0;
+  worker_.store(fresh, std::memory_order_release);
+  efd_ = efd;
+  address_ = std::move(address);
+  // UCX pairs endpoints per worker: the new one has made none.
+  endpoints_to_.clear();
+  receive_stalled_ = false;
+  stall_watch_until_ = {};
+  busy_looks_ = 0;
+  signal_drained_ = true;  // the next Sleep looks at the new worker first
+  return Status::OK();
+}
+
+void Worker::DestroyIdleRetired() {
+  for (size_t i = 0; i < retired_.size();) {
+    if (retired_[i].endpoints > 0) {
+      ++i;
+      continue;
+    }
+    const ucp_worker_h ucp = retired_[i].ucp;
+    std::erase_if(bindings_, [ucp](const auto& b) { return b->ucp == ucp; });
+    {
+      // A Wake that read the pointer before the renewal signals under the
+      // lock, before this.
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      ucp_worker_destroy(ucp);
+    }
+    retired_.erase(retired_.begin() + i);
+  }
+}
+
+bool Worker::RetiredActive() const {
+  if (!closing_.empty()) return true;
+  for (const Retired& r : retired_) {
+    if (r.endpoints > 0) return true;
+  }
+  return false;
+}
+
+void Worker::EndpointOpened(ucp_worker_h ucp) {
+  if (ucp == handle()) {
+    ++endpoints_;
+    return;
+  }
+  for (Retired& r : retired_) {
+    if (r.ucp == ucp) ++r.endpoints;
+  }
+}
+
+void Worker::EndpointClosed(ucp_worker_h ucp) {
+  if (ucp == handle()) {
+    --endpoints_;
+    return;
+  }
+  for (Retired& r : retired_) {
+    if (r.ucp == ucp) --r.endpoints;
+  }
+}
 
 void Worker::TrackClose(ucs_status_ptr_t request) {
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;

@@ -84,10 +84,14 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  ucp_worker_h handle() const { return worker_; }
+  // The UCX worker that new endpoints are made on (RenewAfterStall may
+  // replace it).
+  ucp_worker_h handle() const {
+    return worker_.load(std::memory_order_relaxed);
+  }
   Context& context() const { return *ctx_; }
   // This worker's packed UCX address: what a peer needs to create an
-  // endpoint to it (Endpoint::Create).
+  // endpoint to it (Endpoint::Create). A new one after RenewAfterStall.
   const std::string& address() const { return address_; }
 
   using AmHandler = std::function<void(AmMessage&&)>;
@@ -188,8 +192,9 @@ class Worker {
   // last, while no request of this worker is out), every look finds
   // messages claimed (ucp_worker_arm: busy four times over) when Progress
   // had nothing to deliver, the queue is stalled. Sticky: the owner must
-  // move its peers to a new worker; ProgressUntil (and the waits built on
-  // it) then ends at once with StalledStatus(). A peer merely paused
+  // move its peers to a new worker (or renew this one: RenewAfterStall);
+  // ProgressUntil (and the waits built on it) then ends at once with
+  // StalledStatus(). A peer merely paused
   // mid-send (SIGSTOP) past kStallAfter, while another failed, counts as
   // stalled too. Never set on a tcp-only worker.
   bool receive_stalled() const { return receive_stalled_; }
@@ -211,6 +216,21 @@ class Worker {
   // Tests: what a stall leads to, without a peer killed mid-send.
   void SimulateReceiveStallForTesting() { receive_stalled_ = true; }
 
+  // Recovers from a stall: a new UCX worker (a new receive queue, a new
+  // address()) takes over. Every handler is installed on it, endpoints made
+  // from now on are its, and the stall and its watch are cleared. The old
+  // worker is kept for the endpoints it has, and progressed while any of
+  // them is open (or closing): a tcp peer on it is still served, but while
+  // one is, Sleep wakes at least every kRetiredPoll (a stalled worker
+  // cannot be armed to wake it). A shared-memory peer on it gets nothing
+  // through any more: the owner should close those endpoints. The old
+  // worker is destroyed once its last endpoint has closed. Owner thread,
+  // outside any handler.
+  Status RenewAfterStall();
+  // How many times RenewAfterStall replaced the UCX worker.
+  uint64_t renewals() const { return renewals_; }
+  static constexpr auto kRetiredPoll = std::chrono::milliseconds(1);
+
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
   // Progresses until every tracked close has completed, or `deadline`.
@@ -222,10 +242,30 @@ class Worker {
     unsigned id;
     AmHandler handler;
   };
+  // A slot's registration on one UCX worker (the callback's argument: a
+  // rendezvous message is fetched through the worker it came to).
+  struct AmBinding {
+    AmSlot* slot;
+    ucp_worker_h ucp;
+  };
+  // A UCX worker replaced by RenewAfterStall, and its open endpoints.
+  struct Retired {
+    ucp_worker_h ucp;
+    size_t endpoints;
+  };
   struct PendingRecv;
 
   Worker(std::shared_ptr<Context> ctx, ucp_worker_h w, int efd, size_t max)
       : ctx_(std::move(ctx)), worker_(w), efd_(efd), max_am_data_(max) {}
+  // A UCX worker with its event fd and packed address.
+  static Status CreateUcp(const Context& ctx, ucp_worker_h* w, int* efd,
+                          std::string* address);
+  // Installs `slot`'s callback on `ucp` (or removes it: `slot` null).
+  Status Bind(AmSlot* slot, unsigned am_id, ucp_worker_h ucp);
+  // Some retired worker still has endpoints (or closes are pending).
+  bool RetiredActive() const;
+  // Destroys the retired workers left without endpoints (no close pending).
+  void DestroyIdleRetired();
 
   static ucs_status_t AmCallback(void* arg, const void* header,
                                  size_t header_length, void* data,
@@ -238,17 +278,27 @@ class Worker {
   // queue (at most every kStallLook).
   void LookForStall();
   static constexpr auto kStallLook = std::chrono::milliseconds(10);
-  friend class Endpoint;  // takes the numbers
+  friend class Endpoint;  // takes the numbers, counts itself
   // The number of an endpoint being created to the worker of `uuid`.
   uint64_t TakeEndpointNumber(uint64_t uuid) { return endpoints_to_[uuid]++; }
+  // An endpoint was made on, or closed by, the UCX worker `ucp`.
+  void EndpointOpened(ucp_worker_h ucp);
+  void EndpointClosed(ucp_worker_h ucp);
   // Endpoints created to each peer worker, by its uuid (EndpointNumber).
   std::map<uint64_t, uint64_t> endpoints_to_;
 
   std::shared_ptr<Context> ctx_;
-  ucp_worker_h worker_;
+  // Written only by the owner thread (RenewAfterStall); read by Wake too.
+  std::atomic<ucp_worker_h> worker_;
   int efd_;
   size_t max_am_data_;
   std::vector<std::unique_ptr<AmSlot>> slots_;
+  std::vector<std::unique_ptr<AmBinding>> bindings_;
+  size_t endpoints_ = 0;  // open endpoints made on worker_
+  std::vector<Retired> retired_;
+  uint64_t renewals_ = 0;
+  // Wake's signal against the destruction of a retired worker.
+  std::mutex wake_mu_;
   std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
   std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;

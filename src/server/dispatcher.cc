@@ -149,6 +149,20 @@ void Dispatcher::DropAll_st(uint32_t thread) {
   }
 }
 
+size_t Dispatcher::DropSharedMemory_st(uint32_t thread, const Status& why) {
+  ServerThread* t = threads_[thread];
+  std::vector<ConnectionId> ids;
+  for (const auto& [id, c] : t->by_id) {
+    if (c->ep->UsesSharedMemory()) ids.push_back(id);
+  }
+  for (ConnectionId id : ids) {
+    // Forced: a flush would wait on a peer that can no longer reach us.
+    t->by_id.at(id)->ep->Fail(why);
+    DropConnection_st(thread, id, why);
+  }
+  return ids.size();
+}
+
 void Dispatcher::RunOn(uint32_t thread, util::MoveFunction<void()> fn) {
   if (t_current_thread == int(thread)) return fn();
   threads_[thread]->worker->Post(std::move(fn));

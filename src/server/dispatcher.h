@@ -54,9 +54,11 @@ struct ThreadCounters {
   Counter rpc_errors;
   Counter mem_requests_served;
   Counter unknown_endpoint_messages;
-  // 1 once the thread's shared-memory receive queue stalled
-  // (fabric::Worker::receive_stalled).
+  // 1 while the thread's shared-memory receive queue is stalled and could
+  // not be renewed (fabric::Worker::receive_stalled, RenewAfterStall).
   Counter receive_stalled;
+  // Stalls the thread recovered from with a new UCX worker.
+  Counter receive_renewals;
 };
 
 // A server thread: its worker and the connections it owns.
@@ -97,11 +99,15 @@ class Dispatcher {
 
   // On `thread`: adopts a connection.
   void AddConnection_st(uint32_t thread, std::unique_ptr<Connection> conn);
-  // On `thread`: closes a connection (force-closing its endpoint); no-op
-  // if it is already gone.
+  // On `thread`: closes a connection (a live endpoint is flushed first, a
+  // failed one force-closed); no-op if it is already gone.
   void DropConnection_st(uint32_t thread, ConnectionId id, const Status& why);
   // On `thread`: closes every connection (shutdown).
   void DropAll_st(uint32_t thread);
+  // On `thread`: closes every connection whose endpoint uses shared memory,
+  // force-closing the endpoints (their UCX worker's receive queue stalled:
+  // fabric::Worker::RenewAfterStall). Returns how many.
+  size_t DropSharedMemory_st(uint32_t thread, const Status& why);
 
   // Runs fn on `thread` (inline if already there). Thread-safe.
   void RunOn(uint32_t thread, util::MoveFunction<void()> fn);

@@ -103,7 +103,8 @@ struct Server::Impl : public ServiceContext {
   std::vector<int> cpus;
   std::string recovery_summary;
   std::chrono::milliseconds lease_waited{0};
-  bool no_tcp = false;  // UCX opened no tcp transport
+  bool no_tcp = false;                        // UCX opened no tcp transport
+  std::atomic<bool> fault_stall_done{false};  // --fault-receive-stall used
   // Cluster (null on a single server). The member installs into the
   // ownership, so it is declared after it (destroyed first); the threads
   // that read the ownership are joined before the Impl is destroyed. The
@@ -128,6 +129,8 @@ struct Server::Impl : public ServiceContext {
   void AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                std::string client_address, Acceptor::AdmitDone done);
   void OnConnectionClosed(uint32_t thread, ConnectionId id);
+  // On the thread: its worker's receive queue stalled (a pass hook saw it).
+  void RenewAfterStall_st(ServerThread* st);
   std::vector<proto::StatValue> Stats() const;
   void Shutdown();
 
@@ -550,20 +553,15 @@ Status Server::Impl::Init() {
     }
     // A client killed while sending to this thread over shared memory may
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
-    // recover it, so the operator is told, once, what to do.
-    t->state.worker->AddPassHook([st = &t->state] {
-      if (st->counters.receive_stalled.Get() == 0 &&
-          st->worker->receive_stalled()) {
-        st->counters.receive_stalled.Add(1);
-        log::Error(
-            "server thread {}: its shared-memory receive queue is blocked by "
-            "a client that died while sending to it (a UCX limitation): "
-            "shared-memory clients of this thread get no answers and new "
-            "ones it is given are refused; tcp clients are served. Restart "
-            "the server to recover",
-            st->index);
+    // unblock it, so the thread moves to a new UCX worker.
+    t->state.worker->AddPassHook([this, st = &t->state] {
+      if (!st->worker->receive_stalled() ||
+          st->counters.receive_stalled.Get() != 0) {
+        return size_t{0};
       }
-      return size_t{0};
+      // Next pass, outside the hooks: closing the sessions progresses.
+      st->worker->Defer([this, st] { RenewAfterStall_st(st); });
+      return size_t{1};
     });
   }
 
@@ -669,6 +667,36 @@ Status Server::Impl::StartCluster() {
   return Status::OK();
 }
 
+void Server::Impl::RenewAfterStall_st(ServerThread* st) {
+  Status renewed = st->worker->RenewAfterStall();
+  if (!renewed.ok()) {
+    st->counters.receive_stalled.Set(1);
+    log::Error(
+        "server thread {}: its shared-memory receive queue is blocked by a "
+        "client that died while sending to it (a UCX limitation), and a new "
+        "UCX worker could not be made ({}): shared-memory clients of this "
+        "thread get no answers and new ones are refused; tcp clients are "
+        "served. Restart the server to recover",
+        st->index, renewed.ToString());
+    return;
+  }
+  st->counters.receive_renewals.Add(1);
+  // Their requests can no longer reach the thread: each client sees its
+  // session end (its socket closed) and can connect again at once.
+  const size_t dropped = dispatcher->DropSharedMemory_st(
+      st->index,
+      Status::Unavailable(
+          "the server thread's shared-memory receive queue was blocked by "
+          "another client that died mid-message; connect again"));
+  log::Warn(
+      "server thread {}: its shared-memory receive queue was blocked by a "
+      "client that died while sending to it (a UCX limitation, "
+      "docs/ARCHITECTURE.md); the thread now receives on a new UCX worker. "
+      "Its {} shared-memory sessions were closed (their clients connect "
+      "again); its tcp sessions are kept",
+      st->index, dropped);
+}
+
 void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                            std::string client_address,
                            Acceptor::AdmitDone done) {
@@ -719,7 +747,12 @@ void Server::Impl::OnConnectionClosed(uint32_t thread, ConnectionId id) {
   // The client may have died while sending to that thread (fabric/worker.h).
   if (thread < threads.size()) {
     fabric::Worker* w = threads[thread]->state.worker.get();
-    w->Post([w] { w->WatchForStall(); });
+    const bool stall =
+        config.fault_receive_stall && !fault_stall_done.exchange(true);
+    w->Post([w, stall] {
+      w->WatchForStall();
+      if (stall) w->SimulateReceiveStallForTesting();
+    });
   }
   for (auto& s : services) {
     Service* raw = s.get();
@@ -746,7 +779,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     out.push_back({name, proto::StatKind::kNumber, v, {}});
   };
   uint64_t current = 0, total = 0, rpcs = 0, in = 0, bytes_out = 0, errors = 0,
-           served = 0, stray = 0, stalled = 0;
+           served = 0, stray = 0, stalled = 0, renewals = 0;
   for (const auto& t : threads) {
     const ThreadCounters& c = t->state.counters;
     current += c.connections_current.Get();
@@ -758,6 +791,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     served += c.mem_requests_served.Get();
     stray += c.unknown_endpoint_messages.Get();
     stalled += c.receive_stalled.Get();
+    renewals += c.receive_renewals.Get();
   }
   uint64_t registered = 0;
   for (const auto& r : regions) registered += r->length();
@@ -777,6 +811,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("rpc_errors", errors);
   num("stray_messages", stray);
   num("shm_receive_stalled_threads", stalled);
+  num("shm_receive_renewals", renewals);
   num("memory_registered", registered);
   num("regions", regions.size());
   num("server_threads", threads.size());

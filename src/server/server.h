@@ -82,6 +82,10 @@ struct ServerConfig {
   uint32_t move_share = 25;
   // Testing: cluster::MemberOptions::fault_kill_after_handoff.
   bool fault_kill_after_handoff = false;
+  // Testing: the first session whose connection closes leaves its server
+  // thread's receive queue stalled, as a client killed mid-send over shared
+  // memory can (fabric::Worker::SimulateReceiveStallForTesting).
+  bool fault_receive_stall = false;
   // Testing: each replication batch is held this long before it is sent.
   uint32_t fault_replication_delay_ms = 0;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
