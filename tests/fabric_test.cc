@@ -198,6 +198,8 @@ TEST(ServerThreadStall, TheThreadMovesToANewWorkerAndLosesNothing) {
     EXPECT_EQ(testing::WaitForStatOf(kept.session.get(), "shm_receive_renewals",
                                      1, std::chrono::seconds(20)),
               1u);
+    EXPECT_EQ(
+        testing::StatOf(kept.session.get(), "shm_receive_retired_workers"), 1u);
   }
   auto fresh = testing::ConnectHashOrDie(server.address);
   ASSERT_TRUE(fresh);
@@ -223,7 +225,12 @@ TEST(ServerThreadStall, TheThreadMovesToANewWorkerAndLosesNothing) {
     ASSERT_TRUE(seen.ok()) << seen.status().ToString();
     EXPECT_EQ(seen->value, "from the old worker");
   }
+  // Once its last session has closed, the old worker is destroyed.
   kept = {};
+  EXPECT_EQ(
+      testing::WaitForStatOf(fresh.session.get(), "shm_receive_retired_workers",
+                             0, std::chrono::seconds(20)),
+      0u);
   fresh = {};
   auto code = server.Stop();
   ASSERT_TRUE(code.ok()) << code.status().ToString();

@@ -95,6 +95,8 @@ void Worker::RemoveAmHandler(unsigned am_id) {
     for (auto& b : bindings_) {
       if (b->slot == slot.get()) (void)Bind(nullptr, am_id, b->ucp);
     }
+    std::erase_if(bindings_,
+                  [s = slot.get()](const auto& b) { return b->slot == s; });
     slot->handler = [](AmMessage&&) {};  // for rendezvous data still arriving
   }
   std::erase_if(inbox_,
@@ -444,7 +446,7 @@ Status Worker::RenewAfterStall() {
   // bindings are not copied twice).
   std::vector<AmSlot*> bound;
   for (auto& b : bindings_) {
-    if (b->ucp == handle() && b->slot->handler) bound.push_back(b->slot);
+    if (b->ucp == handle()) bound.push_back(b->slot);
   }
   for (AmSlot* slot : bound) {
     Status st = Bind(slot, slot->id, fresh);
@@ -455,7 +457,7 @@ Status Worker::RenewAfterStall() {
       return st;
     }
   }
-  retired_.push_back(Retired{handle(), endpoints_});
+  retired_.push_back(Retired{handle(), endpoints_, 0});
   ++renewals_;
   endpoints_ = 0;
   worker_.store(fresh, std::memory_order_release);
@@ -473,10 +475,18 @@ Status Worker::RenewAfterStall() {
 void Worker::DestroyIdleRetired() {
   for (size_t i = 0; i < retired_.size();) {
     if (retired_[i].endpoints > 0) {
+      retired_[i].idle_passes = 0;
       ++i;
       continue;
     }
     const ucp_worker_h ucp = retired_[i].ucp;
+    if (retired_[i].idle_passes++ < 2) {
+      // Let UCX finish what the last closes left (a forced close may
+      // complete at once while UCX still discards the connection).
+      (void)ucp_worker_progress(ucp);
+      ++i;
+      continue;
+    }
     std::erase_if(bindings_, [ucp](const auto& b) { return b->ucp == ucp; });
     {
       // A Wake that read the pointer before the renewal signals under the

@@ -6,7 +6,9 @@
 //
 // Idle policy (Run): busy-poll while there is work; after `spin` with
 // nothing to do, arm the worker and block on its event fd, so an idle
-// server uses no CPU, and wake at the next message or Wake().
+// server uses no CPU, and wake at the next message or Wake() (but at
+// least every millisecond while a worker replaced after a stall still has
+// peers: RenewAfterStall).
 //
 // Thread contract: single-threaded (UCP_THREAD_MODE_SINGLE); every method
 // must be called on the owning thread except Post() and Wake(), which are
@@ -213,7 +215,8 @@ class Worker {
   void RequestEnded() { --requests_in_flight_; }
   // The error of an operation on a worker whose queue stalled.
   static Status StalledStatus();
-  // Tests: what a stall leads to, without a peer killed mid-send.
+  // Tests: what a stall leads to, without a peer killed mid-send (on any
+  // worker, tcp-only included: what follows is the same).
   void SimulateReceiveStallForTesting() { receive_stalled_ = true; }
 
   // Recovers from a stall: a new UCX worker (a new receive queue, a new
@@ -224,11 +227,14 @@ class Worker {
   // one is, Sleep wakes at least every kRetiredPoll (a stalled worker
   // cannot be armed to wake it). A shared-memory peer on it gets nothing
   // through any more: the owner should close those endpoints. The old
-  // worker is destroyed once its last endpoint has closed. Owner thread,
+  // worker is destroyed once its last endpoint has closed. A handler set
+  // afterwards is installed on the new worker only. Owner thread,
   // outside any handler.
   Status RenewAfterStall();
-  // How many times RenewAfterStall replaced the UCX worker.
+  // How many times RenewAfterStall replaced the UCX worker, and how many
+  // replaced workers are still kept for their endpoints.
   uint64_t renewals() const { return renewals_; }
+  size_t retired_workers() const { return retired_.size(); }
   static constexpr auto kRetiredPoll = std::chrono::milliseconds(1);
 
   // Keeps an endpoint-close request until it completes, then frees it.
@@ -252,6 +258,7 @@ class Worker {
   struct Retired {
     ucp_worker_h ucp;
     size_t endpoints;
+    int idle_passes = 0;  // passes since it was last seen with endpoints
   };
   struct PendingRecv;
 

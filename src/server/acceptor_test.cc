@@ -12,6 +12,7 @@
 #include "fabric/context.h"
 #include "fabric/worker.h"
 #include "proto/codec.h"
+#include "server/client_address.h"
 #include "util/socket.h"
 
 namespace remem::server {
@@ -119,6 +120,25 @@ TEST_F(AcceptorTest, AnIncompleteHelloIsRefusedAtTheDeadline) {
   EXPECT_GE(Clock::now() - start, milliseconds(250));
   EXPECT_EQ(acceptor_->counters().handshakes.Get(), 0u);
   EXPECT_EQ(acceptor_->counters().handshake_failures.Get(), 1u);
+}
+
+// A server thread that moved to a new UCX worker after a stall adds it to
+// the check (AddOwn): a client may not hand the server that address either,
+// and every copy of the check (the acceptor's) sees it.
+TEST(ClientAddressCheckTest, AWorkerAddedLaterIsTheServersOwnToo) {
+  const std::string first = WorkerAddress();
+  const std::string later = WorkerAddress();
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(later.empty());
+  auto check = ClientAddressCheck::Create({first});
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  const ClientAddressCheck acceptors = *check;
+  EXPECT_EQ(acceptors.Check(first, -1).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(acceptors.Check(later, -1).ok());
+  check->AddOwn(later);
+  const Status st = acceptors.Check(later, -1);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+  EXPECT_NE(st.message().find("server's own"), std::string::npos);
 }
 
 }  // namespace

@@ -159,10 +159,10 @@ Result<ClientAddressCheck> ClientAddressCheck::Create(
           "); is UCX configured in a way remem does not support, e.g. "
           "UCX_UNIFIED_MODE=y or UCX_ADDRESS_DEBUG_INFO?");
     }
-    if (parsed->has_uuid) c.own_uuids_.push_back(parsed->uuid);
+    if (parsed->has_uuid) c.own_->uuids.push_back(parsed->uuid);
     for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
       if (e.transport == kSelfTransport) {
-        c.own_self_ids_.emplace_back(e.iface_address);
+        c.own_->self_ids.emplace_back(e.iface_address);
         continue;
       }
       auto ref = fabric::SharedMemoryRefOf(e);
@@ -180,26 +180,42 @@ Result<ClientAddressCheck> ClientAddressCheck::Create(
   return c;
 }
 
+void ClientAddressCheck::AddOwn(std::string_view own_address) {
+  auto parsed = fabric::ParseWorkerAddress(own_address);
+  if (!parsed.ok()) return;
+  std::lock_guard<std::mutex> lock(own_->mu);
+  if (parsed->has_uuid) own_->uuids.push_back(parsed->uuid);
+  for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+    if (e.transport == kSelfTransport) {
+      own_->self_ids.emplace_back(e.iface_address);
+    }
+  }
+}
+
 Status ClientAddressCheck::Check(std::string_view address, int sock) const {
   auto parsed = fabric::ParseWorkerAddress(address);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->has_uuid || parsed->uuid == 0) {
     return Status::ProtocolError("the UCX worker address carries no uuid");
   }
-  if (std::find(own_uuids_.begin(), own_uuids_.end(), parsed->uuid) !=
-      own_uuids_.end()) {
-    return Status::PermissionDenied(
-        "the UCX worker address is the server's own");
-  }
-  int checked_pid = 0;
-  for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
-    if (e.transport == kSelfTransport) {
-      if (Contains(own_self_ids_, e.iface_address)) {
+  {
+    std::lock_guard<std::mutex> lock(own_->mu);
+    if (std::find(own_->uuids.begin(), own_->uuids.end(), parsed->uuid) !=
+        own_->uuids.end()) {
+      return Status::PermissionDenied(
+          "the UCX worker address is the server's own");
+    }
+    for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+      if (e.transport == kSelfTransport &&
+          Contains(own_->self_ids, e.iface_address)) {
         return Status::PermissionDenied(
             "the UCX worker address names the server's own self transport");
       }
-      continue;
     }
+  }
+  int checked_pid = 0;
+  for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+    if (e.transport == kSelfTransport) continue;
     auto ref = fabric::SharedMemoryRefOf(e);
     if (!ref.ok()) continue;
     // UCX reaches shared memory only on this host (and IPC namespace):

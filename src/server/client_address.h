@@ -5,7 +5,8 @@
 //   1. Its form (fabric::ParseWorkerAddress): UCX 1.13 reads a malformed
 //      address past its end or aborts the process on it.
 //   2. It is not the server's own: not one of the server workers' uuids or
-//      self-transport ids (the server would connect to itself).
+//      self-transport ids (the server would connect to itself), those of
+//      workers made after a stall included (AddOwn).
 //   3. Shared memory it names that this server can reach (posix and cma
 //      entries of this host's system id) belongs to the process that opened
 //      the handshake connection: that process's /proc/<pid>/fd holds the
@@ -22,13 +23,15 @@
 // connects to them; reachable ones are the client's by construction only if
 // the client is honest). docs/SECURITY.md says what that means.
 //
-// Thread contract: immutable after Create; Check may be called from any
-// thread.
+// Thread contract: Check and AddOwn may be called from any thread. Copies
+// share the server's own identities (AddOwn on one is seen by all).
 
 #ifndef REMEM_SERVER_CLIENT_ADDRESS_H_
 #define REMEM_SERVER_CLIENT_ADDRESS_H_
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +49,10 @@ class ClientAddressCheck {
       const std::vector<std::string>& own_addresses);
   // An empty check (tests of the acceptor alone): form only.
   ClientAddressCheck() = default;
+  // Adds a worker of the server's made later (a server thread's new worker
+  // after a stall: fabric::Worker::RenewAfterStall). Ignored if unreadable
+  // (Create read the server's first workers, of the same form).
+  void AddOwn(std::string_view own_address);
 
   // OK, or why the server refuses a client whose handshake came on the
   // connected socket `sock` with `address` (ProtocolError: malformed;
@@ -53,8 +60,12 @@ class ClientAddressCheck {
   Status Check(std::string_view address, int sock) const;
 
  private:
-  std::vector<uint64_t> own_uuids_;
-  std::vector<std::string> own_self_ids_;
+  struct Own {
+    std::mutex mu;
+    std::vector<uint64_t> uuids;        // under mu
+    std::vector<std::string> self_ids;  // under mu
+  };
+  std::shared_ptr<Own> own_ = std::make_shared<Own>();
   std::vector<std::string> own_system_ids_;  // posix / cma device addresses
   int64_t fifo_bytes_ = -1;  // the server's own posix FIFO segment size
 };

@@ -155,12 +155,18 @@ size_t Dispatcher::DropSharedMemory_st(uint32_t thread, const Status& why) {
   for (const auto& [id, c] : t->by_id) {
     if (c->ep->UsesSharedMemory()) ids.push_back(id);
   }
+  size_t dropped = 0;
   for (ConnectionId id : ids) {
+    // Fail progresses the worker (its forced close), which may drop a
+    // connection of the list first.
+    auto it = t->by_id.find(id);
+    if (it == t->by_id.end()) continue;
     // Forced: a flush would wait on a peer that can no longer reach us.
-    t->by_id.at(id)->ep->Fail(why);
+    it->second->ep->Fail(why);
     DropConnection_st(thread, id, why);
+    ++dropped;
   }
-  return ids.size();
+  return dropped;
 }
 
 void Dispatcher::RunOn(uint32_t thread, util::MoveFunction<void()> fn) {

@@ -57,8 +57,10 @@ struct ThreadCounters {
   // 1 while the thread's shared-memory receive queue is stalled and could
   // not be renewed (fabric::Worker::receive_stalled, RenewAfterStall).
   Counter receive_stalled;
-  // Stalls the thread recovered from with a new UCX worker.
+  // Stalls the thread recovered from with a new UCX worker, and the
+  // replaced workers it still keeps for their (tcp) sessions.
   Counter receive_renewals;
+  Counter receive_retired_workers;
 };
 
 // A server thread: its worker and the connections it owns.
@@ -70,6 +72,9 @@ struct ServerThread {
   std::unordered_map<ConnectionId, Connection*> by_id;
   std::unique_ptr<fabric::Worker> worker;
   ThreadCounters counters;
+  // The earliest time the worker may be renewed again after a stall
+  // (owner thread).
+  fabric::Clock::time_point next_renewal{};
 };
 
 // An exported region as a served memory request names it.

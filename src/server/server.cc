@@ -44,6 +44,10 @@ uint64_t DefaultMemory() {
 
 namespace {
 
+// How soon a server thread may move to a new UCX worker again after a
+// stall (fabric::Worker::RenewAfterStall).
+constexpr auto kRenewalInterval = std::chrono::seconds(60);
+
 // The server's own methods: ping, echo, stats, regions, snapshot. Part of
 // the server, not a data model, but plugged in through the same seam.
 class CoreService final : public Service {
@@ -105,6 +109,9 @@ struct Server::Impl : public ServiceContext {
   std::chrono::milliseconds lease_waited{0};
   bool no_tcp = false;                        // UCX opened no tcp transport
   std::atomic<bool> fault_stall_done{false};  // --fault-receive-stall used
+  // The acceptor's check of client addresses, which a renewed worker's
+  // address joins (a copy: they share the server's own identities).
+  ClientAddressCheck address_check;
   // Cluster (null on a single server). The member installs into the
   // ownership, so it is declared after it (destroyed first); the threads
   // that read the ownership are joined before the Impl is destroyed. The
@@ -453,6 +460,7 @@ Status Server::Impl::Init() {
     for (const auto& t : threads) own.push_back(t->state.worker->address());
     auto check = ClientAddressCheck::Create(own);
     if (!check.ok()) return check.status();
+    address_check = *check;  // shares the server's own identities
     ao.address_check = std::move(*check);
   }
   auto acc = Acceptor::Bind(
@@ -555,10 +563,18 @@ Status Server::Impl::Init() {
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
     // unblock it, so the thread moves to a new UCX worker.
     t->state.worker->AddPassHook([this, st = &t->state] {
+      const uint64_t retired = st->worker->retired_workers();
+      if (st->counters.receive_retired_workers.Get() != retired) {
+        st->counters.receive_retired_workers.Set(retired);
+      }
       if (!st->worker->receive_stalled() ||
           st->counters.receive_stalled.Get() != 0) {
         return size_t{0};
       }
+      // At most one move a minute: a flood of datagrams to the signal
+      // socket can make a healthy queue look blocked (docs/SECURITY.md).
+      // Until then new shared-memory sessions are refused (AdmitOn).
+      if (Clock::now() < st->next_renewal) return size_t{0};
       // Next pass, outside the hooks: closing the sessions progresses.
       st->worker->Defer([this, st] { RenewAfterStall_st(st); });
       return size_t{1};
@@ -668,6 +684,7 @@ Status Server::Impl::StartCluster() {
 }
 
 void Server::Impl::RenewAfterStall_st(ServerThread* st) {
+  if (!st->worker->receive_stalled()) return;  // a nested pass renewed it
   Status renewed = st->worker->RenewAfterStall();
   if (!renewed.ok()) {
     st->counters.receive_stalled.Set(1);
@@ -681,6 +698,9 @@ void Server::Impl::RenewAfterStall_st(ServerThread* st) {
     return;
   }
   st->counters.receive_renewals.Add(1);
+  st->next_renewal = Clock::now() + kRenewalInterval;
+  // A client must not hand the server its own new address either.
+  address_check.AddOwn(st->worker->address());
   // Their requests can no longer reach the thread: each client sees its
   // session end (its socket closed) and can connect again at once.
   const size_t dropped = dispatcher->DropSharedMemory_st(
@@ -779,7 +799,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     out.push_back({name, proto::StatKind::kNumber, v, {}});
   };
   uint64_t current = 0, total = 0, rpcs = 0, in = 0, bytes_out = 0, errors = 0,
-           served = 0, stray = 0, stalled = 0, renewals = 0;
+           served = 0, stray = 0, stalled = 0, renewals = 0, retired = 0;
   for (const auto& t : threads) {
     const ThreadCounters& c = t->state.counters;
     current += c.connections_current.Get();
@@ -792,6 +812,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     stray += c.unknown_endpoint_messages.Get();
     stalled += c.receive_stalled.Get();
     renewals += c.receive_renewals.Get();
+    retired += c.receive_retired_workers.Get();
   }
   uint64_t registered = 0;
   for (const auto& r : regions) registered += r->length();
@@ -812,6 +833,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("stray_messages", stray);
   num("shm_receive_stalled_threads", stalled);
   num("shm_receive_renewals", renewals);
+  num("shm_receive_retired_workers", retired);
   num("memory_registered", registered);
   num("regions", regions.size());
   num("server_threads", threads.size());
