@@ -8,12 +8,16 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <optional>
 #include <variant>
 
 #include "ops/vector.h"
@@ -133,6 +137,16 @@ Result<VectorData> ParseElements(const std::vector<std::string>& words,
   for (const std::string& it : items) {
     auto n = ParseNumber(it, type);
     if (!n.ok()) return n.status();
+    // Stored as given or refused: never wrapped or rounded to infinity.
+    if (type == ElemType::kInt32 &&
+        (std::get<int64_t>(*n) < std::numeric_limits<int32_t>::min() ||
+         std::get<int64_t>(*n) > std::numeric_limits<int32_t>::max())) {
+      return Status::InvalidArgument("'" + it + "' does not fit an int32");
+    }
+    if (type == ElemType::kFloat && std::isfinite(std::get<double>(*n)) &&
+        std::fabs(std::get<double>(*n)) > std::numeric_limits<float>::max()) {
+      return Status::InvalidArgument("'" + it + "' does not fit a float");
+    }
     std::visit(
         [&](auto& v) {
           using T = typename std::decay_t<decltype(v)>::value_type;
@@ -165,13 +179,28 @@ std::string ElementsText(const VectorData& v, bool json) {
   return json ? out + "]" : out;
 }
 
-int PrintGot(const Result<HashStore::Value>& r, bool show_version) {
+int PrintGot(const std::string& key, const Result<HashStore::Value>& r,
+             bool show_version, bool json) {
   if (!r.ok()) return Fail(r.status());
+  if (json) {
+    std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
+                JsonString(key).c_str(),
+                static_cast<unsigned long long>(r->version),
+                JsonString(r->value).c_str());
+    return 0;
+  }
   std::fwrite(r->value.data(), 1, r->value.size(), stdout);
   if (show_version) {
     std::fprintf(stderr, "version %llu\n",
                  static_cast<unsigned long long>(r->version));
   }
+  return 0;
+}
+
+// A command that answers nothing but success (del, snapshot).
+int PrintDone(const Status& st, bool json) {
+  if (!st.ok()) return Fail(st);
+  std::printf(json ? "{\"ok\":true}\n" : "OK\n");
   return 0;
 }
 
@@ -446,7 +475,19 @@ int main(int argc, char** argv) {
       ->envname("REMEM_AUTH_FILE");
   app.add_option("--timeout", timeout_s, "seconds to wait for the server")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(
+          [](const std::string& text) -> std::string {
+            try {
+              size_t used = 0;
+              const double v = std::stod(text, &used);
+              if (used == text.size() && v > 0 && v <= 86400 * 365) return "";
+            } catch (const std::exception&) {
+            }
+            return "must be a number of seconds more than 0 (at "
+                   "most a year), not '" +
+                   text + "'";
+          },
+          "SECONDS");
   app.add_flag("--json", json, "print machine-readable JSON");
   std::string cluster_seeds;
   app.add_option("--cluster", cluster_seeds,
@@ -481,10 +522,30 @@ int main(int argc, char** argv) {
   put->add_option("key", key, "key")->required();
   put->add_option("value", value, "value, or - for standard input")->required();
   bool if_absent = false;
-  int64_t if_version = -1;
-  put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
-  put->add_option("--if-version", if_version,
-                  "only replace this version; exit 5 if it changed");
+  std::optional<uint64_t> if_version;
+  auto* put_absent =
+      put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
+  // A version is a decimal uint64 (CLI11 would wrap "-2" around).
+  auto version_option = [&if_version](CLI::App* cmd, CLI::Option* absent) {
+    cmd->add_option_function<std::string>(
+           "--if-version",
+           [&if_version](const std::string& text) {
+             uint64_t v = 0;
+             const char* end = text.data() + text.size();
+             auto [at, ec] = std::from_chars(text.data(), end, v);
+             if (text.empty() || ec != std::errc() || at != end) {
+               throw CLI::ValidationError(
+                   "--if-version", "'" + text +
+                                       "' is not a version (a number from 0 "
+                                       "to 18446744073709551615)");
+             }
+             if_version = v;
+           },
+           "only replace this version (a version put printed); exit 5 if "
+           "it changed, 4 if KEY is absent")
+        ->excludes(absent);
+  };
+  version_option(put, put_absent);
   std::vector<std::string> mkeys;
   auto* mget = app.add_subcommand(
       "mget",
@@ -564,9 +625,9 @@ int main(int argc, char** argv) {
   tput->add_option("key", key, "key")->required();
   tput->add_option("value", value, "value, or - for standard input")
       ->required();
-  tput->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
-  tput->add_option("--if-version", if_version,
-                   "only replace this version; exit 5 if it changed");
+  auto* tput_absent = tput->add_flag("--if-absent", if_absent,
+                                     "only insert; exit 5 if present");
+  version_option(tput, tput_absent);
   auto* tget = treecmd->add_subcommand(
       "get", "print KEY's value (raw bytes; exit 4 if absent)");
   tget->add_option("key", key, "key")->required();
@@ -598,6 +659,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A misspelt command leaves a word CLI11 only calls "extra".
+    if (app.get_subcommands().empty() && !app.remaining().empty() &&
+        app.remaining().front().rfind("-", 0) != 0) {
+      std::fprintf(stderr,
+                   "remem: unknown command '%s'\nRun with --help for the "
+                   "commands.\n",
+                   app.remaining().front().c_str());
+      return 2;
+    }
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
@@ -618,7 +688,10 @@ int main(int argc, char** argv) {
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
-    if (!secret.ok()) return Fail(secret.status());
+    if (!secret.ok()) {
+      Fail(secret.status());
+      return 2;  // a bad command line, as for remem-server
+    }
     opts.secret = *secret;
   }
   // The tree command on a server's TreeStore or a cluster's ClusterTree
@@ -642,11 +715,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (tput->parsed()) {
-      Result<uint64_t> r =
-          if_absent ? tree.PutIfAbsent(key, value)
-          : if_version >= 0
-              ? tree.CompareAndPut(key, value, uint64_t(if_version))
-              : tree.Put(key, value);
+      Result<uint64_t> r = if_absent ? tree.PutIfAbsent(key, value)
+                           : if_version
+                               ? tree.CompareAndPut(key, value, *if_version)
+                               : tree.Put(key, value);
       if (!r.ok()) return Fail(r.status());
       if (json) {
         std::printf("{\"version\":%llu}\n",
@@ -656,12 +728,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    if (tdel->parsed()) {
-      Status st = tree.Delete(key);
-      if (!st.ok()) return Fail(st);
-      std::printf("OK\n");
-      return 0;
-    }
+    if (tdel->parsed()) return PrintDone(tree.Delete(key), json);
     const auto order = scan_desc ? TreeStore::Order::kDescending
                                  : TreeStore::Order::kAscending;
     std::string start = scan_start, end = scan_end;
@@ -741,24 +808,21 @@ int main(int argc, char** argv) {
       }
       return PrintCluster(cluster.info(), cluster_what, json);
     }
-    if (get->parsed()) return PrintGot(cluster.Get(key), show_version);
+    if (get->parsed()) {
+      return PrintGot(key, cluster.Get(key), show_version, json);
+    }
     if (put->parsed()) {
-      return PrintPut(if_absent         ? cluster.PutIfAbsent(key, value)
-                      : if_version >= 0 ? cluster.CompareAndPut(
-                                              key, value, uint64_t(if_version))
-                                        : cluster.Put(key, value),
+      return PrintPut(if_absent ? cluster.PutIfAbsent(key, value)
+                      : if_version
+                          ? cluster.CompareAndPut(key, value, *if_version)
+                          : cluster.Put(key, value),
                       json);
     }
     if (mget->parsed()) {
       std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
       return PrintMultiGet(mkeys, cluster.MultiGet(views), json);
     }
-    if (del->parsed()) {
-      Status st = cluster.Delete(key);
-      if (!st.ok()) return Fail(st);
-      std::printf("OK\n");
-      return 0;
-    }
+    if (del->parsed()) return PrintDone(cluster.Delete(key), json);
     if (stats->parsed()) {
       // Every server's counters, each under its address.
       int code = 0;
@@ -797,21 +861,34 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (ping->parsed() || snapshot->parsed()) {
-      // Every server of the cluster, each on its own line.
+      // Every server of the cluster, each on its own line (--json: one
+      // object, each server's outcome under its address).
       int code = 0;
+      bool first = true;
+      if (json) std::printf("{");
       for (auto& [addr, st] : cluster.ForEachServer([&](Session* s) {
              if (snapshot->parsed()) return s->TakeSnapshot();
              auto p = s->Ping();
              return p.status();
            })) {
-        if (!st.ok()) {
+        if (!st.ok()) code = ExitCodeFor(st);
+        if (json) {
+          std::printf("%s%s:", first ? "" : ",", JsonString(addr).c_str());
+          if (st.ok()) {
+            std::printf("{\"ok\":true}");
+          } else {
+            std::printf("{\"ok\":false,\"error\":%s}",
+                        JsonString(st.ToString()).c_str());
+          }
+        } else if (!st.ok()) {
           std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
                        st.ToString().c_str());
-          code = ExitCodeFor(st);
         } else {
           std::printf("%s OK\n", addr.c_str());
         }
+        first = false;
       }
+      if (json) std::printf("}\n");
       return code;
     }
     if (treecmd->parsed()) {
@@ -1003,30 +1080,19 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (get->parsed()) return PrintGot(hash->Get(key), show_version);
+  if (get->parsed()) return PrintGot(key, hash->Get(key), show_version, json);
   if (put->parsed()) {
-    return PrintPut(if_absent ? hash->PutIfAbsent(key, value)
-                    : if_version >= 0
-                        ? hash->CompareAndPut(key, value, uint64_t(if_version))
-                        : hash->Put(key, value),
+    return PrintPut(if_absent    ? hash->PutIfAbsent(key, value)
+                    : if_version ? hash->CompareAndPut(key, value, *if_version)
+                                 : hash->Put(key, value),
                     json);
   }
   if (mget->parsed()) {
     std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
     return PrintMultiGet(mkeys, hash->MultiGet(views), json);
   }
-  if (del->parsed()) {
-    Status st = hash->Delete(key);
-    if (!st.ok()) return Fail(st);
-    std::printf("OK\n");
-    return 0;
-  }
-  if (snapshot->parsed()) {
-    Status st = c.TakeSnapshot();
-    if (!st.ok()) return Fail(st);
-    std::printf("OK\n");
-    return 0;
-  }
+  if (del->parsed()) return PrintDone(hash->Delete(key), json);
+  if (snapshot->parsed()) return PrintDone(c.TakeSnapshot(), json);
   if (stats->parsed()) {
     auto s = c.Stats();
     if (!s.ok()) return Fail(s.status());

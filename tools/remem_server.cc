@@ -59,6 +59,12 @@ class CliOptions final : public server::OptionSet {
       if (s.text->empty()) continue;
       auto n = ParseSize(*s.text);
       if (!n.ok()) return n.status().WithContext(s.flag);
+      // 0 is how a service says "not given": an explicit 0 would silently
+      // mean the default.
+      if (*n == 0) {
+        return Status::InvalidArgument(
+            s.flag + " must be more than 0 (leave it out for the default)");
+      }
       *s.value = *n;
     }
     return Status::OK();
@@ -101,10 +107,26 @@ std::vector<int> ParseCpus(const std::string& list, Status* st) {
     }
     pos = comma + 1;
   }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool known = sched_getaffinity(0, sizeof(allowed), &allowed) == 0;
   for (int c : out) {
     if (c < 0 || c >= CPU_SETSIZE) {
       *st = Status::InvalidArgument("--cpus: CPU " + std::to_string(c) +
                                     " out of range");
+      return {};
+    }
+    // Pinning to a CPU the process may not run on fails in the thread:
+    // say so here instead of running unpinned.
+    if (known && !CPU_ISSET(c, &allowed)) {
+      std::string list;
+      for (int a = 0; a < CPU_SETSIZE; ++a) {
+        if (!CPU_ISSET(a, &allowed)) continue;
+        list += (list.empty() ? "" : ",") + std::to_string(a);
+      }
+      *st = Status::InvalidArgument("--cpus: CPU " + std::to_string(c) +
+                                    " is not one this process may run on (" +
+                                    list + ")");
       return {};
     }
   }
@@ -133,6 +155,8 @@ int main(int argc, char** argv) {
   app.set_config("--config", "",
                  "read options from a TOML/INI file (key = value, same names "
                  "as the long flags)");
+  // A misspelt key must not leave a setting silently at its default.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   server::ServerConfig cfg;
   std::string memory = "default";
   std::string region_size = "1G";
@@ -348,10 +372,17 @@ int main(int argc, char** argv) {
   if (memory != "default") {
     auto m = ParseSize(memory);
     if (!m.ok()) return Fail("--memory: " + m.status().message(), 2);
+    if (*m == 0) {
+      return Fail(
+          "--memory must be more than 0 (leave it out for the default, a "
+          "quarter of physical memory)",
+          2);
+    }
     cfg.memory = *m;
   }
   auto rs = ParseSize(region_size);
   if (!rs.ok()) return Fail("--region-size: " + rs.status().message(), 2);
+  if (*rs == 0) return Fail("--region-size must be more than 0", 2);
   cfg.region_size = *rs;
   cfg.spin = std::chrono::microseconds(spin_us);
   cfg.lease = std::chrono::milliseconds(lease_ms);

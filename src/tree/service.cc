@@ -1,5 +1,6 @@
 #include "tree/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -27,8 +28,11 @@ void TreeService::DeclareOptions(server::OptionSet* o) {
 
 Status TreeService::Init(server::ServiceContext* ctx) {
   uint64_t memory = options_.memory;
-  if (memory == 0) memory = ctx->memory_budget() / 8;
-  if (memory < (1ull << 20)) memory = 1ull << 20;
+  if (memory != 0 && memory < (1ull << 20)) {
+    return Status::InvalidArgument("--tree-memory must be at least 1 MiB");
+  }
+  if (memory == 0)
+    memory = std::max<uint64_t>(ctx->memory_budget() / 8, 1 << 20);
   if (memory >= ctx->memory_budget()) {
     return Status::InvalidArgument("--tree-memory must be less than --memory");
   }
