@@ -571,6 +571,12 @@ struct Cluster::Impl {
       auto r = fn(*store);
       const Status& st = StatusOf(r);
       if (kRead && LostToStall(st) && InTime(&deadline)) continue;
+      if (kRead && LostToFailover(st) && InTime(&deadline)) {
+        // Its server died or went silent: ask where the shard went.
+        Backoff(attempt + 1);
+        (void)Refresh();
+        continue;
+      }
       if (!Retryable(st) || !InTime(&deadline)) {
         // A server that died or stopped answering with the operation in
         // flight: the next operation routes by a fresh configuration.
@@ -705,7 +711,8 @@ struct Cluster::Impl {
     auto server = ServerOfMember(OwnerIndex(op->key_view));
     Status st = server.ok() ? op->send(this, *server, op) : server.status();
     if (!st.ok()) {
-      later.push_back([this, op, st] { Completed(op, R(st)); });
+      // Not sent: safe to send again, a write too.
+      later.push_back([this, op, st] { Completed(op, R(st), /*sent=*/false); });
     }
   }
 
@@ -726,6 +733,13 @@ struct Cluster::Impl {
       later.push_back(std::move(again));
       return true;
     }
+    if (read && LostToFailover(st) && InTime(deadline)) {
+      stale = true;  // the next Poll asks where the shard went
+      ++*attempt;
+      waiting.emplace_back(Clock::now() + BackoffPause(*attempt),
+                           std::move(again));
+      return true;
+    }
     if (!Retryable(st) || !InTime(deadline)) return false;
     Refused(st, *attempt);
     ++*attempt;
@@ -738,15 +752,27 @@ struct Cluster::Impl {
     return true;
   }
 
-  // The owner answered (or the send failed): retried as RetryLater says,
-  // else done.
+  // In a replicated cluster a server that died or stopped answering is
+  // failed over to a backup within about a lease: what it did not answer
+  // is asked again by a fresh configuration, within the operation's
+  // deadline, if that is safe (a read, or anything not sent). A write that
+  // was in flight there fails: its outcome is unknown.
+  bool LostToFailover(const Status& st) const {
+    return config.replicas > 0 &&
+           (st.code() == StatusCode::kUnavailable ||
+            st.code() == StatusCode::kTimedOut) &&
+           !LostToStall(st);
+  }
+
+  // The owner answered (or the send failed: `sent` false): retried as
+  // RetryLater says, else done.
   template <typename R>
-  void Completed(AsyncOp<R>* op, R r) {
+  void Completed(AsyncOp<R>* op, R r, bool sent = true) {
     const Status& st = StatusOf(r);
     constexpr bool kGet = std::is_same_v<R, Result<Value>>;
     if (RetryLater(
             st, &op->deadline, &op->attempt, [this, op] { Issue(op); },
-            kGet || op->into != nullptr)) {
+            kGet || op->into != nullptr || !sent)) {
       return;
     }
     if (op->counted) Finish(st);
@@ -952,7 +978,8 @@ struct Cluster::Impl {
     bool moved = false;
     for (size_t i = 0; i < m->statuses->size(); ++i) {
       const Status& st = (*m->statuses)[i];
-      if (!Retryable(st) && !LostToStall(st)) continue;
+      if (LostToFailover(st)) stale = true;
+      if (!Retryable(st) && !LostToStall(st) && !LostToFailover(st)) continue;
       m->todo.push_back(i);
       moved = moved || IsMoved(st);
     }
@@ -992,9 +1019,12 @@ struct Cluster::Impl {
       size_t moved = 0;
       for (size_t i = 0; i < n; ++i) {
         const Status& st = StatusOf(out[i]);
-        if (!Retryable(st) && !(kRead && LostToStall(st))) continue;
+        const bool failed_over = kRead && LostToFailover(st);
+        if (!Retryable(st) && !(kRead && LostToStall(st)) && !failed_over) {
+          continue;
+        }
         todo.push_back(i);
-        moved += IsMoved(StatusOf(out[i])) ? 1 : 0;
+        moved += IsMoved(StatusOf(out[i])) || failed_over ? 1 : 0;
       }
       if (todo.empty() || !InTime(&deadline)) break;
       stats.moved += moved;
@@ -1062,7 +1092,11 @@ struct Cluster::Impl {
     bool moved = false;
     for (size_t i = 0; i < b->out.size(); ++i) {
       const Status& st = StatusOf(b->out[i]);
-      if (!Retryable(st) && !(b->read && LostToStall(st))) continue;
+      const bool failed_over = b->read && LostToFailover(st);
+      if (failed_over) stale = true;
+      if (!Retryable(st) && !(b->read && LostToStall(st)) && !failed_over) {
+        continue;
+      }
       b->todo.push_back(i);
       moved = moved || IsMoved(st);
     }
@@ -1276,7 +1310,9 @@ Status Cluster::Drain(const std::string& address,
                                   : std::string()) +
           " (the drain goes on)");
     }
-    im.Backoff(6);
+    // A drain takes a copy's time: look again in a while, not in a spin.
+    im.PollLoops();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::OK();
 }

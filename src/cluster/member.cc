@@ -307,6 +307,37 @@ bool ClusterMember::Step() {
     drains.swap(drain_requests_);
   }
   for (auto& [a, done] : drains) {
+    // The members that would be left to hold the shards: registered (alive)
+    // and not drained themselves.
+    std::vector<std::string> members, drained;
+    const int mrc =
+        Children(zh_, options_.target.path + "/members", false, &members);
+    const int drc =
+        Children(zh_, options_.target.path + "/drain", false, &drained);
+    if (mrc != ZOK || (drc != ZOK && drc != ZNONODE)) {
+      done(Status::Unavailable("ZooKeeper: reading the members: " +
+                               ZkError(mrc != ZOK ? mrc : drc)));
+      continue;
+    }
+    size_t staying = 0;
+    for (const std::string& m : members) {
+      if (m != a &&
+          std::find(drained.begin(), drained.end(), m) == drained.end()) {
+        ++staying;
+      }
+    }
+    const Ownership::Installed* have = ownership_->latest();
+    const uint32_t copies = have != nullptr ? have->config.replicas + 1 : 1;
+    if (staying < copies) {
+      done(Status::InvalidArgument(
+          "cannot drain " + a + ": " + std::to_string(staying) +
+          " live servers would be left that are not drained, and the "
+          "shards' " +
+          std::to_string(copies) + " cop" +
+          (copies == 1 ? "y needs one" : "ies need " + std::to_string(copies)) +
+          " (start another server first)"));
+      continue;
+    }
     const std::string node = options_.target.path + "/drain/" + a;
     const int rc = CreatePersistent(zh_, node);
     if (rc == ZOK) {
@@ -566,7 +597,9 @@ Result<std::string> ClusterMember::GrantLease(std::string_view request) {
       uint64_t(options_.session_timeout.count()) * 1000000ull;
   const uint64_t zk_ok = zk_ok_ns_.load();
   const uint64_t since_zk = now > zk_ok ? now - zk_ok : 0;
-  if (!connected_.load() || since_zk + SuspectAfterNs() >= session_ns) {
+  // (Not merely while connected: the client library reconnects within the
+  // session, and a replicated cluster must not stop at a ZooKeeper blip.)
+  if (since_zk + SuspectAfterNs() >= session_ns) {
     refused_ns_.store(now);
     return Status::Unavailable(
         "the configuration manager has lost ZooKeeper: no lease granted");
