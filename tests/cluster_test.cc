@@ -2061,6 +2061,24 @@ TEST_F(ClusterTest, ADrainCountsOnlyTheServersThatWouldStay) {
   EXPECT_GT(ShardsOf(cluster->info(), servers_[1].address), 0u);
 }
 
+// --replicas F without --cluster-size forms the cluster once F+1 servers
+// registered (a server joining a formed replicated cluster need not know
+// its size; before, --replicas 1 alone was refused at start).
+TEST_F(ClusterTest, ReplicasAloneFormAClusterOfEnoughServers) {
+  for (int i = 0; i < 2; ++i) {
+    servers_.push_back(
+        StartServer({"--cluster", ClusterFlag(), "--replicas", "1",
+                     "--cluster-session-ms", "2000", "--shards", "64"}));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  EXPECT_EQ(cluster->info().replicas, 1u);
+  EXPECT_EQ(cluster->info().nodes.size(), 2u);
+  ASSERT_TRUE(cluster->Put("k", "v").ok());
+  EXPECT_EQ(cluster->Get("k")->value, "v");
+}
+
 TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
   StartServers(1);
   auto drain = RunCommand({testing::CliBinary(), "--cluster",

@@ -490,10 +490,11 @@ int main(int argc, char** argv) {
           "SECONDS");
   app.add_flag("--json", json, "print machine-readable JSON");
   std::string cluster_seeds;
-  app.add_option("--cluster", cluster_seeds,
-                 "talk to a cluster through these servers (host:port,...) "
-                 "instead of --server: keys are routed to their owners")
-      ->envname("REMEM_CLUSTER");
+  auto* cluster_opt =
+      app.add_option("--cluster", cluster_seeds,
+                     "talk to a cluster through these servers (host:port,...) "
+                     "instead of --server: keys are routed to their owners")
+          ->envname("REMEM_CLUSTER");
 
   auto* ping = app.add_subcommand(
       "ping", "round-trip time to the server and the transport in use");
@@ -779,6 +780,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   };
+  if (cluster_opt->count() > 0 && cluster_seeds.empty()) {
+    return Fail(Status::InvalidArgument(
+        "--cluster needs seed servers (host:port,...)"));
+  }
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
     if (!seeds.ok()) return Fail(seeds.status());

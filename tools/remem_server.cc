@@ -289,11 +289,12 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", cfg.advertise,
                  "with --cluster: the host:port clients reach this server "
                  "at (default: the --listen address)");
-  app.add_option("--cluster-size", cfg.cluster_size,
-                 "with --cluster: servers a new cluster waits for before "
-                 "its first configuration spreads the shards over them")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
+  auto* cluster_size_opt =
+      app.add_option("--cluster-size", cfg.cluster_size,
+                     "with --cluster: servers a new cluster waits for before "
+                     "its first configuration spreads the shards over them")
+          ->capture_default_str()
+          ->check(CLI::Range(1u, 4096u));
   app.add_option("--shards", cfg.shards,
                  "with --cluster: shards of a new cluster (every server of "
                  "a cluster must agree)")
@@ -303,7 +304,8 @@ int main(int argc, char** argv) {
                  "with --cluster: backups per shard of a new cluster (each "
                  "write is held by its shard's primary and f backups before "
                  "it is acknowledged; a primary that dies is replaced by a "
-                 "backup). Needs --cluster-size of at least f+1")
+                 "backup). Needs --cluster-size of at least f+1 (without "
+                 "--cluster-size: f+1)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 4u));
   std::string tree_splits;
@@ -399,6 +401,11 @@ int main(int argc, char** argv) {
           2);
     }
     cfg.tree_splits = tree_splits;
+  }
+  // A server joining a formed replicated cluster need not say how large it
+  // was formed: without --cluster-size, a new one waits for f+1 servers.
+  if (cluster_size_opt->count() == 0 && cfg.replicas > 0) {
+    cfg.cluster_size = cfg.replicas + 1;
   }
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;

@@ -566,6 +566,12 @@ struct Cluster::Impl {
             continue;
           }
         }
+        if (config.replicas > 0 && st.code() == StatusCode::kUnavailable) {
+          // Waiting for a failover that did not come in time (a manager
+          // that died must be replaced first: a ZooKeeper session).
+          return st.WithContext(
+              "no backup took its shards over within the deadline");
+        }
         return st;
       }
       auto r = fn(*store);
