@@ -87,6 +87,10 @@ struct Cluster::Impl {
   // Per member index, its entry in `servers` once looked up (entries never
   // move): the per-operation route without a map lookup.
   std::vector<Server*> member_servers;
+  // Servers a connection to failed (Unavailable, TimedOut): until when
+  // Connected answers with that error without trying again.
+  std::map<std::string, std::pair<Clock::time_point, Status>> unreachable;
+  static constexpr auto kUnreachableFor = std::chrono::milliseconds(20);
   RouteStats stats;
   // Read counters of stores closed since (a server that went away, a read
   // path that changed): route_stats counts them too.
@@ -292,6 +296,13 @@ struct Cluster::Impl {
         s = Server{};
       }
     }
+    // A server that could not be reached a moment ago is not asked again
+    // at once: operations retried while its shards fail over would each
+    // connect to it, one after another.
+    if (auto down = unreachable.find(addr); down != unreachable.end()) {
+      if (Clock::now() < down->second.first) return down->second.second;
+      unreachable.erase(down);
+    }
     SessionOptions so = options.session;
     so.server = addr;
     auto session = Session::Connect(so, loop.get());
@@ -301,7 +312,13 @@ struct Cluster::Impl {
       REMEM_RETURN_IF_ERROR(ReplaceLoop());
       session = Session::Connect(so, loop.get());
     }
-    if (!session.ok()) return session.status();
+    if (!session.ok()) {
+      const StatusCode code = session.status().code();
+      if (code == StatusCode::kUnavailable || code == StatusCode::kTimedOut) {
+        unreachable[addr] = {Clock::now() + kUnreachableFor, session.status()};
+      }
+      return session.status();
+    }
     ++stats.connects;
     Server& s = servers[addr];
     s.session = std::move(*session);
@@ -567,10 +584,10 @@ struct Cluster::Impl {
           }
         }
         if (config.replicas > 0 && st.code() == StatusCode::kUnavailable) {
-          // Waiting for a failover that did not come in time (a manager
-          // that died must be replaced first: a ZooKeeper session).
+          // Perhaps waiting for a failover that did not come in time (a
+          // manager that died must be replaced first: a ZooKeeper session).
           return st.WithContext(
-              "no backup took its shards over within the deadline");
+              "no configuration named another owner within the deadline");
         }
         return st;
       }
@@ -758,15 +775,15 @@ struct Cluster::Impl {
     return true;
   }
 
-  // In a replicated cluster a server that died or stopped answering is
-  // failed over to a backup within about a lease: what it did not answer
-  // is asked again by a fresh configuration, within the operation's
-  // deadline, if that is safe (a read, or anything not sent). A write that
-  // was in flight there fails: its outcome is unknown.
+  // In a replicated cluster a server that died is failed over to a backup
+  // within about a lease: what it did not answer (Unavailable: its session
+  // ended, or it could not be reached) is asked again by a fresh
+  // configuration, within the operation's deadline, if that is safe (a
+  // read, or anything not sent). A write that was in flight there fails:
+  // its outcome is unknown. (Not TimedOut: that took the whole timeout
+  // already, and the deadline starts at the first refusal.)
   bool LostToFailover(const Status& st) const {
-    return config.replicas > 0 &&
-           (st.code() == StatusCode::kUnavailable ||
-            st.code() == StatusCode::kTimedOut) &&
+    return config.replicas > 0 && st.code() == StatusCode::kUnavailable &&
            !LostToStall(st);
   }
 
@@ -1022,7 +1039,7 @@ struct Cluster::Impl {
       issue(todo, out, pending);
       while (pending > 0) PollLoops();
       todo.clear();
-      size_t moved = 0;
+      size_t moved = 0, failovers = 0;
       for (size_t i = 0; i < n; ++i) {
         const Status& st = StatusOf(out[i]);
         const bool failed_over = kRead && LostToFailover(st);
@@ -1030,14 +1047,16 @@ struct Cluster::Impl {
           continue;
         }
         todo.push_back(i);
-        moved += IsMoved(StatusOf(out[i])) || failed_over ? 1 : 0;
+        moved += IsMoved(StatusOf(out[i])) ? 1 : 0;
+        failovers += failed_over ? 1 : 0;
       }
       if (todo.empty() || !InTime(&deadline)) break;
       stats.moved += moved;
       Backoff(attempt + 1);
       if (moved > 0) {
         if (!Refresh().ok()) break;
-      } else if (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy) {
+      } else if (failovers > 0 ||
+                 (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy)) {
         (void)Refresh();
       }
     }

@@ -308,46 +308,59 @@ bool ClusterMember::Step() {
   }
   for (auto& [a, done] : drains) {
     // The members that would be left to hold the shards: registered (alive)
-    // and not drained themselves.
-    std::vector<std::string> members, drained;
-    const int mrc =
-        Children(zh_, options_.target.path + "/members", false, &members);
-    const int drc =
-        Children(zh_, options_.target.path + "/drain", false, &drained);
-    if (mrc != ZOK || (drc != ZOK && drc != ZNONODE)) {
-      done(Status::Unavailable("ZooKeeper: reading the members: " +
-                               ZkError(mrc != ZOK ? mrc : drc)));
-      continue;
-    }
-    size_t staying = 0;
-    for (const std::string& m : members) {
-      if (m != a &&
-          std::find(drained.begin(), drained.end(), m) == drained.end()) {
-        ++staying;
+    // and not drained themselves. Checked again once the drain is recorded:
+    // two drains asked of two members at once each see the other then (and
+    // both are refused) rather than leaving too few servers.
+    auto too_few = [&]() -> Status {
+      std::vector<std::string> members, drained;
+      const int mrc =
+          Children(zh_, options_.target.path + "/members", false, &members);
+      const int drc =
+          Children(zh_, options_.target.path + "/drain", false, &drained);
+      if (mrc != ZOK || (drc != ZOK && drc != ZNONODE)) {
+        return Status::Unavailable("ZooKeeper: reading the members: " +
+                                   ZkError(mrc != ZOK ? mrc : drc));
       }
-    }
-    const Ownership::Installed* have = ownership_->latest();
-    const uint32_t copies = have != nullptr ? have->config.replicas + 1 : 1;
-    if (staying < copies) {
-      done(Status::InvalidArgument(
+      size_t staying = 0;
+      for (const std::string& m : members) {
+        if (m != a &&
+            std::find(drained.begin(), drained.end(), m) == drained.end()) {
+          ++staying;
+        }
+      }
+      const Ownership::Installed* have = ownership_->latest();
+      const uint32_t copies = have != nullptr ? have->config.replicas + 1 : 1;
+      if (staying >= copies) return Status::OK();
+      return Status::InvalidArgument(
           "cannot drain " + a + ": " + std::to_string(staying) +
           " live servers would be left that are not drained, and the "
           "shards' " +
           std::to_string(copies) + " cop" +
           (copies == 1 ? "y needs one" : "ies need " + std::to_string(copies)) +
-          " (start another server first)"));
+          " (start another server first)");
+    };
+    if (Status st = too_few(); !st.ok()) {
+      done(st);
       continue;
     }
     const std::string node = options_.target.path + "/drain/" + a;
-    const int rc = CreatePersistent(zh_, node);
-    if (rc == ZOK) {
-      log::Info("cluster: {} is to be drained", a);
-      done(Status::OK());
-    } else {
+    const int rc = zoo_create(zh_, node.c_str(), nullptr, -1,
+                              &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    if (rc != ZOK && rc != ZNODEEXISTS) {
       log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
       done(Status::Unavailable("ZooKeeper: recording the drain of " + a + ": " +
                                ZkError(rc)));
+      continue;
     }
+    if (rc == ZOK) {
+      if (Status st = too_few(); !st.ok()) {
+        (void)zoo_delete(zh_, node.c_str(), -1);
+        done(st);
+        continue;
+      }
+    }
+    log::Info("cluster: {} is to be drained", a);
+    done(Status::OK());
   }
   ManagerDuty();
   return true;
@@ -401,7 +414,11 @@ void ClusterMember::FollowConfig() {
   const uint64_t asked_ns = LeaseClockNs();
   const int rc = Get(zh_, options_.target.path + "/config", true, &bytes);
   // ZooKeeper answered: the session was alive when it was asked.
-  if (rc == ZOK || rc == ZNONODE) zk_ok_ns_.store(asked_ns);
+  if (rc == ZOK || rc == ZNONODE) {
+    const int granted = zoo_recv_timeout(zh_);
+    if (granted > 0) session_granted_ms_.store(uint64_t(granted));
+    zk_ok_ns_.store(asked_ns);
+  }
   if (rc == ZNONODE) {
     // Watch for its creation.
     ::Stat st{};
@@ -593,8 +610,12 @@ Result<std::string> ClusterMember::GrantLease(std::string_view request) {
   // lease it grants lapses before the session could have expired (and a
   // successor been elected).
   const uint64_t now = LeaseClockNs();
+  // The session's timeout as ZooKeeper granted it (it bounds what a client
+  // asks for by its tick), not as asked.
   const uint64_t session_ns =
-      uint64_t(options_.session_timeout.count()) * 1000000ull;
+      std::min<uint64_t>(uint64_t(options_.session_timeout.count()),
+                         session_granted_ms_.load()) *
+      1000000ull;
   const uint64_t zk_ok = zk_ok_ns_.load();
   const uint64_t since_zk = now > zk_ok ? now - zk_ok : 0;
   // (Not merely while connected: the client library reconnects within the

@@ -316,6 +316,9 @@ class ClusterMember {
   // ZooKeeper call last succeeded.
   std::atomic<uint64_t> manager_since_ns_{0};
   std::atomic<uint64_t> zk_ok_ns_{0};
+  // The session timeout ZooKeeper granted (zoo_recv_timeout), in ms: the
+  // lease window is bounded by it (GrantLease).
+  std::atomic<uint64_t> session_granted_ms_{UINT64_MAX};
   // When this manager last refused a lease (0: never).
   std::atomic<uint64_t> refused_ns_{0};
   std::atomic<uint64_t> failovers_{0};
