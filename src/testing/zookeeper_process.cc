@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace remem::testing {
@@ -18,8 +19,35 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A port no one listens on now (the kernel's choice for port 0).
+// Whether `port` on `host` can be bound now.
+bool Bindable(const std::string& host, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A port no one listens on now, below the kernel's ephemeral range:
+// ZooKeeper binds it a second or so later, and an ephemeral port (another
+// connection's local port, a server's port 0) taken meanwhile made it exit
+// at start (once in a full local run).
 Result<int> FreePort(const std::string& host) {
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (!(range >> low >> high) || low <= 2048) low = 32768;
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  std::uniform_int_distribution<int> pick(low > 11024 ? 10000 : 1024, low - 1);
+  for (int i = 0; i < 200; ++i) {
+    const int port = pick(rng);
+    if (Bindable(host, port)) return port;
+  }
+  // The kernel's choice for port 0.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return Status::IOError("socket");
   sockaddr_in a{};
@@ -91,20 +119,28 @@ Result<std::unique_ptr<ZooKeeperProcess>> ZooKeeperProcess::Start(
   char tmpl[] = "/tmp/remem-zk-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return Status::IOError("mkdtemp");
   zk->dir_ = tmpl;
-  auto port = FreePort(zk->options_.listen_host);
-  if (!port.ok()) return port.status();
-  zk->port_ = *port;
-  std::ofstream cfg(zk->dir_ + "/zoo.cfg");
-  cfg << "tickTime=" << zk->options_.tick.count() << "\n"
-      << "dataDir=" << zk->dir_ << "/data\n"
-      << "clientPort=" << zk->port_ << "\n"
-      << "clientPortAddress=" << zk->options_.listen_host << "\n"
-      << "admin.enableServer=false\n"
-      << "4lw.commands.whitelist=ruok\n";
-  cfg.close();
-  if (!cfg) return Status::IOError("writing " + zk->dir_ + "/zoo.cfg");
-  REMEM_RETURN_IF_ERROR(zk->Launch());
-  return zk;
+  for (int attempt = 0;; ++attempt) {
+    auto port = FreePort(zk->options_.listen_host);
+    if (!port.ok()) return port.status();
+    zk->port_ = *port;
+    std::ofstream cfg(zk->dir_ + "/zoo.cfg");
+    cfg << "tickTime=" << zk->options_.tick.count() << "\n"
+        << "dataDir=" << zk->dir_ << "/data\n"
+        << "clientPort=" << zk->port_ << "\n"
+        << "clientPortAddress=" << zk->options_.listen_host << "\n"
+        << "admin.enableServer=false\n"
+        << "4lw.commands.whitelist=ruok\n";
+    cfg.close();
+    if (!cfg) return Status::IOError("writing " + zk->dir_ + "/zoo.cfg");
+    Status st = zk->Launch();
+    if (st.ok()) return zk;
+    // Another process took the port before ZooKeeper bound it (it is held
+    // now that ZooKeeper is gone): a new port. Any other failure stands.
+    // (In another network namespace the port cannot be looked at here.)
+    const bool taken = zk->options_.command_prefix.empty() && !zk->running() &&
+                       !Bindable(zk->options_.listen_host, zk->port_);
+    if (attempt >= 2 || !taken) return st;
+  }
 }
 
 Status ZooKeeperProcess::Launch() {
