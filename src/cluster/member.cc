@@ -306,7 +306,8 @@ bool ClusterMember::Step() {
     std::lock_guard<std::mutex> lock(mu_);
     drains.swap(drain_requests_);
   }
-  for (auto& [a, done] : drains) {
+  for (auto& [drain_of, done] : drains) {
+    const std::string& a = drain_of;  // (a lambda cannot capture a binding)
     // The members that would be left to hold the shards: registered (alive)
     // and not drained themselves. Checked again once the drain is recorded:
     // two drains asked of two members at once each see the other then (and
