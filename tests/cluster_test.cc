@@ -120,6 +120,20 @@ std::string TransportFlag() {
   return std::string(TransportName(testing::TestTransport()));
 }
 
+// `remem --cluster SEEDS cluster drain NODE`, waiting up to
+// `timeout_seconds` (0: the CLI's default).
+testing::CommandResult CliDrain(const std::string& seeds,
+                                const std::string& node,
+                                int timeout_seconds = 0) {
+  std::vector<std::string> argv = {testing::CliBinary(), "--cluster", seeds,
+                                   "--transport", TransportFlag()};
+  if (timeout_seconds > 0) {
+    argv.insert(argv.end(), {"--timeout", std::to_string(timeout_seconds)});
+  }
+  argv.insert(argv.end(), {"cluster", "drain", node});
+  return testing::RunCommand(argv);
+}
+
 // Polls every server until exactly one says it is the configuration
 // manager; its index, or -1 at the bound.
 int WaitForOneManager(const std::vector<std::unique_ptr<Session>>& probes) {
@@ -468,6 +482,36 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
       EXPECT_EQ(r->value, Val(i));
     }
   }
+
+  // `remem cluster nodes` says which server does not answer (and still
+  // lists its shards: they are nowhere else), and exits 0.
+  const std::string alive = servers_[size_t(manager == 0 ? 1 : 0)].address;
+  auto nodes = RunCommand({testing::CliBinary(), "--cluster", alive,
+                           "--transport", TransportFlag(), "cluster", "nodes"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.out;
+  for (const auto& sv : servers_) {
+    const size_t at = nodes.out.find(sv.address + " ");
+    ASSERT_NE(at, std::string::npos) << nodes.out;
+    const std::string line =
+        nodes.out.substr(at, nodes.out.find('\n', at) - at);
+    EXPECT_EQ(line.find("UNREACHABLE") != std::string::npos, sv.address == dead)
+        << line;
+  }
+  auto json_nodes =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "--json", "cluster", "nodes"});
+  ASSERT_EQ(json_nodes.exit_code, 0) << json_nodes.out;
+  EXPECT_NE(json_nodes.out.find("{\"address\":\"" + dead + "\""),
+            std::string::npos);
+  size_t reachable = 0, unreachable = 0;
+  for (size_t at = 0;
+       (at = json_nodes.out.find("\"reachable\":", at)) != std::string::npos;
+       ++at) {
+    (json_nodes.out.compare(at + 12, 4, "true") == 0 ? reachable
+                                                     : unreachable)++;
+  }
+  EXPECT_EQ(reachable, 2u) << json_nodes.out;
+  EXPECT_EQ(unreachable, 1u) << json_nodes.out;
 
   // It comes back on its address with its data directory: it registers
   // again, owns its shards again, and the client reconnects to it.
@@ -920,10 +964,8 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   std::atomic<bool> drain_done{false};
   testing::CommandResult drain;
   std::thread drainer([&] {
-    drain = RunCommand({testing::CliBinary(), "--cluster",
-                        servers_[0].address + "," + servers_[1].address,
-                        "--transport", TransportFlag(), "--timeout", "60",
-                        "cluster", "drain", drained});
+    drain =
+        CliDrain(servers_[0].address + "," + servers_[1].address, drained, 60);
     drain_done = true;
   });
   std::map<std::string, int64_t> acked;
@@ -1000,9 +1042,7 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
             std::string::npos)
       << refused.status().ToString();
   // Draining a server that is not a member says so.
-  auto none =
-      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
-                  TransportFlag(), "cluster", "drain", "127.0.0.1:1"});
+  auto none = CliDrain(alive, "127.0.0.1:1");
   EXPECT_NE(none.exit_code, 0) << none.out;
   EXPECT_NE(none.out.find("no member"), std::string::npos) << none.out;
   servers_.clear();
@@ -1970,10 +2010,7 @@ TEST_F(ClusterTest,
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  auto drain =
-      RunCommand({testing::CliBinary(), "--cluster",
-                  others[0] + "," + others[1], "--transport", TransportFlag(),
-                  "--timeout", "60", "cluster", "drain", drained});
+  auto drain = CliDrain(others[0] + "," + others[1], drained, 60);
   drained_done = true;
   watcher.join();
   ASSERT_EQ(drain.exit_code, 0) << drain.out;
@@ -2027,9 +2064,7 @@ TEST_F(ClusterTest,
 
 TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
   StartReplicated(2);
-  auto drain = RunCommand({testing::CliBinary(), "--cluster",
-                           servers_[0].address, "--transport", TransportFlag(),
-                           "cluster", "drain", servers_[1].address});
+  auto drain = CliDrain(servers_[0].address, servers_[1].address);
   EXPECT_NE(drain.exit_code, 0) << drain.out;
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
   // Nothing changed: both still hold their roles.
@@ -2045,14 +2080,9 @@ TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
 // cluster's last server, replicated or not.
 TEST_F(ClusterTest, ADrainCountsOnlyTheServersThatWouldStay) {
   StartReplicated(3);
-  auto first =
-      RunCommand({testing::CliBinary(), "--cluster", servers_[0].address,
-                  "--transport", TransportFlag(), "--timeout", "60", "cluster",
-                  "drain", servers_[2].address});
+  auto first = CliDrain(servers_[0].address, servers_[2].address, 60);
   ASSERT_EQ(first.exit_code, 0) << first.out;
-  auto second = RunCommand({testing::CliBinary(), "--cluster",
-                            servers_[0].address, "--transport", TransportFlag(),
-                            "cluster", "drain", servers_[1].address});
+  auto second = CliDrain(servers_[0].address, servers_[1].address);
   EXPECT_EQ(second.exit_code, 2) << second.out;
   EXPECT_NE(second.out.find("cannot drain"), std::string::npos) << second.out;
   auto cluster = Connect({servers_[0].address});
@@ -2082,9 +2112,7 @@ TEST_F(ClusterTest, ReplicasAloneFormAClusterOfEnoughServers) {
 
 TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
   StartServers(1);
-  auto drain = RunCommand({testing::CliBinary(), "--cluster",
-                           servers_[0].address, "--transport", TransportFlag(),
-                           "cluster", "drain", servers_[0].address});
+  auto drain = CliDrain(servers_[0].address, servers_[0].address);
   EXPECT_EQ(drain.exit_code, 2) << drain.out;
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
 }

@@ -179,8 +179,10 @@ std::string ElementsText(const VectorData& v, bool json) {
   return json ? out + "]" : out;
 }
 
-int PrintGot(const std::string& key, const Result<HashStore::Value>& r,
-             bool show_version, bool json) {
+// A get's answer (the hash store's or the ordered store's value).
+template <typename Value>
+int PrintGot(const std::string& key, const Result<Value>& r, bool show_version,
+             bool json) {
   if (!r.ok()) return Fail(r.status());
   if (json) {
     std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
@@ -280,9 +282,10 @@ void PrintStats(const ServerStats& s, bool json) {
   }
 }
 
-// `remem cluster info|nodes|shards`.
+// `remem cluster info|nodes|shards|ranges`. `reach`: for nodes, whether
+// each server (by address) answered a ping.
 int PrintCluster(const Cluster::Info& info, const std::string& what,
-                 bool json) {
+                 const std::map<std::string, Status>& reach, bool json) {
   if (what == "info") {
     if (json) {
       std::printf(
@@ -316,23 +319,33 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) std::printf("[");
     for (size_t i = 0; i < info.nodes.size(); ++i) {
       const Cluster::Node& n = info.nodes[i];
+      const auto r = reach.find(n.address);
+      const Status up = r == reach.end() ? Status::OK() : r->second;
       if (json) {
         std::printf(
             "%s{\"address\":%s,\"capacity\":%llu,\"shards\":%u,"
-            "\"backups\":%u,\"filling\":%u,\"domain\":%s}",
+            "\"backups\":%u,\"filling\":%u,\"domain\":%s,\"ranges\":%u,"
+            "\"reachable\":%s",
             i ? "," : "", JsonString(n.address).c_str(),
             static_cast<unsigned long long>(n.capacity), n.shards, n.backups,
-            n.filling, JsonString(n.domain).c_str());
-      } else if (info.replicas > 0) {
-        std::printf("%-24s %6u shards  %6u backups  %s", n.address.c_str(),
-                    n.shards, n.backups, FormatSize(n.capacity).c_str());
-        if (!n.domain.empty()) std::printf("  domain %s", n.domain.c_str());
-        if (n.filling > 0) std::printf("  (%u being filled)", n.filling);
-        std::printf("\n");
-      } else {
-        std::printf("%-24s %6u shards  %s\n", n.address.c_str(), n.shards,
-                    FormatSize(n.capacity).c_str());
+            n.filling, JsonString(n.domain).c_str(), n.ranges,
+            up.ok() ? "true" : "false");
+        if (!up.ok()) {
+          std::printf(",\"error\":%s", JsonString(up.ToString()).c_str());
+        }
+        std::printf("}");
+        continue;
       }
+      std::printf("%-24s %6u shards  ", n.address.c_str(), n.shards);
+      if (info.replicas > 0) std::printf("%6u backups  ", n.backups);
+      std::printf("%s", FormatSize(n.capacity).c_str());
+      if (!info.range_owner.empty()) {
+        std::printf("  %u range%s", n.ranges, n.ranges == 1 ? "" : "s");
+      }
+      if (!n.domain.empty()) std::printf("  domain %s", n.domain.c_str());
+      if (n.filling > 0) std::printf("  (%u being filled)", n.filling);
+      if (!up.ok()) std::printf("  UNREACHABLE: %s", up.ToString().c_str());
+      std::printf("\n");
     }
     if (json) std::printf("]\n");
     return 0;
@@ -604,7 +617,8 @@ int main(int argc, char** argv) {
   std::string cluster_what = "info";
   auto* cluster_cmd = app.add_subcommand(
       "cluster",
-      "with --cluster: the configuration (info), its servers (nodes), "
+      "with --cluster: the configuration (info), its servers and whether "
+      "each answers (nodes), "
       "which server owns which shards (shards) and which ordered key ranges "
       "(ranges), or move every shard away from a server (drain NODE)");
   cluster_cmd
@@ -632,6 +646,8 @@ int main(int argc, char** argv) {
   auto* tget = treecmd->add_subcommand(
       "get", "print KEY's value (raw bytes; exit 4 if absent)");
   tget->add_option("key", key, "key")->required();
+  tget->add_flag("--version-to-stderr", show_version,
+                 "also print the value's version on standard error");
   auto* tmget = treecmd->add_subcommand(
       "mget",
       "print the values of KEY... one per line, in one batch (exit 4 if any "
@@ -702,32 +718,13 @@ int main(int argc, char** argv) {
       std::vector<std::string_view> views(mkeys.begin(), mkeys.end());
       return PrintMultiGet(mkeys, tree.MultiGet(views), json);
     }
-    if (tget->parsed()) {
-      auto r = tree.Get(key);
-      if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
-                    JsonString(key).c_str(),
-                    static_cast<unsigned long long>(r->version),
-                    JsonString(r->value).c_str());
-      } else {
-        std::fwrite(r->value.data(), 1, r->value.size(), stdout);
-      }
-      return 0;
-    }
+    if (tget->parsed()) return PrintGot(key, tree.Get(key), show_version, json);
     if (tput->parsed()) {
       Result<uint64_t> r = if_absent ? tree.PutIfAbsent(key, value)
                            : if_version
                                ? tree.CompareAndPut(key, value, *if_version)
                                : tree.Put(key, value);
-      if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"version\":%llu}\n",
-                    static_cast<unsigned long long>(*r));
-      } else {
-        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
-      }
-      return 0;
+      return PrintPut(r, json);
     }
     if (tdel->parsed()) return PrintDone(tree.Delete(key), json);
     const auto order = scan_desc ? TreeStore::Order::kDescending
@@ -811,7 +808,14 @@ int main(int argc, char** argv) {
         return Fail(Status::InvalidArgument("cluster " + cluster_what +
                                             " takes no server"));
       }
-      return PrintCluster(cluster.info(), cluster_what, json);
+      std::map<std::string, Status> reach;
+      if (cluster_what == "nodes") {
+        for (auto& [addr, st] : cluster.ForEachServer(
+                 [](Session* s) { return s->Ping().status(); })) {
+          reach[addr] = st;
+        }
+      }
+      return PrintCluster(cluster.info(), cluster_what, reach, json);
     }
     if (get->parsed()) {
       return PrintGot(key, cluster.Get(key), show_version, json);
@@ -944,14 +948,7 @@ int main(int argc, char** argv) {
       auto v = ParseElements(elems, *type);
       if (!v.ok()) return Fail(v.status());
       auto r = ops.VecPut(key, *v);
-      if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"version\":%llu}\n",
-                    static_cast<unsigned long long>(*r));
-      } else {
-        std::printf("OK version %llu\n", static_cast<unsigned long long>(*r));
-      }
-      return 0;
+      return PrintPut(r, json);
     }
     // The other commands need the stored vector's element type (to encode
     // numbers): one read, one-sided where possible.
@@ -992,14 +989,7 @@ int main(int argc, char** argv) {
       }
       auto r = ops.Execute(op);
       if (!r.ok()) return Fail(r.status());
-      if (json) {
-        std::printf("{\"version\":%llu}\n",
-                    static_cast<unsigned long long>(r->version));
-      } else {
-        std::printf("OK version %llu\n",
-                    static_cast<unsigned long long>(r->version));
-      }
-      return 0;
+      return PrintPut(r->version, json);
     }
     if (vreduce->parsed()) {
       static const std::map<std::string, Reduction> kReds = {

@@ -563,9 +563,11 @@ Status Server::Impl::Init() {
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
     // unblock it, so the thread moves to a new UCX worker.
     t->state.worker->AddPassHook([this, st = &t->state] {
-      const uint64_t retired = st->worker->retired_workers();
-      if (st->counters.receive_retired_workers.Get() != retired) {
-        st->counters.receive_retired_workers.Set(retired);
+      if (st->worker->renewals() > 0) {  // else none retired
+        const uint64_t retired = st->worker->retired_workers();
+        if (st->counters.receive_retired_workers.Get() != retired) {
+          st->counters.receive_retired_workers.Set(retired);
+        }
       }
       if (!st->worker->receive_stalled() ||
           st->counters.receive_stalled.Get() != 0) {

@@ -19,17 +19,28 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Whether `port` on `host` can be bound now.
-bool Bindable(const std::string& host, int port) {
+// Binds a TCP socket to `port` on `host` (0: the kernel picks) and
+// closes it again: the port bound, or -1 if the bind failed.
+int BindAndRelease(const std::string& host, int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
   ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  socklen_t len = sizeof(a);
+  int bound = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    bound = int(ntohs(a.sin_port));
+  }
   ::close(fd);
-  return ok;
+  return bound;
+}
+
+// Whether `port` on `host` can be bound now.
+bool Bindable(const std::string& host, int port) {
+  return BindAndRelease(host, port) == port;
 }
 
 // A port no one listens on now, below the kernel's ephemeral range:
@@ -48,20 +59,9 @@ Result<int> FreePort(const std::string& host) {
     if (Bindable(host, port)) return port;
   }
   // The kernel's choice for port 0.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Status::IOError("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = 0;
-  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return Status::IOError("binding a free port on " + host);
-  }
-  ::close(fd);
-  return int(ntohs(a.sin_port));
+  const int port = BindAndRelease(host, 0);
+  if (port < 0) return Status::IOError("binding a free port on " + host);
+  return port;
 }
 
 // ZooKeeper's four-letter `ruok`, answered `imok` once it serves.
