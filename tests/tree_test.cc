@@ -418,6 +418,17 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
   auto get = cli({"tree", "get", "user:2"});
   EXPECT_EQ(get.exit_code, 0);
   EXPECT_EQ(get.out, "v-user:2");
+  // The version on standard error, as the hash store's get.
+  auto versioned =
+      testing::RunCommand({"/bin/sh", "-c",
+                           "\"$0\" --server \"$1\" --transport \"$2\" tree get "
+                           "--version-to-stderr user:2 2>&1",
+                           testing::CliBinary(), server_.address, transport});
+  EXPECT_EQ(versioned.exit_code, 0);
+  // (stderr is unbuffered: its line comes first)
+  EXPECT_EQ(versioned.out.rfind("version ", 0), 0u) << versioned.out;
+  EXPECT_NE(versioned.out.find("\nv-user:2"), std::string::npos)
+      << versioned.out;
   auto mget = cli({"tree", "mget", "user:3", "zz", "user:1"});
   EXPECT_EQ(mget.exit_code, 0);
   EXPECT_EQ(mget.out, "v-user:3\nv-zz\nv-user:1\n");
