@@ -1255,6 +1255,69 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   fs::remove_all(dir);
 }
 
+// A tree filled to its region's last node in random key order restarts
+// from its snapshot with the same flags and holds every pair it
+// acknowledged. (Recovery inserts the snapshot's pairs in key order; those
+// appends used to split leaves in halves once a leaf could not also take
+// its new high fence, and the rebuilt tree did not fit: the server refused
+// to start, "the tree region is full".)
+TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto server = StartServer({"--data-dir", dir, "--tree-memory", "1M"}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  std::map<std::string, std::string> acked;
+  {
+    auto c = Connect(server.address, ReadPath::kAuto);
+    ASSERT_TRUE(c);
+    // 10-byte keys in a random order, 20-byte values (a full 1 MiB tree
+    // holds about 12,000).
+    std::vector<uint32_t> order(100000);
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+    size_t next = 0;
+    bool full = false;
+    while (!full) {
+      ASSERT_LT(next + 100, order.size()) << "1 MiB never filled";
+      std::vector<std::string> keys, values;
+      for (int i = 0; i < 100; ++i, ++next) {
+        char k[16];
+        std::snprintf(k, sizeof(k), "r:%08u", order[next]);
+        keys.push_back(k);
+        values.push_back(std::string(20, char('a' + order[next] % 26)));
+      }
+      std::vector<std::pair<std::string_view, std::string_view>> batch;
+      for (size_t i = 0; i < keys.size(); ++i)
+        batch.emplace_back(keys[i], values[i]);
+      const auto put = c->MultiPut(batch);
+      for (size_t i = 0; i < put.size(); ++i) {
+        if (put[i].ok()) {
+          acked[keys[i]] = values[i];
+        } else {
+          ASSERT_EQ(put[i].status().code(), StatusCode::kOutOfMemory)
+              << put[i].status().ToString();
+          full = true;
+        }
+      }
+    }
+    ASSERT_TRUE(c.session->TakeSnapshot().ok());
+  }
+  ASSERT_TRUE(server.Restart().ok());
+  auto c = Connect(server.address, ReadPath::kOneSided);
+  ASSERT_TRUE(c);
+  size_t seen = 0;
+  for (const auto& it :
+       ScanAll(c.store.get(), "", "", 1000, TreeStore::Order::kAscending)) {
+    auto a = acked.find(it.key);
+    ASSERT_NE(a, acked.end()) << it.key;
+    EXPECT_EQ(it.value, a->second);
+    ++seen;
+  }
+  EXPECT_EQ(seen, acked.size());
+  fs::remove_all(dir);
+}
+
 // The race harness's store over TreeStore; every key gets `prefix` (a
 // long one makes them all long keys, stored out of line).
 class TreeClientKv : public testing::KvClient {

@@ -52,6 +52,12 @@ Status TreeService::Init(server::ServiceContext* ctx) {
   durable_ = std::make_unique<DurableTree>(tree_.get());
   if (durability::Durability* d = ctx->durability(); d != nullptr) {
     auto store = d->OpenPartition(name(), 0, durable_.get());
+    if (store.status().code() == StatusCode::kOutOfMemory) {
+      // Nothing on disk changed: a larger tree region takes it all.
+      return Status::OutOfMemory(store.status().message() +
+                                 " (restart with a larger --tree-memory: "
+                                 "the data directory is unchanged)");
+    }
     if (!store.ok()) return store.status();
     store_ = *store;
   }

@@ -507,24 +507,37 @@ Status BLinkTree::SplitAndPublish(uint32_t index, NodeContent c,
   for (;;) {
     const size_t n = c.entries.size();
     if (n < 2) return Status::Internal("a node too big with one entry");
-    size_t best = 1;
-    // What the left node would hold keeping all but the last entry: its
-    // entries, its low fence and a new high fence (the last entry's key,
-    // or for a leaf a prefix of it, which may take more room in the node
-    // than a long key's KeyRef).
-    const NodeKey& last = c.entries.back().key;
-    size_t keep =
-        c.low.stored_size() +
-        (c.level == 0 ? Separator(c.entries[n - 2].key, last).stored_size()
-                      : last.stored_size());
-    for (size_t i = 0; i + 1 < n; ++i) keep += c.EntryBytes(i);
-    if (inserted == n - 1 && keep <= kNodeArea) {
+    size_t best = 0;
+    if (inserted == n - 1) {
       // Appended after the node's last key (keys inserted in ascending
-      // runs): the left node keeps what it held, full, and the new entry
-      // starts the right one. An even split would leave each left half
-      // half empty for good, as the run goes on to the right.
-      best = n - 1;
-    } else {
+      // runs, and recovery from a snapshot, a leaf walk): the left node
+      // keeps as much as fits with its new high fence (the first right
+      // key, or for a leaf a prefix of it, which may take more room than a
+      // long key's KeyRef), and the rest starts the right one. An even
+      // split would leave each left half half empty for good, as the run
+      // goes on to the right: a full tree rebuilt from its snapshot would
+      // not fit its region again.
+      size_t left = c.low.stored_size();
+      for (size_t s = 1; s < n; ++s) {
+        left += c.EntryBytes(s - 1);
+        const size_t fence =
+            c.level == 0 ? Separator(c.entries[s - 1].key, c.entries[s].key)
+                               .stored_size()
+                         : c.entries[s].key.stored_size();
+        if (left + fence > kNodeArea) break;
+        best = s;
+      }
+      if (best > 0) {  // the right one must fit too (a node of large entries)
+        size_t right = (c.has_high ? c.high.stored_size() : 0) +
+                       (c.level == 0 ? Separator(c.entries[best - 1].key,
+                                                 c.entries[best].key)
+                                           .stored_size()
+                                     : c.entries[best].key.stored_size());
+        for (size_t i = best; i < n; ++i) right += c.EntryBytes(i);
+        if (right > kNodeArea) best = 0;
+      }
+    }
+    if (best == 0) {
       // The split point that makes the larger half smallest.
       size_t total = 0;
       for (size_t i = 0; i < n; ++i) total += c.EntryBytes(i);
