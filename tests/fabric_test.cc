@@ -902,6 +902,29 @@ TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {
   if (testing::BenchBinary().empty()) {
     GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
   }
+  // A client process that ends its session in order says goodbye: the
+  // server does not start watching for a sender that died mid-send.
+  auto ping = testing::RunCommand(
+      {testing::CliBinary(), "--server", server_.address, "--transport",
+       std::string(TransportName(TestTransport())), "ping", "-c", "3"});
+  ASSERT_EQ(ping.exit_code, 0) << ping.out;
+  auto wait_for = [&](const char* stat, auto pred) {
+    const auto until = Clock::now() + std::chrono::seconds(20);
+    uint64_t v = 0;
+    while (Clock::now() < until) {
+      auto s = client_->Stats();
+      EXPECT_TRUE(s.ok());
+      if (!s.ok()) break;
+      v = s->Get(stat);
+      if (pred(v)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return v;
+  };
+  EXPECT_EQ(wait_for("connections_current", [](uint64_t v) { return v == 1; }),
+            1u);
+  EXPECT_EQ(client_->Stats()->Get("shm_receive_watching_threads"), 0u);
+
   // A second process streams one-sided ops and RPCs until killed.
   SpawnOptions o;
   o.argv = {testing::BenchBinary(),
@@ -942,6 +965,16 @@ TEST_F(FabricTest, ClientKilledMidStreamLeavesOthersServed) {
     client_->Poll();
   }
   EXPECT_EQ(current, 1u);
+  // A client gone without its goodbye may have died mid-send: the thread
+  // that served it watches its shared-memory receive queue (a server on
+  // tcp alone has none).
+  if (TestTransport() == Transport::kShm) {
+    EXPECT_GE(wait_for("shm_receive_watching_threads",
+                       [](uint64_t v) { return v >= 1; }),
+              1u);
+  } else {
+    EXPECT_EQ(client_->Stats()->Get("shm_receive_watching_threads"), 0u);
+  }
 }
 
 void ExpectClientSeesServerGo(int sig) {

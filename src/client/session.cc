@@ -286,6 +286,9 @@ SessionCore::~SessionCore() {
                         Clock::now() + options_.timeout);
     if (in_flight_ > 0) ep_->Fail(Status::Unavailable("session closed"));
   }
+  // Nothing of this session is out: the server may know it did not die
+  // while sending (proto::kSessionGoodbye).
+  const bool goodbye = ep_ && !ep_->failed() && in_flight_ == 0;
   if (rpc_) rpc_->FailAll(Status::Unavailable("session closed"));
   if (in_flight_ > 0) {
     (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
@@ -296,6 +299,10 @@ SessionCore::~SessionCore() {
   remote_.clear();
   rpc_.reset();
   ep_.reset();
+  if (goodbye && socket_.fd() >= 0) {
+    const uint8_t bye = proto::kSessionGoodbye;
+    (void)::send(socket_.fd(), &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   socket_.Close();
 }
 

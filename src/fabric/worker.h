@@ -200,6 +200,10 @@ class Worker {
   // mid-send (SIGSTOP) past kStallAfter, while another failed, counts as
   // stalled too. Never set on a tcp-only worker.
   bool receive_stalled() const { return receive_stalled_; }
+  // Whether the watch (WatchForStall) is on. Owner thread.
+  bool watching_for_stall() const {
+    return stall_watch_until_ != Clock::time_point{};
+  }
   static constexpr auto kStallAfter = std::chrono::milliseconds(500);
   static constexpr int kStallLooks = 20;
   // How long after an endpoint failed the worker watches.

@@ -83,6 +83,15 @@ struct ClientHello {
 };
 static_assert(sizeof(ClientHello) == 32);
 
+// Client -> server, after an OK ServerHello: the one byte a client may
+// send on the connection as it ends a session in order, its endpoint
+// closed (nothing of it is half sent), just before it closes the
+// connection. Without it the server takes the end for a client that may
+// have died while sending to it over shared memory, and watches that
+// thread's receive queue (fabric/worker.h, WatchForStall). Any other byte
+// after the handshake ends the session as a misbehaving client's.
+inline constexpr uint8_t kSessionGoodbye = 0xB7;
+
 // Server -> client. Then `body_len` bytes: the UCX worker address of the
 // server thread that serves this session (status OK), or an error message
 // (any other status; the server then closes the connection). The first 12

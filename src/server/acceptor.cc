@@ -258,16 +258,19 @@ void Acceptor::OnListen() {
 
 void Acceptor::OnReadable(Peer* p) {
   if (p->state == Peer::kSession || p->state == Peer::kAdmitting) {
-    // Nothing may arrive after the handshake: either the peer closed (the
-    // client went away) or it misbehaves. Either way the session ends.
+    // Nothing may arrive after the handshake but the goodbye: either the
+    // peer ended the session (in order, or it went away) or it misbehaves.
+    // Either way the session ends.
     char c;
     const ssize_t r = ::recv(p->sock.fd(), &c, 1, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (r > 0) {
+    const bool goodbye = r == 1 && uint8_t(c) == proto::kSessionGoodbye &&
+                         p->state == Peer::kSession;
+    if (r > 0 && !goodbye) {
       log::Warn("session {} from {}: bytes after the handshake; closing it",
                 p->id, p->name);
     }
-    return Close(p);
+    return Close(p, goodbye);
   }
   if (p->state == Peer::kClosing) {
     char buf[4096];
@@ -441,7 +444,7 @@ void Acceptor::Refuse(Peer* p, Status why) {
   ::epoll_ctl(epoll_, EPOLL_CTL_MOD, p->sock.fd(), &ev);
 }
 
-void Acceptor::Close(Peer* p) {
+void Acceptor::Close(Peer* p, bool goodbye) {
   const int fd = p->sock.fd();
   ClearDeadline(p);
   if (p->state == Peer::kHello) --pending_;
@@ -452,7 +455,7 @@ void Acceptor::Close(Peer* p) {
       counters_.sessions.Set(counters_.sessions.Get() - 1);
       // Admitting or in session: the thread holds (or will hold) an
       // endpoint for it. Release it there.
-      closed_(p->thread, p->id);
+      closed_(p->thread, p->id, goodbye);
     }
   }
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);

@@ -97,8 +97,10 @@ class Acceptor {
       std::function<void(uint32_t thread, ConnectionId id, std::string peer,
                          std::string client_address, AdmitDone done)>;
   // Runs on the acceptor thread when a session's socket closed: release
-  // the connection on its thread.
-  using ClosedFn = std::function<void(uint32_t thread, ConnectionId id)>;
+  // the connection on its thread. `goodbye`: the client said it ended the
+  // session in order (proto::kSessionGoodbye), so it did not die mid-send.
+  using ClosedFn =
+      std::function<void(uint32_t thread, ConnectionId id, bool goodbye)>;
 
   // Binds and listens (connections wait in the kernel's backlog until
   // Start). Unavailable if the address is in use.
@@ -128,7 +130,7 @@ class Acceptor {
   void Refuse(Peer* p, Status why);
   void LogRefusal(const std::string& peer, const Status& why);
   void Admit(Peer* p, std::string worker_address);
-  void Close(Peer* p);
+  void Close(Peer* p, bool goodbye = false);
   void DrainEvents();
   void Notify();
   void ExpireHandshakes();

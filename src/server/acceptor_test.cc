@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "fabric/context.h"
 #include "fabric/worker.h"
@@ -70,7 +73,11 @@ class AcceptorTest : public ::testing::Test {
           }
           done(Status::OK(), "server worker address", 0);
         },
-        [](uint32_t, ConnectionId) {});
+        [this](uint32_t, ConnectionId, bool goodbye) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ends_.push_back(goodbye);
+          ended_.notify_all();
+        });
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     acceptor_ = std::move(*a);
     ASSERT_TRUE(acceptor_->Start().ok());
@@ -82,9 +89,44 @@ class AcceptorTest : public ::testing::Test {
     return s.ok() ? std::move(*s) : util::Socket();
   }
 
+  // Waits for the n-th session end; whether it came with the goodbye.
+  bool WaitForEnd(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(
+        ended_.wait_for(lock, seconds(10), [&] { return ends_.size() >= n; }));
+    return ends_.size() >= n && ends_[n - 1];
+  }
+
   std::atomic<int> admissions_{0};
+  std::mutex mu_;
+  std::condition_variable ended_;
+  std::vector<bool> ends_;  // per session end: came with the goodbye
   std::unique_ptr<Acceptor> acceptor_;
 };
+
+// A session's end tells whether the client said goodbye first (the server
+// then does not suspect it died mid-send): only the goodbye byte does; a
+// bare close, or another byte, does not.
+TEST_F(AcceptorTest, OnlyTheGoodbyeByteEndsASessionInOrder) {
+  Start(milliseconds(1000), milliseconds(0));
+  const std::string hello = ClientHello();
+  auto session = [&](const std::string& last) {
+    util::Socket s = Connect();
+    ASSERT_TRUE(util::SendAll(s.fd(), hello, Clock::now() + seconds(10)).ok());
+    ASSERT_TRUE(ReadServerHello(s).ok());
+    if (!last.empty()) {
+      ASSERT_TRUE(util::SendAll(s.fd(), last, Clock::now() + seconds(10)).ok());
+    }
+  };
+  session(std::string(1, char(proto::kSessionGoodbye)));
+  EXPECT_TRUE(WaitForEnd(1));
+  session("");
+  EXPECT_FALSE(WaitForEnd(2));
+  session("x");
+  EXPECT_FALSE(WaitForEnd(3));
+  session(std::string(1, char(proto::kSessionGoodbye)));
+  EXPECT_TRUE(WaitForEnd(4));
+}
 
 // A client that sent its whole hello well before its deadline is admitted,
 // though the acceptor thread was busy with another client until after that

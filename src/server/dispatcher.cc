@@ -123,7 +123,7 @@ void Dispatcher::AddConnection_st(uint32_t thread,
 }
 
 void Dispatcher::DropConnection_st(uint32_t thread, ConnectionId id,
-                                   const Status& why) {
+                                   const Status& why, bool peer_may_have_died) {
   ServerThread* t = threads_[thread];
   auto it = t->by_id.find(id);
   if (it == t->by_id.end()) return;
@@ -137,7 +137,7 @@ void Dispatcher::DropConnection_st(uint32_t thread, ConnectionId id,
   // A live endpoint closes in flush mode, so replies already sent go out;
   // a failed one is force-closed.
   conn.reset();
-  if (on_closed_) on_closed_(thread, id);
+  if (on_closed_) on_closed_(thread, id, peer_may_have_died);
 }
 
 void Dispatcher::DropAll_st(uint32_t thread) {
@@ -145,7 +145,8 @@ void Dispatcher::DropAll_st(uint32_t thread) {
   std::vector<ConnectionId> ids;
   for (const auto& [id, c] : t->by_id) ids.push_back(id);
   for (ConnectionId id : ids) {
-    DropConnection_st(thread, id, Status::Unavailable("server stopping"));
+    DropConnection_st(thread, id, Status::Unavailable("server stopping"),
+                      /*peer_may_have_died=*/false);
   }
 }
 
@@ -163,7 +164,7 @@ size_t Dispatcher::DropSharedMemory_st(uint32_t thread, const Status& why) {
     if (it == t->by_id.end()) continue;
     // Forced: a flush would wait on a peer that can no longer reach us.
     it->second->ep->Fail(why);
-    DropConnection_st(thread, id, why);
+    DropConnection_st(thread, id, why, /*peer_may_have_died=*/false);
     ++dropped;
   }
   return dropped;

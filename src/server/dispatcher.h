@@ -61,6 +61,9 @@ struct ThreadCounters {
   // replaced workers it still keeps for their (tcp) sessions.
   Counter receive_renewals;
   Counter receive_retired_workers;
+  // 1 while the thread watches its shared-memory receive queue for a stall
+  // (fabric::Worker::watching_for_stall: a client may have died mid-send).
+  Counter receive_watching;
 };
 
 // A server thread: its worker and the connections it owns.
@@ -87,8 +90,10 @@ struct ExportedRegion {
 class Dispatcher {
  public:
   // Called when a connection goes away (on its thread), after it left the
-  // thread's tables.
-  using ClosedFn = std::function<void(uint32_t thread, ConnectionId id)>;
+  // thread's tables. `peer_may_have_died`: false when the client ended the
+  // session in order or this server closed it.
+  using ClosedFn = std::function<void(uint32_t thread, ConnectionId id,
+                                      bool peer_may_have_died)>;
 
   Dispatcher(std::vector<ServerThread*> threads, ClosedFn on_closed)
       : threads_(std::move(threads)), on_closed_(std::move(on_closed)) {}
@@ -106,7 +111,9 @@ class Dispatcher {
   void AddConnection_st(uint32_t thread, std::unique_ptr<Connection> conn);
   // On `thread`: closes a connection (a live endpoint is flushed first, a
   // failed one force-closed); no-op if it is already gone.
-  void DropConnection_st(uint32_t thread, ConnectionId id, const Status& why);
+  // `peer_may_have_died`: as ClosedFn's.
+  void DropConnection_st(uint32_t thread, ConnectionId id, const Status& why,
+                         bool peer_may_have_died = true);
   // On `thread`: closes every connection (shutdown).
   void DropAll_st(uint32_t thread);
   // On `thread`: closes every connection whose endpoint uses shared memory,

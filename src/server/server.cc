@@ -135,7 +135,8 @@ struct Server::Impl : public ServiceContext {
   void RunThread(Thread* t);
   void AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                std::string client_address, Acceptor::AdmitDone done);
-  void OnConnectionClosed(uint32_t thread, ConnectionId id);
+  void OnConnectionClosed(uint32_t thread, ConnectionId id,
+                          bool peer_may_have_died);
   // On the thread: its worker's receive queue stalled (a pass hook saw it).
   void RenewAfterStall_st(ServerThread* st);
   std::vector<proto::StatValue> Stats() const;
@@ -438,8 +439,8 @@ Status Server::Impl::Init() {
     threads.push_back(std::move(t));
   }
   dispatcher = std::make_unique<Dispatcher>(
-      states, [this](uint32_t thread, ConnectionId id) {
-        OnConnectionClosed(thread, id);
+      states, [this](uint32_t thread, ConnectionId id, bool may_have_died) {
+        OnConnectionClosed(thread, id, may_have_died);
       });
 
   // Bind early: an address in use is reported before any recovery, and
@@ -470,10 +471,13 @@ Status Server::Impl::Init() {
         AdmitOn(thread, id, std::move(peer), std::move(client_address),
                 std::move(done));
       },
-      [this](uint32_t thread, ConnectionId id) {
-        threads[thread]->state.worker->Post([this, thread, id] {
+      [this](uint32_t thread, ConnectionId id, bool goodbye) {
+        threads[thread]->state.worker->Post([this, thread, id, goodbye] {
           dispatcher->DropConnection_st(
-              thread, id, Status::Unavailable("the client closed its session"));
+              thread, id,
+              Status::Unavailable(goodbye ? "the client ended its session"
+                                          : "the client closed its session"),
+              /*peer_may_have_died=*/!goodbye);
         });
       });
   if (!acc.ok()) return acc.status();
@@ -563,6 +567,10 @@ Status Server::Impl::Init() {
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
     // unblock it, so the thread moves to a new UCX worker.
     t->state.worker->AddPassHook([this, st = &t->state] {
+      const uint64_t watching = st->worker->watching_for_stall() ? 1 : 0;
+      if (st->counters.receive_watching.Get() != watching) {
+        st->counters.receive_watching.Set(watching);
+      }
       if (st->worker->renewals() > 0) {  // else none retired
         const uint64_t retired = st->worker->retired_workers();
         if (st->counters.receive_retired_workers.Get() != retired) {
@@ -764,15 +772,20 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
   });
 }
 
-void Server::Impl::OnConnectionClosed(uint32_t thread, ConnectionId id) {
+void Server::Impl::OnConnectionClosed(uint32_t thread, ConnectionId id,
+                                      bool peer_may_have_died) {
   if (acceptor) acceptor->SessionClosed(id);
-  // The client may have died while sending to that thread (fabric/worker.h).
+  // The client may have died while sending to that thread (fabric/worker.h),
+  // unless it said goodbye: watching after every orderly end kept the watch
+  // on for good on a busy server, where a client thread preempted mid-send
+  // for half a second (hundreds of client threads on two cores) looked
+  // like a dead one.
   if (thread < threads.size()) {
     fabric::Worker* w = threads[thread]->state.worker.get();
     const bool stall =
         config.fault_receive_stall && !fault_stall_done.exchange(true);
-    w->Post([w, stall] {
-      w->WatchForStall();
+    w->Post([w, stall, peer_may_have_died] {
+      if (peer_may_have_died) w->WatchForStall();
       if (stall) w->SimulateReceiveStallForTesting();
     });
   }
@@ -801,7 +814,8 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     out.push_back({name, proto::StatKind::kNumber, v, {}});
   };
   uint64_t current = 0, total = 0, rpcs = 0, in = 0, bytes_out = 0, errors = 0,
-           served = 0, stray = 0, stalled = 0, renewals = 0, retired = 0;
+           served = 0, stray = 0, stalled = 0, renewals = 0, retired = 0,
+           watching = 0;
   for (const auto& t : threads) {
     const ThreadCounters& c = t->state.counters;
     current += c.connections_current.Get();
@@ -815,6 +829,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     stalled += c.receive_stalled.Get();
     renewals += c.receive_renewals.Get();
     retired += c.receive_retired_workers.Get();
+    watching += c.receive_watching.Get();
   }
   uint64_t registered = 0;
   for (const auto& r : regions) registered += r->length();
@@ -836,6 +851,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("shm_receive_stalled_threads", stalled);
   num("shm_receive_renewals", renewals);
   num("shm_receive_retired_workers", retired);
+  num("shm_receive_watching_threads", watching);
   num("memory_registered", registered);
   num("regions", regions.size());
   num("server_threads", threads.size());
