@@ -791,6 +791,14 @@ TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
   EXPECT_EQ(r.out.rfind("{\"value\":42,\"version\":", 0), 0u) << r.out;
   EXPECT_EQ(cli({"put", "name", "remem"}).exit_code, 0);
   EXPECT_EQ(cli({"incr", "name"}).exit_code, 2);  // not an integer
+  // Amounts are decimal int64s: past the range, or in another base, they
+  // are refused (CLI11 clamped them, and read 0x10 as 16), nothing added.
+  for (const char* bad : {"9223372036854775808", "-9223372036854775809",
+                          "99999999999999999999", "0x10", "1.5", ""}) {
+    EXPECT_EQ(cli({"incr", "visits", "--", bad}).exit_code, 2) << bad;
+  }
+  r = cli({"incr", "visits", "--", "-2"});
+  EXPECT_EQ(r.out, "40\n");
 
   EXPECT_EQ(cli({"vec", "put", "v", "--type", "int32", "1,2,3"}).exit_code, 0);
   EXPECT_EQ(cli({"vec", "update", "v", "mul", "5"}).exit_code, 0);
@@ -818,6 +826,34 @@ TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
   EXPECT_EQ(cli({"vec", "reduce", "v", "201"}).exit_code, 2);
   EXPECT_EQ(cli({"vec", "reduce", "v", "median"}).exit_code, 2);
   EXPECT_EQ(cli({"vec", "reduce", "v", "0"}).exit_code, 2);
+  // An empty element is refused, not skipped.
+  EXPECT_EQ(cli({"vec", "put", "w", "1,,3"}).exit_code, 2);
+  EXPECT_EQ(cli({"vec", "put", "w", ","}).exit_code, 2);
+  EXPECT_EQ(cli({"vec", "update", "v", "add", "1,,2"}).exit_code, 2);
+  // A float vector's operand is rounded to float as its elements were:
+  // eq 0.1 finds the 0.1 stored.
+  EXPECT_EQ(cli({"vec", "put", "f", "--type", "float", "0.1", "0.5", "1e-50"})
+                .exit_code,
+            0);
+  r = cli({"vec", "filter", "f", "eq", "0.1", "--indices"});
+  EXPECT_EQ(r.out, "0\n");
+  r = cli({"vec", "filter", "f", "le", "0.1", "--indices"});
+  EXPECT_EQ(r.out, "0 2\n");
+  // A subnormal double is a number; an overflowing one is not.
+  EXPECT_EQ(cli({"vec", "put", "s", "--type", "double", "4.9e-324"}).exit_code,
+            0);
+  EXPECT_EQ(cli({"vec", "put", "s", "--type", "double", "1e999"}).exit_code, 2);
+  // JSON has no NaN or infinities: they are strings, as in protobuf's JSON.
+  EXPECT_EQ(cli({"vec", "put", "n", "--type", "double", "--", "1.5", "nan",
+                 "inf", "-inf"})
+                .exit_code,
+            0);
+  r = cli({"--json", "vec", "get", "n"});
+  EXPECT_NE(r.out.find("\"elements\":[1.5,\"NaN\",\"Infinity\",\"-Infinity\"]"),
+            std::string::npos)
+      << r.out;
+  r = cli({"--json", "vec", "reduce", "n", "sum"});
+  EXPECT_EQ(r.out, "{\"sum\":\"NaN\"}\n");
 }
 
 TEST(AtomicsDurability, AtomicsAreLoggedAndSurviveAKill) {

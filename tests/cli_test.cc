@@ -147,11 +147,32 @@ TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
   EXPECT_TRUE(Contains(json.out, "{\"key\":\"nobody\",\"found\":false"))
       << json.out;
   EXPECT_EQ(cli({"mget"}).exit_code, 2);  // no keys: usage error
+  // JSON: UTF-8 as it is (escapes only for quotes, backslashes and control
+  // characters); bytes that are not UTF-8 in base64, under "..._base64".
+  ASSERT_EQ(cli({"put", "caf\xc3\xa9", "na\xc3\xafve \"q\"\t"}).exit_code, 0);
+  auto text = cli({"--json", "get", "caf\xc3\xa9"});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_TRUE(Contains(text.out, "{\"key\":\"caf\xc3\xa9\",\"version\":"))
+      << text.out;
+  EXPECT_TRUE(
+      Contains(text.out, "\"value\":\"na\xc3\xafve \\\"q\\\"\\u0009\"}"))
+      << text.out;
+  ASSERT_EQ(cli({"put", "bin\xff", "\xff\xfe\x01"}).exit_code, 0);
+  auto bin = cli({"--json", "mget", "bin\xff"});
+  EXPECT_EQ(bin.exit_code, 0);
+  EXPECT_TRUE(
+      Contains(bin.out, "[{\"key_base64\":\"Ymlu/w==\",\"found\":true,"))
+      << bin.out;
+  EXPECT_TRUE(Contains(bin.out, "\"value_base64\":\"//4B\"}]")) << bin.out;
 
   EXPECT_EQ(cli({"del", "user:1"}).exit_code, 0);
   EXPECT_EQ(cli({"del", "user:1"}).exit_code, 4);
   auto stats = cli({"--json", "stats"});
-  EXPECT_TRUE(Contains(stats.out, "\"hash_pairs\":1")) << stats.out;
+  // user:2 and the two JSON pairs
+  EXPECT_TRUE(Contains(stats.out, "\"hash_pairs\":3")) << stats.out;
+  // Absent keys and a refused --if-absent are answers, not errors (nor is
+  // the probe every command makes of the cluster configuration).
+  EXPECT_TRUE(Contains(stats.out, "\"rpc_errors\":0,")) << stats.out;
 }
 
 TEST(Cli, UnreachableServerExitsOne) {

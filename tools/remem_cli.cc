@@ -53,29 +53,113 @@ int Fail(const Status& st) {
 
 // A JSON string literal for arbitrary bytes: bytes that are not printable
 // ASCII are escaped as \u00XX (so binary values survive, byte for byte).
+// The length of the UTF-8 sequence at in[i] (1-4), or 0 if none starts
+// there (a stray continuation byte, an overlong form, a surrogate, past
+// U+10FFFF, or cut short).
+size_t Utf8SequenceAt(std::string_view in, size_t i) {
+  const auto b = [&](size_t k) { return uint8_t(in[i + k]); };
+  const uint8_t c = b(0);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > in.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+    cp = cp << 6 | (b(k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    return 0;
+  }
+  return n;
+}
+
+bool IsUtf8(std::string_view in) {
+  for (size_t i = 0; i < in.size();) {
+    const size_t n = Utf8SequenceAt(in, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+// A JSON string of text: UTF-8 as it is (control characters, quotes and
+// backslashes escaped); a byte that is not part of valid UTF-8 as the code
+// point of its value (\u00XX).
 std::string JsonString(std::string_view in) {
   std::string out = "\"";
-  for (unsigned char ch : in) {
+  for (size_t i = 0; i < in.size();) {
+    const unsigned char ch = uint8_t(in[i]);
+    const size_t n = Utf8SequenceAt(in, i);
     if (ch == '"' || ch == '\\') {
       out += '\\';
       out += char(ch);
-    } else if (ch >= 0x20 && ch < 0x7f) {
-      out += char(ch);
+    } else if (n > 1 || (n == 1 && ch >= 0x20 && ch != 0x7f)) {
+      out.append(in.data() + i, n);
+      i += n;
+      continue;
     } else {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
       out += buf;
     }
+    ++i;
   }
   return out + "\"";
 }
 
-std::string NumberText(const Number& n) {
+std::string Base64(std::string_view in) {
+  static constexpr char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (i + 2 < in.size()) v |= uint8_t(in[i + 2]);
+    out += kDigits[v >> 18 & 63];
+    out += kDigits[v >> 12 & 63];
+    out += i + 1 < in.size() ? kDigits[v >> 6 & 63] : '=';
+    out += i + 2 < in.size() ? kDigits[v & 63] : '=';
+  }
+  return out;
+}
+
+// A key, value or resume key as a JSON member: `"name":"text"` when the
+// bytes are valid UTF-8, else `"name_base64":"..."` (standard base64), so
+// that text reads as text and any bytes come back exactly.
+std::string JsonBytes(std::string_view name, std::string_view bytes) {
+  if (IsUtf8(bytes)) {
+    return "\"" + std::string(name) + "\":" + JsonString(bytes);
+  }
+  return "\"" + std::string(name) + "_base64\":\"" + Base64(bytes) + "\"";
+}
+
+// A number as text; in JSON, NaN and the infinities (which JSON has no
+// numbers for) as the strings "NaN", "Infinity" and "-Infinity" (as
+// protobuf's JSON mapping writes them).
+std::string NumberText(const Number& n, bool json = false) {
   if (std::holds_alternative<int64_t>(n)) {
     return std::to_string(std::get<int64_t>(n));
   }
+  const double d = std::get<double>(n);
+  if (json && !std::isfinite(d)) {
+    return std::isnan(d) ? "\"NaN\"" : d > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  }
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(n));
+  std::snprintf(buf, sizeof buf, "%.17g", d);
   return buf;
 }
 
@@ -87,8 +171,15 @@ Result<Number> ParseNumber(const std::string& text, ElemType type) {
       const long long v = std::stoll(text, &used);
       if (used == text.size()) return Number(int64_t(v));
     } else {
-      const double v = std::stod(text, &used);
-      if (used == text.size()) return Number(v);
+      // strtod, not stod: a result that underflows (a subnormal such as
+      // 4.9e-324, or a float vector's 1e-50, rounded as it is stored) is a
+      // number; one that overflows is not.
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(text.c_str(), &end);
+      used = size_t(end - text.c_str());
+      const bool overflow = errno == ERANGE && std::isinf(v);
+      if (!text.empty() && used == text.size() && !overflow) return Number(v);
     }
   } catch (const std::exception&) {
   }
@@ -115,7 +206,12 @@ Result<VectorData> ParseElements(const std::vector<std::string>& words,
     while (pos <= w.size()) {
       size_t comma = w.find(',', pos);
       if (comma == std::string::npos) comma = w.size();
-      if (comma > pos) items.push_back(w.substr(pos, comma - pos));
+      if (comma == pos) {
+        return Status::InvalidArgument("an empty element in '" + w +
+                                       "' (elements are separated by one "
+                                       "comma or by spaces)");
+      }
+      items.push_back(w.substr(pos, comma - pos));
       pos = comma + 1;
     }
   }
@@ -171,7 +267,7 @@ std::string ElementsText(const VectorData& v, bool json) {
           if constexpr (std::is_integral_v<T>) {
             out += std::to_string(elems[i]);
           } else {
-            out += NumberText(Number(double(elems[i])));
+            out += NumberText(Number(double(elems[i])), json);
           }
         }
       },
@@ -185,10 +281,9 @@ int PrintGot(const std::string& key, const Result<Value>& r, bool show_version,
              bool json) {
   if (!r.ok()) return Fail(r.status());
   if (json) {
-    std::printf("{\"key\":%s,\"version\":%llu,\"value\":%s}\n",
-                JsonString(key).c_str(),
+    std::printf("{%s,\"version\":%llu,%s}\n", JsonBytes("key", key).c_str(),
                 static_cast<unsigned long long>(r->version),
-                JsonString(r->value).c_str());
+                JsonBytes("value", r->value).c_str());
     return 0;
   }
   std::fwrite(r->value.data(), 1, r->value.size(), stdout);
@@ -228,11 +323,11 @@ int PrintMultiGet(const std::vector<std::string>& keys,
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     if (json) {
-      std::printf("%s{\"key\":%s,", i ? "," : "", JsonString(keys[i]).c_str());
+      std::printf("%s{%s,", i ? "," : "", JsonBytes("key", keys[i]).c_str());
       if (r.ok()) {
-        std::printf("\"found\":true,\"version\":%llu,\"value\":%s}",
+        std::printf("\"found\":true,\"version\":%llu,%s}",
                     static_cast<unsigned long long>(r->version),
-                    JsonString(r->value).c_str());
+                    JsonBytes("value", r->value).c_str());
       } else {
         std::printf("\"found\":false,\"error\":%s}",
                     JsonString(r.status().ToString()).c_str());
@@ -443,9 +538,10 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
           r < info.splits.size() ? info.splits[r] : std::string();
       const std::string& owner = info.nodes[info.range_owner[r]].address;
       if (json) {
-        std::printf("%s{\"range\":%zu,\"from\":%s,\"to\":%s,\"owner\":%s}",
-                    r ? "," : "", r, JsonString(from).c_str(),
-                    r < info.splits.size() ? JsonString(to).c_str() : "null",
+        std::printf("%s{\"range\":%zu,%s,%s,\"owner\":%s}", r ? "," : "", r,
+                    JsonBytes("from", from).c_str(),
+                    r < info.splits.size() ? JsonBytes("to", to).c_str()
+                                           : "\"to\":null",
                     JsonString(owner).c_str());
       } else {
         std::printf("%5zu [%s, %s)  %s\n", r,
@@ -577,7 +673,26 @@ int main(int argc, char** argv) {
       "at 0 (Redis INCRBY); prints the new value. Exit 6 on overflow (the "
       "value is unchanged), 2 if KEY holds something else");
   incr->add_option("key", key, "key")->required();
-  incr->add_option("n", incr_by, "amount (may be negative)");
+  // A decimal int64, refused (exit 2) past its range: CLI11 would clamp
+  // it, and read "0x10" and "010" as hexadecimal and octal.
+  incr->add_option_function<std::string>(
+      "n",
+      [&incr_by](const std::string& text) {
+        const std::string_view digits = !text.empty() && text[0] == '+'
+                                            ? std::string_view(text).substr(1)
+                                            : std::string_view(text);
+        int64_t v = 0;
+        const char* end = digits.data() + digits.size();
+        auto [at, ec] = std::from_chars(digits.data(), end, v);
+        if (digits.empty() || ec != std::errc() || at != end) {
+          throw CLI::ValidationError(
+              "n", "'" + text +
+                       "' is not an amount (a decimal integer from "
+                       "-9223372036854775808 to 9223372036854775807)");
+        }
+        incr_by = v;
+      },
+      "amount (may be negative: after --)");
   auto* vec = app.add_subcommand(
       "vec", "typed vectors stored under a key, operated on by the server");
   vec->require_subcommand(1);
@@ -754,10 +869,10 @@ int main(int argc, char** argv) {
       }
       for (const TreeStore::Item& it : page->items) {
         if (json) {
-          std::printf("%s{\"key\":%s,\"version\":%llu,\"value\":%s}",
-                      n ? "," : "", JsonString(it.key).c_str(),
+          std::printf("%s{%s,\"version\":%llu,%s}", n ? "," : "",
+                      JsonBytes("key", it.key).c_str(),
                       static_cast<unsigned long long>(it.version),
-                      JsonString(it.value).c_str());
+                      JsonBytes("value", it.value).c_str());
         } else {
           std::fwrite(it.key.data(), 1, it.key.size(), stdout);
           std::printf("\t");
@@ -772,8 +887,8 @@ int main(int argc, char** argv) {
       (scan_desc ? end : start) = page->resume;
     }
     if (json) {
-      std::printf("],\"count\":%zu,\"more\":%s,\"resume\":%s}\n", n,
-                  more ? "true" : "false", JsonString(resume).c_str());
+      std::printf("],\"count\":%zu,\"more\":%s,%s}\n", n,
+                  more ? "true" : "false", JsonBytes("resume", resume).c_str());
     }
     return 0;
   };
@@ -1015,7 +1130,7 @@ int main(int argc, char** argv) {
       auto r = id != 0 ? ops.VecReduce(key, id) : ops.VecReduce(key, f->second);
       if (!r.ok()) return Fail(r.status());
       if (json) {
-        std::printf("{\"%s\":%s}\n", vfn.c_str(), NumberText(*r).c_str());
+        std::printf("{\"%s\":%s}\n", vfn.c_str(), NumberText(*r, true).c_str());
       } else {
         std::printf("%s\n", NumberText(*r).c_str());
       }

@@ -144,6 +144,9 @@ struct Op {
   // id names an update function); InvalidArgument if the value is not a
   // vector, the function does not accept its element type, or refuses it.
   static Op VecReduce(std::string key, uint32_t function_id);
+  // The elements e (or their indices) with `e p operand`. On a float
+  // vector the operand is first rounded to float, as a stored element
+  // would be (`kEq, 0.1` finds an element put as 0.1).
   static Op VecFilter(std::string key, Predicate p, Number operand,
                       bool indices = false);
   // A function a --ops-library registered (remem/ops_plugin.h); Unsupported

@@ -199,12 +199,36 @@ Responder Dispatcher::MakeResponder(uint32_t thread, ConnectionId conn,
   return r;
 }
 
+namespace {
+
+// Whether a reply with status `code` counts in rpc_errors: a request that
+// failed (malformed, refused, or the server could not do it), not one
+// answered with an outcome the client acts on (absent, present, changed,
+// overflowed, moved, busy, not offered here: a get of a missing key, or a
+// client's probe of a feature, is no error).
+bool CountsAsError(StatusCode code) {
+  switch (code) {
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kConflict:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kMoved:
+    case StatusCode::kBusy:
+    case StatusCode::kUnsupported:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
 void Dispatcher::Send_st(ServerThread* t, Connection& c, uint64_t request_id,
                          proto::ServiceId service, uint8_t method,
                          Status status, std::string payload) {
   if (!status.ok()) {
     payload = status.message();
-    t->counters.rpc_errors.Add(1);
+    if (CountsAsError(status.code())) t->counters.rpc_errors.Add(1);
   }
   proto::RpcHeader h =
       proto::MakeHeader(service, method, request_id, payload.size(),
@@ -343,7 +367,7 @@ void Dispatcher::OnMemRequest_st(ServerThread* t, AmMessage&& m) {
   if (st.ok()) st = ServeMemory_st(r, m.data, &value, &out);
   if (!st.ok()) {
     out = st.message();
-    t->counters.rpc_errors.Add(1);
+    if (CountsAsError(st.code())) t->counters.rpc_errors.Add(1);
   }
   t->counters.mem_requests_served.Add(1);
   proto::MemReply h = proto::MakeMemReply(static_cast<proto::MemOp>(r.op),
