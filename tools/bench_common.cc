@@ -81,13 +81,20 @@ void PrintTable(const std::vector<Row>& rows) {
     if (r.server_cpu_s >= 0 && r.ops > 0) {
       std::snprintf(cpu, sizeof(cpu), "%.3f", r.server_cpu_s * 1e6 / r.ops);
     }
-    std::printf(
-        "%-14s %-10s %8llu %5d %10llu %12.0f %9.3f %9.3f %9.3f %9.3f %12s\n",
-        r.test.c_str(), r.transport.c_str(),
-        static_cast<unsigned long long>(r.size), r.depth,
-        static_cast<unsigned long long>(r.ops), r.ops / r.seconds, us(h.mean()),
-        us(h.Percentile(50)), us(h.Percentile(99)), us(h.Percentile(99.9)),
-        cpu);
+    // Rows with requests in flight are not timed one by one: no latency.
+    char lat[4][32];
+    for (auto& l : lat) std::snprintf(l, sizeof(l), "n/a");
+    if (h.count() > 0) {
+      std::snprintf(lat[0], sizeof(lat[0]), "%.3f", us(h.mean()));
+      std::snprintf(lat[1], sizeof(lat[1]), "%.3f", us(h.Percentile(50)));
+      std::snprintf(lat[2], sizeof(lat[2]), "%.3f", us(h.Percentile(99)));
+      std::snprintf(lat[3], sizeof(lat[3]), "%.3f", us(h.Percentile(99.9)));
+    }
+    std::printf("%-14s %-10s %8llu %5d %10llu %12.0f %9s %9s %9s %9s %12s\n",
+                r.test.c_str(), r.transport.c_str(),
+                static_cast<unsigned long long>(r.size), r.depth,
+                static_cast<unsigned long long>(r.ops), r.ops / r.seconds,
+                lat[0], lat[1], lat[2], lat[3], cpu);
   }
 }
 
@@ -96,17 +103,28 @@ void PrintJson(const std::vector<Row>& rows, const std::string& extra) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const Histogram& h = r.latency_ns;
+    // null: a row not timed one operation at a time.
+    std::string lat =
+        "\"mean_ns\":null,\"p50_ns\":null,\"p99_ns\":null,"
+        "\"p999_ns\":null";
+    if (h.count() > 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf),
+                    "\"mean_ns\":%.1f,\"p50_ns\":%llu,\"p99_ns\":%llu,"
+                    "\"p999_ns\":%llu",
+                    h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
+                    static_cast<unsigned long long>(h.Percentile(99)),
+                    static_cast<unsigned long long>(h.Percentile(99.9)));
+      lat = buf;
+    }
     std::printf(
         "%s{\"test\":\"%s\",\"transport\":\"%s\",\"size\":%llu,\"depth\":%d,"
-        "\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"mean_ns\":%.1f,"
-        "\"p50_ns\":%llu,\"p99_ns\":%llu,\"p999_ns\":%llu,"
+        "\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,%s,"
         "\"server_cpu_s\":%.4f}",
         i ? "," : "", r.test.c_str(), r.transport.c_str(),
         static_cast<unsigned long long>(r.size), r.depth,
         static_cast<unsigned long long>(r.ops), r.seconds, r.ops / r.seconds,
-        h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
-        static_cast<unsigned long long>(h.Percentile(99)),
-        static_cast<unsigned long long>(h.Percentile(99.9)), r.server_cpu_s);
+        lat.c_str(), r.server_cpu_s);
   }
   std::printf("]}\n");
 }

@@ -1,8 +1,12 @@
 // remem-bench: named workloads against remem-server. See --help.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <set>
+#include <string_view>
 
 #include "bench_atomics.h"
 #include "bench_curve.h"
@@ -26,6 +30,14 @@ int main(int argc, char** argv) {
       "itself."};
   app.set_version_flag("--version",
                        std::string("remem-bench ") + remem::kVersion);
+  // An item of a comma-separated list may not be empty: "A,,B" is a typo
+  // (CLI11 would drop it silently).
+  const CLI::Validator no_empty_item(
+      [](std::string& item) {
+        return item.empty() ? std::string("an empty item in the list")
+                            : std::string();
+      },
+      "", "NONEMPTY");
   bench::FabricOptions fo;
   fo.server_binary = SelfDirectory() + "/remem-server";
   std::string transport = "shm";
@@ -118,11 +130,13 @@ int main(int argc, char** argv) {
     a->add_option("--workloads,--workload", yo.workloads,
                   "YCSB workloads, e.g. A,B,C")
         ->delimiter(',')
+        ->check(no_empty_item)
         ->capture_default_str();
     a->add_option("--systems,--system", yo.systems,
                   "remem[-shm|-tcp|-auto][-onesided|-rpc|-auto] (default "
                   "remem = remem-shm-auto), redis, memcached")
         ->delimiter(',')
+        ->check(no_empty_item)
         ->capture_default_str();
     a->add_option("--distribution", distribution,
                   "uniform | zipfian | latest (default: the workload's)")
@@ -137,6 +151,7 @@ int main(int argc, char** argv) {
                   "bytes per value; a list runs each (Pilaf: 16,64,256,1024,"
                   "4096)")
         ->delimiter(',')
+        ->check(no_empty_item)
         ->capture_default_str()
         ->check(CLI::Range(size_t{0}, size_t{1} << 20));
     a->add_option("--threads", yo.threads, "client threads (on --client-cpu)")
@@ -188,7 +203,8 @@ int main(int argc, char** argv) {
     a->add_option("--server-pids", yo.server_pids,
                   "with --server or --cluster: the servers' process ids on "
                   "this host, whose CPU time makes srv_us/op")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->check(no_empty_item);
     a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
         ->capture_default_str();
     a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")
@@ -212,12 +228,14 @@ int main(int argc, char** argv) {
       ->add_option("--policies,--policy", dur.policies,
                    "fsync policies to run, e.g. none,everysec")
       ->delimiter(',')
+      ->check(no_empty_item)
       ->capture_default_str();
   durability->add_option("--records", dur.records, "pairs to load")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1000000000}));
   durability->add_option("--ops", dur.ops, "operations in the mix")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   durability
       ->add_option("--always-ops", dur.always_ops,
                    "operations in the mix under --fsync always")
@@ -256,7 +274,8 @@ int main(int argc, char** argv) {
                    "remem-server to start")
       ->capture_default_str();
   durability->add_option("--transport", dur_transport, "shm | tcp")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shm", "tcp"}));
   durability
       ->add_option("--server-cpu", dur.server_cpu,
                    "CPU for the servers (-1: unpinned)")
@@ -310,14 +329,18 @@ int main(int argc, char** argv) {
       ->add_option("--server-binary", fo.server_binary, "remem-server to start")
       ->capture_default_str();
   failover->add_option("--transport", transport, "shm | tcp")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shm", "tcp"}));
   failover->add_option("--server-cpu", fo.server_cpu, "CPU for the servers")
       ->capture_default_str();
   failover
       ->add_option("--client-cpu", fo.client_cpu,
                    "CPU for the client (-1: unpinned)")
       ->capture_default_str();
-  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, hash, atomics}) {
+  // The flags every server-at-a-time subcommand takes (and the default
+  // run, fabric then hash, on the top level).
+  for (CLI::App* a :
+       {static_cast<CLI::App*>(&app), fabric, hash, atomics, tree}) {
     a->add_option("--server", fo.server,
                   "existing server host:port (default: start remem-server "
                   "pinned to --server-cpu)");
@@ -325,15 +348,6 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_option("--transport", transport, "auto | shm | tcp")
         ->capture_default_str();
-    a->add_option("--size", size, "bytes per operation")->capture_default_str();
-    a->add_option("--span", span,
-                  "bytes of server memory the random offsets spread over "
-                  "(small: cache-resident; large: every read misses)")
-        ->capture_default_str();
-    a->add_option("--depth", fo.depth,
-                  "operations in flight for the async rows")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 100000));
     a->add_option("--duration", fo.seconds, "seconds per row")
         ->capture_default_str()
         ->check(CLI::Range(0.01, 3600.0));
@@ -341,9 +355,53 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_option("--client-cpu", fo.client_cpu,
                   "CPU for the benchmark's client thread (-1: unpinned)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 4095));
     a->add_option("--auth-file", auth_file, "shared secret file");
     a->add_flag("--json", fo.json, "print JSON instead of a table");
+  }
+  // The fabric rows' own (fabric's one-sided operations; the default run).
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
+    a->add_option("--size", size, "bytes per operation")->capture_default_str();
+    a->add_option("--span", span,
+                  "bytes of server memory the random offsets spread over "
+                  "(small: cache-resident; large: every read misses)")
+        ->capture_default_str();
+  }
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric, atomics}) {
+    a->add_option("--depth", fo.depth,
+                  "operations in flight for the async rows")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
+  }
+  // CLI11 drops the empty items of a comma-separated list ("A,,B", a
+  // trailing comma): a typo that would silently run less than asked. So the
+  // list options are looked at first.
+  for (int i = 1; i < argc; ++i) {
+    static const std::set<std::string_view> kLists = {
+        "--workloads",   "--workload",    "--systems",  "--system",
+        "--value-size",  "--value-sizes", "--policies", "--policy",
+        "--server-pids", "--depth",       "--depths",   "--batch",
+        "--batches"};
+    std::string_view name = argv[i], value;
+    if (const size_t eq = name.find('=');
+        name.rfind("--", 0) == 0 && eq != std::string_view::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      break;
+    }
+    if (kLists.count(name) == 0) continue;
+    if (value.empty() || value.front() == ',' || value.back() == ',' ||
+        value.find(",,") != std::string_view::npos) {
+      std::fprintf(stderr,
+                   "%s: an empty item in '%.*s' (items are separated by one "
+                   "comma)\n",
+                   std::string(name).c_str(), int(value.size()), value.data());
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);
@@ -388,6 +446,20 @@ int main(int argc, char** argv) {
     }
     if (!distribution.empty()) {
       yo.distribution = *bench::ycsb::ParseDistribution(distribution);
+    }
+    CLI::App* sub = ycsb->parsed() ? ycsb : compare;
+    if (sub->get_option("--cluster")->count() > 0 && yo.remem_cluster.empty()) {
+      std::fprintf(stderr,
+                   "remem-bench: --cluster needs seed servers "
+                   "(host:port,...)\n");
+      return 2;
+    }
+    for (const int pid : yo.server_pids) {
+      if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
+        std::fprintf(stderr, "remem-bench: --server-pids: no process %d\n",
+                     pid);
+        return 2;
+      }
     }
     if (!ycsb_auth_file.empty()) {
       auto secret = ReadSecretFile(ycsb_auth_file);

@@ -61,7 +61,7 @@ typedef int (*remem_ops_update_fn)(int present, const uint8_t* value,
 
 struct remem_ops_function {
   uint32_t id;      /* >= 1, unique across the server's libraries */
-  const char* name; /* for messages and `remem stats` */
+  const char* name; /* for the server's messages (refusals, its log) */
   remem_ops_update_fn update;
 };
 

@@ -122,6 +122,13 @@ Status HashService::Init(server::ServiceContext* ctx) {
   for (const std::string& path : options_.ops_libraries) {
     REMEM_RETURN_IF_ERROR(functions_.Load(path));
   }
+  if (!options_.ops_libraries.empty()) {
+    std::string listing;
+    for (const std::string& f : functions_.Describe()) {
+      listing += (listing.empty() ? "" : ", ") + f;
+    }
+    log::Info("server-side functions (id:name): {}", listing);
+  }
 
   std::random_device rd;
   partition_seed_ = (uint64_t{rd()} << 32) | rd();

@@ -21,6 +21,10 @@ FunctionTable::~FunctionTable() {
 
 Status FunctionTable::Load(const std::string& path) {
   const std::string origin = "--ops-library " + path;
+  // dlopen("") would be the server itself.
+  if (path.empty()) {
+    return Status::InvalidArgument("--ops-library needs a library's path");
+  }
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     const char* e = dlerror();
@@ -59,9 +63,13 @@ Status FunctionTable::Register(const remem_ops_library* lib,
   // A version 1 library's struct ends before the reductions: not read.
   const uint32_t reduction_count =
       lib->abi_version >= 2 ? lib->reduction_count : 0;
-  if ((lib->count > 0 && lib->functions == nullptr) ||
-      (reduction_count > 0 && lib->reductions == nullptr)) {
-    return refuse("its function list is null");
+  if (lib->count > 0 && lib->functions == nullptr) {
+    return refuse("its function list is null (count " +
+                  std::to_string(lib->count) + ")");
+  }
+  if (reduction_count > 0 && lib->reductions == nullptr) {
+    return refuse("its reduction list is null (reduction_count " +
+                  std::to_string(reduction_count) + ")");
   }
   auto taken = [&](uint32_t id, const auto& fs, const auto& rs) {
     return functions_.count(id) || reductions_.count(id) || fs.count(id) ||

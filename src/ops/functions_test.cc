@@ -64,6 +64,11 @@ TEST(FunctionsTest, ALibraryThatCannotLoadOrCollidesIsRefusedByName) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("cannot be loaded"), std::string::npos);
   std::remove(text.c_str());
+  // An empty path is refused as such (dlopen("") is the program itself).
+  st = t.Load("");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("needs a library's path"), std::string::npos)
+      << st.ToString();
 
   ASSERT_TRUE(t.Load(REMEM_EXAMPLE_OPS_LIB).ok());
   st = t.Load(REMEM_EXAMPLE_OPS_LIB);
@@ -158,6 +163,17 @@ TEST(FunctionsTest, ABadReductionRefusesItsWholeLibrary) {
   const remem_ops_library second{REMEM_OPS_ABI_VERSION, 1, clash, 0, nullptr};
   EXPECT_EQ(t.Register(&second, "second").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(t.size(), 2u);
+  // A null list is named for what it is.
+  const remem_ops_library no_reductions{REMEM_OPS_ABI_VERSION, 0, nullptr, 2,
+                                        nullptr};
+  Status st = FunctionTable().Register(&no_reductions, "lib");
+  EXPECT_NE(st.message().find("reduction list is null"), std::string::npos)
+      << st.ToString();
+  const remem_ops_library no_functions{REMEM_OPS_ABI_VERSION, 3, nullptr, 0,
+                                       nullptr};
+  st = FunctionTable().Register(&no_functions, "lib");
+  EXPECT_NE(st.message().find("function list is null"), std::string::npos)
+      << st.ToString();
 }
 
 }  // namespace

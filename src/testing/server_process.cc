@@ -76,10 +76,13 @@ Status Launch(ServerProcess* s, const std::string& listen) {
   auto line = (*p)->WaitForLine("listening on", s->options.ready_timeout);
   if (!line.ok()) {
     std::string out = (*p)->output();
-    return line.status().WithContext("starting " + s->options.binary +
-                                     (out.empty()
-                                          ? std::string(" (it printed nothing)")
-                                          : " (it printed: " + out + ")"));
+    return line.status().WithContext(
+        "starting " + s->options.binary +
+        (out.empty() ? std::string(" (nothing on its standard "
+                                   "output; its standard error, "
+                                   "shared with this process, "
+                                   "says why)")
+                     : " (it printed: " + out + ")"));
   }
   auto address = AddressFromReadyLine(*line);
   if (!address.ok()) return address.status();
