@@ -203,6 +203,45 @@ TEST(Cli, AuthRefusalExitsThree) {
   unlink(path);
 }
 
+// remem-bench refuses what it would not do as asked, with exit 2 and the
+// flag named: a list with an empty item (CLI11 dropped it), a span outside
+// the server's region (it was clamped), flags a subcommand does not use.
+// The ordered store's rows take the shared flags after the subcommand.
+TEST(Bench, FlagsItWouldNotHonourAreRefused) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"ycsb", "--workloads", "A,,B"}, "an empty item"},
+      {{"ycsb", "--systems=remem,"}, "an empty item"},
+      {{"durability", "--policies", "none,,no"}, "an empty item"},
+      {{"ycsb", "--cluster", ""}, "--cluster needs seed servers"},
+      {{"ycsb", "--server", "127.0.0.1:1", "--server-pids", "-5"},
+       "no process -5"},
+      {{"hash", "--size", "0"}, "--size"},
+      {{"hash", "--client-cpu", "-2"}, "--client-cpu"},
+      {{"durability", "--transport", "auto"}, "--transport"},
+      {{"fabric", "--span", "0", "--duration", "0.05"}, "--span must be"},
+  };
+  for (const auto& [args, says] : bad) {
+    std::vector<std::string> argv = {BenchBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    // The bench's own messages go to standard error.
+    std::string line = "\"$0\"";
+    for (size_t i = 1; i < argv.size(); ++i)
+      line += " \"$" + std::to_string(i) + "\"";
+    std::vector<std::string> sh = {"/bin/sh", "-c", line + " 2>&1"};
+    sh.insert(sh.end(), argv.begin(), argv.end());
+    auto r = RunCommand(sh);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1] << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, says)) << r.out;
+  }
+  auto tree =
+      RunCommand({BenchBinary(), "tree", "--duration", "0.02", "--records",
+                  "200", "--server-cpu", "-1", "--client-cpu", "-1"});
+  EXPECT_EQ(tree.exit_code, 0) << tree.out;
+}
+
 // remem-bench's durability workload, at a size that measures nothing: every
 // policy asked for runs on a server of its own, and after kill -9 every
 // loaded key is recovered (the workload fails otherwise).
