@@ -1301,6 +1301,10 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
         }
       }
     }
+    // Full: what no kind of allocation has taken is under a node page.
+    EXPECT_LT(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
+              64u << 10);
+    EXPECT_EQ(testing::StatOf(c.session.get(), "tree_bytes_total"), 1u << 20);
     ASSERT_TRUE(c.session->TakeSnapshot().ok());
   }
   ASSERT_TRUE(server.Restart().ok());
@@ -1315,6 +1319,9 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
     ++seen;
   }
   EXPECT_EQ(seen, acked.size());
+  // Rebuilt fuller: a third of the region is free for any kind again.
+  EXPECT_GT(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
+            256u << 10);
   fs::remove_all(dir);
 }
 

@@ -32,9 +32,12 @@
 // Values of up to 256 bytes (with the default 1 KiB nodes) are stored in
 // the leaf, larger ones out of line (a one-sided read then reads the leaf
 // and the value). A full tree answers OutOfMemory, changes
-// nothing and keeps every existing key; deleting or shrinking large values
-// gives their memory back. Versions are unique per server and increase with
-// every write.
+// nothing and keeps every existing key. Memory that deletes free is reused
+// by the same kind of allocation only: a node by a node, an out-of-line
+// value or key by one of its size class (memory never changes kind, which
+// one-sided readers rely on); `remem stats` shows what any allocation can
+// still take (`tree_bytes_unassigned`). Versions are unique per server and
+// increase with every write.
 //
 // Thread contract: as the Session: one thread. A TreeStore must be
 // destroyed before its Session; its destructor waits for its own

@@ -78,6 +78,7 @@ void TreeService::UpdateCounters_st() {
   splits_.Set(tree_->splits());
   merges_.Set(tree_->merges());
   extent_bytes_.Set(tree_->extent_bytes());
+  unassigned_bytes_.Set(tree_->bytes_left());
   long_keys_.Set(tree_->long_keys());
 }
 
@@ -101,6 +102,7 @@ void TreeService::Stats(server::StatsBuilder* out) const {
   out->Add("tree_extent_bytes", extent_bytes_.Get());
   out->Add("tree_long_keys", long_keys_.Get());
   out->Add("tree_bytes_total", region_ != nullptr ? region_->length() : 0);
+  out->Add("tree_bytes_unassigned", unassigned_bytes_.Get());
 }
 
 Result<Route> TreeService::RouteCall(uint8_t method,

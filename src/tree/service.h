@@ -97,6 +97,9 @@ class TreeService final : public server::Service {
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,
       long_keys_;
+  // Arena no node page or extent class has taken yet: what any allocation
+  // can still use (freed memory stays with its kind).
+  server::Counter unassigned_bytes_;
 };
 
 }  // namespace remem::tree
