@@ -113,17 +113,18 @@ int RunFabric(const FabricOptions& o) {
   }
   const RegionInfo region = c.regions().front();
   const uint64_t size = o.size;
-  // The span is what was asked, or refused: a run over other memory than
-  // named would measure something else (a cache-resident span, or one
-  // larger than the caches).
-  if (o.span < 4096 || o.span > region.length - 4096) {
+  // The span given is what runs, or is refused: a run over other memory
+  // than named would measure something else (a cache-resident span, or one
+  // larger than the caches). The default fits a smaller server.
+  const uint64_t span_max = region.length - 4096;
+  if (o.span_given && (o.span < 4096 || o.span > span_max)) {
     std::fprintf(stderr,
                  "remem-bench: --span must be from 4 KiB to %s (the server's "
                  "first region, less 4 KiB)\n",
                  FormatSize(region.length - 4096).c_str());
     return 2;
   }
-  uint64_t span = o.span;
+  uint64_t span = std::min(o.span, span_max);
   // Whole 1 MiB chunks of the load pattern, so the check below is aligned.
   if (span > (1u << 20)) span &= ~uint64_t{(1u << 20) - 1};
   if (size == 0 || size > span / 2) {

@@ -14,6 +14,8 @@ struct FabricOptions {
   Transport transport = Transport::kShm;
   uint64_t size = 64;
   uint64_t span = 64ull << 20;  // bytes the random offsets spread over
+  // Whether --span was given: else a server's smaller region bounds it.
+  bool span_given = false;
   int depth = 16;
   double seconds = 1.0;
   int server_cpu = 0;

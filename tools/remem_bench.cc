@@ -511,6 +511,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   fo.span = *sp;
+  for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
+    if (a->get_option("--span")->count() > 0) fo.span_given = true;
+  }
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) {
