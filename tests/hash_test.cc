@@ -775,6 +775,49 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   ASSERT_TRUE(c->Put("after", "ok").ok());
 }
 
+// Over tcp a one-sided get is a read the server serves; while the server
+// is paused it times out, and a timed-out one-sided read tears the
+// connection down (session.h). That get says TimedOut; every later call
+// says Unavailable, naming why, even once the server runs again (it said
+// the first get's TimedOut: a caller that retries TimedOut and reconnects
+// on Unavailable retried a dead session for good).
+TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  testing::ServerProcess server = StartServer({}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  SessionOptions o;
+  o.server = server.address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kOneSided;
+  o.timeout = std::chrono::milliseconds(500);
+  auto session = Session::Connect(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto h = HashStore::Open(session->get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Put("k", "v").ok());
+  ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
+  auto timed_out = (*h)->Get("k");
+  ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+  EXPECT_EQ(timed_out.status().code(), StatusCode::kTimedOut)
+      << timed_out.status().ToString();
+  auto put = (*h)->Put("k", "x");
+  EXPECT_EQ(put.status().code(), StatusCode::kUnavailable)
+      << put.status().ToString();
+  EXPECT_NE(put.status().message().find("timed out"), std::string::npos)
+      << put.status().ToString();
+  auto ping = (*session)->Ping();
+  EXPECT_EQ(ping.status().code(), StatusCode::kUnavailable)
+      << ping.status().ToString();
+  EXPECT_FALSE((*session)->connected());
+  h->reset();
+  // A new session serves.
+  auto again = testing::ConnectHashOrDie(server.address, "", ReadPath::kAuto);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->Get("k")->value, "v");
+}
+
 // The read-path selector (Cell's) settles on the cheaper path of the
 // transport. The value is an extent, so a one-sided get is two reads
 // (bucket, then extent). Over shared memory those are copies from this

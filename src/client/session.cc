@@ -458,10 +458,13 @@ Status SessionCore::WaitAll() {
     ep_->Fail(Status::TimedOut("operations did not complete"));
     (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
                                   Clock::now() + std::chrono::seconds(5));
+    // What the teardown failed says Unavailable; this wait timed out.
+    (void)TakeFirstError();
+    return Status::TimedOut(
+        "operations did not complete within twice the timeout; the "
+        "connection was closed");
   }
-  Status first = TakeFirstError();
-  if (!st.ok() && first.ok()) return st;
-  return first;
+  return TakeFirstError();
 }
 
 }  // namespace client

@@ -137,7 +137,14 @@ void Endpoint::Fail(Status why) {
   if (closed_) return;
   if (!failed_) {
     failed_ = true;
-    failure_ = std::move(why);
+    // An operation that timed out has its own TimedOut; what the teardown
+    // fails, and every later operation, finds the connection gone.
+    failure_ = why.code() == StatusCode::kTimedOut
+                   ? Status::Unavailable(
+                         "the connection was closed after an "
+                         "operation timed out (" +
+                         why.message() + ")")
+                   : std::move(why);
   }
   closed_ = true;
   ucp_request_param_t p{};

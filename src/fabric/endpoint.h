@@ -82,7 +82,10 @@ class Endpoint {
     on_failure_ = std::move(fn);
   }
   // Marks the endpoint failed with `why` and force-closes it: every
-  // outstanding operation completes with an error.
+  // outstanding operation completes with an error. A TimedOut `why` (an
+  // operation that timed out tears the connection down) is kept as
+  // Unavailable naming it: the connection, not the later operations, is
+  // what ended.
   void Fail(Status why);
 
   // --- asynchronous one-sided operations; buffers must stay valid until
