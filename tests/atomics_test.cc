@@ -173,6 +173,27 @@ TEST_F(AtomicsTest, BadInputGetsClearErrorsAndChangesNothing) {
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(std::get<0>(v->data).size(), 8000u);
 
+  // A scalar operand of the other kind: an integer on a double vector is
+  // converted; a double on an integer vector is refused and changes
+  // nothing (its bits were read as an int64 and added).
+  ASSERT_TRUE(c->VecPut("ints", std::vector<int64_t>{1, 2, 3}).ok());
+  auto half = c->Execute(Op::VecUpdate("ints", VecFn::kAdd, 1.5));
+  EXPECT_EQ(half.status().code(), StatusCode::kInvalidArgument)
+      << half.status().ToString();
+  EXPECT_EQ(std::get<0>(c->VecGet("ints")->data),
+            (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(
+      c->Execute(Op::VecFilter("ints", Predicate::kGe, 0.5)).status().code(),
+      StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c->VecPut("doubles", std::vector<double>{1, 2}).ok());
+  ASSERT_TRUE(
+      c->Execute(Op::VecUpdate("doubles", VecFn::kAdd, int64_t{3})).ok());
+  EXPECT_EQ(std::get<1>(c->VecGet("doubles")->data),
+            (std::vector<double>{4, 5}));
+  auto ge = c->VecFilter("doubles", Predicate::kGe, int64_t{5});
+  ASSERT_TRUE(ge.ok()) << ge.status().ToString();
+  EXPECT_EQ(std::get<1>(*ge), (std::vector<double>{5}));
+
   // In a batch, each bad op fails alone.
   auto rs =
       c->ExecuteBatch({Op::FetchAdd("text", 1), Op::FetchAdd("n2", 1, true),

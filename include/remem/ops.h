@@ -112,6 +112,9 @@ struct Op {
   bool create = false;   // act on an absent key (see each builder)
   bool indices = false;  // filter: return indices, not elements
   uint8_t fn = 0;        // VecFn, Reduction or Predicate
+  // A scalar vector operand's Number type, set by VecUpdate and VecFilter:
+  // 0 none (an `arg` of another kind), 1 int64, 2 double.
+  uint8_t operand_type = 0;
   uint32_t function_id = 0;
   int64_t initial = 0;  // integer ops with `create`: the absent key's value
 
@@ -134,7 +137,9 @@ struct Op {
   // Appends `bytes`; absent key: NotFound, or with `create` starts empty.
   static Op Append(std::string key, std::string bytes, bool create = false);
   // Elementwise: element = fn(element, operand), operand a Number or a
-  // vector of the same type and length.
+  // vector of the same type and length. An integer Number on a double or
+  // float vector is converted; a double one on an integer vector is
+  // refused (InvalidArgument), as it is by VecFilter.
   static Op VecUpdate(std::string key, VecFn fn, Number operand);
   static Op VecUpdate(std::string key, VecFn fn, const VectorData& operand);
   static Op VecReduce(std::string key, Reduction r);

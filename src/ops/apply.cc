@@ -202,6 +202,39 @@ Status Validate(const OpView& op) {
   return Status::OK();
 }
 
+namespace {
+
+// A typed scalar operand (kFlagTypedOperand) as the bytes the vector's
+// type family reads: an int64 for an integer vector, a double for a double
+// or float one. `*bytes` keeps the operand when nothing is to be done.
+Status ScalarFor(const OpView& op, std::string_view value,
+                 std::string_view* bytes, std::string* converted) {
+  *bytes = op.arg;
+  if ((op.flags & kFlagTypedOperand) == 0 || op.arg.size() != 8) {
+    return Status::OK();
+  }
+  auto v = ParseVector(value);
+  if (!v.ok()) return Status::OK();  // the operation says what is wrong
+  const bool is_double = (op.flags & kFlagDoubleOperand) != 0;
+  if (IsIntegerType(v->type)) {
+    if (is_double) {
+      return Status::InvalidArgument(std::string("a double operand for an ") +
+                                     ElemTypeName(v->type) +
+                                     " vector (give an integer)");
+    }
+    return Status::OK();
+  }
+  if (!is_double) {
+    int64_t i = 0;
+    std::memcpy(&i, op.arg.data(), 8);
+    *converted = EncodeF64(double(i));
+    *bytes = *converted;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status Apply(const OpView& op, uint32_t max_value,
              const FunctionLookup* functions, bool* present, std::string* value,
              Outcome* out) {
@@ -237,10 +270,14 @@ Status Apply(const OpView& op, uint32_t max_value,
       out->reply = EncodeI64(int64_t(bytes));
       return Status::OK();
     }
-    case OpKind::kVecUpdate:
-      REMEM_RETURN_IF_ERROR(UpdateVector(value, VecFn(op.fn), op.arg));
+    case OpKind::kVecUpdate: {
+      std::string_view operand;
+      std::string converted;
+      REMEM_RETURN_IF_ERROR(ScalarFor(op, *value, &operand, &converted));
+      REMEM_RETURN_IF_ERROR(UpdateVector(value, VecFn(op.fn), operand));
       out->wrote = true;
       return Status::OK();
+    }
     case OpKind::kVecReduce: {
       if (op.fn == uint8_t(Reduction::kUser)) {
         auto r = UserReduce(op.function_id, functions, *value);
@@ -254,7 +291,10 @@ Status Apply(const OpView& op, uint32_t max_value,
       return Status::OK();
     }
     case OpKind::kVecFilter: {
-      auto r = FilterVector(*value, Predicate(op.fn), op.arg,
+      std::string_view operand;
+      std::string converted;
+      REMEM_RETURN_IF_ERROR(ScalarFor(op, *value, &operand, &converted));
+      auto r = FilterVector(*value, Predicate(op.fn), operand,
                             (op.flags & kFlagIndices) != 0);
       if (!r.ok()) return r.status();
       out->reply = std::move(*r);

@@ -23,7 +23,14 @@ namespace remem::ops {
 // Flags of an operation on the wire (HashOpRequest::flags).
 inline constexpr uint8_t kFlagCreate = 1;   // act on an absent key
 inline constexpr uint8_t kFlagIndices = 2;  // filter: return indices
-inline constexpr uint8_t kKnownFlags = kFlagCreate | kFlagIndices;
+// A vector update's or filter's scalar operand says its type (int64, or
+// with kFlagDoubleOperand a double): an int64 operand on a double or float
+// vector is converted, a double one on an integer vector refused. Without
+// kFlagTypedOperand the 8 bytes are read as the vector's type family.
+inline constexpr uint8_t kFlagTypedOperand = 4;
+inline constexpr uint8_t kFlagDoubleOperand = 8;
+inline constexpr uint8_t kKnownFlags =
+    kFlagCreate | kFlagIndices | kFlagTypedOperand | kFlagDoubleOperand;
 
 // An operation as the server decodes it; the views point into the request.
 struct OpView {

@@ -21,7 +21,9 @@ ops::OpView ViewOf(const Op& op) {
   ops::OpView v;
   v.kind = op.kind;
   v.flags = uint8_t((op.create ? ops::kFlagCreate : 0) |
-                    (op.indices ? ops::kFlagIndices : 0));
+                    (op.indices ? ops::kFlagIndices : 0) |
+                    (op.operand_type != 0 ? ops::kFlagTypedOperand : 0) |
+                    (op.operand_type == 2 ? ops::kFlagDoubleOperand : 0));
   v.fn = op.fn;
   v.function_id = op.function_id;
   v.initial = op.initial;
@@ -192,6 +194,7 @@ Op Op::VecUpdate(std::string key, VecFn fn, Number operand) {
   op.key = std::move(key);
   op.fn = uint8_t(fn);
   op.arg = NumberBytes(operand);
+  op.operand_type = std::holds_alternative<int64_t>(operand) ? 1 : 2;
   return op;
 }
 Op Op::VecUpdate(std::string key, VecFn fn, const VectorData& operand) {
@@ -220,6 +223,7 @@ Op Op::VecFilter(std::string key, Predicate p, Number operand, bool indices) {
   op.key = std::move(key);
   op.fn = uint8_t(p);
   op.arg = NumberBytes(operand);
+  op.operand_type = std::holds_alternative<int64_t>(operand) ? 1 : 2;
   op.indices = indices;
   return op;
 }
