@@ -1047,6 +1047,14 @@ TEST(Auth, SecretIsCheckedBeforeAnyKeyIsGiven) {
             std::string::npos)
       << wrong.status().ToString();
 
+  // A secret longer than any server takes is refused here, before it is
+  // sent (the server's ProtocolError said "another wire version").
+  o.secret = std::string(kMaxSecretBytes + 1, 'x');
+  auto huge = Session::Connect(o);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument)
+      << huge.status().ToString();
+
   o.secret = "s3cret";
   auto right = Session::Connect(o);
   ASSERT_TRUE(right.ok()) << right.status().ToString();

@@ -49,7 +49,8 @@ struct SessionOptions {
   std::string server = "127.0.0.1:7400";
   Transport transport = Transport::kAuto;
   // Shared secret sent in the handshake; empty sends none. A server started
-  // with --auth-file refuses a client whose secret does not match.
+  // with --auth-file refuses a client whose secret does not match. Over
+  // kMaxSecretBytes: Connect fails with InvalidArgument.
   std::string secret;
   // Deadline for connecting and for each synchronous call.
   std::chrono::milliseconds timeout{10000};

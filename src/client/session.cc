@@ -90,6 +90,11 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
   if (loop->worker()->receive_stalled()) {
     return fabric::Worker::StalledStatus();
   }
+  if (options.secret.size() > kMaxSecretBytes) {
+    return Status::InvalidArgument(
+        "the shared secret is " + std::to_string(options.secret.size()) +
+        " bytes; at most " + std::to_string(kMaxSecretBytes));
+  }
   std::unique_ptr<SessionCore> s(
       new SessionCore(options, loop, std::move(owned)));
   const auto deadline = s->Deadline();
