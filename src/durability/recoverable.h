@@ -3,11 +3,14 @@
 // policies and snapshots of one partition of one service; it knows the
 // service's state only through this interface:
 //   - recovery: Apply() the final state: each pair of the newest valid
-//     snapshot that the log after it does not supersede, then the last
-//     record of each key in that log (by version, so applying is
-//     idempotent), with Reserve() and Prefetch() as bulk-load hints and
-//     EndRecovery() last. Every key is written once, so recovery never
-//     holds more than the live state held at the end;
+//     snapshot whose key the log after it does not write (a pair the
+//     snapshot holds twice: the newer version), then the last record of
+//     each key in that log, in log order (a key's versions need not grow
+//     along the log: a shard that moved away and back logs its release's
+//     delete, then its pairs at their older versions), with Reserve() and
+//     Prefetch() as bulk-load hints and EndRecovery() last. Every key is
+//     written once, so recovery never holds more than the live state held at
+//     the end;
 //   - snapshots: a SnapshotScan that walks the live state chunk by chunk,
 //     between requests, only reading it (one-sided readers see nothing).
 //

@@ -246,10 +246,14 @@ Status PartitionStore::Recover(RecoveryReport* r) {
           if (rec.value.size() == 8) std::memcpy(&s, rec.value.data(), 8);
           shape = std::max(shape, s);
         } else {
+          // The last record of a key in log order is its state: versions
+          // need not grow along the log (a shard that moved away and came
+          // back logs the delete that released it, with a new version,
+          // then its pairs re-imported at their older versions).
           auto [it, fresh] = last_of.try_emplace(rec.key, finals.size());
           if (fresh) {
             finals.push_back(rec);
-          } else if (rec.version >= finals[it->second].version) {
+          } else {
             finals[it->second] = rec;
           }
           max_version = std::max(max_version, rec.version);
@@ -357,10 +361,9 @@ Status PartitionStore::Recover(RecoveryReport* r) {
         next(&ahead, &a);
         if (a.type == RecordType::kPut) state_->Prefetch(a.key);
       }
-      auto it = last_of.find(rec.key);
-      if (it != last_of.end() && finals[it->second].version >= rec.version) {
-        continue;  // the log has this key's newer state
-      }
+      // A key the log after the snapshot's LSN writes ends as the log
+      // says (whatever the versions).
+      if (last_of.count(rec.key) != 0) continue;
       Status st = state_->ApplyPut(rec.key, rec.value, rec.version);
       if (!st.ok()) return st.WithContext("restoring " + path);
       ++r->snapshot_pairs;

@@ -18,8 +18,9 @@
 // a chunk (the state is only read, so one-sided readers see nothing). The
 // snapshot file is then sealed (fdatasync), read back and verified a chunk
 // per pass, and only then renamed into place. The state at the end of the
-// log = the snapshot + every log record with LSN >= L, applied by version,
-// so writes during the snapshot are not lost.
+// log = the snapshot + every log record with LSN >= L (a key's last record
+// in log order supersedes what the snapshot holds of it), so writes during
+// the snapshot are not lost.
 //
 // Generations: a generation is a snapshot (or the empty state at LSN 1)
 // and the log from its LSN on. Two are kept: the newest verified snapshot
