@@ -2669,6 +2669,72 @@ TEST_F(ClusterTest, BackupsAreInAnotherFailureDomainThanTheirPrimary) {
       << nodes.out;
 }
 
+// A replicated cluster whose servers all stop (kill -9) and start again
+// from their data directories: every acknowledged pair is back. Each
+// server is a new incarnation, so the roles of the configuration are no
+// one's; the restarted servers keep what they recovered until the manager
+// gives each owner its shards again (its backups filled again from it).
+// Before, each restarted server deleted what it recovered at once (its
+// previous incarnation's roles were not its own) and the cluster came back
+// empty, silently.
+TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 3; ++i) {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dirs.push_back(tmpl);
+    servers_.push_back(StartServer(ReplicatedFlags(3, {"--data-dir", tmpl})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  std::map<std::string, std::string> acked;
+  uint32_t epoch_before = 0;
+  {
+    auto cluster = Connect(seeds);
+    ASSERT_NE(cluster, nullptr);
+    for (int i = 0; i < 300; ++i) {
+      ASSERT_TRUE(cluster->Put(Key(i), Val(i)).ok());
+      acked[Key(i)] = Val(i);
+    }
+    ASSERT_TRUE(cluster->Refresh().ok());
+    epoch_before = cluster->info().epoch;
+  }
+  for (auto& sv : servers_) ASSERT_TRUE(sv.Kill().ok());
+  for (auto& sv : servers_) ASSERT_TRUE(sv.Restart().ok());
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  // Once the manager has judged the old incarnations and the backups are
+  // filled again, every shard has its owner and its copy.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    // (The configuration from before the restart says all is well too.)
+    if (info.epoch <= epoch_before || info.filling > 0) return false;
+    for (const int32_t b : info.shard_backups) {
+      if (b < 0) return false;  // short of its copy: to be filled
+    }
+    for (const auto& n : info.nodes) {
+      if (n.shards == 0) return false;
+    }
+    return true;
+  }));
+  for (const auto& [k, v] : acked) {
+    auto r = cluster->Get(k);
+    ASSERT_TRUE(r.ok()) << k << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, v) << k;
+  }
+  ASSERT_TRUE(cluster->Put("after", "restart").ok());
+  EXPECT_EQ(cluster->Get("after")->value, "restart");
+  // Each pair is on two servers: its owner and its backup.
+  uint64_t pairs = 0;
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    pairs += st->Get("hash_pairs");
+  }
+  EXPECT_EQ(pairs, 2 * (acked.size() + 1));
+  servers_.clear();
+  for (const auto& d : dirs) std::filesystem::remove_all(d);
+}
+
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
   StartReplicated(3);
   auto cluster = Connect({servers_[0].address});

@@ -482,6 +482,48 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(n->owner, c.owner);
 }
 
+// Every server restarted (a whole cluster stopped and started again from
+// its data directories): no copy of any shard is left with the
+// incarnation the configuration names, and each restarted owner holds
+// every write it acknowledged. It owns its shards again; its backups,
+// restarted too, are filled again from it (they may lack its last,
+// unacknowledged writes). Before, the shards stayed listed under the
+// restarted servers, which had purged what they recovered: every key was
+// gone.
+TEST(ClusterConfig, AWholeClusterRestartedKeepsItsOwnersAndRefillsBackups) {
+  const Config c = InitialConfig(
+      "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);
+  std::vector<Member> again = c.members;
+  for (Member& m : again) m.incarnation += 100;
+  auto r = Failover(c, again);
+  ASSERT_TRUE(r);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r->members[i].incarnation, again[i].incarnation);
+  }
+  for (uint32_t s = 0; s < 12; ++s) {
+    EXPECT_EQ(r->owner[s], c.owner[s]) << s;
+    EXPECT_EQ(r->backups[s], c.backups[s]) << s;
+    EXPECT_TRUE(r->IsFilling(s, c.backups[s])) << s;
+  }
+  // Only a and b back (c still down): b's shards (backed up by c) keep b,
+  // c dropped from their backups; c's own (backed up by a) stay with c,
+  // listed, until it is back.
+  auto two = Failover(c, {again[0], again[1]});
+  ASSERT_TRUE(two);
+  for (uint32_t s = 0; s < 12; ++s) {
+    EXPECT_EQ(two->owner[s], c.owner[s]) << s;
+    if (c.owner[s] == 1) {
+      EXPECT_TRUE(two->BackupsOf(s).empty()) << s;
+    }
+    if (c.owner[s] == 0) {
+      EXPECT_TRUE(two->IsFilling(s, 1)) << s;
+    }
+  }
+  // Both are configurations a server accepts.
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(*r)).ok());
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(*two)).ok());
+}
+
 TEST(ClusterConfig,
      ShardsShortOfCopiesGetFillingBackupsThatOnlyCountOnceFilled) {
   const Config c = InitialConfig(

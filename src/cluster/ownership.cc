@@ -46,6 +46,7 @@ bool Ownership::Install(Config config) {
   // until the manager gives it some.
   if (next->replicated && next->self >= 0 &&
       config.members[next->self].incarnation != incarnation_) {
+    next->prior = next->self;
     next->self = -1;
   }
   const uint32_t n = config.num_shards();

@@ -82,8 +82,15 @@ class Ownership {
 
   struct Installed {
     Config config;
-    std::string encoded;        // EncodeConfig(config), served to clients
-    int self = -1;              // index of this server in config.members
+    std::string encoded;  // EncodeConfig(config), served to clients
+    int self = -1;        // index of this server in config.members
+    // Replicated: the index of this server's address when the
+    // configuration names another incarnation of it (its previous one: it
+    // restarted), else -1. The roles of that index are not this server's,
+    // but the copies it recovered from its data directory may be the last
+    // ones (every server restarted): kept until a configuration naming
+    // this incarnation says (HeldByPrior).
+    int prior = -1;
     std::vector<uint8_t> owns;  // per shard
     // Per shard: this server is one of its backups (replicated clusters),
     // and (fills) one being filled.
@@ -171,6 +178,12 @@ class Ownership {
   // configuration `c`.
   static bool Holds(const Installed& c, uint32_t s) {
     return c.owns[s] != 0 || (!c.backs.empty() && c.backs[s] != 0);
+  }
+  // Whether this server's previous incarnation (Installed::prior) held a
+  // copy of shard s.
+  static bool HeldByPrior(const Installed& c, uint32_t s) {
+    return c.prior >= 0 && (c.config.owner[s] == uint16_t(c.prior) ||
+                            c.config.IsBackup(s, c.prior));
   }
   // True if shard s is moving to this server in the current configuration
   // (the manager may copy pairs of it here).

@@ -926,6 +926,7 @@ void HashService::HandleOps(PartitionId p, Call call) {
 
 size_t HashService::OnPass(PartitionId p) {
   if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
+  if (partitions_[p]->purge_stale) PurgeStale_st(p);
   size_t work = RunOps_st(p);
   Partition& part = *partitions_[p];
   while (!part.held_applies.empty() &&
@@ -956,11 +957,18 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   const cluster::Ownership::Installed* c = cluster_->pending();
   if (c == nullptr) return;  // no configuration yet
   Partition& part = *partitions_[p];
-  // Replicated: the shards it backs up stay too.
+  // Replicated: the shards it backs up stay too; and a server that
+  // restarted keeps the copies its previous incarnation held until the
+  // manager has judged them (when every server restarted, they are the
+  // only ones: the manager then gives this incarnation the same roles).
   std::vector<uint8_t> holds(c->owns.size());
   for (uint32_t s = 0; s < holds.size(); ++s) {
-    holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
+    holds[s] = cluster::Ownership::Holds(*c, s) ||
+                       cluster::Ownership::HeldByPrior(*c, s)
+                   ? 1
+                   : 0;
   }
+  part.purge_stale = c->prior >= 0;
   const std::vector<std::string> keys =
       KeysOfShards_st(part, holds, /*in_set=*/false);
   // Logged where the log takes writes; in memory in any case (a restart
@@ -977,6 +985,29 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   UpdateCounters_st(part);
   part.purged = true;
   cluster_->PurgeDone();
+}
+
+void HashService::PurgeStale_st(PartitionId p) {
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->self < 0) return;  // not judged yet
+  Partition& part = *partitions_[p];
+  part.purge_stale = false;
+  std::vector<uint8_t> holds(c->owns.size());
+  for (uint32_t s = 0; s < holds.size(); ++s) {
+    holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
+  }
+  const std::vector<std::string> keys =
+      KeysOfShards_st(part, holds, /*in_set=*/false);
+  DeletePairs_st(
+      part, keys,
+      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
+  if (!keys.empty()) {
+    log::Info(
+        "cluster: partition {} deleted {} pairs its previous incarnation "
+        "held, of shards that epoch {} gives to other servers",
+        p, keys.size(), c->config.epoch);
+  }
+  UpdateCounters_st(part);
 }
 
 std::vector<std::string> HashService::KeysOfShards_st(

@@ -140,6 +140,11 @@ class HashService final : public server::Service {
     // In a cluster: what the first configuration does not give this server
     // has been deleted (PurgeUnowned_st).
     bool purged = false;
+    // Replicated: that purge kept the copies this server's previous
+    // incarnation held (Ownership::Installed::prior); the first
+    // configuration naming this incarnation decides them
+    // (PurgeStale_st).
+    bool purge_stale = false;
     // Replication (owner thread only): this pass's records (null: none),
     // records noted and records replicated (or given up) so far, whether a
     // batch is with the replicator, and who waits for which record count.
@@ -203,6 +208,10 @@ class HashService final : public server::Service {
   // Before the first configuration is served (cluster::Ownership::
   // RequirePurge): deletes the pairs of shards it does not give this server.
   void PurgeUnowned_st(server::PartitionId p);
+  // Once a configuration names this incarnation (after PurgeUnowned_st
+  // kept its previous incarnation's copies): deletes the pairs of shards
+  // it does not give this server.
+  void PurgeStale_st(server::PartitionId p);
   // The keys of `part` whose shard is (in_set) or is not (!in_set) marked
   // in `set` (one entry per shard): a scan of the whole table.
   std::vector<std::string> KeysOfShards_st(Partition& part,
