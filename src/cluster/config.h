@@ -196,7 +196,10 @@ std::optional<Config> NextBalanceStep(const Config& current,
 // with its new incarnation and no role; members new in `live` are
 // appended with no role. A shard whose owner left with every ready backup
 // stays as it is, owner and backups (its data is nowhere else; a member
-// only slow to answer that comes back is promoted then). Only a ready
+// only slow to answer that comes back is promoted then); if its owner
+// restarted (every copy went down: it recovered the shard from its data
+// directory), the owner keeps it under its new incarnation and its
+// restarted backups are marked filling (filled again from it). Only a ready
 // backup is promoted (a retiring one when no other is left), and a
 // retiring copy whose member left is dropped;
 // a filling backup stays filling (the manager fills it again from the
