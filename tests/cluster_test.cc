@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -440,6 +441,13 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
     servers_.push_back(
         StartServer(MemberFlags(3, {"--data-dir", tmpl, "--fsync", "always"})));
     ASSERT_NE(servers_.back().process, nullptr);
+  }
+  // The data directory names its cluster, in a file as private as the
+  // others (0600 whatever the umask).
+  for (const auto& d : dirs) {
+    struct stat st {};
+    ASSERT_EQ(::stat((d + "/cluster").c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << d;
   }
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);

@@ -16,6 +16,7 @@
 #include "cluster/ownership.h"
 #include "cluster/replicator.h"
 #include "durability/durability.h"
+#include "durability/env.h"
 #include "fabric/context.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
@@ -644,10 +645,11 @@ Status Server::Impl::StartCluster() {
             " (start with that --cluster, or another --data-dir)");
       }
     } else {
-      std::ofstream out(file);
-      out << target->path << "\n";
-      out.close();
-      if (!out) return Status::IOError("writing " + file);
+      // Through the durability Env, as every file of the directory: 0600
+      // whatever the umask, written whole or not at all.
+      REMEM_RETURN_IF_ERROR(durability::WriteFileAtomically(
+          durability::Env::Posix(), config.data_dir, "cluster",
+          target->path + "\n"));
     }
   }
   cluster::MemberOptions mo;
