@@ -145,9 +145,12 @@ class HashStore {
     // did not cover (not on the backups yet, a hand-over, a configuration
     // change), asked again of the server or after a refresh.
     uint64_t unreplicated = 0;
-    // The read-path selector's current estimates of a get's latency on
-    // each path (microseconds; 0 before the path has been measured, and
-    // always 0 with a forced read path, which measures nothing).
+    // The read-path selector's current estimates of a single get's latency
+    // on each path (microseconds; 0 before the path has been measured, and
+    // always 0 with a forced read path, which measures nothing). Batches
+    // (MultiGet, MultiGetAsync) have a selector of their own, per key of a
+    // batch; like every selector it first alternates between the paths
+    // (its first ten batches or so) before it follows the faster one.
     double onesided_estimate_us = 0;
     double rpc_estimate_us = 0;
   };

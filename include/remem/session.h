@@ -29,12 +29,15 @@
 // died, so a one-sided read alone proves nothing about the present. A value
 // read one-sided is returned only while the server's lease vouches for it
 // (the server renews it every lease/10; SessionOptions has no say, the
-// server's --lease-ms does, default 1 s). Past the lease, or once the
-// session's TCP connection closes (the server died or stopped), every
-// operation fails with Unavailable: one-sided values are never returned
-// from a server that is gone, nor from a predecessor after a restarted
-// server has acknowledged a write (a restarted server waits the old lease
-// out first). Reconnect with a new Session.
+// server's --lease-ms does, default 1 s). Past the lease a one-sided value
+// is never returned: a store's read asks the server instead (by RPC: a
+// paused server's answer times out, TimedOut), and a raw one-sided read
+// (Session::Read) fails with Unavailable. Once the session's TCP
+// connection closes (the server died or stopped), every operation fails
+// with Unavailable. So one-sided values are never returned from a server
+// that is gone, nor from a predecessor after a restarted server has
+// acknowledged a write (a restarted server waits the old lease out
+// first). Reconnect with a new Session.
 //
 // Failure: if the server stops or the connection breaks, every outstanding
 // and later operation completes with Unavailable (never a hang). Each RPC
