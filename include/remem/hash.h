@@ -150,7 +150,7 @@ class HashStore {
     // always 0 with a forced read path, which measures nothing). Batches
     // (MultiGet, MultiGetAsync) have a selector of their own, per key of a
     // batch; like every selector it first alternates between the paths
-    // (its first ten batches or so) before it follows the faster one.
+    // (about its first twenty batches) before it follows the faster one.
     double onesided_estimate_us = 0;
     double rpc_estimate_us = 0;
   };
