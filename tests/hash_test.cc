@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -781,6 +783,31 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
 // says Unavailable, naming why, even once the server runs again (it said
 // the first get's TimedOut: a caller that retries TimedOut and reconnects
 // on Unavailable retried a dead session for good).
+// Waits until every thread of `pid` is stopped (a SIGSTOP is delivered
+// asynchronously: a thread may serve a request after kill() returned).
+bool AllThreadsStopped(pid_t pid) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(
+             "/proc/" + std::to_string(pid) + "/task", ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string line;
+      std::getline(in, line);
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() ||
+          (line[close + 2] != 'T' && line[close + 2] != 't')) {
+        all = false;
+        break;
+      }
+    }
+    if (all && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory a one-sided read is a copy";
@@ -798,6 +825,7 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   ASSERT_TRUE((*h)->Put("k", "v").ok());
   ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(AllThreadsStopped(server.process->pid()));
   auto timed_out = (*h)->Get("k");
   ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
   EXPECT_EQ(timed_out.status().code(), StatusCode::kTimedOut)

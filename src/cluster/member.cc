@@ -171,6 +171,13 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     if (Status st = SameSplits(*c, m->options_.tree_splits); !st.ok()) {
       return Status::Conflict("cluster " + base + " " + st.message());
     }
+    // --replicas is a new cluster's: the formed one keeps its own.
+    if (m->options_.replicas != 0 && m->options_.replicas != c->replicas) {
+      log::Warn(
+          "cluster {} was formed with --replicas {}: this server's --replicas "
+          "{} changes nothing (it is read only when a cluster forms)",
+          base, c->replicas, m->options_.replicas);
+    }
   }
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
   return m;
