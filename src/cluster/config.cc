@@ -253,39 +253,23 @@ std::optional<Config> Failover(const Config& current,
     // No ready copy left: the shard stays as it is, its owner and its
     // backups listed (its data is nowhere else; a member judged dead that
     // was only slow comes back with it, and is promoted then).
-    if (left[next.owner[s]] && ready.empty() && !retiring_here) {
+    const bool no_copy_left =
+        left[next.owner[s]] && ready.empty() && !retiring_here;
+    if (no_copy_left) {
       if (!restarted[next.owner[s]]) continue;
       // Its owner restarted (every copy went down: a whole cluster
       // stopped): it comes back with what it recovered from its data
       // directory, which holds every write it acknowledged, and owns the
       // shard again (its index now names the new incarnation). Its backups
       // that restarted too are filled again from it (they may lack its
-      // last writes, never acknowledged); those gone are dropped.
+      // last writes, never acknowledged); those gone are dropped below.
       // (`filling` holds the live ones being filled already.)
       for (uint32_t i = 0; i < f; ++i) {
         if (b[i] != kNoMember && restarted[b[i]]) filling.push_back(b[i]);
       }
-      if (current.RetiringOf(s) != kNoMember) {
-        next.retiring.resize(next.num_shards(), kNoMember);
-        next.retiring[s] = kNoMember;
-      }
-      for (uint32_t i = 0; i < f; ++i) {
-        uint16_t v = kNoMember;
-        uint8_t filled = 0;
-        if (i < ready.size()) {
-          v = ready[i];
-        } else if (i < ready.size() + filling.size()) {
-          v = filling[i - ready.size()];
-          filled = 1;
-        }
-        b[i] = v;
-        fill[i] = filled;
-      }
-      changed = true;
-      continue;
     }
     uint16_t keep_retiring = retiring_here ? retiring : kNoMember;
-    if (left[next.owner[s]]) {
+    if (left[next.owner[s]] && !no_copy_left) {
       if (!ready.empty()) {
         next.owner[s] = ready.front();
         ready.erase(ready.begin());

@@ -969,20 +969,12 @@ void HashService::PurgeUnowned_st(PartitionId p) {
                    : 0;
   }
   part.purge_stale = c->prior >= 0;
-  const std::vector<std::string> keys =
-      KeysOfShards_st(part, holds, /*in_set=*/false);
-  // Logged where the log takes writes; in memory in any case (a restart
-  // purges again).
-  DeletePairs_st(
-      part, keys,
-      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
-  if (!keys.empty()) {
+  if (const size_t n = DeleteShardsNotHeld_st(part, holds); n > 0) {
     log::Info(
         "cluster: partition {} deleted {} pairs of shards that epoch {} does "
         "not give this server (a move ended while it was down)",
-        p, keys.size(), c->config.epoch);
+        p, n, c->config.epoch);
   }
-  UpdateCounters_st(part);
   part.purged = true;
   cluster_->PurgeDone();
 }
@@ -996,18 +988,25 @@ void HashService::PurgeStale_st(PartitionId p) {
   for (uint32_t s = 0; s < holds.size(); ++s) {
     holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
   }
-  const std::vector<std::string> keys =
-      KeysOfShards_st(part, holds, /*in_set=*/false);
-  DeletePairs_st(
-      part, keys,
-      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
-  if (!keys.empty()) {
+  if (const size_t n = DeleteShardsNotHeld_st(part, holds); n > 0) {
     log::Info(
         "cluster: partition {} deleted {} pairs its previous incarnation "
         "held, of shards that epoch {} gives to other servers",
-        p, keys.size(), c->config.epoch);
+        p, n, c->config.epoch);
   }
+}
+
+size_t HashService::DeleteShardsNotHeld_st(Partition& part,
+                                           const std::vector<uint8_t>& holds) {
+  const std::vector<std::string> keys =
+      KeysOfShards_st(part, holds, /*in_set=*/false);
+  // Logged where the log takes writes; in memory in any case (a restart
+  // purges again).
+  DeletePairs_st(
+      part, keys,
+      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
   UpdateCounters_st(part);
+  return keys.size();
 }
 
 std::vector<std::string> HashService::KeysOfShards_st(

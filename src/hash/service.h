@@ -212,6 +212,10 @@ class HashService final : public server::Service {
   // kept its previous incarnation's copies): deletes the pairs of shards
   // it does not give this server.
   void PurgeStale_st(server::PartitionId p);
+  // Deletes the pairs of `part` whose shard `holds` does not mark (one
+  // entry per shard), logged where the log takes writes; how many.
+  size_t DeleteShardsNotHeld_st(Partition& part,
+                                const std::vector<uint8_t>& holds);
   // The keys of `part` whose shard is (in_set) or is not (!in_set) marked
   // in `set` (one entry per shard): a scan of the whole table.
   std::vector<std::string> KeysOfShards_st(Partition& part,
