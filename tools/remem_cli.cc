@@ -147,6 +147,21 @@ std::string JsonBytes(std::string_view name, std::string_view bytes) {
   return "\"" + std::string(name) + "_base64\":\"" + Base64(bytes) + "\"";
 }
 
+// Whether `text` is a whole decimal number in T's range (an optional sign,
+// '-' only for a signed T; no other base, no blanks), stored in *out. CLI11
+// would clamp it, wrap "-2" around an unsigned, and read "0x10" and "010"
+// as hexadecimal and octal.
+template <typename T>
+bool ParseDecimal(std::string_view text, T* out) {
+  if (!text.empty() && text[0] == '+') {
+    text.remove_prefix(1);
+    if (!text.empty() && text[0] == '-') return false;  // "+-5"
+  }
+  const char* end = text.data() + text.size();
+  auto [at, ec] = std::from_chars(text.data(), end, *out);
+  return !text.empty() && ec == std::errc() && at == end;
+}
+
 // A number as text; in JSON, NaN and the infinities (which JSON has no
 // numbers for) as the strings "NaN", "Infinity" and "-Infinity" (as
 // protobuf's JSON mapping writes them).
@@ -635,15 +650,13 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> if_version;
   auto* put_absent =
       put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
-  // A version is a decimal uint64 (CLI11 would wrap "-2" around).
+  // A version is a decimal uint64 (ParseDecimal).
   auto version_option = [&if_version](CLI::App* cmd, CLI::Option* absent) {
     cmd->add_option_function<std::string>(
            "--if-version",
            [&if_version](const std::string& text) {
              uint64_t v = 0;
-             const char* end = text.data() + text.size();
-             auto [at, ec] = std::from_chars(text.data(), end, v);
-             if (text.empty() || ec != std::errc() || at != end) {
+             if (!ParseDecimal(text, &v)) {
                throw CLI::ValidationError(
                    "--if-version", "'" + text +
                                        "' is not a version (a number from 0 "
@@ -673,18 +686,12 @@ int main(int argc, char** argv) {
       "at 0 (Redis INCRBY); prints the new value. Exit 6 on overflow (the "
       "value is unchanged), 2 if KEY holds something else");
   incr->add_option("key", key, "key")->required();
-  // A decimal int64, refused (exit 2) past its range: CLI11 would clamp
-  // it, and read "0x10" and "010" as hexadecimal and octal.
+  // A decimal int64, refused (exit 2) past its range (ParseDecimal).
   incr->add_option_function<std::string>(
       "n",
       [&incr_by](const std::string& text) {
-        const std::string_view digits = !text.empty() && text[0] == '+'
-                                            ? std::string_view(text).substr(1)
-                                            : std::string_view(text);
         int64_t v = 0;
-        const char* end = digits.data() + digits.size();
-        auto [at, ec] = std::from_chars(digits.data(), end, v);
-        if (digits.empty() || ec != std::errc() || at != end) {
+        if (!ParseDecimal(text, &v)) {
           throw CLI::ValidationError(
               "n", "'" + text +
                        "' is not an amount (a decimal integer from "
