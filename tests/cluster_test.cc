@@ -62,7 +62,20 @@ class ClusterTest : public ::testing::Test {
         "/remem-test/c" + std::to_string(getpid()) + "-" + std::to_string(n++);
   }
 
+  ~ClusterTest() override {
+    servers_.clear();  // before their data directories go
+    for (const auto& d : data_dirs_) std::filesystem::remove_all(d);
+  }
+
   std::string ClusterFlag() const { return zk_->hosts() + path_; }
+
+  // A new data directory, removed after the test (its servers stopped).
+  std::string NewDataDir() {
+    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
+    EXPECT_NE(::mkdtemp(tmpl), nullptr);
+    data_dirs_.push_back(tmpl);
+    return tmpl;
+  }
 
   std::vector<std::string> MemberFlags(int size,
                                        std::vector<std::string> extra = {}) {
@@ -115,6 +128,7 @@ class ClusterTest : public ::testing::Test {
   std::unique_ptr<testing::ZooKeeperProcess> zk_;
   std::string path_;
   std::vector<testing::ServerProcess> servers_;  // before zk_ is destroyed
+  std::vector<std::string> data_dirs_;           // NewDataDir's
 };
 
 std::string TransportFlag() {
@@ -435,8 +449,7 @@ TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
 TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
   std::vector<std::string> dirs;
   for (int i = 0; i < 3; ++i) {
-    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string tmpl = NewDataDir();
     dirs.push_back(tmpl);
     servers_.push_back(
         StartServer(MemberFlags(3, {"--data-dir", tmpl, "--fsync", "always"})));
@@ -534,7 +547,6 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
     EXPECT_EQ(r->value, Val(i));
   }
   servers_.clear();
-  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 // A refresh that no server answers says what each one said, and asks each
@@ -929,11 +941,8 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
 }
 
 TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
-  std::vector<std::string> dirs;
   for (int i = 0; i < 3; ++i) {
-    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dirs.push_back(tmpl);
+    const std::string tmpl = NewDataDir();
     // One changed pair per ShardSync reply (see below); copies at full
     // speed (pacing is not what this test checks, and it multiplies the
     // test's time under the sanitizers); 256 shards (the drain still takes
@@ -1092,7 +1101,6 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
     EXPECT_EQ(r->value, v) << k;
   }
   servers_.clear();
-  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 // A manager killed while shards move (kill -9, mid-step or between
@@ -1100,11 +1108,8 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
 // abandons it; nothing acknowledged is lost once the killed server is back
 // with its data directory.
 TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
-  std::vector<std::string> dirs;
   for (int i = 0; i < 3; ++i) {
-    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dirs.push_back(tmpl);
+    const std::string tmpl = NewDataDir();
     servers_.push_back(
         StartServer(MemberFlags(3, {"--data-dir", tmpl, "--shards", "16"})));
     ASSERT_NE(servers_.back().process, nullptr);
@@ -1145,7 +1150,6 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
   }));
   ExpectEveryKey(cluster.get(), loaded);
   servers_.clear();
-  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 // The one point of a move a successor must finish without the old owner:
@@ -1158,8 +1162,7 @@ TEST_F(ClusterTest, AManagerKilledDuringAMoveIsReplacedAndNothingIsLost) {
 TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   std::vector<std::string> dirs;
   for (int i = 0; i < 2; ++i) {
-    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string tmpl = NewDataDir();
     dirs.push_back(tmpl);
   }
   // Alone first: the manager, owning every shard.
@@ -1240,7 +1243,6 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   // And the old owner holds only its own shards' pairs.
   EXPECT_EQ(StatOf(back.get(), "hash_pairs"), loaded.keys.size() - moved);
   servers_.clear();
-  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 // Clients that record every operation on a few hot keys, each through a
@@ -2686,11 +2688,8 @@ TEST_F(ClusterTest, BackupsAreInAnotherFailureDomainThanTheirPrimary) {
 // previous incarnation's roles were not its own) and the cluster came back
 // empty, silently.
 TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
-  std::vector<std::string> dirs;
   for (int i = 0; i < 3; ++i) {
-    char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dirs.push_back(tmpl);
+    const std::string tmpl = NewDataDir();
     servers_.push_back(StartServer(ReplicatedFlags(3, {"--data-dir", tmpl})));
     ASSERT_NE(servers_.back().process, nullptr);
   }
@@ -2740,7 +2739,6 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
   }
   EXPECT_EQ(pairs, 2 * (acked.size() + 1));
   servers_.clear();
-  for (const auto& d : dirs) std::filesystem::remove_all(d);
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
@@ -3680,8 +3678,7 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   EXPECT_NE(conflict.out.find("shards"), std::string::npos) << conflict.out;
 
   // A data directory of one cluster refuses another cluster.
-  char tmpl[] = "/tmp/remem-cluster-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string tmpl = NewDataDir();
   auto first = StartServer(MemberFlags(1, {"--data-dir", tmpl}));
   ASSERT_NE(first.process, nullptr);
   ASSERT_TRUE(first.Stop().ok());
@@ -3690,7 +3687,6 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   EXPECT_EQ(other.exit_code, 2) << other.out;
   EXPECT_NE(other.out.find("belongs to cluster"), std::string::npos)
       << other.out;
-  std::filesystem::remove_all(tmpl);
 
   // The CLI: `cluster` needs --cluster; bad seeds are a usage error.
   auto cli = RunCommand({testing::CliBinary(), "cluster", "info"});
