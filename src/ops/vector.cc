@@ -108,15 +108,6 @@ bool Combine(VecFn fn, T a, Wide<T> b, T* out) {
 template <typename T>
 bool Matches(Predicate p, T a, Wide<T> b) {
   const Wide<T> x = a;
-  // A float vector's operand is rounded to float first, as an element
-  // stored from it is: `eq 0.1` finds the 0.1 a put stored (0.1f, which is
-  // not the double 0.1). Past float's range it compares as it is (as
-  // infinity would).
-  if constexpr (std::is_same_v<T, float>) {
-    if (std::fabs(b) <= std::numeric_limits<float>::max()) {
-      b = Wide<T>(static_cast<float>(b));
-    }
-  }
   switch (p) {
     case Predicate::kLt:
       return x < b;
@@ -311,7 +302,16 @@ Result<std::string> FilterVector(std::string_view value, Predicate p,
   const VectorView view = *v;
   return Dispatch(view.type, [&](auto zero) -> Result<std::string> {
     using T = decltype(zero);
-    const Wide<T> b = LoadScalar<T>(operand);
+    Wide<T> b = LoadScalar<T>(operand);
+    // A float vector's operand is rounded to float first, as an element
+    // stored from it is: `eq 0.1` finds the 0.1 a put stored (0.1f, which
+    // is not the double 0.1). Past float's range it compares as it is (as
+    // infinity would).
+    if constexpr (std::is_same_v<T, float>) {
+      if (std::fabs(b) <= std::numeric_limits<float>::max()) {
+        b = Wide<T>(static_cast<float>(b));
+      }
+    }
     std::vector<T> elems;
     std::vector<int64_t> where;
     for (uint64_t i = 0; i < view.count; ++i) {
