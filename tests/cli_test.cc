@@ -222,6 +222,9 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"hash", "--client-cpu", "-2"}, "--client-cpu"},
       {{"durability", "--transport", "auto"}, "--transport"},
       {{"fabric", "--span", "0", "--duration", "0.05"}, "--span must be"},
+      {{"ycsb", "--shm-dir", "/nonexistent/dir"}, "not a directory"},
+      {{"hash", "--server", "127.0.0.1:1", "--shm-dir", "/tmp"},
+       "--shm-dir is for the servers remem-bench starts"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};
@@ -319,6 +322,17 @@ TEST(Server, BadConfigurationIsAClearError) {
 
   auto listen = RunCommand({ServerBinary(), "--listen", "nocolon"});
   EXPECT_EQ(listen.exit_code, 2) << listen.out;
+
+  auto shm_dir = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0",
+                             "--shm-dir", "/nonexistent/dir"});
+  EXPECT_EQ(shm_dir.exit_code, 2) << shm_dir.out;
+  EXPECT_TRUE(Contains(shm_dir.out,
+                       "--shm-dir /nonexistent/dir: not a "
+                       "directory"))
+      << shm_dir.out;
+  auto shm_dir_tcp = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0",
+                                 "--transport", "tcp", "--shm-dir", "/tmp"});
+  EXPECT_EQ(shm_dir_tcp.exit_code, 2) << shm_dir_tcp.out;
 
   // An address in use.
   auto first = StartServer({}, "16M");

@@ -6,10 +6,15 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -252,6 +257,102 @@ TEST(HashFault, ReadersRacingAServerPausedMidWriteAreLinearizable) {
                             "64M");
   ASSERT_NE(server.process, nullptr);
   RaceAndCheckLinearizable(server.address);
+}
+
+// Bytes of this process's mappings of files under `dir` that are mapped
+// by 2 MiB page-table entries (smaps' FilePmdMapped and ShmemPmdMapped).
+uint64_t PmdMappedBytesUnder(const std::string& dir) {
+  std::ifstream smaps("/proc/self/smaps");
+  uint64_t kib = 0;
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.empty()) continue;
+    // A mapping's header ("start-end perms offset dev inode path") starts
+    // with a lower-case hex address; its fields ("Rss: ...") with a capital.
+    if (std::isdigit(static_cast<unsigned char>(line[0])) ||
+        (line[0] >= 'a' && line[0] <= 'f')) {
+      inside = line.find(" " + dir + "/") != std::string::npos;
+      continue;
+    }
+    if (!inside) continue;
+    for (const char* field : {"FilePmdMapped:", "ShmemPmdMapped:"}) {
+      if (line.rfind(field, 0) == 0)
+        kib += std::stoull(line.substr(strlen(field)));
+    }
+  }
+  return kib << 10;
+}
+
+// --shm-dir on a tmpfs mounted with huge=always: the server says its
+// exports are on 2 MiB pages, this client reads them through 2 MiB
+// page-table entries, and server writes racing one-sided reads stay
+// linearizable there; a tmpfs smaller than --memory is refused at start. Over
+// tcp there is no shared-memory client for the flag to serve, and the server
+// refuses it.
+TEST(HashHugePages, ExportsOnAHugePageTmpfsAreReadThroughTwoMiBPages) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  std::ifstream enabled("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string modes;
+  if (!std::getline(enabled, modes) ||
+      modes.find("[deny]") != std::string::npos) {
+    GTEST_SKIP() << "this kernel gives tmpfs no huge pages";
+  }
+  char dir[] = "/tmp/remem-huge-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  if (mount("remem-huge", dir, "tmpfs", 0, "huge=always,size=512m") != 0) {
+    const int err = errno;
+    rmdir(dir);
+    GTEST_SKIP() << "cannot mount a huge=always tmpfs: " << strerror(err);
+  }
+  struct Unmount {
+    const char* dir;
+    ~Unmount() {
+      umount2(dir, MNT_DETACH);
+      rmdir(dir);
+    }
+  } unmount{dir};
+
+  if (TestTransport() == Transport::kTcp) {
+    auto refused = testing::RunCommand({testing::ServerBinary(), "--listen",
+                                        "127.0.0.1:0", "--transport", "tcp",
+                                        "--memory", "16M", "--shm-dir", dir});
+    EXPECT_EQ(refused.exit_code, 2) << refused.out;
+    EXPECT_NE(refused.out.find("--shm-dir is for shared-memory clients"),
+              std::string::npos)
+        << refused.out;
+    return;
+  }
+  {
+    auto server = StartServer(
+        {"--threads", "2", "--hash-initial-buckets", "4", "--shm-dir", dir},
+        "64M");
+    ASSERT_NE(server.process, nullptr);
+    uint64_t pmd = 0;
+    std::ifstream("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") >> pmd;
+    ASSERT_GT(pmd, 4096u);
+    auto client = Connect(server.address, ReadPath::kOneSided);
+    ASSERT_TRUE(client);
+    EXPECT_EQ(testing::StatOf(client.session.get(), "shm_page_bytes"), pmd);
+    std::vector<std::string> keys;
+    for (int i = 0; i < 3000; ++i) {
+      keys.push_back("huge-" + std::to_string(i));
+      ASSERT_TRUE(client->Put(keys.back(), "value-" + std::to_string(i)).ok());
+    }
+    const uint64_t served_before =
+        testing::StatOf(client.session.get(), "rpcs_served");
+    for (int i = 0; i < 3000; ++i) {
+      auto v = client->Get(keys[i]);
+      ASSERT_TRUE(v.ok()) << keys[i] << ": " << v.status().ToString();
+      EXPECT_EQ(v->value, "value-" + std::to_string(i));
+    }
+    // One-sided: the 3000 gets cost the server no call (the stats call
+    // itself is one).
+    EXPECT_LE(testing::StatOf(client.session.get(), "rpcs_served"),
+              served_before + 1);
+    EXPECT_GT(PmdMappedBytesUnder(dir), 0u)
+        << "no mapping of " << dir << " is on 2 MiB pages";
+    RaceAndCheckLinearizable(server.address);
+  }
 }
 
 // Reader processes (tests/hash_reader_child.cc) get a few hot keys

@@ -45,6 +45,16 @@ Status PinThisThread(int cpu) {
   return Status::OK();
 }
 
+namespace {
+std::string& ShmDirSetting() {
+  static auto* dir = new std::string();
+  return *dir;
+}
+}  // namespace
+
+void SetServerShmDir(std::string dir) { ShmDirSetting() = std::move(dir); }
+const std::string& ServerShmDir() { return ShmDirSetting(); }
+
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
                                     int cpu, const std::string& memory,
                                     const std::vector<std::string>& flags) {
@@ -56,6 +66,10 @@ Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
   o.pin_threads = true;
   o.cpu = cpu;
   o.flags = flags;
+  if (!ServerShmDir().empty() && t != Transport::kTcp) {
+    o.flags.push_back("--shm-dir");
+    o.flags.push_back(ServerShmDir());
+  }
   return testing::ServerProcess::Start(std::move(o));
 }
 

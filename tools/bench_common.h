@@ -29,10 +29,16 @@ Status PinThisThread(int cpu);
 // none when --server names an existing one (then `process` is null).
 using ServerUnderTest = testing::ServerProcess;
 // Starts `binary` (one thread, pinned to `cpu`, the given transport and
-// memory, `flags` added) and waits until it listens.
+// memory, `flags` added, and --shm-dir if SetServerShmDir named one and
+// the transport is not tcp) and waits until it listens.
 Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
                                     int cpu, const std::string& memory,
                                     const std::vector<std::string>& flags = {});
+// remem-bench --shm-dir: the directory every remem-server the benchmark
+// starts backs its shared-memory exports with ("" = the server's default).
+// Set once, before any server starts. Not thread-safe.
+void SetServerShmDir(std::string dir);
+const std::string& ServerShmDir();
 // The server a workload runs against: `address` if given, else one started
 // from `binary` pinned to `cpu`. Prints the error and returns it on failure.
 Result<ServerUnderTest> ServerFor(const std::string& address,

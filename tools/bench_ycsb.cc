@@ -14,7 +14,9 @@
 #include "bench_common.h"
 #include "bench_curve.h"
 #include "bench_drivers.h"
+#include "fabric/context.h"
 #include "util/histogram.h"
+#include "util/size.h"
 
 namespace remem::bench {
 
@@ -1089,6 +1091,19 @@ int RunYcsb(const YcsbOptions& options) {
         "ops/s counts YCSB operations (a batch of N reads is N, a scan is "
         "one); latencies are per request; srv_us/op is server CPU time per "
         "operation; retry%%/fallbk%% are per remem get (or scan page).\n");
+    // An existing server's own --shm-dir decides (stat shm_page_bytes).
+    const bool started_shm =
+        o.remem_address.empty() && o.remem_cluster.empty() &&
+        std::any_of(results.begin(), results.end(), [](const RunResult& r) {
+          return r.system.rfind("remem", 0) == 0 &&
+                 r.system.find("-tcp") == std::string::npos;
+        });
+    if (started_shm) {
+      const fabric::ShmPages pages = fabric::ShmPagesOf(ServerShmDir());
+      std::printf(
+          "remem's started servers back shared memory with %s pages: %s\n",
+          FormatSize(pages.page_bytes).c_str(), pages.mount.c_str());
+    }
     for (const RunResult& r : results) {
       if (r.scans == 0) continue;
       std::printf(

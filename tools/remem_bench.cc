@@ -5,10 +5,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
 #include "bench_atomics.h"
+#include "bench_common.h"
 #include "bench_curve.h"
 #include "bench_durability.h"
 #include "bench_fabric.h"
@@ -19,6 +21,13 @@
 #include "util/log.h"
 #include "util/size.h"
 #include "util/subprocess.h"
+
+namespace {
+constexpr const char* kShmDirHelp =
+    "--shm-dir for every remem-server started (shared-memory transports): "
+    "a directory on a tmpfs mounted with huge=always puts their exports on "
+    "2 MiB pages";
+}  // namespace
 
 int main(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
@@ -44,6 +53,7 @@ int main(int argc, char** argv) {
   std::string size = "64";
   std::string span = "64M";
   std::string auth_file;
+  std::string shm_dir;
   const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   fo.client_cpu = ncpu > 1 ? 1 : 0;
 
@@ -207,6 +217,7 @@ int main(int argc, char** argv) {
         ->check(no_empty_item);
     a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
         ->capture_default_str();
+    a->add_option("--shm-dir", shm_dir, kShmDirHelp);
     a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")
         ->capture_default_str();
     a->add_option("--client-cpu", yo.client_cpu,
@@ -346,6 +357,7 @@ int main(int argc, char** argv) {
                   "pinned to --server-cpu)");
     a->add_option("--server-binary", fo.server_binary, "remem-server to start")
         ->capture_default_str();
+    a->add_option("--shm-dir", shm_dir, kShmDirHelp);
     a->add_option("--transport", transport, "auto | shm | tcp")
         ->capture_default_str();
     a->add_option("--duration", fo.seconds, "seconds per row")
@@ -410,6 +422,27 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
   (void)log::SetLevel("warn");
+  if (!shm_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(shm_dir, ec)) {
+      std::fprintf(stderr, "remem-bench: --shm-dir %s: not a directory\n",
+                   shm_dir.c_str());
+      return 2;
+    }
+    const bool external =
+        !fo.server.empty() ||
+        ((ycsb->parsed() || compare->parsed()) &&
+         (!(ycsb->parsed() ? yo_ycsb : yo_compare).remem_address.empty() ||
+          !(ycsb->parsed() ? yo_ycsb : yo_compare).remem_cluster.empty()));
+    if (external) {
+      std::fprintf(stderr,
+                   "remem-bench: --shm-dir is for the servers remem-bench "
+                   "starts; an existing server keeps its own (its "
+                   "remem-server --shm-dir)\n");
+      return 2;
+    }
+    bench::SetServerShmDir(shm_dir);
+  }
   if (ycsb->parsed() || compare->parsed()) {
     bench::YcsbOptions& yo = ycsb->parsed() ? yo_ycsb : yo_compare;
     YcsbLists& yl = ycsb->parsed() ? yl_ycsb : yl_compare;

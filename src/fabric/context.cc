@@ -1,8 +1,14 @@
 #include "fabric/context.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 namespace remem::fabric {
 
@@ -63,13 +69,28 @@ std::string Context::TlsFor(Transport transport, bool no_tcp) {
 Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
                                                  const Options& options) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (auto existing = Registry()[transport].lock()) return existing;
+  if (auto existing = Registry()[transport].lock()) {
+    if (!options.shm_dir.empty() && options.shm_dir != existing->shm_dir()) {
+      return Status::InvalidArgument(
+          "this process's UCX context already backs shared memory with " +
+          (existing->shm_dir().empty() ? std::string("UCX's default")
+                                       : existing->shm_dir()) +
+          ", not " + options.shm_dir);
+    }
+    return existing;
+  }
 
   // UCT options are read from the environment when ucp_init opens the
   // transports; overwrite=0 keeps a user's explicit choice.
   if (transport != Transport::kTcp) {
     setenv("UCX_MM_ERROR_HANDLING", "y", 0);
     setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
+  }
+
+  // UCX's posix memory domain reads its directory from the environment
+  // when ucp_init opens it (ucp_config_modify does not reach it).
+  if (!options.shm_dir.empty() && transport != Transport::kTcp) {
+    setenv("UCX_POSIX_DIR", options.shm_dir.c_str(), 1);
   }
 
   ucp_config_t* config = nullptr;
@@ -117,11 +138,136 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   ucp_config_release(config);
   if (s != UCS_OK) return FromUcs(s, "ucp_init");
 
-  std::shared_ptr<Context> c(new Context(ctx, transport));
+  std::shared_ptr<Context> c(new Context(ctx, transport, options.shm_dir));
   Registry()[transport] = c;
   return c;
 }
 
 Context::~Context() { ucp_cleanup(ctx_); }
+
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as octal (\040).
+std::string UnescapeMountField(const std::string& f) {
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '\\' && i + 3 < f.size()) {
+      const std::string oct = f.substr(i + 1, 3);
+      if (oct.size() == 3 && oct.find_first_not_of("01234567") == oct.npos) {
+        out.push_back(static_cast<char>(std::stoi(oct, nullptr, 8)));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(f[i]);
+  }
+  return out;
+}
+
+bool UnderMount(const std::string& path, const std::string& mount) {
+  if (mount == "/") return true;
+  return path.compare(0, mount.size(), mount) == 0 &&
+         (path.size() == mount.size() || path[mount.size()] == '/');
+}
+
+}  // namespace
+
+ShmPages ShmPagesOf(const std::string& dir_in) {
+  std::string dir = dir_in;
+  if (dir.empty()) {
+    const char* env = getenv("UCX_POSIX_DIR");
+    dir = env != nullptr && *env != '\0' ? env : "/dev/shm";
+  }
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(dir, ec);
+  if (!ec) dir = real.string();
+  const long base = sysconf(_SC_PAGESIZE);
+  ShmPages out;
+  out.page_bytes = base > 0 ? uint64_t(base) : 4096;
+  out.dir = dir;
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) == 0) {
+    out.available_bytes = uint64_t(fs.f_bavail) * fs.f_frsize;
+  }
+  // The mount the directory lives on: the longest mount point above it
+  // (the last one listed wins a tie: it is mounted over the others).
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line, best_mount, best_type, best_super;
+  while (std::getline(mi, line)) {
+    std::istringstream in(line);
+    std::string id, parent, devno, root, mount_point, opts, field;
+    if (!(in >> id >> parent >> devno >> root >> mount_point >> opts)) continue;
+    while (in >> field && field != "-") {
+    }
+    std::string type, source, super;
+    if (!(in >> type >> source >> super)) continue;
+    mount_point = UnescapeMountField(mount_point);
+    if (!UnderMount(dir, mount_point)) continue;
+    if (mount_point.size() >= best_mount.size()) {
+      best_mount = mount_point;
+      best_type = type;
+      best_super = super;
+    }
+  }
+  out.mount = best_mount.empty() ? dir : best_mount;
+  if (best_type != "tmpfs") {
+    out.mount += " (" + (best_type.empty() ? std::string("?") : best_type) +
+                 ", not tmpfs)";
+    return out;
+  }
+  std::string huge = "never";
+  std::istringstream so(best_super);
+  for (std::string o; std::getline(so, o, ',');) {
+    if (o.rfind("huge=", 0) == 0) huge = o.substr(5);
+  }
+  std::string forced;
+  std::ifstream se("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string modes;
+  std::getline(se, modes);
+  if (modes.find("[force]") != std::string::npos) forced = "force";
+  if (modes.find("[deny]") != std::string::npos) forced = "deny";
+  out.mount += " (huge=" + huge +
+               (forced.empty() ? "" : ", shmem_enabled " + forced) + ")";
+  const bool on =
+      forced == "force" ||
+      (forced.empty() && (huge == "always" || huge == "within_size"));
+  if (on) {
+    uint64_t pmd = 0;
+    std::ifstream hp("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+    if (!(hp >> pmd) || pmd == 0) pmd = uint64_t{2} << 20;
+    out.page_bytes = pmd;
+  }
+  return out;
+}
+
+ShmPages ShmPagesAt(const void* address) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(address);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode;
+    if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (at < lo || at >= hi) continue;
+    std::string path;
+    std::getline(in >> std::ws, path);
+    constexpr std::string_view kDeleted = " (deleted)";
+    if (path.size() > kDeleted.size() &&
+        path.compare(path.size() - kDeleted.size(), kDeleted.size(),
+                     kDeleted) == 0) {
+      path.resize(path.size() - kDeleted.size());
+    }
+    if (path.empty() || path[0] != '/') break;
+    return ShmPagesOf(std::filesystem::path(path).parent_path().string());
+  }
+  ShmPages out;
+  const long base = sysconf(_SC_PAGESIZE);
+  out.page_bytes = base > 0 ? uint64_t(base) : 4096;
+  out.mount = "anonymous memory";
+  return out;
+}
 
 }  // namespace remem::fabric

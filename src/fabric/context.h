@@ -51,9 +51,17 @@ class Context {
   // software-emulated get handler in a server, which trusts any address a
   // peer names and aborts the process if the peer dies mid-reply (UCX
   // 1.13; docs/SECURITY.md, "UCX's tcp ports").
+  //
+  // `shm_dir` (set as UCX_POSIX_DIR in the environment; "" keeps UCX's
+  // default, /dev/shm, or the environment's) is the directory whose files back
+  // the memory a context allocates for shared-memory peers: point it at a tmpfs
+  // mounted with huge=always and exported regions sit on 2 MiB pages
+  // (ShmPageBytes). The process's first context for a transport decides: asking
+  // again with another `shm_dir` is refused.
   struct Options {
     bool no_tcp = false;
     bool server = false;
+    std::string shm_dir;
   };
   static Result<std::shared_ptr<Context>> Shared(Transport transport,
                                                  const Options& options);
@@ -69,12 +77,34 @@ class Context {
 
   ucp_context_h handle() const { return ctx_; }
   Transport transport() const { return transport_; }
+  const std::string& shm_dir() const { return shm_dir_; }
 
  private:
-  Context(ucp_context_h ctx, Transport t) : ctx_(ctx), transport_(t) {}
+  Context(ucp_context_h ctx, Transport t, std::string shm_dir)
+      : ctx_(ctx), transport_(t), shm_dir_(std::move(shm_dir)) {}
   ucp_context_h ctx_;
   Transport transport_;
+  std::string shm_dir_;
 };
+
+// The page size that backs files created in `dir` (a directory on tmpfs,
+// as UCX's shared-memory segments are): 2 MiB where the tmpfs was mounted
+// with huge=always or huge=within_size (or the kernel forces huge pages on
+// every tmpfs), else the base page size. `mount` names the mount point
+// and its huge= option, for messages. Reads /proc/self/mountinfo and
+// /sys/kernel/mm/transparent_hugepage/shmem_enabled.
+struct ShmPages {
+  uint64_t page_bytes = 0;
+  std::string mount;
+  std::string dir;  // the directory judged ("" if anonymous)
+  // Free in its filesystem (statvfs); UINT64_MAX when unknown.
+  uint64_t available_bytes = UINT64_MAX;
+};
+ShmPages ShmPagesOf(const std::string& dir);
+// The same for the memory at `address` of this process, found in
+// /proc/self/maps: the file mapped there, judged by its directory as
+// above (anonymous memory: the base page size, `mount` says so).
+ShmPages ShmPagesAt(const void* address);
 
 }  // namespace remem::fabric
 

@@ -6,7 +6,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -26,6 +29,7 @@
 #include "server/dispatcher.h"
 #include "server/lease.h"
 #include "util/log.h"
+#include "util/size.h"
 #include "util/socket.h"
 
 namespace remem::server {
@@ -108,7 +112,8 @@ struct Server::Impl : public ServiceContext {
   std::vector<int> cpus;
   std::string recovery_summary;
   std::chrono::milliseconds lease_waited{0};
-  bool no_tcp = false;                        // UCX opened no tcp transport
+  bool no_tcp = false;          // UCX opened no tcp transport
+  uint64_t shm_page_bytes = 0;  // pages backing regions (0: no shm peers)
   std::atomic<bool> fault_stall_done{false};  // --fault-receive-stall used
   // The acceptor's check of client addresses, which a renewed worker's
   // address joins (a copy: they share the server's own identities).
@@ -316,6 +321,33 @@ Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
   }
   fabric::LocalRegion* raw = r->get();
   regions.push_back(std::move(*r));
+  if (regions.size() == 1 && config.transport != Transport::kTcp) {
+    // One-sided gets over shared memory pay a TLB miss per bucket on 4 KiB
+    // pages; 2 MiB pages measured up to 1.5x faster (docs/BENCHMARKS.md).
+    const fabric::ShmPages pages = fabric::ShmPagesAt(raw->base());
+    shm_page_bytes = pages.page_bytes;
+    // The files are sparse: a tmpfs too small for --memory is found only
+    // when a page cannot be had, by a SIGBUS in whichever process touches
+    // it first (this server, or a client reading one-sided). Refuse now.
+    if (!pages.dir.empty() && pages.available_bytes < config.memory) {
+      return Status::OutOfMemory(fmt::format(
+          "--memory {} is more than the {} free in {}, where shared memory "
+          "for local clients is kept: lower --memory, or give --shm-dir a "
+          "larger tmpfs",
+          FormatSize(config.memory), FormatSize(pages.available_bytes),
+          pages.mount));
+    }
+    if (pages.page_bytes >= (uint64_t{2} << 20)) {
+      log::Info("shared-memory exports on {} pages: {}",
+                FormatSize(pages.page_bytes), pages.mount);
+    } else {
+      log::Info(
+          "shared-memory exports on {} pages: {}; --shm-dir on a tmpfs "
+          "mounted with huge=always gives 2 MiB pages and faster one-sided "
+          "gets (README, \"Huge pages\")",
+          FormatSize(pages.page_bytes), pages.mount);
+    }
+  }
   dispatcher->Export(raw->id(), {raw, owner, access});
   return raw;
 }
@@ -356,6 +388,24 @@ Status Server::Impl::InitTransport() {
   fabric::Context::Options co;
   co.no_tcp = config.transport == Transport::kAuto && loopback;
   co.server = true;
+  if (!config.shm_dir.empty()) {
+    if (config.transport == Transport::kTcp) {
+      return Status::InvalidArgument(
+          "--shm-dir is for shared-memory clients; with --transport tcp "
+          "there are none");
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_directory(config.shm_dir, ec)) {
+      return Status::InvalidArgument("--shm-dir " + config.shm_dir +
+                                     ": not a directory");
+    }
+    if (::access(config.shm_dir.c_str(), W_OK | X_OK) != 0) {
+      return Status::InvalidArgument("--shm-dir " + config.shm_dir +
+                                     ": cannot create files there (" +
+                                     std::strerror(errno) + ")");
+    }
+    co.shm_dir = config.shm_dir;
+  }
   auto ctx_or = fabric::Context::Shared(config.transport, co);
   if (!ctx_or.ok()) return ctx_or.status();
   ctx = *ctx_or;
@@ -856,6 +906,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
   num("shm_receive_watching_threads", watching);
   num("memory_registered", registered);
   num("regions", regions.size());
+  num("shm_page_bytes", shm_page_bytes);
   num("server_threads", threads.size());
   num("incarnation", incarnation_id);
   num("lease_ms", uint64_t(config.lease.count()));

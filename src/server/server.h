@@ -36,6 +36,12 @@ struct ServerConfig {
   uint64_t region_size = 1ull << 30;
   int threads = 1;
   Transport transport = Transport::kAuto;
+  // Directory whose files back the exported regions for shared-memory
+  // clients (UCX_POSIX_DIR; "" = /dev/shm or the environment's). A tmpfs
+  // mounted with huge=always puts them on 2 MiB pages (stat
+  // shm_page_bytes). The process's first server decides: another server
+  // of the same process asking for a different one is refused.
+  std::string shm_dir;
   // Durability: with a data dir (and persistence on), every durable
   // service logs its writes under data_dir and recovers them at start;
   // README.md describes what each fsync policy guarantees. Empty: a pure
