@@ -149,4 +149,34 @@ double PathSelector::Estimate(Path path) const {
 
 size_t PathSelector::Samples(Path path) const { return hist_[int(path)].count; }
 
+Path PathTiming::Choose(PathSelector* selector, bool* timed,
+                        Clock::time_point* start) {
+  if (selector->mode() != remem::ReadPath::kAuto) {
+    *timed = false;
+    return selector->Choose(last_now_);
+  }
+  const Path p = selector->Choose(last_now_);
+  *timed = p != last_path_ || Sample(*selector, p);
+  last_path_ = p;
+  if (*timed) {
+    *start = Clock::now();
+    last_now_ = *start;
+  }
+  return p;
+}
+
+bool PathTiming::Sample(const PathSelector& selector, Path path) {
+  return selector.Samples(path) < 32 || (++counter_ & 7) == 0;
+}
+
+void PathTiming::Record(PathSelector* selector, Path path,
+                        Clock::time_point start, double ops) {
+  const Clock::time_point end = Clock::now();
+  last_now_ = end;
+  selector->Record(
+      path,
+      std::chrono::duration<double, std::micro>(end - start).count() / ops,
+      end);
+}
+
 }  // namespace remem::client

@@ -129,6 +129,37 @@ class PathSelector {
   Counters counters_;
 };
 
+// Which operations a store times for a PathSelector. Two clock reads cost
+// about a tenth of a one-sided get on shared memory, so once a path has
+// 32 samples only every 8th operation on it is timed; a change of path
+// (an exploration, a switch) always is. The selector is given the last
+// time read instead of a fresh one, which is enough for its 3 s idle
+// reset. One per selector whose operations come one at a time.
+//
+// Thread contract: not thread-safe; the thread of the store that owns it.
+class PathTiming {
+ public:
+  using Clock = PathSelector::Clock;
+
+  // The path of the next operation on `selector`, and whether to time it
+  // (*timed; then *start is now). In a forced mode nothing is timed.
+  Path Choose(PathSelector* selector, bool* timed, Clock::time_point* start);
+  // Whether to time the next operation (or window of them) on `path`, by
+  // the 32 samples / every 8th rule alone.
+  bool Sample(const PathSelector& selector, Path path);
+  // Records on `selector` what was timed from `start`, divided among `ops`
+  // operations, and keeps the time read as the last one.
+  void Record(PathSelector* selector, Path path, Clock::time_point start,
+              double ops = 1);
+  // The last time read (by Choose or Record).
+  Clock::time_point last_now() const { return last_now_; }
+
+ private:
+  Path last_path_ = Path::kOneSided;
+  uint64_t counter_ = 0;
+  Clock::time_point last_now_ = Clock::now();
+};
+
 }  // namespace remem::client
 
 #endif  // REMEM_CLIENT_PATH_SELECTOR_H_

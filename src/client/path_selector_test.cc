@@ -213,5 +213,47 @@ TEST(PathSelector, ParseModes) {
   EXPECT_FALSE(ParseReadPath("fast").ok());
 }
 
+// Stores time every operation on a path until it has 32 samples, and
+// every change of path, then every 8th; in a forced mode none (nothing to
+// compare).
+TEST(PathTiming, TimesEveryOperationUntilAPathHas32SamplesThenEvery8th) {
+  PathSelector sel({.explore = 0});
+  PathTiming timing;
+  int timed_ops = 0, ops_after = 0, timed_after = 0;
+  Path last = Path::kOneSided;
+  for (int i = 0; i < 400; ++i) {
+    bool timed = false;
+    Clock::time_point start;
+    const Path p = timing.Choose(&sel, &timed, &start);
+    if (p != last || sel.Samples(p) < 32) {
+      EXPECT_TRUE(timed) << "operation " << i;
+    } else {
+      ++ops_after;
+      timed_after += timed;
+    }
+    last = p;
+    if (timed) {
+      ++timed_ops;
+      EXPECT_EQ(timing.last_now(), start);
+      // Each path as fast as the other: the choice settles.
+      timing.Record(&sel, p, start);
+      EXPECT_GE(timing.last_now(), start);
+    }
+  }
+  ASSERT_GT(ops_after, 250);
+  // Every 8th of the rest, give or take the one the count started on.
+  EXPECT_NEAR(timed_after, ops_after / 8, 1);
+  EXPECT_LT(timed_ops, 150);
+
+  PathSelector forced({.mode = remem::ReadPath::kOneSided});
+  PathTiming none;
+  for (int i = 0; i < 50; ++i) {
+    bool timed = true;
+    Clock::time_point start;
+    EXPECT_EQ(none.Choose(&forced, &timed, &start), Path::kOneSided);
+    EXPECT_FALSE(timed);
+  }
+}
+
 }  // namespace
 }  // namespace remem::client

@@ -42,9 +42,7 @@ struct HashStore::Impl {
   size_t in_flight = 0;
   int flush_hook = 0;
   // Sampling of get latencies for the selector (auto mode only).
-  client::Path last_path = client::Path::kOneSided;
-  uint64_t sample_counter = 0;
-  Clock::time_point last_now = Clock::now();
+  client::PathTiming timing;  // of `selector`'s gets; last_now for all
 
   // Wraps a callback: the session's bookkeeping plus this store's count.
   template <typename Arg, typename Fn>
@@ -56,38 +54,17 @@ struct HashStore::Impl {
     });
   }
 
-  // Chooses the path of the next get and whether to time it. Two clock
-  // reads cost about a tenth of a one-sided get on shared memory, so once a
-  // path has enough samples only every 8th get on it is timed; a change of
-  // path (exploration, or a switch) is always timed. Choose() gets the last
-  // measured time, which is enough for its 3 s idle reset.
+  // The path of the next single get and whether to time it
+  // (client::PathTiming's rule).
   client::Path ChoosePath(bool* timed, Clock::time_point* start) {
-    if (selector->mode() != ReadPath::kAuto) {
-      *timed = false;
-      return selector->Choose(last_now);
-    }
-    const client::Path p = selector->Choose(last_now);
-    *timed = p != last_path || selector->Samples(p) < 32 ||
-             (++sample_counter & 7) == 0;
-    last_path = p;
-    if (*timed) {
-      *start = Clock::now();
-      last_now = *start;
-    }
-    return p;
+    return timing.Choose(selector.get(), timed, start);
   }
   void RecordLatency(client::Path p, Clock::time_point start) {
-    RecordLatency(selector.get(), p, start, 1);
+    timing.Record(selector.get(), p, start);
   }
   void RecordLatency(client::PathSelector* into, client::Path p,
                      Clock::time_point start, double divide_by) {
-    const auto end = Clock::now();
-    last_now = end;
-    into->Record(
-        p,
-        std::chrono::duration<double, std::micro>(end - start).count() /
-            divide_by,
-        end);
+    timing.Record(into, p, start, divide_by);
   }
 
   // A verified one-sided get (retried, re-reading the root when a bucket
@@ -902,9 +879,8 @@ void HashStore::Impl::RunLocalGets() {
   // history, every 8th window only (two clock reads cost about a tenth of
   // a lone one-sided get).
   const bool timed = selector->mode() == ReadPath::kAuto &&
-                     (selector->Samples(client::Path::kOneSided) < 32 ||
-                      (++sample_counter & 7) == 0);
-  const Clock::time_point start = timed ? Clock::now() : last_now;
+                     timing.Sample(*selector, client::Path::kOneSided);
+  const Clock::time_point start = timed ? Clock::now() : timing.last_now();
   size_t answered = 0;
   for (LocalGet& op : local_running) {
     const std::string_view key(local_running_keys.data() + op.key_begin,
@@ -1022,7 +998,7 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   // Batches have their own selector: timed every time (one clock pair per
   // batch is cheap).
   const bool timed = s.batch_selector->mode() == ReadPath::kAuto;
-  const Clock::time_point start = timed ? Clock::now() : s.last_now;
+  const Clock::time_point start = timed ? Clock::now() : s.timing.last_now();
   const client::Path path = s.batch_selector->Choose(start);
   if (path == client::Path::kOneSided && s.core->reads_are_local()) {
     // Shared memory: each read is a copy, done at once, in prefetched
@@ -1195,7 +1171,7 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
   st->done = std::move(done);
   s.Began();
   st->timed = s.batch_selector->mode() == ReadPath::kAuto && !keys.empty();
-  st->start = st->timed ? Clock::now() : s.last_now;
+  st->start = st->timed ? Clock::now() : s.timing.last_now();
   st->path = s.batch_selector->Choose(st->start);
   auto release = [st] { st->Release(); };
   std::vector<size_t>& by_rpc = s.batch_by_rpc;  // keys the server answers

@@ -250,6 +250,7 @@ struct TreeStore::Impl {
   std::unique_ptr<RemoteSource> source;
   tree::NodeCache cache;
   std::unique_ptr<client::PathSelector> get_selector, scan_selector;
+  client::PathTiming get_timing, scan_timing;  // which operations are timed
   size_t in_flight = 0;
 
   template <typename Arg, typename Fn>
@@ -317,19 +318,15 @@ struct TreeStore::Impl {
   // sends anyway, where each one-sided node read would be a round trip of
   // its own, and the latencies compared would be mostly the queue both
   // paths share (the hash store does the same).
-  client::Path ChooseAsync(client::PathSelector* selector, bool* timed) {
+  client::Path ChooseAsync(client::PathSelector* selector,
+                           client::PathTiming* timing, bool* timed,
+                           Clock::time_point* start) {
     *timed = false;
-    if (selector->mode() != ReadPath::kAuto) return selector->Choose();
+    if (selector->mode() != ReadPath::kAuto) {
+      return selector->Choose(timing->last_now());
+    }
     if (core->served() && in_flight > 1) return client::Path::kRpc;
-    *timed = true;
-    return selector->Choose();
-  }
-  static void RecordSince(client::PathSelector* selector, client::Path path,
-                          Clock::time_point start) {
-    const auto end = Clock::now();
-    selector->Record(
-        path, std::chrono::duration<double, std::micro>(end - start).count(),
-        end);
+    return timing->Choose(selector, timed, start);
   }
 
   // A one-sided attempt: OK/NotFound (vouched), or gave_up when the server
@@ -370,9 +367,11 @@ struct TreeStore::Impl {
   }
 
   // Into *into (its string's storage reused).
-  Status Get(std::string_view key, Value* into, client::Path* path) {
+  // *timed (then *start) as get_timing decides.
+  Status Get(std::string_view key, Value* into, client::Path* path, bool* timed,
+             Clock::time_point* start) {
     REMEM_RETURN_IF_ERROR(CheckKey(key));
-    *path = get_selector->Choose();
+    *path = get_timing.Choose(get_selector.get(), timed, start);
     if (*path == client::Path::kOneSided) {
       bool gave_up = false;
       Status st = GetOneSided(key, into, &gave_up);
@@ -398,14 +397,16 @@ struct TreeStore::Impl {
   }
 
   // Into *page (its storage reused); cleared on an error.
+  // *timed (then *t0) as scan_timing decides.
   Status Scan(std::string_view start, std::string_view end, uint32_t limit,
-              Order order, Page* page, client::Path* path) {
+              Order order, Page* page, client::Path* path, bool* timed,
+              Clock::time_point* t0) {
     if (Status st = CheckScan(start, end, limit); !st.ok()) {
       tree::ClearPage(page);
       return st;
     }
     const bool desc = order == Order::kDescending;
-    *path = scan_selector->Choose();
+    *path = scan_timing.Choose(scan_selector.get(), timed, t0);
     if (*path == client::Path::kOneSided) {
       bool gave_up = false;
       Status st = ScanOneSided(start, end, limit, desc, page, &gave_up);
@@ -593,7 +594,8 @@ struct TreeStore::Impl {
     s->results.assign(keys.size(), Status::Internal("not answered"));
     client::PathSelector& sel = *get_selector;
     const bool rpc_only = sel.mode() == ReadPath::kAuto && core->served();
-    const bool onesided = !rpc_only && sel.Choose() == client::Path::kOneSided;
+    const bool onesided = !rpc_only && sel.Choose(get_timing.last_now()) ==
+                                           client::Path::kOneSided;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (Status st = CheckKey(keys[i]); !st.ok()) {
         s->results[i] = st;
@@ -832,12 +834,12 @@ Result<TreeStore::Value> TreeStore::Get(std::string_view key) {
 }
 
 Status TreeStore::Get(std::string_view key, Value* into) {
-  const bool timed = impl_->get_selector->mode() == ReadPath::kAuto;
-  const auto start = timed ? Clock::now() : Clock::time_point{};
+  bool timed = false;
+  Clock::time_point start;
   client::Path path = client::Path::kRpc;  // set by Impl unless refused
-  Status st = impl_->Get(key, into, &path);
+  Status st = impl_->Get(key, into, &path, &timed, &start);
   if (timed && (st.ok() || st.code() == StatusCode::kNotFound)) {
-    Impl::RecordSince(impl_->get_selector.get(), path, start);
+    impl_->get_timing.Record(impl_->get_selector.get(), path, start);
   }
   return st;
 }
@@ -852,11 +854,13 @@ Result<TreeStore::Page> TreeStore::Scan(std::string_view start,
 
 Status TreeStore::ScanInto(std::string_view start, std::string_view end,
                            uint32_t limit, Order order, Page* page) {
-  const bool timed = impl_->scan_selector->mode() == ReadPath::kAuto;
-  const auto t0 = timed ? Clock::now() : Clock::time_point{};
+  bool timed = false;
+  Clock::time_point t0;
   client::Path path = client::Path::kRpc;  // set by Impl unless refused
-  Status st = impl_->Scan(start, end, limit, order, page, &path);
-  if (timed && st.ok()) Impl::RecordSince(impl_->scan_selector.get(), path, t0);
+  Status st = impl_->Scan(start, end, limit, order, page, &path, &timed, &t0);
+  if (timed && st.ok()) {
+    impl_->scan_timing.Record(impl_->scan_selector.get(), path, t0);
+  }
   return st;
 }
 
@@ -929,16 +933,18 @@ void TreeStore::GetAsync(std::string_view key, GetCallback done) {
     return impl_->core->Defer([cb, st]() mutable { cb(st); });
   }
   client::PathSelector* selector = impl_->get_selector.get();
+  client::PathTiming* timing = &impl_->get_timing;
   bool timed = false;
-  const client::Path path = impl_->ChooseAsync(selector, &timed);
-  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  Clock::time_point start;
+  const client::Path path =
+      impl_->ChooseAsync(selector, timing, &timed, &start);
   if (path == client::Path::kOneSided) {
     Value v;
     bool gave_up = false;
     Status st = impl_->GetOneSided(key, &v, &gave_up);
     if (!gave_up) {
       ++impl_->stats.onesided_gets;
-      if (timed) Impl::RecordSince(selector, path, start);
+      if (timed) timing->Record(selector, path, start);
       Result<Value> r = st.ok() ? Result<Value>(std::move(v)) : st;
       return impl_->core->Defer(
           [cb, r = std::move(r)]() mutable { cb(std::move(r)); });
@@ -949,11 +955,12 @@ void TreeStore::GetAsync(std::string_view key, GetCallback done) {
   ++impl_->stats.rpc_gets;
   impl_->core->Call(
       tree::kTreeService, M(tree::TreeMethod::kGet), tree::EncodeTreeKey(key),
-      [cb, timed, start, selector](Status st, std::string payload) mutable {
+      [cb, timed, start, selector, timing](Status st,
+                                           std::string payload) mutable {
         if (!st.ok()) return cb(st);
         auto v = tree::DecodeTreeGetReply(payload);
         if (timed && (v.ok() || v.status().code() == StatusCode::kNotFound)) {
-          Impl::RecordSince(selector, client::Path::kRpc, start);
+          timing->Record(selector, client::Path::kRpc, start);
         }
         if (!v.ok()) return cb(v.status());
         cb(Value{std::move(v->second), v->first});
@@ -1009,35 +1016,35 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
   }
   const bool desc = order == Order::kDescending;
   client::PathSelector* selector = impl_->scan_selector.get();
+  client::PathTiming* timing = &impl_->scan_timing;
   bool timed = false;
-  const client::Path path = impl_->ChooseAsync(selector, &timed);
-  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  Clock::time_point t0;
+  const client::Path path = impl_->ChooseAsync(selector, timing, &timed, &t0);
   if (path == client::Path::kOneSided) {
     bool gave_up = false;
     Status st = impl_->ScanOneSided(start, end, limit, desc, page, &gave_up);
     if (!gave_up) {
       ++impl_->stats.onesided_scans;
-      if (timed && st.ok()) Impl::RecordSince(selector, path, t0);
+      if (timed && st.ok()) timing->Record(selector, path, t0);
       return impl_->core->Defer([cb, st]() mutable { cb(st); });
     }
     ++impl_->stats.fallbacks;
     timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_scans;
-  impl_->core->Call(
-      tree::kTreeService, M(tree::TreeMethod::kScan),
-      tree::EncodeTreeScan({start, end, limit, desc}),
-      [cb, timed, t0, selector, page](Status st, std::string payload) mutable {
-        if (!st.ok()) {
-          tree::ClearPage(page);
-          return cb(st);
-        }
-        st = tree::DecodeTreeScanReply(payload, page);
-        if (timed && st.ok()) {
-          Impl::RecordSince(selector, client::Path::kRpc, t0);
-        }
-        cb(st);
-      });
+  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kScan),
+                    tree::EncodeTreeScan({start, end, limit, desc}),
+                    [cb, timed, t0, selector, timing, page](
+                        Status st, std::string payload) mutable {
+                      if (!st.ok()) {
+                        tree::ClearPage(page);
+                        return cb(st);
+                      }
+                      st = tree::DecodeTreeScanReply(payload, page);
+                      if (timed && st.ok())
+                        timing->Record(selector, client::Path::kRpc, t0);
+                      cb(st);
+                    });
 }
 
 const TreeStore::ReadStats& TreeStore::read_stats() const {
