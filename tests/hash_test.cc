@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 
+#include "fabric/context.h"
 #include "remem/session.h"
 #include "test_util.h"
 #include "testing/hash_store_kv.h"
@@ -286,7 +287,8 @@ uint64_t PmdMappedBytesUnder(const std::string& dir) {
 // --shm-dir on a tmpfs mounted with huge=always: the server says its
 // exports are on 2 MiB pages, this client reads them through 2 MiB
 // page-table entries, and server writes racing one-sided reads stay
-// linearizable there; a tmpfs smaller than --memory is refused at start. Over
+// linearizable there; a tmpfs smaller than --memory, or a directory on
+// a disk, is refused at start. Over
 // tcp there is no shared-memory client for the flag to serve, and the server
 // refuses it.
 TEST(HashHugePages, ExportsOnAHugePageTmpfsAreReadThroughTwoMiBPages) {
@@ -321,6 +323,26 @@ TEST(HashHugePages, ExportsOnAHugePageTmpfsAreReadThroughTwoMiBPages) {
               std::string::npos)
         << refused.out;
     return;
+  }
+  // The files are sparse: a tmpfs smaller than --memory would fail only
+  // when a page could not be had (a SIGBUS, in the server or a client).
+  auto too_small = testing::RunCommand({testing::ServerBinary(), "--listen",
+                                        "127.0.0.1:0", "--transport", "shm",
+                                        "--memory", "1G", "--shm-dir", dir});
+  EXPECT_EQ(too_small.exit_code, 1) << too_small.out;
+  EXPECT_NE(too_small.out.find("is more than the"), std::string::npos)
+      << too_small.out;
+  // Not a tmpfs (the build's directory, on a disk): the exported memory
+  // would be a file there.
+  const std::string disk_dir =
+      std::filesystem::path(testing::ServerBinary()).parent_path().string();
+  if (!fabric::ShmPagesOf(disk_dir).tmpfs) {
+    auto on_disk = testing::RunCommand(
+        {testing::ServerBinary(), "--listen", "127.0.0.1:0", "--transport",
+         "shm", "--memory", "16M", "--shm-dir", disk_dir});
+    EXPECT_EQ(on_disk.exit_code, 2) << on_disk.out;
+    EXPECT_NE(on_disk.out.find("is not on a tmpfs"), std::string::npos)
+        << on_disk.out;
   }
   {
     auto server = StartServer(

@@ -38,6 +38,7 @@ double PathSelector::Uniform() {
 
 Path PathSelector::Choose(Clock::time_point now) {
   Path pick;
+  exploring_ = false;
   if (options_.mode == remem::ReadPath::kOneSided) {
     pick = Path::kOneSided;
   } else if (options_.mode == remem::ReadPath::kRpc) {
@@ -57,6 +58,7 @@ Path PathSelector::Choose(Clock::time_point now) {
     } else if (burst_left_ > 0) {
       --burst_left_;
       pick = burst_path_;
+      exploring_ = true;
     } else {
       pick = os.Mean() <= rpc.Mean() ? Path::kOneSided : Path::kRpc;
       if (Uniform() < options_.explore && ExploreAllowed(pick, now)) {
@@ -65,6 +67,7 @@ Path PathSelector::Choose(Clock::time_point now) {
         last_explored_ = now;
         explored_ever_ = true;
         burst_path_ = pick;
+        exploring_ = true;
         burst_left_ =
             options_.explore_burst > 0 ? options_.explore_burst - 1 : 0;
       }
@@ -156,7 +159,7 @@ Path PathTiming::Choose(PathSelector* selector, bool* timed,
     return selector->Choose(last_now_);
   }
   const Path p = selector->Choose(last_now_);
-  *timed = p != last_path_ || Sample(*selector, p);
+  *timed = p != last_path_ || selector->exploring() || Sample(*selector, p);
   last_path_ = p;
   if (*timed) {
     *start = Clock::now();

@@ -97,6 +97,9 @@ class PathSelector {
     uint64_t warmup_discarded = 0;
   };
   const Counters& counters() const { return counters_; }
+  // Whether the last Choose picked a path to explore it (an exploration
+  // or an operation of its burst).
+  bool exploring() const { return exploring_; }
   remem::ReadPath mode() const { return options_.mode; }
 
  private:
@@ -125,16 +128,18 @@ class PathSelector {
   Clock::time_point last_explored_{};
   bool explored_ever_ = false;
   size_t burst_left_ = 0;  // further operations of the current exploration
+  bool exploring_ = false;
   Path burst_path_ = Path::kOneSided;
   Counters counters_;
 };
 
 // Which operations a store times for a PathSelector. Two clock reads cost
 // about a tenth of a one-sided get on shared memory, so once a path has
-// 32 samples only every 8th operation on it is timed; a change of path
-// (an exploration, a switch) always is. The selector is given the last
-// time read instead of a fresh one, which is enough for its 3 s idle
-// reset. One per selector whose operations come one at a time.
+// 32 samples only every 8th operation on it is timed; a change of path (a
+// switch) and every operation of an exploration (a burst of them: the
+// first is cold) always are. The selector is given the last time read
+// instead of a fresh one, which is enough for its 3 s idle reset. One per
+// selector of single operations (a store's batches may share its clock).
 //
 // Thread contract: not thread-safe; the thread of the store that owns it.
 class PathTiming {

@@ -235,15 +235,42 @@ TEST(PathTiming, TimesEveryOperationUntilAPathHas32SamplesThenEvery8th) {
     if (timed) {
       ++timed_ops;
       EXPECT_EQ(timing.last_now(), start);
-      // Each path as fast as the other: the choice settles.
-      timing.Record(&sel, p, start);
-      EXPECT_GE(timing.last_now(), start);
+      // Fixed latencies (one-sided 1 us, RPC 10 us), so the choice
+      // settles on one-sided whatever the machine does.
+      sel.Record(p, p == Path::kOneSided ? 1.0 : 10.0, start);
     }
   }
+  // Record reads the clock and keeps it.
+  bool timed = false;
+  Clock::time_point start;
+  const Path p = timing.Choose(&sel, &timed, &start);
+  const Clock::time_point before = Clock::now();
+  timing.Record(&sel, p, before);
+  EXPECT_GE(timing.last_now(), before);
   ASSERT_GT(ops_after, 250);
   // Every 8th of the rest, give or take the one the count started on.
   EXPECT_NEAR(timed_after, ops_after / 8, 1);
   EXPECT_LT(timed_ops, 150);
+
+  // Every operation of an exploration's burst is timed (the first is
+  // cold; sampled, it would weigh as much as the rest together).
+  PathSelector explorer({.explore = 0.05,
+                         .explore_interval = std::chrono::nanoseconds(0),
+                         .explore_burst = 4,
+                         .explore_time_share = 1});
+  PathTiming explorer_timing;
+  int explored = 0;
+  for (int i = 0; i < 2000; ++i) {
+    bool timed = false;
+    Clock::time_point start;
+    const Path p = explorer_timing.Choose(&explorer, &timed, &start);
+    if (explorer.exploring()) {
+      ++explored;
+      EXPECT_TRUE(timed) << "operation " << i;
+    }
+    if (timed) explorer.Record(p, p == Path::kOneSided ? 1.0 : 10.0, start);
+  }
+  EXPECT_GT(explored, 20);
 
   PathSelector forced({.mode = remem::ReadPath::kOneSided});
   PathTiming none;

@@ -1,13 +1,17 @@
 #include "fabric/context.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace remem::fabric {
@@ -88,8 +92,23 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   }
 
   // UCX's posix memory domain reads its directory from the environment
-  // when ucp_init opens it (ucp_config_modify does not reach it).
+  // when ucp_init opens it (ucp_config_modify does not reach it); the
+  // environment is given back after, so later contexts keep the default.
+  struct PosixDirRestorer {
+    bool set = false;
+    std::optional<std::string> before;
+    ~PosixDirRestorer() {
+      if (!set) return;
+      if (before) {
+        setenv("UCX_POSIX_DIR", before->c_str(), 1);
+      } else {
+        unsetenv("UCX_POSIX_DIR");
+      }
+    }
+  } posix_dir;
   if (!options.shm_dir.empty() && transport != Transport::kTcp) {
+    if (const char* b = getenv("UCX_POSIX_DIR")) posix_dir.before = b;
+    posix_dir.set = true;
     setenv("UCX_POSIX_DIR", options.shm_dir.c_str(), 1);
   }
 
@@ -136,6 +155,7 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
+
   if (s != UCS_OK) return FromUcs(s, "ucp_init");
 
   std::shared_ptr<Context> c(new Context(ctx, transport, options.shm_dir));
@@ -190,9 +210,17 @@ ShmPages ShmPagesOf(const std::string& dir_in) {
     out.available_bytes = uint64_t(fs.f_bavail) * fs.f_frsize;
   }
   // The mount the directory lives on: the longest mount point above it
-  // (the last one listed wins a tie: it is mounted over the others).
+  // with the directory's device (a mount hidden by another mounted over a
+  // directory above it has the same prefix but not the device).
+  struct stat st {};
+  std::string want_dev;
+  if (::stat(dir.c_str(), &st) == 0) {
+    want_dev = std::to_string(major(st.st_dev)) + ":" +
+               std::to_string(minor(st.st_dev));
+  }
   std::ifstream mi("/proc/self/mountinfo");
   std::string line, best_mount, best_type, best_super;
+  bool best_dev_matches = false;
   while (std::getline(mi, line)) {
     std::istringstream in(line);
     std::string id, parent, devno, root, mount_point, opts, field;
@@ -203,14 +231,19 @@ ShmPages ShmPagesOf(const std::string& dir_in) {
     if (!(in >> type >> source >> super)) continue;
     mount_point = UnescapeMountField(mount_point);
     if (!UnderMount(dir, mount_point)) continue;
-    if (mount_point.size() >= best_mount.size()) {
+    const bool dev_matches = devno == want_dev;
+    if (best_dev_matches && !dev_matches) continue;
+    if ((dev_matches && !best_dev_matches) ||
+        mount_point.size() >= best_mount.size()) {
       best_mount = mount_point;
       best_type = type;
       best_super = super;
+      best_dev_matches = dev_matches;
     }
   }
   out.mount = best_mount.empty() ? dir : best_mount;
-  if (best_type != "tmpfs") {
+  out.tmpfs = best_type == "tmpfs";
+  if (!out.tmpfs) {
     out.mount += " (" + (best_type.empty() ? std::string("?") : best_type) +
                  ", not tmpfs)";
     return out;
@@ -249,8 +282,13 @@ ShmPages ShmPagesAt(const void* address) {
     if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
     const size_t dash = range.find('-');
     if (dash == std::string::npos) continue;
-    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
-    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    uintptr_t lo = 0, hi = 0;
+    const char* text = range.data();
+    if (std::from_chars(text, text + dash, lo, 16).ec != std::errc() ||
+        std::from_chars(text + dash + 1, text + range.size(), hi, 16).ec !=
+            std::errc()) {
+      continue;
+    }
     if (at < lo || at >= hi) continue;
     std::string path;
     std::getline(in >> std::ws, path);

@@ -96,7 +96,8 @@ class Context {
 struct ShmPages {
   uint64_t page_bytes = 0;
   std::string mount;
-  std::string dir;  // the directory judged ("" if anonymous)
+  std::string dir;     // the directory judged ("" if anonymous)
+  bool tmpfs = false;  // dir is on a tmpfs (memory, not a disk)
   // Free in its filesystem (statvfs); UINT64_MAX when unknown.
   uint64_t available_bytes = UINT64_MAX;
 };

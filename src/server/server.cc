@@ -404,6 +404,12 @@ Status Server::Impl::InitTransport() {
                                      ": cannot create files there (" +
                                      std::strerror(errno) + ")");
     }
+    // Anywhere else the exported memory would be a file on disk.
+    if (const fabric::ShmPages on = fabric::ShmPagesOf(config.shm_dir);
+        !on.tmpfs) {
+      return Status::InvalidArgument("--shm-dir " + config.shm_dir +
+                                     " is not on a tmpfs: " + on.mount);
+    }
     co.shm_dir = config.shm_dir;
   }
   auto ctx_or = fabric::Context::Shared(config.transport, co);

@@ -594,8 +594,7 @@ struct TreeStore::Impl {
     s->results.assign(keys.size(), Status::Internal("not answered"));
     client::PathSelector& sel = *get_selector;
     const bool rpc_only = sel.mode() == ReadPath::kAuto && core->served();
-    const bool onesided = !rpc_only && sel.Choose(get_timing.last_now()) ==
-                                           client::Path::kOneSided;
+    const bool onesided = !rpc_only && sel.Choose() == client::Path::kOneSided;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (Status st = CheckKey(keys[i]); !st.ok()) {
         s->results[i] = st;
