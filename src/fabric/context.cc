@@ -155,7 +155,6 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
-
   if (s != UCS_OK) return FromUcs(s, "ucp_init");
 
   std::shared_ptr<Context> c(new Context(ctx, transport, options.shm_dir));

@@ -52,12 +52,12 @@ class Context {
   // peer names and aborts the process if the peer dies mid-reply (UCX
   // 1.13; docs/SECURITY.md, "UCX's tcp ports").
   //
-  // `shm_dir` (set as UCX_POSIX_DIR in the environment; "" keeps UCX's
-  // default, /dev/shm, or the environment's) is the directory whose files back
-  // the memory a context allocates for shared-memory peers: point it at a tmpfs
-  // mounted with huge=always and exported regions sit on 2 MiB pages
-  // (ShmPageBytes). The process's first context for a transport decides: asking
-  // again with another `shm_dir` is refused.
+  // `shm_dir` (UCX_POSIX_DIR while ucp_init runs; "" keeps UCX's default,
+  // /dev/shm, or the environment's) is the directory whose files back the
+  // memory a context allocates for shared-memory peers: point it at a
+  // tmpfs mounted with huge=always and exported regions sit on 2 MiB pages
+  // (ShmPagesAt tells). The process's first context for a transport
+  // decides: asking again with another `shm_dir` is refused.
   struct Options {
     bool no_tcp = false;
     bool server = false;
