@@ -183,6 +183,11 @@ std::string UnescapeMountField(const std::string& f) {
   return out;
 }
 
+uint64_t BasePageBytes() {
+  const long base = sysconf(_SC_PAGESIZE);
+  return base > 0 ? uint64_t(base) : 4096;
+}
+
 bool UnderMount(const std::string& path, const std::string& mount) {
   if (mount == "/") return true;
   return path.compare(0, mount.size(), mount) == 0 &&
@@ -200,9 +205,8 @@ ShmPages ShmPagesOf(const std::string& dir_in) {
   std::error_code ec;
   const std::filesystem::path real = std::filesystem::canonical(dir, ec);
   if (!ec) dir = real.string();
-  const long base = sysconf(_SC_PAGESIZE);
   ShmPages out;
-  out.page_bytes = base > 0 ? uint64_t(base) : 4096;
+  out.page_bytes = BasePageBytes();
   out.dir = dir;
   struct statvfs fs {};
   if (statvfs(dir.c_str(), &fs) == 0) {
@@ -301,8 +305,7 @@ ShmPages ShmPagesAt(const void* address) {
     return ShmPagesOf(std::filesystem::path(path).parent_path().string());
   }
   ShmPages out;
-  const long base = sysconf(_SC_PAGESIZE);
-  out.page_bytes = base > 0 ? uint64_t(base) : 4096;
+  out.page_bytes = BasePageBytes();
   out.mount = "anonymous memory";
   return out;
 }
