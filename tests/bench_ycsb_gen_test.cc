@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <set>
 #include <vector>
@@ -135,10 +136,14 @@ TEST(YcsbGen, ValuesCheckThemselves) {
     MakeValue("user00001234abcd", 7, size, &v);
     ASSERT_EQ(v.size(), size);
     EXPECT_TRUE(CheckValue("user00001234abcd", v, size)) << size;
-    if (size > 0) {
+    // Every byte is checked (the filler is compared a word at a time, the
+    // last word short) and printable.
+    for (size_t i = 0; i < size; ++i) {
+      EXPECT_TRUE(std::isprint(static_cast<unsigned char>(v[i]))) << i;
       std::string bad = v;
-      bad[size - 1] ^= 1;
-      EXPECT_FALSE(CheckValue("user00001234abcd", bad, size)) << size;
+      bad[i] ^= 1;
+      EXPECT_FALSE(CheckValue("user00001234abcd", bad, size))
+          << size << " " << i;
     }
     EXPECT_FALSE(CheckValue("user00001234abcd", v + "x", size));
   }

@@ -184,23 +184,39 @@ void KeyName(uint64_t n, size_t key_size, std::string* out) {
 
 namespace {
 
+// Eight bytes at a time (a scan's check hashes 50 keys: byte-wise FNV-1a's
+// sixteen dependent multiplies per key were a tenth of the client's time).
 uint64_t HashKey(std::string_view key, uint32_t generation) {
-  uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t{generation} << 32);
-  for (unsigned char c : key) {
-    h ^= c;
-    h *= 0x100000001B3ull;
+  uint64_t h =
+      0xCBF29CE484222325ull ^ (uint64_t{generation} << 32) ^ key.size();
+  size_t i = 0;
+  for (; i + 8 <= key.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, key.data() + i, 8);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  }
+  if (i < key.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, key.data() + i, key.size() - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
   }
   return h;
+}
+
+// Eight filler bytes from one draw: each byte's low six bits plus '0'
+// (48 + 63 fits a byte, so no byte carries into the next).
+uint64_t FillerWord(Rng* rng) {
+  return (rng->Next() & 0x3F3F3F3F3F3F3F3Full) + 0x3030303030303030ull;
 }
 
 // The filler after the 8-byte generation: printable, from a seeded stream.
 void Fill(std::string_view key, uint32_t generation, char* out, size_t n) {
   Rng rng(HashKey(key, generation));
-  size_t i = 0;
-  while (i < n) {
-    uint64_t r = rng.Next();
-    for (int b = 0; b < 8 && i < n; ++b, r >>= 8)
-      out[i++] = char('0' + (r & 63));
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t w = FillerWord(&rng);
+    std::memcpy(out + i, &w, std::min<size_t>(8, n - i));
   }
 }
 
@@ -238,21 +254,17 @@ bool CheckValue(std::string_view key, std::string_view value, size_t size) {
     if (d < 0) return false;
     generation = (generation << 4) | uint32_t(d);
   }
-  // Regenerate the filler in chunks and compare.
-  char buf[256];
-  size_t at = head;
+  // Regenerate the filler a word at a time and compare.
   Rng rng(HashKey(key, generation));
-  while (at < size) {
-    const size_t n = std::min(sizeof(buf), size - at);
-    size_t i = 0;
-    while (i < n) {
-      uint64_t r = rng.Next();
-      for (int b = 0; b < 8 && i < n; ++b, r >>= 8) {
-        buf[i++] = char('0' + (r & 63));
-      }
+  for (size_t at = head; at < size; at += 8) {
+    const uint64_t w = FillerWord(&rng);
+    if (size - at >= 8) {
+      uint64_t got;
+      std::memcpy(&got, value.data() + at, 8);
+      if (got != w) return false;
+    } else if (std::memcmp(&w, value.data() + at, size - at) != 0) {
+      return false;
     }
-    if (std::memcmp(buf, value.data() + at, n) != 0) return false;
-    at += n;
   }
   return true;
 }

@@ -90,6 +90,11 @@ class TreeStore {
     std::vector<Item> items;
     bool more = false;   // the limit (or 1 MiB of items) ended the page
     std::string resume;  // where the next page starts (see above)
+    // Not part of the page: items a shorter page left over, kept for their
+    // strings' storage, so that scans into one reused page allocate only
+    // for more items, or longer ones, than any page before. The library
+    // fills and drains it; clear() it to give the memory back.
+    std::vector<Item> spare;
   };
   enum class Order { kAscending, kDescending };
   using GetCallback = std::function<void(Result<Value>)>;
@@ -128,9 +133,10 @@ class TreeStore {
   Result<Page> Scan(std::string_view start, std::string_view end,
                     uint32_t limit, Order order = Order::kAscending);
   // As Scan, into *page, reusing its storage: the items' strings and the
-  // vector keep their capacity, so a loop that scans into one page
-  // allocates only for more or longer items than before. On an error the
-  // page is empty.
+  // vector keep their capacity (items past a shorter page wait in
+  // page->spare), so a loop that scans into one page allocates only for
+  // more or longer items than any page before. On an error the page is
+  // empty.
   Status ScanInto(std::string_view start, std::string_view end, uint32_t limit,
                   Order order, Page* page);
   // Keys that begin with `prefix` (a page, as Scan).

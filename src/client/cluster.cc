@@ -1653,11 +1653,7 @@ class RangeWalk {
     return false;
   }
   // After a part failed: the page is empty, as TreeStore's.
-  void Fail() {
-    out_->items.clear();
-    out_->more = false;
-    out_->resume.clear();
-  }
+  void Fail() { tree::ClearPage(out_); }
 
  private:
   const bool up_;

@@ -191,7 +191,7 @@ Status DecodeScanReplyInto(std::string_view payload, ScanPage* page) {
   if (!rd.ReadBytes(r.resume_len, &page->resume)) {
     return Bad("tree scan reply: resume key truncated");
   }
-  page->items.resize(r.count);
+  ResizePage(page, r.count);
   for (ScanItem& it : page->items) {
     TreeScanItem h;
     if (!rd.Read(&h)) return Bad("tree scan item truncated");

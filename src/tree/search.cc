@@ -284,7 +284,7 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
   // is complete); Corruption: its value changed since the leaf was copied
   // (not added: read the leaf again); another error: give up.
   auto add = [&](size_t i, bool* full) -> Status {
-    if (*n == page->items.size()) page->items.emplace_back();
+    if (*n == page->items.size()) ResizePage(page, *n + 1);
     ScanItem& it = page->items[*n];
     const LeafEntryHead e = leaf.leaf_head(i);
     Status st = CopyValue(src, leaf, i, e, &it.value);
@@ -400,7 +400,7 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
     ClearPage(page);
     return st;
   }
-  page->items.resize(n);
+  ResizePage(page, n);
   return st;
 }
 

@@ -175,9 +175,28 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch);
 using ScanItem = TreeStore::Item;
 using ScanPage = TreeStore::Page;
 
-// Empties *page (an error's page), keeping the vector's capacity.
+// Makes page->items n long: items past n move to page->spare, and new
+// ones come from there before any is made, so their strings keep their
+// storage from one page to the next (a page's item count varies: a scan
+// that made each item past the last page's anew allocated two strings
+// for each).
+inline void ResizePage(ScanPage* page, size_t n) {
+  std::vector<ScanItem>& items = page->items;
+  std::vector<ScanItem>& spare = page->spare;
+  while (items.size() > n) {
+    spare.push_back(std::move(items.back()));
+    items.pop_back();
+  }
+  while (items.size() < n && !spare.empty()) {
+    items.push_back(std::move(spare.back()));
+    spare.pop_back();
+  }
+  if (items.size() < n) items.resize(n);
+}
+
+// Empties *page (an error's page), keeping its items' storage.
 inline void ClearPage(ScanPage* page) {
-  page->items.clear();
+  ResizePage(page, 0);
   page->more = false;
   page->resume.clear();
 }

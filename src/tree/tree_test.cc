@@ -462,6 +462,54 @@ TEST_F(TreeTest, AgreesWithAModelThroughSplitsScansAndDeletes) {
   EXPECT_GT(cache.hits, 0u);
 }
 
+// One page reused for scans of varying lengths (YCSB-E's 1 to 100) keeps
+// its items' storage: a shorter page's leftover items wait in `spare`, and
+// a longer page takes them back instead of allocating two strings an item.
+TEST_F(TreeTest, APageReusedForScansOfAnyLengthKeepsItsItemsStorage) {
+  for (int i = 0; i < 300; ++i) {
+    const std::string k = Key(uint64_t(i));
+    const std::string v = "value-of-" + k + "-long-enough-for-the-heap";
+    ASSERT_TRUE(tree_->Put(k, v).ok());
+    model_[k] = v;
+  }
+  CopySource copies(mem_.base);
+  NodeCache cache;
+  ScanPage page;
+  SearchStats stats;
+  std::set<const char*> storage;  // the values' buffers after the first scan
+  for (uint32_t limit : {100u, 10u, 1u, 100u, 60u, 37u, 100u}) {
+    ASSERT_TRUE(
+        ScanRange(&copies, &cache, "", "", limit, false, &page, &stats).ok());
+    ASSERT_EQ(page.items.size(), limit);
+    EXPECT_TRUE(page.more);
+    auto m = model_.begin();
+    for (const ScanItem& it : page.items) {
+      EXPECT_EQ(it.key, m->first);
+      EXPECT_EQ(it.value, m->second);
+      ++m;
+    }
+    EXPECT_EQ(page.items.size() + page.spare.size(), 100u) << limit;
+    for (const auto* v : {&page.items, &page.spare}) {
+      for (const ScanItem& it : *v) {
+        if (limit == 100 && storage.size() < 100) {
+          storage.insert(it.value.data());
+        } else {
+          EXPECT_EQ(storage.count(it.value.data()), 1u)
+              << "a value was allocated anew, scanning " << limit;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(storage.size(), 100u);
+  // An error's page is empty and keeps the storage too.
+  EXPECT_EQ(
+      ScanRange(&copies, &cache, "b", "a", 5, false, &page, &stats).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_TRUE(page.items.empty());
+  EXPECT_FALSE(page.more);
+  EXPECT_EQ(page.spare.size(), 100u);
+}
+
 // A warmed cache holds every internal node (or as many as fit, top levels
 // first), so a search then reads only its leaf; searches through it agree
 // with the model, also after splits that make its copies stale.
