@@ -543,6 +543,7 @@ Status HashStore::Get(std::string_view key, Value* into) {
       return st;
     }
     ++impl_->read_stats.fallbacks;
+    timed = false;  // a fallback's time is neither path's
   }
   auto r = impl_->GetRpc(key);
   record();

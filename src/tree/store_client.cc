@@ -384,6 +384,7 @@ struct TreeStore::Impl {
         return st;
       }
       ++stats.fallbacks;
+      *timed = false;  // a fallback's time is neither path's
     }
     ++stats.rpc_gets;
     return GetByRpc(key, into);
@@ -419,6 +420,7 @@ struct TreeStore::Impl {
         return st;
       }
       ++stats.fallbacks;
+      *timed = false;  // a fallback's time is neither path's
     }
     ++stats.rpc_scans;
     auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kScan),
