@@ -1260,7 +1260,11 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
 // acknowledged. (Recovery inserts the snapshot's pairs in key order; those
 // appends used to split leaves in halves once a leaf could not also take
 // its new high fence, and the rebuilt tree did not fit: the server refused
-// to start, "the tree region is full".)
+// to start, "the tree region is full".) Then, filled again by writes only
+// the log holds (new keys in random order and an overwrite of a
+// snapshot's key), it restarts again: recovery merges the log's records
+// into the snapshot's pairs by key (applied after them, the new keys split
+// the rebuilt tree's full leaves one by one, and it did not fit).
 TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
   namespace fs = std::filesystem;
   std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();
@@ -1268,15 +1272,14 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
   auto server = StartServer({"--data-dir", dir, "--tree-memory", "1M"}, "64M");
   ASSERT_NE(server.process, nullptr);
   std::map<std::string, std::string> acked;
-  {
-    auto c = Connect(server.address, ReadPath::kAuto);
-    ASSERT_TRUE(c);
-    // 10-byte keys in a random order, 20-byte values (a full 1 MiB tree
-    // holds about 12,000).
-    std::vector<uint32_t> order(100000);
-    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-    size_t next = 0;
+  // 10-byte keys in a random order, 20-byte values (a full 1 MiB tree
+  // holds about 12,000).
+  std::vector<uint32_t> order(100000);
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+  size_t next = 0;
+  // Puts the next keys of `order` until the tree is full.
+  auto fill = [&](TreeStore* c) {
     bool full = false;
     while (!full) {
       ASSERT_LT(next + 100, order.size()) << "1 MiB never filled";
@@ -1301,6 +1304,22 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
         }
       }
     }
+  };
+  auto check = [&](TreeStore* c) {
+    size_t seen = 0;
+    for (const auto& it :
+         ScanAll(c, "", "", 1000, TreeStore::Order::kAscending)) {
+      auto a = acked.find(it.key);
+      ASSERT_NE(a, acked.end()) << it.key;
+      EXPECT_EQ(it.value, a->second);
+      ++seen;
+    }
+    EXPECT_EQ(seen, acked.size());
+  };
+  {
+    auto c = Connect(server.address, ReadPath::kAuto);
+    ASSERT_TRUE(c);
+    ASSERT_NO_FATAL_FAILURE(fill(c.store.get()));
     // Full: what no kind of allocation has taken is under a node page.
     EXPECT_LT(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
               64u << 10);
@@ -1308,20 +1327,24 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
     ASSERT_TRUE(c.session->TakeSnapshot().ok());
   }
   ASSERT_TRUE(server.Restart().ok());
+  {
+    auto c = Connect(server.address, ReadPath::kOneSided);
+    ASSERT_TRUE(c);
+    check(c.store.get());
+    // Rebuilt fuller: a third of the region is free for any kind again.
+    EXPECT_GT(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
+              256u << 10);
+    const size_t before = acked.size();
+    ASSERT_NO_FATAL_FAILURE(fill(c.store.get()));
+    EXPECT_GT(acked.size(), before + 200) << "the log should hold many keys";
+    const std::string old = acked.begin()->first;  // in the snapshot
+    ASSERT_TRUE(c.store->Put(old, "overwritten").ok());
+    acked[old] = "overwritten";
+  }
+  ASSERT_TRUE(server.Restart().ok()) << "no snapshot since: the log's keys";
   auto c = Connect(server.address, ReadPath::kOneSided);
   ASSERT_TRUE(c);
-  size_t seen = 0;
-  for (const auto& it :
-       ScanAll(c.store.get(), "", "", 1000, TreeStore::Order::kAscending)) {
-    auto a = acked.find(it.key);
-    ASSERT_NE(a, acked.end()) << it.key;
-    EXPECT_EQ(it.value, a->second);
-    ++seen;
-  }
-  EXPECT_EQ(seen, acked.size());
-  // Rebuilt fuller: a third of the region is free for any kind again.
-  EXPECT_GT(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
-            256u << 10);
+  check(c.store.get());
   fs::remove_all(dir);
 }
 

@@ -72,6 +72,10 @@ class Recoverable {
   virtual Status Reserve(uint64_t pairs, uint64_t shape) = 0;
   // Starts loading whatever `key` will touch into the CPU cache.
   virtual void Prefetch(std::string_view /*key*/) {}
+  // True for a state that builds densest from keys in ascending (bytewise)
+  // order, whose snapshot scan emits them so: recovery then applies the
+  // log's records merged into the snapshot's pairs by key, not after them.
+  virtual bool AppliesInKeyOrder() const { return false; }
   // Stores `key` = `value` at exactly `version`, unless the stored pair's
   // version is already >= `version`.
   virtual Status ApplyPut(std::string_view key, std::string_view value,

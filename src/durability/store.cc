@@ -337,6 +337,37 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       return st.WithContext("sizing the state for " + dir);
     }
   }
+  // Each key's last log record, applied from finals[next_final] on: after
+  // the snapshot's pairs, or, for a state that builds densest from keys in
+  // order (the tree), merged into the snapshot's stream (itself in key
+  // order), every record before the snapshot pair it sorts below. (Applied
+  // after the snapshot, a full tree's new keys split its rebuilt, full
+  // leaves one by one, and the tree did not fit the region it had filled.)
+  const bool in_key_order = state_->AppliesInKeyOrder();
+  if (in_key_order) {
+    std::sort(finals.begin(), finals.end(),
+              [](const Record& a, const Record& b) { return a.key < b.key; });
+  }
+  size_t next_final = 0;
+  // Applies the records below `bound` (all of them if `all`).
+  auto apply_finals = [&](std::string_view bound, bool all) -> Status {
+    for (; next_final < finals.size(); ++next_final) {
+      const size_t k = next_final;
+      if (!all && !(finals[k].key < bound)) break;
+      if (k + 8 < finals.size() && finals[k + 8].type == RecordType::kPut) {
+        state_->Prefetch(finals[k + 8].key);
+      }
+      const Record& rec = finals[k];
+      Status st = rec.type != RecordType::kDelete
+                      ? state_->ApplyPut(rec.key, rec.value, rec.version)
+                      : state_->ApplyDelete(rec.key, rec.version);
+      if (!st.ok()) {
+        return st.WithContext("replaying the log of " + dir + " (LSN " +
+                              std::to_string(rec.lsn) + ")");
+      }
+    }
+    return Status::OK();
+  };
   if (snap_data) {
     const std::string path = PathOf(SnapshotName(base.lsn));
     const std::string_view data = snap_data->data();
@@ -361,6 +392,9 @@ Status PartitionStore::Recover(RecoveryReport* r) {
         next(&ahead, &a);
         if (a.type == RecordType::kPut) state_->Prefetch(a.key);
       }
+      if (in_key_order) {
+        REMEM_RETURN_IF_ERROR(apply_finals(rec.key, false));
+      }
       // A key the log after the snapshot's LSN writes ends as the log
       // says (whatever the versions).
       if (last_of.count(rec.key) != 0) continue;
@@ -371,19 +405,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     state_->RaiseVersion(base.version);
     r->snapshot = SnapshotName(base.lsn);
   }
-  for (size_t k = 0; k < finals.size(); ++k) {
-    if (k + 8 < finals.size() && finals[k + 8].type == RecordType::kPut) {
-      state_->Prefetch(finals[k + 8].key);
-    }
-    const Record& rec = finals[k];
-    Status st = rec.type != RecordType::kDelete
-                    ? state_->ApplyPut(rec.key, rec.value, rec.version)
-                    : state_->ApplyDelete(rec.key, rec.version);
-    if (!st.ok()) {
-      return st.WithContext("replaying the log of " + dir + " (LSN " +
-                            std::to_string(rec.lsn) + ")");
-    }
-  }
+  REMEM_RETURN_IF_ERROR(apply_finals({}, true));
   state_->RaiseVersion(max_version);
   state_->EndRecovery();
   logged_shape_ = state_->shape();
