@@ -72,7 +72,8 @@ uint64_t StatOf(Session* session, const char* name);
 uint64_t WaitForStatOf(Session* session, const char* name, uint64_t want,
                        std::chrono::milliseconds bound);
 
-// Runs a command to completion, capturing stdout; returns exit code.
+// Runs a command to completion, capturing its standard output and
+// standard error, merged; returns exit code.
 struct CommandResult {
   int exit_code = -1;
   std::string out;

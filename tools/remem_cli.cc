@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -794,6 +795,11 @@ int main(int argc, char** argv) {
   tscan->add_flag("--desc", scan_desc, "highest key first");
   tscan->add_flag("--all", scan_all,
                   "every page, not only the first (ignores the resume key)");
+  std::string scan_after;
+  auto* after_opt = tscan->add_option(
+      "--after", scan_after,
+      "start after this key (exclusive; a lone key given is then END): to "
+      "continue an ascending scan, give the last key it printed");
 
   try {
     app.parse(argc, argv);
@@ -812,9 +818,26 @@ int main(int argc, char** argv) {
   }
   (void)log::SetLevel("warn");
   // `put KEY -` and `tree put KEY -`: the value is standard input.
+  // Read up to one byte past the largest value any store takes (16 MiB),
+  // so an endless or huge input is refused at once, not held in memory.
   if ((put->parsed() || tput->parsed()) && value == "-") {
-    value.assign(std::istreambuf_iterator<char>(std::cin),
-                 std::istreambuf_iterator<char>());
+    constexpr size_t kMaxValueBytes = size_t{16} << 20;
+    value.clear();
+    char buf[1 << 16];
+    size_t got;
+    while (value.size() <= kMaxValueBytes &&
+           (got = std::fread(buf, 1, sizeof(buf), stdin)) > 0) {
+      value.append(buf, got);
+    }
+    if (std::ferror(stdin)) {
+      return Fail(Status::IOError("reading the value from standard input: " +
+                                  std::string(std::strerror(errno))));
+    }
+    if (value.size() > kMaxValueBytes) {
+      return Fail(Status::InvalidArgument("values are at most " +
+                                          std::to_string(kMaxValueBytes) +
+                                          " bytes (standard input is longer)"));
+    }
   }
 
   auto t = ParseTransport(transport);
@@ -864,22 +887,46 @@ int main(int argc, char** argv) {
       if (!e.empty()) e.back() = char(uint8_t(e.back()) + 1);
       end = e;
     }
-    if (json) std::printf("{\"items\":[");
+    if (after_opt->count() > 0) {
+      if (scan_desc) {
+        return Fail(Status::InvalidArgument(
+            "--after continues an ascending scan; a descending one "
+            "continues with its last key as END"));
+      }
+      // With --after, a lone positional key is the END.
+      if (!scan_start.empty() && !scan_end.empty()) {
+        return Fail(Status::InvalidArgument(
+            "give either START or --after (with --after, one key is END)"));
+      }
+      if (!scan_start.empty()) {
+        if (!scan_prefix.empty()) {
+          return Fail(Status::InvalidArgument(
+              "give either --prefix or a range, not both"));
+        }
+        end = scan_start;
+        start.clear();
+      }
+      // The keys after it: from it and a zero byte (the least longer key).
+      std::string from = scan_after;
+      from.push_back('\0');
+      if (from > start) start = std::move(from);
+      if (!end.empty() && start > end) start = end;  // nothing left
+    }
+    // JSON is printed whole at the end: an error prints nothing on
+    // standard output (a script reading it must not see a partial page).
+    std::string json_items;
     size_t n = 0;
     bool more = false;
     std::string resume;
     for (;;) {
       auto page = tree.Scan(start, end, scan_limit, order);
-      if (!page.ok()) {
-        if (json) std::printf("]}\n");
-        return Fail(page.status());
-      }
+      if (!page.ok()) return Fail(page.status());
       for (const TreeStore::Item& it : page->items) {
         if (json) {
-          std::printf("%s{%s,\"version\":%llu,%s}", n ? "," : "",
-                      JsonBytes("key", it.key).c_str(),
-                      static_cast<unsigned long long>(it.version),
-                      JsonBytes("value", it.value).c_str());
+          if (n > 0) json_items += ',';
+          json_items += "{" + JsonBytes("key", it.key) +
+                        ",\"version\":" + std::to_string(it.version) + "," +
+                        JsonBytes("value", it.value) + "}";
         } else {
           std::fwrite(it.key.data(), 1, it.key.size(), stdout);
           std::printf("\t");
@@ -894,8 +941,18 @@ int main(int argc, char** argv) {
       (scan_desc ? end : start) = page->resume;
     }
     if (json) {
-      std::printf("],\"count\":%zu,\"more\":%s,%s}\n", n,
-                  more ? "true" : "false", JsonBytes("resume", resume).c_str());
+      std::printf("{\"items\":[%s],\"count\":%zu,\"more\":%s,%s}\n",
+                  json_items.c_str(), n, more ? "true" : "false",
+                  JsonBytes("resume", resume).c_str());
+    } else if (more) {
+      // Standard output holds only pairs; say on standard error that it
+      // is not all of them.
+      std::fprintf(stderr,
+                   "remem: more pairs follow (this page holds %zu): --all for "
+                   "every page, or %s for the next\n",
+                   n,
+                   scan_desc ? "the last key printed as END"
+                             : "--after with the last key printed");
     }
     return 0;
   };

@@ -78,7 +78,7 @@ void TreeService::UpdateCounters_st() {
   splits_.Set(tree_->splits());
   merges_.Set(tree_->merges());
   extent_bytes_.Set(tree_->extent_bytes());
-  unassigned_bytes_.Set(tree_->bytes_left());
+  unassigned_bytes_.Set(tree_->bytes_unassigned());
   long_keys_.Set(tree_->long_keys());
 }
 

@@ -103,6 +103,11 @@ class BLinkTree {
   size_t long_keys() const { return key_uses_.size(); }
   // Bytes of the arena not yet carved into pages.
   uint64_t bytes_left() const { return slab_.bytes_left(); }
+  // What allocations of any kind can still take: bytes_left() in whole
+  // node pages (kNodePageBytes; a shorter tail is never handed out).
+  uint64_t bytes_unassigned() const {
+    return bytes_left() / kNodePageBytes * kNodePageBytes;
+  }
   uint8_t height() const { return height_; }
   uint64_t splits() const { return splits_; }
   uint64_t last_version() const { return version_; }
