@@ -320,6 +320,30 @@ TEST(Server, BadConfigurationIsAClearError) {
   EXPECT_EQ(auth.exit_code, 2) << auth.out;
   EXPECT_TRUE(Contains(auth.out, "cannot read auth file")) << auth.out;
 
+  // An empty value (an unset variable in a script) is refused, never taken
+  // as "not given": a server with --auth-file "" served anyone, and one
+  // with --data-dir "" kept nothing.
+  for (const char* flag : {"--auth-file", "--data-dir", "--cluster",
+                           "--log-file", "--shm-dir", "--cpus"}) {
+    auto empty =
+        RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", flag, ""});
+    EXPECT_EQ(empty.exit_code, 2) << flag << ": " << empty.out;
+    EXPECT_TRUE(Contains(empty.out, std::string(flag) + " was given an empty"))
+        << empty.out;
+  }
+  {
+    const std::string conf = ::testing::TempDir() + "/remem-empty.conf";
+    std::FILE* f = std::fopen(conf.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("listen = 127.0.0.1:0\nauth-file =\n", f);
+    std::fclose(f);
+    auto in_config = RunCommand({ServerBinary(), "--config", conf});
+    EXPECT_EQ(in_config.exit_code, 2) << in_config.out;
+    EXPECT_TRUE(Contains(in_config.out, "--auth-file was given an empty"))
+        << in_config.out;
+    std::remove(conf.c_str());
+  }
+
   auto listen = RunCommand({ServerBinary(), "--listen", "nocolon"});
   EXPECT_EQ(listen.exit_code, 2) << listen.out;
 

@@ -364,6 +364,17 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);  // prints help, the version or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
+  // An option given an empty value (`--auth-file "$UNSET"`, in a --config
+  // file `data-dir =`) is refused: taken as not given, it started a server
+  // without authentication, or without durability, and said nothing.
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_type_size() == 0) continue;  // a flag
+    for (const std::string& v : o->results()) {
+      if (v.empty()) {
+        return Fail(o->get_name() + " was given an empty value", 2);
+      }
+    }
+  }
 
   if (Status st = log::SetLevel(log_level); !st.ok())
     return Fail(st.message(), 2);
