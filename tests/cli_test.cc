@@ -300,6 +300,20 @@ TEST(Bench, YcsbEScansTheOrderedStore) {
   // one): none answers here, and the run says so.
   EXPECT_EQ(cluster.exit_code, 1) << cluster.out;
   EXPECT_TRUE(Contains(cluster.out, "cannot connect")) << cluster.out;
+  // A load that failed says so (it said "loaded 10 pairs").
+  auto dead = RunCommand({BenchBinary(), "ycsb", "--server", "127.0.0.1:1",
+                          "--records", "10", "--duration", "0.1"});
+  EXPECT_EQ(dead.exit_code, 1) << dead.out;
+  EXPECT_TRUE(Contains(dead.out, "load failed after 0 of 10 pairs"))
+      << dead.out;
+  EXPECT_FALSE(Contains(dead.out, "loaded")) << dead.out;
+  // A --plot directory that cannot be written is refused before the run.
+  auto plot = RunCommand({BenchBinary(), "compare", "--systems", "remem",
+                          "--records", "10", "--plot", "/nonexistent/dir"});
+  EXPECT_EQ(plot.exit_code, 2) << plot.out;
+  EXPECT_TRUE(Contains(plot.out, "--plot /nonexistent/dir: cannot write"))
+      << plot.out;
+  EXPECT_FALSE(Contains(plot.out, "loaded")) << plot.out;
 }
 
 TEST(Server, BadConfigurationIsAClearError) {

@@ -447,14 +447,21 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
     Progress(what, sh.loaded.load(), o.records, since(t0), false);
   }
   const double load_seconds = since(t0);
-  Progress(what, sh.loaded.load(), o.records, load_seconds, true);
   for (auto& c : clients) {
     if (!c->error().ok()) {
+      // Not "loaded": it said so for a load that failed (no server, a
+      // full store).
+      if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "%s: load failed after %llu of %llu pairs\n",
+                   what.c_str(),
+                   static_cast<unsigned long long>(sh.loaded.load()),
+                   static_cast<unsigned long long>(o.records));
       const std::string error = c->error().ToString();
       finish();
       return fail_all(error);
     }
   }
+  Progress(what, sh.loaded.load(), o.records, load_seconds, true);
 
   for (size_t p = 0; p < points.size(); ++p) {
     if (!o.json && points.size() > 1) {
@@ -1033,6 +1040,18 @@ int RunYcsb(const YcsbOptions& options) {
   if (points.empty()) {
     std::fprintf(stderr, "remem-bench: no depth or no batch to run\n");
     return 2;
+  }
+  // The plots' directory is made and tried now, not after a run that may
+  // take hours.
+  if (!o.plot_dir.empty()) {
+    mkdir(o.plot_dir.c_str(), 0755);
+    const std::string probe = o.plot_dir + "/plots.gp";
+    std::ofstream gp(probe, std::ios::app);
+    if (!gp) {
+      std::fprintf(stderr, "remem-bench: --plot %s: cannot write %s\n",
+                   o.plot_dir.c_str(), probe.c_str());
+      return 2;
+    }
   }
   if (o.key_size < 8 || o.key_size > 1024) {
     std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
