@@ -7,9 +7,12 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -564,6 +567,57 @@ TEST(Env, ASecondLockIsRefusedNamingTheHolder) {
   first->reset();  // released: the next one gets it
   auto third = Env::Posix()->LockFile(dir + "/LOCK", "third");
   EXPECT_TRUE(third.ok()) << third.status().ToString();
+  fs::remove_all(dir);
+}
+
+// A holder that is exiting (its main thread gone, another still tearing
+// down, as a server killed with -9 is for a while) is waited for: the lock
+// is taken once it is released, not refused.
+TEST(Env, ALockOfAnExitingHolderIsWaitedFor) {
+  const std::string dir = TempDir();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto lock = Env::Posix()->LockFile(
+        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
+    if (!lock.ok()) ::_exit(1);
+    // The lock outlives the main thread: another thread holds the process
+    // (and its files) for a while, then ends it.
+    std::thread([] {
+      ::usleep(300000);
+      ::_exit(0);
+    }).detach();
+    (void)!::write(ready[1], "x", 1);
+    // This thread alone ends (the exit system call, not exit_group; no
+    // unwinding through the test framework).
+    ::syscall(SYS_exit, 0);
+  }
+  ::close(ready[1]);
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  // Until the child's main thread has exited (its state in /proc is Z).
+  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    std::ifstream f(stat);
+    std::string line;
+    std::getline(f, line);
+    const size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() &&
+        line[close + 2] == 'Z') {
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), bound) << line;
+    std::this_thread::yield();
+  }
+  auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
+  EXPECT_TRUE(lock.ok()) << lock.status().ToString();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   fs::remove_all(dir);
 }
 

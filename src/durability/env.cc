@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 
 namespace remem::durability {
@@ -234,6 +235,35 @@ class PosixEnv final : public Env {
     return Status::OK();
   }
 
+  // True if `holder` (what a lock's holder wrote: "... pid N") names a
+  // process of this host that is exiting: its state in /proc is Z (its
+  // main thread has exited while others still run) or X. A process that
+  // is gone, or cannot be seen, is not waited for: then another holds it.
+  static bool HolderIsExiting(const std::string& holder) {
+    const size_t at = holder.rfind("pid ");
+    if (at == std::string::npos) return false;
+    long pid = 0;
+    const char* first = holder.data() + at + 4;
+    const char* last = holder.data() + holder.size();
+    auto [end, ec] = std::from_chars(first, last, pid);
+    if (ec != std::errc() || end == first || pid <= 0) return false;
+    const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+    const int fd = ::open(stat_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[512];
+    const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    // "pid (comm) S ...": the state follows the last ')'.
+    const std::string_view stat(buf, size_t(n));
+    const size_t close = stat.rfind(')');
+    if (close == std::string_view::npos || close + 2 >= stat.size()) {
+      return false;
+    }
+    const char state = stat[close + 2];
+    return state == 'Z' || state == 'X';
+  }
+
   Result<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
@@ -243,16 +273,26 @@ class PosixEnv final : public Env {
       ::close(fd);
       return Errno("chmod", path, err);
     }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    // A holder that is exiting is waited for (a server killed with -9
+    // holds its lock until its threads have torn its memory down: 160 ms
+    // measured for 512 MiB, and a restart at once was refused).
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       char buf[256];
       const ssize_t n = ::pread(fd, buf, sizeof(buf), 0);
-      ::close(fd);
-      if (err != EWOULDBLOCK) return Errno("lock", path, err);
       std::string who(buf, n > 0 ? size_t(n) : 0);
       while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) {
         who.pop_back();
       }
+      if (err == EWOULDBLOCK && HolderIsExiting(who) &&
+          std::chrono::steady_clock::now() < deadline) {
+        ::usleep(10000);
+        continue;
+      }
+      ::close(fd);
+      if (err != EWOULDBLOCK) return Errno("lock", path, err);
       return Status::Busy(path + " is locked by " +
                           (who.empty() ? std::string("another process") : who));
     }

@@ -89,7 +89,9 @@ class Env {
   virtual Status TruncateFile(const std::string& path, uint64_t size) = 0;
   // Takes an exclusive lock on `path` (created 0600 if missing) and writes
   // `holder` into it. Busy if another process (or another FileLock) holds
-  // it; the message then names what that holder wrote.
+  // it; the message then names what that holder wrote. A holder that wrote
+  // "pid N" of a process now exiting (a server killed with -9 tearing its
+  // memory down) is waited for, up to 10 s.
   virtual Result<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) = 0;
 };
