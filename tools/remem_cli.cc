@@ -634,7 +634,8 @@ int main(int argc, char** argv) {
       "(returns once it is on disk)");
   std::string read_path = "auto";
   app.add_option("--read-path", read_path,
-                 "onesided | rpc | auto: how get reads the hash store")
+                 "onesided | rpc | auto: how gets and scans read (the hash "
+                 "store and the ordered store)")
       ->capture_default_str();
   std::string key, value;
   auto* get = app.add_subcommand(
