@@ -6,6 +6,7 @@
 // taken while writes go on.
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -13,10 +14,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -618,6 +622,65 @@ TEST(Env, ALockOfAnExitingHolderIsWaitedFor) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fs::remove_all(dir);
+}
+
+// The case that matters: a holder killed with -9 while it holds a lot of
+// memory keeps its lock while its last thread tears that memory down (the
+// main thread is then often still running, flagged exiting); a lock taken
+// right after the kill waits for it instead of being refused.
+TEST(Env, ALockOfAHolderKilledWithNineIsWaitedFor) {
+  const std::string dir = TempDir();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto lock = Env::Posix()->LockFile(
+        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
+    if (!lock.ok()) ::_exit(1);
+    constexpr size_t kBytes = size_t{512} << 20;
+    void* mem = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) ::_exit(1);
+    std::memset(mem, 1, kBytes);
+    for (int i = 0; i < 3; ++i) {
+      std::thread([] {
+        for (;;) ::pause();
+      }).detach();
+    }
+    (void)!::write(ready[1], "x", 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  // Until the kill has taken: the child is flagged exiting (PF_EXITING in
+  // its stat's flags) or its main thread is a zombie. (A restarted server
+  // execs and starts up first; the test would race the signal's delivery.)
+  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    std::ifstream f(stat);
+    std::string line;
+    std::getline(f, line);
+    const size_t close = line.rfind(')');
+    ASSERT_NE(close, std::string::npos) << line;
+    std::istringstream fields(line.substr(close + 2));
+    std::string state, skip;
+    unsigned long flags = 0;
+    fields >> state >> skip >> skip >> skip >> skip >> skip >> flags;
+    if (state == "Z" || state == "X" || (flags & 0x4) != 0) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), bound) << line;
+    std::this_thread::yield();
+  }
+  auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
+  EXPECT_TRUE(lock.ok()) << lock.status().ToString();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   fs::remove_all(dir);
 }
 

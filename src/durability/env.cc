@@ -236,9 +236,11 @@ class PosixEnv final : public Env {
   }
 
   // True if `holder` (what a lock's holder wrote: "... pid N") names a
-  // process of this host that is exiting: its state in /proc is Z (its
-  // main thread has exited while others still run) or X. A process that
-  // is gone, or cannot be seen, is not waited for: then another holds it.
+  // process of this host that is exiting: the kernel's PF_EXITING flag on
+  // its main thread (killed: set at once, while whichever thread exits
+  // last tears the memory down and the main thread may still run), or its
+  // state Z (the main thread has exited, others still run) or X. A process
+  // that is gone, or cannot be seen, is not waited for: another holds it.
   static bool HolderIsExiting(const std::string& holder) {
     const size_t at = holder.rfind("pid ");
     if (at == std::string::npos) return false;
@@ -254,14 +256,26 @@ class PosixEnv final : public Env {
     const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
     ::close(fd);
     if (n <= 0) return false;
-    // "pid (comm) S ...": the state follows the last ')'.
+    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": the
+    // state follows the last ')', the flags are the sixth field after it.
     const std::string_view stat(buf, size_t(n));
     const size_t close = stat.rfind(')');
     if (close == std::string_view::npos || close + 2 >= stat.size()) {
       return false;
     }
     const char state = stat[close + 2];
-    return state == 'Z' || state == 'X';
+    if (state == 'Z' || state == 'X') return true;
+    size_t pos = close + 2;
+    for (int field = 0; field < 6 && pos != std::string_view::npos; ++field) {
+      pos = stat.find(' ', pos);
+      if (pos != std::string_view::npos) ++pos;
+    }
+    if (pos == std::string_view::npos) return false;
+    unsigned long flags = 0;
+    auto r =
+        std::from_chars(stat.data() + pos, stat.data() + stat.size(), flags);
+    constexpr unsigned long kPfExiting = 0x4;  // linux/sched.h
+    return r.ec == std::errc() && (flags & kPfExiting) != 0;
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(
@@ -293,8 +307,10 @@ class PosixEnv final : public Env {
       }
       ::close(fd);
       if (err != EWOULDBLOCK) return Errno("lock", path, err);
-      return Status::Busy(path + " is locked by " +
-                          (who.empty() ? std::string("another process") : who));
+      return Status::Busy(
+          path + " is locked by " +
+          (who.empty() ? std::string("another process") : who) +
+          (HolderIsExiting(who) ? " (still exiting after 10 s)" : ""));
     }
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(),
                                             0) != ssize_t(holder.size())) {

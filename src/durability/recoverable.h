@@ -7,7 +7,9 @@
 //     snapshot holds twice: the newer version), then the last record of
 //     each key in that log, in log order (a key's versions need not grow
 //     along the log: a shard that moved away and back logs its release's
-//     delete, then its pairs at their older versions), with Reserve() and
+//     delete, then its pairs at their older versions); for a state that
+//     AppliesInKeyOrder(), those records merged by key into the snapshot's
+//     pairs instead (each before the first pair above it), with Reserve() and
 //     Prefetch() as bulk-load hints and EndRecovery() last. Every key is
 //     written once, so recovery never holds more than the live state held at
 //     the end;
