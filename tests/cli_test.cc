@@ -345,6 +345,12 @@ TEST(Server, BadConfigurationIsAClearError) {
     EXPECT_TRUE(Contains(empty.out, std::string(flag) + " was given an empty"))
         << empty.out;
   }
+  // But --tree-splits "" is a value (one range): refused only for want of
+  // --cluster, as before.
+  auto one_range = RunCommand(
+      {ServerBinary(), "--listen", "127.0.0.1:0", "--tree-splits", ""});
+  EXPECT_EQ(one_range.exit_code, 2) << one_range.out;
+  EXPECT_FALSE(Contains(one_range.out, "empty value")) << one_range.out;
   {
     const std::string conf = ::testing::TempDir() + "/remem-empty.conf";
     std::FILE* f = std::fopen(conf.c_str(), "w");

@@ -1041,6 +1041,17 @@ int RunYcsb(const YcsbOptions& options) {
     std::fprintf(stderr, "remem-bench: no depth or no batch to run\n");
     return 2;
   }
+  if (o.key_size < 8 || o.key_size > 1024) {
+    std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
+    return 2;
+  }
+  if (o.records + 100'000'000ull > ycsb::KeyCapacity(o.key_size)) {
+    std::fprintf(stderr,
+                 "remem-bench: %zu-byte keys cannot name %llu records (and "
+                 "inserts); use longer keys\n",
+                 o.key_size, static_cast<unsigned long long>(o.records));
+    return 2;
+  }
   // The plots' directory is made and tried now, not after a run that may
   // take hours.
   if (!o.plot_dir.empty()) {
@@ -1052,17 +1063,6 @@ int RunYcsb(const YcsbOptions& options) {
                    o.plot_dir.c_str(), probe.c_str());
       return 2;
     }
-  }
-  if (o.key_size < 8 || o.key_size > 1024) {
-    std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
-    return 2;
-  }
-  if (o.records + 100'000'000ull > ycsb::KeyCapacity(o.key_size)) {
-    std::fprintf(stderr,
-                 "remem-bench: %zu-byte keys cannot name %llu records (and "
-                 "inserts); use longer keys\n",
-                 o.key_size, static_cast<unsigned long long>(o.records));
-    return 2;
   }
   std::vector<RunResult> results;
   bool failed = false;

@@ -913,15 +913,24 @@ int main(int argc, char** argv) {
       if (from > start) start = std::move(from);
       if (!end.empty() && start > end) start = end;  // nothing left
     }
-    // JSON is printed whole at the end: an error prints nothing on
-    // standard output (a script reading it must not see a partial page).
+    // JSON goes out a page at a time once the page is whole, so a failed
+    // first page prints nothing on standard output; with --all, a page
+    // that fails after others were printed ends the object with an
+    // "error" member (valid JSON, and the exit code says it failed).
     std::string json_items;
+    bool json_open = false;
     size_t n = 0;
     bool more = false;
     std::string resume;
     for (;;) {
       auto page = tree.Scan(start, end, scan_limit, order);
-      if (!page.ok()) return Fail(page.status());
+      if (!page.ok()) {
+        if (json_open) {
+          std::printf("],\"count\":%zu,%s}\n", n,
+                      JsonBytes("error", page.status().ToString()).c_str());
+        }
+        return Fail(page.status());
+      }
       for (const TreeStore::Item& it : page->items) {
         if (json) {
           if (n > 0) json_items += ',';
@@ -938,19 +947,25 @@ int main(int argc, char** argv) {
       }
       more = page->more;
       resume = page->resume;
+      if (json) {
+        std::printf("%s%s", json_open ? "" : "{\"items\":[",
+                    json_items.c_str());
+        json_items.clear();
+        json_open = true;
+      }
       if (!scan_all || !more) break;
       (scan_desc ? end : start) = page->resume;
     }
     if (json) {
-      std::printf("{\"items\":[%s],\"count\":%zu,\"more\":%s,%s}\n",
-                  json_items.c_str(), n, more ? "true" : "false",
-                  JsonBytes("resume", resume).c_str());
+      std::printf("],\"count\":%zu,\"more\":%s,%s}\n", n,
+                  more ? "true" : "false", JsonBytes("resume", resume).c_str());
     } else if (more) {
-      // Standard output holds only pairs; say on standard error that it
-      // is not all of them.
+      // Standard output holds only pairs; say on standard error that they
+      // may not be all (a page that reached its limit says "more" even
+      // when no key follows).
       std::fprintf(stderr,
-                   "remem: more pairs follow (this page holds %zu): --all for "
-                   "every page, or %s for the next\n",
+                   "remem: the page ended at %zu pairs; more may follow: "
+                   "--all for every page, or %s for the next\n",
                    n,
                    scan_desc ? "the last key printed as END"
                              : "--after with the last key printed");

@@ -1630,9 +1630,18 @@ class RangeWalk {
   // short of `limit`.)
   bool Add() {
     Page* part = PartPage();
-    for (TreeStore::Item& it : part->items) {
+    for (const TreeStore::Item& it : part->items) {
       bytes_ += it.key.size() + it.value.size();
-      if (part != out_) out_->items.push_back(std::move(it));
+    }
+    if (part != out_) {
+      // Into items the page already has, or takes back from its spare
+      // (pushing new ones grew the spare of a reused page by every part
+      // after the first); swapped, so both pages keep their strings.
+      const size_t at = out_->items.size();
+      tree::ResizePage(out_, at + part->items.size());
+      for (size_t i = 0; i < part->items.size(); ++i) {
+        std::swap(out_->items[at + i], part->items[i]);
+      }
     }
     first_ = false;
     if (part->more) {
