@@ -258,7 +258,7 @@ void Print(const char* policy, const CrashResult& r) {
 
 TEST(Durability, CrashLoopFsyncAlwaysLosesNothingAcknowledged) {
   CrashResult r = CrashLoop(
-      "always", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(30, 4)));
+      "always", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(20, 4)));
   Print("always", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_GT(r.acked_writes, 0u);
@@ -274,7 +274,7 @@ TEST(Durability, CrashLoopFsyncEverySecKillLosesNothingAcknowledged) {
   // Store.EverySecSyncsEveryWriteWithinASecond checks the sync cadence
   // behind it at the Env seam.
   CrashResult r = CrashLoop(
-      "everysec", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(30, 4)) / 2);
+      "everysec", EnvInt("REMEM_CRASH_ITERATIONS", testing::Scaled(20, 4)) / 2);
   Print("everysec", r);
   EXPECT_GE(r.iterations, 1);
   EXPECT_GT(r.acked_writes, 0u);
