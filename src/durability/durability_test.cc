@@ -20,7 +20,6 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -687,49 +686,59 @@ TEST(Env, ASecondLockIsRefusedNamingTheHolder) {
   fs::remove_all(dir);
 }
 
+// A child process that takes `dir`/LOCK (naming its pid, as a server
+// does), runs `prepare`, says so, then `hold` (which never returns).
+template <typename Prepare, typename Hold>
+pid_t ForkLockHolder(const std::string& dir, Prepare prepare, Hold hold) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto lock = Env::Posix()->LockFile(
+        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
+    if (!lock.ok()) ::_exit(1);
+    prepare();
+    (void)!::write(ready[1], "x", 1);
+    hold();
+  }
+  ::close(ready[1]);
+  char byte;
+  const bool up = child > 0 && ::read(ready[0], &byte, 1) == 1;
+  ::close(ready[0]);
+  return up ? child : -1;
+}
+
+// Until `pid` is exiting, as LockFile judges a holder (a bound of 5 s).
+void WaitUntilExiting(pid_t pid) {
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ProcessIsExiting(pid)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), bound) << "pid " << pid;
+    std::this_thread::yield();
+  }
+}
+
 // A holder that is exiting (its main thread gone, another still tearing
 // down, as a server killed with -9 is for a while) is waited for: the lock
 // is taken once it is released, not refused.
 TEST(Env, ALockOfAnExitingHolderIsWaitedFor) {
   const std::string dir = TempDir();
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto lock = Env::Posix()->LockFile(
-        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
-    if (!lock.ok()) ::_exit(1);
-    // The lock outlives the main thread: another thread holds the process
-    // (and its files) for a while, then ends it.
-    std::thread([] {
-      ::usleep(300000);
-      ::_exit(0);
-    }).detach();
-    (void)!::write(ready[1], "x", 1);
-    // This thread alone ends (the exit system call, not exit_group; no
-    // unwinding through the test framework).
-    ::syscall(SYS_exit, 0);
-  }
-  ::close(ready[1]);
-  char byte;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
-  ::close(ready[0]);
-  // Until the child's main thread has exited (its state in /proc is Z).
-  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    std::ifstream f(stat);
-    std::string line;
-    std::getline(f, line);
-    const size_t close = line.rfind(')');
-    if (close != std::string::npos && close + 2 < line.size() &&
-        line[close + 2] == 'Z') {
-      break;
-    }
-    ASSERT_LT(std::chrono::steady_clock::now(), bound) << line;
-    std::this_thread::yield();
-  }
+  const pid_t child = ForkLockHolder(
+      dir,
+      [] {
+        // The lock outlives the main thread: another thread holds the
+        // process (and its files) for a while, then ends it.
+        std::thread([] {
+          ::usleep(300000);
+          ::_exit(0);
+        }).detach();
+      },
+      [] {
+        // This thread alone ends (the exit system call, not exit_group;
+        // no unwinding through the test framework).
+        ::syscall(SYS_exit, 0);
+      });
+  ASSERT_GT(child, 0);
+  ASSERT_NO_FATAL_FAILURE(WaitUntilExiting(child));
   auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
   EXPECT_TRUE(lock.ok()) << lock.status().ToString();
   int status = 0;
@@ -744,52 +753,29 @@ TEST(Env, ALockOfAnExitingHolderIsWaitedFor) {
 // right after the kill waits for it instead of being refused.
 TEST(Env, ALockOfAHolderKilledWithNineIsWaitedFor) {
   const std::string dir = TempDir();
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto lock = Env::Posix()->LockFile(
-        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
-    if (!lock.ok()) ::_exit(1);
-    // (Less under the sanitizers, whose memset of it takes seconds.)
-    const size_t kBytes = size_t(testing::Scaled(512, 128)) << 20;
-    void* mem = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) ::_exit(1);
-    std::memset(mem, 1, kBytes);
-    for (int i = 0; i < 3; ++i) {
-      std::thread([] {
+  const pid_t child = ForkLockHolder(
+      dir,
+      [] {
+        // (Less under the sanitizers, whose memset of it takes seconds.)
+        const size_t bytes = size_t(testing::Scaled(512, 128)) << 20;
+        void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) ::_exit(1);
+        std::memset(mem, 1, bytes);
+        for (int i = 0; i < 3; ++i) {
+          std::thread([] {
+            for (;;) ::pause();
+          }).detach();
+        }
+      },
+      [] {
         for (;;) ::pause();
-      }).detach();
-    }
-    (void)!::write(ready[1], "x", 1);
-    for (;;) ::pause();
-  }
-  ::close(ready[1]);
-  char byte;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
-  ::close(ready[0]);
+      });
+  ASSERT_GT(child, 0);
   ASSERT_EQ(::kill(child, SIGKILL), 0);
-  // Until the kill has taken: the child is flagged exiting (PF_EXITING in
-  // its stat's flags) or its main thread is a zombie. (A restarted server
-  // execs and starts up first; the test would race the signal's delivery.)
-  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    std::ifstream f(stat);
-    std::string line;
-    std::getline(f, line);
-    const size_t close = line.rfind(')');
-    ASSERT_NE(close, std::string::npos) << line;
-    std::istringstream fields(line.substr(close + 2));
-    std::string state, skip;
-    unsigned long flags = 0;
-    fields >> state >> skip >> skip >> skip >> skip >> skip >> flags;
-    if (state == "Z" || state == "X" || (flags & 0x4) != 0) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), bound) << line;
-    std::this_thread::yield();
-  }
+  // Until the kill has taken. (A restarted server execs and starts up
+  // first; the test would race the signal's delivery.)
+  ASSERT_NO_FATAL_FAILURE(WaitUntilExiting(child));
   auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
   EXPECT_TRUE(lock.ok()) << lock.status().ToString();
   int status = 0;

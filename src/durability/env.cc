@@ -236,11 +236,7 @@ class PosixEnv final : public Env {
   }
 
   // True if `holder` (what a lock's holder wrote: "... pid N") names a
-  // process of this host that is exiting: the kernel's PF_EXITING flag on
-  // its main thread (killed: set at once, while whichever thread exits
-  // last tears the memory down and the main thread may still run), or its
-  // state Z (the main thread has exited, others still run) or X. A process
-  // that is gone, or cannot be seen, is not waited for: another holds it.
+  // process that is exiting (ProcessIsExiting).
   static bool HolderIsExiting(const std::string& holder) {
     const size_t at = holder.rfind("pid ");
     if (at == std::string::npos) return false;
@@ -248,34 +244,8 @@ class PosixEnv final : public Env {
     const char* first = holder.data() + at + 4;
     const char* last = holder.data() + holder.size();
     auto [end, ec] = std::from_chars(first, last, pid);
-    if (ec != std::errc() || end == first || pid <= 0) return false;
-    const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
-    const int fd = ::open(stat_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char buf[512];
-    const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-    ::close(fd);
-    if (n <= 0) return false;
-    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": the
-    // state follows the last ')', the flags are the sixth field after it.
-    const std::string_view stat(buf, size_t(n));
-    const size_t close = stat.rfind(')');
-    if (close == std::string_view::npos || close + 2 >= stat.size()) {
-      return false;
-    }
-    const char state = stat[close + 2];
-    if (state == 'Z' || state == 'X') return true;
-    size_t pos = close + 2;
-    for (int field = 0; field < 6 && pos != std::string_view::npos; ++field) {
-      pos = stat.find(' ', pos);
-      if (pos != std::string_view::npos) ++pos;
-    }
-    if (pos == std::string_view::npos) return false;
-    unsigned long flags = 0;
-    auto r =
-        std::from_chars(stat.data() + pos, stat.data() + stat.size(), flags);
-    constexpr unsigned long kPfExiting = 0x4;  // linux/sched.h
-    return r.ec == std::errc() && (flags & kPfExiting) != 0;
+    if (ec != std::errc() || end == first) return false;
+    return ProcessIsExiting(pid);
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(
@@ -321,6 +291,40 @@ class PosixEnv final : public Env {
     return std::unique_ptr<FileLock>(new PosixLock(fd));
   }
 };
+
+}  // namespace
+
+bool ProcessIsExiting(long pid) {
+  if (pid <= 0) return false;
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(stat_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": the state
+  // follows the last ')', the flags are the sixth field after it.
+  const std::string_view stat(buf, size_t(n));
+  const size_t close = stat.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= stat.size()) {
+    return false;
+  }
+  const char state = stat[close + 2];
+  if (state == 'Z' || state == 'X') return true;
+  size_t pos = close + 2;
+  for (int field = 0; field < 6 && pos != std::string_view::npos; ++field) {
+    pos = stat.find(' ', pos);
+    if (pos != std::string_view::npos) ++pos;
+  }
+  if (pos == std::string_view::npos) return false;
+  unsigned long flags = 0;
+  auto r = std::from_chars(stat.data() + pos, stat.data() + stat.size(), flags);
+  constexpr unsigned long kPfExiting = 0x4;  // linux/sched.h
+  return r.ec == std::errc() && (flags & kPfExiting) != 0;
+}
+
+namespace {
 
 std::string_view BaseName(std::string_view path) {
   const size_t slash = path.find_last_of('/');

@@ -96,6 +96,13 @@ class Env {
       const std::string& path, const std::string& holder) = 0;
 };
 
+// True if process `pid` of this host is exiting: the kernel's PF_EXITING
+// flag on its main thread (a killed process: set at once, while whichever
+// thread exits last tears its memory down and the main thread may still
+// run), or its state Z (the main thread has exited, others still run) or X.
+// False if it is gone or cannot be seen (another pid namespace).
+bool ProcessIsExiting(long pid);
+
 // --- fault injection (tests, --fault-log-io)
 //
 // A spec is a comma-separated list of terms:
