@@ -1,8 +1,10 @@
 // The binaries as a user runs them: exit codes, messages, flags.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -85,6 +87,22 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
       RunCommand({CliBinary(), "stats"}, {{"REMEM_SERVER", server.address}});
   EXPECT_EQ(env.exit_code, 0) << env.out;
   EXPECT_TRUE(Contains(env.out, "rpcs_served"));
+
+  // --server and --cluster both (the cluster won, silently): which one was
+  // meant is unknown. A flag wins over the other's environment variable.
+  auto both = RunCommand({CliBinary(), "--server", server.address, "--cluster",
+                          "127.0.0.1:1", "ping"});
+  EXPECT_EQ(both.exit_code, 2) << both.out;
+  EXPECT_TRUE(Contains(both.out, "--server and --cluster")) << both.out;
+  auto both_env = RunCommand(
+      {CliBinary(), "ping"},
+      {{"REMEM_SERVER", server.address}, {"REMEM_CLUSTER", "127.0.0.1:1"}});
+  EXPECT_EQ(both_env.exit_code, 2) << both_env.out;
+  EXPECT_TRUE(Contains(both_env.out, "both set")) << both_env.out;
+  auto flag_wins =
+      RunCommand({CliBinary(), "--server=" + server.address, "ping"},
+                 {{"REMEM_CLUSTER", "127.0.0.1:1"}});
+  EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins.out;
 }
 
 TEST(Cli, SnapshotAndDurabilityStats) {
@@ -364,6 +382,28 @@ TEST(Server, BadConfigurationIsAClearError) {
     std::remove(conf.c_str());
   }
 
+  // Pinning: --cpus with --no-pin, or a list of another length than
+  // --threads (thread i took the (i mod n)-th CPU, silently), is refused.
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &allowed)) ++cpu;
+  const std::string c = std::to_string(cpu);
+  auto no_pin = RunCommand(
+      {ServerBinary(), "--listen", "127.0.0.1:0", "--cpus", c, "--no-pin"});
+  EXPECT_EQ(no_pin.exit_code, 2) << no_pin.out;
+  EXPECT_TRUE(Contains(no_pin.out, "--cpus and --no-pin")) << no_pin.out;
+  auto too_few = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0",
+                             "--threads", "3", "--cpus", c + "," + c});
+  EXPECT_EQ(too_few.exit_code, 2) << too_few.out;
+  EXPECT_TRUE(Contains(too_few.out, "--cpus lists 2 CPUs for 3 threads"))
+      << too_few.out;
+  auto too_many = RunCommand(
+      {ServerBinary(), "--listen", "127.0.0.1:0", "--cpus", c + "," + c});
+  EXPECT_EQ(too_many.exit_code, 2) << too_many.out;
+  EXPECT_TRUE(Contains(too_many.out, "--cpus lists 2 CPUs for 1 thread "))
+      << too_many.out;
+
   auto listen = RunCommand({ServerBinary(), "--listen", "nocolon"});
   EXPECT_EQ(listen.exit_code, 2) << listen.out;
 
@@ -385,6 +425,31 @@ TEST(Server, BadConfigurationIsAClearError) {
       {ServerBinary(), "--listen", first.address, "--memory", "16M"});
   EXPECT_EQ(second.exit_code, 1) << second.out;
   EXPECT_TRUE(Contains(second.out, "address already in use")) << second.out;
+}
+
+// --no-persistence ignores --data-dir, as documented, and says so: a
+// restart that comes back empty must not surprise.
+TEST(Server, NoPersistenceSaysItIgnoresTheDataDir) {
+  const std::string dir = ::testing::TempDir() + "/remem-no-persistence-" +
+                          std::to_string(getpid());
+  SpawnOptions o;
+  o.argv = {ServerBinary(), "--listen",        "127.0.0.1:0", "--memory",
+            "16M",          "--data-dir",      dir,           "--transport",
+            "tcp",          "--no-persistence"};
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto notice = (*p)->WaitForLine("neither recovered nor written",
+                                  std::chrono::seconds(30));
+  ASSERT_TRUE(notice.ok()) << (*p)->output();
+  EXPECT_TRUE(Contains(*notice, dir)) << *notice;
+  ASSERT_TRUE((*p)->WaitForLine("listening on", std::chrono::seconds(30)).ok())
+      << (*p)->output();
+  ASSERT_TRUE((*p)->Signal(SIGINT).ok());
+  auto code = (*p)->Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "it wrote to " << dir;
 }
 
 TEST(Server, ConfigFileAndCleanShutdown) {

@@ -1245,6 +1245,102 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   servers_.clear();
 }
 
+// The other half of a move's one-sided reads: its new owner's memory holds
+// the copied pairs while the old owner still takes writes. A client that
+// routes by a configuration from before the shards left that server (it
+// was idle since: it never met a refusal) reads them there. Before the
+// serving mark was checked in unreplicated clusters too, it returned the
+// copy, which missed the write the old owner had acknowledged.
+TEST_F(ClusterTest,
+       AClientRoutingByAnOldConfigurationNeverReadsAShardBeingCopiedIn) {
+  // The first server alone owns every shard when `stale` connects. The
+  // manager (it) holds each step once the copies are made.
+  // (Longer under the sanitizers: the checks run within it.)
+  const bool slow = testing::Scaled(6) < 6;
+  const std::vector<std::string> flags = {"--shards",
+                                          "16",
+                                          "--move-share",
+                                          "100",
+                                          "--fault-move-hold-ms",
+                                          slow ? "6000" : "3000"};
+  servers_.push_back(StartServer(MemberFlags(1, flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string first = servers_[0].address;
+  ClusterOptions o;
+  o.seeds = {first};
+  o.session.transport = testing::TestTransport();
+  o.wait_for_config = kBound;
+  o.hash.read_path = ReadPath::kOneSided;
+  auto stale_or = Cluster::Connect(o);
+  ASSERT_TRUE(stale_or.ok()) << stale_or.status().ToString();
+  Cluster* stale = stale_or->get();
+  const Loaded loaded = Load(stale, 400);
+  ExpectEveryKey(stale, loaded);
+  const uint32_t first_epoch = stale->info().epoch;
+
+  // A second server joins and takes half the shards; then it is drained,
+  // and they are copied back to the first, where `stale` reads them.
+  servers_.push_back(StartServer(MemberFlags(1, flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string second = servers_[1].address;
+  auto fresh = Connect({first});
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(WaitForConfig(fresh.get(), [&](const auto& info) {
+    return ShardsOf(info, second) == 8;
+  }));
+  ASSERT_TRUE(fresh->Drain(second, std::chrono::milliseconds(0)).ok());
+  // The copies are made once the first server holds every pair again.
+  auto probe = ConnectOrDie(first);
+  ASSERT_EQ(
+      WaitForStatOf(probe.get(), "hash_pairs", loaded.keys.size(), kBound),
+      loaded.keys.size());
+  ASSERT_TRUE(fresh->Refresh().ok());
+  ASSERT_GT(fresh->info().moving, 0u) << "the move ended before the check";
+  // New values at the old owner, which acknowledges them (the hold keeps
+  // them from the copies), then read by `stale`, one at a time and
+  // asynchronously: each must be the new one.
+  std::vector<std::string> expect = loaded.vals;
+  std::vector<size_t> moving;
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    if (fresh->OwnerOf(loaded.keys[i]) != second) continue;
+    expect[i] = "written-during-the-move-" + std::to_string(i);
+    ASSERT_TRUE(fresh->Put(loaded.keys[i], expect[i]).ok());
+    moving.push_back(i);
+  }
+  ASSERT_GT(moving.size(), 20u);
+  ASSERT_EQ(stale->info().epoch, first_epoch);
+  for (size_t n = 0; n < moving.size(); n += 2) {
+    const size_t i = moving[n];
+    auto r = stale->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, expect[i]) << loaded.keys[i];
+  }
+  std::vector<HashStore::Value> values(loaded.keys.size());
+  for (size_t n = 1; n < moving.size(); n += 2) {
+    const size_t i = moving[n];
+    stale->GetAsync(loaded.keys[i], &values[i], [&, i](Status st) {
+      EXPECT_TRUE(st.ok()) << loaded.keys[i] << ": " << st.ToString();
+      EXPECT_EQ(values[i].value, expect[i]) << loaded.keys[i];
+    });
+  }
+  ASSERT_TRUE(stale->WaitAll().ok());
+  // Still mid-move: the reads met the copies, not the finished move.
+  ASSERT_TRUE(fresh->Refresh().ok());
+  EXPECT_GT(fresh->info().moving, 0u) << "the hold ended before the reads";
+  EXPECT_GT(stale->route_stats().moved, 0u);
+  // And once the move is done, every key reads its value.
+  ASSERT_TRUE(WaitForConfig(fresh.get(), [&](const auto& info) {
+    return ShardsOf(info, second) == 0;
+  }));
+  std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
+  auto got = stale->MultiGet(views);
+  for (size_t i = 0; i < views.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << views[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, expect[i]) << views[i];
+  }
+  servers_.clear();
+}
+
 // Clients that record every operation on a few hot keys, each through a
 // Cluster of its own, while the test injects a fault; then each key's
 // history is checked linearizable. A write that fails (Unavailable:

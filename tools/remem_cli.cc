@@ -589,9 +589,10 @@ int main(int argc, char** argv) {
   std::string auth_file;
   double timeout_s = 10;
   bool json = false;
-  app.add_option("-s,--server", opts.server, "server address host:port")
-      ->capture_default_str()
-      ->envname("REMEM_SERVER");
+  auto* server_opt =
+      app.add_option("-s,--server", opts.server, "server address host:port")
+          ->capture_default_str()
+          ->envname("REMEM_SERVER");
   app.add_option("--transport", transport,
                  "auto | shm | tcp (see remem-server --help)")
       ->capture_default_str();
@@ -972,7 +973,37 @@ int main(int argc, char** argv) {
     }
     return 0;
   };
-  if (cluster_opt->count() > 0 && cluster_seeds.empty()) {
+  // --server and --cluster name different targets: both on the command
+  // line (or both only in the environment) leave unknown which was meant.
+  // One on the command line wins over the other's environment variable.
+  bool server_wins = false;
+  if (server_opt->count() > 0 && cluster_opt->count() > 0) {
+    auto on_command_line = [&](std::initializer_list<std::string_view> names) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (a == "--") break;
+        for (std::string_view n : names) {
+          if (a == n ||
+              (a.starts_with(n) && a.size() > n.size() && a[n.size()] == '=')) {
+            return true;
+          }
+        }
+      }
+      return false;
+    };
+    const bool server_arg = on_command_line({"-s", "--server"});
+    const bool cluster_arg = on_command_line({"--cluster"});
+    if (server_arg == cluster_arg) {
+      return Fail(Status::InvalidArgument(
+          server_arg ? "--server and --cluster: give one server or a "
+                       "cluster's seeds, not both"
+                     : "REMEM_SERVER and REMEM_CLUSTER are both set: unset "
+                       "one, or give --server or --cluster"));
+    }
+    server_wins = server_arg;  // REMEM_CLUSTER stands aside
+    if (server_wins) cluster_seeds.clear();
+  }
+  if (!server_wins && cluster_opt->count() > 0 && cluster_seeds.empty()) {
     return Fail(Status::InvalidArgument(
         "--cluster needs seed servers (host:port,...)"));
   }

@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--cpus", cpus,
-                 "pin thread i to the i-th CPU of this list, e.g. 0,2-3 "
-                 "(default: pin only if the process's CPUs were narrowed, "
-                 "e.g. by taskset)");
+                 "pin thread i to the i-th CPU of this list, one per thread "
+                 "(--threads), e.g. 0,2-3 for three (default: pin only if "
+                 "the process's CPUs were narrowed, e.g. by taskset)");
   app.add_flag("--no-pin", no_pin, "never pin threads to CPUs");
   app.add_option("--transport", transport,
                  "auto | shm | tcp: UCX transports allowed (auto: UCX "
@@ -245,6 +245,11 @@ int main(int argc, char** argv) {
                "testing: as configuration manager, kill this server "
                "(SIGKILL) right after it records a move's handoff in "
                "ZooKeeper, before the old owners release their copies")
+      ->group("Testing");
+  app.add_option("--fault-move-hold-ms", cfg.fault_move_hold_ms,
+                 "testing: as configuration manager, hold each move step "
+                 "this long once its shards are copied to their new owners, "
+                 "before their old owners stop writing them")
       ->group("Testing");
   app.add_flag("--fault-receive-stall", cfg.fault_receive_stall,
                "testing: the first session whose connection closes leaves "
@@ -428,9 +433,21 @@ int main(int argc, char** argv) {
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   cfg.pin_threads = !no_pin;
   if (!cpus.empty()) {
+    if (no_pin) return Fail("--cpus and --no-pin: pin, or do not", 2);
     Status st;
     cfg.cpus = ParseCpus(cpus, &st);
     if (!st.ok()) return Fail(st.message(), 2);
+    // Thread i takes the i-th CPU: a shorter list would stack threads on
+    // its first CPUs, a longer one leave CPUs unused, neither said.
+    if (cfg.cpus.size() != size_t(cfg.threads)) {
+      return Fail("--cpus lists " + std::to_string(cfg.cpus.size()) + " CPU" +
+                      (cfg.cpus.size() == 1 ? "" : "s") + " for " +
+                      std::to_string(cfg.threads) + " thread" +
+                      (cfg.threads == 1 ? "" : "s") +
+                      " (--threads): one per thread, in order (a CPU may "
+                      "repeat: 0,1,0)",
+                  2);
+    }
   }
   if (!auth_file.empty()) {
     auto secret = ReadSecretFile(auth_file);
@@ -441,6 +458,13 @@ int main(int argc, char** argv) {
   if (!policy.ok()) return Fail(policy.status().message(), 2);
   cfg.fsync = *policy;
   cfg.persistence = !no_persistence;
+  if (no_persistence && !cfg.data_dir.empty()) {
+    // Documented, but a restart that comes back empty must not surprise.
+    std::fprintf(stderr,
+                 "remem-server: --no-persistence: %s is neither recovered "
+                 "nor written (a pure cache)\n",
+                 cfg.data_dir.c_str());
+  }
   if (auto n = ParseSize(snapshot_log_bytes); n.ok()) {
     cfg.snapshot_log_bytes = *n;
   } else if (snapshot_log_bytes == "0") {

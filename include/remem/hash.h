@@ -141,9 +141,11 @@ class HashStore {
     uint64_t fallbacks = 0;      // one-sided gets that gave up and asked
     uint64_t reads = 0;          // one-sided reads issued by gets
     uint64_t unvouched = 0;      // one-sided results the lease did not cover
-    // In a replicated cluster: one-sided results the server's serving mark
-    // did not cover (not on the backups yet, a hand-over, a configuration
-    // change), asked again of the server or after a refresh.
+    // In a cluster: one-sided results the server's serving mark did not
+    // cover (a configuration change, a hand-over, a shard the server does
+    // not lead under the client's configuration; in a replicated cluster,
+    // not on the backups yet), asked again of the server or after a
+    // refresh. (The name is older than the check in unreplicated clusters.)
     uint64_t unreplicated = 0;
     // The read-path selector's current estimates of a single get's latency
     // on each path (microseconds; 0 before the path has been measured, and

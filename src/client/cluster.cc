@@ -329,30 +329,36 @@ struct Cluster::Impl {
 
   // How a session's stores read under the configuration: one-sided (or by
   // RPC, as their read path decides), asking the server when a key is
-  // absent. In a replicated cluster a pair read one-sided is returned only
-  // if the server's serving mark covers it (hash/layout.h: a primary's
-  // memory can hold a write its backups do not hold yet, which a failover
-  // would lose; and a member keeps pairs of shards it no longer leads).
-  // The server's lease bounds both reads: shared-memory readers check it
+  // absent. A pair read one-sided is returned only if the server's serving
+  // mark covers it (hash/layout.h): a member's memory holds pairs of
+  // shards it does not lead under the client's configuration (a shard
+  // being copied in, a copy left by an abandoned move, one it gave away
+  // since), which a client routing by an old configuration must not
+  // return; and in a replicated cluster a primary's memory can hold a
+  // write its backups do not hold yet, which a failover would lose. The
+  // server's lease bounds both reads: shared-memory readers check it
   // (Vouch), and a server that performs one-sided reads (tcp) refuses them
-  // once its member lease lapsed. The marks are judged by this
-  // configuration's epoch only if it names the incarnation the session
-  // reached at `addr`: the roles it lists for that address are that
-  // process's, not those of one restarted there since (epoch 0: the mark
-  // calls the configuration stale, and it is fetched again). True if this
+  // once its member lease lapsed. In a replicated cluster the marks are
+  // judged by this configuration's epoch only if it names the incarnation
+  // the session reached at `addr`: the roles it lists for that address are
+  // that process's, not those of one restarted there since (epoch 0: the
+  // mark calls the configuration stale, and it is fetched again). An
+  // unreplicated member keeps its shards across a restart. True if this
   // changed how the session's stores read.
   bool SetReadPath(const std::string& addr, client::SessionCore* core) const {
-    const bool checked = config.replicas > 0;
+    const bool replicated = config.replicas > 0;
     const int m = config.IndexOf(addr);
-    core->set_serving_epoch(m >= 0 && config.members[size_t(m)].incarnation ==
-                                          core->incarnation()
-                                ? config.epoch
-                                : 0);
-    if (core->cluster_routed() && core->serving_checked() == checked) {
+    core->set_serving_epoch(
+        m >= 0 && (!replicated ||
+                   config.members[size_t(m)].incarnation == core->incarnation())
+            ? config.epoch
+            : 0);
+    if (core->cluster_routed() && core->serving_checked() &&
+        core->serving_versions_checked() == replicated) {
       return false;
     }
     core->set_cluster_routed(true);
-    core->set_serving_checked(checked);
+    core->set_serving_checked(true, replicated);
     return true;
   }
 

@@ -106,14 +106,20 @@ class SessionCore {
   // asks the server, which knows the shards it owns).
   void set_cluster_routed(bool routed) { cluster_routed_ = routed; }
   bool cluster_routed() const { return cluster_routed_; }
-  // Set by remem::Cluster on sessions to members of a replicated cluster
-  // that read one-sided: a pair read one-sided is returned only if the
-  // partition's serving mark covers it (hash/layout.h, "Serving mark"),
-  // judged by serving_epoch(): the epoch of the configuration the client
-  // routes by, if that configuration names this session's incarnation of
-  // the server, else 0 (the mark then calls it stale).
-  void set_serving_checked(bool checked) { serving_checked_ = checked; }
+  // Set by remem::Cluster on the sessions it routes by: a pair read
+  // one-sided is returned only if the partition's serving mark covers it
+  // (hash/layout.h, "Serving mark"), judged by serving_epoch(): the epoch
+  // of the configuration the client routes by (in a replicated cluster:
+  // if that configuration names this session's incarnation of the server,
+  // else 0, which the mark calls stale). The mark's replicated versions
+  // are checked only with serving_versions_checked() (a replicated
+  // cluster).
+  void set_serving_checked(bool checked, bool versions) {
+    serving_checked_ = checked;
+    serving_versions_checked_ = versions;
+  }
   bool serving_checked() const { return serving_checked_; }
+  bool serving_versions_checked() const { return serving_versions_checked_; }
   void set_serving_epoch(uint32_t epoch) { serving_epoch_ = epoch; }
   uint32_t serving_epoch() const { return serving_epoch_; }
   bool reads_are_local() const { return local_reads_; }
@@ -242,6 +248,7 @@ class SessionCore {
   bool local_reads_ = false;
   bool cluster_routed_ = false;
   bool serving_checked_ = false;
+  bool serving_versions_checked_ = false;
   uint32_t serving_epoch_ = 0;
   bool needs_lease_ = false;
   uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "client/rpc_client.h"
@@ -1195,6 +1196,11 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                                  moving.members[pair.second].address, shards,
                                  0));
     }
+  }
+  if (options_.fault_move_hold.count() > 0) {
+    log::Warn("testing: holding the move for {} ms before the freeze",
+              options_.fault_move_hold.count());
+    std::this_thread::sleep_for(options_.fault_move_hold);
   }
   // Only now, every copy done, the writes of every moving shard pause:
   // frozen, and the last of their changes sent.

@@ -145,6 +145,10 @@ struct MemberOptions {
   // records a step's handoff, before any release: the one point of a move
   // a successor must finish without the old owner.
   bool fault_kill_after_handoff = false;
+  // Testing: the manager holds each step this long once the shards are
+  // copied and their changes sent, before it freezes them: clients meet a
+  // move whose new owners hold the copies while the old ones still write.
+  std::chrono::milliseconds fault_move_hold{0};
   // For the manager's sessions to members, its own server included
   // (secret, transport, timeout).
   SessionOptions session;

@@ -95,7 +95,7 @@ bool Ownership::Install(Config config) {
 
 uint64_t Ownership::ServingWord_locked() const {
   const Installed* c = current();
-  if (c == nullptr || !c->replicated || c->self < 0) return 0;
+  if (c == nullptr || c->self < 0) return 0;
   if (c->any_outgoing) {
     for (uint32_t s = 0; s < c->config.num_shards(); ++s) {
       if (StateOf(s) != kServing) return 0;

@@ -265,15 +265,25 @@ TEST(Ownership, TheServingWordNamesTheEpochSinceWhichItLedTheSameShards) {
   c.epoch = 6;
   ASSERT_TRUE(o.Install(c));
   EXPECT_EQ(o.serving_word(), word(6, 6));
-  // A configuration that gives this incarnation nothing, and an
-  // unreplicated one, vouch for nothing.
+  // A configuration that gives this incarnation nothing vouches for
+  // nothing.
   Ownership other("a:1", /*incarnation=*/9);
   ASSERT_TRUE(other.Install(c));
   EXPECT_EQ(other.serving_word(), 0u);
+  o.SetServingListener(nullptr);
+  // An unreplicated member vouches too (its memory holds shards being
+  // copied in, and copies it gave away), whatever its incarnation: its
+  // shards stay its own across a restart.
   Ownership plain("a:1", 7);
   ASSERT_TRUE(plain.Install(TwoServers(1)));
-  EXPECT_EQ(plain.serving_word(), 0u);
-  o.SetServingListener(nullptr);
+  EXPECT_EQ(plain.serving_word(), word(1, 1));
+  ASSERT_TRUE(plain.Install(TwoServers(2)));
+  EXPECT_EQ(plain.serving_word(), word(2, 1));
+  ASSERT_TRUE(plain.Install(TwoServers(3, /*swapped=*/true)));
+  EXPECT_EQ(plain.serving_word(), word(3, 3));
+  Ownership restarted("a:1", 8);
+  ASSERT_TRUE(restarted.Install(TwoServers(3, /*swapped=*/true)));
+  EXPECT_EQ(restarted.serving_word(), word(3, 3));
 }
 
 }  // namespace

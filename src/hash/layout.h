@@ -42,20 +42,24 @@
 // forever: a reader that reaches it fails verification, re-reads the root,
 // and finds the new array.
 //
-// Serving mark (replicated clusters, issue #13): a ServingMark after the
-// Root says what a pair read one-sided out of a primary's memory may be
-// returned as. A primary applies a write to its table before its backups
-// hold it, and a failover would lose such a write; and a member's memory
-// keeps a shard's pairs after the shard's primary role went elsewhere. So a
-// reader of a replicated shard, after it has read a pair, reads the mark
-// and returns the pair only if (JudgeServingMark in reader.h)
+// Serving mark (clusters, issues #12 and #13): a ServingMark after the
+// Root says what a pair read one-sided out of a member's memory may be
+// returned as. A member's memory holds pairs of shards it does not lead: a
+// shard being copied in by a move (behind the owner's newer writes), a
+// copy an abandoned move left, a shard whose role went elsewhere; and in a
+// replicated cluster a primary applies a write to its table before its
+// backups hold it, and a failover would lose such a write. So a reader in
+// a cluster, after it has read a pair, reads the mark and returns the pair
+// only if (JudgeServingMark in reader.h)
 //   - `serving` verifies and is not 0 (0: nothing is vouched for: before
-//     the first configuration, during a hand-over, not replicated), and the
+//     the first configuration, during a hand-over, not a cluster), and the
 //     reader's configuration epoch E satisfies primary_since <= E <=
 //     installed: the shards this server leads are the same at E as now, so
-//     the reader (which routed by E) is reading the shard's primary;
-//   - `replicated` verifies and is at least the pair's version: every pair
-//     this server wrote with a version up to it is held by the backups.
+//     the reader (which routed by E) is reading the shard's owner;
+//   - in a replicated cluster, `replicated` verifies and is at least the
+//     pair's version: every pair this server wrote with a version up to it
+//     is held by the backups (an unreplicated member leaves it 0, and its
+//     readers judge by version 0).
 // Each half has one writer (serving: whoever installs a configuration or
 // freezes a shard; replicated: the partition's owner thread), so each
 // carries its own check. The server lease bounds the whole: a primary

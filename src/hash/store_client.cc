@@ -286,6 +286,8 @@ struct HashStore::Impl {
     if (!core->serving_checked()) return Status::OK();
     hash::ServingMark mark;
     const uint32_t epoch = core->serving_epoch();
+    // Unreplicated: every pair is as replicated as it will be.
+    if (!core->serving_versions_checked()) version = 0;
     for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
       const hash::ReadRequest req = hash::ServingMarkRequest(g, &mark);
       REMEM_RETURN_IF_ERROR(

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "proto/codec.h"
@@ -53,27 +54,8 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   k->lease_ns_ = uint64_t(std::chrono::nanoseconds(lease).count());
   *waited = std::chrono::milliseconds(0);
   if (!horizon_file.empty()) {
-    const int fd =
-        ::open(horizon_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return Status::IOError("cannot open the lease file " + horizon_file +
-                             ": " + std::strerror(errno));
-    }
-    if (::ftruncate(fd, sizeof(Horizon)) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return Status::IOError("cannot size " + horizon_file + ": " +
-                             std::strerror(err));
-    }
-    void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE,
-                     MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) {
-      return Status::IOError("cannot map " + horizon_file + ": " +
-                             std::strerror(errno));
-    }
-    k->horizon_ = static_cast<Horizon*>(p);
     k->horizon_file_ = horizon_file;
+    REMEM_RETURN_IF_ERROR(k->MapHorizon());
     Horizon& h = *k->horizon_;
     const std::string boot = BootId();
     if (h.magic == kHorizonMagic &&
@@ -101,6 +83,78 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   k->thread_ = std::thread([raw = k.get()] { raw->Run(); });
   pthread_setname_np(k->thread_.native_handle(), "remem-lease");
   return k;
+}
+
+Status LeaseKeeper::MapHorizon() {
+  const int fd =
+      ::open(horizon_file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status::IOError("cannot open the lease file " + horizon_file_ +
+                           ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || ::ftruncate(fd, sizeof(Horizon)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::IOError("cannot size " + horizon_file_ + ": " +
+                           std::strerror(err));
+  }
+  void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    return Status::IOError("cannot map " + horizon_file_ + ": " +
+                           std::strerror(errno));
+  }
+  horizon_ = static_cast<Horizon*>(p);
+  horizon_inode_ = uint64_t(st.st_ino);
+  return Status::OK();
+}
+
+void LeaseKeeper::KeepHorizonFile() {
+  if (horizon_ == nullptr) return;
+  struct stat st;
+  if (::stat(horizon_file_.c_str(), &st) == 0 &&
+      uint64_t(st.st_ino) == horizon_inode_) {
+    return;
+  }
+  Horizon* old = horizon_;
+  if (Status s = MapHorizon(); !s.ok()) {
+    horizon_ = old;  // keep writing the old one
+    if (!horizon_warned_) {
+      log::Warn("the lease horizon file is gone and cannot be made again: {}",
+                s.ToString());
+      horizon_warned_ = true;
+    }
+    return;
+  }
+  std::memcpy(horizon_, old, sizeof(Horizon));
+  ::munmap(old, sizeof(Horizon));
+  log::Warn("the lease horizon file {} was removed; made it again",
+            horizon_file_);
+}
+
+void LeaseKeeper::RemoveStaleHorizons(const std::string& dir,
+                                      const std::string& prefix,
+                                      std::chrono::nanoseconds grace) {
+  std::error_code ec;
+  const std::string boot = BootId();
+  const uint64_t now = MonotonicNs();
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    Horizon h{};
+    const bool whole = ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
+    ::close(fd);
+    if (!whole || h.magic != kHorizonMagic) continue;
+    const bool other_boot = std::memcmp(h.boot_id, boot.data(), 36) != 0;
+    if (other_boot ||
+        (h.expires_ns != 0 && h.expires_ns + uint64_t(grace.count()) < now)) {
+      ::unlink(e.path().c_str());
+    }
+  }
 }
 
 LeaseKeeper::~LeaseKeeper() {
@@ -155,6 +209,7 @@ void LeaseKeeper::Run() {
     uint64_t expires = MonotonicNs() + lease_ns_;
     // Capped, never to 0, which says "revoked: the server is stopping".
     if (cap_) expires = std::max<uint64_t>(1, std::min(expires, cap_()));
+    KeepHorizonFile();
     Publish(expires);
   }
 }

@@ -15,7 +15,8 @@
 // store costs no system call and survives kill -9) and a starting server
 // waits until any horizon a predecessor left there has passed. A clean stop
 // revokes the lease (expires_ns = 0) first, so a clean restart waits for
-// nothing.
+// nothing. A server killed on a port that no server takes again leaves its
+// file behind: RemoveStaleHorizons clears those that nobody can need.
 //
 // Thread contract: Start and the destructor on one thread; the keeper's own
 // thread does the renewals.
@@ -60,8 +61,27 @@ class LeaseKeeper {
   // renewal; thread-safe.
   void CapBy(std::function<uint64_t()> cap);
 
+  // Removes the horizon files in `dir` whose names start with `prefix`
+  // that no server can need: written on another boot, or whose horizon
+  // passed more than `grace` ago. A file being created (not yet written) or
+  // revoked is left alone. The grace covers a server stopped (SIGSTOP, a
+  // debugger) past its horizon: it makes its file again at its next
+  // renewal, so only one stopped for longer than `grace`, then resumed and
+  // killed within a tenth of a lease, could leave a successor nothing to
+  // wait for. Errors are ignored: a file left is only a file.
+  static void RemoveStaleHorizons(const std::string& dir,
+                                  const std::string& prefix,
+                                  std::chrono::nanoseconds grace);
+
  private:
+  struct Horizon;
   LeaseKeeper() = default;
+  // Opens (creating it) and maps horizon_file_; records its inode.
+  Status MapHorizon();
+  // On the keeper's thread, before each renewal: a horizon file removed
+  // (RemoveStaleHorizons, after this process was stopped for longer than
+  // its grace) is made again, so a successor still finds it.
+  void KeepHorizonFile();
   void Publish(uint64_t expires_ns);
   void Run();
 
@@ -70,10 +90,11 @@ class LeaseKeeper {
   uint64_t lease_ns_ = 0;
   uint64_t version_ = 0;
   uint64_t renewals_ = 0;
-  // The mapped horizon file (null without one).
-  struct Horizon;
+  // The mapped horizon file (null without one) and its inode.
   Horizon* horizon_ = nullptr;
   std::string horizon_file_;
+  uint64_t horizon_inode_ = 0;
+  bool horizon_warned_ = false;  // a file that cannot be made again
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

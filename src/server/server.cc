@@ -656,8 +656,11 @@ Status Server::Impl::Init() {
   } else {
     const std::string dir =
         config.runtime_dir.empty() ? "/dev/shm" : config.runtime_dir;
-    horizon =
-        fmt::format("{}/remem-lease-{}-{}", dir, getuid(), acceptor->port());
+    const std::string prefix = fmt::format("remem-lease-{}-", getuid());
+    horizon = fmt::format("{}/{}{}", dir, prefix, acceptor->port());
+    // Servers killed on ports no server took again left theirs (one per
+    // port: tests and scripts on port 0 made hundreds).
+    LeaseKeeper::RemoveStaleHorizons(dir, prefix, std::chrono::minutes(10));
   }
   auto keeper = LeaseKeeper::Start(root->base(), incarnation_id, config.lease,
                                    horizon, &lease_waited);
@@ -725,6 +728,7 @@ Status Server::Impl::StartCluster() {
   mo.lease = config.cluster_lease;
   mo.move_share = config.move_share;
   mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
+  mo.fault_move_hold = std::chrono::milliseconds(config.fault_move_hold_ms);
   mo.session_timeout = config.cluster_session;
   // The manager's sessions to members: the cluster shares one secret.
   mo.session.secret = config.secret;

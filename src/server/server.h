@@ -88,6 +88,8 @@ struct ServerConfig {
   uint32_t move_share = 25;
   // Testing: cluster::MemberOptions::fault_kill_after_handoff.
   bool fault_kill_after_handoff = false;
+  // Testing: cluster::MemberOptions::fault_move_hold, in milliseconds.
+  uint32_t fault_move_hold_ms = 0;
   // Testing: the first session whose connection closes leaves its server
   // thread's receive queue stalled, as a client killed mid-send over shared
   // memory can (fabric::Worker::SimulateReceiveStallForTesting).

@@ -1,0 +1,139 @@
+// server::LeaseKeeper's horizon files: which ones RemoveStaleHorizons
+// removes, and a keeper whose file was removed under it makes it again.
+
+#include "server/lease.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "util/log.h"
+
+namespace remem::server {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+class LeaseFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The logger is made here, before any keeper's thread logs.
+    ASSERT_TRUE(log::SetLevel("warn").ok());
+    std::string t = ::testing::TempDir() + "/remem-lease-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(t.data()), nullptr);
+    dir_ = t;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  static void Write(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+
+  // The file a keeper killed with -9 leaves: a copy of a live keeper's
+  // (its horizon `lease` after the start). (Not a keeper in a forked child
+  // that exits: ThreadSanitizer refuses threads after a fork.)
+  void KilledKeeper(const std::string& file, milliseconds lease) {
+    alignas(64) static uint8_t lease_at[64];
+    milliseconds waited;
+    const std::string live = Path("live-keeper");
+    auto k = LeaseKeeper::Start(lease_at, 1, lease, live, &waited);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    Write(file, Read(live));
+  }
+  std::string dir_;
+};
+
+TEST_F(LeaseFiles, StaleHorizonsAreRemovedAndOthersKept) {
+  const std::string prefix = "remem-lease-1-";
+  // Killed, with a horizon that passes at once; killed on another boot;
+  // killed with a horizon a minute away.
+  KilledKeeper(Path(prefix + "1"), milliseconds(10));
+  KilledKeeper(Path(prefix + "2"), milliseconds(60'000));
+  std::string other_boot = Read(Path(prefix + "2"));
+  std::string boot;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+  ASSERT_EQ(boot.size(), 36u);
+  const size_t at = other_boot.find(boot);
+  ASSERT_NE(at, std::string::npos) << "the file records the boot id";
+  other_boot[at] = other_boot[at] == '0' ? '1' : '0';
+  Write(Path(prefix + "2"), other_boot);
+  KilledKeeper(Path(prefix + "3"), milliseconds(60'000));
+  // Being made (empty, or not yet written), and another prefix's.
+  Write(Path(prefix + "4"), "");
+  Write(Path(prefix + "5"), std::string(64, '\0'));
+  Write(Path("other-1"), Read(Path(prefix + "1")));
+  // A running keeper's, renewed every millisecond.
+  alignas(64) static uint8_t lease_at[64];
+  milliseconds waited;
+  auto live = LeaseKeeper::Start(lease_at, 2, milliseconds(10),
+                                 Path(prefix + "6"), &waited);
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+
+  // Until the first one's horizon has passed (10 ms after it started).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    LeaseKeeper::RemoveStaleHorizons(dir_, prefix, milliseconds(0));
+  } while (fs::exists(Path(prefix + "1")) &&
+           std::chrono::steady_clock::now() < deadline);
+  EXPECT_FALSE(fs::exists(Path(prefix + "1"))) << "its horizon passed";
+  EXPECT_FALSE(fs::exists(Path(prefix + "2"))) << "another boot wrote it";
+  EXPECT_TRUE(fs::exists(Path(prefix + "3"))) << "its horizon is to come";
+  EXPECT_TRUE(fs::exists(Path(prefix + "4")));
+  EXPECT_TRUE(fs::exists(Path(prefix + "5")));
+  EXPECT_TRUE(fs::exists(Path("other-1")));
+  EXPECT_TRUE(fs::exists(Path(prefix + "6"))) << "its keeper renews it";
+  // The grace: a horizon passed less than a minute ago is kept. (Its copy
+  // under another prefix, removed without a grace, shows it passed.)
+  KilledKeeper(Path(prefix + "7"), milliseconds(10));
+  Write(Path("copy-7"), Read(Path(prefix + "7")));
+  do {
+    LeaseKeeper::RemoveStaleHorizons(dir_, "copy-", milliseconds(0));
+  } while (fs::exists(Path("copy-7")) &&
+           std::chrono::steady_clock::now() < deadline);
+  ASSERT_FALSE(fs::exists(Path("copy-7")));
+  LeaseKeeper::RemoveStaleHorizons(dir_, prefix, std::chrono::minutes(1));
+  EXPECT_TRUE(fs::exists(Path(prefix + "7")));
+  live->reset();
+  EXPECT_FALSE(fs::exists(Path(prefix + "6"))) << "a clean stop removes it";
+}
+
+// A keeper whose file was removed (it was stopped past the grace) makes it
+// again, with its horizon: a successor started on it then waits.
+TEST_F(LeaseFiles, AFileRemovedUnderARunningKeeperIsMadeAgain) {
+  const std::string file = Path("remem-lease-1-1");
+  alignas(64) static uint8_t first_at[64], second_at[64];
+  milliseconds waited;
+  auto first =
+      LeaseKeeper::Start(first_at, 1, milliseconds(200), file, &waited);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!fs::exists(file) && std::chrono::steady_clock::now() < deadline) {
+    ::usleep(1000);  // the keeper renews every 20 ms; nothing to wait on
+  }
+  ASSERT_TRUE(fs::exists(file)) << "not made again";
+  // Its horizon is in the file: a second keeper on it waits it out.
+  auto second =
+      LeaseKeeper::Start(second_at, 2, milliseconds(200), file, &waited);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_GT(waited.count(), 0) << "the made-again file had no horizon";
+}
+
+}  // namespace
+}  // namespace remem::server
