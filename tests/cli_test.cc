@@ -103,6 +103,9 @@ TEST(Cli, PingAndStatsAgainstARealServer) {
       RunCommand({CliBinary(), "--server=" + server.address, "ping"},
                  {{"REMEM_CLUSTER", "127.0.0.1:1"}});
   EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins.out;
+  auto short_wins = RunCommand({CliBinary(), "-s" + server.address, "ping"},
+                               {{"REMEM_CLUSTER", "127.0.0.1:1"}});
+  EXPECT_EQ(short_wins.exit_code, 0) << short_wins.out;
 }
 
 TEST(Cli, SnapshotAndDurabilityStats) {

@@ -983,8 +983,10 @@ int main(int argc, char** argv) {
         const std::string_view a = argv[i];
         if (a == "--") break;
         for (std::string_view n : names) {
-          if (a == n ||
-              (a.starts_with(n) && a.size() > n.size() && a[n.size()] == '=')) {
+          // --name, --name=VALUE, -s, -sVALUE.
+          const bool is_short = n.size() == 2;
+          if (a == n || (a.starts_with(n) && a.size() > n.size() &&
+                         (is_short || a[n.size()] == '='))) {
             return true;
           }
         }

@@ -247,9 +247,10 @@ int main(int argc, char** argv) {
                "ZooKeeper, before the old owners release their copies")
       ->group("Testing");
   app.add_option("--fault-move-hold-ms", cfg.fault_move_hold_ms,
-                 "testing: as configuration manager, hold each move step "
-                 "this long once its shards are copied to their new owners, "
-                 "before their old owners stop writing them")
+                 "testing: as configuration manager of an unreplicated "
+                 "cluster, hold each move step this long once its shards "
+                 "are copied to their new owners, before their old owners "
+                 "stop writing them")
       ->group("Testing");
   app.add_flag("--fault-receive-stall", cfg.fault_receive_stall,
                "testing: the first session whose connection closes leaves "

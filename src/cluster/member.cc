@@ -1200,7 +1200,8 @@ Status ClusterMember::CopyMoving(const Config& moving) {
   if (options_.fault_move_hold.count() > 0) {
     log::Warn("testing: holding the move for {} ms before the freeze",
               options_.fault_move_hold.count());
-    std::this_thread::sleep_for(options_.fault_move_hold);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, options_.fault_move_hold, [this] { return stop_; });
   }
   // Only now, every copy done, the writes of every moving shard pause:
   // frozen, and the last of their changes sent.

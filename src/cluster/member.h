@@ -148,6 +148,8 @@ struct MemberOptions {
   // Testing: the manager holds each step this long once the shards are
   // copied and their changes sent, before it freezes them: clients meet a
   // move whose new owners hold the copies while the old ones still write.
+  // (Unreplicated clusters: a replicated one hands shards over to backups
+  // that hold them, without copies.)
   std::chrono::milliseconds fault_move_hold{0};
   // For the manager's sessions to members, its own server included
   // (secret, transport, timeout).

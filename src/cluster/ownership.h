@@ -33,11 +33,12 @@
 // Busy (the manager may be failing this member over), and the
 // server lease stops vouching for one-sided reads (LeaseKeeper's cap).
 //
-// One-sided readers of a replicated shard learn from a serving word what
-// this server vouches for (hash/layout.h, "Serving mark"): the epoch it has
+// One-sided readers in a cluster learn from a serving word what this
+// server vouches for (hash/layout.h, "Serving mark"): the epoch it has
 // installed and the epoch since which it has led the same shards, or 0
-// (nothing: no configuration served yet, not replicated, or a shard frozen
-// or released on its way to another member). SetServingListener gets the
+// (nothing: no configuration served yet, none naming this incarnation in
+// a replicated cluster, or a shard frozen or released on its way to
+// another member). SetServingListener gets the
 // word each time it changes, before the change takes effect for anyone:
 // inside Install (so before a member lease granted with that configuration
 // is extended), Freeze and Release.

@@ -218,8 +218,8 @@ Status HashService::Init(server::ServiceContext* ctx) {
                     kReplicatedHalf);
   }
   if (cluster_ != nullptr) {
-    // One-sided readers of replicated shards check the serving word after
-    // each pair (layout.h, "Serving mark"); it changes inside Ownership's
+    // One-sided readers in a cluster check the serving word after each
+    // pair (layout.h, "Serving mark"); it changes inside Ownership's
     // Install, Freeze and Release, before they return. (The server
     // destroys its Ownership, and whatever installs configurations, before
     // its services: the listener never outlives this.)

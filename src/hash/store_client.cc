@@ -72,8 +72,11 @@ struct HashStore::Impl {
   // get then allocates nothing. *out is untouched unless found. Sets
   // *gave_up (and returns Busy) if it never verified: the caller asks the
   // server. `kh`: the key's hash under g's seed, if the caller has it.
+  // `serving_epoch`: the epoch the get was routed by (a queued get's, from
+  // when it was queued); by default the session's now.
   Status GetOneSidedInto(hash::Geometry* g, std::string_view key, Value* out,
-                         bool* gave_up, const hash::KeyHash* kh = nullptr);
+                         bool* gave_up, const hash::KeyHash* kh = nullptr,
+                         std::optional<uint32_t> serving_epoch = std::nullopt);
   // Re-reads the partition root into `g`.
   Status RefreshRoot(hash::Geometry* g);
   // After `g` names a new bucket array: fault this process's mapping of it
@@ -112,6 +115,10 @@ struct HashStore::Impl {
     Clock::time_point start;
     GetCallback done;
     bool tracked = true;  // counted in in_flight (GetAsync; not MultiGet)
+    // The epoch it was routed by: a refresh while its reads are in flight
+    // changes the session's, which would judge the serving mark by a
+    // configuration the get was not routed by.
+    uint32_t serving_epoch = 0;
   };
   // Asynchronous gets, puts and deletes that go by RPC wait here until the
   // next Poll/WaitAll (or a batch or synchronous call), which sends them
@@ -198,7 +205,8 @@ struct HashStore::Impl {
     GetCallback done;
     Value* into = nullptr;  // a get into caller storage: into_done, not done
     Callback into_done;
-    hash::KeyHash kh;  // under g's seed, from the prefetch
+    hash::KeyHash kh;            // under g's seed, from the prefetch
+    uint32_t serving_epoch = 0;  // as AsyncGet's
   };
   struct LocalDone {
     GetCallback done;    // a plain get: gets `value` or `status`
@@ -210,6 +218,8 @@ struct HashStore::Impl {
   std::string lookup_scratch;  // GetOneSidedInto's value, before it is known
   std::vector<uint8_t> extent_scratch;  // its out-of-line values' copies
   bool one_sided_get_running = false;   // GetOneSidedInto is under way
+  // The last epoch a serving mark called stale (ServingCovers).
+  uint32_t stale_epoch = UINT32_MAX;
   std::vector<size_t> batch_valid, batch_by_rpc;  // MultiGetAsync's, reused
   // LookupMapped's, per key: its partition and its hash there.
   std::vector<hash::Geometry*> batch_partitions;
@@ -277,15 +287,16 @@ struct HashStore::Impl {
     ++read_stats.unvouched;
     return false;
   }
-  // A pair of `version` read one-sided out of partition g, vouched for:
-  // OK if it may be returned (a store not in a replicated cluster, or the
-  // serving mark covers it: hash/layout.h); Moved if the configuration the
-  // session routes by is older than the server's leadership (the caller
-  // fetches it again); otherwise Busy (ask the server) or the read's error.
-  Status ServingCovers(const hash::Geometry& g, uint64_t version) {
+  // A pair of `version` read one-sided out of partition g, vouched for,
+  // by a get routed by configuration `epoch`: OK if it may be returned (a
+  // store not routed by a cluster, or the serving mark covers it:
+  // hash/layout.h); Moved if that configuration is older than the server's
+  // leadership (the caller fetches it again); otherwise Busy (ask the
+  // server) or the read's error.
+  Status ServingCovers(const hash::Geometry& g, uint64_t version,
+                       uint32_t epoch) {
     if (!core->serving_checked()) return Status::OK();
     hash::ServingMark mark;
-    const uint32_t epoch = core->serving_epoch();
     // Unreplicated: every pair is as replicated as it will be.
     if (!core->serving_versions_checked()) version = 0;
     for (int i = 0; i < kMaxOneSidedAttempts; ++i) {
@@ -303,6 +314,13 @@ struct HashStore::Impl {
           return Status::Busy("the server does not vouch for this pair yet");
         case hash::MarkVerdict::kStale:
           ++read_stats.unreplicated;
+          // Once per epoch: a refresh that brought no newer configuration
+          // (the member it asked lags) would say Moved again until the
+          // deadline, while the server answers this key by RPC.
+          if (epoch == stale_epoch && core->serving_epoch() == epoch) {
+            return Status::Busy("the configuration is stale; ask the server");
+          }
+          stale_epoch = epoch;
           return Status::Moved(
               epoch == 0
                   ? std::string("the configuration names another incarnation "
@@ -437,7 +455,9 @@ Status HashStore::Impl::RefreshRoot(hash::Geometry* g) {
 
 Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
                                         Value* out, bool* gave_up,
-                                        const hash::KeyHash* kh) {
+                                        const hash::KeyHash* kh,
+                                        std::optional<uint32_t> serving_epoch) {
+  const uint32_t epoch = serving_epoch.value_or(core->serving_epoch());
   // A callback run while this get waits for a read (over a network) or
   // for the lease may make a get of its own: only the outermost get uses
   // the store's kept buffers, a nested one buffers of its own.
@@ -469,7 +489,7 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
     read_stats.reads += uint64_t(lookup.reads());
     if (lookup.outcome() == hash::Lookup::kFound) {
       if (!Vouched()) break;
-      if (Status c = ServingCovers(*g, lookup.version()); !c.ok()) {
+      if (Status c = ServingCovers(*g, lookup.version(), epoch); !c.ok()) {
         if (c.code() == StatusCode::kBusy) break;
         return c;
       }
@@ -621,6 +641,7 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   op->path = path;
   op->timed = timed;
   op->start = start;
+  op->serving_epoch = core->serving_epoch();
   if (op->path == client::Path::kRpc) return GetByRpc(std::move(op));
   op->lookup.emplace(*op->g, op->key, ReadMode());
   DriveOneSided(std::move(op));
@@ -647,7 +668,8 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
       read_stats.reads += uint64_t(l.reads());
       if (l.outcome() == hash::Lookup::kFound) {
         if (!Vouched()) break;
-        if (Status c = ServingCovers(*op->g, l.version()); !c.ok()) {
+        if (Status c = ServingCovers(*op->g, l.version(), op->serving_epoch);
+            !c.ok()) {
           if (c.code() == StatusCode::kBusy) break;
           return FinishGet(op, std::move(c));
         }
@@ -835,7 +857,8 @@ void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
   const hash::KeyHash kh = hash::HashKey(key, g->seed);
   PrefetchWholeBucket(*g, kh);
   local_queue.push_back({uint32_t(local_keys.size()), uint32_t(key.size()), g,
-                         std::move(done), into, std::move(into_done), kh});
+                         std::move(done), into, std::move(into_done), kh,
+                         core->serving_epoch()});
   local_keys.append(key);
   if (local_queue.size() >= kLocalWindow) RunLocalGets();
 }
@@ -891,7 +914,7 @@ void HashStore::Impl::RunLocalGets() {
     bool gave_up = false;
     LocalDone& d = local_done.emplace_back();
     Status st = GetOneSidedInto(op.g, key, op.into ? op.into : &d.value,
-                                &gave_up, &op.kh);
+                                &gave_up, &op.kh, op.serving_epoch);
     if (gave_up) {
       local_done.pop_back();
       // Asks the server (sent by FlushQueued, after this).

@@ -55,7 +55,7 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   *waited = std::chrono::milliseconds(0);
   if (!horizon_file.empty()) {
     k->horizon_file_ = horizon_file;
-    REMEM_RETURN_IF_ERROR(k->MapHorizon());
+    REMEM_RETURN_IF_ERROR(k->MapHorizon(horizon_file));
     Horizon& h = *k->horizon_;
     const std::string boot = BootId();
     if (h.magic == kHorizonMagic &&
@@ -85,26 +85,23 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   return k;
 }
 
-Status LeaseKeeper::MapHorizon() {
-  const int fd =
-      ::open(horizon_file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+Status LeaseKeeper::MapHorizon(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return Status::IOError("cannot open the lease file " + horizon_file_ +
-                           ": " + std::strerror(errno));
+    return Status::IOError("cannot open the lease file " + path + ": " +
+                           std::strerror(errno));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || ::ftruncate(fd, sizeof(Horizon)) != 0) {
     const int err = errno;
     ::close(fd);
-    return Status::IOError("cannot size " + horizon_file_ + ": " +
-                           std::strerror(err));
+    return Status::IOError("cannot size " + path + ": " + std::strerror(err));
   }
   void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE, MAP_SHARED,
                    fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
-    return Status::IOError("cannot map " + horizon_file_ + ": " +
-                           std::strerror(errno));
+    return Status::IOError("cannot map " + path + ": " + std::strerror(errno));
   }
   horizon_ = static_cast<Horizon*>(p);
   horizon_inode_ = uint64_t(st.st_ino);
@@ -118,17 +115,32 @@ void LeaseKeeper::KeepHorizonFile() {
       uint64_t(st.st_ino) == horizon_inode_) {
     return;
   }
+  // Made whole under another name, then renamed into place: a successor
+  // (or RemoveStaleHorizons) never finds it empty.
+  const std::string fresh = horizon_file_ + ".new";
+  ::unlink(fresh.c_str());
   Horizon* old = horizon_;
-  if (Status s = MapHorizon(); !s.ok()) {
+  const uint64_t old_inode = horizon_inode_;
+  Status made = MapHorizon(fresh);
+  if (made.ok()) {
+    std::memcpy(horizon_, old, sizeof(Horizon));
+    if (::rename(fresh.c_str(), horizon_file_.c_str()) != 0) {
+      made = Status::IOError("cannot rename " + fresh + ": " +
+                             std::strerror(errno));
+      ::munmap(horizon_, sizeof(Horizon));
+      ::unlink(fresh.c_str());
+    }
+  }
+  if (!made.ok()) {
     horizon_ = old;  // keep writing the old one
+    horizon_inode_ = old_inode;
     if (!horizon_warned_) {
       log::Warn("the lease horizon file is gone and cannot be made again: {}",
-                s.ToString());
+                made.ToString());
       horizon_warned_ = true;
     }
     return;
   }
-  std::memcpy(horizon_, old, sizeof(Horizon));
   ::munmap(old, sizeof(Horizon));
   log::Warn("the lease horizon file {} was removed; made it again",
             horizon_file_);
@@ -140,19 +152,27 @@ void LeaseKeeper::RemoveStaleHorizons(const std::string& dir,
   std::error_code ec;
   const std::string boot = BootId();
   const uint64_t now = MonotonicNs();
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  const uid_t uid = ::getuid();
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    // Only this user's regular files: whoever may write the directory may
+    // put a FIFO there (an open would block) or a link.
+    const int fd = ::open(it->path().c_str(),
+                          O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
+    struct stat st;
     Horizon h{};
-    const bool whole = ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
+    const bool whole = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       st.st_uid == uid &&
+                       ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
     ::close(fd);
     if (!whole || h.magic != kHorizonMagic) continue;
     const bool other_boot = std::memcmp(h.boot_id, boot.data(), 36) != 0;
     if (other_boot ||
         (h.expires_ns != 0 && h.expires_ns + uint64_t(grace.count()) < now)) {
-      ::unlink(e.path().c_str());
+      ::unlink(it->path().c_str());
     }
   }
 }

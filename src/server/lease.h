@@ -62,13 +62,18 @@ class LeaseKeeper {
   void CapBy(std::function<uint64_t()> cap);
 
   // Removes the horizon files in `dir` whose names start with `prefix`
-  // that no server can need: written on another boot, or whose horizon
-  // passed more than `grace` ago. A file being created (not yet written) or
-  // revoked is left alone. The grace covers a server stopped (SIGSTOP, a
-  // debugger) past its horizon: it makes its file again at its next
-  // renewal, so only one stopped for longer than `grace`, then resumed and
-  // killed within a tenth of a lease, could leave a successor nothing to
-  // wait for. Errors are ignored: a file left is only a file.
+  // that no server can need: this user's regular files written on another
+  // boot, or whose horizon passed more than `grace` ago. A file being
+  // created (not yet written) or revoked is left alone. The grace covers a
+  // server stopped (SIGSTOP, a debugger) past its horizon: it makes its
+  // file again at its next renewal, so only one stopped for longer than
+  // `grace`, then resumed and killed within a tenth of a lease, could
+  // leave a successor nothing to wait for; so could one that started on
+  // the file's port between this read and the unlink, killed within a
+  // tenth of a lease. (A replicated member cut off from its manager for
+  // longer than `grace` renews a horizon capped in the past: its file is
+  // removed, and made again, with a warning each time.) Errors are
+  // ignored: a file left is only a file.
   static void RemoveStaleHorizons(const std::string& dir,
                                   const std::string& prefix,
                                   std::chrono::nanoseconds grace);
@@ -76,8 +81,8 @@ class LeaseKeeper {
  private:
   struct Horizon;
   LeaseKeeper() = default;
-  // Opens (creating it) and maps horizon_file_; records its inode.
-  Status MapHorizon();
+  // Opens (creating it) and maps `path` as the horizon; records its inode.
+  Status MapHorizon(const std::string& path);
   // On the keeper's thread, before each renewal: a horizon file removed
   // (RemoveStaleHorizons, after this process was stopped for longer than
   // its grace) is made again, so a successor still finds it.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,14 +73,16 @@ TEST_F(LeaseFiles, StaleHorizonsAreRemovedAndOthersKept) {
   other_boot[at] = other_boot[at] == '0' ? '1' : '0';
   Write(Path(prefix + "2"), other_boot);
   KilledKeeper(Path(prefix + "3"), milliseconds(60'000));
-  // Being made (empty, or not yet written), and another prefix's.
+  // Being made (empty, or not yet written), another prefix's, and a FIFO
+  // (an open without O_NONBLOCK would block).
   Write(Path(prefix + "4"), "");
   Write(Path(prefix + "5"), std::string(64, '\0'));
+  ASSERT_EQ(::mkfifo(Path(prefix + "8").c_str(), 0600), 0);
   Write(Path("other-1"), Read(Path(prefix + "1")));
-  // A running keeper's, renewed every millisecond.
+  // A running keeper's (a minute ahead, whatever the scheduler does).
   alignas(64) static uint8_t lease_at[64];
   milliseconds waited;
-  auto live = LeaseKeeper::Start(lease_at, 2, milliseconds(10),
+  auto live = LeaseKeeper::Start(lease_at, 2, milliseconds(60'000),
                                  Path(prefix + "6"), &waited);
   ASSERT_TRUE(live.ok()) << live.status().ToString();
 
@@ -97,6 +100,7 @@ TEST_F(LeaseFiles, StaleHorizonsAreRemovedAndOthersKept) {
   EXPECT_TRUE(fs::exists(Path(prefix + "5")));
   EXPECT_TRUE(fs::exists(Path("other-1")));
   EXPECT_TRUE(fs::exists(Path(prefix + "6"))) << "its keeper renews it";
+  EXPECT_TRUE(fs::exists(Path(prefix + "8")));
   // The grace: a horizon passed less than a minute ago is kept. (Its copy
   // under another prefix, removed without a grace, shows it passed.)
   KilledKeeper(Path(prefix + "7"), milliseconds(10));
