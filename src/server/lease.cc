@@ -47,8 +47,10 @@ struct LeaseKeeper::Horizon {
 
 Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
     uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
-    const std::string& horizon_file, std::chrono::milliseconds* waited) {
+    const std::string& horizon_file, std::chrono::milliseconds* waited,
+    bool remake_removed) {
   std::unique_ptr<LeaseKeeper> k(new LeaseKeeper());
+  k->remake_removed_ = remake_removed;
   k->lease_at_ = lease_at;
   k->incarnation_ = incarnation;
   k->lease_ns_ = uint64_t(std::chrono::nanoseconds(lease).count());
@@ -109,7 +111,7 @@ Status LeaseKeeper::MapHorizon(const std::string& path) {
 }
 
 void LeaseKeeper::KeepHorizonFile() {
-  if (horizon_ == nullptr) return;
+  if (horizon_ == nullptr || !remake_removed_) return;
   struct stat st;
   if (::stat(horizon_file_.c_str(), &st) == 0 &&
       uint64_t(st.st_ino) == horizon_inode_) {

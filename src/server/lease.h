@@ -48,9 +48,13 @@ class LeaseKeeper {
   // `lease_at` (64 bytes in the root region) and starts renewing it.
   // `waited` receives how long the wait took. An empty `horizon_file`
   // keeps no horizon (a server on an ephemeral port has no successor).
+  // `remake_removed`: a horizon file removed under the keeper is made
+  // again at its next renewal (one in a directory RemoveStaleHorizons
+  // sweeps; not a data directory's, which only its owner removes).
   static Result<std::unique_ptr<LeaseKeeper>> Start(
       uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
-      const std::string& horizon_file, std::chrono::milliseconds* waited);
+      const std::string& horizon_file, std::chrono::milliseconds* waited,
+      bool remake_removed = false);
   // Revokes the lease (readers stop trusting at once), stops renewing it,
   // and removes the horizon file (a successor has nothing to wait for).
   ~LeaseKeeper();
@@ -99,6 +103,7 @@ class LeaseKeeper {
   Horizon* horizon_ = nullptr;
   std::string horizon_file_;
   uint64_t horizon_inode_ = 0;
+  bool remake_removed_ = false;
   bool horizon_warned_ = false;  // a file that cannot be made again
   std::mutex mu_;
   std::condition_variable cv_;

@@ -83,7 +83,8 @@ TEST_F(LeaseFiles, StaleHorizonsAreRemovedAndOthersKept) {
   alignas(64) static uint8_t lease_at[64];
   milliseconds waited;
   auto live = LeaseKeeper::Start(lease_at, 2, milliseconds(60'000),
-                                 Path(prefix + "6"), &waited);
+                                 Path(prefix + "6"), &waited,
+                                 /*remake_removed=*/true);
   ASSERT_TRUE(live.ok()) << live.status().ToString();
 
   // Until the first one's horizon has passed (10 ms after it started).
@@ -122,8 +123,8 @@ TEST_F(LeaseFiles, AFileRemovedUnderARunningKeeperIsMadeAgain) {
   const std::string file = Path("remem-lease-1-1");
   alignas(64) static uint8_t first_at[64], second_at[64];
   milliseconds waited;
-  auto first =
-      LeaseKeeper::Start(first_at, 1, milliseconds(200), file, &waited);
+  auto first = LeaseKeeper::Start(first_at, 1, milliseconds(200), file, &waited,
+                                  /*remake_removed=*/true);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ(::unlink(file.c_str()), 0);
   const auto deadline =
@@ -132,6 +133,24 @@ TEST_F(LeaseFiles, AFileRemovedUnderARunningKeeperIsMadeAgain) {
     ::usleep(1000);  // the keeper renews every 20 ms; nothing to wait on
   }
   ASSERT_TRUE(fs::exists(file)) << "not made again";
+  // A data directory's is not (a test that removed the directory of a
+  // running server found the file made again, and could not remove it).
+  // Both renew every 20 ms: by the time the first keeper has made its
+  // file again twice, the other has had its turns too.
+  const std::string data_dir_file = Path("lease");
+  auto durable = LeaseKeeper::Start(second_at, 3, milliseconds(200),
+                                    data_dir_file, &waited);
+  ASSERT_TRUE(durable.ok()) << durable.status().ToString();
+  ASSERT_EQ(::unlink(data_dir_file.c_str()), 0);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(::unlink(file.c_str()), 0);
+    while (!fs::exists(file) && std::chrono::steady_clock::now() < deadline) {
+      ::usleep(1000);
+    }
+    ASSERT_TRUE(fs::exists(file));
+  }
+  EXPECT_FALSE(fs::exists(data_dir_file)) << "a data directory's came back";
+  durable->reset();
   // Its horizon is in the file: a second keeper on it waits it out.
   auto second =
       LeaseKeeper::Start(second_at, 2, milliseconds(200), file, &waited);

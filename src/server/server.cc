@@ -663,7 +663,8 @@ Status Server::Impl::Init() {
     LeaseKeeper::RemoveStaleHorizons(dir, prefix, std::chrono::minutes(10));
   }
   auto keeper = LeaseKeeper::Start(root->base(), incarnation_id, config.lease,
-                                   horizon, &lease_waited);
+                                   horizon, &lease_waited,
+                                   /*remake_removed=*/!durable);
   if (!keeper.ok()) return keeper.status();
   lease = std::move(*keeper);
 
