@@ -900,12 +900,6 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   ASSERT_TRUE(c->Put("after", "ok").ok());
 }
 
-// Over tcp a one-sided get is a read the server serves; while the server
-// is paused it times out, and a timed-out one-sided read tears the
-// connection down (session.h). That get says TimedOut; every later call
-// says Unavailable, naming why, even once the server runs again (it said
-// the first get's TimedOut: a caller that retries TimedOut and reconnects
-// on Unavailable retried a dead session for good).
 // Waits until every thread of `pid` is stopped (a SIGSTOP is delivered
 // asynchronously: a thread may serve a request after kill() returned).
 bool AllThreadsStopped(pid_t pid) {
@@ -931,6 +925,12 @@ bool AllThreadsStopped(pid_t pid) {
   return false;
 }
 
+// Over tcp a one-sided get is a read the server serves; while the server
+// is paused it times out, and a timed-out one-sided read tears the
+// connection down (session.h). That get says TimedOut; every later call
+// says Unavailable, naming why, even once the server runs again (it said
+// the first get's TimedOut: a caller that retries TimedOut and reconnects
+// on Unavailable retried a dead session for good).
 TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory a one-sided read is a copy";
@@ -967,6 +967,63 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   auto again = testing::ConnectHashOrDie(server.address, "", ReadPath::kAuto);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->Get("k")->value, "v");
+}
+
+// A put of a large value goes to the server by rendezvous: UCX keeps the
+// request on the endpoint until the server fetches the value. With the
+// server paused the put times out (the session's deadline), yet its UCX
+// request is still out. Closing the session then must give the request up:
+// a graceful close left it on the endpoint, and destroying the worker
+// aborted the process (UCX's assertion in ucp_ep_destroy_base). The
+// session shares its event loop with one to another server, which goes on
+// serving (what the closed session left on the loop runs there: under
+// AddressSanitizer, a completion that outlived its session is caught). The
+// paused server serves a new session once it runs again, and kept the
+// small put.
+TEST(HashTimeout, ClosingASessionWithALargeWriteStillOutEndsCleanly) {
+  testing::ServerProcess paused = StartServer({}, "64M");
+  ASSERT_NE(paused.process, nullptr);
+  testing::ServerProcess other = StartServer({}, "64M");
+  ASSERT_NE(other.process, nullptr);
+  {
+    auto loop = EventLoop::Create(TestTransport());
+    ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+    SessionOptions o;
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(300);
+    o.server = other.address;
+    auto beside = Session::Connect(o, loop->get());
+    ASSERT_TRUE(beside.ok()) << beside.status().ToString();
+    auto hb = HashStore::Open(beside->get());
+    ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+    o.server = paused.address;
+    auto session = Session::Connect(o, loop->get());
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    auto h = HashStore::Open(session->get());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE((*h)->Put("small", "kept").ok());
+    ASSERT_TRUE(paused.process->Signal(SIGSTOP).ok());
+    ASSERT_TRUE(AllThreadsStopped(paused.process->pid()));
+    auto big = (*h)->Put("big", std::string(1 << 20, 'b'));
+    EXPECT_EQ(big.status().code(), StatusCode::kTimedOut)
+        << big.status().ToString();
+    h->reset();
+    session->reset();  // aborted here
+    for (int i = 0; i < 20; ++i) {
+      const std::string key = "beside" + std::to_string(i);
+      ASSERT_TRUE((*hb)->Put(key, std::string(1 << 17, 'x')).ok());
+      auto got = (*hb)->Get(key);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->value.size(), size_t{1} << 17);
+    }
+  }
+  ASSERT_TRUE(paused.process->Signal(SIGCONT).ok());
+  auto again = testing::ConnectHashOrDie(paused.address, "", ReadPath::kAuto);
+  ASSERT_TRUE(again);
+  auto kept = again->Get("small");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->value, "kept");
+  ASSERT_TRUE(again->Put("after", std::string(1 << 20, 'a')).ok());
 }
 
 // The read-path selector (Cell's) settles on the cheaper path of the

@@ -19,6 +19,19 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
 }
 
 RpcClient::~RpcClient() {
+  // A send's completion refers to this client: let every one run first. One
+  // that completed at once runs at the next Progress; one still out (a
+  // rendezvous send to a paused server) can only be given up by failing the
+  // endpoint, whose forced close completes it with an error.
+  if (sends_out_ > 0) {
+    (void)worker_->Progress();
+    if (sends_out_ > 0 && !endpoint_->failed()) {
+      endpoint_->Fail(Status::Unavailable(
+          "the session closed while a request was being sent"));
+    }
+    (void)worker_->ProgressUntil([this] { return sends_out_ == 0; },
+                                 Clock::now() + std::chrono::seconds(30));
+  }
   worker_->UnrouteAm(proto::kAmReply, endpoint_->handle(), route_token_);
 }
 
@@ -40,8 +53,10 @@ void RpcClient::Call(proto::ServiceId service, uint8_t method,
                         /*reply=*/false, StatusCode::kOk, epoch_);
   pending_.emplace(id,
                    Pending{std::move(done), deadlines_.emplace(deadline, id)});
+  ++sends_out_;
   endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),
                     [this, id](Status st) {
+                      --sends_out_;
                       if (st.ok()) return;
                       auto it = pending_.find(id);
                       if (it == pending_.end()) return;

@@ -294,12 +294,21 @@ SessionCore::~SessionCore() {
   // Nothing of this session is out: the server may know it did not die
   // while sending (proto::kSessionGoodbye).
   const bool goodbye = ep_ && !ep_->failed() && in_flight_ == 0;
+  // A request whose call timed out may still be in UCX's hands (a large one
+  // goes by rendezvous, which waits for the server): only a forced close
+  // gives it up (fabric/endpoint.h, requests_out).
+  if (ep_ && !ep_->failed() && ep_->requests_out() > 0) {
+    ep_->Fail(Status::Unavailable(
+        "the session closed while a request was still being sent"));
+  }
   if (rpc_) rpc_->FailAll(Status::Unavailable("session closed"));
   if (in_flight_ > 0) {
     (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
                                   Clock::now() + std::chrono::seconds(30));
   }
   loop_->Detach(this);
+  // The handler calls rpc_, which goes first.
+  if (ep_) ep_->SetFailureHandler(nullptr);
   // Keys before the endpoint, calls before the endpoint.
   remote_.clear();
   rpc_.reset();

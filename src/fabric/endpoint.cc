@@ -12,12 +12,23 @@ namespace remem::fabric {
 
 // State of one asynchronous operation, freed after its continuation runs.
 struct Op {
+  Op(Worker* w, Completion d, const char* wh, std::string k = {},
+     std::string h = {}, uint64_t o = 0)
+      : worker(w),
+        done(std::move(d)),
+        what(wh),
+        keep(std::move(k)),
+        header(std::move(h)),
+        operand(o) {}
   Worker* worker;
   Completion done;
   const char* what;
   std::string keep;      // payload kept alive until the send completes
   std::string header;    // AM header, likewise (UCX 1.13 does not copy it)
   uint64_t operand = 0;  // atomic operand, which must outlive the call
+  // The endpoint's count of requests out (Endpoint::requests_out_), set
+  // once the request is out; it outlives the endpoint.
+  std::shared_ptr<size_t> requests_out;
 };
 
 namespace {
@@ -30,6 +41,7 @@ void CompleteLater(Op* op, Status st) {
 void OpCallback(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   op->worker->RequestEnded();
+  --*op->requests_out;
   CompleteLater(op, FromUcs(status, op->what));
   ucp_request_free(request);
 }
@@ -97,9 +109,12 @@ Endpoint::~Endpoint() {
   if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_, route_token_);
   if (ucp_worker_ != nullptr) worker_->EndpointClosed(ucp_worker_);
   if (ep_ == nullptr || closed_) return;
+  // A graceful close only flushes: a request still out (a rendezvous send
+  // whose peer is paused, say) stays on the endpoint, and destroying the
+  // worker then aborts in UCX. A forced close gives such requests up.
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  p.flags = failed_ || *requests_out_ > 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
 }
 
@@ -154,9 +169,15 @@ void Endpoint::Fail(Status why) {
   // Served operations end here: their replies can no longer arrive.
   FailServed(failure_);
   // Let the forced close complete the outstanding operations now, so their
-  // buffers are released before the caller reuses them. A forced close
-  // completes at once in practice; the bound only guards against a UCX bug.
-  worker_->DrainCloses(Clock::now() + std::chrono::seconds(30));
+  // buffers are released before the caller reuses them (their continuations
+  // run at the next Progress). A forced close completes them at once in
+  // practice; the bound only guards against a UCX bug.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  worker_->DrainCloses(deadline);
+  if (*requests_out_ > 0) {
+    (void)worker_->ProgressUntil([this] { return *requests_out_ == 0; },
+                                 deadline);
+  }
   // The handler runs later, and only if this endpoint still exists then:
   // its owner may destroy it (and what the handler touches) first.
   if (on_failure_) {
@@ -187,6 +208,8 @@ void Endpoint::Finish(ucs_status_ptr_t r, Op* op) {
     CompleteLater(op, FromUcs(UCS_PTR_STATUS(r), op->what));
   } else {
     worker_->RequestIssued();  // OpCallback completes it
+    ++*requests_out_;
+    op->requests_out = requests_out_;
   }
 }
 

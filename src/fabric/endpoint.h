@@ -67,6 +67,9 @@ class Endpoint {
   // Waits until the connection is wired up: OK, Unavailable if it failed,
   // TimedOut (the endpoint is then failed) after `deadline`.
   Status WaitConnected(Clock::time_point deadline);
+  // Closes the connection: gracefully (UCX flushes what was sent) unless
+  // the endpoint failed or a request is still out (requests_out()), which
+  // only a forced close gives up.
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -143,6 +146,11 @@ class Endpoint {
   Status set_served(bool served);
   // Served operations issued and not yet completed.
   size_t served_in_flight() const { return served_ops_.size(); }
+  // UCX requests of asynchronous operations issued and not yet completed
+  // (a send or an operation that completed in its call is not counted).
+  // Destroying the endpoint with any out force-closes it: they complete
+  // with an error.
+  size_t requests_out() const { return *requests_out_; }
 
  private:
   explicit Endpoint(Worker* worker) : worker_(worker) {}
@@ -199,6 +207,9 @@ class Endpoint {
   bool routed_ = false;       // this endpoint's kAmMemReply route is installed
   uint64_t route_token_ = 0;  // its token (Worker::UnrouteAm)
   std::unordered_map<uint64_t, ServedOp> served_ops_;
+  // requests_out(); shared with each request's state, which may outlive the
+  // endpoint.
+  std::shared_ptr<size_t> requests_out_ = std::make_shared<size_t>(0);
   // Cleared by the destructor: send completions that outlive the endpoint
   // check it before touching it.
   std::shared_ptr<Endpoint*> alive_ = std::make_shared<Endpoint*>(this);
