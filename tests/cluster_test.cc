@@ -1245,6 +1245,88 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   servers_.clear();
 }
 
+// A step whose old owner leaves before the handoff is abandoned (the
+// shards stay where they were), and the copies it made at their new owner
+// are garbage: no configuration sends a reader to them. They were kept,
+// in memory (and counted in its hash_pairs) until that server restarted.
+// Two servers own eight shards each; a third joins and shards of both are
+// copied to it; the manager holds the step there, and the other old owner
+// is killed. Once the manager has abandoned the step, the joiner holds no
+// pair, and the manager's keys (some of them were in the step) are served.
+TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
+  const bool slow = testing::Scaled(6) < 6;
+  const std::vector<std::string> flags = {"--shards",
+                                          "16",
+                                          "--move-share",
+                                          "100",
+                                          "--fault-move-hold-ms",
+                                          slow ? "3000" : "1500"};
+  StartServers(2, flags);
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int manager = WaitForOneManager(probes);
+  ASSERT_GE(manager, 0);
+  const int doomed = 1 - manager;
+  const std::string doomed_address = servers_[size_t(doomed)].address;
+  const std::string manager_address = servers_[size_t(manager)].address;
+
+  servers_.push_back(StartServer(MemberFlags(2, flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string joiner = servers_.back().address;
+  // The step that copies shards of both old owners to the joiner.
+  Cluster::Info step;
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cluster->Refresh().ok() && cluster->info().moving > 0) {
+      step = cluster->info();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(step.moving, 0u) << "no step moved shards to the joiner";
+  auto index_of = [&](const std::string& address) {
+    for (size_t i = 0; i < step.nodes.size(); ++i) {
+      if (step.nodes[i].address == address) return int32_t(i);
+    }
+    return int32_t{-1};
+  };
+  uint64_t copies = 0, of_doomed = 0;
+  for (const std::string& k : loaded.keys) {
+    const uint32_t s = cluster::ShardOf(k, step.num_shards);
+    if (step.shard_next[s] != index_of(joiner)) continue;
+    ++copies;
+    if (int32_t(step.shard_owner[s]) == index_of(doomed_address)) ++of_doomed;
+  }
+  ASSERT_GT(of_doomed, 0u);
+  ASSERT_GT(copies, of_doomed);
+  // Copied (the manager then holds the step), and the old owner dies.
+  auto at_joiner = ConnectOrDie(joiner);
+  ASSERT_NE(at_joiner, nullptr);
+  ASSERT_EQ(WaitForStatOf(at_joiner.get(), "hash_pairs", copies, kBound),
+            copies);
+  probes[size_t(doomed)].reset();
+  ASSERT_TRUE(servers_[size_t(doomed)].Kill().ok());
+
+  // Abandoned: nothing moved, and nothing more moves (the survivors hold
+  // their share: the dead server keeps its shards).
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return info.epoch > step.epoch;
+  }));
+  EXPECT_EQ(ShardsOf(cluster->info(), joiner), 0u);
+  EXPECT_EQ(ShardsOf(cluster->info(), manager_address), 8u);
+  EXPECT_EQ(WaitForStatOf(at_joiner.get(), "hash_pairs", 0, kBound), 0u);
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    if (cluster->OwnerOf(loaded.keys[i]) != manager_address) continue;
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, loaded.vals[i]) << loaded.keys[i];
+  }
+  servers_.clear();
+}
+
 // The other half of a move's one-sided reads: its new owner's memory holds
 // the copied pairs while the old owner still takes writes. A client that
 // routes by a configuration from before the shards left that server (it

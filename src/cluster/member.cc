@@ -1001,6 +1001,18 @@ Result<std::string> ClusterMember::Call(const std::string& address,
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) return Status::Unavailable("the server is stopping");
     }
+    if (failure.code() != StatusCode::kBusy) {
+      // Not reachable: a member whose registration is gone is not coming
+      // back as this one (the step that needs it is then abandoned or
+      // finished without it), so waiting out the deadline only delays
+      // that.
+      ::Stat st{};
+      const std::string node = options_.target.path + "/members/" + address;
+      if (zoo_exists(zh_, node.c_str(), 0, &st) == ZNONODE) {
+        return failure.WithContext("moving shards: " + address +
+                                   " (no longer registered)");
+      }
+    }
     if (std::chrono::steady_clock::now() + pause > deadline) {
       return failure.WithContext("moving shards: " + address);
     }

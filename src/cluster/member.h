@@ -288,9 +288,11 @@ class ClusterMember {
   // Step 3: release at the owners, install CompleteMoves(moving).
   Status HandOver(const Config& moving, int zk_version);
   // A hash service call to `address` at configuration `epoch`, retried
-  // while the member answers Busy (it has not installed `epoch` yet), for
-  // at most the session timeout, or `quick` if set (the calls of a
-  // replicated cluster's manager, which must keep judging leases).
+  // while the member answers Busy (it has not installed `epoch` yet) or
+  // cannot be reached, for at most the session timeout, or `quick` if set
+  // (the calls of a replicated cluster's manager, which must keep judging
+  // leases). A member that cannot be reached and is no longer registered
+  // in ZooKeeper (its session ended: it died) ends the call at once.
   Result<std::string> Call(
       const std::string& address, uint32_t epoch, uint8_t method,
       std::string payload,

@@ -90,6 +90,7 @@ bool Ownership::Install(Config config) {
   }
   all_.push_back(std::move(next));
   PublishServing_locked();
+  if (install_listener_) install_listener_(all_.back()->config.epoch);
   return true;
 }
 
@@ -116,6 +117,12 @@ void Ownership::SetServingListener(
   std::lock_guard<std::mutex> lock(mu_);
   serving_listener_ = std::move(listener);
   if (serving_listener_) serving_listener_(serving_published_);
+}
+
+void Ownership::SetInstallListener(
+    std::function<void(uint32_t)> listener) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  install_listener_ = std::move(listener);
 }
 
 uint64_t Ownership::serving_word() const {

@@ -226,6 +226,11 @@ class Ownership {
   void SetServingListener(std::function<void(uint64_t)> listener) const;
   // The serving word in force (above).
   uint64_t serving_word() const;
+  // Calls listener(epoch) after each configuration Install installs, on
+  // the installing thread, under this object's lock (the listener must not
+  // call back into it, but may read current()). One listener; a later call
+  // replaces it.
+  void SetInstallListener(std::function<void(uint32_t)> listener) const;
 
  private:
   static constexpr uint8_t kServing = 0, kFrozen = 1, kReleased = 2;
@@ -262,6 +267,7 @@ class Ownership {
   uint32_t primary_since_ = 0;
   mutable std::function<void(uint64_t)> serving_listener_;  // under mu_
   mutable uint64_t serving_published_ = 0;                  // under mu_
+  mutable std::function<void(uint32_t)> install_listener_;  // under mu_
 };
 
 }  // namespace remem::cluster

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace remem::cluster {
 namespace {
@@ -133,6 +134,25 @@ TEST(Ownership, AConfigurationWithoutThisServerOwnsNothing) {
   EXPECT_EQ(o.current()->self, -1);
   EXPECT_EQ(o.current()->owned, 0u);
   EXPECT_EQ(o.Owns("k").code(), StatusCode::kMoved);
+}
+
+// The hash store settles what moves copied to it after each install
+// (HashService::SettleImports_st): the listener hears every installed
+// epoch, once, with the configuration already current; not an older one
+// that Install refuses.
+TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
+  Ownership o("a:1");
+  std::vector<uint32_t> heard;
+  o.SetInstallListener([&](uint32_t epoch) {
+    ASSERT_NE(o.current(), nullptr);
+    EXPECT_EQ(o.current()->config.epoch, epoch);
+    heard.push_back(epoch);
+  });
+  ASSERT_TRUE(o.Install(TwoServers(1)));
+  ASSERT_TRUE(o.Install(TwoServers(3, /*swapped=*/true)));
+  EXPECT_FALSE(o.Install(TwoServers(2)));
+  EXPECT_FALSE(o.Install(TwoServers(3)));
+  EXPECT_EQ(heard, (std::vector<uint32_t>{1, 3}));
 }
 
 TEST(Ownership, FreezeAndReleaseHoldOnlyWhileAShardMovesAway) {

@@ -230,6 +230,15 @@ Status HashService::Init(server::ServiceContext* ctx) {
       }
     });
   }
+  if (cluster_ != nullptr) {
+    // Configurations are installed rarely: every partition looks at its
+    // imports after each (a no-op without any).
+    cluster_->SetInstallListener([this](uint32_t) {
+      for (PartitionId p = 0; p < partitions_.size(); ++p) {
+        ctx_->RunOn(p, [this, p] { SettleImports_st(p); });
+      }
+    });
+  }
   // Each partition deletes what the first configuration does not give this
   // server before it is served (PurgeUnowned_st).
   if (cluster_ != nullptr) cluster_->RequirePurge(uint32_t(partitions_.size()));
@@ -996,6 +1005,45 @@ void HashService::PurgeStale_st(PartitionId p) {
   }
 }
 
+void HashService::SettleImports_st(PartitionId p) {
+  Partition& part = *partitions_[p];
+  if (part.imported.empty()) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->self < 0 || c->owns.size() != part.imported.size()) {
+    return;
+  }
+  std::vector<uint8_t> abandoned(part.imported.size(), 0);
+  bool any_abandoned = false, any_left = false;
+  for (uint32_t s = 0; s < part.imported.size(); ++s) {
+    if (part.imported[s] == 0) continue;
+    if (cluster::Ownership::Holds(*c, s)) {
+      part.imported[s] = 0;  // the move completed
+    } else if (c->config.NextOf(s) == uint16_t(c->self)) {
+      any_left = true;  // still moving here
+    } else {
+      part.imported[s] = 0;
+      abandoned[s] = 1;
+      any_abandoned = true;
+    }
+  }
+  if (!any_left) part.imported.clear();
+  if (!any_abandoned) return;
+  // Logged where the log takes writes; in memory in any case (a restart
+  // deletes what its first configuration does not give this server).
+  const std::vector<std::string> keys =
+      KeysOfShards_st(part, abandoned, /*in_set=*/true);
+  DeletePairs_st(
+      part, keys,
+      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
+  UpdateCounters_st(part);
+  if (!keys.empty()) {
+    log::Info(
+        "cluster: partition {} deleted {} pairs copied here by a move that "
+        "epoch {} abandoned",
+        p, keys.size(), c->config.epoch);
+  }
+}
+
 size_t HashService::DeleteShardsNotHeld_st(Partition& part,
                                            const std::vector<uint8_t>& holds) {
   const std::vector<std::string> keys =
@@ -1512,37 +1560,49 @@ void HashService::HandleShardImport(Call call) {
     imp->responder.Reply(FirstError(imp->status));
   });
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
-    ctx_->RunOn(
-        owner, [this, owner, imp, fan, items = std::move(by_owner[owner])] {
-          Partition& part = *partitions_[owner];
-          Table& table = *part.table;
-          Status& st = imp->status[owner];
-          // Every partition: a moved key re-inserted here later, in whichever
-          // partition, must get a version its old owner never issued (a
-          // client may hold one for compare-and-put).
-          const bool raise = imp->pairs.max_version > table.last_version();
-          if (part.store != nullptr && (raise || !items.empty())) {
-            st = part.store->Writable();
-          }
-          if (raise && st.ok()) {
-            table.RaiseVersion(imp->pairs.max_version);
-            // Into the log too, so a restart keeps it: a delete of the empty
-            // key (no key is empty) with that version; recovery raises its
-            // counter to the highest version it replays.
-            if (part.store) part.store->LogDelete({}, imp->pairs.max_version);
-          }
-          if (st.ok()) {
-            st = ApplyPairs_st(part, imp->pairs, items, part.store != nullptr);
-          }
-          UpdateCounters_st(part);
-          if (part.store == nullptr || (items.empty() && !raise) || !st.ok()) {
-            return fan->Done();
-          }
-          part.store->AfterDurable([imp, owner, fan](Status d) {
-            if (!d.ok()) imp->status[owner] = d;
-            fan->Done();
-          });
-        });
+    ctx_->RunOn(owner, [this, owner, imp, fan, num_shards,
+                        items = std::move(by_owner[owner])] {
+      Partition& part = *partitions_[owner];
+      Table& table = *part.table;
+      Status& st = imp->status[owner];
+      // Settled by the configuration that completes or abandons the
+      // move (SettleImports_st).
+      if (!items.empty() && part.imported.size() != num_shards) {
+        part.imported.assign(num_shards, 0);
+      }
+      for (uint32_t i : items) {
+        part.imported[cluster::ShardOf(imp->pairs.pairs[i].key, num_shards)] =
+            1;
+      }
+      // Every partition: a moved key re-inserted here later, in whichever
+      // partition, must get a version its old owner never issued (a
+      // client may hold one for compare-and-put).
+      const bool raise = imp->pairs.max_version > table.last_version();
+      if (part.store != nullptr && (raise || !items.empty())) {
+        st = part.store->Writable();
+      }
+      if (raise && st.ok()) {
+        table.RaiseVersion(imp->pairs.max_version);
+        // Into the log too, so a restart keeps it: a delete of the empty
+        // key (no key is empty) with that version; recovery raises its
+        // counter to the highest version it replays.
+        if (part.store) part.store->LogDelete({}, imp->pairs.max_version);
+      }
+      if (st.ok()) {
+        st = ApplyPairs_st(part, imp->pairs, items, part.store != nullptr);
+      }
+      UpdateCounters_st(part);
+      // A configuration that abandoned the move may have been installed
+      // since the request was admitted (its settling ran before this).
+      SettleImports_st(owner);
+      if (part.store == nullptr || (items.empty() && !raise) || !st.ok()) {
+        return fan->Done();
+      }
+      part.store->AfterDurable([imp, owner, fan](Status d) {
+        if (!d.ok()) imp->status[owner] = d;
+        fan->Done();
+      });
+    });
   }
 }
 

@@ -145,6 +145,10 @@ class HashService final : public server::Service {
     // configuration naming this incarnation decides them
     // (PurgeStale_st).
     bool purge_stale = false;
+    // Per shard (empty: none): pairs of it were imported here by a move
+    // (kShardImport) that no configuration installed since has completed
+    // or abandoned (SettleImports_st; owner thread only).
+    std::vector<uint8_t> imported;
     // Replication (owner thread only): this pass's records (null: none),
     // records noted and records replicated (or given up) so far, whether a
     // batch is with the replicator, and who waits for which record count.
@@ -212,6 +216,12 @@ class HashService final : public server::Service {
   // kept its previous incarnation's copies): deletes the pairs of shards
   // it does not give this server.
   void PurgeStale_st(server::PartitionId p);
+  // After each configuration installed: shards imported here by a move
+  // that this server now holds are settled; those neither held nor still
+  // moving here (the move was abandoned: its old owner or the manager's
+  // step gave up) are deleted, their copies being garbage no reader is
+  // sent to.
+  void SettleImports_st(server::PartitionId p);
   // Deletes the pairs of `part` whose shard `holds` does not mark (one
   // entry per shard), logged where the log takes writes; how many.
   size_t DeleteShardsNotHeld_st(Partition& part,
