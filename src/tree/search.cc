@@ -312,7 +312,15 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
         REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
         find = false;
       }
-      for (size_t i = leaf.LowerBound(cursor); i < leaf.count(); ++i) {
+      const size_t first = leaf.LowerBound(cursor);
+      // The next leaf loads while this one's items are copied out, if the
+      // scan will need it (the page is not filled here, and the range goes
+      // on past this leaf).
+      if (leaf.has_high() && limit - *n > leaf.count() - first &&
+          (end.empty() || leaf.high() < end)) {
+        src->Prefetch(leaf.right());
+      }
+      for (size_t i = first; i < leaf.count(); ++i) {
         if (!end.empty() && leaf.key(i) >= end) return Status::OK();
         bool full = false;
         Status st = add(i, &full);

@@ -67,6 +67,10 @@ class NodeSource {
   // again).
   virtual Status ReadExtent(std::string_view key, uint64_t version,
                             const ValueRef& ref, std::string* value) = 0;
+  // A hint that node `index` will be fetched soon (a scan's next leaf): a
+  // source over mapped memory may start loading it into the cache. Reads
+  // nothing that is trusted; by default, nothing.
+  virtual void Prefetch(uint32_t /*index*/) {}
 };
 
 // A page ends before its limit once its keys and values reach this many
