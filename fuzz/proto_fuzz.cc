@@ -120,6 +120,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= sizeof(RpcHeader)) {
     (void)DecodeHeader(data, sizeof(RpcHeader), size - sizeof(RpcHeader));
   }
+  if (size >= sizeof(SealedRpcHeader)) {
+    const size_t n = size - sizeof(SealedRpcHeader);
+    auto h = DecodeHeader(data, sizeof(SealedRpcHeader), n);
+    if (h.ok()) {
+      (void)VerifySeal(data, sizeof(SealedRpcHeader),
+                       in.substr(sizeof(SealedRpcHeader)));
+    }
+  }
   (void)DecodeHeader(data, size, 0);
 
   // The handshake, as the server's acceptor reads it: the prefix alone,

@@ -1260,7 +1260,7 @@ TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
                                           "--move-share",
                                           "100",
                                           "--fault-move-hold-ms",
-                                          slow ? "3000" : "1500"};
+                                          slow ? "6000" : "3000"};
   StartServers(2, flags);
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);

@@ -598,6 +598,27 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(h8.request_id, 8u);
   EXPECT_EQ(h8.status, int32_t(StatusCode::kInvalidArgument)) << p8;
 
+  // A sealed payload that does not verify (a payload fetched out of memory
+  // its sender had reused): refused, not served.
+  {
+    std::string payload(5000, 'e');
+    proto::SealedRpcHeader sealed;
+    ASSERT_EQ(
+        proto::SealHeader(proto::MakeHeader(proto::kCoreService,
+                                            Core(proto::CoreMethod::kEcho), 13,
+                                            payload.size(), false),
+                          payload, &sealed),
+        sizeof(sealed));
+    payload[100] = 'E';
+    raw->Send(
+        std::string(reinterpret_cast<const char*>(&sealed), sizeof(sealed)),
+        payload);
+    auto [h13, p13] = reply();
+    EXPECT_EQ(h13.request_id, 13u);
+    EXPECT_EQ(h13.status, int32_t(StatusCode::kProtocolError)) << p13;
+    EXPECT_NE(p13.find("did not verify"), std::string::npos) << p13;
+  }
+
   // Malformed hash store payloads: each gets ProtocolError (or
   // InvalidArgument) with its id, and nothing is stored.
   {

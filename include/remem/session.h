@@ -41,9 +41,7 @@
 //
 // Failure: if the server stops or the connection breaks, every outstanding
 // and later operation completes with Unavailable (never a hang). Each RPC
-// has its own deadline (SessionOptions::timeout) and times out alone (an
-// asynchronous one when the loop is polled, up to a clock tick, a few
-// milliseconds, after its deadline). A
+// has its own deadline (SessionOptions::timeout) and times out alone. A
 // one-sided operation cannot be cancelled, so it has no deadline of its
 // own: a synchronous one that times out, or a WaitAll() that waits twice
 // the timeout with no answer from the server (counted from its last one:

@@ -19,19 +19,6 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
 }
 
 RpcClient::~RpcClient() {
-  // A send's completion refers to this client: let every one run first. One
-  // that completed at once runs at the next Progress; one still out (a
-  // rendezvous send to a paused server) can only be given up by failing the
-  // endpoint, whose forced close completes it with an error.
-  if (sends_out_ > 0) {
-    (void)worker_->Progress();
-    if (sends_out_ > 0 && !endpoint_->failed()) {
-      endpoint_->Fail(Status::Unavailable(
-          "the session closed while a request was being sent"));
-    }
-    (void)worker_->ProgressUntil([this] { return sends_out_ == 0; },
-                                 Clock::now() + std::chrono::seconds(30));
-  }
   worker_->UnrouteAm(proto::kAmReply, endpoint_->handle(), route_token_);
 }
 
@@ -47,21 +34,26 @@ void RpcClient::Call(proto::ServiceId service, uint8_t method,
     });
     return;
   }
+  if (endpoint_->failed()) {
+    worker_->Defer(
+        [done = std::move(done), st = endpoint_->failure()] { done(st, {}); });
+    return;
+  }
   uint64_t id = next_id_++;
-  proto::RpcHeader h =
+  proto::SealedRpcHeader h;
+  const size_t header_len = proto::SealHeader(
       proto::MakeHeader(service, method, id, payload.size(),
-                        /*reply=*/false, StatusCode::kOk, epoch_);
+                        /*reply=*/false, StatusCode::kOk, epoch_),
+      payload, &h);
   pending_.emplace(id,
                    Pending{std::move(done), deadlines_.emplace(deadline, id)});
-  ++sends_out_;
-  endpoint_->SendAm(proto::kAmRequest, &h, sizeof(h), std::move(payload),
-                    [this, id](Status st) {
-                      --sends_out_;
-                      if (st.ok()) return;
-                      auto it = pending_.find(id);
-                      if (it == pending_.end()) return;
-                      Take(it)(st, {});
-                    });
+  // No completion: one would refer to this client, which may be destroyed
+  // before it runs (a send still out when its session closes completes
+  // later, with an error). A send that fails fails the endpoint, whose
+  // failure fails every pending call (the owner's handler: FailAll); one
+  // refused for good otherwise (never seen) times out.
+  endpoint_->SendAm(proto::kAmRequest, &h, header_len, std::move(payload),
+                    nullptr);
 }
 
 RpcClient::ReplyFn RpcClient::Take(PendingMap::iterator it) {
@@ -128,6 +120,11 @@ void RpcClient::OnReply(AmMessage&& msg) {
   }
   ReplyFn fn = Take(it);
   ++replies_;
+  if (Status st =
+          proto::VerifySeal(msg.header.data(), msg.header.size(), msg.data);
+      !st.ok()) {
+    return fn(st, {});
+  }
   if (h->status != 0) {
     fn(Status(static_cast<StatusCode>(h->status), std::move(msg.data)), {});
     return;

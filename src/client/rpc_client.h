@@ -32,10 +32,10 @@ class RpcClient {
   using ReplyFn = std::function<void(Status, std::string)>;
 
   // Routes `endpoint`'s replies on `worker` to this client. `endpoint`
-  // must outlive this. Destroying the client progresses the worker until
-  // every request's send has completed; a send still out then (a large
-  // request to a paused peer) fails the endpoint, the only way to give it
-  // up.
+  // must outlive this, and its owner fails every pending call when it
+  // fails (FailAll from its failure handler): a call whose send fails is
+  // failed that way. Nothing the worker runs later refers to this client
+  // (its sends have no completion).
   static Result<std::unique_ptr<RpcClient>> Create(Worker* worker,
                                                    Endpoint* endpoint);
   ~RpcClient();
@@ -95,9 +95,6 @@ class RpcClient {
   Deadlines deadlines_;
   uint64_t stray_replies_ = 0;
   uint64_t replies_ = 0;
-  // Requests whose send has not completed (its completion refers to this
-  // client; the destructor waits for them).
-  size_t sends_out_ = 0;
 };
 
 }  // namespace remem::client

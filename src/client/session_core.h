@@ -195,8 +195,7 @@ class SessionCore {
                                Clock::duration idle);
   // Progress until nothing of this session is in flight (WaitAll).
   Status WaitAll();
-  // Expires deadlines (on the coarse clock: up to a tick late) and checks
-  // the session's TCP connection.
+  // Expires deadlines and checks the session's TCP connection.
   size_t Housekeeping();
 
   // --- the session

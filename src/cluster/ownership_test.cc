@@ -138,8 +138,8 @@ TEST(Ownership, AConfigurationWithoutThisServerOwnsNothing) {
 
 // The hash store settles what moves copied to it after each install
 // (HashService::SettleImports_st): the listener hears every installed
-// epoch, once, with the configuration already current; not an older one
-// that Install refuses.
+// epoch, once, with the configuration installed (current here: no purges
+// are pending); not an older one that Install refuses.
 TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
   Ownership o("a:1");
   std::vector<uint32_t> heard;

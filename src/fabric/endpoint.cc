@@ -172,12 +172,17 @@ void Endpoint::Fail(Status why) {
   // buffers are released before the caller reuses them (their continuations
   // run at the next Progress). A forced close completes them at once in
   // practice; the bound only guards against a UCX bug.
+  // What runs meanwhile may destroy this endpoint (a deferred drop of its
+  // connection): nothing of it is touched after, unless it still exists.
   const auto deadline = Clock::now() + std::chrono::seconds(30);
+  const std::shared_ptr<Endpoint*> alive = alive_;
+  const std::shared_ptr<size_t> requests_out = requests_out_;
   worker_->DrainCloses(deadline);
-  if (*requests_out_ > 0) {
-    (void)worker_->ProgressUntil([this] { return *requests_out_ == 0; },
+  if (*alive != nullptr && *requests_out > 0) {
+    (void)worker_->ProgressUntil([&requests_out] { return *requests_out == 0; },
                                  deadline);
   }
+  if (*alive == nullptr) return;
   // The handler runs later, and only if this endpoint still exists then:
   // its owner may destroy it (and what the handler touches) first.
   if (on_failure_) {

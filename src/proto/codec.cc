@@ -171,9 +171,11 @@ RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
 }
 
 Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
-  if (data == nullptr || len != sizeof(RpcHeader)) {
+  if (data == nullptr ||
+      (len != sizeof(RpcHeader) && len != sizeof(SealedRpcHeader))) {
     return Bad("rpc header is " + std::to_string(len) + " bytes, expected " +
-               std::to_string(sizeof(RpcHeader)));
+               std::to_string(sizeof(RpcHeader)) + " (" +
+               std::to_string(sizeof(SealedRpcHeader)) + " sealed)");
   }
   RpcHeader h;
   std::memcpy(&h, data, sizeof(h));
@@ -182,8 +184,13 @@ Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
     return Bad("unsupported wire version " + std::to_string(h.version) +
                " (this build speaks " + std::to_string(kWireVersion) + ")");
   }
-  if ((h.flags & ~kFlagReply) != 0 || h.reserved != 0) {
+  if ((h.flags & ~(kFlagReply | kFlagSealed)) != 0 || h.reserved != 0) {
     return Bad("unknown flags in rpc header");
+  }
+  if (((h.flags & kFlagSealed) != 0) != (len == sizeof(SealedRpcHeader))) {
+    return Bad("a sealed rpc header is " +
+               std::to_string(sizeof(SealedRpcHeader)) +
+               " bytes, an unsealed one " + std::to_string(sizeof(RpcHeader)));
   }
   if (h.status < 0 || h.status > static_cast<int32_t>(StatusCode::kMoved)) {
     return Bad("unknown status " + std::to_string(h.status) + " in rpc header");
@@ -194,6 +201,29 @@ Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len) {
   }
   if (h.payload_len > kMaxRpcPayload) return Bad("payload too large");
   return h;
+}
+
+size_t SealHeader(const RpcHeader& h, std::string_view payload,
+                  SealedRpcHeader* out) {
+  out->rpc = h;
+  if (payload.size() < kSealMin) return sizeof(RpcHeader);
+  out->rpc.flags |= kFlagSealed;
+  out->seal = XXH3_64bits(payload.data(), payload.size());
+  return sizeof(SealedRpcHeader);
+}
+
+Status VerifySeal(const void* header, size_t len, std::string_view payload) {
+  if (len != sizeof(SealedRpcHeader)) return Status::OK();
+  SealedRpcHeader sh;
+  std::memcpy(&sh, header, sizeof(sh));
+  if ((sh.rpc.flags & kFlagSealed) == 0) return Status::OK();
+  if (sh.seal != XXH3_64bits(payload.data(), payload.size())) {
+    return Status::ProtocolError(
+        "a payload of " + std::to_string(payload.size()) +
+        " bytes did not verify against its seal (the sender's buffer "
+        "changed under the transfer)");
+  }
+  return Status::OK();
 }
 
 std::string EncodeRegionsReply(const RegionsInfo& info) {

@@ -61,10 +61,21 @@ RpcHeader MakeHeader(ServiceId service, uint8_t method, uint64_t request_id,
                      uint64_t payload_len, bool reply,
                      StatusCode status = StatusCode::kOk, uint32_t epoch = 0);
 
-// Validates an AM header: size, magic, version, flags, reserved, and that
-// `payload_len` matches the AM data length `data_len`. The service and
+// Validates an AM header: size (32 bytes, or 40 when sealed), magic,
+// version, flags, reserved, and that `payload_len` matches the AM data
+// length `data_len`. The service and
 // method are the dispatcher's to check (it knows which exist).
 Result<RpcHeader> DecodeHeader(const void* data, size_t len, size_t data_len);
+
+// The AM header to send `payload` with: `h` alone (32 bytes), or, for a
+// payload of kSealMin bytes or more, `h` with kFlagSealed and the payload's
+// seal (a SealedRpcHeader, 40 bytes), in *out. Returns its length.
+size_t SealHeader(const RpcHeader& h, std::string_view payload,
+                  SealedRpcHeader* out);
+// For a header DecodeHeader accepted: OK if it is not sealed or `payload`
+// matches its seal; ProtocolError otherwise (the payload is not the one
+// sealed).
+Status VerifySeal(const void* header, size_t len, std::string_view payload);
 
 struct RegionInfoWire {
   uint32_t region_id = 0;

@@ -39,6 +39,47 @@ TEST(Codec, HeaderRoundTripAndValidation) {
   EXPECT_FALSE(DecodeHeader(nullptr, 0, 0).ok());
 }
 
+// Large payloads travel sealed (kFlagSealed): their header carries their
+// checksum. The receiver accepts exactly the payload sealed; any change to
+// it, or to the seal, fails with ProtocolError; the header's length must
+// say whether it is sealed.
+TEST(Codec, SealedPayloads) {
+  SealedRpcHeader out;
+  const std::string small(kSealMin - 1, 's');
+  const RpcHeader hs = MakeHeader(1, 1, 7, small.size(), true);
+  ASSERT_EQ(SealHeader(hs, small, &out), sizeof(RpcHeader));
+  EXPECT_EQ(out.rpc.flags & kFlagSealed, 0u);
+  EXPECT_TRUE(DecodeHeader(&out, sizeof(RpcHeader), small.size()).ok());
+  EXPECT_TRUE(VerifySeal(&out, sizeof(RpcHeader), small).ok());
+
+  std::string payload;
+  for (size_t i = 0; i < kSealMin + 100; ++i) payload.push_back(char(i * 7));
+  const RpcHeader h = MakeHeader(1, 1, 7, payload.size(), true);
+  ASSERT_EQ(SealHeader(h, payload, &out), sizeof(SealedRpcHeader));
+  EXPECT_NE(out.rpc.flags & kFlagSealed, 0u);
+  auto decoded = DecodeHeader(&out, sizeof(out), payload.size());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->request_id, 7u);
+  EXPECT_TRUE(VerifySeal(&out, sizeof(out), payload).ok());
+  // Every byte of the payload matters, and the seal.
+  for (size_t i = 0; i < payload.size(); i += 97) {
+    std::string changed = payload;
+    changed[i] ^= 0x20;
+    EXPECT_EQ(VerifySeal(&out, sizeof(out), changed).code(),
+              StatusCode::kProtocolError)
+        << "byte " << i;
+  }
+  SealedRpcHeader wrong = out;
+  wrong.seal ^= 1;
+  EXPECT_EQ(VerifySeal(&wrong, sizeof(wrong), payload).code(),
+            StatusCode::kProtocolError);
+  // A sealed header is 40 bytes, an unsealed one 32.
+  EXPECT_FALSE(DecodeHeader(&out, sizeof(RpcHeader), payload.size()).ok());
+  SealedRpcHeader unsealed = out;
+  unsealed.rpc.flags &= uint16_t(~kFlagSealed);
+  EXPECT_FALSE(DecodeHeader(&unsealed, sizeof(unsealed), payload.size()).ok());
+}
+
 TEST(Codec, ClientHello) {
   ClientHelloInfo in;
   in.secret = std::string("a\0b", 3);

@@ -45,7 +45,8 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 //    lengths in scan items).
 // 9: the ordered store's layout 4 (a node's checksum covers its bytes in
 //    use).
-inline constexpr uint16_t kWireVersion = 9;
+// 10: sealed payloads (kFlagSealed).
+inline constexpr uint16_t kWireVersion = 10;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server
@@ -58,6 +59,11 @@ inline constexpr unsigned kAmMemReply = 20;    // server -> client
 inline constexpr uint64_t kMaxRpcPayload = 64ull << 20;
 static_assert(kMaxRpcPayload <= UINT32_MAX,
               "RpcHeader::payload_len is 32 bits");
+// Payloads of this many bytes or more are sealed (kFlagSealed): half the
+// smallest rendezvous UCX's default threshold sends (measured with UCX
+// 1.13: a message of 8,232 bytes over shared memory, 32,784 over tcp; a
+// UCX_RNDV_THRESH set lower leaves smaller rendezvous payloads unsealed).
+inline constexpr uint64_t kSealMin = 4096;
 // Largest shared secret accepted in the handshake.
 inline constexpr uint32_t kMaxSecretBytes = uint32_t(remem::kMaxSecretBytes);
 // Largest UCX worker address accepted in the handshake.
@@ -151,6 +157,15 @@ enum class CoreMethod : uint8_t {
 
 // Flags in RpcHeader::flags.
 inline constexpr uint16_t kFlagReply = 1u << 0;
+// The AM header is a SealedRpcHeader: the payload's checksum follows the
+// RpcHeader. Every payload of kSealMin bytes or more is sealed, requests
+// and replies. UCX sends a large message by rendezvous: the receiver
+// fetches the payload out of the sender's memory, which a sender that gave
+// the send up (a forced close, after a timeout) may have freed and reused
+// by then; sealed, such a payload fails to verify instead of being taken
+// for a request or a reply. (The seal travels in the header, which a
+// rendezvous sends whole, so the payload is never copied to add it.)
+inline constexpr uint16_t kFlagSealed = 1u << 1;
 
 // The AM header of every request and reply.
 struct RpcHeader {
@@ -173,6 +188,15 @@ struct RpcHeader {
 // that surprised us").
 static_assert(sizeof(RpcHeader) == 32);
 static_assert(offsetof(RpcHeader, request_id) == 16);
+
+// The AM header of a sealed message (kFlagSealed): 40 bytes. Only payloads
+// of kSealMin bytes or more are sealed, so the 32-byte header of small
+// messages (above) is unchanged.
+struct SealedRpcHeader {
+  RpcHeader rpc;  // flags has kFlagSealed
+  uint64_t seal;  // xxh3-64 of the payload
+};
+static_assert(sizeof(SealedRpcHeader) == 40);
 
 // Regions reply payload: RegionsReply, then `num_regions` times
 // (RegionDescriptor, rkey bytes padded with zeros to a multiple of 8).

@@ -143,6 +143,20 @@ void Dispatcher::DropConnection_st(uint32_t thread, ConnectionId id,
 
 void Dispatcher::DropAll_st(uint32_t thread) {
   ServerThread* t = threads_[thread];
+  // Replies still out (queued behind a full transport, or large ones their
+  // clients have not fetched yet) get a moment to go: an endpoint closed
+  // with one out is force-closed, which gives it up.
+  auto replies_out = [t] {
+    for (const auto& [id, c] : t->by_id) {
+      if (c->ep->requests_out() > 0) return true;
+    }
+    return false;
+  };
+  if (replies_out()) {
+    (void)t->worker->ProgressUntil(
+        [&] { return !replies_out(); },
+        fabric::Clock::now() + std::chrono::milliseconds(300));
+  }
   std::vector<ConnectionId> ids;
   for (const auto& [id, c] : t->by_id) ids.push_back(id);
   for (ConnectionId id : ids) {
@@ -231,11 +245,13 @@ void Dispatcher::Send_st(ServerThread* t, Connection& c, uint64_t request_id,
     payload = status.message();
     if (CountsAsError(status.code())) t->counters.rpc_errors.Add(1);
   }
-  proto::RpcHeader h =
+  proto::SealedRpcHeader h;
+  const size_t header_len = proto::SealHeader(
       proto::MakeHeader(service, method, request_id, payload.size(),
-                        /*reply=*/true, status.code());
+                        /*reply=*/true, status.code()),
+      payload, &h);
   t->counters.rpc_bytes_out.Add(payload.size());
-  c.ep->SendAm(proto::kAmReply, &h, sizeof(h), std::move(payload), nullptr);
+  c.ep->SendAm(proto::kAmReply, &h, header_len, std::move(payload), nullptr);
 }
 
 void Dispatcher::SendReply(uint32_t thread, ConnectionId conn,
@@ -295,6 +311,10 @@ void Dispatcher::OnRequest_st(ServerThread* t, AmMessage&& m) {
   if (h->status != 0) {
     return Send_st(t, c, id, proto::kCoreService, error_method,
                    Status::ProtocolError("a request with a status"), {});
+  }
+  if (Status st = proto::VerifySeal(m.header.data(), m.header.size(), m.data);
+      !st.ok()) {
+    return Send_st(t, c, id, proto::kCoreService, error_method, st, {});
   }
   Service* s = services_[h->service];
   if (s == nullptr) {

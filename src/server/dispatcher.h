@@ -114,7 +114,8 @@ class Dispatcher {
   // `peer_may_have_died`: as ClosedFn's.
   void DropConnection_st(uint32_t thread, ConnectionId id, const Status& why,
                          bool peer_may_have_died = true);
-  // On `thread`: closes every connection (shutdown).
+  // On `thread`: closes every connection (shutdown), after up to 300 ms
+  // for the replies still out to go.
   void DropAll_st(uint32_t thread);
   // On `thread`: closes every connection whose endpoint uses shared memory,
   // force-closing the endpoints (their UCX worker's receive queue stalled:

@@ -81,6 +81,8 @@ Result<std::pair<proto::RpcHeader, std::string>> RawSession::NextReply() {
   replies_.erase(replies_.begin());
   auto h = proto::DecodeHeader(m.header.data(), m.header.size(), m.data.size());
   if (!h.ok()) return h.status();
+  REMEM_RETURN_IF_ERROR(
+      proto::VerifySeal(m.header.data(), m.header.size(), m.data));
   return std::make_pair(*h, std::move(m.data));
 }
 

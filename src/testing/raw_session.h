@@ -37,7 +37,8 @@ class RawSession {
   // Sends a well-formed request to `service`/`method`.
   void SendRequest(proto::ServiceId service, uint8_t method, uint64_t id,
                    std::string payload);
-  // Waits (10 s) for the next reply: its decoded header and payload.
+  // Waits (10 s) for the next reply: its decoded header and payload (a
+  // sealed one verified: proto::VerifySeal).
   Result<std::pair<proto::RpcHeader, std::string>> NextReply();
   // A request and its reply.
   Result<std::pair<proto::RpcHeader, std::string>> Call(
