@@ -86,6 +86,19 @@ class ClusterTest : public ::testing::Test {
     return f;
   }
 
+  // Flags of members with 16 shards whose manager, once a move step's
+  // copies are made, holds the step (--fault-move-hold-ms) for a test to
+  // act in; longer under the sanitizers, whose checks run within it.
+  static std::vector<std::string> HeldMoveFlags() {
+    const bool slow = testing::Scaled(6) < 6;
+    return {"--shards",
+            "16",
+            "--move-share",
+            "100",
+            "--fault-move-hold-ms",
+            slow ? "6000" : "3000"};
+  }
+
   void StartServers(int n, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < n; ++i) {
       servers_.push_back(StartServer(MemberFlags(n, extra)));
@@ -1254,13 +1267,7 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
 // is killed. Once the manager has abandoned the step, the joiner holds no
 // pair, and the manager's keys (some of them were in the step) are served.
 TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
-  const bool slow = testing::Scaled(6) < 6;
-  const std::vector<std::string> flags = {"--shards",
-                                          "16",
-                                          "--move-share",
-                                          "100",
-                                          "--fault-move-hold-ms",
-                                          slow ? "6000" : "3000"};
+  const std::vector<std::string> flags = HeldMoveFlags();
   StartServers(2, flags);
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
@@ -1337,14 +1344,7 @@ TEST_F(ClusterTest,
        AClientRoutingByAnOldConfigurationNeverReadsAShardBeingCopiedIn) {
   // The first server alone owns every shard when `stale` connects. The
   // manager (it) holds each step once the copies are made.
-  // (Longer under the sanitizers: the checks run within it.)
-  const bool slow = testing::Scaled(6) < 6;
-  const std::vector<std::string> flags = {"--shards",
-                                          "16",
-                                          "--move-share",
-                                          "100",
-                                          "--fault-move-hold-ms",
-                                          slow ? "6000" : "3000"};
+  const std::vector<std::string> flags = HeldMoveFlags();
   servers_.push_back(StartServer(MemberFlags(1, flags)));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string first = servers_[0].address;

@@ -1012,7 +1012,8 @@ void HashService::SettleImports_st(PartitionId p) {
   if (c == nullptr || c->self < 0 || c->owns.size() != part.imported.size()) {
     return;
   }
-  std::vector<uint8_t> abandoned(part.imported.size(), 0);
+  // Every shard is kept but those abandoned.
+  std::vector<uint8_t> keep(part.imported.size(), 1);
   bool any_abandoned = false, any_left = false;
   for (uint32_t s = 0; s < part.imported.size(); ++s) {
     if (part.imported[s] == 0) continue;
@@ -1022,25 +1023,17 @@ void HashService::SettleImports_st(PartitionId p) {
       any_left = true;  // still moving here
     } else {
       part.imported[s] = 0;
-      abandoned[s] = 1;
+      keep[s] = 0;
       any_abandoned = true;
     }
   }
   if (!any_left) part.imported.clear();
   if (!any_abandoned) return;
-  // Logged where the log takes writes; in memory in any case (a restart
-  // deletes what its first configuration does not give this server).
-  const std::vector<std::string> keys =
-      KeysOfShards_st(part, abandoned, /*in_set=*/true);
-  DeletePairs_st(
-      part, keys,
-      part.store != nullptr && !keys.empty() && part.store->Writable().ok());
-  UpdateCounters_st(part);
-  if (!keys.empty()) {
+  if (const size_t n = DeleteShardsNotHeld_st(part, keep); n > 0) {
     log::Info(
         "cluster: partition {} deleted {} pairs copied here by a move that "
         "epoch {} abandoned",
-        p, keys.size(), c->config.epoch);
+        p, n, c->config.epoch);
   }
 }
 
