@@ -2117,6 +2117,22 @@ uint64_t SumOfStat(Cluster* c, const std::string& name) {
   return sum;
 }
 
+// Once the configuration is whole (WholeWithout), every pair is on
+// exactly `copies` servers: their hash_pairs add up to copies x `present`,
+// no server keeping a copy it has no role for. Polled: each server
+// settles what it keeps as it installs a configuration.
+void ExpectEachPairOn(Cluster* c, uint64_t copies, uint64_t present) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  uint64_t pairs = 0;
+  do {
+    pairs = SumOfStat(c, "hash_pairs");
+    if (pairs == copies * present) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(pairs, copies * present)
+      << "pairs kept by servers that have no role for them";
+}
+
 TEST_F(ClusterTest,
        ShardsShortOfCopiesAreReplicatedAgainAndSurviveASecondFailure) {
   StartReplicated(3);
@@ -2395,14 +2411,7 @@ TEST_F(ClusterTest,
   ExpectEveryKey(cluster.get(), loaded);
   const uint64_t hot = HotKeysPresent(cluster.get(), 4);
   // The retired copies are deleted soon after their successors are ready.
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  uint64_t pairs = 0;
-  do {
-    pairs = SumOfStat(cluster.get(), "hash_pairs");
-    if (pairs == 2 * (loaded.keys.size() + hot)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < until);
-  EXPECT_EQ(pairs, 2 * (loaded.keys.size() + hot));
+  ExpectEachPairOn(cluster.get(), 2, loaded.keys.size() + hot);
   uint64_t joined_pairs = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     if (addr == joined && st.ok()) joined_pairs = st->Get("hash_pairs");
@@ -2961,6 +2970,7 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
   StartReplicated(3);
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
   const std::string victim = cluster->OwnerOf("hot0");
   int v = -1;
   for (size_t i = 0; i < servers_.size(); ++i) {
@@ -3071,6 +3081,21 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
   auto now = cluster->Get("hot0");
   ASSERT_TRUE(now.ok()) << now.status().ToString();
   EXPECT_GT(now->version, 0u);
+
+  // Back, it is given copies again as the cluster balances. Of what it
+  // held before the pause and was not given back it keeps nothing (it
+  // deletes those pairs once it installs a configuration that gives it no
+  // role in their shards): every pair ends on exactly two servers.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const Cluster::Info& info) {
+    if (!WholeWithout(info, "")) return false;
+    for (const auto& n : info.nodes) {
+      if (n.address == victim) return n.shards + n.backups > 0;
+    }
+    return false;
+  })) << "the resumed server was never given copies again";
+  ExpectEveryKey(cluster.get(), loaded);
+  ExpectEachPairOn(cluster.get(), 2,
+                   loaded.keys.size() + HotKeysPresent(cluster.get(), 4));
 }
 
 // --- the ordered store's ranges (cluster/config.h, "ordered shards")

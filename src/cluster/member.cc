@@ -945,7 +945,8 @@ void ClusterMember::Replenish(const Config& c, int version,
   FollowConfig();
   // The retired copies are deleted where they were (a member that no longer
   // holds a shard only keeps its pairs as garbage; one that cannot be
-  // reached now keeps them).
+  // reached now deletes them when it installs `done`: the hash store's
+  // SettleShards_st).
   std::map<uint16_t, std::vector<uint32_t>> retired;
   for (uint32_t s : filled) {
     if (c.RetiringOf(s) != kNoMember) retired[c.RetiringOf(s)].push_back(s);

@@ -90,7 +90,7 @@ bool Ownership::Install(Config config) {
   }
   all_.push_back(std::move(next));
   PublishServing_locked();
-  if (install_listener_) install_listener_(all_.back()->config.epoch);
+  if (install_listener_) install_listener_(*all_.back());
   return true;
 }
 
@@ -120,7 +120,7 @@ void Ownership::SetServingListener(
 }
 
 void Ownership::SetInstallListener(
-    std::function<void(uint32_t)> listener) const {
+    std::function<void(const Installed&)> listener) const {
   std::lock_guard<std::mutex> lock(mu_);
   install_listener_ = std::move(listener);
 }

@@ -180,6 +180,12 @@ class Ownership {
   static bool Holds(const Installed& c, uint32_t s) {
     return c.owns[s] != 0 || (!c.backs.empty() && c.backs[s] != 0);
   }
+  // Whether pairs of shard s may be kept here under `c`: it holds them
+  // (Holds), or the shard is moving here (the manager copies it here).
+  static bool MayKeep(const Installed& c, uint32_t s) {
+    return Holds(c, s) ||
+           (c.self >= 0 && c.config.NextOf(s) == uint16_t(c.self));
+  }
   // Whether this server's previous incarnation (Installed::prior) held a
   // copy of shard s.
   static bool HeldByPrior(const Installed& c, uint32_t s) {
@@ -226,11 +232,13 @@ class Ownership {
   void SetServingListener(std::function<void(uint64_t)> listener) const;
   // The serving word in force (above).
   uint64_t serving_word() const;
-  // Calls listener(epoch) after each configuration Install installs, on
-  // the installing thread, under this object's lock (the listener must not
-  // call back into it, but may read current()). One listener; a later call
+  // Calls listener(installed) after each configuration Install installs,
+  // on the installing thread, under this object's lock (the listener must
+  // not call back into it, but may read current()). `installed` lives as
+  // long as this object (every configuration installed is kept), so the
+  // listener may hand it to another thread. One listener; a later call
   // replaces it.
-  void SetInstallListener(std::function<void(uint32_t)> listener) const;
+  void SetInstallListener(std::function<void(const Installed&)> listener) const;
 
  private:
   static constexpr uint8_t kServing = 0, kFrozen = 1, kReleased = 2;
@@ -267,7 +275,8 @@ class Ownership {
   uint32_t primary_since_ = 0;
   mutable std::function<void(uint64_t)> serving_listener_;  // under mu_
   mutable uint64_t serving_published_ = 0;                  // under mu_
-  mutable std::function<void(uint32_t)> install_listener_;  // under mu_
+  // Under mu_.
+  mutable std::function<void(const Installed&)> install_listener_;
 };
 
 }  // namespace remem::cluster

@@ -136,17 +136,17 @@ TEST(Ownership, AConfigurationWithoutThisServerOwnsNothing) {
   EXPECT_EQ(o.Owns("k").code(), StatusCode::kMoved);
 }
 
-// The hash store settles what moves copied to it after each install
-// (HashService::SettleImports_st): the listener hears every installed
-// epoch, once, with the configuration installed (current here: no purges
+// The hash store settles what it keeps after each install
+// (HashService::SettleShards_st): the listener hears every installed
+// configuration, once, as the one installed (current here: no purges
 // are pending); not an older one that Install refuses.
 TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
   Ownership o("a:1");
   std::vector<uint32_t> heard;
-  o.SetInstallListener([&](uint32_t epoch) {
+  o.SetInstallListener([&](const Ownership::Installed& installed) {
     ASSERT_NE(o.current(), nullptr);
-    EXPECT_EQ(o.current()->config.epoch, epoch);
-    heard.push_back(epoch);
+    EXPECT_EQ(o.current(), &installed);
+    heard.push_back(installed.config.epoch);
   });
   ASSERT_TRUE(o.Install(TwoServers(1)));
   ASSERT_TRUE(o.Install(TwoServers(3, /*swapped=*/true)));

@@ -231,13 +231,15 @@ Status HashService::Init(server::ServiceContext* ctx) {
     });
   }
   if (cluster_ != nullptr) {
-    // Configurations are installed rarely: every partition looks at its
-    // imports after each (a no-op without any).
-    cluster_->SetInstallListener([this](uint32_t) {
-      for (PartitionId p = 0; p < partitions_.size(); ++p) {
-        ctx_->RunOn(p, [this, p] { SettleImports_st(p); });
-      }
-    });
+    // Configurations are installed rarely: every partition settles what it
+    // keeps after each, in the order installed (a pass over the shards; a
+    // scan of its table only when a shard lost its role here).
+    cluster_->SetInstallListener(
+        [this](const cluster::Ownership::Installed& c) {
+          for (PartitionId p = 0; p < partitions_.size(); ++p) {
+            ctx_->RunOn(p, [this, p, &c] { SettleShards_st(p, c); });
+          }
+        });
   }
   // Each partition deletes what the first configuration does not give this
   // server before it is served (PurgeUnowned_st).
@@ -978,6 +980,8 @@ void HashService::PurgeUnowned_st(PartitionId p) {
                    : 0;
   }
   part.purge_stale = c->prior >= 0;
+  part.held = holds;
+  part.settled_epoch = c->config.epoch;
   if (const size_t n = DeleteShardsNotHeld_st(part, holds); n > 0) {
     log::Info(
         "cluster: partition {} deleted {} pairs of shards that epoch {} does "
@@ -997,6 +1001,8 @@ void HashService::PurgeStale_st(PartitionId p) {
   for (uint32_t s = 0; s < holds.size(); ++s) {
     holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
   }
+  part.held = holds;
+  part.settled_epoch = c->config.epoch;
   if (const size_t n = DeleteShardsNotHeld_st(part, holds); n > 0) {
     log::Info(
         "cluster: partition {} deleted {} pairs its previous incarnation "
@@ -1005,35 +1011,34 @@ void HashService::PurgeStale_st(PartitionId p) {
   }
 }
 
-void HashService::SettleImports_st(PartitionId p) {
+void HashService::SettleShards_st(PartitionId p,
+                                  const cluster::Ownership::Installed& c) {
   Partition& part = *partitions_[p];
-  if (part.imported.empty()) return;
-  const cluster::Ownership::Installed* c = cluster_->current();
-  if (c == nullptr || c->self < 0 || c->owns.size() != part.imported.size()) {
+  if (!part.purged || part.purge_stale || c.config.epoch < part.settled_epoch ||
+      (c.self < 0 && c.prior >= 0)) {
     return;
   }
-  // Every shard is kept but those abandoned.
-  std::vector<uint8_t> keep(part.imported.size(), 1);
-  bool any_abandoned = false, any_left = false;
-  for (uint32_t s = 0; s < part.imported.size(); ++s) {
-    if (part.imported[s] == 0) continue;
-    if (cluster::Ownership::Holds(*c, s)) {
-      part.imported[s] = 0;  // the move completed
-    } else if (c->config.NextOf(s) == uint16_t(c->self)) {
-      any_left = true;  // still moving here
-    } else {
-      part.imported[s] = 0;
+  part.settled_epoch = c.config.epoch;
+  const uint32_t n = c.config.num_shards();
+  if (part.held.size() != n) part.held.assign(n, 0);
+  std::vector<uint8_t> keep;  // empty: nothing to delete
+  for (uint32_t s = 0; s < n; ++s) {
+    if (cluster::Ownership::MayKeep(c, s)) {
+      part.held[s] = 1;
+    } else if (part.held[s] != 0) {
+      part.held[s] = 0;
+      if (keep.empty()) keep.assign(n, 1);
       keep[s] = 0;
-      any_abandoned = true;
     }
   }
-  if (!any_left) part.imported.clear();
-  if (!any_abandoned) return;
-  if (const size_t n = DeleteShardsNotHeld_st(part, keep); n > 0) {
+  if (keep.empty()) return;
+  if (const size_t n_deleted = DeleteShardsNotHeld_st(part, keep);
+      n_deleted > 0) {
     log::Info(
-        "cluster: partition {} deleted {} pairs copied here by a move that "
-        "epoch {} abandoned",
-        p, n, c->config.epoch);
+        "cluster: partition {} deleted {} pairs of shards that epoch {} gives "
+        "this server no role in (an abandoned move's copy, a retired or "
+        "dropped copy, or what it held before it was failed over)",
+        p, n_deleted, c.config.epoch);
   }
 }
 
@@ -1559,13 +1564,12 @@ void HashService::HandleShardImport(Call call) {
       Table& table = *part.table;
       Status& st = imp->status[owner];
       // Settled by the configuration that completes or abandons the
-      // move (SettleImports_st).
-      if (!items.empty() && part.imported.size() != num_shards) {
-        part.imported.assign(num_shards, 0);
+      // move (SettleShards_st).
+      if (!items.empty() && part.held.size() != num_shards) {
+        part.held.assign(num_shards, 0);
       }
       for (uint32_t i : items) {
-        part.imported[cluster::ShardOf(imp->pairs.pairs[i].key, num_shards)] =
-            1;
+        part.held[cluster::ShardOf(imp->pairs.pairs[i].key, num_shards)] = 1;
       }
       // Every partition: a moved key re-inserted here later, in whichever
       // partition, must get a version its old owner never issued (a
@@ -1587,7 +1591,8 @@ void HashService::HandleShardImport(Call call) {
       UpdateCounters_st(part);
       // A configuration that abandoned the move may have been installed
       // since the request was admitted (its settling ran before this).
-      SettleImports_st(owner);
+      const cluster::Ownership::Installed* c = cluster_->current();
+      if (c != nullptr && !items.empty()) SettleShards_st(owner, *c);
       if (part.store == nullptr || (items.empty() && !raise) || !st.ok()) {
         return fan->Done();
       }
@@ -1648,7 +1653,7 @@ void HashService::HandleShardDrop(Call call) {
     drop->responder.Reply(FirstError(drop->status));
   });
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
-    ctx_->RunOn(owner, [this, owner, drop, fan, forget] {
+    ctx_->RunOn(owner, [this, owner, drop, fan, release, forget] {
       Partition& part = *partitions_[owner];
       const std::vector<uint8_t>* set = &drop->set;
       std::vector<uint8_t> not_held;
@@ -1668,6 +1673,13 @@ void HashService::HandleShardDrop(Call call) {
       Status& st = drop->status[owner];
       if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
       if (st.ok()) DeletePairs_st(part, keys, part.store != nullptr);
+      if (st.ok() && (release || forget)) {
+        // Nothing of them is left to settle here (a copy being filled
+        // again is: its pairs come next).
+        for (uint32_t s = 0; s < part.held.size(); ++s) {
+          if ((*set)[s] != 0) part.held[s] = 0;
+        }
+      }
       std::erase_if(part.changed, [&](const std::string& k) {
         return (*set)[cluster::ShardOf(k, drop->num_shards)] != 0;
       });

@@ -52,6 +52,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cluster/ownership.h"
 #include "durability/store.h"
 #include "hash/codec.h"
 #include "hash/durable.h"
@@ -145,10 +146,15 @@ class HashService final : public server::Service {
     // configuration naming this incarnation decides them
     // (PurgeStale_st).
     bool purge_stale = false;
-    // Per shard (empty: none): pairs of it were imported here by a move
-    // (kShardImport) that no configuration installed since has completed
-    // or abandoned (SettleImports_st; owner thread only).
-    std::vector<uint8_t> imported;
+    // In a cluster (owner thread only), per shard (empty: none yet): this
+    // partition may hold pairs of it. Marked for each configuration
+    // settled in which the shard has a role here (owner, backup of any
+    // kind, moving here), and by a move's imports; cleared once its pairs
+    // are deleted (SettleShards_st, the purges, a release or a forget).
+    std::vector<uint8_t> held;
+    // The newest configuration epoch SettleShards_st (or a purge) judged
+    // this partition by.
+    uint32_t settled_epoch = 0;
     // Replication (owner thread only): this pass's records (null: none),
     // records noted and records replicated (or given up) so far, whether a
     // batch is with the replicator, and who waits for which record count.
@@ -216,12 +222,18 @@ class HashService final : public server::Service {
   // kept its previous incarnation's copies): deletes the pairs of shards
   // it does not give this server.
   void PurgeStale_st(server::PartitionId p);
-  // After each configuration installed: shards imported here by a move
-  // that this server now holds are settled; those neither held nor still
-  // moving here (the move was abandoned: its old owner or the manager's
-  // step gave up) are deleted, their copies being garbage no reader is
-  // sent to.
-  void SettleImports_st(server::PartitionId p);
+  // After each configuration installed (`c`, in the order installed; one
+  // older than a configuration settled already: nothing), and after a
+  // move's imports (by the current one): the pairs of shards that may be
+  // held here (Partition::held) but have no role here in `c` are deleted,
+  // garbage no reader is sent to: a move's copy that was abandoned, a
+  // copy retired or a backup dropped whose member the manager did not
+  // reach (or a manager that died before it asked), and what a member
+  // failed over (paused, cut off) held when it comes back. Not before the
+  // first purge, nor while a restarted member's previous copies wait to be
+  // judged (PurgeStale_st decides those).
+  void SettleShards_st(server::PartitionId p,
+                       const cluster::Ownership::Installed& c);
   // Deletes the pairs of `part` whose shard `holds` does not mark (one
   // entry per shard), logged where the log takes writes; how many.
   size_t DeleteShardsNotHeld_st(Partition& part,
