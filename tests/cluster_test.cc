@@ -188,7 +188,7 @@ std::string Val(int i, int round = 0) {
 
 TEST_F(ClusterTest,
        ThreeServersSplitTheShardsAndServeEveryKeyThroughOneClient) {
-  StartServers(3);
+  ASSERT_NO_FATAL_FAILURE(StartServers(3));
   // One seed is enough: the configuration names the other servers.
   auto cluster = Connect({servers_[1].address});
   ASSERT_NE(cluster, nullptr);
@@ -397,7 +397,7 @@ TEST_F(ClusterTest,
 }
 
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
-  StartServers(2);
+  ASSERT_NO_FATAL_FAILURE(StartServers(2));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const std::string& a = servers_[0].address;
@@ -566,7 +566,7 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
 // once: a member that is also a seed, or already connected, is not waited
 // for twice.
 TEST_F(ClusterTest, ARefreshNobodyAnswersNamesEveryServerOnce) {
-  StartServers(2);
+  ASSERT_NO_FATAL_FAILURE(StartServers(2));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   ASSERT_TRUE(cluster->Put("k", "v").ok());
@@ -596,7 +596,7 @@ TEST_F(ClusterTest, ARefreshNobodyAnswersNamesEveryServerOnce) {
 }
 
 TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
-  StartServers(3);
+  ASSERT_NO_FATAL_FAILURE(StartServers(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   std::vector<std::unique_ptr<Session>> probes;
@@ -865,6 +865,32 @@ void ExpectEveryKey(Cluster* c, const Loaded& l) {
   }
 }
 
+uint64_t SumOfStat(Cluster* c, const std::string& name) {
+  uint64_t sum = 0;
+  for (auto& [addr, st] : c->Stats()) {
+    if (st.ok()) sum += st->Get(name);
+  }
+  return sum;
+}
+
+// Once the configuration is settled (nothing moving; in a replicated
+// cluster whole, WholeWithout), every pair is on exactly `copies` servers:
+// their hash_pairs add up to copies x `present`,
+// no server keeping a copy it has no role for. Polled: each server
+// settles what it keeps as it installs a configuration.
+void ExpectEachPairOn(Cluster* c, uint64_t copies, uint64_t present) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  uint64_t pairs = 0;
+  do {
+    pairs = SumOfStat(c, "hash_pairs");
+    if (pairs == copies * present) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(pairs, copies * present)
+      << "the servers' pairs are not " << copies << " copies of each of "
+      << present << " (more: kept without a role; fewer: lost)";
+}
+
 TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   // One changed pair per ShardSync reply: the manager must ask until the
   // frozen shards' changes are all sent. Copies at full speed (no pacing),
@@ -875,7 +901,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   const std::vector<std::string> one_pair_syncs = {
       "--shard-sync-bytes",   "1", "--move-share", "100", "--shards",
       std::to_string(kShards)};
-  StartServers(2, one_pair_syncs);
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, one_pair_syncs));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 4000);
@@ -1268,7 +1294,7 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
 // pair, and the manager's keys (some of them were in the step) are served.
 TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
   const std::vector<std::string> flags = HeldMoveFlags();
-  StartServers(2, flags);
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
@@ -1331,6 +1357,66 @@ TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
     ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
     EXPECT_EQ(r->value, loaded.vals[i]) << loaded.keys[i];
   }
+  servers_.clear();
+}
+
+// A move's new owner that restarts (kill -9, back at once with its data
+// directory) while the manager holds the step, its copies made: the step
+// goes on with the restarted server (whose ZooKeeper registration
+// outlives the kill by the session timeout), and the manager sends it only
+// the keys changed since, so the copy it recovers from its log must be
+// kept. Its purge before serving deleted the pairs of shards that its first
+// configuration had only moving to it; the move was then committed, and
+// those pairs were lost.
+TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveKeepsWhatWasCopiedToIt) {
+  const std::vector<std::string> flags = HeldMoveFlags();
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+
+  std::vector<std::string> joiner_flags = flags;
+  joiner_flags.insert(joiner_flags.end(), {"--data-dir", NewDataDir()});
+  servers_.push_back(StartServer(MemberFlags(2, joiner_flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string joiner = servers_.back().address;
+  Cluster::Info step;
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cluster->Refresh().ok() && cluster->info().moving > 0) {
+      step = cluster->info();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(step.moving, 0u) << "no step moved shards to the joiner";
+  int32_t joiner_index = -1;
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    if (step.nodes[i].address == joiner) joiner_index = int32_t(i);
+  }
+  uint64_t copies = 0;
+  for (const std::string& k : loaded.keys) {
+    if (step.shard_next[cluster::ShardOf(k, step.num_shards)] == joiner_index) {
+      ++copies;
+    }
+  }
+  ASSERT_GT(copies, 0u);
+  {
+    // Copied: the manager now holds the step.
+    auto at_joiner = ConnectOrDie(joiner);
+    ASSERT_NE(at_joiner, nullptr);
+    ASSERT_EQ(WaitForStatOf(at_joiner.get(), "hash_pairs", copies, kBound),
+              copies);
+  }
+  ASSERT_TRUE(servers_.back().Restart().ok());
+
+  // Committed (or abandoned and moved again): the joiner owns its share,
+  // and every pair is there with its value.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return info.epoch > step.epoch && ShardsOf(info, joiner) > 0;
+  })) << "the joiner never took its shards";
+  ExpectEveryKey(cluster.get(), loaded);
+  ExpectEachPairOn(cluster.get(), 1, loaded.keys.size());
   servers_.clear();
 }
 
@@ -1734,7 +1820,7 @@ class RecordingClients {
 
 TEST_F(ClusterTest,
        AKilledPrimaryFailsOverToItsBackupAndNoAcknowledgedWriteIsLost) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   ASSERT_EQ(cluster->info().replicas, 1u);
@@ -1843,7 +1929,7 @@ TEST_F(ClusterTest,
 // failed with Unavailable and a long-running client (remem-bench ycsb
 // --cluster) stopped for good at the kill (found by a black-box run).
 TEST_F(ClusterTest, AsyncReadsOfAReplicatedClusterRideThroughAPrimaryKill) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   // The victim is not the configuration manager (whose death waits for
   // ZooKeeper's session first: another test), and the client's seed is.
   std::vector<std::unique_ptr<Session>> probes;
@@ -1957,7 +2043,8 @@ TEST_F(ClusterTest, AsyncReadsOfAReplicatedClusterRideThroughAPrimaryKill) {
 // not be linearizable.
 TEST_F(ClusterTest,
        OneSidedReadersOfAReplicatedShardNeverSeeAWriteTheFailoverLoses) {
-  StartReplicated(3, {"--fault-replication-delay-ms", "30"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartReplicated(3, {"--fault-replication-delay-ms", "30"}));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const std::string victim = cluster->OwnerOf("hot0");
@@ -2004,7 +2091,8 @@ TEST_F(ClusterTest,
 // one session reach the primary in that order, so the refusal must not be
 // answered before the write.
 TEST_F(ClusterTest, RefusalsThatTellWhatThePrimaryHoldsWaitForItsBackups) {
-  StartReplicated(3, {"--fault-replication-delay-ms", "200"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartReplicated(3, {"--fault-replication-delay-ms", "200"}));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const std::string key = "k";
@@ -2109,33 +2197,9 @@ uint32_t ShortShards(const Cluster::Info& info) {
   return n;
 }
 
-uint64_t SumOfStat(Cluster* c, const std::string& name) {
-  uint64_t sum = 0;
-  for (auto& [addr, st] : c->Stats()) {
-    if (st.ok()) sum += st->Get(name);
-  }
-  return sum;
-}
-
-// Once the configuration is whole (WholeWithout), every pair is on
-// exactly `copies` servers: their hash_pairs add up to copies x `present`,
-// no server keeping a copy it has no role for. Polled: each server
-// settles what it keeps as it installs a configuration.
-void ExpectEachPairOn(Cluster* c, uint64_t copies, uint64_t present) {
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  uint64_t pairs = 0;
-  do {
-    pairs = SumOfStat(c, "hash_pairs");
-    if (pairs == copies * present) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < until);
-  EXPECT_EQ(pairs, copies * present)
-      << "pairs kept by servers that have no role for them";
-}
-
 TEST_F(ClusterTest,
        ShardsShortOfCopiesAreReplicatedAgainAndSurviveASecondFailure) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
@@ -2229,7 +2293,8 @@ uint32_t RolesOf(const Cluster::Info& info, const std::string& address) {
 // refused by the new owner (its writes then of unknown outcome).
 TEST_F(ClusterTest,
        ADrainedReplicatedServerHandsOverToItsBackupsLosingNothing) {
-  StartReplicated(4, {"--fault-replication-delay-ms", "20"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartReplicated(4, {"--fault-replication-delay-ms", "20"}));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
@@ -2314,7 +2379,7 @@ TEST_F(ClusterTest,
 }
 
 TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
-  StartReplicated(2);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(2));
   auto drain = CliDrain(servers_[0].address, servers_[1].address);
   EXPECT_NE(drain.exit_code, 0) << drain.out;
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
@@ -2330,7 +2395,7 @@ TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
 // finished and left the CLI waiting (found by a black-box run). Likewise a
 // cluster's last server, replicated or not.
 TEST_F(ClusterTest, ADrainCountsOnlyTheServersThatWouldStay) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto first = CliDrain(servers_[0].address, servers_[2].address, 60);
   ASSERT_EQ(first.exit_code, 0) << first.out;
   auto second = CliDrain(servers_[0].address, servers_[1].address);
@@ -2362,7 +2427,7 @@ TEST_F(ClusterTest, ReplicasAloneFormAClusterOfEnoughServers) {
 }
 
 TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
-  StartServers(1);
+  ASSERT_NO_FATAL_FAILURE(StartServers(1));
   auto drain = CliDrain(servers_[0].address, servers_[0].address);
   EXPECT_EQ(drain.exit_code, 2) << drain.out;
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
@@ -2375,7 +2440,7 @@ TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
 // ends on exactly two servers (the retired copies are deleted).
 TEST_F(ClusterTest,
        AServerJoiningAReplicatedClusterTakesItsShareKeepingCopies) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
@@ -2484,8 +2549,8 @@ bool AllWhole(const Cluster::Info& info) { return WholeWithout(info, ""); }
 TEST_F(ClusterTest,
        ABatchOfTheOldPrimaryAppliedLateDoesNotUndoTheNewOnesWrites) {
   const bool slow = testing::Scaled(6) < 6;  // leases of 2 s
-  StartReplicated(2,
-                  {"--fault-replica-delete-delay-ms", slow ? "12000" : "3000"});
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(
+      2, {"--fault-replica-delete-delay-ms", slow ? "12000" : "3000"}));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   ASSERT_TRUE(WaitForConfig(cluster.get(), AllWhole));
@@ -2663,7 +2728,7 @@ void RunFaultSuite(FaultRig& rig, Cluster* cluster,
 }
 
 TEST_F(ClusterTest, FaultSuiteOfKillsPausesAndZooKeeperRestarts) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   FaultRig rig;
@@ -2938,7 +3003,7 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
 }
 
 TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 500);
@@ -2967,7 +3032,7 @@ TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
 }
 
 TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
-  StartReplicated(3);
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
@@ -3120,7 +3185,7 @@ std::vector<std::string> ScanAll(ClusterTree* t, const std::string& start,
 
 TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
   // Ranges [.., "key-3"), ["key-3", "key-6"), ["key-6", ..): one a server.
-  StartServers(3, {"--tree-splits", "key-6,key-3"});
+  ASSERT_NO_FATAL_FAILURE(StartServers(3, {"--tree-splits", "key-6,key-3"}));
   auto cluster = Connect({servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   const Cluster::Info& info = cluster->info();
@@ -3474,7 +3539,7 @@ TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
 // that was never written (run over shm, where the client reads the trees
 // one-sided, and over tcp).
 TEST_F(ClusterTest, ScansAcrossRangesMissNothingWhileWritersChurnEveryRange) {
-  StartServers(2, {"--tree-splits", "k-3,k-6"});
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, {"--tree-splits", "k-3,k-6"}));
   auto writer_cluster = Connect({servers_[0].address});
   auto reader_cluster = Connect({servers_[1].address});
   ASSERT_NE(writer_cluster, nullptr);
@@ -3556,7 +3621,7 @@ TEST_F(ClusterTest, ScansAcrossRangesMissNothingWhileWritersChurnEveryRange) {
 // the other range are retried there, so they still never fail.
 TEST_F(ClusterTest,
        AKilledRangeOwnerFailsItsRangesOperationsAndTheOtherServes) {
-  StartServers(2, {"--tree-splits", "k-5"});
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, {"--tree-splits", "k-5"}));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   auto tree = cluster->Tree();
@@ -3646,7 +3711,7 @@ TEST_F(ClusterTest,
 // status; WaitAll reports a batch's first error (for a multi-get, other
 // than NotFound).
 TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
-  StartServers(3, {"--tree-splits", "key-6,key-3"});
+  ASSERT_NO_FATAL_FAILURE(StartServers(3, {"--tree-splits", "key-6,key-3"}));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   auto tree = cluster->Tree();
@@ -3746,7 +3811,7 @@ TEST_F(ClusterTest, AsyncBatchesOfTheOrderedStoreGoToEveryRangeOwner) {
 // succeeded, or failed with the stall's Unavailable), and both servers
 // serve on.
 TEST_F(ClusterTest, AStalledEventLoopIsReplacedAndTheReadsOnItRetried) {
-  StartServers(2, {"--tree-splits", "k-5"});
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, {"--tree-splits", "k-5"}));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   auto tree = cluster->Tree();
@@ -3835,7 +3900,7 @@ TEST_F(ClusterTest, AStalledEventLoopIsReplacedAndTheReadsOnItRetried) {
 
 TEST_F(ClusterTest,
        AClusterWithoutSplitsHasNoOrderedStoreAndBadSplitsAreRefused) {
-  StartServers(1);
+  ASSERT_NO_FATAL_FAILURE(StartServers(1));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   EXPECT_TRUE(cluster->info().range_owner.empty());
@@ -3903,7 +3968,7 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   EXPECT_NE(none.out.find("ZooKeeper"), std::string::npos) << none.out;
 
   // A cluster formed with 1024 shards refuses a server with another count.
-  StartServers(1);
+  ASSERT_NO_FATAL_FAILURE(StartServers(1));
   auto conflict = run({"--cluster", ClusterFlag(), "--shards", "64"});
   EXPECT_EQ(conflict.exit_code, 1) << conflict.out;
   EXPECT_NE(conflict.out.find("shards"), std::string::npos) << conflict.out;

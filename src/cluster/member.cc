@@ -136,7 +136,11 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   std::unique_ptr<ClusterMember> m(
       new ClusterMember(std::move(options), ownership));
-  if (Status st = m->Connect(); !st.ok()) return st;
+  if (Status st =
+          m->Connect(std::max(m->options_.session_timeout, kFirstSessionWait));
+      !st.ok()) {
+    return st;
+  }
   // The cluster's nodes, created by whoever comes first.
   const std::string& base = m->options_.target.path;
   for (size_t i = 1; i <= base.size(); ++i) {
@@ -219,7 +223,7 @@ void ClusterMember::Wake() {
   cv_.notify_all();
 }
 
-Status ClusterMember::Connect() {
+Status ClusterMember::Connect(std::chrono::milliseconds wait) {
   if (zh_ != nullptr) {
     zookeeper_close(zh_);
     zh_ = nullptr;
@@ -236,13 +240,13 @@ Status ClusterMember::Connect() {
                                    "' refused by the client library");
   }
   std::unique_lock<std::mutex> lock(mu_);
-  const bool up = cv_.wait_for(lock, options_.session_timeout, [&] {
+  const bool up = cv_.wait_for(lock, wait, [&] {
     return stop_ || connected_.load(std::memory_order_relaxed);
   });
   if (!up || !connected_.load()) {
-    return Status::Unavailable(
-        "ZooKeeper at " + options_.target.hosts + " did not answer within " +
-        std::to_string(options_.session_timeout.count()) + " ms");
+    return Status::Unavailable("ZooKeeper at " + options_.target.hosts +
+                               " did not answer within " +
+                               std::to_string(wait.count()) + " ms");
   }
   sessions_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
@@ -257,7 +261,7 @@ void ClusterMember::Run() {
     if (state_.load() == ZOO_EXPIRED_SESSION_STATE ||
         state_.load() == ZOO_AUTH_FAILED_STATE) {
       log::Warn("cluster: ZooKeeper session lost; opening a new one");
-      if (Status st = Connect(); !st.ok()) {
+      if (Status st = Connect(options_.session_timeout); !st.ok()) {
         log::Warn("cluster: {}", st.ToString());
       }
     }

@@ -79,13 +79,13 @@
 // (it stays a backup) in favour of one on another member, filling; the round
 // above fills them, drops the retiring copies in the configuration that marks
 // the new ones ready, and then has their members delete them (kShardDrop with
-// kShardForget). A failover abandons a hand-over. Balancing (a member joined
-// or returned; BalanceReplicas), once everything is whole: copies move the
-// same way from the members holding the most shards to those holding the
-// fewest, then primaries by hand-over.
-// ZooKeeper stays off the data path: while it is unreachable the server
-// keeps serving the configuration it has, and once its session is back
-// (or replaced, after expiry) it registers again.
+// kShardForget; a member it does not reach deletes them itself once it
+// installs that configuration). A failover abandons a hand-over. Balancing (a
+// member joined or returned; BalanceReplicas), once everything is whole: copies
+// move the same way from the members holding the most shards to those holding
+// the fewest, then primaries by hand-over. ZooKeeper stays off the data path:
+// while it is unreachable the server keeps serving the configuration it has,
+// and once its session is back (or replaced, after expiry) it registers again.
 //
 // Thread contract: Start, Stop and the destructor from one thread; the getters
 // from any thread. The member runs its own thread (ZooKeeper's C client
@@ -240,7 +240,12 @@ class ClusterMember {
   ClusterMember(MemberOptions options, Ownership* ownership);
   static void OnEvent(zhandle_t* zh, int type, int state, const char* path,
                       void* ctx);
-  Status Connect();  // a new ZooKeeper session; waits until connected
+  // A new ZooKeeper session; waits until connected, at most `wait`.
+  Status Connect(std::chrono::milliseconds wait);
+  // How long a starting member waits for its first session: ZooKeeper may
+  // be starting too, or slow to answer on a loaded machine (a JVM), and a
+  // server that exited then would have to be started again by hand.
+  static constexpr std::chrono::milliseconds kFirstSessionWait{10'000};
   void Run();
   bool Step();  // one pass; false: the session is gone
   bool Register();

@@ -236,8 +236,8 @@ class Ownership {
   // on the installing thread, under this object's lock (the listener must
   // not call back into it, but may read current()). `installed` lives as
   // long as this object (every configuration installed is kept), so the
-  // listener may hand it to another thread. One listener; a later call
-  // replaces it.
+  // listener may hand it to another thread whose use of it ends before this
+  // object is destroyed. One listener; a later call replaces it.
   void SetInstallListener(std::function<void(const Installed&)> listener) const;
 
  private:

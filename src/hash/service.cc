@@ -972,9 +972,12 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   // restarted keeps the copies its previous incarnation held until the
   // manager has judged them (when every server restarted, they are the
   // only ones: the manager then gives this incarnation the same roles).
+  // And the shards moving here: a move goes on with a new owner that
+  // restarted (the manager then sends only the keys changed since), so
+  // what it had copied here, recovered from the log, is part of the copy.
   std::vector<uint8_t> holds(c->owns.size());
   for (uint32_t s = 0; s < holds.size(); ++s) {
-    holds[s] = cluster::Ownership::Holds(*c, s) ||
+    holds[s] = cluster::Ownership::MayKeep(*c, s) ||
                        cluster::Ownership::HeldByPrior(*c, s)
                    ? 1
                    : 0;
@@ -1668,8 +1671,16 @@ void HashService::HandleShardDrop(Call call) {
         }
         set = &not_held;
       }
+      // A retired member settles its copies itself when it installs the
+      // configuration that drops them (SettleShards_st), before the
+      // manager's forget: then there is nothing left to scan for.
+      bool any_marked = part.held.size() != drop->num_shards;
+      for (uint32_t s = 0; !any_marked && s < drop->num_shards; ++s) {
+        any_marked = (*set)[s] != 0 && part.held[s] != 0;
+      }
       const std::vector<std::string> keys =
-          KeysOfShards_st(part, *set, /*in_set=*/true);
+          forget && !any_marked ? std::vector<std::string>{}
+                                : KeysOfShards_st(part, *set, /*in_set=*/true);
       Status& st = drop->status[owner];
       if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
       if (st.ok()) DeletePairs_st(part, keys, part.store != nullptr);

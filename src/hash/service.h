@@ -216,7 +216,8 @@ class HashService final : public server::Service {
   // Runs partition p's queued operations (the engine above).
   size_t RunOps_st(server::PartitionId p);
   // Before the first configuration is served (cluster::Ownership::
-  // RequirePurge): deletes the pairs of shards it does not give this server.
+  // RequirePurge): deletes the pairs of shards it gives this server no role
+  // in (Ownership::MayKeep: owned, backed up, or moving here).
   void PurgeUnowned_st(server::PartitionId p);
   // Once a configuration names this incarnation (after PurgeUnowned_st
   // kept its previous incarnation's copies): deletes the pairs of shards

@@ -1015,7 +1015,12 @@ Server::~Server() {
 const std::string& Server::address() const { return impl_->address; }
 
 void Server::Stop() {
-  if (impl_->member) impl_->member->Stop();  // see Impl::Shutdown
+  // See Impl::Shutdown. Both install configurations, whose tasks for the
+  // threads (a hash partition's settling) must not be left queued once the
+  // threads have stopped: the workers run them when they are destroyed,
+  // after the ownership holding those configurations is gone.
+  if (impl_->member_lease) impl_->member_lease->Stop();
+  if (impl_->member) impl_->member->Stop();
   if (impl_->lease) impl_->lease->Revoke();
   if (impl_->acceptor) impl_->acceptor->Stop();
   impl_->stop.store(true, std::memory_order_release);
