@@ -1360,24 +1360,21 @@ TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
   servers_.clear();
 }
 
-// A move's new owner that restarts (kill -9, back at once with its data
-// directory) while the manager holds the step, its copies made: the step
-// goes on with the restarted server (whose ZooKeeper registration
-// outlives the kill by the session timeout), and the manager sends it only
-// the keys changed since, so the copy it recovers from its log must be
-// kept. Its purge before serving deleted the pairs of shards that its first
-// configuration had only moving to it; the move was then committed, and
-// those pairs were lost.
-TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveKeepsWhatWasCopiedToIt) {
+// A move's new owner that restarts (kill -9, back at once, no data
+// directory) while the manager holds the step, its copies made: it is
+// still the step's destination (its ZooKeeper registration outlives the
+// kill by the session timeout), and it has lost the pages it took. The
+// manager went on, sent only the keys changed since, and committed the
+// move: those pairs were lost. It now copies again when it had to connect
+// to a member of the copy again.
+TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveGetsTheWholeCopyAgain) {
   const std::vector<std::string> flags = HeldMoveFlags();
   ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
   auto cluster = Connect({servers_[0].address, servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
 
-  std::vector<std::string> joiner_flags = flags;
-  joiner_flags.insert(joiner_flags.end(), {"--data-dir", NewDataDir()});
-  servers_.push_back(StartServer(MemberFlags(2, joiner_flags)));
+  servers_.push_back(StartServer(MemberFlags(2, flags)));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joiner = servers_.back().address;
   Cluster::Info step;
@@ -1402,11 +1399,21 @@ TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveKeepsWhatWasCopiedToIt) {
   }
   ASSERT_GT(copies, 0u);
   {
-    // Copied: the manager now holds the step.
+    // Copied, and the manager holds the step (its calls are done until the
+    // freeze): the joiner dies between two of them.
     auto at_joiner = ConnectOrDie(joiner);
     ASSERT_NE(at_joiner, nullptr);
     ASSERT_EQ(WaitForStatOf(at_joiner.get(), "hash_pairs", copies, kBound),
               copies);
+    std::vector<std::unique_ptr<Session>> probes;
+    for (size_t i = 0; i < 2; ++i) {
+      probes.push_back(ConnectOrDie(servers_[i].address));
+    }
+    const int manager = WaitForOneManager(probes);
+    ASSERT_GE(manager, 0);
+    ASSERT_GE(WaitForStatOf(probes[size_t(manager)].get(), "cluster_moves_held",
+                            1, kBound),
+              1u);
   }
   ASSERT_TRUE(servers_.back().Restart().ok());
 
@@ -1415,6 +1422,47 @@ TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveKeepsWhatWasCopiedToIt) {
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
     return info.epoch > step.epoch && ShardsOf(info, joiner) > 0;
   })) << "the joiner never took its shards";
+  ExpectEveryKey(cluster.get(), loaded);
+  ExpectEachPairOn(cluster.get(), 1, loaded.keys.size());
+  servers_.clear();
+}
+
+// The other side of the handoff: the manager is the move's new owner and
+// dies right after recording it (--fault-kill-after-handoff), and comes
+// back at once with its data directory, before its successor commits the
+// move. Its first configuration has the shards only moving to it; its
+// purge before serving deleted what it had imported (recovered from its
+// log), and the successor released the old owner's copy and committed:
+// the pairs were lost. The purge now keeps the shards moving here.
+TEST_F(ClusterTest, ANewOwnerKilledAfterTheHandoffKeepsWhatWasCopiedToIt) {
+  servers_.push_back(StartServer(
+      MemberFlags(2, {"--data-dir", NewDataDir(), "--shards", "16",
+                      "--fault-kill-after-handoff", "--move-share", "100"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  servers_.push_back(StartServer(MemberFlags(2, {"--shards", "16"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string first = servers_[0].address, second = servers_[1].address;
+  auto cluster = Connect({first, second});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+  {
+    // The first server, alone when it ran for election, manages.
+    auto probe = ConnectOrDie(first);
+    ASSERT_EQ(StatOf(probe.get(), "cluster_manager"), 1u);
+  }
+  // The second one's shards move to the manager, which dies once the
+  // handoff is recorded; back at once.
+  ASSERT_TRUE(cluster->Drain(second, std::chrono::milliseconds(0)).ok());
+  auto exit = servers_[0].process->Wait(kBound);
+  ASSERT_TRUE(exit.ok()) << "the manager did not kill itself: "
+                         << exit.status().ToString();
+  ASSERT_TRUE(servers_[0].Restart().ok());
+
+  // The second server, manager once the first one's old session has
+  // expired, commits the move: the first owns every shard.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, first) == 16;
+  })) << "the move was not committed";
   ExpectEveryKey(cluster.get(), loaded);
   ExpectEachPairOn(cluster.get(), 1, loaded.keys.size());
   servers_.clear();
@@ -3962,8 +4010,10 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   bad = run({"--cluster", ClusterFlag(), "--failure-domain", "rack/1"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("failure domain"), std::string::npos) << bad.out;
-  // No ZooKeeper there: refused within the session timeout, with a reason.
-  auto none = run({"--cluster", "127.0.0.1:1/remem/x"});
+  // No ZooKeeper there: refused once the server has waited for it
+  // (--cluster-wait-ms, at least the session timeout), with a reason.
+  auto none =
+      run({"--cluster", "127.0.0.1:1/remem/x", "--cluster-wait-ms", "1000"});
   EXPECT_EQ(none.exit_code, 1) << none.out;
   EXPECT_NE(none.out.find("ZooKeeper"), std::string::npos) << none.out;
 

@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
   // Cluster.
   int64_t cluster_session_ms = 10000;
+  int64_t cluster_wait_ms = 10000;
   int64_t cluster_lease_ms = 500;
   app.add_option("--cluster", cfg.cluster,
                  "join the cluster kept in ZooKeeper at ZK_HOSTS/PATH, e.g. "
@@ -350,6 +351,12 @@ int main(int argc, char** argv) {
                  "configuration manager is replaced after about this long)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1000}, int64_t{60'000}));
+  app.add_option("--cluster-wait-ms", cluster_wait_ms,
+                 "with --cluster: how long a starting server waits for "
+                 "ZooKeeper to answer before it exits (at least the session "
+                 "timeout: ZooKeeper may be starting too)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{600'000}));
   app.add_option("--cluster-lease-ms", cluster_lease_ms,
                  "with --cluster: the member lease the configuration manager "
                  "grants; in a replicated cluster a member that has not "
@@ -413,6 +420,7 @@ int main(int argc, char** argv) {
   cfg.spin = std::chrono::microseconds(spin_us);
   cfg.lease = std::chrono::milliseconds(lease_ms);
   cfg.cluster_session = std::chrono::milliseconds(cluster_session_ms);
+  cfg.cluster_wait = std::chrono::milliseconds(cluster_wait_ms);
   cfg.cluster_lease = std::chrono::milliseconds(cluster_lease_ms);
   if (tree_splits_opt->count() > 0) {
     if (cfg.cluster.empty()) return Fail("--tree-splits needs --cluster", 2);

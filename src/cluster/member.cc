@@ -136,8 +136,8 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   std::unique_ptr<ClusterMember> m(
       new ClusterMember(std::move(options), ownership));
-  if (Status st =
-          m->Connect(std::max(m->options_.session_timeout, kFirstSessionWait));
+  if (Status st = m->Connect(std::max(m->options_.session_timeout,
+                                      m->options_.first_session_wait));
       !st.ok()) {
     return st;
   }
@@ -985,6 +985,7 @@ Result<std::string> ClusterMember::Call(const std::string& address,
       auto s = Session::Connect(so);
       if (s.ok()) {
         it = sessions.insert_or_assign(address, std::move(*s)).first;
+        ++connects_[address];
       } else {
         failure = s.status();
       }
@@ -1138,13 +1139,35 @@ void ClusterMember::Pace(std::chrono::steady_clock::duration busy) {
 Status ClusterMember::CopyMoving(const Config& moving) {
   step_pairs_ = 0;
   const auto moves = MovesOf(moving);
+  // The sessions opened so far to each member the copy has called: one
+  // opened since means it may have restarted in between (killed and back
+  // at once, its ZooKeeper registration still there), and then a new
+  // owner may have lost the pages it took (without a data directory) and
+  // an old owner the keys it noted as changed: the copy is not whole, and
+  // starts over at the next pass (its first drop clears what it left).
+  std::map<std::string, uint64_t> connects;
+  auto note = [&](const std::string& address) {
+    connects.emplace(address, connects_[address]);
+  };
+  auto reconnected = [&]() -> Status {
+    for (const auto& [address, before] : connects) {
+      if (connects_[address] != before) {
+        return Status::Busy("connected to " + address +
+                            " again during the copy (it may have "
+                            "restarted): copying again");
+      }
+    }
+    return Status::OK();
+  };
   // Sends the reply of a ShardExport or ShardSync (a ShardPairs message)
   // to `to` as a ShardImport.
   auto forward = [&](const std::string& to, std::string pairs) {
-    return Call(to, moving.epoch,
-                static_cast<uint8_t>(hash::HashMethod::kShardImport),
-                std::move(pairs))
-        .status();
+    Status st = Call(to, moving.epoch,
+                     static_cast<uint8_t>(hash::HashMethod::kShardImport),
+                     std::move(pairs))
+                    .status();
+    if (st.ok()) note(to);
+    return st;
   };
   // One reply of changes (about 32 MiB at most) unfrozen: what is left
   // goes in a later round. Frozen: every change, in as many replies as it
@@ -1158,6 +1181,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                           static_cast<uint8_t>(hash::HashMethod::kShardSync),
                           hash::EncodeShardList({shards, flags}));
       if (!changed.ok()) return changed.status();
+      note(from);
       auto pairs = hash::DecodeShardPairs(*changed);
       if (!pairs.ok()) return pairs.status();
       step_pairs_ += pairs->pairs.size();
@@ -1178,6 +1202,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
              static_cast<uint8_t>(hash::HashMethod::kShardDrop),
              hash::EncodeShardList({shards, 0}))
             .status());
+    note(to);
     uint32_t partitions = 1;
     for (uint32_t p = 0; p < partitions; ++p) {
       hash::ShardExport req;
@@ -1190,6 +1215,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                          static_cast<uint8_t>(hash::HashMethod::kShardExport),
                          hash::EncodeShardExport(req));
         if (!page.ok()) return page.status();
+        note(from);
         auto pairs = hash::DecodeShardPairs(*page);
         if (!pairs.ok()) return pairs.status();
         partitions = pairs->num_partitions;
@@ -1217,9 +1243,11 @@ Status ClusterMember::CopyMoving(const Config& moving) {
   if (options_.fault_move_hold.count() > 0) {
     log::Warn("testing: holding the move for {} ms before the freeze",
               options_.fault_move_hold.count());
+    moves_held_.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, options_.fault_move_hold, [this] { return stop_; });
   }
+  REMEM_RETURN_IF_ERROR(reconnected());
   // Only now, every copy done, the writes of every moving shard pause:
   // frozen, and the last of their changes sent.
   frozen_at_ = std::chrono::steady_clock::now();
@@ -1230,7 +1258,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                                hash::kShardFreeze));
   }
   pause_parts_.last_changes = MsSince(frozen_at_);
-  return Status::OK();
+  return reconnected();
 }
 
 Status ClusterMember::HandOver(const Config& moving, int zk_version) {

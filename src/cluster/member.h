@@ -133,6 +133,11 @@ struct MemberOptions {
   // The member lease the manager grants (member_lease.h).
   std::chrono::milliseconds lease{500};
   std::chrono::milliseconds session_timeout{10000};  // ZooKeeper's
+  // How long Start waits for the first ZooKeeper session (at least the
+  // session timeout): ZooKeeper may be starting too, or slow to answer on a
+  // loaded machine, and a server that exited would have to be started
+  // again by hand.
+  std::chrono::milliseconds first_session_wait{10000};
   // Shards moved per step of a rebalance.
   uint32_t max_moves = 64;
   // The share (percent, 1-100) of the time a step's copy may keep the
@@ -210,6 +215,10 @@ class ClusterMember {
   uint64_t last_pause_ms() const {
     return last_pause_ms_.load(std::memory_order_relaxed);
   }
+  // Testing (fault_move_hold): the steps this manager has begun to hold.
+  uint64_t moves_held() const {
+    return moves_held_.load(std::memory_order_relaxed);
+  }
   // As manager: configurations written to fail members over.
   uint64_t failovers() const {
     return failovers_.load(std::memory_order_relaxed);
@@ -242,10 +251,6 @@ class ClusterMember {
                       void* ctx);
   // A new ZooKeeper session; waits until connected, at most `wait`.
   Status Connect(std::chrono::milliseconds wait);
-  // How long a starting member waits for its first session: ZooKeeper may
-  // be starting too, or slow to answer on a loaded machine (a JVM), and a
-  // server that exited then would have to be started again by hand.
-  static constexpr std::chrono::milliseconds kFirstSessionWait{10'000};
   void Run();
   bool Step();  // one pass; false: the session is gone
   bool Register();
@@ -355,6 +360,7 @@ class ClusterMember {
   std::atomic<uint64_t> shards_moved_{0};
   std::atomic<uint64_t> last_step_ms_{0};
   std::atomic<uint64_t> last_pause_ms_{0};
+  std::atomic<uint64_t> moves_held_{0};
   std::atomic<uint64_t> pairs_moved_{0};
   // The current step (the member's thread): pairs copied, and when its
   // shards were frozen.
@@ -375,6 +381,9 @@ class ClusterMember {
   // those of its quick calls.
   std::map<std::string, std::unique_ptr<Session>> sessions_to_;
   std::map<std::string, std::unique_ptr<Session>> quick_sessions_;
+  // Sessions Call opened to each address (either map): a copy that had to
+  // connect again to a member may have lost it to a restart.
+  std::map<std::string, uint64_t> connects_;
   // Re-replication (the member's thread): the epoch of the configuration
   // this manager wrote last, the epoch of its round (0: none), and when the
   // round's copies started.

@@ -731,6 +731,7 @@ Status Server::Impl::StartCluster() {
   mo.fault_kill_after_handoff = config.fault_kill_after_handoff;
   mo.fault_move_hold = std::chrono::milliseconds(config.fault_move_hold_ms);
   mo.session_timeout = config.cluster_session;
+  mo.first_session_wait = config.cluster_wait;
   // The manager's sessions to members: the cluster shares one secret.
   mo.session.secret = config.secret;
   auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
@@ -939,6 +940,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_pairs_moved", m ? m->pairs_moved() : 0);
     num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
     num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);
+    num("cluster_moves_held", m ? m->moves_held() : 0);  // testing
     num("cluster_replicas", c ? c->config.replicas : 0);
     num("cluster_ranges", c ? c->config.num_ranges() : 0);
     num("cluster_ranges_owned", c ? c->config.RangesOf(c->self) : 0);

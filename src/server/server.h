@@ -97,6 +97,8 @@ struct ServerConfig {
   // Testing: each replication batch is held this long before it is sent.
   uint32_t fault_replication_delay_ms = 0;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
+  // How long a starting server waits for ZooKeeper's first answer.
+  std::chrono::milliseconds cluster_wait{10000};
   // The member lease a replicated cluster's manager grants.
   std::chrono::milliseconds cluster_lease{500};
 };
