@@ -1284,6 +1284,57 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
   servers_.clear();
 }
 
+// The old owner's side of the same point: the manager, old owner of a
+// step, dies right after recording the handoff and is back at once with
+// its data directory, before its successor releases its copy and commits.
+// Its first configuration still has it owning the shards (moving away),
+// and it served them: the writes it acknowledged then were lost with the
+// release. A restarted server now starts with the shards it names as
+// moving away frozen (Busy), so a client's writes wait for the move to
+// end and land at the new owner.
+TEST_F(ClusterTest, AnOldOwnerBackRightAfterTheHandoffTakesNoWriteItWouldLose) {
+  servers_.push_back(StartServer(
+      MemberFlags(1, {"--data-dir", NewDataDir(), "--shards", "16",
+                      "--fault-kill-after-handoff", "--move-share", "100"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  ClusterOptions o;
+  o.seeds = {servers_[0].address};
+  o.session.transport = testing::TestTransport();
+  o.session.timeout = kBound;  // its writes wait out the move
+  o.wait_for_config = kBound;
+  auto c = Cluster::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Cluster* cluster = c->get();
+  const Loaded loaded = Load(cluster, 2000);
+  // A second server joins: half the shards move to it, and the manager
+  // kills itself once the handoff is recorded; back at once.
+  servers_.push_back(StartServer(MemberFlags(1, {"--shards", "16"})));
+  ASSERT_NE(servers_.back().process, nullptr);
+  auto exit = servers_[0].process->Wait(kBound);
+  ASSERT_TRUE(exit.ok()) << "the manager did not kill itself: "
+                         << exit.status().ToString();
+  ASSERT_TRUE(servers_[0].Restart().ok());
+  // Every key written again, routed by the configuration from before the
+  // move (the old owner owns every shard there).
+  std::vector<std::string> expect = loaded.vals;
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    expect[i] = "after-the-restart-" + std::to_string(i);
+    auto put = cluster->Put(loaded.keys[i], expect[i]);
+    ASSERT_TRUE(put.ok()) << loaded.keys[i] << ": " << put.status().ToString();
+  }
+  ASSERT_TRUE(WaitForConfig(cluster, [&](const auto& info) {
+    return ShardsOf(info, servers_[1].address) == 8;
+  })) << "the move was not committed";
+  std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
+  auto got = cluster->MultiGet(views);
+  ASSERT_EQ(got.size(), views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << views[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, expect[i]) << views[i];
+  }
+  servers_.clear();
+}
+
 // A step whose old owner leaves before the handoff is abandoned (the
 // shards stay where they were), and the copies it made at their new owner
 // are garbage: no configuration sends a reader to them. They were kept,
@@ -1439,17 +1490,17 @@ TEST_F(ClusterTest, ANewOwnerKilledAfterTheHandoffKeepsWhatWasCopiedToIt) {
       MemberFlags(2, {"--data-dir", NewDataDir(), "--shards", "16",
                       "--fault-kill-after-handoff", "--move-share", "100"})));
   ASSERT_NE(servers_.back().process, nullptr);
+  {
+    // The first server, alone when it runs for election, manages.
+    auto probe = ConnectOrDie(servers_[0].address);
+    ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_manager", 1, kBound), 1u);
+  }
   servers_.push_back(StartServer(MemberFlags(2, {"--shards", "16"})));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string first = servers_[0].address, second = servers_[1].address;
   auto cluster = Connect({first, second});
   ASSERT_NE(cluster, nullptr);
   const Loaded loaded = Load(cluster.get(), 2000);
-  {
-    // The first server, alone when it ran for election, manages.
-    auto probe = ConnectOrDie(first);
-    ASSERT_EQ(StatOf(probe.get(), "cluster_manager"), 1u);
-  }
   // The second one's shards move to the manager, which dies once the
   // handoff is recorded; back at once.
   ASSERT_TRUE(cluster->Drain(second, std::chrono::milliseconds(0)).ok());

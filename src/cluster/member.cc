@@ -1231,21 +1231,20 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     // The keys changed during the copy.
     REMEM_RETURN_IF_ERROR(sync(from, to, shards, 0));
   }
-  // The keys changed while the other shards copied, still unfrozen: what
-  // is left for the pause is only what changes during this round.
-  if (moves.size() > 1) {
-    for (const auto& [pair, shards] : moves) {
-      REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
-                                 moving.members[pair.second].address, shards,
-                                 0));
-    }
-  }
   if (options_.fault_move_hold.count() > 0) {
     log::Warn("testing: holding the move for {} ms before the freeze",
               options_.fault_move_hold.count());
     moves_held_.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, options_.fault_move_hold, [this] { return stop_; });
+  }
+  // The keys changed while the other shards copied, still unfrozen: what
+  // is left for the pause is only what changes during this round. Every
+  // member of the copy is called again here, so that one that restarted
+  // since its last call is seen before anything is frozen.
+  for (const auto& [pair, shards] : moves) {
+    REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
+                               moving.members[pair.second].address, shards, 0));
   }
   REMEM_RETURN_IF_ERROR(reconnected());
   // Only now, every copy done, the writes of every moving shard pause:

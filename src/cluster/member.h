@@ -40,7 +40,15 @@
 // ZooKeeper and starts the step again from 2, or, if `handoff` says e+1,
 // from the release (B already has everything; A may have deleted its
 // copy). A step whose A or B is no longer registered before the handoff is
-// abandoned (AbandonMoves: e+2 keeps every shard where it was).
+// abandoned (AbandonMoves: e+2 keeps every shard where it was). A member
+// of a step that restarts (killed and back at once, still registered) is
+// still part of it: a copy that had to connect to one of its members
+// again starts over at 2 (the new owner may have lost the pages it took,
+// the old owner the keys it noted; the copy calls every member once more
+// before it freezes, so that this is seen before anything is frozen); an
+// old owner back during a step starts with the moving shards frozen (its
+// step may be past the freeze), and a new owner keeps what it recovered
+// of them (the purge keeps shards moving here).
 // Without replicas, a server that dies takes its shards' data with it; they
 // come back with it if it restarts from --data-dir, and shards move as
 // above. With replicas (the first configuration's `replicas`, from

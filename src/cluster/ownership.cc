@@ -69,8 +69,15 @@ bool Ownership::Install(Config config) {
     }
   }
   if (state_ == nullptr) {
+    // The first configuration of this process: a shard it names as moving
+    // away was moving when this server restarted, and the step may be
+    // past its freeze (its handoff recorded, the release next): it takes
+    // no write until the move ends or is abandoned (the manager copies a
+    // frozen shard again if it has to).
     state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
-    for (uint32_t s = 0; s < n; ++s) state_[s].store(kServing);
+    for (uint32_t s = 0; s < n; ++s) {
+      state_[s].store(next->outgoing[s] ? kFrozen : kServing);
+    }
   }
   if (cur == nullptr || config.epoch != cur->config.epoch + 1 ||
       cur->owns != next->owns) {

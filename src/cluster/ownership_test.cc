@@ -155,6 +155,36 @@ TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
   EXPECT_EQ(heard, (std::vector<uint32_t>{1, 3}));
 }
 
+// A server whose first configuration (it restarted) has a shard moving
+// away from it: the step may be past its freeze, so that shard takes no
+// write (reads go on) until a configuration ends the move.
+TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsFrozen) {
+  Ownership o("a:1");
+  Config c = TwoServers(1);
+  const std::string mine = KeyOwnedBy(c, "a:1");
+  const uint32_t shard = ShardOf(mine, c.num_shards());
+  c.next.assign(c.num_shards(), kNoMember);
+  c.next[shard] = 1;
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_TRUE(o.Owns(mine).ok());
+  EXPECT_EQ(o.Writable(mine).code(), StatusCode::kBusy);
+  // Another shard of its own is written as ever.
+  for (int i = 0;; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    if (c.OwnerOf(k).address != "a:1" || ShardOf(k, c.num_shards()) == shard) {
+      continue;
+    }
+    EXPECT_TRUE(o.Writable(k).ok());
+    break;
+  }
+  // The move abandoned: written again.
+  Config abandoned = c;
+  abandoned.epoch = 2;
+  abandoned.next.clear();
+  ASSERT_TRUE(o.Install(abandoned));
+  EXPECT_TRUE(o.Writable(mine).ok());
+}
+
 TEST(Ownership, FreezeAndReleaseHoldOnlyWhileAShardMovesAway) {
   Ownership o("a:1");
   Config c = TwoServers(1);
