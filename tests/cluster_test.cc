@@ -1450,8 +1450,8 @@ TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveGetsTheWholeCopyAgain) {
   }
   ASSERT_GT(copies, 0u);
   {
-    // Copied, and the manager holds the step (its calls are done until the
-    // freeze): the joiner dies between two of them.
+    // Copied, and the manager holds the step (no call until the hold
+    // ends): the joiner dies between two of the copy's calls.
     auto at_joiner = ConnectOrDie(joiner);
     ASSERT_NE(at_joiner, nullptr);
     ASSERT_EQ(WaitForStatOf(at_joiner.get(), "hash_pairs", copies, kBound),

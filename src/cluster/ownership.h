@@ -16,7 +16,10 @@
 // (reads answer Busy too, and the store deletes its copy) just before it
 // installs the configuration that names the new owner. Those two states
 // are this server's own, kept per shard beside the configuration, and end
-// when a configuration no longer moves the shard away from here.
+// when a configuration no longer moves the shard away from here. A shard
+// the first configuration a process installs names as moving away starts
+// frozen: the server restarted during that move, which may be past its
+// freeze.
 //
 // A member that starts with data (--data-dir) may hold pairs of shards
 // that moved away while it was down (a move whose manager committed it
