@@ -972,9 +972,10 @@ void HashService::PurgeUnowned_st(PartitionId p) {
   // restarted keeps the copies its previous incarnation held until the
   // manager has judged them (when every server restarted, they are the
   // only ones: the manager then gives this incarnation the same roles).
-  // And the shards moving here: a move goes on with a new owner that
-  // restarted (the manager then sends only the keys changed since), so
-  // what it had copied here, recovered from the log, is part of the copy.
+  // And the shards moving here: once a step's handoff is recorded nothing
+  // is copied again, so a new owner that restarted since keeps what it
+  // had imported, recovered from the log (the manager copies again a step
+  // that had not reached its handoff: its first drop clears this).
   std::vector<uint8_t> holds(c->owns.size());
   for (uint32_t s = 0; s < holds.size(); ++s) {
     holds[s] = cluster::Ownership::MayKeep(*c, s) ||
