@@ -854,15 +854,41 @@ Loaded Load(Cluster* c, int n) {
   return l;
 }
 
-// Every loaded key reads back with its value (one multi-get).
-void ExpectEveryKey(Cluster* c, const Loaded& l) {
-  std::vector<std::string_view> views(l.keys.begin(), l.keys.end());
+// Each key reads back with its value (one multi-get).
+void ExpectValues(Cluster* c, const std::vector<std::string>& keys,
+                  const std::vector<std::string>& vals) {
+  std::vector<std::string_view> views(keys.begin(), keys.end());
   auto got = c->MultiGet(views);
-  ASSERT_EQ(got.size(), l.keys.size());
-  for (size_t i = 0; i < l.keys.size(); ++i) {
-    ASSERT_TRUE(got[i].ok()) << l.keys[i] << ": " << got[i].status().ToString();
-    EXPECT_EQ(got[i]->value, l.vals[i]);
+  ASSERT_EQ(got.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]) << keys[i];
   }
+}
+
+// Every loaded key reads back with its value.
+void ExpectEveryKey(Cluster* c, const Loaded& l) {
+  ExpectValues(c, l.keys, l.vals);
+}
+
+// The first configuration the client fetches with shards moving (moving
+// 0 if none came within kBound).
+Cluster::Info WaitForMoveStep(Cluster* c) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (std::chrono::steady_clock::now() < until) {
+    if (c->Refresh().ok() && c->info().moving > 0) return c->info();
+    // Polling: the manager tells the servers, not the test.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {};
+}
+
+// Index of the node at `address` in `info`, or -1.
+int32_t NodeIndex(const Cluster::Info& info, const std::string& address) {
+  for (size_t i = 0; i < info.nodes.size(); ++i) {
+    if (info.nodes[i].address == address) return int32_t(i);
+  }
+  return -1;
 }
 
 uint64_t SumOfStat(Cluster* c, const std::string& name) {
@@ -1269,15 +1295,8 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
     });
   }
   ASSERT_TRUE(stale->WaitAll().ok());
-  std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
   for (Cluster* c : {stale.get(), fresh.get()}) {
-    auto got = c->MultiGet(views);
-    ASSERT_EQ(got.size(), views.size());
-    for (size_t i = 0; i < views.size(); ++i) {
-      ASSERT_TRUE(got[i].ok())
-          << views[i] << ": " << got[i].status().ToString();
-      EXPECT_EQ(got[i]->value, expect[i]) << views[i];
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectValues(c, loaded.keys, expect));
   }
   // And the old owner holds only its own shards' pairs.
   EXPECT_EQ(StatOf(back.get(), "hash_pairs"), loaded.keys.size() - moved);
@@ -1325,13 +1344,7 @@ TEST_F(ClusterTest, AnOldOwnerBackRightAfterTheHandoffTakesNoWriteItWouldLose) {
   ASSERT_TRUE(WaitForConfig(cluster, [&](const auto& info) {
     return ShardsOf(info, servers_[1].address) == 8;
   })) << "the move was not committed";
-  std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
-  auto got = cluster->MultiGet(views);
-  ASSERT_EQ(got.size(), views.size());
-  for (size_t i = 0; i < views.size(); ++i) {
-    ASSERT_TRUE(got[i].ok()) << views[i] << ": " << got[i].status().ToString();
-    EXPECT_EQ(got[i]->value, expect[i]) << views[i];
-  }
+  ExpectValues(cluster, loaded.keys, expect);
   servers_.clear();
 }
 
@@ -1361,28 +1374,16 @@ TEST_F(ClusterTest, AMoveAbandonedWhenAnOldOwnerLeavesLeavesNoCopyBehind) {
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joiner = servers_.back().address;
   // The step that copies shards of both old owners to the joiner.
-  Cluster::Info step;
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cluster->Refresh().ok() && cluster->info().moving > 0) {
-      step = cluster->info();
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const Cluster::Info step = WaitForMoveStep(cluster.get());
   ASSERT_GT(step.moving, 0u) << "no step moved shards to the joiner";
-  auto index_of = [&](const std::string& address) {
-    for (size_t i = 0; i < step.nodes.size(); ++i) {
-      if (step.nodes[i].address == address) return int32_t(i);
-    }
-    return int32_t{-1};
-  };
   uint64_t copies = 0, of_doomed = 0;
   for (const std::string& k : loaded.keys) {
     const uint32_t s = cluster::ShardOf(k, step.num_shards);
-    if (step.shard_next[s] != index_of(joiner)) continue;
+    if (step.shard_next[s] != NodeIndex(step, joiner)) continue;
     ++copies;
-    if (int32_t(step.shard_owner[s]) == index_of(doomed_address)) ++of_doomed;
+    if (int32_t(step.shard_owner[s]) == NodeIndex(step, doomed_address)) {
+      ++of_doomed;
+    }
   }
   ASSERT_GT(of_doomed, 0u);
   ASSERT_GT(copies, of_doomed);
@@ -1428,23 +1429,12 @@ TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveGetsTheWholeCopyAgain) {
   servers_.push_back(StartServer(MemberFlags(2, flags)));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joiner = servers_.back().address;
-  Cluster::Info step;
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cluster->Refresh().ok() && cluster->info().moving > 0) {
-      step = cluster->info();
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const Cluster::Info step = WaitForMoveStep(cluster.get());
   ASSERT_GT(step.moving, 0u) << "no step moved shards to the joiner";
-  int32_t joiner_index = -1;
-  for (size_t i = 0; i < step.nodes.size(); ++i) {
-    if (step.nodes[i].address == joiner) joiner_index = int32_t(i);
-  }
   uint64_t copies = 0;
   for (const std::string& k : loaded.keys) {
-    if (step.shard_next[cluster::ShardOf(k, step.num_shards)] == joiner_index) {
+    if (step.shard_next[cluster::ShardOf(k, step.num_shards)] ==
+        NodeIndex(step, joiner)) {
       ++copies;
     }
   }
