@@ -438,6 +438,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto keys = tree::DecodeTreeMultiGet(in); keys.ok()) {
       if (tree::EncodeTreeMultiGet(*keys) != in) std::abort();
     }
+    if (auto rr = tree::DecodeTreeRange(in); rr.ok()) {
+      if (tree::EncodeTreeRange(*rr) != in) std::abort();
+    }
+    if (auto rp = tree::DecodeRangePairs(in); rp.ok()) {
+      tree::RangePairsWriter w;
+      for (const tree::RangeItem& it : rp->items) {
+        w.Add(it.key, it.value, it.version, it.deleted);
+      }
+      if (w.Finish(rp->resume, rp->max_version, rp->more) != in) std::abort();
+    }
     if (auto pairs = tree::DecodeTreeMultiPut(in); pairs.ok()) {
       if (tree::EncodeTreeMultiPut(*pairs) != in) std::abort();
     }

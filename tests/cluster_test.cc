@@ -796,6 +796,79 @@ class ClusterKv : public testing::KvStore {
   std::vector<std::string> seeds_;
 };
 
+// The cluster's ordered store as a KvStore for the race harness: each
+// client its own Cluster and ClusterTree (one-sided searches over shared
+// memory, judged by each member's serving mark).
+class ClusterTreeKv : public testing::KvStore {
+ public:
+  explicit ClusterTreeKv(std::vector<std::string> seeds)
+      : seeds_(std::move(seeds)) {}
+  Result<std::unique_ptr<testing::KvClient>> NewClient(Role) override {
+    ClusterOptions o;
+    o.seeds = seeds_;
+    o.session.transport = testing::TestTransport();
+    o.session.timeout = std::chrono::seconds(30);
+    auto c = Cluster::Connect(o);
+    if (!c.ok()) return c.status();
+    auto t = (*c)->Tree();
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<testing::KvClient>(new Client(std::move(*c), *t));
+  }
+  Result<testing::KvStoreCounters> Counters() override {
+    return testing::KvStoreCounters{};
+  }
+
+ private:
+  class Client : public testing::KvClient {
+   public:
+    Client(std::unique_ptr<Cluster> c, ClusterTree* t)
+        : c_(std::move(c)), t_(t) {}
+    static Result<testing::KvValue> Of(Result<TreeStore::Value> v) {
+      if (!v.ok()) return v.status();
+      return testing::KvValue{std::move(v->value), v->version};
+    }
+    Result<testing::KvValue> Get(std::string_view key) override {
+      return Of(t_->Get(key));
+    }
+    Result<uint64_t> Put(std::string_view key,
+                         std::string_view value) override {
+      return t_->Put(key, value);
+    }
+    Result<uint64_t> PutIfAbsent(std::string_view key,
+                                 std::string_view value) override {
+      return t_->PutIfAbsent(key, value);
+    }
+    Result<uint64_t> CompareAndPut(std::string_view key, std::string_view value,
+                                   uint64_t expected) override {
+      return t_->CompareAndPut(key, value, expected);
+    }
+    Status Delete(std::string_view key) override { return t_->Delete(key); }
+    std::vector<Result<testing::KvValue>> GetBatch(
+        const std::vector<std::string_view>& keys, BatchKind kind) override {
+      std::vector<Result<testing::KvValue>> out;
+      // kMultiAsync: a MultiGetAsync and a MultiGet in turn.
+      if (kind == BatchKind::kMultiAsync && ++calls_ % 2) {
+        bool done = false;
+        t_->MultiGetAsync(keys, [&](std::vector<Result<TreeStore::Value>> r) {
+          for (auto& v : r) out.push_back(Of(std::move(v)));
+          done = true;
+        });
+        while (!done) c_->Poll();
+        return out;
+      }
+      for (auto& v : t_->MultiGet(keys)) out.push_back(Of(std::move(v)));
+      return out;
+    }
+    testing::KvReadCounters read_counters() const override { return {}; }
+
+   private:
+    std::unique_ptr<Cluster> c_;
+    ClusterTree* t_;
+    uint64_t calls_ = 0;
+  };
+  std::vector<std::string> seeds_;
+};
+
 // Polls the configuration until nothing is moving and `done` holds; false
 // at the bound.
 bool WaitForConfig(Cluster* c,
@@ -807,7 +880,8 @@ bool WaitForConfig(Cluster* c,
     ++refreshes;
     last = c->Refresh();
     if (!last.ok()) ++failed;
-    if (last.ok() && c->info().moving == 0 && done(c->info())) {
+    if (last.ok() && c->info().moving == 0 && c->info().moving_ranges == 0 &&
+        done(c->info())) {
       return true;
     }
     // Polling: the manager tells the servers, not the test.
@@ -3571,12 +3645,6 @@ TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
   EXPECT_TRUE((*direct)->Scan("key-1", "key-3", 10).ok());
   direct->reset();
 
-  // Ranges do not move: draining a member that owns one is refused.
-  Status drain = cluster->Drain(owner0, std::chrono::milliseconds(0));
-  EXPECT_EQ(drain.code(), StatusCode::kInvalidArgument) << drain.ToString();
-  EXPECT_NE(drain.message().find("ordered"), std::string::npos)
-      << drain.ToString();
-
   // The CLI: the ranges, and a scan of every page through the cluster.
   const std::string seeds = servers_[0].address;
   auto ranges =
@@ -3621,6 +3689,236 @@ TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
     EXPECT_NE(ycsb.out.find("\"wrong\":0,\"missing\":0,"), std::string::npos)
         << ycsb.out;
   }
+}
+
+// Ordered ranges move like shards: a server that joins takes a range, a
+// drained one gives its ranges away, while writers and one-sided readers
+// race on hot keys of the moving ranges through their own (so, for a
+// while, stale) cluster clients; the recorded histories are linearizable,
+// every loaded key reads back with its value from its new owner, the old
+// owners deleted what moved away, and a scan returns everything in order.
+TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
+  // Ranges [.., "hot4"), ["hot4", "key-3"), ["key-3", "key-6"), ["key-6",
+  // ..): hot0..3 in the first, hot4..7 in the second. One changed pair
+  // per sync of the hash shards, copies at full speed (as the shards'
+  // test).
+  const std::vector<std::string> flags = {"--tree-splits", "hot4,key-3,key-6",
+                                          "--shards",      "256",
+                                          "--move-share",  "100"};
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  constexpr int kKeys = 3000;
+  std::vector<std::string> keys, vals;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(i));
+    // Every tenth value out of line (an extent of the tree's region).
+    vals.push_back(i % 10 == 0 ? std::string(700, char('a' + i % 26)) : Val(i));
+  }
+  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
+  for (const auto& r : t->MultiPut(pairs)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+
+  // A client that reads nothing while the ranges move: its configuration
+  // is stale afterwards, and its one-sided reads of the old owners' trees
+  // must not be trusted (the serving mark sends it to the new owners).
+  auto stale = Connect({servers_[1].address});
+  ASSERT_NE(stale, nullptr);
+  TreeOptions one_sided;
+  one_sided.read_path = ReadPath::kOneSided;
+  one_sided.scan_path = ReadPath::kOneSided;
+  auto stale_tree = stale->Tree(one_sided);
+  ASSERT_TRUE(stale_tree.ok()) << stale_tree.status().ToString();
+  for (int i = 0; i < kKeys; i += 100) {
+    ASSERT_TRUE((*stale_tree)->Get(keys[i]).ok()) << keys[i];
+  }
+
+  ClusterTreeKv kv({servers_[0].address, servers_[1].address});
+  testing::RaceOptions o;
+  o.keys = 8;
+  o.writers = 1;
+  o.readers = 2;
+  o.read_batch = 4;
+  o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
+  std::atomic<bool> moves_done{false};
+  o.min_duration = std::chrono::milliseconds(3000);
+  o.keep_going = [&moves_done] { return !moves_done.load(); };
+  o.min_writes = 300;
+  o.max_writes = 1000000;
+  o.grow_every = 0;
+  Result<testing::RaceReport> report = Status::Internal("not run");
+  std::chrono::steady_clock::time_point race_end;
+  std::thread race([&] {
+    report = testing::RunRace(&kv, o);
+    race_end = std::chrono::steady_clock::now();
+  });
+  servers_.push_back(StartServer(MemberFlags(2, flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string joined = servers_.back().address;
+  auto ranges_of = [](const Cluster::Info& info, const std::string& a) {
+    for (const auto& n : info.nodes) {
+      if (n.address == a) return n.ranges;
+    }
+    return 0u;
+  };
+  const bool balanced = WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ranges_of(info, joined) == 1;
+  });
+  // Then the owner of hot0's range is drained: its ranges move on.
+  const std::string drained = t->OwnerOf("hot0");
+  const uint32_t drained_ranges = ranges_of(cluster->info(), drained);
+  const Status drain = cluster->Drain(drained, kBound);
+  const auto drained_at = std::chrono::steady_clock::now();
+  moves_done = true;
+  race.join();
+  ASSERT_TRUE(balanced) << "no range moved to the new server";
+  ASSERT_TRUE(drain.ok()) << drain.ToString();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::printf("%s: %s; %u ranges drained\n", TransportFlag().c_str(),
+              report->Summary().c_str(), drained_ranges);
+  EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
+  EXPECT_LT(drained_at, race_end) << "the moves did not overlap the race";
+  EXPECT_GT(report->writes, 0u);
+  EXPECT_GE(drained_ranges, 1u);
+
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return info.nodes.size() == 2;  // the drained one dropped
+  }));
+  const Cluster::Info& info = cluster->info();
+  ASSERT_EQ(info.range_owner.size(), 4u);
+  for (const auto& n : info.nodes) {
+    EXPECT_NE(n.address, drained);
+    EXPECT_EQ(n.ranges, 2u) << n.address;
+  }
+  // Every loaded key from its new owner, each only on its owner.
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto got = t->MultiGet(views);
+  ASSERT_EQ(got.size(), keys.size());
+  std::map<std::string, uint64_t> expected;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]) << keys[i];
+    ++expected[t->OwnerOf(keys[i])];
+  }
+  uint64_t hot = 0;
+  for (int i = 0; i < o.keys; ++i) {
+    const std::string k = "hot" + std::to_string(i);
+    if (t->Get(k).ok()) {
+      ++expected[t->OwnerOf(k)];
+      ++hot;
+    }
+  }
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    EXPECT_EQ(st->Get("tree_pairs"), expected[addr]) << addr;
+    EXPECT_EQ(st->Get("cluster_epoch"), info.epoch) << addr;
+  }
+  // One scan across the ranges, in pages: every key, in order.
+  std::vector<std::string> scanned;
+  std::string from;
+  while (true) {
+    auto page = t->Scan(from, {}, 1000);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const auto& it : page->items) scanned.push_back(it.key);
+    if (!page->more) break;
+    from = page->resume;
+  }
+  EXPECT_EQ(scanned.size(), kKeys + hot);
+  EXPECT_TRUE(std::is_sorted(scanned.begin(), scanned.end()));
+  // The stale client finds every key, one by one and in a scan.
+  const uint32_t stale_epoch = stale->info().epoch;
+  EXPECT_LT(stale_epoch, info.epoch);
+  for (int i = 0; i < kKeys; ++i) {
+    auto v = (*stale_tree)->Get(keys[i]);
+    ASSERT_TRUE(v.ok()) << keys[i] << ": " << v.status().ToString();
+    EXPECT_EQ(v->value, vals[i]) << keys[i];
+  }
+  auto all = (*stale_tree)->Scan("key-", "key.", 10000);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_FALSE(all->more);
+  EXPECT_EQ(all->items.size(), size_t(kKeys));
+}
+
+// A range moved to a server with a data directory is logged there as it
+// is imported (its pairs at their old owner's versions, and the old
+// owner's highest version): killed and restarted after the move, the new
+// owner has every pair, a compare-and-put with a version read before the
+// move succeeds, and a new write gets a version the old owner never
+// issued.
+TEST_F(ClusterTest, AMovedRangeKeepsItsPairsAndVersionsAcrossARestart) {
+  for (int i = 0; i < 2; ++i) {
+    servers_.push_back(StartServer(
+        MemberFlags(2, {"--data-dir", NewDataDir(), "--tree-splits", "m",
+                        "--shards", "16", "--move-share", "100"})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  std::map<std::string, std::string> model;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < 300; ++i) {
+    model["a-" + std::to_string(i)] = "first-" + std::to_string(i);
+    model["z-" + std::to_string(i)] = "last-" + std::to_string(i);
+  }
+  for (const auto& [k, v] : model) pairs.emplace_back(k, v);
+  const std::string drained = t->OwnerOf("z-0");
+  ASSERT_NE(drained, t->OwnerOf("a-0"));
+  uint64_t highest = 0;  // of the versions the drained server issued
+  for (const auto& r : t->MultiPut(pairs)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  for (const auto& [k, v] : model) {
+    if (t->OwnerOf(k) == drained)
+      highest = std::max(highest, t->Get(k)->version);
+  }
+  // A key rewritten and a key deleted before the move.
+  uint64_t z0 = 0;
+  for (int round = 0; round < 5; ++round) {
+    auto v = t->Put("z-0", "round-" + std::to_string(round));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    z0 = *v;
+  }
+  model["z-0"] = "round-4";
+  highest = std::max(highest, z0);
+  ASSERT_TRUE(t->Delete("z-1").ok());
+  model.erase("z-1");
+  // A key written and deleted again and again: the versions it had are
+  // the old owner's highest, and no pair that moves carries them.
+  for (int round = 0; round < 50; ++round) {
+    auto v = t->Put("z-top", "churn");
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    highest = std::max(highest, *v);
+    ASSERT_TRUE(t->Delete("z-top").ok());
+  }
+
+  ASSERT_TRUE(cluster->Drain(drained, kBound).ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return info.nodes.size() == 1;  // the drained one dropped
+  }));
+  const size_t survivor = servers_[0].address == drained ? 1 : 0;
+  ASSERT_TRUE(servers_[survivor].Restart().ok());  // kill -9, then start
+
+  for (const auto& [k, v] : model) {
+    auto r = t->Get(k);
+    ASSERT_TRUE(r.ok()) << k << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, v) << k;
+  }
+  EXPECT_EQ(t->Get("z-1").status().code(), StatusCode::kNotFound);
+  auto cas = t->CompareAndPut("z-0", "after", z0);
+  ASSERT_TRUE(cas.ok()) << cas.status().ToString();
+  auto fresh = t->Put("z-top", "again");
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_GT(*fresh, highest);
+  EXPECT_GT(*cas, highest);
+  servers_.clear();
 }
 
 // Scans across ranges while writers insert and delete in every range: a

@@ -553,17 +553,21 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       const std::string to =
           r < info.splits.size() ? info.splits[r] : std::string();
       const std::string& owner = info.nodes[info.range_owner[r]].address;
+      const int32_t next = r < info.range_next.size() ? info.range_next[r] : -1;
+      const std::string moving_to =
+          next < 0 ? std::string() : info.nodes[size_t(next)].address;
       if (json) {
-        std::printf("%s{\"range\":%zu,%s,%s,\"owner\":%s}", r ? "," : "", r,
-                    JsonBytes("from", from).c_str(),
+        std::printf("%s{\"range\":%zu,%s,%s,\"owner\":%s,\"moving_to\":%s}",
+                    r ? "," : "", r, JsonBytes("from", from).c_str(),
                     r < info.splits.size() ? JsonBytes("to", to).c_str()
                                            : "\"to\":null",
-                    JsonString(owner).c_str());
+                    JsonString(owner).c_str(),
+                    next < 0 ? "null" : JsonString(moving_to).c_str());
       } else {
-        std::printf("%5zu [%s, %s)  %s\n", r,
+        std::printf("%5zu [%s, %s)  %s%s%s\n", r,
                     r == 0 ? "-inf" : JsonString(from).c_str(),
                     r < info.splits.size() ? JsonString(to).c_str() : "+inf",
-                    owner.c_str());
+                    owner.c_str(), next < 0 ? "" : " -> ", moving_to.c_str());
       }
     }
     if (json) std::printf("]\n");

@@ -147,6 +147,10 @@ class Cluster {
     // the smallest key, the last unbounded); range_owner[r] indexes nodes.
     std::vector<std::string> splits;
     std::vector<uint32_t> range_owner;
+    // Per range: index into nodes of the server it is moving to, or -1
+    // (ranges move when a server joins or is drained).
+    std::vector<int32_t> range_next;
+    uint32_t moving_ranges = 0;  // ranges moving now
   };
 
   // Fetches the configuration from the first seed that answers. Errors:
@@ -245,9 +249,10 @@ class Cluster {
   // replicated cluster its primaries are handed over to their backups and
   // its backup copies made on other members, every shard keeping f + 1
   // whole copies throughout (a drained copy stays a backup until its
-  // replacement is filled). With `wait` > 0, waits until it holds no shard
-  // (owned or backed up) and nothing is moving or filling: TimedOut if that
-  // takes longer (the drain goes on). Errors: NotFound (not a member),
+  // replacement is filled). Its ordered ranges move too, one at a time.
+  // With `wait` > 0, waits until it holds no shard (owned or backed up)
+  // nor range and nothing is moving or filling: TimedOut if that takes
+  // longer (the drain goes on). Errors: NotFound (not a member),
   // InvalidArgument (a replicated cluster too small to keep every copy
   // without it), Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);

@@ -204,7 +204,8 @@ class TreeStore {
     // key or value they named had changed since.
     uint64_t retries = 0;
     uint64_t fallbacks = 0;    // one-sided operations that asked instead
-    uint64_t unvouched = 0;    // one-sided results the lease did not cover
+    uint64_t unvouched = 0;    // one-sided results the lease (in a cluster,
+                               // the serving mark) did not cover
     uint64_t cache_hits = 0;   // upper-level nodes taken from the cache
     uint64_t moves_right = 0;  // siblings followed (splits seen late)
   };

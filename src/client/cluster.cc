@@ -264,6 +264,12 @@ struct Cluster::Impl {
     info.range_owner.assign(config.range_owner.begin(),
                             config.range_owner.end());
     for (uint16_t o : config.range_owner) ++info.nodes[o].ranges;
+    info.range_next.assign(config.num_ranges(), -1);
+    for (uint32_t r = 0; r < config.num_ranges(); ++r) {
+      const uint16_t n = config.RangeNextOf(r);
+      if (n != cluster::kNoMember) info.range_next[r] = n;
+    }
+    info.moving_ranges = config.moving_ranges();
     member_servers.assign(config.members.size(), nullptr);
     for (auto& [addr, s] : servers) {
       if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);
@@ -1329,14 +1335,19 @@ Status Cluster::Drain(const std::string& address,
     const int i = im.config.IndexOf(address);
     // Replicated: its backup copies too have been made elsewhere.
     const uint32_t backups = i < 0 ? 0 : im.info.nodes[size_t(i)].backups;
-    if (i < 0 || (im.config.ShardsOf(i) == 0 && backups == 0 &&
-                  im.config.moving() == 0 && im.config.filling_shards() == 0)) {
+    if (i < 0 ||
+        (im.config.ShardsOf(i) == 0 && backups == 0 &&
+         im.config.RangesOf(i) == 0 && im.config.moving() == 0 &&
+         im.config.moving_ranges() == 0 && im.config.filling_shards() == 0)) {
       return Status::OK();
     }
     if (Clock::now() >= until) {
       return Status::TimedOut(
           address + " still owns " + std::to_string(im.config.ShardsOf(i)) +
           " shards" +
+          (im.config.ordered()
+               ? " and " + std::to_string(im.config.RangesOf(i)) + " ranges"
+               : std::string()) +
           (im.config.replicas > 0 ? " and backs up " + std::to_string(backups)
                                   : std::string()) +
           " (the drain goes on)");

@@ -30,6 +30,7 @@ void DropEmptyTables(Config* c) {
   };
   if (none(c->retiring)) c->retiring.clear();
   if (none(c->next)) c->next.clear();
+  if (none(c->range_next)) c->range_next.clear();
 }
 
 // Whether members a and b declared the same failure domain.
@@ -108,6 +109,11 @@ uint32_t Config::RangeOf(std::string_view key) const {
                          return k < std::string_view(s);
                        }) -
       splits.begin());
+}
+
+uint32_t Config::moving_ranges() const {
+  return uint32_t(std::count_if(range_next.begin(), range_next.end(),
+                                [](uint16_t m) { return m != kNoMember; }));
 }
 
 uint32_t Config::RangesOf(int index) const {
@@ -495,6 +501,43 @@ std::optional<Config> NextBalanceStep(const Config& current,
     ++have[to];
     ++moves;
   }
+  if (moves == 0 && next.ordered()) {
+    // No shard to move: one ordered range, if one should move. From a
+    // live drained member first; else from the member with the most
+    // ranges, if it has two more than another eligible one.
+    std::vector<uint32_t> ranges(next.members.size(), 0);
+    for (uint16_t o : next.range_owner) ++ranges[o];
+    uint32_t to = eligible.front();
+    for (uint32_t i : eligible) {
+      if (ranges[i] < ranges[to]) to = i;
+    }
+    int from_range = -1;
+    for (uint32_t r = 0; r < next.num_ranges() && from_range < 0; ++r) {
+      const std::string& a = next.members[next.range_owner[r]].address;
+      if (is_live(a) && is_drained(a)) from_range = int(r);
+    }
+    if (from_range < 0) {
+      uint32_t from = eligible.front();
+      for (uint32_t i : eligible) {
+        if (ranges[i] > ranges[from]) from = i;
+      }
+      if (ranges[from] >= ranges[to] + 2) {
+        // Its last range: the one whose keys sort last.
+        for (uint32_t r = next.num_ranges(); r-- > 0;) {
+          if (next.range_owner[r] == from) {
+            from_range = int(r);
+            break;
+          }
+        }
+      }
+    }
+    if (from_range >= 0 && next.range_owner[size_t(from_range)] != to) {
+      next.range_next.assign(next.num_ranges(), kNoMember);
+      next.range_next[size_t(from_range)] = uint16_t(to);
+      next.next.clear();
+      return next;
+    }
+  }
   if (moves == 0) {
     // Nothing to move; a step still drops members that are done with (a
     // drained member that owns nothing) and lists new ones.
@@ -522,7 +565,11 @@ Config CompleteMoves(const Config& moving) {
     }
     c.owner[s] = to;
   }
+  for (uint32_t r = 0; r < c.num_ranges(); ++r) {
+    if (c.RangeNextOf(r) != kNoMember) c.range_owner[r] = c.range_next[r];
+  }
   c.next.clear();
+  c.range_next.clear();
   return c;
 }
 
@@ -759,6 +806,7 @@ Config AbandonMoves(const Config& moving) {
   Config c = moving;
   c.epoch = moving.epoch + 1;
   c.next.clear();
+  c.range_next.clear();
   return c;
 }
 
@@ -804,6 +852,9 @@ std::string EncodeConfig(const Config& c) {
   for (const std::string& k : c.splits) {
     proto::Append(&out, uint16_t(k.size()));
     out += k;
+  }
+  for (uint32_t r = 0; r < c.num_ranges(); ++r) {
+    proto::Append(&out, c.RangeNextOf(r));
   }
   return out;
 }
@@ -976,6 +1027,21 @@ Result<Config> DecodeConfig(std::string_view bytes) {
                           std::to_string(i));
       }
       c.splits.push_back(std::move(k));
+    }
+    if (h.version >= 8) {
+      c.range_next.assign(ranges, kNoMember);
+      for (uint32_t i = 0; i < ranges; ++i) {
+        uint16_t n = kNoMember;
+        if (!r.Read(&n)) {
+          return proto::Bad("cluster configuration: truncated range moves");
+        }
+        if (n != kNoMember && (n >= h.num_members || n == c.range_owner[i])) {
+          return proto::Bad("cluster configuration: range " +
+                            std::to_string(i) + " moving nowhere");
+        }
+        c.range_next[i] = n;
+      }
+      DropEmptyTables(&c);
     }
   }
   if (h.version >= 5) {

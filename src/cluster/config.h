@@ -7,8 +7,10 @@
 // The ordered store (tree/, issue #14) is sharded apart: by key range, so
 // that a scan walks its ranges in order. A cluster formed with split keys
 // (remem-server --tree-splits) has one ordered shard per range, each owned
-// by one member; ranges are placed once, when the cluster forms, and do not
-// move (nor are they replicated: --tree-splits refuses --replicas).
+// by one member. The split keys are fixed when the cluster forms; a range
+// moves whole from member to member as shards do (range_next: a member
+// that joins takes ranges, a drained one gives its ranges away). Ranges
+// are not replicated (--tree-splits refuses --replicas).
 //
 // Keys map to a fixed number of shards by hash (ShardOf); each shard is
 // owned by one member (its primary) and, in a replicated cluster
@@ -115,6 +117,15 @@ struct Config {
   // ordered store.
   std::vector<std::string> splits;
   std::vector<uint16_t> range_owner;
+  // range_next[r] (version 8): index into members of the member range r is
+  // moving to, or kNoMember; as `next` for shards (the owner serves the
+  // range until a configuration names the new owner). Empty: none moving.
+  std::vector<uint16_t> range_next;
+  uint16_t RangeNextOf(uint32_t r) const {
+    return range_next.empty() ? kNoMember : range_next[r];
+  }
+  // Ranges moving now.
+  uint32_t moving_ranges() const;
   bool ordered() const { return !range_owner.empty(); }
   uint32_t num_ranges() const { return uint32_t(range_owner.size()); }
   // The range holding `key` (needs ordered()).
@@ -181,7 +192,11 @@ Result<std::vector<std::string>> ParseSplits(std::string_view list);
 // data is nowhere else). Members new in `live` are appended (indexes of the
 // current members stay); members that own nothing (no shard, no ordered
 // range) and are not live, or are drained, are dropped. Ordered ranges
-// keep their owners.
+// move only in a step that moves no shard: one range per step, from a
+// live drained member (or, once nothing is drained, from the member owning
+// the most ranges when it owns two or more than another eligible member)
+// to the eligible member owning the fewest (ties to the first by
+// address).
 std::optional<Config> NextBalanceStep(const Config& current,
                                       const std::vector<Member>& live,
                                       const std::vector<std::string>& drained,
@@ -257,12 +272,13 @@ std::optional<Config> DrainStep(const Config& current,
                                 const std::vector<Member>& live,
                                 const std::vector<std::string>& drained);
 // The configuration that completes `moving` (one epoch newer): every
-// moving shard owned by its `next`, and nothing moving. In a replicated
+// moving shard owned by its `next`, every moving range by its
+// range_next, and nothing moving. In a replicated
 // configuration `next` is one of the shard's ready backups, and the old
 // owner takes its place among the backups.
 Config CompleteMoves(const Config& moving);
 // The configuration that abandons the moves of `moving` (one epoch
-// newer): every shard stays with its owner.
+// newer): every shard and range stays with its owner.
 Config AbandonMoves(const Config& moving);
 
 std::string EncodeConfig(const Config& config);

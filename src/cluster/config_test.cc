@@ -201,9 +201,10 @@ TEST(ClusterConfig, OrderedRangesRoundTripRouteByKeyAndRefuseBadTables) {
   for (size_t n = bytes.size() - 40; n < bytes.size(); ++n) {
     EXPECT_FALSE(DecodeConfig(bytes.substr(0, n)).ok()) << n;
   }
-  // The tables' offsets from the end: the splits (2 + 1, 2 + 1, 2 + 5
-  // bytes), the owners (4 x 2), the count.
-  const size_t splits_at = bytes.size() - 13;
+  // The tables' offsets from the end: the ranges' moves (4 x 2), the
+  // splits (2 + 1, 2 + 1, 2 + 5 bytes), the owners (4 x 2), the count.
+  const size_t range_next_at = bytes.size() - 8;
+  const size_t splits_at = range_next_at - 13;
   const size_t owners_at = splits_at - 8;
   const size_t count_at = owners_at - 4;
   auto patched = [&](size_t off, auto v) {
@@ -230,6 +231,28 @@ TEST(ClusterConfig, OrderedRangesRoundTripRouteByKeyAndRefuseBadTables) {
   // "n" -> "g": given twice.
   EXPECT_FALSE(patched(splits_at + 5, uint8_t('g')).ok());
   EXPECT_TRUE(patched(splits_at + 5, uint8_t('h')).ok());
+  // Range moves: range 1 (owned by member 1) moving to member 2 round
+  // trips; moving to its own owner, or to no member, is refused.
+  {
+    auto moving = patched(range_next_at + 2, uint16_t(2));
+    ASSERT_TRUE(moving.ok()) << moving.status().ToString();
+    EXPECT_EQ(moving->moving_ranges(), 1u);
+    EXPECT_EQ(moving->RangeNextOf(1), 2u);
+    EXPECT_EQ(moving->RangeNextOf(0), kNoMember);
+    EXPECT_EQ(DecodeConfig(EncodeConfig(*moving))->range_next,
+              moving->range_next);
+    const Config done = CompleteMoves(*moving);
+    EXPECT_EQ(done.range_owner[1], 2u);
+    EXPECT_EQ(done.moving_ranges(), 0u);
+    EXPECT_TRUE(done.range_next.empty());
+    const Config abandoned = AbandonMoves(*moving);
+    EXPECT_EQ(abandoned.range_owner[1], 1u);
+    EXPECT_EQ(abandoned.moving_ranges(), 0u);
+  }
+  EXPECT_FALSE(patched(range_next_at + 2, uint16_t(1)).ok());  // its owner
+  EXPECT_FALSE(patched(range_next_at + 2, uint16_t(3)).ok());  // no member
+  // Nothing moving decodes to no table.
+  EXPECT_TRUE(d->range_next.empty());
 
   // Without splits: no ordered store; an empty list: one range.
   EXPECT_FALSE(ThreeServers().ordered());
@@ -277,24 +300,34 @@ int Balance(Config* c, const std::vector<Member>& live,
   int steps = 0;
   while (auto step = NextBalanceStep(*c, live, drained, max_moves)) {
     EXPECT_EQ(step->epoch, c->epoch + 1);
-    // A step moves shards, or only changes the member list.
-    if (step->moving() == 0) {
+    // A step moves shards, or one ordered range, or only changes the
+    // member list.
+    const bool moves = step->moving() > 0 || step->moving_ranges() > 0;
+    if (!moves) {
       EXPECT_NE(step->members.size(), c->members.size());
     }
     EXPECT_LE(step->moving(), max_moves);
-    // Only a step's moving shards change hands, and only on completion.
+    EXPECT_LE(step->moving_ranges(), 1u);
+    EXPECT_TRUE(step->moving() == 0 || step->moving_ranges() == 0);
+    // Only a step's moving shards and ranges change hands, and only on
+    // completion.
     for (uint32_t s = 0; s < c->num_shards(); ++s) {
       EXPECT_EQ(step->members[step->owner[s]].address,
                 c->members[c->owner[s]].address);
     }
-    *c = step->moving() > 0 ? CompleteMoves(*step) : *step;
+    for (uint32_t r = 0; r < c->num_ranges(); ++r) {
+      EXPECT_EQ(step->members[step->range_owner[r]].address,
+                c->members[c->range_owner[r]].address);
+    }
+    *c = moves ? CompleteMoves(*step) : *step;
     EXPECT_EQ(c->moving(), 0u);
+    EXPECT_EQ(c->moving_ranges(), 0u);
     if (++steps > 1000) break;
   }
   return steps;
 }
 
-TEST(ClusterConfig, RangesStayWithTheirOwnersAsShardsMove) {
+TEST(ClusterConfig, RangesMoveToAJoinerAndOffADrainedMember) {
   Config c =
       InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},
                     kDefaultShards, 0, std::vector<std::string>{"k", "t"});
@@ -306,16 +339,27 @@ TEST(ClusterConfig, RangesStayWithTheirOwnersAsShardsMove) {
   live.insert(live.begin(), {"10.0.0.0:1", 1});
   Balance(&c, live, {}, 200);
   EXPECT_EQ(c.members.size(), 3u);
+  // The joiner takes the last range of the member with two (one each now).
   EXPECT_EQ(owner_of(0), "10.0.0.1:1");
   EXPECT_EQ(owner_of(1), "10.0.0.2:1");
-  EXPECT_EQ(owner_of(2), "10.0.0.1:1");
+  EXPECT_EQ(owner_of(2), "10.0.0.0:1");
   EXPECT_EQ(c.splits, (std::vector<std::string>{"k", "t"}));
-  // Drained: its hash shards leave; it stays a member while it owns
-  // ranges (they do not move), so the indexes of the others are remapped.
+  // Balanced with one range each: nothing more moves.
+  EXPECT_FALSE(NextBalanceStep(c, live, {}, 200));
+  // Drained: its shards leave, then its range, to the member with the
+  // fewest (the first by address of a tie); then it is dropped.
   Balance(&c, live, {"10.0.0.1:1"}, 1024);
-  EXPECT_EQ(c.ShardsOf(c.IndexOf("10.0.0.1:1")), 0u);
-  EXPECT_EQ(owner_of(0), "10.0.0.1:1");
+  EXPECT_EQ(c.IndexOf("10.0.0.1:1"), -1);
+  EXPECT_EQ(c.members.size(), 2u);
+  EXPECT_EQ(owner_of(0), "10.0.0.0:1");
   EXPECT_EQ(owner_of(1), "10.0.0.2:1");
+  EXPECT_EQ(owner_of(2), "10.0.0.0:1");
+  // A drained member that is not live keeps its range (its data is
+  // nowhere else).
+  Config e = InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},
+                           kDefaultShards, 0, std::vector<std::string>{"k"});
+  auto gone = NextBalanceStep(e, {e.members[1]}, {"10.0.0.1:1"}, 1024);
+  EXPECT_TRUE(!gone || gone->moving_ranges() == 0);
   // A member that owns no range and no shard is dropped; the ranges'
   // owner indexes follow (the second member's range is renumbered from
   // index 1 to 0 once the first is gone).

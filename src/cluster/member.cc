@@ -17,6 +17,8 @@
 #include "client/session_core.h"
 #include "hash/codec.h"
 #include "hash/wire.h"
+#include "tree/codec.h"
+#include "tree/wire.h"
 #include "util/log.h"
 
 namespace remem::cluster {
@@ -970,6 +972,20 @@ Result<std::string> ClusterMember::Call(const std::string& address,
                                         uint32_t epoch, uint8_t method,
                                         std::string payload,
                                         std::chrono::milliseconds quick) {
+  return CallService(hash::kHashService, address, epoch, method,
+                     std::move(payload), quick);
+}
+
+Result<std::string> ClusterMember::CallTree(const std::string& address,
+                                            uint32_t epoch, uint8_t method,
+                                            std::string payload) {
+  return CallService(tree::kTreeService, address, epoch, method,
+                     std::move(payload), std::chrono::milliseconds(0));
+}
+
+Result<std::string> ClusterMember::CallService(
+    uint8_t service, const std::string& address, uint32_t epoch, uint8_t method,
+    std::string payload, std::chrono::milliseconds quick) {
   const bool is_quick = quick.count() > 0;
   auto& sessions = is_quick ? quick_sessions_ : sessions_to_;
   const auto deadline = std::chrono::steady_clock::now() +
@@ -993,7 +1009,7 @@ Result<std::string> ClusterMember::Call(const std::string& address,
     if (failure.ok()) {
       client::SessionCore* core = it->second->core();
       core->rpc()->set_epoch(epoch);
-      auto r = core->CallSync(hash::kHashService, method, payload);
+      auto r = core->CallSync(service, method, payload);
       if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
         // No call is left on it (CallSync expired them); the member may have
         // restarted at the same address, which over shared memory nothing
@@ -1049,14 +1065,15 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   // A drained member that left and owns nothing is done with.
   for (auto it = drained.begin(); it != drained.end();) {
     const int i = c->IndexOf(*it);
-    if (!IsLive(live, *it) && (i < 0 || c->ShardsOf(i) == 0)) {
+    if (!IsLive(live, *it) &&
+        (i < 0 || (c->ShardsOf(i) == 0 && c->RangesOf(i) == 0))) {
       (void)zoo_delete(zh_, (base + "/drain/" + *it).c_str(), -1);
       it = drained.erase(it);
     } else {
       ++it;
     }
   }
-  if (c->moving() > 0) {
+  if (c->moving() > 0 || c->moving_ranges() > 0) {
     std::string handoff;
     const bool past = Get(zh_, base + "/handoff", false, &handoff) == ZOK &&
                       handoff == std::to_string(c->epoch);
@@ -1067,6 +1084,12 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
         reachable = reachable &&
                     IsLive(live, c->members[c->owner[s]].address) &&
                     IsLive(live, c->members[c->next[s]].address);
+      }
+      for (uint32_t r = 0; r < c->num_ranges(); ++r) {
+        if (c->RangeNextOf(r) == kNoMember) continue;
+        reachable = reachable &&
+                    IsLive(live, c->members[c->range_owner[r]].address) &&
+                    IsLive(live, c->members[c->range_next[r]].address);
       }
       if (!reachable) {
         log::Warn(
@@ -1120,6 +1143,9 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   if (next->moving() > 0) {
     log::Info("cluster: epoch {}: moving {} shards", next->epoch,
               next->moving());
+  } else if (next->moving_ranges() > 0) {
+    log::Info("cluster: epoch {}: moving {} ordered ranges", next->epoch,
+              next->moving_ranges());
   } else {
     log::Info("cluster: epoch {}: {} members", next->epoch,
               next->members.size());
@@ -1231,6 +1257,71 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     // The keys changed during the copy.
     REMEM_RETURN_IF_ERROR(sync(from, to, shards, 0));
   }
+  // Ordered ranges, one by one, the same way on the tree service.
+  std::vector<uint32_t> ranges;
+  for (uint32_t r = 0; r < moving.num_ranges(); ++r) {
+    if (moving.RangeNextOf(r) != kNoMember) ranges.push_back(r);
+  }
+  auto range_from = [&](uint32_t r) -> const std::string& {
+    return moving.members[moving.range_owner[r]].address;
+  };
+  auto range_to = [&](uint32_t r) -> const std::string& {
+    return moving.members[moving.range_next[r]].address;
+  };
+  auto tree_call = [&](const std::string& address, tree::TreeMethod m,
+                       std::string payload) {
+    auto r = CallTree(address, moving.epoch, static_cast<uint8_t>(m),
+                      std::move(payload));
+    if (r.ok()) note(address);
+    return r;
+  };
+  // As sync, for range r.
+  auto range_sync = [&](uint32_t r, uint8_t flags) -> Status {
+    bool more = true;
+    while (more) {
+      auto changed = tree_call(range_from(r), tree::TreeMethod::kRangeSync,
+                               tree::EncodeTreeRange({r, flags, {}}));
+      if (!changed.ok()) return changed.status();
+      auto pairs = tree::DecodeRangePairs(*changed);
+      if (!pairs.ok()) return pairs.status();
+      step_pairs_ += pairs->items.size();
+      more = (flags & tree::kRangeFreeze) != 0 && pairs->more;
+      // Sent even empty: it carries the highest version A issued.
+      REMEM_RETURN_IF_ERROR(tree_call(range_to(r),
+                                      tree::TreeMethod::kRangeImport,
+                                      std::move(*changed))
+                                .status());
+    }
+    return Status::OK();
+  };
+  for (uint32_t r : ranges) {
+    REMEM_RETURN_IF_ERROR(tree_call(range_to(r), tree::TreeMethod::kRangeDrop,
+                                    tree::EncodeTreeRange({r, 0, {}}))
+                              .status());
+    std::string resume;
+    uint8_t flags = tree::kRangeFirst;
+    while (true) {
+      const auto page_start = std::chrono::steady_clock::now();
+      auto page = tree_call(range_from(r), tree::TreeMethod::kRangeExport,
+                            tree::EncodeTreeRange({r, flags, resume}));
+      if (!page.ok()) return page.status();
+      auto pairs = tree::DecodeRangePairs(*page);
+      if (!pairs.ok()) return pairs.status();
+      flags = 0;
+      step_pairs_ += pairs->items.size();
+      const bool more = pairs->more;
+      resume = std::string(pairs->resume);
+      if (!pairs->items.empty() || !more) {
+        REMEM_RETURN_IF_ERROR(tree_call(range_to(r),
+                                        tree::TreeMethod::kRangeImport,
+                                        std::move(*page))
+                                  .status());
+      }
+      Pace(std::chrono::steady_clock::now() - page_start);
+      if (!more) break;
+    }
+    REMEM_RETURN_IF_ERROR(range_sync(r, 0));
+  }
   if (options_.fault_move_hold.count() > 0) {
     log::Warn("testing: holding the move for {} ms before the freeze",
               options_.fault_move_hold.count());
@@ -1246,6 +1337,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
                                moving.members[pair.second].address, shards, 0));
   }
+  for (uint32_t r : ranges) REMEM_RETURN_IF_ERROR(range_sync(r, 0));
   REMEM_RETURN_IF_ERROR(reconnected());
   // Only now, every copy done, the writes of every moving shard pause:
   // frozen, and the last of their changes sent.
@@ -1255,6 +1347,9 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     REMEM_RETURN_IF_ERROR(sync(moving.members[pair.first].address,
                                moving.members[pair.second].address, shards,
                                hash::kShardFreeze));
+  }
+  for (uint32_t r : ranges) {
+    REMEM_RETURN_IF_ERROR(range_sync(r, tree::kRangeFreeze));
   }
   pause_parts_.last_changes = MsSince(frozen_at_);
   return reconnected();
@@ -1285,6 +1380,15 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
                   hash::EncodeShardList({shards, hash::kShardRelease}));
     if (!r.ok() && !gone(from)) return r.status();
   }
+  for (uint32_t rg = 0; rg < moving.num_ranges(); ++rg) {
+    if (moving.RangeNextOf(rg) == kNoMember) continue;
+    const std::string& from = moving.members[moving.range_owner[rg]].address;
+    if (gone(from)) continue;
+    auto r = CallTree(from, moving.epoch,
+                      static_cast<uint8_t>(tree::TreeMethod::kRangeDrop),
+                      tree::EncodeTreeRange({rg, tree::kRangeRelease, {}}));
+    if (!r.ok() && !gone(from)) return r.status();
+  }
   pause_parts_.release = MsSince(release_start);
   const Config done = CompleteMoves(moving);
   const auto config_start = std::chrono::steady_clock::now();
@@ -1292,6 +1396,7 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
   pause_parts_.config = MsSince(config_start);
   (void)zoo_delete(zh_, (base + "/handoff").c_str(), -1);
   shards_moved_.fetch_add(moving.moving(), std::memory_order_relaxed);
+  ranges_moved_.fetch_add(moving.moving_ranges(), std::memory_order_relaxed);
   pairs_moved_.fetch_add(step_pairs_, std::memory_order_relaxed);
   // Known only when this manager froze the shards itself (not after a
   // takeover).
@@ -1301,12 +1406,12 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
   last_pause_ms_.store(pause, std::memory_order_relaxed);
   frozen_at_ = {};
   log::Info(
-      "cluster: epoch {}: {} shards moved ({} pairs sent, copy {} ms, writes "
-      "paused {} ms: last changes {} ms, handoff {} ms, release {} ms, "
-      "configuration {} ms)",
-      done.epoch, moving.moving(), step_pairs_, last_step_ms_.load(), pause,
-      pause_parts_.last_changes, pause_parts_.handoff, pause_parts_.release,
-      pause_parts_.config);
+      "cluster: epoch {}: {} shards and {} ordered ranges moved ({} pairs "
+      "sent, copy {} ms, writes paused {} ms: last changes {} ms, handoff {} "
+      "ms, release {} ms, configuration {} ms)",
+      done.epoch, moving.moving(), moving.moving_ranges(), step_pairs_,
+      last_step_ms_.load(), pause, pause_parts_.last_changes,
+      pause_parts_.handoff, pause_parts_.release, pause_parts_.config);
   step_pairs_ = 0;
   FollowConfig();
   return Status::OK();

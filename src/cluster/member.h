@@ -49,6 +49,13 @@
 // old owner back during a step starts with the moving shards frozen (its
 // step may be past the freeze), and a new owner keeps what it recovered
 // of them (the purge keeps shards moving here).
+// Ordered ranges (config.h, range_next) move in steps of their own (a step
+// moves shards or one range, never both), by the same protocol on the
+// tree service: B drops its leftovers (kRangeDrop), the manager pages the
+// range from A (kRangeExport) into B (kRangeImport), sends the keys
+// changed meanwhile (kRangeSync), freezes the range at A and sends the
+// last changes (kRangeSync with kRangeFreeze), records the handoff,
+// releases it at A (kRangeDrop with kRangeRelease) and installs e+2.
 // Without replicas, a server that dies takes its shards' data with it; they
 // come back with it if it restarts from --data-dir, and shards move as
 // above. With replicas (the first configuration's `replicas`, from
@@ -215,6 +222,10 @@ class ClusterMember {
   uint64_t shards_moved() const {
     return shards_moved_.load(std::memory_order_relaxed);
   }
+  // As manager: ordered ranges moved.
+  uint64_t ranges_moved() const {
+    return ranges_moved_.load(std::memory_order_relaxed);
+  }
   uint64_t last_step_ms() const {
     return last_step_ms_.load(std::memory_order_relaxed);
   }
@@ -315,6 +326,13 @@ class ClusterMember {
       const std::string& address, uint32_t epoch, uint8_t method,
       std::string payload,
       std::chrono::milliseconds quick = std::chrono::milliseconds(0));
+  // Call, to the ordered store's service (tree/wire.h).
+  Result<std::string> CallTree(const std::string& address, uint32_t epoch,
+                               uint8_t method, std::string payload);
+  Result<std::string> CallService(uint8_t service, const std::string& address,
+                                  uint32_t epoch, uint8_t method,
+                                  std::string payload,
+                                  std::chrono::milliseconds quick);
   // The configuration in ZooKeeper and its node's version, or nullopt if
   // it cannot be read or decoded.
   std::optional<Config> ReadConfig(int* version);
@@ -366,6 +384,7 @@ class ClusterMember {
   std::atomic<uint32_t> members_seen_{0};
   std::atomic<uint64_t> sessions_{0};
   std::atomic<uint64_t> shards_moved_{0};
+  std::atomic<uint64_t> ranges_moved_{0};
   std::atomic<uint64_t> last_step_ms_{0};
   std::atomic<uint64_t> last_pause_ms_{0};
   std::atomic<uint64_t> moves_held_{0};

@@ -37,6 +37,10 @@ bool Ownership::Install(Config config) {
     serving_published_ = 0;
     if (serving_listener_) serving_listener_(0);
   }
+  if (range_published_ != 0) {
+    range_published_ = 0;
+    if (range_listener_) range_listener_(0);
+  }
   auto next = std::make_unique<Installed>();
   next->encoded = EncodeConfig(config);
   next->self = config.IndexOf(self_);
@@ -68,6 +72,31 @@ bool Ownership::Install(Config config) {
       ++next->owned;
     }
   }
+  const uint32_t num_ranges = config.num_ranges();
+  next->range_outgoing.assign(num_ranges, 0);
+  for (uint32_t r = 0; r < num_ranges; ++r) {
+    if (next->self >= 0 && config.range_owner[r] == uint16_t(next->self) &&
+        config.RangeNextOf(r) != kNoMember) {
+      next->range_outgoing[r] = 1;
+      next->any_range_outgoing = true;
+    }
+  }
+  if (range_state_ == nullptr && num_ranges > 0) {
+    // As for shards (below): a range the first configuration names as
+    // moving away starts frozen.
+    range_state_ = std::make_unique<std::atomic<uint8_t>[]>(num_ranges);
+    num_range_states_ = num_ranges;
+    for (uint32_t r = 0; r < num_ranges; ++r) {
+      range_state_[r].store(next->range_outgoing[r] ? kFrozen : kServing);
+    }
+  }
+  auto owned_ranges = [](const Installed& i) {
+    std::vector<uint8_t> mine(i.config.num_ranges(), 0);
+    for (uint32_t r = 0; r < mine.size(); ++r) {
+      mine[r] = i.self >= 0 && i.config.range_owner[r] == uint16_t(i.self);
+    }
+    return mine;
+  };
   if (state_ == nullptr) {
     // The first configuration of this process: a shard it names as moving
     // away was moving when this server restarted, and the step may be
@@ -84,6 +113,10 @@ bool Ownership::Install(Config config) {
     primary_since_ = config.epoch;
   }
   next->config = std::move(config);
+  if (cur == nullptr || next->config.epoch != cur->config.epoch + 1 ||
+      owned_ranges(*cur) != owned_ranges(*next)) {
+    ranges_since_ = next->config.epoch;
+  }
   if (purges_left_ > 0) {
     // Not served before the purges are done (they read it as pending()).
     pending_.store(next.get(), std::memory_order_release);
@@ -94,6 +127,9 @@ bool Ownership::Install(Config config) {
   // abandoned) is served again as the configuration says.
   for (uint32_t s = 0; s < n; ++s) {
     if (!next->outgoing[s]) state_[s].store(kServing);
+  }
+  for (uint32_t r = 0; r < num_ranges && r < num_range_states_; ++r) {
+    if (!next->range_outgoing[r]) range_state_[r].store(kServing);
   }
   all_.push_back(std::move(next));
   PublishServing_locked();
@@ -112,11 +148,40 @@ uint64_t Ownership::ServingWord_locked() const {
   return uint64_t{c->config.epoch} | uint64_t{primary_since_} << 32;
 }
 
+uint64_t Ownership::RangeServingWord_locked() const {
+  const Installed* c = current();
+  if (c == nullptr || c->self < 0 || !c->config.ordered()) return 0;
+  if (c->any_range_outgoing) {
+    for (uint32_t r = 0; r < c->config.num_ranges(); ++r) {
+      if (RangeStateOf(r) != kServing) return 0;
+    }
+  }
+  return uint64_t{c->config.epoch} | uint64_t{ranges_since_} << 32;
+}
+
 void Ownership::PublishServing_locked() const {
   const uint64_t word = ServingWord_locked();
-  if (word == serving_published_) return;
-  serving_published_ = word;
-  if (serving_listener_) serving_listener_(word);
+  if (word != serving_published_) {
+    serving_published_ = word;
+    if (serving_listener_) serving_listener_(word);
+  }
+  const uint64_t range_word = RangeServingWord_locked();
+  if (range_word != range_published_) {
+    range_published_ = range_word;
+    if (range_listener_) range_listener_(range_word);
+  }
+}
+
+void Ownership::SetRangeServingListener(
+    std::function<void(uint64_t)> listener) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  range_listener_ = std::move(listener);
+  if (range_listener_) range_listener_(range_published_);
+}
+
+uint64_t Ownership::range_serving_word() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return range_published_;
 }
 
 void Ownership::SetServingListener(
@@ -205,10 +270,15 @@ Status NoOrderedStore(const Ownership::Installed* c) {
 
 Status Ownership::HasOrderedStore() const { return NoOrderedStore(current()); }
 
-Status Ownership::OwnsRange(std::string_view key) const {
+Status Ownership::CheckRange(std::string_view key, bool write) const {
   const Installed* c = current();
   REMEM_RETURN_IF_ERROR(NoOrderedStore(c));
-  return RangeOwnedBy(c, c->config.RangeOf(key));
+  const uint32_t r = c->config.RangeOf(key);
+  REMEM_RETURN_IF_ERROR(RangeOwnedBy(c, r));
+  const uint8_t state = RangeStateOf(r);
+  if (state == kServing || (state == kFrozen && !write)) return Status::OK();
+  return Status::Busy("ordered range " + std::to_string(r) +
+                      " is being handed over to another server");
 }
 
 Status Ownership::OwnsScan(std::string_view start, std::string_view end) const {
@@ -216,7 +286,7 @@ Status Ownership::OwnsScan(std::string_view start, std::string_view end) const {
   REMEM_RETURN_IF_ERROR(NoOrderedStore(c));
   const Config& config = c->config;
   const uint32_t r = config.RangeOf(start);
-  REMEM_RETURN_IF_ERROR(RangeOwnedBy(c, r));
+  REMEM_RETURN_IF_ERROR(CheckRange(start, false));
   if (r == config.splits.size()) return Status::OK();  // the last: unbounded
   const std::string& upper = config.splits[r];
   if (!end.empty() && end <= std::string_view(upper)) return Status::OK();
@@ -244,6 +314,24 @@ bool Ownership::Outgoing(std::string_view key) const {
   // Every write asks: no hashing while nothing moves away.
   if (c == nullptr || !c->any_outgoing) return false;
   return c->outgoing[ShardOf(key, c->config.num_shards())] != 0;
+}
+
+bool Ownership::RangeOutgoing(std::string_view key) const {
+  const Installed* c = current();
+  if (c == nullptr || !c->any_range_outgoing) return false;
+  return c->range_outgoing[c->config.RangeOf(key)] != 0;
+}
+
+bool Ownership::RangeMovingAway(uint32_t r) const {
+  const Installed* c = current();
+  return c != nullptr && r < c->range_outgoing.size() &&
+         c->range_outgoing[r] != 0;
+}
+
+bool Ownership::RangeIncoming(uint32_t r) const {
+  const Installed* c = current();
+  return c != nullptr && c->self >= 0 && r < c->config.num_ranges() &&
+         c->config.RangeNextOf(r) == uint16_t(c->self);
 }
 
 bool Ownership::MovingAway(uint32_t shard) const {
@@ -277,6 +365,33 @@ Status Ownership::SetState(const std::vector<uint32_t>& shards,
   }
   PublishServing_locked();
   return Status::OK();
+}
+
+Status Ownership::SetRangeState(const std::vector<uint32_t>& ranges,
+                                uint8_t state) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Installed* c = current();
+  if (c == nullptr) return Status::Busy("no configuration yet");
+  for (uint32_t r : ranges) {
+    if (r >= c->range_outgoing.size() || !c->range_outgoing[r]) {
+      return Status::Conflict("ordered range " + std::to_string(r) +
+                              " is not moving away from this server in epoch " +
+                              std::to_string(c->config.epoch));
+    }
+  }
+  for (uint32_t r : ranges) {
+    if (range_state_[r].load() < state) range_state_[r].store(state);
+  }
+  PublishServing_locked();
+  return Status::OK();
+}
+
+Status Ownership::FreezeRanges(const std::vector<uint32_t>& ranges) const {
+  return SetRangeState(ranges, kFrozen);
+}
+
+Status Ownership::ReleaseRanges(const std::vector<uint32_t>& ranges) const {
+  return SetRangeState(ranges, kReleased);
 }
 
 Status Ownership::Freeze(const std::vector<uint32_t>& shards) const {

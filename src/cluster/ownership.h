@@ -36,6 +36,11 @@
 // Busy (the manager may be failing this member over), and the
 // server lease stops vouching for one-sided reads (LeaseKeeper's cap).
 //
+// Ordered ranges move the same way (config.h, range_next): while a range
+// moves away, the ordered store notes the keys written in it
+// (RangeOutgoing); FreezeRanges stops its writes and ReleaseRanges its
+// reads, each per range, until a configuration no longer moves it away.
+//
 // One-sided readers in a cluster learn from a serving word what this
 // server vouches for (hash/layout.h, "Serving mark"): the epoch it has
 // installed and the epoch since which it has led the same shards, or 0
@@ -44,9 +49,13 @@
 // another member). SetServingListener gets the
 // word each time it changes, before the change takes effect for anyone:
 // inside Install (so before a member lease granted with that configuration
-// is extended), Freeze and Release.
+// is extended), Freeze and Release. The ordered store's readers have a
+// word of their own (SetRangeServingListener): the installed epoch and
+// the epoch since which this server has owned the same ranges, or 0 (no
+// configuration served, or a range frozen or released on its way out).
 //
-// Thread contract: Install, Freeze, Release and PurgeDone from any thread
+// Thread contract: Install, Freeze, Release, FreezeRanges, ReleaseRanges
+// and PurgeDone from any thread
 // (they serialize on a mutex); RequirePurge before the first Install;
 // everything else from any thread, lock-free on the data path. Installed
 // configurations are kept until the Ownership is destroyed, so a pointer
@@ -105,6 +114,9 @@ class Ownership {
     std::vector<uint8_t> outgoing;
     bool any_outgoing = false;
     uint32_t owned = 0;
+    // Per ordered range: owned here and moving to another member.
+    std::vector<uint8_t> range_outgoing;
+    bool any_range_outgoing = false;
   };
 
   // Installs `config` if its epoch is newer than the current one; returns
@@ -139,11 +151,17 @@ class Ownership {
   Status Owns(std::string_view key) const { return Check(key, false); }
   // Owns, and not frozen (Busy: the shard is being handed over).
   Status Writable(std::string_view key) const { return Check(key, true); }
-  // The ordered store's ranges (config.h, "ordered shards"; they never
-  // move): OK if this server owns the range of `key`; Moved naming its
-  // owner; Busy before the first configuration; Unsupported if the cluster
-  // has no ordered store.
-  Status OwnsRange(std::string_view key) const;
+  // The ordered store's ranges (config.h, "ordered shards"): OK if this
+  // server owns the range of `key`; Moved naming its owner; Busy before the
+  // first configuration or while the range is released here on its way to
+  // another member; Unsupported if the cluster has no ordered store.
+  Status OwnsRange(std::string_view key) const {
+    return CheckRange(key, false);
+  }
+  // OwnsRange, and not frozen (Busy: the range is being handed over).
+  Status WritableRange(std::string_view key) const {
+    return CheckRange(key, true);
+  }
   // OK if the configuration has an ordered store; else Busy before the
   // first configuration, Unsupported without ranges.
   Status HasOrderedStore() const;
@@ -154,6 +172,12 @@ class Ownership {
   // True if `key`'s shard is owned here and moving away (its writes are
   // noted for the new owner).
   bool Outgoing(std::string_view key) const;
+  // The same for `key`'s ordered range.
+  bool RangeOutgoing(std::string_view key) const;
+  // Range r is owned here and moving away in the current configuration.
+  bool RangeMovingAway(uint32_t r) const;
+  // Range r is moving to this server in the current configuration.
+  bool RangeIncoming(uint32_t r) const;
   // True if shard s is owned here and moving away in the current
   // configuration.
   bool MovingAway(uint32_t shard) const;
@@ -205,6 +229,9 @@ class Ownership {
   // the configuration that services read.)
   Status Freeze(const std::vector<uint32_t>& shards) const;
   Status Release(const std::vector<uint32_t>& shards) const;
+  // The same steps for ordered ranges moving away from here.
+  Status FreezeRanges(const std::vector<uint32_t>& ranges) const;
+  Status ReleaseRanges(const std::vector<uint32_t>& ranges) const;
   // The member lease (replicated configurations): extended by the lease
   // holder, never shortened; read on the data path.
   void ExtendLease(uint64_t until_ns) const {
@@ -235,6 +262,9 @@ class Ownership {
   void SetServingListener(std::function<void(uint64_t)> listener) const;
   // The serving word in force (above).
   uint64_t serving_word() const;
+  // As SetServingListener, for the ordered store's word (above).
+  void SetRangeServingListener(std::function<void(uint64_t)> listener) const;
+  uint64_t range_serving_word() const;
   // Calls listener(installed) after each configuration Install installs,
   // on the installing thread, under this object's lock (the listener must
   // not call back into it, but may read current()). `installed` lives as
@@ -250,8 +280,18 @@ class Ownership {
                              : state_[shard].load(std::memory_order_acquire);
   }
   Status SetState(const std::vector<uint32_t>& shards, uint8_t state) const;
-  // The serving word of the state now; under mu_.
+  uint8_t RangeStateOf(uint32_t r) const {
+    return range_state_ == nullptr
+               ? kServing
+               : range_state_[r].load(std::memory_order_acquire);
+  }
+  Status SetRangeState(const std::vector<uint32_t>& ranges,
+                       uint8_t state) const;
+  // OwnsRange (write false) or WritableRange (true).
+  Status CheckRange(std::string_view key, bool write) const;
+  // The serving words of the state now; under mu_.
   uint64_t ServingWord_locked() const;
+  uint64_t RangeServingWord_locked() const;
   // Gives the listener the serving word if it changed; under mu_.
   void PublishServing_locked() const;
   // Leased, judged under configuration `c` (already loaded).
@@ -276,6 +316,15 @@ class Ownership {
   // configuration installed last (an install that skipped epochs starts
   // it again: what it led in between is unknown); under mu_.
   uint32_t primary_since_ = 0;
+  // Per ordered range, as state_ (allocated with the first configuration
+  // that has ranges; the split keys never change).
+  std::unique_ptr<std::atomic<uint8_t>[]> range_state_;
+  uint32_t num_range_states_ = 0;
+  // The epoch since which this server has owned the ranges it owns, as
+  // primary_since_; under mu_.
+  uint32_t ranges_since_ = 0;
+  mutable std::function<void(uint64_t)> range_listener_;    // under mu_
+  mutable uint64_t range_published_ = 0;                    // under mu_
   mutable std::function<void(uint64_t)> serving_listener_;  // under mu_
   mutable uint64_t serving_published_ = 0;                  // under mu_
   // Under mu_.

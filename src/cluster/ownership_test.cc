@@ -68,6 +68,70 @@ TEST(Ownership, OrderedRangesAreOwnedByRangeAndScansStayInOne) {
   EXPECT_EQ(stranger.OwnsRange("k").code(), StatusCode::kMoved);
 }
 
+TEST(Ownership, ARangeMovingAwayIsNotedThenFrozenThenReleased) {
+  // Ranges ["", "g"), ["g", ...): a:1, b:1; range 0 moves to b:1 at epoch 2.
+  Config c = InitialConfig("c", 1, {{"a:1", 1}, {"b:1", 1}}, 64, 0,
+                           std::vector<std::string>{"g"});
+  Ownership a("a:1"), b("b:1");
+  std::vector<uint64_t> words;
+  a.SetRangeServingListener([&](uint64_t w) { words.push_back(w); });
+  ASSERT_TRUE(a.Install(c));
+  ASSERT_TRUE(b.Install(c));
+  EXPECT_EQ(a.range_serving_word(), 1ull | 1ull << 32);
+  EXPECT_FALSE(a.RangeOutgoing("a"));
+  EXPECT_EQ(a.FreezeRanges({0}).code(), StatusCode::kConflict);
+  Config moving = c;
+  moving.epoch = 2;
+  moving.range_next = {1, kNoMember};
+  ASSERT_TRUE(a.Install(moving));
+  ASSERT_TRUE(b.Install(moving));
+  // a serves and notes range 0's writes; b takes it in but does not serve
+  // it; range 1 is untouched.
+  EXPECT_TRUE(a.WritableRange("a").ok());
+  EXPECT_TRUE(a.RangeOutgoing("a"));
+  EXPECT_FALSE(a.RangeOutgoing("h"));
+  EXPECT_TRUE(a.RangeMovingAway(0));
+  EXPECT_FALSE(a.RangeIncoming(0));
+  EXPECT_TRUE(b.RangeIncoming(0));
+  EXPECT_FALSE(b.RangeIncoming(1));
+  EXPECT_EQ(b.OwnsRange("a").code(), StatusCode::kMoved);
+  EXPECT_EQ(b.FreezeRanges({0}).code(), StatusCode::kConflict);
+  // The owned ranges are the same: the word's "since" stays at 1.
+  EXPECT_EQ(a.range_serving_word(), 2ull | 1ull << 32);
+  ASSERT_TRUE(a.FreezeRanges({0}).ok());
+  EXPECT_EQ(a.WritableRange("a").code(), StatusCode::kBusy);
+  EXPECT_TRUE(a.OwnsRange("a").ok());
+  EXPECT_TRUE(a.OwnsScan("a", "b").ok());
+  EXPECT_EQ(a.range_serving_word(), 0u);  // vouches for nothing
+  ASSERT_TRUE(a.ReleaseRanges({0}).ok());
+  EXPECT_EQ(a.OwnsRange("a").code(), StatusCode::kBusy);
+  EXPECT_EQ(a.OwnsScan("a", "b").code(), StatusCode::kBusy);
+  // Released stays released: a freeze does not take it back.
+  ASSERT_TRUE(a.FreezeRanges({0}).ok());
+  EXPECT_EQ(a.OwnsRange("a").code(), StatusCode::kBusy);
+  // The hash store's word is unaffected by a range's state.
+  EXPECT_NE(a.serving_word(), 0u);
+  const Config done = CompleteMoves(moving);
+  ASSERT_TRUE(a.Install(done));
+  ASSERT_TRUE(b.Install(done));
+  EXPECT_EQ(a.OwnsRange("a").code(), StatusCode::kMoved);
+  EXPECT_TRUE(b.WritableRange("a").ok());
+  EXPECT_FALSE(a.RangeOutgoing("a"));
+  // Both own other ranges since epoch 3.
+  EXPECT_EQ(a.range_serving_word(), 3ull | 3ull << 32);
+  EXPECT_EQ(b.range_serving_word(), 3ull | 3ull << 32);
+  // Every change went to the listener, with 0 before each install.
+  const std::vector<uint64_t> want = {
+      0, 1ull | 1ull << 32, 0, 2ull | 1ull << 32, 0, 3ull | 3ull << 32};
+  EXPECT_EQ(words, want);
+  // A server restarted during the move starts with the range frozen.
+  Ownership again("a:1");
+  ASSERT_TRUE(again.Install(moving));
+  EXPECT_EQ(again.WritableRange("a").code(), StatusCode::kBusy);
+  EXPECT_TRUE(again.OwnsRange("a").ok());
+  EXPECT_TRUE(again.WritableRange("h").code() == StatusCode::kMoved);
+}
+
 TEST(Ownership, TheFirstConfigurationIsServedOnlyOnceEveryPurgeIsDone) {
   Ownership o("a:1");
   o.RequirePurge(2);

@@ -13,9 +13,9 @@ namespace remem::cluster {
 inline constexpr uint32_t kConfigMagic = 0x47464352;  // "RCFG" in memory order
 // Version 2 added the `next` table, version 3 replicas and incarnations,
 // version 4 filling backups (kBackupFilling), version 5 failure domains,
-// version 6 retiring copies, version 7 ordered shards; versions 1 (no
-// shard ever moving) to 6 are still read.
-inline constexpr uint16_t kConfigVersion = 7;
+// version 6 retiring copies, version 7 ordered shards, version 8 ordered
+// ranges moving; versions 1 (no shard ever moving) to 7 are still read.
+inline constexpr uint16_t kConfigVersion = 8;
 // Set in a backup index (version 4): that backup is being filled. Member
 // indexes stay below kMaxMembers (4096), so the bit is free.
 inline constexpr uint16_t kBackupFilling = 0x8000;
@@ -33,7 +33,8 @@ inline constexpr uint16_t kBackupFilling = 0x8000;
 // (version 7) the ordered shards: a uint32 count of key ranges (0: the
 // cluster has no ordered store), that many uint16 owner indexes, and per
 // split key (one fewer than the ranges, ascending) a uint16 length and its
-// bytes.
+// bytes, then (version 8) per range the uint16 index of the member it is
+// moving to (0xFFFF: not moving).
 struct ConfigHeader {
   uint32_t magic;    // kConfigMagic
   uint16_t version;  // kConfigVersion

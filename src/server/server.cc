@@ -233,15 +233,6 @@ void CoreService::Handle(PartitionId, Call call) {
             "no member '" + call.payload + "' in configuration epoch " +
             std::to_string(c->config.epoch)));
       }
-      // Ordered ranges stay where the cluster placed them (config.h).
-      if (const int i = c->config.IndexOf(call.payload);
-          c->config.RangesOf(i) > 0) {
-        return call.responder.Reply(Status::InvalidArgument(
-            "cannot drain " + call.payload + ": it owns " +
-            std::to_string(c->config.RangesOf(i)) +
-            " of the ordered store's key ranges, which do not move (the "
-            "cluster was formed with --tree-splits)"));
-      }
       // Replicated: the members that stay must be enough for every copy.
       if (const uint32_t f = c->config.replicas;
           f > 0 && c->config.members.size() < f + 2) {
@@ -937,6 +928,8 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_zk_members_seen", m ? m->members_seen() : 0);
     num("cluster_shards_moving", c ? c->config.moving() : 0);
     num("cluster_shards_moved", m ? m->shards_moved() : 0);
+    num("cluster_ranges_moving", c ? c->config.moving_ranges() : 0);
+    num("cluster_ranges_moved", m ? m->ranges_moved() : 0);
     num("cluster_pairs_moved", m ? m->pairs_moved() : 0);
     num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
     num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);

@@ -382,4 +382,112 @@ Result<std::vector<Result<TreeStore::Value>>> DecodeTreeMultiGetReply(
   return out;
 }
 
+std::string EncodeTreeRange(const TreeRange& req) {
+  TreeRangeRequest h{};
+  h.range = req.range;
+  h.resume_len = uint32_t(req.resume.size());
+  h.flags = req.flags;
+  std::string out;
+  out.reserve(sizeof(h) + req.resume.size());
+  Append(&out, h);
+  out += req.resume;
+  return out;
+}
+
+Result<TreeRange> DecodeTreeRange(std::string_view payload) {
+  Reader rd(payload);
+  TreeRangeRequest h;
+  if (!rd.Read(&h)) return Bad("tree range request truncated");
+  for (uint8_t b : h.reserved) {
+    if (b != 0) return Bad("tree range request: reserved bytes set");
+  }
+  if ((h.flags & ~(kRangeFirst | kRangeFreeze | kRangeRelease)) != 0) {
+    return Bad("tree range request: unknown flags");
+  }
+  if (h.resume_len > kMaxKey) return Bad("tree range request: resume key");
+  TreeRange req;
+  req.range = h.range;
+  req.flags = h.flags;
+  if (!rd.View(h.resume_len, &req.resume)) {
+    return Bad("tree range request: resume key truncated");
+  }
+  if (rd.remaining() != 0)
+    return Bad("trailing bytes after tree range request");
+  return req;
+}
+
+void RangePairsWriter::Add(std::string_view key, std::string_view value,
+                           uint64_t version, bool deleted) {
+  TreeRangeItem h{};
+  h.key_len = uint32_t(key.size());
+  h.value_len = uint32_t(value.size());
+  h.version = version;
+  h.flags = deleted ? kRangeItemDeleted : 0;
+  Append(&body_, h);
+  body_ += key;
+  body_ += value;
+  ++count_;
+}
+
+std::string RangePairsWriter::Finish(std::string_view resume,
+                                     uint64_t max_version, bool more) {
+  TreeRangePairs h{};
+  h.count = count_;
+  h.resume_len = uint32_t(resume.size());
+  h.max_version = max_version;
+  h.flags = more ? kRangeMore : 0;
+  std::string out;
+  out.reserve(sizeof(h) + resume.size() + body_.size());
+  Append(&out, h);
+  out += resume;
+  out += body_;
+  body_.clear();
+  count_ = 0;
+  return out;
+}
+
+Result<RangePairs> DecodeRangePairs(std::string_view payload) {
+  Reader rd(payload);
+  TreeRangePairs h;
+  if (!rd.Read(&h)) return Bad("tree range pairs truncated");
+  for (uint8_t b : h.reserved) {
+    if (b != 0) return Bad("tree range pairs: reserved bytes set");
+  }
+  if ((h.flags & ~kRangeMore) != 0)
+    return Bad("tree range pairs: unknown flags");
+  if (h.resume_len > kMaxKey) return Bad("tree range pairs: resume key");
+  // Each item takes at least its header and a byte of key.
+  if (h.count > rd.remaining() / (sizeof(TreeRangeItem) + 1)) {
+    return Bad("tree range pairs: more items than bytes");
+  }
+  RangePairs out;
+  out.max_version = h.max_version;
+  out.more = (h.flags & kRangeMore) != 0;
+  if (!rd.View(h.resume_len, &out.resume)) {
+    return Bad("tree range pairs: resume key truncated");
+  }
+  out.items.resize(h.count);
+  for (RangeItem& it : out.items) {
+    TreeRangeItem ih;
+    if (!rd.Read(&ih)) return Bad("tree range item truncated");
+    for (uint8_t b : ih.reserved) {
+      if (b != 0) return Bad("tree range item: reserved bytes set");
+    }
+    if ((ih.flags & ~kRangeItemDeleted) != 0) {
+      return Bad("tree range item: unknown flags");
+    }
+    it.deleted = (ih.flags & kRangeItemDeleted) != 0;
+    if (ih.key_len == 0 || ih.key_len > kMaxKey || ih.value_len > kMaxValue ||
+        (it.deleted && ih.value_len != 0)) {
+      return Bad("tree range item: bad lengths");
+    }
+    it.version = ih.version;
+    if (!rd.View(ih.key_len, &it.key) || !rd.View(ih.value_len, &it.value)) {
+      return Bad("tree range item truncated");
+    }
+  }
+  if (rd.remaining() != 0) return Bad("trailing bytes after tree range pairs");
+  return out;
+}
+
 }  // namespace remem::tree

@@ -114,6 +114,42 @@ Result<std::vector<KeyValueView>> DecodeTreeMultiPut(std::string_view payload);
 Result<std::vector<Result<uint64_t>>> DecodeTreeMultiPutReply(
     std::string_view payload, size_t expected);
 
+// Range moves (wire.h, TreeRangeRequest).
+struct TreeRange {
+  uint32_t range = 0;
+  uint8_t flags = 0;        // TreeRangeFlags
+  std::string_view resume;  // Export: where to go on from ("": the start)
+};
+std::string EncodeTreeRange(const TreeRange& req);
+Result<TreeRange> DecodeTreeRange(std::string_view payload);
+
+struct RangeItem {
+  std::string_view key;
+  std::string_view value;
+  uint64_t version = 0;
+  bool deleted = false;
+};
+struct RangePairs {
+  std::vector<RangeItem> items;  // views into the decoded payload
+  std::string_view resume;
+  uint64_t max_version = 0;
+  bool more = false;
+};
+class RangePairsWriter {
+ public:
+  void Add(std::string_view key, std::string_view value, uint64_t version,
+           bool deleted);
+  size_t bytes() const { return body_.size(); }
+  size_t count() const { return count_; }
+  std::string Finish(std::string_view resume, uint64_t max_version, bool more);
+
+ private:
+  std::string body_;
+  uint32_t count_ = 0;
+};
+// Validates every length; keys 1..kMaxKey bytes, values up to kMaxValue.
+Result<RangePairs> DecodeRangePairs(std::string_view payload);
+
 }  // namespace remem::tree
 
 #endif  // REMEM_TREE_CODEC_H_

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "proto/buffer.h"
@@ -123,6 +124,67 @@ TEST(TreeCodec, RoundTrips) {
   auto v = DecodeTreePutReply(EncodeTreePutReply(12));
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, 12u);
+}
+
+TEST(TreeCodec, RangeMovesRoundTripAndRefuseMalformedPayloads) {
+  auto bad = [](const Status& st) {
+    return st.code() == StatusCode::kProtocolError;
+  };
+  const std::string req = EncodeTreeRange({3, kRangeFirst, "resume"});
+  auto r = DecodeTreeRange(req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->range, 3u);
+  EXPECT_EQ(r->flags, kRangeFirst);
+  EXPECT_EQ(r->resume, "resume");
+  for (size_t n = 0; n < req.size(); ++n) {
+    EXPECT_TRUE(bad(DecodeTreeRange(req.substr(0, n)).status())) << n;
+  }
+  EXPECT_TRUE(bad(DecodeTreeRange(req + "x").status()));
+  std::string flags = req;
+  flags[offsetof(TreeRangeRequest, flags)] = 8;  // unknown
+  EXPECT_TRUE(bad(DecodeTreeRange(flags).status()));
+
+  RangePairsWriter w;
+  w.Add("apple", "red", 7, false);
+  w.Add("gone", {}, 9, true);
+  EXPECT_EQ(w.count(), 2u);
+  const std::string pairs = w.Finish("next", 12, true);
+  auto p = DecodeRangePairs(pairs);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->items.size(), 2u);
+  EXPECT_EQ(p->items[0].key, "apple");
+  EXPECT_EQ(p->items[0].value, "red");
+  EXPECT_EQ(p->items[0].version, 7u);
+  EXPECT_FALSE(p->items[0].deleted);
+  EXPECT_EQ(p->items[1].key, "gone");
+  EXPECT_TRUE(p->items[1].deleted);
+  EXPECT_EQ(p->items[1].version, 9u);
+  EXPECT_EQ(p->resume, "next");
+  EXPECT_EQ(p->max_version, 12u);
+  EXPECT_TRUE(p->more);
+  // The writer starts over after Finish: an empty reply.
+  auto empty = DecodeRangePairs(w.Finish({}, 1, false));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->items.empty());
+  EXPECT_FALSE(empty->more);
+  for (size_t n = 0; n < pairs.size(); ++n) {
+    EXPECT_TRUE(bad(DecodeRangePairs(pairs.substr(0, n)).status())) << n;
+  }
+  EXPECT_TRUE(bad(DecodeRangePairs(pairs + "x").status()));
+  // An empty key; a deletion with a value.
+  const size_t item = sizeof(TreeRangePairs) + 4;
+  std::string no_key = pairs;
+  const uint32_t zero = 0;
+  std::memcpy(no_key.data() + item, &zero, 4);
+  EXPECT_TRUE(bad(DecodeRangePairs(no_key).status()));
+  RangePairsWriter v;
+  v.Add("k", "value", 3, true);
+  EXPECT_TRUE(bad(DecodeRangePairs(v.Finish({}, 3, false)).status()));
+  // More items than the bytes could hold.
+  std::string many = pairs;
+  const uint32_t lots = 1u << 30;
+  std::memcpy(many.data(), &lots, 4);
+  EXPECT_TRUE(bad(DecodeRangePairs(many).status()));
 }
 
 TEST(TreeCodec, RefusesMalformedPayloads) {

@@ -36,7 +36,13 @@ class DurableTree : public durability::Recoverable {
                   uint64_t version) override {
     return tree_->Restore(key, value, version);
   }
+  // The empty key (no key is empty) records a version only: a range move
+  // raised the tree's counter (TreeService's RangeImport).
   Status ApplyDelete(std::string_view key, uint64_t version) override {
+    if (key.empty()) {
+      tree_->RaiseVersion(version);
+      return Status::OK();
+    }
     return tree_->RestoreDelete(key, version);
   }
   void RaiseVersion(uint64_t version) override { tree_->RaiseVersion(version); }

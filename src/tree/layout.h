@@ -4,12 +4,16 @@
 // together.
 //
 // Tree region: a TreeRoot at offset 0 names the root node and the tree's
-// height; from kNodesOffset on the region is an arena of 64 KiB pages
-// (hash::SlabAllocator, the hash store's slab scheme), each holding either
-// nodes (the node slots wholly inside it: 64 of 1 KiB, or 63 when an
-// extent of a class over 64 KiB left the page off a node boundary) or
-// extents of one size class. Node i lies at kNodesOffset + i * kNodeBytes
-// wherever its page is. A node index is the node's name: it
+// height; a serving mark (hash::ServingMark, the hash store's, whose
+// `serving` half is the member's range serving word: cluster/ownership.h)
+// at kTreeServingMarkOffset, which a one-sided reader in a cluster checks
+// after each search as a hash reader checks its partition's (hash/layout.h,
+// "Serving mark"; the `replicated` half is always 0); from kNodesOffset on the
+// region is an arena of 64 KiB pages (hash::SlabAllocator, the hash store's
+// slab scheme), each holding either nodes (the node slots wholly inside it: 64
+// of 1 KiB, or 63 when an extent of a class over 64 KiB left the page off a
+// node boundary) or extents of one size class. Node i lies at kNodesOffset + i
+// * kNodeBytes wherever its page is. A node index is the node's name: it
 // survives the region being mapped anywhere. Index 0 is never a node
 // (kNoNode), and every node's index is below the TreeRoot's node_limit
 // (republished whenever node pages are added).
@@ -111,7 +115,9 @@ inline constexpr uint32_t kTreeRootMagic = 0x45455254;  // "TREE"
 // 2: out-of-line values, the arena of pages, 32-bit scan item value lengths.
 // 3: out-of-line keys (KeyRef), 32-bit scan item key lengths.
 // 4: a node's checksum covers its bytes in use, not the whole node.
-inline constexpr uint16_t kTreeLayoutVersion = 4;
+// 5: the serving mark at kTreeServingMarkOffset (ordered ranges move).
+inline constexpr uint16_t kTreeLayoutVersion = 5;
+inline constexpr uint64_t kTreeServingMarkOffset = 64;
 inline constexpr uint8_t kMaxLevels = 32;
 
 // Limits: an inline key and an inline value are bounded so that any split

@@ -7,6 +7,7 @@
 #include "cluster/ownership.h"
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
+#include "hash/layout.h"
 #include "tree/codec.h"
 
 namespace remem::tree {
@@ -61,6 +62,14 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     if (!store.ok()) return store.status();
     store_ = *store;
   }
+  if (cluster_ != nullptr) {
+    // Readers stop trusting this region's pairs before a range moves away
+    // (ownership.h; the Ownership and whatever installs configurations are
+    // destroyed before the services, so the listener never outlives this).
+    PublishRangeMark(0);
+    cluster_->SetRangeServingListener(
+        [this](uint64_t word) { PublishRangeMark(word); });
+  }
   TreeInfo info;
   info.region = region_->id();
   info.max_key = kMaxKey;
@@ -69,6 +78,24 @@ Status TreeService::Init(server::ServiceContext* ctx) {
   info_ = EncodeTreeInfo(info);
   UpdateCounters_st();
   return Status::OK();
+}
+
+static_assert(kTreeServingMarkOffset >= sizeof(TreeRoot) &&
+              kTreeServingMarkOffset + sizeof(hash::ServingMark) <=
+                  kNodesOffset);
+
+void TreeService::PublishRangeMark(uint64_t word) {
+  // Word-sized atomic stores: a reader copying the mark sees each word
+  // whole, and a copy torn between two publishes fails the check.
+  auto* mark =
+      reinterpret_cast<uint64_t*>(region_->base() + kTreeServingMarkOffset);
+  const uint64_t none = 0;
+  __atomic_store_n(&mark[0], word, __ATOMIC_RELEASE);
+  __atomic_store_n(&mark[1], hash::MarkCheck(word, hash::kServingHalf),
+                   __ATOMIC_RELEASE);
+  __atomic_store_n(&mark[2], none, __ATOMIC_RELEASE);
+  __atomic_store_n(&mark[3], hash::MarkCheck(none, hash::kReplicatedHalf),
+                   __ATOMIC_RELEASE);
 }
 
 void TreeService::UpdateCounters_st() {
@@ -137,6 +164,18 @@ Result<Route> TreeService::RouteCall(uint8_t method,
       if (!pairs.ok()) return pairs.status();
       break;
     }
+    case TreeMethod::kRangeExport:
+    case TreeMethod::kRangeSync:
+    case TreeMethod::kRangeDrop: {
+      auto req = DecodeTreeRange(payload);
+      if (!req.ok()) return req.status();
+      break;
+    }
+    case TreeMethod::kRangeImport: {
+      auto pairs = DecodeRangePairs(payload);
+      if (!pairs.ok()) return pairs.status();
+      break;
+    }
     case TreeMethod::kCount:
       return Status::ProtocolError("unknown tree method");
   }
@@ -157,12 +196,13 @@ Status TreeService::InCluster(uint32_t epoch) const {
 void TreeService::Handle(PartitionId /*p*/, Call call) {
   BLinkTree& t = *tree_;
   // In a cluster, a key of another member's range is refused (Moved).
-  auto check_key = [this](std::string_view key) {
+  auto check_key = [this](std::string_view key, bool write = false) {
     if (key.empty() || key.size() > kMaxKey) {
       return Status::InvalidArgument("tree keys are 1.." +
                                      std::to_string(kMaxKey) + " bytes");
     }
-    return cluster_ == nullptr ? Status::OK() : cluster_->OwnsRange(key);
+    if (cluster_ == nullptr) return Status::OK();
+    return write ? cluster_->WritableRange(key) : cluster_->OwnsRange(key);
   };
   if (Status st = InCluster(call.epoch); !st.ok()) {
     return call.responder.Reply(st);
@@ -187,7 +227,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       auto put = DecodeTreePut(call.payload);
       if (!put.ok()) return call.responder.Reply(put.status());
       if (cluster_ != nullptr) {
-        if (Status st = cluster_->OwnsRange(put->key); !st.ok()) {
+        if (Status st = cluster_->WritableRange(put->key); !st.ok()) {
           return call.responder.Reply(st);
         }
       }
@@ -200,6 +240,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       auto v = t.Put(put->key, put->value, put->mode, put->expected_version);
       UpdateCounters_st();
       if (!v.ok()) return call.responder.Reply(v.status());
+      NoteChanged_st(put->key);
       if (store_ != nullptr) store_->LogPut(put->key, put->value, *v);
       return AfterDurable_st(std::move(call.responder), Status::OK(),
                              EncodeTreePutReply(*v));
@@ -208,7 +249,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       auto key = DecodeTreeKey(call.payload);
       if (!key.ok()) return call.responder.Reply(key.status());
       if (cluster_ != nullptr) {
-        if (Status st = cluster_->OwnsRange(*key); !st.ok()) {
+        if (Status st = cluster_->WritableRange(*key); !st.ok()) {
           return call.responder.Reply(st);
         }
       }
@@ -219,6 +260,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       }
       Status st = t.Delete(*key);
       UpdateCounters_st();
+      if (st.ok()) NoteChanged_st(*key);
       if (st.ok() && store_ != nullptr) {
         store_->LogDelete(*key, t.last_version());
       }
@@ -284,7 +326,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       }
       TreeMultiReplyWriter reply(uint32_t(pairs->size()));
       for (const auto& [key, value] : *pairs) {
-        if (Status st = check_key(key); !st.ok()) {
+        if (Status st = check_key(key, /*write=*/true); !st.ok()) {
           reply.AddError(st);
           continue;
         }
@@ -293,6 +335,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           reply.AddError(v.status());
           continue;
         }
+        NoteChanged_st(key);
         if (store_ != nullptr) store_->LogPut(key, value, *v);
         reply.AddVersion(*v);
       }
@@ -301,10 +344,209 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       return AfterDurable_st(std::move(call.responder), Status::OK(),
                              reply.Finish());
     }
+    case TreeMethod::kRangeExport:
+      return RangeExport_st(std::move(call));
+    case TreeMethod::kRangeSync:
+      return RangeSync_st(std::move(call));
+    case TreeMethod::kRangeImport:
+      return RangeImport_st(std::move(call));
+    case TreeMethod::kRangeDrop:
+      return RangeDrop_st(std::move(call));
     case TreeMethod::kCount:
       break;
   }
   call.responder.Reply(Status::ProtocolError("unknown tree method"));
+}
+
+namespace {
+
+// Range r's keys: [lower, upper) (an empty upper: unbounded).
+struct RangeBounds {
+  std::string lower, upper;
+};
+RangeBounds BoundsOf(const cluster::Config& c, uint32_t r) {
+  return {r == 0 ? std::string() : c.splits[r - 1],
+          r < c.splits.size() ? c.splits[r] : std::string()};
+}
+
+Status NotMovingAway(const cluster::Ownership& o, uint32_t r) {
+  return Status::Conflict("ordered range " + std::to_string(r) +
+                          " is not moving away from this server in epoch " +
+                          std::to_string(o.epoch()));
+}
+
+Status NotInCluster() {
+  return Status::InvalidArgument(
+      "ordered ranges move between cluster members only");
+}
+
+// Bytes of pairs in one sync reply at most (as the hash store's).
+constexpr size_t kSyncReplyBytes = size_t{32} << 20;
+
+}  // namespace
+
+void TreeService::RangeExport_st(Call call) {
+  auto req = DecodeTreeRange(call.payload);
+  if (!req.ok()) return call.responder.Reply(req.status());
+  // (Handle has checked InCluster.)
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (!cluster_->RangeMovingAway(req->range)) {
+    return call.responder.Reply(NotMovingAway(*cluster_, req->range));
+  }
+  const cluster::Config& c = cluster_->current()->config;
+  const RangeBounds b = BoundsOf(c, req->range);
+  if ((req->flags & kRangeFirst) != 0) {
+    // The export reads every key from here on; what it passes is noted
+    // again when written.
+    std::erase_if(changed_, [&](const std::string& k) {
+      return c.RangeOf(k) == req->range;
+    });
+  }
+  const std::string start =
+      req->resume.empty() ? b.lower : std::string(req->resume);
+  Status st = tree_->Scan(start, b.upper, kMaxScanLimit, false, &scan_page_);
+  if (!st.ok()) return call.responder.Reply(st);
+  RangePairsWriter w;
+  for (const ScanItem& it : scan_page_.items) {
+    w.Add(it.key, it.value, it.version, false);
+  }
+  call.responder.Reply(
+      Status::OK(),
+      w.Finish(scan_page_.more ? std::string_view(scan_page_.resume) : "",
+               tree_->last_version(), scan_page_.more));
+}
+
+void TreeService::RangeSync_st(Call call) {
+  auto req = DecodeTreeRange(call.payload);
+  if (!req.ok()) return call.responder.Reply(req.status());
+  // (Handle has checked InCluster.)
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (!cluster_->RangeMovingAway(req->range)) {
+    return call.responder.Reply(NotMovingAway(*cluster_, req->range));
+  }
+  if ((req->flags & kRangeFreeze) != 0) {
+    if (Status st = cluster_->FreezeRanges({req->range}); !st.ok()) {
+      return call.responder.Reply(st);
+    }
+  }
+  const cluster::Config& c = cluster_->current()->config;
+  RangePairsWriter w;
+  std::string value;
+  bool more = false;
+  for (auto it = changed_.begin(); it != changed_.end();) {
+    if (c.RangeOf(*it) != req->range) {
+      ++it;
+      continue;
+    }
+    if (w.bytes() >= kSyncReplyBytes) {
+      more = true;
+      break;
+    }
+    uint64_t version = 0;
+    Status st = tree_->Get(*it, &value, &version);
+    if (st.ok()) {
+      w.Add(*it, value, version, false);
+    } else {
+      // Deleted since: gone at the new owner too, whatever version it
+      // holds (every version it has came from here, and is older).
+      w.Add(*it, {}, tree_->last_version(), true);
+    }
+    it = changed_.erase(it);
+  }
+  call.responder.Reply(Status::OK(), w.Finish({}, tree_->last_version(), more));
+}
+
+void TreeService::RangeImport_st(Call call) {
+  auto pairs = DecodeRangePairs(call.payload);
+  if (!pairs.ok()) return call.responder.Reply(pairs.status());
+  // (Handle has checked InCluster.)
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  const cluster::Ownership::Installed* cur = cluster_->current();
+  for (const RangeItem& it : pairs->items) {
+    const uint32_t r = cur == nullptr ? 0 : cur->config.RangeOf(it.key);
+    if (cur == nullptr || !cluster_->RangeIncoming(r)) {
+      return call.responder.Reply(
+          Status::Conflict("ordered range " + std::to_string(r) +
+                           " is not moving to this server in epoch " +
+                           std::to_string(cluster_->epoch())));
+    }
+  }
+  BLinkTree& t = *tree_;
+  const bool raise = pairs->max_version > t.last_version();
+  if (store_ != nullptr && (raise || !pairs->items.empty())) {
+    if (Status w = store_->Writable(); !w.ok()) {
+      return call.responder.Reply(w);
+    }
+  }
+  if (raise) {
+    // A key moved here and written later must get a version its old owner
+    // never issued (a client may hold one for compare-and-put); logged as
+    // a delete of the empty key (DurableTree reads it as the version only).
+    t.RaiseVersion(pairs->max_version);
+    if (store_ != nullptr) store_->LogDelete({}, pairs->max_version);
+  }
+  Status st;
+  for (const RangeItem& it : pairs->items) {
+    if (it.deleted) {
+      st = t.RestoreDelete(it.key, it.version);
+      if (st.ok() && store_ != nullptr) store_->LogDelete(it.key, it.version);
+    } else {
+      st = t.Restore(it.key, it.value, it.version);
+      if (st.ok() && store_ != nullptr) {
+        store_->LogPut(it.key, it.value, it.version);
+      }
+    }
+    if (!st.ok()) break;
+  }
+  UpdateCounters_st();
+  AfterDurable_st(std::move(call.responder), std::move(st), {});
+}
+
+void TreeService::RangeDrop_st(Call call) {
+  auto req = DecodeTreeRange(call.payload);
+  if (!req.ok()) return call.responder.Reply(req.status());
+  const uint32_t r = req->range;
+  // (Handle has checked InCluster.)
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if ((req->flags & kRangeRelease) != 0) {
+    // Readers are refused before the copy goes: the serving mark stops
+    // vouching, and the server, asked, says Busy.
+    if (Status st = cluster_->ReleaseRanges({r}); !st.ok()) {
+      return call.responder.Reply(st);
+    }
+  } else if (!cluster_->RangeIncoming(r)) {
+    return call.responder.Reply(
+        Status::Conflict("ordered range " + std::to_string(r) +
+                         " is not moving to this server in epoch " +
+                         std::to_string(cluster_->epoch())));
+  }
+  const cluster::Config& c = cluster_->current()->config;
+  const RangeBounds b = BoundsOf(c, r);
+  std::erase_if(changed_,
+                [&](const std::string& k) { return c.RangeOf(k) == r; });
+  BLinkTree& t = *tree_;
+  std::string cursor = b.lower;
+  bool any = false;
+  Status st;
+  while (st.ok()) {
+    st = t.Scan(cursor, b.upper, kMaxScanLimit, false, &scan_page_);
+    if (!st.ok() || scan_page_.items.empty()) break;
+    if (!any && store_ != nullptr) {
+      st = store_->Writable();
+      if (!st.ok()) break;
+    }
+    any = true;
+    for (const ScanItem& it : scan_page_.items) {
+      st = t.Delete(it.key);
+      if (!st.ok()) break;
+      if (store_ != nullptr) store_->LogDelete(it.key, t.last_version());
+    }
+    if (!scan_page_.more) break;
+    cursor = scan_page_.resume;
+  }
+  UpdateCounters_st();
+  if (!any) return call.responder.Reply(st);
+  AfterDurable_st(std::move(call.responder), std::move(st), {});
 }
 
 }  // namespace remem::tree

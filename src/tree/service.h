@@ -20,7 +20,16 @@
 //
 // Methods (tree/wire.h): Info, Get, Put (upsert, if-absent, if-version),
 // Delete, Scan (a page of at most max_scan items, with a resume key),
-// MultiGet (up to kMaxMultiGetKeys gets in one request).
+// MultiGet (up to kMaxMultiGetKeys gets in one request), and the range
+// moves' RangeExport, RangeSync, RangeImport and RangeDrop (the
+// configuration manager's, cluster/member.h: while a range moves away the
+// keys written in it are noted, and Sync sends them).
+//
+// One-sided readers in a cluster check a serving mark in the tree's
+// region (hash::ServingMark at kTreeServingMarkOffset, written from
+// Ownership's range serving word) after each search: a range that moved
+// away, or is on its way, is never read one-sided from here by a client
+// whose configuration still names this server.
 //
 // With persistence the tree is partition 0's durable state of service
 // "tree" (DurableTree): writes are logged (the RESULT: key, value, new
@@ -35,7 +44,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
+#include "cluster/ownership.h"
 #include "durability/store.h"
 #include "server/service.h"
 #include "tree/durable.h"
@@ -46,9 +57,6 @@
 namespace remem::fabric {
 class LocalRegion;
 }  // namespace remem::fabric
-namespace remem::cluster {
-class Ownership;
-}  // namespace remem::cluster
 
 namespace remem::tree {
 
@@ -84,6 +92,19 @@ class TreeService final : public server::Service {
   // persistence).
   void AfterDurable_st(server::Responder responder, Status status,
                        std::string payload);
+  // Notes `key` for the new owner if its range is moving away.
+  void NoteChanged_st(std::string_view key) {
+    if (cluster_ != nullptr && cluster_->RangeOutgoing(key)) {
+      changed_.emplace(key);
+    }
+  }
+  // The range moves' methods (wire.h), on the owner thread.
+  void RangeExport_st(server::Call call);
+  void RangeSync_st(server::Call call);
+  void RangeImport_st(server::Call call);
+  void RangeDrop_st(server::Call call);
+  // Writes the range serving word into the region's mark.
+  void PublishRangeMark(uint64_t word);
 
   TreeServiceOptions options_;
   fabric::LocalRegion* region_ = nullptr;
@@ -92,7 +113,10 @@ class TreeService final : public server::Service {
   std::unique_ptr<DurableTree> durable_;
   durability::PartitionStore* store_ = nullptr;  // null without persistence
   std::string info_;                             // encoded once
-  ScanPage scan_page_;       // the owner's, reused by every scan
+  ScanPage scan_page_;  // the owner's, reused by every scan
+  // Keys written in ranges moving away since their export began (owner
+  // thread).
+  std::unordered_set<std::string> changed_;
   std::string multi_value_;  // the owner's, reused by every multi-get
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,

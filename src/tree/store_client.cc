@@ -11,6 +11,8 @@
 
 #include "client/path_selector.h"
 #include "client/session_core.h"
+#include "hash/layout.h"
+#include "hash/reader.h"
 #include "remem/tree.h"
 #include "tree/codec.h"
 #include "tree/layout.h"
@@ -345,8 +347,65 @@ struct TreeStore::Impl {
     return timing->Choose(selector, timed, start);
   }
 
+  // The last epoch the serving mark called stale (RangesCovered).
+  uint32_t stale_epoch = UINT32_MAX;
+
+  // After a one-sided search in a cluster (the session routed by a
+  // configuration): OK if the tree's serving mark (tree/layout.h) says
+  // this server owned the same ranges at the session's epoch and still
+  // does, so what the search read is the range owner's; Moved (once per
+  // epoch) if the server's ranges changed after that epoch (the cluster
+  // client fetches the configuration again); else Busy (ask the server:
+  // a range on its way out, or an epoch the server has not installed).
+  Status RangesCovered() {
+    if (!core->serving_checked()) return Status::OK();
+    const uint32_t epoch = core->serving_epoch();
+    hash::ServingMark mark;
+    for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+      REMEM_RETURN_IF_ERROR(core->ReadNow(
+          info.region, tree::kTreeServingMarkOffset, &mark, sizeof(mark)));
+      ++stats.reads;
+      switch (hash::JudgeServingMark(mark, epoch, 0)) {
+        case hash::MarkVerdict::kTrusted:
+          return Status::OK();
+        case hash::MarkVerdict::kTorn:
+          continue;
+        case hash::MarkVerdict::kAskServer:
+          return Status::Busy("the server does not vouch for its ranges now");
+        case hash::MarkVerdict::kStale:
+          // Once per epoch: a refresh that brought no newer configuration
+          // would say Moved again, while the server answers by RPC.
+          if (epoch == stale_epoch) {
+            return Status::Busy("the configuration is stale; ask the server");
+          }
+          stale_epoch = epoch;
+          return Status::Moved(
+              "the server owns other ordered ranges since "
+              "an epoch after " +
+              std::to_string(epoch) + " (the configuration is stale)");
+      }
+    }
+    return Status::Busy("the serving mark did not verify");
+  }
+  // After a one-sided search that found its answer: OK if it may be
+  // returned; Moved to return instead; else gave_up (ask the server).
+  Status Vouched(bool* gave_up) {
+    if (!core->Vouch().ok()) {
+      ++stats.unvouched;
+      *gave_up = true;
+      return Status::OK();
+    }
+    Status c = RangesCovered();
+    if (c.ok() || c.code() == StatusCode::kMoved) return c;
+    ++stats.unvouched;
+    *gave_up = true;
+    return Status::OK();
+  }
+
   // A one-sided attempt: OK/NotFound (vouched), or gave_up when the server
-  // must be asked (nodes did not verify, or the lease does not vouch).
+  // must be asked (nodes did not verify, the lease does not vouch, or in a
+  // cluster the serving mark does not); Moved when the configuration the
+  // session routed by is stale.
   Status GetOneSided(std::string_view key, Value* out, bool* gave_up) {
     tree::SearchStats s;
     const uint64_t hits = cache.hits;
@@ -355,11 +414,8 @@ struct TreeStore::Impl {
     stats.cache_hits += cache.hits - hits;
     Count(s);
     if (st.ok() || st.code() == StatusCode::kNotFound) {
-      if (!core->Vouch().ok()) {
-        ++stats.unvouched;
-        *gave_up = true;
-      }
-      return st;
+      Status v = Vouched(gave_up);
+      return v.ok() ? st : v;
     }
     *gave_up = true;
     return st;
@@ -373,10 +429,13 @@ struct TreeStore::Impl {
                                 page, &s);
     stats.cache_hits += cache.hits - hits;
     Count(s);
-    if (st.ok() && !core->Vouch().ok()) {
-      ++stats.unvouched;
-      *gave_up = true;
-    } else if (!st.ok() && st.code() != StatusCode::kInvalidArgument) {
+    if (st.ok()) {
+      Status v = Vouched(gave_up);
+      if (!v.ok()) {
+        tree::ClearPage(page);
+        return v;
+      }
+    } else if (st.code() != StatusCode::kInvalidArgument) {
       *gave_up = true;
     }
     return st;

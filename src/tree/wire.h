@@ -29,6 +29,12 @@ enum class TreeMethod : uint8_t {
   kMultiPut = 6,  // TreeMultiRequest + items (TreeMultiPutItem + key +
                   // value); TreeMultiReply + items (TreeMultiItem: the new
                   // version, or the error message)
+  // Moving an ordered range between cluster members (the configuration
+  // manager's calls, cluster/member.h; not for clients):
+  kRangeExport = 7,  // TreeRangeRequest + resume key; TreeRangePairs
+  kRangeSync = 8,    // TreeRangeRequest (no resume); TreeRangePairs
+  kRangeImport = 9,  // a TreeRangePairs (as exported); empty reply
+  kRangeDrop = 10,   // TreeRangeRequest (no resume); empty reply
   kCount
 };
 
@@ -146,6 +152,54 @@ struct TreeMultiPutItem {
   uint32_t value_len;
 };
 static_assert(sizeof(TreeMultiPutItem) == 8);
+
+// Range moves. Export: a page of range `range`'s pairs from the resume
+// key on (kRangeFirst: from the range's first key; the keys written from
+// then on are noted for Sync). Sync: the keys of the range written since
+// they were last sent (with kRangeFreeze, the range takes no write from
+// then on, and the reply pages until kRangeMore is clear). Drop: at the
+// new owner, deletes what an earlier copy left of the range; with
+// kRangeRelease, at the old owner once the new one holds everything: it
+// stops serving the range and deletes its copy.
+enum TreeRangeFlags : uint8_t {
+  kRangeFirst = 1,
+  kRangeFreeze = 2,
+  kRangeRelease = 4,
+};
+
+struct TreeRangeRequest {
+  uint32_t range;
+  uint32_t resume_len;  // Export only
+  uint8_t flags;        // TreeRangeFlags
+  uint8_t reserved[7];
+};
+static_assert(sizeof(TreeRangeRequest) == 16);
+
+enum TreeRangePairsFlags : uint8_t { kRangeMore = 1 };
+
+// TreeRangePairs + resume key + `count` items (TreeRangeItem + key +
+// value). max_version: the highest version the sender has issued (the
+// receiver's later versions must exceed it, since a client may hold one
+// for compare-and-put).
+struct TreeRangePairs {
+  uint32_t count;
+  uint32_t resume_len;
+  uint64_t max_version;
+  uint8_t flags;  // TreeRangePairsFlags
+  uint8_t reserved[7];
+};
+static_assert(sizeof(TreeRangePairs) == 24);
+
+enum TreeRangeItemFlags : uint8_t { kRangeItemDeleted = 1 };
+
+struct TreeRangeItem {
+  uint32_t key_len;
+  uint32_t value_len;  // 0 for a deletion
+  uint64_t version;    // the pair's, or the deletion's
+  uint8_t flags;       // TreeRangeItemFlags
+  uint8_t reserved[7];
+};
+static_assert(sizeof(TreeRangeItem) == 24);
 
 }  // namespace remem::tree
 
