@@ -10,7 +10,10 @@
 #      the other two: the run's throughput second by second and its errors,
 #      and each move step's pairs, copy time and write pause (from the
 #      manager's log). RB_SHARDS sets the clusters' shard count (10 at 1 M
-#      records: shards of 100 K pairs), RB_DURATION the runs' length;
+#      records: shards of 100 K pairs), RB_DURATION the runs' length; with
+#      workload E and TREE_SPLITS, set RB_STAT=tree_pairs (the load is
+#      done when the trees hold the records), and the drained server's
+#      ordered range moves too;
 #   4. replication (REPLICAS="0 1 2"; off by default): three servers with
 #      --replicas f for each f listed, the same runs; with f = 0 also with
 #      gets by RPC (remem-shm-rpc), as replicated shards were read before
@@ -171,7 +174,7 @@ if [ "${REBALANCE:-1}" = 1 ]; then
       # After the load: every pair is on the servers.
       for _ in $(seq 600); do
         n=$("$build/remem" --cluster "$seeds" --transport "$transport" stats 2>/dev/null |
-            awk '$1 == "hash_pairs" {s += $2} END {print s + 0}')
+            awk -v stat="${RB_STAT:-hash_pairs}" '$1 == stat {s += $2} END {print s + 0}')
         [ "$n" -ge "$records" ] && break
         sleep 0.5
       done
@@ -183,7 +186,7 @@ if [ "${REBALANCE:-1}" = 1 ]; then
     wait "$bpid" || true
     grep -E '^remem-|error| s: ' "$dir/rb-$with.out" || true
     if [ "$with" = yes ]; then
-      grep -h "shards moved" "$dir"/rb-yes-*.log | sed 's/^/  /'
+      grep -h "ranges moved" "$dir"/rb-yes-*.log | sed 's/^/  /'
       "$build/remem" --cluster "${seeds#*,}" --transport "$transport" cluster nodes
     fi
     stop_cluster

@@ -401,10 +401,11 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,\"ranges\":%zu}\n",
+          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,\"ranges\":%zu,"
+          "\"ranges_moving\":%u}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
           info.nodes.size(), info.moving, info.replicas, info.filling,
-          info.range_owner.size());
+          info.range_owner.size(), info.moving_ranges);
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
@@ -421,6 +422,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
         std::printf("; ordered store in %zu key range%s",
                     info.range_owner.size(),
                     info.range_owner.size() == 1 ? "" : "s");
+        if (info.moving_ranges > 0) {
+          std::printf(", %u moving", info.moving_ranges);
+        }
       }
       std::printf("\n");
     }
@@ -1031,8 +1035,9 @@ int main(int argc, char** argv) {
       }
       Status st = cluster.Drain(drain_node, opts.timeout);
       if (!st.ok()) return Fail(st);
-      std::printf("%s drained: it %s no shard\n", drain_node.c_str(),
-                  cluster.info().replicas > 0 ? "owns or backs up" : "owns");
+      std::printf("%s drained: it %s no shard%s\n", drain_node.c_str(),
+                  cluster.info().replicas > 0 ? "owns or backs up" : "owns",
+                  cluster.info().range_owner.empty() ? "" : " and no range");
       return 0;
     }
     if (cluster_cmd->parsed()) {

@@ -36,8 +36,11 @@
 // by the same kind of allocation only: a node by a node, an out-of-line
 // value or key by one of its size class (memory never changes kind, which
 // one-sided readers rely on); `remem stats` shows what any allocation can
-// still take (`tree_bytes_unassigned`). Versions are unique per server and
-// increase with every write.
+// still take (`tree_bytes_unassigned`). A write gives its pair a version
+// above every version the server has issued; in a cluster a pair keeps its
+// version when its range moves to another server (which then issues
+// versions above the old owner's), so a version read before a move still
+// serves a compare-and-put after it.
 //
 // Thread contract: as the Session: one thread. A TreeStore must be
 // destroyed before its Session; its destructor waits for its own

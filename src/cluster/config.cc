@@ -405,10 +405,10 @@ Config CompleteFills(const Config& filling,
   return c;
 }
 
-std::optional<Config> NextBalanceStep(const Config& current,
-                                      const std::vector<Member>& live,
-                                      const std::vector<std::string>& drained,
-                                      uint32_t max_moves) {
+std::optional<Config> NextBalanceStep(
+    const Config& current, const std::vector<Member>& live,
+    const std::vector<std::string>& drained, uint32_t max_moves,
+    const std::vector<std::pair<uint32_t, std::string>>& refused) {
   if (current.replicas > 0) return std::nullopt;
   auto is_live = [&](const std::string& a) {
     return std::any_of(live.begin(), live.end(),
@@ -507,31 +507,51 @@ std::optional<Config> NextBalanceStep(const Config& current,
     // ranges, if it has two more than another eligible one.
     std::vector<uint32_t> ranges(next.members.size(), 0);
     for (uint16_t o : next.range_owner) ++ranges[o];
-    uint32_t to = eligible.front();
-    for (uint32_t i : eligible) {
-      if (ranges[i] < ranges[to]) to = i;
-    }
-    int from_range = -1;
+    auto is_refused = [&](uint32_t r, uint32_t to) {
+      return std::any_of(refused.begin(), refused.end(), [&](const auto& x) {
+        return x.first == r && x.second == next.members[to].address;
+      });
+    };
+    // The eligible member with the fewest ranges that may take range r
+    // (-1: none), and whether moving r there is a step: off a drained
+    // member always, else only to even out a difference of two or more.
+    auto target = [&](uint32_t r, bool drained_from) -> int {
+      int to = -1;
+      for (uint32_t i : eligible) {
+        if (i == next.range_owner[r] || is_refused(r, i)) continue;
+        if (to < 0 || ranges[i] < ranges[size_t(to)]) to = int(i);
+      }
+      if (to < 0) return -1;
+      if (!drained_from &&
+          ranges[next.range_owner[r]] < ranges[size_t(to)] + 2) {
+        return -1;
+      }
+      return to;
+    };
+    int from_range = -1, to = -1;
     for (uint32_t r = 0; r < next.num_ranges() && from_range < 0; ++r) {
       const std::string& a = next.members[next.range_owner[r]].address;
-      if (is_live(a) && is_drained(a)) from_range = int(r);
+      if (!is_live(a) || !is_drained(a)) continue;
+      if ((to = target(r, true)) >= 0) from_range = int(r);
     }
     if (from_range < 0) {
-      uint32_t from = eligible.front();
-      for (uint32_t i : eligible) {
-        if (ranges[i] > ranges[from]) from = i;
-      }
-      if (ranges[from] >= ranges[to] + 2) {
-        // Its last range: the one whose keys sort last.
+      // The eligible members by ranges owned, most first (ties to the
+      // first by address), each giving its last range (the one whose keys
+      // sort last) if it should.
+      std::vector<uint32_t> givers = eligible;
+      std::stable_sort(
+          givers.begin(), givers.end(),
+          [&](uint32_t a, uint32_t b) { return ranges[a] > ranges[b]; });
+      for (uint32_t from : givers) {
         for (uint32_t r = next.num_ranges(); r-- > 0;) {
-          if (next.range_owner[r] == from) {
-            from_range = int(r);
-            break;
-          }
+          if (next.range_owner[r] != from) continue;
+          if ((to = target(r, false)) >= 0) from_range = int(r);
+          break;
         }
+        if (from_range >= 0) break;
       }
     }
-    if (from_range >= 0 && next.range_owner[size_t(from_range)] != to) {
+    if (from_range >= 0) {
       next.range_next.assign(next.num_ranges(), kNoMember);
       next.range_next[size_t(from_range)] = uint16_t(to);
       next.next.clear();

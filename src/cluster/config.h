@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "remem/status.h"
@@ -196,11 +197,13 @@ Result<std::vector<std::string>> ParseSplits(std::string_view list);
 // live drained member (or, once nothing is drained, from the member owning
 // the most ranges when it owns two or more than another eligible member)
 // to the eligible member owning the fewest (ties to the first by
-// address).
-std::optional<Config> NextBalanceStep(const Config& current,
-                                      const std::vector<Member>& live,
-                                      const std::vector<std::string>& drained,
-                                      uint32_t max_moves);
+// address). `refused` lists moves not to try again, as (range, address of
+// the member it would move to): a member that could not hold that range
+// (the range goes to the next member by that order, or stays).
+std::optional<Config> NextBalanceStep(
+    const Config& current, const std::vector<Member>& live,
+    const std::vector<std::string>& drained, uint32_t max_moves,
+    const std::vector<std::pair<uint32_t, std::string>>& refused = {});
 // Failover in a replicated cluster (replicas > 0): the configuration one
 // epoch newer that takes the cluster past the members that left. A member
 // has left when `live` does not name it, or names it with another

@@ -354,6 +354,30 @@ TEST(ClusterConfig, RangesMoveToAJoinerAndOffADrainedMember) {
   EXPECT_EQ(owner_of(0), "10.0.0.0:1");
   EXPECT_EQ(owner_of(1), "10.0.0.2:1");
   EXPECT_EQ(owner_of(2), "10.0.0.0:1");
+  // A move the manager was refused (the joiner could not hold the range)
+  // is not tried again: nothing else evens out by two, so the step only
+  // lists the joiner.
+  const Config f =
+      InitialConfig("prod", 1, {{"10.0.0.0:1", 1}, {"10.0.0.1:1", 1}}, 1, 0,
+                    std::vector<std::string>{"k", "t"});
+  std::vector<Member> with_joiner = f.members;
+  with_joiner.push_back({"10.0.0.2:1", 1});
+  auto step = NextBalanceStep(f, with_joiner, {}, 64);
+  ASSERT_TRUE(step);
+  EXPECT_EQ(step->moving(), 0u);
+  EXPECT_EQ(step->moving_ranges(), 1u);
+  EXPECT_EQ(step->RangeNextOf(2), 2u);
+  auto refused = NextBalanceStep(f, with_joiner, {}, 64, {{2, "10.0.0.2:1"}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->moving_ranges(), 0u);
+  EXPECT_EQ(refused->members.size(), 3u);
+  // Drained, its range refused at the member with the fewest goes to the
+  // next one.
+  auto around = NextBalanceStep(*refused, with_joiner, {"10.0.0.1:1"}, 64,
+                                {{1, "10.0.0.2:1"}});
+  ASSERT_TRUE(around);
+  EXPECT_EQ(around->moving(), 0u);
+  EXPECT_EQ(around->RangeNextOf(1), 0u);
   // A drained member that is not live keeps its range (its data is
   // nowhere else).
   Config e = InitialConfig("prod", 1, {{"10.0.0.1:1", 1}, {"10.0.0.2:1", 1}},

@@ -1101,6 +1101,23 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
       }
       const auto start = std::chrono::steady_clock::now();
       if (Status copy = CopyMoving(*c); !copy.ok()) {
+        if (copy.code() == StatusCode::kOutOfMemory && c->moving_ranges() > 0) {
+          // The new owner cannot hold the range (its --tree-memory): the
+          // move is abandoned (its copy there is deleted as the
+          // configuration that abandons it is installed) and not tried
+          // again by this manager.
+          for (uint32_t r = 0; r < c->num_ranges(); ++r) {
+            if (c->RangeNextOf(r) == kNoMember) continue;
+            refused_ranges_.emplace_back(r,
+                                         c->members[c->range_next[r]].address);
+          }
+          log::Error(
+              "cluster: the ordered range moving in epoch {} does not fit its "
+              "new owner ({}); the move is abandoned",
+              c->epoch, copy.ToString());
+          if (WriteConfig(AbandonMoves(*c), version).ok()) FollowConfig();
+          return;
+        }
         log::Warn("cluster: copying the shards of epoch {}: {} (retried)",
                   c->epoch, copy.ToString());
         return;
@@ -1134,7 +1151,8 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
     Wake();  // the next step at once
     return;
   }
-  auto next = NextBalanceStep(*c, live, drained, options_.max_moves);
+  auto next =
+      NextBalanceStep(*c, live, drained, options_.max_moves, refused_ranges_);
   if (!next) return;
   if (Status w = WriteConfig(*next, version); !w.ok()) {
     log::Warn("cluster: starting to move shards: {}", w.ToString());

@@ -46,8 +46,9 @@
 // again starts over at 2 (the new owner may have lost the pages it took,
 // the old owner the keys it noted; the copy calls every member once more
 // before it freezes, so that this is seen before anything is frozen); an
-// old owner back during a step starts with the moving shards frozen (its
-// step may be past the freeze), and a new owner keeps what it recovered
+// old owner back during a step starts with the moving shards released
+// (its step may be past the freeze, or the release), and a new owner
+// keeps what it recovered
 // of them (the purge keeps shards moving here).
 // Ordered ranges (config.h, range_next) move in steps of their own (a step
 // moves shards or one range, never both), by the same protocol on the
@@ -389,6 +390,9 @@ class ClusterMember {
   std::atomic<uint64_t> last_pause_ms_{0};
   std::atomic<uint64_t> moves_held_{0};
   std::atomic<uint64_t> pairs_moved_{0};
+  // Range moves whose new owner could not hold the range, as (range,
+  // address): not tried again by this manager (the member's thread).
+  std::vector<std::pair<uint32_t, std::string>> refused_ranges_;
   // The current step (the member's thread): pairs copied, and when its
   // shards were frozen.
   uint64_t step_pairs_ = 0;

@@ -83,11 +83,11 @@ bool Ownership::Install(Config config) {
   }
   if (range_state_ == nullptr && num_ranges > 0) {
     // As for shards (below): a range the first configuration names as
-    // moving away starts frozen.
+    // moving away starts released.
     range_state_ = std::make_unique<std::atomic<uint8_t>[]>(num_ranges);
     num_range_states_ = num_ranges;
     for (uint32_t r = 0; r < num_ranges; ++r) {
-      range_state_[r].store(next->range_outgoing[r] ? kFrozen : kServing);
+      range_state_[r].store(next->range_outgoing[r] ? kReleased : kServing);
     }
   }
   auto owned_ranges = [](const Installed& i) {
@@ -100,12 +100,14 @@ bool Ownership::Install(Config config) {
   if (state_ == nullptr) {
     // The first configuration of this process: a shard it names as moving
     // away was moving when this server restarted, and the step may be
-    // past its freeze (its handoff recorded, the release next): it takes
-    // no write until the move ends or is abandoned (the manager copies a
-    // frozen shard again if it has to).
+    // past its freeze (its handoff recorded, the release next) or even
+    // past its release here (the deletes begun, or done): it serves
+    // nothing of it until the move ends or is abandoned (the manager
+    // exports a released shard again if it has to, and abandoning the
+    // move serves it again).
     state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
     for (uint32_t s = 0; s < n; ++s) {
-      state_[s].store(next->outgoing[s] ? kFrozen : kServing);
+      state_[s].store(next->outgoing[s] ? kReleased : kServing);
     }
   }
   if (cur == nullptr || config.epoch != cur->config.epoch + 1 ||
@@ -133,7 +135,7 @@ bool Ownership::Install(Config config) {
   }
   all_.push_back(std::move(next));
   PublishServing_locked();
-  if (install_listener_) install_listener_(*all_.back());
+  for (const auto& listener : install_listeners_) listener(*all_.back());
   return true;
 }
 
@@ -191,10 +193,10 @@ void Ownership::SetServingListener(
   if (serving_listener_) serving_listener_(serving_published_);
 }
 
-void Ownership::SetInstallListener(
+void Ownership::AddInstallListener(
     std::function<void(const Installed&)> listener) const {
   std::lock_guard<std::mutex> lock(mu_);
-  install_listener_ = std::move(listener);
+  install_listeners_.push_back(std::move(listener));
 }
 
 uint64_t Ownership::serving_word() const {
@@ -332,6 +334,15 @@ bool Ownership::RangeIncoming(uint32_t r) const {
   const Installed* c = current();
   return c != nullptr && c->self >= 0 && r < c->config.num_ranges() &&
          c->config.RangeNextOf(r) == uint16_t(c->self);
+}
+
+bool Ownership::RangeGone(uint32_t r) const {
+  const Installed* c = current();
+  if (c == nullptr || r >= c->config.num_ranges() || RangeIncoming(r)) {
+    return false;
+  }
+  return RangeStateOf(r) == kReleased || c->self < 0 ||
+         c->config.range_owner[r] != uint16_t(c->self);
 }
 
 bool Ownership::MovingAway(uint32_t shard) const {

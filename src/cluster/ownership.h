@@ -18,8 +18,8 @@
 // are this server's own, kept per shard beside the configuration, and end
 // when a configuration no longer moves the shard away from here. A shard
 // the first configuration a process installs names as moving away starts
-// frozen: the server restarted during that move, which may be past its
-// freeze.
+// released: the server restarted during that move, which may be past its
+// freeze, or past its release here (part of the copy deleted).
 //
 // A member that starts with data (--data-dir) may hold pairs of shards
 // that moved away while it was down (a move whose manager committed it
@@ -178,6 +178,10 @@ class Ownership {
   bool RangeMovingAway(uint32_t r) const;
   // Range r is moving to this server in the current configuration.
   bool RangeIncoming(uint32_t r) const;
+  // Range r's keys here belong to no one: it is released here, or the
+  // current configuration gives it to another member and is not moving
+  // it here (what a release left may be deleted).
+  bool RangeGone(uint32_t r) const;
   // True if shard s is owned here and moving away in the current
   // configuration.
   bool MovingAway(uint32_t shard) const;
@@ -270,8 +274,9 @@ class Ownership {
   // not call back into it, but may read current()). `installed` lives as
   // long as this object (every configuration installed is kept), so the
   // listener may hand it to another thread whose use of it ends before this
-  // object is destroyed. One listener; a later call replaces it.
-  void SetInstallListener(std::function<void(const Installed&)> listener) const;
+  // object is destroyed. Listeners are called in the order added (one per
+  // service that keeps data).
+  void AddInstallListener(std::function<void(const Installed&)> listener) const;
 
  private:
   static constexpr uint8_t kServing = 0, kFrozen = 1, kReleased = 2;
@@ -328,7 +333,7 @@ class Ownership {
   mutable std::function<void(uint64_t)> serving_listener_;  // under mu_
   mutable uint64_t serving_published_ = 0;                  // under mu_
   // Under mu_.
-  mutable std::function<void(const Installed&)> install_listener_;
+  mutable std::vector<std::function<void(const Installed&)>> install_listeners_;
 };
 
 }  // namespace remem::cluster

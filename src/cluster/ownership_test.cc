@@ -98,12 +98,17 @@ TEST(Ownership, ARangeMovingAwayIsNotedThenFrozenThenReleased) {
   EXPECT_EQ(b.FreezeRanges({0}).code(), StatusCode::kConflict);
   // The owned ranges are the same: the word's "since" stays at 1.
   EXPECT_EQ(a.range_serving_word(), 2ull | 1ull << 32);
+  EXPECT_FALSE(a.RangeGone(0));
+  EXPECT_FALSE(b.RangeGone(0));  // moving here
+  EXPECT_TRUE(b.RangeGone(1) == false && a.RangeGone(1));
   ASSERT_TRUE(a.FreezeRanges({0}).ok());
+  EXPECT_FALSE(a.RangeGone(0));
   EXPECT_EQ(a.WritableRange("a").code(), StatusCode::kBusy);
   EXPECT_TRUE(a.OwnsRange("a").ok());
   EXPECT_TRUE(a.OwnsScan("a", "b").ok());
   EXPECT_EQ(a.range_serving_word(), 0u);  // vouches for nothing
   ASSERT_TRUE(a.ReleaseRanges({0}).ok());
+  EXPECT_TRUE(a.RangeGone(0));  // what is left of it may be deleted
   EXPECT_EQ(a.OwnsRange("a").code(), StatusCode::kBusy);
   EXPECT_EQ(a.OwnsScan("a", "b").code(), StatusCode::kBusy);
   // Released stays released: a freeze does not take it back.
@@ -117,6 +122,8 @@ TEST(Ownership, ARangeMovingAwayIsNotedThenFrozenThenReleased) {
   EXPECT_EQ(a.OwnsRange("a").code(), StatusCode::kMoved);
   EXPECT_TRUE(b.WritableRange("a").ok());
   EXPECT_FALSE(a.RangeOutgoing("a"));
+  EXPECT_TRUE(a.RangeGone(0));
+  EXPECT_FALSE(b.RangeGone(0));
   // Both own other ranges since epoch 3.
   EXPECT_EQ(a.range_serving_word(), 3ull | 3ull << 32);
   EXPECT_EQ(b.range_serving_word(), 3ull | 3ull << 32);
@@ -124,11 +131,20 @@ TEST(Ownership, ARangeMovingAwayIsNotedThenFrozenThenReleased) {
   const std::vector<uint64_t> want = {
       0, 1ull | 1ull << 32, 0, 2ull | 1ull << 32, 0, 3ull | 3ull << 32};
   EXPECT_EQ(words, want);
-  // A server restarted during the move starts with the range frozen.
+  // Moving back: a is no longer to delete what it holds of it.
+  Config back = done;
+  back.epoch = 4;
+  back.range_next = {0, kNoMember};
+  ASSERT_TRUE(a.Install(back));
+  EXPECT_FALSE(a.RangeGone(0));
+  EXPECT_TRUE(a.RangeIncoming(0));
+  // A server restarted during the move starts with the range released
+  // (it may have deleted part of it before it restarted).
   Ownership again("a:1");
   ASSERT_TRUE(again.Install(moving));
   EXPECT_EQ(again.WritableRange("a").code(), StatusCode::kBusy);
-  EXPECT_TRUE(again.OwnsRange("a").ok());
+  EXPECT_EQ(again.OwnsRange("a").code(), StatusCode::kBusy);
+  EXPECT_EQ(again.range_serving_word(), 0u);
   EXPECT_TRUE(again.WritableRange("h").code() == StatusCode::kMoved);
 }
 
@@ -207,7 +223,7 @@ TEST(Ownership, AConfigurationWithoutThisServerOwnsNothing) {
 TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
   Ownership o("a:1");
   std::vector<uint32_t> heard;
-  o.SetInstallListener([&](const Ownership::Installed& installed) {
+  o.AddInstallListener([&](const Ownership::Installed& installed) {
     ASSERT_NE(o.current(), nullptr);
     EXPECT_EQ(o.current(), &installed);
     heard.push_back(installed.config.epoch);
@@ -222,7 +238,7 @@ TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
 // A server whose first configuration (it restarted) has a shard moving
 // away from it: the step may be past its freeze, so that shard takes no
 // write (reads go on) until a configuration ends the move.
-TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsFrozen) {
+TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsReleased) {
   Ownership o("a:1");
   Config c = TwoServers(1);
   const std::string mine = KeyOwnedBy(c, "a:1");
@@ -230,8 +246,10 @@ TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsFrozen) {
   c.next.assign(c.num_shards(), kNoMember);
   c.next[shard] = 1;
   ASSERT_TRUE(o.Install(c));
-  EXPECT_TRUE(o.Owns(mine).ok());
+  // Neither read nor written: this server may have deleted part of it.
+  EXPECT_EQ(o.Owns(mine).code(), StatusCode::kBusy);
   EXPECT_EQ(o.Writable(mine).code(), StatusCode::kBusy);
+  EXPECT_EQ(o.serving_word(), 0u);
   // Another shard of its own is written as ever.
   for (int i = 0;; ++i) {
     const std::string k = "k" + std::to_string(i);

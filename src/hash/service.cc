@@ -234,7 +234,7 @@ Status HashService::Init(server::ServiceContext* ctx) {
     // Configurations are installed rarely: every partition settles what it
     // keeps after each, in the order installed (a pass over the shards; a
     // scan of its table only when a shard lost its role here).
-    cluster_->SetInstallListener(
+    cluster_->AddInstallListener(
         [this](const cluster::Ownership::Installed& c) {
           for (PartitionId p = 0; p < partitions_.size(); ++p) {
             ctx_->RunOn(p, [this, p, &c] { SettleShards_st(p, c); });

@@ -9,6 +9,7 @@
 #include "fabric/memory_region.h"
 #include "hash/layout.h"
 #include "tree/codec.h"
+#include "util/log.h"
 
 namespace remem::tree {
 
@@ -41,6 +42,7 @@ Status TreeService::Init(server::ServiceContext* ctx) {
   auto region = ctx->AllocateRegion(memory, proto::RegionAccess::kReadOnly);
   if (!region.ok()) return region.status();
   region_ = *region;
+  ctx_ = ctx;
   cluster_ = ctx->cluster();
   auto tree = BLinkTree::Create(region_->base(), memory);
   if (!tree.ok()) return tree.status();
@@ -69,6 +71,15 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     PublishRangeMark(0);
     cluster_->SetRangeServingListener(
         [this](uint64_t word) { PublishRangeMark(word); });
+    // What the tree holds of ranges no configuration gives it goes: once
+    // before the first configuration is served, then after each install
+    // (on partition 0's thread, after whatever it is running: an import
+    // admitted under the configuration before is deleted after it).
+    cluster_->RequirePurge(1);
+    cluster_->AddInstallListener(
+        [this](const cluster::Ownership::Installed& c) {
+          ctx_->RunOn(0, [this, &c] { SettleRanges_st(c); });
+        });
   }
   TreeInfo info;
   info.region = region_->id();
@@ -375,6 +386,16 @@ Status NotMovingAway(const cluster::Ownership& o, uint32_t r) {
                           std::to_string(o.epoch()));
 }
 
+// A range move's calls come at the epoch of the step's configuration: one
+// from another epoch (a manager that lost its place, a call that outlived
+// its pass) must not take the keys noted for the current copy.
+Status AtEpoch(const cluster::Ownership& o, uint32_t epoch) {
+  if (epoch == o.epoch()) return Status::OK();
+  return Status::Conflict(
+      "a range move's call at epoch " + std::to_string(epoch) +
+      "; this server has installed epoch " + std::to_string(o.epoch()));
+}
+
 Status NotInCluster() {
   return Status::InvalidArgument(
       "ordered ranges move between cluster members only");
@@ -390,6 +411,9 @@ void TreeService::RangeExport_st(Call call) {
   if (!req.ok()) return call.responder.Reply(req.status());
   // (Handle has checked InCluster.)
   if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (Status st = AtEpoch(*cluster_, call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
   if (!cluster_->RangeMovingAway(req->range)) {
     return call.responder.Reply(NotMovingAway(*cluster_, req->range));
   }
@@ -421,6 +445,9 @@ void TreeService::RangeSync_st(Call call) {
   if (!req.ok()) return call.responder.Reply(req.status());
   // (Handle has checked InCluster.)
   if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (Status st = AtEpoch(*cluster_, call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
   if (!cluster_->RangeMovingAway(req->range)) {
     return call.responder.Reply(NotMovingAway(*cluster_, req->range));
   }
@@ -461,6 +488,9 @@ void TreeService::RangeImport_st(Call call) {
   if (!pairs.ok()) return call.responder.Reply(pairs.status());
   // (Handle has checked InCluster.)
   if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (Status st = AtEpoch(*cluster_, call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
   const cluster::Ownership::Installed* cur = cluster_->current();
   for (const RangeItem& it : pairs->items) {
     const uint32_t r = cur == nullptr ? 0 : cur->config.RangeOf(it.key);
@@ -508,13 +538,24 @@ void TreeService::RangeDrop_st(Call call) {
   const uint32_t r = req->range;
   // (Handle has checked InCluster.)
   if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (Status st = AtEpoch(*cluster_, call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
   if ((req->flags & kRangeRelease) != 0) {
     // Readers are refused before the copy goes: the serving mark stops
-    // vouching, and the server, asked, says Busy.
+    // vouching, and the server, asked, says Busy. The range's writes wait
+    // for the next configuration, not for the deletes: they go on after
+    // the reply, a page per turn of this thread.
     if (Status st = cluster_->ReleaseRanges({r}); !st.ok()) {
       return call.responder.Reply(st);
     }
-  } else if (!cluster_->RangeIncoming(r)) {
+    std::erase_if(changed_, [&](const std::string& k) {
+      return cluster_->current()->config.RangeOf(k) == r;
+    });
+    call.responder.Reply(Status::OK());
+    return DeleteReleased_st(r, BoundsOf(cluster_->current()->config, r).lower);
+  }
+  if (!cluster_->RangeIncoming(r)) {
     return call.responder.Reply(
         Status::Conflict("ordered range " + std::to_string(r) +
                          " is not moving to this server in epoch " +
@@ -547,6 +588,96 @@ void TreeService::RangeDrop_st(Call call) {
   UpdateCounters_st();
   if (!any) return call.responder.Reply(st);
   AfterDurable_st(std::move(call.responder), std::move(st), {});
+}
+
+bool TreeService::Unheld(const cluster::Ownership::Installed& c, uint32_t r) {
+  return r < c.config.num_ranges() &&
+         (c.self < 0 || (c.config.range_owner[r] != uint16_t(c.self) &&
+                         c.config.RangeNextOf(r) != uint16_t(c.self)));
+}
+
+size_t TreeService::OnPass(PartitionId p) {
+  if (p != 0 || cluster_ == nullptr || purged_) return 0;
+  if (cluster_->pending() == nullptr) return 0;  // no configuration yet
+  PurgeRanges_st();
+  return 1;
+}
+
+void TreeService::PurgeRanges_st() {
+  const cluster::Ownership::Installed& c = *cluster_->pending();
+  uint64_t deleted = 0;
+  Status st;
+  for (uint32_t r = 0; r < c.config.num_ranges() && st.ok(); ++r) {
+    if (!Unheld(c, r)) continue;
+    const RangeBounds b = BoundsOf(c.config, r);
+    while (st.ok()) {
+      st = tree_->Scan(b.lower, b.upper, kMaxScanLimit, false, &scan_page_);
+      if (!st.ok() || scan_page_.items.empty()) break;
+      if (store_ != nullptr) st = store_->Writable();
+      const uint64_t before = deleted;
+      for (size_t i = 0; st.ok() && i < scan_page_.items.size(); ++i) {
+        const std::string& k = scan_page_.items[i].key;
+        if (tree_->Delete(k).ok()) {
+          ++deleted;
+          if (store_ != nullptr) store_->LogDelete(k, tree_->last_version());
+        }
+      }
+      if (deleted == before) break;  // (cannot happen: keys just read)
+    }
+  }
+  if (!st.ok()) {
+    log::Warn("tree: deleting ranges epoch {} does not give this server: {}",
+              c.config.epoch, st.ToString());
+  } else if (deleted > 0) {
+    log::Info(
+        "cluster: deleted {} ordered pairs of ranges that epoch {} does not "
+        "give this server",
+        deleted, c.config.epoch);
+  }
+  UpdateCounters_st();
+  purged_ = true;
+  cluster_->PurgeDone();
+}
+
+void TreeService::SettleRanges_st(const cluster::Ownership::Installed& c) {
+  // Before the purge, the purge judges; a configuration installed before
+  // it that is not served yet is settled by it.
+  if (!purged_) return;
+  for (uint32_t r = 0; r < c.config.num_ranges(); ++r) {
+    if (!Unheld(c, r)) continue;
+    const RangeBounds b = BoundsOf(c.config, r);
+    if (!tree_->Scan(b.lower, b.upper, 1, false, &scan_page_).ok() ||
+        scan_page_.items.empty()) {
+      continue;
+    }
+    DeleteReleased_st(r, b.lower);
+  }
+}
+
+void TreeService::DeleteReleased_st(uint32_t r, std::string from) {
+  if (!cluster_->RangeGone(r)) return;
+  const cluster::Config& c = cluster_->current()->config;
+  const RangeBounds b = BoundsOf(c, r);
+  constexpr uint32_t kPage = 1024;
+  Status st = tree_->Scan(from, b.upper, kPage, false, &scan_page_);
+  if (st.ok() && store_ != nullptr && !scan_page_.items.empty()) {
+    st = store_->Writable();
+  }
+  if (!st.ok()) {
+    // Left in memory, unreachable (ARCHITECTURE.md, "Moving ranges").
+    log::Warn("tree: deleting released range {}: {}", r, st.ToString());
+    return;
+  }
+  for (const ScanItem& it : scan_page_.items) {
+    if (tree_->Delete(it.key).ok() && store_ != nullptr) {
+      store_->LogDelete(it.key, tree_->last_version());
+    }
+  }
+  UpdateCounters_st();
+  if (!scan_page_.more) return;
+  ctx_->RunOn(0, [this, r, next = scan_page_.resume]() mutable {
+    DeleteReleased_st(r, std::move(next));
+  });
 }
 
 }  // namespace remem::tree

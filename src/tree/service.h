@@ -33,8 +33,11 @@
 //
 // With persistence the tree is partition 0's durable state of service
 // "tree" (DurableTree): writes are logged (the RESULT: key, value, new
-// version) and answered once their records are written; recovery rebuilds
-// the tree from the snapshot and the log before the threads start.
+// version) and answered once their records are written; a range's import
+// logs its pairs at the versions they came with, and the old owner's
+// highest version as a delete of the empty key (DurableTree reads it as
+// the version only); recovery rebuilds the tree from the snapshot and the
+// log before the threads start.
 //
 // Thread contract: as server::Service (service.h).
 
@@ -82,6 +85,8 @@ class TreeService final : public server::Service {
                                   std::string_view payload) const override;
   void Handle(server::PartitionId p, server::Call call) override;
   void Stats(server::StatsBuilder* out) const override;
+  // In a cluster, before the first configuration is served: PurgeRanges_st.
+  size_t OnPass(server::PartitionId p) override;
 
  private:
   void UpdateCounters_st();
@@ -103,10 +108,28 @@ class TreeService final : public server::Service {
   void RangeSync_st(server::Call call);
   void RangeImport_st(server::Call call);
   void RangeDrop_st(server::Call call);
+  // After a release: deletes range r's keys from `from` on, a page per
+  // turn of the owner thread, while the range stays gone (Ownership::
+  // RangeGone: a move bringing it back deletes what is left itself).
+  void DeleteReleased_st(uint32_t r, std::string from);
+  // Range r is neither owned here nor moving here in `c`: what this tree
+  // holds of it belongs to no one.
+  static bool Unheld(const cluster::Ownership::Installed& c, uint32_t r);
+  // Once, before the first configuration is served (Ownership::
+  // RequirePurge): deletes the keys of every range it leaves unheld here
+  // (moved away while this server was down, a release that did not
+  // finish, a copy left by an abandoned move, a tree of this server's own
+  // from before it joined).
+  void PurgeRanges_st();
+  // After each configuration installed once the purge is done: deletes
+  // what this tree holds of ranges `c` leaves unheld here (an abandoned
+  // move's copy; a range moved away while its release was skipped).
+  void SettleRanges_st(const cluster::Ownership::Installed& c);
   // Writes the range serving word into the region's mark.
   void PublishRangeMark(uint64_t word);
 
   TreeServiceOptions options_;
+  server::ServiceContext* ctx_ = nullptr;
   fabric::LocalRegion* region_ = nullptr;
   std::unique_ptr<BLinkTree> tree_;
   const cluster::Ownership* cluster_ = nullptr;  // null on a single server
@@ -117,6 +140,7 @@ class TreeService final : public server::Service {
   // Keys written in ranges moving away since their export began (owner
   // thread).
   std::unordered_set<std::string> changed_;
+  bool purged_ = false;      // PurgeRanges_st has run (owner thread)
   std::string multi_value_;  // the owner's, reused by every multi-get
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,

@@ -720,15 +720,20 @@ struct TreeStore::Impl {
                        ? tree::DecodeTreeMultiGetReply(payload, last - first)
                        : Result<std::vector<Result<Value>>>(st);
       const size_t again = s->order.size();
+      // A full reply answers the rest Busy after values it holds: those go
+      // again. Busy with nothing served before it (a range being handed
+      // over) is the caller's to retry.
+      bool served = false;
       for (size_t j = first; j < last; ++j) {
         const size_t k = s->order[j];
         Result<Value>& slot = s->results[s->slots[k]];
         if (!items.ok()) {
           slot = items.status();
         } else if ((*items)[j - first].status().code() == StatusCode::kBusy &&
-                   j > first) {
+                   served) {
           s->order.push_back(k);
         } else {
+          served = served || (*items)[j - first].ok();
           slot = std::move((*items)[j - first]);
         }
       }
