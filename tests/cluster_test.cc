@@ -3727,11 +3727,14 @@ TEST_F(ClusterTest, OrderedRangesSpreadOverServersAndScansCrossThemInOrder) {
 // every loaded key reads back with its value from its new owner, the old
 // owners deleted what moved away, and a scan returns everything in order.
 TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
-  // Ranges [.., "hot4"), ["hot4", "key-3"), ["key-3", "key-6"), ["key-6",
-  // ..): hot0..3 in the first, hot4..7 in the second. One changed pair
-  // per sync of the hash shards, copies at full speed (as the shards'
-  // test).
-  const std::vector<std::string> flags = {"--tree-splits", "hot4,key-3,key-6",
+  // Ranges [.., "a"), ["a", "hot4"), ["hot4", "key-3"), ["key-3", ..),
+  // owned by the first member (by address), the second, the first, the
+  // second: hot0..3 in range 1, hot4..7 and key-0.. key-2... in range 2,
+  // the rest of the keys in range 3. The joiner takes the first member's
+  // last range (2); the drain of hot0's owner (the second) moves ranges 1
+  // and 3: every hot key moves during the race. Copies at full speed (as
+  // the shards' test).
+  const std::vector<std::string> flags = {"--tree-splits", "a,hot4,key-3",
                                           "--shards",      "256",
                                           "--move-share",  "100"};
   ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
@@ -3820,6 +3823,7 @@ TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
   }));
   const Cluster::Info& info = cluster->info();
   ASSERT_EQ(info.range_owner.size(), 4u);
+  EXPECT_EQ(drained_ranges, 2u);
   for (const auto& n : info.nodes) {
     EXPECT_NE(n.address, drained);
     EXPECT_EQ(n.ranges, 2u) << n.address;
@@ -3842,14 +3846,15 @@ TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
       ++hot;
     }
   }
-  // (An old owner deletes a released range after its release's reply.)
-  for (const auto& n : info.nodes) {
-    auto probe = ConnectOrDie(n.address);
+  // Every server, the drained one too (still running): the old owners
+  // deleted what moved away (after their release's reply).
+  for (const auto& sv : servers_) {
+    auto probe = ConnectOrDie(sv.address);
     ASSERT_TRUE(probe);
     EXPECT_EQ(
-        WaitForStatOf(probe.get(), "tree_pairs", expected[n.address], kBound),
-        expected[n.address])
-        << n.address;
+        WaitForStatOf(probe.get(), "tree_pairs", expected[sv.address], kBound),
+        expected[sv.address])
+        << sv.address;
   }
   // One scan across the ranges, in pages: every key, in order.
   std::vector<std::string> scanned;
@@ -3978,14 +3983,24 @@ TEST_F(ClusterTest, ARangeThatDoesNotFitItsNewOwnerStaysWhereItIs) {
   servers_.push_back(StartServer(MemberFlags(2, joiner_flags)));
   ASSERT_NE(servers_.back().process, nullptr);
   const std::string joiner = servers_.back().address;
-  auto probe = ConnectOrDie(servers_[0].address);
-  ASSERT_NE(probe, nullptr);
-  // The manager tried and gave up: a configuration that abandons the move
-  // (an epoch past the step's), and nothing moves any more.
+  // The step that moves range 2 to the joiner; then the manager tries and
+  // gives up: a configuration that abandons the move, and nothing moves
+  // any more.
+  uint32_t step_epoch = 0;
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (step_epoch == 0 && std::chrono::steady_clock::now() < until) {
+    if (cluster->Refresh().ok() && cluster->info().moving_ranges > 0) {
+      step_epoch = cluster->info().epoch;
+      EXPECT_EQ(cluster->info().range_next[2],
+                NodeIndex(cluster->info(), joiner));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(step_epoch, 0u) << "no range moved to the joiner";
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
-    return NodeIndex(info, joiner) >= 0 && info.epoch >= 5 &&
-           ShardsOf(info, joiner) > 0;
+    return info.epoch > step_epoch;
   }));
+  EXPECT_EQ(SumOfStat(cluster.get(), "cluster_ranges_refused"), 1u);
   auto at_joiner = ConnectOrDie(joiner);
   ASSERT_NE(at_joiner, nullptr);
   EXPECT_EQ(WaitForStatOf(at_joiner.get(), "tree_pairs", 0, kBound), 0u);

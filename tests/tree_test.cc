@@ -1481,6 +1481,7 @@ void RaceLinearizable(const std::string& address, const std::string& prefix) {
   o.large_min = 100;
   o.large_max = 1000;  // inline up to 256 bytes, out of line beyond
   o.churn_keys = 200;
+  o.min_reads = 201;  // (the check below, on a loaded machine too)
   auto report = testing::RunRace(&store, o);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   std::printf("%s: %s\n", std::string(TransportName(TestTransport())).c_str(),

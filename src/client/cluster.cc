@@ -1350,7 +1350,8 @@ Status Cluster::Drain(const std::string& address,
                : std::string()) +
           (im.config.replicas > 0 ? " and backs up " + std::to_string(backups)
                                   : std::string()) +
-          " (the drain goes on)");
+          " (the drain goes on; a range that no other server can hold stays: "
+          "the manager's cluster_ranges_refused counts those)");
     }
     // A drain takes a copy's time: look again in a while, not in a spin.
     im.PollLoops();

@@ -405,10 +405,11 @@ Config CompleteFills(const Config& filling,
   return c;
 }
 
-std::optional<Config> NextBalanceStep(
-    const Config& current, const std::vector<Member>& live,
-    const std::vector<std::string>& drained, uint32_t max_moves,
-    const std::vector<std::pair<uint32_t, std::string>>& refused) {
+std::optional<Config> NextBalanceStep(const Config& current,
+                                      const std::vector<Member>& live,
+                                      const std::vector<std::string>& drained,
+                                      uint32_t max_moves,
+                                      const std::vector<RefusedMove>& refused) {
   if (current.replicas > 0) return std::nullopt;
   auto is_live = [&](const std::string& a) {
     return std::any_of(live.begin(), live.end(),
@@ -508,8 +509,13 @@ std::optional<Config> NextBalanceStep(
     std::vector<uint32_t> ranges(next.members.size(), 0);
     for (uint16_t o : next.range_owner) ++ranges[o];
     auto is_refused = [&](uint32_t r, uint32_t to) {
+      const std::string& a = next.members[to].address;
+      uint64_t incarnation = 0;
+      for (const Member& m : live) {
+        if (m.address == a) incarnation = m.incarnation;
+      }
       return std::any_of(refused.begin(), refused.end(), [&](const auto& x) {
-        return x.first == r && x.second == next.members[to].address;
+        return x.range == r && x.address == a && x.incarnation == incarnation;
       });
     };
     // The eligible member with the fewest ranges that may take range r

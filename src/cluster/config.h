@@ -27,7 +27,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "remem/status.h"
@@ -197,13 +196,19 @@ Result<std::vector<std::string>> ParseSplits(std::string_view list);
 // live drained member (or, once nothing is drained, from the member owning
 // the most ranges when it owns two or more than another eligible member)
 // to the eligible member owning the fewest (ties to the first by
-// address). `refused` lists moves not to try again, as (range, address of
-// the member it would move to): a member that could not hold that range
-// (the range goes to the next member by that order, or stays).
+// address). `refused` lists range moves not to try again: to a member
+// (by address and the incarnation `live` names) that could not hold that
+// range (the range goes to the next member by that order, or stays; the
+// same member restarted is tried again).
+struct RefusedMove {
+  uint32_t range = 0;
+  std::string address;
+  uint64_t incarnation = 0;
+};
 std::optional<Config> NextBalanceStep(
     const Config& current, const std::vector<Member>& live,
     const std::vector<std::string>& drained, uint32_t max_moves,
-    const std::vector<std::pair<uint32_t, std::string>>& refused = {});
+    const std::vector<RefusedMove>& refused = {});
 // Failover in a replicated cluster (replicas > 0): the configuration one
 // epoch newer that takes the cluster past the members that left. A member
 // has left when `live` does not name it, or names it with another

@@ -367,14 +367,22 @@ TEST(ClusterConfig, RangesMoveToAJoinerAndOffADrainedMember) {
   EXPECT_EQ(step->moving(), 0u);
   EXPECT_EQ(step->moving_ranges(), 1u);
   EXPECT_EQ(step->RangeNextOf(2), 2u);
-  auto refused = NextBalanceStep(f, with_joiner, {}, 64, {{2, "10.0.0.2:1"}});
+  with_joiner.back().incarnation = 7;
+  auto refused =
+      NextBalanceStep(f, with_joiner, {}, 64, {{2, "10.0.0.2:1", 7}});
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->moving_ranges(), 0u);
   EXPECT_EQ(refused->members.size(), 3u);
+  // The joiner restarted (another incarnation): tried again.
+  with_joiner.back().incarnation = 8;
+  auto again = NextBalanceStep(f, with_joiner, {}, 64, {{2, "10.0.0.2:1", 7}});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->RangeNextOf(2), 2u);
+  with_joiner.back().incarnation = 7;
   // Drained, its range refused at the member with the fewest goes to the
   // next one.
   auto around = NextBalanceStep(*refused, with_joiner, {"10.0.0.1:1"}, 64,
-                                {{1, "10.0.0.2:1"}});
+                                {{1, "10.0.0.2:1", 7}});
   ASSERT_TRUE(around);
   EXPECT_EQ(around->moving(), 0u);
   EXPECT_EQ(around->RangeNextOf(1), 0u);

@@ -461,7 +461,19 @@ void ClusterMember::FollowConfig() {
     splits_warned_ = true;
   }
   const uint32_t epoch = c->epoch;
-  if (ownership_->Install(std::move(*c))) {
+  // A first configuration's moves may be past their handoff (this server
+  // restarted during one, perhaps after its release here): only if
+  // ZooKeeper's record says this epoch, or cannot be read.
+  bool past_handoff = true;
+  if (ownership_->latest() == nullptr && c->moving() + c->moving_ranges() > 0) {
+    std::string handoff;
+    const int hrc =
+        Get(zh_, options_.target.path + "/handoff", false, &handoff);
+    if (hrc == ZNONODE || (hrc == ZOK && handoff != std::to_string(epoch))) {
+      past_handoff = false;
+    }
+  }
+  if (ownership_->Install(std::move(*c), past_handoff)) {
     const auto* cur = ownership_->latest();
     log::Info(
         "cluster: configuration epoch {} installed{}: {} members, this "
@@ -1101,15 +1113,20 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
       }
       const auto start = std::chrono::steady_clock::now();
       if (Status copy = CopyMoving(*c); !copy.ok()) {
-        if (copy.code() == StatusCode::kOutOfMemory && c->moving_ranges() > 0) {
+        if (range_import_full_) {
           // The new owner cannot hold the range (its --tree-memory): the
           // move is abandoned (its copy there is deleted as the
           // configuration that abandons it is installed) and not tried
-          // again by this manager.
+          // again by this manager while that member runs on.
           for (uint32_t r = 0; r < c->num_ranges(); ++r) {
             if (c->RangeNextOf(r) == kNoMember) continue;
-            refused_ranges_.emplace_back(r,
-                                         c->members[c->range_next[r]].address);
+            const std::string& to = c->members[c->range_next[r]].address;
+            uint64_t incarnation = 0;
+            for (const Member& m : live) {
+              if (m.address == to) incarnation = m.incarnation;
+            }
+            refused_ranges_.push_back({r, to, incarnation});
+            ranges_refused_.fetch_add(1, std::memory_order_relaxed);
           }
           log::Error(
               "cluster: the ordered range moving in epoch {} does not fit its "
@@ -1182,6 +1199,7 @@ void ClusterMember::Pace(std::chrono::steady_clock::duration busy) {
 
 Status ClusterMember::CopyMoving(const Config& moving) {
   step_pairs_ = 0;
+  range_import_full_ = false;
   const auto moves = MovesOf(moving);
   // The sessions opened so far to each member the copy has called: one
   // opened since means it may have restarted in between (killed and back
@@ -1291,6 +1309,10 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     auto r = CallTree(address, moving.epoch, static_cast<uint8_t>(m),
                       std::move(payload));
     if (r.ok()) note(address);
+    if (m == tree::TreeMethod::kRangeImport &&
+        r.status().code() == StatusCode::kOutOfMemory) {
+      range_import_full_ = true;
+    }
     return r;
   };
   // As sync, for range r.

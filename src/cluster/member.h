@@ -46,9 +46,9 @@
 // again starts over at 2 (the new owner may have lost the pages it took,
 // the old owner the keys it noted; the copy calls every member once more
 // before it freezes, so that this is seen before anything is frozen); an
-// old owner back during a step starts with the moving shards released
-// (its step may be past the freeze, or the release), and a new owner
-// keeps what it recovered
+// old owner back during a step starts with the moving shards frozen (its
+// step may be past the freeze), released if `handoff` names the step (it
+// may be past the release here), and a new owner keeps what it recovered
 // of them (the purge keeps shards moving here).
 // Ordered ranges (config.h, range_next) move in steps of their own (a step
 // moves shards or one range, never both), by the same protocol on the
@@ -223,9 +223,13 @@ class ClusterMember {
   uint64_t shards_moved() const {
     return shards_moved_.load(std::memory_order_relaxed);
   }
-  // As manager: ordered ranges moved.
+  // As manager: ordered ranges moved, and range moves given up because
+  // the new owner could not hold the range (not tried there again).
   uint64_t ranges_moved() const {
     return ranges_moved_.load(std::memory_order_relaxed);
+  }
+  uint64_t ranges_refused() const {
+    return ranges_refused_.load(std::memory_order_relaxed);
   }
   uint64_t last_step_ms() const {
     return last_step_ms_.load(std::memory_order_relaxed);
@@ -390,9 +394,14 @@ class ClusterMember {
   std::atomic<uint64_t> last_pause_ms_{0};
   std::atomic<uint64_t> moves_held_{0};
   std::atomic<uint64_t> pairs_moved_{0};
-  // Range moves whose new owner could not hold the range, as (range,
-  // address): not tried again by this manager (the member's thread).
-  std::vector<std::pair<uint32_t, std::string>> refused_ranges_;
+  // Range moves whose new owner could not hold the range: not tried
+  // again by this manager while that member runs the same incarnation
+  // (the member's thread).
+  std::vector<RefusedMove> refused_ranges_;
+  // The current step's import of a range failed with OutOfMemory (the
+  // member's thread).
+  bool range_import_full_ = false;
+  std::atomic<uint64_t> ranges_refused_{0};
   // The current step (the member's thread): pairs copied, and when its
   // shards were frozen.
   uint64_t step_pairs_ = 0;

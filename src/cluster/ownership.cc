@@ -28,7 +28,7 @@ Status Ownership::LeasedUnder(const Installed& c) const {
       "until it has one");
 }
 
-bool Ownership::Install(Config config) {
+bool Ownership::Install(Config config, bool past_handoff) {
   std::lock_guard<std::mutex> lock(mu_);
   const Installed* cur = latest();
   if (cur != nullptr && config.epoch <= cur->config.epoch) return false;
@@ -82,12 +82,13 @@ bool Ownership::Install(Config config) {
     }
   }
   if (range_state_ == nullptr && num_ranges > 0) {
-    // As for shards (below): a range the first configuration names as
-    // moving away starts released.
+    // As for shards (below).
     range_state_ = std::make_unique<std::atomic<uint8_t>[]>(num_ranges);
     num_range_states_ = num_ranges;
     for (uint32_t r = 0; r < num_ranges; ++r) {
-      range_state_[r].store(next->range_outgoing[r] ? kReleased : kServing);
+      range_state_[r].store(!next->range_outgoing[r] ? kServing
+                            : past_handoff           ? kReleased
+                                                     : kFrozen);
     }
   }
   auto owned_ranges = [](const Installed& i) {
@@ -100,14 +101,17 @@ bool Ownership::Install(Config config) {
   if (state_ == nullptr) {
     // The first configuration of this process: a shard it names as moving
     // away was moving when this server restarted, and the step may be
-    // past its freeze (its handoff recorded, the release next) or even
-    // past its release here (the deletes begun, or done): it serves
-    // nothing of it until the move ends or is abandoned (the manager
-    // exports a released shard again if it has to, and abandoning the
-    // move serves it again).
+    // past its freeze: it takes no write until the move ends or is
+    // abandoned (the manager copies a frozen shard again if it has to).
+    // Past the handoff the step may be past its release here too (the
+    // deletes begun, or done): then it serves nothing of it either (the
+    // manager exports a released shard again if it has to, and
+    // abandoning the move serves it again).
     state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
     for (uint32_t s = 0; s < n; ++s) {
-      state_[s].store(next->outgoing[s] ? kReleased : kServing);
+      state_[s].store(!next->outgoing[s] ? kServing
+                      : past_handoff     ? kReleased
+                                         : kFrozen);
     }
   }
   if (cur == nullptr || config.epoch != cur->config.epoch + 1 ||

@@ -18,17 +18,19 @@
 // are this server's own, kept per shard beside the configuration, and end
 // when a configuration no longer moves the shard away from here. A shard
 // the first configuration a process installs names as moving away starts
-// released: the server restarted during that move, which may be past its
-// freeze, or past its release here (part of the copy deleted).
+// frozen (the server restarted during that move, which may be past its
+// freeze), or released if the move may be past its handoff (then past its
+// release here too, part of the copy deleted).
 //
 // A member that starts with data (--data-dir) may hold pairs of shards
 // that moved away while it was down (a move whose manager committed it
 // without this server's release: it had died right after the handoff).
 // So the first configuration is not served at once: it waits, as
 // pending(), until each part of the data path that keeps pairs (the hash
-// store's partitions, RequirePurge) has deleted what that configuration
-// does not give this server (PurgeDone); until then the server answers
-// Busy, as before any configuration, and no reader can find those pairs.
+// store's partitions and the ordered store, RequirePurge) has deleted what
+// that configuration does not give this server (PurgeDone); until then the
+// server answers Busy, as before any configuration, and no reader can find
+// those pairs.
 //
 // In a replicated configuration a member serves only while it holds a
 // lease from the configuration manager (cluster/member_lease.h): until
@@ -120,8 +122,11 @@ class Ownership {
   };
 
   // Installs `config` if its epoch is newer than the current one; returns
-  // whether it did.
-  bool Install(Config config);
+  // whether it did. `past_handoff`: for the first configuration of this
+  // process, whether its moves may be past their handoff (the ZooKeeper
+  // record says this epoch, or could not be read): the shards and ranges
+  // it moves away from here then start released, else frozen (above).
+  bool Install(Config config, bool past_handoff = true);
   // Null before the first configuration is served.
   const Installed* current() const {
     return current_.load(std::memory_order_acquire);
@@ -137,7 +142,8 @@ class Ownership {
     return pending_.load(std::memory_order_acquire);
   }
   // `parts` parts of the data path will each call PurgeDone once, after
-  // deleting the pairs of shards that pending() does not give this server.
+  // deleting the pairs of shards (or ranges) that pending() does not give
+  // this server.
   void RequirePurge(uint32_t parts) const;
   void PurgeDone() const;
   // 0 before the first configuration.

@@ -138,13 +138,18 @@ TEST(Ownership, ARangeMovingAwayIsNotedThenFrozenThenReleased) {
   ASSERT_TRUE(a.Install(back));
   EXPECT_FALSE(a.RangeGone(0));
   EXPECT_TRUE(a.RangeIncoming(0));
-  // A server restarted during the move starts with the range released
-  // (it may have deleted part of it before it restarted).
+  // A server restarted during the move, maybe past its handoff, starts
+  // with the range released (it may have deleted part of it).
   Ownership again("a:1");
   ASSERT_TRUE(again.Install(moving));
   EXPECT_EQ(again.WritableRange("a").code(), StatusCode::kBusy);
   EXPECT_EQ(again.OwnsRange("a").code(), StatusCode::kBusy);
   EXPECT_EQ(again.range_serving_word(), 0u);
+  // Known not to be past its handoff: frozen.
+  Ownership before("a:1");
+  ASSERT_TRUE(before.Install(moving, /*past_handoff=*/false));
+  EXPECT_EQ(before.WritableRange("a").code(), StatusCode::kBusy);
+  EXPECT_TRUE(before.OwnsRange("a").ok());
   EXPECT_TRUE(again.WritableRange("h").code() == StatusCode::kMoved);
 }
 
@@ -238,7 +243,7 @@ TEST(Ownership, TheInstallListenerHearsEachInstalledEpochOnce) {
 // A server whose first configuration (it restarted) has a shard moving
 // away from it: the step may be past its freeze, so that shard takes no
 // write (reads go on) until a configuration ends the move.
-TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsReleased) {
+TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsFrozenOrReleased) {
   Ownership o("a:1");
   Config c = TwoServers(1);
   const std::string mine = KeyOwnedBy(c, "a:1");
@@ -265,6 +270,12 @@ TEST(Ownership, AShardMovingAwayInTheFirstConfigurationStartsReleased) {
   abandoned.next.clear();
   ASSERT_TRUE(o.Install(abandoned));
   EXPECT_TRUE(o.Writable(mine).ok());
+  // Not past its handoff (ZooKeeper says so): no release can have come,
+  // so only frozen (reads served, writes Busy).
+  Ownership before("a:1");
+  ASSERT_TRUE(before.Install(c, /*past_handoff=*/false));
+  EXPECT_TRUE(before.Owns(mine).ok());
+  EXPECT_EQ(before.Writable(mine).code(), StatusCode::kBusy);
 }
 
 TEST(Ownership, FreezeAndReleaseHoldOnlyWhileAShardMovesAway) {

@@ -930,6 +930,7 @@ std::vector<proto::StatValue> Server::Impl::Stats() const {
     num("cluster_shards_moved", m ? m->shards_moved() : 0);
     num("cluster_ranges_moving", c ? c->config.moving_ranges() : 0);
     num("cluster_ranges_moved", m ? m->ranges_moved() : 0);
+    num("cluster_ranges_refused", m ? m->ranges_refused() : 0);
     num("cluster_pairs_moved", m ? m->pairs_moved() : 0);
     num("cluster_last_move_ms", m ? m->last_step_ms() : 0);
     num("cluster_last_pause_ms", m ? m->last_pause_ms() : 0);

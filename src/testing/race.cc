@@ -44,7 +44,8 @@ std::string Clip(const std::string& v) {
 }
 
 void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
-            std::atomic<int>* writers_left, ThreadResult* out) {
+            std::atomic<int>* writers_left,
+            const std::atomic<uint64_t>* reads_done, ThreadResult* out) {
   auto client = store->NewClient(KvStore::Role::kWriter);
   ready->arrive_and_wait();
   if (!client.ok()) {
@@ -70,10 +71,11 @@ void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
   const uint64_t min_writes = uint64_t(
       Scaled(int(o.min_writes), int(std::min<uint64_t>(o.min_writes, 50))));
   const auto start = Clock::now();
-  for (uint64_t i = 0; i < o.max_writes; ++i) {
+  for (uint64_t i = 0;; ++i) {
     const auto now = Clock::now();
-    if (now - start >= o.max_duration ||
-        (now - start >= o.min_duration && i >= min_writes &&
+    const bool read_enough = reads_done->load() >= o.min_reads;
+    if (now - start >= o.max_duration || (i >= o.max_writes && read_enough) ||
+        (now - start >= o.min_duration && i >= min_writes && read_enough &&
          !(o.keep_going && o.keep_going()))) {
       break;
     }
@@ -180,7 +182,8 @@ void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
 }
 
 void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
-            const std::atomic<int>* writers_left, ThreadResult* out) {
+            const std::atomic<int>* writers_left,
+            std::atomic<uint64_t>* reads_done, ThreadResult* out) {
   auto client = store->NewClient(KvStore::Role::kReader);
   ready->arrive_and_wait();
   if (!client.ok()) {
@@ -225,6 +228,7 @@ void Reader(KvStore* store, const RaceOptions& o, int r, std::latch* ready,
       op.call_ns = call_ns;
       op.return_ns = return_ns;
       ++out->reads;
+      reads_done->fetch_add(1, std::memory_order_relaxed);
       Result<KvValue>& g = got[i];
       if (g.ok()) {
         ++out->found;
@@ -313,14 +317,15 @@ Result<RaceReport> RunRace(KvStore* store, const RaceOptions& o) {
   for (ThreadResult& r : results) r.ops.resize(size_t(o.keys));
   std::latch ready(threads);
   std::atomic<int> writers_left{o.writers};
+  std::atomic<uint64_t> reads_done{0};
   std::vector<std::thread> running;
   for (int w = 0; w < o.writers; ++w) {
     running.emplace_back(Writer, store, std::cref(o), w, &ready, &writers_left,
-                         &results[size_t(w)]);
+                         &reads_done, &results[size_t(w)]);
   }
   for (int r = 0; r < o.readers; ++r) {
     running.emplace_back(Reader, store, std::cref(o), r, &ready, &writers_left,
-                         &results[size_t(o.writers + r)]);
+                         &reads_done, &results[size_t(o.writers + r)]);
   }
   for (std::thread& t : running) t.join();
 

@@ -40,13 +40,18 @@ struct RaceOptions {
   int readers = 2;  // reader threads
   // The writers run at least `min_duration` and `min_writes` each (a slow
   // machine or a sanitizer still covers growth), at most `max_writes` each
-  // or `max_duration`. Histories stay checkable in seconds. Under
-  // REMEM_TEST_SCALE (the sanitizers) min_writes and max_reads_per_reader
-  // are divided by it (testing::Scaled), never below 50 and 2000.
+  // (unless min_reads, below, holds them) or `max_duration`. Histories stay
+  // checkable in seconds. Under REMEM_TEST_SCALE (the sanitizers) min_writes
+  // and max_reads_per_reader are divided by it (testing::Scaled), never below
+  // 50 and 2000.
   std::chrono::milliseconds min_duration{1500};
   uint64_t min_writes = 500;
   uint64_t max_writes = 20000;
   std::chrono::milliseconds max_duration{60000};
+  // The writers also go on, past max_writes too, until the readers have
+  // made `min_reads` reads in all (within max_duration): a loaded machine
+  // that starves the readers still races them against writes.
+  uint64_t min_reads = 0;
   // If set, the writers also go on while it returns true (e.g. until
   // something the test does meanwhile is over), within max_duration.
   // Called from the writer threads.

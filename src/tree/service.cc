@@ -502,6 +502,17 @@ void TreeService::RangeImport_st(Call call) {
     }
   }
   BLinkTree& t = *tree_;
+  // A range that would take this tree's last memory is refused whole (the
+  // manager then abandons its move): this server's own ranges keep room.
+  const uint64_t reserve =
+      std::max<uint64_t>(2 * kNodePageBytes, region_->length() / 16);
+  if (!pairs->items.empty() && t.bytes_unassigned() < reserve) {
+    return call.responder.Reply(Status::OutOfMemory(
+        "this server's tree cannot take the range: " +
+        std::to_string(t.bytes_unassigned()) +
+        " bytes of --tree-memory left, and " + std::to_string(reserve) +
+        " are kept for its own ranges"));
+  }
   const bool raise = pairs->max_version > t.last_version();
   if (store_ != nullptr && (raise || !pairs->items.empty())) {
     if (Status w = store_->Writable(); !w.ok()) {
@@ -545,7 +556,7 @@ void TreeService::RangeDrop_st(Call call) {
     // Readers are refused before the copy goes: the serving mark stops
     // vouching, and the server, asked, says Busy. The range's writes wait
     // for the next configuration, not for the deletes: they go on after
-    // the reply, a page per turn of this thread.
+    // the reply, a page per pass of this thread (OnPass).
     if (Status st = cluster_->ReleaseRanges({r}); !st.ok()) {
       return call.responder.Reply(st);
     }
@@ -553,7 +564,7 @@ void TreeService::RangeDrop_st(Call call) {
       return cluster_->current()->config.RangeOf(k) == r;
     });
     call.responder.Reply(Status::OK());
-    return DeleteReleased_st(r, BoundsOf(cluster_->current()->config, r).lower);
+    return DeleteLater_st(r, BoundsOf(cluster_->current()->config, r).lower);
   }
   if (!cluster_->RangeIncoming(r)) {
     return call.responder.Reply(
@@ -597,10 +608,13 @@ bool TreeService::Unheld(const cluster::Ownership::Installed& c, uint32_t r) {
 }
 
 size_t TreeService::OnPass(PartitionId p) {
-  if (p != 0 || cluster_ == nullptr || purged_) return 0;
-  if (cluster_->pending() == nullptr) return 0;  // no configuration yet
-  PurgeRanges_st();
-  return 1;
+  if (p != 0 || cluster_ == nullptr) return 0;
+  if (!purged_) {
+    if (cluster_->pending() == nullptr) return 0;  // no configuration yet
+    PurgeRanges_st();
+    return 1;
+  }
+  return deleting_.empty() ? 0 : DeleteStep_st();
 }
 
 void TreeService::PurgeRanges_st() {
@@ -643,6 +657,14 @@ void TreeService::SettleRanges_st(const cluster::Ownership::Installed& c) {
   // Before the purge, the purge judges; a configuration installed before
   // it that is not served yet is settled by it.
   if (!purged_) return;
+  // Keys noted for a range that no longer moves away (the move abandoned
+  // or done) are no one's to send.
+  if (!changed_.empty()) {
+    std::erase_if(changed_, [&](const std::string& k) {
+      return c.range_outgoing.empty() ||
+             c.range_outgoing[c.config.RangeOf(k)] == 0;
+    });
+  }
   for (uint32_t r = 0; r < c.config.num_ranges(); ++r) {
     if (!Unheld(c, r)) continue;
     const RangeBounds b = BoundsOf(c.config, r);
@@ -650,34 +672,48 @@ void TreeService::SettleRanges_st(const cluster::Ownership::Installed& c) {
         scan_page_.items.empty()) {
       continue;
     }
-    DeleteReleased_st(r, b.lower);
+    DeleteLater_st(r, b.lower);
   }
 }
 
-void TreeService::DeleteReleased_st(uint32_t r, std::string from) {
-  if (!cluster_->RangeGone(r)) return;
-  const cluster::Config& c = cluster_->current()->config;
-  const RangeBounds b = BoundsOf(c, r);
+void TreeService::DeleteLater_st(uint32_t r, std::string from) {
+  deleting_.insert_or_assign(r, std::move(from));
+}
+
+size_t TreeService::DeleteStep_st() {
+  auto it = deleting_.begin();
+  const uint32_t r = it->first;
+  // Gone no more (a move brings it back: its first RangeDrop deletes the
+  // rest): stop.
+  if (!cluster_->RangeGone(r)) {
+    deleting_.erase(it);
+    return 1;
+  }
+  const RangeBounds b = BoundsOf(cluster_->current()->config, r);
   constexpr uint32_t kPage = 1024;
-  Status st = tree_->Scan(from, b.upper, kPage, false, &scan_page_);
+  Status st = tree_->Scan(it->second, b.upper, kPage, false, &scan_page_);
   if (st.ok() && store_ != nullptr && !scan_page_.items.empty()) {
     st = store_->Writable();
   }
   if (!st.ok()) {
-    // Left in memory, unreachable (ARCHITECTURE.md, "Moving ranges").
-    log::Warn("tree: deleting released range {}: {}", r, st.ToString());
-    return;
+    // Left in memory, unreachable; the next settle or purge tries again.
+    log::Warn("tree: deleting range {}, which is not this server's: {}", r,
+              st.ToString());
+    deleting_.erase(it);
+    return 1;
   }
-  for (const ScanItem& it : scan_page_.items) {
-    if (tree_->Delete(it.key).ok() && store_ != nullptr) {
-      store_->LogDelete(it.key, tree_->last_version());
+  for (const ScanItem& item : scan_page_.items) {
+    if (tree_->Delete(item.key).ok() && store_ != nullptr) {
+      store_->LogDelete(item.key, tree_->last_version());
     }
   }
   UpdateCounters_st();
-  if (!scan_page_.more) return;
-  ctx_->RunOn(0, [this, r, next = scan_page_.resume]() mutable {
-    DeleteReleased_st(r, std::move(next));
-  });
+  if (scan_page_.more) {
+    it->second = scan_page_.resume;
+  } else {
+    deleting_.erase(it);
+  }
+  return 1;
 }
 
 }  // namespace remem::tree

@@ -45,6 +45,7 @@
 #define REMEM_TREE_SERVICE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -85,7 +86,8 @@ class TreeService final : public server::Service {
                                   std::string_view payload) const override;
   void Handle(server::PartitionId p, server::Call call) override;
   void Stats(server::StatsBuilder* out) const override;
-  // In a cluster, before the first configuration is served: PurgeRanges_st.
+  // In a cluster (partition 0): before the first configuration is served,
+  // PurgeRanges_st; then a page of a range being deleted (DeleteStep_st).
   size_t OnPass(server::PartitionId p) override;
 
  private:
@@ -108,10 +110,12 @@ class TreeService final : public server::Service {
   void RangeSync_st(server::Call call);
   void RangeImport_st(server::Call call);
   void RangeDrop_st(server::Call call);
-  // After a release: deletes range r's keys from `from` on, a page per
-  // turn of the owner thread, while the range stays gone (Ownership::
+  // Range r's keys from `from` on are to be deleted (a release, a settle):
+  // DeleteStep_st deletes a page of the first such range per pass of the
+  // owner thread (OnPass), while the range stays gone (Ownership::
   // RangeGone: a move bringing it back deletes what is left itself).
-  void DeleteReleased_st(uint32_t r, std::string from);
+  void DeleteLater_st(uint32_t r, std::string from);
+  size_t DeleteStep_st();
   // Range r is neither owned here nor moving here in `c`: what this tree
   // holds of it belongs to no one.
   static bool Unheld(const cluster::Ownership::Installed& c, uint32_t r);
@@ -140,7 +144,10 @@ class TreeService final : public server::Service {
   // Keys written in ranges moving away since their export began (owner
   // thread).
   std::unordered_set<std::string> changed_;
-  bool purged_ = false;      // PurgeRanges_st has run (owner thread)
+  bool purged_ = false;  // PurgeRanges_st has run (owner thread)
+  // Ranges whose keys are being deleted: range -> the key to go on from
+  // (owner thread).
+  std::map<uint32_t, std::string> deleting_;
   std::string multi_value_;  // the owner's, reused by every multi-get
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,
