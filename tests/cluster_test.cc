@@ -30,6 +30,8 @@
 #include "client/rpc_client.h"
 #include "client/session_core.h"
 #include "cluster/config.h"
+#include "hash/codec.h"
+#include "hash/wire.h"
 #include "remem/tree.h"
 #include "test_util.h"
 #include "testing/clock.h"
@@ -38,6 +40,8 @@
 #include "testing/race.h"
 #include "testing/scale.h"
 #include "testing/zookeeper_process.h"
+#include "tree/codec.h"
+#include "tree/wire.h"
 
 namespace remem {
 namespace {
@@ -3929,6 +3933,28 @@ TEST_F(ClusterTest, ARangeMoveAbandonedWhenItsOldOwnerDiesLeavesNoCopyBehind) {
   auto at_joiner = ConnectOrDie(joiner);
   ASSERT_NE(at_joiner, nullptr);
   ASSERT_EQ(WaitForStatOf(at_joiner.get(), "tree_pairs", 300, kBound), 300u);
+  {
+    // A move's calls at another epoch than the old owner's (a manager
+    // that lost its place) are refused, the tree's and the hash store's,
+    // before they take anything.
+    auto stale_caller = ConnectOrDie(doomed);
+    ASSERT_NE(stale_caller, nullptr);
+    stale_caller->core()->rpc()->set_epoch(step.epoch - 1);
+    auto sync = stale_caller->core()->CallSync(
+        tree::kTreeService, static_cast<uint8_t>(tree::TreeMethod::kRangeSync),
+        tree::EncodeTreeRange({2, 0, {}}));
+    EXPECT_EQ(sync.status().code(), StatusCode::kConflict);
+    EXPECT_NE(sync.status().message().find("installed epoch"),
+              std::string::npos)
+        << sync.status().ToString();
+    auto shard_sync = stale_caller->core()->CallSync(
+        hash::kHashService, static_cast<uint8_t>(hash::HashMethod::kShardSync),
+        hash::EncodeShardList({{0}, 0}));
+    EXPECT_EQ(shard_sync.status().code(), StatusCode::kConflict);
+    EXPECT_NE(shard_sync.status().message().find("installed epoch"),
+              std::string::npos)
+        << shard_sync.status().ToString();
+  }
   for (auto& sv : servers_) {
     if (sv.address == doomed) {
       ASSERT_TRUE(sv.Kill().ok());

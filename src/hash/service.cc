@@ -1246,10 +1246,23 @@ std::vector<uint8_t> ShardSet(const std::vector<uint32_t>& shards,
   return set;
 }
 
-// OK if every shard of `shards` is moving away from this server (`away`) or
-// to it; Conflict naming the first that is not.
-Status CheckMoving(const cluster::Ownership& o,
+// A move's call is refused (Conflict) unless it comes at the epoch this
+// server has installed: one of another epoch (a manager that lost its
+// place, a call that outlived its pass) must not take the keys noted for
+// the current copy, nor release or drop what the current one needs.
+Status AtMoveEpoch(const cluster::Ownership& o, uint32_t epoch) {
+  if (epoch == o.epoch()) return Status::OK();
+  return Status::Conflict("a move's call at epoch " + std::to_string(epoch) +
+                          "; this server has installed epoch " +
+                          std::to_string(o.epoch()));
+}
+
+// OK if the call's `epoch` is the installed one (AtMoveEpoch) and every
+// shard of `shards` is moving away from this server (`away`) or to it;
+// Conflict naming the first that is not.
+Status CheckMoving(const cluster::Ownership& o, uint32_t epoch,
                    const std::vector<uint32_t>& shards, bool away) {
+  REMEM_RETURN_IF_ERROR(AtMoveEpoch(o, epoch));
   for (uint32_t s : shards) {
     if (away ? o.MovingAway(s) : o.Incoming(s)) continue;
     return Status::Conflict("shard " + std::to_string(s) + " is not moving " +
@@ -1402,7 +1415,8 @@ void HashService::HandleShardFill(Call call) {
 void HashService::HandleShardExport_st(PartitionId p, Call call) {
   auto req = DecodeShardExport(call.payload);
   if (!req.ok()) return call.responder.Reply(req.status());
-  if (Status st = CheckMoving(*cluster_, req->shards, true); !st.ok()) {
+  if (Status st = CheckMoving(*cluster_, call.epoch, req->shards, true);
+      !st.ok()) {
     return call.responder.Reply(st);
   }
   const uint32_t num_shards = cluster_->current()->config.num_shards();
@@ -1464,7 +1478,8 @@ void HashService::HandleShardSync(Call call) {
   if ((list->flags & ~kShardFreeze) != 0) {
     return call.responder.Reply(Status::InvalidArgument("bad sync flags"));
   }
-  if (Status st = CheckMoving(*cluster_, list->shards, true); !st.ok()) {
+  if (Status st = CheckMoving(*cluster_, call.epoch, list->shards, true);
+      !st.ok()) {
     return call.responder.Reply(st);
   }
   if (list->flags & kShardFreeze) {
@@ -1540,6 +1555,9 @@ void HashService::HandleShardImport(Call call) {
   imp->responder = std::move(call.responder);
   auto pairs = DecodeShardPairs(imp->payload);
   if (!pairs.ok()) return imp->responder.Reply(pairs.status());
+  if (Status st = AtMoveEpoch(*cluster_, call.epoch); !st.ok()) {
+    return imp->responder.Reply(st);
+  }
   imp->pairs = std::move(*pairs);
   const uint32_t num_shards = cluster_->current() == nullptr
                                   ? 0
@@ -1629,7 +1647,8 @@ void HashService::HandleShardDrop(Call call) {
         !st.ok()) {
       return call.responder.Reply(st);
     }
-  } else if (Status st = CheckMoving(*cluster_, list->shards, release);
+  } else if (Status st =
+                 CheckMoving(*cluster_, call.epoch, list->shards, release);
              !st.ok()) {
     // Released: shards moving away whose new owner has everything. Else
     // shards moving here: what an earlier, unfinished copy left.
