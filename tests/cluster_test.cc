@@ -873,6 +873,25 @@ class ClusterTreeKv : public testing::KvStore {
   std::vector<std::string> seeds_;
 };
 
+// The race of the move tests (testing/race.h): 8 hot keys, one writer,
+// two readers getting batches of 4 through both asynchronous paths (see
+// GetBatch), for at least 3 s and until `*moves_done` (the tests check that
+// the moves were over before the race).
+testing::RaceOptions RaceThroughMoves(const std::atomic<bool>* moves_done) {
+  testing::RaceOptions o;
+  o.keys = 8;
+  o.writers = 1;
+  o.readers = 2;
+  o.read_batch = 4;
+  o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
+  o.min_duration = std::chrono::milliseconds(3000);
+  o.keep_going = [moves_done] { return !moves_done->load(); };
+  o.min_writes = 300;
+  o.max_writes = 1000000;
+  o.grow_every = 0;
+  return o;
+}
+
 // Polls the configuration until nothing is moving and `done` holds; false
 // at the bound.
 bool WaitForConfig(Cluster* c,
@@ -1014,21 +1033,8 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
   // Writers and one-sided readers race on hot keys through their own
   // clusters while a third server joins and shards move to it.
   ClusterKv kv({servers_[0].address, servers_[1].address});
-  testing::RaceOptions o;
-  o.keys = 8;
-  o.writers = 1;
-  o.readers = 2;
-  // Batches of gets through both asynchronous paths (see GetBatch).
-  o.read_batch = 4;
-  o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
-  // Until the join and the drain are over (the test checks they were over
-  // before the race).
   std::atomic<bool> moves_done{false};
-  o.min_duration = std::chrono::milliseconds(3000);
-  o.keep_going = [&moves_done] { return !moves_done.load(); };
-  o.min_writes = 300;
-  o.max_writes = 1000000;
-  o.grow_every = 0;
+  const testing::RaceOptions o = RaceThroughMoves(&moves_done);
   Result<testing::RaceReport> report = Status::Internal("not run");
   std::chrono::steady_clock::time_point race_end;
   std::thread race([&] {
@@ -3775,18 +3781,8 @@ TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
   }
 
   ClusterTreeKv kv({servers_[0].address, servers_[1].address});
-  testing::RaceOptions o;
-  o.keys = 8;
-  o.writers = 1;
-  o.readers = 2;
-  o.read_batch = 4;
-  o.batch_kind = testing::KvClient::BatchKind::kMultiAsync;
   std::atomic<bool> moves_done{false};
-  o.min_duration = std::chrono::milliseconds(3000);
-  o.keep_going = [&moves_done] { return !moves_done.load(); };
-  o.min_writes = 300;
-  o.max_writes = 1000000;
-  o.grow_every = 0;
+  const testing::RaceOptions o = RaceThroughMoves(&moves_done);
   Result<testing::RaceReport> report = Status::Internal("not run");
   std::chrono::steady_clock::time_point race_end;
   std::thread race([&] {

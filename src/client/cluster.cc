@@ -1626,10 +1626,10 @@ class RangeWalk {
     } else {
       // The range of the keys just below `to`.
       r = c.RangeOf(to_);
-      if (r > 0 && c.splits[r - 1] == to_) --r;
+      if (r > 0 && c.RangeLow(r) == to_) --r;
     }
-    lo_ = r == 0 ? std::string() : c.splits[r - 1];
-    hi_ = r < c.splits.size() ? c.splits[r] : std::string();
+    lo_ = c.RangeLow(r);
+    hi_ = c.RangeHigh(r);
     part_from_ = up_ || from_ >= lo_ ? from_ : lo_;
     part_to_ = !up_ || hi_.empty() || (!to_.empty() && to_ <= hi_) ? to_ : hi_;
   }

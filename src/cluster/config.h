@@ -130,6 +130,14 @@ struct Config {
   uint32_t num_ranges() const { return uint32_t(range_owner.size()); }
   // The range holding `key` (needs ordered()).
   uint32_t RangeOf(std::string_view key) const;
+  // Range r's keys: from RangeLow(r) (empty: the smallest key) to below
+  // RangeHigh(r) (empty: unbounded); views of `splits`.
+  std::string_view RangeLow(uint32_t r) const {
+    return r == 0 ? std::string_view() : std::string_view(splits[r - 1]);
+  }
+  std::string_view RangeHigh(uint32_t r) const {
+    return r < splits.size() ? std::string_view(splits[r]) : std::string_view();
+  }
   // Ranges owned by members[index].
   uint32_t RangesOf(int index) const;
 

@@ -345,8 +345,7 @@ bool Ownership::RangeGone(uint32_t r) const {
   if (c == nullptr || r >= c->config.num_ranges() || RangeIncoming(r)) {
     return false;
   }
-  return RangeStateOf(r) == kReleased || c->self < 0 ||
-         c->config.range_owner[r] != uint16_t(c->self);
+  return RangeStateOf(r) == kReleased || !MayKeepRange(*c, r);
 }
 
 bool Ownership::MovingAway(uint32_t shard) const {

@@ -223,6 +223,12 @@ class Ownership {
     return Holds(c, s) ||
            (c.self >= 0 && c.config.NextOf(s) == uint16_t(c.self));
   }
+  // The same for ordered range r: owned here, or moving here.
+  static bool MayKeepRange(const Installed& c, uint32_t r) {
+    return c.self >= 0 && r < c.config.num_ranges() &&
+           (c.config.range_owner[r] == uint16_t(c.self) ||
+            c.config.RangeNextOf(r) == uint16_t(c.self));
+  }
   // Whether this server's previous incarnation (Installed::prior) held a
   // copy of shard s.
   static bool HeldByPrior(const Installed& c, uint32_t s) {

@@ -371,15 +371,6 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
 
 namespace {
 
-// Range r's keys: [lower, upper) (an empty upper: unbounded).
-struct RangeBounds {
-  std::string lower, upper;
-};
-RangeBounds BoundsOf(const cluster::Config& c, uint32_t r) {
-  return {r == 0 ? std::string() : c.splits[r - 1],
-          r < c.splits.size() ? c.splits[r] : std::string()};
-}
-
 Status NotMovingAway(const cluster::Ownership& o, uint32_t r) {
   return Status::Conflict("ordered range " + std::to_string(r) +
                           " is not moving away from this server in epoch " +
@@ -418,17 +409,15 @@ void TreeService::RangeExport_st(Call call) {
     return call.responder.Reply(NotMovingAway(*cluster_, req->range));
   }
   const cluster::Config& c = cluster_->current()->config;
-  const RangeBounds b = BoundsOf(c, req->range);
   if ((req->flags & kRangeFirst) != 0) {
     // The export reads every key from here on; what it passes is noted
     // again when written.
-    std::erase_if(changed_, [&](const std::string& k) {
-      return c.RangeOf(k) == req->range;
-    });
+    ForgetChanged_st(c, req->range);
   }
-  const std::string start =
-      req->resume.empty() ? b.lower : std::string(req->resume);
-  Status st = tree_->Scan(start, b.upper, kMaxScanLimit, false, &scan_page_);
+  const std::string_view start =
+      req->resume.empty() ? c.RangeLow(req->range) : req->resume;
+  Status st = tree_->Scan(start, c.RangeHigh(req->range), kMaxScanLimit, false,
+                          &scan_page_);
   if (!st.ok()) return call.responder.Reply(st);
   RangePairsWriter w;
   for (const ScanItem& it : scan_page_.items) {
@@ -560,11 +549,10 @@ void TreeService::RangeDrop_st(Call call) {
     if (Status st = cluster_->ReleaseRanges({r}); !st.ok()) {
       return call.responder.Reply(st);
     }
-    std::erase_if(changed_, [&](const std::string& k) {
-      return cluster_->current()->config.RangeOf(k) == r;
-    });
+    const cluster::Config& c = cluster_->current()->config;
+    ForgetChanged_st(c, r);
     call.responder.Reply(Status::OK());
-    return DeleteLater_st(r, BoundsOf(cluster_->current()->config, r).lower);
+    return DeleteLater_st(r, std::string(c.RangeLow(r)));
   }
   if (!cluster_->RangeIncoming(r)) {
     return call.responder.Reply(
@@ -573,38 +561,39 @@ void TreeService::RangeDrop_st(Call call) {
                          std::to_string(cluster_->epoch())));
   }
   const cluster::Config& c = cluster_->current()->config;
-  const RangeBounds b = BoundsOf(c, r);
-  std::erase_if(changed_,
-                [&](const std::string& k) { return c.RangeOf(k) == r; });
-  BLinkTree& t = *tree_;
-  std::string cursor = b.lower;
-  bool any = false;
+  ForgetChanged_st(c, r);
+  std::string cursor(c.RangeLow(r));
+  uint64_t deleted = 0;
   Status st;
-  while (st.ok()) {
-    st = t.Scan(cursor, b.upper, kMaxScanLimit, false, &scan_page_);
-    if (!st.ok() || scan_page_.items.empty()) break;
-    if (!any && store_ != nullptr) {
-      st = store_->Writable();
-      if (!st.ok()) break;
-    }
-    any = true;
-    for (const ScanItem& it : scan_page_.items) {
-      st = t.Delete(it.key);
-      if (!st.ok()) break;
-      if (store_ != nullptr) store_->LogDelete(it.key, t.last_version());
-    }
-    if (!scan_page_.more) break;
-    cursor = scan_page_.resume;
+  for (bool more = true; more && st.ok();) {
+    st = DeletePage_st(&cursor, c.RangeHigh(r), kMaxScanLimit, &more, &deleted);
   }
   UpdateCounters_st();
-  if (!any) return call.responder.Reply(st);
+  if (deleted == 0) return call.responder.Reply(st);
   AfterDurable_st(std::move(call.responder), std::move(st), {});
 }
 
-bool TreeService::Unheld(const cluster::Ownership::Installed& c, uint32_t r) {
-  return r < c.config.num_ranges() &&
-         (c.self < 0 || (c.config.range_owner[r] != uint16_t(c.self) &&
-                         c.config.RangeNextOf(r) != uint16_t(c.self)));
+void TreeService::ForgetChanged_st(const cluster::Config& c, uint32_t r) {
+  if (changed_.empty()) return;
+  std::erase_if(changed_,
+                [&](const std::string& k) { return c.RangeOf(k) == r; });
+}
+
+Status TreeService::DeletePage_st(std::string* from, std::string_view upper,
+                                  uint32_t limit, bool* more,
+                                  uint64_t* deleted) {
+  *more = false;
+  REMEM_RETURN_IF_ERROR(tree_->Scan(*from, upper, limit, false, &scan_page_));
+  if (scan_page_.items.empty()) return Status::OK();
+  if (store_ != nullptr) REMEM_RETURN_IF_ERROR(store_->Writable());
+  for (const ScanItem& it : scan_page_.items) {
+    REMEM_RETURN_IF_ERROR(tree_->Delete(it.key));
+    ++*deleted;
+    if (store_ != nullptr) store_->LogDelete(it.key, tree_->last_version());
+  }
+  *more = scan_page_.more;
+  *from = scan_page_.resume;
+  return Status::OK();
 }
 
 size_t TreeService::OnPass(PartitionId p) {
@@ -622,21 +611,11 @@ void TreeService::PurgeRanges_st() {
   uint64_t deleted = 0;
   Status st;
   for (uint32_t r = 0; r < c.config.num_ranges() && st.ok(); ++r) {
-    if (!Unheld(c, r)) continue;
-    const RangeBounds b = BoundsOf(c.config, r);
-    while (st.ok()) {
-      st = tree_->Scan(b.lower, b.upper, kMaxScanLimit, false, &scan_page_);
-      if (!st.ok() || scan_page_.items.empty()) break;
-      if (store_ != nullptr) st = store_->Writable();
-      const uint64_t before = deleted;
-      for (size_t i = 0; st.ok() && i < scan_page_.items.size(); ++i) {
-        const std::string& k = scan_page_.items[i].key;
-        if (tree_->Delete(k).ok()) {
-          ++deleted;
-          if (store_ != nullptr) store_->LogDelete(k, tree_->last_version());
-        }
-      }
-      if (deleted == before) break;  // (cannot happen: keys just read)
+    if (cluster::Ownership::MayKeepRange(c, r)) continue;
+    std::string cursor(c.config.RangeLow(r));
+    for (bool more = true; more && st.ok();) {
+      st = DeletePage_st(&cursor, c.config.RangeHigh(r), kMaxScanLimit, &more,
+                         &deleted);
     }
   }
   if (!st.ok()) {
@@ -666,13 +645,13 @@ void TreeService::SettleRanges_st(const cluster::Ownership::Installed& c) {
     });
   }
   for (uint32_t r = 0; r < c.config.num_ranges(); ++r) {
-    if (!Unheld(c, r)) continue;
-    const RangeBounds b = BoundsOf(c.config, r);
-    if (!tree_->Scan(b.lower, b.upper, 1, false, &scan_page_).ok() ||
+    if (cluster::Ownership::MayKeepRange(c, r)) continue;
+    const std::string_view low = c.config.RangeLow(r);
+    if (!tree_->Scan(low, c.config.RangeHigh(r), 1, false, &scan_page_).ok() ||
         scan_page_.items.empty()) {
       continue;
     }
-    DeleteLater_st(r, b.lower);
+    DeleteLater_st(r, std::string(low));
   }
 }
 
@@ -689,30 +668,19 @@ size_t TreeService::DeleteStep_st() {
     deleting_.erase(it);
     return 1;
   }
-  const RangeBounds b = BoundsOf(cluster_->current()->config, r);
   constexpr uint32_t kPage = 1024;
-  Status st = tree_->Scan(it->second, b.upper, kPage, false, &scan_page_);
-  if (st.ok() && store_ != nullptr && !scan_page_.items.empty()) {
-    st = store_->Writable();
-  }
+  bool more = false;
+  uint64_t deleted = 0;
+  Status st =
+      DeletePage_st(&it->second, cluster_->current()->config.RangeHigh(r),
+                    kPage, &more, &deleted);
+  UpdateCounters_st();
   if (!st.ok()) {
     // Left in memory, unreachable; the next settle or purge tries again.
     log::Warn("tree: deleting range {}, which is not this server's: {}", r,
               st.ToString());
-    deleting_.erase(it);
-    return 1;
   }
-  for (const ScanItem& item : scan_page_.items) {
-    if (tree_->Delete(item.key).ok() && store_ != nullptr) {
-      store_->LogDelete(item.key, tree_->last_version());
-    }
-  }
-  UpdateCounters_st();
-  if (scan_page_.more) {
-    it->second = scan_page_.resume;
-  } else {
-    deleting_.erase(it);
-  }
+  if (!st.ok() || !more) deleting_.erase(it);
   return 1;
 }
 

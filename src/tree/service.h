@@ -48,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "cluster/ownership.h"
@@ -116,17 +117,21 @@ class TreeService final : public server::Service {
   // RangeGone: a move bringing it back deletes what is left itself).
   void DeleteLater_st(uint32_t r, std::string from);
   size_t DeleteStep_st();
-  // Range r is neither owned here nor moving here in `c`: what this tree
-  // holds of it belongs to no one.
-  static bool Unheld(const cluster::Ownership::Installed& c, uint32_t r);
+  // Forgets the keys of range r noted as written.
+  void ForgetChanged_st(const cluster::Config& c, uint32_t r);
+  // Deletes (and logs) a page of at most `limit` keys in [*from, upper)
+  // (an empty upper: unbounded); *from moves past it, and *more says if
+  // keys are left. Adds the keys deleted to *deleted.
+  Status DeletePage_st(std::string* from, std::string_view upper,
+                       uint32_t limit, bool* more, uint64_t* deleted);
   // Once, before the first configuration is served (Ownership::
-  // RequirePurge): deletes the keys of every range it leaves unheld here
-  // (moved away while this server was down, a release that did not
-  // finish, a copy left by an abandoned move, a tree of this server's own
-  // from before it joined).
+  // RequirePurge): deletes the keys of every range it gives no role here
+  // (not Ownership::MayKeepRange: moved away while this server was down, a
+  // release that did not finish, a copy left by an abandoned move, a tree
+  // of this server's own from before it joined).
   void PurgeRanges_st();
   // After each configuration installed once the purge is done: deletes
-  // what this tree holds of ranges `c` leaves unheld here (an abandoned
+  // what this tree holds of ranges `c` gives no role here (an abandoned
   // move's copy; a range moved away while its release was skipped).
   void SettleRanges_st(const cluster::Ownership::Installed& c);
   // Writes the range serving word into the region's mark.
