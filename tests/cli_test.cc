@@ -385,6 +385,39 @@ TEST(Server, BadConfigurationIsAClearError) {
     std::remove(conf.c_str());
   }
 
+  // A cluster's flags without --cluster, and durability's without
+  // --data-dir (or with --no-persistence), are refused: `--fsync always`
+  // alone started a pure cache, `--replicas 1` alone a lone server.
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--replicas", "1"},
+                                             {"--shards", "8"},
+                                             {"--cluster-size", "3"},
+                                             {"--advertise", "127.0.0.1:1"},
+                                             {"--cluster-lease-ms", "100"}}) {
+    std::vector<std::string> cmd = {ServerBinary(), "--listen", "127.0.0.1:0"};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    auto r = RunCommand(cmd);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, flags[0] + " needs --cluster")) << r.out;
+  }
+  auto fsync_alone = RunCommand(
+      {ServerBinary(), "--listen", "127.0.0.1:0", "--fsync", "always"});
+  EXPECT_EQ(fsync_alone.exit_code, 2) << fsync_alone.out;
+  EXPECT_TRUE(Contains(fsync_alone.out, "--fsync needs --data-dir"))
+      << fsync_alone.out;
+  auto cache = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0",
+                           "--data-dir", ::testing::TempDir(),
+                           "--no-persistence", "--recovery", "truncate"});
+  EXPECT_EQ(cache.exit_code, 2) << cache.out;
+  EXPECT_TRUE(Contains(cache.out, "--recovery with --no-persistence"))
+      << cache.out;
+  // Too little memory names the flag given, and the least that works.
+  auto small =
+      RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "3M"});
+  EXPECT_EQ(small.exit_code, 2) << small.out;
+  EXPECT_TRUE(Contains(small.out, "--memory must be at least 4 MiB"))
+      << small.out;
+
   // Pinning: --cpus with --no-pin, or a list of another length than
   // --threads (thread i took the (i mod n)-th CPU, silently), is refused.
   cpu_set_t allowed;

@@ -2370,16 +2370,51 @@ uint32_t ShortShards(const Cluster::Info& info) {
   return n;
 }
 
+// The copies scan 4 buckets per batch, so each takes many batches, while
+// new keys go in meanwhile (each table grows during its copy, which starts
+// the scan over, and the growth and cuckoo moves carry pairs across the
+// scan's cursor): every pair still ends on two servers.
 TEST_F(ClusterTest,
        ShardsShortOfCopiesAreReplicatedAgainAndSurviveASecondFailure) {
-  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {"--fill-scan-buckets", "4"}));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
-  const Loaded loaded = Load(cluster.get(), 2000);
+  Loaded loaded = Load(cluster.get(), 2000);
   std::vector<std::string> seeds;
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   RecordingClients clients(seeds, 4);
   clients.Start(/*writers=*/2, /*readers=*/1);
+  // New keys, through the failover and the copies.
+  std::atomic<bool> stop_inserting{false};
+  Loaded inserted;
+  std::string insert_error;
+  std::thread inserter([&] {
+    auto c = Connect(seeds);
+    if (c == nullptr) {
+      insert_error = "no connection";
+      return;
+    }
+    // Batches of 100, so that the tables grow while they are copied (at
+    // most 20,000 keys: a copy at 4 buckets a batch is slow).
+    for (int i = 0; !stop_inserting.load() && i < 20000;) {
+      std::vector<std::string> ks, vs;
+      std::vector<std::pair<std::string_view, std::string_view>> batch;
+      for (int n = 0; n < 100; ++n, ++i) {
+        ks.push_back("grown-" + std::to_string(i));
+        vs.push_back(Val(i, 7));
+      }
+      for (size_t n = 0; n < ks.size(); ++n) batch.emplace_back(ks[n], vs[n]);
+      auto rs = c->MultiPut(batch);
+      for (size_t n = 0; n < rs.size(); ++n) {
+        if (!rs[n].ok()) {
+          insert_error = ks[n] + ": " + rs[n].status().ToString();
+          return;
+        }
+      }
+      inserted.keys.insert(inserted.keys.end(), ks.begin(), ks.end());
+      inserted.vals.insert(inserted.vals.end(), vs.begin(), vs.end());
+    }
+  });
   auto index_of = [&](const std::string& address) {
     for (size_t i = 0; i < servers_.size(); ++i) {
       if (servers_[i].address == address) return int(i);
@@ -2400,6 +2435,16 @@ TEST_F(ClusterTest,
   std::printf("%s: every shard has its backup again %.0f ms after the kill\n",
               TransportFlag().c_str(),
               double(testing::NowNs() - killed_ns) / 1e6);
+  stop_inserting = true;
+  inserter.join();
+  ASSERT_EQ(insert_error, "");
+  std::printf("%zu keys inserted during the failover and the copies\n",
+              inserted.keys.size());
+  ExpectEveryKey(cluster.get(), inserted);
+  loaded.keys.insert(loaded.keys.end(), inserted.keys.begin(),
+                     inserted.keys.end());
+  loaded.vals.insert(loaded.vals.end(), inserted.vals.begin(),
+                     inserted.vals.end());
   EXPECT_GT(SumOfStat(cluster.get(), "cluster_shards_filled"), 0u);
   EXPECT_GT(SumOfStat(cluster.get(), "hash_fill_pairs"), 0u);
   // The CLI lists every shard with a backup again.

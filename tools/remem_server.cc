@@ -422,8 +422,36 @@ int main(int argc, char** argv) {
   cfg.cluster_session = std::chrono::milliseconds(cluster_session_ms);
   cfg.cluster_wait = std::chrono::milliseconds(cluster_wait_ms);
   cfg.cluster_lease = std::chrono::milliseconds(cluster_lease_ms);
+  // Flags that mean something only in a cluster, or only with a data
+  // directory: given without it, the user expects what they cannot have
+  // (a replicated server, a durable one), so they are refused.
+  if (cfg.cluster.empty()) {
+    for (const char* name :
+         {"--advertise", "--cluster-size", "--shards", "--replicas",
+          "--tree-splits", "--failure-domain", "--move-share",
+          "--cluster-session-ms", "--cluster-wait-ms", "--cluster-lease-ms"}) {
+      if (app.count(name) > 0) {
+        return Fail(std::string(name) +
+                        " needs --cluster (without it: a single server)",
+                    2);
+      }
+    }
+  }
+  for (const char* name : {"--fsync", "--snapshot-log-bytes", "--recovery"}) {
+    if (app.count(name) == 0) continue;
+    if (no_persistence) {
+      return Fail(std::string(name) +
+                      " with --no-persistence: nothing is written to disk",
+                  2);
+    }
+    if (cfg.data_dir.empty()) {
+      return Fail(std::string(name) +
+                      " needs --data-dir (without it the server is a pure "
+                      "cache: nothing is written to disk)",
+                  2);
+    }
+  }
   if (tree_splits_opt->count() > 0) {
-    if (cfg.cluster.empty()) return Fail("--tree-splits needs --cluster", 2);
     auto splits = cluster::ParseSplits(tree_splits);
     if (!splits.ok()) return Fail(splits.status().message(), 2);
     if (cfg.replicas > 0) {

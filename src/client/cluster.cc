@@ -1035,26 +1035,32 @@ struct Cluster::Impl {
     if (done) done(first);
   }
 
-  // A batch of n items, in rounds: issue(todo, out, pending) sends the
-  // items in `todo` (to every server at once), counting the requests it
-  // left in flight in `pending`; items refused with Moved or Busy go again
-  // (after a refresh if any moved) until the deadline, and with kRead (a
-  // multi-get) those lost to a stalled loop too (RetryLater).
+  // A batch of n items, in rounds: issue(todo, out, pending, unsent) sends
+  // the items in `todo` (to every server at once), counting the requests it
+  // left in flight in `pending`, and marks in `unsent` the items it could
+  // not send (their owner unreachable); items refused with Moved or Busy go
+  // again (after a refresh if any moved) until the deadline, and with kRead
+  // (a multi-get) those lost to a stalled loop too (RetryLater). In a
+  // replicated cluster, reads lost to a failover and writes never sent go
+  // again by a fresh configuration, as single operations do (Issue).
   template <typename R, bool kRead = false, typename Issue>
   std::vector<R> Batched(size_t n, Issue issue) {
     std::vector<R> out(n, R(Status::Internal("not yet answered")));
     std::vector<size_t> todo(n);
     for (size_t i = 0; i < n; ++i) todo[i] = i;
+    std::vector<uint8_t> unsent(n, 0);
     Clock::time_point deadline{};
     for (int attempt = 0; !todo.empty(); ++attempt) {
       size_t pending = 0;
-      issue(todo, out, pending);
+      for (size_t i : todo) unsent[i] = 0;
+      issue(todo, out, pending, unsent);
       while (pending > 0) PollLoops();
       todo.clear();
       size_t moved = 0, failovers = 0;
       for (size_t i = 0; i < n; ++i) {
         const Status& st = StatusOf(out[i]);
-        const bool failed_over = kRead && LostToFailover(st);
+        const bool failed_over =
+            (kRead || unsent[i] != 0) && LostToFailover(st);
         if (!Retryable(st) && !(kRead && LostToStall(st)) && !failed_over) {
           continue;
         }
@@ -1417,14 +1423,16 @@ std::vector<Result<Cluster::Value>> Cluster::MultiGet(
 std::vector<Result<uint64_t>> Cluster::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
   return impl_->Batched<Result<uint64_t>>(
-      pairs.size(), [&](const std::vector<size_t>& todo,
-                        std::vector<Result<uint64_t>>& out, size_t& pending) {
+      pairs.size(),
+      [&](const std::vector<size_t>& todo, std::vector<Result<uint64_t>>& out,
+          size_t& pending, std::vector<uint8_t>& unsent) {
         // Puts queued on each server's store go out at the next poll as one
         // message per server, all servers at once.
         for (size_t i : todo) {
           auto store = impl_->StoreForKey(pairs[i].first);
           if (!store.ok()) {
             out[i] = store.status();
+            unsent[i] = 1;
             continue;
           }
           ++pending;
@@ -1864,8 +1872,9 @@ std::vector<Result<ClusterTree::Value>> ClusterTree::MultiGet(
     const std::vector<std::string_view>& keys) {
   Cluster::Impl* im = impl_;
   return im->Batched<Result<Value>, true>(
-      keys.size(), [&](const std::vector<size_t>& todo,
-                       std::vector<Result<Value>>& out, size_t& pending) {
+      keys.size(),
+      [&](const std::vector<size_t>& todo, std::vector<Result<Value>>& out,
+          size_t& pending, std::vector<uint8_t>&) {
         PerOwner(
             im, todo, [&](size_t i) { return keys[i]; }, out,
             [&](TreeStore* t, std::vector<size_t> items) {
@@ -1888,8 +1897,11 @@ std::vector<Result<uint64_t>> ClusterTree::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
   Cluster::Impl* im = impl_;
   return im->Batched<Result<uint64_t>>(
-      pairs.size(), [&](const std::vector<size_t>& todo,
-                        std::vector<Result<uint64_t>>& out, size_t& pending) {
+      pairs.size(),
+      [&](const std::vector<size_t>& todo, std::vector<Result<uint64_t>>& out,
+          size_t& pending, std::vector<uint8_t>&) {
+        // Ranges are not replicated: an owner that cannot be reached stays
+        // so until it returns.
         PerOwner(
             im, todo, [&](size_t i) { return pairs[i].first; }, out,
             [&](TreeStore* t, std::vector<size_t> items) {

@@ -77,6 +77,10 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              "testing: bytes of pairs per reply of the changes of moving "
              "shards (at least one pair per reply)",
              /*testing=*/true);
+  o->AddUint("--fill-scan-buckets", &options_.fill_scan_buckets,
+             "testing: buckets a copy to a backup being filled scans per "
+             "batch at most (at least one)",
+             /*testing=*/true);
   o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
              "testing: pause every hash bucket write half done for this many "
              "microseconds (readers see the torn bucket)",
@@ -99,6 +103,15 @@ Status HashService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--hash-memory must be less than --memory");
   }
   if (memory / n < (2ull << 20)) {
+    if (options_.memory == 0) {
+      // Half of --memory by default: name the flag the user gave.
+      return Status::InvalidArgument(
+          "--memory is too small for " + std::to_string(n) + " server thread" +
+          (n == 1 ? "" : "s") +
+          ": the hash store takes half of it and needs at least 2 MiB per "
+          "thread, so --memory must be at least " +
+          std::to_string(4 * n) + " MiB");
+    }
     return Status::InvalidArgument(
         "the hash store needs at least 2 MiB per server thread "
         "(--hash-memory)");
@@ -183,8 +196,14 @@ Status HashService::Init(server::ServiceContext* ctx) {
       // again (HandleShardSync).
       Partition* raw = part.get();
       part->table->SetChangeHook([this, raw](std::string_view key) {
-        if (!raw->purging && cluster_->Outgoing(key)) {
-          raw->changed.emplace(key);
+        if (raw->purging) return;
+        if (cluster_->Outgoing(key)) raw->changed.emplace(key);
+        // A key of a copy being scanned: a move may have carried it behind
+        // the scan's cursor (a write is in the stream anyway).
+        Partition::Fill& fill = raw->fill;
+        if (fill.epoch != 0 && !fill.scanned &&
+            fill.set[cluster::ShardOf(key, uint32_t(fill.set.size()))]) {
+          fill.moved.emplace(key);
         }
       });
     }
@@ -1315,7 +1334,6 @@ Status CheckFilling(const cluster::Ownership& o, uint32_t epoch,
 // A copy's pairs per batch: a write behind it waits for at most this much
 // more to reach the backups.
 constexpr size_t kFillBatchBytes = 256u << 10;
-
 void HashService::FillStep_st(Partition& part) {
   Partition::Fill& fill = part.fill;
   if (fill.epoch == 0) return;
@@ -1325,23 +1343,46 @@ void HashService::FillStep_st(Partition& part) {
     fill = Partition::Fill{};
     return;
   }
-  if (part.repl_in_flight || !fill.failed.ok() ||
-      fill.next >= fill.keys.size()) {
-    return;
+  if (part.repl_in_flight || !fill.failed.ok() || fill.Sent()) return;
+  Table& table = *part.table;
+  if (table.growths() != fill.generation) {
+    // Every pair may have moved: scanned again (a pair sent twice is
+    // harmless, each is the newest).
+    fill.generation = table.growths();
+    fill.cursor = 0;
+    fill.scanned = false;
   }
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
+  ShardPairsWriter& batch = *part.repl_batch;
+  const uint32_t num_shards = uint32_t(fill.set.size());
   uint64_t added = 0;
-  while (fill.next < fill.keys.size() &&
-         part.repl_batch->bytes() < kFillBatchBytes) {
-    const std::string& key = fill.keys[fill.next++];
-    // Deleted since the copy started: its delete is in the stream already.
-    auto v = part.table->Get(key);
+  constexpr uint64_t kChunk = 64;  // buckets between size checks
+  const uint64_t budget = std::max<uint64_t>(options_.fill_scan_buckets, 1);
+  const uint64_t scan_end = fill.cursor + budget;
+  while (!fill.scanned && fill.cursor < scan_end &&
+         batch.bytes() < kFillBatchBytes) {
+    fill.cursor = table.ScanBuckets(
+        fill.cursor, std::min(kChunk, scan_end - fill.cursor),
+        [&](std::string_view k, std::string_view v, uint64_t version) {
+          if (fill.set[cluster::ShardOf(k, num_shards)] == 0) return;
+          batch.AddFill(k, v, version);
+          ++added;
+        });
+    fill.scanned = fill.cursor >= table.num_buckets();
+  }
+  while (fill.scanned && !fill.moved.empty() &&
+         batch.bytes() < kFillBatchBytes) {
+    const std::string key =
+        std::move(fill.moved.extract(fill.moved.begin()).value());
+    // Deleted since: its delete is in the stream already.
+    auto v = table.Get(key);
     if (!v.ok()) continue;
-    part.repl_batch->AddFill(key, v->value, v->version);
-    ++part.repl_noted;
+    batch.AddFill(key, v->value, v->version);
     ++added;
   }
+  part.repl_noted += added;
   fill.upto = part.repl_noted;
+  fill.sent += added;
   part.fill_pairs.Add(added);
 }
 
@@ -1396,17 +1437,19 @@ void HashService::HandleShardFill(Call call) {
       }
       if (fill.epoch != epoch || fill.set != progress->set) {
         // Started now: every write from here on follows in the stream, and
-        // each key's pair is read when it is sent.
+        // the scan (FillStep_st, a chunk per pass) sends the pairs there
+        // are.
         fill = Partition::Fill{};
         fill.epoch = epoch;
         fill.set = progress->set;
-        fill.keys = KeysOfShards_st(part, fill.set, /*in_set=*/true);
+        fill.generation = part.table->growths();
         fill.upto = part.repl_noted;
       }
       progress->status[owner] = fill.failed;
-      progress->parts[owner] = {
-          fill.next == fill.keys.size() && part.repl_done >= fill.upto,
-          fill.keys.size(), fill.next};
+      // Pairs sent so far, and (until the scan is done) one more: the
+      // copy is not over.
+      progress->parts[owner] = {fill.Sent() && part.repl_done >= fill.upto,
+                                fill.sent + (fill.Sent() ? 0 : 1), fill.sent};
       fan->Done();
     });
   }

@@ -72,6 +72,11 @@ namespace remem::hash {
 // A request of server-side operations in flight (service.cc).
 struct OpRequest;
 
+// Buckets a re-replication copy scans per batch at most (2 MiB of them),
+// however few of their pairs are of the copy's shards: the partition's
+// thread serves nothing else meanwhile.
+inline constexpr uint64_t kFillScanBuckets = 4096;
+
 struct HashServiceOptions {
   // Bytes of --memory for the hash store, split into one partition per
   // thread; 0 = half of --memory.
@@ -88,6 +93,9 @@ struct HashServiceOptions {
   // Testing: the bytes of pairs a ShardSync reply holds (kShardSyncBytes;
   // small values make every sync of several changes take several replies).
   uint64_t shard_sync_bytes = kShardSyncBytes;
+  // Testing: the buckets a re-replication copy scans per batch at most
+  // (kFillScanBuckets; small values make every copy take many batches).
+  uint64_t fill_scan_buckets = kFillScanBuckets;
   // Shared libraries of user-defined update functions (--ops-library).
   std::vector<std::string> ops_libraries;
 };
@@ -172,16 +180,25 @@ class HashService final : public server::Service {
     server::Counter repl_batches, repl_records;
     // Re-replication (owner thread only; kShardFill): the copy of shards
     // this server owns to their backups being filled, as kFill pairs
-    // appended to the replication batches. The keys of those shards when
-    // the copy started; each is read again when its turn comes, so the pair
-    // sent is the newest, and every later write follows it in the stream.
+    // appended to the replication batches. The table is scanned a chunk per
+    // batch (FillStep_st), so the copy never holds the thread for long;
+    // each pair is sent as it is then, and every later write follows it in
+    // the stream. A pair the table moves across the scan's cursor is
+    // noted (`moved`) and sent once the scan is done; a growth, which
+    // renumbers the buckets, starts the scan over.
     struct Fill {
       uint32_t epoch = 0;        // 0: no copy
       std::vector<uint8_t> set;  // per shard
-      std::vector<std::string> keys;
-      size_t next = 0;    // keys[next] is sent next
+      uint64_t generation = 0;   // the table's growths() the scan is of
+      uint64_t cursor = 0;       // the next bucket to scan
+      bool scanned = false;      // every bucket of the generation was
+      // Keys of the set written or moved in the table while it was being
+      // scanned: read and sent again after the scan.
+      std::unordered_set<std::string> moved;
+      uint64_t sent = 0;  // pairs sent by this copy
       uint64_t upto = 0;  // the record count of the last pair sent
       Status failed;      // a batch with its pairs was not replicated
+      bool Sent() const { return scanned && moved.empty(); }
     };
     Fill fill;
     server::Counter fill_pairs;

@@ -268,8 +268,10 @@ static_assert(sizeof(ShardPair) == 24);
 struct ShardFillReply {
   uint32_t done;  // 1: every pair is on the filled backups
   uint32_t reserved;
-  uint64_t pairs_total;   // pairs of the shards when the copy started
-  uint64_t pairs_copied;  // of those, sent and held by the backups
+  // Pairs of the shards the copy has found so far (one more until its
+  // scan of the table is done), and of those, sent so far.
+  uint64_t pairs_total;
+  uint64_t pairs_copied;
 };
 static_assert(sizeof(ShardFillReply) == 24);
 
