@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -2460,6 +2461,8 @@ TEST_F(ClusterTest,
       RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
                   TransportFlag(), "--json", "cluster", "info"});
   EXPECT_NE(json.out.find("\"filling\":0"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"short_of_copies\":0"), std::string::npos)
+      << json.out;
 
   // The second failure: without the new copies, the shards both servers
   // held would be lost; with them, every pair survives.
@@ -2471,6 +2474,14 @@ TEST_F(ClusterTest,
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
     return ShardsOf(info, second) == 0;
   })) << "the second dead server's shards never failed over";
+  {
+    // One server left: the shards it owns lost their backups, and `cluster
+    // info` says they are short of copies.
+    const std::string last = servers_[size_t(3 - v1 - v2)].address;
+    auto info = RunCommand({testing::CliBinary(), "--cluster", last,
+                            "--transport", TransportFlag(), "cluster", "info"});
+    EXPECT_NE(info.out.find(" short of copies"), std::string::npos) << info.out;
+  }
   // The first server comes back: a new member, which gets copies of every
   // shard (the one left owns them all).
   ASSERT_TRUE(servers_[size_t(v1)].Restart().ok());
@@ -2594,6 +2605,20 @@ TEST_F(ClusterTest,
     pairs += st->Get("hash_pairs");
   }
   EXPECT_EQ(pairs, 2 * (loaded.keys.size() + hot));
+  // Stopped, holding nothing, it leaves the configuration: the CLI's ping
+  // of every server answers (it stayed listed, unreachable, and every ping
+  // and stats of the cluster failed).
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return std::none_of(info.nodes.begin(), info.nodes.end(),
+                        [&](const auto& n) { return n.address == drained; });
+  })) << "the drained server stayed in the configuration";
+  EXPECT_EQ(cluster->info().nodes.size(), 3u);
+  EXPECT_EQ(SumOfStat(cluster.get(), "cluster_failovers"), failovers);
+  const std::string alive =
+      servers_[drained == servers_[0].address ? 1 : 0].address;
+  auto ping = RunCommand({testing::CliBinary(), "--cluster", alive,
+                          "--transport", TransportFlag(), "ping"});
+  EXPECT_EQ(ping.exit_code, 0) << ping.out;
 }
 
 TEST_F(ClusterTest, ADrainThatWouldLeaveTooFewServersForTheCopiesIsRefused) {
@@ -3247,6 +3272,102 @@ TEST_F(ClusterTest, AKilledManagerOfAReplicatedClusterIsReplacedAndFailedOver) {
   auto put = cluster->Put(Key(0), "after");
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(cluster->Get(Key(0))->value, "after");
+}
+
+// Whether process `pid` is stopped (SIGSTOP took effect): state T.
+bool Stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         line[paren + 2] == 'T';
+}
+
+// A paused primary never answers: the calls waiting on it end once the
+// cluster has failed it over, about a lease later, not at their deadline
+// (10 s). The read goes to the new owner; the write ends Unavailable (it
+// may or may not have taken effect), and a write issued after it succeeds.
+// A client that still routes by the configuration from before the pause
+// then reads the new owner's value, not the paused one's (it cached a
+// server lease of a second, read before the server's first configuration
+// capped it by its member lease, and trusted the old primary's memory).
+TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  // A key whose primary is not the configuration manager (a paused manager
+  // is replaced only after its ZooKeeper session expires).
+  std::string key, victim;
+  for (int i = 0; i < 200 && victim.empty(); ++i) {
+    const std::string owner = cluster->OwnerOf(Key(i));
+    auto probe = ConnectOrDie(owner);
+    if (StatOf(probe.get(), "cluster_manager") == 0) {
+      key = Key(i);
+      victim = owner;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  int v = -1;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].address == victim) v = int(i);
+  }
+  ASSERT_TRUE(cluster->Put(key, "before").ok());
+  // The reader asks the server (a one-sided read of the paused server's
+  // memory is answered while its lease lasts, correctly).
+  ClusterOptions ro;
+  ro.seeds = seeds;
+  ro.session.transport = testing::TestTransport();
+  ro.wait_for_config = kBound;
+  ro.hash.read_path = ReadPath::kRpc;
+  auto reader = Cluster::Connect(ro);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto writer = Connect(seeds);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_TRUE((*reader)->Get(key).ok());
+  ASSERT_TRUE(writer->Get(key).ok());
+  // The cluster client reads it one-sided, to be trusted only while the
+  // victim holds its member lease.
+  auto early = cluster->Get(key);
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+
+  const pid_t pid = servers_[size_t(v)].process->pid();
+  ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGSTOP).ok());
+  const uint64_t paused_ns = testing::NowNs();
+  while (!Stopped(pid)) std::this_thread::yield();  // the signal's effect
+  Result<Cluster::Value> got = Status::Internal("not run");
+  Result<uint64_t> put = Status::Internal("not run");
+  double got_ms = 0, put_ms = 0;
+  std::thread read([&] {
+    got = (*reader)->Get(key);
+    got_ms = double(testing::NowNs() - paused_ns) / 1e6;
+  });
+  std::thread write([&] {
+    put = writer->Put(key, "during");
+    put_ms = double(testing::NowNs() - paused_ns) / 1e6;
+  });
+  read.join();
+  write.join();
+  auto after = writer->Put(key, "after");
+  ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGCONT).ok());
+  std::printf("%s: the read ended %.0f ms, the write %.0f ms after the pause\n",
+              TransportFlag().c_str(), got_ms, put_ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->value == "before" || got->value == "during") << got->value;
+  EXPECT_LT(got_ms, 7000);
+  EXPECT_TRUE(put.ok() || put.status().code() == StatusCode::kUnavailable)
+      << put.status().ToString();
+  EXPECT_LT(put_ms, 7000);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_GE((*reader)->route_stats().suspected, 1u);
+  EXPECT_GE(writer->route_stats().suspected, 1u);
+  // Right after the resume, by the configuration from before the pause.
+  auto last = cluster->Get(key);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->value, "after")
+      << "version " << last->version << ", the acknowledged write's " << *after;
 }
 
 TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {

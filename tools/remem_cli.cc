@@ -398,14 +398,28 @@ void PrintStats(const ServerStats& s, bool json) {
 int PrintCluster(const Cluster::Info& info, const std::string& what,
                  const std::map<std::string, Status>& reach, bool json) {
   if (what == "info") {
+    // Shards with fewer ready backups than the cluster keeps (a failover
+    // or a drain left them short; they are being copied or wait for room).
+    uint32_t short_of_copies = 0;
+    for (uint32_t sh = 0; sh < info.num_shards && info.replicas > 0; ++sh) {
+      uint32_t ready = 0;
+      for (uint32_t i = 0; i < info.replicas; ++i) {
+        const size_t at = size_t(sh) * info.replicas + i;
+        if (at < info.shard_backups.size() && info.shard_backups[at] >= 0 &&
+            (at >= info.shard_filling.size() || info.shard_filling[at] == 0)) {
+          ++ready;
+        }
+      }
+      short_of_copies += ready < info.replicas ? 1 : 0;
+    }
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,\"ranges\":%zu,"
-          "\"ranges_moving\":%u}\n",
+          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,"
+          "\"short_of_copies\":%u,\"ranges\":%zu,\"ranges_moving\":%u}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
           info.nodes.size(), info.moving, info.replicas, info.filling,
-          info.range_owner.size(), info.moving_ranges);
+          short_of_copies, info.range_owner.size(), info.moving_ranges);
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu servers",
                   info.name.c_str(), info.epoch, info.num_shards,
@@ -417,6 +431,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       if (info.moving > 0) std::printf(", %u moving", info.moving);
       if (info.filling > 0) {
         std::printf(", %u getting a new copy", info.filling);
+      }
+      if (short_of_copies > 0) {
+        std::printf(", %u short of copies", short_of_copies);
       }
       if (!info.range_owner.empty()) {
         std::printf("; ordered store in %zu key range%s",
@@ -1035,6 +1052,10 @@ int main(int argc, char** argv) {
       }
       Status st = cluster.Drain(drain_node, opts.timeout);
       if (!st.ok()) return Fail(st);
+      if (json) {
+        std::printf("{\"drained\":%s}\n", JsonString(drain_node).c_str());
+        return 0;
+      }
       std::printf("%s drained: it %s no shard%s\n", drain_node.c_str(),
                   cluster.info().replicas > 0 ? "owns or backs up" : "owns",
                   cluster.info().range_owner.empty() ? "" : " and no range");
@@ -1112,15 +1133,39 @@ int main(int argc, char** argv) {
       int code = 0;
       bool first = true;
       if (json) std::printf("{");
+      // A ping: `count` round trips to each server, as to a single one.
+      struct Rtt {
+        std::string transport;
+        double min = 1e300, max = 0, sum = 0;
+      };
+      std::vector<Rtt> rtts;  // per server answered, in turn
+      size_t next_rtt = 0;
       for (auto& [addr, st] : cluster.ForEachServer([&](Session* s) {
              if (snapshot->parsed()) return s->TakeSnapshot();
-             auto p = s->Ping();
-             return p.status();
+             Rtt r{s->transport()};
+             for (int i = 0; i < count; ++i) {
+               auto p = s->Ping();
+               if (!p.ok()) return p.status();
+               r.min = std::min(r.min, p->rtt_us);
+               r.max = std::max(r.max, p->rtt_us);
+               r.sum += p->rtt_us;
+             }
+             rtts.push_back(std::move(r));
+             return Status::OK();
            })) {
         if (!st.ok()) code = ExitCodeFor(st);
+        const Rtt* rtt = st.ok() && ping->parsed() && next_rtt < rtts.size()
+                             ? &rtts[next_rtt++]
+                             : nullptr;
         if (json) {
           std::printf("%s%s:", first ? "" : ",", JsonString(addr).c_str());
-          if (st.ok()) {
+          if (st.ok() && rtt != nullptr) {
+            std::printf(
+                "{\"ok\":true,\"transport\":%s,\"count\":%d,"
+                "\"rtt_us\":{\"min\":%.3f,\"avg\":%.3f,\"max\":%.3f}}",
+                JsonString(rtt->transport).c_str(), count, rtt->min,
+                rtt->sum / count, rtt->max);
+          } else if (st.ok()) {
             std::printf("{\"ok\":true}");
           } else {
             std::printf("{\"ok\":false,\"error\":%s}",
@@ -1129,6 +1174,12 @@ int main(int argc, char** argv) {
         } else if (!st.ok()) {
           std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
                        st.ToString().c_str());
+        } else if (rtt != nullptr) {
+          std::printf(
+              "%s OK: transport %s, rtt min/avg/max = %.2f/%.2f/%.2f "
+              "us over %d ping%s\n",
+              addr.c_str(), rtt->transport.c_str(), rtt->min, rtt->sum / count,
+              rtt->max, count, count == 1 ? "" : "s");
         } else {
           std::printf("%s OK\n", addr.c_str());
         }

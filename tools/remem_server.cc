@@ -326,7 +326,8 @@ int main(int argc, char** argv) {
       "with --cluster: give the new cluster an ordered store, sharded by key "
       "range: the split keys, comma-separated (\"g,p\": [..g) [g..p) "
       "[p..); \"\": one range). Ranges are spread over the first "
-      "servers and stay there; every server of the cluster must agree. "
+      "servers and move as shards do (joins, drains); every server of the "
+      "cluster must agree. "
       "Without it the cluster has no ordered store. Not with --replicas");
   app.add_option("--failure-domain", cfg.failure_domain,
                  "with --cluster: the failure domain this server is in (a "

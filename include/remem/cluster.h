@@ -277,6 +277,9 @@ class Cluster {
     // sending to it over shared memory and blocked its receive queue
     // (remem/session.h, EventLoop::stalled).
     uint64_t loops_replaced = 0;
+    // Sessions failed because a call waited on a server that the cluster
+    // had failed over meanwhile (paused, cut off): replicated clusters.
+    uint64_t suspected = 0;
   };
   const RouteStats& route_stats() const;
 
@@ -290,11 +293,13 @@ class Cluster {
 // The ordered store of a cluster: as a TreeStore (remem/tree.h) on each
 // range's owner, which it opens at first use (reading one-sided or asking
 // the server, as TreeOptions and the session's read path say). Ranges are
-// placed when the cluster forms and do not move: a server that is down
-// answers Unavailable for the keys of its ranges (the client reconnects on
-// a later operation). Refusals are retried as the hash store's are: Busy (a
-// member installing its configuration) after a pause, Moved after a
-// refresh, within the session timeout.
+// placed when the cluster forms and move as shards do (a server that joins
+// takes some, a drained one gives its own away); they are not replicated:
+// a server that is down answers Unavailable for the keys of its ranges
+// (the client reconnects on a later operation). Refusals are retried as
+// the hash store's are: Busy (a member installing its configuration, a
+// range being handed over) after a pause, Moved after a refresh, within
+// the session timeout.
 //
 // Scans cross ranges in key order: a scan asks each range's owner in turn
 // for the part of [start, end) in its range, until `limit` items, the end,

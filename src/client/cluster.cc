@@ -328,9 +328,47 @@ struct Cluster::Impl {
     ++stats.connects;
     Server& s = servers[addr];
     s.session = std::move(*session);
-    s.session->core()->rpc()->set_epoch(config.epoch);
-    SetReadPath(addr, s.session->core());
+    client::SessionCore* core = s.session->core();
+    core->rpc()->set_epoch(config.epoch);
+    core->SetSlowCallHook(kSuspectAfter,
+                          [this, addr, core] { SuspectServer(addr, core); });
+    SetReadPath(addr, core);
     return &s;
+  }
+
+  // In a replicated cluster, a call that waited kSuspectAfter on a server
+  // has the configuration fetched (from the other servers first); if the
+  // server holds no role in it any more (failed over, or gone), its session
+  // fails, so what waited on it ends now, not at its deadline: reads are
+  // asked again of the new owner, writes end Unavailable (their outcome
+  // unknown; a server without a role takes none). A paused or cut-off
+  // server never answers, and nothing else would tell.
+  static constexpr auto kSuspectAfter = std::chrono::milliseconds(250);
+  bool suspecting = false;
+  void SuspectServer(const std::string& addr, client::SessionCore* core) {
+    if (config.replicas == 0 || suspecting || closing) return;
+    suspecting = true;
+    const Status refreshed = Refresh(addr);
+    suspecting = false;
+    if (!refreshed.ok()) return;
+    auto it = servers.find(addr);
+    if (it == servers.end() || !it->second.session ||
+        it->second.session->core() != core) {
+      return;
+    }
+    // Failed over: its roles went to others (it stays listed with none,
+    // or is gone).
+    const int i = config.IndexOf(addr);
+    if (i >= 0 &&
+        config.members[size_t(i)].incarnation == core->incarnation() &&
+        config.HoldsAnyRole(i)) {
+      return;
+    }
+    ++stats.suspected;
+    core->Fail(Status::Unavailable(
+        addr + " was failed over (configuration epoch " +
+        std::to_string(config.epoch) +
+        "): what it did not answer may or may not have taken effect"));
   }
 
   // How a session's stores read under the configuration: one-sided (or by
@@ -495,13 +533,15 @@ struct Cluster::Impl {
     return Status::OK();
   }
 
-  Status Refresh() {
+  // `skip`: a server not asked (one suspected of not answering).
+  Status Refresh(const std::string& skip = {}) {
     Status last = Status::Unavailable("no server to ask");
     // Servers already connected first, then the members, then the seeds;
     // each once (a server that does not answer costs a wait each time).
     std::vector<std::string> order;
-    auto add = [&order](const std::string& addr) {
-      if (std::find(order.begin(), order.end(), addr) == order.end()) {
+    auto add = [&order, &skip](const std::string& addr) {
+      if (addr != skip &&
+          std::find(order.begin(), order.end(), addr) == order.end()) {
         order.push_back(addr);
       }
     };
@@ -1356,8 +1396,10 @@ Status Cluster::Drain(const std::string& address,
                : std::string()) +
           (im.config.replicas > 0 ? " and backs up " + std::to_string(backups)
                                   : std::string()) +
-          " (the drain goes on; a range that no other server can hold stays: "
-          "the manager's cluster_ranges_refused counts those)");
+          (im.config.ordered()
+               ? " (the drain goes on; a range that no other server can hold "
+                 "stays: the manager's cluster_ranges_refused counts those)"
+               : " (the drain goes on)"));
     }
     // A drain takes a copy's time: look again in a while, not in a spin.
     im.PollLoops();

@@ -372,6 +372,24 @@ size_t SessionCore::Housekeeping() {
     }
     if (next <= now) n += rpc_->ExpireDeadlines(now);
   }
+  if (slow_hook_ && !in_slow_hook_ && rpc_ && rpc_->pending() > 0 &&
+      coarse >= next_slow_check_ns_) {
+    // Calls are sent with a deadline of the timeout from then, so the
+    // earliest deadline dates the oldest call (one sent with a shorter
+    // deadline only looks older: one more look than needed).
+    const Clock::time_point now{std::chrono::nanoseconds(coarse)};
+    if (rpc_->NextDeadline() - options_.timeout + slow_every_ <= now) {
+      next_slow_check_ns_ =
+          coarse +
+          uint64_t(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(slow_every_)
+                  .count());
+      in_slow_hook_ = true;
+      slow_hook_();
+      in_slow_hook_ = false;
+      ++n;
+    }
+  }
   if (ep_ && !ep_->failed() && worker()->receive_stalled()) {
     // Replies can no longer arrive: fail now, not at each deadline.
     Fail(fabric::Worker::StalledStatus());

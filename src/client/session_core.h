@@ -210,6 +210,15 @@ class SessionCore {
   // Tears the session down: everything outstanding and later fails with
   // `why`.
   void Fail(const Status& why);
+  // Housekeeping calls `hook` (at most once per `every`, never from inside
+  // itself) while the oldest RPC still pending on this session has waited
+  // longer than `every`: the cluster client then asks whether the server
+  // was failed over, and fails the session if so (a paused or cut-off
+  // server never answers). Null: none.
+  void SetSlowCallHook(Clock::duration every, std::function<void()> hook) {
+    slow_every_ = every;
+    slow_hook_ = std::move(hook);
+  }
 
  private:
   SessionCore(const SessionOptions& o, LoopCore* loop,
@@ -253,6 +262,10 @@ class SessionCore {
   bool needs_lease_ = false;
   uint64_t vouched_until_ns_ = 0;  // CLOCK_MONOTONIC_COARSE
   uint64_t next_socket_check_ns_ = 0;
+  std::function<void()> slow_hook_;
+  Clock::duration slow_every_{};
+  uint64_t next_slow_check_ns_ = 0;
+  bool in_slow_hook_ = false;
   size_t in_flight_ = 0;
   Status first_error_;
   std::map<int, std::function<void()>> flush_hooks_;

@@ -708,6 +708,52 @@ std::optional<Config> DrainStep(const Config& current,
   return planned;
 }
 
+bool Config::HoldsAnyRole(int index) const {
+  if (index < 0) return false;
+  const uint16_t m = uint16_t(index);
+  auto in = [m](const std::vector<uint16_t>& roles) {
+    return std::find(roles.begin(), roles.end(), m) != roles.end();
+  };
+  return in(owner) || in(next) || in(backups) || in(retiring) ||
+         in(range_owner) || in(range_next);
+}
+
+std::optional<Config> DropLeftMembers(const Config& current,
+                                      const std::vector<std::string>& leaving) {
+  if (current.replicas == 0) return std::nullopt;
+  const size_t n = current.members.size();
+  std::vector<uint8_t> keep(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    keep[i] = std::find(leaving.begin(), leaving.end(),
+                        current.members[i].address) == leaving.end() ||
+              current.HoldsAnyRole(int(i));
+  }
+  if (std::all_of(keep.begin(), keep.end(), [](uint8_t k) { return k; })) {
+    return std::nullopt;
+  }
+  Config next = current;
+  next.epoch = current.epoch + 1;
+  next.members.clear();
+  std::vector<uint16_t> remap(n, kNoMember);
+  for (size_t i = 0; i < n; ++i) {
+    if (!keep[i]) continue;
+    remap[i] = uint16_t(next.members.size());
+    next.members.push_back(current.members[i]);
+  }
+  auto renumber = [&](std::vector<uint16_t>* roles) {
+    for (uint16_t& m : *roles) {
+      if (m != kNoMember) m = remap[m];
+    }
+  };
+  renumber(&next.owner);
+  renumber(&next.next);
+  renumber(&next.backups);
+  renumber(&next.retiring);
+  renumber(&next.range_owner);
+  renumber(&next.range_next);
+  return next;
+}
+
 std::optional<Config> BalanceReplicas(const Config& current,
                                       const std::vector<Member>& live,
                                       const std::vector<std::string>& drained,

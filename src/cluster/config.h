@@ -140,6 +140,9 @@ struct Config {
   }
   // Ranges owned by members[index].
   uint32_t RangesOf(int index) const;
+  // Whether members[index] owns, takes, or holds a copy of (ready, filling
+  // or retiring) any shard or range.
+  bool HoldsAnyRole(int index) const;
 
   uint32_t num_shards() const { return uint32_t(owner.size()); }
   // Whether members[index] holds a copy of shard s as a backup (in a slot,
@@ -287,6 +290,17 @@ std::optional<Config> BalanceReplicas(const Config& current,
 std::optional<Config> DrainStep(const Config& current,
                                 const std::vector<Member>& live,
                                 const std::vector<std::string>& drained);
+
+// The next configuration of a replicated cluster without the members of
+// `leaving` (drained ones that stopped) that hold no role: no shard or
+// range they own or take, no copy (ready, filling or retiring). The other
+// members' indices are renumbered in every role. A member dropped that
+// comes back joins as a new one. nullopt if there is none to drop. (Only
+// drained members: a member failed over stays listed, with no role, as its
+// own last configuration still names its old roles; the one naming it
+// with none is what it installs when it comes back.)
+std::optional<Config> DropLeftMembers(const Config& current,
+                                      const std::vector<std::string>& leaving);
 // The configuration that completes `moving` (one epoch newer): every
 // moving shard owned by its `next`, every moving range by its
 // range_next, and nothing moving. In a replicated

@@ -492,6 +492,36 @@ TEST(ClusterConfig, ReplicasAreChainedRoundTripAndRefuseBadBackups) {
   EXPECT_FALSE(NextBalanceStep(c, {{"d:1", 1}}, {}, 64));
 }
 
+TEST(ClusterConfig, DrainedMembersThatLeftHoldingNothingAreDropped) {
+  const Config c = InitialConfig(
+      "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);
+  // Nobody leaving, or one that still holds roles: nothing to drop.
+  EXPECT_FALSE(DropLeftMembers(c, {}));
+  EXPECT_FALSE(DropLeftMembers(c, {"b:1"}));
+  // Unreplicated clusters drop members in NextBalanceStep.
+  EXPECT_FALSE(DropLeftMembers(InitialConfig("p", 1, c.members, 12), {"b:1"}));
+  // b holds nothing once failed over (as once drained): it goes, and c is
+  // renumbered 1 in every role.
+  auto f = Failover(c, {c.members[0], c.members[2]});
+  ASSERT_TRUE(f);
+  auto d = DropLeftMembers(*f, {"b:1"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->epoch, f->epoch + 1);
+  ASSERT_EQ(d->members.size(), 2u);
+  EXPECT_EQ(d->members[1].address, "c:1");
+  for (uint32_t s = 0; s < 12; ++s) {
+    EXPECT_EQ(d->members[d->owner[s]].address, f->members[f->owner[s]].address)
+        << s;
+    const auto before = f->BackupsOf(s), after = d->BackupsOf(s);
+    ASSERT_EQ(before.size(), after.size()) << s;
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(d->members[after[i]].address, f->members[before[i]].address);
+    }
+  }
+  ASSERT_TRUE(DecodeConfig(EncodeConfig(*d)).ok());
+  EXPECT_FALSE(DropLeftMembers(*d, {"b:1"}));
+}
+
 TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   const Config c = InitialConfig(
       "prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}}, 12, 1);

@@ -759,6 +759,25 @@ void ClusterMember::Reshape(const Config& c, int version,
   const std::string& base = options_.target.path;
   std::vector<std::string> drained;
   if (Children(zh_, base + "/drain", true, &drained) != ZOK) drained.clear();
+  // Drained members that stopped leave the configuration once they hold
+  // nothing, so clients stop trying them; only between steps (a new epoch
+  // would start a copy over). Their drain records go at a later pass.
+  if (c.moving() == 0 && c.filling_shards() == 0) {
+    std::vector<std::string> leaving;
+    for (const std::string& a : drained) {
+      if (c.IndexOf(a) >= 0 && !IsLive(registered, a)) leaving.push_back(a);
+    }
+    if (std::optional<Config> pruned = DropLeftMembers(c, leaving)) {
+      if (Status w = WriteConfig(*pruned, version); !w.ok()) {
+        log::Warn("cluster: dropping drained members at epoch {}: {}",
+                  pruned->epoch, w.ToString());
+        return;
+      }
+      log::Info("cluster: epoch {}: {} drained members that stopped leave",
+                pruned->epoch, c.members.size() - pruned->members.size());
+      return FollowConfig();
+    }
+  }
   // A drained member that left and holds nothing is done with.
   for (auto it = drained.begin(); it != drained.end();) {
     const int i = c.IndexOf(*it);

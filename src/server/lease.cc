@@ -221,6 +221,8 @@ void LeaseKeeper::Publish(uint64_t expires_ns) {
 void LeaseKeeper::CapBy(std::function<uint64_t()> cap) {
   std::lock_guard<std::mutex> lock(mu_);
   cap_ = std::move(cap);
+  if (stop_) return;
+  Publish(std::max<uint64_t>(1, std::min(MonotonicNs() + lease_ns_, cap_())));
 }
 
 void LeaseKeeper::Run() {

@@ -61,8 +61,9 @@ class LeaseKeeper {
   void Revoke();
   // Never vouches past cap() (CLOCK_MONOTONIC ns): a cluster member in a
   // replicated configuration vouches for its memory only while it holds
-  // its member lease (cluster/member_lease.h). Applied from the next
-  // renewal; thread-safe.
+  // its member lease (cluster/member_lease.h). The lease is published
+  // again, capped, before this returns (so call it before clients can
+  // connect: a reader keeps what it read until it expires); thread-safe.
   void CapBy(std::function<uint64_t()> cap);
 
   // Removes the horizon files in `dir` whose names start with `prefix`

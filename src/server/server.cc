@@ -658,6 +658,19 @@ Status Server::Impl::Init() {
                                    /*remake_removed=*/!durable);
   if (!keeper.ok()) return keeper.status();
   lease = std::move(*keeper);
+  if (ownership) {
+    // One-sided readers trust a member's memory only once it serves a
+    // configuration, and in a replicated one only while it holds its member
+    // lease. Capped before any client can connect: a reader keeps a lease
+    // it read until it expires, and one read uncapped (a server lease, a
+    // second by default) outlived a failover of this server paused at
+    // once.
+    lease->CapBy([o = ownership.get()]() -> uint64_t {
+      const cluster::Ownership::Installed* c = o->current();
+      if (c == nullptr) return 1;  // in the past: vouches for nothing
+      return c->replicated ? o->lease_expires_ns() : UINT64_MAX;
+    });
+  }
 
   for (auto& t : threads) {
     Thread* raw = t.get();
@@ -739,12 +752,6 @@ Status Server::Impl::StartCluster() {
   if (!ml.ok()) return ml.status().WithContext("the member lease");
   member_lease = std::move(*ml);
   member_lease_view.store(member_lease.get(), std::memory_order_release);
-  // One-sided readers trust this server's memory only while it holds its
-  // member lease (replicated configurations).
-  lease->CapBy([o = ownership.get()] {
-    const cluster::Ownership::Installed* c = o->current();
-    return c != nullptr && c->replicated ? o->lease_expires_ns() : UINT64_MAX;
-  });
   return Status::OK();
 }
 
