@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -215,6 +216,12 @@ struct Cluster::Impl {
 
   void Install(cluster::Config c) {
     config = std::move(c);
+    for (size_t i = 0; i < config.members.size(); ++i) {
+      if (config.HoldsAnyRole(int(i))) {
+        held_roles.emplace(config.members[i].address,
+                           config.members[i].incarnation);
+      }
+    }
     // A session opened before the configuration was known (a seed's, to
     // fetch it) reads as the configuration says.
     for (auto& [addr, s] : servers) {
@@ -345,23 +352,31 @@ struct Cluster::Impl {
   // server never answers, and nothing else would tell.
   static constexpr auto kSuspectAfter = std::chrono::milliseconds(250);
   bool suspecting = false;
+  // Members (address, incarnation) that an installed configuration gave a
+  // role: SuspectServer judges only those.
+  std::set<std::pair<std::string, uint64_t>> held_roles;
   void SuspectServer(const std::string& addr, client::SessionCore* core) {
     if (config.replicas == 0 || suspecting || closing) return;
-    suspecting = true;
-    const Status refreshed = Refresh(addr);
-    suspecting = false;
-    if (!refreshed.ok()) return;
+    // A member that never held a role here (a new one) answers what it is
+    // sent; one that did and holds none now was failed over (or drained:
+    // it answers too, but a call it kept 250 ms is given up all the same).
+    if (held_roles.count({addr, core->incarnation()}) == 0) return;
+    auto holds = [&] {
+      const int i = config.IndexOf(addr);
+      return i >= 0 &&
+             config.members[size_t(i)].incarnation == core->incarnation() &&
+             config.HoldsAnyRole(i);
+    };
+    if (holds()) {
+      const uint32_t epoch = config.epoch;
+      suspecting = true;
+      const Status refreshed = Refresh(addr);
+      suspecting = false;
+      if (!refreshed.ok() || config.epoch == epoch || holds()) return;
+    }
     auto it = servers.find(addr);
     if (it == servers.end() || !it->second.session ||
         it->second.session->core() != core) {
-      return;
-    }
-    // Failed over: its roles went to others (it stays listed with none,
-    // or is gone).
-    const int i = config.IndexOf(addr);
-    if (i >= 0 &&
-        config.members[size_t(i)].incarnation == core->incarnation() &&
-        config.HoldsAnyRole(i)) {
       return;
     }
     ++stats.suspected;
@@ -514,14 +529,16 @@ struct Cluster::Impl {
   // cut off) is passed over for the next one; the last is waited for.
   static constexpr auto kRefreshWait = std::chrono::milliseconds(1000);
 
-  Status FetchFrom(const std::string& addr, bool last) {
+  // `quick`: even the last server is waited for at most kRefreshWait.
+  Status FetchFrom(const std::string& addr, bool last, bool quick = false) {
     auto s = Connected(addr);
     if (!s.ok()) return s.status();
     client::SessionCore* core = (*s)->session->core();
     core->Flush();
     const auto deadline =
-        last ? core->Deadline()
-             : std::min(core->Deadline(), Clock::now() + kRefreshWait);
+        last && !quick
+            ? core->Deadline()
+            : std::min(core->Deadline(), Clock::now() + kRefreshWait);
     auto bytes = core->rpc()->CallSync(
         proto::kCoreService,
         static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {}, deadline);
@@ -533,7 +550,10 @@ struct Cluster::Impl {
     return Status::OK();
   }
 
-  // `skip`: a server not asked (one suspected of not answering).
+  // `skip`: a server not asked (one suspected of not answering); then only
+  // the other servers already connected are asked, each for at most
+  // kRefreshWait (the slow-call hook runs inside a poll: no connection
+  // attempt, no wait for a whole deadline).
   Status Refresh(const std::string& skip = {}) {
     Status last = Status::Unavailable("no server to ask");
     // Servers already connected first, then the members, then the seeds;
@@ -548,12 +568,15 @@ struct Cluster::Impl {
     for (auto& [addr, s] : servers) {
       if (s.session && s.session->connected()) add(addr);
     }
-    for (const auto& m : config.members) add(m.address);
-    for (const auto& seed : options.seeds) add(seed);
+    const bool suspecting_one = !skip.empty();
+    if (!suspecting_one) {
+      for (const auto& m : config.members) add(m.address);
+      for (const auto& seed : options.seeds) add(seed);
+    }
     // Every server's answer, for the error when none gave a configuration.
     std::string why;
     for (size_t i = 0; i < order.size(); ++i) {
-      last = FetchFrom(order[i], i + 1 == order.size());
+      last = FetchFrom(order[i], i + 1 == order.size(), suspecting_one);
       if (last.ok()) return last;
       // A seed outside any cluster is a mistake to report, not to skip.
       if (last.code() == StatusCode::kUnsupported) return last;
@@ -593,6 +616,9 @@ struct Cluster::Impl {
         if (Status st = Ordered(); !st.ok()) return st;
       }
       const uint16_t owner = OwnerFor<Store>(key);
+      // By address: opening the store may install a configuration that
+      // numbers the members anew (the slow-call hook's refresh).
+      const std::string owner_address = config.members[owner].address;
       auto store = [&]() -> Result<Store*> {
         auto s = ServerOfMember(owner);
         if (!s.ok()) return s.status();
@@ -623,7 +649,7 @@ struct Cluster::Impl {
                                   st.code() == StatusCode::kUnavailable &&
                                   InTime(&deadline);
         if (attempt == 0 || failing_over) {
-          const std::string addr = config.members[owner].address;
+          const std::string& addr = owner_address;
           if (Refresh().ok()) {
             if constexpr (std::is_same_v<Store, TreeStore>) {
               if (!config.ordered()) continue;  // Ordered() says so, above

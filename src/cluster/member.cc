@@ -760,8 +760,8 @@ void ClusterMember::Reshape(const Config& c, int version,
   std::vector<std::string> drained;
   if (Children(zh_, base + "/drain", true, &drained) != ZOK) drained.clear();
   // Drained members that stopped leave the configuration once they hold
-  // nothing, so clients stop trying them; only between steps (a new epoch
-  // would start a copy over). Their drain records go at a later pass.
+  // nothing, so clients stop trying them, and their drain records go; only
+  // between steps (a new epoch would start a copy over).
   if (c.moving() == 0 && c.filling_shards() == 0) {
     std::vector<std::string> leaving;
     for (const std::string& a : drained) {
@@ -775,6 +775,12 @@ void ClusterMember::Reshape(const Config& c, int version,
       }
       log::Info("cluster: epoch {}: {} drained members that stopped leave",
                 pruned->epoch, c.members.size() - pruned->members.size());
+      // Done with: one that comes back is a new member, not drained.
+      for (const std::string& a : leaving) {
+        if (pruned->IndexOf(a) < 0) {
+          (void)zoo_delete(zh_, (base + "/drain/" + a).c_str(), -1);
+        }
+      }
       return FollowConfig();
     }
   }

@@ -195,17 +195,20 @@ Status HashService::Init(server::ServiceContext* ctx) {
       // A shard moving away: its keys that change during the copy are sent
       // again (HandleShardSync).
       Partition* raw = part.get();
-      part->table->SetChangeHook([this, raw](std::string_view key) {
-        if (raw->purging) return;
-        if (cluster_->Outgoing(key)) raw->changed.emplace(key);
-        // A key of a copy being scanned: a move may have carried it behind
-        // the scan's cursor (a write is in the stream anyway).
-        Partition::Fill& fill = raw->fill;
-        if (fill.epoch != 0 && !fill.scanned &&
-            fill.set[cluster::ShardOf(key, uint32_t(fill.set.size()))]) {
-          fill.moved.emplace(key);
-        }
-      });
+      part->table->SetChangeHook(
+          [this, raw](std::string_view key, uint64_t from, uint64_t to) {
+            if (raw->purging) return;
+            if (cluster_->Outgoing(key)) raw->changed.emplace(key);
+            // A pair of a copy being scanned that a cuckoo move carried from a
+            // bucket not scanned yet to one scanned already (a write is in the
+            // stream anyway).
+            Partition::Fill& fill = raw->fill;
+            if (from != Table::kNotMoved && fill.epoch != 0 && !fill.scanned &&
+                from >= fill.cursor && to < fill.cursor &&
+                fill.set[cluster::ShardOf(key, uint32_t(fill.set.size()))]) {
+              fill.moved.emplace(key);
+            }
+          });
     }
     partitions_.push_back(std::move(part));
   }
@@ -1356,29 +1359,35 @@ void HashService::FillStep_st(Partition& part) {
   ShardPairsWriter& batch = *part.repl_batch;
   const uint32_t num_shards = uint32_t(fill.set.size());
   uint64_t added = 0;
+  // Read now: the newest pair (deleted since: its delete is in the stream
+  // already).
+  auto send = [&](const std::string& key) {
+    auto v = table.Get(key);
+    if (!v.ok()) return;
+    batch.AddFill(key, v->value, v->version);
+    ++added;
+  };
   constexpr uint64_t kChunk = 64;  // buckets between size checks
   const uint64_t budget = std::max<uint64_t>(options_.fill_scan_buckets, 1);
   const uint64_t scan_end = fill.cursor + budget;
-  while (!fill.scanned && fill.cursor < scan_end &&
-         batch.bytes() < kFillBatchBytes) {
-    fill.cursor = table.ScanBuckets(
-        fill.cursor, std::min(kChunk, scan_end - fill.cursor),
-        [&](std::string_view k, std::string_view v, uint64_t version) {
-          if (fill.set[cluster::ShardOf(k, num_shards)] == 0) return;
-          batch.AddFill(k, v, version);
-          ++added;
-        });
-    fill.scanned = fill.cursor >= table.num_buckets();
-  }
-  while (fill.scanned && !fill.moved.empty() &&
-         batch.bytes() < kFillBatchBytes) {
-    const std::string key =
-        std::move(fill.moved.extract(fill.moved.begin()).value());
-    // Deleted since: its delete is in the stream already.
-    auto v = table.Get(key);
-    if (!v.ok()) continue;
-    batch.AddFill(key, v->value, v->version);
-    ++added;
+  while (batch.bytes() < kFillBatchBytes) {
+    if (!fill.found.empty()) {
+      send(fill.found.front());
+      fill.found.pop_front();
+    } else if (!fill.scanned && fill.cursor < scan_end) {
+      fill.cursor = table.ScanBuckets(
+          fill.cursor, std::min(kChunk, scan_end - fill.cursor),
+          [&](std::string_view k, std::string_view, uint64_t) {
+            if (fill.set[cluster::ShardOf(k, num_shards)] != 0) {
+              fill.found.emplace_back(k);
+            }
+          });
+      fill.scanned = fill.cursor >= table.num_buckets();
+    } else if (fill.scanned && !fill.moved.empty()) {
+      send(fill.moved.extract(fill.moved.begin()).value());
+    } else {
+      break;
+    }
   }
   part.repl_noted += added;
   fill.upto = part.repl_noted;

@@ -182,23 +182,26 @@ class HashService final : public server::Service {
     // this server owns to their backups being filled, as kFill pairs
     // appended to the replication batches. The table is scanned a chunk per
     // batch (FillStep_st), so the copy never holds the thread for long;
-    // each pair is sent as it is then, and every later write follows it in
-    // the stream. A pair the table moves across the scan's cursor is
-    // noted (`moved`) and sent once the scan is done; a growth, which
-    // renumbers the buckets, starts the scan over.
+    // each pair is read when it is sent, so it is the newest, and every
+    // later write follows it in the stream. A pair a cuckoo move carries
+    // behind the scan's cursor is noted (`moved`) and sent once the scan is
+    // done; a growth, which renumbers the buckets, starts the scan over.
     struct Fill {
       uint32_t epoch = 0;        // 0: no copy
       std::vector<uint8_t> set;  // per shard
       uint64_t generation = 0;   // the table's growths() the scan is of
       uint64_t cursor = 0;       // the next bucket to scan
       bool scanned = false;      // every bucket of the generation was
-      // Keys of the set written or moved in the table while it was being
-      // scanned: read and sent again after the scan.
+      // Keys the scan found, each read and sent in turn (a batch stops at
+      // kFillBatchBytes between pairs, never inside a chunk of buckets).
+      std::deque<std::string> found;
+      // Keys of the set a cuckoo move carried behind the scan's cursor
+      // while it ran: read and sent after the scan.
       std::unordered_set<std::string> moved;
       uint64_t sent = 0;  // pairs sent by this copy
       uint64_t upto = 0;  // the record count of the last pair sent
       Status failed;      // a batch with its pairs was not replicated
-      bool Sent() const { return scanned && moved.empty(); }
+      bool Sent() const { return scanned && found.empty() && moved.empty(); }
     };
     Fill fill;
     server::Counter fill_pairs;

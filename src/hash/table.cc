@@ -273,7 +273,7 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
           const std::string_view moved =
               KeyOf(d->entries + used_[hop.bucket] - hop.entry_bytes);
           if (move_hook_) move_hook_(from, hop.bucket, moved);
-          if (change_hook_) change_hook_(moved);
+          if (change_hook_) change_hook_(moved, from, hop.bucket);
         }
         to = hop.parent;
       }
@@ -524,7 +524,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     // checksum is seeded with the bucket's version).
     std::memcpy(next.entries + found->entry_offset, entry, entry_bytes);
     Publish(bucket, next);
-    if (change_hook_) change_hook_(key);
+    if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
     return version;
   }
   if (found) {
@@ -542,7 +542,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     slab_->Free(RefOffset(found->ref), RefClass(found->ref));
   }
   if (!found) ++size_;
-  if (change_hook_) change_hook_(key);
+  if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
   return version;
 }
 
@@ -584,7 +584,7 @@ Status Table::Delete(std::string_view key) {
   }
   --size_;
   ++next_version_;  // a delete is a write too
-  if (change_hook_) change_hook_(key);
+  if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
   return Status::OK();
 }
 

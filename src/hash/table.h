@@ -166,12 +166,15 @@ class Table {
     move_hook_ = std::move(hook);
   }
 
-  // Runs after every change of a key's pair (a write, a delete) and after
-  // every cuckoo move of it, with the key: a moving shard's keys written
-  // or moved during its copy are sent again. Empty by default.
-  void SetChangeHook(std::function<void(std::string_view key)> hook) {
-    change_hook_ = std::move(hook);
-  }
+  // Runs after every change of a key's pair (a write, a delete: `from` and
+  // `to` are kNotMoved) and after every cuckoo move of it (from bucket
+  // `from` to bucket `to`), with the key: a moving shard's keys written or
+  // moved during its copy are sent again, and a re-replication's scan
+  // notes the keys moved behind its cursor. Empty by default.
+  static constexpr uint64_t kNotMoved = ~uint64_t{0};
+  using ChangeFn =
+      std::function<void(std::string_view key, uint64_t from, uint64_t to)>;
+  void SetChangeHook(ChangeFn hook) { change_hook_ = std::move(hook); }
 
   // The bucket holding `key` now, or nullopt (tests and diagnostics).
   std::optional<uint64_t> BucketOf(std::string_view key) const;
@@ -262,7 +265,7 @@ class Table {
   bool reserved_ = false;     // Reserve ran: restores do not grow
   std::function<void()> mid_write_;
   std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;
-  std::function<void(std::string_view)> change_hook_;
+  ChangeFn change_hook_;
 };
 
 // Helpers on a bucket image (exposed for tests).
