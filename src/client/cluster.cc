@@ -344,12 +344,12 @@ struct Cluster::Impl {
   }
 
   // In a replicated cluster, a call that waited kSuspectAfter on a server
-  // has the configuration fetched (from the other servers first); if the
-  // server holds no role in it any more (failed over, or gone), its session
-  // fails, so what waited on it ends now, not at its deadline: reads are
-  // asked again of the new owner, writes end Unavailable (their outcome
-  // unknown; a server without a role takes none). A paused or cut-off
-  // server never answers, and nothing else would tell.
+  // has the configuration fetched (from the other servers this client is
+  // connected to: Refresh with `skip`); if the server held a role and holds
+  // none in it (failed over, or gone), its session fails, so what waited on
+  // it ends now, not at its deadline: reads are asked again of the new
+  // owner, writes end Unavailable (their outcome unknown). A paused or
+  // cut-off server never answers, and nothing else would tell.
   static constexpr auto kSuspectAfter = std::chrono::milliseconds(250);
   bool suspecting = false;
   // Members (address, incarnation) that an installed configuration gave a

@@ -1337,6 +1337,7 @@ Status CheckFilling(const cluster::Ownership& o, uint32_t epoch,
 // A copy's pairs per batch: a write behind it waits for at most this much
 // more to reach the backups.
 constexpr size_t kFillBatchBytes = 256u << 10;
+
 void HashService::FillStep_st(Partition& part) {
   Partition::Fill& fill = part.fill;
   if (fill.epoch == 0) return;
