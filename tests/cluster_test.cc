@@ -133,11 +133,15 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<Cluster> Connect(const std::vector<std::string>& seeds) {
+  // `read_path`: the hash store's, if not the session's default.
+  std::unique_ptr<Cluster> Connect(
+      const std::vector<std::string>& seeds,
+      std::optional<ReadPath> read_path = std::nullopt) {
     ClusterOptions o;
     o.seeds = seeds;
     o.session.transport = testing::TestTransport();
     o.wait_for_config = kBound;
+    o.hash.read_path = read_path;
     auto c = Cluster::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
@@ -3318,16 +3322,11 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   ASSERT_TRUE(cluster->Put(key, "before").ok());
   // The reader asks the server (a one-sided read of the paused server's
   // memory is answered while its lease lasts, correctly).
-  ClusterOptions ro;
-  ro.seeds = seeds;
-  ro.session.transport = testing::TestTransport();
-  ro.wait_for_config = kBound;
-  ro.hash.read_path = ReadPath::kRpc;
-  auto reader = Cluster::Connect(ro);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto reader = Connect(seeds, ReadPath::kRpc);
+  ASSERT_NE(reader, nullptr);
   auto writer = Connect(seeds);
   ASSERT_NE(writer, nullptr);
-  ASSERT_TRUE((*reader)->Get(key).ok());
+  ASSERT_TRUE(reader->Get(key).ok());
   ASSERT_TRUE(writer->Get(key).ok());
   // The cluster client reads it one-sided, to be trusted only while the
   // victim holds its member lease.
@@ -3342,7 +3341,7 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   Result<uint64_t> put = Status::Internal("not run");
   double got_ms = 0, put_ms = 0;
   std::thread read([&] {
-    got = (*reader)->Get(key);
+    got = reader->Get(key);
     got_ms = double(testing::NowNs() - paused_ns) / 1e6;
   });
   std::thread write([&] {
@@ -3362,7 +3361,7 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
       << put.status().ToString();
   EXPECT_LT(put_ms, 7000);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
-  EXPECT_GE((*reader)->route_stats().suspected, 1u);
+  EXPECT_GE(reader->route_stats().suspected, 1u);
   EXPECT_GE(writer->route_stats().suspected, 1u);
   // Right after the resume, by the configuration from before the pause.
   auto last = cluster->Get(key);
@@ -3400,16 +3399,11 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   // A client that reads hot0 one-sided before the pause and then keeps
   // quiet: after it, its configuration is stale.
-  ClusterOptions early_options;
-  early_options.seeds = seeds;
-  early_options.session.transport = testing::TestTransport();
-  early_options.wait_for_config = kBound;
-  early_options.hash.read_path = ReadPath::kOneSided;
-  auto early = Cluster::Connect(early_options);
-  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  auto early = Connect(seeds, ReadPath::kOneSided);
+  ASSERT_NE(early, nullptr);
   RecordingClients clients(seeds, 4);
-  ASSERT_TRUE(clients.Put(early->get(), 0, "before the pause").ok());
-  ASSERT_TRUE((*early)->Get("hot0").ok());
+  ASSERT_TRUE(clients.Put(early.get(), 0, "before the pause").ok());
+  ASSERT_TRUE(early->Get("hot0").ok());
   clients.Start(/*writers=*/2, /*readers=*/1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // history
   // (A paused manager takes longer: a successor must first be elected.)
@@ -3465,11 +3459,11 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
     if (!vouched) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(vouched) << "the resumed server never held a lease again";
-  const uint64_t refreshes = (*early)->route_stats().refreshes;
-  auto late = (*early)->Get("hot0");
+  const uint64_t refreshes = early->route_stats().refreshes;
+  auto late = early->Get("hot0");
   ASSERT_TRUE(late.ok()) << late.status().ToString();
   EXPECT_GE(late->version, *after) << "a stale copy: " << late->value;
-  EXPECT_GT((*early)->route_stats().refreshes, refreshes);
+  EXPECT_GT(early->route_stats().refreshes, refreshes);
 
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   clients.Stop();
