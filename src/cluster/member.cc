@@ -1308,6 +1308,19 @@ Status ClusterMember::CopyMoving(const Config& moving) {
         partitions = pairs->num_partitions;
         req.generation = pairs->generation;
         req.cursor = pairs->cursor;
+        req.after.clear();
+        if (req.cursor != hash::kShardCursorDone &&
+            (req.cursor & hash::kShardCursorInBucket) != 0) {
+          // The page ended inside a bucket: the rest of it from the page's
+          // last key on (it holds at least one pair).
+          if (pairs->pairs.empty()) {
+            return Status::Corruption(from +
+                                      ": an export page cut inside a "
+                                      "bucket holds no pair");
+          }
+          req.cursor &= ~hash::kShardCursorInBucket;
+          req.after.assign(pairs->pairs.back().key);
+        }
         step_pairs_ += pairs->pairs.size();
         if (!pairs->pairs.empty()) {
           REMEM_RETURN_IF_ERROR(forward(to, std::move(*page)));

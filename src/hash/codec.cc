@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "hash/layout.h"
 #include "proto/buffer.h"
 
 namespace remem::hash {
@@ -520,8 +521,10 @@ std::string EncodeShardExport(const ShardExport& r) {
   h.generation = r.generation;
   h.cursor = r.cursor;
   h.max_bytes = r.max_bytes;
+  h.after_len = uint32_t(r.after.size());
   Append(&out, h);
   for (uint32_t s : r.shards) Append(&out, s);
+  out.append(r.after);
   return out;
 }
 
@@ -529,13 +532,25 @@ Result<ShardExport> DecodeShardExport(std::string_view payload) {
   Reader rd(payload);
   ShardExportRequest h;
   if (!rd.Read(&h)) return Bad("shard export request truncated");
-  if (h.reserved != 0) return Bad("shard export: reserved bytes set");
+  if (h.after_len > Limits{}.max_key) {
+    return Bad("shard export: resume key too long");
+  }
+  if ((h.cursor & kShardCursorInBucket) != 0) {
+    return Bad("shard export: cursor past any table");
+  }
   ShardExport out;
   out.partition = h.partition;
   out.generation = h.generation;
   out.cursor = h.cursor;
   out.max_bytes = h.max_bytes;
-  REMEM_RETURN_IF_ERROR(ReadShardNumbers(&rd, h.count, &out.shards));
+  // The resume key is the last h.after_len bytes; the shard numbers all
+  // that comes before it.
+  if (rd.remaining() < h.after_len) {
+    return Bad("shard export: resume key truncated");
+  }
+  Reader shards(payload.substr(rd.position(), rd.remaining() - h.after_len));
+  REMEM_RETURN_IF_ERROR(ReadShardNumbers(&shards, h.count, &out.shards));
+  out.after.assign(payload.substr(payload.size() - h.after_len));
   return out;
 }
 

@@ -134,6 +134,7 @@ struct ShardExport {
   uint64_t cursor = 0;
   uint32_t max_bytes = 0;
   std::vector<uint32_t> shards;
+  std::string after;  // resume inside bucket `cursor` after this key
 };
 std::string EncodeShardExport(const ShardExport& request);
 Result<ShardExport> DecodeShardExport(std::string_view payload);

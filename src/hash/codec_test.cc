@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "hash/layout.h"
+
 namespace remem::hash {
 namespace {
 
@@ -142,8 +144,24 @@ TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
   EXPECT_EQ(ex2->generation, 5u);
   EXPECT_EQ(ex2->cursor, 4096u);
   EXPECT_EQ(ex2->shards, std::vector<uint32_t>{9});
+  EXPECT_TRUE(ex2->after.empty());
   const std::string ex_bytes = EncodeShardExport(ex);
   EXPECT_FALSE(DecodeShardExport(ex_bytes.substr(0, 31)).ok());
+  // Resuming inside a bucket: the key after the shard numbers.
+  ex.shards = {9, 3};
+  ex.after = "last key sent";
+  ex2 = DecodeShardExport(EncodeShardExport(ex));
+  ASSERT_TRUE(ex2.ok()) << ex2.status().ToString();
+  EXPECT_EQ(ex2->shards, (std::vector<uint32_t>{9, 3}));
+  EXPECT_EQ(ex2->after, "last key sent");
+  std::string cut = EncodeShardExport(ex);
+  cut.pop_back();  // the key's length says one byte more than there is
+  EXPECT_FALSE(DecodeShardExport(cut).ok());
+  ex.after.assign(Limits{}.max_key + 1, 'k');
+  EXPECT_FALSE(DecodeShardExport(EncodeShardExport(ex)).ok());
+  ex.after.clear();
+  ex.cursor = 5 | kShardCursorInBucket;  // a reply's cursor sent back as is
+  EXPECT_FALSE(DecodeShardExport(EncodeShardExport(ex)).ok());
 
   ShardPairsWriter w;
   w.Add("k1", "value one", 17, false);

@@ -14,6 +14,7 @@
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "hash/codec.h"
+#include "hash/shard_export.h"
 #include "util/log.h"
 
 namespace remem::hash {
@@ -1477,33 +1478,38 @@ void HashService::HandleShardExport_st(PartitionId p, Call call) {
   Partition& part = *partitions_[p];
   const Table& table = *part.table;
   const uint64_t generation = table.growths();
-  uint64_t cursor = req->generation == generation ? req->cursor : 0;
-  if (cursor == 0) {
+  const bool same = req->generation == generation;
+  const uint64_t start = same ? req->cursor : 0;
+  const std::string_view after = same ? std::string_view(req->after) : "";
+  if (start >= table.num_buckets()) {
+    return call.responder.Reply(
+        Status::InvalidArgument("shard export: cursor past the table"));
+  }
+  if (start == 0 && after.empty()) {
     // The scan from the start sends every pair there is; changes noted so
     // far are in it.
     std::erase_if(part.changed, [&](const std::string& k) {
       return set[cluster::ShardOf(k, num_shards)] != 0;
     });
   }
+  // A page stops before the pair that would pass max_bytes, and holds at
+  // least one: the largest page still fits a reply.
+  static_assert(proto::kMaxRpcPayload / 2 + Limits{}.max_key +
+                    Limits{}.max_value + sizeof(ShardPair) +
+                    sizeof(ShardPairsHeader) <=
+                proto::kMaxRpcPayload);
   const uint32_t max_bytes = std::clamp<uint32_t>(
       req->max_bytes, 1, uint32_t(proto::kMaxRpcPayload / 2));
   ShardPairsWriter out;
-  constexpr uint64_t kChunk = 64;  // buckets between size checks
   // At most this many buckets (8 MiB) per page, however few pairs match:
   // the partition's thread serves nothing else meanwhile.
   constexpr uint64_t kMaxScan = 16384;
-  const uint64_t scan_end = cursor + kMaxScan;
-  while (cursor < table.num_buckets() && out.bytes() < max_bytes &&
-         cursor < scan_end) {
-    cursor = table.ScanBuckets(
-        cursor, kChunk,
-        [&](std::string_view k, std::string_view v, uint64_t version) {
-          if (set[cluster::ShardOf(k, num_shards)]) {
-            out.Add(k, v, version, false);
-          }
-        });
-  }
-  if (cursor >= table.num_buckets()) cursor = kShardCursorDone;
+  const uint64_t cursor = ExportShardPage(
+      table,
+      [&](std::string_view k) {
+        return set[cluster::ShardOf(k, num_shards)] != 0;
+      },
+      start, after, max_bytes, kMaxScan, &out);
   call.responder.Reply(
       Status::OK(), out.Finish(generation, cursor, uint32_t(partitions_.size()),
                                table.last_version()));

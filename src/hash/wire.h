@@ -221,19 +221,27 @@ struct ShardListRequest {
 static_assert(sizeof(ShardListRequest) == 8);
 
 // One page of one partition's pairs of the listed shards (followed by
-// `count` uint32 shard numbers), from bucket `cursor` of the table at
-// growth `generation`; a table that grew since restarts at bucket 0.
+// `count` uint32 shard numbers, then `after_len` bytes of key), from bucket
+// `cursor` of the table at growth `generation`; a table that grew since
+// restarts at bucket 0. With a key, the page resumes inside bucket
+// `cursor`: its pairs are taken in key order, from the first key above it
+// (what a reply's kShardCursorInBucket asks for).
 struct ShardExportRequest {
   uint32_t partition;
   uint32_t count;  // shards listed, 1 .. kMaxShardList
   uint64_t generation;
   uint64_t cursor;
   uint32_t max_bytes;  // of pairs in the reply (at least one pair is sent)
-  uint32_t reserved;
+  uint32_t after_len;  // 0, or the key to resume after (1 .. 64 KiB)
 };
 static_assert(sizeof(ShardExportRequest) == 32);
 
 inline constexpr uint64_t kShardCursorDone = ~uint64_t{0};
+// An export reply's cursor with this bit: the page ended inside bucket
+// (cursor without the bit), whose pairs did not all fit; ask again with
+// that bucket and the page's last key as `after`. A bucket's pairs can
+// exceed any page (several large values), so pages split buckets.
+inline constexpr uint64_t kShardCursorInBucket = uint64_t{1} << 62;
 // A ShardSync reply holds pairs up to about this many bytes (and at least
 // one pair), so it stays within kMaxRpcPayload with the largest pair;
 // cursor 0 says more changes are left.
