@@ -3291,8 +3291,10 @@ bool Stopped(pid_t pid) {
 
 // A paused primary never answers: the calls waiting on it end once the
 // cluster has failed it over, about a lease later, not at their deadline
-// (10 s). The read goes to the new owner; the write ends Unavailable (it
-// may or may not have taken effect), and a write issued after it succeeds.
+// (10 s). The reads go to the new owner (by RPC, and one-sided: over tcp
+// the server performs a one-sided read, so a paused one holds it too); the
+// write ends Unavailable (it may or may not have taken effect), and a write
+// issued after it succeeds.
 // A client that still routes by the configuration from before the pause
 // then reads the new owner's value, not the paused one's (it cached a
 // server lease of a second, read before the server's first configuration
@@ -3324,9 +3326,14 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   // memory is answered while its lease lasts, correctly).
   auto reader = Connect(seeds, ReadPath::kRpc);
   ASSERT_NE(reader, nullptr);
+  // A lone one-sided get: over tcp the server performs it (a served read),
+  // so a paused server holds it as it holds a call.
+  auto lone = Connect(seeds, ReadPath::kOneSided);
+  ASSERT_NE(lone, nullptr);
   auto writer = Connect(seeds);
   ASSERT_NE(writer, nullptr);
   ASSERT_TRUE(reader->Get(key).ok());
+  ASSERT_TRUE(lone->Get(key).ok());
   ASSERT_TRUE(writer->Get(key).ok());
   // The cluster client reads it one-sided, to be trusted only while the
   // victim holds its member lease.
@@ -3338,25 +3345,39 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   const uint64_t paused_ns = testing::NowNs();
   while (!Stopped(pid)) std::this_thread::yield();  // the signal's effect
   Result<Cluster::Value> got = Status::Internal("not run");
+  Result<Cluster::Value> lone_got = Status::Internal("not run");
   Result<uint64_t> put = Status::Internal("not run");
-  double got_ms = 0, put_ms = 0;
+  double got_ms = 0, lone_ms = 0, put_ms = 0;
   std::thread read([&] {
     got = reader->Get(key);
     got_ms = double(testing::NowNs() - paused_ns) / 1e6;
+  });
+  std::thread lone_read([&] {
+    lone_got = lone->Get(key);
+    lone_ms = double(testing::NowNs() - paused_ns) / 1e6;
   });
   std::thread write([&] {
     put = writer->Put(key, "during");
     put_ms = double(testing::NowNs() - paused_ns) / 1e6;
   });
   read.join();
+  lone_read.join();
   write.join();
   auto after = writer->Put(key, "after");
   ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGCONT).ok());
-  std::printf("%s: the read ended %.0f ms, the write %.0f ms after the pause\n",
-              TransportFlag().c_str(), got_ms, put_ms);
+  std::printf(
+      "%s: the read ended %.0f ms, the one-sided read %.0f ms, the write "
+      "%.0f ms after the pause\n",
+      TransportFlag().c_str(), got_ms, lone_ms, put_ms);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->value == "before" || got->value == "during") << got->value;
   EXPECT_LT(got_ms, 7000);
+  // (Over shared memory it reads the paused server's memory while its
+  // lease lasts: at once.)
+  ASSERT_TRUE(lone_got.ok()) << lone_got.status().ToString();
+  EXPECT_TRUE(lone_got->value == "before" || lone_got->value == "during")
+      << lone_got->value;
+  EXPECT_LT(lone_ms, 7000);
   EXPECT_TRUE(put.ok() || put.status().code() == StatusCode::kUnavailable)
       << put.status().ToString();
   EXPECT_LT(put_ms, 7000);

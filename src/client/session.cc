@@ -447,7 +447,40 @@ Status SessionCore::ReadNow(uint32_t region_id, uint64_t offset, void* dst,
 Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
                             void* dst, size_t len) {
   REMEM_RETURN_IF_ERROR(region.Check(offset, len));
-  return ep_->GetSync(dst, len, region, offset, options_.timeout);
+  if (!slow_hook_ || !ep_->served() || region.mapped() != nullptr) {
+    return ep_->GetSync(dst, len, region, offset, options_.timeout);
+  }
+  // A served read is the server's work, as a call is: a paused or cut-off
+  // server holds it until the deadline, so the slow-call hook runs while
+  // it waits (and may fail the session: the read then ends Unavailable).
+  struct State {
+    bool done = false;
+    Status status;
+  };
+  // Shared with the completion, which may run after this returns.
+  auto state = std::make_shared<State>();
+  ep_->Get(dst, len, region, offset, [state](Status st) {
+    state->done = true;
+    state->status = std::move(st);
+  });
+  const Clock::time_point deadline = Clock::now() + options_.timeout;
+  for (;;) {
+    Status wait =
+        worker()->ProgressUntil([&] { return state->done; },
+                                std::min(deadline, Clock::now() + slow_every_));
+    if (state->done) return state->status;
+    if (wait.code() != StatusCode::kTimedOut || Clock::now() >= deadline) {
+      // Failing the endpoint drops the read before `dst` goes away.
+      Status st = wait.WithContext("get");
+      ep_->Fail(st);
+      return st;
+    }
+    if (!in_slow_hook_) {
+      in_slow_hook_ = true;
+      slow_hook_();
+      in_slow_hook_ = false;
+    }
+  }
 }
 
 void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,

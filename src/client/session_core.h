@@ -92,7 +92,8 @@ class SessionCore {
   bool is_raw(uint32_t id) const { return raw_ids_.count(id) != 0; }
   // The region `id`, or null.
   const fabric::RemoteRegion* region(uint32_t id) const;
-  // A read done before returning (a copy when mapped, else a UCX get).
+  // A read done before returning (a copy when mapped, else a UCX get, or
+  // a served read, during which the slow-call hook runs as for a call).
   Status ReadNow(uint32_t region, uint64_t offset, void* dst, size_t len);
   // The same for a region the caller looked up already (region()): a hot
   // loop over one region skips the lookup.
@@ -212,7 +213,8 @@ class SessionCore {
   void Fail(const Status& why);
   // Housekeeping calls `hook` (at most once per `every`, never from inside
   // itself) while the oldest RPC still pending on this session has waited
-  // longer than `every`: the cluster client then asks whether the server
+  // longer than `every`, and ReadNow every `every` that a served read
+  // waits: the cluster client then asks whether the server
   // was failed over, and fails the session if so (a paused or cut-off
   // server never answers). Null: none.
   void SetSlowCallHook(Clock::duration every, std::function<void()> hook) {
