@@ -3330,10 +3330,15 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   // so a paused server holds it as it holds a call.
   auto lone = Connect(seeds, ReadPath::kOneSided);
   ASSERT_NE(lone, nullptr);
+  // And an asynchronous one (over tcp a served read with no call of its
+  // own waiting).
+  auto async = Connect(seeds, ReadPath::kOneSided);
+  ASSERT_NE(async, nullptr);
   auto writer = Connect(seeds);
   ASSERT_NE(writer, nullptr);
   ASSERT_TRUE(reader->Get(key).ok());
   ASSERT_TRUE(lone->Get(key).ok());
+  ASSERT_TRUE(async->Get(key).ok());
   ASSERT_TRUE(writer->Get(key).ok());
   // The cluster client reads it one-sided, to be trusted only while the
   // victim holds its member lease.
@@ -3346,8 +3351,9 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   while (!Stopped(pid)) std::this_thread::yield();  // the signal's effect
   Result<Cluster::Value> got = Status::Internal("not run");
   Result<Cluster::Value> lone_got = Status::Internal("not run");
+  Result<Cluster::Value> async_got = Status::Internal("not run");
   Result<uint64_t> put = Status::Internal("not run");
-  double got_ms = 0, lone_ms = 0, put_ms = 0;
+  double got_ms = 0, lone_ms = 0, async_ms = 0, put_ms = 0;
   std::thread read([&] {
     got = reader->Get(key);
     got_ms = double(testing::NowNs() - paused_ns) / 1e6;
@@ -3356,19 +3362,27 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
     lone_got = lone->Get(key);
     lone_ms = double(testing::NowNs() - paused_ns) / 1e6;
   });
+  std::thread async_read([&] {
+    async->GetAsync(key, [&](Result<Cluster::Value> r) {
+      async_got = std::move(r);
+      async_ms = double(testing::NowNs() - paused_ns) / 1e6;
+    });
+    (void)async->WaitAll();
+  });
   std::thread write([&] {
     put = writer->Put(key, "during");
     put_ms = double(testing::NowNs() - paused_ns) / 1e6;
   });
   read.join();
   lone_read.join();
+  async_read.join();
   write.join();
   auto after = writer->Put(key, "after");
   ASSERT_TRUE(servers_[size_t(v)].process->Signal(SIGCONT).ok());
   std::printf(
-      "%s: the read ended %.0f ms, the one-sided read %.0f ms, the write "
-      "%.0f ms after the pause\n",
-      TransportFlag().c_str(), got_ms, lone_ms, put_ms);
+      "%s: the read ended %.0f ms, the one-sided read %.0f ms, the "
+      "asynchronous one %.0f ms, the write %.0f ms after the pause\n",
+      TransportFlag().c_str(), got_ms, lone_ms, async_ms, put_ms);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->value == "before" || got->value == "during") << got->value;
   EXPECT_LT(got_ms, 7000);
@@ -3378,6 +3392,10 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   EXPECT_TRUE(lone_got->value == "before" || lone_got->value == "during")
       << lone_got->value;
   EXPECT_LT(lone_ms, 7000);
+  ASSERT_TRUE(async_got.ok()) << async_got.status().ToString();
+  EXPECT_TRUE(async_got->value == "before" || async_got->value == "during")
+      << async_got->value;
+  EXPECT_LT(async_ms, 7000);
   EXPECT_TRUE(put.ok() || put.status().code() == StatusCode::kUnavailable)
       << put.status().ToString();
   EXPECT_LT(put_ms, 7000);

@@ -970,6 +970,48 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   EXPECT_EQ(again->Get("k")->value, "v");
 }
 
+// The same for an asynchronous one-sided get over tcp: it has the
+// timeout of a call (the server performs it, and a late answer is dropped),
+// ends TimedOut, and the connection is torn down as for a synchronous one.
+// Before, nothing timed it but WaitAll's teardown at twice the timeout,
+// which ended it Unavailable (and a client polling on its own, for good).
+TEST(HashTimeout, AnAsynchronousOneSidedReadTimesOutAsACallDoes) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  testing::ServerProcess server = StartServer({}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  SessionOptions o;
+  o.server = server.address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kOneSided;
+  o.timeout = std::chrono::milliseconds(500);
+  auto session = Session::Connect(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto h = HashStore::Open(session->get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Put("k", "v").ok());
+  ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(AllThreadsStopped(server.process->pid()));
+  std::optional<Result<HashStore::Value>> got;
+  (*h)->GetAsync("k", [&](Result<HashStore::Value> r) { got = std::move(r); });
+  // Polled, as a client with an event loop of its own does (WaitAll has a
+  // bound of its own).
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!got && std::chrono::steady_clock::now() < until) {
+    (void)(*session)->Poll();
+  }
+  ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+  ASSERT_TRUE(got.has_value()) << "the get never ended";
+  EXPECT_EQ(got->status().code(), StatusCode::kTimedOut)
+      << got->status().ToString();
+  auto put = (*h)->Put("k", "x");
+  EXPECT_EQ(put.status().code(), StatusCode::kUnavailable)
+      << put.status().ToString();
+  EXPECT_FALSE((*session)->connected());
+}
+
 // A put of a large value goes to the server by rendezvous: UCX keeps the
 // request on the endpoint until the server fetches the value. With the
 // server paused the put times out (the session's deadline), yet its UCX

@@ -43,11 +43,13 @@
 // and later operation completes with Unavailable (never a hang). Each RPC
 // has its own deadline (SessionOptions::timeout) and times out alone. A
 // one-sided operation cannot be cancelled, so it has no deadline of its
-// own: a synchronous one that times out, or a WaitAll() that waits twice
-// the timeout with no answer from the server (counted from its last one:
-// a batch whose parts go as earlier ones answer may take longer in all),
-// tears the connection down (completing everything outstanding with an
-// error).
+// own: a synchronous one that times out, an asynchronous one that the
+// server performs (over tcp, served) and that waited the timeout, or a
+// WaitAll() that waits twice the timeout with no answer from the server
+// (counted from its last one: a batch whose parts go as earlier ones
+// answer may take longer in all), tears the connection down (the one that
+// timed out says TimedOut, everything else outstanding and later
+// Unavailable).
 //
 // A dead peer on a shared EventLoop (shared memory): UCX receives every
 // server's messages to one loop through one queue, in order, and a server

@@ -372,13 +372,38 @@ size_t SessionCore::Housekeeping() {
     }
     if (next <= now) n += rpc_->ExpireDeadlines(now);
   }
-  if (slow_hook_ && !in_slow_hook_ && rpc_ && rpc_->pending() > 0 &&
-      coarse >= next_slow_check_ns_) {
+  // A served one-sided operation (over tcp the server performs them) that
+  // waited the timeout ends TimedOut and tears the connection down, as a
+  // synchronous one does (session.h): a paused server answers none, and
+  // without this an asynchronous one waited for WaitAll's deadline, or
+  // for good.
+  const Clock::time_point oldest_served =
+      ep_ && ep_->served() ? ep_->oldest_served() : Clock::time_point::max();
+  if (oldest_served != Clock::time_point::max()) {
+    Clock::time_point now{std::chrono::nanoseconds(coarse)};
+    const Clock::time_point due = oldest_served + options_.timeout;
+    if (due <= now + std::chrono::nanoseconds(CoarseMarginNs())) {
+      now = Clock::now();
+    }
+    if (due <= now) {
+      n += ep_->ExpireServed(now - options_.timeout);
+      ep_->Fail(Status::TimedOut(
+          "a one-sided operation had no reply within the timeout"));
+    }
+  }
+  if (slow_hook_ && !in_slow_hook_ && coarse >= next_slow_check_ns_ &&
+      ((rpc_ && rpc_->pending() > 0) ||
+       (ep_ && ep_->served() && ep_->served_in_flight() > 0))) {
     // Calls are sent with a deadline of the timeout from then, so the
     // earliest deadline dates the oldest call (one sent with a shorter
     // deadline only looks older: one more look than needed).
     const Clock::time_point now{std::chrono::nanoseconds(coarse)};
-    if (rpc_->NextDeadline() - options_.timeout + slow_every_ <= now) {
+    Clock::time_point oldest =
+        ep_ && ep_->served() ? ep_->oldest_served() : Clock::time_point::max();
+    if (rpc_ && rpc_->pending() > 0) {
+      oldest = std::min(oldest, rpc_->NextDeadline() - options_.timeout);
+    }
+    if (oldest != Clock::time_point::max() && oldest + slow_every_ <= now) {
       next_slow_check_ns_ =
           coarse +
           uint64_t(

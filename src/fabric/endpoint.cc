@@ -472,6 +472,7 @@ void Endpoint::IssueServed(const proto::MemRequest& request,
   proto::MemRequest h = request;
   h.request_id = worker_->NextRequestId();
   const uint64_t id = h.request_id;
+  op.issued = Clock::now();
   served_ops_.emplace(id, std::move(op));
   // A send that fails completes the operation; one that succeeds waits for
   // the reply. The endpoint may be gone by the time the send completes.
@@ -547,6 +548,20 @@ void Endpoint::OnMemReply(AmMessage&& msg) {
     *op.old = h->value;
   }
   worker_->Complete(std::move(op.done), std::move(st));
+}
+
+size_t Endpoint::ExpireServed(Clock::time_point issued_by) {
+  size_t n = 0;
+  while (!served_ops_.empty() &&
+         served_ops_.begin()->second.issued <= issued_by) {
+    Completion done = std::move(served_ops_.begin()->second.done);
+    served_ops_.erase(served_ops_.begin());
+    worker_->Complete(std::move(done),
+                      Status::TimedOut("no reply to a one-sided operation "
+                                       "within the timeout"));
+    ++n;
+  }
+  return n;
 }
 
 void Endpoint::FailServed(const Status& why) {

@@ -27,9 +27,9 @@
 #include <ucp/api/ucp.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "fabric/memory_region.h"
@@ -146,6 +146,14 @@ class Endpoint {
   Status set_served(bool served);
   // Served operations issued and not yet completed.
   size_t served_in_flight() const { return served_ops_.size(); }
+  // When the oldest of them was issued (Clock::time_point::max() if none).
+  Clock::time_point oldest_served() const {
+    return served_ops_.empty() ? Clock::time_point::max()
+                               : served_ops_.begin()->second.issued;
+  }
+  // Completes with TimedOut every served operation issued at or before
+  // `issued_by` (a reply that comes later is dropped); returns how many.
+  size_t ExpireServed(Clock::time_point issued_by);
   // UCX requests of asynchronous operations issued and not yet completed
   // (a send or an operation that completed in its call is not counted).
   // Destroying the endpoint with any out force-closes it: they complete
@@ -176,6 +184,7 @@ class Endpoint {
     void* dst = nullptr;      // reads: where the data goes
     size_t len = 0;           // reads: bytes expected
     uint64_t* old = nullptr;  // atomics: where the old value goes
+    Clock::time_point issued{};
   };
   void IssueServed(const proto::MemRequest& request, std::string payload,
                    ServedOp op);
@@ -206,7 +215,9 @@ class Endpoint {
   bool served_ = false;
   bool routed_ = false;       // this endpoint's kAmMemReply route is installed
   uint64_t route_token_ = 0;  // its token (Worker::UnrouteAm)
-  std::unordered_map<uint64_t, ServedOp> served_ops_;
+  // By request id: the worker numbers requests in the order they are
+  // issued, so the first is the oldest.
+  std::map<uint64_t, ServedOp> served_ops_;
   // requests_out(); shared with each request's state, which may outlive the
   // endpoint.
   std::shared_ptr<size_t> requests_out_ = std::make_shared<size_t>(0);
