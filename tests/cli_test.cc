@@ -50,6 +50,17 @@ TEST(Cli, HelpAndUsageErrors) {
       RunCommand({CliBinary(), "--transport", "carrier-pigeon", "ping"});
   EXPECT_EQ(transport.exit_code, 2);
   EXPECT_TRUE(Contains(transport.out, "unknown transport")) << transport.out;
+  // A misspelt command names itself, at the top and inside a group (CLI11
+  // said only that a subcommand was required).
+  for (const std::vector<std::string>& cmd :
+       std::vector<std::vector<std::string>>{
+           {"bogus"}, {"tree", "bogus"}, {"vec", "bogus", "k"}}) {
+    std::vector<std::string> argv = {CliBinary()};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_TRUE(Contains(r.out, "command 'bogus'")) << r.out;
+  }
 }
 
 TEST(Cli, PingAndStatsAgainstARealServer) {
@@ -239,6 +250,9 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"ycsb", "--cluster", ""}, "--cluster needs seed servers"},
       {{"ycsb", "--server", "127.0.0.1:1", "--server-pids", "-5"},
        "no process -5"},
+      {{"ycsb", "--server", "127.0.0.1:1", "--cluster", "127.0.0.1:1"},
+       "not both"},
+      {{"ycsb", "--server-pids", "1"}, "--server-pids needs --server"},
       {{"hash", "--size", "0"}, "--size"},
       {{"hash", "--client-cpu", "-2"}, "--client-cpu"},
       {{"durability", "--transport", "auto"}, "--transport"},
@@ -399,6 +413,15 @@ TEST(Server, BadConfigurationIsAClearError) {
     auto r = RunCommand(cmd);
     EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.out;
     EXPECT_TRUE(Contains(r.out, flags[0] + " needs --cluster")) << r.out;
+  }
+  // A bad --advertise is refused before the server joins: it was
+  // registered as given, and every client of the cluster then failed.
+  for (const char* advertise :
+       {"127.0.0.1", "127.0.0.1:0", "127.0.0.1:abc", "127.0.0.1:99999"}) {
+    auto r = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--cluster",
+                         "127.0.0.1:1/remem/never", "--advertise", advertise});
+    EXPECT_EQ(r.exit_code, 2) << advertise << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, "--advertise: ")) << r.out;
   }
   auto fsync_alone = RunCommand(
       {ServerBinary(), "--listen", "127.0.0.1:0", "--fsync", "always"});

@@ -487,6 +487,19 @@ int main(int argc, char** argv) {
                    "(host:port,...)\n");
       return 2;
     }
+    if (!yo.remem_address.empty() && !yo.remem_cluster.empty()) {
+      std::fprintf(stderr,
+                   "remem-bench: give one server (--server) or a cluster's "
+                   "seeds (--cluster), not both\n");
+      return 2;
+    }
+    if (!yo.server_pids.empty() && yo.remem_address.empty() &&
+        yo.remem_cluster.empty()) {
+      std::fprintf(stderr,
+                   "remem-bench: --server-pids needs --server or --cluster "
+                   "(the server remem-bench starts is measured already)\n");
+      return 2;
+    }
     for (const int pid : yo.server_pids) {
       if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
         std::fprintf(stderr, "remem-bench: --server-pids: no process %d\n",

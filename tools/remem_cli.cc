@@ -398,20 +398,7 @@ void PrintStats(const ServerStats& s, bool json) {
 int PrintCluster(const Cluster::Info& info, const std::string& what,
                  const std::map<std::string, Status>& reach, bool json) {
   if (what == "info") {
-    // Shards with fewer ready backups than the cluster keeps (a failover
-    // or a drain left them short; they are being copied or wait for room).
-    uint32_t short_of_copies = 0;
-    for (uint32_t sh = 0; sh < info.num_shards && info.replicas > 0; ++sh) {
-      uint32_t ready = 0;
-      for (uint32_t i = 0; i < info.replicas; ++i) {
-        const size_t at = size_t(sh) * info.replicas + i;
-        if (at < info.shard_backups.size() && info.shard_backups[at] >= 0 &&
-            (at >= info.shard_filling.size() || info.shard_filling[at] == 0)) {
-          ++ready;
-        }
-      }
-      short_of_copies += ready < info.replicas ? 1 : 0;
-    }
+    const uint32_t short_of_copies = info.ShortOfCopies();
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
@@ -839,6 +826,21 @@ int main(int argc, char** argv) {
                    "commands.\n",
                    app.remaining().front().c_str());
       return 2;
+    }
+    // The same inside a group of commands (`remem tree bogus`: CLI11 says
+    // only that a subcommand is required).
+    for (CLI::App* group : {vec, treecmd}) {
+      if (group->parsed() && group->get_subcommands().empty() &&
+          !group->remaining().empty() &&
+          group->remaining().front().rfind("-", 0) != 0) {
+        std::fprintf(stderr,
+                     "remem: unknown %s command '%s'\nRun 'remem %s --help' "
+                     "for its commands.\n",
+                     group->get_name().c_str(),
+                     group->remaining().front().c_str(),
+                     group->get_name().c_str());
+        return 2;
+      }
     }
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2

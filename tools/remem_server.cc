@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/socket.h"
 
 namespace {
 
@@ -437,6 +438,18 @@ int main(int argc, char** argv) {
                     2);
       }
     }
+  }
+  if (!cfg.advertise.empty()) {
+    // What clients are told to connect to: checked here, since a bad one
+    // would be registered, and every client of the cluster would fail.
+    std::string host;
+    uint16_t port = 0;
+    Status st = util::ParseHostPort(cfg.advertise, &host, &port);
+    if (st.ok() && port == 0) {
+      st = Status::InvalidArgument("port 0 in '" + cfg.advertise +
+                                   "' (clients need the real port)");
+    }
+    if (!st.ok()) return Fail("--advertise: " + st.message(), 2);
   }
   for (const char* name : {"--fsync", "--snapshot-log-bytes", "--recovery"}) {
     if (app.count(name) == 0) continue;

@@ -142,6 +142,12 @@ class Cluster {
     // server's, or one moved to balance the servers), still a backup until
     // the one filled in its place is ready; -1: none.
     std::vector<int32_t> shard_retiring;
+    // Shards with fewer whole backups than `replicas` (a failover left
+    // them short: they are being copied, or wait for a server with room).
+    // A ready backup is whole, and so is a retiring copy: a shard whose
+    // retiring copy waits for the one filled in its place is getting a
+    // new copy, not short of one.
+    uint32_t ShortOfCopies() const;
     // The ordered store's ranges (none: the cluster has no ordered store):
     // range r holds the keys in [splits[r - 1], splits[r]) (the first from
     // the smallest key, the last unbounded); range_owner[r] indexes nodes.

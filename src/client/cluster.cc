@@ -1436,6 +1436,23 @@ Status Cluster::Drain(const std::string& address,
 size_t Cluster::in_flight() const { return impl_->in_flight; }
 EventLoop* Cluster::loop() const { return impl_->loop.get(); }
 
+uint32_t Cluster::Info::ShortOfCopies() const {
+  uint32_t n = 0;
+  for (uint32_t sh = 0; sh < num_shards && replicas > 0; ++sh) {
+    uint32_t whole = 0;
+    for (uint32_t i = 0; i < replicas; ++i) {
+      const size_t at = size_t(sh) * replicas + i;
+      if (at < shard_backups.size() && shard_backups[at] >= 0 &&
+          (at >= shard_filling.size() || shard_filling[at] == 0)) {
+        ++whole;
+      }
+    }
+    if (sh < shard_retiring.size() && shard_retiring[sh] >= 0) ++whole;
+    n += whole < replicas ? 1 : 0;
+  }
+  return n;
+}
+
 Result<Cluster::Value> Cluster::Get(std::string_view key) {
   return impl_->Routed<HashStore, true>(
       key, [&](HashStore* s) { return s->Get(key); });

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cluster/wire.h"
+#include "remem/cluster.h"
 
 namespace remem::cluster {
 namespace {
@@ -996,6 +997,32 @@ TEST(ClusterConfig, LeaseAsksAndGrantsRoundTripAndRefuseMalformedBytes) {
   EXPECT_FALSE(DecodeLeaseGrant(ab).ok());
   EXPECT_FALSE(DecodeLeaseAsk(EncodeLeaseAsk({1, 1, ""})).ok());
   EXPECT_FALSE(DecodeLeaseGrant(EncodeLeaseGrant({1, 0, ""})).ok());
+}
+
+// What `remem cluster info` calls short of copies: a shard with fewer
+// whole backups than the cluster keeps. A retiring copy (a drain's) is
+// whole until the one filled in its place is ready.
+TEST(ClusterInfo, AShardWithARetiringCopyIsNotShortOfCopies) {
+  Cluster::Info info;
+  info.num_shards = 5;
+  info.replicas = 1;
+  // 0: a ready backup; 1: filling, a retiring copy beside it (a drain);
+  // 2: filling alone (after a failover); 3: none; 4: ready, and a retiring
+  // copy still listed.
+  info.shard_backups = {1, 2, 2, -1, 1};
+  info.shard_filling = {0, 1, 1, 0, 0};
+  info.shard_retiring = {-1, 0, -1, -1, 2};
+  EXPECT_EQ(info.ShortOfCopies(), 2u);
+  info.replicas = 0;  // not replicated: nothing is short
+  EXPECT_EQ(info.ShortOfCopies(), 0u);
+  // Two backups per shard: one ready and one filling beside a retiring copy
+  // is whole; one ready and one filling alone is short.
+  info.num_shards = 2;
+  info.replicas = 2;
+  info.shard_backups = {1, 2, 1, 2};
+  info.shard_filling = {0, 1, 0, 1};
+  info.shard_retiring = {0, -1};
+  EXPECT_EQ(info.ShortOfCopies(), 1u);
 }
 
 }  // namespace
