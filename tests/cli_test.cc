@@ -417,7 +417,8 @@ TEST(Server, BadConfigurationIsAClearError) {
   // A bad --advertise is refused before the server joins: it was
   // registered as given, and every client of the cluster then failed.
   for (const char* advertise :
-       {"127.0.0.1", "127.0.0.1:0", "127.0.0.1:abc", "127.0.0.1:99999"}) {
+       {"127.0.0.1", "127.0.0.1:0", "127.0.0.1:abc", "127.0.0.1:99999",
+        "0.0.0.0:7400", "[::]:7400"}) {
     auto r = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--cluster",
                          "127.0.0.1:1/remem/never", "--advertise", advertise});
     EXPECT_EQ(r.exit_code, 2) << advertise << ": " << r.out;

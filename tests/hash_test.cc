@@ -1012,6 +1012,40 @@ TEST(HashTimeout, AnAsynchronousOneSidedReadTimesOutAsACallDoes) {
   EXPECT_FALSE((*session)->connected());
 }
 
+// But an answer that came in time and sat unread because the client did
+// not poll (busy elsewhere past the timeout) is not late: the get
+// succeeds, and the session stays up.
+TEST(HashTimeout, AnAnswerLeftUnreadPastTheTimeoutIsNotLate) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  testing::ServerProcess server = StartServer({}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  SessionOptions o;
+  o.server = server.address;
+  o.transport = TestTransport();
+  o.read_path = ReadPath::kOneSided;
+  o.timeout = std::chrono::milliseconds(300);
+  auto session = Session::Connect(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto h = HashStore::Open(session->get());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Put("k", "v").ok());
+  for (int i = 0; i < 3; ++i) {
+    std::optional<Result<HashStore::Value>> got;
+    (*h)->GetAsync("k",
+                   [&](Result<HashStore::Value> r) { got = std::move(r); });
+    // The client is away for twice the timeout (what is tested: no event
+    // would stand for it).
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ASSERT_TRUE((*session)->WaitAll().ok());
+    ASSERT_TRUE(got.has_value());
+    ASSERT_TRUE(got->ok()) << got->status().ToString();
+    EXPECT_EQ((*got)->value, "v");
+  }
+  EXPECT_TRUE((*session)->connected());
+}
+
 // A put of a large value goes to the server by rendezvous: UCX keeps the
 // request on the endpoint until the server fetches the value. With the
 // server paused the put times out (the session's deadline), yet its UCX

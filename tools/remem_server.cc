@@ -449,6 +449,12 @@ int main(int argc, char** argv) {
       st = Status::InvalidArgument("port 0 in '" + cfg.advertise +
                                    "' (clients need the real port)");
     }
+    if (st.ok() && (host == "0.0.0.0" || host == "::" || host == "*")) {
+      st = Status::InvalidArgument(
+          "'" + cfg.advertise +
+          "' is every address of this host, which no client can connect "
+          "to: give the one clients reach it at");
+    }
     if (!st.ok()) return Fail("--advertise: " + st.message(), 2);
   }
   for (const char* name : {"--fsync", "--snapshot-log-bytes", "--recovery"}) {

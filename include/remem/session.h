@@ -42,14 +42,14 @@
 // Failure: if the server stops or the connection breaks, every outstanding
 // and later operation completes with Unavailable (never a hang). Each RPC
 // has its own deadline (SessionOptions::timeout) and times out alone. A
-// one-sided operation cannot be cancelled, so it has no deadline of its
-// own: a synchronous one that times out, an asynchronous one that the
-// server performs (over tcp, served) and that waited the timeout, or a
-// WaitAll() that waits twice the timeout with no answer from the server
-// (counted from its last one: a batch whose parts go as earlier ones
-// answer may take longer in all), tears the connection down (the one that
-// timed out says TimedOut, everything else outstanding and later
-// Unavailable).
+// one-sided operation cannot be cancelled: a synchronous one that times
+// out, an asynchronous one that the server performs (over tcp, served)
+// and that waited the timeout, or a WaitAll() that waits twice the timeout
+// with no answer from the server (counted from its last one: a batch
+// whose parts go as earlier ones answer may take longer in all), tears the
+// connection down (the one that timed out says TimedOut, everything else
+// outstanding and later Unavailable). Other asynchronous one-sided
+// operations (shared memory, RDMA) have no deadline of their own.
 //
 // A dead peer on a shared EventLoop (shared memory): UCX receives every
 // server's messages to one loop through one queue, in order, and a server

@@ -385,13 +385,23 @@ size_t SessionCore::Housekeeping() {
     if (due <= now + std::chrono::nanoseconds(CoarseMarginNs())) {
       now = Clock::now();
     }
-    if (due <= now) {
+    if (due > now) {
+      served_due_id_ = 0;
+    } else if (served_due_id_ != ep_->oldest_served_id()) {
+      // Past its deadline, but its answer may sit unread (nobody polled
+      // since): it is given up only once a pass of progress after this
+      // found nothing.
+      served_due_id_ = ep_->oldest_served_id();
+      served_due_idle_ = worker()->idle_passes();
+    } else if (worker()->idle_passes() != served_due_idle_) {
+      served_due_id_ = 0;
       n += ep_->ExpireServed(now - options_.timeout);
       ep_->Fail(Status::TimedOut(
           "a one-sided operation had no reply within the timeout"));
     }
   }
-  if (slow_hook_ && !in_slow_hook_ && coarse >= next_slow_check_ns_ &&
+  if (slow_hook_ && !in_slow_hook_ && ep_ && !ep_->failed() &&
+      coarse >= next_slow_check_ns_ &&
       ((rpc_ && rpc_->pending() > 0) ||
        (ep_ && ep_->served() && ep_->served_in_flight() > 0))) {
     // Calls are sent with a deadline of the timeout from then, so the
@@ -472,7 +482,8 @@ Status SessionCore::ReadNow(uint32_t region_id, uint64_t offset, void* dst,
 Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
                             void* dst, size_t len) {
   REMEM_RETURN_IF_ERROR(region.Check(offset, len));
-  if (!slow_hook_ || !ep_->served() || region.mapped() != nullptr) {
+  if (!slow_hook_ || !ep_->served() || region.mapped() != nullptr ||
+      ep_->failed()) {
     return ep_->GetSync(dst, len, region, offset, options_.timeout);
   }
   // A served read is the server's work, as a call is: a paused or cut-off
@@ -500,7 +511,13 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
       ep_->Fail(st);
       return st;
     }
-    if (!in_slow_hook_) {
+    if (!in_slow_hook_ && !ep_->failed() &&
+        CoarseNowNs() >= next_slow_check_ns_) {
+      next_slow_check_ns_ =
+          CoarseNowNs() +
+          uint64_t(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(slow_every_)
+                  .count());
       in_slow_hook_ = true;
       slow_hook_();
       in_slow_hook_ = false;

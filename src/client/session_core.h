@@ -212,10 +212,10 @@ class SessionCore {
   // `why`.
   void Fail(const Status& why);
   // Housekeeping calls `hook` (at most once per `every`, never from inside
-  // itself) while the oldest RPC still pending on this session has waited
-  // longer than `every`, and ReadNow every `every` that a served read
-  // waits: the cluster client then asks whether the server
-  // was failed over, and fails the session if so (a paused or cut-off
+  // itself) while the oldest RPC or served one-sided operation still
+  // pending on this session has waited longer than `every`, and so does
+  // ReadNow while a served read waits: the cluster client then asks whether the
+  // server was failed over, and fails the session if so (a paused or cut-off
   // server never answers). Null: none.
   void SetSlowCallHook(Clock::duration every, std::function<void()> hook) {
     slow_every_ = every;
@@ -268,6 +268,10 @@ class SessionCore {
   Clock::duration slow_every_{};
   uint64_t next_slow_check_ns_ = 0;
   bool in_slow_hook_ = false;
+  // The served operation seen past its deadline (0: none), and the worker's
+  // idle passes then (Housekeeping gives it up after one more).
+  uint64_t served_due_id_ = 0;
+  uint64_t served_due_idle_ = 0;
   size_t in_flight_ = 0;
   Status first_error_;
   std::map<int, std::function<void()>> flush_hooks_;

@@ -784,13 +784,17 @@ void ClusterMember::Reshape(const Config& c, int version,
       return FollowConfig();
     }
   }
-  // A drained member that left and holds nothing is done with.
+  // A drained member that left and holds nothing is done with. (In a
+  // replicated cluster one still listed keeps its record until the block
+  // above drops it, between steps: deleted during a step, while the
+  // others balance their copies, it was never dropped.)
   for (auto it = drained.begin(); it != drained.end();) {
     const int i = c.IndexOf(*it);
     bool holds = i >= 0 && c.ShardsOf(i) > 0;
     for (uint32_t s = 0; i >= 0 && s < c.num_shards() && !holds; ++s) {
       holds = c.IsBackup(s, i);
     }
+    if (c.replicas > 0 && i >= 0) holds = true;
     if (!IsLive(registered, *it) && !holds) {
       (void)zoo_delete(zh_, (base + "/drain/" + *it).c_str(), -1);
       it = drained.erase(it);

@@ -473,7 +473,8 @@ void Endpoint::IssueServed(const proto::MemRequest& request,
   h.request_id = worker_->NextRequestId();
   const uint64_t id = h.request_id;
   op.issued = Clock::now();
-  served_ops_.emplace(id, std::move(op));
+  // Ids only grow: the new one goes last.
+  served_ops_.emplace_hint(served_ops_.end(), id, std::move(op));
   // A send that fails completes the operation; one that succeeds waits for
   // the reply. The endpoint may be gone by the time the send completes.
   SendAm(proto::kAmMemRequest, &h, sizeof(h), std::move(payload),

@@ -146,10 +146,14 @@ class Endpoint {
   Status set_served(bool served);
   // Served operations issued and not yet completed.
   size_t served_in_flight() const { return served_ops_.size(); }
-  // When the oldest of them was issued (Clock::time_point::max() if none).
+  // When the oldest of them was issued (Clock::time_point::max() if none),
+  // and its request id (0 if none).
   Clock::time_point oldest_served() const {
     return served_ops_.empty() ? Clock::time_point::max()
                                : served_ops_.begin()->second.issued;
+  }
+  uint64_t oldest_served_id() const {
+    return served_ops_.empty() ? 0 : served_ops_.begin()->first;
   }
   // Completes with TimedOut every served operation issued at or before
   // `issued_by` (a reply that comes later is dropped); returns how many.

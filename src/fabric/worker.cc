@@ -255,7 +255,10 @@ size_t Worker::Progress() {
     }
   }
   if (!retired_.empty() && closing_.empty()) DestroyIdleRetired();
-  if (work == 0 && stall_watch_until_ != Clock::time_point{}) LookForStall();
+  if (work == 0) {
+    ++idle_passes_;
+    if (stall_watch_until_ != Clock::time_point{}) LookForStall();
+  }
   return work;
 }
 

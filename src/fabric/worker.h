@@ -130,6 +130,10 @@ class Worker {
   // posted tasks and delivered messages. Returns how much work was done
   // (0 means idle).
   size_t Progress();
+  // How many Progress() passes found nothing to do: one after a moment
+  // says nothing had arrived by then (a deadline that passed before it is
+  // not one whose answer sat unread because nobody polled).
+  uint64_t idle_passes() const { return idle_passes_; }
 
   // Blocks until UCX has an event, Wake() is called, or `timeout` passes.
   // Returns at once if work is already pending.
@@ -321,6 +325,7 @@ class Worker {
   std::map<std::pair<unsigned, ucp_ep_h>, Route> routes_;
   uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
+  uint64_t idle_passes_ = 0;  // idle_passes()
   std::vector<std::function<size_t()>> pass_hooks_;
   // The stall watch (receive_stalled): until when, the next look, and since
   // when (and for how many looks) every look found the queue busy.

@@ -154,9 +154,15 @@ TEST(Codec, ShardMessagesRoundTripAndRefuseWhatIsMalformed) {
   ASSERT_TRUE(ex2.ok()) << ex2.status().ToString();
   EXPECT_EQ(ex2->shards, (std::vector<uint32_t>{9, 3}));
   EXPECT_EQ(ex2->after, "last key sent");
-  std::string cut = EncodeShardExport(ex);
-  cut.pop_back();  // the key's length says one byte more than there is
-  EXPECT_FALSE(DecodeShardExport(cut).ok());
+  const std::string whole = EncodeShardExport(ex);
+  // Cut inside the key, and before it (the shard numbers left are fewer
+  // bytes than the key's length).
+  EXPECT_FALSE(DecodeShardExport(whole.substr(0, whole.size() - 1)).ok());
+  auto cut = DecodeShardExport(whole.substr(0, 32 + 8));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("resume key truncated"),
+            std::string::npos)
+      << cut.status().ToString();
   ex.after.assign(Limits{}.max_key + 1, 'k');
   EXPECT_FALSE(DecodeShardExport(EncodeShardExport(ex)).ok());
   ex.after.clear();

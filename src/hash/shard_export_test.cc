@@ -49,7 +49,8 @@ Pages Export(
     ++result.pages;
     result.most_pairs = std::max(result.most_pairs, page->pairs.size());
     if (page->pairs.size() > 1) {
-      result.largest_page = std::max<uint64_t>(result.largest_page, w.bytes());
+      result.largest_page =
+          std::max<uint64_t>(result.largest_page, bytes.size());
     }
     for (const ShardPairView& p : page->pairs) {
       EXPECT_TRUE(Wanted(p.key)) << p.key;
@@ -82,7 +83,9 @@ TEST(ShardExport, APageStaysWithinItsBudgetInsideABucketOfLargeValues) {
   }
   constexpr uint64_t kBudget = 2500 << 10;  // two values and a half
   Pages pages = Export(**t, kBudget);
-  EXPECT_LE(pages.largest_page, kBudget + sizeof(ShardPairsHeader));
+  // (The budget counts the header too.)
+  EXPECT_GT(pages.largest_page, kBudget / 2);
+  EXPECT_LE(pages.largest_page, kBudget);
   EXPECT_GT(pages.cut_inside_a_bucket, 0);
   ASSERT_EQ(pages.seen.size(), wanted.size());
   for (const auto& [key, times] : pages.seen) {

@@ -231,7 +231,7 @@ struct ShardExportRequest {
   uint32_t count;  // shards listed, 1 .. kMaxShardList
   uint64_t generation;
   uint64_t cursor;
-  uint32_t max_bytes;  // of pairs in the reply (at least one pair is sent)
+  uint32_t max_bytes;  // of the reply, header included (one pair at least)
   uint32_t after_len;  // 0, or the key to resume after (1 .. 64 KiB)
 };
 static_assert(sizeof(ShardExportRequest) == 32);
