@@ -390,10 +390,13 @@ size_t SessionCore::Housekeeping() {
     } else if (served_due_id_ != ep_->oldest_served_id()) {
       // Past its deadline, but its answer may sit unread (nobody polled
       // since): it is given up only once a pass of progress after this
-      // found nothing.
+      // found nothing, or (a loop kept busy by other sessions may have no
+      // idle pass) once it waited as long again.
       served_due_id_ = ep_->oldest_served_id();
       served_due_idle_ = worker()->idle_passes();
-    } else if (worker()->idle_passes() != served_due_idle_) {
+      served_due_seen_ = now;
+    } else if (worker()->idle_passes() != served_due_idle_ ||
+               served_due_seen_ + options_.timeout <= now) {
       served_due_id_ = 0;
       n += ep_->ExpireServed(now - options_.timeout);
       ep_->Fail(Status::TimedOut(
