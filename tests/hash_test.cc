@@ -926,6 +926,31 @@ bool AllThreadsStopped(pid_t pid) {
   return false;
 }
 
+// A server, and a session to it that reads one-sided (over tcp: reads the
+// server performs) with `timeout`, with "k" = "v" stored.
+struct OneSidedClient {
+  testing::ServerProcess server;
+  std::unique_ptr<Session> session;
+  std::unique_ptr<HashStore> store;
+
+  void Start(std::chrono::milliseconds timeout) {
+    server = StartServer({}, "64M");
+    ASSERT_NE(server.process, nullptr);
+    SessionOptions o;
+    o.server = server.address;
+    o.transport = TestTransport();
+    o.read_path = ReadPath::kOneSided;
+    o.timeout = timeout;
+    auto s = Session::Connect(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    session = std::move(*s);
+    auto h = HashStore::Open(session.get());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    store = std::move(*h);
+    ASSERT_TRUE(store->Put("k", "v").ok());
+  }
+};
+
 // Over tcp a one-sided get is a read the server serves; while the server
 // is paused it times out, and a timed-out one-sided read tears the
 // connection down (session.h). That get says TimedOut; every later call
@@ -936,36 +961,26 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory a one-sided read is a copy";
   }
-  testing::ServerProcess server = StartServer({}, "64M");
-  ASSERT_NE(server.process, nullptr);
-  SessionOptions o;
-  o.server = server.address;
-  o.transport = TestTransport();
-  o.read_path = ReadPath::kOneSided;
-  o.timeout = std::chrono::milliseconds(500);
-  auto session = Session::Connect(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  auto h = HashStore::Open(session->get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_TRUE((*h)->Put("k", "v").ok());
-  ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
-  ASSERT_TRUE(AllThreadsStopped(server.process->pid()));
-  auto timed_out = (*h)->Get("k");
-  ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
+  ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(AllThreadsStopped(c.server.process->pid()));
+  auto timed_out = c.store->Get("k");
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
   EXPECT_EQ(timed_out.status().code(), StatusCode::kTimedOut)
       << timed_out.status().ToString();
-  auto put = (*h)->Put("k", "x");
+  auto put = c.store->Put("k", "x");
   EXPECT_EQ(put.status().code(), StatusCode::kUnavailable)
       << put.status().ToString();
   EXPECT_NE(put.status().message().find("timed out"), std::string::npos)
       << put.status().ToString();
-  auto ping = (*session)->Ping();
+  auto ping = c.session->Ping();
   EXPECT_EQ(ping.status().code(), StatusCode::kUnavailable)
       << ping.status().ToString();
-  EXPECT_FALSE((*session)->connected());
-  h->reset();
+  EXPECT_FALSE(c.session->connected());
+  c.store.reset();
   // A new session serves.
-  auto again = testing::ConnectHashOrDie(server.address, "", ReadPath::kAuto);
+  auto again = testing::ConnectHashOrDie(c.server.address, "", ReadPath::kAuto);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->Get("k")->value, "v");
 }
@@ -979,37 +994,28 @@ TEST(HashTimeout, AnAsynchronousOneSidedReadTimesOutAsACallDoes) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory a one-sided read is a copy";
   }
-  testing::ServerProcess server = StartServer({}, "64M");
-  ASSERT_NE(server.process, nullptr);
-  SessionOptions o;
-  o.server = server.address;
-  o.transport = TestTransport();
-  o.read_path = ReadPath::kOneSided;
-  o.timeout = std::chrono::milliseconds(500);
-  auto session = Session::Connect(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  auto h = HashStore::Open(session->get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_TRUE((*h)->Put("k", "v").ok());
-  ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
-  ASSERT_TRUE(AllThreadsStopped(server.process->pid()));
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
+  ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(AllThreadsStopped(c.server.process->pid()));
   std::optional<Result<HashStore::Value>> got;
-  (*h)->GetAsync("k", [&](Result<HashStore::Value> r) { got = std::move(r); });
+  c.store->GetAsync("k",
+                    [&](Result<HashStore::Value> r) { got = std::move(r); });
   // Polled, as a client with an event loop of its own does (WaitAll has a
   // bound of its own).
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!got && std::chrono::steady_clock::now() < until) {
-    (void)(*session)->Poll();
+    (void)c.session->Poll();
   }
-  ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
   ASSERT_TRUE(got.has_value()) << "the get never ended";
   EXPECT_EQ(got->status().code(), StatusCode::kTimedOut)
       << got->status().ToString();
-  auto put = (*h)->Put("k", "x");
+  auto put = c.store->Put("k", "x");
   EXPECT_EQ(put.status().code(), StatusCode::kUnavailable)
       << put.status().ToString();
-  EXPECT_FALSE((*session)->connected());
+  EXPECT_FALSE(c.session->connected());
 }
 
 // But an answer that came in time and sat unread because the client did
@@ -1019,31 +1025,21 @@ TEST(HashTimeout, AnAnswerLeftUnreadPastTheTimeoutIsNotLate) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory a one-sided read is a copy";
   }
-  testing::ServerProcess server = StartServer({}, "64M");
-  ASSERT_NE(server.process, nullptr);
-  SessionOptions o;
-  o.server = server.address;
-  o.transport = TestTransport();
-  o.read_path = ReadPath::kOneSided;
-  o.timeout = std::chrono::milliseconds(300);
-  auto session = Session::Connect(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
-  auto h = HashStore::Open(session->get());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_TRUE((*h)->Put("k", "v").ok());
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
   for (int i = 0; i < 3; ++i) {
     std::optional<Result<HashStore::Value>> got;
-    (*h)->GetAsync("k",
-                   [&](Result<HashStore::Value> r) { got = std::move(r); });
+    c.store->GetAsync("k",
+                      [&](Result<HashStore::Value> r) { got = std::move(r); });
     // The client is away for twice the timeout (what is tested: no event
     // would stand for it).
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    ASSERT_TRUE((*session)->WaitAll().ok());
+    ASSERT_TRUE(c.session->WaitAll().ok());
     ASSERT_TRUE(got.has_value());
     ASSERT_TRUE(got->ok()) << got->status().ToString();
     EXPECT_EQ((*got)->value, "v");
   }
-  EXPECT_TRUE((*session)->connected());
+  EXPECT_TRUE(c.session->connected());
 }
 
 // A put of a large value goes to the server by rendezvous: UCX keeps the

@@ -490,8 +490,9 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
     return ep_->GetSync(dst, len, region, offset, options_.timeout);
   }
   // A served read is the server's work, as a call is: a paused or cut-off
-  // server holds it until the deadline, so the slow-call hook runs while
-  // it waits (and may fail the session: the read then ends Unavailable).
+  // server holds it until the deadline, so it is waited for as calls are,
+  // with Housekeeping, whose slow-call hook may fail the session (the read
+  // then ends Unavailable).
   struct State {
     bool done = false;
     Status status;
@@ -502,30 +503,17 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
     state->done = true;
     state->status = std::move(st);
   });
-  const Clock::time_point deadline = Clock::now() + options_.timeout;
-  for (;;) {
-    Status wait =
-        worker()->ProgressUntil([&] { return state->done; },
-                                std::min(deadline, Clock::now() + slow_every_));
-    if (state->done) return state->status;
-    if (wait.code() != StatusCode::kTimedOut || Clock::now() >= deadline) {
-      // Failing the endpoint drops the read before `dst` goes away.
-      Status st = wait.WithContext("get");
-      ep_->Fail(st);
-      return st;
-    }
-    if (!in_slow_hook_ && !ep_->failed() &&
-        CoarseNowNs() >= next_slow_check_ns_) {
-      next_slow_check_ns_ =
-          CoarseNowNs() +
-          uint64_t(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(slow_every_)
-                  .count());
-      in_slow_hook_ = true;
-      slow_hook_();
-      in_slow_hook_ = false;
-    }
-  }
+  Status wait = worker()->ProgressUntil(
+      [&] {
+        Housekeeping();
+        return state->done;
+      },
+      Clock::now() + options_.timeout);
+  if (state->done) return state->status;
+  // Failing the endpoint drops the read before `dst` goes away.
+  Status st = wait.WithContext("get");
+  ep_->Fail(st);
+  return st;
 }
 
 void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,

@@ -213,10 +213,10 @@ class SessionCore {
   void Fail(const Status& why);
   // Housekeeping calls `hook` (at most once per `every`, never from inside
   // itself) while the oldest RPC or served one-sided operation still
-  // pending on this session has waited longer than `every`, and so does
-  // ReadNow while a served read waits: the cluster client then asks whether the
-  // server was failed over, and fails the session if so (a paused or cut-off
-  // server never answers). Null: none.
+  // pending on this session has waited longer than `every` (ReadNow waits
+  // for a served read with Housekeeping): the cluster client then asks whether
+  // the server was failed over, and fails the session if so (a paused or
+  // cut-off server never answers). Null: none.
   void SetSlowCallHook(Clock::duration every, std::function<void()> hook) {
     slow_every_ = every;
     slow_hook_ = std::move(hook);
