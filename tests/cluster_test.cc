@@ -59,9 +59,16 @@ constexpr auto kBound = std::chrono::seconds(30);
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto zk = testing::ZooKeeperProcess::Start();
-    ASSERT_TRUE(zk.ok()) << zk.status().ToString();
-    zk_ = std::move(*zk);
+    // The ZooKeeper ctest shares between the cluster tests, if it runs
+    // them; one of this test's own otherwise.
+    auto shared = testing::SharedZooKeeperHosts();
+    if (shared.ok()) {
+      zk_hosts_ = *shared;
+    } else {
+      ASSERT_EQ(shared.status().code(), StatusCode::kNotFound)
+          << shared.status().ToString();
+      ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());
+    }
     static int n = 0;
     path_ =
         "/remem-test/c" + std::to_string(getpid()) + "-" + std::to_string(n++);
@@ -72,7 +79,17 @@ class ClusterTest : public ::testing::Test {
     for (const auto& d : data_dirs_) std::filesystem::remove_all(d);
   }
 
-  std::string ClusterFlag() const { return zk_->hosts() + path_; }
+  std::string ClusterFlag() const { return zk_hosts_ + path_; }
+
+  // A ZooKeeper of this test's own (zk_), which it may stop and restart:
+  // before any server starts.
+  void OwnZooKeeper() {
+    if (zk_ != nullptr) return;
+    auto zk = testing::ZooKeeperProcess::Start();
+    ASSERT_TRUE(zk.ok()) << zk.status().ToString();
+    zk_ = std::move(*zk);
+    zk_hosts_ = zk_->hosts();
+  }
 
   // A new data directory, removed after the test (its servers stopped).
   std::string NewDataDir() {
@@ -147,7 +164,8 @@ class ClusterTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
-  std::unique_ptr<testing::ZooKeeperProcess> zk_;
+  std::unique_ptr<testing::ZooKeeperProcess> zk_;  // OwnZooKeeper's
+  std::string zk_hosts_;                           // host:port
   std::string path_;
   std::vector<testing::ServerProcess> servers_;  // before zk_ is destroyed
   std::vector<std::string> data_dirs_;           // NewDataDir's
@@ -605,6 +623,7 @@ TEST_F(ClusterTest, ARefreshNobodyAnswersNamesEveryServerOnce) {
 }
 
 TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
+  ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());  // it restarts ZooKeeper
   ASSERT_NO_FATAL_FAILURE(StartServers(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
@@ -653,6 +672,7 @@ TEST_F(ClusterTest, ZooKeeperDownKeepsTheDataPathServingAndMembershipResumes) {
 // member stopped serving within a lease of ZooKeeper going down (found by
 // a black-box run: 0.7 s).
 TEST_F(ClusterTest, AReplicatedClusterServesThroughAShortZooKeeperOutage) {
+  ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());  // it stops ZooKeeper
   const bool slow = testing::Scaled(6) < 6;
   const std::string lease_ms = slow ? "2000" : "500";
   for (int i = 0; i < 3; ++i) {
@@ -2976,6 +2996,7 @@ void RunFaultSuite(FaultRig& rig, Cluster* cluster,
 }
 
 TEST_F(ClusterTest, FaultSuiteOfKillsPausesAndZooKeeperRestarts) {
+  ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());  // it restarts ZooKeeper
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
@@ -4137,14 +4158,14 @@ TEST_F(ClusterTest, ARangeMoveAbandonedWhenItsOldOwnerDiesLeavesNoCopyBehind) {
     ASSERT_NE(stale_caller, nullptr);
     stale_caller->core()->rpc()->set_epoch(step.epoch - 1);
     auto sync = stale_caller->core()->CallSync(
-        tree::kTreeService, static_cast<uint8_t>(tree::TreeMethod::kRangeSync),
+        tree::kTreeService, tree::MethodId(tree::TreeMethod::kRangeSync),
         tree::EncodeTreeRange({2, 0, {}}));
     EXPECT_EQ(sync.status().code(), StatusCode::kConflict);
     EXPECT_NE(sync.status().message().find("installed epoch"),
               std::string::npos)
         << sync.status().ToString();
     auto shard_sync = stale_caller->core()->CallSync(
-        hash::kHashService, static_cast<uint8_t>(hash::HashMethod::kShardSync),
+        hash::kHashService, hash::MethodId(hash::HashMethod::kShardSync),
         hash::EncodeShardList({{0}, 0}));
     EXPECT_EQ(shard_sync.status().code(), StatusCode::kConflict);
     EXPECT_NE(shard_sync.status().message().find("installed epoch"),
@@ -4743,7 +4764,7 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   auto bad = run({"--cluster", "127.0.0.1:2181"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("ZK_HOSTS/PATH"), std::string::npos) << bad.out;
-  bad = run({"--cluster", zk_->hosts() + "/a/../b"});
+  bad = run({"--cluster", zk_hosts_ + "/a/../b"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   // A failure domain that is not a name.
   bad = run({"--cluster", ClusterFlag(), "--failure-domain", "rack/1"});
@@ -4768,7 +4789,7 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   ASSERT_NE(first.process, nullptr);
   ASSERT_TRUE(first.Stop().ok());
   auto other =
-      run({"--cluster", zk_->hosts() + path_ + "-other", "--data-dir", tmpl});
+      run({"--cluster", zk_hosts_ + path_ + "-other", "--data-dir", tmpl});
   EXPECT_EQ(other.exit_code, 2) << other.out;
   EXPECT_NE(other.out.find("belongs to cluster"), std::string::npos)
       << other.out;

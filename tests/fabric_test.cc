@@ -533,7 +533,6 @@ std::unique_ptr<RawSession> RawOrDie(const std::string& address) {
 }
 
 constexpr uint8_t Core(proto::CoreMethod m) { return static_cast<uint8_t>(m); }
-constexpr uint8_t HashM(hash::HashMethod m) { return static_cast<uint8_t>(m); }
 
 TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   auto raw = RawOrDie(server_.address);
@@ -637,7 +636,7 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
     };
     uint64_t id = 100;
     for (const auto& [m, payload] : bad_hash) {
-      raw->SendRequest(hash::kHashService, HashM(m), id, payload);
+      raw->SendRequest(hash::kHashService, hash::MethodId(m), id, payload);
       auto [h, p] = reply();
       EXPECT_EQ(h.request_id, id);
       EXPECT_TRUE(h.status == int32_t(StatusCode::kProtocolError) ||

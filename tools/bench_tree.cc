@@ -19,7 +19,8 @@ namespace remem::bench {
 
 namespace {
 
-std::string KeyOf(uint64_t i, size_t len) {
+// Zero-padded: keys sort as their numbers do.
+std::string SortableKeyOf(uint64_t i, size_t len) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "user%012llu",
                 static_cast<unsigned long long>(i));
@@ -151,9 +152,10 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     const auto t0 = std::chrono::steady_clock::now();
     Status first;
     for (uint64_t i = 0; i < records; ++i) {
-      (*tree)->PutAsync(KeyOf(i, key_len), value, [&first](Result<uint64_t> r) {
-        if (!r.ok() && first.ok()) first = r.status();
-      });
+      (*tree)->PutAsync(SortableKeyOf(i, key_len), value,
+                        [&first](Result<uint64_t> r) {
+                          if (!r.ok() && first.ok()) first = r.status();
+                        });
       if ((i & 255) == 255 && !session->WaitAll().ok()) break;
     }
     (void)session->WaitAll();
@@ -170,7 +172,7 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       keys.clear();
       batch.clear();
       for (uint64_t j = i; j < std::min(records, i + 256); ++j) {
-        keys.push_back(KeyOf(j, key_len));
+        keys.push_back(SortableKeyOf(j, key_len));
       }
       for (const auto& k : keys) batch.emplace_back(k, value);
       for (const auto& r : hash->MultiPut(batch)) {
@@ -192,7 +194,7 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
   }
   std::mt19937_64 rng(7);
   std::vector<std::string> keys(1 << 16);
-  for (auto& k : keys) k = KeyOf(rng() % records, key_len);
+  for (auto& k : keys) k = SortableKeyOf(rng() % records, key_len);
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
     auto session = ConnectOrReport(server.address, o.transport, o.secret, path);
     if (session == nullptr) return 1;
@@ -388,9 +390,10 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     const auto t0 = std::chrono::steady_clock::now();
     Status first;
     for (uint64_t i = 0; i < records; ++i) {
-      (*tree)->DeleteAsync(KeyOf(order[i], key_len), [&first](Status st) {
-        if (!st.ok() && first.ok()) first = st;
-      });
+      (*tree)->DeleteAsync(SortableKeyOf(order[i], key_len),
+                           [&first](Status st) {
+                             if (!st.ok() && first.ok()) first = st;
+                           });
       if ((i & 255) == 255 && !session->WaitAll().ok()) break;
     }
     (void)session->WaitAll();

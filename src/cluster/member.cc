@@ -862,9 +862,9 @@ Status ClusterMember::HandOverToBackups(const Config& moving, int version) {
     const std::string& from = moving.members[owner].address;
     bool more = true;
     while (more) {
-      auto r = Call(from, moving.epoch,
-                    static_cast<uint8_t>(hash::HashMethod::kShardSync),
-                    hash::EncodeShardList({shards, hash::kShardFreeze}), quick);
+      auto r =
+          Call(from, moving.epoch, hash::MethodId(hash::HashMethod::kShardSync),
+               hash::EncodeShardList({shards, hash::kShardFreeze}), quick);
       if (!r.ok()) return r.status().WithContext(from);
       auto pairs = hash::DecodeShardPairs(*r);
       if (!pairs.ok()) return pairs.status().WithContext(from);
@@ -938,7 +938,7 @@ void ClusterMember::Replenish(const Config& c, int version,
     for (const auto& [b, shards] : by_backup) {
       auto r =
           Call(c.members[b].address, c.epoch,
-               static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+               hash::MethodId(hash::HashMethod::kShardDrop),
                hash::EncodeShardList({shards, hash::kShardForFill}), quick);
       if (!r.ok()) {
         log::Debug("cluster: emptying {} for its copies: {}",
@@ -954,7 +954,7 @@ void ClusterMember::Replenish(const Config& c, int version,
   bool all = true;
   for (const auto& [p, shards] : by_primary) {
     auto r = Call(c.members[p].address, c.epoch,
-                  static_cast<uint8_t>(hash::HashMethod::kShardFill),
+                  hash::MethodId(hash::HashMethod::kShardFill),
                   hash::EncodeShardList({shards, 0}), quick);
     auto progress = r.ok() ? hash::DecodeShardFillReply(*r)
                            : Result<hash::ShardFillProgress>(r.status());
@@ -1000,7 +1000,7 @@ void ClusterMember::Replenish(const Config& c, int version,
   }
   for (const auto& [m, shards] : retired) {
     auto r = Call(c.members[m].address, done.epoch,
-                  static_cast<uint8_t>(hash::HashMethod::kShardDrop),
+                  hash::MethodId(hash::HashMethod::kShardDrop),
                   hash::EncodeShardList({shards, hash::kShardForget}), quick);
     if (!r.ok()) {
       log::Debug("cluster: deleting the retired copies at {}: {}",
@@ -1253,10 +1253,10 @@ Status ClusterMember::CopyMoving(const Config& moving) {
   // Sends the reply of a ShardExport or ShardSync (a ShardPairs message)
   // to `to` as a ShardImport.
   auto forward = [&](const std::string& to, std::string pairs) {
-    Status st = Call(to, moving.epoch,
-                     static_cast<uint8_t>(hash::HashMethod::kShardImport),
-                     std::move(pairs))
-                    .status();
+    Status st =
+        Call(to, moving.epoch, hash::MethodId(hash::HashMethod::kShardImport),
+             std::move(pairs))
+            .status();
     if (st.ok()) note(to);
     return st;
   };
@@ -1268,9 +1268,9 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                   uint8_t flags) -> Status {
     bool more = true;
     while (more) {
-      auto changed = Call(from, moving.epoch,
-                          static_cast<uint8_t>(hash::HashMethod::kShardSync),
-                          hash::EncodeShardList({shards, flags}));
+      auto changed =
+          Call(from, moving.epoch, hash::MethodId(hash::HashMethod::kShardSync),
+               hash::EncodeShardList({shards, flags}));
       if (!changed.ok()) return changed.status();
       note(from);
       auto pairs = hash::DecodeShardPairs(*changed);
@@ -1288,11 +1288,10 @@ Status ClusterMember::CopyMoving(const Config& moving) {
     const std::string& from = moving.members[pair.first].address;
     const std::string& to = moving.members[pair.second].address;
     // What an earlier, unfinished copy left at the new owner.
-    REMEM_RETURN_IF_ERROR(
-        Call(to, moving.epoch,
-             static_cast<uint8_t>(hash::HashMethod::kShardDrop),
-             hash::EncodeShardList({shards, 0}))
-            .status());
+    REMEM_RETURN_IF_ERROR(Call(to, moving.epoch,
+                               hash::MethodId(hash::HashMethod::kShardDrop),
+                               hash::EncodeShardList({shards, 0}))
+                              .status());
     note(to);
     uint32_t partitions = 1;
     for (uint32_t p = 0; p < partitions; ++p) {
@@ -1303,7 +1302,7 @@ Status ClusterMember::CopyMoving(const Config& moving) {
       do {
         const auto page_start = std::chrono::steady_clock::now();
         auto page = Call(from, moving.epoch,
-                         static_cast<uint8_t>(hash::HashMethod::kShardExport),
+                         hash::MethodId(hash::HashMethod::kShardExport),
                          hash::EncodeShardExport(req));
         if (!page.ok()) return page.status();
         note(from);
@@ -1348,8 +1347,8 @@ Status ClusterMember::CopyMoving(const Config& moving) {
   };
   auto tree_call = [&](const std::string& address, tree::TreeMethod m,
                        std::string payload) {
-    auto r = CallTree(address, moving.epoch, static_cast<uint8_t>(m),
-                      std::move(payload));
+    auto r =
+        CallTree(address, moving.epoch, tree::MethodId(m), std::move(payload));
     if (r.ok()) note(address);
     if (m == tree::TreeMethod::kRangeImport &&
         r.status().code() == StatusCode::kOutOfMemory) {
@@ -1457,9 +1456,9 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
   for (const auto& [owner, shards] : by_owner) {
     const std::string& from = moving.members[owner].address;
     if (gone(from)) continue;
-    auto r = Call(from, moving.epoch,
-                  static_cast<uint8_t>(hash::HashMethod::kShardDrop),
-                  hash::EncodeShardList({shards, hash::kShardRelease}));
+    auto r =
+        Call(from, moving.epoch, hash::MethodId(hash::HashMethod::kShardDrop),
+             hash::EncodeShardList({shards, hash::kShardRelease}));
     if (!r.ok() && !gone(from)) return r.status();
   }
   for (uint32_t rg = 0; rg < moving.num_ranges(); ++rg) {
@@ -1467,7 +1466,7 @@ Status ClusterMember::HandOver(const Config& moving, int zk_version) {
     const std::string& from = moving.members[moving.range_owner[rg]].address;
     if (gone(from)) continue;
     auto r = CallTree(from, moving.epoch,
-                      static_cast<uint8_t>(tree::TreeMethod::kRangeDrop),
+                      tree::MethodId(tree::TreeMethod::kRangeDrop),
                       tree::EncodeTreeRange({rg, tree::kRangeRelease, {}}));
     if (!r.ok() && !gone(from)) return r.status();
   }

@@ -152,7 +152,7 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
     client::SessionCore* core = (*s)->core();
     core->rpc()->set_epoch(c->config.epoch);
     core->Call(
-        hash::kHashService, static_cast<uint8_t>(hash::HashMethod::kReplicate),
+        hash::kHashService, hash::MethodId(hash::HashMethod::kReplicate),
         job->batch, [this, job, t, peer = address](Status st, std::string) {
           replied_ = true;
           job->sending[t] = false;

@@ -25,8 +25,6 @@ namespace {
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
 
-constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
-
 }  // namespace
 
 struct HashStore::Impl {
@@ -383,8 +381,8 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
                                                    const HashOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->core = session->core();
-  auto reply =
-      impl->core->CallSync(hash::kHashService, M(hash::HashMethod::kInfo), {});
+  auto reply = impl->core->CallSync(
+      hash::kHashService, hash::MethodId(hash::HashMethod::kInfo), {});
   if (!reply.ok()) return reply.status().WithContext("opening the hash store");
   auto info = hash::DecodeHashInfo(*reply);
   if (!info.ok()) return info.status().WithContext("opening the hash store");
@@ -518,8 +516,9 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
 }
 
 Result<HashStore::Value> HashStore::Impl::GetRpc(std::string_view key) {
-  auto r = core->CallSync(hash::kHashService, M(hash::HashMethod::kGet),
-                          hash::EncodeHashKey(key));
+  auto r =
+      core->CallSync(hash::kHashService, hash::MethodId(hash::HashMethod::kGet),
+                     hash::EncodeHashKey(key));
   if (!r.ok()) return r.status();
   auto v = hash::DecodeHashGetReply(*r);
   if (!v.ok()) return v.status();
@@ -531,8 +530,9 @@ Result<uint64_t> HashStore::Impl::Put(std::string_view key,
                                       hash::PutMode mode, uint64_t expected) {
   REMEM_RETURN_IF_ERROR(CheckKey(key));
   REMEM_RETURN_IF_ERROR(CheckValue(value));
-  auto r = core->CallSync(hash::kHashService, M(hash::HashMethod::kPut),
-                          hash::EncodeHashPut({key, value, mode, expected}));
+  auto r =
+      core->CallSync(hash::kHashService, hash::MethodId(hash::HashMethod::kPut),
+                     hash::EncodeHashPut({key, value, mode, expected}));
   if (!r.ok()) return r.status();
   return hash::DecodeHashPutReply(*r);
 }
@@ -593,7 +593,7 @@ Result<uint64_t> HashStore::CompareAndPut(std::string_view key,
 Status HashStore::Delete(std::string_view key) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
   return impl_->core
-      ->CallSync(hash::kHashService, M(hash::HashMethod::kDelete),
+      ->CallSync(hash::kHashService, hash::MethodId(hash::HashMethod::kDelete),
                  hash::EncodeHashKey(key))
       .status();
 }
@@ -753,7 +753,8 @@ void HashStore::Impl::SendOne(Queued q) {
   auto one = std::make_shared<Queued>(std::move(q));
   switch (one->kind) {
     case hash::MultiOpKind::kGet:
-      return core->Call(hash::kHashService, M(hash::HashMethod::kGet),
+      return core->Call(hash::kHashService,
+                        hash::MethodId(hash::HashMethod::kGet),
                         hash::EncodeHashKey(one->get->key),
                         [this, one](Status st, std::string reply) {
                           auto v = st.ok() ? hash::DecodeHashGetReply(reply)
@@ -766,7 +767,8 @@ void HashStore::Impl::SendOne(Queued q) {
                           Answer(*one, v.status(), &item);
                         });
     case hash::MultiOpKind::kPut:
-      return core->Call(hash::kHashService, M(hash::HashMethod::kPut),
+      return core->Call(hash::kHashService,
+                        hash::MethodId(hash::HashMethod::kPut),
                         hash::EncodeHashPut(
                             {one->key, one->value, hash::PutMode::kUpsert, 0}),
                         [this, one](Status st, std::string reply) {
@@ -778,7 +780,7 @@ void HashStore::Impl::SendOne(Queued q) {
                         });
     case hash::MultiOpKind::kDelete:
       return core->Call(
-          hash::kHashService, M(hash::HashMethod::kDelete),
+          hash::kHashService, hash::MethodId(hash::HashMethod::kDelete),
           hash::EncodeHashKey(one->key),
           [this, one](Status st, std::string) { Answer(*one, st, nullptr); });
   }
@@ -822,7 +824,7 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
       method = hash::HashMethod::kMultiOp;
       payload = hash::EncodeHashMultiOp(ops);
     }
-    core->Call(hash::kHashService, M(method), std::move(payload),
+    core->Call(hash::kHashService, hash::MethodId(method), std::move(payload),
                [this, batch](Status st, std::string reply) {
                  auto items =
                      st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
@@ -1011,7 +1013,8 @@ void HashStore::DeleteAsync(std::string_view key, Callback done) {
 
 Result<std::vector<hash::MultiItem>> HashStore::Impl::CallMulti(
     hash::HashMethod m, std::string payload, size_t count) {
-  auto r = core->CallSync(hash::kHashService, M(m), std::move(payload));
+  auto r =
+      core->CallSync(hash::kHashService, hash::MethodId(m), std::move(payload));
   if (!r.ok()) return r.status();
   return hash::DecodeHashMultiReply(*r, count);
 }

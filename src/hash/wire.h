@@ -62,6 +62,9 @@ enum class HashMethod : uint8_t {
   kCount
 };
 
+// The method byte of a call to kHashService.
+constexpr uint8_t MethodId(HashMethod m) { return static_cast<uint8_t>(m); }
+
 struct HashInfoReply {
   uint32_t magic;
   uint16_t version;

@@ -15,8 +15,6 @@ namespace remem {
 
 namespace {
 
-constexpr uint8_t M(hash::HashMethod m) { return static_cast<uint8_t>(m); }
-
 ops::OpView ViewOf(const Op& op) {
   ops::OpView v;
   v.kind = op.kind;
@@ -315,7 +313,8 @@ size_t OpsStore::in_flight() const { return impl_->in_flight; }
 
 Result<OpReply> OpsStore::Execute(const Op& op) {
   REMEM_RETURN_IF_ERROR(impl_->Check(op));
-  auto r = impl_->core->CallSync(hash::kHashService, M(hash::HashMethod::kOp),
+  auto r = impl_->core->CallSync(hash::kHashService,
+                                 hash::MethodId(hash::HashMethod::kOp),
                                  hash::EncodeHashOp(ViewOf(op)));
   if (!r.ok()) return r.status();
   auto it = hash::DecodeHashOpReply(*r);
@@ -523,9 +522,9 @@ std::vector<Result<OpReply>> OpsStore::ExecuteBatch(
     for (size_t i = begin; i < end; ++i) {
       views.push_back(ViewOf(ops[i]));
     }
-    auto r =
-        impl_->core->CallSync(hash::kHashService, M(hash::HashMethod::kOpBatch),
-                              hash::EncodeHashOpBatch(views));
+    auto r = impl_->core->CallSync(hash::kHashService,
+                                   hash::MethodId(hash::HashMethod::kOpBatch),
+                                   hash::EncodeHashOpBatch(views));
     auto items = r.ok() ? hash::DecodeHashOpBatchReply(*r, end - begin)
                         : Result<std::vector<hash::OpItem>>(r.status());
     for (size_t i = 0; i < end - begin; ++i) {
@@ -576,7 +575,7 @@ void OpsStore::Impl::Flush() {
       method = hash::HashMethod::kOpBatch;
       payload = hash::EncodeHashOpBatch(views);
     }
-    core->Call(hash::kHashService, M(method), std::move(payload),
+    core->Call(hash::kHashService, hash::MethodId(method), std::move(payload),
                [this, all, begin, end, method](Status st, std::string reply) {
                  if (method == hash::HashMethod::kOp) {
                    Result<OpReply> r = st;

@@ -3,7 +3,12 @@
 
 #include "server/acceptor.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -181,6 +186,75 @@ TEST(ClientAddressCheckTest, AWorkerAddedLaterIsTheServersOwnToo) {
   const Status st = acceptors.Check(later, -1);
   EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
   EXPECT_NE(st.message().find("server's own"), std::string::npos);
+}
+
+// A connected pair on the loopback of `family`: {the accepted end, the
+// connecting end}; {-1, -1} if this host has no such loopback.
+std::pair<int, int> LoopbackPair(int family) {
+  const int listener = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) return {-1, -1};
+  sockaddr_storage a{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&a);
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&a);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_loopback;
+    len = sizeof(sockaddr_in6);
+  }
+  const int client = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int accepted = -1;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+      ::listen(listener, 1) == 0 &&
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+      ::connect(client, reinterpret_cast<sockaddr*>(&a), len) == 0) {
+    accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  }
+  ::close(listener);
+  if (accepted < 0) {
+    ::close(client);
+    return {-1, -1};
+  }
+  return {accepted, client};
+}
+
+// The server asks which process holds a handshake connection's other end
+// (the owner of the shared memory a client's address names). The process
+// holding it is found over IPv4 and IPv6, and one that does not is not,
+// including once the connection is closed.
+TEST(ClientAddressCheckTest, ThePeerSocketsHolderIsFoundAndNoOtherProcess) {
+  int to_child[2];
+  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  const pid_t other = ::fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {  // holds no socket of ours; waits for the pipe to close
+    char c;
+    ::close(to_child[1]);
+    (void)!::read(to_child[0], &c, 1);
+    _exit(0);
+  }
+  ::close(to_child[0]);
+  int families = 0;
+  for (const int family : {AF_INET, AF_INET6}) {
+    const auto [accepted, client] = LoopbackPair(family);
+    if (accepted < 0) continue;  // no IPv6 loopback here
+    ++families;
+    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), accepted)) << family;
+    EXPECT_FALSE(ProcessHoldsPeerSocket(other, accepted)) << family;
+    // The connecting end is held too, but its peer is the accepted end.
+    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), client)) << family;
+    ::close(client);
+    EXPECT_FALSE(ProcessHoldsPeerSocket(::getpid(), accepted)) << family;
+    ::close(accepted);
+  }
+  EXPECT_GE(families, 1);
+  ::close(to_child[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(other, &status, 0), other);
 }
 
 }  // namespace

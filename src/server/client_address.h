@@ -72,7 +72,8 @@ class ClientAddressCheck {
 
 // True if process `pid` holds (in /proc/<pid>/fd) the other end of the
 // connected TCP socket `sock`, looked up in that process's own network
-// namespace (/proc/<pid>/net/tcp{,6}).
+// namespace: by NETLINK_SOCK_DIAG if it is this process's, in
+// /proc/<pid>/net/tcp{,6} otherwise.
 bool ProcessHoldsPeerSocket(int pid, int sock);
 
 }  // namespace remem::server

@@ -129,6 +129,8 @@ Result<std::unique_ptr<ZooKeeperProcess>> ZooKeeperProcess::Start(
         << "clientPort=" << zk->port_ << "\n"
         << "clientPortAddress=" << zk->options_.listen_host << "\n"
         << "admin.enableServer=false\n"
+        // Every test's servers connect from loopback (60 by default).
+        << "maxClientCnxns=0\n"
         << "4lw.commands.whitelist=ruok\n";
     cfg.close();
     if (!cfg) return Status::IOError("writing " + zk->dir_ + "/zoo.cfg");
@@ -197,6 +199,21 @@ Status ZooKeeperProcess::Launch() {
   }
   return Status::TimedOut("ZooKeeper did not answer on port " +
                           std::to_string(port_));
+}
+
+Result<std::string> SharedZooKeeperHosts() {
+  const char* dir = std::getenv("REMEM_TEST_ZOOKEEPER_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    return Status::NotFound("no shared ZooKeeper (REMEM_TEST_ZOOKEEPER_DIR)");
+  }
+  std::ifstream in(std::string(dir) + "/hosts");
+  std::string hosts;
+  if (!std::getline(in, hosts) || hosts.empty()) {
+    return Status::Unavailable(std::string("the shared ZooKeeper in ") + dir +
+                               " is not running (see the test "
+                               "zookeeper.start's output)");
+  }
+  return hosts;
 }
 
 ZooKeeperProcess::~ZooKeeperProcess() {

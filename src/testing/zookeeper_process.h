@@ -65,6 +65,15 @@ class ZooKeeperProcess {
 // Whether ZooKeeper (Java and its jar) is installed where options say.
 bool ZooKeeperInstalled(const ZooKeeperOptions& options = {});
 
+// A ZooKeeper shared by the tests of one ctest run: ctest starts it before
+// the first test that needs it and stops it after the last (the fixture
+// tests/zookeeper_fixture.cc), and names its directory in
+// $REMEM_TEST_ZOOKEEPER_DIR. A JVM's start costs more CPU than most cluster
+// tests spend; tests that stop or restart ZooKeeper start their own.
+// Its host:port, NotFound if this run has none (a test program run by hand:
+// start one), Unavailable if the fixture did not start it.
+Result<std::string> SharedZooKeeperHosts();
+
 }  // namespace remem::testing
 
 #endif  // REMEM_TESTING_ZOOKEEPER_PROCESS_H_

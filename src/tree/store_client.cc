@@ -31,8 +31,6 @@ namespace {
 // node at that moment).
 constexpr int kMaxAttempts = 16;
 
-constexpr uint8_t M(tree::TreeMethod m) { return static_cast<uint8_t>(m); }
-
 // The server's tree as one-sided reads see it: every copy verified,
 // retried with backoff when torn.
 class RemoteSource : public tree::NodeSource {
@@ -462,7 +460,8 @@ struct TreeStore::Impl {
   }
   // One get by RPC, waited for.
   Status GetByRpc(std::string_view key, Value* into) {
-    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kGet),
+    auto r = core->CallSync(tree::kTreeService,
+                            tree::MethodId(tree::TreeMethod::kGet),
                             tree::EncodeTreeKey(key));
     if (!r.ok()) return r.status();
     auto v = tree::DecodeTreeGetReply(*r);
@@ -494,7 +493,8 @@ struct TreeStore::Impl {
       *timed = false;  // a fallback's time is neither path's
     }
     ++stats.rpc_scans;
-    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kScan),
+    auto r = core->CallSync(tree::kTreeService,
+                            tree::MethodId(tree::TreeMethod::kScan),
                             tree::EncodeTreeScan({start, end, limit, desc}));
     if (!r.ok()) {
       tree::ClearPage(page);
@@ -705,7 +705,7 @@ struct TreeStore::Impl {
           first, std::min(s->order.size(), first + tree::kMaxMultiGetKeys));
     }
     auto b = std::make_shared<RpcBatch>();
-    b->method = M(tree::TreeMethod::kMultiGet);
+    b->method = tree::MethodId(tree::TreeMethod::kMultiGet);
     b->count = s->spans.size();
     b->encode = [s](size_t i) {
       std::vector<std::string_view> batch;
@@ -809,7 +809,7 @@ struct TreeStore::Impl {
       first = last;
     }
     auto b = std::make_shared<RpcBatch>();
-    b->method = M(tree::TreeMethod::kMultiPut);
+    b->method = tree::MethodId(tree::TreeMethod::kMultiPut);
     b->count = s->spans.size();
     b->encode = [s](size_t i) {
       return tree::EncodeTreeMultiPut(
@@ -840,7 +840,8 @@ struct TreeStore::Impl {
   Result<uint64_t> Put(std::string_view key, std::string_view value,
                        tree::PutMode mode, uint64_t expected) {
     REMEM_RETURN_IF_ERROR(CheckPair(key, value));
-    auto r = core->CallSync(tree::kTreeService, M(tree::TreeMethod::kPut),
+    auto r = core->CallSync(tree::kTreeService,
+                            tree::MethodId(tree::TreeMethod::kPut),
                             tree::EncodePutFor(key, value, mode, expected));
     if (!r.ok()) return r.status();
     return tree::DecodeTreePutReply(*r);
@@ -870,8 +871,8 @@ Result<std::unique_ptr<TreeStore>> TreeStore::Open(Session* session,
                                                    const TreeOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->core = session->core();
-  auto reply =
-      impl->core->CallSync(tree::kTreeService, M(tree::TreeMethod::kInfo), {});
+  auto reply = impl->core->CallSync(
+      tree::kTreeService, tree::MethodId(tree::TreeMethod::kInfo), {});
   if (!reply.ok()) return reply.status().WithContext("opening the tree store");
   auto info = tree::DecodeTreeInfo(*reply);
   if (!info.ok()) return info.status().WithContext("opening the tree store");
@@ -972,7 +973,7 @@ Result<uint64_t> TreeStore::CompareAndPut(std::string_view key,
 Status TreeStore::Delete(std::string_view key) {
   REMEM_RETURN_IF_ERROR(impl_->CheckKey(key));
   return impl_->core
-      ->CallSync(tree::kTreeService, M(tree::TreeMethod::kDelete),
+      ->CallSync(tree::kTreeService, tree::MethodId(tree::TreeMethod::kDelete),
                  tree::EncodeTreeKey(key))
       .status();
 }
@@ -1037,7 +1038,8 @@ void TreeStore::GetAsync(std::string_view key, GetCallback done) {
   }
   ++impl_->stats.rpc_gets;
   impl_->core->Call(
-      tree::kTreeService, M(tree::TreeMethod::kGet), tree::EncodeTreeKey(key),
+      tree::kTreeService, tree::MethodId(tree::TreeMethod::kGet),
+      tree::EncodeTreeKey(key),
       [cb = std::move(cb), timed, start, selector, timing](
           Status st, std::string payload) mutable {
         if (!st.ok()) return cb(st);
@@ -1063,7 +1065,7 @@ void TreeStore::PutAsync(std::string_view key, std::string_view value,
     return impl_->core->Defer([cb = std::move(cb), st]() mutable { cb(st); });
   }
   impl_->core->Call(
-      tree::kTreeService, M(tree::TreeMethod::kPut),
+      tree::kTreeService, tree::MethodId(tree::TreeMethod::kPut),
       tree::EncodePutFor(key, value, tree::PutMode::kUpsert, 0),
       [cb = std::move(cb)](Status st, std::string payload) mutable {
         if (!st.ok()) return cb(st);
@@ -1077,7 +1079,7 @@ void TreeStore::DeleteAsync(std::string_view key, Callback done) {
     return impl_->core->Defer([cb = std::move(cb), st]() mutable { cb(st); });
   }
   impl_->core->Call(
-      tree::kTreeService, M(tree::TreeMethod::kDelete),
+      tree::kTreeService, tree::MethodId(tree::TreeMethod::kDelete),
       tree::EncodeTreeKey(key),
       [cb = std::move(cb)](Status st, std::string) mutable { cb(st); });
 }
@@ -1119,7 +1121,7 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
     timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_scans;
-  impl_->core->Call(tree::kTreeService, M(tree::TreeMethod::kScan),
+  impl_->core->Call(tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
                     tree::EncodeTreeScan({start, end, limit, desc}),
                     [cb = std::move(cb), timed, t0, selector, timing, page](
                         Status st, std::string payload) mutable {

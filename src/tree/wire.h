@@ -38,6 +38,9 @@ enum class TreeMethod : uint8_t {
   kCount
 };
 
+// The method byte of a call to kTreeService.
+constexpr uint8_t MethodId(TreeMethod m) { return static_cast<uint8_t>(m); }
+
 struct TreeInfoReply {
   uint32_t magic;           // proto::kWireMagic
   uint16_t version;         // proto::kWireVersion
