@@ -1,5 +1,6 @@
 // Clusters of remem-servers (docs/ARCHITECTURE.md, "Cluster"): the tests
-// start their own ZooKeeper (testing/zookeeper_process.h) and several
+// use the ZooKeeper ctest shares between them (or start their own:
+// testing/zookeeper_process.h), each under a path of its own, start several
 // remem-server processes with --cluster, then use the cluster client
 // (remem/cluster.h) and the CLI as a user would. Each runs over shm and tcp
 // (REMEM_TEST_TRANSPORT).
@@ -69,9 +70,12 @@ class ClusterTest : public ::testing::Test {
           << shared.status().ToString();
       ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());
     }
+    // Unique in the shared ZooKeeper for the whole run, whose paths stay:
+    // a pid alone may come again.
     static int n = 0;
-    path_ =
-        "/remem-test/c" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    path_ = "/remem-test/c" + std::to_string(getpid()) + "-" +
+            std::to_string(n++) + "-" +
+            std::to_string(std::random_device{}() & 0xffffff);
   }
 
   ~ClusterTest() override {

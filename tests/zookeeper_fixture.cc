@@ -23,7 +23,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "remem/status.h"
 #include "testing/zookeeper_process.h"
@@ -33,11 +35,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Whether process `pid` runs this program with `dir` (a pid file left by
+// a run that never stopped its daemon may name another process by now).
+bool IsOurDaemon(pid_t pid, const std::string& dir) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  const std::string cmdline((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t at = 0; at < cmdline.size();) {
+    const size_t end = cmdline.find('\0', at);
+    args.push_back(cmdline.substr(at, end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return args.size() == 3 &&
+         fs::path(args[0]).filename() == "zookeeper_fixture" &&
+         args[1] == "start" && args[2] == dir;
+}
+
 // Ends the daemon named in dir/pid, if it still runs, and removes dir.
 Status StopDaemon(const std::string& dir) {
   std::ifstream in(dir + "/pid");
   pid_t pid = 0;
-  if (in >> pid && pid > 0) {
+  if (in >> pid && pid > 0 && IsOurDaemon(pid, dir)) {
     // A pidfd says when a process that is not our child has exited.
     const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     if (fd >= 0) {
@@ -135,10 +155,12 @@ Status Start(const std::string& dir) {
   while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) said.append(buf, n);
   ::close(fds[0]);
   if (said.rfind("ok ", 0) != 0) {
+    std::ifstream log(dir + "/daemon.log");
+    const std::string logged((std::istreambuf_iterator<char>(log)),
+                             std::istreambuf_iterator<char>());
     (void)StopDaemon(dir);
-    return Status::Unavailable(
-        "the shared ZooKeeper did not start: " +
-        (said.empty() ? "see " + dir + "/daemon.log" : said));
+    return Status::Unavailable("the shared ZooKeeper did not start: " +
+                               (said.empty() ? logged : said));
   }
   std::printf("shared ZooKeeper on %s (directory %s)\n", said.c_str() + 3,
               dir.c_str());

@@ -75,7 +75,8 @@ Status Load(Cluster* c, uint64_t records) {
     values.clear();
     pairs.clear();
     for (uint64_t i = first; i < std::min(records, first + kBatch); ++i) {
-      char k[17], v[33];
+      char k[24],
+          v[40];  // room for any u64; the first 16 and 32 bytes are used
       std::snprintf(k, sizeof(k), "rec%013llu", (unsigned long long)i);
       std::snprintf(v, sizeof(v), "value-%026llu", (unsigned long long)i);
       keys.emplace_back(k, 16);

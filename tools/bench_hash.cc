@@ -16,7 +16,7 @@ namespace remem::bench {
 
 namespace {
 
-std::string KeyOf(uint64_t i, size_t len) {
+std::string UserKeyOf(uint64_t i, size_t len) {
   std::string k = "user" + std::to_string(i);
   k.resize(len, '.');
   return k;
@@ -59,7 +59,7 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
         keys.clear();
         batch.clear();
         for (uint64_t j = i; j < std::min(records, i + kBatch); ++j) {
-          keys.push_back(KeyOf(j, key_len));
+          keys.push_back(UserKeyOf(j, key_len));
         }
         for (const auto& k : keys) batch.emplace_back(k, value);
         for (const auto& r : c.MultiPut(batch)) {
@@ -84,7 +84,7 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
     }
     std::mt19937_64 rng(7);
     std::vector<std::string> keys(1 << 16);
-    for (auto& k : keys) k = KeyOf(rng() % records, key_len);
+    for (auto& k : keys) k = UserKeyOf(rng() % records, key_len);
     size_t next = 0;
     Row row;
     row.test = std::string("get_") + std::string(ReadPathName(path));

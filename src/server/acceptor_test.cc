@@ -257,5 +257,34 @@ TEST(ClientAddressCheckTest, ThePeerSocketsHolderIsFoundAndNoOtherProcess) {
   ASSERT_EQ(::waitpid(other, &status, 0), other);
 }
 
+// A connection that does not exist must not pass for one because some
+// socket listens on its port: looked up by its four addresses, the kernel
+// falls back to a listener. A connected UDP socket names such a connection:
+// its peer is a port this process listens on (TCP, every address), and its
+// own port is no TCP socket's.
+TEST(ClientAddressCheckTest, AListenerOnThePeersPortIsNotTheClientsEnd) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(any);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&any), len), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len),
+            0);
+  const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(udp, 0);
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  peer.sin_port = any.sin_port;
+  ASSERT_EQ(::connect(udp, reinterpret_cast<sockaddr*>(&peer), sizeof(peer)),
+            0);
+  EXPECT_FALSE(ProcessHoldsPeerSocket(::getpid(), udp));
+  ::close(udp);
+  ::close(listener);
+}
+
 }  // namespace
 }  // namespace remem::server

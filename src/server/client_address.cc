@@ -6,6 +6,7 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,14 +119,38 @@ bool SameNetworkNamespace(int pid) {
          mine.st_ino == theirs.st_ino;
 }
 
-// The inode of the TCP socket of this network namespace whose local end is
-// `local` and remote end `remote`: one exact lookup by NETLINK_SOCK_DIAG
-// (what `ss` asks). Reading /proc/net/tcp instead walks every bucket of
-// the kernel's connection table, 10 ms and more of the server's CPU per
-// handshake on a host with gigabytes of memory, whether it holds 1 socket
-// or 10,000. NotFound if there is none; IOError if netlink fails.
+// Whether the socket sock_diag answered with is the connected socket asked
+// for: the kernel's lookup falls back to a socket *listening* on the local
+// end (a wildcard listener matches any address) when no connection has
+// that 4-tuple, and a listener some process holds must not pass for the
+// client's end.
+bool IsConnection(const inet_diag_msg& m, const Endpoint& local,
+                  const Endpoint& remote) {
+  if (m.idiag_state == TCP_LISTEN || m.id.idiag_sport != htons(local.port) ||
+      m.id.idiag_dport != htons(remote.port)) {
+    return false;
+  }
+  if (m.idiag_family == AF_INET) {
+    return IsV4Mapped(local.ip) && IsV4Mapped(remote.ip) &&
+           std::memcmp(m.id.idiag_src, local.ip.data() + 12, 4) == 0 &&
+           std::memcmp(m.id.idiag_dst, remote.ip.data() + 12, 4) == 0;
+  }
+  return m.idiag_family == AF_INET6 &&
+         std::memcmp(m.id.idiag_src, local.ip.data(), 16) == 0 &&
+         std::memcmp(m.id.idiag_dst, remote.ip.data(), 16) == 0;
+}
+
+// The inode of the connected TCP socket of this network namespace whose
+// local end is `local` and remote end `remote` (`ifindex`: an IPv6 scope,
+// else 0): one exact lookup by NETLINK_SOCK_DIAG (what `ss` asks). Reading
+// /proc/net/tcp instead walks every bucket of the kernel's connection
+// table, 10 ms and more of the server's CPU per handshake on a host with
+// gigabytes of memory, whether it holds 1 socket or 10,000. NotFound if
+// there is none (a client socket bound to a device by SO_BINDTODEVICE is
+// not found either: such a client is refused); IOError if netlink fails.
 Result<std::string> SocketInodeByDiag(const Endpoint& local,
-                                      const Endpoint& remote) {
+                                      const Endpoint& remote,
+                                      uint32_t ifindex) {
   const int fd =
       ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
   if (fd < 0) return Status::IOError("netlink socket");
@@ -150,6 +175,7 @@ Result<std::string> SocketInodeByDiag(const Endpoint& local,
     const size_t from = family == AF_INET ? 12 : 0;
     std::memcpy(ask.req.id.idiag_src, local.ip.data() + from, 16 - from);
     std::memcpy(ask.req.id.idiag_dst, remote.ip.data() + from, 16 - from);
+    ask.req.id.idiag_if = ifindex;
     ask.req.id.idiag_cookie[0] = ask.req.id.idiag_cookie[1] =
         INET_DIAG_NOCOOKIE;
     sockaddr_nl kernel{};
@@ -175,6 +201,7 @@ Result<std::string> SocketInodeByDiag(const Endpoint& local,
       }
       at += NLMSG_ALIGN(h->nlmsg_len);
       if (h->nlmsg_type == NLMSG_ERROR) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) break;
         const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
         if (e->error != 0 && e->error != -ENOENT) {
           found = Status::IOError(std::string("sock_diag: ") +
@@ -186,7 +213,9 @@ Result<std::string> SocketInodeByDiag(const Endpoint& local,
       if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
           h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
         const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-        if (m->idiag_inode != 0) found = std::to_string(m->idiag_inode);
+        if (m->idiag_inode != 0 && IsConnection(*m, local, remote)) {
+          found = std::to_string(m->idiag_inode);
+        }
         answered = true;
         break;
       }
@@ -222,14 +251,20 @@ bool ProcessHoldsPeerSocket(int pid, int sock) {
   }
   // The client's socket, seen from its own namespace: local end = the
   // client's address, remote end = ours.
+  const uint32_t scope =
+      mine.ss_family == AF_INET6
+          ? reinterpret_cast<const sockaddr_in6*>(&mine)->sin6_scope_id
+          : 0;
   std::vector<std::string> inodes;
   Result<std::string> diag = Status::Unsupported("another network namespace");
-  if (SameNetworkNamespace(pid))
-    diag = SocketInodeByDiag(client_end, server_end);
+  if (SameNetworkNamespace(pid)) {
+    diag = SocketInodeByDiag(client_end, server_end, scope);
+  }
   if (diag.ok()) {
     inodes.push_back(*diag);
   } else if (diag.status().code() != StatusCode::kNotFound) {
-    // Netlink cannot see the client's namespace: its table in /proc.
+    // The client's namespace is not ours (netlink sees only ours), or
+    // netlink failed: the namespace's table in /proc.
     inodes = SocketInodes(pid, client_end, server_end);
   }
   if (inodes.empty()) return false;
