@@ -503,12 +503,8 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
     state->done = true;
     state->status = std::move(st);
   });
-  Status wait = worker()->ProgressUntil(
-      [&] {
-        Housekeeping();
-        return state->done;
-      },
-      Clock::now() + options_.timeout);
+  Status wait = ProgressUntil([&] { return state->done; },
+                              Clock::now() + options_.timeout);
   if (state->done) return state->status;
   // Failing the endpoint drops the read before `dst` goes away.
   Status st = wait.WithContext("get");

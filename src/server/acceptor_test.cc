@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -190,7 +191,7 @@ TEST(ClientAddressCheckTest, AWorkerAddedLaterIsTheServersOwnToo) {
 
 // A connected pair on the loopback of `family`: {the accepted end, the
 // connecting end}; {-1, -1} if this host has no such loopback.
-std::pair<int, int> LoopbackPair(int family) {
+std::pair<int, int> LoopbackPair(int family, bool mapped = false) {
   const int listener = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) return {-1, -1};
   sockaddr_storage a{};
@@ -206,13 +207,26 @@ std::pair<int, int> LoopbackPair(int family) {
     in6->sin6_addr = in6addr_loopback;
     len = sizeof(sockaddr_in6);
   }
-  const int client = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int client =
+      ::socket(mapped ? AF_INET6 : family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int accepted = -1;
   if (::bind(listener, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
       ::listen(listener, 1) == 0 &&
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
-      ::connect(client, reinterpret_cast<sockaddr*>(&a), len) == 0) {
-    accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    sockaddr_storage to = a;
+    if (mapped) {  // ::ffff:127.0.0.1, the listener's port
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&to);
+      *in6 = sockaddr_in6{};
+      in6->sin6_family = AF_INET6;
+      in6->sin6_port = in->sin_port;
+      in6->sin6_addr.s6_addr[10] = in6->sin6_addr.s6_addr[11] = 0xff;
+      std::memcpy(&in6->sin6_addr.s6_addr[12], &in->sin_addr, 4);
+      len = sizeof(sockaddr_in6);
+    }
+    if (::connect(client, reinterpret_cast<sockaddr*>(&to), len) == 0) {
+      accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    }
   }
   ::close(listener);
   if (accepted < 0) {
@@ -224,8 +238,9 @@ std::pair<int, int> LoopbackPair(int family) {
 
 // The server asks which process holds a handshake connection's other end
 // (the owner of the shared memory a client's address names). The process
-// holding it is found over IPv4 and IPv6, and one that does not is not,
-// including once the connection is closed.
+// holding it is found over IPv4, IPv6, and from a dual-stack IPv6 socket
+// connected to an IPv4 address, and one that does not is not, including
+// once the connection is closed.
 TEST(ClientAddressCheckTest, ThePeerSocketsHolderIsFoundAndNoOtherProcess) {
   int to_child[2];
   ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
@@ -239,16 +254,21 @@ TEST(ClientAddressCheckTest, ThePeerSocketsHolderIsFoundAndNoOtherProcess) {
   }
   ::close(to_child[0]);
   int families = 0;
-  for (const int family : {AF_INET, AF_INET6}) {
-    const auto [accepted, client] = LoopbackPair(family);
+  for (const auto& [family, mapped] :
+       {std::pair{AF_INET, false}, {AF_INET6, false}, {AF_INET, true}}) {
+    const auto [accepted, client] = LoopbackPair(family, mapped);
     if (accepted < 0) continue;  // no IPv6 loopback here
     ++families;
-    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), accepted)) << family;
-    EXPECT_FALSE(ProcessHoldsPeerSocket(other, accepted)) << family;
+    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), accepted))
+        << family << (mapped ? " mapped" : "");
+    EXPECT_FALSE(ProcessHoldsPeerSocket(other, accepted))
+        << family << (mapped ? " mapped" : "");
     // The connecting end is held too, but its peer is the accepted end.
-    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), client)) << family;
+    EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), client))
+        << family << (mapped ? " mapped" : "");
     ::close(client);
-    EXPECT_FALSE(ProcessHoldsPeerSocket(::getpid(), accepted)) << family;
+    EXPECT_FALSE(ProcessHoldsPeerSocket(::getpid(), accepted))
+        << family << (mapped ? " mapped" : "");
     ::close(accepted);
   }
   EXPECT_GE(families, 1);

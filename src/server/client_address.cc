@@ -151,80 +151,64 @@ bool IsConnection(const inet_diag_msg& m, const Endpoint& local,
 Result<std::string> SocketInodeByDiag(const Endpoint& local,
                                       const Endpoint& remote,
                                       uint32_t ifindex) {
+  // IPv4 ends are asked as AF_INET: the kernel keeps a dual-stack socket's
+  // IPv4-mapped connection in the same table, under its IPv4 addresses.
+  const int family =
+      IsV4Mapped(local.ip) && IsV4Mapped(remote.ip) ? AF_INET : AF_INET6;
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 req;
+  } ask{};
+  ask.header.nlmsg_len = sizeof(ask);
+  ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  ask.header.nlmsg_flags = NLM_F_REQUEST;  // one socket, not a dump
+  ask.req.sdiag_family = uint8_t(family);
+  ask.req.sdiag_protocol = IPPROTO_TCP;
+  ask.req.idiag_states = ~0u;
+  ask.req.id.idiag_sport = htons(local.port);
+  ask.req.id.idiag_dport = htons(remote.port);
+  const size_t from = family == AF_INET ? 12 : 0;
+  std::memcpy(ask.req.id.idiag_src, local.ip.data() + from, 16 - from);
+  std::memcpy(ask.req.id.idiag_dst, remote.ip.data() + from, 16 - from);
+  ask.req.id.idiag_if = ifindex;
+  ask.req.id.idiag_cookie[0] = ask.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+
   const int fd =
       ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
   if (fd < 0) return Status::IOError("netlink socket");
-  const bool v4 = IsV4Mapped(local.ip) && IsV4Mapped(remote.ip);
-  // A socket of IPv4 ends is AF_INET, or AF_INET6 with mapped addresses
-  // (a dual-stack socket): ask for both.
-  Result<std::string> found = Status::NotFound("no such socket");
-  for (const int family :
-       v4 ? std::vector<int>{AF_INET, AF_INET6} : std::vector<int>{AF_INET6}) {
-    struct {
-      nlmsghdr header;
-      inet_diag_req_v2 req;
-    } ask{};
-    ask.header.nlmsg_len = sizeof(ask);
-    ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    ask.header.nlmsg_flags = NLM_F_REQUEST;  // one socket, not a dump
-    ask.req.sdiag_family = uint8_t(family);
-    ask.req.sdiag_protocol = IPPROTO_TCP;
-    ask.req.idiag_states = ~0u;
-    ask.req.id.idiag_sport = htons(local.port);
-    ask.req.id.idiag_dport = htons(remote.port);
-    const size_t from = family == AF_INET ? 12 : 0;
-    std::memcpy(ask.req.id.idiag_src, local.ip.data() + from, 16 - from);
-    std::memcpy(ask.req.id.idiag_dst, remote.ip.data() + from, 16 - from);
-    ask.req.id.idiag_if = ifindex;
-    ask.req.id.idiag_cookie[0] = ask.req.id.idiag_cookie[1] =
-        INET_DIAG_NOCOOKIE;
-    sockaddr_nl kernel{};
-    kernel.nl_family = AF_NETLINK;
-    if (::sendto(fd, &ask, sizeof(ask), 0, reinterpret_cast<sockaddr*>(&kernel),
-                 sizeof(kernel)) < 0) {
-      found = Status::IOError("netlink sendto");
-      break;
-    }
-    alignas(nlmsghdr) char buf[8192];
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0) {
-      found = Status::IOError("netlink recv");
-      break;
-    }
-    // The messages in the reply (NLMSG_OK and NLMSG_NEXT compare signed
-    // with unsigned lengths).
-    bool answered = false;
-    for (size_t at = 0; at + sizeof(nlmsghdr) <= size_t(n);) {
-      auto* h = reinterpret_cast<nlmsghdr*>(buf + at);
-      if (h->nlmsg_len < sizeof(nlmsghdr) || at + h->nlmsg_len > size_t(n)) {
-        break;
-      }
-      at += NLMSG_ALIGN(h->nlmsg_len);
-      if (h->nlmsg_type == NLMSG_ERROR) {
-        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) break;
-        const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
-        if (e->error != 0 && e->error != -ENOENT) {
-          found = Status::IOError(std::string("sock_diag: ") +
-                                  std::strerror(-e->error));
-        }
-        answered = true;
-        break;
-      }
-      if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
-          h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
-        const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-        if (m->idiag_inode != 0 && IsConnection(*m, local, remote)) {
-          found = std::to_string(m->idiag_inode);
-        }
-        answered = true;
-        break;
-      }
-    }
-    if (!answered) found = Status::IOError("sock_diag: no answer");
-    if (found.ok() || found.status().code() != StatusCode::kNotFound) break;
-  }
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  alignas(nlmsghdr) char buf[8192];
+  ssize_t n = ::sendto(fd, &ask, sizeof(ask), 0,
+                       reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel));
+  if (n >= 0) n = ::recv(fd, buf, sizeof(buf), 0);
   ::close(fd);
-  return found;
+  if (n < 0)
+    return Status::IOError(std::string("netlink: ") + std::strerror(errno));
+  // The one message of the reply (NLMSG_OK and NLMSG_NEXT compare signed
+  // with unsigned lengths).
+  const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
+  if (size_t(n) < sizeof(nlmsghdr) || h->nlmsg_len < sizeof(nlmsghdr) ||
+      h->nlmsg_len > size_t(n)) {
+    return Status::IOError("sock_diag: no answer");
+  }
+  if (h->nlmsg_type == NLMSG_ERROR &&
+      h->nlmsg_len >= NLMSG_LENGTH(sizeof(nlmsgerr))) {
+    const int error = static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error;
+    if (error == 0 || error == -ENOENT) {
+      return Status::NotFound("no such socket");
+    }
+    return Status::IOError(std::string("sock_diag: ") + std::strerror(-error));
+  }
+  if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+      h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+    return Status::IOError("sock_diag: no answer");
+  }
+  const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+  if (m->idiag_inode == 0 || !IsConnection(*m, local, remote)) {
+    return Status::NotFound("no such socket");
+  }
+  return std::to_string(m->idiag_inode);
 }
 
 bool Contains(const std::vector<std::string>& v, std::string_view s) {
