@@ -83,6 +83,10 @@ Result<uint64_t> SlabAllocator::Carve(uint64_t bytes) {
   return offset;
 }
 
+void SlabAllocator::Uncarve(uint64_t region_offset, uint64_t bytes) {
+  if (region_offset - region_offset_ + bytes == next_) next_ -= bytes;
+}
+
 void SlabAllocator::Reset() {
   next_ = 0;
   in_use_ = 0;

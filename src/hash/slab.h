@@ -59,6 +59,10 @@ class SlabAllocator {
   // e.g. a bucket array; returns its region offset. OutOfMemory if the arena
   // has no such room left.
   Result<uint64_t> Carve(uint64_t bytes);
+  // Gives back what the last Carve took (`bytes`: its CarveSize), before
+  // anything else was carved or allocated and before anyone read it (a
+  // bucket array that was never published). Ignored otherwise.
+  void Uncarve(uint64_t region_offset, uint64_t bytes);
   // What Carve(bytes) takes from the arena.
   uint64_t CarveSize(uint64_t bytes) const {
     return (bytes + page_size_ - 1) / page_size_ * page_size_;

@@ -267,7 +267,8 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
         EraseEntry(&src, hop.entry_offset, hop.entry_bytes);
         Publish(from, src);
         ++moves_;
-        if (move_hook_ || change_hook_) {
+        // A rehash fills an array no reader or scan has seen yet.
+        if (!rehashing_ && (move_hook_ || change_hook_)) {
           const Bucket* d = At(hop.bucket);
           // The moved entry was appended last.
           const std::string_view moved =
@@ -371,11 +372,24 @@ Status Table::Demote(uint64_t b) {
 }
 
 Status Table::Grow() {
+  // A larger array that cannot take every entry is given back and the next
+  // size tried: the same seed with more bits of the hash spreads the
+  // entries that crowded two buckets.
+  for (uint64_t factor = 2; factor <= kMaxGrowthFactor; factor *= 2) {
+    auto placed = RehashInto(geo_.num_buckets * factor);
+    if (!placed.ok()) return placed.status();
+    if (*placed) return Status::OK();
+  }
+  return Status::OutOfMemory(
+      "could not rehash into a larger table (tried up to " +
+      std::to_string(kMaxGrowthFactor) + "x the buckets)");
+}
+
+Result<bool> Table::RehashInto(uint64_t n) {
   const Geometry old = geo_;
-  const uint64_t n = old.num_buckets * 2;
+  const uint64_t carve_bytes = slab_->CarveSize(n * kBucketBytes);
   auto offset = slab_->Carve(n * kBucketBytes);
   if (!offset.ok()) return offset.status();
-  array_bytes_ += slab_->CarveSize(n * kBucketBytes);
   FormatBuckets(*offset, n);
   // Fill the new array while readers still use the old one: nothing they
   // can see changes until the root moves.
@@ -388,27 +402,59 @@ Status Table::Grow() {
   // entry; each bucket is sealed once at the end.
   std::vector<uint16_t> old_used(n, 0);
   old_used.swap(used_);
-  for (uint64_t i = 0; i < old.num_buckets; ++i) {
-    const auto* b = reinterpret_cast<const Bucket*>(base_ + old.buckets_offset +
-                                                    i * kBucketBytes);
-    EntryCursor c(b->entries);
-    while (c.Next()) {
-      const uint8_t* entry = b->entries + c.offset();
-      const KeyHash kh = HashKey(KeyOf(entry), geo_.seed);
-      const uint64_t b1 = PrimaryBucket(kh, mask_);
-      auto to = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), c.bytes());
-      if (!to) {
-        // Practically impossible at half the load; give the space up and
-        // stay on the old array.
-        geo_ = old;
-        mask_ = old.num_buckets - 1;
-        used_.swap(old_used);
-        return Status::OutOfMemory("could not rehash into a larger table");
+  rehashing_ = true;
+  // Entries larger than an extent reference first, then the rest: a cuckoo
+  // hop moves one entry, so a bucket filled with small entries could not
+  // make room for a large one that comes late (at half the load, in about
+  // one table in 10^4 before this order).
+  auto place = [&](const uint8_t* entry, size_t bytes) {
+    const KeyHash kh = HashKey(KeyOf(entry), geo_.seed);
+    const uint64_t b1 = PrimaryBucket(kh, mask_);
+    if (rehash_hook_ && !rehash_hook_(n)) return false;
+    auto to = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), bytes);
+    if (!to) return false;
+    StoreWords(At(*to)->entries + used_[*to], entry, bytes);
+    used_[*to] = uint16_t(used_[*to] + bytes);
+    return true;
+  };
+  auto old_bucket = [&](uint64_t i) {
+    return reinterpret_cast<const Bucket*>(base_ + old.buckets_offset +
+                                           i * kBucketBytes);
+  };
+  bool placed = true;
+  std::vector<uint64_t> with_small;  // old buckets holding small entries
+  for (uint64_t i = 0; i < old.num_buckets && placed; ++i) {
+    const Bucket* b = old_bucket(i);
+    bool small = false;
+    for (EntryCursor c(b->entries); placed && c.Next();) {
+      if (c.bytes() <= kExtentEntryBytes) {
+        small = true;
+      } else {
+        placed = place(b->entries + c.offset(), c.bytes());
       }
-      StoreWords(At(*to)->entries + used_[*to], entry, c.bytes());
-      used_[*to] = uint16_t(used_[*to] + c.bytes());
+    }
+    if (small) with_small.push_back(i);
+  }
+  for (size_t j = 0; j < with_small.size() && placed; ++j) {
+    const Bucket* b = old_bucket(with_small[j]);
+    for (EntryCursor c(b->entries); placed && c.Next();) {
+      if (c.bytes() <= kExtentEntryBytes) {
+        placed = place(b->entries + c.offset(), c.bytes());
+      }
     }
   }
+  rehashing_ = false;
+  moves_ = moves_before;  // rehash placement is not a cuckoo move
+  if (!placed) {
+    // Stay on the old array; the new one was never published, so its
+    // memory goes back to the arena.
+    geo_ = old;
+    mask_ = old.num_buckets - 1;
+    used_.swap(old_used);
+    slab_->Uncarve(*offset, carve_bytes);
+    return false;
+  }
+  array_bytes_ += carve_bytes;
   for (uint64_t i = 0; i < n; ++i) {
     Bucket* live = At(i);
     Bucket sealed = *live;  // our own writes: plain
@@ -416,9 +462,8 @@ Status Table::Grow() {
     StoreWords(reinterpret_cast<uint8_t*>(live) + 8,
                reinterpret_cast<const uint8_t*>(&sealed) + 8, kBucketBytes - 8);
   }
-  moves_ = moves_before;  // rehash placement is not a cuckoo move
   SwitchTo(old);
-  return Status::OK();
+  return true;
 }
 
 bool Table::FillRecordMatches() const {
@@ -621,7 +666,9 @@ Status Table::Reserve(uint64_t buckets) {
 void Table::EndRestore() {
   restored_ = true;
   // What a table that grew from initial_buckets to its size would have
-  // carved: every array on the way (old arrays are never reused).
+  // carved: every array on the way (old arrays are never reused). A live
+  // table that skipped a size (Grow) carved less: this errs on the side of
+  // headroom.
   uint64_t grown = 0;
   for (uint64_t n = options_.initial_buckets; n <= geo_.num_buckets; n *= 2) {
     grown += slab_->CarveSize(n * kBucketBytes);

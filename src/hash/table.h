@@ -25,7 +25,9 @@
 //
 // Growth: when no cuckoo path frees room, or a new pair would fill the
 // entry area beyond kMaxFillPercent (see Recovery below), the table
-// doubles. The owner
+// doubles (or, in the rare layout where some entry finds no room in twice
+// the buckets, quadruples or grows 8x; the array tried is given back). The
+// owner
 // thread builds the new bucket array beside the old one (readers keep using
 // the old, which does not change meanwhile), publishes it in the root
 // (generation + 1), then marks every old bucket moved (kMovedVersion);
@@ -196,6 +198,12 @@ class Table {
   void SetMidWriteHook(std::function<void()> hook) {
     mid_write_ = std::move(hook);
   }
+  // Test hook: asked before a rehash places each entry into an array of
+  // `buckets`; false makes that entry find no room there (the growth then
+  // tries a larger array). Empty by default.
+  void SetRehashHook(std::function<bool(uint64_t buckets)> hook) {
+    rehash_hook_ = std::move(hook);
+  }
 
  private:
   Table(uint8_t* base, SlabAllocator* slab, const TableOptions& options)
@@ -238,7 +246,14 @@ class Table {
   // Recovery: turns the largest inline entry of bucket `b` into an extent.
   // NotFound if it has none.
   Status Demote(uint64_t b);
+  // Rehashes into an array twice as large, or if some entry finds no room
+  // there, 4x, then kMaxGrowthFactor x. OutOfMemory if the arena has no
+  // room for the array, or none of them takes every entry.
+  static constexpr uint64_t kMaxGrowthFactor = 8;
   Status Grow();
+  // One attempt of Grow: false (and the array's memory back in the arena)
+  // if an entry found no room in `n` buckets.
+  Result<bool> RehashInto(uint64_t n);
   // Publishes geo_ (already naming the new array) in the root with the next
   // generation, then marks every bucket of `old` moved.
   void SwitchTo(const Geometry& old);
@@ -263,7 +278,9 @@ class Table {
   uint64_t array_bytes_ = 0;  // arena carved for bucket arrays
   bool restored_ = false;     // EndRestore ran
   bool reserved_ = false;     // Reserve ran: restores do not grow
+  bool rehashing_ = false;    // RehashInto is filling an unpublished array
   std::function<void()> mid_write_;
+  std::function<bool(uint64_t)> rehash_hook_;
   std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;
   ChangeFn change_hook_;
 };
