@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -101,12 +102,19 @@ Status LeaseKeeper::MapHorizon(const std::string& path) {
   }
   void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE, MAP_SHARED,
                    fd, 0);
-  ::close(fd);
   if (p == MAP_FAILED) {
-    return Status::IOError("cannot map " + path + ": " + std::strerror(errno));
+    const int err = errno;
+    ::close(fd);
+    return Status::IOError("cannot map " + path + ": " + std::strerror(err));
   }
+  // Held while this keeper lives (the kernel drops it when the process
+  // dies): RemoveStaleHorizons leaves a locked file alone, whatever its
+  // horizon says (a cluster member's is capped in the past until it serves
+  // a configuration) and however long the holder has been stopped.
+  (void)::flock(fd, LOCK_SH);
   horizon_ = static_cast<Horizon*>(p);
   horizon_inode_ = uint64_t(st.st_ino);
+  horizon_fd_ = fd;
   return Status::OK();
 }
 
@@ -123,6 +131,7 @@ void LeaseKeeper::KeepHorizonFile() {
   ::unlink(fresh.c_str());
   Horizon* old = horizon_;
   const uint64_t old_inode = horizon_inode_;
+  const int old_fd = horizon_fd_;
   Status made = MapHorizon(fresh);
   if (made.ok()) {
     std::memcpy(horizon_, old, sizeof(Horizon));
@@ -130,12 +139,14 @@ void LeaseKeeper::KeepHorizonFile() {
       made = Status::IOError("cannot rename " + fresh + ": " +
                              std::strerror(errno));
       ::munmap(horizon_, sizeof(Horizon));
+      ::close(horizon_fd_);
       ::unlink(fresh.c_str());
     }
   }
   if (!made.ok()) {
     horizon_ = old;  // keep writing the old one
     horizon_inode_ = old_inode;
+    horizon_fd_ = old_fd;
     if (!horizon_warned_) {
       log::Warn("the lease horizon file is gone and cannot be made again: {}",
                 made.ToString());
@@ -144,6 +155,7 @@ void LeaseKeeper::KeepHorizonFile() {
     return;
   }
   ::munmap(old, sizeof(Horizon));
+  ::close(old_fd);
   log::Warn("the lease horizon file {} was removed; made it again",
             horizon_file_);
 }
@@ -164,24 +176,33 @@ void LeaseKeeper::RemoveStaleHorizons(const std::string& dir,
     const int fd = ::open(it->path().c_str(),
                           O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
+    // A keeper holds its file locked while its process lives.
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      continue;
+    }
     struct stat st;
     Horizon h{};
     const bool whole = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
                        st.st_uid == uid &&
                        ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
-    ::close(fd);
-    if (!whole || h.magic != kHorizonMagic) continue;
+    if (!whole || h.magic != kHorizonMagic) {
+      ::close(fd);
+      continue;
+    }
     const bool other_boot = std::memcmp(h.boot_id, boot.data(), 36) != 0;
     if (other_boot ||
         (h.expires_ns != 0 && h.expires_ns + uint64_t(grace.count()) < now)) {
       ::unlink(it->path().c_str());
     }
+    ::close(fd);  // the lock with it, once the file is gone
   }
 }
 
 LeaseKeeper::~LeaseKeeper() {
   Revoke();
   if (horizon_ != nullptr) ::munmap(horizon_, sizeof(Horizon));
+  if (horizon_fd_ >= 0) ::close(horizon_fd_);
 }
 
 void LeaseKeeper::Revoke() {

@@ -67,18 +67,17 @@ class LeaseKeeper {
   void CapBy(std::function<uint64_t()> cap);
 
   // Removes the horizon files in `dir` whose names start with `prefix`
-  // that no server can need: this user's regular files written on another
-  // boot, or whose horizon passed more than `grace` ago. A file being
-  // created (not yet written) or revoked is left alone. The grace covers a
-  // server stopped (SIGSTOP, a debugger) past its horizon: it makes its
-  // file again at its next renewal, so only one stopped for longer than
-  // `grace`, then resumed and killed within a tenth of a lease, could
-  // leave a successor nothing to wait for; so could one that started on
-  // the file's port between this read and the unlink, killed within a
-  // tenth of a lease. (A replicated member cut off from its manager for
-  // longer than `grace` renews a horizon capped in the past: its file is
-  // removed, and made again, with a warning each time.) Errors are
-  // ignored: a file left is only a file.
+  // that no server can need: this user's regular files that no live
+  // keeper holds (a keeper keeps its file locked while its process lives,
+  // stopped or not), written on another boot or whose horizon passed more
+  // than `grace` ago. A file being created (not yet written) or revoked is
+  // left alone. A live keeper's horizon may be long past: a cluster
+  // member's is capped in the past until it serves a configuration, and
+  // while a replicated member is cut off from its manager. Only a server
+  // that started on the file's port between this read and the unlink, and
+  // was killed within a tenth of a lease, could be left with no file for
+  // a successor to wait on. Errors are ignored: a file left is only a
+  // file.
   static void RemoveStaleHorizons(const std::string& dir,
                                   const std::string& prefix,
                                   std::chrono::nanoseconds grace);
@@ -89,8 +88,8 @@ class LeaseKeeper {
   // Opens (creating it) and maps `path` as the horizon; records its inode.
   Status MapHorizon(const std::string& path);
   // On the keeper's thread, before each renewal: a horizon file removed
-  // (RemoveStaleHorizons, after this process was stopped for longer than
-  // its grace) is made again, so a successor still finds it.
+  // (by hand, or by RemoveStaleHorizons in the window it leaves) is made
+  // again, so a successor still finds it.
   void KeepHorizonFile();
   void Publish(uint64_t expires_ns);
   void Run();
@@ -102,6 +101,7 @@ class LeaseKeeper {
   uint64_t renewals_ = 0;
   // The mapped horizon file (null without one) and its inode.
   Horizon* horizon_ = nullptr;
+  int horizon_fd_ = -1;  // open, with a shared lock, while this keeper lives
   std::string horizon_file_;
   uint64_t horizon_inode_ = 0;
   bool remake_removed_ = false;

@@ -117,8 +117,31 @@ TEST_F(LeaseFiles, StaleHorizonsAreRemovedAndOthersKept) {
   EXPECT_FALSE(fs::exists(Path(prefix + "6"))) << "a clean stop removes it";
 }
 
-// A keeper whose file was removed (it was stopped past the grace) makes it
-// again, with its horizon: a successor started on it then waits.
+// A live keeper's file is kept whatever its horizon says: a cluster
+// member's is capped in the past (CapBy) until it serves a configuration,
+// and servers starting together on one host removed one another's (and
+// each made its own again, with a warning).
+TEST_F(LeaseFiles, ALiveKeepersFileIsKeptWhateverItsHorizon) {
+  const std::string prefix = "remem-lease-1-";
+  alignas(64) static uint8_t lease_at[64];
+  milliseconds waited;
+  auto member = LeaseKeeper::Start(lease_at, 1, milliseconds(60'000),
+                                   Path(prefix + "1"), &waited,
+                                   /*remake_removed=*/true);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  (*member)->CapBy([] { return uint64_t{1}; });  // vouches for nothing
+  // Its bytes, in a file no keeper holds (as if it had been killed): that
+  // one goes, so the horizon alone would have condemned both.
+  Write(Path(prefix + "2"), Read(Path(prefix + "1")));
+  LeaseKeeper::RemoveStaleHorizons(dir_, prefix, milliseconds(0));
+  EXPECT_FALSE(fs::exists(Path(prefix + "2"))) << "its horizon passed";
+  EXPECT_TRUE(fs::exists(Path(prefix + "1"))) << "its keeper is alive";
+  member->reset();
+  EXPECT_FALSE(fs::exists(Path(prefix + "1"))) << "a clean stop removes it";
+}
+
+// A keeper whose file was removed (by hand) makes it again, with its
+// horizon: a successor started on it then waits.
 TEST_F(LeaseFiles, AFileRemovedUnderARunningKeeperIsMadeAgain) {
   const std::string file = Path("remem-lease-1-1");
   alignas(64) static uint8_t first_at[64], second_at[64];
