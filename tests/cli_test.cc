@@ -207,6 +207,35 @@ TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
   EXPECT_TRUE(Contains(stats.out, "\"rpc_errors\":0,")) << stats.out;
 }
 
+// Output that cannot be written fails the command (exit 1, a reason on
+// standard error), whatever the command: a value redirected onto a full
+// disk must not leave a truncated file behind an exit status of 0.
+TEST(Cli, OutputThatCannotBeWrittenIsAFailure) {
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  const std::string cli = CliBinary() + " --server " + server.address;
+  auto sh = [](const std::string& command) {
+    return RunCommand({"/bin/sh", "-c", command});
+  };
+  ASSERT_EQ(sh(cli + " put big - < /bin/sh").exit_code, 0);
+  ASSERT_EQ(sh(cli + " put small v").exit_code, 0);
+  for (const char* command : {"get big", "get small", "mget small big",
+                              "--json get small", "stats", "ping"}) {
+    for (const char* to : {" > /dev/full", " >&-"}) {
+      auto r = sh(cli + " " + command + " 2>&1" + to);
+      EXPECT_EQ(r.exit_code, 1) << command << to << ": " << r.out;
+      EXPECT_TRUE(Contains(r.out, "remem: could not write standard output"))
+          << command << to << ": " << r.out;
+    }
+  }
+  auto full = sh(cli + " get small 2>&1 > /dev/full");
+  EXPECT_TRUE(Contains(full.out, "No space left on device")) << full.out;
+  // A failed command keeps its own exit code.
+  EXPECT_EQ(sh(cli + " get nobody > /dev/full 2>/dev/null").exit_code, 4);
+  // The same output to a pipe is whole.
+  EXPECT_EQ(sh(cli + " get big | cmp - /bin/sh").exit_code, 0);
+}
+
 TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);

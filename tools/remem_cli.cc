@@ -586,9 +586,8 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       "'"));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command; main adds the check of what it wrote.
+int RunCli(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"remem: command-line client for remem-server"};
@@ -1386,4 +1385,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = RunCli(argc, argv);
+  // Output that could not be written (a full disk, a closed standard
+  // output) fails the command: `remem get k > file` must not leave a
+  // truncated file behind an exit status of 0.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (!flushed || std::ferror(stdout)) {
+    std::fprintf(stderr, "remem: could not write standard output%s%s\n",
+                 flushed ? "" : ": ", flushed ? "" : std::strerror(err));
+    return rc == 0 ? 1 : rc;
+  }
+  return rc;
 }
