@@ -561,6 +561,59 @@ TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
   EXPECT_GT(stats->Get("hash_growths"), 0u);
 }
 
+// Batches whose values add up to more than one reply can hold (64 MiB):
+// the server answers what fits and marks the rest to be asked again, and
+// libremem asks again, so every key comes back, synchronously and
+// asynchronously (a multi-get, and single gets riding one message). Before,
+// the server sent a reply over the limit and every key failed.
+TEST(HashLargeBatches, ValuesLargerThanOneReplyAllComeBack) {
+  auto server = StartServer({"--threads", "2"}, "256M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kRpc);
+  ASSERT_TRUE(c);
+  const size_t max_value = c->max_value();
+  ASSERT_GE(max_value, size_t{16} << 20);
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back("large" + std::to_string(i));
+    values.emplace_back(max_value - size_t(i), char('a' + i));
+    ASSERT_TRUE(c->Put(keys.back(), values.back()).ok());
+  }
+  keys.push_back("small");
+  values.emplace_back("s");
+  ASSERT_TRUE(c->Put("small", "s").ok());
+  std::vector<std::string_view> asked(keys.begin(), keys.end());
+  asked.push_back("absent");
+  auto check = [&](const std::vector<Result<HashStore::Value>>& got) {
+    ASSERT_EQ(got.size(), asked.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+      EXPECT_TRUE(got[i]->value == values[i]) << keys[i];
+    }
+    EXPECT_EQ(got.back().status().code(), StatusCode::kNotFound);
+  };
+  const uint64_t before = c->read_stats().rpc_gets;
+  check(c->MultiGet(asked));
+  // More keys were asked than given: the ones that did not fit, again.
+  EXPECT_GT(c->read_stats().rpc_gets - before, asked.size());
+  bool done = false;
+  c->MultiGetAsync(asked, [&](std::vector<Result<HashStore::Value>> got) {
+    check(got);
+    done = true;
+  });
+  int answered = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    c->GetAsync(keys[i], [&, i](Result<HashStore::Value> v) {
+      ASSERT_TRUE(v.ok()) << keys[i] << ": " << v.status().ToString();
+      EXPECT_TRUE(v->value == values[i]) << keys[i];
+      ++answered;
+    });
+  }
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  EXPECT_TRUE(done);
+  EXPECT_EQ(answered, int(keys.size()));
+}
+
 TEST_F(HashTest, ManyAsyncOperationsInFlight) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
     auto c = Connect(server_.address, path);

@@ -101,7 +101,9 @@ class HashStore {
   // batch of one-sided reads (all lookups in flight at once) or one
   // message, as the read path decides; MultiPut (insert or replace) is one
   // message. Very large batches are split into messages of at most 65536
-  // items and 32 MiB.
+  // items and 32 MiB; a reply holds at most 64 MiB, and the keys whose
+  // values did not fit are asked again (a get batched with writes may then
+  // see a write issued after it in the same batch).
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);
   // MultiGet, asynchronously (keys are copied where needed; the callback

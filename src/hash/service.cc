@@ -34,6 +34,27 @@ HashService::~HashService() {
 
 namespace {
 
+// A reply holds at most kMaxMultiReplyBytes: the gets whose values would
+// pass it are answered Busy instead, to be asked again (the client does),
+// all but the first item, so every reply answers at least one.
+void CapMultiReply(const std::vector<MultiOp>& ops,
+                   std::vector<MultiItem>* results) {
+  uint64_t bytes = sizeof(HashMultiReply);
+  for (size_t i = 0; i < results->size(); ++i) {
+    MultiItem& it = (*results)[i];
+    const uint64_t data =
+        it.status.ok() ? it.data.size() : it.status.message().size();
+    if (i > 0 && ops[i].op == MultiOpKind::kGet && it.status.ok() &&
+        bytes + sizeof(HashMultiItem) + data > kMaxMultiReplyBytes) {
+      it.data.clear();
+      it.version = 0;
+      it.status = Status::Busy(kMultiReplyFull);
+    }
+    bytes += sizeof(HashMultiItem) +
+             (it.status.ok() ? it.data.size() : it.status.message().size());
+  }
+}
+
 // The first error among the partitions' outcomes, or OK.
 Status FirstError(const std::vector<Status>& all) {
   for (const Status& st : all) {
@@ -795,6 +816,7 @@ void HashService::HandleMulti(Call call) {
   size_t owners = 0;
   for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
   auto send = [batch] {
+    CapMultiReply(batch->ops, &batch->results);
     batch->responder.Reply(Status::OK(), EncodeHashMultiReply(batch->results));
   };
   if (owners == 0) return send();

@@ -25,6 +25,13 @@ namespace {
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
 
+// A multi reply's item left unanswered because the values before it
+// filled the reply (hash/wire.h, kMaxMultiReplyBytes): asked again.
+bool ReplyWasFull(const Status& st) {
+  return st.code() == StatusCode::kBusy &&
+         st.message() == hash::kMultiReplyFull;
+}
+
 }  // namespace
 
 struct HashStore::Impl {
@@ -832,6 +839,10 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
                  for (size_t i = 0; i < batch->size(); ++i) {
                    if (!items.ok()) {
                      Answer((*batch)[i], items.status(), nullptr);
+                   } else if (ReplyWasFull((*items)[i].status)) {
+                     // Asked again with the next flush (its value did not
+                     // fit the reply).
+                     queued.push_back(std::move((*batch)[i]));
                    } else {
                      Answer((*batch)[i], (*items)[i].status, &(*items)[i]);
                    }
@@ -1097,25 +1108,33 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
       out[i] = st;
     }
   }
-  for (auto [b, e] : hash::SplitIntoMessages(
-           index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
-    std::vector<std::string_view> batch;
-    for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
-    auto items = s.CallMulti(hash::HashMethod::kMultiGet,
-                             hash::EncodeHashMultiGet(batch), batch.size());
-    for (size_t i = b; i < e; ++i) {
-      if (!items.ok()) {
-        out[index[i]] = items.status();
-        continue;
+  // Keys whose values did not fit a reply are asked again (each reply
+  // answers at least its first key).
+  while (!index.empty()) {
+    std::vector<size_t> again;
+    for (auto [b, e] : hash::SplitIntoMessages(
+             index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
+      std::vector<std::string_view> batch;
+      for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
+      auto items = s.CallMulti(hash::HashMethod::kMultiGet,
+                               hash::EncodeHashMultiGet(batch), batch.size());
+      for (size_t i = b; i < e; ++i) {
+        if (!items.ok()) {
+          out[index[i]] = items.status();
+          continue;
+        }
+        hash::MultiItem& it = (*items)[i - b];
+        if (it.status.ok()) {
+          out[index[i]] = Value{std::move(it.data), it.version};
+        } else if (ReplyWasFull(it.status)) {
+          again.push_back(index[i]);
+        } else {
+          out[index[i]] = it.status;
+        }
       }
-      hash::MultiItem& it = (*items)[i - b];
-      if (it.status.ok()) {
-        out[index[i]] = Value{std::move(it.data), it.version};
-      } else {
-        out[index[i]] = it.status;
-      }
+      s.read_stats.rpc_gets += e - b;
     }
-    s.read_stats.rpc_gets += e - b;
+    index.swap(again);
   }
   // Per key, so that batches of different sizes compare.
   if (timed) {

@@ -123,6 +123,13 @@ static_assert(sizeof(HashPutReply) == 8);
 // Multi-get / multi-put: one message for many keys. Each item succeeds or
 // fails on its own (the RPC status is OK when the batch was decoded).
 inline constexpr uint32_t kMaxMultiItems = 1u << 16;
+// A multi reply (HashMultiReply and its items) holds at most this many
+// bytes: the gets whose values would pass it, all but the reply's first
+// item, are answered Busy with kMultiReplyFull instead, to be asked again
+// (libremem does).
+inline constexpr uint64_t kMaxMultiReplyBytes = proto::kMaxRpcPayload;
+inline constexpr char kMultiReplyFull[] =
+    "the multi reply is full: ask for this key again";
 
 struct HashMultiRequest {
   uint32_t count;  // items that follow, 1 .. kMaxMultiItems
