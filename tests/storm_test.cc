@@ -297,7 +297,9 @@ TEST_F(StormTest, MaxConnectionsRefusesWithAReason) {
   const std::string reason =
       "connect Busy the server at " + server_.address +
       " refused the session: the server has reached its limit of " +
-      std::to_string(kLimit) + " connections";
+      std::to_string(kLimit) +
+      " connections (sessions and handshakes in progress together: "
+      "--max-connections)";
   int busy = 0;
   for (const auto& [what, n] : s.errors) {
     EXPECT_EQ(what, reason) << n << " clients";

@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
   app.add_option("--auth-file", auth_file,
                  "file holding a shared secret clients must present");
   app.add_option("--max-connections", cfg.max_connections,
-                 "sessions at once; more are refused with a reason")
+                 "connections at once, sessions and handshakes in progress "
+                 "together; more are refused with a reason")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--handshake-timeout-ms", handshake_ms,

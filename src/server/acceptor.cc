@@ -244,7 +244,8 @@ void Acceptor::OnListen() {
       counters_.refused_busy.Add(1);
       Refuse(raw, Status::Busy("the server has reached its limit of " +
                                std::to_string(options_.max_connections) +
-                               " connections"));
+                               " connections (sessions and handshakes in "
+                               "progress together: --max-connections)"));
       continue;
     }
     if (pending_ > options_.max_pending) {
