@@ -1041,5 +1041,47 @@ TEST(Durability, DataFilesArePrivateUnderAPermissiveUmask) {
   fs::remove_all(top);
 }
 
+// A data directory restarted with less memory than its pairs take is
+// refused with the way out (the directory is unchanged), as the ordered
+// store's; then restarted with the memory it had, it serves every pair.
+TEST(Durability, ARestartWithTooLittleMemorySaysWhatToDo) {
+  const std::string dir = TempDir();
+  const std::vector<std::string> flags = {"--data-dir", dir, "--fsync",
+                                          "always"};
+  ServerProcess server = StartServer(flags, "8M");
+  ASSERT_TRUE(server.process);
+  auto c = Connect(server.address);
+  ASSERT_TRUE(c);
+  int stored = 0;
+  for (; stored < 1000; ++stored) {
+    if (!c->Put("k" + std::to_string(stored), std::string(100000, 'v')).ok()) {
+      break;
+    }
+  }
+  ASSERT_GT(stored, 10);
+  c = {};
+  Stop(server);
+  auto small =
+      testing::RunCommand({testing::ServerBinary(), "--listen", "127.0.0.1:0",
+                           "--data-dir", dir, "--memory", "4M"});
+  EXPECT_EQ(small.exit_code, 1) << small.out;
+  EXPECT_NE(small.out.find("OutOfMemory"), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("restart with a larger --hash-memory or --memory"),
+            std::string::npos)
+      << small.out;
+  ServerProcess again = StartServer(flags, "8M");
+  ASSERT_TRUE(again.process);
+  auto r = Connect(again.address);
+  ASSERT_TRUE(r);
+  for (int i = 0; i < stored; ++i) {
+    auto v = r->Get("k" + std::to_string(i));
+    ASSERT_TRUE(v.ok()) << i << ": " << v.status().ToString();
+    EXPECT_EQ(v->value.size(), 100000u);
+  }
+  r = {};
+  Stop(again);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace remem

@@ -239,6 +239,13 @@ Status HashService::Init(server::ServiceContext* ctx) {
     REMEM_RETURN_IF_ERROR(ctx->ForEachPartition([&](PartitionId p) -> Status {
       auto store =
           durable->OpenPartition(name(), p, partitions_[p]->durable.get());
+      if (store.status().code() == StatusCode::kOutOfMemory) {
+        // Nothing on disk changed: a larger partition takes it all.
+        return Status::OutOfMemory(store.status().message() +
+                                   " (restart with a larger --hash-memory or "
+                                   "--memory, and the same --threads: the "
+                                   "data directory is unchanged)");
+      }
       if (!store.ok()) return store.status();
       partitions_[p]->store = *store;
       return Status::OK();
