@@ -863,7 +863,13 @@ TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
   // A subnormal double is a number; an overflowing one is not.
   EXPECT_EQ(cli({"vec", "put", "s", "--type", "double", "4.9e-324"}).exit_code,
             0);
-  EXPECT_EQ(cli({"vec", "put", "s", "--type", "double", "1e999"}).exit_code, 2);
+  r = cli({"vec", "put", "s", "--type", "double", "1e999"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("'1e999' does not fit a double"), std::string::npos)
+      << r.out;
+  r = cli({"vec", "put", "s", "--type", "int64", "99999999999999999999"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("does not fit an int64"), std::string::npos) << r.out;
   // JSON has no NaN or infinities: they are strings, as in protobuf's JSON.
   EXPECT_EQ(cli({"vec", "put", "n", "--type", "double", "--", "1.5", "nan",
                  "inf", "-inf"})

@@ -195,8 +195,15 @@ Result<Number> ParseNumber(const std::string& text, ElemType type) {
       const double v = std::strtod(text.c_str(), &end);
       used = size_t(end - text.c_str());
       const bool overflow = errno == ERANGE && std::isinf(v);
-      if (!text.empty() && used == text.size() && !overflow) return Number(v);
+      if (!text.empty() && used == text.size()) {
+        if (!overflow) return Number(v);
+        return Status::InvalidArgument(
+            "'" + text + "' does not fit a " +
+            (type == ElemType::kFloat ? "float" : "double"));
+      }
     }
+  } catch (const std::out_of_range&) {
+    return Status::InvalidArgument("'" + text + "' does not fit an int64");
   } catch (const std::exception&) {
   }
   return Status::InvalidArgument("'" + text +
