@@ -236,6 +236,27 @@ TEST(Cli, OutputThatCannotBeWrittenIsAFailure) {
   EXPECT_EQ(sh(cli + " get big | cmp - /bin/sh").exit_code, 0);
 }
 
+// A client whose UCX shared-memory FIFO differs from the server's (a UCX
+// setting not alike on both sides) is refused with the setting to fix, not
+// as an authentication failure (exit 3) naming a file that is "not a UCX
+// receive FIFO".
+TEST(Cli, AClientWithAnotherUcxFifoSizeIsToldWhichSetting) {
+  if (TransportName(testing::TestTransport()) != "shm") {
+    GTEST_SKIP() << "only a shared-memory session has a FIFO";
+  }
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  auto r =
+      RunCommand({CliBinary(), "--server", server.address, "put", "k", "v"},
+                 {{"UCX_MM_FIFO_SIZE", "2"}});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.out, "set UCX_MM_FIFO_SIZE")) << r.out;
+  EXPECT_EQ(
+      RunCommand({CliBinary(), "--server", server.address, "put", "k", "v"})
+          .exit_code,
+      0);
+}
+
 TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);

@@ -378,11 +378,20 @@ Status ClientAddressCheck::Check(std::string_view address, int sock) const {
     const std::string_view t(target, n > 0 ? size_t(n) : 0);
     struct stat st {};
     if (t.substr(0, 23) != "/dev/shm/ucx_shm_posix_" ||
-        ::stat(link.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-        (fifo_bytes_ >= 0 && st.st_size != fifo_bytes_)) {
+        ::stat(link.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return Status::PermissionDenied(
           "the UCX worker address names a file of process " +
           std::to_string(ref->pid) + " that is not a UCX receive FIFO");
+    }
+    if (fifo_bytes_ >= 0 && st.st_size != fifo_bytes_) {
+      // Most likely a UCX setting that differs (the FIFO's size is
+      // UCX_MM_FIFO_SIZE elements): refused all the same.
+      return Status::Unsupported(
+          "the client's UCX shared-memory receive FIFO has " +
+          std::to_string(st.st_size) + " bytes and the server's " +
+          std::to_string(fifo_bytes_) +
+          ": set UCX_MM_FIFO_SIZE (and the other UCX_MM_ settings) alike "
+          "on client and server");
     }
   }
   return Status::OK();
