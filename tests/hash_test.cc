@@ -567,7 +567,11 @@ TEST_F(HashTest, MultiGetAndMultiPutAnswerEveryItem) {
 // asynchronously (a multi-get, and single gets riding one message). Before,
 // the server sent a reply over the limit and every key failed.
 TEST(HashLargeBatches, ValuesLargerThanOneReplyAllComeBack) {
-  auto server = StartServer({"--threads", "2"}, "256M");
+  // Room for every value in either partition (the keys are split by a
+  // seed drawn per server: 4 of the 5 in one partition of 64 MiB did not
+  // fit, in about one run in three).
+  auto server =
+      StartServer({"--threads", "2", "--hash-memory", "320M"}, "384M");
   ASSERT_NE(server.process, nullptr);
   auto c = Connect(server.address, ReadPath::kRpc);
   ASSERT_TRUE(c);
@@ -577,7 +581,8 @@ TEST(HashLargeBatches, ValuesLargerThanOneReplyAllComeBack) {
   for (int i = 0; i < 5; ++i) {
     keys.push_back("large" + std::to_string(i));
     values.emplace_back(max_value - size_t(i), char('a' + i));
-    ASSERT_TRUE(c->Put(keys.back(), values.back()).ok());
+    auto put = c->Put(keys.back(), values.back());
+    ASSERT_TRUE(put.ok()) << keys.back() << ": " << put.status().ToString();
   }
   keys.push_back("small");
   values.emplace_back("s");

@@ -836,17 +836,22 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
                  auto items =
                      st.ok() ? hash::DecodeHashMultiReply(reply, batch->size())
                              : Result<std::vector<hash::MultiItem>>(st);
+                 std::vector<Queued> again;
                  for (size_t i = 0; i < batch->size(); ++i) {
                    if (!items.ok()) {
                      Answer((*batch)[i], items.status(), nullptr);
                    } else if (ReplyWasFull((*items)[i].status)) {
-                     // Asked again with the next flush (its value did not
-                     // fit the reply).
-                     queued.push_back(std::move((*batch)[i]));
+                     again.push_back(std::move((*batch)[i]));
                    } else {
                      Answer((*batch)[i], (*items)[i].status, &(*items)[i]);
                    }
                  }
+                 // Asked again with the next flush, ahead of what was
+                 // issued after them (their values did not fit the reply;
+                 // each reply answers its first item, so they get there).
+                 queued.insert(queued.begin(),
+                               std::make_move_iterator(again.begin()),
+                               std::make_move_iterator(again.end()));
                });
   }
 }
