@@ -42,10 +42,8 @@ void CapMultiReply(const std::vector<MultiOp>& ops,
   uint64_t bytes = sizeof(HashMultiReply);
   for (size_t i = 0; i < results->size(); ++i) {
     MultiItem& it = (*results)[i];
-    const uint64_t data =
-        it.status.ok() ? it.data.size() : it.status.message().size();
     if (i > 0 && ops[i].op == MultiOpKind::kGet && it.status.ok() &&
-        bytes + sizeof(HashMultiItem) + data > kMaxMultiReplyBytes) {
+        bytes + sizeof(HashMultiItem) + it.data.size() > kMaxMultiReplyBytes) {
       it.data.clear();
       it.version = 0;
       it.status = Status::Busy(kMultiReplyFull);

@@ -182,9 +182,11 @@ Result<std::string> SocketInodeByDiag(const Endpoint& local,
   ssize_t n = ::sendto(fd, &ask, sizeof(ask), 0,
                        reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel));
   if (n >= 0) n = ::recv(fd, buf, sizeof(buf), 0);
+  const int err = errno;  // of sendto or recv, before close
   ::close(fd);
-  if (n < 0)
-    return Status::IOError(std::string("netlink: ") + std::strerror(errno));
+  if (n < 0) {
+    return Status::IOError(std::string("netlink: ") + std::strerror(err));
+  }
   // The one message of the reply (NLMSG_OK and NLMSG_NEXT compare signed
   // with unsigned lengths).
   const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
