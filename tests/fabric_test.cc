@@ -699,6 +699,37 @@ TEST_F(FabricTest, EndpointNumbersAreCountedAndCaughtUpTo) {
   (*w)->DrainCloses(Clock::now() + std::chrono::seconds(5));
 }
 
+// CreateJoined creates nothing until the peer's notice came: without one
+// it ends at its deadline (TimedOut), or as soon as the peer is said to be
+// gone (Unavailable), and the worker's count of endpoints is unchanged.
+// Every session joins the server's endpoint through it (the notice path).
+TEST_F(FabricTest, AJoinedEndpointWaitsForThePeersNotice) {
+  auto keys = RawOrDie(server_.address);
+  ASSERT_NE(keys, nullptr);
+  const std::string& peer = keys->hello().worker_address;
+  auto ctx = fabric::Context::Shared(TestTransport());
+  ASSERT_TRUE(ctx.ok());
+  auto w = fabric::Worker::Create(*ctx, proto::kMaxRpcPayload);
+  ASSERT_TRUE(w.ok());
+  const std::string notice = proto::EncodeEndpointNotice(1, 2, 0);
+  auto late = fabric::Endpoint::CreateJoined(
+      w->get(), peer, 0, notice, Clock::now() + std::chrono::milliseconds(50),
+      nullptr);
+  EXPECT_EQ(late.status().code(), StatusCode::kTimedOut)
+      << late.status().ToString();
+  int asked = 0;
+  auto gone = fabric::Endpoint::CreateJoined(
+      w->get(), peer, 0, notice, Clock::now() + std::chrono::seconds(30),
+      [&] { return ++asked == 3; });
+  EXPECT_EQ(gone.status().code(), StatusCode::kUnavailable)
+      << gone.status().ToString();
+  EXPECT_EQ(asked, 3);
+  auto n = (*w)->EndpointNumber(peer);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_EQ((*w)->TakeNotice(notice), nullptr);
+}
+
 // A UCX endpoint made without remem's handshake (the server worker's
 // address is public to any session) gets nothing: the server drops its
 // messages unanswered and counts them, and keeps serving.

@@ -99,9 +99,15 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
       new SessionCore(options, loop, std::move(owned)));
   const auto deadline = s->Deadline();
   REMEM_RETURN_IF_ERROR(s->Handshake(deadline));
-  // With the number of the server's endpoint: UCX pairs the two by it.
-  auto ep = fabric::Endpoint::CreateNumbered(s->worker(), s->server_address_,
-                                             s->endpoint_number_);
+  // With the number of the server's endpoint (UCX pairs the two by it),
+  // once that endpoint's notice came: the session's socket closing (the
+  // server dropped the session, or died) ends the wait.
+  const int fd = s->socket_.fd();
+  auto ep = fabric::Endpoint::CreateJoined(
+      s->worker(), s->server_address_, s->endpoint_number_,
+      proto::EncodeEndpointNotice(s->incarnation_, s->session_id_,
+                                  s->endpoint_number_),
+      deadline, [fd] { return !util::PeerStillThere(fd); });
   if (!ep.ok()) {
     return ep.status().WithContext(
         "cannot reach the server at " + options.server +

@@ -91,6 +91,21 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
     setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
   }
 
+  // UCX 1.13 asserts, aborting the process at its first connection, when
+  // peer error handling (every remem endpoint asks for it) meets a
+  // keepalive interval of zero; "inf" is UCX's way to turn keepalive off.
+  if (const char* ka = getenv("UCX_KEEPALIVE_INTERVAL")) {
+    char* end = nullptr;
+    const double interval = std::strtod(ka, &end);
+    if (end != ka && interval == 0) {
+      return Status::InvalidArgument(
+          std::string("UCX_KEEPALIVE_INTERVAL=") + ka +
+          " is not supported: UCX 1.13 aborts a process whose endpoints "
+          "detect peer failures, as remem's do, when the interval is zero; "
+          "unset it, or set it to inf to turn keepalive off");
+    }
+  }
+
   // UCX's posix memory domain reads its directory from the environment
   // when ucp_init opens it (ucp_config_modify does not reach it); the
   // environment is given back after, so later contexts keep the default.

@@ -92,6 +92,51 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateNumbered(
   return Create(worker, remote_address);
 }
 
+Result<std::unique_ptr<Endpoint>> Endpoint::CreateJoined(
+    Worker* worker, std::string_view remote_address, uint64_t number,
+    std::string_view notice, Clock::time_point deadline,
+    const std::function<bool()>& peer_gone) {
+  ucp_ep_h made_here = nullptr;
+  bool gone = false;
+  Status waited = worker->ProgressUntil(
+      [&] {
+        made_here = worker->TakeNotice(notice);
+        if (made_here != nullptr) return true;
+        gone = peer_gone && peer_gone();
+        return gone;
+      },
+      deadline);
+  if (!waited.ok()) {
+    if (waited.code() != StatusCode::kTimedOut) return waited;
+    return Status::TimedOut(
+        "the peer's UCX endpoint did not reach this worker in time");
+  }
+  if (gone) {
+    return Status::Unavailable(
+        "the peer went away before its UCX endpoint reached this worker");
+  }
+  auto ep = CreateNumbered(worker, remote_address, number);
+  if (!ep.ok()) return ep.status();
+  if ((*ep)->handle() != made_here) {
+    return Status::Unavailable(
+        "UCX did not pair this endpoint with the peer's (endpoint numbers "
+        "disagree); connect from a new event loop");
+  }
+  return ep;
+}
+
+void Endpoint::SendNotice(std::string_view notice) {
+  // SendAm's reply flag is what makes the notice wait for the wireup (see
+  // the header). A notice that cannot be sent would leave the peer waiting
+  // to its deadline: the endpoint fails instead, and its owner hears it.
+  SendAm(proto::kAmEndpointNotice, notice.data(), notice.size(), {},
+         [alive = alive_](Status st) {
+           Endpoint* self = *alive;
+           if (st.ok() || self == nullptr) return;
+           self->Fail(st.WithContext("sending the endpoint notice"));
+         });
+}
+
 Status Endpoint::WaitConnected(Clock::time_point deadline) {
   if (failed_ || closed_) return Unusable();
   // The connection is made lazily; a flush completes once wireup is done,
@@ -687,9 +732,11 @@ bool Endpoint::RmaIsEmulated() const {
 }
 
 bool Endpoint::UsesSharedMemory() const {
-  // An RMA lane ("rma_bw") on a shared-memory transport.
+  // Any lane: a peer whose UCX settings leave out the RMA lanes (no cma
+  // lane with UCX_MAX_RNDV_LANES=0) still sends through a shared-memory
+  // FIFO, and its regions are still mapped.
   for (const Lane& l : Lanes()) {
-    if (l.rma && IsSharedMemoryTransport(l.transport)) return true;
+    if (IsSharedMemoryTransport(l.transport)) return true;
   }
   return false;
 }

@@ -64,6 +64,36 @@ class Endpoint {
   static constexpr uint64_t kMaxSkippedEndpoints = 4096;
   static Result<std::unique_ptr<Endpoint>> CreateNumbered(
       Worker* worker, std::string_view remote_address, uint64_t number);
+  // As CreateNumbered, for the side that creates second, made safe against
+  // lanes that differ: waits until the peer's notice `notice` arrives (the
+  // peer sent it with SendNotice on its endpoint, number `number`, as soon
+  // as it made it), then creates this side's endpoint, which UCX makes from
+  // the one the peer's wireup already made on this worker. Neither
+  // endpoint is then configured twice: an endpoint made from a worker
+  // address that a peer's wireup asks to change its lanes (a peer whose
+  // UCX settings choose other ones, e.g. UCX_MAX_RNDV_LANES) aborts the
+  // process in UCX 1.13 ("endpoint reconfiguration not supported yet",
+  // openucx/ucx issue 7316), which creating before the peer's wireup
+  // arrived let happen. Waits until `deadline` (TimedOut) or until
+  // `peer_gone()`, asked between passes (at least every 100 ms), says the
+  // peer is gone (Unavailable). Unavailable too if UCX did not make this
+  // endpoint from the one the notice came on (numbers that disagree).
+  static Result<std::unique_ptr<Endpoint>> CreateJoined(
+      Worker* worker, std::string_view remote_address, uint64_t number,
+      std::string_view notice, Clock::time_point deadline,
+      const std::function<bool()>& peer_gone);
+  // Sends `notice` as the header of a kAmEndpointNotice message, for the
+  // peer's CreateJoined. The side that creates first calls it at once.
+  // Sent, as every message here, with UCP_AM_SEND_FLAG_REPLY: UCX holds
+  // such a message until it knows the peer's endpoint id, which only the
+  // peer's answer to this endpoint's wireup tells, and the peer answers
+  // only once it has made the endpoint CreateJoined then takes (a message
+  // without the flag could arrive first over shared memory, where the
+  // endpoint is connected as soon as it is made). A notice that cannot be
+  // sent fails this endpoint (the failure handler runs).
+  //
+  // Arrival of a notice says nothing more: any peer can send one.
+  void SendNotice(std::string_view notice);
   // Waits until the connection is wired up: OK, Unavailable if it failed,
   // TimedOut (the endpoint is then failed) after `deadline`.
   Status WaitConnected(Clock::time_point deadline);
@@ -133,7 +163,8 @@ class Endpoint {
   // What UCX chose for this endpoint, e.g. "shm (sysv)" or "tcp (lo)", from
   // the lanes of its configuration.
   std::string TransportDescription() const;
-  // True if RMA goes over a shared-memory transport.
+  // True if any lane (messages or RMA) goes over a shared-memory transport
+  // (one with no RMA lane of its own still has its regions mapped).
   bool UsesSharedMemory() const;
   // True if UCX would emulate RMA on this endpoint in the peer's progress
   // engine: every data lane is tcp (no shared memory, no RDMA lane).

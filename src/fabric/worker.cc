@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fabric/worker_address.h"
+#include "proto/wire.h"
 
 namespace remem::fabric {
 
@@ -50,7 +51,23 @@ Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
   std::unique_ptr<Worker> worker(
       new Worker(std::move(ctx), w, efd, max_am_data));
   worker->address_ = std::move(address);
+  Worker* raw = worker.get();
+  REMEM_RETURN_IF_ERROR(
+      worker->SetAmHandler(proto::kAmEndpointNotice, [raw](AmMessage&& m) {
+        if (raw->notices_.size() == kMaxNotices) raw->notices_.pop_front();
+        raw->notices_.emplace_back(std::string(m.header), m.reply_ep);
+      }));
   return worker;
+}
+
+ucp_ep_h Worker::TakeNotice(std::string_view header) {
+  for (auto it = notices_.begin(); it != notices_.end(); ++it) {
+    if (it->first != header) continue;
+    ucp_ep_h ep = it->second;
+    notices_.erase(it);
+    return ep;
+  }
+  return nullptr;
 }
 
 Worker::~Worker() {

@@ -123,6 +123,17 @@ class Worker {
   // names no worker uuid.
   Result<uint64_t> EndpointNumber(std::string_view remote_address) const;
 
+  // Endpoint notices (proto::kAmEndpointNotice): the first message a peer
+  // sends on an endpoint it created to this worker (Endpoint::SendNotice,
+  // with the reply flag), which reaches this worker only after UCX's
+  // wireup of that endpoint has made one here for it. The worker keeps the last
+  // kMaxNotices it got with the endpoints they came on (a notice nobody takes,
+  // of a handshake its side gave up, is dropped in time). Takes the notice
+  // whose header is `header`: the endpoint it came on, or null if none has
+  // come.
+  ucp_ep_h TakeNotice(std::string_view header);
+  static constexpr size_t kMaxNotices = 64;
+
   // A fresh id, unique on this worker, for matching replies to requests.
   uint64_t NextRequestId() { return next_request_id_++; }
 
@@ -301,6 +312,8 @@ class Worker {
   void EndpointClosed(ucp_worker_h ucp);
   // Endpoints created to each peer worker, by its uuid (EndpointNumber).
   std::map<uint64_t, uint64_t> endpoints_to_;
+  // TakeNotice: headers and the endpoints they came on, oldest first.
+  std::deque<std::pair<std::string, ucp_ep_h>> notices_;
 
   std::shared_ptr<Context> ctx_;
   // Written only by the owner thread (RenewAfterStall); read by Wake too.

@@ -99,6 +99,19 @@ std::string EncodeServerHello(const ServerHelloInfo& hello) {
   return out;
 }
 
+std::string EncodeEndpointNotice(uint64_t incarnation, uint64_t session_id,
+                                 uint64_t endpoint_number) {
+  EndpointNotice n{};
+  n.magic = kWireMagic;
+  n.version = kWireVersion;
+  n.incarnation = incarnation;
+  n.session_id = session_id;
+  n.endpoint_number = endpoint_number;
+  std::string out;
+  Append(&out, n);
+  return out;
+}
+
 Result<size_t> DecodeServerHelloPrefix(std::string_view prefix,
                                        ServerHello* out) {
   if (prefix.size() != sizeof(ServerHello)) {

@@ -53,6 +53,12 @@ std::string EncodeServerHello(const ServerHelloInfo& hello);
 Result<size_t> DecodeServerHelloPrefix(std::string_view prefix,
                                        ServerHello* out);
 Result<ServerHelloInfo> DecodeServerHello(std::string_view message);
+// The EndpointNotice the serving thread sends for a session it admitted,
+// from the ServerHello's incarnation, session id and endpoint number: the
+// client builds the same bytes from the ServerHello it read and waits for a
+// notice equal to them (fabric::Endpoint::CreateJoined).
+std::string EncodeEndpointNotice(uint64_t incarnation, uint64_t session_id,
+                                 uint64_t endpoint_number);
 
 // --- RPCs
 

@@ -46,13 +46,18 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // 9: the ordered store's layout 4 (a node's checksum covers its bytes in
 //    use).
 // 10: sealed payloads (kFlagSealed).
-inline constexpr uint16_t kWireVersion = 10;
+// 11: the serving thread's endpoint notice (kAmEndpointNotice), which the
+//     client waits for before it creates its endpoint.
+inline constexpr uint16_t kWireVersion = 11;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server
 inline constexpr unsigned kAmReply = 18;       // server -> client
 inline constexpr unsigned kAmMemRequest = 19;  // client -> server
 inline constexpr unsigned kAmMemReply = 20;    // server -> client
+// The first message on an endpoint its creator made to a peer worker
+// (fabric::Endpoint::SendNotice): its header is an EndpointNotice.
+inline constexpr unsigned kAmEndpointNotice = 21;  // server -> client
 
 // Largest RPC payload either side accepts (larger ones are refused by the
 // receiver before the data is fetched).
@@ -121,6 +126,26 @@ struct ServerHello {
   uint64_t endpoint_number;
 };
 static_assert(sizeof(ServerHello) == 48);
+
+// Server -> client over UCX, after an OK ServerHello: the header of the
+// first active message (kAmEndpointNotice, no data) on the endpoint the
+// serving thread created to the client's worker, sent with
+// UCP_AM_SEND_FLAG_REPLY (as every remem message). So it arrives once UCX's
+// wireup of that endpoint has reached the client's worker, and only then
+// does the client create its own endpoint, which UCX then makes from the
+// one that wireup made: no endpoint of either side is ever configured
+// twice (UCX 1.13 aborts a process asked to reconfigure an endpoint made
+// from a worker address, as the server's was when a client's lanes
+// differed; docs/PROTOCOL.md, section 1).
+struct EndpointNotice {
+  uint32_t magic;            // kWireMagic
+  uint16_t version;          // kWireVersion
+  uint16_t reserved;         // zero
+  uint64_t incarnation;      // the ServerHello's
+  uint64_t session_id;       // the ServerHello's
+  uint64_t endpoint_number;  // the ServerHello's
+};
+static_assert(sizeof(EndpointNotice) == 32);
 
 // --- RPCs
 

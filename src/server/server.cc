@@ -823,8 +823,10 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
                       "server"),
                   {}, 0);
     }
-    // The client creates its endpoint with the same number (ServerHello).
+    // The client creates its endpoint with the same number (ServerHello),
+    // once this notice has reached it (fabric::Endpoint::CreateJoined).
     const uint64_t number = (*ep)->number();
+    (*ep)->SendNotice(proto::EncodeEndpointNotice(incarnation_id, id, number));
     auto conn = std::make_unique<Connection>();
     conn->id = id;
     conn->peer = std::move(peer);

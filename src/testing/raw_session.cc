@@ -36,8 +36,11 @@ Result<std::unique_ptr<RawSession>> RawSession::Connect(
   if (!reply.ok()) return reply.status();
   if (!reply->status.ok()) return reply->status;
   s->hello_ = *reply;
-  auto ep = fabric::Endpoint::CreateNumbered(
-      s->worker_.get(), reply->worker_address, reply->endpoint_number);
+  auto ep = fabric::Endpoint::CreateJoined(
+      s->worker_.get(), reply->worker_address, reply->endpoint_number,
+      proto::EncodeEndpointNotice(reply->incarnation, reply->session_id,
+                                  reply->endpoint_number),
+      deadline, [fd = s->socket_.fd()] { return !util::PeerStillThere(fd); });
   if (!ep.ok()) return ep.status();
   s->ep_ = std::move(*ep);
   REMEM_RETURN_IF_ERROR(s->ep_->WaitConnected(deadline));
