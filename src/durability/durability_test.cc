@@ -445,6 +445,8 @@ TEST(Store, AKeyWhoseVersionGoesBackAlongTheLogEndsAsTheLogSays) {
     EXPECT_EQ(got->value, "v");
     EXPECT_EQ(m.table->Get("gone").status().code(), StatusCode::kNotFound);
     EXPECT_EQ(m.table->size(), 1u);
+    s->reset();
+    fs::remove_all(dir);
   }
 }
 
