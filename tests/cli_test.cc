@@ -336,6 +336,52 @@ TEST(Cli, AZeroUcxKeepaliveIntervalIsRefusedWithAReason) {
   EXPECT_TRUE(server.process->running());
 }
 
+// UCX's own messages (a warning for a misspelt UCX variable, its info
+// lines) go to standard error: on standard output they were written into
+// the middle of a value `remem get` wrote there, or of its JSON, and the
+// command still exited 0. An operator's UCX_LOG_FILE still wins.
+TEST(Cli, UcxMessagesStayOutOfTheOutput) {
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  const std::string cli = CliBinary() + " --server " + server.address;
+  auto sh = [](const std::string& command) {
+    return RunCommand({"/bin/sh", "-c", command});
+  };
+  ASSERT_EQ(sh(cli + " put big - < /bin/sh").exit_code, 0);
+  auto get = sh("UCX_TSL=tcp " + cli + " get big 2>/dev/null | cmp - /bin/sh");
+  EXPECT_EQ(get.exit_code, 0) << get.out;
+  auto warned = sh("UCX_TSL=tcp " + cli + " get big 2>&1 >/dev/null");
+  EXPECT_TRUE(Contains(warned.out, "unused env variable: UCX_TSL"))
+      << warned.out;
+  auto json = sh("UCX_LOG_LEVEL=info " + cli +
+                 " --json stats 2>/dev/null | python3 -m json.tool");
+  EXPECT_EQ(json.exit_code, 0) << json.out;
+  ASSERT_EQ(sh(cli + " put small v").exit_code, 0);
+  auto chosen =
+      sh("UCX_LOG_FILE=stdout UCX_TSL=tcp " + cli + " get small 2>/dev/null");
+  EXPECT_TRUE(Contains(chosen.out, "unused env variable")) << chosen.out;
+}
+
+// A server with UCX_PROTO_ENABLE=y aborted at its first client, inside
+// UCX 1.13 ("stack smashing detected"), on either transport: it refuses
+// to start, and a client with it is served.
+TEST(Cli, AServerWithUcxsNewProtocolsIsRefusedAndAClientIsServed) {
+  for (const char* on : {"y", "YES"}) {
+    auto s = RunCommand(
+        {ServerBinary(), "--listen", "127.0.0.1:0", "--memory", "16M"},
+        {{"UCX_PROTO_ENABLE", on}});
+    EXPECT_EQ(s.exit_code, 2) << s.out;
+    EXPECT_TRUE(Contains(s.out, "UCX_PROTO_ENABLE")) << s.out;
+  }
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  auto r =
+      RunCommand({CliBinary(), "--server", server.address, "put", "k", "v"},
+                 {{"UCX_PROTO_ENABLE", "y"}});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(server.process->running());
+}
+
 TEST(Cli, UnreachableServerExitsOne) {
   auto server = StartServer({}, "16M");
   ASSERT_NE(server.process, nullptr);
@@ -389,6 +435,17 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"ycsb", "--shm-dir", "/nonexistent/dir"}, "not a directory"},
       {{"hash", "--server", "127.0.0.1:1", "--shm-dir", "/tmp"},
        "--shm-dir is for the servers remem-bench starts"},
+      // CLI11's ranges let nan through: a fabric run of nan seconds ran
+      // for ever, others ran nothing and exited 0.
+      {{"fabric", "--duration", "nan"}, "'nan' is not a number"},
+      {{"ycsb", "--warmup", "NaN"}, "'NaN' is not a number"},
+      {{"ycsb", "--interval", "-nan"}, "is not a number"},
+      {{"durability", "--write-fraction", "nan"}, "is not a number"},
+      // It said "pinned to CPU -5" and ran unpinned.
+      {{"fabric", "--server-cpu", "-5"}, "--server-cpu"},
+      {{"ycsb", "--server-cpu", "-2"}, "--server-cpu"},
+      {{"durability", "--server-cpu", "-3"}, "--server-cpu"},
+      {{"failover", "--server-cpu", "-4"}, "--server-cpu"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};

@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench_schemes.h"
 #include "remem/version.h"
@@ -36,6 +38,14 @@ int main(int argc, char** argv) {
   app.add_option("--occupancy", o.occupancies,
                  "occupancies to measure at (fractions of primary slots)")
       ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            // CLI11's range lets "nan" through.
+            return std::isnan(std::strtod(text.c_str(), nullptr))
+                       ? "'" + text + "' is not a number"
+                       : std::string();
+          },
+          "", "NUMBER"))
       ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--json", json, "print JSON instead of Markdown tables");
   CLI11_PARSE(app, argc, argv);

@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string_view>
@@ -47,6 +49,15 @@ int main(int argc, char** argv) {
                             : std::string();
       },
       "", "NONEMPTY");
+  // CLI11's ranges let "nan" through (every comparison with it is false):
+  // a duration of nan ran for ever or ran nothing, and said it was fine.
+  const CLI::Validator a_number(
+      [](std::string& text) {
+        return std::isnan(std::strtod(text.c_str(), nullptr))
+                   ? "'" + text + "' is not a number"
+                   : std::string();
+      },
+      "", "NUMBER");
   bench::FabricOptions fo;
   fo.server_binary = SelfDirectory() + "/remem-server";
   std::string transport = "shm";
@@ -189,14 +200,17 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "shm", "tcp"}));
     a->add_option("--duration", yo.duration, "measured seconds per run")
         ->capture_default_str()
+        ->check(a_number)
         ->check(CLI::Range(0.01, 3600.0));
     a->add_option("--warmup", yo.warmup, "seconds before measuring")
         ->capture_default_str()
+        ->check(a_number)
         ->check(CLI::Range(0.0, 3600.0));
     a->add_option("--interval", yo.interval,
                   "also print each run's throughput every this many seconds "
                   "(stderr); 0: only the run's total")
         ->capture_default_str()
+        ->check(a_number)
         ->check(CLI::Range(0.0, 3600.0));
     a->add_option("--seed", yo.seed, "key sequence seed (same for all systems)")
         ->capture_default_str();
@@ -218,8 +232,10 @@ int main(int argc, char** argv) {
     a->add_option("--server-binary", yo.remem_binary, "remem-server to start")
         ->capture_default_str();
     a->add_option("--shm-dir", shm_dir, kShmDirHelp);
-    a->add_option("--server-cpu", yo.server_cpu, "CPU for the started servers")
-        ->capture_default_str();
+    a->add_option("--server-cpu", yo.server_cpu,
+                  "CPU for the started servers (-1: unpinned)")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 4095));
     a->add_option("--client-cpu", yo.client_cpu,
                   "CPU for every client thread (-1: unpinned)")
         ->capture_default_str();
@@ -258,6 +274,7 @@ int main(int argc, char** argv) {
       ->add_option("--write-fraction", dur.write_fraction,
                    "puts in the mix (0.5 = YCSB-A)")
       ->capture_default_str()
+      ->check(a_number)
       ->check(CLI::Range(0.0, 1.0));
   durability->add_option("--key-size", dur.key_size, "bytes per key")
       ->capture_default_str()
@@ -290,7 +307,8 @@ int main(int argc, char** argv) {
   durability
       ->add_option("--server-cpu", dur.server_cpu,
                    "CPU for the servers (-1: unpinned)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 4095));
   durability
       ->add_option("--client-cpu", dur.client_cpu,
                    "CPU for the client thread (-1: unpinned)")
@@ -342,8 +360,11 @@ int main(int argc, char** argv) {
   failover->add_option("--transport", transport, "shm | tcp")
       ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
-  failover->add_option("--server-cpu", fo.server_cpu, "CPU for the servers")
-      ->capture_default_str();
+  failover
+      ->add_option("--server-cpu", fo.server_cpu,
+                   "CPU for the servers (-1: unpinned)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 4095));
   failover
       ->add_option("--client-cpu", fo.client_cpu,
                    "CPU for the client (-1: unpinned)")
@@ -362,9 +383,12 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_option("--duration", fo.seconds, "seconds per row")
         ->capture_default_str()
+        ->check(a_number)
         ->check(CLI::Range(0.01, 3600.0));
-    a->add_option("--server-cpu", fo.server_cpu, "CPU for a started server")
-        ->capture_default_str();
+    a->add_option("--server-cpu", fo.server_cpu,
+                  "CPU for a started server (-1: unpinned)")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 4095));
     a->add_option("--client-cpu", fo.client_cpu,
                   "CPU for the benchmark's client thread (-1: unpinned)")
         ->capture_default_str()

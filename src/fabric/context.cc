@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
+#include <ucs/config/global_opts.h>
+#include <ucs/debug/log_def.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -90,6 +92,19 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
     setenv("UCX_MM_ERROR_HANDLING", "y", 0);
     setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
   }
+
+  // UCX prints its log (warnings such as "unused env variable", errors) on
+  // standard output unless UCX_LOG_FILE says otherwise: in the middle of
+  // the data a `remem get` or a --json command writes there. Unless the
+  // operator chose a file, it goes to standard error, set before the first
+  // context (UCX read its options when it was loaded; its log is reopened).
+  static std::once_flag log_to_stderr;
+  std::call_once(log_to_stderr, [] {
+    if (getenv("UCX_LOG_FILE") != nullptr) return;
+    if (ucs_global_opts_set_value("LOG_FILE", "stderr") != UCS_OK) return;
+    ucs_log_cleanup();
+    ucs_log_init();
+  });
 
   // UCX 1.13 asserts, aborting the process at its first connection, when
   // peer error handling (every remem endpoint asks for it) meets a

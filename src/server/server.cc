@@ -6,6 +6,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -358,6 +360,21 @@ Status Server::Impl::ForEachPartition(
 }
 
 Status Server::Impl::InitTransport() {
+  // UCX 1.13's new protocol layer overruns a stack buffer inside libucp on
+  // the serving thread at the first handshake, aborting the server ("stack
+  // smashing detected"; a client with it is fine): refused up front.
+  if (const char* proto = std::getenv("UCX_PROTO_ENABLE")) {
+    std::string v(proto);
+    std::transform(v.begin(), v.end(), v.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (v == "y" || v == "yes" || v == "on" || v == "1" || v == "true") {
+      return Status::InvalidArgument(
+          "UCX_PROTO_ENABLE=" + std::string(proto) +
+          " is not supported by remem-server: UCX 1.13's new protocols "
+          "abort the server at its first client; unset it (a client may "
+          "set it)");
+    }
+  }
   // UCX's tcp transport opens a listening socket on every network device it
   // uses, and trusts whoever connects to it (docs/SECURITY.md, "UCX's tcp
   // ports"). Keep it on the interface the operator chose to listen on

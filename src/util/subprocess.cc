@@ -193,10 +193,32 @@ Result<std::string> Subprocess::WaitForLine(const std::string& needle,
   }
 }
 
+// Not WaitForLine for a NUL byte, as it was: output that has one (a binary
+// value a command prints) ended the read there, and a child then blocked
+// on a full pipe that nobody read until the caller's Wait timed out.
 Status Subprocess::ReadToEnd(std::chrono::milliseconds timeout) {
-  auto r = WaitForLine(std::string(1, '\0'), timeout);
-  if (r.status().code() == StatusCode::kUnavailable) return Status::OK();
-  return r.status();
+  const auto deadline = Clock::now() + timeout;
+  while (out_fd_ >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) return Status::TimedOut("stdout still open");
+    pollfd pfd{out_fd_, POLLIN, 0};
+    const int rc = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno != EINTR) {
+      return Status::IOError(std::string("poll: ") + std::strerror(errno));
+    }
+    if (rc <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(out_fd_, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(out_fd_);
+      out_fd_ = -1;
+      break;
+    }
+    output_.append(buf, static_cast<size_t>(n));
+  }
+  return Status::OK();
 }
 
 Status Subprocess::Signal(int sig) {
