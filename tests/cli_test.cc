@@ -4,8 +4,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "proto/wire.h"
@@ -380,6 +382,37 @@ TEST(Cli, AServerWithUcxsNewProtocolsIsRefusedAndAClientIsServed) {
                  {{"UCX_PROTO_ENABLE", "y"}});
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(server.process->running());
+}
+
+// A client of another user cannot map a server's shared memory (it is the
+// server user's alone: docs/SECURITY.md). It is told so at once, as before
+// wire version 11, not after waiting its whole --timeout for the server's
+// endpoint notice, which never comes (UCX fails to make the endpoint the
+// server's wireup asks for on the client's side, and answers nothing).
+TEST(Cli, AClientOfAnotherUserIsToldAtOnceItCannotMapTheServersMemory) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
+  if (TransportName(testing::TestTransport()) != "shm") {
+    GTEST_SKIP() << "a shared-memory setup";
+  }
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  // A copy nobody can run wherever the build lives (/root is 0700).
+  std::string dir = "/tmp/remem-cli-user-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string cli = dir + "/remem";
+  std::filesystem::copy_file(CliBinary(), cli);
+  ASSERT_EQ(::chmod(cli.c_str(), 0755), 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto r =
+      RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                  cli, "--server", server.address, "--timeout", "30", "ping"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.out, "Shared memory error")) << r.out;
+  EXPECT_LT(took, std::chrono::seconds(10)) << r.out;
+  EXPECT_TRUE(server.process->running());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, UnreachableServerExitsOne) {

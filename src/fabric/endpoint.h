@@ -77,7 +77,12 @@ class Endpoint {
   // arrived let happen. Waits until `deadline` (TimedOut) or until
   // `peer_gone()`, asked between passes (at least every 100 ms), says the
   // peer is gone (Unavailable). Unavailable too if UCX did not make this
-  // endpoint from the one the notice came on (numbers that disagree).
+  // endpoint from the one the notice came on (numbers that disagree). A
+  // notice not there after kNoticeGrace has this process probe, from a UCX
+  // worker of its own, whether it can make an endpoint to the peer at all:
+  // if not (the peer's shared memory is another user's, say) it returns
+  // that error at once instead of waiting out the deadline.
+  static constexpr auto kNoticeGrace = std::chrono::milliseconds(250);
   static Result<std::unique_ptr<Endpoint>> CreateJoined(
       Worker* worker, std::string_view remote_address, uint64_t number,
       std::string_view notice, Clock::time_point deadline,
