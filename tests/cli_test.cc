@@ -441,6 +441,11 @@ TEST(Cli, AuthRefusalExitsThree) {
       {CliBinary(), "--server", server.address, "--auth-file", path, "ping"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   unlink(path);
+  // A directory was "empty".
+  auto dir = RunCommand(
+      {CliBinary(), "--server", server.address, "--auth-file", "/tmp", "ping"});
+  EXPECT_NE(dir.exit_code, 0) << dir.out;
+  EXPECT_TRUE(Contains(dir.out, "auth file /tmp is a directory")) << dir.out;
 }
 
 // remem-bench refuses what it would not do as asked, with exit 2 and the

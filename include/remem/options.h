@@ -63,8 +63,8 @@ struct SessionOptions {
 inline constexpr size_t kMaxSecretBytes = 4096;
 
 // Reads a shared secret from `path`: the file's bytes with one trailing
-// newline removed. Errors if the file is unreadable, empty, or over
-// kMaxSecretBytes.
+// newline ("\n" or "\r\n") removed. Errors if the file is a directory,
+// unreadable, empty, or over kMaxSecretBytes.
 Result<std::string> ReadSecretFile(const std::string& path);
 
 }  // namespace remem

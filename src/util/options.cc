@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -48,6 +49,12 @@ Result<ReadPath> ParseReadPath(std::string_view name) {
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {
+  // A directory opens and reads as empty: it said the file was empty.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument("auth file " + path +
+                                   " is a directory, not a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::IOError("cannot read auth file " + path + ": " +
