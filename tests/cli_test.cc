@@ -27,6 +27,11 @@ bool Contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
+// `command` run by /bin/sh (redirections, pipes, VAR=value prefixes).
+testing::CommandResult Sh(const std::string& command) {
+  return RunCommand({"/bin/sh", "-c", command});
+}
+
 TEST(Cli, HelpAndUsageErrors) {
   for (const auto& bin : {CliBinary(), ServerBinary(), BenchBinary()}) {
     if (bin.empty()) continue;  // built without remem-bench
@@ -216,26 +221,23 @@ TEST(Cli, OutputThatCannotBeWrittenIsAFailure) {
   auto server = StartServer({}, "32M");
   ASSERT_NE(server.process, nullptr);
   const std::string cli = CliBinary() + " --server " + server.address;
-  auto sh = [](const std::string& command) {
-    return RunCommand({"/bin/sh", "-c", command});
-  };
-  ASSERT_EQ(sh(cli + " put big - < /bin/sh").exit_code, 0);
-  ASSERT_EQ(sh(cli + " put small v").exit_code, 0);
+  ASSERT_EQ(Sh(cli + " put big - < /bin/sh").exit_code, 0);
+  ASSERT_EQ(Sh(cli + " put small v").exit_code, 0);
   for (const char* command : {"get big", "get small", "mget small big",
                               "--json get small", "stats", "ping"}) {
     for (const char* to : {" > /dev/full", " >&-"}) {
-      auto r = sh(cli + " " + command + " 2>&1" + to);
+      auto r = Sh(cli + " " + command + " 2>&1" + to);
       EXPECT_EQ(r.exit_code, 1) << command << to << ": " << r.out;
       EXPECT_TRUE(Contains(r.out, "remem: could not write standard output"))
           << command << to << ": " << r.out;
     }
   }
-  auto full = sh(cli + " get small 2>&1 > /dev/full");
+  auto full = Sh(cli + " get small 2>&1 > /dev/full");
   EXPECT_TRUE(Contains(full.out, "No space left on device")) << full.out;
   // A failed command keeps its own exit code.
-  EXPECT_EQ(sh(cli + " get nobody > /dev/full 2>/dev/null").exit_code, 4);
+  EXPECT_EQ(Sh(cli + " get nobody > /dev/full 2>/dev/null").exit_code, 4);
   // The same output to a pipe is whole.
-  EXPECT_EQ(sh(cli + " get big | cmp - /bin/sh").exit_code, 0);
+  EXPECT_EQ(Sh(cli + " get big | cmp - /bin/sh").exit_code, 0);
 }
 
 // A client whose UCX shared-memory FIFO differs from the server's (a UCX
@@ -290,25 +292,21 @@ TEST(Cli, AClientWhoseUcxLanesDifferIsServedAndTheServerLives) {
       const std::string env = std::string("env ") + setting + " ";
       for (int i = 0; i < 12; ++i) {
         const std::string key = "k" + std::to_string(i);
-        auto put =
-            RunCommand({"/bin/sh", "-c",
-                        env + cli + " put " + key + " v" + key + " 2>&1"});
+        auto put = Sh(env + cli + " put " + key + " v" + key + " 2>&1");
         ASSERT_EQ(put.exit_code, 0) << setting << ": " << put.out;
         ASSERT_TRUE(server.process->running()) << setting;
       }
-      auto put = RunCommand(
-          {"/bin/sh", "-c", env + cli + " put big - < " + path + " 2>&1"});
+      auto put = Sh(env + cli + " put big - < " + path + " 2>&1");
       ASSERT_EQ(put.exit_code, 0) << setting << ": " << put.out;
-      auto get = RunCommand(
-          {"/bin/sh", "-c", env + cli + " get big | cmp - " + path + " 2>&1"});
+      auto get = Sh(env + cli + " get big | cmp - " + path + " 2>&1");
       EXPECT_EQ(get.exit_code, 0) << setting << ": " << get.out;
-      auto k = RunCommand({"/bin/sh", "-c", env + cli + " get k11 2>&1"});
+      auto k = Sh(env + cli + " get k11 2>&1");
       EXPECT_EQ(k.exit_code, 0) << k.out;
       EXPECT_TRUE(Contains(k.out, "vk11")) << k.out;
     }
     EXPECT_TRUE(server.process->running());
     // And a client with the server's settings still is.
-    auto plain = RunCommand({"/bin/sh", "-c", cli + " get k3 2>&1"});
+    auto plain = Sh(cli + " get k3 2>&1");
     EXPECT_EQ(plain.exit_code, 0) << plain.out;
   }
   unlink(path);
@@ -346,21 +344,18 @@ TEST(Cli, UcxMessagesStayOutOfTheOutput) {
   auto server = StartServer({}, "32M");
   ASSERT_NE(server.process, nullptr);
   const std::string cli = CliBinary() + " --server " + server.address;
-  auto sh = [](const std::string& command) {
-    return RunCommand({"/bin/sh", "-c", command});
-  };
-  ASSERT_EQ(sh(cli + " put big - < /bin/sh").exit_code, 0);
-  auto get = sh("UCX_TSL=tcp " + cli + " get big 2>/dev/null | cmp - /bin/sh");
+  ASSERT_EQ(Sh(cli + " put big - < /bin/sh").exit_code, 0);
+  auto get = Sh("UCX_TSL=tcp " + cli + " get big 2>/dev/null | cmp - /bin/sh");
   EXPECT_EQ(get.exit_code, 0) << get.out;
-  auto warned = sh("UCX_TSL=tcp " + cli + " get big 2>&1 >/dev/null");
+  auto warned = Sh("UCX_TSL=tcp " + cli + " get big 2>&1 >/dev/null");
   EXPECT_TRUE(Contains(warned.out, "unused env variable: UCX_TSL"))
       << warned.out;
-  auto json = sh("UCX_LOG_LEVEL=info " + cli +
+  auto json = Sh("UCX_LOG_LEVEL=info " + cli +
                  " --json stats 2>/dev/null | python3 -m json.tool");
   EXPECT_EQ(json.exit_code, 0) << json.out;
-  ASSERT_EQ(sh(cli + " put small v").exit_code, 0);
+  ASSERT_EQ(Sh(cli + " put small v").exit_code, 0);
   auto chosen =
-      sh("UCX_LOG_FILE=stdout UCX_TSL=tcp " + cli + " get small 2>/dev/null");
+      Sh("UCX_LOG_FILE=stdout UCX_TSL=tcp " + cli + " get small 2>/dev/null");
   EXPECT_TRUE(Contains(chosen.out, "unused env variable")) << chosen.out;
 }
 

@@ -95,37 +95,17 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateNumbered(
 namespace {
 
 // Whether this process can make a UCX endpoint to `remote_address` at all,
-// asked from a UCX worker of its own (no endpoint number of the caller's
-// worker is used): the error ucp_ep_create gives at once (the peer's shared
-// memory belongs to a user this one may not map, say), or OK. An endpoint
-// it made is force-closed at once.
-Status ProbeReachable(const Context& ctx, std::string_view remote_address) {
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucp_worker_h w = nullptr;
-  if (ucp_worker_create(ctx.handle(), &wp, &w) != UCS_OK) return Status::OK();
-  ucp_ep_params_t p{};
-  p.field_mask =
-      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ucp_ep_h ep = nullptr;
-  const ucs_status_t s = ucp_ep_create(w, &p, &ep);
-  if (s == UCS_OK) {
-    ucp_request_param_t cp{};
-    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &cp);
-    if (UCS_PTR_IS_PTR(r)) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) {
-        ucp_worker_progress(w);
-      }
-      ucp_request_free(r);
-    }
-  }
-  ucp_worker_destroy(w);
-  return s == UCS_OK ? Status::OK() : FromUcs(s, "creating an endpoint");
+// asked from a worker of its own (none of `worker`'s endpoint numbers is
+// used): the error making one gives at once (the peer's shared memory
+// belongs to a user this one may not map, say), or OK. An endpoint it made
+// is force-closed at once.
+Status ProbeReachable(const Worker& worker, std::string_view remote_address) {
+  auto probe = Worker::Create(worker.shared_context(), 0);
+  if (!probe.ok()) return Status::OK();  // nothing learned
+  auto ep = Endpoint::Create(probe->get(), remote_address);
+  if (!ep.ok()) return ep.status();
+  (*ep)->Fail(Status::Unavailable("the probe is done"));
+  return Status::OK();
 }
 
 }  // namespace
@@ -151,7 +131,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateJoined(
         if (gone) return true;
         if (!probed && Clock::now() >= probe_at) {
           probed = true;
-          unreachable = ProbeReachable(worker->context(), remote_address);
+          unreachable = ProbeReachable(*worker, remote_address);
         }
         return !unreachable.ok();
       },

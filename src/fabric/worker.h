@@ -92,6 +92,7 @@ class Worker {
     return worker_.load(std::memory_order_relaxed);
   }
   Context& context() const { return *ctx_; }
+  const std::shared_ptr<Context>& shared_context() const { return ctx_; }
   // This worker's packed UCX address: what a peer needs to create an
   // endpoint to it (Endpoint::Create). A new one after RenewAfterStall.
   const std::string& address() const { return address_; }
