@@ -985,11 +985,21 @@ void HashService::HandleOps(PartitionId p, Call call) {
   }
 }
 
+// Steps of a table's growth done at each pass (Table::GrowStep): tens of
+// microseconds of the partition's thread, so an idle partition's growth
+// ends within a few thousand passes of its loop (a busy one's writes pace
+// it too).
+constexpr uint64_t kGrowStepsPerPass = 64;
+
 size_t HashService::OnPass(PartitionId p) {
   if (cluster_ != nullptr && !partitions_[p]->purged) PurgeUnowned_st(p);
   if (partitions_[p]->purge_stale) PurgeStale_st(p);
   size_t work = RunOps_st(p);
   Partition& part = *partitions_[p];
+  if (part.table->growing()) {
+    work += part.table->GrowStep(kGrowStepsPerPass);
+    if (!part.table->growing()) UpdateCounters_st(part);
+  }
   while (!part.held_applies.empty() &&
          part.held_applies.front().first <= std::chrono::steady_clock::now()) {
     auto apply = std::move(part.held_applies.front().second);
@@ -1363,8 +1373,11 @@ Status CheckFilling(const cluster::Ownership& o, uint32_t epoch,
 }  // namespace
 
 // A copy's pairs per batch: a write behind it waits for at most this much
-// more to reach the backups.
-constexpr size_t kFillBatchBytes = 256u << 10;
+// more to reach the backups, and for the new backup to apply it (growing
+// its table in steps at the pace these pairs take room: docs/
+// BENCHMARKS.md, "Re-replication"). 256 KiB until 2026-12-02: writes then
+// waited up to 0.2-0.6 s; the copy takes no longer at 32 KiB.
+constexpr size_t kFillBatchBytes = 32u << 10;
 
 void HashService::FillStep_st(Partition& part) {
   Partition::Fill& fill = part.fill;

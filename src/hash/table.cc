@@ -137,7 +137,7 @@ void Table::Publish(uint64_t i, const Bucket& next) {
              reinterpret_cast<const uint8_t*>(&b) + 8, kBucketHeaderBytes - 8);
   constexpr size_t kHalf = kEntryAreaBytes / 2;
   StoreWords(live->entries, b.entries, kHalf);
-  if (mid_write_) mid_write_();
+  if (mid_write_ && !rehashing_) mid_write_();
   StoreWords(live->entries + kHalf, b.entries + kHalf, kEntryAreaBytes - kHalf);
   std::atomic_ref<uint64_t>(live->version)
       .store(v + 2, std::memory_order_release);
@@ -268,13 +268,15 @@ std::optional<uint64_t> Table::MakeRoom(uint64_t b1, uint64_t b2, size_t need,
         Publish(from, src);
         ++moves_;
         // A rehash fills an array no reader or scan has seen yet.
-        if (!rehashing_ && (move_hook_ || change_hook_)) {
+        if (!rehashing_ && (move_hook_ || change_hook_ || growth_)) {
           const Bucket* d = At(hop.bucket);
           // The moved entry was appended last.
           const std::string_view moved =
               KeyOf(d->entries + used_[hop.bucket] - hop.entry_bytes);
           if (move_hook_) move_hook_(from, hop.bucket, moved);
           if (change_hook_) change_hook_(moved, from, hop.bucket);
+          // It may have crossed a growth's scan cursor.
+          if (growth_) Mirror(moved);
         }
         to = hop.parent;
       }
@@ -365,13 +367,20 @@ Status Table::Demote(uint64_t b) {
   Bucket next = *live;
   EraseEntry(&next, best_off, best_bytes);
   AppendEntry(&next, entry, kExtentEntryBytes);
+  const std::string moved_key(key);  // `key` is in the bucket published
   Publish(b, next);
   area_used_ -= best_bytes - kExtentEntryBytes;
   --inline_;
+  if (growth_) Mirror(moved_key);
   return Status::OK();
 }
 
 Status Table::Grow() {
+  if (growth_) {
+    const uint64_t generation = geo_.generation;
+    while (growth_) GrowStep(~uint64_t{0});
+    if (geo_.generation != generation) return Status::OK();
+  }
   // A larger array that cannot take every entry is given back and the next
   // size tried: the same seed with more bits of the hash spreads the
   // entries that crowded two buckets.
@@ -466,9 +475,235 @@ Result<bool> Table::RehashInto(uint64_t n) {
   return true;
 }
 
+void Table::AfterWrite(std::string_view key, bool may_start) {
+  if (growth_) {
+    Mirror(key);
+    if (!growth_ || options_.grow_pacing == 0) return;
+    const Growth& g = *growth_;
+    const uint64_t taken =
+        area_used_ > g.area_at_start ? area_used_ - g.area_at_start : 0;
+    // 128-bit: steps and bytes each reach 2^40 in a large arena.
+    const auto due = uint64_t(std::min<unsigned __int128>(
+        g.steps, (unsigned __int128)g.steps * taken * options_.grow_pacing /
+                     std::max<uint64_t>(g.room_at_start, 1)));
+    if (due > g.steps_done) GrowStep(due - g.steps_done);
+  } else if (may_start) {
+    MaybeStartGrowth();
+  }
+}
+
+void Table::MaybeStartGrowth() {
+  if (!options_.grow || !options_.grow_in_steps ||
+      geo_.num_buckets == no_growth_in_steps_at_ ||
+      area_used_ * 100 <
+          geo_.num_buckets * kEntryAreaBytes * kGrowStartPercent) {
+    return;
+  }
+  const uint64_t n = geo_.num_buckets * 2;
+  auto offset = slab_->Carve(n * kBucketBytes);
+  if (!offset.ok()) {
+    // Filled on to kMaxFillPercent; the growth then (if the arena has room
+    // by then) is done at once.
+    no_growth_in_steps_at_ = geo_.num_buckets;
+    return;
+  }
+  Growth g;
+  g.geo = geo_;
+  g.geo.buckets_offset = *offset;
+  g.geo.num_buckets = n;
+  g.used.assign(n, 0);
+  g.mirrored.assign(n, 0);
+  g.carve_bytes = slab_->CarveSize(n * kBucketBytes);
+  g.steps = 2 * n + 2 * geo_.num_buckets;
+  g.area_at_start = area_used_;
+  const uint64_t limit =
+      geo_.num_buckets * kEntryAreaBytes * kMaxFillPercent / 100;
+  g.room_at_start = limit > area_used_ ? limit - area_used_ : 0;
+  growth_ = std::move(g);
+}
+
+template <typename Fn>
+bool Table::InNewArray(Fn&& fn) {
+  Growth& g = *growth_;
+  std::swap(geo_, g.geo);
+  used_.swap(g.used);
+  mask_ = geo_.num_buckets - 1;
+  const uint64_t moves_before = moves_;
+  rehashing_ = true;
+  const bool ok = fn();
+  rehashing_ = false;
+  moves_ = moves_before;  // rehash placement is not a cuckoo move
+  std::swap(geo_, g.geo);
+  used_.swap(g.used);
+  mask_ = geo_.num_buckets - 1;
+  return ok;
+}
+
+bool Table::PlaceInNew(std::string_view key, const uint8_t* entry, size_t bytes,
+                       bool mirror) {
+  Growth& g = *growth_;
+  // A bucket the sealing has passed is published as a reader would need
+  // it; the others are sealed later, so plain stores will do.
+  auto sealed = [&](uint64_t b) {
+    return g.phase == Growth::kSeal && b < g.cursor;
+  };
+  const KeyHash kh = HashKey(key, geo_.seed);
+  const uint64_t b1 = PrimaryBucket(kh, mask_);
+  const uint64_t b2 = AltBucket(b1, kh.tag, mask_);
+  // The scan meets a key twice only if it moved in the old array (from a
+  // bucket scanned to one not scanned yet, or from the other pass's size
+  // class to this one's), and every such change is mirrored: a key a
+  // mirror placed or rewrote has one of its two buckets marked (a cuckoo
+  // move here keeps it within those two). Other keys are placed without a
+  // search.
+  std::optional<Found> f;
+  if (mirror || g.mirrored[b1] != 0 || g.mirrored[b2] != 0) f = Find(key, kh);
+  if (f) {
+    Bucket image = *At(f->bucket);
+    if (entry != nullptr && f->entry_bytes == bytes) {
+      std::memcpy(image.entries + f->entry_offset, entry, bytes);
+      // Marked as any key a mirror places: the scan may meet it again.
+      if (mirror) g.mirrored[f->bucket] = 1;
+    } else {
+      EraseEntry(&image, f->entry_offset, f->entry_bytes);
+    }
+    if (sealed(f->bucket)) {
+      Publish(f->bucket, image);
+    } else {
+      StoreWords(reinterpret_cast<uint8_t*>(At(f->bucket)) + 8,
+                 reinterpret_cast<const uint8_t*>(&image) + 8,
+                 kBucketBytes - 8);
+      used_[f->bucket] = uint16_t(AreaUsed(image));
+    }
+    if (entry == nullptr || f->entry_bytes == bytes) return true;
+  }
+  if (entry == nullptr) return true;
+  if (rehash_hook_ && !rehash_hook_(geo_.num_buckets)) return false;
+  const std::optional<uint64_t> to = MakeRoom(b1, b2, bytes);
+  if (!to) return false;
+  if (sealed(*to)) {
+    Bucket image = *At(*to);
+    AppendEntry(&image, entry, bytes);
+    Publish(*to, image);
+  } else {
+    StoreWords(At(*to)->entries + used_[*to], entry, bytes);
+    used_[*to] = uint16_t(used_[*to] + bytes);
+  }
+  if (mirror) g.mirrored[*to] = 1;
+  return true;
+}
+
+void Table::Mirror(std::string_view key) {
+  // Until the scans start, the new array takes nothing: they will read it.
+  if (growth_->phase == Growth::kFormat) return;
+  uint8_t entry[std::max(kMaxInlineEntryBytes, kExtentEntryBytes)];
+  size_t bytes = 0;
+  if (std::optional<Found> f = Find(key, HashKey(key, geo_.seed))) {
+    bytes = f->entry_bytes;
+    std::memcpy(entry, At(f->bucket)->entries + f->entry_offset, bytes);
+  }
+  if (!InNewArray([&] {
+        return PlaceInNew(key, bytes > 0 ? entry : nullptr, bytes,
+                          /*mirror=*/true);
+      })) {
+    AbandonGrowth();
+  }
+}
+
+uint64_t Table::GrowStep(uint64_t buckets) {
+  uint64_t done = 0;
+  while (growth_ && done < buckets) {
+    Growth& g = *growth_;
+    switch (g.phase) {
+      case Growth::kFormat: {
+        // In runs, so that a step formats as many buckets as it may.
+        const uint64_t n =
+            std::min(g.geo.num_buckets - g.cursor, buckets - done);
+        FormatBuckets(g.geo.buckets_offset + g.cursor * kBucketBytes, n);
+        g.cursor += n;
+        g.steps_done += n;
+        done += n;
+        if (g.cursor == g.geo.num_buckets) {
+          g.phase = Growth::kScanLarge;
+          g.cursor = 0;
+        }
+        break;
+      }
+      case Growth::kScanLarge:
+      case Growth::kScanSmall: {
+        ++done;
+        // Placing entries in the new array leaves this one as it is.
+        const Bucket* old = At(g.cursor);
+        const bool large = g.phase == Growth::kScanLarge;
+        const bool placed = InNewArray([&] {
+          for (EntryCursor c(old->entries); c.Next();) {
+            if ((c.bytes() > kExtentEntryBytes) != large) continue;
+            const uint8_t* e = old->entries + c.offset();
+            if (!PlaceInNew(KeyOf(e), e, c.bytes(), /*mirror=*/false)) {
+              return false;
+            }
+          }
+          return true;
+        });
+        if (!placed) {
+          AbandonGrowth();
+          break;
+        }
+        ++g.steps_done;
+        if (++g.cursor == geo_.num_buckets) {
+          g.phase = large ? Growth::kScanSmall : Growth::kSeal;
+          g.cursor = 0;
+        }
+        break;
+      }
+      case Growth::kSeal: {
+        ++done;
+        auto* b = reinterpret_cast<Bucket*>(base_ + g.geo.buckets_offset +
+                                            g.cursor * kBucketBytes);
+        Bucket sealed = *b;  // our own writes: plain
+        SealBucket(&sealed);
+        StoreWords(reinterpret_cast<uint8_t*>(b) + 8,
+                   reinterpret_cast<const uint8_t*>(&sealed) + 8,
+                   kBucketBytes - 8);
+        ++g.steps_done;
+        if (++g.cursor == g.geo.num_buckets) CompleteGrowth();
+        break;
+      }
+    }
+  }
+  return done;
+}
+
+void Table::AbandonGrowth() {
+  const uint64_t carved = slab_->bytes_carved();
+  slab_->Uncarve(growth_->geo.buckets_offset, growth_->carve_bytes);
+  // Carved for good if anything was carved after it (an extent's slab).
+  if (slab_->bytes_carved() == carved) array_bytes_ += growth_->carve_bytes;
+  no_growth_in_steps_at_ = geo_.num_buckets;
+  growth_.reset();
+}
+
+void Table::CompleteGrowth() {
+  Growth g = std::move(*growth_);
+  growth_.reset();
+  const Geometry old = geo_;
+  geo_ = g.geo;
+  used_ = std::move(g.used);
+  mask_ = geo_.num_buckets - 1;
+  array_bytes_ += g.carve_bytes;
+  SwitchTo(old);
+}
+
 bool Table::FillRecordMatches() const {
   for (uint64_t i = 0; i < geo_.num_buckets; ++i) {
     if (used_[i] != AreaUsed(*At(i))) return false;
+  }
+  if (growth_ && growth_->phase != Growth::kFormat) {
+    for (uint64_t i = 0; i < growth_->geo.num_buckets; ++i) {
+      const auto* b = reinterpret_cast<const Bucket*>(
+          base_ + growth_->geo.buckets_offset + i * kBucketBytes);
+      if (growth_->used[i] != AreaUsed(*b)) return false;
+    }
   }
   return true;
 }
@@ -570,6 +805,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
     std::memcpy(next.entries + found->entry_offset, entry, entry_bytes);
     Publish(bucket, next);
     if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
+    AfterWrite(key, /*may_start=*/mode != Mode::kRestore);
     return version;
   }
   if (found) {
@@ -588,6 +824,7 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
   }
   if (!found) ++size_;
   if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
+  AfterWrite(key, /*may_start=*/mode != Mode::kRestore);
   return version;
 }
 
@@ -630,11 +867,13 @@ Status Table::Delete(std::string_view key) {
   --size_;
   ++next_version_;  // a delete is a write too
   if (change_hook_) change_hook_(key, kNotMoved, kNotMoved);
+  AfterWrite(key, /*may_start=*/false);
   return Status::OK();
 }
 
 Status Table::Reserve(uint64_t buckets) {
   if (size_ != 0) return Status::OK();
+  if (growth_) AbandonGrowth();
   reserved_ = true;
   if (buckets <= geo_.num_buckets) return Status::OK();
   const uint64_t n = std::bit_ceil(buckets);

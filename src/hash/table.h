@@ -23,17 +23,29 @@
 // extent is freed after the publish (its incarnation changes, so stale
 // readers retry).
 //
-// Growth: when no cuckoo path frees room, or a new pair would fill the
-// entry area beyond kMaxFillPercent (see Recovery below), the table
-// doubles (or, in the rare layout where some entry finds no room in twice
-// the buckets, quadruples or grows 8x; the array tried is given back). The
-// owner
-// thread builds the new bucket array beside the old one (readers keep using
-// the old, which does not change meanwhile), publishes it in the root
-// (generation + 1), then marks every old bucket moved (kMovedVersion);
-// only then does it take the next write. A reader reaching a moved bucket
-// re-reads the root. Old arrays are not reused (a slow reader may still be
-// reading them); they cost at most as much memory as the live array.
+// Growth: once the entry area is kGrowStartPercent full, the table doubles
+// in steps. The owner thread carves the new bucket array beside the old
+// one, which readers keep using and writes keep changing, and fills it a
+// few buckets at a time: what GrowStep is asked for (the server: at each
+// pass of the partition's event loop, busy or idle), and after each write
+// that takes room, enough to be done before writes have taken half the
+// room left when it started (grow_pacing). Every change to a key of the
+// old array meanwhile (a write, a delete, a cuckoo move) is mirrored at
+// once into the new array, so when the scan of the old array is done the
+// new one holds exactly its pairs. Its buckets are then sealed, also in
+// steps, and published in the root (generation + 1); last, every old
+// bucket is marked moved (kMovedVersion), before the next write. A reader
+// reaching a moved bucket re-reads the root.
+//
+// A growth is done at once, all before the write that needs it, when the
+// old array has no room for a write before the growth in steps is done,
+// or when no cuckoo path frees room (or a new pair would fill the entry
+// area beyond kMaxFillPercent, see Recovery below) while none runs: the
+// table doubles (or, in the rare layout where some entry finds no room in
+// twice the buckets, quadruples or grows 8x; the array tried is given
+// back; a growth in steps in that layout is given up). Old arrays are not
+// reused (a slow reader may still be reading them); they cost at most as
+// much memory as the live array.
 //
 // Recovery (Restore, after Reserve) must place every pair the live table
 // held, in the same memory, but in another order than the live writes came
@@ -77,6 +89,14 @@ struct TableOptions {
   uint64_t initial_buckets = 256;  // a power of two >= 2
   uint64_t seed = 0;
   bool grow = true;  // false: a full table answers OutOfMemory (tests)
+  // false: every growth is done at once, by the write that needs it
+  // (tests of a layout at that moment).
+  bool grow_in_steps = true;
+  // How a growth in steps is paced by writes (see "Growth" below): after
+  // each write, enough steps that the growth is done by the time writes
+  // have taken 1/grow_pacing of the room the old array had left when it
+  // started. 0: writes take no steps, only GrowStep does (tests).
+  uint32_t grow_pacing = 2;
   Limits limits;
 };
 
@@ -145,7 +165,8 @@ class Table {
   // batch (recovery, a multi-get or multi-put) calls it a few items ahead,
   // so the cache misses of its lookups and writes overlap. A hint only.
   void Prefetch(std::string_view key) const;
-  // Tests: true if the per-bucket fill record matches every live bucket.
+  // Tests: true if the per-bucket fill record matches every live bucket
+  // (and every bucket of a growth's new array, while one is under way).
   bool FillRecordMatches() const;
   // Recovery: the next write's version will be above `version`.
   void RaiseVersion(uint64_t version) {
@@ -180,6 +201,14 @@ class Table {
 
   // The bucket holding `key` now, or nullopt (tests and diagnostics).
   std::optional<uint64_t> BucketOf(std::string_view key) const;
+
+  // A growth in steps is under way (see "Growth" above): the root still
+  // names the old array.
+  bool growing() const { return growth_.has_value(); }
+  // Does up to `buckets` steps of the growth under way (a step is a bucket
+  // of the new array formatted or sealed, or one of the old array scanned);
+  // returns how many it did: 0 when no growth is under way.
+  uint64_t GrowStep(uint64_t buckets);
 
   const Geometry& geometry() const { return geo_; }
   const Limits& limits() const { return options_.limits; }
@@ -248,9 +277,59 @@ class Table {
   Status Demote(uint64_t b);
   // Rehashes into an array twice as large, or if some entry finds no room
   // there, 4x, then kMaxGrowthFactor x. OutOfMemory if the arena has no
-  // room for the array, or none of them takes every entry.
+  // room for the array, or none of them takes every entry. A growth in
+  // steps under way is finished first (and if that one succeeds, that is
+  // the growth).
   static constexpr uint64_t kMaxGrowthFactor = 8;
   Status Grow();
+  // --- growth in steps (see "Growth" above)
+  // A growth in steps starts once the entry area is this full: the 10% left
+  // before kMaxFillPercent take the writes made while it runs.
+  static constexpr uint64_t kGrowStartPercent = 85;
+  struct Growth {
+    Geometry geo;                // the new array, not published
+    std::vector<uint16_t> used;  // its per-bucket fill record
+    // Per new bucket: 1 if a mirror placed a key there (see PlaceInNew).
+    std::vector<uint8_t> mirrored;
+    uint64_t carve_bytes = 0;
+    // kFormat: the new buckets [0, cursor) are formatted. kScanLarge,
+    // kScanSmall: the old buckets [0, cursor) are scanned, for entries
+    // larger than an extent reference first (as RehashInto places them),
+    // then for the others. kSeal: the new buckets [0, cursor) are sealed.
+    enum Phase { kFormat, kScanLarge, kScanSmall, kSeal } phase = kFormat;
+    uint64_t cursor = 0;
+    // Pacing: steps in all (each new bucket formatted and sealed, each old
+    // bucket scanned twice) and done so far; the entry area's bytes in use
+    // at the start, and the room left then below kMaxFillPercent.
+    uint64_t steps = 0;
+    uint64_t steps_done = 0;
+    uint64_t area_at_start = 0;
+    uint64_t room_at_start = 0;
+  };
+  // After a write or delete of `key` in the old array: mirrors it and
+  // takes the steps the growth under way needs to keep its pace (the bytes
+  // the entry area has taken since it started, against its room), or (if
+  // `may_start`: a live write) starts one.
+  void AfterWrite(std::string_view key, bool may_start);
+  // Starts a growth in steps if the entry area is kGrowStartPercent full
+  // and the arena has room for the doubled array.
+  void MaybeStartGrowth();
+  // Runs `fn` with geo_, mask_ and used_ naming the new array (and cuckoo
+  // moves there reported to no hook), then restores them.
+  template <typename Fn>
+  bool InNewArray(Fn&& fn);
+  // In the new array: puts `entry` (its key's only entry there), or
+  // removes the key if `entry` is null. False if no room was found.
+  // `mirror`: a change to the old array, not the scan.
+  bool PlaceInNew(std::string_view key, const uint8_t* entry, size_t bytes,
+                  bool mirror);
+  // Copies what the old array holds for `key` into the new array.
+  void Mirror(std::string_view key);
+  // Gives up the growth in steps (its array back to the arena if nothing
+  // was carved since); the next growth is done at once.
+  void AbandonGrowth();
+  // Publishes the new array (SwitchTo).
+  void CompleteGrowth();
   // One attempt of Grow: false (and the array's memory back in the arena)
   // if an entry found no room in `n` buckets.
   Result<bool> RehashInto(uint64_t n);
@@ -278,7 +357,12 @@ class Table {
   uint64_t array_bytes_ = 0;  // arena carved for bucket arrays
   bool restored_ = false;     // EndRestore ran
   bool reserved_ = false;     // Reserve ran: restores do not grow
-  bool rehashing_ = false;    // RehashInto is filling an unpublished array
+  bool rehashing_ = false;    // filling an unpublished array
+  std::optional<Growth> growth_;
+  // A growth in steps could not be made at this many buckets (no room in
+  // the arena, or an entry found no room in the doubled array): not tried
+  // again at this size.
+  uint64_t no_growth_in_steps_at_ = 0;
   std::function<void()> mid_write_;
   std::function<bool(uint64_t)> rehash_hook_;
   std::function<void(uint64_t, uint64_t, std::string_view)> move_hook_;

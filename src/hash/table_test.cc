@@ -262,6 +262,160 @@ TEST(HashTable, AFailedRehashGivesItsArrayBack) {
   }
 }
 
+// A growth is done in steps, a few buckets after each write, while the old
+// array takes the writes (docs/ARCHITECTURE.md, "Growth in steps"): no
+// write waits for a whole rehash. Writes, replacements that turn an inline
+// value into an extent and back, deletes and re-inserts made while it runs,
+// on keys the scan has passed and keys it has not reached, are all in the
+// array it publishes; readers find every key before, during and after.
+TEST(HashTable, AGrowthIsDoneInStepsAndKeepsTheWritesMadeMeanwhile) {
+  auto t = NewTable(1024, 256 << 20);
+  ASSERT_NE(t, nullptr);
+  Table& table = t->table();
+  std::map<std::string, std::string> model;
+  std::mt19937_64 rng(7);
+  int next_key = 0;
+  auto put = [&](const std::string& k, const std::string& v) {
+    auto r = table.Put(k, v);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    model[k] = v;
+  };
+  auto check_all = [&](const char* when) {
+    for (const auto& [k, v] : model) {
+      LookupResult l = Lookup1(*t, k);
+      ASSERT_EQ(l.outcome, Lookup::kFound) << when << ": " << k;
+      ASSERT_EQ(l.value, v) << when << ": " << k;
+    }
+  };
+  // Each pair once in the array: a key the scan met twice (moved across
+  // its cursor) and a mirror placed again would be there twice.
+  auto entries_in_array = [&] {
+    uint64_t entries = 0;
+    table.ScanBuckets(
+        0, table.num_buckets(),
+        [&](std::string_view, std::string_view, uint64_t) { ++entries; });
+    return entries;
+  };
+  while (!table.growing()) {
+    ASSERT_EQ(table.growths(), 0u) << "grew at once, not in steps";
+    ASSERT_NO_FATAL_FAILURE(
+        put("key" + std::to_string(next_key++), std::string(32, 'a')));
+  }
+  EXPECT_EQ(table.num_buckets(), 1024u);
+  ASSERT_NO_FATAL_FAILURE(check_all("at the start"));
+  int writes_while_growing = 0;
+  uint64_t deleted = 0;
+  std::vector<std::string> gone;
+  while (table.growing()) {
+    ASSERT_EQ(table.growths(), 0u);
+    ++writes_while_growing;
+    const std::string k =
+        "key" + std::to_string(rng() % uint64_t(next_key + 1));
+    switch (rng() % 5) {
+      case 0:  // a new key
+        ASSERT_NO_FATAL_FAILURE(
+            put("key" + std::to_string(next_key++), std::string(32, 'n')));
+        break;
+      case 1:  // an extent
+        ASSERT_NO_FATAL_FAILURE(put(k, std::string(300 + rng() % 200, 'x')));
+        break;
+      case 2:  // inline again
+        ASSERT_NO_FATAL_FAILURE(put(k, std::string(1 + rng() % 60, 'i')));
+        break;
+      default:
+        if (model.count(k) != 0) {
+          ASSERT_TRUE(table.Delete(k).ok());
+          model.erase(k);
+          gone.push_back(k);
+          ++deleted;
+        } else {
+          ASSERT_NO_FATAL_FAILURE(put(k, "back"));
+        }
+        break;
+    }
+    // As a server's event loop does at each pass. (These writes take
+    // about as much room as they give back: paced by the room alone, the
+    // growth would wait for more.)
+    if (writes_while_growing % 4 == 0) table.GrowStep(8);
+    if (writes_while_growing % 64 == 0) {
+      ASSERT_TRUE(table.FillRecordMatches());
+      ASSERT_NO_FATAL_FAILURE(check_all("while growing"));
+    }
+    ASSERT_LT(writes_while_growing, 100000) << "the growth never ended";
+  }
+  // 6 x 1024 steps, 2 per write: it spans thousands of writes.
+  EXPECT_GT(writes_while_growing, 1000);
+  EXPECT_GT(deleted, 0u);
+  EXPECT_EQ(table.growths(), 1u);
+  EXPECT_EQ(table.num_buckets(), 2048u);
+  EXPECT_EQ(table.size(), model.size());
+  EXPECT_TRUE(table.FillRecordMatches());
+  ASSERT_NO_FATAL_FAILURE(check_all("after"));
+  EXPECT_EQ(entries_in_array(), model.size());
+  for (const std::string& k : gone) {
+    if (model.count(k) == 0) {
+      EXPECT_EQ(Lookup1(*t, k).outcome, Lookup::kNotFound) << k;
+      EXPECT_EQ(table.Get(k).status().code(), StatusCode::kNotFound) << k;
+    }
+  }
+  // Paced by the writes alone (no GrowStep): new pairs of 64-byte entries
+  // until the next growth ends. It must end by the time they took half the
+  // room the old array had left when it started (10% of 2048 x 448 bytes:
+  // 91,750 bytes, half of it 716 entries), not at once, and without a
+  // write finding the old array full.
+  while (!table.growing()) {
+    ASSERT_NO_FATAL_FAILURE(
+        put("key" + std::to_string(next_key++), std::string(32, 'a')));
+  }
+  int inserts_while_growing = 0;
+  while (table.growing()) {
+    ++inserts_while_growing;
+    ASSERT_NO_FATAL_FAILURE(
+        put("key" + std::to_string(next_key++), std::string(32, 'a')));
+    ASSERT_LT(inserts_while_growing, 100000) << "the growth never ended";
+  }
+  EXPECT_GT(inserts_while_growing, 100);
+  EXPECT_LE(inserts_while_growing, 720);
+  EXPECT_EQ(table.num_buckets(), 4096u);
+  ASSERT_NO_FATAL_FAILURE(check_all("after the second"));
+  EXPECT_EQ(entries_in_array(), model.size());
+}
+
+// A growth in steps ends at once when the old array has no room left for a
+// write before it is done: the write is stored, not refused.
+TEST(HashTable, AWriteThatFindsNoRoomFinishesTheGrowthInSteps) {
+  TableOptions o;
+  o.initial_buckets = 256;
+  o.grow_pacing = 0;  // the growth waits for GrowStep
+  auto made = LocalTable::Create(o, 64 << 20);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  LocalTable* t = made->get();
+  Table& table = t->table();
+  int n = 0;
+  while (!table.growing()) {
+    ASSERT_TRUE(table.Put("k" + std::to_string(n++), "v").ok());
+  }
+  EXPECT_GT(table.GrowStep(100), 0u);  // part of it
+  EXPECT_TRUE(table.growing());
+  // No more steps: the old array fills, and the write that finds no room
+  // in it finishes the growth.
+  int during = 0;
+  while (table.growing()) {
+    auto r = table.Put("big" + std::to_string(during++), std::string(90, 'b'));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_LT(during, 100000) << "the growth never ended";
+  }
+  EXPECT_EQ(table.growths(), 1u);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(Lookup1(*t, "k" + std::to_string(i)).outcome, Lookup::kFound);
+  }
+  for (int i = 0; i < during; ++i) {
+    ASSERT_EQ(Lookup1(*t, "big" + std::to_string(i)).value,
+              std::string(90, 'b'));
+  }
+  EXPECT_TRUE(table.FillRecordMatches());
+}
+
 // Lookups that share one extent buffer, as a client's synchronous gets do
 // (Lookup::set_extent_buffer): each answers its own key's value whatever
 // the buffer held before (a larger extent, a smaller one, an absent key),

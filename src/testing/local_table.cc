@@ -24,12 +24,17 @@ Result<std::unique_ptr<LocalTable>> LocalTable::Create(uint64_t initial_buckets,
                                                        uint64_t arena_bytes,
                                                        bool grow,
                                                        uint64_t seed) {
-  std::unique_ptr<LocalTable> t(new LocalTable(arena_bytes));
   hash::TableOptions o;
   o.initial_buckets = initial_buckets;
   o.seed = seed;
   o.grow = grow;
-  auto table = hash::Table::Create(t->Aligned(), kRegion, &t->slab_, o);
+  return Create(o, arena_bytes);
+}
+
+Result<std::unique_ptr<LocalTable>> LocalTable::Create(
+    const hash::TableOptions& options, uint64_t arena_bytes) {
+  std::unique_ptr<LocalTable> t(new LocalTable(arena_bytes));
+  auto table = hash::Table::Create(t->Aligned(), kRegion, &t->slab_, options);
   if (!table.ok()) return table.status();
   t->table_ = std::move(*table);
   return t;

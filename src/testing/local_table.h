@@ -39,6 +39,9 @@ class LocalTable {
                                                     uint64_t arena_bytes,
                                                     bool grow = true,
                                                     uint64_t seed = 42);
+  // The same with every table option given.
+  static Result<std::unique_ptr<LocalTable>> Create(
+      const hash::TableOptions& options, uint64_t arena_bytes);
 
   hash::Table& table() { return *table_; }
   hash::SlabAllocator& slab() { return slab_; }
