@@ -873,7 +873,10 @@ Status Table::Delete(std::string_view key) {
 
 Status Table::Reserve(uint64_t buckets) {
   if (size_ != 0) return Status::OK();
-  if (growth_) AbandonGrowth();
+  if (growth_) {
+    AbandonGrowth();
+    no_growth_in_steps_at_ = 0;  // an empty table: nothing went wrong
+  }
   reserved_ = true;
   if (buckets <= geo_.num_buckets) return Status::OK();
   const uint64_t n = std::bit_ceil(buckets);
