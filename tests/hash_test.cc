@@ -169,6 +169,28 @@ TEST(HashFull, AFullStoreSaysSoAndKeepsEveryKey) {
   EXPECT_TRUE(c->Put("key-again", std::string(100, 'w')).ok());
 }
 
+// A pair larger than a partition's share of the memory (one partition per
+// server thread) is refused for what it is, not as a full store: deleting
+// would never make room. The store stays empty and writable.
+TEST(HashFull, APairLargerThanAPartitionIsNotCalledAFullStore) {
+  auto server = StartServer({"--threads", "4"}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
+  auto big = c->Put("big", std::string(3 << 20, 'b'));
+  EXPECT_EQ(big.status().code(), StatusCode::kOutOfMemory);
+  const std::string why = big.status().message();
+  EXPECT_NE(why.find("does not fit in a partition of the hash store"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("--threads"), std::string::npos) << why;
+  EXPECT_EQ(why.find("is full"), std::string::npos) << why;
+  EXPECT_TRUE(c->Put("small", std::string(1 << 20, 's')).ok());
+  auto g = c->Get("small");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->value.size(), size_t{1} << 20);
+}
+
 TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
   auto server = StartServer(
       {"--max-key-bytes", "10", "--max-value-bytes", "1000"}, "16M");

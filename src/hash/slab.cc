@@ -1,5 +1,6 @@
 #include "hash/slab.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "hash/layout.h"
@@ -45,6 +46,13 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
   LoadWords(&h, At(offset), sizeof(h));
   uint32_t inc = h.incarnation == 0 ? 1 : h.incarnation;  // 0: fresh memory
   return Extent{offset, uint16_t(c), inc};
+}
+
+bool SlabAllocator::CouldEverHold(uint64_t bytes) const {
+  const int c = ClassFor(bytes);
+  if (c < 0) return false;
+  const uint64_t size = ClassSize(c);
+  return std::max(size, page_size_) + withheld_ <= length_;
 }
 
 Result<SlabAllocator::Extent> SlabAllocator::Store(

@@ -46,6 +46,10 @@ class SlabAllocator {
   // OutOfMemory when the arena has no room for another page of the class
   // and its free list is empty.
   Result<Extent> Allocate(uint64_t bytes);
+  // Whether an empty arena would have room for an extent of `bytes`: if
+  // not, Allocate's OutOfMemory is not a full store, and no amount of
+  // freeing makes room.
+  bool CouldEverHold(uint64_t bytes) const;
   // Allocates an extent for the pair `key` = `value` at `version` and
   // stores it whole (ExtentHeader with its checksum, key, value) with
   // release word stores, so it is complete before anything names it.

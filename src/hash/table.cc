@@ -7,6 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "util/size.h"
+
 namespace remem::hash {
 
 size_t AreaUsed(const Bucket& b) {
@@ -210,6 +212,17 @@ Result<uint64_t> Table::WriteExtent(std::string_view key,
                                     uint32_t* incarnation) {
   std::vector<uint8_t> image;
   auto ext = slab_->Store(key, value, version, &image);
+  if (ext.status().code() == StatusCode::kOutOfMemory) {
+    const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
+    if (!slab_->CouldEverHold(bytes)) {
+      return Status::OutOfMemory(
+          "a pair of " + FormatSize(bytes) +
+          " does not fit in a partition of the hash store, which holds " +
+          FormatSize(slab_->capacity() - slab_->withheld()) +
+          " in all (the store's memory is split equally among the server's "
+          "threads: fewer --threads or more --memory)");
+    }
+  }
   if (!ext.ok()) return ext.status();
   *incarnation = ext->incarnation;
   return MakeRef(geo_.region, uint8_t(ext->size_class), ext->offset);
