@@ -379,6 +379,41 @@ TEST(Cli, AServerWithUcxsNewProtocolsIsRefusedAndAClientIsServed) {
   EXPECT_TRUE(server.process->running());
 }
 
+// A UCX setting that leaves the server none of the transports it serves
+// over (a device that does not exist, a shared-memory directory that does
+// not) makes it refuse to start, saying which, instead of saying it listens
+// and refusing every client. A setting that leaves it one still starts.
+TEST(Cli, AServerThatUcxLeavesUnreachableRefusesToStart) {
+  struct Case {
+    const char* transport;
+    const char* variable;
+    const char* value;
+    const char* said;
+  };
+  for (const Case& c : {
+           Case{"tcp", "UCX_NET_DEVICES", "nonexist0", "no tcp transport"},
+           Case{"shm", "UCX_POSIX_DIR", "/nonexistent",
+                "no shared-memory transport"},
+           // auto on a loopback address serves shared memory only.
+           Case{"auto", "UCX_POSIX_DIR", "/nonexistent",
+                "no shared-memory transport"},
+       }) {
+    auto s = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory",
+                         "16M", "--transport", c.transport},
+                        {{c.variable, c.value}});
+    EXPECT_EQ(s.exit_code, 2)
+        << c.transport << " " << c.variable << ": " << s.out;
+    EXPECT_TRUE(Contains(s.out, c.said)) << s.out;
+    EXPECT_TRUE(Contains(s.out, c.variable)) << s.out;
+  }
+  // tcp devices do not matter to a shared-memory server.
+  testing::ServerOptions o =
+      testing::TestServerOptions({"--transport", "shm"}, "16M");
+  o.env = {{"UCX_NET_DEVICES", "nonexist0"}};
+  auto server = testing::ServerProcess::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+}
+
 // A client of another user cannot map a server's shared memory (it is the
 // server user's alone: docs/SECURITY.md). It is told so at once, as before
 // wire version 11, not after waiting its whole --timeout for the server's

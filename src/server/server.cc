@@ -26,6 +26,7 @@
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
 #include "fabric/worker.h"
+#include "fabric/worker_address.h"
 #include "proto/codec.h"
 #include "server/acceptor.h"
 #include "server/dispatcher.h"
@@ -139,6 +140,10 @@ struct Server::Impl : public ServiceContext {
 
   Status Init();
   Status InitTransport();
+  // Unavailable if the first worker's address (`own_address`) offers none
+  // of the transports the server serves over (a UCX setting took them
+  // away): it would say it listens and refuse every client.
+  Status CheckReachable(std::string_view own_address) const;
   void ChooseCpus();
   void RunThread(Thread* t);
   void AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
@@ -426,6 +431,47 @@ Status Server::Impl::InitTransport() {
   return Status::OK();
 }
 
+Status Server::Impl::CheckReachable(std::string_view own_address) const {
+  auto parsed = fabric::ParseWorkerAddress(own_address);
+  if (!parsed.ok()) return Status::OK();  // UCX's to judge, not ours
+  static const uint16_t kTcp = fabric::UcxTransportChecksum("tcp");
+  // UCX's shared-memory transports that carry messages (cma only reads
+  // and writes): posix by default, sysv when the operator chose it
+  // (docs/SECURITY.md), xpmem where the kernel has it.
+  static const uint16_t kShm[] = {fabric::UcxTransportChecksum("posix"),
+                                  fabric::UcxTransportChecksum("sysv"),
+                                  fabric::UcxTransportChecksum("xpmem")};
+  bool tcp = false, shm = false;
+  for (const fabric::WorkerAddressIface& e : parsed->ifaces) {
+    tcp = tcp || e.transport == kTcp;
+    shm = shm || std::find(std::begin(kShm), std::end(kShm), e.transport) !=
+                     std::end(kShm);
+  }
+  // What clients could use: tcp unless the server opened none (no_tcp),
+  // shared memory unless --transport tcp.
+  const bool tcp_wanted = !no_tcp;
+  const bool shm_wanted = config.transport != Transport::kTcp;
+  if ((tcp_wanted && tcp) || (shm_wanted && shm)) return Status::OK();
+  std::string why;
+  if (tcp_wanted) {
+    const char* devices = std::getenv("UCX_NET_DEVICES");
+    why += "no tcp transport (UCX_NET_DEVICES=" +
+           std::string(devices != nullptr ? devices : "") +
+           "; it must name a device UCX can use, such as the one " +
+           config.listen + " is on)";
+  }
+  if (shm_wanted) {
+    if (!why.empty()) why += " and ";
+    const char* dir = std::getenv("UCX_POSIX_DIR");
+    why += "no shared-memory transport (UCX's posix or sysv";
+    why += dir != nullptr ? ", UCX_POSIX_DIR=" + std::string(dir) : "";
+    why += ")";
+  }
+  return Status::InvalidArgument("UCX gives this server " + why +
+                                 ", so no client could reach it; see UCX's "
+                                 "warnings above, and UCX_TLS if it is set");
+}
+
 void Server::Impl::ChooseCpus() {
   if (!config.pin_threads) return;
   if (!config.cpus.empty()) {
@@ -499,6 +545,7 @@ Status Server::Impl::Init() {
     t->state.index = uint32_t(i);
     auto w = fabric::Worker::Create(ctx, proto::kMaxRpcPayload);
     if (!w.ok()) return w.status();
+    if (i == 0) REMEM_RETURN_IF_ERROR(CheckReachable((*w)->address()));
     t->state.worker = std::move(*w);
     states.push_back(&t->state);
     threads.push_back(std::move(t));
