@@ -9,6 +9,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include "proto/wire.h"
 #include "remem/version.h"
@@ -412,6 +415,50 @@ TEST(Cli, AServerThatUcxLeavesUnreachableRefusesToStart) {
   o.env = {{"UCX_NET_DEVICES", "nonexist0"}};
   auto server = testing::ServerProcess::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
+}
+
+// Every shared-memory client maps into the server its receive FIFO and
+// buffers (UCX's posix segments, 4 MiB a client). They must go when the
+// client does: UCX 1.13 kept a gracefully closed endpoint, and so the
+// mappings, until its keepalive found the peer gone, and a few thousand
+// short-lived clients a minute filled /dev/shm until the kernel killed the
+// server.
+TEST(Cli, DepartedSharedMemoryClientsLeaveNoMappingsBehind) {
+  if (TransportName(testing::TestTransport()) != "shm") {
+    GTEST_SKIP() << "a shared-memory setup";
+  }
+  auto server = StartServer({}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  const std::string maps =
+      "/proc/" + std::to_string(server.process->pid()) + "/maps";
+  auto mapped = [&] {
+    std::ifstream in(maps);
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (Contains(line, "ucx_shm_posix") && Contains(line, "(deleted)")) ++n;
+    }
+    return n;
+  };
+  auto run = [&](int i) {
+    auto r = RunCommand({CliBinary(), "--server", server.address, "put",
+                         "k" + std::to_string(i), "v"});
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  };
+  ASSERT_NO_FATAL_FAILURE(run(0));
+  const size_t before = mapped();
+  for (int i = 1; i <= 20; ++i) ASSERT_NO_FATAL_FAILURE(run(i));
+  // The server closes a session when it sees its socket close: polled,
+  // for less than UCX's keepalive interval (which, without the fix, would
+  // find the departed peers and free their endpoints after all).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  size_t after = mapped();
+  while (after > before + 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = mapped();
+  }
+  // Before the fix: two more mappings per client (42 here).
+  EXPECT_LE(after, before + 2) << "before " << before << ", after " << after;
 }
 
 // A client of another user cannot map a server's shared memory (it is the

@@ -60,7 +60,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Create(
   p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = &Endpoint::ErrorCallback;
-  p.err_handler.arg = ep.get();
+  // The slot, not the endpoint: it outlives the endpoint while its UCX
+  // endpoint is flushed before it is closed (~Endpoint), and reads null then.
+  p.err_handler.arg = ep->alive_.get();
   // UCX takes the endpoint's number before it can fail (the address was
   // readable): counted either way.
   ep->number_ = worker->TakeEndpointNumber(*uuid);
@@ -185,18 +187,26 @@ Endpoint::~Endpoint() {
   if (routed_) worker_->UnrouteAm(proto::kAmMemReply, ep_, route_token_);
   if (ucp_worker_ != nullptr) worker_->EndpointClosed(ucp_worker_);
   if (ep_ == nullptr || closed_) return;
-  // A graceful close only flushes: a request still out (a rendezvous send
-  // whose peer is paused, say) stays on the endpoint, and destroying the
-  // worker then aborts in UCX. A forced close gives such requests up.
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = failed_ || *requests_out_ > 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
+  // A request still out (a rendezvous send whose peer is paused, say) is
+  // given up: a forced close. Otherwise what was sent goes out first (a
+  // flush), then the endpoint is force-closed all the same: UCX 1.13 never
+  // destroys an endpoint closed gracefully while its peer's endpoint to it
+  // exists ("destroyed only when the worker is destroyed"), so a server
+  // kept every departed shared-memory client's mappings, 4 MiB each, for
+  // good (a kill -9 or a client that exits leaves the peer's endpoint).
+  if (failed_ || *requests_out_ > 0) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    worker_->TrackClose(ucp_ep_close_nbx(ep_, &p));
+    return;
+  }
+  worker_->CloseAfterFlush(ep_, alive_);
 }
 
 void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* self = static_cast<Endpoint*>(arg);
-  if (self->failed_) return;
+  Endpoint* self = *static_cast<Endpoint**>(arg);
+  if (self == nullptr || self->failed_) return;  // destroyed, being flushed
   self->failed_ = true;
   self->failure_ = FromUcs(status, "connection lost");
   // The peer may have died mid-send.

@@ -72,6 +72,9 @@ ucp_ep_h Worker::TakeNotice(std::string_view header) {
 
 Worker::~Worker() {
   DrainCloses(Clock::now() + std::chrono::seconds(1));
+  if (CloseFlushed(/*all=*/true) > 0) {
+    DrainCloses(Clock::now() + std::chrono::seconds(1));
+  }
   for (ucs_status_ptr_t r : closing_) ucp_request_free(r);
   for (auto& b : bindings_) (void)Bind(nullptr, b->slot->id, b->ucp);
   for (const Retired& r : retired_) ucp_worker_destroy(r.ucp);
@@ -206,7 +209,7 @@ size_t Worker::Progress() {
     // stalled worker's progress may keep answering without delivering.
     const size_t before = inbox_.size() + completed_.size();
     for (const Retired& r : retired_) {
-      if (r.endpoints > 0 || !closing_.empty())
+      if (r.endpoints > 0 || !closing_.empty() || !flushing_.empty())
         (void)ucp_worker_progress(r.ucp);
     }
     work += inbox_.size() + completed_.size() - before;
@@ -260,6 +263,7 @@ size_t Worker::Progress() {
     work += deferred.size();
   }
   for (auto& hook : pass_hooks_) work += hook();
+  if (!flushing_.empty()) work += CloseFlushed(/*all=*/false);
   if (!closing_.empty()) {
     for (size_t i = 0; i < closing_.size();) {
       if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
@@ -271,7 +275,9 @@ size_t Worker::Progress() {
       }
     }
   }
-  if (!retired_.empty() && closing_.empty()) DestroyIdleRetired();
+  if (!retired_.empty() && closing_.empty() && flushing_.empty()) {
+    DestroyIdleRetired();
+  }
   if (work == 0) {
     ++idle_passes_;
     if (stall_watch_until_ != Clock::time_point{}) LookForStall();
@@ -303,7 +309,9 @@ void Worker::LookForStall() {
   // Arm answers busy for our own sends waiting on a peer's full queue
   // (UCX wakes a worker for send completions): no verdict while any
   // request of ours is out.
-  if (requests_in_flight_ > 0 || !closing_.empty()) return;
+  if (requests_in_flight_ > 0 || !closing_.empty() || !flushing_.empty()) {
+    return;
+  }
   // Busy: a message is claimed that Progress could not read. But arm also
   // answers busy, once each, for a signal left in its event fd (a Wake or
   // Notify that woke an earlier Sleep), for a datagram left on the shared
@@ -519,7 +527,7 @@ void Worker::DestroyIdleRetired() {
 }
 
 bool Worker::RetiredActive() const {
-  if (!closing_.empty()) return true;
+  if (!closing_.empty() || !flushing_.empty()) return true;
   for (const Retired& r : retired_) {
     if (r.endpoints > 0) return true;
   }
@@ -551,8 +559,44 @@ void Worker::TrackClose(ucs_status_ptr_t request) {
   closing_.push_back(request);
 }
 
+void Worker::ForceClose(ucp_ep_h ep) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  TrackClose(ucp_ep_close_nbx(ep, &p));
+}
+
+void Worker::CloseAfterFlush(ucp_ep_h ep, std::shared_ptr<void> keep) {
+  ucp_request_param_t p{};
+  const ucs_status_ptr_t flush = ucp_ep_flush_nbx(ep, &p);
+  if (flush == nullptr || UCS_PTR_IS_ERR(flush)) {
+    ForceClose(ep);
+    return;
+  }
+  flushing_.push_back({flush, ep, std::move(keep)});
+}
+
+size_t Worker::CloseFlushed(bool all) {
+  size_t closed = 0;
+  for (size_t i = 0; i < flushing_.size();) {
+    Flushing& f = flushing_[i];
+    if (!all && ucp_request_check_status(f.request) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    // Freed before it completes, a request is released when it does.
+    ucp_request_free(f.request);
+    ForceClose(f.ep);
+    flushing_[i] = std::move(flushing_.back());
+    flushing_.pop_back();
+    ++closed;
+  }
+  return closed;
+}
+
 void Worker::DrainCloses(Clock::time_point deadline) {
-  (void)ProgressUntil([&] { return closing_.empty(); }, deadline);
+  (void)ProgressUntil([&] { return closing_.empty() && flushing_.empty(); },
+                      deadline);
 }
 
 Result<uint64_t> Worker::EndpointNumber(std::string_view remote_address) const {

@@ -259,6 +259,11 @@ class Worker {
 
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
+  // Flushes `ep` (what was sent to it goes out), then force-closes it, at a
+  // later Progress if the flush takes time. `keep` is held until the close
+  // is issued (the endpoint's error callback argument). DrainCloses waits
+  // for these too.
+  void CloseAfterFlush(ucp_ep_h ep, std::shared_ptr<void> keep);
   // Progresses until every tracked close has completed, or `deadline`.
   void DrainCloses(Clock::time_point deadline);
 
@@ -332,6 +337,16 @@ class Worker {
   std::vector<util::MoveFunction<void()>> deferred_;
   std::vector<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
+  struct Flushing {
+    ucs_status_ptr_t request;
+    ucp_ep_h ep;
+    std::shared_ptr<void> keep;
+  };
+  std::vector<Flushing> flushing_;  // CloseAfterFlush's, before the close
+  void ForceClose(ucp_ep_h ep);
+  // Force-closes the endpoints whose flush has ended (all of them if
+  // `all`); returns how many.
+  size_t CloseFlushed(bool all);
   struct Route {
     uint64_t token = 0;
     AmHandler handler;

@@ -134,9 +134,9 @@ void Dispatcher::DropConnection_st(uint32_t thread, ConnectionId id,
   t->by_endpoint.erase(c->ep->handle());
   t->counters.connections_current.Set(t->counters.connections_current.Get() -
                                       1);
-  // A live endpoint closes in flush mode, so replies already sent go out;
-  // a failed one, or one with a reply still out (a large one its client
-  // has not fetched), is force-closed (fabric/endpoint.h).
+  // A live endpoint is flushed, so replies already sent go out, then
+  // closed; a failed one, or one with a reply still out (a large one its
+  // client has not fetched), is force-closed at once (fabric/endpoint.h).
   conn.reset();
   if (on_closed_) on_closed_(thread, id, peer_may_have_died);
 }
