@@ -140,8 +140,8 @@ struct Server::Impl : public ServiceContext {
 
   Status Init();
   Status InitTransport();
-  // Unavailable if the first worker's address (`own_address`) offers none
-  // of the transports the server serves over (a UCX setting took them
+  // InvalidArgument if the first worker's address (`own_address`) offers
+  // none of the transports the server serves over (a UCX setting took them
   // away): it would say it listens and refuse every client.
   Status CheckReachable(std::string_view own_address) const;
   void ChooseCpus();
