@@ -96,19 +96,75 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateNumbered(
 
 namespace {
 
-// Whether this process can make a UCX endpoint to `remote_address` at all,
-// asked from a worker of its own (none of `worker`'s endpoint numbers is
-// used): the error making one gives at once (the peer's shared memory
-// belongs to a user this one may not map, say), or OK. An endpoint it made
-// is force-closed at once.
-Status ProbeReachable(const Worker& worker, std::string_view remote_address) {
-  auto probe = Worker::Create(worker.shared_context(), 0);
-  if (!probe.ok()) return Status::OK();  // nothing learned
-  auto ep = Endpoint::Create(probe->get(), remote_address);
-  if (!ep.ok()) return ep.status();
-  (*ep)->Fail(Status::Unavailable("the probe is done"));
-  return Status::OK();
-}
+// Whether this process can make a UCX endpoint to a peer at all, asked
+// from a worker of its own (none of the caller's endpoint numbers is used):
+// Start gives the error making one at once (the peer's shared memory
+// belongs to a user this one may not map, say), or OK.
+//
+// An endpoint it made is closed only once its wireup has ended (Poll, then
+// Finish): the peer answers a wireup on a tcp connection of its own to the
+// probe's worker, and a peer whose connection completes just as that
+// worker goes away aborts in UCX 1.13 (its answer, queued for that
+// connection, fails while it is being sent: "Assertion
+// `wireup_ep->pending_count == 0'", wireup_ep.c:241). Closing the probe at
+// once stopped the server in about one connection storm in ten, where
+// nearly every client probes. Poll runs it while the caller waits for
+// something else, so the wait for its wireup is mostly hidden.
+class ReachabilityProbe {
+ public:
+  Status Start(const Worker& worker, std::string_view remote_address) {
+    auto w = Worker::Create(worker.shared_context(), 0);
+    if (!w.ok()) return Status::OK();  // nothing learned
+    auto ep = Endpoint::Create(w->get(), remote_address);
+    if (!ep.ok()) return ep.status();
+    worker_ = std::move(*w);
+    ep_ = std::move(*ep);
+    ucp_request_param_t p{};
+    flush_ = ucp_ep_flush_nbx(ep_->handle(), &p);
+    if (UCS_PTR_IS_ERR(flush_)) flush_ = nullptr;
+    return Status::OK();
+  }
+  // Progresses the probe; true once its wireup has ended and it is closed
+  // (or it never ran).
+  bool Poll() {
+    if (worker_ == nullptr) return true;
+    (void)worker_->Progress();
+    if (flush_ != nullptr &&
+        ucp_request_check_status(flush_) == UCS_INPROGRESS) {
+      return false;
+    }
+    Close();
+    return true;
+  }
+  // Waits until Poll says so, `deadline` or `peer_gone()`, then closes.
+  void Finish(Clock::time_point deadline,
+              const std::function<bool()>& peer_gone) {
+    if (worker_ == nullptr) return;
+    (void)worker_->ProgressUntil(
+        [&] {
+          return flush_ == nullptr ||
+                 ucp_request_check_status(flush_) != UCS_INPROGRESS ||
+                 (peer_gone && peer_gone());
+        },
+        deadline);
+    Close();
+  }
+  ~ReachabilityProbe() { Close(); }
+
+ private:
+  void Close() {
+    if (worker_ == nullptr) return;
+    if (flush_ != nullptr) ucp_request_free(flush_);  // freed once it ends
+    flush_ = nullptr;
+    ep_->Fail(Status::Unavailable("the probe is done"));
+    ep_.reset();
+    worker_.reset();
+  }
+
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<Endpoint> ep_;
+  ucs_status_ptr_t flush_ = nullptr;
+};
 
 }  // namespace
 
@@ -124,20 +180,23 @@ Result<std::unique_ptr<Endpoint>> Endpoint::CreateJoined(
   // reach the peer from here at all.
   const auto probe_at = Clock::now() + kNoticeGrace;
   bool probed = false;
+  ReachabilityProbe probe;
   Status unreachable;
   Status waited = worker->ProgressUntil(
       [&] {
+        if (probed) (void)probe.Poll();
         made_here = worker->TakeNotice(notice);
         if (made_here != nullptr) return true;
         gone = peer_gone && peer_gone();
         if (gone) return true;
         if (!probed && Clock::now() >= probe_at) {
           probed = true;
-          unreachable = ProbeReachable(*worker, remote_address);
+          unreachable = probe.Start(*worker, remote_address);
         }
         return !unreachable.ok();
       },
       deadline);
+  probe.Finish(deadline, peer_gone);
   if (!unreachable.ok()) return unreachable;
   if (!waited.ok()) {
     if (waited.code() != StatusCode::kTimedOut) return waited;

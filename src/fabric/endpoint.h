@@ -81,7 +81,10 @@ class Endpoint {
   // notice not there after kNoticeGrace has this process probe, from a UCX
   // worker of its own, whether it can make an endpoint to the peer at all:
   // if not (the peer's shared memory is another user's, say) it returns
-  // that error at once instead of waiting out the deadline.
+  // that error at once instead of waiting out the deadline. An endpoint the
+  // probe made is closed only once its wireup has ended (the peer's UCX
+  // aborts if it goes at the wrong instant: endpoint.cc), before this
+  // returns; the probe runs while the notice is awaited.
   static constexpr auto kNoticeGrace = std::chrono::milliseconds(250);
   static Result<std::unique_ptr<Endpoint>> CreateJoined(
       Worker* worker, std::string_view remote_address, uint64_t number,
