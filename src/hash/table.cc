@@ -389,103 +389,24 @@ Status Table::Demote(uint64_t b) {
 }
 
 Status Table::Grow() {
-  if (growth_) {
-    const uint64_t generation = geo_.generation;
+  // The growth in steps, run to its end at once. A larger array that cannot
+  // take every entry is given back and the next size tried: the same seed
+  // with more bits of the hash spreads the entries that crowded two
+  // buckets. A growth in steps under way is finished first (and if that one
+  // succeeds, that is the growth).
+  const uint64_t generation = geo_.generation;
+  auto finish = [&] {
     while (growth_) GrowStep(~uint64_t{0});
-    if (geo_.generation != generation) return Status::OK();
-  }
-  // A larger array that cannot take every entry is given back and the next
-  // size tried: the same seed with more bits of the hash spreads the
-  // entries that crowded two buckets.
+    return geo_.generation != generation;
+  };
+  if (growth_ && finish()) return Status::OK();
   for (uint64_t factor = 2; factor <= kMaxGrowthFactor; factor *= 2) {
-    auto placed = RehashInto(geo_.num_buckets * factor);
-    if (!placed.ok()) return placed.status();
-    if (*placed) return Status::OK();
+    REMEM_RETURN_IF_ERROR(StartGrowth(geo_.num_buckets * factor));
+    if (finish()) return Status::OK();
   }
   return Status::OutOfMemory(
       "could not rehash into a larger table (tried up to " +
       std::to_string(kMaxGrowthFactor) + "x the buckets)");
-}
-
-Result<bool> Table::RehashInto(uint64_t n) {
-  const Geometry old = geo_;
-  const uint64_t carve_bytes = slab_->CarveSize(n * kBucketBytes);
-  auto offset = slab_->Carve(n * kBucketBytes);
-  if (!offset.ok()) return offset.status();
-  FormatBuckets(*offset, n);
-  // Fill the new array while readers still use the old one: nothing they
-  // can see changes until the root moves.
-  geo_.buckets_offset = *offset;
-  geo_.num_buckets = n;
-  mask_ = n - 1;
-  const uint64_t moves_before = moves_;
-  // No reader can use the new array before SwitchTo publishes the root, so
-  // entries are appended in place, without a version bump and a seal per
-  // entry; each bucket is sealed once at the end.
-  std::vector<uint16_t> old_used(n, 0);
-  old_used.swap(used_);
-  rehashing_ = true;
-  // Entries larger than an extent reference first, then the rest: a cuckoo
-  // hop moves one entry, so a bucket filled with small entries could not
-  // make room for a large one that comes late (at half the load, in about
-  // one table in 10^4 before this order).
-  auto place = [&](const uint8_t* entry, size_t bytes) {
-    const KeyHash kh = HashKey(KeyOf(entry), geo_.seed);
-    const uint64_t b1 = PrimaryBucket(kh, mask_);
-    if (rehash_hook_ && !rehash_hook_(n)) return false;
-    auto to = MakeRoom(b1, AltBucket(b1, kh.tag, mask_), bytes);
-    if (!to) return false;
-    StoreWords(At(*to)->entries + used_[*to], entry, bytes);
-    used_[*to] = uint16_t(used_[*to] + bytes);
-    return true;
-  };
-  auto old_bucket = [&](uint64_t i) {
-    return reinterpret_cast<const Bucket*>(base_ + old.buckets_offset +
-                                           i * kBucketBytes);
-  };
-  bool placed = true;
-  std::vector<uint64_t> with_small;  // old buckets holding small entries
-  for (uint64_t i = 0; i < old.num_buckets && placed; ++i) {
-    const Bucket* b = old_bucket(i);
-    bool small = false;
-    for (EntryCursor c(b->entries); placed && c.Next();) {
-      if (c.bytes() <= kExtentEntryBytes) {
-        small = true;
-      } else {
-        placed = place(b->entries + c.offset(), c.bytes());
-      }
-    }
-    if (small) with_small.push_back(i);
-  }
-  for (size_t j = 0; j < with_small.size() && placed; ++j) {
-    const Bucket* b = old_bucket(with_small[j]);
-    for (EntryCursor c(b->entries); placed && c.Next();) {
-      if (c.bytes() <= kExtentEntryBytes) {
-        placed = place(b->entries + c.offset(), c.bytes());
-      }
-    }
-  }
-  rehashing_ = false;
-  moves_ = moves_before;  // rehash placement is not a cuckoo move
-  if (!placed) {
-    // Stay on the old array; the new one was never published, so its
-    // memory goes back to the arena.
-    geo_ = old;
-    mask_ = old.num_buckets - 1;
-    used_.swap(old_used);
-    slab_->Uncarve(*offset, carve_bytes);
-    return false;
-  }
-  array_bytes_ += carve_bytes;
-  for (uint64_t i = 0; i < n; ++i) {
-    Bucket* live = At(i);
-    Bucket sealed = *live;  // our own writes: plain
-    SealBucket(&sealed);
-    StoreWords(reinterpret_cast<uint8_t*>(live) + 8,
-               reinterpret_cast<const uint8_t*>(&sealed) + 8, kBucketBytes - 8);
-  }
-  SwitchTo(old);
-  return true;
 }
 
 void Table::AfterWrite(std::string_view key, bool may_start) {
@@ -512,14 +433,16 @@ void Table::MaybeStartGrowth() {
           geo_.num_buckets * kEntryAreaBytes * kGrowStartPercent) {
     return;
   }
-  const uint64_t n = geo_.num_buckets * 2;
-  auto offset = slab_->Carve(n * kBucketBytes);
-  if (!offset.ok()) {
+  if (!StartGrowth(geo_.num_buckets * 2).ok()) {
     // Filled on to kMaxFillPercent; the growth then (if the arena has room
     // by then) is done at once.
     no_growth_in_steps_at_ = geo_.num_buckets;
-    return;
   }
+}
+
+Status Table::StartGrowth(uint64_t n) {
+  auto offset = slab_->Carve(n * kBucketBytes);
+  if (!offset.ok()) return offset.status();
   Growth g;
   g.geo = geo_;
   g.geo.buckets_offset = *offset;
@@ -533,6 +456,7 @@ void Table::MaybeStartGrowth() {
       geo_.num_buckets * kEntryAreaBytes * kMaxFillPercent / 100;
   g.room_at_start = limit > area_used_ ? limit - area_used_ : 0;
   growth_ = std::move(g);
+  return Status::OK();
 }
 
 template <typename Fn>

@@ -37,10 +37,11 @@
 // bucket is marked moved (kMovedVersion), before the next write. A reader
 // reaching a moved bucket re-reads the root.
 //
-// A growth is done at once, all before the write that needs it, when the
-// old array has no room for a write before the growth in steps is done,
-// or when no cuckoo path frees room (or a new pair would fill the entry
-// area beyond kMaxFillPercent, see Recovery below) while none runs: the
+// A growth is done at once (its steps run to their end), all before the
+// write that needs it, when the old array has no room for a write before
+// the growth in steps is done, or when no cuckoo path frees room (or a
+// new pair would fill the entry area beyond kMaxFillPercent, see Recovery
+// below) while none runs: the
 // table doubles (or, in the rare layout where some entry finds no room in
 // twice the buckets, quadruples or grows 8x; the array tried is given
 // back; a growth in steps in that layout is given up). Old arrays are not
@@ -275,11 +276,11 @@ class Table {
   // Recovery: turns the largest inline entry of bucket `b` into an extent.
   // NotFound if it has none.
   Status Demote(uint64_t b);
-  // Rehashes into an array twice as large, or if some entry finds no room
-  // there, 4x, then kMaxGrowthFactor x. OutOfMemory if the arena has no
-  // room for the array, or none of them takes every entry. A growth in
-  // steps under way is finished first (and if that one succeeds, that is
-  // the growth).
+  // Grows at once (a growth in steps, run to its end): into an array twice
+  // as large, or if some entry finds no room there, 4x, then
+  // kMaxGrowthFactor x. OutOfMemory if the arena has no room for the array,
+  // or none of them takes every entry. A growth in steps under way is
+  // finished first (and if that one succeeds, that is the growth).
   static constexpr uint64_t kMaxGrowthFactor = 8;
   Status Grow();
   // --- growth in steps (see "Growth" above)
@@ -294,8 +295,11 @@ class Table {
     uint64_t carve_bytes = 0;
     // kFormat: the new buckets [0, cursor) are formatted. kScanLarge,
     // kScanSmall: the old buckets [0, cursor) are scanned, for entries
-    // larger than an extent reference first (as RehashInto places them),
-    // then for the others. kSeal: the new buckets [0, cursor) are sealed.
+    // larger than an extent reference first, then for the others (a cuckoo
+    // hop moves one entry, so a bucket filled with small entries could not
+    // make room for a large one that comes late: at half the load, in
+    // about one table in 10^4 before this order). kSeal: the new buckets
+    // [0, cursor) are sealed.
     enum Phase { kFormat, kScanLarge, kScanSmall, kSeal } phase = kFormat;
     uint64_t cursor = 0;
     // Pacing: steps in all (each new bucket formatted and sealed, each old
@@ -314,6 +318,9 @@ class Table {
   // Starts a growth in steps if the entry area is kGrowStartPercent full
   // and the arena has room for the doubled array.
   void MaybeStartGrowth();
+  // Carves an array of `n` buckets (OutOfMemory if the arena has no room)
+  // and makes it the growth under way, to be filled by GrowStep.
+  Status StartGrowth(uint64_t n);
   // Runs `fn` with geo_, mask_ and used_ naming the new array (and cuckoo
   // moves there reported to no hook), then restores them.
   template <typename Fn>
@@ -330,9 +337,6 @@ class Table {
   void AbandonGrowth();
   // Publishes the new array (SwitchTo).
   void CompleteGrowth();
-  // One attempt of Grow: false (and the array's memory back in the arena)
-  // if an entry found no room in `n` buckets.
-  Result<bool> RehashInto(uint64_t n);
   // Publishes geo_ (already naming the new array) in the root with the next
   // generation, then marks every bucket of `old` moved.
   void SwitchTo(const Geometry& old);
