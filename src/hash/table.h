@@ -41,12 +41,11 @@
 // write that needs it, when the old array has no room for a write before
 // the growth in steps is done, or when no cuckoo path frees room (or a
 // new pair would fill the entry area beyond kMaxFillPercent, see Recovery
-// below) while none runs: the
-// table doubles (or, in the rare layout where some entry finds no room in
-// twice the buckets, quadruples or grows 8x; the array tried is given
-// back; a growth in steps in that layout is given up). Old arrays are not
-// reused (a slow reader may still be reading them); they cost at most as
-// much memory as the live array.
+// below) while none runs: the table doubles (or, in the rare layout where
+// some entry finds no room in twice the buckets, quadruples or grows 8x;
+// the array tried is given back; a growth in steps in that layout is given
+// up). Old arrays are not reused (a slow reader may still be reading
+// them); they cost at most as much memory as the live array.
 //
 // Recovery (Restore, after Reserve) must place every pair the live table
 // held, in the same memory, but in another order than the live writes came
