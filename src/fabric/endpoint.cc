@@ -129,10 +129,7 @@ class ReachabilityProbe {
   bool Poll() {
     if (worker_ == nullptr) return true;
     (void)worker_->Progress();
-    if (flush_ != nullptr &&
-        ucp_request_check_status(flush_) == UCS_INPROGRESS) {
-      return false;
-    }
+    if (!WireupEnded()) return false;
     Close();
     return true;
   }
@@ -141,17 +138,17 @@ class ReachabilityProbe {
               const std::function<bool()>& peer_gone) {
     if (worker_ == nullptr) return;
     (void)worker_->ProgressUntil(
-        [&] {
-          return flush_ == nullptr ||
-                 ucp_request_check_status(flush_) != UCS_INPROGRESS ||
-                 (peer_gone && peer_gone());
-        },
-        deadline);
+        [&] { return WireupEnded() || (peer_gone && peer_gone()); }, deadline);
     Close();
   }
   ~ReachabilityProbe() { Close(); }
 
  private:
+  // The flush issued at Start completes once the wireup has ended.
+  bool WireupEnded() const {
+    return flush_ == nullptr ||
+           ucp_request_check_status(flush_) != UCS_INPROGRESS;
+  }
   void Close() {
     if (worker_ == nullptr) return;
     if (flush_ != nullptr) ucp_request_free(flush_);  // freed once it ends
