@@ -2232,6 +2232,167 @@ TEST_F(ClusterTest, AsyncReadsOfAReplicatedClusterRideThroughAPrimaryKill) {
   EXPECT_EQ(wrong, 0u);
 }
 
+// ReadFrom::kAnyReplica: a replicated shard's gets are taken by its
+// primary and its backup in turn, each answering from its own copy by
+// RPC; a get that begins after a write was acknowledged returns that
+// write whichever copy answers (the primary answers a write only once its
+// backups hold it); asynchronous gets too; and a get that a backup cannot
+// answer (it was killed) is asked of the primary. A session of its own to
+// a backup answers a key it only backs up with
+// HashOptions::read_any_replica, and says Moved without it. The CLI's
+// --read-from any does the same, and is refused without --cluster.
+TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  ClusterOptions o;
+  o.seeds = {servers_[size_t(m)].address};
+  o.session.transport = testing::TestTransport();
+  o.wait_for_config = kBound;
+  o.read_from = ReadFrom::kAnyReplica;
+  auto made = Cluster::Connect(o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Cluster* cluster = made->get();
+  const Loaded loaded = Load(cluster, 600);
+  std::vector<std::string> want = loaded.vals;
+
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, want[i]);
+  }
+  EXPECT_EQ(cluster->Get("never-written").status().code(),
+            StatusCode::kNotFound);
+  // Every other get of a shard goes to its backup, which answered each.
+  const Cluster::RouteStats after_sync = cluster->route_stats();
+  EXPECT_GE(after_sync.replica_gets, 280u);
+  EXPECT_LE(after_sync.replica_gets, 320u);
+  EXPECT_EQ(after_sync.replica_refused, 0u);
+  EXPECT_EQ(SumOfStat(cluster, "hash_backup_gets"), after_sync.replica_gets);
+
+  // Directly: the backup of key 0's shard.
+  const Cluster::Info& info = cluster->info();
+  ASSERT_EQ(info.replicas, 1u);
+  const uint32_t shard0 = cluster->ShardOf(loaded.keys[0]);
+  const int32_t b = info.shard_backups[shard0];
+  ASSERT_GE(b, 0);
+  const std::string backup = info.nodes[size_t(b)].address;
+  ASSERT_NE(backup, cluster->OwnerOf(loaded.keys[0]));
+  {
+    auto session = ConnectOrDie(backup);
+    HashOptions ho;
+    ho.read_any_replica = true;
+    auto any = HashStore::Open(session.get(), ho);
+    ASSERT_TRUE(any.ok()) << any.status().ToString();
+    auto r = (*any)->Get(loaded.keys[0]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->value, want[0]);
+    auto plain = HashStore::Open(session.get());
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_EQ((*plain)->Get(loaded.keys[0]).status().code(),
+              StatusCode::kMoved);
+  }
+
+  // Acknowledged writes, read back at once: 400 rounds over 40 keys, so
+  // each key is read from both copies.
+  for (int round = 0; round < 400; ++round) {
+    const size_t i = size_t(round % 40);
+    want[i] = Val(int(i), round + 1);
+    auto put = cluster->Put(loaded.keys[i], want[i]);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->value, want[i]) << "round " << round;
+  }
+  // Asynchronous gets, 16 in flight.
+  auto read_all_async = [&] {
+    size_t next = 0, wrong = 0, failed = 0;
+    std::string first_failure;
+    while (next < loaded.keys.size() || cluster->in_flight() > 0) {
+      while (next < loaded.keys.size() && cluster->in_flight() < 16) {
+        const size_t i = next++;
+        cluster->GetAsync(loaded.keys[i], [&, i](Result<HashStore::Value> r) {
+          if (!r.ok()) {
+            if (failed++ == 0) first_failure = r.status().ToString();
+          } else if (r->value != want[i]) {
+            ++wrong;
+          }
+        });
+      }
+      cluster->Poll();
+    }
+    EXPECT_EQ(failed, 0u) << first_failure;
+    EXPECT_EQ(wrong, 0u);
+  };
+  read_all_async();
+  // Multi-gets: each key's copies in turn too.
+  auto multi_get_all = [&] {
+    std::vector<std::string_view> views(loaded.keys.begin(), loaded.keys.end());
+    auto got = cluster->MultiGet(views);
+    ASSERT_EQ(got.size(), views.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].ok())
+          << views[i] << ": " << got[i].status().ToString();
+      EXPECT_EQ(got[i]->value, want[i]) << views[i];
+    }
+  };
+  multi_get_all();
+  const Cluster::RouteStats before_kill = cluster->route_stats();
+  EXPECT_GE(before_kill.replica_gets, after_sync.replica_gets + 2 * 280);
+  EXPECT_EQ(before_kill.replica_refused, 0u);
+  // And the one get of the session of its own, above.
+  EXPECT_EQ(SumOfStat(cluster, "hash_backup_gets"),
+            before_kill.replica_gets + 1);
+
+  // The CLI.
+  const std::string seeds = servers_[size_t(m)].address;
+  auto cli = testing::RunCommand({testing::CliBinary(), "--cluster", seeds,
+                                  "--transport", TransportFlag(), "--read-from",
+                                  "any", "get", loaded.keys[7]});
+  EXPECT_EQ(cli.exit_code, 0) << cli.out;
+  EXPECT_EQ(cli.out, want[7]);
+  cli = testing::RunCommand({testing::CliBinary(), "--server", seeds,
+                             "--transport", TransportFlag(), "--read-from",
+                             "any", "get", loaded.keys[7]});
+  EXPECT_EQ(cli.exit_code, 2) << cli.out;
+  EXPECT_NE(cli.out.find("needs --cluster"), std::string::npos) << cli.out;
+
+  // A backup killed (not the manager): its gets go to the primaries, and
+  // its primaries' shards fail over; every get is still answered right.
+  const int v = (m + 1) % 3;
+  const std::string victim = servers_[size_t(v)].address;
+  // A key the victim backs up, of a primary that stays: of its next two
+  // gets, one goes to the victim, is refused, and is asked of the primary.
+  size_t backed = loaded.keys.size();
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    const int32_t bi =
+        info.shard_backups[cluster->ShardOf(loaded.keys[i]) * info.replicas];
+    if (bi >= 0 && info.nodes[size_t(bi)].address == victim &&
+        cluster->OwnerOf(loaded.keys[i]) != victim) {
+      backed = i;
+      break;
+    }
+  }
+  ASSERT_LT(backed, loaded.keys.size());
+  ASSERT_TRUE(servers_[size_t(v)].Kill().ok());
+  for (int twice = 0; twice < 2; ++twice) {
+    auto r = cluster->Get(loaded.keys[backed]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->value, want[backed]);
+  }
+  EXPECT_GT(cluster->route_stats().replica_refused, 0u);
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, want[i]);
+  }
+  read_all_async();
+  multi_get_all();
+}
+
 // One-sided readers of a replicated shard are returned a pair only once
 // the primary's serving mark says its backup holds it: the
 // primary applies a write to its memory before it ships it, and a kill -9

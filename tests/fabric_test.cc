@@ -633,6 +633,11 @@ TEST_F(FabricTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
          hash::EncodeHashMultiGet({"a", "b"}).substr(0, 13)},
         {hash::HashMethod::kMultiPut, std::string(5, '\xff')},
         {hash::HashMethod::kGet, hash::EncodeHashKey("")},  // empty key
+        // A read from any replica holds gets only.
+        {hash::HashMethod::kMultiOp,
+         hash::EncodeHashMultiOp({{hash::MultiOpKind::kGet, "a", {}},
+                                  {hash::MultiOpKind::kPut, "b", "v"}},
+                                 hash::kHashReadAnyReplica)},
     };
     uint64_t id = 100;
     for (const auto& [m, payload] : bad_hash) {

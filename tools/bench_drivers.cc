@@ -845,6 +845,7 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect(bool ordered) const {
         co.session.read_path = spec_.read_path;
         co.session.secret = options_.secret;
         co.wait_for_config = co.session.timeout;
+        if (options_.read_any_replica) co.read_from = ReadFrom::kAnyReplica;
         auto c = Cluster::Connect(co);
         if (!c.ok()) return c.status();
         if (ordered) {

@@ -120,8 +120,9 @@ class SystemServer {
  public:
   struct Options {
     std::string remem_binary;
-    std::string remem_address;  // external remem-server: start none
-    std::string remem_cluster;  // external cluster (seeds): start none
+    std::string remem_address;      // external remem-server: start none
+    std::string remem_cluster;      // external cluster (seeds): start none
+    bool read_any_replica = false;  // its gets: ReadFrom::kAnyReplica
     // Processes of external servers on this host, whose CPU time is the
     // server CPU of the run (empty: not measured).
     std::vector<int> server_pids;

@@ -404,6 +404,7 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   so.remem_binary = o.remem_binary;
   so.remem_address = o.remem_address;
   so.remem_cluster = o.remem_cluster;
+  so.read_any_replica = o.read_any_replica;
   so.server_pids = o.server_pids;
   so.secret = o.secret;
   so.cpu = o.server_cpu;

@@ -59,9 +59,10 @@ struct YcsbOptions {
   // "remem-TRANSPORT"); a system that names one keeps it.
   std::optional<Transport> transport;
   std::string remem_binary;
-  std::string remem_address;     // external remem-server
-  std::string remem_cluster;     // external cluster: seeds host:port,...
-  std::vector<int> server_pids;  // external servers' processes (CPU time)
+  std::string remem_address;      // external remem-server
+  std::string remem_cluster;      // external cluster: seeds host:port,...
+  bool read_any_replica = false;  // its gets from any copy (--read-from any)
+  std::vector<int> server_pids;   // external servers' processes (CPU time)
   std::string secret;
 };
 

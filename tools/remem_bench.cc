@@ -224,6 +224,12 @@ int main(int argc, char** argv) {
                   "an existing cluster's seed servers (host:port,...): remem "
                   "runs through the cluster client, each key routed to its "
                   "server");
+    a->add_option_function<std::string>(
+         "--read-from",
+         [&yo](const std::string& v) { yo.read_any_replica = v == "any"; },
+         "with --cluster: primary | any (gets from any whole copy of a "
+         "replicated shard, backups too: a weaker mode)")
+        ->check(CLI::IsMember({"primary", "any"}));
     a->add_option("--server-pids", yo.server_pids,
                   "with --server or --cluster: the servers' process ids on "
                   "this host, whose CPU time makes srv_us/op")
@@ -509,6 +515,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "remem-bench: --cluster needs seed servers "
                    "(host:port,...)\n");
+      return 2;
+    }
+    if (yo.read_any_replica && yo.remem_cluster.empty()) {
+      std::fprintf(stderr, "remem-bench: --read-from any needs --cluster\n");
       return 2;
     }
     if (!yo.remem_address.empty() && !yo.remem_cluster.empty()) {

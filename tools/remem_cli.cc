@@ -639,6 +639,14 @@ int RunCli(int argc, char** argv) {
                      "talk to a cluster through these servers (host:port,...) "
                      "instead of --server: keys are routed to their owners")
           ->envname("REMEM_CLUSTER");
+  std::string read_from = "primary";
+  app.add_option("--read-from", read_from,
+                 "primary | any: with --cluster, which copy of a replicated "
+                 "shard a get reads: its primary (linearizable), or any "
+                 "whole copy in turn, backups too (a weaker mode: README, "
+                 "\"Clusters\")")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"primary", "any"}));
 
   auto* ping = app.add_subcommand(
       "ping", "round-trip time to the server and the transport in use");
@@ -1042,12 +1050,18 @@ int RunCli(int argc, char** argv) {
     return Fail(Status::InvalidArgument(
         "--cluster needs seed servers (host:port,...)"));
   }
+  if (cluster_seeds.empty() && read_from != "primary") {
+    return Fail(Status::InvalidArgument(
+        "--read-from any reads a cluster's backups: it needs --cluster"));
+  }
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
     if (!seeds.ok()) return Fail(seeds.status());
     ClusterOptions co;
     co.seeds = std::move(*seeds);
     co.session = opts;
+    co.read_from =
+        read_from == "any" ? ReadFrom::kAnyReplica : ReadFrom::kPrimary;
     // A cluster still forming answers within --timeout.
     co.wait_for_config = opts.timeout;
     auto cl = Cluster::Connect(co);

@@ -36,8 +36,10 @@
 //
 // In a replicated cluster (remem-server --replicas f; docs/ARCHITECTURE.md,
 // "Replication") every operation goes to the shard's primary, which
-// answers a write once the shard's backups hold it. A get that reads the
-// primary one-sided (as the read path chooses) returns the pair only if
+// answers a write once the shard's backups hold it (with
+// ClusterOptions::read_from = ReadFrom::kAnyReplica, gets go to the
+// shard's whole copies in turn: a weaker mode, below). A get that reads
+// the primary one-sided (as the read path chooses) returns the pair only if
 // the primary's serving mark vouches for it (its backups hold it, and the
 // primary still leads the shard as this client's configuration says);
 // otherwise it asks the primary, or fetches the configuration again. When a
@@ -85,6 +87,28 @@ namespace remem {
 
 class ClusterTree;
 
+// Which copy of a shard a replicated cluster's gets read.
+enum class ReadFrom : uint8_t {
+  // The shard's primary: linearizable (the default).
+  kPrimary,
+  // Any whole copy, taken in turn: the primary or one of its backups
+  // (ready or retiring, never one being filled), asked by RPC. A weaker
+  // mode that spreads the reads of each shard over its f + 1 servers:
+  // a get may return a write that is not acknowledged yet (a backup
+  // applies it before the primary answers its writer) and, around a
+  // reconfiguration, one older than a write already acknowledged (a
+  // backup the manager has just dropped, or a server that has not
+  // installed the newest configuration yet). A get that begins after a
+  // write was acknowledged returns it or a later one, whichever copy
+  // answers, while the configuration stands. A get a backup cannot
+  // answer (it is not a backup any more, is down or holds no lease) is
+  // asked of the primary as usual. Gets, single and batched (a
+  // multi-get's keys are spread over the copies the same way),
+  // synchronous and asynchronous; never one-sided. docs/ARCHITECTURE.md,
+  // "Reads from backups".
+  kAnyReplica,
+};
+
 struct ClusterOptions {
   // "host:port" of some of the cluster's servers; the first that answers
   // gives the configuration.
@@ -96,6 +120,8 @@ struct ClusterOptions {
   // How long Connect waits for a cluster that is still forming (its
   // servers up, the first configuration not yet installed); 0: not at all.
   std::chrono::milliseconds wait_for_config{0};
+  // Which copy of a shard gets read (above); without replicas, the owner.
+  ReadFrom read_from = ReadFrom::kPrimary;
 };
 
 // Splits "h1:p1,h2:p2" into seeds (InvalidArgument if empty).
@@ -286,6 +312,10 @@ class Cluster {
     // Sessions failed because a call waited on a server that the cluster
     // had failed over meanwhile (paused, cut off): replicated clusters.
     uint64_t suspected = 0;
+    // With ReadFrom::kAnyReplica: gets sent to a backup, and of those the
+    // ones it could not answer (asked of the primary instead).
+    uint64_t replica_gets = 0;
+    uint64_t replica_refused = 0;
   };
   const RouteStats& route_stats() const;
 

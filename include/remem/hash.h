@@ -43,6 +43,17 @@ namespace remem {
 struct HashOptions {
   // The read path of gets; unset: the session's (SessionOptions::read_path).
   std::optional<ReadPath> read_path;
+  // Reads from any replica (a session to a member of a replicated cluster,
+  // remem-server --replicas): gets, single and batched, ask the server
+  // (the read path is RPC), and a server that holds a whole copy of the
+  // key's shard as a backup answers from that copy, as the primary does
+  // from its own. A weaker mode than the default's linearizable reads
+  // (docs/ARCHITECTURE.md, "Reads from backups"): a backup may answer with
+  // a write its primary has not acknowledged yet, or, during a
+  // reconfiguration, with a value older than one already acknowledged.
+  // Writes are unaffected. remem::Cluster sets it for its gets with
+  // ClusterOptions::read_from.
+  bool read_any_replica = false;
 };
 
 class HashStore {

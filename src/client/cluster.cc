@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -74,6 +75,8 @@ struct Cluster::Impl {
   struct Server {
     std::unique_ptr<Session> session;
     std::unique_ptr<HashStore> store;
+    // Its gets as a replica (ReadFrom::kAnyReplica), opened at first use.
+    std::unique_ptr<HashStore> replica;
     std::unique_ptr<OpsStore> ops;
     std::unique_ptr<TreeStore> tree;
     bool opening_tree = false;  // TreeOf is opening it (a call that waits)
@@ -118,6 +121,7 @@ struct Cluster::Impl {
     for (auto& [addr, s] : servers) {
       s.tree.reset();
       s.ops.reset();
+      s.replica.reset();
       s.store.reset();
     }
     servers.clear();
@@ -150,6 +154,7 @@ struct Cluster::Impl {
         for (Server& s : now) {
           s.tree.reset();
           s.ops.reset();
+          s.replica.reset();
           s.store.reset();
           s.session.reset();
         }
@@ -194,6 +199,7 @@ struct Cluster::Impl {
     for (auto& [addr, s] : servers) {
       if (!s.session) continue;
       if (s.store) AddReads(*s.store, &dropped);
+      if (s.replica) AddReads(*s.replica, &dropped);
       dead.push_back(std::move(s));
       s = Server{};
     }
@@ -209,9 +215,67 @@ struct Cluster::Impl {
   }
   // Closes a server's store; its read counters stay in route_stats.
   void DropStore(Server& s) {
+    if (s.replica) AddReads(*s.replica, &dropped);
+    s.replica.reset();
     if (!s.store) return;
     AddReads(*s.store, &dropped);
     s.store.reset();
+  }
+  // The server's store for gets as a replica (opened at first use).
+  Result<HashStore*> ReplicaOf(Server* server) {
+    if (!server->replica) {
+      HashOptions ho = options.hash;
+      ho.read_any_replica = true;
+      auto store = HashStore::Open(server->session.get(), ho);
+      if (!store.ok()) return store.status();
+      server->replica = std::move(*store);
+    }
+    return server->replica.get();
+  }
+  // ReadFrom::kAnyReplica: the member a get of `key` goes to, taking the
+  // shard's whole copies (its primary, then its ready and retiring backups)
+  // in turn; the owner otherwise.
+  uint32_t replica_turn = 0;
+  uint16_t ReadTarget(std::string_view key) {
+    const uint32_t s = cluster::ShardOf(key, config.num_shards());
+    const uint16_t owner = config.owner[s];
+    if (options.read_from != ReadFrom::kAnyReplica || config.replicas == 0) {
+      return owner;
+    }
+    uint16_t copies[cluster::kMaxReplicas + 2] = {owner};
+    size_t n = 1;
+    for (uint32_t i = 0; i < config.replicas; ++i) {
+      const size_t at = size_t(s) * config.replicas + i;
+      const uint16_t b = config.backups[at];
+      if (b != cluster::kNoMember && !config.FillingAt(at)) copies[n++] = b;
+    }
+    if (config.RetiringOf(s) != cluster::kNoMember) {
+      copies[n++] = config.RetiringOf(s);
+    }
+    return copies[replica_turn++ % n];
+  }
+  // A synchronous get (fn, on a store) from the copy ReadTarget picks, if
+  // that is not the owner: its answer if the copy gave one (a value, or
+  // NotFound), else nullopt (the caller asks the owner).
+  template <typename R, typename Fn>
+  std::optional<R> FromReplica(std::string_view key, Fn fn) {
+    if (options.read_from != ReadFrom::kAnyReplica || config.replicas == 0) {
+      return std::nullopt;
+    }
+    const uint16_t target = ReadTarget(key);
+    if (target == OwnerIndex(key)) return std::nullopt;
+    ++stats.replica_gets;
+    auto server = ServerOfMember(target);
+    if (server.ok()) {
+      auto store = ReplicaOf(*server);
+      if (store.ok()) {
+        R r = fn(*store);
+        const Status& st = StatusOf(r);
+        if (st.ok() || st.code() == StatusCode::kNotFound) return r;
+      }
+    }
+    ++stats.replica_refused;
+    return std::nullopt;
   }
 
   void Install(cluster::Config c) {
@@ -305,6 +369,7 @@ struct Cluster::Impl {
         // failure handling, a store's destructor) still uses them. The
         // outermost Poll destroys them (BuryDead), outside any callback.
         if (s.store) AddReads(*s.store, &dropped);
+        if (s.replica) AddReads(*s.replica, &dropped);
         dead.push_back(std::move(s));
         s = Server{};
       }
@@ -753,6 +818,11 @@ struct Cluster::Impl {
     Clock::time_point deadline{};  // from the first refusal
     int attempt = 0;
     bool counted = true;  // a caller's: in in_flight and WaitAll's error
+    // A get sent to a backup (ReadFrom::kAnyReplica), and one whose
+    // first issue chose its copy (a get a backup could not answer is asked
+    // of the owner).
+    bool to_replica = false;
+    bool replica_tried = false;
 
     AsyncOp* CopyKey(std::string_view k) {
       key.assign(k.data(), k.size());
@@ -795,6 +865,8 @@ struct Cluster::Impl {
     if constexpr (std::is_same_v<R, Result<OpReply>>) op->op = Op();
     op->deadline = {};
     op->attempt = 0;
+    op->to_replica = false;
+    op->replica_tried = false;
     std::get<AsyncPool<R>>(pools).free.push_back(op);
   }
 
@@ -809,7 +881,27 @@ struct Cluster::Impl {
   // where a refusal is retried as any other.
   template <typename R>
   void Issue(AsyncOp<R>* op) {
-    auto server = ServerOfMember(OwnerIndex(op->key_view));
+    uint16_t target = OwnerIndex(op->key_view);
+    op->to_replica = false;
+    bool get = false;
+    if constexpr (std::is_same_v<R, Result<Value>>) {
+      get = op->send == &SendGet;
+    } else if constexpr (std::is_same_v<R, Status>) {
+      get = op->send == &SendGetInto;
+    }
+    if (get && !op->replica_tried &&
+        options.read_from == ReadFrom::kAnyReplica) {
+      // Its first issue only: a get a backup could not answer goes to the
+      // owner, through the retries every operation has.
+      op->replica_tried = true;
+      const uint16_t copy = ReadTarget(op->key_view);
+      if (copy != target) {
+        target = copy;
+        op->to_replica = true;
+        ++stats.replica_gets;
+      }
+    }
+    auto server = ServerOfMember(target);
     Status st = server.ok() ? op->send(this, *server, op) : server.status();
     if (!st.ok()) {
       // Not sent: safe to send again, a write too.
@@ -871,6 +963,14 @@ struct Cluster::Impl {
   void Completed(AsyncOp<R>* op, R r, bool sent = true) {
     const Status& st = StatusOf(r);
     constexpr bool kGet = std::is_same_v<R, Result<Value>>;
+    if (op->to_replica && !st.ok() && st.code() != StatusCode::kNotFound) {
+      // The backup could not answer (no longer one, down, no lease): the
+      // owner is asked, at the next Poll.
+      op->to_replica = false;
+      ++stats.replica_refused;
+      later.push_back([this, op] { Issue(op); });
+      return;
+    }
     if (RetryLater(
             st, &op->deadline, &op->attempt, [this, op] { Issue(op); },
             kGet || op->into != nullptr || !sent)) {
@@ -884,13 +984,13 @@ struct Cluster::Impl {
 
   // The send functions, one per kind of operation.
   static Status SendGet(Impl* im, Server* s, AsyncOp<Result<Value>>* op) {
-    auto store = im->StoreOf(s);
+    auto store = op->to_replica ? im->ReplicaOf(s) : im->StoreOf(s);
     if (!store.ok()) return store.status();
     (*store)->GetAsync(op->key_view, im->Reply(op));
     return Status::OK();
   }
   static Status SendGetInto(Impl* im, Server* s, AsyncOp<Status>* op) {
-    auto store = im->StoreOf(s);
+    auto store = op->to_replica ? im->ReplicaOf(s) : im->StoreOf(s);
     if (!store.ok()) return store.status();
     (*store)->GetAsync(op->key_view, op->into, im->Reply(op));
     return Status::OK();
@@ -925,6 +1025,9 @@ struct Cluster::Impl {
   struct MultiGetPart {  // one owner's share of a round
     Impl* impl = nullptr;
     MultiGetOp* op = nullptr;
+    // Keys sent to this member as a backup (ReadFrom::kAnyReplica: asked
+    // through its replica store), of `idx`.
+    size_t as_backup = 0;
     std::vector<size_t> idx;
     std::vector<std::string_view> keys;
     std::vector<Value> values;
@@ -1007,11 +1110,20 @@ struct Cluster::Impl {
     for (MultiGetPart& p : m->parts) {
       p.idx.clear();
       p.keys.clear();
+      p.as_backup = 0;
     }
+    // Reads from any replica: the first round takes each key's copies in
+    // turn; the keys a backup could not answer go to their owners in the
+    // next rounds.
+    const bool any_copy =
+        m->attempt == 0 && options.read_from == ReadFrom::kAnyReplica;
     for (size_t i : m->todo) {
-      MultiGetPart& p = m->parts[OwnerIndex(m->keys[i])];
+      const uint16_t owner = OwnerIndex(m->keys[i]);
+      const uint16_t target = any_copy ? ReadTarget(m->keys[i]) : owner;
+      MultiGetPart& p = m->parts[target];
       p.idx.push_back(i);
       p.keys.push_back(m->keys[i]);
+      p.as_backup += target != owner ? 1 : 0;
     }
     // Counted before any is sent: a store may answer inside the call.
     size_t asked = 0;
@@ -1023,13 +1135,18 @@ struct Cluster::Impl {
       part.impl = this;
       part.op = m;
       auto s = ServerOfMember(owner);
-      auto store = s.ok() ? StoreOf(*s) : Result<HashStore*>(s.status());
+      auto store = !s.ok()          ? Result<HashStore*>(s.status())
+                   : part.as_backup ? ReplicaOf(*s)
+                                    : StoreOf(*s);
+      stats.replica_gets += part.as_backup;
       if (!store.ok()) {
         for (size_t i : part.idx) (*m->statuses)[i] = store.status();
+        stats.replica_refused += part.as_backup;
         --m->pending;
         continue;
       }
-      if (asked == 1 && part.idx.size() == m->keys.size()) {
+      if (asked == 1 && part.idx.size() == m->keys.size() &&
+          part.as_backup == 0) {
         // Every key on one server, in order: straight into the caller's
         // storage.
         (*store)->MultiGetAsync(m->keys, m->values, m->statuses,
@@ -1052,6 +1169,11 @@ struct Cluster::Impl {
     MultiGetOp* m = p->op;
     for (size_t j = 0; j < p->idx.size(); ++j) {
       const size_t i = p->idx[j];
+      const Status& st = p->statuses[j];
+      if (p->as_backup > 0 && !st.ok() && st.code() != StatusCode::kNotFound &&
+          &m->parts[OwnerIndex(m->keys[i])] != p) {
+        ++stats.replica_refused;
+      }
       (*m->statuses)[i] = std::move(p->statuses[j]);
       if ((*m->statuses)[i].ok()) std::swap((*m->values)[i], p->values[j]);
     }
@@ -1377,6 +1499,7 @@ const Cluster::RouteStats& Cluster::route_stats() const {
   st.unreplicated = impl_->dropped.unreplicated;
   for (const auto& [addr, s] : impl_->servers) {
     if (s.store) Impl::AddReads(*s.store, &st);
+    if (s.replica) Impl::AddReads(*s.replica, &st);
   }
   return st;
 }
@@ -1454,13 +1577,17 @@ uint32_t Cluster::Info::ShortOfCopies() const {
 }
 
 Result<Cluster::Value> Cluster::Get(std::string_view key) {
-  return impl_->Routed<HashStore, true>(
-      key, [&](HashStore* s) { return s->Get(key); });
+  auto get = [&](HashStore* s) { return s->Get(key); };
+  if (auto r = impl_->FromReplica<Result<Value>>(key, get)) {
+    return std::move(*r);
+  }
+  return impl_->Routed<HashStore, true>(key, get);
 }
 
 Status Cluster::Get(std::string_view key, Value* into) {
-  return impl_->Routed<HashStore, true>(
-      key, [&](HashStore* s) { return s->Get(key, into); });
+  auto get = [&](HashStore* s) { return s->Get(key, into); };
+  if (auto r = impl_->FromReplica<Status>(key, get)) return std::move(*r);
+  return impl_->Routed<HashStore, true>(key, get);
 }
 
 Result<uint64_t> Cluster::Put(std::string_view key, std::string_view value) {

@@ -244,6 +244,17 @@ Status Ownership::Check(std::string_view key, bool write) const {
                       " is being handed over to another server");
 }
 
+Status Ownership::ReplicaReadable(std::string_view key) const {
+  const Installed* c = current();
+  if (c != nullptr && c->replicated) {
+    const uint32_t shard = ShardOf(key, c->config.num_shards());
+    if (!c->owns[shard] && c->backs[shard] && !c->fills[shard]) {
+      return LeasedUnder(*c);
+    }
+  }
+  return Check(key, false);
+}
+
 namespace {
 
 // Range r's owner in `c`, or the error a request for it gets.

@@ -157,6 +157,11 @@ class Ownership {
   Status Owns(std::string_view key) const { return Check(key, false); }
   // Owns, and not frozen (Busy: the shard is being handed over).
   Status Writable(std::string_view key) const { return Check(key, true); }
+  // A read from any replica (hash/wire.h, kHashReadAnyReplica): Owns, or
+  // this server holds a whole copy of `key`'s shard as a backup (ready or
+  // retiring, not one being filled) in the configuration installed now,
+  // under its lease; else as Owns (Moved naming the owner, Busy).
+  Status ReplicaReadable(std::string_view key) const;
   // The ordered store's ranges (config.h, "ordered shards"): OK if this
   // server owns the range of `key`; Moved naming its owner; Busy before the
   // first configuration or while the range is released here on its way to

@@ -370,6 +370,44 @@ TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
   EXPECT_TRUE(plain.Owns(KeyOwnedBy(TwoServers(1), "a:1")).ok());
 }
 
+TEST(Ownership, AWholeBackupAnswersReadsFromAnyReplicaUnderItsLease) {
+  const Config c = InitialConfig(
+      "c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}, {"c:1", 1, 9}}, 64, 1);
+  Ownership a("a:1", 7);
+  ASSERT_TRUE(a.Install(c));
+  std::string backed, elsewhere;  // b:1's keys a:1 backs up, and c:1's
+  for (int i = 0; backed.empty() || elsewhere.empty(); ++i) {
+    const std::string k = "k" + std::to_string(i);
+    if (c.OwnerOf(k).address == "a:1") continue;
+    if (Ownership::BacksUp(*a.current(), k)) {
+      if (backed.empty()) backed = k;
+    } else if (elsewhere.empty()) {
+      elsewhere = k;
+    }
+  }
+  const std::string mine = KeyOwnedBy(c, "a:1");
+  // No lease: nothing (ask again).
+  EXPECT_EQ(a.ReplicaReadable(backed).code(), StatusCode::kBusy);
+  a.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  EXPECT_TRUE(a.ReplicaReadable(backed).ok());
+  EXPECT_TRUE(a.ReplicaReadable(mine).ok());
+  EXPECT_EQ(a.Owns(backed).code(), StatusCode::kMoved);
+  EXPECT_EQ(a.ReplicaReadable(elsewhere).code(), StatusCode::kMoved);
+
+  // A backup being filled does not hold a whole copy yet.
+  Config filling = c;
+  filling.epoch = 2;
+  filling.filling.assign(filling.backups.size(), 1);
+  ASSERT_TRUE(a.Install(filling));
+  EXPECT_EQ(a.ReplicaReadable(backed).code(), StatusCode::kMoved);
+  EXPECT_TRUE(a.ReplicaReadable(mine).ok());
+  // Without replicas there are no backups: the owner alone.
+  Ownership plain("a:1");
+  ASSERT_TRUE(plain.Install(TwoServers(1)));
+  EXPECT_EQ(plain.ReplicaReadable(KeyOwnedBy(TwoServers(1), "b:1")).code(),
+            StatusCode::kMoved);
+}
+
 TEST(Ownership, TheServingWordNamesTheEpochSinceWhichItLedTheSameShards) {
   Ownership o("a:1", /*incarnation=*/7);
   std::vector<uint64_t> heard;

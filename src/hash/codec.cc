@@ -1,5 +1,6 @@
 #include "hash/codec.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "hash/layout.h"
@@ -54,9 +55,10 @@ Result<HashInfo> DecodeHashInfo(std::string_view payload) {
   return info;
 }
 
-std::string EncodeHashKey(std::string_view key) {
+std::string EncodeHashKey(std::string_view key, uint32_t flags) {
   HashKeyRequest r{};
   r.key_len = static_cast<uint32_t>(key.size());
+  r.flags = flags;
   std::string out;
   Append(&out, r);
   out += key;
@@ -152,9 +154,18 @@ std::string_view Take(std::string_view payload, size_t at, size_t n) {
 
 }  // namespace
 
-std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys) {
+uint32_t HashReadFlags(std::string_view payload) {
+  if (payload.size() < sizeof(HashKeyRequest)) return 0;
+  uint32_t flags;
+  std::memcpy(&flags, payload.data() + offsetof(HashKeyRequest, flags),
+              sizeof(flags));
+  return flags;
+}
+
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys,
+                               uint32_t flags) {
   std::string out;
-  Append(&out, HashMultiRequest{static_cast<uint32_t>(keys.size()), 0});
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(keys.size()), flags});
   for (std::string_view k : keys) {
     Append(&out, HashMultiKey{static_cast<uint32_t>(k.size())});
     out += k;
@@ -212,14 +223,14 @@ Result<std::vector<KeyValue>> DecodeHashMultiPut(std::string_view payload) {
   return pairs;
 }
 
-std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops) {
+std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops, uint32_t flags) {
   size_t bytes = sizeof(HashMultiRequest);
   for (const MultiOp& o : ops) {
     bytes += sizeof(HashMultiOp) + o.key.size() + o.value.size();
   }
   std::string out;
   out.reserve(bytes);
-  Append(&out, HashMultiRequest{static_cast<uint32_t>(ops.size()), 0});
+  Append(&out, HashMultiRequest{static_cast<uint32_t>(ops.size()), flags});
   for (const MultiOp& o : ops) {
     HashMultiOp h{};
     h.op = static_cast<uint8_t>(o.op);

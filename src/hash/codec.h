@@ -51,8 +51,14 @@ struct HashInfo {
 std::string EncodeHashInfo(const HashInfo& info);
 Result<HashInfo> DecodeHashInfo(std::string_view payload);
 
-std::string EncodeHashKey(std::string_view key);
+// A get's or delete's request; `flags`: kHashRead* (gets only).
+std::string EncodeHashKey(std::string_view key, uint32_t flags = 0);
 Result<std::string_view> DecodeHashKey(std::string_view payload);
+
+// The kHashRead* flags of a get's request or of a multi request (the
+// same field of both; 0 if the payload is too short to hold it: its
+// decoder refuses it).
+uint32_t HashReadFlags(std::string_view payload);
 
 struct HashPut {
   std::string_view key;
@@ -76,7 +82,9 @@ Result<uint64_t> DecodeHashPutReply(std::string_view payload);
 
 // Multi-get / multi-put (wire.h: HashMultiRequest). Decoders check every
 // length against the payload and the item count against kMaxMultiItems.
-std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys);
+// `flags` (kHashRead*): multi-gets, and batches that hold only gets.
+std::string EncodeHashMultiGet(const std::vector<std::string_view>& keys,
+                               uint32_t flags = 0);
 Result<std::vector<std::string_view>> DecodeHashMultiGet(
     std::string_view payload);
 using KeyValue = std::pair<std::string_view, std::string_view>;
@@ -88,7 +96,8 @@ struct MultiOp {
   std::string_view key;
   std::string_view value;  // puts only
 };
-std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops);
+std::string EncodeHashMultiOp(const std::vector<MultiOp>& ops,
+                              uint32_t flags = 0);
 Result<std::vector<MultiOp>> DecodeHashMultiOp(std::string_view payload);
 struct MultiItem {
   Status status;

@@ -9,6 +9,27 @@
 namespace remem::hash {
 namespace {
 
+TEST(Codec, ReadFlagsTravelInGetsAndBatchesOfGets) {
+  const std::string get = EncodeHashKey("key", kHashReadAnyReplica);
+  EXPECT_EQ(HashReadFlags(get), kHashReadAnyReplica);
+  auto key = DecodeHashKey(get);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(*key, "key");
+  EXPECT_EQ(HashReadFlags(EncodeHashKey("key")), 0u);
+  const std::string multi = EncodeHashMultiGet({"a", "b"}, kHashReadAnyReplica);
+  EXPECT_EQ(HashReadFlags(multi), kHashReadAnyReplica);
+  auto keys = DecodeHashMultiGet(multi);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(keys->size(), 2u);
+  const std::string ops = EncodeHashMultiOp(
+      {{MultiOpKind::kGet, "a", {}}, {MultiOpKind::kGet, "b", {}}},
+      kHashReadAnyReplica);
+  EXPECT_EQ(HashReadFlags(ops), kHashReadAnyReplica);
+  EXPECT_TRUE(DecodeHashMultiOp(ops).ok());
+  // Too short to hold the field: 0 (its decoder refuses it).
+  EXPECT_EQ(HashReadFlags(get.substr(0, 7)), 0u);
+}
+
 TEST(Codec, HashMultiGetPutAndReply) {
   const std::string keys_store[] = {"a", std::string(300, 'k'), "z"};
   std::vector<std::string_view> keys(std::begin(keys_store),

@@ -300,6 +300,20 @@ Status HashService::Owned(std::string_view key) const {
   return cluster_ == nullptr ? Status::OK() : cluster_->Owns(key);
 }
 
+Status HashService::Readable(std::string_view key, uint32_t flags) const {
+  if (cluster_ == nullptr) return Status::OK();
+  return (flags & kHashReadAnyReplica) != 0 ? cluster_->ReplicaReadable(key)
+                                            : cluster_->Owns(key);
+}
+
+void HashService::CountBackupGet(Partition& part, std::string_view key,
+                                 uint32_t flags) {
+  if ((flags & kHashReadAnyReplica) != 0 && cluster_ != nullptr &&
+      !cluster_->Owns(key).ok()) {
+    part.backup_gets.Add();
+  }
+}
+
 Status HashService::Writable(std::string_view key) const {
   return cluster_ == nullptr ? Status::OK() : cluster_->Writable(key);
 }
@@ -337,17 +351,21 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_op_writes", op_writes);
   out->Add("hash_op_functions", functions_.size());
   if (cluster_ != nullptr) {
-    uint64_t fill_pairs = 0, held = 0, refused = 0;
+    uint64_t fill_pairs = 0, held = 0, refused = 0, backup_gets = 0;
     for (const auto& p : partitions_) {
       fill_pairs += p->fill_pairs.Get();
       held += p->applies_held.Get();
       refused += p->replica_refused.Get();
+      backup_gets += p->backup_gets.Get();
     }
     out->Add("hash_fill_pairs", fill_pairs);
     // As a backup: batches refused when applied (the configuration changed
     // since they were admitted), and applies held (testing).
     out->Add("hash_replica_refused", refused);
     out->Add("hash_replica_applies_held", held);
+    // Gets answered from this server's copies as a backup (reads from any
+    // replica, remem/cluster.h ReadFrom::kAnyReplica).
+    out->Add("hash_backup_gets", backup_gets);
   }
 }
 
@@ -372,7 +390,9 @@ Result<Route> HashService::RouteCall(uint8_t method,
       auto key = DecodeHashKey(payload);
       if (!key.ok()) return key.status();
       if (key->empty()) return Status::InvalidArgument("empty key");
-      REMEM_RETURN_IF_ERROR(Owned(*key));
+      REMEM_RETURN_IF_ERROR(static_cast<HashMethod>(method) == HashMethod::kGet
+                                ? Readable(*key, HashReadFlags(payload))
+                                : Owned(*key));
       return Route::To(PartitionOf(*key));
     }
     case HashMethod::kPut: {
@@ -704,7 +724,11 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     if (!key.ok()) return call.responder.Reply(key.status());
     // Checked again here, on the owner thread: a shard released since
     // RouteCall may have had its pairs deleted by this thread.
-    if (Status o = Owned(*key); !o.ok()) return call.responder.Reply(o);
+    const uint32_t read_flags = HashReadFlags(call.payload);
+    if (Status o = Readable(*key, read_flags); !o.ok()) {
+      return call.responder.Reply(o);
+    }
+    CountBackupGet(part, *key, read_flags);
     auto v = table.Get(*key);
     if (!v.ok()) {
       return ReplyAsRead_st(part, *key, std::move(call.responder), v.status());
@@ -792,12 +816,21 @@ void HashService::HandleMulti(Call call) {
       break;
     }
   }
+  const uint32_t read_flags = HashReadFlags(batch->payload);
+  if ((read_flags & kHashReadAnyReplica) != 0) {
+    for (const MultiOp& o : batch->ops) {
+      if (o.op != MultiOpKind::kGet) {
+        return batch->responder.Reply(Status::InvalidArgument(
+            "a batch read from any replica holds gets only"));
+      }
+    }
+  }
   if (cluster_ != nullptr) {
     // In a cluster a batch runs whole or not at all: one key elsewhere
     // refuses it before anything changed, so the client can retry it all.
     for (const MultiOp& o : batch->ops) {
       if (o.key.empty()) continue;
-      if (Status st = cluster_->Owns(o.key); !st.ok()) {
+      if (Status st = Readable(o.key, read_flags); !st.ok()) {
         return batch->responder.Reply(std::move(st));
       }
     }
@@ -828,7 +861,7 @@ void HashService::HandleMulti(Call call) {
   auto fan = std::make_shared<server::FanIn>(owners, std::move(send));
   for (uint32_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    ctx_->RunOn(owner, [this, owner, batch, fan,
+    ctx_->RunOn(owner, [this, owner, batch, fan, read_flags,
                         writes = owner_writes[owner] != 0,
                         items = std::move(by_owner[owner])]() mutable {
       Partition& part = *partitions_[owner];
@@ -852,9 +885,10 @@ void HashService::HandleMulti(Call call) {
         if (cluster_ != nullptr) {
           // Here, on the owner thread (see HandleSingle_st):
           // a released shard refuses gets, a frozen one writes.
-          out.status =
-              o.op == MultiOpKind::kGet ? Owned(o.key) : Writable(o.key);
+          out.status = o.op == MultiOpKind::kGet ? Readable(o.key, read_flags)
+                                                 : Writable(o.key);
           if (!out.status.ok()) continue;
+          CountBackupGet(part, o.key, read_flags);
         }
         if (o.op == MultiOpKind::kGet) {
           reads_upto = std::max(reads_upto, DirtyUpTo_st(part, o.key));

@@ -213,11 +213,20 @@ class HashService final : public server::Service {
                          util::MoveFunction<void()>>>
         held_applies;
     server::Counter applies_held, replica_refused;
+    // Gets this server answered as a backup of their key's shard
+    // (kHashReadAnyReplica).
+    server::Counter backup_gets;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
   // (Busy before its first configuration).
   Status Owned(std::string_view key) const;
+  // Owned; with kHashReadAnyReplica in `flags` (a get's), also OK on a
+  // backup holding a whole copy of the key's shard
+  // (Ownership::ReplicaReadable).
+  Status Readable(std::string_view key, uint32_t flags) const;
+  // Counts a get Readable let through as a backup's (part.backup_gets).
+  void CountBackupGet(Partition& part, std::string_view key, uint32_t flags);
   void UpdateCounters_st(Partition& part);
   void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);

@@ -46,6 +46,9 @@ struct HashStore::Impl {
   ReadStats read_stats;
   size_t in_flight = 0;
   int flush_hook = 0;
+  // hash::kHashReadAnyReplica with HashOptions::read_any_replica: every
+  // get asks the server, and a backup of the key's shard may answer.
+  uint32_t read_flags = 0;
   // Sampling of get latencies for the selector (auto mode only).
   client::PathTiming timing;  // of `selector`'s gets; last_now for all
 
@@ -414,6 +417,12 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
   }
   client::PathSelectorOptions so;
   so.mode = options.read_path.value_or(impl->core->options().read_path);
+  if (options.read_any_replica) {
+    // A backup's memory is not vouched for to one-sided readers (only a
+    // primary's serving mark is): it is asked.
+    impl->read_flags = hash::kHashReadAnyReplica;
+    so.mode = ReadPath::kRpc;
+  }
   if (!impl->core->cluster_routed()) {
     // A cluster member holds only its own shards. Gets that it does not
     // answer itself would read its memory one-sided, find nothing for a
@@ -525,7 +534,7 @@ Status HashStore::Impl::GetOneSidedInto(hash::Geometry* g, std::string_view key,
 Result<HashStore::Value> HashStore::Impl::GetRpc(std::string_view key) {
   auto r =
       core->CallSync(hash::kHashService, hash::MethodId(hash::HashMethod::kGet),
-                     hash::EncodeHashKey(key));
+                     hash::EncodeHashKey(key, read_flags));
   if (!r.ok()) return r.status();
   auto v = hash::DecodeHashGetReply(*r);
   if (!v.ok()) return v.status();
@@ -762,7 +771,7 @@ void HashStore::Impl::SendOne(Queued q) {
     case hash::MultiOpKind::kGet:
       return core->Call(hash::kHashService,
                         hash::MethodId(hash::HashMethod::kGet),
-                        hash::EncodeHashKey(one->get->key),
+                        hash::EncodeHashKey(one->get->key, read_flags),
                         [this, one](Status st, std::string reply) {
                           auto v = st.ok() ? hash::DecodeHashGetReply(reply)
                                            : Result<hash::HashValue>(st);
@@ -815,7 +824,7 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
       keys.reserve(batch->size());
       for (const Queued& q : *batch) keys.push_back(key_of(q));
       method = hash::HashMethod::kMultiGet;
-      payload = hash::EncodeHashMultiGet(keys);
+      payload = hash::EncodeHashMultiGet(keys, read_flags);
     } else if (only_puts) {
       std::vector<hash::KeyValue> pairs;
       pairs.reserve(batch->size());
@@ -1122,7 +1131,8 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
       std::vector<std::string_view> batch;
       for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
       auto items = s.CallMulti(hash::HashMethod::kMultiGet,
-                               hash::EncodeHashMultiGet(batch), batch.size());
+                               hash::EncodeHashMultiGet(batch, s.read_flags),
+                               batch.size());
       for (size_t i = b; i < e; ++i) {
         if (!items.ok()) {
           out[index[i]] = items.status();

@@ -93,9 +93,20 @@ static_assert(sizeof(HashPartition) == 40);
 
 struct HashKeyRequest {
   uint32_t key_len;
-  uint32_t reserved;
+  uint32_t flags;  // kHashRead* (gets; zero otherwise)
 };
 static_assert(sizeof(HashKeyRequest) == 8);
+static_assert(offsetof(HashKeyRequest, flags) == 4);
+
+// Flags of a get (HashKeyRequest) or of a multi-get or a batch of gets
+// (HashMultiRequest). kHashReadAnyReplica: a server that holds a whole
+// copy of the key's shard as a backup may answer too, from that copy (a
+// replicated cluster's reads from backups: a weaker mode, as
+// docs/ARCHITECTURE.md, "Reads from backups", says); without it only the
+// shard's primary answers. A batch with the flag holds gets only. A server
+// that does not know the flag answers as the primary would (Moved from a
+// backup).
+inline constexpr uint32_t kHashReadAnyReplica = 1;
 
 enum class PutMode : uint8_t { kUpsert = 0, kIfAbsent = 1, kIfVersion = 2 };
 
@@ -133,9 +144,11 @@ inline constexpr char kMultiReplyFull[] =
 
 struct HashMultiRequest {
   uint32_t count;  // items that follow, 1 .. kMaxMultiItems
-  uint32_t reserved;
+  uint32_t flags;  // kHashRead* (multi-gets and batches of gets only)
 };
 static_assert(sizeof(HashMultiRequest) == 8);
+static_assert(offsetof(HashMultiRequest, flags) ==
+              offsetof(HashKeyRequest, flags));
 
 // Multi-get item: HashMultiKey + key. Multi-put item (upsert):
 // HashMultiPair + key + value. No padding between items.
