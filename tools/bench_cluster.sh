@@ -17,7 +17,9 @@
 #   4. replication (REPLICAS="0 1 2"; off by default): three servers with
 #      --replicas f for each f listed, the same runs; with f = 0 also with
 #      gets by RPC (remem-shm-rpc), as replicated shards were read before
-#      their serving marks.
+#      their serving marks; with f > 0 and READ_FROM="primary any", the
+#      runs once per --read-from (any: gets from backups too, a weaker
+#      mode), and each server's hash_backup_gets after them.
 # It starts its own ZooKeeper (Debian's `zookeeper` package) on a free
 # loopback port and stops everything at the end.
 #
@@ -143,7 +145,17 @@ for f in ${REPLICAS:-}; do
       grep -E '^remem-' || true
     echo "-- gets on the read path the client chooses"
   fi
-  bench --cluster "$seeds" --server-pids "$spids" | grep -E '^remem-' || true
+  if [ "$f" != 0 ] && [ -n "${READ_FROM:-}" ]; then
+    for rf in $READ_FROM; do
+      echo "-- --read-from $rf"
+      bench --cluster "$seeds" --server-pids "$spids" --read-from "$rf" |
+        grep -E '^remem-' || true
+      "$build/remem" --cluster "$seeds" --transport "$transport" stats |
+        grep -E 'hash_backup_gets' || true
+    done
+  else
+    bench --cluster "$seeds" --server-pids "$spids" | grep -E '^remem-' || true
+  fi
   stop_cluster
 done
 
