@@ -213,7 +213,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)DecodeMemRequest(in, 0);
   (void)DecodeMemReply(in);
   (void)DecodeHashInfo(in);
-  (void)DecodeHashKey(in);
+  if (auto key = DecodeHashKey(in); key.ok()) {
+    // A get's flags survive the round trip with its key.
+    const uint32_t flags = HashReadFlags(in);
+    const std::string encoded = EncodeHashKey(*key, flags);
+    if (encoded != in || HashReadFlags(encoded) != flags) std::abort();
+  }
   (void)DecodeHashGetReply(in);
   (void)DecodeHashPutReply(in);
   auto put = DecodeHashPut(in);
@@ -221,9 +226,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Reserved fields are not round-tripped: compare what was decoded.
   auto mget = DecodeHashMultiGet(in);
   if (mget.ok()) {
-    const std::string encoded = EncodeHashMultiGet(*mget);  // views into it
+    const uint32_t flags = HashReadFlags(in);
+    // Views into it.
+    const std::string encoded = EncodeHashMultiGet(*mget, flags);
     auto again = DecodeHashMultiGet(encoded);
-    if (!again.ok() || *again != *mget) std::abort();
+    if (!again.ok() || *again != *mget || encoded != in) std::abort();
   }
   auto mput = DecodeHashMultiPut(in);
   if (mput.ok()) {
