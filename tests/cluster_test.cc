@@ -2393,6 +2393,165 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
   multi_get_all();
 }
 
+// Reads from any replica are not linearizable, but they never go behind
+// an acknowledged write: a recorded concurrent history of one writer
+// (ReadFrom::kPrimary, one put per key at a time, so each key's puts are
+// ordered by the writer's sequence number, carried in the value) and one
+// reader (ReadFrom::kAnyReplica, gets and multi-gets, 24 in flight) over
+// 24 hot keys, through a kill -9 of a primary (not the manager) and its
+// failover. Each read must return a put whose sequence number is at least
+// that of every put of the key acknowledged before the read was issued,
+// and no put issued after the read ended (nothing from the future, nothing
+// made up).
+TEST_F(ClusterTest, ReadsFromAnyReplicaNeverGoBehindAnAcknowledgedWrite) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  auto writer = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(writer, nullptr);
+  constexpr size_t kKeys = 24;
+  std::vector<std::string> keys;
+  for (size_t k = 0; k < kKeys; ++k) keys.push_back(Key(int(k)));
+  // The victim: a primary of some of the keys, not the manager.
+  int v = -1;
+  for (const auto& k : keys) {
+    for (int i = 0; i < 3; ++i) {
+      if (i != m && servers_[size_t(i)].address == writer->OwnerOf(k)) v = i;
+    }
+    if (v >= 0) break;
+  }
+  ASSERT_GE(v, 0);
+  const std::string victim = servers_[size_t(v)].address;
+  ClusterOptions o;
+  o.seeds = {servers_[size_t(m)].address};
+  o.session.transport = testing::TestTransport();
+  o.wait_for_config = kBound;
+  o.read_from = ReadFrom::kAnyReplica;
+  auto made = Cluster::Connect(o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Cluster* reader = made->get();
+  // Per key: each put's issue time (index: its sequence number, from 1;
+  // 0 is the initial put below), and the highest sequence number
+  // acknowledged by each time (ack_at[k][n]: when put n was acknowledged,
+  // 0 if it failed or is still out).
+  std::vector<std::vector<uint64_t>> issued_at(kKeys), ack_at(kKeys);
+  std::vector<bool> writing(kKeys, false);
+  for (size_t k = 0; k < kKeys; ++k) {
+    ASSERT_TRUE(writer->Put(keys[k], "0").ok());
+    issued_at[k].push_back(0);
+    ack_at[k].push_back(testing::NowNs());
+  }
+  // The highest sequence number of key k acknowledged before `t`.
+  auto acked_before = [&](size_t k, uint64_t t) {
+    uint64_t best = 0;
+    for (size_t n = 0; n < ack_at[k].size(); ++n) {
+      if (ack_at[k][n] != 0 && ack_at[k][n] < t) best = n;
+    }
+    return best;
+  };
+  uint64_t reads = 0, violations = 0, failed_reads = 0, failed_puts = 0;
+  std::string first_violation, first_failure;
+  auto check = [&](size_t k, uint64_t start,
+                   const Result<HashStore::Value>& r) {
+    const uint64_t end = testing::NowNs();
+    ++reads;
+    if (!r.ok()) {
+      if (failed_reads++ == 0) first_failure = r.status().ToString();
+      return;
+    }
+    const uint64_t seq = std::stoull(r->value);
+    const uint64_t floor = acked_before(k, start);
+    const bool future = seq >= issued_at[k].size() || issued_at[k][seq] > end;
+    if (seq < floor || future) {
+      if (violations++ == 0) {
+        first_violation = keys[k] + ": read put " + std::to_string(seq) +
+                          (future ? ", not issued before the read ended"
+                                  : ", behind put " + std::to_string(floor) +
+                                        " acknowledged before it began");
+      }
+    }
+  };
+  size_t next_key = 0;
+  auto write_one = [&] {
+    for (size_t tries = 0; tries < kKeys; ++tries) {
+      const size_t k = next_key++ % kKeys;
+      if (writing[k]) continue;
+      writing[k] = true;
+      const size_t n = issued_at[k].size();
+      issued_at[k].push_back(testing::NowNs());
+      ack_at[k].push_back(0);
+      writer->PutAsync(keys[k], std::to_string(n),
+                       [&, k, n](Result<uint64_t> r) {
+                         writing[k] = false;
+                         if (r.ok()) {
+                           ack_at[k][n] = testing::NowNs();
+                         } else {
+                           ++failed_puts;  // outcome unknown: never a floor
+                         }
+                       });
+      return;
+    }
+  };
+  size_t next_read = 0;
+  auto read_one = [&] {
+    const uint64_t start = testing::NowNs();
+    if (next_read % 5 == 4) {
+      std::vector<std::string_view> batch;
+      std::vector<size_t> idx;
+      for (int j = 0; j < 4; ++j) {
+        idx.push_back(next_read++ % kKeys);
+        batch.push_back(keys[idx.back()]);
+      }
+      reader->MultiGetAsync(
+          batch, [&, idx, start](std::vector<Result<HashStore::Value>> rs) {
+            for (size_t j = 0; j < rs.size(); ++j) check(idx[j], start, rs[j]);
+          });
+      return;
+    }
+    const size_t k = next_read++ % kKeys;
+    reader->GetAsync(keys[k], [&, k, start](Result<HashStore::Value> r) {
+      check(k, start, r);
+    });
+  };
+
+  bool killed = false;
+  uint64_t reads_at_failover = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    while (writer->in_flight() < 8) write_one();
+    while (reader->in_flight() < 24) read_one();
+    writer->Poll();
+    reader->Poll();
+    if (!killed && reads > 3000) {
+      ASSERT_TRUE(servers_[size_t(v)].Kill().ok());
+      killed = true;
+    }
+    if (killed && reads_at_failover == 0) {
+      bool moved = true;
+      for (const auto& k : keys) moved = moved && writer->OwnerOf(k) != victim;
+      if (moved) reads_at_failover = reads;
+    }
+    if (reads_at_failover > 0 && reads > reads_at_failover + 3000) break;
+  }
+  (void)writer->WaitAll();  // its failed puts are counted
+  (void)reader->WaitAll();  // and its failed reads
+  ASSERT_TRUE(killed);
+  const Cluster::RouteStats st = reader->route_stats();
+  std::printf(
+      "%llu reads checked (%llu sent to backups, %llu of them refused), "
+      "%llu puts failed at the kill\n",
+      (unsigned long long)reads, (unsigned long long)st.replica_gets,
+      (unsigned long long)st.replica_refused, (unsigned long long)failed_puts);
+  EXPECT_GT(reads_at_failover, 0u) << "the killed primary never failed over";
+  EXPECT_GT(st.replica_gets, reads / 4);
+  EXPECT_EQ(violations, 0u) << first_violation;
+  EXPECT_EQ(failed_reads, 0u) << first_failure;
+}
+
 // One-sided readers of a replicated shard are returned a pair only once
 // the primary's serving mark says its backup holds it: the
 // primary applies a write to its memory before it ships it, and a kill -9
