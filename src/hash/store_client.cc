@@ -413,7 +413,8 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
   for (hash::Geometry& g : impl->partitions) {
     Status st = impl->RefreshRoot(&g);
     if (!st.ok()) return st.WithContext("reading the hash store's root");
-    impl->Prefault(g);
+    // A store reading from any replica never reads the table itself.
+    if (!options.read_any_replica) impl->Prefault(g);
   }
   client::PathSelectorOptions so;
   so.mode = options.read_path.value_or(impl->core->options().read_path);
