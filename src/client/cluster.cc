@@ -347,7 +347,13 @@ struct Cluster::Impl {
     }
   }
 
-  Result<Server*> Connected(const std::string& addr) {
+  // The connected server at `addr`, connecting to it if need be (ConnectTo;
+  // `limit`: the connection's deadline if sooner than the session
+  // timeout). `addr` is a copy: callers pass a member's address in
+  // `config`, which a configuration fetched while connecting replaces.
+  Result<Server*> Connected(
+      std::string addr,
+      std::optional<std::chrono::milliseconds> limit = std::nullopt) {
     if (closing) return Status::Unavailable("the cluster client is closing");
     if (loop->stalled()) REMEM_RETURN_IF_ERROR(ReplaceLoop());
     auto it = servers.find(addr);
@@ -381,14 +387,12 @@ struct Cluster::Impl {
       if (Clock::now() < down->second.first) return down->second.second;
       unreachable.erase(down);
     }
-    SessionOptions so = options.session;
-    so.server = addr;
-    auto session = Session::Connect(so, loop.get());
+    auto session = ConnectTo(addr, limit);
     if (!session.ok() && loop->stalled()) {
       // The loop stalled under the handshake (its wait ends then): once
       // more on a new one.
       REMEM_RETURN_IF_ERROR(ReplaceLoop());
-      session = Session::Connect(so, loop.get());
+      session = ConnectTo(addr, limit);
     }
     if (!session.ok()) {
       const StatusCode code = session.status().code();
@@ -406,6 +410,50 @@ struct Cluster::Impl {
                           [this, addr, core] { SuspectServer(addr, core); });
     SetReadPath(addr, core);
     return &s;
+  }
+
+  // A new session to `addr`, within the session timeout (or `limit`). A
+  // server that is paused or cut off accepts the TCP connection and never
+  // answers the handshake, so in a replicated cluster the handshake gets
+  // kSuspectAfter at first, then twice as long each time: when it runs
+  // out, the configuration is fetched from the servers already connected
+  // (as SuspectServer does for a call), and a server that holds no role in
+  // it any more (failed over) is given up (Unavailable: the operation goes
+  // to the new owner); one that still does is tried again, to the
+  // deadline. A server only slow to answer is connected to on a later try.
+  Result<std::unique_ptr<Session>> ConnectTo(
+      const std::string& addr, std::optional<std::chrono::milliseconds> limit) {
+    using std::chrono::milliseconds;
+    SessionOptions so = options.session;
+    so.server = addr;
+    const auto deadline =
+        Clock::now() + (limit ? std::min(*limit, so.timeout) : so.timeout);
+    milliseconds step = kSuspectAfter;
+    for (;;) {
+      const milliseconds left =
+          std::max(milliseconds(1),
+                   std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+      const bool suspect = config.replicas > 0 && !suspecting;
+      const bool last = !suspect || step >= left;
+      so.connect_timeout = last ? left : step;
+      auto session = Session::Connect(so, loop.get());
+      if (session.ok() || session.status().code() != StatusCode::kTimedOut ||
+          last || loop->stalled()) {
+        return session;
+      }
+      suspecting = true;
+      (void)Refresh(addr);
+      suspecting = false;
+      const int i = config.IndexOf(addr);
+      if (i < 0 || !config.HoldsAnyRole(i)) {
+        ++stats.suspected;
+        return Status::Unavailable(
+            addr + " did not answer within " + std::to_string(step.count()) +
+            " ms and holds no role in configuration epoch " +
+            std::to_string(config.epoch) + " (failed over)");
+      }
+      step *= 2;
+    }
   }
 
   // In a replicated cluster, a call that waited kSuspectAfter on a server
@@ -596,7 +644,15 @@ struct Cluster::Impl {
 
   // `quick`: even the last server is waited for at most kRefreshWait.
   Status FetchFrom(const std::string& addr, bool last, bool quick = false) {
-    auto s = Connected(addr);
+    // A server passed over if it does not answer is not waited for to
+    // connect either (a paused seed accepts the connection, then is
+    // silent).
+    auto s = Connected(
+        addr, last && !quick
+                  ? std::nullopt
+                  : std::optional(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            kRefreshWait)));
     if (!s.ok()) return s.status();
     client::SessionCore* core = (*s)->session->core();
     core->Flush();

@@ -97,7 +97,9 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
   }
   std::unique_ptr<SessionCore> s(
       new SessionCore(options, loop, std::move(owned)));
-  const auto deadline = s->Deadline();
+  // The handshake and the endpoint's setup; the regions are a call.
+  const auto deadline =
+      Clock::now() + options.connect_timeout.value_or(options.timeout);
   REMEM_RETURN_IF_ERROR(s->Handshake(deadline));
   // With the number of the server's endpoint (UCX pairs the two by it),
   // once that endpoint's notice came: the session's socket closing (the
