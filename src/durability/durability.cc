@@ -166,6 +166,7 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
   if (!store.ok()) return store.status();
   std::lock_guard<std::mutex> lock(mu_);
   recovered_pairs_ += report.snapshot_pairs;
+  superseded_pairs_ += report.snapshot_superseded;
   recovered_log_records_ += report.log_records;
   recovered_log_bytes_ += report.log_bytes;
   recovery_us_ = std::max<uint64_t>(recovery_us_, report.took.count());
@@ -242,6 +243,13 @@ std::string Durability::recovery_summary() const {
       "ms ({}, fsync {})",
       recovered_pairs_, recovered_log_records_, recovered_log_bytes_,
       recovery_us_ / 1000, options_.data_dir, FsyncPolicyName(options_.fsync));
+  if (superseded_pairs_ > 0) {
+    // Else a snapshot of 10 pairs, 5 of them deleted since, reads as 5.
+    s += fmt::format(
+        "; the snapshots held {} more pairs whose keys the log wrote or "
+        "deleted since",
+        superseded_pairs_);
+  }
   if (fallbacks_ > 0) {
     s += fmt::format(
         "; {} partition(s) recovered from the generation before a corrupt "

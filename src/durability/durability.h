@@ -88,7 +88,10 @@ class Durability {
   // every store (recovery_ms: the slowest partition).
   void AddStats(std::vector<proto::StatValue>* out) const;
   // "recovered N pairs from snapshots and M log records (B bytes) in X ms
-  // (...)", once every OpenPartition has run, with a loud "LOST" clause when
+  // (...)" (N: the snapshots' pairs kept; "; the snapshots held K more
+  // pairs whose keys the log wrote or deleted since" when the log
+  // superseded some), once every OpenPartition has run, with a loud "LOST"
+  // clause when
   // --recovery truncate dropped records; warnings and losses were logged
   // as they came.
   std::string recovery_summary() const;
@@ -108,6 +111,7 @@ class Durability {
   // Per partition: its stores, in opening order.
   std::vector<std::vector<std::unique_ptr<PartitionStore>>> stores_;
   uint64_t recovered_pairs_ = 0;
+  uint64_t superseded_pairs_ = 0;  // RecoveryReport::snapshot_superseded
   uint64_t recovered_log_records_ = 0;
   uint64_t recovered_log_bytes_ = 0;
   uint64_t recovery_us_ = 0;  // the longest partition

@@ -397,7 +397,10 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       }
       // A key the log after the snapshot's LSN writes ends as the log
       // says (whatever the versions).
-      if (last_of.count(rec.key) != 0) continue;
+      if (last_of.count(rec.key) != 0) {
+        ++r->snapshot_superseded;
+        continue;
+      }
       Status st = state_->ApplyPut(rec.key, rec.value, rec.version);
       if (!st.ok()) return st.WithContext("restoring " + path);
       ++r->snapshot_pairs;

@@ -93,8 +93,11 @@ struct StoreOptions {
 struct RecoveryReport {
   std::string snapshot;         // the base snapshot's file name; empty: none
   uint64_t snapshot_pairs = 0;  // applied from it (the log's are newer)
-  uint64_t log_records = 0;     // read from the base's LSN on
-  uint64_t log_bytes = 0;       // of those records
+  // Of its pairs, those not applied: their keys the log after it writes
+  // (or deletes) again, which recovery takes from the log instead.
+  uint64_t snapshot_superseded = 0;
+  uint64_t log_records = 0;  // read from the base's LSN on
+  uint64_t log_bytes = 0;    // of those records
   uint64_t log_files = 0;
   uint64_t last_lsn = 0;         // the recovered state's newest record
   uint64_t truncated_bytes = 0;  // torn tail (or, truncating, corruption)
