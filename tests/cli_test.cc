@@ -561,6 +561,8 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"ycsb", "--server-cpu", "-2"}, "--server-cpu"},
       {{"durability", "--server-cpu", "-3"}, "--server-cpu"},
       {{"failover", "--server-cpu", "-4"}, "--server-cpu"},
+      // It ran, and printed a row of 0 operations at -1 us each.
+      {{"durability", "--always-ops", "0"}, "--always-ops"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};

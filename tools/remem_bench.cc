@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
   durability
       ->add_option("--always-ops", dur.always_ops,
                    "operations in the mix under --fsync always")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   durability->add_option("--depth", dur.depth, "operations in flight")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
