@@ -1,6 +1,7 @@
 #include "ops/vector.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -228,6 +229,19 @@ Status UpdateVector(std::string* value, VecFn fn, std::string_view operand) {
   Status st = Dispatch(view.type, [&](auto zero) -> Status {
     using T = decltype(zero);
     const Wide<T> scalar = other ? Wide<T>{} : LoadScalar<T>(operand);
+    if constexpr (std::is_same_v<T, float>) {
+      // As a float vector's elements are refused past float's range when
+      // written (an int32 vector's operand past int32's is refused too);
+      // NaN and the infinities are floats.
+      if (!other && std::isfinite(scalar) &&
+          std::fabs(scalar) > std::numeric_limits<float>::max()) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", scalar);
+        return Status::InvalidArgument(std::string("the operand ") + text +
+                                       " does not fit a float; the value is "
+                                       "unchanged");
+      }
+    }
     for (uint64_t i = 0; i < view.count; ++i) {
       const T a = Load<T>(view.elems + i * sizeof(T));
       const Wide<T> b =

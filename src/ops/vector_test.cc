@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -94,6 +95,32 @@ TEST(VectorTest, IntegerOverflowIsOutOfRangeAndChangesNothing) {
       Vec<int64_t>(ElemType::kInt64, {std::numeric_limits<int64_t>::max(), 1});
   EXPECT_EQ(ReduceVector(w, Reduction::kSum).status().code(),
             StatusCode::kOutOfRange);
+}
+
+// A float vector's scalar operand must fit a float, as its elements must
+// when written (an update of set 1e39 stored inf, silently); NaN and the
+// infinities are floats, and a result past float's range is IEEE's inf.
+TEST(VectorTest, AFloatOperandPastFloatsRangeIsRefusedAndChangesNothing) {
+  std::string f = Vec<float>(ElemType::kFloat, {1.0f, 2.0f});
+  const std::string before = f;
+  for (VecFn fn : {VecFn::kSet, VecFn::kMul, VecFn::kAdd, VecFn::kMin}) {
+    Status st = UpdateVector(&f, fn, EncodeF64(1e39));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("does not fit a float"), std::string::npos);
+    EXPECT_EQ(UpdateVector(&f, fn, EncodeF64(-1e39)).code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(f, before);
+  }
+  ASSERT_TRUE(UpdateVector(&f, VecFn::kMul, EncodeF64(3e38)).ok());
+  EXPECT_EQ(Elems<float>(f)[0], 3e38f);
+  EXPECT_TRUE(std::isinf(Elems<float>(f)[1]));  // 6e38: past float's range
+  ASSERT_TRUE(UpdateVector(&f, VecFn::kSet,
+                           EncodeF64(std::numeric_limits<double>::infinity()))
+                  .ok());
+  // A double vector takes any double.
+  std::string d = Vec<double>(ElemType::kDouble, {1.0});
+  ASSERT_TRUE(UpdateVector(&d, VecFn::kSet, EncodeF64(1e39)).ok());
+  EXPECT_EQ(Elems<double>(d), (std::vector<double>{1e39}));
 }
 
 TEST(VectorTest, MismatchedOperandVectorIsRefused) {
