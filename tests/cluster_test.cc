@@ -1236,10 +1236,17 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   EXPECT_NE(refused.status().message().find(cluster->OwnerOf(elsewhere)),
             std::string::npos)
       << refused.status().ToString();
-  // Draining a server that is not a member says so.
+  // Draining a server that is not a member says so; an address that is
+  // not host:port is a bad command line (exit 2), not an absent member.
   auto none = CliDrain(alive, "127.0.0.1:1");
   EXPECT_NE(none.exit_code, 0) << none.out;
   EXPECT_NE(none.out.find("no member"), std::string::npos) << none.out;
+  for (const char* bad : {"notanaddr", "127.0.0.1:99999", "127.0.0.1:0"}) {
+    auto malformed = CliDrain(alive, bad);
+    EXPECT_EQ(malformed.exit_code, 2) << bad << ": " << malformed.out;
+    EXPECT_NE(malformed.out.find("host:port"), std::string::npos)
+        << malformed.out;
+  }
 
   // The drained server comes back (once the manager has dropped it) and
   // takes shards from the others, and is drained again: the shards go back

@@ -284,9 +284,9 @@ class Cluster {
   // replacement is filled). Its ordered ranges move too, one at a time.
   // With `wait` > 0, waits until it holds no shard (owned or backed up)
   // nor range and nothing is moving or filling: TimedOut if that takes
-  // longer (the drain goes on). Errors: NotFound (not a member),
-  // InvalidArgument (a replicated cluster too small to keep every copy
-  // without it), Unavailable (no server answered).
+  // longer (the drain goes on). Errors: InvalidArgument (`address` is not
+  // host:port; a replicated cluster too small to keep every copy without
+  // it), NotFound (not a member), Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
   // The cluster's ordered store, owned by this Cluster (the same object on

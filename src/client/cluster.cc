@@ -21,6 +21,7 @@
 #include "tree/codec.h"
 #include "tree/layout.h"
 #include "tree/search.h"
+#include "util/socket.h"
 
 namespace remem {
 
@@ -1562,6 +1563,14 @@ const Cluster::RouteStats& Cluster::route_stats() const {
 
 Status Cluster::Drain(const std::string& address,
                       std::chrono::milliseconds wait) {
+  std::string host;
+  uint16_t port = 0;
+  if (Status st = util::ParseHostPort(address, &host, &port);
+      !st.ok() || port == 0) {
+    return Status::InvalidArgument(
+        "a server to drain is named host:port, as the cluster lists it: " +
+        (st.ok() ? "port 0 in '" + address + "'" : st.message()));
+  }
   Impl& im = *impl_;
   Status asked = Status::Unavailable("no server to ask");
   std::vector<std::string> order;
