@@ -563,6 +563,13 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"failover", "--server-cpu", "-4"}, "--server-cpu"},
       // It ran, and printed a row of 0 operations at -1 us each.
       {{"durability", "--always-ops", "0"}, "--always-ops"},
+      // These were found only after the bench had started its servers
+      // (and ZooKeeper), exit 1.
+      {{"durability", "--memory", "0"}, "--memory"},
+      {{"durability", "--memory", "abc"}, "bad size"},
+      {{"failover", "--lease-ms", "0"}, "--lease-ms"},
+      {{"failover", "--lease-ms", "5000"}, "--session-ms"},
+      {{"ycsb", "--cluster", "garbage"}, "host:port"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};

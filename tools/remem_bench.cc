@@ -19,6 +19,7 @@
 #include "bench_failover.h"
 #include "bench_tree.h"
 #include "bench_ycsb.h"
+#include "remem/cluster.h"
 #include "remem/version.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -289,8 +290,17 @@ int main(int argc, char** argv) {
   durability->add_option("--value-size", dur.value_size, "bytes per value")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+  // A size as remem-server reads it, checked here: a bad one was found
+  // only once the servers started.
+  auto a_size = [](const std::string& text) -> std::string {
+    auto n = ParseSize(text);
+    if (!n.ok()) return n.status().message();
+    if (*n == 0) return "must be more than 0";
+    return "";
+  };
   durability->add_option("--memory", dur.memory, "the servers' --memory")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(a_size, "SIZE");
   durability->add_option("--hash-memory", dur.hash_memory,
                          "the servers' --hash-memory (default: theirs)");
   durability
@@ -336,10 +346,14 @@ int main(int argc, char** argv) {
   failover->add_option("--replicas", fov.replicas)
       ->capture_default_str()
       ->check(CLI::Range(1, 4));
+  // remem-server's ranges (checked here: the bench would start ZooKeeper
+  // and the servers first).
   failover->add_option("--lease-ms", fov.lease_ms, "--cluster-lease-ms")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{50}, uint64_t{30'000}));
   failover->add_option("--session-ms", fov.session_ms, "--cluster-session-ms")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1000}, uint64_t{60'000}));
   failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
       ->capture_default_str();
   auto* kill_manager =
@@ -518,6 +532,14 @@ int main(int argc, char** argv) {
                    "(host:port,...)\n");
       return 2;
     }
+    if (!yo.remem_cluster.empty()) {
+      auto seeds = ParseSeeds(yo.remem_cluster);
+      if (!seeds.ok()) {
+        std::fprintf(stderr, "remem-bench: --cluster: %s\n",
+                     seeds.status().ToString().c_str());
+        return 2;
+      }
+    }
     if (yo.read_any_replica && yo.remem_cluster.empty()) {
       std::fprintf(stderr, "remem-bench: --read-from any needs --cluster\n");
       return 2;
@@ -616,6 +638,12 @@ int main(int argc, char** argv) {
   if (failover->parsed()) {
     if (fov.servers <= fov.replicas) {
       std::fprintf(stderr, "remem-bench: --servers must exceed --replicas\n");
+      return 2;
+    }
+    if (fov.lease_ms + 100 > fov.session_ms) {
+      std::fprintf(stderr,
+                   "remem-bench: --lease-ms must be at least 100 less than "
+                   "--session-ms (as remem-server's --cluster-lease-ms)\n");
       return 2;
     }
     return bench::RunFailover(fo, fov);
