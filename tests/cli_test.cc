@@ -189,6 +189,13 @@ TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
   EXPECT_TRUE(Contains(json.out, "{\"key\":\"nobody\",\"found\":false"))
       << json.out;
   EXPECT_EQ(cli({"mget"}).exit_code, 2);  // no keys: usage error
+  // A key past the limit is named by its start and length, not echoed
+  // whole (64 KiB on standard error).
+  auto too_long = cli({"mget", "user:1", std::string(65537, 'k')});
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.out;
+  EXPECT_TRUE(Contains(too_long.out, "kkk... (65537 bytes): InvalidArgument"))
+      << too_long.out.substr(0, 300);
+  EXPECT_LT(too_long.out.size(), 1000u);
   // JSON: UTF-8 as it is (escapes only for quotes, backslashes and control
   // characters); bytes that are not UTF-8 in base64, under "..._base64".
   ASSERT_EQ(cli({"put", "caf\xc3\xa9", "na\xc3\xafve \"q\"\t"}).exit_code, 0);

@@ -334,6 +334,13 @@ int PrintPut(const Result<uint64_t>& r, bool json) {
   return 0;
 }
 
+// A key as an error line names it: keys longer than 64 bytes (up to 64
+// KiB) are cut to their first 48 bytes and their length.
+std::string KeyInMessage(const std::string& key) {
+  if (key.size() <= 64) return key;
+  return key.substr(0, 48) + "... (" + std::to_string(key.size()) + " bytes)";
+}
+
 // A multi-get's values (HashStore's or TreeStore's), one per line or JSON.
 // The exit code: a key's error other than NotFound as a single get's
 // (2 for a key the limits refuse, 1 for a failure), else 4 if a key is
@@ -360,7 +367,7 @@ int PrintMultiGet(const std::vector<std::string>& keys,
       std::printf("\n");
     } else {
       std::printf("\n");
-      std::fprintf(stderr, "remem: %s: %s\n", keys[i].c_str(),
+      std::fprintf(stderr, "remem: %s: %s\n", KeyInMessage(keys[i]).c_str(),
                    r.status().ToString().c_str());
     }
     if (!r.ok()) {
