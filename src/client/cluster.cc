@@ -1082,6 +1082,7 @@ struct Cluster::Impl {
   struct MultiGetPart {  // one owner's share of a round
     Impl* impl = nullptr;
     MultiGetOp* op = nullptr;
+    uint16_t member = 0;  // its index in the configuration of the round
     // Keys sent to this member as a backup (ReadFrom::kAnyReplica: asked
     // through its replica store), of `idx`.
     size_t as_backup = 0;
@@ -1190,6 +1191,7 @@ struct Cluster::Impl {
       MultiGetPart& part = m->parts[owner];
       if (part.idx.empty()) continue;
       part.impl = this;
+      part.member = owner;
       part.op = m;
       auto s = ServerOfMember(owner);
       auto store = !s.ok()          ? Result<HashStore*>(s.status())
@@ -1228,7 +1230,7 @@ struct Cluster::Impl {
       const size_t i = p->idx[j];
       const Status& st = p->statuses[j];
       if (p->as_backup > 0 && !st.ok() && st.code() != StatusCode::kNotFound &&
-          &m->parts[OwnerIndex(m->keys[i])] != p) {
+          OwnerIndex(m->keys[i]) != p->member) {
         ++stats.replica_refused;
       }
       (*m->statuses)[i] = std::move(p->statuses[j]);
