@@ -33,6 +33,7 @@
 #include "client/session_core.h"
 #include "cluster/config.h"
 #include "hash/codec.h"
+#include "hash/layout.h"
 #include "hash/wire.h"
 #include "remem/tree.h"
 #include "test_util.h"
@@ -138,18 +139,20 @@ class ClusterTest : public ::testing::Test {
   // ZooKeeper session are longer there.
   // The flags of a member of a replicated cluster formed by n servers.
   std::vector<std::string> ReplicatedFlags(
-      int n, const std::vector<std::string>& extra = {}) {
+      int n, const std::vector<std::string>& extra = {}, int replicas = 1) {
     const bool slow = testing::Scaled(6) < 6;
     std::vector<std::string> flags(
         {"--cluster", ClusterFlag(), "--cluster-size", std::to_string(n),
          "--cluster-session-ms", slow ? "6000" : "2000", "--cluster-lease-ms",
-         slow ? "2000" : "500", "--replicas", "1", "--shards", "64"});
+         slow ? "2000" : "500", "--replicas", std::to_string(replicas),
+         "--shards", "64"});
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
   }
-  void StartReplicated(int n, const std::vector<std::string>& extra = {}) {
+  void StartReplicated(int n, const std::vector<std::string>& extra = {},
+                       int replicas = 1) {
     for (int i = 0; i < n; ++i) {
-      servers_.push_back(StartServer(ReplicatedFlags(n, extra)));
+      servers_.push_back(StartServer(ReplicatedFlags(n, extra, replicas)));
       ASSERT_NE(servers_.back().process, nullptr);
     }
   }
@@ -2558,6 +2561,82 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaNeverGoBehindAnAcknowledgedWrite) {
   EXPECT_GT(st.replica_gets, reads / 4);
   EXPECT_EQ(violations, 0u) << first_violation;
   EXPECT_EQ(failed_reads, 0u) << first_failure;
+}
+
+// Two backups per shard (f = 2, every shard on the three servers), and
+// two failures one after the other: a primary, then a backup promoted in
+// its place. Every write acknowledged before each kill is read back. And
+// a primary writes above VersionFloor of the epoch it writes at
+// (hash/layout.h): a backup promoted later writes above every version
+// issued before it, also above a dead primary's last batch that reached
+// another backup and not it, which that backup would otherwise keep over
+// the new primary's write (a backup keeps the newer version of a pair),
+// losing an acknowledged write when the new primary dies in turn.
+TEST_F(ClusterTest, TwoBackupsSurviveTwoFailuresAndNewPrimariesWriteAbove) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {}, /*replicas=*/2));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  auto cluster = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_EQ(cluster->info().replicas, 2u);
+  Loaded loaded = Load(cluster.get(), 300);
+  std::vector<uint64_t> versions(loaded.keys.size());
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    versions[i] = r->version;
+    EXPECT_GE(r->version, hash::VersionFloor(1)) << loaded.keys[i];
+  }
+  // Kills server v, then rewrites every key once its shards have failed
+  // over: each new version above the floor of the epoch it was written at
+  // and above the key's last one; every key reads back.
+  auto kill_and_rewrite = [&](int v, int round) {
+    const std::string victim = servers_[size_t(v)].address;
+    ASSERT_TRUE(servers_[size_t(v)].Kill().ok());
+    // Until its shards have failed over (a write sent to it meanwhile
+    // would end Unavailable, its outcome unknown). Polled: the manager
+    // tells the servers, not the test.
+    auto owns_none = [&] {
+      for (const auto& k : loaded.keys) {
+        if (cluster->OwnerOf(k) == victim) return false;
+      }
+      return true;
+    };
+    const auto until = std::chrono::steady_clock::now() + kBound;
+    while (!owns_none() && std::chrono::steady_clock::now() < until) {
+      (void)cluster->Refresh();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(owns_none()) << victim << " was never failed over";
+    for (size_t i = 0; i < loaded.keys.size(); ++i) {
+      loaded.vals[i] = Val(int(i), round);
+      auto put = cluster->Put(loaded.keys[i], loaded.vals[i]);
+      ASSERT_TRUE(put.ok())
+          << loaded.keys[i] << ": " << put.status().ToString();
+      EXPECT_GT(*put, versions[i]) << loaded.keys[i];
+      versions[i] = *put;
+    }
+    // Writes made after the failover: above its epoch's floor.
+    const uint32_t epoch = cluster->info().epoch;
+    for (size_t i = 0; i < loaded.keys.size(); i += 10) {
+      loaded.vals[i] = Val(int(i), round + 100);
+      auto put = cluster->Put(loaded.keys[i], loaded.vals[i]);
+      ASSERT_TRUE(put.ok()) << put.status().ToString();
+      EXPECT_GE(*put, hash::VersionFloor(epoch)) << loaded.keys[i];
+      versions[i] = *put;
+    }
+    ExpectEveryKey(cluster.get(), loaded);
+  };
+  const int first = (m + 1) % 3, second = (m + 2) % 3;
+  ASSERT_NO_FATAL_FAILURE(kill_and_rewrite(first, 1));
+  ASSERT_NO_FATAL_FAILURE(kill_and_rewrite(second, 2));
+  // The manager alone holds every shard now.
+  for (const auto& k : loaded.keys) {
+    EXPECT_EQ(cluster->OwnerOf(k), servers_[size_t(m)].address);
+  }
 }
 
 // One-sided readers of a replicated shard are returned a pair only once

@@ -142,6 +142,18 @@ static_assert(kServingMarkOffset + sizeof(ServingMark) <= kArenaOffset);
 inline constexpr uint64_t kServingHalf = 0x53455256494E4721ull;  // "SERVING!"
 inline constexpr uint64_t kReplicatedHalf =
     0x5245504C49434121ull;  // "REPLICA!"
+// Versions in a replicated cluster: a primary writing at configuration
+// epoch e gives versions of at least VersionFloor(e)
+// (HashService::FloorVersions_st). A backup keeps the newer version of a
+// pair it is sent, so a backup promoted at epoch e' > e must write above
+// every version issued at e or before: also above a dead primary's last
+// batch, which may have reached another backup and not it. 2^40 versions
+// per partition and epoch; from epoch 2^24 on the floor stays at its last
+// step.
+inline constexpr uint64_t VersionFloor(uint32_t epoch) {
+  return uint64_t{epoch < (1u << 24) ? epoch : (1u << 24) - 1} << 40;
+}
+
 inline constexpr uint64_t ServingWord(uint32_t installed,
                                       uint32_t primary_since) {
   return uint64_t{installed} | uint64_t{primary_since} << 32;

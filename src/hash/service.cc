@@ -314,6 +314,16 @@ void HashService::CountBackupGet(Partition& part, std::string_view key,
   }
 }
 
+void HashService::FloorVersions_st(Partition& part) {
+  if (cluster_ == nullptr) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || !c->replicated || c->config.epoch <= part.floor_epoch) {
+    return;
+  }
+  part.floor_epoch = c->config.epoch;
+  part.table->RaiseVersion(VersionFloor(c->config.epoch) - 1);
+}
+
 Status HashService::Writable(std::string_view key) const {
   return cluster_ == nullptr ? Status::OK() : cluster_->Writable(key);
 }
@@ -748,6 +758,7 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // Checked here, on the owner thread: a shard frozen since RouteCall
     // has had this partition's changes sent already.
     if (Status w = Writable(*key); !w.ok()) return call.responder.Reply(w);
+    FloorVersions_st(part);
     Status st = table.Delete(*key);
     // NotFound tells what the table holds: answered as a get would be.
     if (!st.ok()) {
@@ -760,6 +771,7 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
   auto put = DecodeHashPut(call.payload);
   if (!put.ok()) return call.responder.Reply(put.status());
   if (Status w = Writable(put->key); !w.ok()) return call.responder.Reply(w);
+  FloorVersions_st(part);
   Result<uint64_t> v =
       put->mode == PutMode::kIfAbsent ? table.PutIfAbsent(put->key, put->value)
       : put->mode == PutMode::kIfVersion
@@ -889,6 +901,7 @@ void HashService::HandleMulti(Call call) {
                                                  : Writable(o.key);
           if (!out.status.ok()) continue;
           CountBackupGet(part, o.key, read_flags);
+          if (o.op != MultiOpKind::kGet) FloorVersions_st(part);
         }
         if (o.op == MultiOpKind::kGet) {
           reads_upto = std::max(reads_upto, DirtyUpTo_st(part, o.key));
@@ -1236,6 +1249,7 @@ size_t HashService::RunOps_st(PartitionId p) {
     // refuses every operation, a frozen one those that write.
     const Status key_writable = Writable(key);
     const Status key_owned = key_writable.ok() ? Status::OK() : Owned(key);
+    if (key_writable.ok()) FloorVersions_st(part);
     auto cur = table.Get(key);
     bool present = cur.ok();
     std::string value = present ? std::move(cur->value) : std::string();

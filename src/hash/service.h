@@ -216,6 +216,9 @@ class HashService final : public server::Service {
     // Gets this server answered as a backup of their key's shard
     // (kHashReadAnyReplica).
     server::Counter backup_gets;
+    // The epoch whose version floor the table's counter is at (owner
+    // thread; FloorVersions_st).
+    uint32_t floor_epoch = 0;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -227,6 +230,12 @@ class HashService final : public server::Service {
   Status Readable(std::string_view key, uint32_t flags) const;
   // Counts a get Readable let through as a backup's (part.backup_gets).
   void CountBackupGet(Partition& part, std::string_view key, uint32_t flags);
+  // In a replicated cluster, before a write as a primary: the partition's
+  // next version is at least VersionFloor(epoch installed) (hash/layout.h),
+  // so a backup promoted at epoch e writes above every version issued
+  // before e, stragglers of a dead primary that reached only another
+  // backup included. Checked after Writable, on the owner thread.
+  void FloorVersions_st(Partition& part);
   void UpdateCounters_st(Partition& part);
   void HandleSingle_st(server::PartitionId p, server::Call call);
   void HandleMulti(server::Call call);
