@@ -3204,6 +3204,13 @@ int FaultCount(int fallback) {
   return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : fallback;
 }
 
+// REMEM_FAULT_REPLICAS=2 runs the fault suites with two backups per shard
+// (on their three servers: every shard everywhere); 1 by default.
+int FaultReplicas() {
+  const char* n = std::getenv("REMEM_FAULT_REPLICAS");
+  return n != nullptr && std::atoi(n) == 2 ? 2 : 1;
+}
+
 struct FaultRig {
   std::vector<testing::ServerProcess>* servers = nullptr;
   testing::ZooKeeperProcess* zk = nullptr;
@@ -3380,8 +3387,8 @@ void RunFaultSuite(FaultRig& rig, Cluster* cluster,
   uint64_t ops = 0, acked = 0, unknown = 0;
   const std::string verdict = clients.Check(&ops, &acked, &unknown);
   const int violations = clients.Violations();
-  std::printf("%s fault suite: %d faults injected in %.1f s (",
-              TransportFlag().c_str(), count,
+  std::printf("%s fault suite, f = %d: %d faults injected in %.1f s (",
+              TransportFlag().c_str(), FaultReplicas(), count,
               double(testing::NowNs() - began_ns) / 1e9);
   for (const auto& [f, k] : injected) {
     std::printf("%d × %s; ", k, FaultName(f));
@@ -3408,7 +3415,7 @@ void RunFaultSuite(FaultRig& rig, Cluster* cluster,
 
 TEST_F(ClusterTest, FaultSuiteOfKillsPausesAndZooKeeperRestarts) {
   ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());  // it restarts ZooKeeper
-  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {}, FaultReplicas()));
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
   FaultRig rig;
@@ -3565,7 +3572,7 @@ TEST_F(ClusterNetns, FaultSuiteWithPartitionsAcrossHosts) {
                 "--cluster-lease-ms",
                 slow ? "2000" : "500",
                 "--replicas",
-                "1",
+                std::to_string(FaultReplicas()),
                 "--shards",
                 "64"};
     auto s = testing::ServerProcess::Start(so);
