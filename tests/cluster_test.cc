@@ -2365,6 +2365,18 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
                                   "any", "get", loaded.keys[7]});
   EXPECT_EQ(cli.exit_code, 0) << cli.out;
   EXPECT_EQ(cli.out, want[7]);
+  // Each CLI command is a new client: the first get of each reads the
+  // primary or a backup at random (the turn starts anywhere), so twenty
+  // such reads of the same key all from the primary would be a 1 in 2^20.
+  const uint64_t backup_gets = SumOfStat(cluster, "hash_backup_gets");
+  for (int i = 0; i < 20; ++i) {
+    cli = testing::RunCommand({testing::CliBinary(), "--cluster", seeds,
+                               "--transport", TransportFlag(), "--read-from",
+                               "any", "get", loaded.keys[7]});
+    ASSERT_EQ(cli.exit_code, 0) << cli.out;
+    EXPECT_EQ(cli.out, want[7]);
+  }
+  EXPECT_GT(SumOfStat(cluster, "hash_backup_gets"), backup_gets);
   cli = testing::RunCommand({testing::CliBinary(), "--server", seeds,
                              "--transport", TransportFlag(), "--read-from",
                              "any", "get", loaded.keys[7]});

@@ -54,9 +54,10 @@ struct SessionOptions {
   std::string secret;
   // Deadline for connecting and for each synchronous call.
   std::chrono::milliseconds timeout{10000};
-  // Deadline for the connection's handshake alone, if it should be shorter
-  // (a server that is paused accepts the TCP connection and never
-  // answers); unset: `timeout`. remem::Cluster sets it to look elsewhere
+  // Deadline for connecting alone (the handshake, the UCX endpoint and
+  // the list of the server's regions), if it should be shorter (a server
+  // that is paused accepts the TCP connection and never answers); unset:
+  // `timeout`. remem::Cluster sets it to look elsewhere
   // for a paused member's shards.
   std::optional<std::chrono::milliseconds> connect_timeout;
   // The read path of the stores attached to the session (each store's own

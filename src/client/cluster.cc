@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -235,8 +236,9 @@ struct Cluster::Impl {
   }
   // ReadFrom::kAnyReplica: the member a get of `key` goes to, taking the
   // shard's whole copies (its primary, then its ready and retiring backups)
-  // in turn; the owner otherwise.
-  uint32_t replica_turn = 0;
+  // in turn; the owner otherwise. The turn starts anywhere: a client that
+  // makes one get (a CLI command) reads a backup as often as the primary.
+  uint32_t replica_turn = std::random_device{}();
   uint16_t ReadTarget(std::string_view key) {
     const uint32_t s = cluster::ShardOf(key, config.num_shards());
     const uint16_t owner = config.owner[s];

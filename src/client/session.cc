@@ -97,7 +97,7 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
   }
   std::unique_ptr<SessionCore> s(
       new SessionCore(options, loop, std::move(owned)));
-  // The handshake and the endpoint's setup; the regions are a call.
+  // The handshake, the endpoint's setup and the list of regions.
   const auto deadline =
       Clock::now() + options.connect_timeout.value_or(options.timeout);
   REMEM_RETURN_IF_ERROR(s->Handshake(deadline));
@@ -127,7 +127,7 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
   s->ep_->SetFailureHandler(
       [raw](const Status& why) { raw->rpc_->FailAll(why); });
   loop->Attach(raw);
-  REMEM_RETURN_IF_ERROR(s->LoadRegions());
+  REMEM_RETURN_IF_ERROR(s->LoadRegions(deadline));
   s->transport_ = s->ep_->TransportDescription();
   // Over tcp the server performs one-sided operations itself (see
   // fabric/endpoint.h); say so where the transport is shown.
@@ -189,9 +189,10 @@ Status SessionCore::Handshake(Clock::time_point deadline) {
   return Status::OK();
 }
 
-Status SessionCore::LoadRegions() {
-  auto reply = CallSync(proto::kCoreService,
-                        static_cast<uint8_t>(proto::CoreMethod::kRegions), {});
+Status SessionCore::LoadRegions(Clock::time_point deadline) {
+  auto reply = CallSyncUntil(proto::kCoreService,
+                             static_cast<uint8_t>(proto::CoreMethod::kRegions),
+                             {}, deadline);
   if (!reply.ok()) return reply.status().WithContext("listing regions");
   auto info = proto::DecodeRegionsReply(*reply);
   if (!info.ok()) return info.status().WithContext("listing regions");
@@ -458,11 +459,17 @@ void SessionCore::Call(proto::ServiceId service, uint8_t method,
 
 Result<std::string> SessionCore::CallSync(proto::ServiceId service,
                                           uint8_t method, std::string payload) {
+  return CallSyncUntil(service, method, std::move(payload), Deadline());
+}
+
+Result<std::string> SessionCore::CallSyncUntil(proto::ServiceId service,
+                                               uint8_t method,
+                                               std::string payload,
+                                               Clock::time_point deadline) {
   Flush();  // requests go out in issue order
   bool finished = false;
   Status status;
   std::string reply;
-  const auto deadline = Deadline();
   rpc_->Call(service, method, std::move(payload), deadline,
              [&](Status st, std::string data) {
                finished = true;

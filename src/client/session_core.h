@@ -82,6 +82,10 @@ class SessionCore {
             RpcClient::ReplyFn done);
   Result<std::string> CallSync(proto::ServiceId service, uint8_t method,
                                std::string payload);
+  // As CallSync, by `deadline` instead of the session timeout.
+  Result<std::string> CallSyncUntil(proto::ServiceId service, uint8_t method,
+                                    std::string payload,
+                                    Clock::time_point deadline);
 
   // --- regions and one-sided reads
   // Every region the server exported (raw ones and services' ones).
@@ -227,7 +231,8 @@ class SessionCore {
               std::unique_ptr<LoopCore> owned)
       : options_(o), loop_(loop), owned_loop_(std::move(owned)) {}
   Status Handshake(Clock::time_point deadline);
-  Status LoadRegions();
+  // Part of connecting: by the connection's deadline.
+  Status LoadRegions(Clock::time_point deadline);
   Status RenewVouch();
   // The session's TCP connection closed: fails it, and has the loop watch
   // for a stall.
