@@ -244,12 +244,14 @@ Status Ownership::Check(std::string_view key, bool write) const {
                       " is being handed over to another server");
 }
 
-Status Ownership::ReplicaReadable(std::string_view key) const {
+Status Ownership::ReplicaReadable(std::string_view key, bool* as_backup) const {
   const Installed* c = current();
   if (c != nullptr && c->replicated) {
     const uint32_t shard = ShardOf(key, c->config.num_shards());
     if (!c->owns[shard] && c->backs[shard] && !c->fills[shard]) {
-      return LeasedUnder(*c);
+      Status st = LeasedUnder(*c);
+      if (as_backup != nullptr) *as_backup = st.ok();
+      return st;
     }
   }
   return Check(key, false);

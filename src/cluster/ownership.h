@@ -161,7 +161,8 @@ class Ownership {
   // this server holds a whole copy of `key`'s shard as a backup (ready or
   // retiring, not one being filled) in the configuration installed now,
   // under its lease; else as Owns (Moved naming the owner, Busy).
-  Status ReplicaReadable(std::string_view key) const;
+  // `as_backup` (if given): set when OK came from the backup's copy.
+  Status ReplicaReadable(std::string_view key, bool* as_backup = nullptr) const;
   // The ordered store's ranges (config.h, "ordered shards"): OK if this
   // server owns the range of `key`; Moved naming its owner; Busy before the
   // first configuration or while the range is released here on its way to

@@ -391,6 +391,12 @@ TEST(Ownership, AWholeBackupAnswersReadsFromAnyReplicaUnderItsLease) {
   a.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
   EXPECT_TRUE(a.ReplicaReadable(backed).ok());
   EXPECT_TRUE(a.ReplicaReadable(mine).ok());
+  bool as_backup = false;
+  ASSERT_TRUE(a.ReplicaReadable(backed, &as_backup).ok());
+  EXPECT_TRUE(as_backup);
+  as_backup = false;
+  ASSERT_TRUE(a.ReplicaReadable(mine, &as_backup).ok());
+  EXPECT_FALSE(as_backup);
   EXPECT_EQ(a.Owns(backed).code(), StatusCode::kMoved);
   EXPECT_EQ(a.ReplicaReadable(elsewhere).code(), StatusCode::kMoved);
 

@@ -300,18 +300,14 @@ Status HashService::Owned(std::string_view key) const {
   return cluster_ == nullptr ? Status::OK() : cluster_->Owns(key);
 }
 
-Status HashService::Readable(std::string_view key, uint32_t flags) const {
+Status HashService::Readable(std::string_view key, uint32_t flags,
+                             Partition* part) const {
   if (cluster_ == nullptr) return Status::OK();
-  return (flags & kHashReadAnyReplica) != 0 ? cluster_->ReplicaReadable(key)
-                                            : cluster_->Owns(key);
-}
-
-void HashService::CountBackupGet(Partition& part, std::string_view key,
-                                 uint32_t flags) {
-  if ((flags & kHashReadAnyReplica) != 0 && cluster_ != nullptr &&
-      !cluster_->Owns(key).ok()) {
-    part.backup_gets.Add();
-  }
+  if ((flags & kHashReadAnyReplica) == 0) return cluster_->Owns(key);
+  bool as_backup = false;
+  Status st = cluster_->ReplicaReadable(key, &as_backup);
+  if (as_backup && part != nullptr) part->backup_gets.Add();
+  return st;
 }
 
 void HashService::FloorVersions_st(Partition& part) {
@@ -735,10 +731,9 @@ void HashService::HandleSingle_st(PartitionId p, Call call) {
     // Checked again here, on the owner thread: a shard released since
     // RouteCall may have had its pairs deleted by this thread.
     const uint32_t read_flags = HashReadFlags(call.payload);
-    if (Status o = Readable(*key, read_flags); !o.ok()) {
+    if (Status o = Readable(*key, read_flags, &part); !o.ok()) {
       return call.responder.Reply(o);
     }
-    CountBackupGet(part, *key, read_flags);
     auto v = table.Get(*key);
     if (!v.ok()) {
       return ReplyAsRead_st(part, *key, std::move(call.responder), v.status());
@@ -897,10 +892,10 @@ void HashService::HandleMulti(Call call) {
         if (cluster_ != nullptr) {
           // Here, on the owner thread (see HandleSingle_st):
           // a released shard refuses gets, a frozen one writes.
-          out.status = o.op == MultiOpKind::kGet ? Readable(o.key, read_flags)
-                                                 : Writable(o.key);
+          out.status = o.op == MultiOpKind::kGet
+                           ? Readable(o.key, read_flags, &part)
+                           : Writable(o.key);
           if (!out.status.ok()) continue;
-          CountBackupGet(part, o.key, read_flags);
           if (o.op != MultiOpKind::kGet) FloorVersions_st(part);
         }
         if (o.op == MultiOpKind::kGet) {

@@ -227,9 +227,10 @@ class HashService final : public server::Service {
   // Owned; with kHashReadAnyReplica in `flags` (a get's), also OK on a
   // backup holding a whole copy of the key's shard
   // (Ownership::ReplicaReadable).
-  Status Readable(std::string_view key, uint32_t flags) const;
-  // Counts a get Readable let through as a backup's (part.backup_gets).
-  void CountBackupGet(Partition& part, std::string_view key, uint32_t flags);
+  // `part` (on its owner thread): a get let through as a backup's is
+  // counted in its backup_gets.
+  Status Readable(std::string_view key, uint32_t flags,
+                  Partition* part = nullptr) const;
   // In a replicated cluster, before a write as a primary: the partition's
   // next version is at least VersionFloor(epoch installed) (hash/layout.h),
   // so a backup promoted at epoch e writes above every version issued
