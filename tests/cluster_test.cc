@@ -58,6 +58,11 @@ using testing::WaitForStatOf;
 
 constexpr auto kBound = std::chrono::seconds(30);
 
+std::string Key(int i) { return "key-" + std::to_string(i); }
+std::string Val(int i, int round = 0) {
+  return "value-" + std::to_string(i) + "-" + std::to_string(round);
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -160,15 +165,31 @@ class ClusterTest : public ::testing::Test {
   // `read_path`: the hash store's, if not the session's default.
   std::unique_ptr<Cluster> Connect(
       const std::vector<std::string>& seeds,
-      std::optional<ReadPath> read_path = std::nullopt) {
+      std::optional<ReadPath> read_path = std::nullopt,
+      ReadFrom read_from = ReadFrom::kPrimary) {
     ClusterOptions o;
     o.seeds = seeds;
     o.session.transport = testing::TestTransport();
     o.wait_for_config = kBound;
     o.hash.read_path = read_path;
+    o.read_from = read_from;
     auto c = Cluster::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // A key whose primary is not the configuration manager, and that
+  // primary's index in servers_ (-1 if none of 200 keys has one).
+  std::pair<std::string, int> KeyOfAPrimaryNotTheManager(Cluster* cluster) {
+    for (int i = 0; i < 200; ++i) {
+      const std::string owner = cluster->OwnerOf(Key(i));
+      auto probe = ConnectOrDie(owner);
+      if (StatOf(probe.get(), "cluster_manager") != 0) continue;
+      for (size_t s = 0; s < servers_.size(); ++s) {
+        if (servers_[s].address == owner) return {Key(i), int(s)};
+      }
+    }
+    return {"", -1};
   }
 
   std::unique_ptr<testing::ZooKeeperProcess> zk_;  // OwnZooKeeper's
@@ -213,11 +234,6 @@ int WaitForOneManager(const std::vector<std::unique_ptr<Session>>& probes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return -1;
-}
-
-std::string Key(int i) { return "key-" + std::to_string(i); }
-std::string Val(int i, int round = 0) {
-  return "value-" + std::to_string(i) + "-" + std::to_string(round);
 }
 
 TEST_F(ClusterTest,
@@ -2258,14 +2274,10 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
   const int m = WaitForOneManager(probes);
   ASSERT_GE(m, 0);
   probes.clear();
-  ClusterOptions o;
-  o.seeds = {servers_[size_t(m)].address};
-  o.session.transport = testing::TestTransport();
-  o.wait_for_config = kBound;
-  o.read_from = ReadFrom::kAnyReplica;
-  auto made = Cluster::Connect(o);
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  Cluster* cluster = made->get();
+  auto made = Connect({servers_[size_t(m)].address}, std::nullopt,
+                      ReadFrom::kAnyReplica);
+  ASSERT_NE(made, nullptr);
+  Cluster* cluster = made.get();
   const Loaded loaded = Load(cluster, 600);
   std::vector<std::string> want = loaded.vals;
 
@@ -2448,14 +2460,10 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaNeverGoBehindAnAcknowledgedWrite) {
   }
   ASSERT_GE(v, 0);
   const std::string victim = servers_[size_t(v)].address;
-  ClusterOptions o;
-  o.seeds = {servers_[size_t(m)].address};
-  o.session.transport = testing::TestTransport();
-  o.wait_for_config = kBound;
-  o.read_from = ReadFrom::kAnyReplica;
-  auto made = Cluster::Connect(o);
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  Cluster* reader = made->get();
+  auto made = Connect({servers_[size_t(m)].address}, std::nullopt,
+                      ReadFrom::kAnyReplica);
+  ASSERT_NE(made, nullptr);
+  Cluster* reader = made.get();
   // Per key: each put's issue time (index: its sequence number, from 1;
   // 0 is the initial put below), and the highest sequence number
   // acknowledged by each time (ack_at[k][n]: when put n was acknowledged,
@@ -3758,20 +3766,9 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
   ASSERT_NE(cluster, nullptr);
   // A key whose primary is not the configuration manager (a paused manager
   // is replaced only after its ZooKeeper session expires).
-  std::string key, victim;
-  for (int i = 0; i < 200 && victim.empty(); ++i) {
-    const std::string owner = cluster->OwnerOf(Key(i));
-    auto probe = ConnectOrDie(owner);
-    if (StatOf(probe.get(), "cluster_manager") == 0) {
-      key = Key(i);
-      victim = owner;
-    }
-  }
-  ASSERT_FALSE(victim.empty());
-  int v = -1;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    if (servers_[i].address == victim) v = int(i);
-  }
+  auto [key, v] = KeyOfAPrimaryNotTheManager(cluster.get());
+  ASSERT_GE(v, 0);
+  const std::string victim = servers_[size_t(v)].address;
   ASSERT_TRUE(cluster->Put(key, "before").ok());
   // The reader asks the server (a one-sided read of the paused server's
   // memory is answered while its lease lasts, correctly).
@@ -3872,20 +3869,9 @@ TEST_F(ClusterTest, FreshClientsDoNotWaitOnAPausedPrimaryOrSeed) {
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   auto cluster = Connect(seeds);
   ASSERT_NE(cluster, nullptr);
-  std::string key, victim;
-  for (int i = 0; i < 200 && victim.empty(); ++i) {
-    const std::string owner = cluster->OwnerOf(Key(i));
-    auto probe = ConnectOrDie(owner);
-    if (StatOf(probe.get(), "cluster_manager") == 0) {
-      key = Key(i);
-      victim = owner;
-    }
-  }
-  ASSERT_FALSE(victim.empty());
-  int v = -1;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    if (servers_[i].address == victim) v = int(i);
-  }
+  auto [key, v] = KeyOfAPrimaryNotTheManager(cluster.get());
+  ASSERT_GE(v, 0);
+  const std::string victim = servers_[size_t(v)].address;
   ASSERT_TRUE(cluster->Put(key, "before").ok());
   std::vector<std::string> others, victim_first = {victim};
   for (const auto& a : seeds) {
