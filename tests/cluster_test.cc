@@ -2660,6 +2660,195 @@ TEST_F(ClusterTest, TwoBackupsSurviveTwoFailuresAndNewPrimariesWriteAbove) {
   }
 }
 
+// With two backups, a primary's last batch may reach one backup and not
+// the other before the primary dies. The backup promoted in its place then
+// holds writes the other lacks (never acknowledged); it must not return
+// them to a reader before the other backup holds them too, or a second
+// failure would promote that one without them, and a write a reader was
+// returned would vanish. Here every batch reaches the last backup of its
+// shards 2 s after any others (--fault-replication-last-backup-delay-ms):
+// a put and a delete of the killed primary's reach only its first backup,
+// which is promoted; a one-sided reader and an RPC reader ask for both
+// keys, the new primary is killed as soon as either is answered, and the
+// last backup, promoted in turn, must answer as they were answered. (Each
+// guard fails this on its own: without the records sent on, the last
+// backup never gets them; without the promoted member's serving word held
+// at 0, the one-sided reader is answered at once; without the reads
+// waiting for them, the RPC reader is.)
+TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
+  const bool slow = testing::Scaled(6) < 6;
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(
+      3, {"--fault-replication-last-backup-delay-ms", slow ? "6000" : "2000"},
+      /*replicas=*/2));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  const Cluster::Info info = cluster->info();
+  ASSERT_EQ(info.replicas, 2u);
+  // Two keys of shards led by a member that is not the manager (a killed
+  // manager is replaced only once its ZooKeeper session expires), with
+  // the same two backups.
+  std::string kp, kd, primary, first, last;
+  for (int i = 0; i < 2000 && kd.empty(); ++i) {
+    const std::string k = Key(i);
+    const uint32_t s = cluster->ShardOf(k);
+    const std::string owner = cluster->OwnerOf(k);
+    const int32_t b0 = info.shard_backups[s * 2],
+                  b1 = info.shard_backups[s * 2 + 1];
+    if (owner == servers_[size_t(m)].address || b0 < 0 || b1 < 0) continue;
+    if (kp.empty()) {
+      kp = k;
+      primary = owner;
+      first = info.nodes[size_t(b0)].address;
+      last = info.nodes[size_t(b1)].address;
+    } else if (owner == primary && info.nodes[size_t(b0)].address == first &&
+               info.nodes[size_t(b1)].address == last) {
+      kd = k;
+    }
+  }
+  ASSERT_FALSE(kd.empty());
+  auto server_at = [&](const std::string& address) -> testing::ServerProcess& {
+    for (auto& sv : servers_) {
+      if (sv.address == address) return sv;
+    }
+    ADD_FAILURE() << address;
+    return servers_[0];
+  };
+  auto both = cluster->MultiPut({{kp, "old"}, {kd, "old"}});
+  for (const auto& r : both) ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  // What a member holds, read from its copy as a backup.
+  struct CopyAt {
+    std::unique_ptr<Session> session;
+    std::unique_ptr<HashStore> store;
+    std::string Of(const std::string& key) {
+      auto r = store->Get(key);
+      return r.ok() ? r->value
+             : r.status().code() == StatusCode::kNotFound
+                 ? "(none)"
+                 : r.status().ToString();
+    }
+  };
+  auto copy_at = [&](const std::string& address) {
+    CopyAt c;
+    c.session = ConnectOrDie(address);
+    HashOptions ho;
+    ho.read_any_replica = true;
+    ho.read_path = ReadPath::kRpc;
+    auto store = HashStore::Open(c.session.get(), ho);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (store.ok()) c.store = std::move(*store);
+    return c;
+  };
+  CopyAt at_first = copy_at(first), at_last = copy_at(last);
+  ASSERT_NE(at_first.store, nullptr);
+  ASSERT_NE(at_last.store, nullptr);
+
+  // The readers' answers, and the first one's moment.
+  struct Answer {
+    std::string put, del;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  int answered = 0;
+  std::vector<Answer> answers(2);
+  // Joined however the test ends (a failed assertion returns).
+  std::thread writer, one_sided, by_rpc;
+  struct Joined {
+    std::vector<std::thread*> threads;
+    ~Joined() {
+      for (std::thread* t : threads) {
+        if (t->joinable()) t->join();
+      }
+    }
+  } joined{{&writer, &one_sided, &by_rpc}};
+
+  // The put and the delete in one request (one batch), never answered:
+  // the primary is killed while its batch waits for the last backup.
+  writer = std::thread([&] {
+    SessionOptions so;
+    so.server = primary;
+    so.transport = testing::TestTransport();
+    so.timeout = std::chrono::milliseconds(3000);
+    auto session = Session::Connect(so);
+    if (!session.ok()) return;
+    (void)(*session)->core()->CallSync(
+        hash::kHashService, hash::MethodId(hash::HashMethod::kMultiOp),
+        hash::EncodeHashMultiOp({{hash::MultiOpKind::kPut, kp, "new"},
+                                 {hash::MultiOpKind::kDelete, kd, {}}}));
+  });
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while ((at_first.Of(kp) != "new" || at_first.Of(kd) != "(none)") &&
+         std::chrono::steady_clock::now() < until) {
+    // Polled: nothing tells the test when a backup applied a batch.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(at_first.Of(kp), "new");
+  ASSERT_EQ(at_first.Of(kd), "(none)");
+  ASSERT_EQ(at_last.Of(kp), "old");
+  ASSERT_EQ(at_last.Of(kd), "old");
+  ASSERT_TRUE(server_at(primary).Kill().ok());
+  ASSERT_TRUE(WaitForConfig(
+      cluster.get(), [&](const auto& i) { return ShardsOf(i, primary) == 0; }));
+  ASSERT_EQ(cluster->OwnerOf(kp), first);
+  // Not what the dead primary sent (it never reached the last backup), nor
+  // yet what the new primary sends on (held 2 s on its way there).
+  ASSERT_EQ(at_last.Of(kp), "old");
+
+  auto reader = [&](int n, ReadPath path) {
+    auto c = Connect(seeds, path);
+    if (c == nullptr) return;
+    auto of = [&](const std::string& key) {
+      auto r = c->Get(key);
+      return r.ok() ? r->value
+             : r.status().code() == StatusCode::kNotFound
+                 ? "(none)"
+                 : r.status().ToString();
+    };
+    Answer a;
+    a.put = of(kp);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++answered;
+    }
+    cv.notify_all();
+    a.del = of(kd);
+    std::lock_guard<std::mutex> lock(mu);
+    answers[size_t(n)] = a;
+  };
+  one_sided = std::thread(reader, 0, ReadPath::kOneSided);
+  by_rpc = std::thread(reader, 1, ReadPath::kRpc);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kBound, [&] { return answered > 0; }));
+  }
+  const uint64_t resynced =
+      StatOf(at_first.session.get(), "hash_resync_records");
+  ASSERT_TRUE(server_at(first).Kill().ok());
+  one_sided.join();
+  by_rpc.join();
+  writer.join();
+  EXPECT_GE(resynced, 2u);
+  ASSERT_TRUE(WaitForConfig(
+      cluster.get(), [&](const auto& i) { return ShardsOf(i, first) == 0; }));
+  ASSERT_EQ(cluster->OwnerOf(kp), last);
+  auto put = cluster->Get(kp);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->value, "new");
+  EXPECT_EQ(cluster->Get(kd).status().code(), StatusCode::kNotFound);
+  for (int n = 0; n < 2; ++n) {
+    const char* who = n == 0 ? "one-sided" : "RPC";
+    EXPECT_EQ(answers[size_t(n)].put, "new") << who;
+    EXPECT_EQ(answers[size_t(n)].del, "(none)") << who;
+  }
+}
+
 // One-sided readers of a replicated shard are returned a pair only once
 // the primary's serving mark says its backup holds it: the
 // primary applies a write to its memory before it ships it, and a kill -9

@@ -242,6 +242,11 @@ int main(int argc, char** argv) {
                  "primary's writes this long before sending it to the "
                  "backups")
       ->group("Testing");
+  app.add_option("--fault-replication-last-backup-delay-ms",
+                 cfg.fault_last_backup_delay_ms,
+                 "testing: in a replicated cluster, send each batch to each "
+                 "shard's last backup this long after the others")
+      ->group("Testing");
   app.add_flag("--fault-kill-after-handoff", cfg.fault_kill_after_handoff,
                "testing: as configuration manager, kill this server "
                "(SIGKILL) right after it records a move's handoff in "

@@ -123,6 +123,19 @@ bool Ownership::Install(Config config, bool past_handoff) {
       owned_ranges(*cur) != owned_ranges(*next)) {
     ranges_since_ = next->config.epoch;
   }
+  // A promotion (or a resync still under way): vouched for once every
+  // part has sent on what it received as a backup (RequireResync).
+  if (resync_parts_ > 0 && next->replicated && current() != nullptr) {
+    bool gained = resyncs_left_ > 0;
+    for (uint32_t s = 0; s < n && !gained; ++s) {
+      gained =
+          next->owns[s] != 0 && (s >= cur->owns.size() || cur->owns[s] == 0);
+    }
+    if (gained) {
+      resyncs_left_ = resync_parts_;
+      resync_epoch_ = next->config.epoch;
+    }
+  }
   if (purges_left_ > 0) {
     // Not served before the purges are done (they read it as pending()).
     pending_.store(next.get(), std::memory_order_release);
@@ -145,7 +158,7 @@ bool Ownership::Install(Config config, bool past_handoff) {
 
 uint64_t Ownership::ServingWord_locked() const {
   const Installed* c = current();
-  if (c == nullptr || c->self < 0) return 0;
+  if (c == nullptr || c->self < 0 || resyncs_left_ > 0) return 0;
   if (c->any_outgoing) {
     for (uint32_t s = 0; s < c->config.num_shards(); ++s) {
       if (StateOf(s) != kServing) return 0;
@@ -211,6 +224,17 @@ uint64_t Ownership::serving_word() const {
 void Ownership::RequirePurge(uint32_t parts) const {
   std::lock_guard<std::mutex> lock(mu_);
   purges_left_ += parts;
+}
+
+void Ownership::RequireResync(uint32_t parts) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  resync_parts_ += parts;
+}
+
+void Ownership::ResyncDone(uint32_t epoch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resyncs_left_ == 0 || epoch != resync_epoch_) return;
+  if (--resyncs_left_ == 0) PublishServing_locked();
 }
 
 void Ownership::PurgeDone() const {

@@ -146,6 +146,18 @@ class Ownership {
   // this server.
   void RequirePurge(uint32_t parts) const;
   void PurgeDone() const;
+  // Promotions (replicated clusters): a member made primary of shards it
+  // backed up may hold the dead primary's last records, which the other
+  // backups may lack; it must not vouch for them to one-sided readers
+  // before it has sent them on (hash/service.h, Resync_st). `parts` parts
+  // of the data path each call ResyncDone(epoch) once they have done so
+  // for the configuration `epoch` they found installed. From an install
+  // that gives this member a shard it did not own (after the first) until
+  // every part has reported for the epoch installed last, the serving word
+  // is 0 (one-sided readers ask the server, whose reads wait for those
+  // records). Called before the first Install.
+  void RequireResync(uint32_t parts) const;
+  void ResyncDone(uint32_t epoch) const;
   // 0 before the first configuration.
   uint32_t epoch() const {
     const Installed* c = current();
@@ -278,6 +290,7 @@ class Ownership {
   // server is about to install it: try again).
   Status Admits(uint32_t epoch) const;
   const std::string& self() const { return self_; }
+  uint64_t incarnation() const { return incarnation_; }
   // Calls listener(word) now and with every new serving word (above), on
   // the thread that changed it, under this object's lock (the listener must
   // not call back into it). One listener; a later call replaces it.
@@ -331,6 +344,11 @@ class Ownership {
   mutable std::atomic<uint64_t> lease_until_ns_{0};
   mutable std::mutex mu_;  // Install, SetState, purges
   mutable uint32_t purges_left_ = 0;
+  // RequireResync's parts; while resyncs_left_ > 0, the parts that have
+  // not yet reported for resync_epoch_ (ResyncDone).
+  mutable uint32_t resync_parts_ = 0;
+  mutable uint32_t resyncs_left_ = 0;
+  mutable uint32_t resync_epoch_ = 0;
   std::vector<std::unique_ptr<Installed>> all_;
   // Per shard (allocated with the first configuration; the shard count
   // never changes): kServing, kFrozen or kReleased.

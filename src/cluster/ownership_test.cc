@@ -414,6 +414,58 @@ TEST(Ownership, AWholeBackupAnswersReadsFromAnyReplicaUnderItsLease) {
             StatusCode::kMoved);
 }
 
+TEST(Ownership, APromotedMemberVouchesForNothingUntilItsPartsResynced) {
+  Ownership o("a:1", /*incarnation=*/7);
+  o.RequireResync(2);
+  std::vector<uint64_t> heard;
+  o.SetServingListener([&](uint64_t w) { heard.push_back(w); });
+  auto word = [](uint32_t installed, uint32_t since) {
+    return uint64_t{installed} | uint64_t{since} << 32;
+  };
+  Config c = InitialConfig(
+      "c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}, {"c:1", 1, 9}}, 64, 1);
+  o.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  // The first configuration: nothing was held as a backup before it.
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), word(1, 1));
+  // The same shards at the next epoch: nothing to send on.
+  c.epoch = 2;
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), word(2, 1));
+  // b:1 failed over: a:1 leads its shards too.
+  const std::string theirs = KeyOwnedBy(c, "b:1");
+  c.epoch = 3;
+  for (auto& owner : c.owner) {
+    if (owner == 1) owner = 0;
+  }
+  heard.clear();
+  ASSERT_TRUE(o.Install(c));
+  EXPECT_EQ(o.serving_word(), 0u);
+  EXPECT_TRUE(o.Owns(theirs).ok());  // served by RPC meanwhile
+  o.ResyncDone(2);                   // an older epoch's report: nothing
+  o.ResyncDone(3);
+  EXPECT_EQ(o.serving_word(), 0u);  // one part left
+  // Another configuration before the last part reported: every part
+  // reports again, for it.
+  c.epoch = 4;
+  ASSERT_TRUE(o.Install(c));
+  o.ResyncDone(3);
+  o.ResyncDone(4);
+  EXPECT_EQ(o.serving_word(), 0u);
+  o.ResyncDone(4);
+  EXPECT_EQ(o.serving_word(), word(4, 3));
+  EXPECT_EQ(heard.back(), word(4, 3));
+  o.ResyncDone(4);  // past the count: nothing
+  EXPECT_EQ(o.serving_word(), word(4, 3));
+  o.SetServingListener(nullptr);
+  // Unreplicated, a shard moved here is not held back.
+  Ownership plain("a:1", 7);
+  plain.RequireResync(1);
+  ASSERT_TRUE(plain.Install(TwoServers(1)));
+  ASSERT_TRUE(plain.Install(TwoServers(2, /*swapped=*/true)));
+  EXPECT_EQ(plain.serving_word(), word(2, 2));
+}
+
 TEST(Ownership, TheServingWordNamesTheEpochSinceWhichItLedTheSameShards) {
   Ownership o("a:1", /*incarnation=*/7);
   std::vector<uint64_t> heard;

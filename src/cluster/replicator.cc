@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <set>
 
 #include "client/rpc_client.h"
 #include "client/session_core.h"
@@ -26,9 +27,11 @@ std::chrono::milliseconds RetryPause(int failures) {
 
 Result<std::unique_ptr<Replicator>> Replicator::Start(
     const Ownership* ownership, SessionOptions session,
-    std::chrono::microseconds spin, std::chrono::milliseconds fault_delay) {
-  std::unique_ptr<Replicator> r(
-      new Replicator(ownership, std::move(session), spin, fault_delay));
+    std::chrono::microseconds spin, std::chrono::milliseconds fault_delay,
+    std::chrono::milliseconds fault_last_backup_delay) {
+  std::unique_ptr<Replicator> r(new Replicator(ownership, std::move(session),
+                                               spin, fault_delay,
+                                               fault_last_backup_delay));
   auto loop = PeerLoop::Create(r->options_.transport);
   if (!loop.ok()) return loop.status().WithContext("replication");
   r->loop_ = std::move(*loop);
@@ -123,15 +126,21 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
   }
   // Who must hold it now: the backups of the shards still owned here.
   std::map<std::string, uint64_t> targets;  // address, incarnation
+  std::set<std::string> held_back;          // testing: last backups
+  const bool hold_last = Clock::now() < job->last_backup_at;
   if (c != nullptr) {
     for (uint32_t s : job->shards) {
       if (!c->owns[s]) {
         job->lost = true;
         continue;
       }
-      for (uint16_t b : c->config.BackupsOf(s)) {
+      const std::vector<uint16_t> backups = c->config.BackupsOf(s);
+      for (uint16_t b : backups) {
         const Member& m = c->config.members[b];
         targets[m.address] = m.incarnation;
+      }
+      if (hold_last && !backups.empty()) {
+        held_back.insert(c->config.members[backups.back()].address);
       }
     }
   }
@@ -140,7 +149,10 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
     const std::string t = address + "/" + std::to_string(incarnation);
     if (job->acked[t]) continue;
     waiting = true;
-    if (job->sending[t] || Clock::now() < job->retry_at) continue;
+    if (job->sending[t] || Clock::now() < job->retry_at ||
+        held_back.count(address) != 0) {
+      continue;
+    }
     auto s = SessionTo(address, incarnation);
     if (!s.ok()) {
       ++job->failures;
@@ -207,6 +219,10 @@ void Replicator::Run() {
         if (fault_delay_.count() > 0) {
           incoming_.front()->retry_at = Clock::now() + fault_delay_;
         }
+        if (fault_last_backup_delay_.count() > 0) {
+          incoming_.front()->last_backup_at =
+              Clock::now() + fault_delay_ + fault_last_backup_delay_;
+        }
         active_.push_back(std::move(incoming_.front()));
         incoming_.pop_front();
         arrived = true;
@@ -230,6 +246,9 @@ void Replicator::Run() {
         } else {
           if (active_[i]->retry_at > now) {
             next_retry_ = std::min(next_retry_, active_[i]->retry_at);
+          }
+          if (active_[i]->last_backup_at > now) {
+            next_retry_ = std::min(next_retry_, active_[i]->last_backup_at);
           }
           ++i;
         }

@@ -63,11 +63,15 @@ class Replicator {
   // backups. `ownership` must outlive the replicator. `spin`: how long the
   // thread polls for replies before it sleeps (the server's --spin-us).
   // `fault_delay` (testing): each batch waits this long before it is first
-  // sent.
+  // sent. `fault_last_backup_delay` (testing): and this long more to the
+  // last backup of each of its shards (the others hold it first, as when a
+  // primary dies between its sends).
   static Result<std::unique_ptr<Replicator>> Start(
       const Ownership* ownership, SessionOptions session,
       std::chrono::microseconds spin = std::chrono::microseconds(100),
-      std::chrono::milliseconds fault_delay = std::chrono::milliseconds(0));
+      std::chrono::milliseconds fault_delay = std::chrono::milliseconds(0),
+      std::chrono::milliseconds fault_last_backup_delay =
+          std::chrono::milliseconds(0));
   // Stops the thread; what is left, and what comes later, fails with
   // Unavailable. The destructor calls it.
   void Stop();
@@ -97,14 +101,19 @@ class Replicator {
     bool lost = false;  // a shard of the batch was taken from this server
     Clock::time_point retry_at{};
     int failures = 0;
+    // Testing (fault_last_backup_delay): not sent to a shard's last backup
+    // before this.
+    Clock::time_point last_backup_at{};
   };
   Replicator(const Ownership* ownership, SessionOptions session,
              std::chrono::microseconds spin,
-             std::chrono::milliseconds fault_delay)
+             std::chrono::milliseconds fault_delay,
+             std::chrono::milliseconds fault_last_backup_delay)
       : ownership_(ownership),
         options_(std::move(session)),
         spin_(spin),
-        fault_delay_(fault_delay) {}
+        fault_delay_(fault_delay),
+        fault_last_backup_delay_(fault_last_backup_delay) {}
   void Run();
   // Sends what `job` still needs; true once it is finished (done called).
   bool Advance(const std::shared_ptr<Job>& job);
@@ -117,6 +126,7 @@ class Replicator {
   const SessionOptions options_;
   const std::chrono::microseconds spin_;
   const std::chrono::milliseconds fault_delay_;
+  const std::chrono::milliseconds fault_last_backup_delay_;
   std::unique_ptr<PeerLoop> loop_;
   struct Peer {
     std::unique_ptr<Session> session;

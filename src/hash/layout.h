@@ -52,7 +52,8 @@
 // a cluster, after it has read a pair, reads the mark and returns the pair
 // only if (JudgeServingMark in reader.h)
 //   - `serving` verifies and is not 0 (0: nothing is vouched for: before
-//     the first configuration, during a hand-over, not a cluster), and the
+//     the first configuration, during a hand-over, not a cluster, just
+//     after a promotion, Ownership::RequireResync), and the
 //     reader's configuration epoch E satisfies primary_since <= E <=
 //     installed: the shards this server leads are the same at E as now, so
 //     the reader (which routed by E) is reading the shard's owner;

@@ -286,13 +286,20 @@ Status HashService::Init(server::ServiceContext* ctx) {
     cluster_->AddInstallListener(
         [this](const cluster::Ownership::Installed& c) {
           for (PartitionId p = 0; p < partitions_.size(); ++p) {
-            ctx_->RunOn(p, [this, p, &c] { SettleShards_st(p, c); });
+            ctx_->RunOn(p, [this, p, &c] {
+              SettleShards_st(p, c);
+              Resync_st(*partitions_[p]);
+            });
           }
         });
   }
   // Each partition deletes what the first configuration does not give this
   // server before it is served (PurgeUnowned_st).
   if (cluster_ != nullptr) cluster_->RequirePurge(uint32_t(partitions_.size()));
+  // And, replicated, sends on what a promotion may hold alone (Resync_st).
+  if (replicator_ != nullptr) {
+    cluster_->RequireResync(uint32_t(partitions_.size()));
+  }
   return Status::OK();
 }
 
@@ -357,12 +364,14 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_op_writes", op_writes);
   out->Add("hash_op_functions", functions_.size());
   if (cluster_ != nullptr) {
-    uint64_t fill_pairs = 0, held = 0, refused = 0, backup_gets = 0;
+    uint64_t fill_pairs = 0, held = 0, refused = 0, backup_gets = 0,
+             resynced = 0;
     for (const auto& p : partitions_) {
       fill_pairs += p->fill_pairs.Get();
       held += p->applies_held.Get();
       refused += p->replica_refused.Get();
       backup_gets += p->backup_gets.Get();
+      resynced += p->resync_records.Get();
     }
     out->Add("hash_fill_pairs", fill_pairs);
     // As a backup: batches refused when applied (the configuration changed
@@ -372,6 +381,9 @@ void HashService::Stats(server::StatsBuilder* out) const {
     // Gets answered from this server's copies as a backup (reads from any
     // replica, remem/cluster.h ReadFrom::kAnyReplica).
     out->Add("hash_backup_gets", backup_gets);
+    // Records a promotion sent on to the other backups before serving them
+    // (Resync_st).
+    out->Add("hash_resync_records", resynced);
   }
 }
 
@@ -533,8 +545,10 @@ void HashService::LogDelete_st(Partition& part, std::string_view key,
   part.repl_dirty[XXH3_64bits(key.data(), key.size())] = ++part.repl_noted;
 }
 
-uint64_t HashService::DirtyUpTo_st(const Partition& part,
-                                   std::string_view key) const {
+uint64_t HashService::DirtyUpTo_st(Partition& part, std::string_view key) {
+  if (cluster_ != nullptr && cluster_->epoch() > part.resync_epoch) {
+    Resync_st(part);
+  }
   if (part.repl_dirty.empty()) return 0;
   auto it = part.repl_dirty.find(XXH3_64bits(key.data(), key.size()));
   return it == part.repl_dirty.end() ? 0 : it->second;
@@ -582,7 +596,8 @@ void HashService::ShipBatch_st(PartitionId p) {
   // With this partition's highest version: a backup promoted later issues
   // versions above every version its keys were given here.
   replicator_->Replicate(
-      batch->Finish(0, 0, uint32_t(partitions_.size()), version),
+      batch->Finish(cluster_->incarnation(), p, uint32_t(partitions_.size()),
+                    version),
       [this, p, upto, version](Status st) {
         ctx_->RunOn(p, [this, p, upto, version, st = std::move(st)]() mutable {
           Replicated_st(p, upto, version, std::move(st));
@@ -605,6 +620,7 @@ void HashService::Replicated_st(PartitionId p, uint64_t upto, uint64_t version,
   for (auto it = part.repl_dirty.begin(); it != part.repl_dirty.end();) {
     it = it->second <= upto ? part.repl_dirty.erase(it) : std::next(it);
   }
+  ReportResync_st(part);
   while (!part.repl_waiters.empty() &&
          part.repl_waiters.front().first <= upto) {
     auto done = std::move(part.repl_waiters.front().second);
@@ -612,6 +628,62 @@ void HashService::Replicated_st(PartitionId p, uint64_t upto, uint64_t version,
     done(status);
   }
   ShipBatch_st(p);
+}
+
+void HashService::Resync_st(Partition& part) {
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->config.epoch <= part.resync_epoch) return;
+  part.resync_epoch = c->config.epoch;
+  const uint32_t n = c->config.num_shards();
+  if (part.resync_owned.size() != n) part.resync_owned.assign(n, 0);
+  if (Replicating() && !part.retained.empty()) {
+    Table& table = *part.table;
+    std::unordered_set<std::string_view> sent;
+    for (const auto& [stream, kept] : part.retained) {
+      for (uint32_t i : kept.items) {
+        const std::string_view key = kept.batch->pairs.pairs[i].key;
+        const uint32_t s = cluster::ShardOf(key, n);
+        if (c->owns[s] == 0 || part.resync_owned[s] != 0 ||
+            !sent.insert(key).second) {
+          continue;
+        }
+        // As it stands here now: this member's own writes since (none at
+        // this epoch yet, or later in its stream) and the dead primary's
+        // records agree on it.
+        if (!part.repl_batch) {
+          part.repl_batch = std::make_unique<ShardPairsWriter>();
+        }
+        auto v = table.Get(key);
+        if (v.ok()) {
+          part.repl_batch->Add(key, v->value, v->version, false);
+        } else {
+          part.repl_batch->Add(key, {}, table.last_version(), true);
+        }
+        part.repl_dirty[XXH3_64bits(key.data(), key.size())] =
+            ++part.repl_noted;
+        part.resync_upto = part.repl_noted;
+        part.resync_records.Add(1);
+      }
+    }
+    // Streams of senders no longer in the cluster are done with.
+    for (auto it = part.retained.begin(); it != part.retained.end();) {
+      const bool member =
+          std::any_of(c->config.members.begin(), c->config.members.end(),
+                      [&](const cluster::Member& m) {
+                        return m.incarnation == it->first.first;
+                      });
+      it = member ? std::next(it) : part.retained.erase(it);
+    }
+  }
+  part.resync_owned = c->owns;
+  part.resync_report = c->config.epoch;
+  ReportResync_st(part);
+}
+
+void HashService::ReportResync_st(Partition& part) {
+  if (part.resync_report == 0 || part.repl_done < part.resync_upto) return;
+  cluster_->ResyncDone(part.resync_report);
+  part.resync_report = 0;
 }
 
 Status HashService::ApplyPairs_st(Partition& part, const ShardPairs& pairs,
@@ -640,17 +712,21 @@ Status HashService::ApplyPairs_st(Partition& part, const ShardPairs& pairs,
 
 void HashService::HandleReplicate(Call call) {
   struct Apply {
-    std::string payload;
-    ShardPairs pairs;
+    std::shared_ptr<const ReplicaBatch> batch;
+    const ShardPairs& pairs() const { return batch->pairs; }
     std::vector<Status> status;  // per partition
     Responder responder;
   };
   auto rep = std::make_shared<Apply>();
-  rep->payload = std::move(call.payload);
   rep->responder = std::move(call.responder);
-  auto pairs = DecodeShardPairs(rep->payload);
-  if (!pairs.ok()) return rep->responder.Reply(pairs.status());
-  rep->pairs = std::move(*pairs);
+  {
+    auto batch = std::make_shared<ReplicaBatch>();
+    batch->payload = std::move(call.payload);
+    auto pairs = DecodeShardPairs(batch->payload);
+    if (!pairs.ok()) return rep->responder.Reply(pairs.status());
+    batch->pairs = std::move(*pairs);
+    rep->batch = std::move(batch);
+  }
   std::vector<std::vector<uint32_t>> by_owner(partitions_.size());
   // A batch may hold records of shards with other backups (the primary
   // sends each batch whole to every backup of one of its shards): those
@@ -658,20 +734,20 @@ void HashService::HandleReplicate(Call call) {
   const uint32_t epoch = call.epoch;
   auto at = cluster_->AdmitsReplication(epoch);
   if (!at.ok()) return rep->responder.Reply(at.status());
-  for (uint32_t i = 0; i < rep->pairs.pairs.size(); ++i) {
-    const std::string_view key = rep->pairs.pairs[i].key;
+  for (uint32_t i = 0; i < rep->pairs().pairs.size(); ++i) {
+    const std::string_view key = rep->pairs().pairs[i].key;
     if (!cluster::Ownership::BacksUp(**at, key)) continue;
     // A copy for a backup being filled: a ready one has it already.
-    if (rep->pairs.pairs[i].fill && !cluster::Ownership::Fills(**at, key)) {
+    if (rep->pairs().pairs[i].fill && !cluster::Ownership::Fills(**at, key)) {
       continue;
     }
     by_owner[PartitionOf(key)].push_back(i);
   }
   // Raised by every partition at its next pass (OnPass).
   uint64_t seen = replicated_max_version_.load(std::memory_order_relaxed);
-  while (seen < rep->pairs.max_version &&
+  while (seen < rep->pairs().max_version &&
          !replicated_max_version_.compare_exchange_weak(
-             seen, rep->pairs.max_version, std::memory_order_relaxed)) {
+             seen, rep->pairs().max_version, std::memory_order_relaxed)) {
   }
   size_t owners = 0;
   for (const auto& items : by_owner) owners += items.empty() ? 0 : 1;
@@ -682,7 +758,7 @@ void HashService::HandleReplicate(Call call) {
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
     auto apply = [this, owner, rep, fan, epoch,
-                  items = std::move(by_owner[owner])] {
+                  items = std::move(by_owner[owner])]() mutable {
       Partition& part = *partitions_[owner];
       // Admitted again, here on the owner thread: a configuration installed
       // since the batch was admitted may have made this server the keys'
@@ -699,13 +775,19 @@ void HashService::HandleReplicate(Call call) {
       // Logged where the log takes writes; held in memory in any case (the
       // primary waits for memory, as FaRM's backups acknowledge).
       rep->status[owner] =
-          ApplyPairs_st(part, rep->pairs, items,
+          ApplyPairs_st(part, rep->pairs(), items,
                         part.store != nullptr && part.store->Writable().ok());
+      // Kept until the stream's next batch: what a promotion here sends on
+      // (Resync_st).
+      if (rep->status[owner].ok()) {
+        part.retained[{rep->pairs().generation, rep->pairs().cursor}] = {
+            rep->batch, std::move(items)};
+      }
       UpdateCounters_st(part);
       fan->Done();
     };
     if (options_.fault_replica_delete_delay_ms == 0 ||
-        std::none_of(rep->pairs.pairs.begin(), rep->pairs.pairs.end(),
+        std::none_of(rep->pairs().pairs.begin(), rep->pairs().pairs.end(),
                      [](const ShardPairView& p) { return p.deleted; })) {
       ctx_->RunOn(owner, std::move(apply));
       continue;

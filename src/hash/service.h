@@ -46,6 +46,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -121,6 +122,12 @@ class HashService final : public server::Service {
   HashServiceOptions& options() { return options_; }
 
  private:
+  // A primary's replication batch, as a backup received it (the pairs
+  // view into the payload).
+  struct ReplicaBatch {
+    std::string payload;
+    ShardPairs pairs;
+  };
   struct Partition {
     fabric::LocalRegion* region = nullptr;
     std::unique_ptr<SlabAllocator> slab;
@@ -219,6 +226,25 @@ class HashService final : public server::Service {
     // The epoch whose version floor the table's counter is at (owner
     // thread; FloorVersions_st).
     uint32_t floor_epoch = 0;
+    // As a backup (owner thread only), per primary's stream (its
+    // incarnation and partition): the last batch applied here, and which
+    // of its records are this partition's. A primary sends a batch only
+    // once its previous one is held by every backup, so these are the
+    // only records another backup may lack (Resync_st).
+    struct Retained {
+      std::shared_ptr<const ReplicaBatch> batch;
+      std::vector<uint32_t> items;
+    };
+    std::map<std::pair<uint64_t, uint64_t>, Retained> retained;
+    // Resync_st: the configuration epoch it ran for last, the shards this
+    // member owned then, the records it sent on (they count towards
+    // repl_noted), and the epoch to report to Ownership::ResyncDone once
+    // they are held (0: none).
+    uint32_t resync_epoch = 0;
+    std::vector<uint8_t> resync_owned;
+    uint64_t resync_upto = 0;
+    uint32_t resync_report = 0;
+    server::Counter resync_records;
   };
   uint32_t PartitionOf(std::string_view key) const;
   // OK, or (in a cluster) Moved for a key this server does not own now
@@ -311,8 +337,20 @@ class HashService final : public server::Service {
   void AfterCommit_st(Partition& part, bool wrote, uint64_t replicated,
                       util::MoveFunction<void(Status)> done);
   // The records of `part` that must be replicated before a read of `key`
-  // is answered (0: none).
-  uint64_t DirtyUpTo_st(const Partition& part, std::string_view key) const;
+  // is answered (0: none). Runs Resync_st first: a read at a new epoch
+  // waits for what a promotion sends on.
+  uint64_t DirtyUpTo_st(Partition& part, std::string_view key);
+  // After each configuration installed, on the owner thread, before a
+  // read is answered at its epoch: for each shard this member owns now and
+  // did not at the last resync (a promotion), the records of it that the
+  // primaries' last batches (Partition::retained) brought here are sent
+  // on again, as they stand in the table now, and marked dirty, so no
+  // read returns them before the other backups hold them (with two
+  // backups or more, a primary that died may have reached only this one);
+  // then Ownership::ResyncDone once they are held, which lets the member
+  // vouch for its memory to one-sided readers again.
+  void Resync_st(Partition& part);
+  void ReportResync_st(Partition& part);
   // True if writes are shipped to backups now.
   bool Replicating() const;
   // Hands `part`'s batch to the replicator if none is in flight.

@@ -618,7 +618,8 @@ Status Server::Impl::Init() {
         4 * config.cluster_lease, std::chrono::milliseconds(1000));
     auto r = cluster::Replicator::Start(
         ownership.get(), so, config.spin,
-        std::chrono::milliseconds(config.fault_replication_delay_ms));
+        std::chrono::milliseconds(config.fault_replication_delay_ms),
+        std::chrono::milliseconds(config.fault_last_backup_delay_ms));
     if (!r.ok()) return r.status();
     replicator_of_cluster = std::move(*r);
   }

@@ -96,6 +96,9 @@ struct ServerConfig {
   bool fault_receive_stall = false;
   // Testing: each replication batch is held this long before it is sent.
   uint32_t fault_replication_delay_ms = 0;
+  // Testing: each batch reaches the last backup of each of its shards this
+  // long after the others.
+  uint32_t fault_last_backup_delay_ms = 0;
   std::chrono::milliseconds cluster_session{10000};  // ZooKeeper session
   // How long a starting server waits for ZooKeeper's first answer.
   std::chrono::milliseconds cluster_wait{10000};
