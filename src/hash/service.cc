@@ -584,6 +584,9 @@ void HashService::AfterCommit_st(Partition& part, bool wrote,
 
 void HashService::ShipBatch_st(PartitionId p) {
   Partition& part = *partitions_[p];
+  // One batch in flight: a key's records reach a backup in order, and a
+  // backup knows every batch of this stream but the last is on all the
+  // others (what Resync_st relies on).
   if (part.repl_in_flight || !part.repl_batch) return;
   std::unique_ptr<ShardPairsWriter> batch = std::move(part.repl_batch);
   part.repl_batches.Add();
