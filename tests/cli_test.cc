@@ -577,6 +577,19 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"failover", "--lease-ms", "0"}, "--lease-ms"},
       {{"failover", "--lease-ms", "5000"}, "--session-ms"},
       {{"ycsb", "--cluster", "garbage"}, "host:port"},
+      // Unsigned flags took -1 as 2^64 - 1 (a load of 1.8e19 pairs), and
+      // CPUs below -1 ran unpinned.
+      {{"failover", "--records", "-1"}, "--records"},
+      {{"failover", "--warmup-ms", "-1"}, "--warmup-ms"},
+      {{"failover", "--client-cpu", "-2"}, "--client-cpu"},
+      {{"ycsb", "--client-cpu", "-2"}, "--client-cpu"},
+      {{"durability", "--client-cpu", "-2"}, "--client-cpu"},
+      // With F + 1 servers no server is left to copy to: each trial ran
+      // 65 s and printed -1.0 ms (--records), or failed (--drain).
+      {{"failover", "--replicas", "2", "--records", "1000"},
+       "--records needs --servers above"},
+      {{"failover", "--drain", "--replicas", "2"},
+       "--drain needs --servers above"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};
@@ -724,7 +737,11 @@ TEST(Server, BadConfigurationIsAClearError) {
                                              {"--shards", "8"},
                                              {"--cluster-size", "3"},
                                              {"--advertise", "127.0.0.1:1"},
-                                             {"--cluster-lease-ms", "100"}}) {
+                                             {"--cluster-lease-ms", "100"},
+                                             {"--fault-move-hold-ms", "5"},
+                                             {"--fault-replication-"
+                                              "last-backup-delay-ms",
+                                              "5"}}) {
     std::vector<std::string> cmd = {ServerBinary(), "--listen", "127.0.0.1:0"};
     cmd.insert(cmd.end(), flags.begin(), flags.end());
     auto r = RunCommand(cmd);

@@ -338,11 +338,20 @@ int RunFailover(const FabricOptions& o, const FailoverOptions& f) {
                                            size_t(p * double(w.size() - 1)))]) /
                              1e3;
     };
+    char whole_text[96];
+    if (t->whole_ms < 0) {
+      std::snprintf(whole_text, sizeof(whole_text),
+                    "the shards never whole again (given up)");
+    } else {
+      std::snprintf(whole_text, sizeof(whole_text),
+                    "every shard whole again %8.1f ms after the kill",
+                    t->whole_ms);
+    }
     std::printf(
-        "trial %3d: failover %8.1f ms; every shard whole again %8.1f ms after "
-        "the kill (the manager's copy round %llu ms, %llu pairs sent); "
-        "%zu writes meanwhile: p50 %.0f us, p99 %.0f us, max %.0f us\n",
-        n, t->failover_ms, t->whole_ms,
+        "trial %3d: failover %8.1f ms; %s (the manager's copy round %llu ms, "
+        "%llu pairs sent); %zu writes meanwhile: p50 %.0f us, p99 %.0f us, "
+        "max %.0f us\n",
+        n, t->failover_ms, whole_text,
         static_cast<unsigned long long>(t->fill_ms),
         static_cast<unsigned long long>(t->fill_pairs), w.size(), at(0.5),
         at(0.99), at(1.0));

@@ -245,7 +245,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(-1, 4095));
     a->add_option("--client-cpu", yo.client_cpu,
                   "CPU for every client thread (-1: unpinned)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 4095));
     a->add_option("--auth-file", ycsb_auth_file, "remem shared secret file");
     a->add_flag("--json", yo.json, "print JSON instead of a table");
   }
@@ -329,7 +330,8 @@ int main(int argc, char** argv) {
   durability
       ->add_option("--client-cpu", dur.client_cpu,
                    "CPU for the client thread (-1: unpinned)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 4095));
   durability->add_flag("--json", dur.json, "print JSON instead of a table");
   bench::FailoverOptions fov;
   auto* failover = app.add_subcommand(
@@ -355,7 +357,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1000}, uint64_t{60'000}));
   failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{600'000}));
   auto* kill_manager =
       failover->add_flag("--kill-manager", fov.kill_manager,
                          "kill a primary that is the configuration manager");
@@ -374,7 +377,8 @@ int main(int argc, char** argv) {
       ->add_option("--records", fov.records,
                    "pairs loaded before the kill; then measure the "
                    "re-replication of the shards short of copies")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{100'000'000}));
   failover
       ->add_option("--server-binary", fo.server_binary, "remem-server to start")
       ->capture_default_str();
@@ -389,7 +393,8 @@ int main(int argc, char** argv) {
   failover
       ->add_option("--client-cpu", fo.client_cpu,
                    "CPU for the client (-1: unpinned)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 4095));
   // The flags every server-at-a-time subcommand takes (and the default
   // run, fabric then hash, on the top level).
   for (CLI::App* a :
@@ -638,6 +643,17 @@ int main(int argc, char** argv) {
   if (failover->parsed()) {
     if (fov.servers <= fov.replicas) {
       std::fprintf(stderr, "remem-bench: --servers must exceed --replicas\n");
+      return 2;
+    }
+    // A re-replication needs a server beyond the shard's copies left, and
+    // a drain one to take the drained server's copies.
+    if ((fov.records > 0 || fov.drain) && fov.servers <= fov.replicas + 1) {
+      std::fprintf(stderr,
+                   "remem-bench: %s needs --servers above --replicas + 1 (%d "
+                   "servers hold %d copies of each shard: no server is left "
+                   "to copy to)\n",
+                   fov.drain ? "--drain" : "--records", fov.servers,
+                   fov.replicas + 1);
       return 2;
     }
     if (fov.lease_ms + 100 > fov.session_ms) {

@@ -241,11 +241,13 @@ int main(int argc, char** argv) {
                  "testing: in a replicated cluster, hold each batch of a "
                  "primary's writes this long before sending it to the "
                  "backups")
+      ->check(CLI::Range(0u, 600'000u))
       ->group("Testing");
   app.add_option("--fault-replication-last-backup-delay-ms",
                  cfg.fault_last_backup_delay_ms,
                  "testing: in a replicated cluster, send each batch to each "
                  "shard's last backup this long after the others")
+      ->check(CLI::Range(0u, 600'000u))
       ->group("Testing");
   app.add_flag("--fault-kill-after-handoff", cfg.fault_kill_after_handoff,
                "testing: as configuration manager, kill this server "
@@ -437,7 +439,10 @@ int main(int argc, char** argv) {
     for (const char* name :
          {"--advertise", "--cluster-size", "--shards", "--replicas",
           "--tree-splits", "--failure-domain", "--move-share",
-          "--cluster-session-ms", "--cluster-wait-ms", "--cluster-lease-ms"}) {
+          "--cluster-session-ms", "--cluster-wait-ms", "--cluster-lease-ms",
+          "--fault-replication-delay-ms",
+          "--fault-replication-last-backup-delay-ms",
+          "--fault-kill-after-handoff", "--fault-move-hold-ms"}) {
       if (app.count(name) > 0) {
         return Fail(std::string(name) +
                         " needs --cluster (without it: a single server)",
