@@ -28,7 +28,6 @@
 #include <random>
 #include <set>
 #include <thread>
-#include <tuple>
 
 #include "client/rpc_client.h"
 #include "client/session_core.h"
@@ -179,18 +178,35 @@ class ClusterTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
-  // A key whose primary is not the configuration manager, and that
-  // primary's index in servers_ (-1 if none of 200 keys has one).
-  std::pair<std::string, int> KeyOfAPrimaryNotTheManager(Cluster* cluster) {
-    for (int i = 0; i < 200; ++i) {
-      const std::string owner = cluster->OwnerOf(Key(i));
+  // A replicated cluster of three servers, a client of it, and a key
+  // (written "before") whose primary is not the configuration manager (a
+  // paused manager is replaced only after its ZooKeeper session expires).
+  struct PausablePrimary {
+    std::vector<std::string> seeds;
+    std::unique_ptr<Cluster> cluster;
+    std::string key;
+    int server = -1;      // the key's primary, in servers_
+    std::string address;  // its address
+  };
+  void StartWithPausablePrimary(PausablePrimary* out) {
+    ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+    for (const auto& sv : servers_) out->seeds.push_back(sv.address);
+    out->cluster = Connect(out->seeds);
+    ASSERT_NE(out->cluster, nullptr);
+    for (int i = 0; i < 200 && out->server < 0; ++i) {
+      const std::string owner = out->cluster->OwnerOf(Key(i));
       auto probe = ConnectOrDie(owner);
       if (StatOf(probe.get(), "cluster_manager") != 0) continue;
       for (size_t s = 0; s < servers_.size(); ++s) {
-        if (servers_[s].address == owner) return {Key(i), int(s)};
+        if (servers_[s].address == owner) {
+          out->key = Key(i);
+          out->server = int(s);
+          out->address = owner;
+        }
       }
     }
-    return {"", -1};
+    ASSERT_GE(out->server, 0) << "no key of a primary that is not the manager";
+    ASSERT_TRUE(out->cluster->Put(out->key, "before").ok());
   }
 
   std::unique_ptr<testing::ZooKeeperProcess> zk_;  // OwnZooKeeper's
@@ -3949,21 +3965,12 @@ bool Stopped(pid_t pid) {
 // server lease of a second, read before the server's first configuration
 // capped it by its member lease, and trusted the old primary's memory).
 TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
-  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
-  std::vector<std::string> seeds;
-  for (const auto& sv : servers_) seeds.push_back(sv.address);
-  auto cluster = Connect(seeds);
-  ASSERT_NE(cluster, nullptr);
-  // A key whose primary is not the configuration manager (a paused manager
-  // is replaced only after its ZooKeeper session expires).
-  // Not a structured binding: lambdas below capture the key, which clang 14
-  // refuses for bindings.
-  std::string key;
-  int v = -1;
-  std::tie(key, v) = KeyOfAPrimaryNotTheManager(cluster.get());
-  ASSERT_GE(v, 0);
-  const std::string victim = servers_[size_t(v)].address;
-  ASSERT_TRUE(cluster->Put(key, "before").ok());
+  PausablePrimary pp;
+  ASSERT_NO_FATAL_FAILURE(StartWithPausablePrimary(&pp));
+  const std::vector<std::string>& seeds = pp.seeds;
+  const std::unique_ptr<Cluster>& cluster = pp.cluster;
+  const std::string& key = pp.key;
+  const int v = pp.server;
   // The reader asks the server (a one-sided read of the paused server's
   // memory is answered while its lease lasts, correctly).
   auto reader = Connect(seeds, ReadPath::kRpc);
@@ -4058,19 +4065,12 @@ TEST_F(ClusterTest, CallsWaitingOnAPausedPrimaryEndOnceItIsFailedOver) {
 // deadline. A paused seed named first is passed over after a second. Found
 // by a black-box run: each such CLI command took its whole --timeout.
 TEST_F(ClusterTest, FreshClientsDoNotWaitOnAPausedPrimaryOrSeed) {
-  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
-  std::vector<std::string> seeds;
-  for (const auto& sv : servers_) seeds.push_back(sv.address);
-  auto cluster = Connect(seeds);
-  ASSERT_NE(cluster, nullptr);
-  // Not a structured binding: lambdas below capture the key, which clang 14
-  // refuses for bindings.
-  std::string key;
-  int v = -1;
-  std::tie(key, v) = KeyOfAPrimaryNotTheManager(cluster.get());
-  ASSERT_GE(v, 0);
-  const std::string victim = servers_[size_t(v)].address;
-  ASSERT_TRUE(cluster->Put(key, "before").ok());
+  PausablePrimary pp;
+  ASSERT_NO_FATAL_FAILURE(StartWithPausablePrimary(&pp));
+  const std::vector<std::string>& seeds = pp.seeds;
+  const std::string& key = pp.key;
+  const int v = pp.server;
+  const std::string& victim = pp.address;
   std::vector<std::string> others, victim_first = {victim};
   for (const auto& a : seeds) {
     if (a != victim) others.push_back(a);
