@@ -99,7 +99,8 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              /*testing=*/true);
   o->AddUint("--fill-scan-buckets", &options_.fill_scan_buckets,
              "testing: buckets a copy to a backup being filled scans per "
-             "batch at most (at least one)",
+             "batch at most, and that the backup goes through per pass as it "
+             "deletes what it held of the shards first (at least one)",
              /*testing=*/true);
   o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
              "testing: pause every hash bucket write half done for this many "
@@ -217,17 +218,14 @@ Status HashService::Init(server::ServiceContext* ctx) {
       Partition* raw = part.get();
       part->table->SetChangeHook(
           [this, raw](std::string_view key, uint64_t from, uint64_t to) {
+            // The sweeps of a copy and of an emptying catch what cuckoo
+            // moves carry behind them.
+            if (raw->fill.sweep) raw->fill.sweep->OnChange(key, from, to);
+            if (raw->emptying.sweep) {
+              raw->emptying.sweep->OnChange(key, from, to);
+            }
             if (raw->purging) return;
             if (cluster_->Outgoing(key)) raw->changed.emplace(key);
-            // A pair of a copy being scanned that a cuckoo move carried from a
-            // bucket not scanned yet to one scanned already (a write is in the
-            // stream anyway).
-            Partition::Fill& fill = raw->fill;
-            if (from != Table::kNotMoved && fill.epoch != 0 && !fill.scanned &&
-                from >= fill.cursor && to < fill.cursor &&
-                fill.set[cluster::ShardOf(key, uint32_t(fill.set.size()))]) {
-              fill.moved.emplace(key);
-            }
           });
     }
     partitions_.push_back(std::move(part));
@@ -365,15 +363,19 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_op_functions", functions_.size());
   if (cluster_ != nullptr) {
     uint64_t fill_pairs = 0, held = 0, refused = 0, backup_gets = 0,
-             resynced = 0;
+             resynced = 0, emptied = 0;
     for (const auto& p : partitions_) {
       fill_pairs += p->fill_pairs.Get();
+      emptied += p->emptied_pairs.Get();
       held += p->applies_held.Get();
       refused += p->replica_refused.Get();
       backup_gets += p->backup_gets.Get();
       resynced += p->resync_records.Get();
     }
     out->Add("hash_fill_pairs", fill_pairs);
+    // As a backup about to be filled: pairs it held of the shards before,
+    // deleted first (EmptyStep_st).
+    out->Add("hash_fill_dropped_pairs", emptied);
     // As a backup: batches refused when applied (the configuration changed
     // since they were admitted), and applies held (testing).
     out->Add("hash_replica_refused", refused);
@@ -1139,6 +1141,7 @@ size_t HashService::OnPass(PartitionId p) {
     const uint64_t seen =
         replicated_max_version_.load(std::memory_order_relaxed);
     if (seen > part.table->last_version()) part.table->RaiseVersion(seen);
+    work += EmptyStep_st(part);
     FillStep_st(part);
     ShipBatch_st(p);
     // Nothing waits for the backups: every pair here is as replicated as it
@@ -1434,6 +1437,13 @@ std::vector<uint8_t> ShardSet(const std::vector<uint32_t>& shards,
   return set;
 }
 
+// Keys of the shards `set` marks (one entry per shard of the cluster).
+TableSweep::Filter ShardFilter(std::vector<uint8_t> set) {
+  return [set = std::move(set)](std::string_view key) {
+    return set[cluster::ShardOf(key, uint32_t(set.size()))] != 0;
+  };
+}
+
 // A move's call is refused (Conflict) unless it comes at the epoch this
 // server has installed: one of another epoch (a manager that lost its
 // place, a call that outlived its pass) must not take the keys noted for
@@ -1518,16 +1528,8 @@ void HashService::FillStep_st(Partition& part) {
   }
   if (part.repl_in_flight || !fill.failed.ok() || fill.Sent()) return;
   Table& table = *part.table;
-  if (table.growths() != fill.generation) {
-    // Every pair may have moved: scanned again (a pair sent twice is
-    // harmless, each is the newest).
-    fill.generation = table.growths();
-    fill.cursor = 0;
-    fill.scanned = false;
-  }
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
   ShardPairsWriter& batch = *part.repl_batch;
-  const uint32_t num_shards = uint32_t(fill.set.size());
   uint64_t added = 0;
   // Read now: the newest pair (deleted since: its delete is in the stream
   // already).
@@ -1539,22 +1541,18 @@ void HashService::FillStep_st(Partition& part) {
   };
   constexpr uint64_t kChunk = 64;  // buckets between size checks
   const uint64_t budget = std::max<uint64_t>(options_.fill_scan_buckets, 1);
-  const uint64_t scan_end = fill.cursor + budget;
+  uint64_t scanned = 0;
+  std::vector<std::string> found;
   while (batch.bytes() < kFillBatchBytes) {
     if (!fill.found.empty()) {
       send(fill.found.front());
       fill.found.pop_front();
-    } else if (!fill.scanned && fill.cursor < scan_end) {
-      fill.cursor = table.ScanBuckets(
-          fill.cursor, std::min(kChunk, scan_end - fill.cursor),
-          [&](std::string_view k, std::string_view, uint64_t) {
-            if (fill.set[cluster::ShardOf(k, num_shards)] != 0) {
-              fill.found.emplace_back(k);
-            }
-          });
-      fill.scanned = fill.cursor >= table.num_buckets();
-    } else if (fill.scanned && !fill.moved.empty()) {
-      send(fill.moved.extract(fill.moved.begin()).value());
+    } else if (!fill.scanned && scanned < budget) {
+      const uint64_t chunk = std::min(kChunk, budget - scanned);
+      fill.scanned = fill.sweep->Step(chunk, &found);
+      scanned += chunk;
+      for (std::string& k : found) fill.found.push_back(std::move(k));
+      found.clear();
     } else {
       break;
     }
@@ -1621,7 +1619,8 @@ void HashService::HandleShardFill(Call call) {
         fill = Partition::Fill{};
         fill.epoch = epoch;
         fill.set = progress->set;
-        fill.generation = part.table->growths();
+        fill.sweep = std::make_unique<TableSweep>(part.table.get(),
+                                                  ShardFilter(progress->set));
         fill.upto = part.repl_noted;
       }
       progress->status[owner] = fill.failed;
@@ -1902,6 +1901,20 @@ void HashService::HandleShardDrop(Call call) {
   auto fan = std::make_shared<server::FanIn>(partitions_.size(), [drop] {
     drop->responder.Reply(FirstError(drop->status));
   });
+  if ((list->flags & kShardForFill) != 0) {
+    // A chunk per pass (EmptyStep_st): the new backup's table may hold
+    // millions of pairs of other shards.
+    for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
+      ctx_->RunOn(owner, [this, owner, epoch = call.epoch, drop, fan] {
+        StartEmptying_st(*partitions_[owner], epoch, drop->set,
+                         [drop, owner, fan](Status st) {
+                           drop->status[owner] = st;
+                           fan->Done();
+                         });
+      });
+    }
+    return;
+  }
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
     ctx_->RunOn(owner, [this, owner, drop, fan, release, forget] {
       Partition& part = *partitions_[owner];
@@ -1951,6 +1964,68 @@ void HashService::HandleShardDrop(Call call) {
       });
     });
   }
+}
+
+void HashService::StartEmptying_st(Partition& part, uint32_t epoch,
+                                   const std::vector<uint8_t>& set,
+                                   util::MoveFunction<void(Status)> done) {
+  Partition::Emptying& e = part.emptying;
+  if (e.epoch != epoch || e.set != set) {
+    if (e.epoch != 0) {
+      EndEmptying_st(
+          part, Status::Conflict("another drop for a copy came before this one "
+                                 "was over"));
+    }
+    e.epoch = epoch;
+    e.set = set;
+    e.sweep = std::make_unique<TableSweep>(part.table.get(), ShardFilter(set));
+  }
+  e.waiters.push_back(std::move(done));
+}
+
+size_t HashService::EmptyStep_st(Partition& part) {
+  Partition::Emptying& e = part.emptying;
+  if (e.epoch == 0) return 0;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->config.epoch != e.epoch) {
+    // The roles may have changed: the manager drops again at the new epoch
+    // if the copy is still to be made.
+    EndEmptying_st(
+        part, Status::Conflict("the configuration changed during the drop"));
+    return 1;
+  }
+  std::vector<std::string> keys;
+  const bool over =
+      e.sweep->Step(std::max<uint64_t>(options_.fill_scan_buckets, 1), &keys);
+  if (!keys.empty()) {
+    if (part.store != nullptr) {
+      if (Status st = part.store->Writable(); !st.ok()) {
+        EndEmptying_st(part, st);
+        return 1;
+      }
+      e.deleted = true;
+    }
+    const uint64_t before = part.table->size();
+    DeletePairs_st(part, keys, part.store != nullptr);
+    part.emptied_pairs.Add(before - part.table->size());
+  }
+  if (over) EndEmptying_st(part, Status::OK());
+  return 1;
+}
+
+void HashService::EndEmptying_st(Partition& part, Status status) {
+  Partition::Emptying e = std::move(part.emptying);
+  part.emptying = Partition::Emptying{};
+  const uint32_t num_shards = uint32_t(e.set.size());
+  std::erase_if(part.changed, [&](const std::string& k) {
+    return e.set[cluster::ShardOf(k, num_shards)] != 0;
+  });
+  UpdateCounters_st(part);
+  auto answer = [waiters = std::move(e.waiters)](Status st) mutable {
+    for (auto& w : waiters) w(st);
+  };
+  if (!status.ok() || !e.deleted) return answer(status);
+  part.store->AfterDurable(std::move(answer));
 }
 
 }  // namespace remem::hash

@@ -58,6 +58,7 @@
 #include "hash/codec.h"
 #include "hash/durable.h"
 #include "hash/slab.h"
+#include "hash/sweep.h"
 #include "hash/table.h"
 #include "hash/wire.h"
 #include "ops/functions.h"
@@ -74,8 +75,9 @@ namespace remem::hash {
 struct OpRequest;
 
 // Buckets a re-replication copy scans per batch at most (2 MiB of them),
-// however few of their pairs are of the copy's shards: the partition's
-// thread serves nothing else meanwhile.
+// however few of their pairs are of the copy's shards, and the new
+// backup's drop goes through per pass: the partition's thread serves
+// nothing else meanwhile.
 inline constexpr uint64_t kFillScanBuckets = 4096;
 
 struct HashServiceOptions {
@@ -94,8 +96,9 @@ struct HashServiceOptions {
   // Testing: the bytes of pairs a ShardSync reply holds (kShardSyncBytes;
   // small values make every sync of several changes take several replies).
   uint64_t shard_sync_bytes = kShardSyncBytes;
-  // Testing: the buckets a re-replication copy scans per batch at most
-  // (kFillScanBuckets; small values make every copy take many batches).
+  // Testing: the buckets a re-replication copy scans per batch at most, and
+  // the new backup's drop per pass (kFillScanBuckets; small values make
+  // every copy take many batches, and every drop many passes).
   uint64_t fill_scan_buckets = kFillScanBuckets;
   // Shared libraries of user-defined update functions (--ops-library).
   std::vector<std::string> ops_libraries;
@@ -187,31 +190,42 @@ class HashService final : public server::Service {
     server::Counter repl_batches, repl_records;
     // Re-replication (owner thread only; kShardFill): the copy of shards
     // this server owns to their backups being filled, as kFill pairs
-    // appended to the replication batches. The table is scanned a chunk per
-    // batch (FillStep_st), so the copy never holds the thread for long;
-    // each pair is read when it is sent, so it is the newest, and every
-    // later write follows it in the stream. A pair a cuckoo move carries
-    // behind the scan's cursor is noted (`moved`) and sent once the scan is
-    // done; a growth, which renumbers the buckets, starts the scan over.
+    // appended to the replication batches. The table is swept a chunk per
+    // batch (FillStep_st; TableSweep, which also catches the pairs cuckoo
+    // moves carry behind it and starts over when the table grows), so the
+    // copy never holds the thread for long; each pair is read when it is
+    // sent, so it is the newest, and every later write follows it in the
+    // stream.
     struct Fill {
       uint32_t epoch = 0;        // 0: no copy
       std::vector<uint8_t> set;  // per shard
-      uint64_t generation = 0;   // the table's growths() the scan is of
-      uint64_t cursor = 0;       // the next bucket to scan
-      bool scanned = false;      // every bucket of the generation was
-      // Keys the scan found, each read and sent in turn (a batch stops at
+      std::unique_ptr<TableSweep> sweep;
+      bool scanned = false;  // the sweep is over
+      // Keys the sweep found, each read and sent in turn (a batch stops at
       // kFillBatchBytes between pairs, never inside a chunk of buckets).
       std::deque<std::string> found;
-      // Keys of the set a cuckoo move carried behind the scan's cursor
-      // while it ran: read and sent after the scan.
-      std::unordered_set<std::string> moved;
       uint64_t sent = 0;  // pairs sent by this copy
       uint64_t upto = 0;  // the record count of the last pair sent
       Status failed;      // a batch with its pairs was not replicated
-      bool Sent() const { return scanned && found.empty() && moved.empty(); }
+      bool Sent() const { return scanned && found.empty(); }
     };
     Fill fill;
     server::Counter fill_pairs;
+    // As a backup about to be filled (owner thread only; kShardDrop with
+    // kShardForFill): what this partition held of the shards is deleted a
+    // chunk of buckets per pass (EmptyStep_st), so a table of millions of
+    // pairs never holds the thread for a whole scan. The drop is answered
+    // once the sweep is over and its deletes are durable; a request for the
+    // same epoch and shards (the manager's retry) waits for the same one.
+    struct Emptying {
+      uint32_t epoch = 0;  // 0: none under way
+      std::vector<uint8_t> set;
+      std::unique_ptr<TableSweep> sweep;
+      bool deleted = false;  // any pair, logged
+      std::vector<util::MoveFunction<void(Status)>> waiters;
+    };
+    Emptying emptying;
+    server::Counter emptied_pairs;
     // As a backup (owner thread only): applies of admitted batches held by
     // --fault-replica-delete-delay-ms, due at the time given; and batches
     // refused when applied because the configuration changed since they
@@ -372,6 +386,16 @@ class HashService final : public server::Service {
   // Appends the next pairs of partition p's copy to its batch (OnPass, when
   // no batch is in flight); ends a copy whose epoch is no longer current.
   void FillStep_st(Partition& part);
+  // A drop for a fill of the shards in `set` at `epoch` on `part`: joins the
+  // emptying under way for the same, or starts it (one for other shards or
+  // an older epoch ends with Conflict); done(status) once it is over.
+  void StartEmptying_st(Partition& part, uint32_t epoch,
+                        const std::vector<uint8_t>& set,
+                        util::MoveFunction<void(Status)> done);
+  // The next chunk of `part`'s emptying (OnPass); ends it with Conflict once
+  // the configuration it was asked at is no longer current. The work done.
+  size_t EmptyStep_st(Partition& part);
+  void EndEmptying_st(Partition& part, Status status);
   // Stores pairs[items] in `part` with their versions (Table::Import: a
   // newer version stays) or deletes them, each logged if `logged`; the
   // first error (kShardImport and kReplicate).
