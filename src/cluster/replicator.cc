@@ -8,8 +8,6 @@
 #include "client/rpc_client.h"
 #include "client/session_core.h"
 #include "fabric/worker.h"
-#include "hash/codec.h"
-#include "hash/wire.h"
 #include "util/log.h"
 
 namespace remem::cluster {
@@ -72,10 +70,13 @@ void Replicator::Stop() {
   active_.clear();
 }
 
-void Replicator::Replicate(std::string batch, Done done) {
+void Replicator::Replicate(std::string batch, std::vector<uint32_t> shards,
+                           Method method, Done done) {
   auto job = std::make_shared<Job>();
   job->batch = std::move(batch);
+  job->method = method;
   job->done = std::move(done);
+  job->shards = std::move(shards);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) {
@@ -113,17 +114,6 @@ Result<Session*> Replicator::SessionTo(const std::string& address,
 
 bool Replicator::Advance(const std::shared_ptr<Job>& job) {
   const Ownership::Installed* c = ownership_->current();
-  if (job->shards.empty() && c != nullptr) {
-    auto pairs = hash::DecodeShardPairs(job->batch);
-    if (pairs.ok()) {
-      for (const auto& p : pairs->pairs) {
-        job->shards.push_back(ShardOf(p.key, c->config.num_shards()));
-      }
-    }
-    std::sort(job->shards.begin(), job->shards.end());
-    job->shards.erase(std::unique(job->shards.begin(), job->shards.end()),
-                      job->shards.end());
-  }
   // Who must hold it now: the backups of the shards still owned here.
   std::map<std::string, uint64_t> targets;  // address, incarnation
   std::set<std::string> held_back;          // testing: last backups
@@ -163,26 +153,26 @@ bool Replicator::Advance(const std::shared_ptr<Job>& job) {
     job->sending[t] = true;
     client::SessionCore* core = (*s)->core();
     core->rpc()->set_epoch(c->config.epoch);
-    core->Call(
-        hash::kHashService, hash::MethodId(hash::HashMethod::kReplicate),
-        job->batch, [this, job, t, peer = address](Status st, std::string) {
-          replied_ = true;
-          job->sending[t] = false;
-          if (st.ok()) {
-            job->acked[t] = true;
-            return;
-          }
-          // Another epoch at the backup, or it is gone: asked
-          // again by the configuration installed then.
-          ++job->failures;
-          retries_.fetch_add(1, std::memory_order_relaxed);
-          job->retry_at = Clock::now() + RetryPause(job->failures);
-          // No answer at all: the next send goes on a new session.
-          if (st.code() == StatusCode::kTimedOut) stale_.insert(peer);
-          if (job->failures == 1 || job->failures % 100 == 0) {
-            log::Debug("replication to {}: {} (asked again)", t, st.ToString());
-          }
-        });
+    core->Call(job->method.service, job->method.method, job->batch,
+               [this, job, t, peer = address](Status st, std::string) {
+                 replied_ = true;
+                 job->sending[t] = false;
+                 if (st.ok()) {
+                   job->acked[t] = true;
+                   return;
+                 }
+                 // Another epoch at the backup, or it is gone: asked
+                 // again by the configuration installed then.
+                 ++job->failures;
+                 retries_.fetch_add(1, std::memory_order_relaxed);
+                 job->retry_at = Clock::now() + RetryPause(job->failures);
+                 // No answer at all: the next send goes on a new session.
+                 if (st.code() == StatusCode::kTimedOut) stale_.insert(peer);
+                 if (job->failures == 1 || job->failures % 100 == 0) {
+                   log::Debug("replication to {}: {} (asked again)", t,
+                              st.ToString());
+                 }
+               });
   }
   // A send still in flight to a member that is no longer a backup is not
   // waited for (its callback holds the job).

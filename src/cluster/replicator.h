@@ -4,12 +4,14 @@
 // shard's backups (cluster/config.h) and answers a write only once every
 // backup holds it in memory.
 //
-// A hash partition hands over, once per event-loop pass, one batch: an
-// encoded ShardPairs (hash/codec.h) of the records its pass wrote, all of
-// shards this server owned when they were written. The replicator sends it
-// (hash method kReplicate, at this server's configuration epoch) to every
-// member that backs up one of those shards in the configuration installed
-// now, and calls `done` once each of them holds it. A backup that refuses
+// A service's partition hands over, once per event-loop pass, one batch:
+// the records its pass wrote, encoded as the service's own replication
+// method takes them (the hash store: a ShardPairs, hash/codec.h, for
+// hash method kReplicate), with the shards they are of, all owned by this
+// server when they were written. The replicator sends it (that method, at
+// this server's configuration epoch) to every member that backs up one of
+// those shards in the configuration installed now, and calls `done` once
+// each of them holds it. It never reads the batch. A backup that refuses
 // (it has installed another epoch, or is unreachable) is asked again,
 // with a growing pause, by the configuration installed at that moment: a
 // backup that the manager dropped from a shard (it failed) is no longer
@@ -50,6 +52,7 @@
 
 #include "cluster/ownership.h"
 #include "cluster/peer_loop.h"
+#include "proto/wire.h"
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/status.h"
@@ -80,9 +83,16 @@ class Replicator {
   Replicator& operator=(const Replicator&) = delete;
 
   using Done = util::MoveFunction<void(Status)>;
-  // Ships `batch` (an encoded ShardPairs) to the backups of its shards;
-  // done(status) as above.
-  void Replicate(std::string batch, Done done);
+  // Where a batch goes at each backup: the service's method that applies
+  // it.
+  struct Method {
+    proto::ServiceId service = 0;
+    uint8_t method = 0;
+  };
+  // Ships `batch` to the backups of `shards` (the distinct shards of its
+  // records), calling `method` there; done(status) as above.
+  void Replicate(std::string batch, std::vector<uint32_t> shards, Method method,
+                 Done done);
 
   // Batches sent and acknowledged by every backup, and sends retried.
   uint64_t batches() const { return batches_.load(std::memory_order_relaxed); }
@@ -92,6 +102,7 @@ class Replicator {
   using Clock = std::chrono::steady_clock;
   struct Job {
     std::string batch;
+    Method method;
     Done done;
     std::vector<uint32_t> shards;  // the batch's shards (distinct)
     // By address and incarnation: true once it holds it, true while a send

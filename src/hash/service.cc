@@ -590,6 +590,8 @@ void HashService::ShipBatch_st(PartitionId p) {
   // backup knows every batch of this stream but the last is on all the
   // others (what Resync_st relies on).
   if (part.repl_in_flight || !part.repl_batch) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr) return;  // (never: records are kept only once replicated)
   std::unique_ptr<ShardPairsWriter> batch = std::move(part.repl_batch);
   part.repl_batches.Add();
   part.repl_records.Add(batch->count());
@@ -600,9 +602,27 @@ void HashService::ShipBatch_st(PartitionId p) {
   const uint64_t version = part.table->last_version();
   // With this partition's highest version: a backup promoted later issues
   // versions above every version its keys were given here.
+  std::string bytes = batch->Finish(cluster_->incarnation(), p,
+                                    uint32_t(partitions_.size()), version);
+  // The shards whose backups must hold it (were this partition's own
+  // encoding ever unreadable: every shard owned here, each backup keeping
+  // what it backs up).
+  const uint32_t num_shards = c->config.num_shards();
+  std::vector<uint32_t> shards;
+  if (auto pairs = DecodeShardPairs(bytes); pairs.ok()) {
+    for (const ShardPairView& pair : pairs->pairs) {
+      shards.push_back(cluster::ShardOf(pair.key, num_shards));
+    }
+  } else {
+    for (uint32_t s = 0; s < num_shards; ++s) {
+      if (c->owns[s]) shards.push_back(s);
+    }
+  }
+  std::sort(shards.begin(), shards.end());
+  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
   replicator_->Replicate(
-      batch->Finish(cluster_->incarnation(), p, uint32_t(partitions_.size()),
-                    version),
+      std::move(bytes), std::move(shards),
+      {kHashService, MethodId(HashMethod::kReplicate)},
       [this, p, upto, version](Status st) {
         ctx_->RunOn(p, [this, p, upto, version, st = std::move(st)]() mutable {
           Replicated_st(p, upto, version, std::move(st));
