@@ -451,7 +451,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto rp = tree::DecodeRangePairs(in); rp.ok()) {
       tree::RangePairsWriter w;
       for (const tree::RangeItem& it : rp->items) {
-        w.Add(it.key, it.value, it.version, it.deleted);
+        if (it.fill) {
+          w.AddFill(it.key, it.value, it.version);
+        } else {
+          w.Add(it.key, it.value, it.version, it.deleted);
+        }
       }
       if (w.Finish(rp->resume, rp->max_version, rp->more) != in) std::abort();
     }
@@ -467,6 +471,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)tree::DecodeTreeInfo(in);
     (void)tree::DecodeTreeGetReply(in);
     (void)tree::DecodeTreePutReply(in);
+    if (auto fill = tree::DecodeTreeRangeFillReply(in); fill.ok()) {
+      if (tree::EncodeTreeRangeFillReply(*fill) != in) std::abort();
+    }
     if (size >= tree::kNodeBytes) {
       // As a reader's copy (the checksum made right, so that the order
       // and length checks behind it run), and as a cached or own image.

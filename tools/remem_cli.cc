@@ -578,18 +578,43 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       const int32_t next = r < info.range_next.size() ? info.range_next[r] : -1;
       const std::string moving_to =
           next < 0 ? std::string() : info.nodes[size_t(next)].address;
+      // Replicated: the shard it rides, whose backups are its own.
+      std::string copies, copies_json;
+      if (r < info.range_carrier.size()) {
+        const uint32_t s = info.range_carrier[r];
+        copies = "  (rides shard " + std::to_string(s) + "; backups:";
+        copies_json = ",\"carrier\":" + std::to_string(s) + ",\"backups\":[";
+        bool any = false;
+        for (uint32_t i = 0; i < info.replicas; ++i) {
+          const size_t at = size_t(s) * info.replicas + i;
+          if (at >= info.shard_backups.size() || info.shard_backups[at] < 0) {
+            continue;
+          }
+          const std::string& b =
+              info.nodes[size_t(info.shard_backups[at])].address;
+          const bool filling =
+              at < info.shard_filling.size() && info.shard_filling[at] != 0;
+          copies += " " + b + (filling ? " (filling)" : "");
+          copies_json += std::string(any ? "," : "") + JsonString(b);
+          any = true;
+        }
+        copies += any ? ")" : " none left)";
+        copies_json += "]";
+      }
       if (json) {
-        std::printf("%s{\"range\":%zu,%s,%s,\"owner\":%s,\"moving_to\":%s}",
+        std::printf("%s{\"range\":%zu,%s,%s,\"owner\":%s,\"moving_to\":%s%s}",
                     r ? "," : "", r, JsonBytes("from", from).c_str(),
                     r < info.splits.size() ? JsonBytes("to", to).c_str()
                                            : "\"to\":null",
                     JsonString(owner).c_str(),
-                    next < 0 ? "null" : JsonString(moving_to).c_str());
+                    next < 0 ? "null" : JsonString(moving_to).c_str(),
+                    copies_json.c_str());
       } else {
-        std::printf("%5zu [%s, %s)  %s%s%s\n", r,
+        std::printf("%5zu [%s, %s)  %s%s%s%s\n", r,
                     r == 0 ? "-inf" : JsonString(from).c_str(),
                     r < info.splits.size() ? JsonString(to).c_str() : "+inf",
-                    owner.c_str(), next < 0 ? "" : " -> ", moving_to.c_str());
+                    owner.c_str(), next < 0 ? "" : " -> ", moving_to.c_str(),
+                    copies.c_str());
       }
     }
     if (json) std::printf("]\n");

@@ -183,6 +183,9 @@ class Cluster {
     // (ranges move when a server joins or is drained).
     std::vector<int32_t> range_next;
     uint32_t moving_ranges = 0;  // ranges moving now
+    // Replicated (replicas > 0): per range, the shard it rides (its owner,
+    // its backups and where it moves are that shard's); empty otherwise.
+    std::vector<uint32_t> range_carrier;
   };
 
   // Fetches the configuration from the first seed that answers. Errors:

@@ -344,6 +344,12 @@ struct Cluster::Impl {
       if (n != cluster::kNoMember) info.range_next[r] = n;
     }
     info.moving_ranges = config.moving_ranges();
+    info.range_carrier.clear();
+    if (config.replicas > 0) {
+      for (uint32_t r = 0; r < config.num_ranges(); ++r) {
+        info.range_carrier.push_back(config.CarrierOf(r));
+      }
+    }
     member_servers.assign(config.members.size(), nullptr);
     for (auto& [addr, s] : servers) {
       if (s.session) s.session->core()->rpc()->set_epoch(config.epoch);

@@ -213,8 +213,33 @@ Config InitialConfig(std::string name, uint32_t epoch,
     for (size_t r = 0; r < c.range_owner.size(); ++r) {
       c.range_owner[r] = uint16_t(r % n);
     }
+    c.FollowCarriers();
   }
   return c;
+}
+
+void Config::FollowCarriers() {
+  if (replicas == 0 || !ordered() || num_shards() == 0) return;
+  range_next.clear();
+  for (uint32_t r = 0; r < num_ranges(); ++r) {
+    const uint32_t s = CarrierOf(r);
+    range_owner[r] = owner[s];
+    if (NextOf(s) != kNoMember) {
+      if (range_next.empty()) range_next.assign(num_ranges(), kNoMember);
+      range_next[r] = NextOf(s);
+    }
+  }
+}
+
+bool Config::FollowsCarriers() const {
+  if (replicas == 0 || !ordered() || num_shards() == 0) return true;
+  for (uint32_t r = 0; r < num_ranges(); ++r) {
+    const uint32_t s = CarrierOf(r);
+    if (range_owner[r] != owner[s] || RangeNextOf(r) != NextOf(s)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::optional<Config> Failover(const Config& current,
@@ -1077,8 +1102,7 @@ Result<Config> DecodeConfig(std::string_view bytes) {
   if (h.version >= 7) {
     uint32_t ranges = 0;
     if (!r.Read(&ranges) || ranges > kMaxRanges ||
-        r.remaining() < uint64_t(ranges) * sizeof(uint16_t) ||
-        (ranges > 0 && h.replicas > 0)) {
+        r.remaining() < uint64_t(ranges) * sizeof(uint16_t)) {
       return proto::Bad("cluster configuration: bad ordered range count");
     }
     c.range_owner.resize(ranges);
@@ -1114,6 +1138,11 @@ Result<Config> DecodeConfig(std::string_view bytes) {
         c.range_next[i] = n;
       }
       DropEmptyTables(&c);
+    }
+    if (!c.FollowsCarriers()) {
+      return proto::Bad(
+          "cluster configuration: a replicated range not with its carrier "
+          "shard");
     }
   }
   if (h.version >= 5) {

@@ -140,6 +140,28 @@ struct Config {
   }
   // Ranges owned by members[index].
   uint32_t RangesOf(int index) const;
+  // In a replicated cluster (replicas > 0) range r rides shard
+  // CarrierOf(r): its owner, where it moves and its backups (ready,
+  // filling, retiring) are the shard's, so failover, re-replication,
+  // drains and balancing place ranges with no logic of their own (the
+  // data of each travels in its own service's stream). range_owner and
+  // range_next are kept equal to the carriers' (FollowCarriers), so that
+  // whoever reads them (the ownership, clients) needs no second rule. The
+  // carriers are the shards in the middle of num_ranges equal slices of
+  // the shards: the first configuration gives each member a contiguous
+  // block of shards, so ranges start spread over the members.
+  uint32_t CarrierOf(uint32_t r) const {
+    return uint32_t((uint64_t{2} * r + 1) * num_shards() /
+                    (uint64_t{2} * num_ranges())) %
+           num_shards();
+  }
+  // Sets range_owner and range_next from the carriers (replicated and
+  // ordered only; else nothing). Every configuration the manager writes
+  // goes through it, and DecodeConfig refuses one that does not agree.
+  void FollowCarriers();
+  // Whether range_owner and range_next agree with the carriers (always,
+  // unless replicated and ordered).
+  bool FollowsCarriers() const;
   // Whether members[index] owns, takes, or holds a copy of (ready, filling
   // or retiring) any shard or range.
   bool HoldsAnyRole(int index) const;

@@ -217,10 +217,11 @@ TEST(ClusterConfig, OrderedRangesRoundTripRouteByKeyAndRefuseBadTables) {
   // Three ranges: the fourth owner's bytes (0) read as an empty split key.
   EXPECT_FALSE(patched(count_at, uint32_t(3)).ok());
   EXPECT_FALSE(DecodeConfig(bytes + std::string(1, '\0')).ok());  // trailing
-  // Ranges with replicas (--tree-splits refuses --replicas).
+  // Ranges with replicas ride their carrier shards (a range placed
+  // otherwise is refused: ReplicatedRangesFollowTheirCarrierShards).
   const Config replicated = InitialConfig(
       "prod", 1, {{"10.0.0.1:7400", 1}, {"10.0.0.2:7400", 1}}, 64, 1, splits);
-  EXPECT_FALSE(DecodeConfig(EncodeConfig(replicated)).ok());
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(replicated)).ok());
   Config unreplicated = replicated;
   unreplicated.range_owner.clear();
   unreplicated.splits.clear();
@@ -587,6 +588,81 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(n->members.size(), 4u);
   EXPECT_EQ(n->ShardsOf(3), 0u);
   EXPECT_EQ(n->owner, c.owner);
+}
+
+// Replicated ordered ranges ride carrier shards (range r: shard r mod
+// num_shards): every step that moves a shard's owner moves the ranges it
+// carries, once the configuration follows its carriers (as the manager
+// writes every one); a configuration whose ranges do not is refused.
+TEST(ClusterConfig, ReplicatedRangesFollowTheirCarrierShards) {
+  const std::vector<std::string> splits = {"g", "p"};
+  const Config c =
+      InitialConfig("prod", 5, {{"a:1", 1, 11}, {"b:1", 1, 12}, {"c:1", 1, 13}},
+                    12, 1, splits);
+  ASSERT_EQ(c.num_ranges(), 3u);
+  // The middles of three slices of 12 shards: one range per member.
+  EXPECT_EQ(c.CarrierOf(0), 2u);
+  EXPECT_EQ(c.CarrierOf(1), 6u);
+  EXPECT_EQ(c.CarrierOf(2), 10u);
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(c.range_owner[r], c.owner[c.CarrierOf(r)]) << r;
+    EXPECT_EQ(c.RangesOf(int(r)), 1u) << r;
+  }
+  EXPECT_TRUE(c.FollowsCarriers());
+  auto d = DecodeConfig(EncodeConfig(c));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->range_owner, c.range_owner);
+  EXPECT_EQ(d->splits, c.splits);
+  // More ranges than shards: some share a carrier.
+  const Config many = InitialConfig("p", 1, c.members, 2, 1, splits);
+  EXPECT_EQ(many.CarrierOf(0), 0u);
+  EXPECT_EQ(many.CarrierOf(1), 1u);
+  EXPECT_EQ(many.CarrierOf(2), 1u);
+  EXPECT_EQ(many.range_owner[2], many.owner[1]);
+
+  // A range owner that is not its carrier's is refused.
+  Config wrong = c;
+  wrong.range_owner[0] = uint16_t((c.owner[0] + 1) % 3);
+  EXPECT_FALSE(wrong.FollowsCarriers());
+  auto bad = DecodeConfig(EncodeConfig(wrong));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("carrier"), std::string::npos)
+      << bad.status().ToString();
+  // Unreplicated ranges place themselves.
+  Config plain = InitialConfig("p", 1, c.members, 12, 0, splits);
+  plain.range_owner[0] = uint16_t((plain.range_owner[0] + 1) % 3);
+  EXPECT_TRUE(plain.FollowsCarriers());
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(plain)).ok());
+
+  // The owner of range 1's carrier dies: the range goes to the promoted
+  // backup with the shard.
+  const uint32_t s1 = c.CarrierOf(1);
+  const uint16_t dead = c.owner[s1];
+  std::vector<Member> live;
+  for (uint16_t i = 0; i < 3; ++i) {
+    if (i != dead) live.push_back(c.members[i]);
+  }
+  auto f = Failover(c, live);
+  ASSERT_TRUE(f);
+  f->FollowCarriers();
+  EXPECT_NE(f->owner[s1], dead);
+  EXPECT_EQ(f->range_owner[1], f->owner[s1]);
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(*f)).ok());
+
+  // A drain hands range 0's carrier over to its backup: the range moves
+  // with it, and completing the move completes both.
+  const uint32_t s0 = c.CarrierOf(0);
+  auto step = DrainStep(c, c.members, {c.members[c.owner[s0]].address});
+  ASSERT_TRUE(step);
+  step->FollowCarriers();
+  ASSERT_NE(step->NextOf(s0), kNoMember);
+  EXPECT_EQ(step->RangeNextOf(0), step->NextOf(s0));
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(*step)).ok());
+  Config done = CompleteMoves(*step);
+  done.FollowCarriers();
+  EXPECT_EQ(done.range_owner[0], step->NextOf(s0));
+  EXPECT_EQ(done.RangeNextOf(0), kNoMember);
+  EXPECT_TRUE(DecodeConfig(EncodeConfig(done)).ok());
 }
 
 // Every server restarted (a whole cluster stopped and started again from

@@ -113,10 +113,10 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     return Status::InvalidArgument(
         "a failure domain is 1 to 64 of [A-Za-z0-9_.-]");
   }
-  if (options.tree_splits.has_value() && options.replicas > 0) {
+  if (options.tree_splits.has_value() && options.replicas > 1) {
     return Status::InvalidArgument(
-        "--tree-splits with --replicas: the ordered store's ranges are not "
-        "replicated yet (form the cluster without one of them)");
+        "--tree-splits with --replicas above 1: the ordered store's ranges "
+        "have one backup at most yet (form the cluster with --replicas 1)");
   }
   if (options.replicas >= options.initial_size) {
     return Status::InvalidArgument("--replicas " +
@@ -603,7 +603,10 @@ constexpr uint32_t kExportPageBytes = 256u << 10;
 
 }  // namespace
 
-Status ClusterMember::WriteConfig(const Config& next, int version) {
+Status ClusterMember::WriteConfig(const Config& planned, int version) {
+  // Replicated ranges go where their carrier shards went (config.h).
+  Config next = planned;
+  next.FollowCarriers();
   const std::string bytes = EncodeConfig(next);
   const int rc = zoo_set(zh_, (options_.target.path + "/config").c_str(),
                          bytes.data(), int(bytes.size()), version);
@@ -871,6 +874,22 @@ Status ClusterMember::HandOverToBackups(const Config& moving, int version) {
       more = pairs->cursor != hash::kShardCursorDone;
     }
   }
+  // The ordered ranges their carriers take along (config.h), the same way.
+  for (uint32_t r = 0; r < moving.num_ranges(); ++r) {
+    if (moving.RangeNextOf(r) == kNoMember) continue;
+    const std::string& from = moving.members[moving.range_owner[r]].address;
+    bool more = true;
+    while (more) {
+      auto t = CallService(tree::kTreeService, from, moving.epoch,
+                           tree::MethodId(tree::TreeMethod::kRangeSync),
+                           tree::EncodeTreeRange({r, tree::kRangeFreeze, {}}),
+                           quick);
+      if (!t.ok()) return t.status().WithContext(from);
+      auto pairs = tree::DecodeRangePairs(*t);
+      if (!pairs.ok()) return pairs.status().WithContext(from);
+      more = pairs->more;
+    }
+  }
   const Config done = CompleteMoves(moving);
   REMEM_RETURN_IF_ERROR(WriteConfig(done, version));
   shards_moved_.fetch_add(moving.moving(), std::memory_order_relaxed);
@@ -922,6 +941,17 @@ void ClusterMember::Replenish(const Config& c, int version,
     }
     if (any) by_primary[c.owner[s]].push_back(s);
   }
+  // Ordered ranges ride their carrier shards (config.h): a shard's copy is
+  // whole once the ranges it carries are copied too.
+  auto carried = [&c](const std::vector<uint32_t>& shards) {
+    std::vector<uint32_t> ranges;
+    for (uint32_t r = 0; r < c.num_ranges(); ++r) {
+      if (std::binary_search(shards.begin(), shards.end(), c.CarrierOf(r))) {
+        ranges.push_back(r);
+      }
+    }
+    return ranges;
+  };
   if (fill_epoch_ != c.epoch) {
     if (written_epoch_ != c.epoch) {
       // Another manager may have started copies at this epoch: a round of
@@ -944,6 +974,17 @@ void ClusterMember::Replenish(const Config& c, int version,
         log::Debug("cluster: emptying {} for its copies: {}",
                    c.members[b].address, r.status().ToString());
         return;  // again at the next pass
+      }
+      for (uint32_t range : carried(shards)) {
+        auto d = CallService(
+            tree::kTreeService, c.members[b].address, c.epoch,
+            tree::MethodId(tree::TreeMethod::kRangeDrop),
+            tree::EncodeTreeRange({range, tree::kRangeForFill, {}}), quick);
+        if (!d.ok()) {
+          log::Debug("cluster: emptying {} of ordered range {}: {}",
+                     c.members[b].address, range, d.status().ToString());
+          return;
+        }
       }
     }
     fill_epoch_ = c.epoch;
@@ -968,7 +1009,24 @@ void ClusterMember::Replenish(const Config& c, int version,
     log::Debug("cluster: copying {} shards from {}: {} of {} pairs sent{}",
                shards.size(), c.members[p].address, progress->pairs_copied,
                progress->pairs_total, progress->done ? ", all held" : "");
-    if (!progress->done) {
+    // The ranges' copies start with the shards' (a first call starts one).
+    bool ranges_done = true;
+    for (uint32_t range : carried(shards)) {
+      auto t = CallService(tree::kTreeService, c.members[p].address, c.epoch,
+                           tree::MethodId(tree::TreeMethod::kRangeFill),
+                           tree::EncodeTreeRange({range, 0, {}}), quick);
+      auto tp = t.ok() ? tree::DecodeTreeRangeFillReply(*t)
+                       : Result<tree::TreeRangeFillProgress>(t.status());
+      if (!tp.ok()) {
+        log::Debug("cluster: copying ordered range {} from {}: {}", range,
+                   c.members[p].address, tp.status().ToString());
+        ranges_done = false;
+        continue;
+      }
+      pairs += tp->copied;
+      ranges_done = ranges_done && tp->done;
+    }
+    if (!progress->done || !ranges_done) {
       all = false;
       continue;
     }

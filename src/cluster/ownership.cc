@@ -169,7 +169,12 @@ uint64_t Ownership::ServingWord_locked() const {
 
 uint64_t Ownership::RangeServingWord_locked() const {
   const Installed* c = current();
-  if (c == nullptr || c->self < 0 || !c->config.ordered()) return 0;
+  // Replicated: a leaf read one-sided may hold a write its backups do not
+  // hold yet, and the tree's mark has no replicated half to say so: every
+  // reader asks the server (whose reads wait for the backups).
+  if (c == nullptr || c->self < 0 || !c->config.ordered() || c->replicated) {
+    return 0;
+  }
   if (c->any_range_outgoing) {
     for (uint32_t r = 0; r < c->config.num_ranges(); ++r) {
       if (RangeStateOf(r) != kServing) return 0;
@@ -317,6 +322,8 @@ Status Ownership::CheckRange(std::string_view key, bool write) const {
   const Installed* c = current();
   REMEM_RETURN_IF_ERROR(NoOrderedStore(c));
   const uint32_t r = c->config.RangeOf(key);
+  // Replicated: a member whose lease lapsed may have been failed over.
+  REMEM_RETURN_IF_ERROR(LeasedUnder(*c));
   REMEM_RETURN_IF_ERROR(RangeOwnedBy(c, r));
   const uint8_t state = RangeStateOf(r);
   if (state == kServing || (state == kFrozen && !write)) return Status::OK();

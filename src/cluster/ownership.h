@@ -54,7 +54,9 @@
 // is extended), Freeze and Release. The ordered store's readers have a
 // word of their own (SetRangeServingListener): the installed epoch and
 // the epoch since which this server has owned the same ranges, or 0 (no
-// configuration served, or a range frozen or released on its way out).
+// configuration served, a range frozen or released on its way out, or a
+// replicated configuration: the tree's mark cannot say what its backups
+// hold, so its readers ask the server).
 //
 // Thread contract: Install, Freeze, Release, FreezeRanges, ReleaseRanges
 // and PurgeDone from any thread
@@ -177,8 +179,9 @@ class Ownership {
   Status ReplicaReadable(std::string_view key, bool* as_backup = nullptr) const;
   // The ordered store's ranges (config.h, "ordered shards"): OK if this
   // server owns the range of `key`; Moved naming its owner; Busy before the
-  // first configuration or while the range is released here on its way to
-  // another member; Unsupported if the cluster has no ordered store.
+  // first configuration, while the range is released here on its way to
+  // another member, or (replicated) when this member's lease has lapsed;
+  // Unsupported if the cluster has no ordered store.
   Status OwnsRange(std::string_view key) const {
     return CheckRange(key, false);
   }
@@ -241,11 +244,29 @@ class Ownership {
     return Holds(c, s) ||
            (c.self >= 0 && c.config.NextOf(s) == uint16_t(c.self));
   }
-  // The same for ordered range r: owned here, or moving here.
+  // The same for ordered range r: owned here, or moving here; replicated,
+  // as its carrier shard (config.h, CarrierOf), backups included.
   static bool MayKeepRange(const Installed& c, uint32_t r) {
-    return c.self >= 0 && r < c.config.num_ranges() &&
-           (c.config.range_owner[r] == uint16_t(c.self) ||
-            c.config.RangeNextOf(r) == uint16_t(c.self));
+    if (r >= c.config.num_ranges()) return false;
+    if (c.replicated) return MayKeep(c, c.config.CarrierOf(r));
+    return c.self >= 0 && (c.config.range_owner[r] == uint16_t(c.self) ||
+                           c.config.RangeNextOf(r) == uint16_t(c.self));
+  }
+  // Replicated: whether `c` has this server back up ordered range r (as a
+  // backup of its carrier shard), and (FillsRange) one being filled.
+  static bool BacksUpRange(const Installed& c, uint32_t r) {
+    return !c.backs.empty() && r < c.config.num_ranges() &&
+           c.backs[c.config.CarrierOf(r)] != 0;
+  }
+  static bool FillsRange(const Installed& c, uint32_t r) {
+    return !c.fills.empty() && r < c.config.num_ranges() &&
+           c.fills[c.config.CarrierOf(r)] != 0;
+  }
+  // Whether this server's previous incarnation held a copy of range r
+  // (replicated: of its carrier shard; HeldByPrior).
+  static bool RangeHeldByPrior(const Installed& c, uint32_t r) {
+    return c.replicated && r < c.config.num_ranges() &&
+           HeldByPrior(c, c.config.CarrierOf(r));
   }
   // Whether this server's previous incarnation (Installed::prior) held a
   // copy of shard s.

@@ -124,6 +124,25 @@ Result<uint64_t> DecodeTreePutReply(std::string_view payload) {
   return r.version;
 }
 
+std::string EncodeTreeRangeFillReply(const TreeRangeFillProgress& progress) {
+  TreeRangeFillReply r{};
+  r.done = progress.done ? 1 : 0;
+  r.copied = progress.copied;
+  std::string out;
+  Append(&out, r);
+  return out;
+}
+
+Result<TreeRangeFillProgress> DecodeTreeRangeFillReply(
+    std::string_view payload) {
+  Reader rd(payload);
+  TreeRangeFillReply r;
+  if (!rd.Read(&r) || rd.remaining() != 0 || r.done > 1 || r.reserved != 0) {
+    return Bad("tree range fill reply");
+  }
+  return TreeRangeFillProgress{r.done != 0, r.copied};
+}
+
 std::string EncodeTreeScan(const TreeScan& scan) {
   TreeScanRequest r{};
   r.start_len = uint32_t(scan.start.size());
@@ -401,7 +420,8 @@ Result<TreeRange> DecodeTreeRange(std::string_view payload) {
   for (uint8_t b : h.reserved) {
     if (b != 0) return Bad("tree range request: reserved bytes set");
   }
-  if ((h.flags & ~(kRangeFirst | kRangeFreeze | kRangeRelease)) != 0) {
+  if ((h.flags &
+       ~(kRangeFirst | kRangeFreeze | kRangeRelease | kRangeForFill)) != 0) {
     return Bad("tree range request: unknown flags");
   }
   if (h.resume_len > kMaxKey) return Bad("tree range request: resume key");
@@ -423,6 +443,19 @@ void RangePairsWriter::Add(std::string_view key, std::string_view value,
   h.value_len = uint32_t(value.size());
   h.version = version;
   h.flags = deleted ? kRangeItemDeleted : 0;
+  Append(&body_, h);
+  body_ += key;
+  body_ += value;
+  ++count_;
+}
+
+void RangePairsWriter::AddFill(std::string_view key, std::string_view value,
+                               uint64_t version) {
+  TreeRangeItem h{};
+  h.key_len = uint32_t(key.size());
+  h.value_len = uint32_t(value.size());
+  h.version = version;
+  h.flags = kRangeItemFill;
   Append(&body_, h);
   body_ += key;
   body_ += value;
@@ -473,10 +506,12 @@ Result<RangePairs> DecodeRangePairs(std::string_view payload) {
     for (uint8_t b : ih.reserved) {
       if (b != 0) return Bad("tree range item: reserved bytes set");
     }
-    if ((ih.flags & ~kRangeItemDeleted) != 0) {
+    if ((ih.flags & ~(kRangeItemDeleted | kRangeItemFill)) != 0 ||
+        ih.flags == (kRangeItemDeleted | kRangeItemFill)) {
       return Bad("tree range item: unknown flags");
     }
     it.deleted = (ih.flags & kRangeItemDeleted) != 0;
+    it.fill = (ih.flags & kRangeItemFill) != 0;
     if (ih.key_len == 0 || ih.key_len > kMaxKey || ih.value_len > kMaxValue ||
         (it.deleted && ih.value_len != 0)) {
       return Bad("tree range item: bad lengths");

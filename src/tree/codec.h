@@ -60,6 +60,13 @@ Result<std::pair<uint64_t, std::string>> DecodeTreeGetReply(
     std::string_view payload);
 std::string EncodeTreePutReply(uint64_t version);
 Result<uint64_t> DecodeTreePutReply(std::string_view payload);
+struct TreeRangeFillProgress {
+  bool done = false;
+  uint64_t copied = 0;
+};
+std::string EncodeTreeRangeFillReply(const TreeRangeFillProgress& progress);
+Result<TreeRangeFillProgress> DecodeTreeRangeFillReply(
+    std::string_view payload);
 
 struct TreeScan {
   std::string_view start;
@@ -128,6 +135,7 @@ struct RangeItem {
   std::string_view value;
   uint64_t version = 0;
   bool deleted = false;
+  bool fill = false;  // kRangeItemFill
 };
 struct RangePairs {
   std::vector<RangeItem> items;  // views into the decoded payload
@@ -139,6 +147,8 @@ class RangePairsWriter {
  public:
   void Add(std::string_view key, std::string_view value, uint64_t version,
            bool deleted);
+  // A pair of a range's copy to a backup being filled (kRangeItemFill).
+  void AddFill(std::string_view key, std::string_view value, uint64_t version);
   size_t bytes() const { return body_.size(); }
   size_t count() const { return count_; }
   std::string Finish(std::string_view resume, uint64_t max_version, bool more);

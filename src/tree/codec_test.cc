@@ -141,7 +141,7 @@ TEST(TreeCodec, RangeMovesRoundTripAndRefuseMalformedPayloads) {
   }
   EXPECT_TRUE(bad(DecodeTreeRange(req + "x").status()));
   std::string flags = req;
-  flags[offsetof(TreeRangeRequest, flags)] = 8;  // unknown
+  flags[offsetof(TreeRangeRequest, flags)] = 16;  // unknown
   EXPECT_TRUE(bad(DecodeTreeRange(flags).status()));
 
   RangePairsWriter w;
@@ -185,6 +185,31 @@ TEST(TreeCodec, RangeMovesRoundTripAndRefuseMalformedPayloads) {
   const uint32_t lots = 1u << 30;
   std::memcpy(many.data(), &lots, 4);
   EXPECT_TRUE(bad(DecodeRangePairs(many).status()));
+  // A copy's pair (replication to a backup being filled); never deleted.
+  RangePairsWriter f;
+  f.AddFill("copied", "v", 5);
+  const std::string filled = f.Finish({}, 5, false);
+  auto fp = DecodeRangePairs(filled);
+  ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+  ASSERT_EQ(fp->items.size(), 1u);
+  EXPECT_TRUE(fp->items[0].fill);
+  EXPECT_FALSE(fp->items[0].deleted);
+  std::string both = filled;
+  both[sizeof(TreeRangePairs) + offsetof(TreeRangeItem, flags)] =
+      kRangeItemDeleted | kRangeItemFill;
+  EXPECT_TRUE(bad(DecodeRangePairs(both).status()));
+  // The copy's progress.
+  const std::string progress = EncodeTreeRangeFillReply({true, 42});
+  auto pr = DecodeTreeRangeFillReply(progress);
+  ASSERT_TRUE(pr.ok());
+  EXPECT_TRUE(pr->done);
+  EXPECT_EQ(pr->copied, 42u);
+  for (size_t n = 0; n < progress.size(); ++n) {
+    EXPECT_TRUE(bad(DecodeTreeRangeFillReply(progress.substr(0, n)).status()));
+  }
+  std::string two = progress;
+  two[0] = 2;
+  EXPECT_TRUE(bad(DecodeTreeRangeFillReply(two).status()));
 }
 
 TEST(TreeCodec, RefusesMalformedPayloads) {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cluster/ownership.h"
+#include "cluster/replicator.h"
 #include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "hash/layout.h"
@@ -44,6 +45,7 @@ Status TreeService::Init(server::ServiceContext* ctx) {
   region_ = *region;
   ctx_ = ctx;
   cluster_ = ctx->cluster();
+  replicator_ = ctx->replicator();
   auto tree = BLinkTree::Create(region_->base(), memory);
   if (!tree.ok()) return tree.status();
   tree_ = std::move(*tree);
@@ -141,6 +143,13 @@ void TreeService::Stats(server::StatsBuilder* out) const {
   out->Add("tree_long_keys", long_keys_.Get());
   out->Add("tree_bytes_total", region_ != nullptr ? region_->length() : 0);
   out->Add("tree_bytes_unassigned", unassigned_bytes_.Get());
+  if (cluster_ != nullptr) {
+    // As a primary: batches of records sent to the backups, and records.
+    out->Add("tree_repl_batches", repl_batches_.Get());
+    out->Add("tree_repl_records", repl_records_.Get());
+    // Pairs copied to backups being filled (re-replication).
+    out->Add("tree_fill_pairs", fill_pairs_.Get());
+  }
 }
 
 Result<Route> TreeService::RouteCall(uint8_t method,
@@ -177,12 +186,14 @@ Result<Route> TreeService::RouteCall(uint8_t method,
     }
     case TreeMethod::kRangeExport:
     case TreeMethod::kRangeSync:
-    case TreeMethod::kRangeDrop: {
+    case TreeMethod::kRangeDrop:
+    case TreeMethod::kRangeFill: {
       auto req = DecodeTreeRange(payload);
       if (!req.ok()) return req.status();
       break;
     }
-    case TreeMethod::kRangeImport: {
+    case TreeMethod::kRangeImport:
+    case TreeMethod::kReplicate: {
       auto pairs = DecodeRangePairs(payload);
       if (!pairs.ok()) return pairs.status();
       break;
@@ -230,9 +241,12 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       std::string value;
       uint64_t version = 0;
       Status st = t.Get(*key, &value, &version);
-      if (!st.ok()) return call.responder.Reply(st);
-      return call.responder.Reply(Status::OK(),
-                                  EncodeTreeGetReply(version, value));
+      const uint64_t upto = DirtyUpTo_st(*key);
+      if (!st.ok()) {
+        return ReplyAfter_st(std::move(call.responder), st, {}, upto, false);
+      }
+      return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                           EncodeTreeGetReply(version, value), upto, false);
     }
     case TreeMethod::kPut: {
       auto put = DecodeTreePut(call.payload);
@@ -248,13 +262,19 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           return call.responder.Reply(w);
         }
       }
+      FloorVersion_st();
       auto v = t.Put(put->key, put->value, put->mode, put->expected_version);
       UpdateCounters_st();
-      if (!v.ok()) return call.responder.Reply(v.status());
+      if (!v.ok()) {
+        // A refusal (AlreadyExists, Conflict, NotFound) tells what the
+        // tree holds: a read.
+        return ReplyAfter_st(std::move(call.responder), v.status(), {},
+                             DirtyUpTo_st(put->key), false);
+      }
       NoteChanged_st(put->key);
-      if (store_ != nullptr) store_->LogPut(put->key, put->value, *v);
-      return AfterDurable_st(std::move(call.responder), Status::OK(),
-                             EncodeTreePutReply(*v));
+      LogPut_st(put->key, put->value, *v);
+      return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                           EncodeTreePutReply(*v), repl_noted_, true);
     }
     case TreeMethod::kDelete: {
       auto key = DecodeTreeKey(call.payload);
@@ -269,13 +289,17 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           return call.responder.Reply(w);
         }
       }
+      FloorVersion_st();
       Status st = t.Delete(*key);
       UpdateCounters_st();
-      if (st.ok()) NoteChanged_st(*key);
-      if (st.ok() && store_ != nullptr) {
-        store_->LogDelete(*key, t.last_version());
+      if (!st.ok()) {
+        return ReplyAfter_st(std::move(call.responder), std::move(st), {},
+                             DirtyUpTo_st(*key), false);
       }
-      return AfterDurable_st(std::move(call.responder), std::move(st), {});
+      NoteChanged_st(*key);
+      LogDelete_st(*key, t.last_version());
+      return ReplyAfter_st(std::move(call.responder), Status::OK(), {},
+                           repl_noted_, true);
     }
     case TreeMethod::kScan: {
       auto scan = DecodeTreeScan(call.payload);
@@ -299,15 +323,24 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       Status st = t.Scan(scan->start, scan->end, scan->limit, scan->descending,
                          &scan_page_);
       if (!st.ok()) return call.responder.Reply(st);
-      return call.responder.Reply(Status::OK(),
-                                  EncodeTreeScanReply(scan_page_));
+      // A scan stays inside one range (OwnsScan): it waits for that
+      // range's records.
+      const uint64_t upto =
+          cluster_ != nullptr && cluster_->current() != nullptr
+              ? RangeDirtyUpTo_st(
+                    cluster_->current()->config.RangeOf(scan->start))
+              : 0;
+      return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                           EncodeTreeScanReply(scan_page_), upto, false);
     }
     case TreeMethod::kMultiGet: {
       auto keys = DecodeTreeMultiGet(call.payload);
       if (!keys.ok()) return call.responder.Reply(keys.status());
       TreeMultiReplyWriter reply(uint32_t(keys->size()));
       std::string& value = multi_value_;  // kept: its capacity is reused
+      uint64_t upto = 0;
       for (std::string_view key : *keys) {
+        upto = std::max(upto, DirtyUpTo_st(key));
         if (Status st = check_key(key); !st.ok()) {
           reply.AddError(st);
           continue;
@@ -325,7 +358,8 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           reply.AddError(st);
         }
       }
-      return call.responder.Reply(Status::OK(), reply.Finish());
+      return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                           reply.Finish(), upto, false);
     }
     case TreeMethod::kMultiPut: {
       auto pairs = DecodeTreeMultiPut(call.payload);
@@ -336,6 +370,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
         }
       }
       TreeMultiReplyWriter reply(uint32_t(pairs->size()));
+      FloorVersion_st();
       for (const auto& [key, value] : *pairs) {
         if (Status st = check_key(key, /*write=*/true); !st.ok()) {
           reply.AddError(st);
@@ -347,13 +382,14 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           continue;
         }
         NoteChanged_st(key);
-        if (store_ != nullptr) store_->LogPut(key, value, *v);
+        LogPut_st(key, value, *v);
         reply.AddVersion(*v);
       }
       UpdateCounters_st();
-      // Once every pair applied is durable (one wait for the batch).
-      return AfterDurable_st(std::move(call.responder), Status::OK(),
-                             reply.Finish());
+      // Once every pair applied is durable and held by the backups (one
+      // wait for the batch).
+      return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                           reply.Finish(), repl_noted_, true);
     }
     case TreeMethod::kRangeExport:
       return RangeExport_st(std::move(call));
@@ -363,6 +399,10 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
       return RangeImport_st(std::move(call));
     case TreeMethod::kRangeDrop:
       return RangeDrop_st(std::move(call));
+    case TreeMethod::kReplicate:
+      return Replicate_st(std::move(call));
+    case TreeMethod::kRangeFill:
+      return RangeFill_st(std::move(call));
     case TreeMethod::kCount:
       break;
   }
@@ -469,7 +509,15 @@ void TreeService::RangeSync_st(Call call) {
     }
     it = changed_.erase(it);
   }
-  call.responder.Reply(Status::OK(), w.Finish({}, tree_->last_version(), more));
+  std::string reply = w.Finish({}, tree_->last_version(), more);
+  if ((req->flags & kRangeFreeze) != 0 && Replicating()) {
+    // A hand-over to a backup (replicated): answered once the backups hold
+    // every write made here, so the one taking over has each that was
+    // acknowledged.
+    return ReplyAfter_st(std::move(call.responder), Status::OK(),
+                         std::move(reply), repl_noted_, true);
+  }
+  call.responder.Reply(Status::OK(), std::move(reply));
 }
 
 void TreeService::RangeImport_st(Call call) {
@@ -554,7 +602,16 @@ void TreeService::RangeDrop_st(Call call) {
     call.responder.Reply(Status::OK());
     return DeleteLater_st(r, std::string(c.RangeLow(r)));
   }
-  if (!cluster_->RangeIncoming(r)) {
+  if ((req->flags & kRangeForFill) != 0) {
+    const cluster::Ownership::Installed* c = cluster_->current();
+    if (c == nullptr || r >= c->config.num_ranges() ||
+        !cluster::Ownership::FillsRange(*c, r)) {
+      return call.responder.Reply(
+          Status::Conflict("ordered range " + std::to_string(r) +
+                           " is not being filled here in epoch " +
+                           std::to_string(cluster_->epoch())));
+    }
+  } else if (!cluster_->RangeIncoming(r)) {
     return call.responder.Reply(
         Status::Conflict("ordered range " + std::to_string(r) +
                          " is not moving to this server in epoch " +
@@ -603,6 +660,8 @@ size_t TreeService::OnPass(PartitionId p) {
     PurgeRanges_st();
     return 1;
   }
+  FillStep_st();
+  ShipBatch_st();
   return deleting_.empty() ? 0 : DeleteStep_st();
 }
 
@@ -611,7 +670,13 @@ void TreeService::PurgeRanges_st() {
   uint64_t deleted = 0;
   Status st;
   for (uint32_t r = 0; r < c.config.num_ranges() && st.ok(); ++r) {
-    if (cluster::Ownership::MayKeepRange(c, r)) continue;
+    // Replicated: and what a previous incarnation held, until a
+    // configuration naming this one says (the whole cluster restarted:
+    // those copies may be the last ones).
+    if (cluster::Ownership::MayKeepRange(c, r) ||
+        cluster::Ownership::RangeHeldByPrior(c, r)) {
+      continue;
+    }
     std::string cursor(c.config.RangeLow(r));
     for (bool more = true; more && st.ok();) {
       st = DeletePage_st(&cursor, c.config.RangeHigh(r), kMaxScanLimit, &more,
@@ -634,8 +699,9 @@ void TreeService::PurgeRanges_st() {
 
 void TreeService::SettleRanges_st(const cluster::Ownership::Installed& c) {
   // Before the purge, the purge judges; a configuration installed before
-  // it that is not served yet is settled by it.
-  if (!purged_) return;
+  // it that is not served yet is settled by it. One that does not name
+  // this incarnation yet (replicated) judges nothing of what it kept.
+  if (!purged_ || (c.self < 0 && c.prior >= 0)) return;
   // Keys noted for a range that no longer moves away (the move abandoned
   // or done) are no one's to send.
   if (!changed_.empty()) {
@@ -682,6 +748,259 @@ size_t TreeService::DeleteStep_st() {
   }
   if (!st.ok() || !more) deleting_.erase(it);
   return 1;
+}
+
+// --- replication (a replicated cluster: ranges ride carrier shards,
+// cluster/config.h)
+
+bool TreeService::Replicating() const {
+  return replicator_ != nullptr && cluster_ != nullptr &&
+         cluster_->replicated();
+}
+
+void TreeService::FloorVersion_st() {
+  if (cluster_ == nullptr) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || !c->replicated || c->config.epoch <= floor_epoch_) {
+    return;
+  }
+  floor_epoch_ = c->config.epoch;
+  tree_->RaiseVersion(hash::VersionFloor(c->config.epoch) - 1);
+}
+
+void TreeService::LogPut_st(std::string_view key, std::string_view value,
+                            uint64_t version) {
+  if (store_ != nullptr) store_->LogPut(key, value, version);
+  if (!Replicating()) return;
+  if (!repl_batch_) repl_batch_ = std::make_unique<RangePairsWriter>();
+  repl_batch_->Add(key, value, version, false);
+  const uint32_t r = cluster_->current()->config.RangeOf(key);
+  ++repl_noted_;
+  repl_dirty_.insert_or_assign(std::string(key), repl_noted_);
+  if (range_dirty_.size() <= r) range_dirty_.resize(r + 1, 0);
+  range_dirty_[r] = repl_noted_;
+  if (repl_ranges_.size() <= r) repl_ranges_.resize(r + 1, 0);
+  repl_ranges_[r] = 1;
+}
+
+void TreeService::LogDelete_st(std::string_view key, uint64_t version) {
+  if (store_ != nullptr) store_->LogDelete(key, version);
+  if (!Replicating()) return;
+  if (!repl_batch_) repl_batch_ = std::make_unique<RangePairsWriter>();
+  repl_batch_->Add(key, {}, version, true);
+  const uint32_t r = cluster_->current()->config.RangeOf(key);
+  ++repl_noted_;
+  repl_dirty_.insert_or_assign(std::string(key), repl_noted_);
+  if (range_dirty_.size() <= r) range_dirty_.resize(r + 1, 0);
+  range_dirty_[r] = repl_noted_;
+  if (repl_ranges_.size() <= r) repl_ranges_.resize(r + 1, 0);
+  repl_ranges_[r] = 1;
+}
+
+uint64_t TreeService::DirtyUpTo_st(std::string_view key) const {
+  if (repl_dirty_.empty()) return 0;
+  auto it = repl_dirty_.find(std::string(key));
+  return it == repl_dirty_.end() ? 0 : it->second;
+}
+
+uint64_t TreeService::RangeDirtyUpTo_st(uint32_t r) const {
+  return r < range_dirty_.size() ? range_dirty_[r] : 0;
+}
+
+void TreeService::ReplyAfter_st(server::Responder responder, Status status,
+                                std::string payload, uint64_t upto,
+                                bool wrote) {
+  auto reply = [this, wrote](server::Responder responder, Status status,
+                             std::string payload) {
+    if (wrote) {
+      return AfterDurable_st(std::move(responder), std::move(status),
+                             std::move(payload));
+    }
+    // A read: only while this member may still vouch for what it holds.
+    if (cluster_ != nullptr) {
+      if (Status lease = cluster_->Leased(); !lease.ok()) {
+        return responder.Reply(lease);
+      }
+    }
+    responder.Reply(std::move(status), std::move(payload));
+  };
+  if (upto <= repl_done_) {
+    return reply(std::move(responder), std::move(status), std::move(payload));
+  }
+  repl_waiters_.emplace_back(
+      upto,
+      [reply, responder = std::move(responder), status = std::move(status),
+       payload = std::move(payload)](Status held) mutable {
+        if (!held.ok()) return responder.Reply(held);
+        reply(std::move(responder), std::move(status), std::move(payload));
+      });
+}
+
+void TreeService::ShipBatch_st() {
+  // One batch in flight: a key's records reach a backup in order.
+  if (repl_in_flight_ || !repl_batch_) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr) return;
+  std::vector<uint32_t> shards;
+  for (uint32_t r = 0; r < repl_ranges_.size(); ++r) {
+    if (repl_ranges_[r] != 0) shards.push_back(c->config.CarrierOf(r));
+  }
+  std::sort(shards.begin(), shards.end());
+  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  repl_ranges_.assign(repl_ranges_.size(), 0);
+  std::unique_ptr<RangePairsWriter> batch = std::move(repl_batch_);
+  repl_batches_.Add();
+  repl_records_.Add(batch->count());
+  repl_in_flight_ = true;
+  const uint64_t upto = repl_noted_;
+  // With the tree's highest version: a backup promoted later issues
+  // versions above every one issued here.
+  replicator_->Replicate(
+      batch->Finish({}, tree_->last_version(), false), std::move(shards),
+      {kTreeService, MethodId(TreeMethod::kReplicate)},
+      [this, upto](Status st) {
+        ctx_->RunOn(0, [this, upto, st = std::move(st)]() mutable {
+          Replicated_st(upto, std::move(st));
+        });
+      });
+}
+
+void TreeService::Replicated_st(uint64_t upto, Status status) {
+  repl_in_flight_ = false;
+  repl_done_ = upto;
+  if (!status.ok()) {
+    for (auto& [r, fill] : fills_) {
+      if (fill.failed.ok()) fill.failed = status;
+    }
+  }
+  std::erase_if(repl_dirty_,
+                [upto](const auto& kv) { return kv.second <= upto; });
+  while (!repl_waiters_.empty() && repl_waiters_.front().first <= upto) {
+    auto done = std::move(repl_waiters_.front().second);
+    repl_waiters_.pop_front();
+    done(status);
+  }
+  ShipBatch_st();
+}
+
+void TreeService::Replicate_st(Call call) {
+  auto pairs = DecodeRangePairs(call.payload);
+  if (!pairs.ok()) return call.responder.Reply(pairs.status());
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  // Admitted and applied in one step on this thread: no configuration
+  // installed between them.
+  auto c = cluster_->AdmitsReplication(call.epoch);
+  if (!c.ok()) return call.responder.Reply(c.status());
+  const cluster::Ownership::Installed& at = **c;
+  BLinkTree& t = *tree_;
+  if (store_ != nullptr) {
+    if (Status w = store_->Writable(); !w.ok()) {
+      // Not held here: the primary asks again (its writes wait).
+      return call.responder.Reply(w);
+    }
+  }
+  if (pairs->max_version > t.last_version()) {
+    // A key written here once promoted must get a version the primary
+    // never issued (a client may hold one for compare-and-put).
+    t.RaiseVersion(pairs->max_version);
+    if (store_ != nullptr) store_->LogDelete({}, pairs->max_version);
+  }
+  Status st;
+  for (const RangeItem& it : pairs->items) {
+    const uint32_t r = at.config.RangeOf(it.key);
+    // A range of the batch this member does not back up; a copy's pair
+    // that a backup already whole has.
+    if (!cluster::Ownership::BacksUpRange(at, r) ||
+        (it.fill && !cluster::Ownership::FillsRange(at, r))) {
+      continue;
+    }
+    if (it.deleted) {
+      st = t.RestoreDelete(it.key, it.version);
+      if (st.ok() && store_ != nullptr) store_->LogDelete(it.key, it.version);
+    } else {
+      st = t.Restore(it.key, it.value, it.version);
+      if (st.ok() && store_ != nullptr) {
+        store_->LogPut(it.key, it.value, it.version);
+      }
+    }
+    if (!st.ok()) break;
+  }
+  UpdateCounters_st();
+  // Held once in memory (FaRM): the log follows at its own pace.
+  call.responder.Reply(st);
+}
+
+void TreeService::RangeFill_st(Call call) {
+  auto req = DecodeTreeRange(call.payload);
+  if (!req.ok()) return call.responder.Reply(req.status());
+  if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
+  if (!Replicating()) {
+    return call.responder.Reply(
+        Status::Unsupported("this cluster does not replicate"));
+  }
+  if (Status st = AtEpoch(*cluster_, call.epoch); !st.ok()) {
+    return call.responder.Reply(st);
+  }
+  const cluster::Ownership::Installed& c = *cluster_->current();
+  const uint32_t r = req->range;
+  if (r >= c.config.num_ranges() || c.self < 0 ||
+      c.config.range_owner[r] != uint16_t(c.self)) {
+    return call.responder.Reply(Status::Conflict(
+        "ordered range " + std::to_string(r) +
+        " is not this server's in epoch " + std::to_string(c.config.epoch)));
+  }
+  RangeFill& fill = fills_[r];
+  if (fill.epoch != call.epoch) {
+    // Started now: every write from here on follows in the stream.
+    fill = RangeFill{};
+    fill.epoch = call.epoch;
+    fill.cursor = std::string(c.config.RangeLow(r));
+    fill.upto = repl_noted_;
+  }
+  if (!fill.failed.ok()) return call.responder.Reply(fill.failed);
+  call.responder.Reply(
+      Status::OK(), EncodeTreeRangeFillReply(
+                        {fill.scanned && repl_done_ >= fill.upto, fill.sent}));
+}
+
+// A copy's pairs per batch (as the hash store's kFillBatchBytes).
+constexpr size_t kFillBatchBytes = 32u << 10;
+
+void TreeService::FillStep_st() {
+  if (fills_.empty()) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  // Roles changed: the manager starts another copy.
+  std::erase_if(fills_, [c](const auto& kv) {
+    return c == nullptr || kv.second.epoch != c->config.epoch;
+  });
+  if (repl_in_flight_ || fills_.empty()) return;
+  for (auto& [r, fill] : fills_) {
+    if (fill.scanned || !fill.failed.ok()) continue;
+    if (!repl_batch_) repl_batch_ = std::make_unique<RangePairsWriter>();
+    while (!fill.scanned && repl_batch_->bytes() < kFillBatchBytes) {
+      Status st = tree_->Scan(fill.cursor, c->config.RangeHigh(r), 64, false,
+                              &scan_page_);
+      if (!st.ok()) {
+        fill.failed = st;
+        break;
+      }
+      for (const ScanItem& it : scan_page_.items) {
+        repl_batch_->AddFill(it.key, it.value, it.version);
+        ++repl_noted_;
+      }
+      fill.sent += scan_page_.items.size();
+      fill_pairs_.Add(scan_page_.items.size());
+      if (!scan_page_.items.empty()) {
+        if (repl_ranges_.size() <= r) repl_ranges_.resize(r + 1, 0);
+        repl_ranges_[r] = 1;
+      }
+      fill.upto = repl_noted_;
+      fill.scanned = !scan_page_.more;
+      fill.cursor = scan_page_.resume;
+    }
+    if (repl_batch_->count() == 0) repl_batch_.reset();
+    if (repl_batch_ && repl_batch_->bytes() >= kFillBatchBytes) break;
+  }
 }
 
 }  // namespace remem::tree

@@ -45,23 +45,31 @@
 #define REMEM_TREE_SERVICE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "cluster/ownership.h"
 #include "durability/store.h"
 #include "server/service.h"
+#include "tree/codec.h"
 #include "tree/durable.h"
 #include "tree/search.h"
 #include "tree/tree.h"
 #include "tree/wire.h"
+#include "util/move_function.h"
 
 namespace remem::fabric {
 class LocalRegion;
 }  // namespace remem::fabric
+namespace remem::cluster {
+class Replicator;
+}  // namespace remem::cluster
 
 namespace remem::tree {
 
@@ -137,6 +145,41 @@ class TreeService final : public server::Service {
   // Writes the range serving word into the region's mark.
   void PublishRangeMark(uint64_t word);
 
+  // Replication (a replicated cluster; owner thread). Each write is logged
+  // (if persistent) and noted as a record in this pass's batch, which goes
+  // to the backups of its ranges' carrier shards at the end of the pass,
+  // one batch in flight (so a key's records reach a backup in order).
+  bool Replicating() const;
+  void LogPut_st(std::string_view key, std::string_view value,
+                 uint64_t version);
+  void LogDelete_st(std::string_view key, uint64_t version);
+  // Before a write at a new epoch: versions at least VersionFloor(epoch)
+  // (hash/layout.h), logged, so a promoted member's writes beat every
+  // record an earlier primary may have left on other backups.
+  void FloorVersion_st();
+  // The records that must be held by the backups before a reply about
+  // `key` (or, for a scan, range r) may reveal what the tree holds.
+  uint64_t DirtyUpTo_st(std::string_view key) const;
+  uint64_t RangeDirtyUpTo_st(uint32_t r) const;
+  // Replies once the first `upto` records are held by the backups (with
+  // their error if they could not be) and, if `wrote`, everything written
+  // so far is durable; a read (!wrote) is answered only while this member
+  // holds its lease.
+  void ReplyAfter_st(server::Responder responder, Status status,
+                     std::string payload, uint64_t upto, bool wrote);
+  void ShipBatch_st();
+  void Replicated_st(uint64_t upto, Status status);
+  // As a backup: applies a primary's batch (TreeMethod::kReplicate).
+  void Replicate_st(server::Call call);
+  // Re-replication, at a range's primary (TreeMethod::kRangeFill): starts
+  // or reports the copy of the range to the backups being filled of its
+  // carrier shard. FillStep_st appends the next pairs to the batch (OnPass,
+  // no batch in flight), a page from the copy's key cursor: a key written
+  // behind the cursor comes as a record, one ahead is read at its newest,
+  // and splits never move a key across it.
+  void RangeFill_st(server::Call call);
+  void FillStep_st();
+
   TreeServiceOptions options_;
   server::ServiceContext* ctx_ = nullptr;
   fabric::LocalRegion* region_ = nullptr;
@@ -154,6 +197,32 @@ class TreeService final : public server::Service {
   // (owner thread).
   std::map<uint32_t, std::string> deleting_;
   std::string multi_value_;  // the owner's, reused by every multi-get
+  // Replication (owner thread; Replicating()).
+  cluster::Replicator* replicator_ = nullptr;
+  std::unique_ptr<RangePairsWriter> repl_batch_;  // null: nothing to send
+  std::vector<uint8_t> repl_ranges_;              // per range: in repl_batch_
+  uint64_t repl_noted_ = 0;                       // records noted so far
+  uint64_t repl_done_ = 0;                        // of them, held or given up
+  bool repl_in_flight_ = false;
+  std::deque<std::pair<uint64_t, util::MoveFunction<void(Status)>>>
+      repl_waiters_;
+  // Keys and ranges with records not held yet: the record count when last
+  // written.
+  std::unordered_map<std::string, uint64_t> repl_dirty_;
+  std::vector<uint64_t> range_dirty_;
+  uint32_t floor_epoch_ = 0;  // FloorVersion_st's last
+  server::Counter repl_batches_, repl_records_;
+  // Copies of ranges to backups being filled, by range (owner thread).
+  struct RangeFill {
+    uint32_t epoch = 0;
+    std::string cursor;    // the next key to copy
+    bool scanned = false;  // every pair of the range was added
+    uint64_t sent = 0;     // pairs added
+    uint64_t upto = 0;     // the record count of the last one
+    Status failed;         // a batch with its pairs was not replicated
+  };
+  std::map<uint32_t, RangeFill> fills_;
+  server::Counter fill_pairs_;
   // Published by the owner after each write, read by Stats.
   server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,
       long_keys_;

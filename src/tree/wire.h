@@ -35,6 +35,16 @@ enum class TreeMethod : uint8_t {
   kRangeSync = 8,    // TreeRangeRequest (no resume); TreeRangePairs
   kRangeImport = 9,  // a TreeRangePairs (as exported); empty reply
   kRangeDrop = 10,   // TreeRangeRequest (no resume); empty reply
+  // Replication (a range's primary to its backups, cluster/replicator.h;
+  // not for clients): a TreeRangePairs of the primary's writes, applied by
+  // each backup to the ranges it backs up; empty reply once held.
+  kReplicate = 11,
+  // Re-replication (the manager's calls): at the primary of a range whose
+  // carrier shard has a backup being filled, starts (first call at an
+  // epoch) or reports the copy of the range into the replication stream
+  // (TreeRangeRequest, no resume; TreeRangeFillReply). The backup is first
+  // emptied of the range with kRangeDrop and kRangeForFill.
+  kRangeFill = 12,
   kCount
 };
 
@@ -82,6 +92,15 @@ struct TreePutReply {
   uint64_t version;
 };
 static_assert(sizeof(TreePutReply) == 8);
+
+// kRangeFill's reply: done once every pair of the range was sent and is
+// held by the backups being filled; copied: pairs sent so far.
+struct TreeRangeFillReply {
+  uint32_t done;
+  uint32_t reserved;
+  uint64_t copied;
+};
+static_assert(sizeof(TreeRangeFillReply) == 16);
 
 enum TreeScanFlags : uint8_t { kScanDescending = 1 };
 
@@ -164,10 +183,14 @@ static_assert(sizeof(TreeMultiPutItem) == 8);
 // new owner, deletes what an earlier copy left of the range; with
 // kRangeRelease, at the old owner once the new one holds everything: it
 // stops serving the range and deletes its copy.
+// With kRangeForFill, at a member about to be filled with the range as a
+// backup of its carrier shard (replicated clusters): deletes what it held
+// of the range before.
 enum TreeRangeFlags : uint8_t {
   kRangeFirst = 1,
   kRangeFreeze = 2,
   kRangeRelease = 4,
+  kRangeForFill = 8,
 };
 
 struct TreeRangeRequest {
@@ -193,7 +216,9 @@ struct TreeRangePairs {
 };
 static_assert(sizeof(TreeRangePairs) == 24);
 
-enum TreeRangeItemFlags : uint8_t { kRangeItemDeleted = 1 };
+// kRangeItemFill: in a replication batch, a pair of a range's copy to a
+// backup being filled (kept only by such a backup; a ready one has it).
+enum TreeRangeItemFlags : uint8_t { kRangeItemDeleted = 1, kRangeItemFill = 2 };
 
 struct TreeRangeItem {
   uint32_t key_len;
