@@ -485,6 +485,15 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
             "user:3\tv-user:3\n");
   EXPECT_EQ(cli({"tree", "scan", "--desc", "--after", "user:2"}).exit_code, 2);
   EXPECT_EQ(cli({"tree", "scan", "a", "b", "--after", "user:2"}).exit_code, 2);
+  // An --after key at or past END: refused, as a reversed range is.
+  EXPECT_EQ(cli({"tree", "scan", "--after", "user:3", "user:3"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "scan", "--after", "user:5", "user:3"}).exit_code, 2);
+  // A descending prefix scan continues with the last key it printed as
+  // END, as the note on standard error says.
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "user:", "--desc", "user:2"}).out,
+            "user:1\tv-user:1\n");
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "user:", "--desc", "a"}).out, "");
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "user:", "user:2"}).exit_code, 2);
   // An error prints no partial JSON.
   auto bad_json = cli_out({"--json", "tree", "scan", "b", "a"});
   EXPECT_EQ(bad_json.exit_code, 2);

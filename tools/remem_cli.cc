@@ -951,9 +951,14 @@ int RunCli(int argc, char** argv) {
                                  : TreeStore::Order::kAscending;
     std::string start = scan_start, end = scan_end;
     if (!scan_prefix.empty()) {
-      if (!scan_start.empty() || !scan_end.empty()) {
+      // Descending, a lone key given is the END: a descending prefix scan
+      // continues with the last key it printed, as any descending scan.
+      const bool lone_end = scan_desc && after_opt->count() == 0 &&
+                            !scan_start.empty() && scan_end.empty();
+      if ((!scan_start.empty() && !lone_end) || !scan_end.empty()) {
         return Fail(Status::InvalidArgument(
-            "give either --prefix or a range, not both"));
+            "give either --prefix or a range, not both (with --prefix and "
+            "--desc, one key is END)"));
       }
       // The range of keys with the prefix (as TreeStore::ScanPrefix).
       start = scan_prefix;
@@ -961,6 +966,10 @@ int RunCli(int argc, char** argv) {
       while (!e.empty() && uint8_t(e.back()) == 0xff) e.pop_back();
       if (!e.empty()) e.back() = char(uint8_t(e.back()) + 1);
       end = e;
+      if (lone_end) {
+        if (end.empty() || scan_start < end) end = scan_start;
+        if (end < start) end = start;  // below the prefix: nothing left
+      }
     }
     if (after_opt->count() > 0) {
       if (scan_desc) {
@@ -985,7 +994,12 @@ int RunCli(int argc, char** argv) {
       std::string from = scan_after;
       from.push_back('\0');
       if (from > start) start = std::move(from);
-      if (!end.empty() && start > end) start = end;  // nothing left
+      if (!end.empty() && start > end) {
+        // (A scan's last key printed is always below its END.)
+        return Fail(Status::InvalidArgument(
+            "the --after key is not below the scan's end (END, or the keys "
+            "with the prefix): nothing could follow it"));
+      }
     }
     // JSON goes out a page at a time once the page is whole, so a failed
     // first page prints nothing on standard output; with --all, a page

@@ -767,6 +767,26 @@ void WaitUntilExiting(pid_t pid) {
   }
 }
 
+// A holder killed with -9 that has not had a CPU since (a busy machine)
+// has SIGKILL pending and counts as exiting: /proc/PID/status as the
+// kernel writes it.
+TEST(Env, AKillPendingCountsAsExiting) {
+  const std::string killed =
+      "Name:\tremem-server\nState:\tR (running)\nSigQ:\t1/95000\n"
+      "SigPnd:\t0000000000000000\nShdPnd:\t0000000000000100\n"
+      "SigBlk:\t0000000000000000\n";
+  EXPECT_TRUE(StatusHasKillPending(killed));
+  EXPECT_TRUE(StatusHasKillPending(
+      "SigPnd:\t0000000000000100\nShdPnd:\t0000000000000000\n"));
+  // SIGTERM (bit 15) and SIGSTOP (bit 19) pending are not a kill.
+  EXPECT_FALSE(StatusHasKillPending(
+      "SigPnd:\t0000000000004000\nShdPnd:\t0000000000040000\n"));
+  EXPECT_FALSE(StatusHasKillPending("Name:\tx\n"));
+  EXPECT_FALSE(StatusHasKillPending("SigPnd:\tzz\n"));
+  // A live process of this test is not exiting.
+  EXPECT_FALSE(ProcessIsExiting(::getpid()));
+}
+
 // A holder that is exiting (its main thread gone, another still tearing
 // down, as a server killed with -9 is for a while) is waited for: the lock
 // is taken once it is released, not refused.

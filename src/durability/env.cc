@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 
 namespace remem::durability {
@@ -312,6 +313,20 @@ bool ProcessIsExiting(long pid) {
   }
   const char state = stat[close + 2];
   if (state == 'Z' || state == 'X') return true;
+  // Killed, and not yet run since: it exits as soon as it gets a CPU.
+  {
+    const std::string status_path = "/proc/" + std::to_string(pid) + "/status";
+    const int sfd = ::open(status_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (sfd >= 0) {
+      char text[4096];
+      const ssize_t got = ::read(sfd, text, sizeof(text) - 1);
+      ::close(sfd);
+      if (got > 0 &&
+          StatusHasKillPending(std::string_view(text, size_t(got)))) {
+        return true;
+      }
+    }
+  }
   size_t pos = close + 2;
   for (int field = 0; field < 6 && pos != std::string_view::npos; ++field) {
     pos = stat.find(' ', pos);
@@ -322,6 +337,25 @@ bool ProcessIsExiting(long pid) {
   auto r = std::from_chars(stat.data() + pos, stat.data() + stat.size(), flags);
   constexpr unsigned long kPfExiting = 0x4;  // linux/sched.h
   return r.ec == std::errc() && (flags & kPfExiting) != 0;
+}
+
+bool StatusHasKillPending(std::string_view status) {
+  for (const std::string_view field : {"SigPnd:", "ShdPnd:"}) {
+    const size_t at = status.find(field);
+    if (at == std::string_view::npos) continue;
+    size_t pos = at + field.size();
+    while (pos < status.size() && (status[pos] == ' ' || status[pos] == '\t')) {
+      ++pos;
+    }
+    uint64_t mask = 0;
+    auto r = std::from_chars(status.data() + pos, status.data() + status.size(),
+                             mask, 16);
+    // Signal n is bit n - 1 of the mask.
+    if (r.ec == std::errc() && (mask & (uint64_t{1} << (SIGKILL - 1))) != 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 namespace {

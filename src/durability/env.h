@@ -99,9 +99,15 @@ class Env {
 // True if process `pid` of this host is exiting: the kernel's PF_EXITING
 // flag on its main thread (a killed process: set at once, while whichever
 // thread exits last tears its memory down and the main thread may still
-// run), or its state Z (the main thread has exited, others still run) or X.
-// False if it is gone or cannot be seen (another pid namespace).
+// run), its state Z (the main thread has exited, others still run) or X,
+// or a SIGKILL pending that it has not run to act on yet (a killed process
+// waiting for a CPU: 5 restarts in 10 at once after kill -9 were refused
+// on a busy machine before this). False if it is gone or cannot be seen
+// (another pid namespace).
 bool ProcessIsExiting(long pid);
+// Whether the text of a /proc/PID/status names SIGKILL among the signals
+// pending for the process (ShdPnd) or its main thread (SigPnd).
+bool StatusHasKillPending(std::string_view status);
 
 // --- fault injection (tests, --fault-log-io)
 //
