@@ -3897,7 +3897,8 @@ TEST_F(ClusterTest, BackupsAreInAnotherFailureDomainThanTheirPrimary) {
 }
 
 // A replicated cluster whose servers all stop (kill -9) and start again
-// from their data directories: every acknowledged pair is back. Each
+// from their data directories: every acknowledged pair is back, the
+// ordered store's (replicated ranges) too, each on two servers. Each
 // server is a new incarnation, so the roles of the configuration are no
 // one's; the restarted servers keep what they recovered until the manager
 // gives each owner its shards again (its backups filled again from it).
@@ -3909,7 +3910,8 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
     const std::string tmpl = NewDataDir();
     servers_.push_back(StartServer(
         ReplicatedFlags(3, {"--data-dir", tmpl, "--fill-scan-buckets", "4",
-                            "--fault-replica-delete-delay-ms", "600000"})));
+                            "--fault-replica-delete-delay-ms", "600000",
+                            "--tree-splits", "key-3,key-6"})));
     ASSERT_NE(servers_.back().process, nullptr);
   }
   std::vector<std::string> seeds;
@@ -3920,8 +3922,12 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
   {
     auto cluster = Connect(seeds);
     ASSERT_NE(cluster, nullptr);
+    // The ordered store's replicated ranges too.
+    auto tree = cluster->Tree();
+    ASSERT_TRUE(tree.ok()) << tree.status().ToString();
     for (int i = 0; i < 300; ++i) {
       ASSERT_TRUE(cluster->Put(Key(i), Val(i)).ok());
+      ASSERT_TRUE((*tree)->Put(Key(i), Val(i)).ok());
       acked[Key(i)] = Val(i);
     }
     ASSERT_TRUE(cluster->Refresh().ok());
@@ -3971,6 +3977,13 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
                 r.ok() ? "did not take effect" : "took effect");
     if (!r.ok()) acked.erase(Key(0));
   }
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  for (int i = 0; i < 300; ++i) {
+    auto r = (*tree)->Get(Key(i));
+    ASSERT_TRUE(r.ok()) << "tree " << Key(i) << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, Val(i)) << Key(i);
+  }
   for (const auto& [k, v] : acked) {
     auto r = cluster->Get(k);
     ASSERT_TRUE(r.ok()) << k << ": " << r.status().ToString();
@@ -3981,14 +3994,16 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
   // Each pair is on two servers: its owner and its backup. The backups
   // deleted what they recovered of their shards before being filled again
   // (a chunk of their tables per pass).
-  uint64_t pairs = 0, dropped = 0;
+  uint64_t pairs = 0, dropped = 0, tree_pairs = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
     pairs += st->Get("hash_pairs");
     dropped += st->Get("hash_fill_dropped_pairs");
+    tree_pairs += st->Get("tree_pairs");
   }
   EXPECT_EQ(pairs, 2 * (acked.size() + 1));
   EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(tree_pairs, 2 * 300u);
   servers_.clear();
 }
 
@@ -5470,17 +5485,27 @@ TEST_F(ClusterTest, ADrainedReplicatedServerHandsItsRangesOverLosingNothing) {
   uint64_t hot = 0;
   for (int k = 0; k < 4; ++k) hot += t->Get("hot" + std::to_string(k)).ok();
   // The drained server's copies are deleted (a page per pass), the others
-  // hold each pair twice.
+  // hold each pair twice once any balancing of the copies among them is
+  // over and its retired copies are deleted too.
   auto probe = ConnectOrDie(drained);
   ASSERT_NE(probe, nullptr);
   EXPECT_EQ(WaitForStatOf(probe.get(), "tree_pairs", 0, kBound), 0u);
-  uint64_t held = 0;
+  std::vector<std::unique_ptr<Session>> probes;
   for (const std::string& a : others) {
-    auto p = ConnectOrDie(a);
-    ASSERT_NE(p, nullptr);
-    held += StatOf(p.get(), "tree_pairs");
+    probes.push_back(ConnectOrDie(a));
+    ASSERT_NE(probes.back(), nullptr);
   }
-  EXPECT_EQ(held, 2 * (kKeys + hot));
+  auto held = [&] {
+    uint64_t n = 0;
+    for (auto& p : probes) n += StatOf(p.get(), "tree_pairs");
+    return n;
+  };
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (held() != 2 * (kKeys + hot) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling
+  }
+  EXPECT_EQ(held(), 2 * (kKeys + hot));
 }
 
 // Batches of the ordered store, asynchronously: split per range owner and
