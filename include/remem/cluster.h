@@ -294,7 +294,11 @@ class Cluster {
 
   // The cluster's ordered store, owned by this Cluster (the same object on
   // every call; `options` count at the first call only). Unsupported if
-  // the cluster was formed without --tree-splits.
+  // the cluster was formed without --tree-splits. In a replicated cluster
+  // a range's server never vouches for what a one-sided search read (one
+  // could see a write the range's backup does not hold yet): such a search
+  // asks the server after, and over a network the gets and scans go by
+  // RPC at once, whatever `options` say.
   Result<ClusterTree*> Tree(const TreeOptions& options = {});
 
   // Routing counters: refusals (Moved) seen and configurations fetched;
