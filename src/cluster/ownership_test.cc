@@ -370,6 +370,44 @@ TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
   EXPECT_TRUE(plain.Owns(KeyOwnedBy(TwoServers(1), "a:1")).ok());
 }
 
+// Replicated ordered ranges ride their carrier shards (config.h): the
+// range's owner serves it under its lease, the carrier's backup backs it
+// up and may keep it, and one-sided readers are never vouched for (the
+// range serving word stays 0).
+TEST(Ownership, AReplicatedRangeIsServedAndBackedUpAsItsCarrier) {
+  const Config c = InitialConfig("c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}}, 64, 1,
+                                 std::vector<std::string>{"m"});
+  ASSERT_EQ(c.num_ranges(), 2u);
+  Ownership a("a:1", 7), b("b:1", 8);
+  std::vector<uint64_t> words;
+  a.SetRangeServingListener([&](uint64_t w) { words.push_back(w); });
+  ASSERT_TRUE(a.Install(c));
+  ASSERT_TRUE(b.Install(c));
+  // Range 0 ("" to "m") rides shard 16, range 1 shard 48: one on each.
+  ASSERT_EQ(c.range_owner[0], c.owner[c.CarrierOf(0)]);
+  const int owner0 = c.range_owner[0];
+  Ownership& primary = owner0 == 0 ? a : b;
+  Ownership& backup = owner0 == 0 ? b : a;
+  EXPECT_EQ(primary.OwnsRange("a").code(), StatusCode::kBusy);  // no lease
+  primary.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  EXPECT_TRUE(primary.OwnsRange("a").ok());
+  EXPECT_TRUE(primary.WritableRange("a").ok());
+  backup.ExtendLease(LeaseClockNs() + 60'000'000'000ull);
+  EXPECT_EQ(backup.OwnsRange("a").code(), StatusCode::kMoved);
+  EXPECT_TRUE(Ownership::BacksUpRange(*backup.current(), 0));
+  EXPECT_FALSE(Ownership::BacksUpRange(*primary.current(), 0));
+  EXPECT_FALSE(Ownership::FillsRange(*backup.current(), 0));
+  EXPECT_TRUE(Ownership::MayKeepRange(*backup.current(), 0));
+  EXPECT_TRUE(Ownership::MayKeepRange(*primary.current(), 0));
+  for (uint64_t w : words) EXPECT_EQ(w, 0u);
+  EXPECT_FALSE(words.empty());
+  // A lapsed lease refuses the range too.
+  Ownership lapsed(owner0 == 0 ? "a:1" : "b:1", owner0 == 0 ? 7 : 8);
+  ASSERT_TRUE(lapsed.Install(c));
+  lapsed.ExtendLease(LeaseClockNs() - 1);
+  EXPECT_EQ(lapsed.OwnsRange("a").code(), StatusCode::kBusy);
+}
+
 TEST(Ownership, AWholeBackupAnswersReadsFromAnyReplicaUnderItsLease) {
   const Config c = InitialConfig(
       "c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}, {"c:1", 1, 9}}, 64, 1);

@@ -771,23 +771,19 @@ void TreeService::FloorVersion_st() {
 void TreeService::LogPut_st(std::string_view key, std::string_view value,
                             uint64_t version) {
   if (store_ != nullptr) store_->LogPut(key, value, version);
-  if (!Replicating()) return;
-  if (!repl_batch_) repl_batch_ = std::make_unique<RangePairsWriter>();
-  repl_batch_->Add(key, value, version, false);
-  const uint32_t r = cluster_->current()->config.RangeOf(key);
-  ++repl_noted_;
-  repl_dirty_.insert_or_assign(std::string(key), repl_noted_);
-  if (range_dirty_.size() <= r) range_dirty_.resize(r + 1, 0);
-  range_dirty_[r] = repl_noted_;
-  if (repl_ranges_.size() <= r) repl_ranges_.resize(r + 1, 0);
-  repl_ranges_[r] = 1;
+  NoteRecord_st(key, value, version, false);
 }
 
 void TreeService::LogDelete_st(std::string_view key, uint64_t version) {
   if (store_ != nullptr) store_->LogDelete(key, version);
+  NoteRecord_st(key, {}, version, true);
+}
+
+void TreeService::NoteRecord_st(std::string_view key, std::string_view value,
+                                uint64_t version, bool deleted) {
   if (!Replicating()) return;
   if (!repl_batch_) repl_batch_ = std::make_unique<RangePairsWriter>();
-  repl_batch_->Add(key, {}, version, true);
+  repl_batch_->Add(key, value, version, deleted);
   const uint32_t r = cluster_->current()->config.RangeOf(key);
   ++repl_noted_;
   repl_dirty_.insert_or_assign(std::string(key), repl_noted_);

@@ -25,6 +25,15 @@
 // configuration manager's, cluster/member.h: while a range moves away the
 // keys written in it are noted, and Sync sends them).
 //
+// In a replicated cluster each range rides a carrier shard (cluster/
+// config.h, CarrierOf): the writes of a pass go, as one batch, to the
+// backups of their ranges' carriers (Replicate, through cluster::
+// Replicator) and are answered once held there; reads and revealing
+// refusals wait for the records of their key (or range) to be held; a
+// backup applies the batches of the ranges it backs up; RangeFill copies
+// a range into the stream for a backup being filled (RangeDrop with
+// kRangeForFill empties it first).
+//
 // One-sided readers in a cluster check a serving mark in the tree's
 // region (hash::ServingMark at kTreeServingMarkOffset, written from
 // Ownership's range serving word) after each search: a range that moved
@@ -153,6 +162,10 @@ class TreeService final : public server::Service {
   void LogPut_st(std::string_view key, std::string_view value,
                  uint64_t version);
   void LogDelete_st(std::string_view key, uint64_t version);
+  // Adds a record to the batch (replicated), and marks its key and range
+  // as not held yet.
+  void NoteRecord_st(std::string_view key, std::string_view value,
+                     uint64_t version, bool deleted);
   // Before a write at a new epoch: versions at least VersionFloor(epoch)
   // (hash/layout.h), logged, so a promoted member's writes beat every
   // record an earlier primary may have left on other backups.
