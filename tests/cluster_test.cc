@@ -4340,6 +4340,25 @@ TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
 
 // --- the ordered store's ranges (cluster/config.h, "ordered shards")
 
+// Key(i) -> TreeVal(i) for i < n, put into `t` by one multi-put, each put
+// acknowledged; every tenth value is out of line (an extent of the tree's
+// region).
+std::string TreeVal(int i) {
+  return i % 10 == 0 ? std::string(700, char('a' + i % 26)) : Val(i);
+}
+void PutTreePairs(ClusterTree* t, int n, std::vector<std::string>* keys,
+                  std::vector<std::string>* vals) {
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < n; ++i) {
+    keys->push_back(Key(i));
+    vals->push_back(TreeVal(i));
+  }
+  for (int i = 0; i < n; ++i) pairs.emplace_back((*keys)[i], (*vals)[i]);
+  for (const auto& r : t->MultiPut(pairs)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+}
+
 // All pages of a scan of [start, end), chained by their resume keys.
 std::vector<std::string> ScanAll(ClusterTree* t, const std::string& start,
                                  const std::string& end, uint32_t limit,
@@ -4757,16 +4776,7 @@ TEST_F(ClusterTest, OrderedRangesMoveOnJoinAndDrainWhileRacingClientsStay) {
   ClusterTree* t = *tree;
   constexpr int kKeys = 3000;
   std::vector<std::string> keys, vals;
-  std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (int i = 0; i < kKeys; ++i) {
-    keys.push_back(Key(i));
-    // Every tenth value out of line (an extent of the tree's region).
-    vals.push_back(i % 10 == 0 ? std::string(700, char('a' + i % 26)) : Val(i));
-  }
-  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
-  for (const auto& r : t->MultiPut(pairs)) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(PutTreePairs(t, kKeys, &keys, &vals));
 
   // A client that reads nothing while the ranges move: its configuration
   // is stale afterwards, and its one-sided reads of the old owners' trees
@@ -5318,15 +5328,7 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
   ClusterTree* t = *tree;
   constexpr int kKeys = 1000;
   std::vector<std::string> keys, vals;
-  std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (int i = 0; i < kKeys; ++i) {
-    keys.push_back(Key(i));
-    vals.push_back(i % 10 == 0 ? std::string(700, char('a' + i % 26)) : Val(i));
-  }
-  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
-  for (const auto& r : t->MultiPut(pairs)) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(PutTreePairs(t, kKeys, &keys, &vals));
   std::set<std::string> present(keys.begin(), keys.end());
   for (int i = 0; i < kKeys; i += 5) {
     ASSERT_TRUE(t->Delete(keys[i]).ok()) << keys[i];
@@ -5446,15 +5448,7 @@ TEST_F(ClusterTest, ADrainedReplicatedServerHandsItsRangesOverLosingNothing) {
   ClusterTree* t = *tree;
   constexpr int kKeys = 600;
   std::vector<std::string> keys, vals;
-  std::vector<std::pair<std::string_view, std::string_view>> pairs;
-  for (int i = 0; i < kKeys; ++i) {
-    keys.push_back(Key(i));
-    vals.push_back(Val(i));
-  }
-  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], vals[i]);
-  for (const auto& r : t->MultiPut(pairs)) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(PutTreePairs(t, kKeys, &keys, &vals));
   std::vector<std::string> seeds;
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   RecordingClients clients(seeds, 4, /*mixed=*/true, /*tree=*/true);

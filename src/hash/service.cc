@@ -535,6 +535,7 @@ void HashService::LogPut_st(Partition& part, std::string_view key,
   if (!Replicating()) return;
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
   part.repl_batch->Add(key, value, version, false);
+  NoteShard_st(part, key);
   part.repl_dirty[XXH3_64bits(key.data(), key.size())] = ++part.repl_noted;
 }
 
@@ -544,7 +545,18 @@ void HashService::LogDelete_st(Partition& part, std::string_view key,
   if (!Replicating()) return;
   if (!part.repl_batch) part.repl_batch = std::make_unique<ShardPairsWriter>();
   part.repl_batch->Add(key, {}, version, true);
+  NoteShard_st(part, key);
   part.repl_dirty[XXH3_64bits(key.data(), key.size())] = ++part.repl_noted;
+}
+
+void HashService::NoteShard_st(Partition& part, std::string_view key) {
+  const uint32_t n = cluster_->current()->config.num_shards();
+  if (part.repl_shard_marked.size() != n) part.repl_shard_marked.assign(n, 0);
+  const uint32_t s = cluster::ShardOf(key, n);
+  if (part.repl_shard_marked[s] == 0) {
+    part.repl_shard_marked[s] = 1;
+    part.repl_shards.push_back(s);
+  }
 }
 
 uint64_t HashService::DirtyUpTo_st(Partition& part, std::string_view key) {
@@ -590,8 +602,6 @@ void HashService::ShipBatch_st(PartitionId p) {
   // backup knows every batch of this stream but the last is on all the
   // others (what Resync_st relies on).
   if (part.repl_in_flight || !part.repl_batch) return;
-  const cluster::Ownership::Installed* c = cluster_->current();
-  if (c == nullptr) return;  // (never: records are kept only once replicated)
   std::unique_ptr<ShardPairsWriter> batch = std::move(part.repl_batch);
   part.repl_batches.Add();
   part.repl_records.Add(batch->count());
@@ -604,22 +614,9 @@ void HashService::ShipBatch_st(PartitionId p) {
   // versions above every version its keys were given here.
   std::string bytes = batch->Finish(cluster_->incarnation(), p,
                                     uint32_t(partitions_.size()), version);
-  // The shards whose backups must hold it (were this partition's own
-  // encoding ever unreadable: every shard owned here, each backup keeping
-  // what it backs up).
-  const uint32_t num_shards = c->config.num_shards();
-  std::vector<uint32_t> shards;
-  if (auto pairs = DecodeShardPairs(bytes); pairs.ok()) {
-    for (const ShardPairView& pair : pairs->pairs) {
-      shards.push_back(cluster::ShardOf(pair.key, num_shards));
-    }
-  } else {
-    for (uint32_t s = 0; s < num_shards; ++s) {
-      if (c->owns[s]) shards.push_back(s);
-    }
-  }
-  std::sort(shards.begin(), shards.end());
-  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  std::vector<uint32_t> shards = std::move(part.repl_shards);
+  part.repl_shards.clear();
+  for (uint32_t s : shards) part.repl_shard_marked[s] = 0;
   replicator_->Replicate(
       std::move(bytes), std::move(shards),
       {kHashService, MethodId(HashMethod::kReplicate)},
@@ -684,6 +681,7 @@ void HashService::Resync_st(Partition& part) {
         } else {
           part.repl_batch->Add(key, {}, table.last_version(), true);
         }
+        NoteShard_st(part, key);
         part.repl_dirty[XXH3_64bits(key.data(), key.size())] =
             ++part.repl_noted;
         part.resync_upto = part.repl_noted;
@@ -1557,6 +1555,7 @@ void HashService::FillStep_st(Partition& part) {
     auto v = table.Get(key);
     if (!v.ok()) return;
     batch.AddFill(key, v->value, v->version);
+    NoteShard_st(part, key);
     ++added;
   };
   constexpr uint64_t kChunk = 64;  // buckets between size checks

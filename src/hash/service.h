@@ -177,6 +177,10 @@ class HashService final : public server::Service {
     // records noted and records replicated (or given up) so far, whether a
     // batch is with the replicator, and who waits for which record count.
     std::unique_ptr<ShardPairsWriter> repl_batch;
+    // The distinct shards of repl_batch's records (NoteShard_st), and a
+    // mark per shard of the cluster.
+    std::vector<uint32_t> repl_shards;
+    std::vector<uint8_t> repl_shard_marked;
     uint64_t repl_noted = 0, repl_done = 0;
     bool repl_in_flight = false;
     std::deque<std::pair<uint64_t, util::MoveFunction<void(Status)>>>
@@ -344,6 +348,9 @@ class HashService final : public server::Service {
   void LogPut_st(Partition& part, std::string_view key, std::string_view value,
                  uint64_t version);
   void LogDelete_st(Partition& part, std::string_view key, uint64_t version);
+  // Notes `key`'s shard among the shards of `part`'s batch (every record
+  // added to repl_batch: the backups of those shards get the batch).
+  void NoteShard_st(Partition& part, std::string_view key);
   // Runs done(status) once everything `part` wrote so far is durable (if
   // `wrote`: the caller wrote in this pass) and its first `replicated`
   // records are held by the backups: at once if there is nothing to wait

@@ -565,19 +565,22 @@ void TreeService::RangeImport_st(Call call) {
   }
   Status st;
   for (const RangeItem& it : pairs->items) {
-    if (it.deleted) {
-      st = t.RestoreDelete(it.key, it.version);
-      if (st.ok() && store_ != nullptr) store_->LogDelete(it.key, it.version);
-    } else {
-      st = t.Restore(it.key, it.value, it.version);
-      if (st.ok() && store_ != nullptr) {
-        store_->LogPut(it.key, it.value, it.version);
-      }
-    }
+    st = Apply_st(it);
     if (!st.ok()) break;
   }
   UpdateCounters_st();
   AfterDurable_st(std::move(call.responder), std::move(st), {});
+}
+
+Status TreeService::Apply_st(const RangeItem& it) {
+  if (it.deleted) {
+    REMEM_RETURN_IF_ERROR(tree_->RestoreDelete(it.key, it.version));
+    if (store_ != nullptr) store_->LogDelete(it.key, it.version);
+  } else {
+    REMEM_RETURN_IF_ERROR(tree_->Restore(it.key, it.value, it.version));
+    if (store_ != nullptr) store_->LogPut(it.key, it.value, it.version);
+  }
+  return Status::OK();
 }
 
 void TreeService::RangeDrop_st(Call call) {
@@ -910,15 +913,7 @@ void TreeService::Replicate_st(Call call) {
         (it.fill && !cluster::Ownership::FillsRange(at, r))) {
       continue;
     }
-    if (it.deleted) {
-      st = t.RestoreDelete(it.key, it.version);
-      if (st.ok() && store_ != nullptr) store_->LogDelete(it.key, it.version);
-    } else {
-      st = t.Restore(it.key, it.value, it.version);
-      if (st.ok() && store_ != nullptr) {
-        store_->LogPut(it.key, it.value, it.version);
-      }
-    }
+    st = Apply_st(it);
     if (!st.ok()) break;
   }
   UpdateCounters_st();

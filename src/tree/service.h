@@ -128,6 +128,9 @@ class TreeService final : public server::Service {
   void RangeSync_st(server::Call call);
   void RangeImport_st(server::Call call);
   void RangeDrop_st(server::Call call);
+  // Stores (or deletes) a range move's or a replication batch's item at
+  // its version, unless the tree holds a newer one, and logs it.
+  Status Apply_st(const RangeItem& it);
   // Range r's keys from `from` on are to be deleted (a release, a settle):
   // DeleteStep_st deletes a page of the first such range per pass of the
   // owner thread (OnPass), while the range stays gone (Ownership::
