@@ -162,6 +162,10 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
+  // ReplicatedRangesFailOverWithTheirCarriersLosingNothing's body, for a
+  // cluster of `servers` with `replicas` backups per shard.
+  void RangesFailOverLosingNothing(int servers, int replicas);
+
   // `read_path`: the hash store's, if not the session's default.
   std::unique_ptr<Cluster> Connect(
       const std::vector<std::string>& seeds,
@@ -5304,24 +5308,27 @@ TEST_F(ClusterTest,
   EXPECT_EQ(t->Get(high[0]).status().code(), StatusCode::kUnavailable);
 }
 
-// Replicated ordered ranges (--tree-splits with --replicas 1): each range
+// Replicated ordered ranges (--tree-splits with --replicas): each range
 // rides a carrier shard (cluster/config.h, CarrierOf), its writes are held
-// by the carrier's backup before they are answered, and when the range's
+// by the carrier's backups before they are answered, and when the range's
 // primary is killed the range fails over with its carrier. Clients
 // recording tree puts, deletes, compare-and-puts and gets of hot keys in
 // two ranges meanwhile see linearizable histories and no error but
 // unknown outcomes; every loaded pair is readable afterwards from the new
 // primary, the deleted ones are not, a scan across the ranges returns
-// them in order, and before the kill every pair was on two servers.
-TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
+// them in order, and before the kill every pair was on replicas + 1
+// servers; after the refill it is again, and a second kill loses nothing.
+void ClusterTest::RangesFailOverLosingNothing(int servers, int replicas) {
   // Ranges [.., hot2), [hot2, key-5), [key-5, ..).
-  ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {"--tree-splits", "key-5,hot2"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartReplicated(servers, {"--tree-splits", "key-5,hot2"}, replicas));
+  const uint64_t copies = uint64_t(replicas) + 1;
   auto cluster = Connect({servers_[0].address});
   ASSERT_NE(cluster, nullptr);
-  ASSERT_EQ(cluster->info().replicas, 1u);
+  ASSERT_EQ(cluster->info().replicas, uint32_t(replicas));
   ASSERT_EQ(cluster->info().range_owner.size(), 3u);
   for (const auto& n : cluster->info().nodes) {
-    EXPECT_EQ(n.ranges, 1u) << n.address;  // spread by their carriers
+    EXPECT_LE(n.ranges, 1u) << n.address;  // spread by their carriers
   }
   auto tree = cluster->Tree();
   ASSERT_TRUE(tree.ok()) << tree.status().ToString();
@@ -5341,7 +5348,7 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
     pairs_held += st->Get("tree_pairs");
     records += st->Get("tree_repl_records");
   }
-  EXPECT_EQ(pairs_held, 2 * present.size());
+  EXPECT_EQ(pairs_held, copies * present.size());
   EXPECT_GE(records, uint64_t(kKeys + kKeys / 5));
 
   std::vector<std::string> seeds;
@@ -5391,9 +5398,9 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
   };
   expect_loaded("after the failover");
 
-  // Re-replication: the ranges whose carriers lost their backup get a new
-  // one, filled with the range's pairs; then every pair is on two servers
-  // again, and a second failure loses nothing.
+  // Re-replication: the ranges whose carriers lost a backup get a new one,
+  // filled with the range's pairs; then every pair is on replicas + 1
+  // servers again, and a second failure loses nothing.
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
     return WholeWithout(info, victim);
   })) << "the shards short of copies never got whole again";
@@ -5406,7 +5413,7 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
     held += st->Get("tree_pairs");
     filled += st->Get("tree_fill_pairs");
   }
-  EXPECT_EQ(held, 2 * (present.size() + hot));
+  EXPECT_EQ(held, copies * (present.size() + hot));
   EXPECT_GT(filled, 0u);
   // The CLI lists each range with the shard it rides and its backup.
   std::string alive;
@@ -5428,6 +5435,222 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
     return ShardsOf(info, second) == 0;
   })) << "the second primary's shards never failed over";
   expect_loaded("after the second failover");
+}
+
+TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
+  RangesFailOverLosingNothing(/*servers=*/3, /*replicas=*/1);
+}
+
+// The same with two backups per range (four servers: three are left to
+// hold three copies after the first kill).
+TEST_F(ClusterTest, RangesWithTwoBackupsFailOverLosingNothing) {
+  RangesFailOverLosingNothing(/*servers=*/4, /*replicas=*/2);
+}
+
+// The ordered store's side of APromotedBackupServesNoWriteTheOtherBackups-
+// Lack (two backups per range): a range's last batch reaches its first
+// backup, not yet its last one (--fault-replication-last-backup-delay-ms),
+// its primary is killed, and the first backup, promoted, must not reveal
+// that batch's put and delete to a reader before the last backup holds
+// them too: the new primary is killed as soon as a get or a scan of the
+// range is answered, and the last backup, promoted in turn, must answer
+// as they were answered. (It fails without TreeService::Resync_st: the
+// readers are answered at once, and the last backup never gets them.)
+TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
+  const bool slow = testing::Scaled(6) < 6;
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(
+      3,
+      {"--tree-splits", "m", "--fault-replication-last-backup-delay-ms",
+       slow ? "6000" : "2000"},
+      /*replicas=*/2));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  const Cluster::Info info = cluster->info();
+  ASSERT_EQ(info.replicas, 2u);
+  ASSERT_EQ(info.range_carrier.size(), 2u);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  // Keys of the range ([..m) or [m..)) whose primary is not the manager (a
+  // killed manager is replaced only once its ZooKeeper session expires).
+  std::string prefix;
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < 2; ++i) {
+    const std::string p = i == 0 ? "a-" : "x-";
+    if (t->OwnerOf(p) != servers_[size_t(m)].address) {
+      prefix = p;
+      r = i;
+    }
+  }
+  ASSERT_FALSE(prefix.empty());
+  const std::string kp = prefix + "put", kd = prefix + "del",
+                    kw = prefix + "warm";
+  const std::string primary = t->OwnerOf(kp);
+  const uint32_t carrier = info.range_carrier[r];
+  const int32_t b0 = info.shard_backups[carrier * 2],
+                b1 = info.shard_backups[carrier * 2 + 1];
+  ASSERT_GE(b0, 0);
+  ASSERT_GE(b1, 0);
+  const std::string first = info.nodes[size_t(b0)].address,
+                    last = info.nodes[size_t(b1)].address;
+  auto server_at = [&](const std::string& address) -> testing::ServerProcess& {
+    for (auto& sv : servers_) {
+      if (sv.address == address) return sv;
+    }
+    ADD_FAILURE() << address;
+    return servers_[0];
+  };
+  ASSERT_TRUE(t->Put(kp, "old").ok());
+  ASSERT_TRUE(t->Put(kd, "old").ok());
+  // What a backup holds, told by its pair count: kw's put adds one, kd's
+  // delete takes one away.
+  auto at_first = ConnectOrDie(first), at_last = ConnectOrDie(last);
+  ASSERT_NE(at_first, nullptr);
+  ASSERT_NE(at_last, nullptr);
+  auto wait_pairs = [&](Session* s, uint64_t n) {
+    const auto until = std::chrono::steady_clock::now() + kBound;
+    while (StatOf(s, "tree_pairs") != n &&
+           std::chrono::steady_clock::now() < until) {
+      // Polled: nothing tells the test when a backup applied a batch.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return StatOf(s, "tree_pairs") == n;
+  };
+  const uint64_t before = StatOf(at_first.get(), "tree_pairs");
+  ASSERT_EQ(before, 2u);
+  ASSERT_TRUE(wait_pairs(at_last.get(), before));
+
+  // The writer: kw's put is the batch in flight while kp's put and kd's
+  // delete are made, so those two travel together in the next batch (one
+  // batch in flight), which the primary is killed with, unanswered.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool issued = false;
+  int answered = 0;
+  struct Answer {
+    std::string put, del;
+  };
+  std::vector<Answer> answers(2);
+  std::thread writer, by_get, by_scan;
+  struct Joined {
+    std::vector<std::thread*> threads;
+    ~Joined() {
+      for (std::thread* t : threads) {
+        if (t->joinable()) t->join();
+      }
+    }
+  } joined{{&writer, &by_get, &by_scan}};
+  writer = std::thread([&] {
+    ClusterOptions o;
+    o.seeds = seeds;
+    o.session.transport = testing::TestTransport();
+    o.session.timeout = std::chrono::milliseconds(3000);
+    o.wait_for_config = kBound;
+    auto c = Cluster::Connect(o);
+    auto wt = c.ok() ? (*c)->Tree() : Result<ClusterTree*>(c.status());
+    bool warm = false;
+    if (wt.ok()) {
+      (*wt)->PutAsync(kw, "warm", [](Result<uint64_t>) {});
+      const auto until = std::chrono::steady_clock::now() + kBound;
+      while (!warm && std::chrono::steady_clock::now() < until) {
+        (void)(*c)->Poll();
+        warm = StatOf(at_first.get(), "tree_pairs") == before + 1;
+        if (!warm) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    if (warm) {
+      (*wt)->PutAsync(kp, "new", [](Result<uint64_t>) {});
+      (*wt)->DeleteAsync(kd, [](Status) {});
+      (void)(*c)->Poll();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      issued = true;
+    }
+    cv.notify_all();
+    if (warm) (void)(*c)->WaitAll();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 2 * kBound, [&] { return issued; }));
+  }
+  ASSERT_TRUE(wait_pairs(at_first.get(), before));  // kd's delete is there
+  // The last backup has the warm-up put (the batch before), not kd's
+  // delete.
+  ASSERT_EQ(StatOf(at_last.get(), "tree_pairs"), before + 1);
+  ASSERT_TRUE(server_at(primary).Kill().ok());
+  ASSERT_TRUE(WaitForConfig(
+      cluster.get(), [&](const auto& i) { return ShardsOf(i, primary) == 0; }));
+  ASSERT_EQ(t->OwnerOf(kp), first);
+  ASSERT_EQ(StatOf(at_last.get(), "tree_pairs"), before + 1);
+
+  auto reader = [&](int n) {
+    auto c = Connect(seeds);
+    if (c == nullptr) return;
+    auto rt = c->Tree();
+    if (!rt.ok()) return;
+    Answer a;
+    if (n == 0) {
+      auto got = (*rt)->Get(kp);
+      a.put = got.ok() ? got->value : got.status().ToString();
+    } else {
+      auto page = (*rt)->Scan(prefix, prefix + "~", 10);
+      if (!page.ok()) {
+        a.put = a.del = page.status().ToString();
+      } else {
+        a.put = a.del = "(none)";
+        for (const auto& it : page->items) {
+          if (it.key == kp) a.put = it.value;
+          if (it.key == kd) a.del = it.value;
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++answered;
+    }
+    cv.notify_all();
+    if (n == 0) {
+      auto got = (*rt)->Get(kd);
+      a.del = got.ok() ? got->value
+              : got.status().code() == StatusCode::kNotFound
+                  ? "(none)"
+                  : got.status().ToString();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    answers[size_t(n)] = a;
+  };
+  by_get = std::thread(reader, 0);
+  by_scan = std::thread(reader, 1);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kBound, [&] { return answered > 0; }));
+  }
+  const uint64_t resynced = StatOf(at_first.get(), "tree_resync_records");
+  ASSERT_TRUE(server_at(first).Kill().ok());
+  by_get.join();
+  by_scan.join();
+  writer.join();
+  EXPECT_GE(resynced, 2u);
+  ASSERT_TRUE(WaitForConfig(
+      cluster.get(), [&](const auto& i) { return ShardsOf(i, first) == 0; }));
+  ASSERT_EQ(t->OwnerOf(kp), last);
+  auto put = t->Get(kp);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->value, "new");
+  EXPECT_EQ(t->Get(kd).status().code(), StatusCode::kNotFound);
+  for (int n = 0; n < 2; ++n) {
+    const char* who = n == 0 ? "get" : "scan";
+    EXPECT_EQ(answers[size_t(n)].put, "new") << who;
+    EXPECT_EQ(answers[size_t(n)].del, "(none)") << who;
+  }
 }
 
 // remem cluster drain of a replicated cluster's range primary: its ranges
@@ -5727,7 +5950,7 @@ TEST_F(ClusterTest,
   EXPECT_EQ(conflict.exit_code, 1) << conflict.out;
   EXPECT_NE(conflict.out.find("has no ordered store"), std::string::npos)
       << conflict.out;
-  // Bad lists, splits without a cluster, splits with replicas.
+  // Bad lists, splits without a cluster.
   for (const std::string bad : {"a,,b", "a,b,a", ","}) {
     auto r = run({"--cluster", ClusterFlag() + "-x", "--tree-splits", bad});
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
@@ -5735,13 +5958,6 @@ TEST_F(ClusterTest,
   }
   auto alone = run({"--tree-splits", "m"});
   EXPECT_EQ(alone.exit_code, 2) << alone.out;
-  // One backup per range at most for now (replicated ranges with one:
-  // ReplicatedRangesFailOverWithTheirCarriersLosingNothing).
-  auto replicated = run({"--cluster", ClusterFlag() + "-y", "--tree-splits",
-                         "m", "--replicas", "2", "--cluster-size", "3"});
-  EXPECT_EQ(replicated.exit_code, 2) << replicated.out;
-  EXPECT_NE(replicated.out.find("--replicas above 1"), std::string::npos)
-      << replicated.out;
 }
 
 TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {

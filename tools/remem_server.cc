@@ -485,12 +485,6 @@ int main(int argc, char** argv) {
   if (tree_splits_opt->count() > 0) {
     auto splits = cluster::ParseSplits(tree_splits);
     if (!splits.ok()) return Fail(splits.status().message(), 2);
-    if (cfg.replicas > 1) {
-      return Fail(
-          "--tree-splits with --replicas above 1: the ordered store's ranges "
-          "have one backup at most yet (form the cluster with --replicas 1)",
-          2);
-    }
     cfg.tree_splits = tree_splits;
   }
   // A server joining a formed replicated cluster need not say how large it

@@ -113,11 +113,6 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     return Status::InvalidArgument(
         "a failure domain is 1 to 64 of [A-Za-z0-9_.-]");
   }
-  if (options.tree_splits.has_value() && options.replicas > 1) {
-    return Status::InvalidArgument(
-        "--tree-splits with --replicas above 1: the ordered store's ranges "
-        "have one backup at most yet (form the cluster with --replicas 1)");
-  }
   if (options.replicas >= options.initial_size) {
     return Status::InvalidArgument("--replicas " +
                                    std::to_string(options.replicas) +

@@ -463,11 +463,13 @@ void RangePairsWriter::AddFill(std::string_view key, std::string_view value,
 }
 
 std::string RangePairsWriter::Finish(std::string_view resume,
-                                     uint64_t max_version, bool more) {
+                                     uint64_t max_version, bool more,
+                                     uint64_t sender) {
   TreeRangePairs h{};
   h.count = count_;
   h.resume_len = uint32_t(resume.size());
   h.max_version = max_version;
+  h.sender = sender;
   h.flags = more ? kRangeMore : 0;
   std::string out;
   out.reserve(sizeof(h) + resume.size() + body_.size());
@@ -496,6 +498,7 @@ Result<RangePairs> DecodeRangePairs(std::string_view payload) {
   RangePairs out;
   out.max_version = h.max_version;
   out.more = (h.flags & kRangeMore) != 0;
+  out.sender = h.sender;
   if (!rd.View(h.resume_len, &out.resume)) {
     return Bad("tree range pairs: resume key truncated");
   }

@@ -142,6 +142,7 @@ struct RangePairs {
   std::string_view resume;
   uint64_t max_version = 0;
   bool more = false;
+  uint64_t sender = 0;  // a Replicate's stream (wire.h)
 };
 class RangePairsWriter {
  public:
@@ -151,7 +152,8 @@ class RangePairsWriter {
   void AddFill(std::string_view key, std::string_view value, uint64_t version);
   size_t bytes() const { return body_.size(); }
   size_t count() const { return count_; }
-  std::string Finish(std::string_view resume, uint64_t max_version, bool more);
+  std::string Finish(std::string_view resume, uint64_t max_version, bool more,
+                     uint64_t sender = 0);
 
  private:
   std::string body_;

@@ -162,6 +162,7 @@ TEST(TreeCodec, RangeMovesRoundTripAndRefuseMalformedPayloads) {
   EXPECT_EQ(p->resume, "next");
   EXPECT_EQ(p->max_version, 12u);
   EXPECT_TRUE(p->more);
+  EXPECT_EQ(p->sender, 0u);  // a page of a range move
   // The writer starts over after Finish: an empty reply.
   auto empty = DecodeRangePairs(w.Finish({}, 1, false));
   ASSERT_TRUE(empty.ok());
@@ -186,11 +187,13 @@ TEST(TreeCodec, RangeMovesRoundTripAndRefuseMalformedPayloads) {
   std::memcpy(many.data(), &lots, 4);
   EXPECT_TRUE(bad(DecodeRangePairs(many).status()));
   // A copy's pair (replication to a backup being filled); never deleted.
+  // A replication batch names its stream (the primary's incarnation).
   RangePairsWriter f;
   f.AddFill("copied", "v", 5);
-  const std::string filled = f.Finish({}, 5, false);
+  const std::string filled = f.Finish({}, 5, false, 0x1234567890abcdefu);
   auto fp = DecodeRangePairs(filled);
   ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+  EXPECT_EQ(fp->sender, 0x1234567890abcdefu);
   ASSERT_EQ(fp->items.size(), 1u);
   EXPECT_TRUE(fp->items[0].fill);
   EXPECT_FALSE(fp->items[0].deleted);

@@ -80,7 +80,10 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     cluster_->RequirePurge(1);
     cluster_->AddInstallListener(
         [this](const cluster::Ownership::Installed& c) {
-          ctx_->RunOn(0, [this, &c] { SettleRanges_st(c); });
+          ctx_->RunOn(0, [this, &c] {
+            SettleRanges_st(c);
+            if (Replicating()) Resync_st();
+          });
         });
   }
   TreeInfo info;
@@ -147,6 +150,7 @@ void TreeService::Stats(server::StatsBuilder* out) const {
     // As a primary: batches of records sent to the backups, and records.
     out->Add("tree_repl_batches", repl_batches_.Get());
     out->Add("tree_repl_records", repl_records_.Get());
+    out->Add("tree_resync_records", resync_records_.Get());
     // Pairs copied to backups being filled (re-replication).
     out->Add("tree_fill_pairs", fill_pairs_.Get());
   }
@@ -763,6 +767,7 @@ bool TreeService::Replicating() const {
 
 void TreeService::FloorVersion_st() {
   if (cluster_ == nullptr) return;
+  Resync_st();
   const cluster::Ownership::Installed* c = cluster_->current();
   if (c == nullptr || !c->replicated || c->config.epoch <= floor_epoch_) {
     return;
@@ -796,14 +801,59 @@ void TreeService::NoteRecord_st(std::string_view key, std::string_view value,
   repl_ranges_[r] = 1;
 }
 
-uint64_t TreeService::DirtyUpTo_st(std::string_view key) const {
+uint64_t TreeService::DirtyUpTo_st(std::string_view key) {
+  Resync_st();
   if (repl_dirty_.empty()) return 0;
   auto it = repl_dirty_.find(std::string(key));
   return it == repl_dirty_.end() ? 0 : it->second;
 }
 
-uint64_t TreeService::RangeDirtyUpTo_st(uint32_t r) const {
+uint64_t TreeService::RangeDirtyUpTo_st(uint32_t r) {
+  Resync_st();
   return r < range_dirty_.size() ? range_dirty_[r] : 0;
+}
+
+void TreeService::Resync_st() {
+  if (!Replicating()) return;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->config.epoch <= resync_epoch_) return;
+  resync_epoch_ = c->config.epoch;
+  const uint32_t n = c->config.num_ranges();
+  std::vector<uint8_t> owned(n, 0);
+  for (uint32_t r = 0; r < n && c->self >= 0; ++r) {
+    owned[r] = c->config.range_owner[r] == uint16_t(c->self) ? 1 : 0;
+  }
+  if (resync_owned_.size() != n) resync_owned_.assign(n, 0);
+  std::unordered_set<std::string_view> sent;
+  for (const auto& [sender, keys] : retained_) {
+    for (const std::string& key : keys) {
+      const uint32_t r = c->config.RangeOf(key);
+      if (owned[r] == 0 || resync_owned_[r] != 0 || !sent.insert(key).second) {
+        continue;
+      }
+      // As it stands here now: this member's own writes since and the dead
+      // primary's records agree on it.
+      std::string value;
+      uint64_t version = 0;
+      Status got = tree_->Get(key, &value, &version);
+      if (got.ok()) {
+        NoteRecord_st(key, value, version, false);
+      } else if (got.code() == StatusCode::kNotFound) {
+        NoteRecord_st(key, {}, tree_->last_version(), true);
+      } else {
+        log::Warn("tree: resync of a promoted range's key: {}", got.ToString());
+        continue;
+      }
+      resync_records_.Add(1);
+    }
+  }
+  // Streams of senders no longer in the cluster are done with.
+  std::erase_if(retained_, [c](const auto& kv) {
+    return std::none_of(
+        c->config.members.begin(), c->config.members.end(),
+        [&](const cluster::Member& m) { return m.incarnation == kv.first; });
+  });
+  resync_owned_ = std::move(owned);
 }
 
 void TreeService::ReplyAfter_st(server::Responder responder, Status status,
@@ -855,8 +905,8 @@ void TreeService::ShipBatch_st() {
   // With the tree's highest version: a backup promoted later issues
   // versions above every one issued here.
   replicator_->Replicate(
-      batch->Finish({}, tree_->last_version(), false), std::move(shards),
-      {kTreeService, MethodId(TreeMethod::kReplicate)},
+      batch->Finish({}, tree_->last_version(), false, cluster_->incarnation()),
+      std::move(shards), {kTreeService, MethodId(TreeMethod::kReplicate)},
       [this, upto](Status st) {
         ctx_->RunOn(0, [this, upto, st = std::move(st)]() mutable {
           Replicated_st(upto, std::move(st));
@@ -905,6 +955,10 @@ void TreeService::Replicate_st(Call call) {
     if (store_ != nullptr) store_->LogDelete({}, pairs->max_version);
   }
   Status st;
+  // This stream's previous batch is held by every backup now (one batch in
+  // flight): only this one's records may be missing elsewhere.
+  std::vector<std::string>& kept = retained_[pairs->sender];
+  kept.clear();
   for (const RangeItem& it : pairs->items) {
     const uint32_t r = at.config.RangeOf(it.key);
     // A range of the batch this member does not back up; a copy's pair
@@ -915,6 +969,8 @@ void TreeService::Replicate_st(Call call) {
     }
     st = Apply_st(it);
     if (!st.ok()) break;
+    // A copy's pair is on the primary's every ready backup already.
+    if (!it.fill) kept.emplace_back(it.key);
   }
   UpdateCounters_st();
   // Held once in memory (FaRM): the log follows at its own pace.

@@ -169,14 +169,27 @@ class TreeService final : public server::Service {
   // as not held yet.
   void NoteRecord_st(std::string_view key, std::string_view value,
                      uint64_t version, bool deleted);
-  // Before a write at a new epoch: versions at least VersionFloor(epoch)
+  // Before a write at a new epoch (after Resync_st): versions at least
+  // VersionFloor(epoch)
   // (hash/layout.h), logged, so a promoted member's writes beat every
   // record an earlier primary may have left on other backups.
   void FloorVersion_st();
   // The records that must be held by the backups before a reply about
-  // `key` (or, for a scan, range r) may reveal what the tree holds.
-  uint64_t DirtyUpTo_st(std::string_view key) const;
-  uint64_t RangeDirtyUpTo_st(uint32_t r) const;
+  // `key` (or, for a scan, range r) may reveal what the tree holds. Run
+  // Resync_st first: a read at a new epoch waits for what a promotion
+  // sends on.
+  uint64_t DirtyUpTo_st(std::string_view key);
+  uint64_t RangeDirtyUpTo_st(uint32_t r);
+  // After each configuration installed, before a read or a write is served
+  // at its epoch: for each range this member owns now and did not at the
+  // last resync (a promotion), the keys of it that the primaries' last
+  // batches (retained_) brought here are sent on again as the tree holds
+  // them now, and marked not held, so no read returns them before the
+  // other backups hold them too (with two backups or more, a primary that
+  // died may have reached only this one). As HashService::Resync_st; the
+  // tree needs no Ownership::RequireResync, since a replicated range is
+  // never vouched for to one-sided readers.
+  void Resync_st();
   // Replies once the first `upto` records are held by the backups (with
   // their error if they could not be) and, if `wrote`, everything written
   // so far is durable; a read (!wrote) is answered only while this member
@@ -228,6 +241,15 @@ class TreeService final : public server::Service {
   std::vector<uint64_t> range_dirty_;
   uint32_t floor_epoch_ = 0;  // FloorVersion_st's last
   server::Counter repl_batches_, repl_records_;
+  // As a backup, per primary's stream (its incarnation): the keys of the
+  // records of its last batch applied here. A primary sends a batch only
+  // once its previous one is held by every backup, so these are the only
+  // records another backup may lack.
+  std::map<uint64_t, std::vector<std::string>> retained_;
+  // Resync_st: the epoch it ran for last, and the ranges owned then.
+  uint32_t resync_epoch_ = 0;
+  std::vector<uint8_t> resync_owned_;
+  server::Counter resync_records_;
   // Copies of ranges to backups being filled, by range (owner thread).
   struct RangeFill {
     uint32_t epoch = 0;

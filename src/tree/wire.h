@@ -206,15 +206,18 @@ enum TreeRangePairsFlags : uint8_t { kRangeMore = 1 };
 // TreeRangePairs + resume key + `count` items (TreeRangeItem + key +
 // value). max_version: the highest version the sender has issued (the
 // receiver's later versions must exceed it, since a client may hold one
-// for compare-and-put).
+// for compare-and-put). sender: in a Replicate, the primary's incarnation
+// (its stream: a backup keeps the last batch of each, TreeService::
+// Resync_st); 0 otherwise.
 struct TreeRangePairs {
   uint32_t count;
   uint32_t resume_len;
   uint64_t max_version;
   uint8_t flags;  // TreeRangePairsFlags
   uint8_t reserved[7];
+  uint64_t sender;
 };
-static_assert(sizeof(TreeRangePairs) == 24);
+static_assert(sizeof(TreeRangePairs) == 32);
 
 // kRangeItemFill: in a replication batch, a pair of a range's copy to a
 // backup being filled (kept only by such a backup; a ready one has it).
