@@ -151,9 +151,11 @@ class TreeStore {
   // together; a one-sided read is done in the call and its callback
   // deferred to the next Poll. With kAuto, gets and scans feed the
   // selector's measurements too (a one-sided one for the time of the call,
-  // one by RPC from the call to its answer), except over tcp while others
-  // of this store are in flight: those go by RPC, in the message the next
-  // Poll sends anyway, and are not timed.
+  // one by RPC from the call to its answer), except over tcp while other
+  // operations are in flight on the session's event loop (this store's,
+  // or another session's on a shared loop, as a cluster client's): those
+  // go by RPC, in the message the next Poll sends anyway, and are not
+  // timed.
   void GetAsync(std::string_view key, GetCallback done);
   void PutAsync(std::string_view key, std::string_view value,
                 VersionCallback done);

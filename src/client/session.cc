@@ -317,6 +317,8 @@ SessionCore::~SessionCore() {
     (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
                                   Clock::now() + std::chrono::seconds(30));
   }
+  // Operations whose callbacks never ran leave the loop's count with it.
+  loop_->in_flight_ -= in_flight_;
   loop_->Detach(this);
   // The handler calls rpc_, which goes first.
   if (ep_) ep_->SetFailureHandler(nullptr);

@@ -54,6 +54,9 @@ class LoopCore {
   void Attach(SessionCore* s) { sessions_.push_back(s); }
   void Detach(SessionCore* s);
   size_t sessions() const { return sessions_.size(); }
+  // Asynchronous operations in flight on every session of the loop (each
+  // SessionCore's in_flight(), kept by them).
+  size_t in_flight() const { return in_flight_; }
 
  private:
   LoopCore() = default;
@@ -61,6 +64,8 @@ class LoopCore {
   std::unique_ptr<fabric::Worker> worker_;
   Transport transport_ = Transport::kAuto;
   std::vector<SessionCore*> sessions_;
+  size_t in_flight_ = 0;
+  friend class SessionCore;
 };
 
 class SessionCore {
@@ -153,10 +158,11 @@ class SessionCore {
   // Wraps a callback so in_flight/first_error are kept.
   template <typename Arg, typename Fn>
   auto Track(Fn fn) {
-    ++in_flight_;
+    Began();
     std::function<void(Arg)> done = std::move(fn);
     return [this, done = std::move(done)](Arg r) mutable {
       --in_flight_;
+      --loop_->in_flight_;
       const Status& st = StatusOf(r);
       if (!st.ok() && first_error_.ok()) first_error_ = st;
       if (done) done(std::move(r));
@@ -165,9 +171,13 @@ class SessionCore {
   // The same bookkeeping without a wrapper, for stores that keep their own
   // callbacks (no allocation per operation): Began when an operation is
   // issued, Ended with its outcome just before its callback runs.
-  void Began() { ++in_flight_; }
+  void Began() {
+    ++in_flight_;
+    ++loop_->in_flight_;
+  }
   void Ended(const Status& st) {
     --in_flight_;
+    --loop_->in_flight_;
     if (!st.ok() && first_error_.ok()) first_error_ = st;
   }
   template <typename T>
@@ -177,6 +187,10 @@ class SessionCore {
   // Runs `fn` at the next Poll (never inside the issuing call).
   void Defer(util::MoveFunction<void()> fn) { worker()->Defer(std::move(fn)); }
   size_t in_flight() const { return in_flight_; }
+  // The same on every session of this session's loop (a cluster client's
+  // sessions share one): a synchronous one-sided search over a served
+  // transport holds up all of them, not only this session's.
+  size_t loop_in_flight() const { return loop_->in_flight(); }
   Status TakeFirstError() {
     Status s = first_error_;
     first_error_ = Status::OK();

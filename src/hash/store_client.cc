@@ -636,12 +636,13 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   // Over a served transport (tcp) a queued RPC get rides in the message the
   // next flush sends anyway, while a served one-sided get costs messages of
   // its own, and the latencies the selector would compare are then mostly
-  // queueing, which both paths share. So with other requests of this store
-  // in flight or queued, auto sends the get by RPC, untimed; lone gets are
+  // queueing, which both paths share. So with other requests in flight on
+  // the session's loop (this store's, or, in a cluster client, any
+  // server's) or queued, auto sends the get by RPC, untimed; lone gets are
   // the selector's.
   const bool rides_batch = !forced && tracked && core->served() &&
                            selector->mode() == ReadPath::kAuto &&
-                           (in_flight > 1 || !queued.empty());
+                           (core->loop_in_flight() > 1 || !queued.empty());
   const client::Path path = forced        ? *forced
                             : rides_batch ? client::Path::kRpc
                                           : ChoosePath(&timed, &start);

@@ -329,11 +329,13 @@ struct TreeStore::Impl {
   // The path of an asynchronous get or scan (its Track()ed callback
   // already counted in in_flight), and whether kAuto times it: a one-sided
   // operation over the call, an RPC from the call to its answer. Over a
-  // served transport (tcp) with other operations of this store in flight,
+  // served transport (tcp) with other operations in flight on the
+  // session's loop (this store's, or, in a cluster client, any server's),
   // auto sends it by RPC, untimed: it rides in the message the next flush
   // sends anyway, where each one-sided node read would be a round trip of
-  // its own, and the latencies compared would be mostly the queue both
-  // paths share (the hash store does the same).
+  // its own during which no other answer is taken, and the latencies
+  // compared would be mostly the queue both paths share (the hash store
+  // does the same).
   client::Path ChooseAsync(client::PathSelector* selector,
                            client::PathTiming* timing, bool* timed,
                            Clock::time_point* start) {
@@ -341,7 +343,7 @@ struct TreeStore::Impl {
     if (selector->mode() != ReadPath::kAuto) {
       return selector->Choose(timing->last_now());
     }
-    if (core->served() && in_flight > 1) return client::Path::kRpc;
+    if (core->served() && core->loop_in_flight() > 1) return client::Path::kRpc;
     return timing->Choose(selector, timed, start);
   }
 
