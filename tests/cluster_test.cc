@@ -3996,18 +3996,21 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
   ASSERT_TRUE(cluster->Put("after", "restart").ok());
   EXPECT_EQ(cluster->Get("after")->value, "restart");
   // Each pair is on two servers: its owner and its backup. The backups
-  // deleted what they recovered of their shards before being filled again
-  // (a chunk of their tables per pass).
-  uint64_t pairs = 0, dropped = 0, tree_pairs = 0;
+  // deleted what they recovered of their shards and ranges before being
+  // filled again (a chunk of their tables, a page of their trees, per
+  // pass).
+  uint64_t pairs = 0, dropped = 0, tree_pairs = 0, emptied = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
     pairs += st->Get("hash_pairs");
     dropped += st->Get("hash_fill_dropped_pairs");
     tree_pairs += st->Get("tree_pairs");
+    emptied += st->Get("tree_emptied_pairs");
   }
   EXPECT_EQ(pairs, 2 * (acked.size() + 1));
   EXPECT_GT(dropped, 0u);
   EXPECT_EQ(tree_pairs, 2 * 300u);
+  EXPECT_GT(emptied, 0u);
   servers_.clear();
 }
 
@@ -5445,6 +5448,68 @@ TEST_F(ClusterTest, ReplicatedRangesFailOverWithTheirCarriersLosingNothing) {
 // hold three copies after the first kill).
 TEST_F(ClusterTest, RangesWithTwoBackupsFailOverLosingNothing) {
   RangesFailOverLosingNothing(/*servers=*/4, /*replicas=*/2);
+}
+
+// A backup killed and restarted from its data directory comes back as a
+// new member holding a stale copy of its range (pairs deleted since); the
+// manager makes it the range's backup again, and before the range's copy
+// comes in, what it held of the range is deleted (by the settle of the
+// configuration that names it with no role yet, or by the drop before the
+// copy). Then its copy is exactly the primary's: the same pair count, and
+// once the primary is killed it serves every pair and none of the deleted
+// ones.
+TEST_F(ClusterTest, ARestartedBackupOfARangeKeepsNoPairDeletedWhileItWasDown) {
+  for (int i = 0; i < 2; ++i) {
+    servers_.push_back(StartServer(ReplicatedFlags(
+        2, {"--data-dir", NewDataDir(), "--tree-splits", "m"})));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  std::vector<std::string> seeds;
+  for (const auto& sv : servers_) seeds.push_back(sv.address);
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  constexpr int kKeys = 3000;  // every key in range 0, [.., m)
+  std::vector<std::string> keys, vals;
+  ASSERT_NO_FATAL_FAILURE(PutTreePairs(t, kKeys, &keys, &vals));
+  const std::string primary = t->OwnerOf(keys[0]);
+  const size_t b = servers_[0].address == primary ? 1 : 0;
+  const std::string backup = servers_[b].address;
+  ASSERT_TRUE(servers_[b].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, backup) == 0;
+  }));
+  std::set<std::string> present(keys.begin(), keys.end());
+  for (int i = 0; i < kKeys; i += 3) {
+    ASSERT_TRUE(t->Delete(keys[i]).ok()) << keys[i];
+    present.erase(keys[i]);
+  }
+  ASSERT_TRUE(servers_[b].Restart().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, backup) > 0 && WholeWithout(info, "");
+  })) << "the restarted server never became a whole backup again";
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    EXPECT_EQ(st->Get("tree_pairs"), present.size()) << addr;
+  }
+  ASSERT_TRUE(servers_[1 - b].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, primary) == 0;
+  }));
+  ASSERT_EQ(t->OwnerOf(keys[0]), backup);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto got = t->MultiGet(views);
+  ASSERT_EQ(got.size(), keys.size());
+  for (int i = 0; i < kKeys; ++i) {
+    if (present.count(keys[i]) == 0) {
+      EXPECT_EQ(got[i].status().code(), StatusCode::kNotFound) << keys[i];
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->value, vals[i]) << keys[i];
+  }
 }
 
 // The ordered store's side of APromotedBackupServesNoWriteTheOtherBackups-

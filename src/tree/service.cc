@@ -150,9 +150,13 @@ void TreeService::Stats(server::StatsBuilder* out) const {
     // As a primary: batches of records sent to the backups, and records.
     out->Add("tree_repl_batches", repl_batches_.Get());
     out->Add("tree_repl_records", repl_records_.Get());
-    out->Add("tree_resync_records", resync_records_.Get());
     // Pairs copied to backups being filled (re-replication).
     out->Add("tree_fill_pairs", fill_pairs_.Get());
+    // Records sent on once promoted (Resync_st).
+    out->Add("tree_resync_records", resync_records_.Get());
+    // Pairs deleted before a copy came in (a range moving here, or a
+    // backup being filled: EmptyStep_st).
+    out->Add("tree_emptied_pairs", emptied_pairs_.Get());
   }
 }
 
@@ -624,17 +628,58 @@ void TreeService::RangeDrop_st(Call call) {
                          " is not moving to this server in epoch " +
                          std::to_string(cluster_->epoch())));
   }
-  const cluster::Config& c = cluster_->current()->config;
-  ForgetChanged_st(c, r);
-  std::string cursor(c.RangeLow(r));
-  uint64_t deleted = 0;
-  Status st;
-  for (bool more = true; more && st.ok();) {
-    st = DeletePage_st(&cursor, c.RangeHigh(r), kMaxScanLimit, &more, &deleted);
+  // A page per pass (EmptyStep_st): the range may hold millions of pairs,
+  // and every request to the tree waits for this thread.
+  auto it = emptying_.find(r);
+  if (it != emptying_.end() && it->second.epoch != call.epoch) {
+    EndEmptying_st(r, Status::Conflict("another drop of ordered range " +
+                                       std::to_string(r) +
+                                       " came before this one was over"));
+    it = emptying_.end();
   }
+  if (it == emptying_.end()) {
+    const cluster::Config& c = cluster_->current()->config;
+    ForgetChanged_st(c, r);
+    it = emptying_.emplace(r, RangeEmptying{}).first;
+    it->second.epoch = call.epoch;
+    it->second.cursor = std::string(c.RangeLow(r));
+  }
+  it->second.waiters.push_back(std::move(call.responder));
+}
+
+size_t TreeService::EmptyStep_st() {
+  auto it = emptying_.begin();
+  const uint32_t r = it->first;
+  const cluster::Ownership::Installed* c = cluster_->current();
+  if (c == nullptr || c->config.epoch != it->second.epoch) {
+    // The roles may have changed: the manager drops again at the new epoch
+    // if the copy is still to be made.
+    EndEmptying_st(
+        r, Status::Conflict("the configuration changed during the drop"));
+    return 1;
+  }
+  constexpr uint32_t kPage = 1024;
+  RangeEmptying& e = it->second;
+  bool more = false;
+  const uint64_t before = e.deleted;
+  Status st = DeletePage_st(&e.cursor, c->config.RangeHigh(r), kPage, &more,
+                            &e.deleted);
+  emptied_pairs_.Add(e.deleted - before);
+  if (!st.ok() || !more) EndEmptying_st(r, std::move(st));
+  return 1;
+}
+
+void TreeService::EndEmptying_st(uint32_t r, Status status) {
+  auto node = emptying_.extract(r);
+  RangeEmptying& e = node.mapped();
   UpdateCounters_st();
-  if (deleted == 0) return call.responder.Reply(st);
-  AfterDurable_st(std::move(call.responder), std::move(st), {});
+  for (server::Responder& w : e.waiters) {
+    if (!status.ok() || e.deleted == 0) {
+      w.Reply(status);
+    } else {
+      AfterDurable_st(std::move(w), status, {});
+    }
+  }
 }
 
 void TreeService::ForgetChanged_st(const cluster::Config& c, uint32_t r) {
@@ -669,7 +714,9 @@ size_t TreeService::OnPass(PartitionId p) {
   }
   FillStep_st();
   ShipBatch_st();
-  return deleting_.empty() ? 0 : DeleteStep_st();
+  size_t work = emptying_.empty() ? 0 : EmptyStep_st();
+  if (!deleting_.empty()) work += DeleteStep_st();
+  return work;
 }
 
 void TreeService::PurgeRanges_st() {

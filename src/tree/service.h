@@ -137,6 +137,15 @@ class TreeService final : public server::Service {
   // RangeGone: a move bringing it back deletes what is left itself).
   void DeleteLater_st(uint32_t r, std::string from);
   size_t DeleteStep_st();
+  // A range's emptying before a copy comes in (RangeDrop without
+  // kRangeRelease: a range moving here, or one this member is being filled
+  // with as a backup): EmptyStep_st deletes a page of the first such range
+  // per pass of the owner thread (OnPass), and the drop is answered once
+  // it is over and logged. A retry at the same epoch joins it; a
+  // configuration installed meanwhile ends it with Conflict (the manager
+  // drops again at the new epoch if the copy is still to be made).
+  size_t EmptyStep_st();
+  void EndEmptying_st(uint32_t r, Status status);
   // Forgets the keys of range r noted as written.
   void ForgetChanged_st(const cluster::Config& c, uint32_t r);
   // Deletes (and logs) a page of at most `limit` keys in [*from, upper)
@@ -225,6 +234,15 @@ class TreeService final : public server::Service {
   // Ranges whose keys are being deleted: range -> the key to go on from
   // (owner thread).
   std::map<uint32_t, std::string> deleting_;
+  // Ranges being emptied for a copy (EmptyStep_st; owner thread).
+  struct RangeEmptying {
+    uint32_t epoch = 0;    // the drop's
+    std::string cursor;    // the next key to delete from
+    uint64_t deleted = 0;  // pairs deleted so far
+    std::vector<server::Responder> waiters;
+  };
+  std::map<uint32_t, RangeEmptying> emptying_;
+  server::Counter emptied_pairs_;
   std::string multi_value_;  // the owner's, reused by every multi-get
   // Replication (owner thread; Replicating()).
   cluster::Replicator* replicator_ = nullptr;
