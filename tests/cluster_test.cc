@@ -5512,6 +5512,46 @@ TEST_F(ClusterTest, ARestartedBackupOfARangeKeepsNoPairDeletedWhileItWasDown) {
   }
 }
 
+// A drained server that stops and starts again before any manager saw it
+// leave (the manager died meanwhile: its successor finds the server
+// registered again at the same address) comes back as a new member, not
+// drained: the drain record names the incarnation it drained. Before, the
+// record, kept by address, drained the new one too, for good: the shards
+// of the dead manager were never whole again (only one other server), and
+// every later drain was refused. (A black-box round found it.)
+TEST_F(ClusterTest,
+       ADrainedServerRestartedWhileTheManagerIsReplacedIsANewMember) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int m = WaitForOneManager(probes);
+  ASSERT_GE(m, 0);
+  probes.clear();
+  const size_t x = m == 0 ? 1 : 0, y = 3 - size_t(m) - x;
+  const std::string manager = servers_[size_t(m)].address,
+                    drained = servers_[x].address;
+  auto cluster = Connect({servers_[y].address});
+  ASSERT_NE(cluster, nullptr);
+  auto drain = CliDrain(servers_[y].address, drained, 60);
+  ASSERT_EQ(drain.exit_code, 0) << drain.out;
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, drained) == 0;
+  }));
+  // The manager dies; the drained server stops (unregistered at once) and
+  // starts again while no manager is there to see it gone.
+  ASSERT_TRUE(servers_[size_t(m)].Kill().ok());
+  ASSERT_TRUE(servers_[x].process->Signal(SIGTERM).ok());
+  ASSERT_TRUE(servers_[x].process->Wait(kBound).ok());
+  ASSERT_TRUE(servers_[x].Restart().ok());
+  // The third server manages now; the dead manager's shards need the
+  // restarted one for their backups.
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, drained) > 0 && WholeWithout(info, manager);
+  })) << "the restarted server stayed drained";
+  auto put = cluster->Put("after", "v");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+}
+
 // The ordered store's side of APromotedBackupServesNoWriteTheOtherBackups-
 // Lack (two backups per range): a range's last batch reaches its first
 // backup, not yet its last one (--fault-replication-last-backup-delay-ms),

@@ -8,6 +8,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -354,8 +355,19 @@ bool ClusterMember::Step() {
       continue;
     }
     const std::string node = options_.target.path + "/drain/" + a;
-    const int rc = zoo_create(zh_, node.c_str(), nullptr, -1,
-                              &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    // With the incarnation it drains (ForgetStaleDrains): a server that
+    // stops and starts again comes back a new member, not drained.
+    std::string record, incarnation;
+    if (Get(zh_, options_.target.path + "/members/" + a, false, &record) ==
+        ZOK) {
+      if (auto m = DecodeMemberRecord(record); m.ok()) {
+        incarnation = std::to_string(m->incarnation);
+      }
+    }
+    const int rc = zoo_create(
+        zh_, node.c_str(), incarnation.empty() ? nullptr : incarnation.data(),
+        incarnation.empty() ? -1 : int(incarnation.size()),
+        &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
     if (rc != ZOK && rc != ZNODEEXISTS) {
       log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
       done(Status::Unavailable("ZooKeeper: recording the drain of " + a + ": " +
@@ -757,6 +769,7 @@ void ClusterMember::Reshape(const Config& c, int version,
   const std::string& base = options_.target.path;
   std::vector<std::string> drained;
   if (Children(zh_, base + "/drain", true, &drained) != ZOK) drained.clear();
+  ForgetStaleDrains(&drained, registered);
   // Drained members that stopped leave the configuration once they hold
   // nothing, so clients stop trying them, and their drain records go; only
   // between steps (a new epoch would start a copy over).
@@ -820,6 +833,36 @@ void ClusterMember::Reshape(const Config& c, int version,
     }
   }
   Replenish(c, version, staying, drained);
+}
+
+void ClusterMember::ForgetStaleDrains(std::vector<std::string>* drained,
+                                      const std::vector<Member>& registered) {
+  const std::string& base = options_.target.path;
+  for (auto it = drained->begin(); it != drained->end();) {
+    std::string bytes;
+    uint64_t drained_incarnation = 0;
+    if (Get(zh_, base + "/drain/" + *it, false, &bytes) == ZOK) {
+      // No number (a record of an older server): never stale.
+      (void)std::from_chars(bytes.data(), bytes.data() + bytes.size(),
+                            drained_incarnation);
+    }
+    const std::string& a = *it;
+    const bool stale =
+        drained_incarnation != 0 &&
+        std::any_of(registered.begin(), registered.end(), [&](const Member& m) {
+          return m.address == a && m.incarnation != drained_incarnation;
+        });
+    if (!stale) {
+      ++it;
+      continue;
+    }
+    log::Info(
+        "cluster: {} started again after its drain: a new member, not "
+        "drained",
+        a);
+    (void)zoo_delete(zh_, (base + "/drain/" + a).c_str(), -1);
+    it = drained->erase(it);
+  }
 }
 
 void ClusterMember::WriteStep(const Config& step, int version,
@@ -1156,6 +1199,7 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   if (!c) return;
   std::vector<std::string> drained;
   if (Children(zh_, base + "/drain", true, &drained) != ZOK) return;
+  ForgetStaleDrains(&drained, live);
   // A drained member that left and owns nothing is done with.
   for (auto it = drained.begin(); it != drained.end();) {
     const int i = c->IndexOf(*it);

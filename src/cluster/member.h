@@ -292,6 +292,14 @@ class ClusterMember {
   uint64_t SuspectAfterNs() const;
   // The manager's share of moving shards (see above).
   void Rebalance(const std::vector<Member>& live);
+  // Drain records (ZooKeeper's drain/ADDRESS) hold the incarnation of the
+  // server they drain: one is stale once another incarnation is registered
+  // at that address (the drained server stopped and started again before
+  // a manager saw it leave; a manager that died meanwhile never did), and
+  // is deleted here and taken out of `drained`: the server that came back
+  // is a new member, not drained. `registered`: the members in ZooKeeper.
+  void ForgetStaleDrains(std::vector<std::string>* drained,
+                         const std::vector<Member>& registered);
   // The manager's duty in a replicated cluster (above); `registered`: the
   // members in ZooKeeper.
   void FailOver(const std::vector<Member>& registered);
