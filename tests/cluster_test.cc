@@ -5550,6 +5550,16 @@ TEST_F(ClusterTest,
   })) << "the restarted server stayed drained";
   auto put = cluster->Put("after", "v");
   ASSERT_TRUE(put.ok()) << put.status().ToString();
+  // And it can be drained again: its new incarnation's record.
+  ASSERT_TRUE(servers_[size_t(m)].Restart().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, manager) > 0;
+  }));
+  auto again = CliDrain(servers_[y].address, drained, 60);
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, drained) == 0 && WholeWithout(info, drained);
+  }));
 }
 
 // The ordered store's side of APromotedBackupServesNoWriteTheOtherBackups-

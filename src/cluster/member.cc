@@ -368,6 +368,12 @@ bool ClusterMember::Step() {
         zh_, node.c_str(), incarnation.empty() ? nullptr : incarnation.data(),
         incarnation.empty() ? -1 : int(incarnation.size()),
         &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    if (rc == ZNODEEXISTS && !incarnation.empty()) {
+      // Drained again: a record of an earlier incarnation at this address
+      // would be stale (ForgetStaleDrains), this one is not.
+      (void)zoo_set(zh_, node.c_str(), incarnation.data(),
+                    int(incarnation.size()), -1);
+    }
     if (rc != ZOK && rc != ZNODEEXISTS) {
       log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
       done(Status::Unavailable("ZooKeeper: recording the drain of " + a + ": " +
