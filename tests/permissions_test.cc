@@ -24,6 +24,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -45,20 +46,26 @@ struct Target {
   std::string shown;  // what the object is
 };
 
-// SysV segments created by `pid`, from /proc/sysvipc/shm.
-std::vector<Target> SysvSegmentsOf(pid_t pid) {
+// SysV segments created by `pid` at `since` (seconds since the epoch) or
+// later, from /proc/sysvipc/shm: a segment a process that died long ago
+// left (nothing removes one no one attaches) names the pid that process
+// had, which a server started since may have again.
+std::vector<Target> SysvSegmentsOf(pid_t pid, time_t since) {
   std::vector<Target> out;
   std::ifstream in("/proc/sysvipc/shm");
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {
     std::istringstream f(line);
-    long key, shmid, perms, size, cpid;
+    long key, shmid, perms, size, cpid, lpid, nattch, uid, gid, cuid, cgid;
+    long long atime, dtime, ctime;
     // perms is printed in octal.
-    if (!(f >> key >> shmid >> std::oct >> perms >> std::dec >> size >> cpid)) {
+    if (!(f >> key >> shmid >> std::oct >> perms >> std::dec >> size >> cpid >>
+          lpid >> nattch >> uid >> gid >> cuid >> cgid >> atime >> dtime >>
+          ctime)) {
       continue;
     }
-    if (cpid != pid) continue;
+    if (cpid != pid || ctime < since) continue;
     Target t{Target::kSysv, int(shmid), "", ""};
     std::ostringstream s;
     s << "sysv shmid " << shmid << " perms " << std::oct << perms << std::dec
@@ -155,6 +162,7 @@ TEST(Permissions, SharedMemoryIsTheServerUsersOnlyUnderAPermissiveUmask) {
     GTEST_SKIP() << "needs root to try the server's memory as another user";
   }
   const mode_t old_umask = umask(0);
+  const time_t started = time(nullptr);
   testing::ServerProcess server = StartServer();
   umask(old_umask);
   ASSERT_NE(server.process, nullptr);
@@ -168,7 +176,7 @@ TEST(Permissions, SharedMemoryIsTheServerUsersOnlyUnderAPermissiveUmask) {
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->value, "secret value");
 
-  std::vector<Target> targets = SysvSegmentsOf(pid);
+  std::vector<Target> targets = SysvSegmentsOf(pid, started);
   for (const Target& t : targets) {
     ADD_FAILURE() << "remem never uses UCX's sysv transport, whose segments "
                      "are 0660: "
@@ -252,12 +260,13 @@ TEST(Permissions, AGroupTheOperatorNamesCanAttachOthersCannot) {
             "--log-level",    "warn",
             "--no-pin"};
   o.env = {{"UCX_TLS", "sysv,self,tcp"}};
+  const time_t started = time(nullptr);
   auto p = Subprocess::Spawn(o);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
   ASSERT_TRUE(line.ok()) << line.status().ToString() << (*p)->output();
   const pid_t pid = (*p)->pid();
-  const std::vector<Target> segments = SysvSegmentsOf(pid);
+  const std::vector<Target> segments = SysvSegmentsOf(pid, started);
   ASSERT_FALSE(segments.empty());
   for (const Target& t : segments) {
     std::ifstream in("/proc/sysvipc/shm");
