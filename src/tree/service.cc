@@ -872,8 +872,9 @@ void TreeService::Resync_st() {
   }
   if (resync_owned_.size() != n) resync_owned_.assign(n, 0);
   std::unordered_set<std::string_view> sent;
-  for (const auto& [sender, keys] : retained_) {
-    for (const std::string& key : keys) {
+  for (const auto& [sender, kept] : retained_) {
+    for (uint32_t i : kept.items) {
+      const std::string_view key = kept.batch->pairs.items[i].key;
       const uint32_t r = c->config.RangeOf(key);
       if (owned[r] == 0 || resync_owned_[r] != 0 || !sent.insert(key).second) {
         continue;
@@ -980,8 +981,13 @@ void TreeService::Replicated_st(uint64_t upto, Status status) {
 }
 
 void TreeService::Replicate_st(Call call) {
-  auto pairs = DecodeRangePairs(call.payload);
-  if (!pairs.ok()) return call.responder.Reply(pairs.status());
+  // Decoded where it stays: the batch is kept for Resync_st.
+  auto batch = std::make_shared<ReplicaBatch>();
+  batch->payload = std::move(call.payload);
+  auto decoded = DecodeRangePairs(batch->payload);
+  if (!decoded.ok()) return call.responder.Reply(decoded.status());
+  batch->pairs = std::move(*decoded);
+  const RangePairs* pairs = &batch->pairs;
   if (cluster_ == nullptr) return call.responder.Reply(NotInCluster());
   // Admitted and applied in one step on this thread: no configuration
   // installed between them.
@@ -1004,9 +1010,11 @@ void TreeService::Replicate_st(Call call) {
   Status st;
   // This stream's previous batch is held by every backup now (one batch in
   // flight): only this one's records may be missing elsewhere.
-  std::vector<std::string>& kept = retained_[pairs->sender];
-  kept.clear();
-  for (const RangeItem& it : pairs->items) {
+  Retained& kept = retained_[pairs->sender];
+  kept.batch = batch;
+  kept.items.clear();
+  for (uint32_t i = 0; i < pairs->items.size(); ++i) {
+    const RangeItem& it = pairs->items[i];
     const uint32_t r = at.config.RangeOf(it.key);
     // A range of the batch this member does not back up; a copy's pair
     // that a backup already whole has.
@@ -1017,7 +1025,7 @@ void TreeService::Replicate_st(Call call) {
     st = Apply_st(it);
     if (!st.ok()) break;
     // A copy's pair is on the primary's every ready backup already.
-    if (!it.fill) kept.emplace_back(it.key);
+    if (!it.fill) kept.items.push_back(i);
   }
   UpdateCounters_st();
   // Held once in memory (FaRM): the log follows at its own pace.

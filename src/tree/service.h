@@ -259,11 +259,20 @@ class TreeService final : public server::Service {
   std::vector<uint64_t> range_dirty_;
   uint32_t floor_epoch_ = 0;  // FloorVersion_st's last
   server::Counter repl_batches_, repl_records_;
-  // As a backup, per primary's stream (its incarnation): the keys of the
-  // records of its last batch applied here. A primary sends a batch only
-  // once its previous one is held by every backup, so these are the only
-  // records another backup may lack.
-  std::map<uint64_t, std::vector<std::string>> retained_;
+  // As a backup, per primary's stream (its incarnation): the last batch
+  // applied here (kept whole, no copy: its items are views into its
+  // payload) and which of its items are records this member applied. A
+  // primary sends a batch only once its previous one is held by every
+  // backup, so these are the only records another backup may lack.
+  struct ReplicaBatch {
+    std::string payload;
+    RangePairs pairs;
+  };
+  struct Retained {
+    std::shared_ptr<const ReplicaBatch> batch;
+    std::vector<uint32_t> items;
+  };
+  std::map<uint64_t, Retained> retained_;
   // Resync_st: the epoch it ran for last, and the ranges owned then.
   uint32_t resync_epoch_ = 0;
   std::vector<uint8_t> resync_owned_;
