@@ -165,6 +165,12 @@ class ClusterTest : public ::testing::Test {
   // ReplicatedRangesFailOverWithTheirCarriersLosingNothing's body, for a
   // cluster of `servers` with `replicas` backups per shard.
   void RangesFailOverLosingNothing(int servers, int replicas);
+  // Polls every server until exactly one says it is the configuration
+  // manager: its index in servers_, or -1 at the bound.
+  int WaitForManager();
+  // The server listening at `address` (a failure, and the first server,
+  // if none is).
+  testing::ServerProcess& ServerAt(const std::string& address);
 
   // `read_path`: the hash store's, if not the session's default.
   std::unique_ptr<Cluster> Connect(
@@ -255,6 +261,20 @@ int WaitForOneManager(const std::vector<std::unique_ptr<Session>>& probes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return -1;
+}
+
+int ClusterTest::WaitForManager() {
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  return WaitForOneManager(probes);
+}
+
+testing::ServerProcess& ClusterTest::ServerAt(const std::string& address) {
+  for (auto& sv : servers_) {
+    if (sv.address == address) return sv;
+  }
+  ADD_FAILURE() << address;
+  return servers_[0];
 }
 
 TEST_F(ClusterTest,
@@ -2224,11 +2244,8 @@ TEST_F(ClusterTest, AsyncReadsOfAReplicatedClusterRideThroughAPrimaryKill) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   // The victim is not the configuration manager (whose death waits for
   // ZooKeeper's session first: another test), and the client's seed is.
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   const int v = (m + 1) % 3;
   const std::string victim = servers_[size_t(v)].address;
   auto cluster = Connect({servers_[size_t(m)].address});
@@ -2333,11 +2350,8 @@ TEST_F(ClusterTest, AsyncReadsOfAReplicatedClusterRideThroughAPrimaryKill) {
 // --read-from any does the same, and is refused without --cluster.
 TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   auto made = Connect({servers_[size_t(m)].address}, std::nullopt,
                       ReadFrom::kAnyReplica);
   ASSERT_NE(made, nullptr);
@@ -2504,11 +2518,8 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaSpreadOverTheCopiesAndSeeEveryAck) {
 // made up).
 TEST_F(ClusterTest, ReadsFromAnyReplicaNeverGoBehindAnAcknowledgedWrite) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   auto writer = Connect({servers_[size_t(m)].address});
   ASSERT_NE(writer, nullptr);
   constexpr size_t kKeys = 24;
@@ -2658,11 +2669,8 @@ TEST_F(ClusterTest, ReadsFromAnyReplicaNeverGoBehindAnAcknowledgedWrite) {
 // losing an acknowledged write when the new primary dies in turn.
 TEST_F(ClusterTest, TwoBackupsSurviveTwoFailuresAndNewPrimariesWriteAbove) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {}, /*replicas=*/2));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   auto cluster = Connect({servers_[size_t(m)].address});
   ASSERT_NE(cluster, nullptr);
   ASSERT_EQ(cluster->info().replicas, 2u);
@@ -2743,11 +2751,8 @@ TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(
       3, {"--fault-replication-last-backup-delay-ms", slow ? "6000" : "2000"},
       /*replicas=*/2));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   std::vector<std::string> seeds;
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   auto cluster = Connect(seeds);
@@ -2776,13 +2781,6 @@ TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
     }
   }
   ASSERT_FALSE(kd.empty());
-  auto server_at = [&](const std::string& address) -> testing::ServerProcess& {
-    for (auto& sv : servers_) {
-      if (sv.address == address) return sv;
-    }
-    ADD_FAILURE() << address;
-    return servers_[0];
-  };
   auto both = cluster->MultiPut({{kp, "old"}, {kd, "old"}});
   for (const auto& r : both) ASSERT_TRUE(r.ok()) << r.status().ToString();
 
@@ -2822,19 +2820,11 @@ TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
   int answered = 0;
   std::vector<Answer> answers(2);
   // Joined however the test ends (a failed assertion returns).
-  std::thread writer, one_sided, by_rpc;
-  struct Joined {
-    std::vector<std::thread*> threads;
-    ~Joined() {
-      for (std::thread* t : threads) {
-        if (t->joinable()) t->join();
-      }
-    }
-  } joined{{&writer, &one_sided, &by_rpc}};
+  std::jthread writer, one_sided, by_rpc;
 
   // The put and the delete in one request (one batch), never answered:
   // the primary is killed while its batch waits for the last backup.
-  writer = std::thread([&] {
+  writer = std::jthread([&] {
     SessionOptions so;
     so.server = primary;
     so.transport = testing::TestTransport();
@@ -2856,7 +2846,7 @@ TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
   ASSERT_EQ(at_first.Of(kd), "(none)");
   ASSERT_EQ(at_last.Of(kp), "old");
   ASSERT_EQ(at_last.Of(kd), "old");
-  ASSERT_TRUE(server_at(primary).Kill().ok());
+  ASSERT_TRUE(ServerAt(primary).Kill().ok());
   ASSERT_TRUE(WaitForConfig(
       cluster.get(), [&](const auto& i) { return ShardsOf(i, primary) == 0; }));
   ASSERT_EQ(cluster->OwnerOf(kp), first);
@@ -2885,15 +2875,15 @@ TEST_F(ClusterTest, APromotedBackupServesNoWriteTheOtherBackupsLack) {
     std::lock_guard<std::mutex> lock(mu);
     answers[size_t(n)] = a;
   };
-  one_sided = std::thread(reader, 0, ReadPath::kOneSided);
-  by_rpc = std::thread(reader, 1, ReadPath::kRpc);
+  one_sided = std::jthread(reader, 0, ReadPath::kOneSided);
+  by_rpc = std::jthread(reader, 1, ReadPath::kRpc);
   {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, kBound, [&] { return answered > 0; }));
   }
   const uint64_t resynced =
       StatOf(at_first.session.get(), "hash_resync_records");
-  ASSERT_TRUE(server_at(first).Kill().ok());
+  ASSERT_TRUE(ServerAt(first).Kill().ok());
   one_sided.join();
   by_rpc.join();
   writer.join();
@@ -5522,11 +5512,8 @@ TEST_F(ClusterTest, ARestartedBackupOfARangeKeepsNoPairDeletedWhileItWasDown) {
 TEST_F(ClusterTest,
        ADrainedServerRestartedWhileTheManagerIsReplacedIsANewMember) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   const size_t x = m == 0 ? 1 : 0, y = 3 - size_t(m) - x;
   const std::string manager = servers_[size_t(m)].address,
                     drained = servers_[x].address;
@@ -5578,11 +5565,8 @@ TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
       {"--tree-splits", "m", "--fault-replication-last-backup-delay-ms",
        slow ? "6000" : "2000"},
       /*replicas=*/2));
-  std::vector<std::unique_ptr<Session>> probes;
-  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
-  const int m = WaitForOneManager(probes);
+  const int m = WaitForManager();
   ASSERT_GE(m, 0);
-  probes.clear();
   std::vector<std::string> seeds;
   for (const auto& sv : servers_) seeds.push_back(sv.address);
   auto cluster = Connect(seeds);
@@ -5615,13 +5599,6 @@ TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
   ASSERT_GE(b1, 0);
   const std::string first = info.nodes[size_t(b0)].address,
                     last = info.nodes[size_t(b1)].address;
-  auto server_at = [&](const std::string& address) -> testing::ServerProcess& {
-    for (auto& sv : servers_) {
-      if (sv.address == address) return sv;
-    }
-    ADD_FAILURE() << address;
-    return servers_[0];
-  };
   ASSERT_TRUE(t->Put(kp, "old").ok());
   ASSERT_TRUE(t->Put(kd, "old").ok());
   // What a backup holds, told by its pair count: kw's put adds one, kd's
@@ -5653,16 +5630,9 @@ TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
     std::string put, del;
   };
   std::vector<Answer> answers(2);
-  std::thread writer, by_get, by_scan;
-  struct Joined {
-    std::vector<std::thread*> threads;
-    ~Joined() {
-      for (std::thread* t : threads) {
-        if (t->joinable()) t->join();
-      }
-    }
-  } joined{{&writer, &by_get, &by_scan}};
-  writer = std::thread([&] {
+  // Joined however the test ends (a failed assertion returns).
+  std::jthread writer, by_get, by_scan;
+  writer = std::jthread([&] {
     ClusterOptions o;
     o.seeds = seeds;
     o.session.transport = testing::TestTransport();
@@ -5700,7 +5670,7 @@ TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
   // The last backup has the warm-up put (the batch before), not kd's
   // delete.
   ASSERT_EQ(StatOf(at_last.get(), "tree_pairs"), before + 1);
-  ASSERT_TRUE(server_at(primary).Kill().ok());
+  ASSERT_TRUE(ServerAt(primary).Kill().ok());
   ASSERT_TRUE(WaitForConfig(
       cluster.get(), [&](const auto& i) { return ShardsOf(i, primary) == 0; }));
   ASSERT_EQ(t->OwnerOf(kp), first);
@@ -5742,14 +5712,14 @@ TEST_F(ClusterTest, APromotedRangeServesNoWriteTheOtherBackupsLack) {
     std::lock_guard<std::mutex> lock(mu);
     answers[size_t(n)] = a;
   };
-  by_get = std::thread(reader, 0);
-  by_scan = std::thread(reader, 1);
+  by_get = std::jthread(reader, 0);
+  by_scan = std::jthread(reader, 1);
   {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, kBound, [&] { return answered > 0; }));
   }
   const uint64_t resynced = StatOf(at_first.get(), "tree_resync_records");
-  ASSERT_TRUE(server_at(first).Kill().ok());
+  ASSERT_TRUE(ServerAt(first).Kill().ok());
   by_get.join();
   by_scan.join();
   writer.join();
