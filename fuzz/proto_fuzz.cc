@@ -457,7 +457,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           w.Add(it.key, it.value, it.version, it.deleted);
         }
       }
-      if (w.Finish(rp->resume, rp->max_version, rp->more) != in) std::abort();
+      if (w.Finish(rp->resume, rp->max_version, rp->more, rp->sender) != in) {
+        std::abort();
+      }
     }
     if (auto pairs = tree::DecodeTreeMultiPut(in); pairs.ok()) {
       if (tree::EncodeTreeMultiPut(*pairs) != in) std::abort();
