@@ -1085,6 +1085,18 @@ uint64_t SumOfStat(Cluster* c, const std::string& name) {
   return sum;
 }
 
+// Waits until no server of `c` has shards left to discard (a server that
+// has no role for a shard any more deletes its pairs in the background);
+// true once none has, within kBound.
+bool WaitForDiscards(Cluster* c) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (SumOfStat(c, "hash_discard_shards") != 0) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 // Once the configuration is settled (nothing moving; in a replicated
 // cluster whole, WholeWithout), every pair is on exactly `copies` servers:
 // their hash_pairs add up to copies x `present`,
@@ -1171,10 +1183,76 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
     const std::string hot = "hot" + std::to_string(i);
     if (cluster->Get(hot).ok()) ++expected[cluster->OwnerOf(hot)];
   }
+  ASSERT_TRUE(WaitForDiscards(cluster.get()));
   for (auto& [addr, st] : cluster->Stats()) {
     ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
     EXPECT_EQ(st->Get("hash_pairs"), expected[addr]) << addr;
     EXPECT_EQ(st->Get("cluster_epoch"), info.epoch) << addr;
+  }
+}
+
+// A server deletes the pairs of shards it has no role for any more in the
+// background (the hash service's discard). A shard that moves away and
+// comes back before that deletion has run must keep the pairs it comes
+// back with: the install that gives it back takes it out of the discard
+// (and the drop before the copy deletes what was left).
+TEST_F(ClusterTest,
+       AShardThatComesBackBeforeItsOldCopyIsDeletedKeepsEveryPair) {
+  constexpr uint32_t kShards = 64;
+  constexpr auto kDelay = std::chrono::seconds(8);
+  const std::vector<std::string> flags = {
+      "--move-share",
+      "100",
+      "--shards",
+      std::to_string(kShards),
+      "--fault-discard-delay-ms",
+      std::to_string(std::chrono::milliseconds(kDelay).count())};
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, flags));
+  auto cluster = Connect({servers_[0].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 2000);
+  std::vector<std::string> first(loaded.keys.size());
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    first[i] = cluster->OwnerOf(loaded.keys[i]);
+  }
+  // A third server joins and takes a third of the shards; the old owners
+  // keep the pairs (their deletion waits kDelay).
+  servers_.push_back(StartServer(MemberFlags(2, flags)));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const std::string joined = servers_.back().address;
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, joined) >= kShards / 3;
+  }));
+  const auto moved_at = std::chrono::steady_clock::now();
+  std::vector<std::string> middle(loaded.keys.size());
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    middle[i] = cluster->OwnerOf(loaded.keys[i]);
+  }
+  EXPECT_GT(SumOfStat(cluster.get(), "hash_discard_shards"), 0u);
+  // It is drained at once: its shards go back, many to their first owner,
+  // whose old copy of them is still there.
+  ASSERT_TRUE(cluster->Drain(joined, kBound).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - moved_at, kDelay)
+      << "the drain outlasted the deletion's delay: this run did not test "
+         "a shard coming back before its old copy was deleted";
+  ASSERT_TRUE(WaitForConfig(
+      cluster.get(), [&](const auto& info) { return info.nodes.size() == 2; }));
+  size_t back = 0;
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    if (middle[i] == joined && cluster->OwnerOf(loaded.keys[i]) == first[i]) {
+      ++back;
+    }
+  }
+  ASSERT_GT(back, 0u) << "no shard came back to its first owner";
+  // Past the delay every discard has run (those of shards that went
+  // elsewhere delete their pairs); what came back is all there, once.
+  ASSERT_TRUE(WaitForDiscards(cluster.get()));
+  ExpectEveryKey(cluster.get(), loaded);
+  std::map<std::string, uint64_t> expected;
+  for (const auto& k : loaded.keys) ++expected[cluster->OwnerOf(k)];
+  for (auto& [addr, st] : cluster->Stats()) {
+    ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();
+    EXPECT_EQ(st->Get("hash_pairs"), expected[addr]) << addr;
   }
 }
 
@@ -1210,6 +1288,12 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   // them changed at its freeze, one per sync reply: the manager must ask
   // until it has them all.
   const std::string drained = cluster->OwnerOf(Key(0));
+  uint64_t drained_pairs = 0;
+  {
+    auto probe = ConnectOrDie(drained);
+    drained_pairs = StatOf(probe.get(), "hash_pairs");
+    ASSERT_GT(drained_pairs, 0u);
+  }
   std::vector<std::string> counters;
   for (int i = 0; counters.size() < 64; ++i) {
     if (cluster->OwnerOf("ctr-" + std::to_string(i)) == drained) {
@@ -1266,7 +1350,11 @@ TEST_F(ClusterTest, ADrainedServerHandsEveryShardOverAndCanThenBeStopped) {
   for (size_t i = 0; i < servers_.size(); ++i) {
     if (servers_[i].address != drained) continue;
     auto probe = ConnectOrDie(drained);
+    EXPECT_EQ(WaitForStatOf(probe.get(), "hash_discard_shards", 0, kBound), 0u);
     EXPECT_EQ(StatOf(probe.get(), "hash_pairs"), 0u);
+    // Each release was answered at once, the pairs deleted after it, in
+    // the background (they and the counters made during the drain).
+    EXPECT_GE(StatOf(probe.get(), "hash_discarded_pairs"), drained_pairs);
     probe.reset();
     ASSERT_TRUE(servers_[i].Stop().ok());
   }
@@ -1479,6 +1567,7 @@ TEST_F(ClusterTest, AnOldOwnerKilledBetweenHandoffAndReleaseServesNoStaleCopy) {
     ASSERT_NO_FATAL_FAILURE(ExpectValues(c, loaded.keys, expect));
   }
   // And the old owner holds only its own shards' pairs.
+  EXPECT_EQ(WaitForStatOf(back.get(), "hash_discard_shards", 0, kBound), 0u);
   EXPECT_EQ(StatOf(back.get(), "hash_pairs"), loaded.keys.size() - moved);
   servers_.clear();
 }
@@ -3193,6 +3282,7 @@ TEST_F(ClusterTest,
   ExpectEveryKey(cluster.get(), loaded);
   // Every pair is on exactly two servers again: the returning one holds a
   // copy of everything, nothing more.
+  ASSERT_TRUE(WaitForDiscards(cluster.get()));
   uint64_t pairs = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     if (addr == second) continue;
@@ -3297,6 +3387,7 @@ TEST_F(ClusterTest,
   EXPECT_EQ(SumOfStat(cluster.get(), "cluster_failovers"), failovers);
   ExpectEveryKey(cluster.get(), loaded);
   const uint64_t hot = HotKeysPresent(cluster.get(), 4);
+  ASSERT_TRUE(WaitForDiscards(cluster.get()));
   uint64_t pairs = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     if (addr == drained) continue;
@@ -3989,6 +4080,7 @@ TEST_F(ClusterTest, AReplicatedClusterStoppedWholeComesBackWithEveryKey) {
   // deleted what they recovered of their shards and ranges before being
   // filled again (a chunk of their tables, a page of their trees, per
   // pass).
+  ASSERT_TRUE(WaitForDiscards(cluster.get()));
   uint64_t pairs = 0, dropped = 0, tree_pairs = 0, emptied = 0;
   for (auto& [addr, st] : cluster->Stats()) {
     ASSERT_TRUE(st.ok()) << addr << ": " << st.status().ToString();

@@ -99,8 +99,9 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              /*testing=*/true);
   o->AddUint("--fill-scan-buckets", &options_.fill_scan_buckets,
              "testing: buckets a copy to a backup being filled scans per "
-             "batch at most, and that the backup goes through per pass as it "
-             "deletes what it held of the shards first (at least one)",
+             "batch at most, and that a partition goes through per pass as it "
+             "deletes the pairs of shards before a copy comes in, or of "
+             "shards it has no role for any more (at least one)",
              /*testing=*/true);
   o->AddUint("--fault-pause-mid-write-us", &options_.fault_pause_mid_write_us,
              "testing: pause every hash bucket write half done for this many "
@@ -110,6 +111,10 @@ void HashService::DeclareOptions(server::OptionSet* o) {
              &options_.fault_replica_delete_delay_ms,
              "testing: as a backup, apply each replication batch that deletes "
              "a pair this long after admitting it",
+             /*testing=*/true);
+  o->AddUint("--fault-discard-delay-ms", &options_.fault_discard_delay_ms,
+             "testing: start deleting the pairs of shards this server has no "
+             "role for any more this long after the last shard was added",
              /*testing=*/true);
 }
 
@@ -223,6 +228,9 @@ Status HashService::Init(server::ServiceContext* ctx) {
             if (raw->fill.sweep) raw->fill.sweep->OnChange(key, from, to);
             if (raw->emptying.sweep) {
               raw->emptying.sweep->OnChange(key, from, to);
+            }
+            if (raw->discard.sweep) {
+              raw->discard.sweep->OnChange(key, from, to);
             }
             if (raw->purging) return;
             if (cluster_->Outgoing(key)) raw->changed.emplace(key);
@@ -339,6 +347,9 @@ void HashService::UpdateCounters_st(Partition& part) {
   part.pairs.Set(part.table->size());
   part.growths.Set(part.table->growths());
   part.bytes_used.Set(part.slab->bytes_carved());
+  // After the pairs: a reader that sees no shard left to discard sees the
+  // pairs without them.
+  part.discard_shards.Set(part.discard.count);
 }
 
 void HashService::Stats(server::StatsBuilder* out) const {
@@ -363,8 +374,10 @@ void HashService::Stats(server::StatsBuilder* out) const {
   out->Add("hash_op_functions", functions_.size());
   if (cluster_ != nullptr) {
     uint64_t fill_pairs = 0, held = 0, refused = 0, backup_gets = 0,
-             resynced = 0, emptied = 0;
+             resynced = 0, emptied = 0, discard_shards = 0, discarded = 0;
     for (const auto& p : partitions_) {
+      discard_shards += p->discard_shards.Get();
+      discarded += p->discarded_pairs.Get();
       fill_pairs += p->fill_pairs.Get();
       emptied += p->emptied_pairs.Get();
       held += p->applies_held.Get();
@@ -373,6 +386,11 @@ void HashService::Stats(server::StatsBuilder* out) const {
       resynced += p->resync_records.Get();
     }
     out->Add("hash_fill_pairs", fill_pairs);
+    // Shards (summed over the partitions) whose pairs are still being
+    // deleted because this server has no role for them any more, and the
+    // pairs deleted so (Discard).
+    out->Add("hash_discard_shards", discard_shards);
+    out->Add("hash_discarded_pairs", discarded);
     // As a backup about to be filled: pairs it held of the shards before,
     // deleted first (EmptyStep_st).
     out->Add("hash_fill_dropped_pairs", emptied);
@@ -1155,11 +1173,14 @@ size_t HashService::OnPass(PartitionId p) {
     part.applies_held.Set(part.held_applies.size());
     ++work;
   }
+  if (cluster_ != nullptr) {
+    work += EmptyStep_st(part);
+    work += DiscardStep_st(p);
+  }
   if (replicator_ != nullptr) {
     const uint64_t seen =
         replicated_max_version_.load(std::memory_order_relaxed);
     if (seen > part.table->last_version()) part.table->RaiseVersion(seen);
-    work += EmptyStep_st(part);
     FillStep_st(part);
     ShipBatch_st(p);
     // Nothing waits for the backups: every pair here is as replicated as it
@@ -1233,25 +1254,95 @@ void HashService::SettleShards_st(PartitionId p,
   part.settled_epoch = c.config.epoch;
   const uint32_t n = c.config.num_shards();
   if (part.held.size() != n) part.held.assign(n, 0);
-  std::vector<uint8_t> keep;  // empty: nothing to delete
+  Partition::Discard& d = part.discard;
+  std::vector<uint8_t> lost;  // empty: nothing to delete
   for (uint32_t s = 0; s < n; ++s) {
     if (cluster::Ownership::MayKeep(c, s)) {
       part.held[s] = 1;
+      // A role here again: what is left of it is no longer garbage (a copy
+      // that comes here is preceded by a drop).
+      if (s < d.set.size() && d.set[s] != 0) {
+        d.set[s] = 0;
+        --d.count;
+      }
     } else if (part.held[s] != 0) {
       part.held[s] = 0;
-      if (keep.empty()) keep.assign(n, 1);
-      keep[s] = 0;
+      if (lost.empty()) lost.assign(n, 0);
+      lost[s] = 1;
     }
   }
-  if (keep.empty()) return;
-  if (const size_t n_deleted = DeleteShardsNotHeld_st(part, keep);
-      n_deleted > 0) {
-    log::Info(
-        "cluster: partition {} deleted {} pairs of shards that epoch {} gives "
-        "this server no role in (an abandoned move's copy, a retired or "
-        "dropped copy, or what it held before it was failed over)",
-        p, n_deleted, c.config.epoch);
+  if (!lost.empty()) Discard_st(part, lost);
+  UpdateCounters_st(part);
+}
+
+void HashService::Discard_st(Partition& part,
+                             const std::vector<uint8_t>& shards) {
+  Partition::Discard& d = part.discard;
+  if (d.set.size() != shards.size()) {
+    d.set.assign(shards.size(), 0);
+    d.count = 0;
   }
+  bool added = false;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    if (shards[s] != 0 && d.set[s] == 0) {
+      d.set[s] = 1;
+      ++d.count;
+      added = true;
+    }
+  }
+  if (!added) return;
+  d.not_before = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(options_.fault_discard_delay_ms);
+  // From the first bucket: those scanned already may hold the new shards'
+  // pairs.
+  d.sweep = std::make_unique<TableSweep>(
+      part.table.get(), [&d](std::string_view key) {
+        return d.set[cluster::ShardOf(key, uint32_t(d.set.size()))] != 0;
+      });
+  UpdateCounters_st(part);
+}
+
+size_t HashService::DiscardStep_st(PartitionId p) {
+  Partition& part = *partitions_[p];
+  Partition::Discard& d = part.discard;
+  if (!d.sweep) return 0;
+  if (options_.fault_discard_delay_ms > 0 &&
+      std::chrono::steady_clock::now() < d.not_before) {
+    return 0;
+  }
+  std::vector<std::string> keys;
+  const bool over =
+      d.sweep->Step(std::max<uint64_t>(options_.fill_scan_buckets, 1), &keys);
+  // The keys a move carried behind the scan were judged when moved: a
+  // shard given a role here since is kept.
+  const uint32_t n = uint32_t(d.set.size());
+  std::erase_if(keys, [&](const std::string& k) {
+    return d.set[cluster::ShardOf(k, n)] == 0;
+  });
+  if (!keys.empty()) {
+    const uint64_t before = part.table->size();
+    // Logged where the log takes writes; in memory in any case (a restart
+    // purges again).
+    DeletePairs_st(part, keys,
+                   part.store != nullptr && part.store->Writable().ok());
+    d.deleted += before - part.table->size();
+    part.discarded_pairs.Add(before - part.table->size());
+  }
+  if (over) {
+    if (d.deleted > 0) {
+      log::Info(
+          "cluster: partition {} deleted {} pairs of {} shards it has no role "
+          "for (moved away, a retired or dropped copy, an abandoned move's "
+          "copy, or what it held before it was failed over)",
+          p, d.deleted, d.count);
+    }
+    d.sweep.reset();
+    std::fill(d.set.begin(), d.set.end(), 0);
+    d.count = 0;
+    d.deleted = 0;
+  }
+  UpdateCounters_st(part);
+  return 1;
 }
 
 size_t HashService::DeleteShardsNotHeld_st(Partition& part,
@@ -1900,8 +1991,9 @@ void HashService::HandleShardDrop(Call call) {
     return call.responder.Reply(st);
   }
   if (release) {
-    // Readers are refused before the copy goes (a one-sided reader then
-    // finds nothing, and the server, asked, says Busy).
+    // Readers are refused before the copy goes (the serving mark vouches
+    // for nothing until the next install, and the server, asked, says
+    // Busy).
     if (Status st = cluster_->Release(list->shards); !st.ok()) {
       return call.responder.Reply(st);
     }
@@ -1920,9 +2012,9 @@ void HashService::HandleShardDrop(Call call) {
   auto fan = std::make_shared<server::FanIn>(partitions_.size(), [drop] {
     drop->responder.Reply(FirstError(drop->status));
   });
-  if ((list->flags & kShardForFill) != 0) {
-    // A chunk per pass (EmptyStep_st): the new backup's table may hold
-    // millions of pairs of other shards.
+  if (!release && !forget) {
+    // A chunk per pass (EmptyStep_st): the table may hold millions of
+    // pairs of other shards.
     for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
       ctx_->RunOn(owner, [this, owner, epoch = call.epoch, drop, fan] {
         StartEmptying_st(*partitions_[owner], epoch, drop->set,
@@ -1934,53 +2026,36 @@ void HashService::HandleShardDrop(Call call) {
     }
     return;
   }
+  // Released or retired: no reader is sent here for them any more, so they
+  // are deleted in the background (Discard) and the drop is answered now:
+  // a release is part of a move's pause, during which the shards take no
+  // writes.
   for (uint32_t owner = 0; owner < partitions_.size(); ++owner) {
-    ctx_->RunOn(owner, [this, owner, drop, fan, release, forget] {
+    ctx_->RunOn(owner, [this, owner, drop, fan, forget] {
       Partition& part = *partitions_[owner];
-      const std::vector<uint8_t>* set = &drop->set;
-      std::vector<uint8_t> not_held;
-      if (forget) {
-        // Not a shard held here now (a configuration installed since may
-        // have made this server a backup of it again, whose records this
-        // thread may have applied already).
-        const cluster::Ownership::Installed* c = cluster_->current();
-        not_held = drop->set;
-        for (uint32_t s = 0; s < drop->num_shards; ++s) {
-          if (not_held[s] && cluster::Ownership::Holds(*c, s)) not_held[s] = 0;
+      const bool all = part.held.size() != drop->num_shards;
+      std::vector<uint8_t> gone = drop->set;
+      const cluster::Ownership::Installed* c = cluster_->current();
+      for (uint32_t s = 0; s < drop->num_shards; ++s) {
+        if (gone[s] == 0) continue;
+        // Forgotten: not a shard held here now (a configuration installed
+        // since may have made this server a backup of it again, whose
+        // records this thread may have applied already). And one not
+        // marked has nothing here: a retired member settles its copies
+        // itself when it installs the configuration that drops them
+        // (SettleShards_st), before the manager's forget.
+        if (forget &&
+            (cluster::Ownership::Holds(*c, s) || (!all && part.held[s] == 0))) {
+          gone[s] = 0;
+          continue;
         }
-        set = &not_held;
+        if (!all) part.held[s] = 0;
       }
-      // A retired member settles its copies itself when it installs the
-      // configuration that drops them (SettleShards_st), before the
-      // manager's forget: then there is nothing left to scan for.
-      bool any_marked = part.held.size() != drop->num_shards;
-      for (uint32_t s = 0; !any_marked && s < drop->num_shards; ++s) {
-        any_marked = (*set)[s] != 0 && part.held[s] != 0;
-      }
-      const std::vector<std::string> keys =
-          forget && !any_marked ? std::vector<std::string>{}
-                                : KeysOfShards_st(part, *set, /*in_set=*/true);
-      Status& st = drop->status[owner];
-      if (part.store != nullptr && !keys.empty()) st = part.store->Writable();
-      if (st.ok()) DeletePairs_st(part, keys, part.store != nullptr);
-      if (st.ok() && (release || forget)) {
-        // Nothing of them is left to settle here (a copy being filled
-        // again is: its pairs come next).
-        for (uint32_t s = 0; s < part.held.size(); ++s) {
-          if ((*set)[s] != 0) part.held[s] = 0;
-        }
-      }
+      Discard_st(part, gone);
       std::erase_if(part.changed, [&](const std::string& k) {
-        return (*set)[cluster::ShardOf(k, drop->num_shards)] != 0;
+        return gone[cluster::ShardOf(k, drop->num_shards)] != 0;
       });
-      UpdateCounters_st(part);
-      if (part.store == nullptr || keys.empty() || !st.ok()) {
-        return fan->Done();
-      }
-      part.store->AfterDurable([drop, owner, fan](Status d) {
-        if (!d.ok()) drop->status[owner] = d;
-        fan->Done();
-      });
+      fan->Done();
     });
   }
 }

@@ -93,11 +93,15 @@ struct HashServiceOptions {
   // deletes a pair this long before applying it (the partition thread goes
   // on meanwhile). 0 = off.
   uint64_t fault_replica_delete_delay_ms = 0;
+  // Testing: a partition starts deleting the pairs of shards it has no role
+  // for any more (Partition::Discard) this long after the last one was
+  // added. 0 = off.
+  uint64_t fault_discard_delay_ms = 0;
   // Testing: the bytes of pairs a ShardSync reply holds (kShardSyncBytes;
   // small values make every sync of several changes take several replies).
   uint64_t shard_sync_bytes = kShardSyncBytes;
   // Testing: the buckets a re-replication copy scans per batch at most, and
-  // the new backup's drop per pass (kFillScanBuckets; small values make
+  // a drop or a discard per pass (kFillScanBuckets; small values make
   // every copy take many batches, and every drop many passes).
   uint64_t fill_scan_buckets = kFillScanBuckets;
   // Shared libraries of user-defined update functions (--ops-library).
@@ -215,12 +219,14 @@ class HashService final : public server::Service {
     };
     Fill fill;
     server::Counter fill_pairs;
-    // As a backup about to be filled (owner thread only; kShardDrop with
-    // kShardForFill): what this partition held of the shards is deleted a
-    // chunk of buckets per pass (EmptyStep_st), so a table of millions of
-    // pairs never holds the thread for a whole scan. The drop is answered
-    // once the sweep is over and its deletes are durable; a request for the
-    // same epoch and shards (the manager's retry) waits for the same one.
+    // Before a copy comes in (owner thread only; kShardDrop with
+    // kShardForFill, a backup about to be filled, or with no flag, shards
+    // about to move here): what this partition held of the shards is
+    // deleted a chunk of buckets per pass (EmptyStep_st), so a table of
+    // millions of pairs never holds the thread for a whole scan. The drop
+    // is answered once the sweep is over and its deletes are durable; a
+    // request for the same epoch and shards (the manager's retry) waits
+    // for the same one.
     struct Emptying {
       uint32_t epoch = 0;  // 0: none under way
       std::vector<uint8_t> set;
@@ -230,6 +236,27 @@ class HashService final : public server::Service {
     };
     Emptying emptying;
     server::Counter emptied_pairs;
+    // In a cluster (owner thread only): shards this server has no role for
+    // any more whose pairs are deleted in the background, a chunk of
+    // buckets per pass (DiscardStep_st), so that no request waits for a
+    // scan of the whole table: a shard released (moved away), a copy
+    // forgotten (retired), one an installed configuration gave no role here
+    // (SettleShards_st). No reader is served them meanwhile (the serving
+    // mark and the configuration send readers elsewhere). A shard given a
+    // role here again leaves the set: a copy of it that comes here is
+    // preceded by a drop (kShardDrop), which deletes what is left.
+    struct Discard {
+      std::vector<uint8_t> set;  // per shard (empty: none yet)
+      uint32_t count = 0;        // shards marked in `set`
+      // Null: nothing to delete. Started again when a shard is added (the
+      // buckets already scanned may hold its pairs).
+      std::unique_ptr<TableSweep> sweep;
+      uint64_t deleted = 0;  // pairs deleted since the set was last empty
+      // Testing (--fault-discard-delay-ms): no pair deleted before this.
+      std::chrono::steady_clock::time_point not_before{};
+    };
+    Discard discard;
+    server::Counter discard_shards, discarded_pairs;
     // As a backup (owner thread only): applies of admitted batches held by
     // --fault-replica-delete-delay-ms, due at the time given; and batches
     // refused when applied because the configuration changed since they
@@ -309,15 +336,22 @@ class HashService final : public server::Service {
   // After each configuration installed (`c`, in the order installed; one
   // older than a configuration settled already: nothing), and after a
   // move's imports (by the current one): the pairs of shards that may be
-  // held here (Partition::held) but have no role here in `c` are deleted,
-  // garbage no reader is sent to: a move's copy that was abandoned, a
-  // copy retired or a backup dropped whose member the manager did not
-  // reach (or a manager that died before it asked), and what a member
-  // failed over (paused, cut off) held when it comes back. Not before the
-  // first purge, nor while a restarted member's previous copies wait to be
-  // judged (PurgeStale_st decides those).
+  // held here (Partition::held) but have no role here in `c` are discarded
+  // (Partition::Discard: deleted in the background), garbage no reader is
+  // sent to, and a shard `c` gives a role here leaves the discard: a move's
+  // copy that was abandoned, a copy retired or a backup dropped whose member
+  // the manager did not reach (or a manager that died before it asked), and
+  // what a member failed over (paused, cut off) held when it comes back. Not
+  // before the first purge, nor while a restarted member's previous copies wait
+  // to be judged (PurgeStale_st decides those).
   void SettleShards_st(server::PartitionId p,
                        const cluster::Ownership::Installed& c);
+  // Adds the shards marked in `shards` (one entry per shard) to `part`'s
+  // discard; their pairs are deleted from the next pass on.
+  void Discard_st(Partition& part, const std::vector<uint8_t>& shards);
+  // The next chunk of partition p's discard (OnPass): deletes the pairs of
+  // the shards still marked, logged where the log takes writes; the work done.
+  size_t DiscardStep_st(server::PartitionId p);
   // Deletes the pairs of `part` whose shard `holds` does not mark (one
   // entry per shard), logged where the log takes writes; how many.
   size_t DeleteShardsNotHeld_st(Partition& part,
@@ -393,9 +427,10 @@ class HashService final : public server::Service {
   // Appends the next pairs of partition p's copy to its batch (OnPass, when
   // no batch is in flight); ends a copy whose epoch is no longer current.
   void FillStep_st(Partition& part);
-  // A drop for a fill of the shards in `set` at `epoch` on `part`: joins the
-  // emptying under way for the same, or starts it (one for other shards or
-  // an older epoch ends with Conflict); done(status) once it is over.
+  // A drop before a copy of the shards in `set` comes in (a fill, or a move
+  // here) at `epoch` on `part`: joins the emptying under way for the same,
+  // or starts it (one for other shards or an older epoch ends with
+  // Conflict); done(status) once it is over.
   void StartEmptying_st(Partition& part, uint32_t epoch,
                         const std::vector<uint8_t>& set,
                         util::MoveFunction<void(Status)> done);
