@@ -347,8 +347,6 @@ void HashService::UpdateCounters_st(Partition& part) {
   part.pairs.Set(part.table->size());
   part.growths.Set(part.table->growths());
   part.bytes_used.Set(part.slab->bytes_carved());
-  // After the pairs: a reader that sees no shard left to discard sees the
-  // pairs without them.
   part.discard_shards.Set(part.discard.count);
 }
 
@@ -1230,18 +1228,21 @@ void HashService::PurgeStale_st(PartitionId p) {
   if (c == nullptr || c->self < 0) return;  // not judged yet
   Partition& part = *partitions_[p];
   part.purge_stale = false;
-  std::vector<uint8_t> holds(c->owns.size());
-  for (uint32_t s = 0; s < holds.size(); ++s) {
-    holds[s] = cluster::Ownership::Holds(*c, s) ? 1 : 0;
+  const uint32_t n = uint32_t(c->owns.size());
+  if (part.held.size() != n) part.held.assign(n, 1);
+  // Served already: deleted in the background, as any copy a configuration
+  // takes away.
+  std::vector<uint8_t> lost(n, 0);
+  for (uint32_t s = 0; s < n; ++s) {
+    if (cluster::Ownership::Holds(*c, s)) {
+      part.held[s] = 1;
+      continue;
+    }
+    lost[s] = part.held[s];
+    part.held[s] = 0;
   }
-  part.held = holds;
   part.settled_epoch = c->config.epoch;
-  if (const size_t n = DeleteShardsNotHeld_st(part, holds); n > 0) {
-    log::Info(
-        "cluster: partition {} deleted {} pairs its previous incarnation "
-        "held, of shards that epoch {} gives to other servers",
-        p, n, c->config.epoch);
-  }
+  Discard_st(part, lost);
 }
 
 void HashService::SettleShards_st(PartitionId p,
@@ -1310,6 +1311,10 @@ size_t HashService::DiscardStep_st(PartitionId p) {
       std::chrono::steady_clock::now() < d.not_before) {
     return 0;
   }
+  // Not while the log refuses writes: a delete it did not record would come
+  // back with a restart's replay, after the shard may have come back here
+  // (the drop before that copy finds nothing to delete).
+  if (part.store != nullptr && !part.store->Writable().ok()) return 0;
   std::vector<std::string> keys;
   const bool over =
       d.sweep->Step(std::max<uint64_t>(options_.fill_scan_buckets, 1), &keys);
@@ -1321,20 +1326,17 @@ size_t HashService::DiscardStep_st(PartitionId p) {
   });
   if (!keys.empty()) {
     const uint64_t before = part.table->size();
-    // Logged where the log takes writes; in memory in any case (a restart
-    // purges again).
-    DeletePairs_st(part, keys,
-                   part.store != nullptr && part.store->Writable().ok());
+    DeletePairs_st(part, keys, part.store != nullptr);
     d.deleted += before - part.table->size();
     part.discarded_pairs.Add(before - part.table->size());
   }
   if (over) {
     if (d.deleted > 0) {
       log::Info(
-          "cluster: partition {} deleted {} pairs of {} shards it has no role "
+          "cluster: partition {} deleted {} pairs of shards it has no role "
           "for (moved away, a retired or dropped copy, an abandoned move's "
           "copy, or what it held before it was failed over)",
-          p, d.deleted, d.count);
+          p, d.deleted);
     }
     d.sweep.reset();
     std::fill(d.set.begin(), d.set.end(), 0);

@@ -241,10 +241,11 @@ class HashService final : public server::Service {
     // buckets per pass (DiscardStep_st), so that no request waits for a
     // scan of the whole table: a shard released (moved away), a copy
     // forgotten (retired), one an installed configuration gave no role here
-    // (SettleShards_st). No reader is served them meanwhile (the serving
-    // mark and the configuration send readers elsewhere). A shard given a
-    // role here again leaves the set: a copy of it that comes here is
-    // preceded by a drop (kShardDrop), which deletes what is left.
+    // (SettleShards_st, PurgeStale_st). No reader is served them meanwhile
+    // (the serving mark and the configuration send readers elsewhere). A
+    // shard given a role here again leaves the set: a copy of it that comes
+    // here is preceded by a drop (kShardDrop), which deletes what is left.
+    // Each delete is logged; none is made while the log refuses writes.
     struct Discard {
       std::vector<uint8_t> set;  // per shard (empty: none yet)
       uint32_t count = 0;        // shards marked in `set`
@@ -330,8 +331,8 @@ class HashService final : public server::Service {
   // in (Ownership::MayKeep: owned, backed up, or moving here).
   void PurgeUnowned_st(server::PartitionId p);
   // Once a configuration names this incarnation (after PurgeUnowned_st
-  // kept its previous incarnation's copies): deletes the pairs of shards
-  // it does not give this server.
+  // kept its previous incarnation's copies): discards (Partition::Discard)
+  // the shards it does not give this server.
   void PurgeStale_st(server::PartitionId p);
   // After each configuration installed (`c`, in the order installed; one
   // older than a configuration settled already: nothing), and after a
