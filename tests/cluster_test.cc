@@ -1199,7 +1199,7 @@ TEST_F(ClusterTest, ShardsMoveOnJoinAndDrainWhileRacingClientsStayLinear) {
 TEST_F(ClusterTest,
        AShardThatComesBackBeforeItsOldCopyIsDeletedKeepsEveryPair) {
   constexpr uint32_t kShards = 64;
-  constexpr auto kDelay = std::chrono::seconds(8);
+  constexpr auto kDelay = std::chrono::seconds(15);
   const std::vector<std::string> flags = {
       "--move-share",
       "100",
