@@ -1737,6 +1737,46 @@ TEST_F(ClusterTest, ANewOwnerRestartedDuringAMoveGetsTheWholeCopyAgain) {
   servers_.clear();
 }
 
+// A server killed and started again at its address while it is being
+// drained is a new member, not drained (the manager forgets the drain, and
+// the server takes its share again). `remem cluster drain` says so as soon
+// as the new server answers there (exit 5, Conflict). Before, it waited
+// out its --timeout and said "the drain goes on" (or, had the server been
+// failed over first, reported it drained).
+TEST_F(ClusterTest, ADrainWhoseServerRestartsSaysItIsANewMember) {
+  ASSERT_NO_FATAL_FAILURE(StartServers(2, HeldMoveFlags()));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const size_t x = m == 0 ? 1 : 0;
+  const std::string drained = servers_[x].address;
+  auto cluster = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_GT(ShardsOf(cluster->info(), drained), 0u);
+
+  testing::CommandResult drain;
+  std::thread drainer([&] {
+    // Its --timeout (50 s) is the old outcome: exit 1, "the drain goes on".
+    drain = CliDrain(servers_[size_t(m)].address, drained, 50);
+  });
+  // The drain's step is held once its copies are made: the server is
+  // killed and started again within it.
+  const Cluster::Info step = WaitForMoveStep(cluster.get());
+  const bool moved = step.moving > 0;
+  if (moved) {
+    EXPECT_TRUE(servers_[x].Kill().ok());
+    EXPECT_TRUE(servers_[x].Restart().ok());
+  }
+  drainer.join();
+  ASSERT_TRUE(moved) << "the drain moved nothing: " << drain.out;
+  EXPECT_EQ(drain.exit_code, 5) << drain.out;
+  EXPECT_NE(drain.out.find("is a new member, not drained"), std::string::npos)
+      << drain.out;
+  // And it is one: it takes its share again.
+  EXPECT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return ShardsOf(info, drained) > 0;
+  }));
+}
+
 // The other side of the handoff: the manager is the move's new owner and
 // dies right after recording it (--fault-kill-after-handoff), and comes
 // back at once with its data directory, before its successor commits the

@@ -287,9 +287,13 @@ class Cluster {
   // replacement is filled). Its ordered ranges move too, one at a time.
   // With `wait` > 0, waits until it holds no shard (owned or backed up)
   // nor range and nothing is moving or filling: TimedOut if that takes
-  // longer (the drain goes on). Errors: InvalidArgument (`address` is not
-  // host:port; a replicated cluster too small to keep every copy without
-  // it), NotFound (not a member), Unavailable (no server answered).
+  // longer (the drain goes on). Meanwhile it asks every 250 ms who answers
+  // at `address`: Conflict if a server started again there (another
+  // incarnation than the one drained: a new member, not drained, which
+  // takes its share again; drain it again to empty it). Errors:
+  // InvalidArgument (`address` is not host:port; a replicated cluster too
+  // small to keep every copy without it), NotFound (not a member),
+  // Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
   // The cluster's ordered store, owned by this Cluster (the same object on

@@ -18,6 +18,7 @@
 #include "client/rpc_client.h"
 #include "client/session_core.h"
 #include "cluster/config.h"
+#include "proto/buffer.h"
 #include "proto/wire.h"
 #include "tree/codec.h"
 #include "tree/layout.h"
@@ -29,6 +30,12 @@ namespace remem {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// While Drain waits, it asks this often who answers at the drained
+// server's address, each time within kDrainProbeWait (a paused server
+// accepts the connection and never answers).
+constexpr auto kDrainProbeEvery = std::chrono::milliseconds(250);
+constexpr auto kDrainProbeWait = std::chrono::milliseconds(500);
 
 const Status& StatusOf(const Status& s) { return s; }
 template <typename T>
@@ -1595,6 +1602,9 @@ Status Cluster::Drain(const std::string& address,
   }
   Impl& im = *impl_;
   Status asked = Status::Unavailable("no server to ask");
+  // The incarnation the drain recorded (0: none registered then, or a
+  // server too old to say).
+  uint64_t drained = 0;
   std::vector<std::string> order;
   for (const auto& m : im.config.members) order.push_back(m.address);
   for (const std::string& addr : order) {
@@ -1607,12 +1617,47 @@ Status Cluster::Drain(const std::string& address,
         proto::kCoreService,
         static_cast<uint8_t>(proto::CoreMethod::kClusterDrain), address);
     asked = r.status();
+    if (r.ok()) (void)proto::Reader(*r).Read(&drained);
     // Busy: that member has no configuration yet; ask another.
     if (r.ok() || !IsBusy(asked)) break;
   }
   if (!asked.ok()) return asked.WithContext("draining " + address);
   const auto until = Clock::now() + wait;
-  while (wait.count() > 0) {
+  // A server killed and started again at `address` is a new member, not
+  // drained (the manager forgets the drain), and takes its share again:
+  // asked who answers there now, the drain is over for this caller.
+  std::unique_ptr<Session> probe;
+  auto restarted = [&]() -> Status {
+    if (drained == 0) return Status::OK();
+    if (probe &&
+        (!probe->connected() ||
+         !probe->core()
+              ->CallSyncUntil(proto::kCoreService,
+                              static_cast<uint8_t>(proto::CoreMethod::kPing),
+                              {}, Clock::now() + kDrainProbeWait)
+              .ok())) {
+      probe.reset();
+    }
+    if (!probe) {
+      SessionOptions so = im.options.session;
+      so.server = address;
+      so.connect_timeout = kDrainProbeWait;
+      // None there (or not answering): nothing says it restarted.
+      if (auto s = Session::Connect(so, im.loop.get()); s.ok()) {
+        probe = std::move(*s);
+      }
+    }
+    if (!probe || probe->server_incarnation() == drained) return Status::OK();
+    return Status::Conflict(
+        address +
+        " was started again during its drain: the server there now is a new "
+        "member, not drained, and takes its share of the shards (drain it "
+        "again to empty it)");
+  };
+  if (wait.count() <= 0) return Status::OK();
+  auto last_probe = Clock::now();
+  REMEM_RETURN_IF_ERROR(restarted());
+  for (;;) {
     REMEM_RETURN_IF_ERROR(im.Refresh());
     const int i = im.config.IndexOf(address);
     // Replicated: its backup copies too have been made elsewhere.
@@ -1621,7 +1666,9 @@ Status Cluster::Drain(const std::string& address,
         (im.config.ShardsOf(i) == 0 && backups == 0 &&
          im.config.RangesOf(i) == 0 && im.config.moving() == 0 &&
          im.config.moving_ranges() == 0 && im.config.filling_shards() == 0)) {
-      return Status::OK();
+      // (A server failed over holds nothing either: one started again at
+      // its address is not drained.)
+      return restarted();
     }
     if (Clock::now() >= until) {
       return Status::TimedOut(
@@ -1637,11 +1684,14 @@ Status Cluster::Drain(const std::string& address,
                  "stays: the manager's cluster_ranges_refused counts those)"
                : " (the drain goes on)"));
     }
+    if (Clock::now() - last_probe >= kDrainProbeEvery) {
+      REMEM_RETURN_IF_ERROR(restarted());
+      last_probe = Clock::now();
+    }
     // A drain takes a copy's time: look again in a while, not in a spin.
     im.PollLoops();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Status::OK();
 }
 size_t Cluster::in_flight() const { return impl_->in_flight; }
 EventLoop* Cluster::loop() const { return impl_->loop.get(); }

@@ -303,8 +303,8 @@ void ClusterMember::Run() {
   }
 }
 
-void ClusterMember::RequestDrain(std::string address,
-                                 util::MoveFunction<void(Status)> done) {
+void ClusterMember::RequestDrain(
+    std::string address, util::MoveFunction<void(Result<uint64_t>)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     drain_requests_.emplace_back(std::move(address), std::move(done));
@@ -324,7 +324,9 @@ bool ClusterMember::Step() {
     FollowManager();
     if (!Register()) return false;
   }
-  std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>> drains;
+  std::vector<
+      std::pair<std::string, util::MoveFunction<void(Result<uint64_t>)>>>
+      drains;
   {
     std::lock_guard<std::mutex> lock(mu_);
     drains.swap(drain_requests_);
@@ -371,9 +373,11 @@ bool ClusterMember::Step() {
     // With the incarnation it drains (ForgetStaleDrains): a server that
     // stops and starts again comes back a new member, not drained.
     std::string record, incarnation;
+    uint64_t drained_incarnation = 0;
     if (Get(zh_, options_.target.path + "/members/" + a, false, &record) ==
         ZOK) {
       if (auto m = DecodeMemberRecord(record); m.ok()) {
+        drained_incarnation = m->incarnation;
         incarnation = std::to_string(m->incarnation);
       }
     }
@@ -401,7 +405,7 @@ bool ClusterMember::Step() {
       }
     }
     log::Info("cluster: {} is to be drained", a);
-    done(Status::OK());
+    done(drained_incarnation);
   }
   ManagerDuty();
   return true;

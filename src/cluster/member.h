@@ -203,11 +203,13 @@ class ClusterMember {
 
   // Asks the manager to move every shard away from the member at
   // `address` (remem cluster drain): recorded in ZooKeeper by this
-  // member's thread, which then calls done(OK), or done(error) if
-  // ZooKeeper refused it (while ZooKeeper is unreachable the request
+  // member's thread, which then calls done with the incarnation drained
+  // (the one registered at `address` then; 0 if none was), or done(error)
+  // if ZooKeeper refused it (while ZooKeeper is unreachable the request
   // waits; a member that stops drops it, and `done` with it). The drain
-  // goes on while that member is registered.
-  void RequestDrain(std::string address, util::MoveFunction<void(Status)> done);
+  // goes on while that incarnation is registered.
+  void RequestDrain(std::string address,
+                    util::MoveFunction<void(Result<uint64_t>)> done);
 
   // As manager: grants a member's lease (core method kClusterLease; the
   // request and reply are LeaseAsk and LeaseGrant, cluster/config.h).
@@ -423,7 +425,8 @@ class ClusterMember {
   };
   PauseParts pause_parts_;
   // Under mu_.
-  std::vector<std::pair<std::string, util::MoveFunction<void(Status)>>>
+  std::vector<
+      std::pair<std::string, util::MoveFunction<void(Result<uint64_t>)>>>
       drain_requests_;
   // The manager's sessions, by address (the member's thread only), and
   // those of its quick calls.

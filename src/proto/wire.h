@@ -170,10 +170,12 @@ enum class CoreMethod : uint8_t {
                        // server installed last (src/cluster/config.h);
                        // Unsupported outside a cluster, Busy before the
                        // first configuration
-  kClusterDrain = 7,   // request: a member's address; empty reply once the
+  kClusterDrain = 7,   // request: a member's address; reply, once the
                        // drain is recorded (the manager then moves its
-                       // shards away); Unsupported outside a cluster,
-                       // NotFound for an address not in the configuration
+                       // shards away): the incarnation drained (u64, 0 if
+                       // none was registered); Unsupported outside a
+                       // cluster, NotFound for an address not in the
+                       // configuration
   kClusterLease = 8,   // request: a member's lease request
                        // (cluster/wire.h); reply: the manager's grant.
                        // Conflict from a member that is not the manager

@@ -27,6 +27,7 @@
 #include "fabric/memory_region.h"
 #include "fabric/worker.h"
 #include "fabric/worker_address.h"
+#include "proto/buffer.h"
 #include "proto/codec.h"
 #include "server/acceptor.h"
 #include "server/dispatcher.h"
@@ -253,9 +254,19 @@ void CoreService::Handle(PartitionId, Call call) {
       }
       // Answered once the drain is in ZooKeeper (a member killed before
       // it got there has not acknowledged it).
+      // The reply names the incarnation drained, so that a client waiting
+      // for the drain can tell a server restarted at that address meanwhile
+      // (a new member, not drained).
       m->RequestDrain(std::move(call.payload),
                       [responder = std::move(call.responder)](
-                          Status st) mutable { responder.Reply(st); });
+                          Result<uint64_t> drained) mutable {
+                        if (!drained.ok()) {
+                          return responder.Reply(drained.status());
+                        }
+                        std::string reply;
+                        proto::Append(&reply, *drained);
+                        responder.Reply(Status::OK(), std::move(reply));
+                      });
       return;
     }
     case M::kError:
