@@ -1349,8 +1349,15 @@ size_t HashService::DiscardStep_st(PartitionId p) {
 
 size_t HashService::DeleteShardsNotHeld_st(Partition& part,
                                            const std::vector<uint8_t>& holds) {
-  const std::vector<std::string> keys =
-      KeysOfShards_st(part, holds, /*in_set=*/false);
+  Table& table = *part.table;
+  const uint32_t num_shards = uint32_t(holds.size());
+  std::vector<std::string> keys;
+  table.ScanBuckets(0, table.num_buckets(),
+                    [&](std::string_view k, std::string_view, uint64_t) {
+                      if (holds[cluster::ShardOf(k, num_shards)] == 0) {
+                        keys.emplace_back(k);
+                      }
+                    });
   // Logged where the log takes writes; in memory in any case (a restart
   // purges again).
   DeletePairs_st(
@@ -1358,21 +1365,6 @@ size_t HashService::DeleteShardsNotHeld_st(Partition& part,
       part.store != nullptr && !keys.empty() && part.store->Writable().ok());
   UpdateCounters_st(part);
   return keys.size();
-}
-
-std::vector<std::string> HashService::KeysOfShards_st(
-    Partition& part, const std::vector<uint8_t>& set, bool in_set) {
-  Table& table = *part.table;
-  const uint32_t num_shards = uint32_t(set.size());
-  std::vector<std::string> keys;
-  table.ScanBuckets(
-      0, table.num_buckets(),
-      [&](std::string_view k, std::string_view, uint64_t) {
-        if ((set[cluster::ShardOf(k, num_shards)] != 0) == in_set) {
-          keys.emplace_back(k);
-        }
-      });
-  return keys;
 }
 
 void HashService::DeletePairs_st(Partition& part,

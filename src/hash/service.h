@@ -354,14 +354,10 @@ class HashService final : public server::Service {
   // the shards still marked, logged where the log takes writes; the work done.
   size_t DiscardStep_st(server::PartitionId p);
   // Deletes the pairs of `part` whose shard `holds` does not mark (one
-  // entry per shard), logged where the log takes writes; how many.
+  // entry per shard; a scan of the whole table), logged where the log takes
+  // writes; how many.
   size_t DeleteShardsNotHeld_st(Partition& part,
                                 const std::vector<uint8_t>& holds);
-  // The keys of `part` whose shard is (in_set) or is not (!in_set) marked
-  // in `set` (one entry per shard): a scan of the whole table.
-  std::vector<std::string> KeysOfShards_st(Partition& part,
-                                           const std::vector<uint8_t>& set,
-                                           bool in_set);
   // Deletes `keys` from `part`, each delete logged if `logged` (the
   // partition's log takes writes); none is a change to send to a new owner.
   void DeletePairs_st(Partition& part, const std::vector<std::string>& keys,
