@@ -299,10 +299,10 @@ class Cluster {
   // The cluster's ordered store, owned by this Cluster (the same object on
   // every call; `options` count at the first call only). Unsupported if
   // the cluster was formed without --tree-splits. In a replicated cluster
-  // a range's server never vouches for what a one-sided search read (one
-  // could see a write the range's backup does not hold yet): such a search
-  // asks the server after, and over a network the gets and scans go by
-  // RPC at once, whatever `options` say.
+  // a one-sided search returns what it read only if the range's backups
+  // hold every write its leaves show (the range server's mark says so),
+  // else it asks the server; over a network the gets and scans go by RPC
+  // at once, whatever `options` say.
   Result<ClusterTree*> Tree(const TreeOptions& options = {});
 
   // Routing counters: refusals (Moved) seen and configurations fetched;
@@ -341,9 +341,12 @@ class Cluster {
 // range's owner, which it opens at first use (reading one-sided or asking
 // the server, as TreeOptions and the session's read path say). Ranges are
 // placed when the cluster forms and move as shards do (a server that joins
-// takes some, a drained one gives its own away); they are not replicated:
-// a server that is down answers Unavailable for the keys of its ranges
-// (the client reconnects on a later operation). Refusals are retried as
+// takes some, a drained one gives its own away). Without replicas a server
+// that is down answers Unavailable for the keys of its ranges (the client
+// reconnects on a later operation); with them (--replicas) each range
+// rides a hash shard, with its backups, and fails over with it (one-sided
+// searches of a replicated range return only what its backups hold, else
+// ask the server, whose answers wait for them). Refusals are retried as
 // the hash store's are: Busy (a member installing its configuration, a
 // range being handed over) after a pause, Moved after a refresh, within
 // the session timeout.
@@ -428,6 +431,12 @@ class ClusterTree {
   // The limits of the trees (the same on every server of a build).
   uint32_t max_key() const;
   uint32_t max_scan() const;
+  // The read counters of every server's TreeStore, summed (those of stores
+  // closed since included): how many gets and scan pages were answered
+  // one-sided, and how many one-sided results were not vouched for (in a
+  // replicated cluster: writes not yet held by the backups) and asked of
+  // the server instead.
+  TreeStore::ReadStats read_stats() const;
 
  private:
   friend class Cluster;

@@ -108,6 +108,8 @@ struct Cluster::Impl {
   // Read counters of stores closed since (a server that went away, a read
   // path that changed): route_stats counts them too.
   RouteStats dropped;
+  // The same for the ordered store (ClusterTree::read_stats).
+  TreeStore::ReadStats dropped_tree;
   size_t in_flight = 0;
   Status first_error;
   bool stale = false;
@@ -161,6 +163,7 @@ struct Cluster::Impl {
         std::vector<Server> now = std::move(dead);
         dead.clear();
         for (Server& s : now) {
+          if (s.tree) AddTreeReads(*s.tree, &dropped_tree);
           s.tree.reset();
           s.ops.reset();
           s.replica.reset();
@@ -221,6 +224,20 @@ struct Cluster::Impl {
     to->onesided_gets += r.onesided_gets;
     to->rpc_gets += r.rpc_gets;
     to->unreplicated += r.unreplicated;
+  }
+  // Adds a TreeStore's read counters to `to`.
+  static void AddTreeReads(const TreeStore& tree, TreeStore::ReadStats* to) {
+    const TreeStore::ReadStats& r = tree.read_stats();
+    to->onesided_gets += r.onesided_gets;
+    to->rpc_gets += r.rpc_gets;
+    to->onesided_scans += r.onesided_scans;
+    to->rpc_scans += r.rpc_scans;
+    to->reads += r.reads;
+    to->retries += r.retries;
+    to->fallbacks += r.fallbacks;
+    to->unvouched += r.unvouched;
+    to->cache_hits += r.cache_hits;
+    to->moves_right += r.moves_right;
   }
   // Closes a server's store; its read counters stay in route_stats.
   void DropStore(Server& s) {
@@ -584,12 +601,13 @@ struct Cluster::Impl {
       Session* session = server->session.get();
       const uint64_t generation = loop_generation;
       ++depth;  // the session stays, even if a callback finds it broken
-      // A replicated cluster's ranges are never vouched for to one-sided
-      // readers (their mark cannot say what the backups hold): over a
-      // network a one-sided search would cost the server a read per node
-      // only to ask it after (YCSB-E over tcp, f = 1: 9.6 k scans/s against
-      // 37 k by RPC). On shared memory the search is left to the read path
-      // (it costs the client only, and measured faster than RPC alone:
+      // Over a network a replicated cluster's ranges are searched by RPC: a
+      // one-sided search costs the server a served read per node, and the
+      // leaves a workload's writes just changed are not vouched for until
+      // their batch is held, so their search asks the server after (before
+      // the tree's mark had a replicated half, YCSB-E over tcp, f = 1: 9.6 k
+      // scans/s one-sided against 37 k by RPC). On shared memory the
+      // search is left to the read path (it costs the client only:
       // docs/BENCHMARKS.md, "Replication").
       TreeOptions options = tree_options;
       if (config.replicas > 0 && !session->reads_are_local()) {
@@ -1917,6 +1935,18 @@ const std::string& ClusterTree::OwnerOf(std::string_view key) const {
   const cluster::Config& c = impl_->config;
   if (!c.ordered()) return kNone;
   return c.members[c.range_owner[c.RangeOf(key)]].address;
+}
+
+TreeStore::ReadStats ClusterTree::read_stats() const {
+  const Cluster::Impl& im = *impl_;
+  TreeStore::ReadStats st = im.dropped_tree;
+  for (const auto& [addr, s] : im.servers) {
+    if (s.tree) Cluster::Impl::AddTreeReads(*s.tree, &st);
+  }
+  for (const auto& s : im.dead) {
+    if (s.tree) Cluster::Impl::AddTreeReads(*s.tree, &st);
+  }
+  return st;
 }
 
 uint32_t ClusterTree::max_key() const { return tree::kMaxKey; }

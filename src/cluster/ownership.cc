@@ -169,10 +169,11 @@ uint64_t Ownership::ServingWord_locked() const {
 
 uint64_t Ownership::RangeServingWord_locked() const {
   const Installed* c = current();
-  // Replicated: a leaf read one-sided may hold a write its backups do not
-  // hold yet, and the tree's mark has no replicated half to say so: every
-  // reader asks the server (whose reads wait for the backups).
-  if (c == nullptr || c->self < 0 || !c->config.ordered() || c->replicated) {
+  // Replicated, a promotion's resync holds it as it holds the shards' word
+  // (a leaf read one-sided may hold a write the other backups lack; the
+  // tree's mark then tells which writes its backups hold).
+  if (c == nullptr || c->self < 0 || !c->config.ordered() ||
+      resyncs_left_ > 0) {
     return 0;
   }
   if (c->any_range_outgoing) {

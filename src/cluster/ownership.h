@@ -55,8 +55,7 @@
 // word of their own (SetRangeServingListener): the installed epoch and
 // the epoch since which this server has owned the same ranges, or 0 (no
 // configuration served, a range frozen or released on its way out, or a
-// replicated configuration: the tree's mark cannot say what its backups
-// hold, so its readers ask the server).
+// promotion's resync under way, below).
 //
 // Thread contract: Install, Freeze, Release, FreezeRanges, ReleaseRanges
 // and PurgeDone from any thread
@@ -151,12 +150,13 @@ class Ownership {
   // Promotions (replicated clusters): a member made primary of shards it
   // backed up may hold the dead primary's last records, which the other
   // backups may lack; it must not vouch for them to one-sided readers
-  // before it has sent them on (hash/service.h, Resync_st). `parts` parts
-  // of the data path each call ResyncDone(epoch) once they have done so
-  // for the configuration `epoch` they found installed. From an install
-  // that gives this member a shard it did not own (after the first) until
-  // every part has reported for the epoch installed last, the serving word
-  // is 0 (one-sided readers ask the server, whose reads wait for those
+  // before it has sent them on (hash/service.h and tree/service.h,
+  // Resync_st). `parts` parts of the data path each call ResyncDone(epoch)
+  // once they have done so for the configuration `epoch` they found
+  // installed. From an install that gives this member a shard it did not
+  // own (after the first) until every part has reported for the epoch
+  // installed last, the serving word and the range serving word are 0
+  // (one-sided readers ask the server, whose reads wait for those
   // records). Called before the first Install.
   void RequireResync(uint32_t parts) const;
   void ResyncDone(uint32_t epoch) const;

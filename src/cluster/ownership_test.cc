@@ -372,13 +372,16 @@ TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
 
 // Replicated ordered ranges ride their carrier shards (config.h): the
 // range's owner serves it under its lease, the carrier's backup backs it
-// up and may keep it, and one-sided readers are never vouched for (the
-// range serving word stays 0).
+// up and may keep it, and one-sided readers are vouched for as in an
+// unreplicated cluster (the tree's mark then says which writes the backups
+// hold), but from a promotion until its resync is done (RequireResync),
+// when the range serving word is 0 as the shards' serving word is.
 TEST(Ownership, AReplicatedRangeIsServedAndBackedUpAsItsCarrier) {
-  const Config c = InitialConfig("c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}}, 64, 1,
-                                 std::vector<std::string>{"m"});
+  Config c = InitialConfig("c", 1, {{"a:1", 1, 7}, {"b:1", 1, 8}}, 64, 1,
+                           std::vector<std::string>{"m"});
   ASSERT_EQ(c.num_ranges(), 2u);
   Ownership a("a:1", 7), b("b:1", 8);
+  a.RequireResync(1);
   std::vector<uint64_t> words;
   a.SetRangeServingListener([&](uint64_t w) { words.push_back(w); });
   ASSERT_TRUE(a.Install(c));
@@ -399,8 +402,21 @@ TEST(Ownership, AReplicatedRangeIsServedAndBackedUpAsItsCarrier) {
   EXPECT_FALSE(Ownership::FillsRange(*backup.current(), 0));
   EXPECT_TRUE(Ownership::MayKeepRange(*backup.current(), 0));
   EXPECT_TRUE(Ownership::MayKeepRange(*primary.current(), 0));
-  for (uint64_t w : words) EXPECT_EQ(w, 0u);
-  EXPECT_FALSE(words.empty());
+  constexpr uint64_t kEpoch1 = 1ull | 1ull << 32;
+  EXPECT_EQ(a.range_serving_word(), kEpoch1);
+  EXPECT_EQ(words.back(), kEpoch1);
+  // b:1 fails over: a:1 leads its shards, and so the range b:1 carried,
+  // and vouches for no range before its resync is done.
+  c.epoch = 2;
+  for (auto& owner : c.owner) owner = 0;
+  for (auto& backup : c.backups) backup = kNoMember;
+  c.FollowCarriers();
+  ASSERT_TRUE(a.Install(c));
+  EXPECT_EQ(a.range_serving_word(), 0u);
+  a.ResyncDone(2);
+  EXPECT_EQ(a.range_serving_word(), 2ull | 2ull << 32);
+  EXPECT_EQ(words.back(), 2ull | 2ull << 32);
+  a.SetRangeServingListener(nullptr);
   // A lapsed lease refuses the range too.
   Ownership lapsed(owner0 == 0 ? "a:1" : "b:1", owner0 == 0 ? 7 : 8);
   ASSERT_TRUE(lapsed.Install(c));

@@ -48,7 +48,9 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 // 10: sealed payloads (kFlagSealed).
 // 11: the serving thread's endpoint notice (kAmEndpointNotice), which the
 //     client waits for before it creates its endpoint.
-inline constexpr uint16_t kWireVersion = 11;
+// 12: the ordered store's layout 6 (a node's stamp, the tree mark's
+//     replicated half).
+inline constexpr uint16_t kWireVersion = 12;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

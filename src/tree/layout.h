@@ -8,7 +8,8 @@
 // `serving` half is the member's range serving word: cluster/ownership.h)
 // at kTreeServingMarkOffset, which a one-sided reader in a cluster checks
 // after each search as a hash reader checks its partition's (hash/layout.h,
-// "Serving mark"; the `replicated` half is always 0); from kNodesOffset on the
+// "Serving mark"; its `replicated` half is the tree's: versions up to it,
+// of writes this server made, are on every backup); from kNodesOffset on the
 // region is an arena of 64 KiB pages (hash::SlabAllocator, the hash store's
 // slab scheme), each holding either nodes (the node slots wholly inside it: 64
 // of 1 KiB, or 63 when an extent of a class over 64 KiB left the page off a
@@ -67,6 +68,15 @@
 // the leaf that stopped naming them is: a reader holding an older leaf copy
 // finds the incarnation changed and reads the leaf again.
 //
+// Stamps: every node is published with the tree's last version then in its
+// header (`stamp`); every write consumes its version before it publishes,
+// so a leaf's stamp is at least the version of every write (put or delete)
+// whose result it shows. A one-sided reader of a replicated range trusts
+// what its leaves say (a value, or a key's absence) only if the highest
+// stamp among them is within the serving mark's `replicated` half, read
+// after them: then every write they show is on the range's backups, and no
+// failover can undo it (docs/ARCHITECTURE.md, "Replicated ordered ranges").
+//
 // Merges: a delete that leaves a node under a quarter full merges it with
 // a sibling of the same parent when both fit in three quarters of a node:
 // the left one takes over the right one's entries and range (published
@@ -116,7 +126,9 @@ inline constexpr uint32_t kTreeRootMagic = 0x45455254;  // "TREE"
 // 3: out-of-line keys (KeyRef), 32-bit scan item key lengths.
 // 4: a node's checksum covers its bytes in use, not the whole node.
 // 5: the serving mark at kTreeServingMarkOffset (ordered ranges move).
-inline constexpr uint16_t kTreeLayoutVersion = 5;
+// 6: a node's stamp; the serving mark's replicated half (one-sided reads of
+//    replicated ranges).
+inline constexpr uint16_t kTreeLayoutVersion = 6;
 inline constexpr uint64_t kTreeServingMarkOffset = 64;
 inline constexpr uint8_t kMaxLevels = 32;
 
@@ -180,7 +192,7 @@ struct NodeHeader {
   uint16_t high_len;  // bytes of the high fence key (0 without kHasHigh)
   uint16_t used;      // bytes after the header in use (fences + entries)
   uint16_t reserved;
-  uint64_t reserved2;
+  uint64_t stamp;  // the tree's last version when it was published (above)
 };
 static_assert(sizeof(NodeHeader) == 48);
 

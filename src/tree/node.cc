@@ -352,10 +352,12 @@ size_t NodeContent::Bytes() const {
   return n;
 }
 
-void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image) {
+void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image,
+                uint64_t stamp) {
   std::memset(image, 0, kNodeBytes);
   NodeHeader h{};
   h.version = version;
+  h.stamp = stamp;
   h.magic = kNodeMagic;
   h.self = c.self;
   h.right = c.right;

@@ -105,6 +105,7 @@ class NodeView {
   bool leaf() const { return h_.level == 0; }
   uint32_t right() const { return h_.right; }
   uint64_t version() const { return h_.version; }
+  uint64_t stamp() const { return h_.stamp; }
   size_t count() const { return h_.count; }
   std::string_view low() const { return low_; }
   bool has_high() const { return (h_.flags & kHasHigh) != 0; }
@@ -204,10 +205,11 @@ struct NodeContent {
 };
 
 NodeContent Decode(const NodeView& v);
-// Writes the node image (kNodeBytes) with `version` (even) and its
-// checksum. The content must fit (Fits()), and every key over
-// kMaxInlineKey bytes must name its key extent.
-void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image);
+// Writes the node image (kNodeBytes) with `version` (even), `stamp`
+// (layout.h, "Stamps") and its checksum. The content must fit (Fits()), and
+// every key over kMaxInlineKey bytes must name its key extent.
+void EncodeNode(const NodeContent& c, uint64_t version, uint8_t* image,
+                uint64_t stamp = 0);
 // Calls fn(ref) for each long key of `c`.
 template <typename Fn>
 void ForEachKeyRef(const NodeContent& c, Fn fn) {

@@ -1,5 +1,6 @@
 #include "tree/search.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace remem::tree {
@@ -212,7 +213,10 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         again = true;
         break;
       }
-      if (v.leaf()) return Status::OK();
+      if (v.leaf()) {
+        stats->max_stamp = std::max(stats->max_stamp, v.stamp());
+        return Status::OK();
+      }
       const size_t i = ChildIndex(v, t);
       if (i >= v.count()) {
         again = true;
@@ -346,6 +350,7 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
                                   : src->Fetch(next, scratch, &leaf);
       if (st.code() == StatusCode::kBusy) return st;
       ++stats->nodes_read;
+      if (st.ok()) stats->max_stamp = std::max(stats->max_stamp, leaf.stamp());
       // Not the leaf that follows (or merged away): find it from the root.
       find = !st.ok() || !leaf.leaf() || leaf.dead() || leaf.low() != cursor;
     }

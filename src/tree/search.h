@@ -154,6 +154,9 @@ struct SearchStats {
   uint64_t moves_right = 0;   // siblings followed
   uint64_t restarts = 0;      // searches started again from the root
   uint64_t stale_values = 0;  // leaves read again: an extent had changed
+  // The highest stamp (layout.h, "Stamps") of the leaves fetched: at least
+  // that of every leaf an answer was taken from.
+  uint64_t max_stamp = 0;
 };
 
 // Finds the leaf for `t`: on OK, *leaf is a parsed view (its bytes in

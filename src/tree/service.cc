@@ -71,6 +71,7 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     // (ownership.h; the Ownership and whatever installs configurations are
     // destroyed before the services, so the listener never outlives this).
     PublishRangeMark(0);
+    StoreReplicatedHalf(0);
     cluster_->SetRangeServingListener(
         [this](uint64_t word) { PublishRangeMark(word); });
     // What the tree holds of ranges no configuration gives it goes: once
@@ -78,6 +79,8 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     // (on partition 0's thread, after whatever it is running: an import
     // admitted under the configuration before is deleted after it).
     cluster_->RequirePurge(1);
+    // Replicated, a promotion's resync (Resync_st) holds the serving word.
+    if (replicator_ != nullptr) cluster_->RequireResync(1);
     cluster_->AddInstallListener(
         [this](const cluster::Ownership::Installed& c) {
           ctx_->RunOn(0, [this, &c] {
@@ -105,12 +108,23 @@ void TreeService::PublishRangeMark(uint64_t word) {
   // whole, and a copy torn between two publishes fails the check.
   auto* mark =
       reinterpret_cast<uint64_t*>(region_->base() + kTreeServingMarkOffset);
-  const uint64_t none = 0;
   __atomic_store_n(&mark[0], word, __ATOMIC_RELEASE);
   __atomic_store_n(&mark[1], hash::MarkCheck(word, hash::kServingHalf),
                    __ATOMIC_RELEASE);
-  __atomic_store_n(&mark[2], none, __ATOMIC_RELEASE);
-  __atomic_store_n(&mark[3], hash::MarkCheck(none, hash::kReplicatedHalf),
+}
+
+void TreeService::PublishReplicated_st(uint64_t version) {
+  if (version <= repl_mark_) return;
+  repl_mark_ = version;
+  StoreReplicatedHalf(version);
+}
+
+void TreeService::StoreReplicatedHalf(uint64_t version) {
+  auto* mark =
+      reinterpret_cast<uint64_t*>(region_->base() + kTreeServingMarkOffset +
+                                  offsetof(hash::ServingMark, replicated));
+  __atomic_store_n(&mark[0], version, __ATOMIC_RELEASE);
+  __atomic_store_n(&mark[1], hash::MarkCheck(version, hash::kReplicatedHalf),
                    __ATOMIC_RELEASE);
 }
 
@@ -714,6 +728,10 @@ size_t TreeService::OnPass(PartitionId p) {
   }
   FillStep_st();
   ShipBatch_st();
+  // Every record noted is held: so is every version issued.
+  if (!repl_batch_ && !repl_in_flight_ && Replicating()) {
+    PublishReplicated_st(tree_->last_version());
+  }
   size_t work = emptying_.empty() ? 0 : EmptyStep_st();
   if (!deleting_.empty()) work += DeleteStep_st();
   return work;
@@ -865,6 +883,7 @@ void TreeService::Resync_st() {
   const cluster::Ownership::Installed* c = cluster_->current();
   if (c == nullptr || c->config.epoch <= resync_epoch_) return;
   resync_epoch_ = c->config.epoch;
+  resync_report_ = c->config.epoch;
   const uint32_t n = c->config.num_ranges();
   std::vector<uint8_t> owned(n, 0);
   for (uint32_t r = 0; r < n && c->self >= 0; ++r) {
@@ -892,6 +911,7 @@ void TreeService::Resync_st() {
         log::Warn("tree: resync of a promoted range's key: {}", got.ToString());
         continue;
       }
+      resync_upto_ = repl_noted_;
       resync_records_.Add(1);
     }
   }
@@ -902,6 +922,13 @@ void TreeService::Resync_st() {
         [&](const cluster::Member& m) { return m.incarnation == kv.first; });
   });
   resync_owned_ = std::move(owned);
+  ReportResync_st();
+}
+
+void TreeService::ReportResync_st() {
+  if (resync_report_ == 0 || repl_done_ < resync_upto_) return;
+  cluster_->ResyncDone(resync_report_);
+  resync_report_ = 0;
 }
 
 void TreeService::ReplyAfter_st(server::Responder responder, Status status,
@@ -951,20 +978,29 @@ void TreeService::ShipBatch_st() {
   repl_in_flight_ = true;
   const uint64_t upto = repl_noted_;
   // With the tree's highest version: a backup promoted later issues
-  // versions above every one issued here.
+  // versions above every one issued here. Every record of a version up to
+  // it was noted before this send (one thread), so once the batch is held
+  // the mark's replicated half may say so.
+  const uint64_t sent = tree_->last_version();
   replicator_->Replicate(
-      batch->Finish({}, tree_->last_version(), false, cluster_->incarnation()),
+      batch->Finish({}, sent, false, cluster_->incarnation()),
       std::move(shards), {kTreeService, MethodId(TreeMethod::kReplicate)},
-      [this, upto](Status st) {
-        ctx_->RunOn(0, [this, upto, st = std::move(st)]() mutable {
-          Replicated_st(upto, std::move(st));
+      [this, upto, sent](Status st) {
+        ctx_->RunOn(0, [this, upto, sent, st = std::move(st)]() mutable {
+          Replicated_st(upto, sent, std::move(st));
         });
       });
 }
 
-void TreeService::Replicated_st(uint64_t upto, Status status) {
+void TreeService::Replicated_st(uint64_t upto, uint64_t sent, Status status) {
   repl_in_flight_ = false;
   repl_done_ = upto;
+  // Also when it failed: the replicator gives a batch up only when a
+  // carrier shard of it was taken from this server, whose ranges then are
+  // no longer its to vouch for (the range serving word changed when that
+  // configuration was installed); the backups held the others.
+  PublishReplicated_st(sent);
+  ReportResync_st();
   if (!status.ok()) {
     for (auto& [r, fill] : fills_) {
       if (fill.failed.ok()) fill.failed = status;

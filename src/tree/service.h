@@ -35,10 +35,15 @@
 // kRangeForFill empties it first).
 //
 // One-sided readers in a cluster check a serving mark in the tree's
-// region (hash::ServingMark at kTreeServingMarkOffset, written from
-// Ownership's range serving word) after each search: a range that moved
-// away, or is on its way, is never read one-sided from here by a client
-// whose configuration still names this server.
+// region (hash::ServingMark at kTreeServingMarkOffset, its serving half
+// written from Ownership's range serving word) after each search: a range
+// that moved away, or is on its way, is never read one-sided from here by
+// a client whose configuration still names this server. Replicated, its
+// replicated half says which writes the backups hold (versions up to it:
+// raised when a batch is held to the tree's last version when it was
+// sent, and at the end of a pass with no record unsent or unheld to the
+// last version), and a reader trusts leaves only if their stamps are
+// within it (layout.h, "Stamps").
 //
 // With persistence the tree is partition 0's durable state of service
 // "tree" (DurableTree): writes are logged (the RESULT: key, value, new
@@ -163,8 +168,12 @@ class TreeService final : public server::Service {
   // what this tree holds of ranges `c` gives no role here (an abandoned
   // move's copy; a range moved away while its release was skipped).
   void SettleRanges_st(const cluster::Ownership::Installed& c);
-  // Writes the range serving word into the region's mark.
+  // Writes the range serving word into the region's mark (its serving
+  // half; any thread).
   void PublishRangeMark(uint64_t word);
+  // Raises the mark's replicated half to `version` (owner thread).
+  void PublishReplicated_st(uint64_t version);
+  void StoreReplicatedHalf(uint64_t version);
 
   // Replication (a replicated cluster; owner thread). Each write is logged
   // (if persistent) and noted as a record in this pass's batch, which goes
@@ -195,10 +204,12 @@ class TreeService final : public server::Service {
   // batches (retained_) brought here are sent on again as the tree holds
   // them now, and marked not held, so no read returns them before the
   // other backups hold them too (with two backups or more, a primary that
-  // died may have reached only this one). As HashService::Resync_st; the
-  // tree needs no Ownership::RequireResync, since a replicated range is
-  // never vouched for to one-sided readers.
+  // died may have reached only this one). As HashService::Resync_st: the
+  // tree is one of Ownership::RequireResync's parts, and reports each epoch
+  // (ReportResync_st) once those records are held, so one-sided readers
+  // are not vouched for them before.
   void Resync_st();
+  void ReportResync_st();
   // Replies once the first `upto` records are held by the backups (with
   // their error if they could not be) and, if `wrote`, everything written
   // so far is durable; a read (!wrote) is answered only while this member
@@ -206,7 +217,9 @@ class TreeService final : public server::Service {
   void ReplyAfter_st(server::Responder responder, Status status,
                      std::string payload, uint64_t upto, bool wrote);
   void ShipBatch_st();
-  void Replicated_st(uint64_t upto, Status status);
+  // A batch of the first `upto` records, sent when the tree's last version
+  // was `sent`, is held by the backups (or could not be: `status`).
+  void Replicated_st(uint64_t upto, uint64_t sent, Status status);
   // As a backup: applies a primary's batch (TreeMethod::kReplicate).
   void Replicate_st(server::Call call);
   // Re-replication, at a range's primary (TreeMethod::kRangeFill): starts
@@ -273,9 +286,14 @@ class TreeService final : public server::Service {
     std::vector<uint32_t> items;
   };
   std::map<uint64_t, Retained> retained_;
-  // Resync_st: the epoch it ran for last, and the ranges owned then.
+  // Resync_st: the epoch it ran for last, and the ranges owned then; the
+  // epoch to report to Ownership once the first resync_upto_ records are
+  // held (0: reported).
   uint32_t resync_epoch_ = 0;
   std::vector<uint8_t> resync_owned_;
+  uint32_t resync_report_ = 0;
+  uint64_t resync_upto_ = 0;
+  uint64_t repl_mark_ = 0;  // the mark's replicated half (owner thread)
   server::Counter resync_records_;
   // Copies of ranges to backups being filled, by range (owner thread).
   struct RangeFill {

@@ -351,21 +351,24 @@ struct TreeStore::Impl {
   uint32_t stale_epoch = UINT32_MAX;
 
   // After a one-sided search in a cluster (the session routed by a
-  // configuration): OK if the tree's serving mark (tree/layout.h) says
-  // this server owned the same ranges at the session's epoch and still
-  // does, so what the search read is the range owner's; Moved (once per
-  // epoch) if the server's ranges changed after that epoch (the cluster
-  // client fetches the configuration again); else Busy (ask the server:
-  // a range on its way out, or an epoch the server has not installed).
-  Status RangesCovered() {
+  // configuration) whose leaves' highest stamp was `stamp`: OK if the
+  // tree's serving mark (tree/layout.h) says this server owned the same
+  // ranges at the session's epoch and still does, so what the search read
+  // is the range owner's, and (replicated) that the backups hold every
+  // write those leaves show; Moved (once per epoch) if the server's ranges
+  // changed after that epoch (the cluster client fetches the configuration
+  // again); else Busy (ask the server: a range on its way out, an epoch
+  // the server has not installed, or writes not yet held by the backups).
+  Status RangesCovered(uint64_t stamp) {
     if (!core->serving_checked()) return Status::OK();
     const uint32_t epoch = core->serving_epoch();
+    if (!core->serving_versions_checked()) stamp = 0;
     hash::ServingMark mark;
     for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
       REMEM_RETURN_IF_ERROR(core->ReadNow(
           info.region, tree::kTreeServingMarkOffset, &mark, sizeof(mark)));
       ++stats.reads;
-      switch (hash::JudgeServingMark(mark, epoch, 0)) {
+      switch (hash::JudgeServingMark(mark, epoch, stamp)) {
         case hash::MarkVerdict::kTrusted:
           return Status::OK();
         case hash::MarkVerdict::kTorn:
@@ -387,15 +390,16 @@ struct TreeStore::Impl {
     }
     return Status::Busy("the serving mark did not verify");
   }
-  // After a one-sided search that found its answer: OK if it may be
-  // returned; Moved to return instead; else gave_up (ask the server).
-  Status Vouched(bool* gave_up) {
+  // After a one-sided search that found its answer in leaves whose
+  // highest stamp was `stamp`: OK if it may be returned; Moved to return
+  // instead; else gave_up (ask the server).
+  Status Vouched(uint64_t stamp, bool* gave_up) {
     if (!core->Vouch().ok()) {
       ++stats.unvouched;
       *gave_up = true;
       return Status::OK();
     }
-    Status c = RangesCovered();
+    Status c = RangesCovered(stamp);
     if (c.ok() || c.code() == StatusCode::kMoved) return c;
     ++stats.unvouched;
     *gave_up = true;
@@ -414,7 +418,7 @@ struct TreeStore::Impl {
     stats.cache_hits += cache.hits - hits;
     Count(s);
     if (st.ok() || st.code() == StatusCode::kNotFound) {
-      Status v = Vouched(gave_up);
+      Status v = Vouched(s.max_stamp, gave_up);
       return v.ok() ? st : v;
     }
     *gave_up = true;
@@ -430,7 +434,7 @@ struct TreeStore::Impl {
     stats.cache_hits += cache.hits - hits;
     Count(s);
     if (st.ok()) {
-      Status v = Vouched(gave_up);
+      Status v = Vouched(s.max_stamp, gave_up);
       if (!v.ok()) {
         tree::ClearPage(page);
         return v;

@@ -175,7 +175,7 @@ void BLinkTree::Publish(uint32_t index, const NodeContent& c) {
   std::memcpy(&old, node + 8, 8);
   const uint64_t version = (old | 1) + 1;
   uint8_t image[kNodeBytes];
-  EncodeNode(c, version, image);
+  EncodeNode(c, version, image, version_);
   StoreWord(node + 8, old | 1);  // odd: being written
   constexpr size_t kHalf = kNodeBytes / 2;
   hash::StoreWords(node + 16, image + 16, kHalf - 16);
@@ -260,6 +260,9 @@ Status BLinkTree::RestoreDelete(std::string_view key, uint64_t version) {
   View(leaf, &v);
   const size_t i = v.LowerBound(key);
   if (i < v.count() && v.key(i) == key && v.entry_version(i) < version) {
+    // The delete consumes `version` at least before the leaf shows it
+    // (layout.h, "Stamps").
+    RaiseVersion(version - 1);
     REMEM_RETURN_IF_ERROR(Delete(key));
   }
   RaiseVersion(version);
@@ -328,6 +331,10 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
   } else {
     c.entries.insert(c.entries.begin() + long(i), std::move(e));
   }
+  // Consumed before any node shows the write (layout.h, "Stamps"): a
+  // write that fails after this leaves a gap in the versions, which is
+  // harmless.
+  RaiseVersion(version);
   if (c.Fits()) {
     Publish(leaf, c);
   } else {
@@ -343,7 +350,6 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
   // No leaf names the old extent any more: a reader holding an older copy
   // finds its incarnation changed.
   if (!replaced.empty()) FreeExtent(replaced);
-  RaiseVersion(version);
   if (!exists) ++size_;
   return version;
 }
@@ -365,9 +371,9 @@ Status BLinkTree::Delete(std::string_view key) {
   std::string replaced;
   if (c.entries[i].out_of_line) replaced = std::move(c.entries[i].value);
   c.entries.erase(c.entries.begin() + long(i));
+  ++version_;  // before the leaf shows it (layout.h, "Stamps")
   Publish(leaf, c);
   if (!replaced.empty()) FreeExtent(replaced);
-  ++version_;
   --size_;
   Rebalance(leaf, std::move(c), std::move(path));
   return Status::OK();

@@ -462,6 +462,50 @@ TEST_F(TreeTest, AgreesWithAModelThroughSplitsScansAndDeletes) {
   EXPECT_GT(cache.hits, 0u);
 }
 
+// Every write is stamped into the leaves that show it (layout.h,
+// "Stamps"): a lookup or a scan after a put, a delete (merges too) or a
+// restore at a higher version reports, as its leaves' highest stamp, at
+// least that write's version, and never more than the tree's last one. A
+// one-sided reader of a replicated range compares it with the serving
+// mark's replicated half.
+TEST_F(TreeTest, LeavesAreStampedWithTheVersionsOfTheWritesTheyShow) {
+  CopySource copies(mem_.base);
+  std::mt19937_64 rng(5);
+  uint64_t checked = 0;
+  // Random writes, then most keys deleted in order (merges).
+  for (int i = 0; i < 5500; ++i) {
+    const std::string k = i < 4000 ? Key(rng() % 1500) : Key(i - 4000);
+    uint64_t wrote = 0;
+    if (i >= 4000 || rng() % 3 == 0) {
+      if (!tree_->Delete(k).ok()) continue;
+      wrote = tree_->last_version();
+    } else if (rng() % 50 == 0) {
+      wrote = tree_->last_version() + 1000;
+      ASSERT_TRUE(tree_->Restore(k, "restored", wrote).ok());
+    } else {
+      auto v = tree_->Put(k, "v" + std::to_string(i));
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      wrote = *v;
+    }
+    std::string value;
+    uint64_t version = 0;
+    SearchStats stats;
+    const Status st = Lookup(&copies, nullptr, k, &value, &version, &stats);
+    ASSERT_TRUE(st.ok() || st.code() == StatusCode::kNotFound) << st.ToString();
+    EXPECT_GE(stats.max_stamp, wrote) << k;
+    EXPECT_LE(stats.max_stamp, tree_->last_version()) << k;
+    ++checked;
+  }
+  EXPECT_GT(tree_->merges(), 0u) << "the test must cover merges";
+  EXPECT_GT(checked, 3500u);
+  // The whole tree: its newest write is in it.
+  ScanPage page;
+  SearchStats stats;
+  ASSERT_TRUE(
+      ScanRange(&copies, nullptr, "", "", 100000, false, &page, &stats).ok());
+  EXPECT_EQ(stats.max_stamp, tree_->last_version());
+}
+
 // One page reused for scans of varying lengths (YCSB-E's 1 to 100) keeps
 // its items' storage: a shorter page's leftover items wait in `spare`, and
 // a longer page takes them back instead of allocating two strings an item.
