@@ -337,7 +337,8 @@ int main(int argc, char** argv) {
       "[p..); \"\": one range). Ranges are spread over the first "
       "servers and move as shards do (joins, drains); every server of the "
       "cluster must agree. "
-      "Without it the cluster has no ordered store. Not with --replicas");
+      "Without it the cluster has no ordered store. With --replicas each "
+      "range rides a hash shard and is kept on its f + 1 servers");
   app.add_option("--failure-domain", cfg.failure_domain,
                  "with --cluster: the failure domain this server is in (a "
                  "rack, a host, a zone: [A-Za-z0-9_.-], up to 64 bytes); a "

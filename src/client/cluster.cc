@@ -1645,6 +1645,8 @@ Status Cluster::Drain(const std::string& address,
   // drained (the manager forgets the drain), and takes its share again:
   // asked who answers there now, the drain is over for this caller.
   std::unique_ptr<Session> probe;
+  // The last probe found no server answering at `address`.
+  bool silent = false;
   auto restarted = [&]() -> Status {
     if (drained == 0) return Status::OK();
     if (probe &&
@@ -1665,6 +1667,7 @@ Status Cluster::Drain(const std::string& address,
         probe = std::move(*s);
       }
     }
+    silent = probe == nullptr;
     if (!probe || probe->server_incarnation() == drained) return Status::OK();
     return Status::Conflict(
         address +
@@ -1700,7 +1703,11 @@ Status Cluster::Drain(const std::string& address,
           (im.config.ordered()
                ? " (the drain goes on; a range that no other server can hold "
                  "stays: the manager's cluster_ranges_refused counts those)"
-               : " (the drain goes on)"));
+               : " (the drain goes on)") +
+          (silent && im.config.replicas == 0
+               ? "; it does not answer: a server that is down keeps its "
+                 "shards until it returns"
+               : std::string()));
     }
     if (Clock::now() - last_probe >= kDrainProbeEvery) {
       REMEM_RETURN_IF_ERROR(restarted());
