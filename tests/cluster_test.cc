@@ -653,6 +653,58 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
   servers_.clear();
 }
 
+// A manager killed and started again at once at its address (as a service
+// manager restarts a crashed server) does not leave its registration and
+// election node standing for the rest of its ZooKeeper session (10 s here):
+// the new incarnation, finding its own address answering with itself,
+// replaces them, and the next server in line takes over as manager at once.
+// Before, every step the dead manager left half done (a move's hand-over,
+// past its point of no return, pauses the moving shards' writes) waited for
+// that session to expire.
+TEST_F(ClusterTest,
+       AServerStartedAgainAtItsAddressReplacesItsRegistrationAtOnce) {
+  constexpr int kSessionMs = 10000;  // the most the test ZooKeeper allows
+  for (int i = 0; i < 3; ++i) {
+    servers_.push_back(
+        StartServer({"--cluster", ClusterFlag(), "--cluster-size", "3",
+                     "--cluster-session-ms", std::to_string(kSessionMs),
+                     "--cluster-wait-ms", std::to_string(kSessionMs),
+                     "--data-dir", NewDataDir(), "--fsync", "always"}));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  auto cluster = Connect({servers_[0].address, servers_[1].address});
+  ASSERT_NE(cluster, nullptr);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(cluster->Put(Key(i), Val(i)).ok()) << Key(i);
+  }
+  std::vector<std::unique_ptr<Session>> probes;
+  for (const auto& sv : servers_) probes.push_back(ConnectOrDie(sv.address));
+  const int manager = WaitForOneManager(probes);
+  ASSERT_GE(manager, 0);
+  probes[size_t(manager)].reset();
+  ASSERT_TRUE(servers_[size_t(manager)].Restart().ok());  // kill -9, start
+  const uint64_t ready_ns = testing::NowNs();
+  probes[size_t(manager)] = ConnectOrDie(servers_[size_t(manager)].address);
+  EXPECT_EQ(WaitForStatOf(probes[size_t(manager)].get(),
+                          "cluster_zk_registered", 1, kBound),
+            1u);
+  const int successor = WaitForOneManager(probes);
+  const double ms = double(testing::NowNs() - ready_ns) / 1e6;
+  std::printf(
+      "%s: registered again and a new manager %.0f ms after the restart\n",
+      TransportFlag().c_str(), ms);
+  ASSERT_GE(successor, 0) << "no new configuration manager";
+  EXPECT_NE(successor, manager);
+  // Well within the dead incarnation's session (it never expired).
+  EXPECT_LT(ms, kSessionMs / 2);
+  for (int i = 0; i < 300; ++i) {
+    auto r = cluster->Get(Key(i));
+    ASSERT_TRUE(r.ok()) << Key(i) << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, Val(i));
+  }
+  ASSERT_TRUE(cluster->Put(Key(0), "after").ok());
+}
+
 // A refresh that no server answers says what each one said, and asks each
 // once: a member that is also a seed, or already connected, is not waited
 // for twice.

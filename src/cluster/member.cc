@@ -419,15 +419,28 @@ bool ClusterMember::Register() {
                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
   if (rc == ZNODEEXISTS) {
     ::Stat st{};
-    rc = zoo_exists(zh_, me.c_str(), 1, &st);
+    std::string held;
+    rc = Get(zh_, me, true, &held, &st);
     if (rc == ZOK && st.ephemeralOwner != zoo_client_id(zh_)->client_id) {
       // A predecessor at this address (killed, its session not yet
-      // expired) or another server claiming it: wait for the node to go.
-      log::Warn(
-          "cluster: {} is still registered by another session; waiting "
-          "for it to expire",
-          options_.self.address);
-      return false;
+      // expired) or another server claiming it. A predecessor that this
+      // server's own address no longer reaches is replaced at once: its
+      // nodes would otherwise stand for the whole session timeout, and if
+      // it was the configuration manager, every step it left half done
+      // (a hand-over past its point of no return: writes paused) would
+      // wait that long for the next one.
+      if (!ReplacePredecessor(held, st.version, st.ephemeralOwner)) {
+        if (!waiting_logged_) {
+          log::Warn(
+              "cluster: {} is still registered by another session; waiting "
+              "for it to expire",
+              options_.self.address);
+          waiting_logged_ = true;
+        }
+        return false;
+      }
+      rc = zoo_create(zh_, me.c_str(), record.data(), int(record.size()),
+                      &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
     }
     if (rc == ZNONODE) return false;  // gone meanwhile: retry at once
   }
@@ -449,8 +462,56 @@ bool ClusterMember::Register() {
     election_node_ = node.substr(node.rfind('/') + 1);
   }
   registered_.store(true);
+  waiting_logged_ = false;
   log::Info("cluster: {} registered in {} (election node {})",
             options_.self.address, base, election_node_);
+  return true;
+}
+
+bool ClusterMember::ReplacePredecessor(const std::string& record,
+                                       int32_t version, int64_t owner) {
+  auto held = DecodeMemberRecord(record);
+  if (!held.ok() || held->address != options_.self.address ||
+      held->incarnation == options_.self.incarnation) {
+    return false;
+  }
+  // Whoever answers at this address now: if it is this server, the
+  // registered incarnation is not reachable there (it died, or lost its
+  // listener: no client can use it as that member any more). Another
+  // server answering, or none, proves nothing: wait for the node to go.
+  SessionOptions so = options_.session;
+  so.server = options_.self.address;
+  so.timeout = std::chrono::milliseconds(500);
+  auto probe = Session::Connect(so);
+  if (!probe.ok() ||
+      (*probe)->server_incarnation() != options_.self.incarnation) {
+    return false;
+  }
+  const std::string& base = options_.target.path;
+  // Only the node seen (its version): a node made since is judged again.
+  const int rc =
+      zoo_delete(zh_, (base + "/members/" + held->address).c_str(), version);
+  if (rc != ZOK && rc != ZNONODE) return false;
+  // Its election node too, so that if it was the manager the next one in
+  // line takes over now.
+  std::vector<std::string> candidates;
+  if (Children(zh_, base + "/election", false, &candidates) == ZOK) {
+    for (const std::string& c : candidates) {
+      const std::string node = base + "/election/" + c;
+      std::string address;
+      ::Stat cs{};
+      if (c == election_node_ || Get(zh_, node, false, &address, &cs) != ZOK ||
+          address != options_.self.address || cs.ephemeralOwner != owner) {
+        continue;
+      }
+      (void)zoo_delete(zh_, node.c_str(), cs.version);
+    }
+  }
+  log::Warn(
+      "cluster: {} was still registered by its previous incarnation {} "
+      "(killed, its ZooKeeper session not yet expired), which no longer "
+      "answers at this address: its registration is replaced now",
+      options_.self.address, held->incarnation);
   return true;
 }
 

@@ -280,6 +280,13 @@ class ClusterMember {
   void Run();
   bool Step();  // one pass; false: the session is gone
   bool Register();
+  // Register's case of a registration at this address held by another
+  // ZooKeeper session (`record`, at node version `version`, of session
+  // `owner`): if it is an earlier incarnation of this server and this
+  // server's address now reaches this incarnation, deletes it and its
+  // election node (true); otherwise false (wait for it to expire).
+  bool ReplacePredecessor(const std::string& record, int32_t version,
+                          int64_t owner);
   void FollowConfig();
   void ManagerDuty();
   // Reads the manager's address from the first election node (`first`, or
@@ -363,6 +370,8 @@ class ClusterMember {
   // once).
   bool splits_warned_ = false;
   bool was_connected_ = true;  // the member's thread's
+  bool waiting_logged_ =
+      false;  // Register's wait, logged once (member's thread)
 
   std::mutex mu_;
   std::condition_variable cv_;
