@@ -463,6 +463,7 @@ bool ClusterMember::Register() {
   }
   registered_.store(true);
   waiting_logged_ = false;
+  predecessor_gone_ns_ = 0;
   log::Info("cluster: {} registered in {} (election node {})",
             options_.self.address, base, election_node_);
   return true;
@@ -487,6 +488,16 @@ bool ClusterMember::ReplacePredecessor(const std::string& record,
       (*probe)->server_incarnation() != options_.self.incarnation) {
     return false;
   }
+  // The predecessor was gone by this first answer (it no longer held the
+  // address), so it asked the manager for no lease since. Replaced only
+  // once the manager takes it for dead (a member lease and the margin
+  // later): registered earlier, this incarnation could be judged together
+  // with a predecessor whose lease still looks fresh, and a replicated
+  // configuration would then name this empty process as the owner of the
+  // predecessor's shards, as though it had only restarted in place.
+  const uint64_t now = LeaseClockNs();
+  if (predecessor_gone_ns_ == 0) predecessor_gone_ns_ = now;
+  if (now - predecessor_gone_ns_ < SuspectAfterNs()) return false;
   const std::string& base = options_.target.path;
   // Only the node seen (its version): a node made since is judged again.
   const int rc =

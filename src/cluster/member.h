@@ -282,9 +282,10 @@ class ClusterMember {
   bool Register();
   // Register's case of a registration at this address held by another
   // ZooKeeper session (`record`, at node version `version`, of session
-  // `owner`): if it is an earlier incarnation of this server and this
-  // server's address now reaches this incarnation, deletes it and its
-  // election node (true); otherwise false (wait for it to expire).
+  // `owner`): if it is an earlier incarnation of this server, this server's
+  // address now reaches this incarnation, and a member lease and its
+  // margin have passed since it first did, deletes it and its election
+  // node (true); otherwise false (wait, and ask again at the next pass).
   bool ReplacePredecessor(const std::string& record, int32_t version,
                           int64_t owner);
   void FollowConfig();
@@ -370,8 +371,11 @@ class ClusterMember {
   // once).
   bool splits_warned_ = false;
   bool was_connected_ = true;  // the member's thread's
-  bool waiting_logged_ =
-      false;  // Register's wait, logged once (member's thread)
+  // Register's wait for a predecessor's registration, logged once; and
+  // when ReplacePredecessor first found this incarnation answering at its
+  // address (0: not yet). The member's thread's.
+  bool waiting_logged_ = false;
+  uint64_t predecessor_gone_ns_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;
