@@ -63,6 +63,13 @@ Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
     }
     h = s.substr(0, colon);
     p = s.substr(colon + 1);
+    // "host:port:5" is not host "host:port": a colon in the host is an
+    // IPv6 address, which is written in brackets.
+    if (h.find(':') != std::string::npos) {
+      return Status::InvalidArgument(
+          "bad address '" + s +
+          "' (expected host:port, or [v6addr]:port for an IPv6 address)");
+    }
   }
   if (h.empty()) return Status::InvalidArgument("empty host in '" + s + "'");
   char* end = nullptr;

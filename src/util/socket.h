@@ -21,7 +21,8 @@ namespace remem::util {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-// Parses "host:port" or "[v6]:port".
+// Parses "host:port" or "[v6]:port" (a port of 0 to 65535; InvalidArgument
+// for anything else, "host:port:5" and an unbracketed "::1:7400" included).
 Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port);
 
 // Resolves "host:port" to a socket address (`passive`: for listening, where

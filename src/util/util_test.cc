@@ -56,6 +56,23 @@ TEST(Socket, PeerStillThereAfterSeesACloseAndWaitsOutAnOpenPeer) {
   ::close(fds[0]);
 }
 
+TEST(Socket, ParseHostPortTakesHostPortAndBracketedV6Only) {
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(util::ParseHostPort("127.0.0.1:7400", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 7400);
+  ASSERT_TRUE(util::ParseHostPort("[::1]:7401", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 7401);
+  for (const char* bad : {"host:7400:5", "::1:7400", "127.0.0.1", ":7400",
+                          "h:", "h:65536", "h:7x", "[::1]7400", "[::1"}) {
+    const Status st = util::ParseHostPort(bad, &host, &port);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find(bad), std::string::npos) << st.ToString();
+  }
+}
+
 TEST(Size, Parse) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("64K"), 65536u);
