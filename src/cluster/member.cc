@@ -357,7 +357,9 @@ bool ClusterMember::Step() {
       const Ownership::Installed* have = ownership_->latest();
       const uint32_t copies = have != nullptr ? have->config.replicas + 1 : 1;
       if (staying >= copies) return Status::OK();
-      return Status::InvalidArgument(
+      // Not a bad request (exit 2 in the CLI): the cluster as it stands
+      // cannot do it.
+      return Status::Unsupported(
           "cannot drain " + a + ": " + std::to_string(staying) +
           " live servers would be left that are not drained, and the "
           "shards' " +

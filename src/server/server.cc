@@ -244,7 +244,7 @@ void CoreService::Handle(PartitionId, Call call) {
       // Replicated: the members that stay must be enough for every copy.
       if (const uint32_t f = c->config.replicas;
           f > 0 && c->config.members.size() < f + 2) {
-        return call.responder.Reply(Status::InvalidArgument(
+        return call.responder.Reply(Status::Unsupported(
             "cannot drain " + call.payload + ": the cluster has " +
             std::to_string(c->config.members.size()) +
             " members, and its shards' " + std::to_string(f + 1) +
