@@ -152,11 +152,29 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
       !st.ok()) {
     return st;
   }
-  // The cluster's nodes, created by whoever comes first.
+  // The cluster's nodes, created by whoever comes first. A ZooKeeper
+  // that is busy (or a connection it drops for a moment: the client
+  // reconnects within the session) fails an operation with a timeout or a
+  // connection loss: retried until the start's wait is over, rather than
+  // taken for a ZooKeeper that is not there (seen once in CI: "creating
+  // .../election: operation timeout", the suite's ZooKeeper starved of CPU).
+  const auto until =
+      std::chrono::steady_clock::now() +
+      std::max(m->options_.session_timeout, m->options_.first_session_wait);
+  auto create = [&](const std::string& path) {
+    for (;;) {
+      const int rc = CreatePersistent(m->zh_, path);
+      if ((rc != ZOPERATIONTIMEOUT && rc != ZCONNECTIONLOSS) ||
+          std::chrono::steady_clock::now() >= until) {
+        return rc;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
   const std::string& base = m->options_.target.path;
   for (size_t i = 1; i <= base.size(); ++i) {
     if (i == base.size() || base[i] == '/') {
-      const int rc = CreatePersistent(m->zh_, base.substr(0, i));
+      const int rc = create(base.substr(0, i));
       if (rc != ZOK) {
         return Status::Unavailable("ZooKeeper: creating " + base.substr(0, i) +
                                    ": " + ZkError(rc));
@@ -164,7 +182,7 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     }
   }
   for (const char* child : {"/members", "/election", "/drain"}) {
-    const int rc = CreatePersistent(m->zh_, base + child);
+    const int rc = create(base + child);
     if (rc != ZOK) {
       return Status::Unavailable("ZooKeeper: creating " + base + child + ": " +
                                  ZkError(rc));
