@@ -70,6 +70,26 @@ int Get(zhandle_t* zh, const std::string& path, bool watch, std::string* out,
   }
 }
 
+// Runs `call` (a ZooKeeper call: its return code) again while it fails
+// with an operation timeout or a connection loss, until `until`; the last
+// return code. Either means a ZooKeeper that did not answer in time (busy,
+// or starved of CPU: seen in CI) or a connection the client is making
+// again within the session, not a ZooKeeper that is gone: the session's
+// own expiry says that. `*calls`, if given, counts the calls made.
+template <typename Call>
+int WhileZooKeeperBusy(std::chrono::steady_clock::time_point until, Call call,
+                       int* calls = nullptr) {
+  for (int n = 1;; ++n) {
+    const int rc = call();
+    if (calls != nullptr) *calls = n;
+    if ((rc != ZOPERATIONTIMEOUT && rc != ZCONNECTIONLOSS) ||
+        std::chrono::steady_clock::now() >= until) {
+      return rc;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 int CreatePersistent(zhandle_t* zh, const std::string& path) {
   const int rc = zoo_create(zh, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,
                             0, nullptr, 0);
@@ -162,14 +182,8 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
       std::chrono::steady_clock::now() +
       std::max(m->options_.session_timeout, m->options_.first_session_wait);
   auto create = [&](const std::string& path) {
-    for (;;) {
-      const int rc = CreatePersistent(m->zh_, path);
-      if ((rc != ZOPERATIONTIMEOUT && rc != ZCONNECTIONLOSS) ||
-          std::chrono::steady_clock::now() >= until) {
-        return rc;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    return WhileZooKeeperBusy(until,
+                              [&] { return CreatePersistent(m->zh_, path); });
   };
   const std::string& base = m->options_.target.path;
   for (size_t i = 1; i <= base.size(); ++i) {
@@ -351,16 +365,25 @@ bool ClusterMember::Step() {
   }
   for (auto& [drain_of, done] : drains) {
     const std::string& a = drain_of;  // (a lambda cannot capture a binding)
+    // A ZooKeeper slow to answer does not fail the drain: its calls are
+    // made again for up to a session timeout (seen in CI: "recording the
+    // drain of ...: operation timeout", the suite's ZooKeeper starved of
+    // CPU for a moment).
+    const auto until =
+        std::chrono::steady_clock::now() + options_.session_timeout;
     // The members that would be left to hold the shards: registered (alive)
     // and not drained themselves. Checked again once the drain is recorded:
     // two drains asked of two members at once each see the other then (and
     // both are refused) rather than leaving too few servers.
     auto too_few = [&]() -> Status {
       std::vector<std::string> members, drained;
-      const int mrc =
-          Children(zh_, options_.target.path + "/members", false, &members);
-      const int drc =
-          Children(zh_, options_.target.path + "/drain", false, &drained);
+      const int mrc = WhileZooKeeperBusy(until, [&] {
+        return Children(zh_, options_.target.path + "/members", false,
+                        &members);
+      });
+      const int drc = WhileZooKeeperBusy(until, [&] {
+        return Children(zh_, options_.target.path + "/drain", false, &drained);
+      });
       if (mrc != ZOK || (drc != ZOK && drc != ZNONODE)) {
         return Status::Unavailable("ZooKeeper: reading the members: " +
                                    ZkError(mrc != ZOK ? mrc : drc));
@@ -394,22 +417,32 @@ bool ClusterMember::Step() {
     // stops and starts again comes back a new member, not drained.
     std::string record, incarnation;
     uint64_t drained_incarnation = 0;
-    if (Get(zh_, options_.target.path + "/members/" + a, false, &record) ==
-        ZOK) {
+    if (WhileZooKeeperBusy(until, [&] {
+          return Get(zh_, options_.target.path + "/members/" + a, false,
+                     &record);
+        }) == ZOK) {
       if (auto m = DecodeMemberRecord(record); m.ok()) {
         drained_incarnation = m->incarnation;
         incarnation = std::to_string(m->incarnation);
       }
     }
-    const int rc = zoo_create(
-        zh_, node.c_str(), incarnation.empty() ? nullptr : incarnation.data(),
-        incarnation.empty() ? -1 : int(incarnation.size()),
-        &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    int calls = 0;
+    const int rc = WhileZooKeeperBusy(
+        until,
+        [&] {
+          return zoo_create(zh_, node.c_str(),
+                            incarnation.empty() ? nullptr : incarnation.data(),
+                            incarnation.empty() ? -1 : int(incarnation.size()),
+                            &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+        },
+        &calls);
     if (rc == ZNODEEXISTS && !incarnation.empty()) {
       // Drained again: a record of an earlier incarnation at this address
       // would be stale (ForgetStaleDrains), this one is not.
-      (void)zoo_set(zh_, node.c_str(), incarnation.data(),
-                    int(incarnation.size()), -1);
+      (void)WhileZooKeeperBusy(until, [&] {
+        return zoo_set(zh_, node.c_str(), incarnation.data(),
+                       int(incarnation.size()), -1);
+      });
     }
     if (rc != ZOK && rc != ZNODEEXISTS) {
       log::Warn("cluster: recording the drain of {}: {}", a, ZkError(rc));
@@ -417,7 +450,9 @@ bool ClusterMember::Step() {
                                ZkError(rc)));
       continue;
     }
-    if (rc == ZOK) {
+    // Made here, or (existing) maybe by a call of ours that timed out
+    // after ZooKeeper had done it: checked again either way.
+    if (rc == ZOK || (rc == ZNODEEXISTS && calls > 1)) {
       if (Status st = too_few(); !st.ok()) {
         (void)zoo_delete(zh_, node.c_str(), -1);
         done(st);
