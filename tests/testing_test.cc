@@ -15,6 +15,7 @@
 
 #include "testing/kv_store.h"
 #include "testing/race.h"
+#include "testing/scale.h"
 #include "testing/server_process.h"
 
 namespace remem::testing {
@@ -133,7 +134,10 @@ TEST(Race, ACorrectStorePasses) {
   auto report = RunRace(&store, QuickRace());
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->Verdict().ok()) << report->Verdict().ToString();
-  EXPECT_GT(report->writes, 100u);  // 2 writers x at least 200, half puts
+  // 2 writers x at least min_writes (200, or under REMEM_TEST_SCALE as few
+  // as 66: the race scales it) tries, of which most are acknowledged. A
+  // fixed 100 failed under TSan with 95.
+  EXPECT_GE(report->writes, uint64_t(testing::Scaled(200, 50)) / 2);
   EXPECT_GT(report->size_switches, 0u);
   EXPECT_GT(report->found, 0u);
 }
