@@ -1070,6 +1070,45 @@ void ExpectClientSeesServerGo(int sig) {
   EXPECT_EQ(c->in_flight(), 0u);
 }
 
+// A server killed between listing its regions and the client's unpacking
+// of their keys: over shared memory the key names a segment that the dead
+// process's descriptor table held (/proc/<pid>/fd), and UCX cannot attach
+// it. The unpack fails with an error and the client lives. (UCX
+// before 1.19 then released the key it had not unpacked, and this process
+// died of a segmentation fault: seen in the cluster's fault suite, a
+// server's replicator connecting to a backup the suite had just killed;
+// fabric/memory_region.cc.)
+TEST(ServerGoesAway, KeysOfAServerKilledAfterListingThemFailToUnpack) {
+  testing::ServerProcess server = StartServer({}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  auto raw = RawSession::Connect(server.address, TestTransport());
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  ASSERT_TRUE((*raw)->UnpackRegions().ok());
+  const proto::RegionsInfo listed = (*raw)->regions();
+  ASSERT_FALSE(listed.regions.empty());
+  ASSERT_TRUE(server.Kill().ok());
+  int failed = 0;
+  for (const auto& reg : listed.regions) {
+    auto region = fabric::RemoteRegion::Unpack(
+        (*raw)->ep().handle(), reg.region_id, reg.base, reg.length, reg.rkey);
+    if (!region.ok()) {
+      ++failed;
+      // (SessionCore::LoadRegions tells a server gone from a fault here.)
+      EXPECT_NE(region.status().message().find("unpacking the key of region"),
+                std::string::npos)
+          << region.status().ToString();
+    }
+  }
+  if (TestTransport() == Transport::kShm) {
+    // Every region is a segment of the dead process.
+    EXPECT_EQ(failed, int(listed.regions.size()));
+  } else {
+    // Over tcp a key names nothing this process opens: it unpacks, and
+    // the reads through it fail (ServerGoesAway above).
+    EXPECT_EQ(failed, 0);
+  }
+}
+
 TEST(ServerGoesAway, ClientsGetErrorsNotHangsOnSigterm) {
   ExpectClientSeesServerGo(SIGTERM);
 }

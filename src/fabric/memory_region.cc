@@ -1,9 +1,113 @@
 #include "fabric/memory_region.h"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
+#include <uct/api/uct.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+// --- A key that fails to unpack, under UCX before 1.19 ---
+//
+// ucp_ep_rkey_unpack unpacks a peer's key one memory domain at a time
+// (uct_rkey_unpack); when one fails for another reason than "unreachable",
+// UCX up to 1.18 destroys the half-made key with its map still naming
+// that domain and the ones after it, and so releases transport keys it
+// never unpacked (uct_rkey_release on a null or stale handle): the process
+// dies of a segmentation fault, or frees what is not its own. Over shared
+// memory that is what a peer killed between listing its regions and this
+// unpack causes: the key names a segment the dead process held open
+// (/proc/<pid>/fd/<n>), which can no longer be attached. UCX fixed it in
+// 1.19 (openucx/ucx 8721af17d3, "Keep md_map consistent with tl_rkey");
+// Debian 12 has 1.13.1. The cluster's fault suite hit it: a server's
+// replicator connecting to a backup the suite had just killed.
+//
+// remem's binaries and libremem define the two UCT calls UCP makes here,
+// so the dynamic linker binds UCP's calls to them (UCP imports them from
+// libuct); each passes the call on to libuct's. Inside RemoteRegion::
+// Unpack, on its thread, they note the transport keys unpacked, and a
+// release of any other is skipped: only ucp_rkey_destroy's error path
+// releases during an unpack, and it then releases exactly what was
+// unpacked. Outside Unpack, and with a UCX of 1.19 or later, they only
+// pass the call on. (UCP's own unpacks, such as a rendezvous's key of a
+// large message, are not watched.)
+namespace {
+
+struct UnpackWatch {
+  struct Unpacked {
+    uct_component_h component;
+    uct_rkey_t rkey;
+    void* handle;
+  };
+  std::vector<Unpacked> unpacked;
+};
+thread_local UnpackWatch* t_watch = nullptr;
+
+// libuct's definition of `name`: the next one after this object's in the
+// lookup order, or (if this object comes after libuct there, and so is
+// not called by UCP at all) libuct's own.
+void* LibuctSymbol(const char* name) {
+  void* f = dlsym(RTLD_NEXT, name);
+  if (f == nullptr) {
+    if (void* lib = dlopen("libuct.so.0", RTLD_NOW | RTLD_NOLOAD)) {
+      f = dlsym(lib, name);
+    }
+  }
+  if (f == nullptr) {
+    std::fprintf(stderr, "remem: UCX's %s not found: %s\n", name, dlerror());
+    std::abort();
+  }
+  return f;
+}
+
+// Whether this process's UCX has the bug (fixed in 1.19, whose UCP also
+// unpacks through another call, uct_rkey_unpack_v2, which the watch would
+// not see).
+bool UcxReleasesKeysItNeverUnpacked() {
+  static const bool buggy = [] {
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    return major < 1 || (major == 1 && minor < 19);
+  }();
+  return buggy;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) ucs_status_t uct_rkey_unpack(
+    uct_component_h component, const void* rkey_buffer,
+    uct_rkey_bundle_t* rkey_ob) {
+  using Fn = ucs_status_t (*)(uct_component_h, const void*, uct_rkey_bundle_t*);
+  static const auto next = reinterpret_cast<Fn>(LibuctSymbol(__func__));
+  const ucs_status_t s = next(component, rkey_buffer, rkey_ob);
+  if (s == UCS_OK && t_watch != nullptr) {
+    t_watch->unpacked.push_back({component, rkey_ob->rkey, rkey_ob->handle});
+  }
+  return s;
+}
+
+__attribute__((visibility("default"))) ucs_status_t uct_rkey_release(
+    uct_component_h component, const uct_rkey_bundle_t* rkey_ob) {
+  using Fn = ucs_status_t (*)(uct_component_h, const uct_rkey_bundle_t*);
+  static const auto next = reinterpret_cast<Fn>(LibuctSymbol(__func__));
+  if (t_watch != nullptr) {
+    auto& u = t_watch->unpacked;
+    auto it = std::find_if(u.begin(), u.end(), [&](const auto& k) {
+      return k.component == component && k.rkey == rkey_ob->rkey &&
+             k.handle == rkey_ob->handle;
+    });
+    if (it == u.end()) return UCS_OK;  // never unpacked: not released
+    u.erase(it);
+  }
+  return next(component, rkey_ob);
+}
+
+}  // extern "C"
 
 namespace remem::fabric {
 
@@ -45,7 +149,10 @@ Result<std::unique_ptr<RemoteRegion>> RemoteRegion::Unpack(
     ucp_ep_h ep, uint32_t id, uint64_t base, uint64_t length,
     const std::string& rkey) {
   std::unique_ptr<RemoteRegion> r(new RemoteRegion());
+  UnpackWatch watch;
+  if (UcxReleasesKeysItNeverUnpacked()) t_watch = &watch;
   ucs_status_t s = ucp_ep_rkey_unpack(ep, rkey.data(), &r->rkey_);
+  t_watch = nullptr;
   if (s != UCS_OK)
     return FromUcs(s, "unpacking the key of region " + std::to_string(id));
   r->id_ = id;

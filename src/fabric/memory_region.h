@@ -54,6 +54,10 @@ class LocalRegion {
 
 class RemoteRegion {
  public:
+  // Unpacks `rkey` (the peer's LocalRegion::packed_rkey) for `ep`. Fails
+  // (IOError over shared memory) when the peer's memory cannot be attached
+  // any more, as when the peer has just died; never crashes then, though
+  // UCX before 1.19 would (memory_region.cc).
   static Result<std::unique_ptr<RemoteRegion>> Unpack(ucp_ep_h ep, uint32_t id,
                                                       uint64_t base,
                                                       uint64_t length,
