@@ -1104,7 +1104,7 @@ TEST(ServerGoesAway, KeysOfAServerKilledAfterListingThemFailToUnpack) {
     EXPECT_EQ(failed, int(listed.regions.size()));
   } else {
     // Over tcp a key names nothing this process opens: it unpacks, and
-    // the reads through it fail (ServerGoesAway above).
+    // the reads through it fail (the ServerGoesAway tests below).
     EXPECT_EQ(failed, 0);
   }
 }
