@@ -32,8 +32,9 @@
 // release of any other is skipped: only ucp_rkey_destroy's error path
 // releases during an unpack, and it then releases exactly what was
 // unpacked. Outside Unpack, and with a UCX of 1.19 or later, they only
-// pass the call on. (UCP's own unpacks, such as a rendezvous's key of a
-// large message, are not watched.)
+// pass the call on. (UCP's own unpacks are not watched: a rendezvous's
+// key of a large message names the sender's heap, which only cross-memory
+// attach reaches over shared memory, whose unpack opens nothing.)
 namespace {
 
 struct UnpackWatch {
