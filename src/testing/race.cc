@@ -68,8 +68,7 @@ void Writer(KvStore* store, const RaceOptions& o, int w, std::latch* ready,
   uint64_t filler = uint64_t(w);
   // Volume, not coverage (testing::Scaled): the sanitizers' runs look for
   // races with fewer writes.
-  const uint64_t min_writes = uint64_t(
-      Scaled(int(o.min_writes), int(std::min<uint64_t>(o.min_writes, 50))));
+  const uint64_t min_writes = MinWritesPerWriter(o);
   const auto start = Clock::now();
   for (uint64_t i = 0;; ++i) {
     const auto now = Clock::now();
@@ -305,6 +304,11 @@ std::string RaceReport::Summary() const {
       static_cast<unsigned long long>(backwards), not_linearizable.size(),
       static_cast<unsigned long long>(states_explored));
   return buf;
+}
+
+uint64_t MinWritesPerWriter(const RaceOptions& o) {
+  return uint64_t(
+      Scaled(int(o.min_writes), int(std::min<uint64_t>(o.min_writes, 50))));
 }
 
 Result<RaceReport> RunRace(KvStore* store, const RaceOptions& o) {

@@ -104,6 +104,11 @@ struct RaceReport {
 // the report.
 Result<RaceReport> RunRace(KvStore* store, const RaceOptions& options);
 
+// The writes each writer makes at least (unless max_duration ends the
+// race first): `options.min_writes` divided by REMEM_TEST_SCALE, never
+// below 50 (or min_writes, if lower).
+uint64_t MinWritesPerWriter(const RaceOptions& options);
+
 }  // namespace remem::testing
 
 #endif  // REMEM_TESTING_RACE_H_
