@@ -5690,6 +5690,154 @@ TEST_F(ClusterTest, RangesWithTwoBackupsFailOverLosingNothing) {
   RangesFailOverLosingNothing(/*servers=*/4, /*replicas=*/2);
 }
 
+// Tree writes that could not be sent to a replicated range's owner (it was
+// killed, and the client could not reach it) are sent again by a fresh
+// configuration within their deadline, as the hash store's are:
+// asynchronous puts, asynchronous multi-puts and synchronous multi-puts
+// to the killed primary's range land on the backup that took over. Only
+// writes already sent on the dead session may fail (outcome unknown), and
+// the client holds at most kWindow pairs in flight. Before, every tree
+// write issued between the kill and the failover failed at once with
+// Unavailable (thousands in this loop).
+TEST_F(ClusterTest, TreeWritesNotSentToAKilledRangeOwnerGoToItsSuccessor) {
+  // Ranges [.., hot2), [hot2, key-5), [key-5, ..).
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3, {"--tree-splits", "key-5,hot2"}));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  auto cluster = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(cluster, nullptr);
+  auto tree = cluster->Tree();
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ClusterTree* t = *tree;
+  // The keys of a range whose owner is not the manager (whose death waits
+  // for ZooKeeper's session first).
+  std::string victim, prefix;
+  for (const char* p : {"a-", "key-1", "key-7"}) {
+    const std::string owner = t->OwnerOf(std::string(p) + "0");
+    if (owner != servers_[size_t(m)].address) {
+      victim = owner;
+      prefix = p;
+      break;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  size_t v = 0;
+  while (servers_[v].address != victim) ++v;
+  constexpr size_t kKeys = 64, kWindow = 32;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < kKeys; ++i) {
+    keys.push_back(prefix + "-" + std::to_string(i));
+  }
+  // One write per key in flight at a time, so that a key's value is its
+  // last acknowledged write or a later one whose outcome is unknown.
+  struct KeyState {
+    bool busy = false;
+    uint64_t acked = 0;          // the sequence number written last, 0
+    std::set<uint64_t> unknown;  // failed after `acked`
+  };
+  std::vector<KeyState> state(kKeys);
+  uint64_t seq = 0, acked = 0, failed = 0;
+  size_t in_flight = 0, next = 0;
+  std::string first_failure, last_failure;
+  auto value_of = [](uint64_t s) { return "w-" + std::to_string(s); };
+  auto ended = [&](size_t k, uint64_t s, const Status& st) {
+    state[k].busy = false;
+    --in_flight;
+    if (st.ok()) {
+      ++acked;
+      state[k].acked = s;
+      state[k].unknown.clear();
+    } else {
+      if (failed++ == 0) first_failure = st.ToString();
+      last_failure = st.ToString();
+      state[k].unknown.insert(s);
+    }
+  };
+  // Up to `n` idle keys, each with its next sequence number.
+  auto take = [&](size_t n) {
+    std::vector<std::pair<size_t, uint64_t>> out;
+    for (size_t tries = 0; tries < kKeys && out.size() < n; ++tries) {
+      const size_t k = next++ % kKeys;
+      if (state[k].busy) continue;
+      state[k].busy = true;
+      ++in_flight;
+      out.emplace_back(k, ++seq);
+    }
+    return out;
+  };
+  auto issue = [&](int kind) {
+    if (kind == 0) {
+      for (auto [k, s] : take(1)) {
+        t->PutAsync(
+            keys[k], value_of(s),
+            [&, k = k, s = s](Result<uint64_t> r) { ended(k, s, r.status()); });
+      }
+      return;
+    }
+    auto batch = take(4);
+    if (batch.empty()) return;
+    std::vector<std::string> vals;
+    for (auto [k, s] : batch) vals.push_back(value_of(s));
+    std::vector<std::pair<std::string_view, std::string_view>> pairs;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      pairs.emplace_back(keys[batch[j].first], vals[j]);
+    }
+    if (kind == 1) {
+      t->MultiPutAsync(pairs, [&, batch](std::vector<Result<uint64_t>> rs) {
+        for (size_t j = 0; j < batch.size(); ++j) {
+          ended(batch[j].first, batch[j].second,
+                j < rs.size() ? rs[j].status() : Status::Internal("missing"));
+        }
+      });
+      return;
+    }
+    auto rs = t->MultiPut(pairs);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      ended(batch[j].first, batch[j].second,
+            j < rs.size() ? rs[j].status() : Status::Internal("missing"));
+    }
+  };
+  bool killed = false;
+  uint64_t acked_at_failover = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int kind = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    // Mostly asynchronous; a synchronous multi-put one time in eight.
+    while (in_flight + 4 <= kWindow) {
+      const int k = kind++ % 8;
+      issue(k == 7 ? 2 : k % 2);
+    }
+    cluster->Poll();
+    if (!killed && acked > 500) {
+      ASSERT_TRUE(servers_[v].Kill().ok());
+      killed = true;
+    }
+    if (killed && acked_at_failover == 0 && t->OwnerOf(keys[0]) != victim) {
+      acked_at_failover = acked;
+    }
+    if (acked_at_failover > 0 && acked > acked_at_failover + 1000) break;
+  }
+  ASSERT_TRUE(killed);
+  while (in_flight > 0) cluster->Poll();
+  std::printf("%llu tree writes acknowledged, %llu failed (%s; last %s)\n",
+              (unsigned long long)acked, (unsigned long long)failed,
+              first_failure.c_str(), last_failure.c_str());
+  EXPECT_GT(acked_at_failover, 0u)
+      << "the killed primary's range never failed over";
+  EXPECT_GT(acked, acked_at_failover + 1000);
+  // What was sent on the dead session: at most one window.
+  EXPECT_LE(failed, kWindow) << first_failure;
+  for (size_t k = 0; k < kKeys; ++k) {
+    auto r = t->Get(keys[k]);
+    ASSERT_TRUE(r.ok()) << keys[k] << ": " << r.status().ToString();
+    const uint64_t s = std::stoull(r->value.substr(2));
+    EXPECT_TRUE(s == state[k].acked || state[k].unknown.count(s) != 0)
+        << keys[k] << " holds write " << s << "; acknowledged last "
+        << state[k].acked;
+  }
+}
+
 // A backup killed and restarted from its data directory comes back as a
 // new member holding a stale copy of its range (pairs deleted since); the
 // manager makes it the range's backup again, and before the range's copy

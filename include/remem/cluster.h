@@ -46,9 +46,11 @@
 // primary dies (or is paused or cut off past its lease, --cluster-lease-ms),
 // the cluster fails its shards over to their backups; meanwhile its keys are
 // refused (Busy, asked again; after three in a row the configuration is
-// fetched again), and a synchronous single-key operation that finds the
-// primary unreachable fetches the configuration until one names a new
-// owner, within the deadline. An operation that was in flight on a primary
+// fetched again), and a write that finds the primary unreachable (it was
+// never sent: a single-key operation, synchronous or asynchronous, or a
+// batch's keys; of the hash store or of a ClusterTree) fetches the
+// configuration until one names a new owner, within the deadline, as reads
+// do. An operation that was in flight on a primary
 // that died fails with Unavailable, and one sent to a paused primary with
 // TimedOut at its deadline (or is answered Busy and retried when it
 // resumes): a failed write may or may not have taken effect (never half).
@@ -447,10 +449,12 @@ class ClusterTree {
                    uint32_t limit) const;
   // Asks for the next range's part of an asynchronous scan.
   static void ScanStep(Cluster::Impl* impl, std::shared_ptr<ScanState> scan);
-  // A batch's items split per owner (cluster.cc).
+  // A batch's items split per owner (cluster.cc); those not sent (their
+  // owner unreachable) are marked in *unsent, if given.
   template <typename R, typename KeyOf, typename Send>
   static void PerOwner(Cluster::Impl* im, const std::vector<size_t>& todo,
-                       KeyOf key_of, std::vector<R>& out, Send send);
+                       KeyOf key_of, std::vector<R>& out, Send send,
+                       std::vector<uint8_t>* unsent = nullptr);
   Cluster::Impl* impl_;
 };
 

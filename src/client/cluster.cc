@@ -1383,6 +1383,9 @@ struct Cluster::Impl {
   struct AsyncBatch {
     std::vector<R> out;
     std::vector<size_t> todo;
+    // Items the round could not send (their owner unreachable): a write
+    // goes again after a failover only if it was never sent.
+    std::vector<uint8_t> unsent;
     size_t pending = 0;
     Clock::time_point deadline{};
     int attempt = 0;
@@ -1401,6 +1404,7 @@ struct Cluster::Impl {
     ++in_flight;
     auto b = std::make_shared<AsyncBatch<R>>();
     b->out.assign(n, R(Status::Internal("not yet answered")));
+    b->unsent.assign(n, 0);
     b->todo.resize(n);
     for (size_t i = 0; i < n; ++i) b->todo[i] = i;
     b->read = read;
@@ -1416,6 +1420,7 @@ struct Cluster::Impl {
     // round that sent nothing (every owner unreachable) ends in a Poll, as
     // callbacks do.
     ++b->pending;
+    for (size_t i : b->todo) b->unsent[i] = 0;
     b->issue(b->todo, b);
     later.push_back([this, b] { BatchAnswered(b); });
   }
@@ -1427,7 +1432,8 @@ struct Cluster::Impl {
     bool moved = false;
     for (size_t i = 0; i < b->out.size(); ++i) {
       const Status& st = StatusOf(b->out[i]);
-      const bool failed_over = b->read && LostToFailover(st);
+      const bool failed_over =
+          (b->read || b->unsent[i] != 0) && LostToFailover(st);
       if (failed_over) stale = true;
       if (!Retryable(st) && !(b->read && LostToStall(st)) && !failed_over) {
         continue;
@@ -1478,18 +1484,21 @@ struct Cluster::Impl {
     Result<TreeStore*> t = tree();
     if (!t.ok()) {
       // Failed before it was sent: the callback still runs inside a Poll.
-      later.push_back(
-          [this, op, st = t.status()] { TreeCompleted(op, R(st)); });
+      later.push_back([this, op, st = t.status()] {
+        TreeCompleted(op, R(st), /*sent=*/false);
+      });
       return;
     }
     op->send(*t, [this, op](R r) { TreeCompleted(op, std::move(r)); });
   }
+  // As Completed: a write that was never sent goes again after a failover.
   template <typename R>
-  void TreeCompleted(const std::shared_ptr<TreeOp<R>>& op, R r) {
+  void TreeCompleted(const std::shared_ptr<TreeOp<R>>& op, R r,
+                     bool sent = true) {
     const Status& st = StatusOf(r);
     if (RetryLater(
             st, &op->deadline, &op->attempt, [this, op] { TreeIssue(op); },
-            op->read)) {
+            op->read || !sent)) {
       return;
     }
     std::function<void(R)> done = std::move(op->done);
@@ -2230,10 +2239,12 @@ Result<ClusterTree::Page> ClusterTree::ScanPrefix(std::string_view prefix,
 
 // Splits `todo` by the owner of each item's key (key_of(i)) and hands each
 // owner's items to send(tree, items), its TreeStore opened; the items of
-// an owner that cannot be reached get its error in `out`.
+// an owner that cannot be reached get its error in `out` and are marked in
+// *unsent (a write never sent goes again once the range is failed over).
 template <typename R, typename KeyOf, typename Send>
 void ClusterTree::PerOwner(Cluster::Impl* im, const std::vector<size_t>& todo,
-                           KeyOf key_of, std::vector<R>& out, Send send) {
+                           KeyOf key_of, std::vector<R>& out, Send send,
+                           std::vector<uint8_t>* unsent) {
   if (Status st = im->Ordered(); !st.ok()) {
     for (size_t i : todo) out[i] = st;
     return;
@@ -2247,7 +2258,10 @@ void ClusterTree::PerOwner(Cluster::Impl* im, const std::vector<size_t>& todo,
     auto server = im->ServerOfMember(owner);
     Result<TreeStore*> t = server.ok() ? im->TreeOf(*server) : server.status();
     if (!t.ok()) {
-      for (size_t i : items) out[i] = t.status();
+      for (size_t i : items) {
+        out[i] = t.status();
+        if (unsent != nullptr) (*unsent)[i] = 1;
+      }
       continue;
     }
     send(*t, std::move(items));
@@ -2285,9 +2299,9 @@ std::vector<Result<uint64_t>> ClusterTree::MultiPut(
   return im->Batched<Result<uint64_t>>(
       pairs.size(),
       [&](const std::vector<size_t>& todo, std::vector<Result<uint64_t>>& out,
-          size_t& pending, std::vector<uint8_t>&) {
-        // Ranges are not replicated: an owner that cannot be reached stays
-        // so until it returns.
+          size_t& pending, std::vector<uint8_t>& unsent) {
+        // Pairs whose owner cannot be reached are unsent: in a replicated
+        // cluster they go again once their range is failed over.
         PerOwner(
             im, todo, [&](size_t i) { return pairs[i].first; }, out,
             [&](TreeStore* t, std::vector<size_t> items) {
@@ -2302,7 +2316,8 @@ std::vector<Result<uint64_t>> ClusterTree::MultiPut(
                     }
                     --pending;
                   });
-            });
+            },
+            &unsent);
       });
 }
 
@@ -2365,7 +2380,8 @@ void ClusterTree::MultiPutAsync(
                 }
                 im->BatchAnswered(b);
               });
-            });
+            },
+            &b->unsent);
       },
       std::move(done));
 }

@@ -9,8 +9,9 @@
 // (remem-server --tree-splits) has one ordered shard per range, each owned
 // by one member. The split keys are fixed when the cluster forms; a range
 // moves whole from member to member as shards do (range_next: a member
-// that joins takes ranges, a drained one gives its ranges away). Ranges
-// are not replicated (--tree-splits refuses --replicas).
+// that joins takes ranges, a drained one gives its ranges away). In a
+// replicated cluster a range rides a hash shard (CarrierOf): it has that
+// shard's owner and backups (FollowCarriers).
 //
 // Keys map to a fixed number of shards by hash (ShardOf); each shard is
 // owned by one member (its primary) and, in a replicated cluster
