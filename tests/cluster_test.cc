@@ -3624,6 +3624,43 @@ TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
 }
 
+// A server killed and failed over stays listed, holding nothing, until it
+// returns as a new member (README, "Clusters"). To retire it, drain it:
+// `remem cluster drain` answers at once (it holds no shard), and the
+// server leaves the configuration once ZooKeeper expires its session, as
+// a drained server that stops does; every key is still served.
+TEST_F(ClusterTest, AFailedOverDeadServerThatIsDrainedLeavesTheConfiguration) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const size_t v = size_t(m + 1) % 3;
+  const std::string dead = servers_[v].address;
+  auto cluster = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(cluster, nullptr);
+  const Loaded loaded = Load(cluster.get(), 300);
+  auto listed = [&](const Cluster::Info& info) {
+    return std::any_of(info.nodes.begin(), info.nodes.end(),
+                       [&](const auto& n) { return n.address == dead; });
+  };
+  ASSERT_TRUE(servers_[v].Kill().ok());
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return RolesOf(info, dead) == 0;
+  })) << "the killed server was never failed over";
+  EXPECT_TRUE(listed(cluster->info()));
+  auto drain = CliDrain(servers_[size_t(m)].address, dead, 60);
+  ASSERT_EQ(drain.exit_code, 0) << drain.out;
+  EXPECT_NE(drain.out.find("no shard"), std::string::npos) << drain.out;
+  ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const auto& info) {
+    return !listed(info);
+  })) << "the drained dead server never left the configuration";
+  EXPECT_EQ(cluster->info().nodes.size(), 2u);
+  for (size_t i = 0; i < loaded.keys.size(); ++i) {
+    auto r = cluster->Get(loaded.keys[i]);
+    ASSERT_TRUE(r.ok()) << loaded.keys[i] << ": " << r.status().ToString();
+    EXPECT_EQ(r->value, loaded.vals[i]);
+  }
+}
+
 // A server that joins a replicated cluster takes its share: copies first
 // (each moved copy retires only once the new one is filled, so no shard
 // ever has fewer than two whole copies), then primaries (hand-overs to it
