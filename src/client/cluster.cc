@@ -1332,9 +1332,10 @@ struct Cluster::Impl {
   // left in flight in `pending`, and marks in `unsent` the items it could
   // not send (their owner unreachable); items refused with Moved or Busy go
   // again (after a refresh if any moved) until the deadline, and with kRead
-  // (a multi-get) those lost to a stalled loop too (RetryLater). In a
-  // replicated cluster, reads lost to a failover and writes never sent go
-  // again by a fresh configuration, as single operations do (Issue).
+  // (a multi-get) those lost to a stalled loop too (RetryLater), as do
+  // writes never sent. In a replicated cluster, reads lost to a failover
+  // and writes never sent go again by a fresh configuration, as single
+  // operations do (Issue).
   template <typename R, bool kRead = false, typename Issue>
   std::vector<R> Batched(size_t n, Issue issue) {
     std::vector<R> out(n, R(Status::Internal("not yet answered")));
@@ -1351,9 +1352,10 @@ struct Cluster::Impl {
       size_t moved = 0, failovers = 0;
       for (size_t i = 0; i < n; ++i) {
         const Status& st = StatusOf(out[i]);
-        const bool failed_over =
-            (kRead || unsent[i] != 0) && LostToFailover(st);
-        if (!Retryable(st) && !(kRead && LostToStall(st)) && !failed_over) {
+        // What was never sent goes again, as a read does.
+        const bool again = kRead || unsent[i] != 0;
+        const bool failed_over = again && LostToFailover(st);
+        if (!Retryable(st) && !(again && LostToStall(st)) && !failed_over) {
           continue;
         }
         todo.push_back(i);
@@ -1432,10 +1434,11 @@ struct Cluster::Impl {
     bool moved = false;
     for (size_t i = 0; i < b->out.size(); ++i) {
       const Status& st = StatusOf(b->out[i]);
-      const bool failed_over =
-          (b->read || b->unsent[i] != 0) && LostToFailover(st);
+      // What was never sent goes again, as a read does.
+      const bool again = b->read || b->unsent[i] != 0;
+      const bool failed_over = again && LostToFailover(st);
       if (failed_over) stale = true;
-      if (!Retryable(st) && !(b->read && LostToStall(st)) && !failed_over) {
+      if (!Retryable(st) && !(again && LostToStall(st)) && !failed_over) {
         continue;
       }
       b->todo.push_back(i);
