@@ -5936,6 +5936,116 @@ TEST_F(ClusterTest, HashWritesNotSentToAKilledPrimaryGoToItsSuccessor) {
   WritesNotSentGoToTheSuccessor(/*tree=*/false);
 }
 
+// Server-side operations that only read (VecReduce, VecFilter) in flight
+// on a primary that dies are asked again of its successor, as gets are:
+// none fails, and each answers from the vector it was asked about.
+TEST_F(ClusterTest, ReadOnlyOpsInFlightOnAKilledPrimaryAreAskedAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const std::string manager = servers_[size_t(m)].address;
+  auto cluster = Connect({manager});
+  ASSERT_NE(cluster, nullptr);
+  // Keys of a primary that is not the manager (whose death waits for
+  // ZooKeeper's session first).
+  std::string victim;
+  for (int i = 0; victim.empty() && i < 100; ++i) {
+    const std::string owner = cluster->OwnerOf("v-" + std::to_string(i));
+    if (owner != manager) victim = owner;
+  }
+  ASSERT_FALSE(victim.empty());
+  size_t v = 0;
+  while (servers_[v].address != victim) ++v;
+  constexpr size_t kKeys = 32, kWindow = 16;
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < kKeys && i < 100000; ++i) {
+    const std::string key = "v-" + std::to_string(i);
+    if (cluster->OwnerOf(key) == victim) keys.push_back(key);
+  }
+  ASSERT_EQ(keys.size(), kKeys);
+  // Key k holds {k, k + 1, ..., k + 9}: its sum is 10k + 45, and 5 of its
+  // elements are at least k + 5.
+  for (size_t k = 0; k < kKeys; ++k) {
+    std::vector<int64_t> elems;
+    for (int64_t e = 0; e < 10; ++e) elems.push_back(int64_t(k) + e);
+    ASSERT_TRUE(cluster->Put(keys[k], EncodeVector(elems)).ok());
+  }
+  uint64_t answered = 0, failed = 0, wrong = 0;
+  size_t in_flight = 0, next = 0;
+  std::string first_failure;
+  auto check = [&](size_t k, bool filter, const Result<OpReply>& r) {
+    --in_flight;
+    if (!r.ok()) {
+      if (failed++ == 0) first_failure = r.status().ToString();
+      return;
+    }
+    ++answered;
+    if (filter) {
+      auto got = DecodeVector(r->value);
+      const auto* ints =
+          got.ok() ? std::get_if<std::vector<int64_t>>(&*got) : nullptr;
+      if (ints == nullptr || ints->size() != 5 ||
+          ints->front() != int64_t(k) + 5) {
+        ++wrong;
+      }
+    } else {
+      auto n = r->AsNumber();
+      if (!n.ok() || *n != Number(int64_t(10 * k + 45))) ++wrong;
+    }
+  };
+  auto issue = [&] {
+    const size_t k = next % kKeys;
+    const bool filter = next++ % 2 == 1;
+    ++in_flight;
+    Op op = filter ? Op::VecFilter(keys[k], Predicate::kGe, int64_t(k) + 5)
+                   : Op::VecReduce(keys[k], Reduction::kSum);
+    cluster->ExecuteAsync(std::move(op), [&, k, filter](Result<OpReply> r) {
+      check(k, filter, r);
+    });
+  };
+  bool killed = false;
+  uint64_t answered_at_failover = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    while (in_flight < kWindow) issue();
+    // A synchronous batch now and then (its ops go the same way).
+    if (next % 64 == 0) {
+      std::vector<Op> batch;
+      for (size_t j = 0; j < 4; ++j) {
+        batch.push_back(
+            Op::VecReduce(keys[(next + j) % kKeys], Reduction::kSum));
+      }
+      auto rs = cluster->ExecuteBatch(batch);
+      in_flight += rs.size();
+      for (size_t j = 0; j < rs.size(); ++j) {
+        check((next + j) % kKeys, /*filter=*/false, rs[j]);
+      }
+      ++next;
+    }
+    if (!killed && answered > 500) {
+      ASSERT_TRUE(servers_[v].Kill().ok());
+      killed = true;
+    }
+    cluster->Poll();
+    if (killed && answered_at_failover == 0 &&
+        cluster->OwnerOf(keys[0]) != victim) {
+      answered_at_failover = answered;
+    }
+    if (answered_at_failover > 0 && answered > answered_at_failover + 1000) {
+      break;
+    }
+  }
+  ASSERT_TRUE(killed);
+  while (in_flight > 0) cluster->Poll();
+  std::printf("%llu read-only ops answered, %llu failed (%s)\n",
+              (unsigned long long)answered, (unsigned long long)failed,
+              first_failure.c_str());
+  EXPECT_GT(answered_at_failover, 0u) << "the killed primary never failed over";
+  EXPECT_EQ(failed, 0u) << first_failure;
+  EXPECT_EQ(wrong, 0u);
+}
+
 // A backup killed and restarted from its data directory comes back as a
 // new member holding a stale copy of its range (pairs deleted since); the
 // manager makes it the range's backup again, and before the range's copy

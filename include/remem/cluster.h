@@ -50,10 +50,13 @@
 // never sent: a single-key operation, synchronous or asynchronous, or a
 // batch's keys; of the hash store or of a ClusterTree) fetches the
 // configuration until one names a new owner, within the deadline, as reads
-// do. An operation that was in flight on a primary
-// that died fails with Unavailable, and one sent to a paused primary with
-// TimedOut at its deadline (or is answered Busy and retried when it
-// resumes): a failed write may or may not have taken effect (never half).
+// do. A read that was in flight on a primary that died (a get, a scan, or
+// a server-side operation that only reads: VecReduce, VecFilter) is asked
+// again of the new owner, within its deadline. A write that was in flight
+// on a primary that died fails with Unavailable, and one sent to a paused
+// primary with TimedOut at its deadline (or is answered Busy and retried
+// when it resumes): a failed write may or may not have taken effect (never
+// half).
 //
 // The ordered store (remem/tree.h) of a cluster formed with split keys
 // (remem-server --tree-splits) is sharded by key range: Cluster::Tree()

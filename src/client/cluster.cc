@@ -18,6 +18,7 @@
 #include "client/rpc_client.h"
 #include "client/session_core.h"
 #include "cluster/config.h"
+#include "ops/apply.h"
 #include "proto/buffer.h"
 #include "proto/wire.h"
 #include "tree/codec.h"
@@ -54,6 +55,10 @@ bool LostToStall(const Status& s) {
          s.message().find(fabric::Worker::StalledStatus().message()) !=
              std::string::npos;
 }
+
+// A server-side operation that changes nothing (a reduction or a filter):
+// asked again after a failover, as a get is.
+bool ReadsOnly(const Op& op) { return !ops::MayWrite(op.kind); }
 
 }  // namespace
 
@@ -1073,9 +1078,14 @@ struct Cluster::Impl {
       later.push_back([this, op] { Issue(op); });
       return;
     }
+    // A read (a get, or a server-side operation that only reads) or
+    // anything not sent may go again; a write sent may have taken effect.
+    bool read = kGet || op->into != nullptr || !sent;
+    if constexpr (std::is_same_v<R, Result<OpReply>>) {
+      read = read || ReadsOnly(op->op);
+    }
     if (RetryLater(
-            st, &op->deadline, &op->attempt, [this, op] { Issue(op); },
-            kGet || op->into != nullptr || !sent)) {
+            st, &op->deadline, &op->attempt, [this, op] { Issue(op); }, read)) {
       return;
     }
     if (op->counted) Finish(st);
@@ -1787,8 +1797,10 @@ Status Cluster::Delete(std::string_view key) {
 }
 
 Result<OpReply> Cluster::Execute(const Op& op) {
-  return impl_->Routed<OpsStore>(op.key,
-                                 [&](OpsStore* s) { return s->Execute(op); });
+  auto execute = [&](OpsStore* s) { return s->Execute(op); };
+  // One that only reads is asked again where a get would be.
+  if (ReadsOnly(op)) return impl_->Routed<OpsStore, true>(op.key, execute);
+  return impl_->Routed<OpsStore>(op.key, execute);
 }
 
 std::vector<Result<Cluster::Value>> Cluster::MultiGet(
