@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -308,6 +309,54 @@ TEST_F(StormTest, MaxConnectionsRefusesWithAReason) {
   EXPECT_EQ(busy, processes * kThreads - (kLimit - 1)) << Describe(s);
   EXPECT_EQ(Stat("connections_refused"), refused + uint64_t(busy));
   ReleaseAndCheck(s, release);
+}
+
+// CLI clients killed each at a random moment of their first 30 ms (most
+// while they connect), one after another; the server serves on and
+// releases their sessions. Over tcp, UCX 1.13 connecting back to a client
+// that died just as its kernel accepted the connection aborted the server
+// (UCX finding 22 in ARCHITECTURE.md: 4 aborts in about 7,500 such kills,
+// none in 20,000 once remem asked UCX for non-blocking connects). At 500
+// kills this catches that rarely; REMEM_HANDSHAKE_KILLS sets more (the
+// long mode). Over tcp only: shared-memory handshakes are the other
+// tests'.
+TEST_F(StormTest, ClientsKilledAtRandomWhileTheyConnectLeaveTheServerUp) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "UCX's tcp connection establishment";
+  }
+  StartServerWith({});
+  int kills = 500;
+  if (const char* n = std::getenv("REMEM_HANDSHAKE_KILLS")) {
+    kills = std::max(1, std::atoi(n));
+  }
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < kills; ++i) {
+    SpawnOptions o;
+    o.argv = {testing::CliBinary(),
+              "--server",
+              server_.address,
+              "--transport",
+              "tcp",
+              "get",
+              "some-key"};
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    // The fault: a kill at a random point of the client's start and
+    // handshake (not a wait for an event).
+    std::this_thread::sleep_for(milliseconds(5 + rng() % 26));
+    ASSERT_TRUE((*p)->Signal(SIGKILL).ok());
+    (void)(*p)->Wait(seconds(30));
+    if (i % 50 == 49 || i + 1 == kills) {
+      ASSERT_TRUE(server_.running())
+          << "the server died after " << i + 1 << " kills";
+    }
+  }
+  EXPECT_EQ(WaitForStat("connections_current", base_), base_)
+      << "sessions of the killed clients were not released";
+  auto store = ConnectHashOrDie(server_.address);
+  ASSERT_NE(store.store, nullptr);
+  ASSERT_TRUE(store.store->Put("after", "the kills").ok());
+  EXPECT_EQ(store.store->Get("after")->value, "the kills");
 }
 
 // A storm process killed while its 50 handshakes are in flight, and one

@@ -147,9 +147,10 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   if (s != UCS_OK) return FromUcs(s, "ucp_config_read");
   // --transport shm|tcp is explicit and wins; with auto, an operator's
   // UCX_TLS does (docs/SECURITY.md, "Shared memory", explains the risks).
+  std::string tls = getenv("UCX_TLS") != nullptr ? getenv("UCX_TLS") : "";
   if (transport != Transport::kAuto || getenv("UCX_TLS") == nullptr) {
-    s = ucp_config_modify(config, "TLS",
-                          TlsFor(transport, options.no_tcp).c_str());
+    tls = TlsFor(transport, options.no_tcp);
+    s = ucp_config_modify(config, "TLS", tls.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
       return FromUcs(s, "setting UCX_TLS");
@@ -168,6 +169,29 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
   if (s != UCS_OK) {
     ucp_config_release(config);
     return FromUcs(s, "setting UCX_ADAPTIVE_PROGRESS");
+  }
+
+  // Over tcp, UCX 1.13 connects an endpoint's socket to its peer in the
+  // call that makes the endpoint (blocking connects, its default); if the
+  // peer dies between accepting that connection and UCX's first message on
+  // it, UCX marks the endpoint failed before giving it the right to send,
+  // and its cleanup then asserts, aborting the process (ARCHITECTURE.md,
+  // UCX finding 22: a server killed by clients that die while they
+  // connect). A non-blocking connect completes later, on an endpoint that
+  // can already send, where the same failure is an ordinary endpoint
+  // error. An operator's UCX_TCP_CONN_NB wins. (Set only where tcp may be
+  // opened: UCX warns of a setting that no transport took.)
+  const bool tcp_listed = tls.find("tcp") != std::string::npos;
+  const bool may_use_tcp =
+      tls.empty() || tls == "all" || (tls[0] == '^' ? !tcp_listed : tcp_listed);
+  if (may_use_tcp && getenv("UCX_TCP_CONN_NB") == nullptr) {
+    // The name of the tcp interface's own setting (TCP_CONN_NB is not
+    // found there, and UCX would warn of it).
+    s = ucp_config_modify(config, "CONN_NB", "y");
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(s, "setting UCX_TCP_CONN_NB");
+    }
   }
 
   ucp_params_t params{};
