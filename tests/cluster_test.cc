@@ -4497,6 +4497,101 @@ TEST_F(ClusterTest, FreshClientsDoNotWaitOnAPausedPrimaryOrSeed) {
   EXPECT_GE(reader->route_stats().suspected, 1u);
 }
 
+// ForEachServer and Stats (the CLI's `cluster nodes`, `ping`, `snapshot`,
+// `stats`) connect to each member in turn; connecting to a paused one has
+// the client fetch the configuration, which it installs. The loops walked
+// the members of the configuration that install replaced (found by a
+// black-box run: `remem cluster nodes` aborted with std::bad_alloc; under
+// AddressSanitizer a heap-use-after-free).
+TEST_F(ClusterTest, LoopsOverEveryServerOutliveAConfigurationFetchedOnTheWay) {
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const size_t v = size_t(m + 1) % servers_.size();
+  std::vector<std::string> others;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (i != v) others.push_back(servers_[i].address);
+  }
+  ASSERT_TRUE(servers_[v].process->Signal(SIGSTOP).ok());
+  for (int round = 0; round < 2; ++round) {
+    // A new client each time, with no session to the paused server yet.
+    auto cluster = Connect(others);
+    ASSERT_NE(cluster, nullptr);
+    std::map<std::string, bool> answered;
+    if (round == 0) {
+      for (auto& [addr, st] : cluster->ForEachServer(
+               [](Session* s) { return s->Ping().status(); })) {
+        answered[addr] = st.ok();
+      }
+    } else {
+      for (auto& [addr, st] : cluster->Stats()) answered[addr] = st.ok();
+    }
+    EXPECT_EQ(answered.size(), servers_.size());
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      ASSERT_EQ(answered.count(servers_[i].address), 1u) << servers_[i].address;
+      EXPECT_EQ(answered[servers_[i].address], i != v)
+          << servers_[i].address << " in round " << round;
+    }
+  }
+  ASSERT_TRUE(servers_[v].process->Signal(SIGCONT).ok());
+}
+
+// A client whose first seed is a paused primary passes it over after a
+// second, and its first write to that primary's key, made at once, found
+// the connection's failure still remembered (20 ms): it ended TimedOut
+// ("handshake ... receiving timed out") instead of waiting for the
+// failover within its deadline, as a write to a paused primary does
+// (found by a black-box run).
+TEST_F(ClusterTest, AWriteToAPausedFirstSeedsKeyWaitsForItsFailover) {
+  // A lease long enough that the failover comes after the client has
+  // passed the seed over (1 s); ZooKeeper's session outlasts it.
+  std::vector<std::string> flags = ReplicatedFlags(3);
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--cluster-lease-ms" ||
+        flags[i] == "--cluster-session-ms") {
+      flags[i + 1] = std::to_string(std::stoi(flags[i + 1]) * 4);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    servers_.push_back(StartServer(flags));
+    ASSERT_NE(servers_.back().process, nullptr);
+  }
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const size_t v = size_t(m + 1) % servers_.size();  // not the manager
+  const std::string victim = servers_[v].address;
+  std::vector<std::string> seeds = {victim};
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (i != v) seeds.push_back(servers_[i].address);
+  }
+  std::string key;
+  {
+    auto probe = Connect({seeds[1], seeds[2]});
+    ASSERT_NE(probe, nullptr);
+    for (int i = 0; key.empty() && i < 1000; ++i) {
+      const std::string k = "seed-" + std::to_string(i);
+      if (probe->OwnerOf(k) == victim) key = k;
+    }
+    ASSERT_FALSE(key.empty());
+    ASSERT_TRUE(probe->Put(key, "before").ok());
+  }
+  ASSERT_TRUE(servers_[v].process->Signal(SIGSTOP).ok());
+  ClusterOptions o;
+  o.seeds = seeds;
+  o.session.transport = testing::TestTransport();
+  o.session.timeout = std::chrono::seconds(60);
+  o.wait_for_config = kBound;
+  auto cluster = Cluster::Connect(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  const Result<uint64_t> put = (*cluster)->Put(key, "after");
+  ASSERT_TRUE(servers_[v].process->Signal(SIGCONT).ok());
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_NE((*cluster)->OwnerOf(key), victim);
+  auto got = (*cluster)->Get(key);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "after");
+}
+
 TEST_F(ClusterTest, APausedPrimaryIsFailedOverAndServesNothingWhenItResumes) {
   ASSERT_NO_FATAL_FAILURE(StartReplicated(3));
   auto cluster = Connect({servers_[0].address});

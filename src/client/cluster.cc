@@ -310,6 +310,14 @@ struct Cluster::Impl {
     return std::nullopt;
   }
 
+  // The members' addresses, a copy (a loop that connects to each may
+  // install a new configuration on the way).
+  std::vector<std::string> MemberAddresses() const {
+    std::vector<std::string> out;
+    for (const auto& m : config.members) out.push_back(m.address);
+    return out;
+  }
+
   void Install(cluster::Config c) {
     config = std::move(c);
     for (size_t i = 0; i < config.members.size(); ++i) {
@@ -433,11 +441,17 @@ struct Cluster::Impl {
       session = ConnectTo(addr, limit);
     }
     if (!session.ok()) {
-      const StatusCode code = session.status().code();
-      if (code == StatusCode::kUnavailable || code == StatusCode::kTimedOut) {
-        unreachable[addr] = {Clock::now() + kUnreachableFor, session.status()};
+      Status st = session.status();
+      // Not connected in time is not reached: nothing was sent (so in a
+      // replicated cluster an operation waits for the failover, within its
+      // deadline, as when the connection is refused).
+      if (st.code() == StatusCode::kTimedOut) {
+        st = Status::Unavailable(st.message());
       }
-      return session.status();
+      if (st.code() == StatusCode::kUnavailable) {
+        unreachable[addr] = {Clock::now() + kUnreachableFor, st};
+      }
+      return st;
     }
     ++stats.connects;
     Server& s = servers[addr];
@@ -488,7 +502,7 @@ struct Cluster::Impl {
         return Status::Unavailable(
             addr + " did not answer within " + std::to_string(step.count()) +
             " ms and holds no role in configuration epoch " +
-            std::to_string(config.epoch) + " (failed over)");
+            std::to_string(config.epoch) + " (failed over or drained)");
       }
       step *= 2;
     }
@@ -1920,22 +1934,24 @@ Status Cluster::WaitAll() {
 std::vector<std::pair<std::string, Status>> Cluster::ForEachServer(
     const std::function<Status(Session*)>& fn) {
   std::vector<std::pair<std::string, Status>> out;
-  for (const auto& m : impl_->config.members) {
-    auto s = impl_->Connected(m.address);
-    out.emplace_back(m.address, s.ok() ? fn((*s)->session.get()) : s.status());
+  // Copied first: connecting may install a new configuration (a member
+  // that does not answer has the client fetch it again).
+  for (const std::string& address : impl_->MemberAddresses()) {
+    auto s = impl_->Connected(address);
+    out.emplace_back(address, s.ok() ? fn((*s)->session.get()) : s.status());
   }
   return out;
 }
 
 std::vector<std::pair<std::string, Result<ServerStats>>> Cluster::Stats() {
   std::vector<std::pair<std::string, Result<ServerStats>>> out;
-  for (const auto& m : impl_->config.members) {
-    auto s = impl_->Connected(m.address);
+  for (const std::string& address : impl_->MemberAddresses()) {  // as above
+    auto s = impl_->Connected(address);
     if (!s.ok()) {
-      out.emplace_back(m.address, s.status());
+      out.emplace_back(address, s.status());
       continue;
     }
-    out.emplace_back(m.address, (*s)->session->Stats());
+    out.emplace_back(address, (*s)->session->Stats());
   }
   return out;
 }
