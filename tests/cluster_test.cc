@@ -3624,6 +3624,11 @@ TEST_F(ClusterTest, ADrainOfAClustersLastServerIsRefused) {
   auto drain = CliDrain(servers_[0].address, servers_[0].address);
   EXPECT_EQ(drain.exit_code, 1) << drain.out;
   EXPECT_NE(drain.out.find("cannot drain"), std::string::npos) << drain.out;
+  // A server that is no member: a bad command line (2; it was 4, which
+  // says a key was not found).
+  auto stranger = CliDrain(servers_[0].address, "127.0.0.1:1");
+  EXPECT_EQ(stranger.exit_code, 2) << stranger.out;
+  EXPECT_NE(stranger.out.find("no member"), std::string::npos) << stranger.out;
 }
 
 // A server killed and failed over stays listed, holding nothing, until it

@@ -422,9 +422,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
           info.nodes.size(), info.moving, info.replicas, info.filling,
           short_of_copies, info.range_owner.size(), info.moving_ranges);
     } else {
-      std::printf("cluster %s: epoch %u, %u shards on %zu servers",
+      std::printf("cluster %s: epoch %u, %u shards on %zu server%s",
                   info.name.c_str(), info.epoch, info.num_shards,
-                  info.nodes.size());
+                  info.nodes.size(), info.nodes.size() == 1 ? "" : "s");
       if (info.replicas > 0) {
         std::printf(", %u backup%s per shard", info.replicas,
                     info.replicas == 1 ? "" : "s");
@@ -1119,6 +1119,11 @@ int RunCli(int argc, char** argv) {
             "cluster drain needs the server to drain (host:port)"));
       }
       Status st = cluster.Drain(drain_node, opts.timeout);
+      if (st.code() == StatusCode::kNotFound) {
+        // Not a member: the command named the wrong server (not a key).
+        (void)Fail(st);
+        return 2;
+      }
       if (!st.ok()) return Fail(st);
       if (json) {
         std::printf("{\"drained\":%s}\n", JsonString(drain_node).c_str());
