@@ -264,7 +264,9 @@ void Endpoint::ErrorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   Endpoint* self = *static_cast<Endpoint**>(arg);
   if (self == nullptr || self->failed_) return;  // destroyed, being flushed
   self->failed_ = true;
-  self->failure_ = FromUcs(status, "connection lost");
+  // UCX's tcp transport reports a peer that closed or died as a timeout.
+  self->failure_ = FromUcs(
+      status, "connection lost (the peer stopped, died or cannot be reached)");
   // The peer may have died mid-send.
   self->worker_->WatchForStall();
   self->FailServed(self->failure_);

@@ -310,8 +310,13 @@ Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
     return Status::Internal("regions are allocated only at start");
   }
   if (owner != proto::kCoreService && allocated + bytes > config.memory) {
-    return Status::InvalidArgument("the services ask for more than --memory (" +
-                                   std::to_string(config.memory) + " bytes)");
+    return Status::InvalidArgument(
+        "the services ask for more than --memory (" +
+        std::to_string(config.memory) +
+        " bytes): " + std::to_string(allocated) + " bytes given already and " +
+        std::to_string(bytes) +
+        " more asked; --hash-memory (default half of --memory) and "
+        "--tree-memory (default an eighth) must fit in it together");
   }
   if (next_region_id > 0xffff) {
     return Status::InvalidArgument(
@@ -507,8 +512,14 @@ Status Server::Impl::Init() {
   }
   if (config.memory == 0) config.memory = DefaultMemory();
   const uint64_t phys = PhysicalMemory();
-  if (config.memory < (1ull << 20)) {
-    return Status::InvalidArgument("--memory must be at least 1 MiB");
+  // The hash store's own check says how much for more threads.
+  if (config.memory < (4ull << 20)) {
+    return Status::InvalidArgument(
+        "--memory must be at least 4 MiB per server thread" +
+        (config.threads > 1
+             ? " (" + std::to_string(4 * config.threads) + " MiB for " +
+                   std::to_string(config.threads) + " threads)"
+             : std::string()));
   }
   if (phys != 0 && config.memory > phys) {
     return Status::OutOfMemory(
