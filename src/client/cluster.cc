@@ -395,8 +395,10 @@ struct Cluster::Impl {
 
   // The connected server at `addr`, connecting to it if need be (ConnectTo;
   // `limit`: the connection's deadline if sooner than the session
-  // timeout). `addr` is a copy: callers pass a member's address in
-  // `config`, which a configuration fetched while connecting replaces.
+  // timeout); Unavailable if it could not be reached, in time or at all
+  // (remembered for kUnreachableFor). `addr` is a copy: callers pass a
+  // member's address in `config`, which a configuration fetched while
+  // connecting replaces.
   Result<Server*> Connected(
       std::string addr,
       std::optional<std::chrono::milliseconds> limit = std::nullopt) {
