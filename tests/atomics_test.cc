@@ -328,6 +328,53 @@ TEST_F(AtomicsTest, UserReductionsFromTheExampleLibrary) {
   EXPECT_EQ(b->status().code(), StatusCode::kInvalidArgument);
 }
 
+// A batch whose results together pass the largest reply (64 MiB): two
+// filters of a 16 MiB vector, each about 32 MiB of indices, beside a write.
+// The whole reply was refused by the client, every op ended OutOfMemory
+// ("nothing changed"), and yet the write had taken effect (found by a
+// black-box run). Now the server answers the reads that would pass the
+// limit Busy and the client asks them again; the write's result arrives.
+TEST(AtomicsBigReplies, ABatchWhoseResultsPassTheReplyLimitIsAnsweredWhole) {
+  auto server = StartServer({}, "256M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = ConnectOps(server.address);
+  ASSERT_NE(c.store, nullptr);
+  constexpr size_t kElems = (16u << 20) / sizeof(int32_t) - 4;  // 16 MiB
+  ASSERT_TRUE(c.store->hash()
+                  ->Put("big", EncodeVector(std::vector<int32_t>(kElems, 7)))
+                  .ok());
+  auto check = [&](const std::vector<Result<OpReply>>& rs, int64_t counter) {
+    ASSERT_EQ(rs.size(), 3u);
+    ASSERT_TRUE(rs[0].ok()) << rs[0].status().ToString();
+    EXPECT_EQ(*rs[0]->Int(), counter);
+    for (size_t i = 1; i < 3; ++i) {
+      ASSERT_TRUE(rs[i].ok()) << rs[i].status().ToString();
+      auto v = DecodeVector(rs[i]->value);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      const auto* idx = std::get_if<std::vector<int64_t>>(&*v);
+      ASSERT_NE(idx, nullptr);
+      EXPECT_EQ(idx->size(), kElems);
+    }
+  };
+  const std::vector<Op> batch = {
+      Op::AddFetch("counter", 1, /*create=*/true),
+      Op::VecFilter("big", Predicate::kEq, int64_t{7}, /*indices=*/true),
+      Op::VecFilter("big", Predicate::kEq, int64_t{7}, /*indices=*/true)};
+  check(c->ExecuteBatch(batch), 1);
+  // Asynchronously: one message too (queued between two polls).
+  std::vector<Result<OpReply>> rs(3, Status::Internal("unanswered"));
+  for (size_t i = 0; i < 3; ++i) {
+    c->ExecuteAsync(batch[i],
+                    [&rs, i](Result<OpReply> r) { rs[i] = std::move(r); });
+  }
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  check(rs, 2);
+  // Each write applied once.
+  auto n = c->AddFetch("counter", 0);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->value, 2);
+}
+
 TEST(AtomicsStart, ALibraryThatFailsToLoadStopsTheServerWithAMessage) {
   for (const std::string& lib : {std::string("/nonexistent/libops.so"),
                                  std::string(REMEM_SERVER_BIN_PATH)}) {

@@ -274,7 +274,10 @@ class OpsStore {
                       TypedCallback<VectorData> done, bool indices = false);
 
   // --- batched: one message (split beyond 65536 ops or 32 MiB), one result
-  // per op, in order, each with its own status.
+  // per op, in order, each with its own status. Reductions and filters
+  // whose results would make the reply pass 64 MiB are asked again in a
+  // later message (they change nothing, so only their order among the
+  // batch's writes may differ).
   std::vector<Result<OpReply>> ExecuteBatch(const std::vector<Op>& ops);
 
   struct ReduceStats {

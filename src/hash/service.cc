@@ -53,6 +53,26 @@ void CapMultiReply(const std::vector<MultiOp>& ops,
   }
 }
 
+// As CapMultiReply, for a batch of server-side operations: the results of
+// those that only read (reductions, filters) that would pass the limit are
+// answered Busy, to be asked again (libremem does), all but the first; a
+// write's never: it took effect, and its result must reach the client.
+void CapOpBatchReply(const std::vector<ops::OpView>& ops,
+                     std::vector<OpItem>* results) {
+  uint64_t bytes = sizeof(HashMultiReply);
+  for (size_t i = 0; i < results->size(); ++i) {
+    OpItem& it = (*results)[i];
+    if (i > 0 && !ops::MayWrite(ops[i].kind) && it.status.ok() &&
+        bytes + sizeof(HashOpItem) + it.data.size() > kMaxMultiReplyBytes) {
+      it.data.clear();
+      it.version = 0;
+      it.status = Status::Busy(kMultiReplyFull);
+    }
+    bytes += sizeof(HashOpItem) +
+             (it.status.ok() ? it.data.size() : it.status.message().size());
+  }
+}
+
 // The first error among the partitions' outcomes, or OK.
 Status FirstError(const std::vector<Status>& all) {
   for (const Status& st : all) {
@@ -1119,6 +1139,7 @@ void HashService::HandleOps(PartitionId p, Call call) {
       if (!it.status.ok()) return req->responder.Reply(it.status);
       return req->responder.Reply(Status::OK(), EncodeHashOpReply(it));
     }
+    CapOpBatchReply(req->ops, &req->results);
     req->responder.Reply(Status::OK(), EncodeHashOpBatchReply(req->results));
   };
   if (req->single) {

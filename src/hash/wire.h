@@ -137,7 +137,8 @@ inline constexpr uint32_t kMaxMultiItems = 1u << 16;
 // A multi reply (HashMultiReply and its items) holds at most this many
 // bytes: the gets whose values would pass it, all but the reply's first
 // item, are answered Busy with kMultiReplyFull instead, to be asked again
-// (libremem does).
+// (libremem does). An OpBatch reply likewise, for its reductions and
+// filters (never a write's result).
 inline constexpr uint64_t kMaxMultiReplyBytes = proto::kMaxRpcPayload;
 inline constexpr char kMultiReplyFull[] =
     "the multi reply is full: ask for this key again";

@@ -234,6 +234,17 @@ Op Op::Call(std::string key, uint32_t function_id, std::string arg) {
   return op;
 }
 
+namespace {
+
+// A read left out of a batch's reply because its result would have passed
+// the reply's limit (hash/wire.h, kMaxMultiReplyBytes): asked again.
+bool OpReplyWasFull(const Status& st) {
+  return st.code() == StatusCode::kBusy &&
+         st.message() == hash::kMultiReplyFull;
+}
+
+}  // namespace
+
 // --- the store
 
 struct OpsStore::Impl {
@@ -514,28 +525,41 @@ Result<VectorData> OpsStore::VecFilter(std::string_view key, Predicate p,
 
 std::vector<Result<OpReply>> OpsStore::ExecuteBatch(
     const std::vector<Op>& ops) {
-  std::vector<Result<OpReply>> out;
-  out.reserve(ops.size());
-  for (auto [begin, end] : Batches(ops)) {
-    std::vector<ops::OpView> views;
-    views.reserve(end - begin);
-    for (size_t i = begin; i < end; ++i) {
-      views.push_back(ViewOf(ops[i]));
-    }
-    auto r = impl_->core->CallSync(hash::kHashService,
-                                   hash::MethodId(hash::HashMethod::kOpBatch),
-                                   hash::EncodeHashOpBatch(views));
-    auto items = r.ok() ? hash::DecodeHashOpBatchReply(*r, end - begin)
-                        : Result<std::vector<hash::OpItem>>(r.status());
-    for (size_t i = 0; i < end - begin; ++i) {
-      if (!items.ok()) {
-        out.push_back(items.status());
-      } else if (!(*items)[i].status.ok()) {
-        out.push_back((*items)[i].status);
-      } else {
-        out.push_back(ReplyOf(std::move((*items)[i])));
+  std::vector<Result<OpReply>> out(ops.size(), Status::Internal("unasked"));
+  std::vector<size_t> todo(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
+  // Rounds: what a full reply left out (reads only) is asked again; each
+  // reply answers at least its first op.
+  while (!todo.empty()) {
+    std::vector<Op> round;
+    round.reserve(todo.size());
+    for (size_t i : todo) round.push_back(ops[i]);
+    std::vector<size_t> again;
+    for (auto [begin, end] : Batches(round)) {
+      std::vector<ops::OpView> views;
+      views.reserve(end - begin);
+      for (size_t i = begin; i < end; ++i) {
+        views.push_back(ViewOf(round[i]));
+      }
+      auto r = impl_->core->CallSync(hash::kHashService,
+                                     hash::MethodId(hash::HashMethod::kOpBatch),
+                                     hash::EncodeHashOpBatch(views));
+      auto items = r.ok() ? hash::DecodeHashOpBatchReply(*r, end - begin)
+                          : Result<std::vector<hash::OpItem>>(r.status());
+      for (size_t i = 0; i < end - begin; ++i) {
+        Result<OpReply>& o = out[todo[begin + i]];
+        if (!items.ok()) {
+          o = items.status();
+        } else if (OpReplyWasFull((*items)[i].status)) {
+          again.push_back(todo[begin + i]);
+        } else if (!(*items)[i].status.ok()) {
+          o = (*items)[i].status;
+        } else {
+          o = ReplyOf(std::move((*items)[i]));
+        }
       }
     }
+    todo = std::move(again);
   }
   return out;
 }
@@ -593,6 +617,9 @@ void OpsStore::Impl::Flush() {
                    Callback& done = (*all)[i].done;
                    if (!items.ok()) {
                      Complete(done, items.status());
+                   } else if (OpReplyWasFull((*items)[i - begin].status)) {
+                     // Asked again (still in flight): the next flush.
+                     queued.push_back({(*all)[i].op, std::move(done)});
                    } else if (!(*items)[i - begin].status.ok()) {
                      Complete(done, (*items)[i - begin].status);
                    } else {
