@@ -137,8 +137,10 @@ Result<std::string> UserReduce(uint32_t id, const FunctionLookup* functions,
   }
   if (n.type == REMEM_OPS_INT64) return MakeVector(ElemType::kInt64, 1, &n.i);
   if (n.type == REMEM_OPS_DOUBLE) return MakeVector(ElemType::kDouble, 1, &n.d);
-  return Status::Internal(who + " answered a number of unknown type " +
-                          std::to_string(n.type));
+  // remem/ops_plugin.h: anything else is refused.
+  return Status::InvalidArgument(who + " answered a number of unknown type " +
+                                 std::to_string(n.type) +
+                                 " (REMEM_OPS_INT64 or REMEM_OPS_DOUBLE)");
 }
 
 }  // namespace

@@ -218,9 +218,10 @@ Status UpdateVector(std::string* value, VecFn fn, std::string_view operand) {
     }
     if (o->type != view.type || o->count != view.count) {
       return Status::InvalidArgument(
-          "the operand vector's type or length differs from the value's (" +
-          std::to_string(o->count) + " vs " + std::to_string(view.count) +
-          " elements)");
+          std::string("the operand vector (") + ElemTypeName(o->type) + ", " +
+          std::to_string(o->count) + " elements) differs from the value's (" +
+          ElemTypeName(view.type) + ", " + std::to_string(view.count) +
+          " elements): an operand vector has the value's type and length");
     }
     other = *o;
   }
