@@ -219,7 +219,12 @@ class Session {
   size_t Poll();
   // Polls until every operation issued on this session (and its stores)
   // has completed. Returns the first error seen among them since the last
-  // WaitAll, or OK.
+  // WaitAll, or OK. Not from inside a callback while other operations are
+  // in flight: operations answered in the same message as the callback's
+  // own run their callbacks only after it returns, so a WaitAll there waits
+  // for them until twice the timeout, then fails TimedOut and closes the
+  // connection. A callback may Poll, issue operations, or make
+  // synchronous calls.
   Status WaitAll();
   // Operations issued on this session (and its stores), not yet completed.
   size_t in_flight() const;
