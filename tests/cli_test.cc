@@ -593,6 +593,14 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
        "--records needs --servers above"},
       {{"failover", "--drain", "--replicas", "2"},
        "--drain needs --servers above"},
+      // Options of the top level (the default run's) before a subcommand
+      // that has its own were taken and ignored; a second subcommand was
+      // dropped (found by a black-box run).
+      {{"--duration", "0.3", "ycsb"}, "--duration before 'ycsb'"},
+      {{"--json", "compare"}, "--json before 'compare'"},
+      {{"--transport", "tcp", "durability"}, "--transport before 'durability'"},
+      {{"fabric", "hash"}, "not expected: hash"},
+      {{"hash", "--key-size", "8", "--records", "200000"}, "cannot name"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};

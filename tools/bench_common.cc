@@ -66,6 +66,7 @@ Result<ServerUnderTest> StartServer(const std::string& binary, Transport t,
   o.pin_threads = true;
   o.cpu = cpu;
   o.flags = flags;
+  o.stop_on_destroy = true;  // it removes its lease file in /dev/shm
   if (!ServerShmDir().empty() && t != Transport::kTcp) {
     o.flags.push_back("--shm-dir");
     o.flags.push_back(ServerShmDir());

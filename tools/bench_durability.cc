@@ -265,13 +265,16 @@ int RunDurability(const DurabilityOptions& o) {
         static_cast<unsigned long long>(o.records), o.depth, o.write_fraction);
     for (size_t i = 0; i < rows.size(); ++i) {
       const PolicyRow& r = rows[i];
+      // null without a "none" row to compare with (the table's n/a).
+      char pct[32] = "null";
+      if (vs_none(r) >= 0) std::snprintf(pct, sizeof(pct), "%.1f", vs_none(r));
       std::printf(
           "%s{\"policy\":\"%s\",\"load_puts_per_s\":%.1f,\"mix_ops\":%llu,"
-          "\"mix_ops_per_s\":%.1f,\"mix_vs_none_pct\":%.1f,"
+          "\"mix_ops_per_s\":%.1f,\"mix_vs_none_pct\":%s,"
           "\"server_cpu_us_per_op\":%.3f",
           i ? "," : "", r.policy.c_str(), r.load_puts_per_s,
-          static_cast<unsigned long long>(r.mix_ops), r.mix_ops_per_s,
-          vs_none(r), r.server_cpu_us_per_op);
+          static_cast<unsigned long long>(r.mix_ops), r.mix_ops_per_s, pct,
+          r.server_cpu_us_per_op);
       if (r.recovery) {
         std::printf(
             ",\"recovery\":{\"pairs\":%llu,\"snapshot_pairs\":%llu,"

@@ -34,6 +34,16 @@ int RunHash(const FabricOptions& o, uint64_t records, size_t key_len,
     std::fprintf(stderr, "remem-bench: --key-size must be in [8, 1024]\n");
     return 2;
   }
+  // Keys are "user<i>" cut or padded to key_len: the last must fit whole,
+  // or keys collide (8-byte keys named 10,000 pairs of the 200,000 the
+  // load reported).
+  if (UserKeyOf(records - 1, 1024).find('.') > key_len) {
+    std::fprintf(stderr,
+                 "remem-bench: %zu-byte keys cannot name %llu records; use "
+                 "longer keys\n",
+                 key_len, static_cast<unsigned long long>(records));
+    return 2;
+  }
   auto started =
       ServerFor(o.server, o.server_binary, o.transport, o.server_cpu, "1G");
   if (!started.ok()) return 1;

@@ -465,11 +465,37 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // One subcommand at a time ("fabric hash" ran hash only, silently).
+  app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
+  }
+  // The top level's options are the default run's, and fabric's, hash's,
+  // atomics' and tree's (the same variables). The other subcommands have
+  // their own: one given before them was taken and ignored ("--duration
+  // 0.3 ycsb" ran 5 s), so it is refused; ycsb and compare honour the top
+  // level's --transport.
+  for (CLI::App* own : {ycsb, compare, durability, failover}) {
+    if (!own->parsed()) continue;
+    for (const CLI::Option* o : app.get_options()) {
+      if (o->count() == 0 || o->get_name() == "--help" ||
+          o->get_name() == "--version") {
+        continue;
+      }
+      if (o->get_name() == "--transport" && own != durability &&
+          own != failover) {
+        continue;
+      }
+      std::fprintf(stderr,
+                   "remem-bench: %s before '%s' is not %s's: give it after "
+                   "the subcommand (remem-bench %s --help)\n",
+                   o->get_name().c_str(), own->get_name().c_str(),
+                   own->get_name().c_str(), own->get_name().c_str());
+      return 2;
+    }
   }
   (void)log::SetLevel("warn");
   if (!shm_dir.empty()) {

@@ -107,6 +107,12 @@ ServerProcess ServerProcess::External(std::string address) {
   return s;
 }
 
+ServerProcess::~ServerProcess() {
+  if (process && options.stop_on_destroy && process->running()) {
+    (void)Stop(std::chrono::seconds(10));  // else the process's own kill -9
+  }
+}
+
 Status ServerProcess::Kill() {
   if (!process) return Status::OK();
   if (process->running()) REMEM_RETURN_IF_ERROR(process->Signal(SIGKILL));

@@ -47,9 +47,18 @@ struct ServerOptions {
   std::vector<std::string> command_prefix;
   std::vector<std::pair<std::string, std::string>> env;
   std::chrono::milliseconds ready_timeout{30000};
+  // When the handle is destroyed with the server still running: stop it
+  // (SIGTERM, up to 10 s, then kill -9), so that it removes its files
+  // (benchmarks); else kill -9 (tests, which start hundreds).
+  bool stop_on_destroy = false;
 };
 
 struct ServerProcess {
+  ServerProcess() = default;
+  ServerProcess(ServerProcess&&) = default;
+  ServerProcess& operator=(ServerProcess&&) = default;
+  ~ServerProcess();
+
   ServerOptions options;                // what it was started with
   std::unique_ptr<Subprocess> process;  // null: not started here
   std::string address;                  // host:port it listens on
