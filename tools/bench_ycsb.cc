@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "bench_common.h"
@@ -66,6 +68,28 @@ struct Shared {
   std::atomic<int> ready{0};             // threads done loading (or failed)
   std::atomic<uint64_t> count{0};        // keys that exist (for choosers)
   std::atomic<uint64_t> next_insert{0};  // D: next record number to insert
+  // D: inserts acknowledged above `count` (YCSB's acknowledged counter):
+  // `count` passes a record only once every record below it is in, so no
+  // read picks a key whose insert is still in flight (with several threads,
+  // or several in flight, inserts end out of order; reads of keys claimed
+  // and not yet written counted as missing).
+  std::mutex acked_mu;
+  std::set<uint64_t> acked;
+
+  void Acknowledge(uint64_t rec) {
+    std::lock_guard<std::mutex> lock(acked_mu);
+    uint64_t limit = count.load();
+    if (rec != limit) {
+      acked.insert(rec);
+      return;
+    }
+    ++limit;
+    while (!acked.empty() && *acked.begin() == limit) {
+      acked.erase(acked.begin());
+      ++limit;
+    }
+    count.store(limit);
+  }
 };
 
 // A request slot of a client thread's window, with the operation it is part
@@ -74,6 +98,7 @@ struct Slot {
   KvRequest req;
   enum Op { kRead, kUpdate, kInsert, kRmw, kScan } op = kRead;
   bool second_half = false;  // RMW: the put after the get
+  uint64_t rec = 0;          // an insert's record number
   uint64_t start_ns = 0;     // when the operation (not the request) began
   uint64_t req_start_ns = 0;
 };
@@ -199,6 +224,7 @@ class ClientThread {
       } else {
         s->op = Slot::kInsert;
         rec = sh_->next_insert.fetch_add(1);
+        s->rec = rec;
       }
       ycsb::KeyName(rec, o.key_size, &s->req.keys[0]);
       ycsb::MakeValue(s->req.keys[0], NextGeneration(), sh_->value_size,
@@ -248,7 +274,7 @@ class ClientThread {
     } else if (measuring) {
       r_->write_ns.Record(r.done_ns - s->req_start_ns);
     }
-    if (s->op == Slot::kInsert) sh_->count.fetch_add(1);
+    if (s->op == Slot::kInsert) sh_->Acknowledge(s->rec);
     if (measuring) {
       switch (s->op) {
         case Slot::kRead:
