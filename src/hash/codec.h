@@ -115,6 +115,12 @@ std::string EncodeHashOp(const ops::OpView& op);
 Result<ops::OpView> DecodeHashOp(std::string_view payload);
 std::string EncodeHashOpBatch(const std::vector<ops::OpView>& ops);
 Result<std::vector<ops::OpView>> DecodeHashOpBatch(std::string_view payload);
+// An item of a multi reply or an OpBatch reply left unanswered because the
+// results before it filled the reply (kMaxMultiReplyBytes): asked again.
+inline bool ReplyWasFull(const Status& st) {
+  return st.code() == StatusCode::kBusy && st.message() == kMultiReplyFull;
+}
+
 struct OpItem {
   Status status;
   bool applied = true;

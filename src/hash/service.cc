@@ -34,43 +34,40 @@ HashService::~HashService() {
 
 namespace {
 
-// A reply holds at most kMaxMultiReplyBytes: the gets whose values would
-// pass it are answered Busy instead, to be asked again (the client does),
-// all but the first item, so every reply answers at least one.
-void CapMultiReply(const std::vector<MultiOp>& ops,
-                   std::vector<MultiItem>* results) {
+// A reply holds at most kMaxMultiReplyBytes: the results that would pass
+// it and may be asked again (`deferrable(i)`) are answered Busy instead,
+// to be asked again (libremem does), all but the first item, so every
+// reply answers at least one. `Header` is the wire struct before each
+// item's data.
+template <typename Header, typename Item, typename Deferrable>
+void CapReply(std::vector<Item>* results, Deferrable deferrable) {
   uint64_t bytes = sizeof(HashMultiReply);
   for (size_t i = 0; i < results->size(); ++i) {
-    MultiItem& it = (*results)[i];
-    if (i > 0 && ops[i].op == MultiOpKind::kGet && it.status.ok() &&
-        bytes + sizeof(HashMultiItem) + it.data.size() > kMaxMultiReplyBytes) {
+    Item& it = (*results)[i];
+    if (i > 0 && deferrable(i) && it.status.ok() &&
+        bytes + sizeof(Header) + it.data.size() > kMaxMultiReplyBytes) {
       it.data.clear();
       it.version = 0;
       it.status = Status::Busy(kMultiReplyFull);
     }
-    bytes += sizeof(HashMultiItem) +
+    bytes += sizeof(Header) +
              (it.status.ok() ? it.data.size() : it.status.message().size());
   }
 }
 
-// As CapMultiReply, for a batch of server-side operations: the results of
-// those that only read (reductions, filters) that would pass the limit are
-// answered Busy, to be asked again (libremem does), all but the first; a
-// write's never: it took effect, and its result must reach the client.
+// A multi reply's gets may be deferred.
+void CapMultiReply(const std::vector<MultiOp>& ops,
+                   std::vector<MultiItem>* results) {
+  CapReply<HashMultiItem>(
+      results, [&](size_t i) { return ops[i].op == MultiOpKind::kGet; });
+}
+
+// An OpBatch's reductions and filters may; a write's result never: it took
+// effect, and its result must reach the client.
 void CapOpBatchReply(const std::vector<ops::OpView>& ops,
                      std::vector<OpItem>* results) {
-  uint64_t bytes = sizeof(HashMultiReply);
-  for (size_t i = 0; i < results->size(); ++i) {
-    OpItem& it = (*results)[i];
-    if (i > 0 && !ops::MayWrite(ops[i].kind) && it.status.ok() &&
-        bytes + sizeof(HashOpItem) + it.data.size() > kMaxMultiReplyBytes) {
-      it.data.clear();
-      it.version = 0;
-      it.status = Status::Busy(kMultiReplyFull);
-    }
-    bytes += sizeof(HashOpItem) +
-             (it.status.ok() ? it.data.size() : it.status.message().size());
-  }
+  CapReply<HashOpItem>(results,
+                       [&](size_t i) { return !ops::MayWrite(ops[i].kind); });
 }
 
 // The first error among the partitions' outcomes, or OK.

@@ -25,13 +25,6 @@ namespace {
 // is the cheaper one.
 constexpr int kMaxOneSidedAttempts = 16;
 
-// A multi reply's item left unanswered because the values before it
-// filled the reply (hash/wire.h, kMaxMultiReplyBytes): asked again.
-bool ReplyWasFull(const Status& st) {
-  return st.code() == StatusCode::kBusy &&
-         st.message() == hash::kMultiReplyFull;
-}
-
 }  // namespace
 
 struct HashStore::Impl {
@@ -851,7 +844,7 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
                  for (size_t i = 0; i < batch->size(); ++i) {
                    if (!items.ok()) {
                      Answer((*batch)[i], items.status(), nullptr);
-                   } else if (ReplyWasFull((*items)[i].status)) {
+                   } else if (hash::ReplyWasFull((*items)[i].status)) {
                      again.push_back(std::move((*batch)[i]));
                    } else {
                      Answer((*batch)[i], (*items)[i].status, &(*items)[i]);
@@ -1143,7 +1136,7 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
         hash::MultiItem& it = (*items)[i - b];
         if (it.status.ok()) {
           out[index[i]] = Value{std::move(it.data), it.version};
-        } else if (ReplyWasFull(it.status)) {
+        } else if (hash::ReplyWasFull(it.status)) {
           again.push_back(index[i]);
         } else {
           out[index[i]] = it.status;

@@ -234,17 +234,6 @@ Op Op::Call(std::string key, uint32_t function_id, std::string arg) {
   return op;
 }
 
-namespace {
-
-// A read left out of a batch's reply because its result would have passed
-// the reply's limit (hash/wire.h, kMaxMultiReplyBytes): asked again.
-bool OpReplyWasFull(const Status& st) {
-  return st.code() == StatusCode::kBusy &&
-         st.message() == hash::kMultiReplyFull;
-}
-
-}  // namespace
-
 // --- the store
 
 struct OpsStore::Impl {
@@ -530,10 +519,14 @@ std::vector<Result<OpReply>> OpsStore::ExecuteBatch(
   for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
   // Rounds: what a full reply left out (reads only) is asked again; each
   // reply answers at least its first op.
+  // Later rounds hold only reductions and filters (small ops): copied.
+  std::vector<Op> deferred;
   while (!todo.empty()) {
-    std::vector<Op> round;
-    round.reserve(todo.size());
-    for (size_t i : todo) round.push_back(ops[i]);
+    if (todo.size() < ops.size()) {
+      deferred.clear();
+      for (size_t i : todo) deferred.push_back(ops[i]);
+    }
+    const std::vector<Op>& round = todo.size() < ops.size() ? deferred : ops;
     std::vector<size_t> again;
     for (auto [begin, end] : Batches(round)) {
       std::vector<ops::OpView> views;
@@ -550,7 +543,7 @@ std::vector<Result<OpReply>> OpsStore::ExecuteBatch(
         Result<OpReply>& o = out[todo[begin + i]];
         if (!items.ok()) {
           o = items.status();
-        } else if (OpReplyWasFull((*items)[i].status)) {
+        } else if (hash::ReplyWasFull((*items)[i].status)) {
           again.push_back(todo[begin + i]);
         } else if (!(*items)[i].status.ok()) {
           o = (*items)[i].status;
@@ -617,7 +610,7 @@ void OpsStore::Impl::Flush() {
                    Callback& done = (*all)[i].done;
                    if (!items.ok()) {
                      Complete(done, items.status());
-                   } else if (OpReplyWasFull((*items)[i - begin].status)) {
+                   } else if (hash::ReplyWasFull((*items)[i - begin].status)) {
                      // Asked again (still in flight): the next flush.
                      queued.push_back({(*all)[i].op, std::move(done)});
                    } else if (!(*items)[i - begin].status.ok()) {
