@@ -643,6 +643,45 @@ TEST(Bench, DurabilityWorkloadRunsAndRecovers) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
+// remem-bench interrupted part way (Ctrl-C) stops the server it started
+// and removes the data directory it made for it: both outlived it before
+// (the server died by SIGKILL, the directory stayed in /tmp).
+TEST(Bench, InterruptedDurabilityRunStopsItsServerAndRemovesItsDirectory) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
+  std::string parent = ::testing::TempDir() + "/remem-interrupt-XXXXXX";
+  ASSERT_NE(::mkdtemp(parent.data()), nullptr);
+  SpawnOptions o;
+  // Far more operations than the test waits for.
+  o.argv = {BenchBinary(),  "durability",   "--policies",
+            "always",       "--records",    "1000",
+            "--ops",        "1000000000",   "--memory",
+            "32M",          "--server-cpu", "-1",
+            "--client-cpu", "-1",           "--data-dir-parent",
+            parent};
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  // The server's recovery line names the directory: it exists and is used.
+  auto started = (*p)->WaitForLine("recovered", std::chrono::seconds(60));
+  ASSERT_TRUE(started.ok()) << (*p)->output();
+  ASSERT_TRUE(Contains(*started, parent + "/remem-durbench-")) << *started;
+  ASSERT_FALSE(std::filesystem::is_empty(parent));
+  ASSERT_TRUE((*p)->Signal(SIGINT).ok());
+  // The pipe closes once the bench and its server (which shares its
+  // standard error) have both exited.
+  ASSERT_TRUE((*p)->ReadToEnd(std::chrono::seconds(30)).ok()) << (*p)->output();
+  auto code = (*p)->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 128 + SIGINT) << (*p)->output();
+  EXPECT_TRUE(Contains((*p)->output(), "remem-bench: interrupted by SIGINT"))
+      << (*p)->output();
+  EXPECT_TRUE(std::filesystem::is_empty(parent)) << (*p)->output();
+  std::error_code ec;
+  std::filesystem::remove_all(parent, ec);
+}
+
 // remem-bench's YCSB-D (reads of the latest keys, 5% inserts) with two
 // threads and four requests in flight each: inserts end out of order, and
 // reads chose among keys claimed by an insert still in flight, counting

@@ -15,6 +15,7 @@
 #include "remem/hash.h"
 #include "remem/session.h"
 #include "testing/server_process.h"
+#include "util/interrupt.h"
 
 namespace remem::bench {
 
@@ -166,11 +167,14 @@ Result<PolicyRow> RunPolicy(const DurabilityOptions& o,
       return Status::IOError("cannot create a directory in " + parent.string());
     }
   }
+  if (!dir.empty()) RemoveOnInterrupt(dir);
   struct RemoveDir {
     std::string dir;
     ~RemoveDir() {
+      if (dir.empty()) return;
+      KeepOnInterrupt(dir);
       std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
+      fs::remove_all(dir, ec);
     }
   } remove_dir{dir};
 

@@ -21,6 +21,7 @@
 #include "bench_ycsb.h"
 #include "remem/cluster.h"
 #include "remem/version.h"
+#include "util/interrupt.h"
 #include "util/log.h"
 #include "util/size.h"
 #include "util/subprocess.h"
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   using namespace remem;
+  // Before any thread starts: every thread inherits the blocked signals.
+  InstallInterruptCleanup("remem-bench");
   CLI::App app{
       "remem-bench: benchmark workloads against remem-server. Without a "
       "subcommand it runs 'fabric' then 'hash', each on a server it starts "

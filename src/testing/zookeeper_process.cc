@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "util/interrupt.h"
+
 namespace remem::testing {
 
 namespace {
@@ -119,6 +121,7 @@ Result<std::unique_ptr<ZooKeeperProcess>> ZooKeeperProcess::Start(
   char tmpl[] = "/tmp/remem-zk-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return Status::IOError("mkdtemp");
   zk->dir_ = tmpl;
+  RemoveOnInterrupt(zk->dir_);
   for (int attempt = 0;; ++attempt) {
     auto port = FreePort(zk->options_.listen_host);
     if (!port.ok()) return port.status();
@@ -218,6 +221,7 @@ Result<std::string> SharedZooKeeperHosts() {
 
 ZooKeeperProcess::~ZooKeeperProcess() {
   process_.reset();  // SIGKILL and reap
+  KeepOnInterrupt(dir_);
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }

@@ -9,12 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -86,7 +88,65 @@ class Spawner {
   Job* job_ = nullptr;  // under mu_
 };
 
+// Every child not yet reaped, for StopAll. A pid leaves the set before it
+// is reaped, under the lock, so a pid in the set is never one that another
+// process took over. Never destroyed: StopAll may run while the process
+// exits.
+std::mutex& LiveMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::set<pid_t>& Live() {
+  static auto* live = new std::set<pid_t>();
+  return *live;
+}
+
+int PidfdOpen(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
+void PidfdSignal(int pidfd, int sig) {
+  (void)syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0);
+}
+// Whether the process behind `pidfd` exited within `timeout`.
+bool PidfdExited(int pidfd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    pollfd pfd{pidfd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    const int rc = poll(&pfd, 1,
+                        static_cast<int>(std::max<int64_t>(
+                            0, static_cast<int64_t>(left.count()))));
+    if (rc > 0) return true;
+    if (rc == 0 || errno != EINTR) return false;
+  }
+}
+
 }  // namespace
+
+size_t Subprocess::StopAll(std::chrono::milliseconds grace) {
+  std::vector<int> pidfds;
+  {
+    std::lock_guard<std::mutex> lock(LiveMutex());
+    for (pid_t pid : Live()) {
+      const int fd = PidfdOpen(pid);
+      if (fd < 0) continue;
+      PidfdSignal(fd, SIGTERM);
+      pidfds.push_back(fd);
+    }
+  }
+  const auto deadline = Clock::now() + grace;
+  for (int fd : pidfds) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (!PidfdExited(fd, std::max(left, std::chrono::milliseconds(0)))) {
+      PidfdSignal(fd, SIGKILL);
+      (void)PidfdExited(fd, std::chrono::seconds(5));
+    }
+    close(fd);
+  }
+  return pidfds.size();
+}
 
 Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   if (o.argv.empty()) return Status::InvalidArgument("empty argv");
@@ -144,6 +204,10 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
   }
   std::unique_ptr<Subprocess> p(new Subprocess());
   p->pid_ = pid;
+  {
+    std::lock_guard<std::mutex> lock(LiveMutex());
+    Live().insert(pid);
+  }
   if (o.capture_stdout) {
     close(fds[1]);
     p->out_fd_ = fds[0];
@@ -153,6 +217,10 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
 
 Subprocess::~Subprocess() {
   if (!reaped_ && pid_ > 0) {
+    {
+      std::lock_guard<std::mutex> lock(LiveMutex());
+      Live().erase(pid_);
+    }
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
@@ -232,7 +300,12 @@ Status Subprocess::Signal(int sig) {
 bool Subprocess::running() {
   if (reaped_) return false;
   int st = 0;
-  pid_t r = waitpid(pid_, &st, WNOHANG);
+  pid_t r;
+  {
+    std::lock_guard<std::mutex> lock(LiveMutex());
+    r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) Live().erase(pid_);
+  }
   if (r == pid_) {
     reaped_ = true;
     exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -244,7 +317,7 @@ bool Subprocess::running() {
 Result<int> Subprocess::Wait(std::chrono::milliseconds timeout) {
   if (reaped_) return exit_code_;
   // A pidfd becomes readable when the process exits.
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  int pidfd = PidfdOpen(pid_);
   if (pidfd < 0) {
     return Status::IOError(std::string("pidfd_open: ") + std::strerror(errno));
   }

@@ -5,8 +5,8 @@
 // parent process (PR_SET_PDEATHSIG), whichever thread spawned it: every
 // child is forked on one thread that lives as long as the process.
 //
-// Thread contract: Spawn from any thread; a Subprocess is not thread-safe:
-// one owner.
+// Thread contract: Spawn and StopAll from any thread; a Subprocess is not
+// thread-safe: one owner.
 
 #ifndef REMEM_UTIL_SUBPROCESS_H_
 #define REMEM_UTIL_SUBPROCESS_H_
@@ -35,6 +35,12 @@ struct SpawnOptions {
 class Subprocess {
  public:
   static Result<std::unique_ptr<Subprocess>> Spawn(const SpawnOptions& opts);
+  // Stops every child spawned here and not yet reaped, whoever owns it:
+  // SIGTERM (a server then shuts down cleanly), and SIGKILL to those still
+  // running after `grace`. Returns once all have exited (they are left for
+  // their owners to reap). For an interrupted program (util/interrupt.h);
+  // any thread. Returns how many it signalled.
+  static size_t StopAll(std::chrono::milliseconds grace);
   ~Subprocess();  // SIGKILLs and reaps the child if still running
 
   pid_t pid() const { return pid_; }
