@@ -323,6 +323,29 @@ TEST_F(ClusterTest,
   }
   ASSERT_TRUE(cluster->WaitAll().ok());
   EXPECT_EQ(acked, kAsync);
+  // WaitAll inside a callback, with other answers still to run: it waits
+  // for what the callback issued, then returns (it spun for ever).
+  {
+    int done = 0, inner = 0;
+    Status inner_wait = Status::Unavailable("not run");
+    for (int i = 0; i < 32; ++i) {
+      cluster->PutAsync(keys[i], vals[i], [&, i](Result<uint64_t> r) {
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        ++done;
+        if (i != 0) return;
+        cluster->GetAsync(keys[1], [&](Result<HashStore::Value> g) {
+          EXPECT_TRUE(g.ok()) << g.status().ToString();
+          ++inner;
+        });
+        inner_wait = cluster->WaitAll();
+        EXPECT_EQ(inner, 1);
+      });
+    }
+    ASSERT_TRUE(cluster->WaitAll().ok());
+    EXPECT_TRUE(inner_wait.ok()) << inner_wait.ToString();
+    EXPECT_EQ(done, 32);
+    EXPECT_EQ(inner, 1);
+  }
 
   // Read back through every read path.
   std::vector<std::string_view> views(keys.begin(), keys.end());

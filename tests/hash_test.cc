@@ -692,6 +692,111 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
   }
 }
 
+// Callbacks that issue more gets and poll inside (as session.h allows):
+// every get is answered once, with its value, on every read path.
+TEST_F(HashTest, CallbacksThatIssueAndPollKeepEveryAnswer) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    constexpr int kKeys = 64;
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(
+          c->Put("cb" + std::to_string(i), std::string(i + 1, 'v')).ok());
+    }
+    int answered = 0, issued = 0;
+    std::function<void(int)> issue = [&](int i) {
+      ++issued;
+      c->GetAsync("cb" + std::to_string(i % kKeys),
+                  [&, i](Result<HashStore::Value> v) {
+                    ++answered;
+                    ASSERT_TRUE(v.ok()) << v.status().ToString();
+                    EXPECT_EQ(v->value, std::string(i % kKeys + 1, 'v'));
+                    if (issued < 20 * kKeys) {
+                      issue(issued);
+                      (void)c.session->Poll();
+                    }
+                  });
+    };
+    for (int i = 0; i < kKeys; ++i) issue(i);
+    ASSERT_TRUE(c.session->WaitAll().ok()) << ReadPathName(path);
+    EXPECT_EQ(answered, issued) << ReadPathName(path);
+    EXPECT_EQ(c->in_flight(), 0u);
+  }
+}
+
+// WaitAll inside a callback, with the other answers of the callback's
+// message still to run: it waits for what the callback issued and returns
+// (it waited for those other answers until twice the timeout, then failed
+// TimedOut and closed the connection).
+TEST_F(HashTest, WaitAllInsideACallbackWaitsForWhatTheCallbackIssued) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("wa-inner", "inner").ok());
+    constexpr int kPuts = 32;  // issued together: one message, one answer
+    int puts_done = 0, inner_done = 0;
+    Status inner_wait = Status::Unavailable("not run");
+    for (int i = 0; i < kPuts; ++i) {
+      c->PutAsync("wa" + std::to_string(i), "v", [&, i](Result<uint64_t> v) {
+        EXPECT_TRUE(v.ok()) << v.status().ToString();
+        ++puts_done;
+        if (i != 0) return;
+        c->GetAsync("wa-inner", [&](Result<HashStore::Value> g) {
+          ASSERT_TRUE(g.ok()) << g.status().ToString();
+          EXPECT_EQ(g->value, "inner");
+          ++inner_done;
+        });
+        inner_wait = c.session->WaitAll();
+        EXPECT_EQ(inner_done, 1) << "WaitAll returned before the get ended";
+      });
+    }
+    ASSERT_TRUE(c.session->WaitAll().ok()) << ReadPathName(path);
+    EXPECT_TRUE(inner_wait.ok()) << inner_wait.ToString();
+    EXPECT_EQ(puts_done, kPuts);
+    EXPECT_EQ(inner_done, 1);
+    EXPECT_TRUE(c.session->connected());
+    EXPECT_TRUE(c->Get("wa-inner").ok());
+  }
+}
+
+// A multi-get's error reaches WaitAll, as every asynchronous operation's
+// does: its first error other than NotFound (it said OK).
+TEST_F(HashTest, AMultiGetsErrorReachesWaitAll) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("mg-present", "v").ok());
+    int answered = 0;
+    c->MultiGetAsync({"mg-present", "mg-absent"},
+                     [&](std::vector<Result<HashStore::Value>> r) {
+                       ++answered;
+                       ASSERT_EQ(r.size(), 2u);
+                       EXPECT_TRUE(r[0].ok());
+                       EXPECT_EQ(r[1].status().code(), StatusCode::kNotFound);
+                     });
+    // NotFound is an answer, not an error.
+    EXPECT_TRUE(c.session->WaitAll().ok()) << ReadPathName(path);
+    c->MultiGetAsync(
+        {"mg-present", ""}, [&](std::vector<Result<HashStore::Value>> r) {
+          ++answered;
+          ASSERT_EQ(r.size(), 2u);
+          EXPECT_EQ(r[1].status().code(), StatusCode::kInvalidArgument);
+        });
+    EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument)
+        << ReadPathName(path);
+    std::vector<HashStore::Value> values;
+    std::vector<Status> statuses;
+    Status done_status;
+    c->MultiGetAsync({"", "mg-present"}, &values, &statuses,
+                     [&](Status st) { done_status = st; });
+    EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kInvalidArgument)
+        << ReadPathName(path);
+    EXPECT_EQ(done_status.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(answered, 2);
+    EXPECT_TRUE(c.session->WaitAll().ok()) << "reported once";
+  }
+}
+
 // Gets into storage the caller keeps (the allocation-free reads) answer as
 // the plain ones on every read path, inline and extent values alike: a
 // found value lands in the caller's Value, NotFound leaves it as it was,

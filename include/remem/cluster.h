@@ -268,6 +268,8 @@ class Cluster {
   size_t Poll();
   // Polls until every operation issued has completed; the first error
   // among them (for a multi-get, its first error other than NotFound), or OK.
+  // Inside a callback, as Session::WaitAll: it returns once every operation
+  // has completed but those answered together with the running one.
   Status WaitAll();
   size_t in_flight() const;
   // The event loop every server's session is on now. Replaced by a new

@@ -219,12 +219,12 @@ class Session {
   size_t Poll();
   // Polls until every operation issued on this session (and its stores)
   // has completed. Returns the first error seen among them since the last
-  // WaitAll, or OK. Not from inside a callback while other operations are
-  // in flight: operations answered in the same message as the callback's
-  // own run their callbacks only after it returns, so a WaitAll there waits
-  // for them until twice the timeout, then fails TimedOut and closes the
-  // connection. A callback may Poll, issue operations, or make
-  // synchronous calls.
+  // WaitAll, or OK. A callback may Poll, issue operations, make
+  // synchronous calls, or WaitAll: inside a callback, WaitAll returns once
+  // every operation has completed but those answered together with the
+  // running one (in the same message, or the rest of a batch's), whose
+  // callbacks run after it returns. What a callback issued and then waited
+  // for has completed when WaitAll returns.
   Status WaitAll();
   // Operations issued on this session (and its stores), not yet completed.
   size_t in_flight() const;

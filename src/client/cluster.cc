@@ -1558,6 +1558,19 @@ struct Cluster::Impl {
     --depth;
     return n;
   }
+  // No retry waiting or due, nothing queued in a store, and nothing any
+  // session still has to hear back (a nested Cluster::WaitAll's end).
+  bool NothingOutstanding() {
+    if (!later.empty() || !waiting.empty()) return false;
+    loop->core()->Flush();
+    for (auto& [addr, s] : servers) {
+      if (s.session && !s.session->core()->NothingOutstanding()) return false;
+    }
+    for (Server& s : dead) {
+      if (s.session && !s.session->core()->NothingOutstanding()) return false;
+    }
+    return true;
+  }
   size_t PollOnce() {
     size_t n = PollLoops();
     if (!later.empty()) {
@@ -1925,8 +1938,15 @@ void Cluster::MultiGetAsync(const std::vector<std::string_view>& keys,
 size_t Cluster::Poll() { return impl_->Poll(); }
 
 Status Cluster::WaitAll() {
-  while (impl_->in_flight > 0) {
-    if (impl_->Poll() == 0) std::this_thread::yield();
+  Impl& im = *impl_;
+  // Inside a callback (a Poll under way), the operations answered with the
+  // running one complete only once it returns (Session::WaitAll): the wait
+  // ends once nothing else can arrive. Polled first, so that what the
+  // callback issued has gone out.
+  const bool nested = im.depth > 0;
+  while (im.in_flight > 0) {
+    if (im.Poll() == 0) std::this_thread::yield();
+    if (nested && im.NothingOutstanding()) break;
   }
   Status st = std::move(impl_->first_error);
   impl_->first_error = Status::OK();

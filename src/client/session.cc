@@ -569,14 +569,30 @@ Status SessionCore::ProgressWhileAnswered(const std::function<bool()>& done,
   }
 }
 
+bool SessionCore::NothingOutstanding() {
+  if (worker()->HasPendingWork()) return false;
+  if (rpc_ && rpc_->pending() > 0) return false;
+  return !ep_ || ep_->failed() ||
+         (ep_->requests_out() == 0 && ep_->served_in_flight() == 0);
+}
+
 Status SessionCore::WaitAll() {
   Flush();
   // Each pending RPC has its own deadline; one-sided operations end when
   // the transport completes or fails them. The bound covers the worst case
   // of both, counted from the server's last reply (a batched tree request
   // sends its parts as earlier ones answer).
-  Status st = ProgressWhileAnswered([this] { return in_flight_ == 0; },
-                                    2 * options_.timeout);
+  // Inside a callback, the operations answered with the running one (the
+  // other answers of its message, kept by the store that is running their
+  // callbacks one after another) complete only once it returns: a wait
+  // for them would never end. So there, WaitAll ends once nothing more can
+  // arrive: nothing left to run, to send, or to hear back.
+  const bool nested = worker()->in_progress();
+  Status st = ProgressWhileAnswered(
+      [this, nested] {
+        return in_flight_ == 0 || (nested && NothingOutstanding());
+      },
+      2 * options_.timeout);
   if (!st.ok()) {
     // One-sided operations did not finish: tear the connection down so they
     // complete (with errors) before their buffers go away.

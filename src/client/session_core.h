@@ -212,8 +212,12 @@ class SessionCore {
   // timeouts in all while every request meets its own deadline.
   Status ProgressWhileAnswered(const std::function<bool()>& done,
                                Clock::duration idle);
-  // Progress until nothing of this session is in flight (WaitAll).
+  // Progress until nothing of this session is in flight (WaitAll); inside
+  // a callback, until NothingOutstanding.
   Status WaitAll();
+  // Nothing left on this session's loop to run, and nothing sent on this
+  // session still to be heard back (calls, one-sided reads).
+  bool NothingOutstanding();
   // Expires deadlines and checks the session's TCP connection.
   size_t Housekeeping();
 

@@ -119,8 +119,11 @@ void Worker::RemoveAmHandler(unsigned am_id) {
                   [s = slot.get()](const auto& b) { return b->slot == s; });
     slot->handler = [](AmMessage&&) {};  // for rendezvous data still arriving
   }
-  std::erase_if(inbox_,
-                [am_id](const auto& m) { return m.first->id == am_id; });
+  inbox_.DropIf(
+      [am_id](const auto& m) {
+        return m.first != nullptr && m.first->id == am_id;
+      },
+      [](auto& m) { m.first = nullptr; });
 }
 
 Result<uint64_t> Worker::RouteAm(unsigned am_id, ucp_ep_h ep,
@@ -159,12 +162,12 @@ ucs_status_t Worker::AmCallback(void* arg, const void* header,
     // Refuse without fetching; the handler answers with an error. Returning
     // OK for a rendezvous descriptor drops it and completes the sender.
     msg.refused_length = length;
-    w->inbox_.emplace_back(slot, std::move(msg));
+    w->inbox_.Emplace(slot, std::move(msg));
     return UCS_OK;
   }
   if (!rndv) {
     msg.data.assign(static_cast<const char*>(data), length);
-    w->inbox_.emplace_back(slot, std::move(msg));
+    w->inbox_.Emplace(slot, std::move(msg));
     return UCS_OK;
   }
   auto* pending = new PendingRecv{slot, std::move(msg)};
@@ -176,7 +179,7 @@ ucs_status_t Worker::AmCallback(void* arg, const void* header,
   ucs_status_ptr_t r = ucp_am_recv_data_nbx(
       binding->ucp, data, pending->msg.data.data(), length, &p);
   if (r == nullptr) {
-    w->inbox_.emplace_back(slot, std::move(pending->msg));
+    w->inbox_.Emplace(slot, std::move(pending->msg));
     delete pending;
   } else if (UCS_PTR_IS_ERR(r)) {
     delete pending;  // the sender sees its send fail
@@ -188,14 +191,19 @@ void Worker::RecvDone(void* request, ucs_status_t status, size_t /*length*/,
                       void* user_data) {
   auto* pending = static_cast<PendingRecv*>(user_data);
   if (status == UCS_OK) {
-    pending->slot->worker->inbox_.emplace_back(pending->slot,
-                                               std::move(pending->msg));
+    pending->slot->worker->inbox_.Emplace(pending->slot,
+                                          std::move(pending->msg));
   }
   delete pending;
   ucp_request_free(request);
 }
 
 size_t Worker::Progress() {
+  struct Depth {
+    int& depth;
+    explicit Depth(int& d) : depth(d) { ++depth; }
+    ~Depth() { --depth; }
+  } depth(progress_depth_);
   size_t work = 0;
   // Stop progressing UCX once a message or completion is ready: another
   // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
@@ -231,36 +239,20 @@ size_t Worker::Progress() {
   }
   // One pass over what is ready now: a completion that issues a new
   // operation which completes at once must not keep this call from
-  // returning, so new entries wait for the next Progress().
+  // returning, so new entries wait for the next Progress(). A callback that
+  // polls runs the rest of this pass's entries itself (PassQueue).
   if (!inbox_.empty()) {
-    std::vector<std::pair<AmSlot*, AmMessage>> inbox;
-    inbox.swap(inbox_);
-    for (auto& [slot, msg] : inbox) slot->handler(std::move(msg));
-    work += inbox.size();
-    // Keep the capacity for the next pass, as for completions below.
-    if (inbox_.empty()) {
-      inbox.clear();
-      inbox_.swap(inbox);
-    }
+    work += inbox_.RunPass([](std::pair<AmSlot*, AmMessage>&& m) {
+      if (m.first != nullptr) m.first->handler(std::move(m.second));
+    });
   }
   if (!completed_.empty()) {
-    std::vector<std::pair<Completion, Status>> completed;
-    completed.swap(completed_);
-    for (auto& [fn, st] : completed) {
-      if (fn) fn(std::move(st));
-    }
-    work += completed.size();
-    // Keep the capacity for the next pass.
-    if (completed_.empty()) {
-      completed.clear();
-      completed_.swap(completed);
-    }
+    work += completed_.RunPass([](std::pair<Completion, Status>&& c) {
+      if (c.first) c.first(std::move(c.second));
+    });
   }
   if (!deferred_.empty()) {
-    std::vector<util::MoveFunction<void()>> deferred;
-    deferred.swap(deferred_);
-    for (auto& fn : deferred) fn();
-    work += deferred.size();
+    work += deferred_.RunPass([](util::MoveFunction<void()>&& fn) { fn(); });
   }
   for (auto& hook : pass_hooks_) work += hook();
   if (!flushing_.empty()) work += CloseFlushed(/*all=*/false);

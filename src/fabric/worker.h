@@ -34,6 +34,7 @@
 #include "fabric/context.h"
 #include "remem/status.h"
 #include "util/move_function.h"
+#include "util/pass_queue.h"
 
 namespace remem::fabric {
 
@@ -142,6 +143,12 @@ class Worker {
   // posted tasks and delivered messages. Returns how much work was done
   // (0 means idle).
   size_t Progress();
+  // Whether a Progress() is under way on this thread: code that runs then
+  // runs inside a callback (or a message handler) that a pass called.
+  bool in_progress() const { return progress_depth_ > 0; }
+  // Whether the next Progress() has something to run without asking UCX:
+  // messages, completions or deferred calls, or tasks posted to it.
+  bool HasPendingWork();
   // How many Progress() passes found nothing to do: one after a moment
   // says nothing had arrived by then (a deadline that passed before it is
   // not one whose answer sat unread because nobody polled).
@@ -181,12 +188,12 @@ class Worker {
 
   // Runs `fn` at the next Progress() on this thread.
   void Defer(util::MoveFunction<void()> fn) {
-    deferred_.push_back(std::move(fn));
+    deferred_.Emplace(std::move(fn));
   }
   // Runs `done(status)` at the next Progress() on this thread. Cheaper than
   // Defer for the common case of completing an operation: no allocation.
   void Complete(Completion done, Status status) {
-    completed_.emplace_back(std::move(done), std::move(status));
+    completed_.Emplace(std::move(done), std::move(status));
   }
 
   // Runs `hook` at the end of every Progress() pass, after everything the
@@ -305,7 +312,6 @@ class Worker {
                                  const ucp_am_recv_param_t* param);
   static void RecvDone(void* request, ucs_status_t status, size_t length,
                        void* user_data);
-  bool HasPendingWork();
   // Progress found nothing to do while watching: looks at the receive
   // queue (at most every kStallLook).
   void LookForStall();
@@ -333,9 +339,11 @@ class Worker {
   uint64_t renewals_ = 0;
   // Wake's signal against the destruction of a retired worker.
   std::mutex wake_mu_;
-  std::vector<std::pair<AmSlot*, AmMessage>> inbox_;
-  std::vector<util::MoveFunction<void()>> deferred_;
-  std::vector<std::pair<Completion, Status>> completed_;
+  // Passes of these may nest (a callback that polls): util/pass_queue.h.
+  int progress_depth_ = 0;  // Progress() calls under way (they nest)
+  util::PassQueue<std::pair<AmSlot*, AmMessage>> inbox_;  // slot null: dropped
+  util::PassQueue<util::MoveFunction<void()>> deferred_;
+  util::PassQueue<std::pair<Completion, Status>> completed_;
   std::vector<ucs_status_ptr_t> closing_;
   struct Flushing {
     ucs_status_ptr_t request;

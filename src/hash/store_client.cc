@@ -12,6 +12,7 @@
 #include "hash/codec.h"
 #include "hash/reader.h"
 #include "remem/hash.h"
+#include "util/pass_queue.h"
 
 namespace remem {
 
@@ -226,7 +227,11 @@ struct HashStore::Impl {
   std::vector<hash::Geometry*> batch_partitions;
   std::vector<hash::KeyHash> batch_hashes;
   std::string local_keys, local_running_keys;
-  std::vector<LocalDone> local_done, local_draining;
+  // Answered, their callbacks not yet run (DrainLocalDone). A callback
+  // that polls drains the rest itself (util/pass_queue.h): the swap of a
+  // vector that was here let a drain nested in a callback swap out the
+  // vector its caller was walking, and answers were lost or run twice.
+  util::PassQueue<LocalDone> local_done;
   bool drain_deferred = false;
   // Per partition: the mapping of its region (null if not mapped) and its
   // length.
@@ -934,11 +939,10 @@ void HashStore::Impl::RunLocalGets() {
     const std::string_view key(local_running_keys.data() + op.key_begin,
                                op.key_len);
     bool gave_up = false;
-    LocalDone& d = local_done.emplace_back();
+    LocalDone d;
     Status st = GetOneSidedInto(op.g, key, op.into ? op.into : &d.value,
                                 &gave_up, &op.kh, op.serving_epoch);
     if (gave_up) {
-      local_done.pop_back();
       // Asks the server (sent by FlushQueued, after this).
       ++read_stats.fallbacks;
       auto a = std::make_shared<AsyncGet>();
@@ -956,6 +960,7 @@ void HashStore::Impl::RunLocalGets() {
     d.done = std::move(op.done);
     d.into_done = std::move(op.into_done);
     d.status = std::move(st);
+    local_done.Emplace(std::move(d));
   }
   local_running.clear();
   local_running_keys.clear();
@@ -973,8 +978,7 @@ void HashStore::Impl::DrainLocalDone() {
   drain_deferred = false;
   // A callback may issue more gets: they land in local_done again, with a
   // drain of their own.
-  local_draining.swap(local_done);
-  for (LocalDone& d : local_draining) {
+  local_done.RunPass([this](LocalDone&& d) {
     if (!d.done) {
       Complete(d.into_done, std::move(d.status));
     } else if (d.status.ok()) {
@@ -982,8 +986,7 @@ void HashStore::Impl::DrainLocalDone() {
     } else {
       Complete(d.done, Result<Value>(std::move(d.status)));
     }
-  }
-  local_draining.clear();
+  });
 }
 
 void HashStore::GetAsync(std::string_view key, GetCallback done) {
@@ -1206,7 +1209,10 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
           }
         }
         --self->s->in_flight;
-        self->s->core->Ended(Status::OK());
+        // WaitAll reports it as the callback gets it (it was OK always,
+        // so a timed-out multi-get went unseen by a caller that checks
+        // only WaitAll).
+        self->s->core->Ended(first);
         if (self->done) self->done(std::move(first));
       });
     }

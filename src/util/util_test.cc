@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "remem/options.h"
 #include "remem/status.h"
 #include "util/histogram.h"
+#include "util/pass_queue.h"
 #include "util/size.h"
 #include "util/socket.h"
 #include "util/subprocess.h"
@@ -71,6 +73,37 @@ TEST(Socket, ParseHostPortTakesHostPortAndBracketedV6Only) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find(bad), std::string::npos) << st.ToString();
   }
+}
+
+// A pass runs what was queued before it; a pass nested in an entry's run
+// takes the next entries, which the outer pass then skips; entries queued
+// during a pass wait for the next one; dropped entries keep their places.
+TEST(PassQueue, NestedPassesTakeTheRestAndNewEntriesWait) {
+  util::PassQueue<int> q;
+  std::vector<int> ran;
+  for (int i = 0; i < 200; ++i) q.Emplace(i);
+  size_t outer = 0;
+  std::function<void(int&&)> run = [&](int&& v) {
+    ran.push_back(v);
+    if (v == 3) {
+      q.Emplace(1000);  // after this pass
+      q.RunPass(run);   // takes 4..199 and 1000, queued before it began
+    }
+    if (v == 150) q.Emplace(2000);
+  };
+  outer = q.RunPass(run);
+  EXPECT_EQ(outer, 4u);  // 0..3: the nested pass ran the rest
+  ASSERT_EQ(ran.size(), 201u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(ran[i], i);
+  EXPECT_EQ(ran[200], 1000);
+  EXPECT_EQ(q.size(), 1u);  // 2000, queued during the nested pass
+  ran.clear();
+  q.Emplace(7);
+  q.Emplace(8);
+  q.DropIf([](const int& v) { return v == 7; }, [](int& v) { v = -1; });
+  EXPECT_EQ(q.RunPass(run), 3u);
+  EXPECT_EQ(ran, (std::vector<int>{2000, -1, 8}));
+  EXPECT_TRUE(q.empty());
 }
 
 TEST(Size, Parse) {
