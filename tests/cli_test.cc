@@ -919,6 +919,40 @@ TEST(Server, NoPersistenceSaysItIgnoresTheDataDir) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << "it wrote to " << dir;
 }
 
+// A server restarted after kill -9 waits out its predecessor's lease
+// before it serves; SIGTERM then stops it at once, cleanly (exit 0), as it
+// would a serving server (it was ignored until the wait ended).
+TEST(Server, SigtermStopsAServerWaitingOutItsPredecessorsLease) {
+  std::string dir = ::testing::TempDir() + "/remem-lease-wait-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  SpawnOptions o;
+  o.argv = {ServerBinary(), "--listen",    "127.0.0.1:0", "--memory",
+            "16M",          "--data-dir",  dir,           "--lease-ms",
+            "60000",        "--transport", "tcp"};
+  o.merge_stderr = true;
+  auto first = Subprocess::Spawn(o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(
+      (*first)->WaitForLine("listening on", std::chrono::seconds(30)).ok())
+      << (*first)->output();
+  ASSERT_TRUE((*first)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*first)->Wait(std::chrono::seconds(10)).ok());
+  auto second = Subprocess::Spawn(o);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE((*second)->WaitForLine("waiting", std::chrono::seconds(30)).ok())
+      << (*second)->output();
+  ASSERT_TRUE((*second)->Signal(SIGTERM).ok());
+  // Half the lease: a server that waited it out fails this.
+  auto code = (*second)->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.ok()) << "still waiting: " << (*second)->output();
+  EXPECT_EQ(*code, 0) << (*second)->output();
+  (void)(*second)->ReadToEnd(std::chrono::seconds(5));
+  EXPECT_TRUE(Contains((*second)->output(), "stopped by SIGTERM"))
+      << (*second)->output();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 TEST(Server, ConfigFileAndCleanShutdown) {
   char path[] = "/tmp/remem-config-XXXXXX";
   int fd = mkstemp(path);

@@ -15,6 +15,7 @@
 #include "cluster/config.h"
 #include "registry/registry.h"
 #include "remem/version.h"
+#include "server/lease.h"
 #include "server/server.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -267,9 +268,10 @@ int main(int argc, char** argv) {
                "new UCX worker)")
       ->group("Testing");
   app.add_option("--runtime-dir", cfg.runtime_dir,
-                 "testing: where the lease horizon of a server without "
-                 "--data-dir is kept (default /dev/shm)")
-      ->group("Testing");
+                 "where the lease file of a server without --data-dir is "
+                 "kept (default /dev/shm, which every local user may write: "
+                 "a directory only this user can write keeps them from "
+                 "getting in its way)");
   app.add_option("--auth-file", auth_file,
                  "file holding a shared secret clients must present");
   app.add_option("--max-connections", cfg.max_connections,
@@ -287,7 +289,8 @@ int main(int argc, char** argv) {
                  "one-sided this long after the server stopped renewing it; "
                  "a restart after a crash waits it out")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{10}, int64_t{60'000}));
+      ->check(CLI::Range(int64_t{10},
+                         int64_t{server::LeaseKeeper::kMaxLease.count()}));
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error | off")
       ->capture_default_str();
@@ -546,6 +549,16 @@ int main(int argc, char** argv) {
   auto server = server::Server::Start(cfg, std::move(services));
   if (!server.ok()) {
     const Status& st = server.status();
+    // SIGINT or SIGTERM while it waited out a predecessor's lease: the
+    // clean stop that was asked for.
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (st.code() == StatusCode::kUnavailable && sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM))) {
+      std::fprintf(stderr, "remem-server: %s\n", st.ToString().c_str());
+      std::printf("remem-server stopped\n");
+      return 0;
+    }
     int code = st.code() == StatusCode::kInvalidArgument ? 2 : 1;
     return Fail(st.ToString(), code);
   }

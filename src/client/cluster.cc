@@ -1945,7 +1945,12 @@ Status Cluster::WaitAll() {
   // callback issued has gone out.
   const bool nested = im.depth > 0;
   while (im.in_flight > 0) {
-    if (im.Poll() == 0) std::this_thread::yield();
+    fabric::Worker* w = im.loop->core()->worker();
+    const bool took_over = w->take_over();
+    if (nested) w->set_take_over(true);  // as Session::WaitAll
+    const size_t n = im.Poll();
+    w->set_take_over(took_over);
+    if (n == 0) std::this_thread::yield();
     if (nested && im.NothingOutstanding()) break;
   }
   Status st = std::move(impl_->first_error);

@@ -582,17 +582,22 @@ Status SessionCore::WaitAll() {
   // the transport completes or fails them. The bound covers the worst case
   // of both, counted from the server's last reply (a batched tree request
   // sends its parts as earlier ones answer).
-  // Inside a callback, the operations answered with the running one (the
-  // other answers of its message, kept by the store that is running their
-  // callbacks one after another) complete only once it returns: a wait
-  // for them would never end. So there, WaitAll ends once nothing more can
-  // arrive: nothing left to run, to send, or to hear back.
+  // Inside a callback, the passes under way hold what they have not run
+  // yet: this wait takes it over (util/pass_queue.h). The operations
+  // answered with the running one by a store that runs their callbacks one
+  // after another (the other answers of its message) complete only once
+  // it returns: a wait for them would never end. So there, WaitAll ends
+  // once nothing more can arrive: nothing left to run, to send, or to hear
+  // back.
   const bool nested = worker()->in_progress();
+  const bool took_over = worker()->take_over();
+  if (nested) worker()->set_take_over(true);
   Status st = ProgressWhileAnswered(
       [this, nested] {
         return in_flight_ == 0 || (nested && NothingOutstanding());
       },
       2 * options_.timeout);
+  worker()->set_take_over(took_over);
   if (!st.ok()) {
     // One-sided operations did not finish: tear the connection down so they
     // complete (with errors) before their buffers go away.

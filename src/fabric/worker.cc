@@ -199,11 +199,21 @@ void Worker::RecvDone(void* request, ucs_status_t status, size_t /*length*/,
 }
 
 size_t Worker::Progress() {
+  // This call takes over what enclosing passes hold if its caller asked;
+  // the passes of callbacks it runs do not, unless they ask themselves.
   struct Depth {
-    int& depth;
-    explicit Depth(int& d) : depth(d) { ++depth; }
-    ~Depth() { --depth; }
-  } depth(progress_depth_);
+    Worker* w;
+    bool take_over;
+    explicit Depth(Worker* worker) : w(worker), take_over(worker->take_over_) {
+      ++w->progress_depth_;
+      w->take_over_ = false;
+    }
+    ~Depth() {
+      --w->progress_depth_;
+      w->take_over_ = take_over;
+    }
+  } depth(this);
+  const bool take_over = depth.take_over;
   size_t work = 0;
   // Stop progressing UCX once a message or completion is ready: another
   // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
@@ -239,20 +249,26 @@ size_t Worker::Progress() {
   }
   // One pass over what is ready now: a completion that issues a new
   // operation which completes at once must not keep this call from
-  // returning, so new entries wait for the next Progress(). A callback that
-  // polls runs the rest of this pass's entries itself (PassQueue).
+  // returning, so new entries wait for the next Progress(). A pass nested
+  // in a callback runs later entries only, unless it takes over
+  // (util/pass_queue.h).
   if (!inbox_.empty()) {
-    work += inbox_.RunPass([](std::pair<AmSlot*, AmMessage>&& m) {
-      if (m.first != nullptr) m.first->handler(std::move(m.second));
-    });
+    work += inbox_.RunPass(
+        [](std::pair<AmSlot*, AmMessage>&& m) {
+          if (m.first != nullptr) m.first->handler(std::move(m.second));
+        },
+        take_over);
   }
   if (!completed_.empty()) {
-    work += completed_.RunPass([](std::pair<Completion, Status>&& c) {
-      if (c.first) c.first(std::move(c.second));
-    });
+    work += completed_.RunPass(
+        [](std::pair<Completion, Status>&& c) {
+          if (c.first) c.first(std::move(c.second));
+        },
+        take_over);
   }
   if (!deferred_.empty()) {
-    work += deferred_.RunPass([](util::MoveFunction<void()>&& fn) { fn(); });
+    work += deferred_.RunPass([](util::MoveFunction<void()>&& fn) { fn(); },
+                              take_over);
   }
   for (auto& hook : pass_hooks_) work += hook();
   if (!flushing_.empty()) work += CloseFlushed(/*all=*/false);

@@ -146,6 +146,12 @@ class Worker {
   // Whether a Progress() is under way on this thread: code that runs then
   // runs inside a callback (or a message handler) that a pass called.
   bool in_progress() const { return progress_depth_ > 0; }
+  // Whether the next Progress() calls made at this level (not those inside
+  // the callbacks they run) also run what the passes under way still hold
+  // (util/pass_queue.h, take_over): a WaitAll inside a callback sets it
+  // for its wait, and puts back what it found after.
+  bool take_over() const { return take_over_; }
+  void set_take_over(bool take_over) { take_over_ = take_over; }
   // Whether the next Progress() has something to run without asking UCX:
   // messages, completions or deferred calls, or tasks posted to it.
   bool HasPendingWork();
@@ -341,6 +347,7 @@ class Worker {
   std::mutex wake_mu_;
   // Passes of these may nest (a callback that polls): util/pass_queue.h.
   int progress_depth_ = 0;  // Progress() calls under way (they nest)
+  bool take_over_ = false;  // set_take_over
   util::PassQueue<std::pair<AmSlot*, AmMessage>> inbox_;  // slot null: dropped
   util::PassQueue<util::MoveFunction<void()>> deferred_;
   util::PassQueue<std::pair<Completion, Status>> completed_;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
 
 #include "proto/codec.h"
 #include "util/log.h"
@@ -38,6 +41,36 @@ std::string BootId() {
   return id;
 }
 
+// Sleeps for `wait`, or until SIGINT or SIGTERM arrives, of those this
+// thread blocks (remem-server blocks both, and takes them with sigwait
+// once it serves): the signal's number, taken, or 0 after the whole wait.
+int WaitOrStopSignal(std::chrono::nanoseconds wait) {
+  sigset_t blocked, stop;
+  sigemptyset(&stop);
+  if (pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0) {
+    for (int sig : {SIGINT, SIGTERM}) {
+      if (sigismember(&blocked, sig) == 1) sigaddset(&stop, sig);
+    }
+  }
+  if (sigisemptyset(&stop)) {
+    std::this_thread::sleep_for(wait);
+    return 0;
+  }
+  const uint64_t until = MonotonicNs() + uint64_t(wait.count());
+  for (;;) {
+    const uint64_t now = MonotonicNs();
+    if (now >= until) return 0;
+    const uint64_t left = until - now;
+    timespec ts{time_t(left / 1000000000ull), long(left % 1000000000ull)};
+    const int sig = sigtimedwait(&stop, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (errno != EINTR && errno != EAGAIN) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+      return 0;
+    }
+  }
+}
+
 }  // namespace
 
 struct LeaseKeeper::Horizon {
@@ -49,7 +82,7 @@ struct LeaseKeeper::Horizon {
 Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
     uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
     const std::string& horizon_file, std::chrono::milliseconds* waited,
-    bool remake_removed) {
+    bool remake_removed, std::chrono::milliseconds max_wait) {
   std::unique_ptr<LeaseKeeper> k(new LeaseKeeper());
   k->remake_removed_ = remake_removed;
   k->lease_at_ = lease_at;
@@ -68,13 +101,33 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
       if (until > now) {
         // A predecessor died without revoking: readers may trust its
         // memory until `until`. Nothing of ours may be acknowledged before.
-        const auto wait = std::chrono::nanoseconds(until - now);
+        // No server promises more than kMaxLease ahead: a horizon past
+        // that was not written by one, and is not waited for.
+        auto wait = std::chrono::nanoseconds(until - now);
+        if (wait > max_wait) {
+          log::Warn(
+              "the lease file {} promises {} ms ahead, more than any lease "
+              "(at most {} ms): waiting {} ms only",
+              horizon_file,
+              std::chrono::duration_cast<std::chrono::milliseconds>(wait)
+                  .count(),
+              max_wait.count(), max_wait.count());
+          wait = max_wait;
+        }
         log::Warn(
             "a previous server on this port or data directory stopped "
             "without revoking its lease; waiting {} ms for it to expire",
             std::chrono::duration_cast<std::chrono::milliseconds>(wait)
                 .count());
-        std::this_thread::sleep_for(wait);
+        const int sig = WaitOrStopSignal(wait);
+        if (sig != 0) {
+          // Left pending (on this thread, which blocks it) for the
+          // caller, which stops as the signal asks.
+          (void)pthread_kill(pthread_self(), sig);
+          return Status::Unavailable(
+              std::string("stopped by SIG") + sigabbrev_np(sig) +
+              " while waiting for a previous server's lease to expire");
+        }
         *waited = std::chrono::duration_cast<std::chrono::milliseconds>(wait);
       }
     }
@@ -88,12 +141,65 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   return k;
 }
 
-Status LeaseKeeper::MapHorizon(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return Status::IOError("cannot open the lease file " + path + ": " +
-                           std::strerror(errno));
+namespace {
+
+// Opens (or makes) the horizon file at `path` as a regular file of this
+// user, never through a link: its directory (/dev/shm by default) is
+// writable by every local user, who could leave a link there to a file of
+// ours (a server run as root then wrote over it), a FIFO, a directory, or a
+// file of their own with a horizon far ahead. What is not ours is removed
+// and made again when this user may remove it (root may, in a sticky
+// directory too); else the server says what is in the way.
+Result<int> OpenOwnHorizon(const std::string& path) {
+  const uid_t uid = ::geteuid();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd =
+        ::open(path.c_str(),
+               O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    std::string what;
+    if (fd >= 0) {
+      struct stat st;
+      if (::fstat(fd, &st) != 0) {
+        const int err = errno;
+        ::close(fd);
+        return Status::IOError("cannot stat the lease file " + path + ": " +
+                               std::strerror(err));
+      }
+      if (S_ISREG(st.st_mode) && st.st_uid == uid && st.st_nlink == 1) {
+        if ((st.st_mode & 07777) != 0600) (void)::fchmod(fd, 0600);
+        return fd;
+      }
+      ::close(fd);
+      what = !S_ISREG(st.st_mode) ? "is not a regular file"
+             : st.st_uid != uid ? "belongs to user " + std::to_string(st.st_uid)
+                                : "has other names (hard links)";
+    } else if (errno == ELOOP) {
+      what = "is a symbolic link";
+    } else if (errno == EISDIR) {
+      what = "is a directory";
+    } else {
+      return Status::IOError("cannot open the lease file " + path + ": " +
+                             std::strerror(errno));
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::IOError(
+          "the lease file " + path + " " + what +
+          ", and this user cannot remove it (someone else put it there): "
+          "remove it, or start with --runtime-dir naming a directory only "
+          "this user can write");
+    }
+    log::Warn("the lease file {} {}: removed, and made again", path, what);
   }
+  return Status::IOError("the lease file " + path +
+                         " was put back by someone else after each removal");
+}
+
+}  // namespace
+
+Status LeaseKeeper::MapHorizon(const std::string& path) {
+  auto opened = OpenOwnHorizon(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st;
   if (::fstat(fd, &st) != 0 || ::ftruncate(fd, sizeof(Horizon)) != 0) {
     const int err = errno;

@@ -43,10 +43,19 @@ uint64_t MonotonicNs();
 
 class LeaseKeeper {
  public:
+  // The longest lease a server may hold (--lease-ms): a successor waits
+  // for no horizon further ahead than this.
+  static constexpr std::chrono::milliseconds kMaxLease{60'000};
   // Waits until a predecessor's horizon recorded in `horizon_file` has
-  // passed (if it recorded one on this boot), then publishes the lease at
-  // `lease_at` (64 bytes in the root region) and starts renewing it.
-  // `waited` receives how long the wait took. An empty `horizon_file`
+  // passed (if it recorded one on this boot; at most `max_wait`), then
+  // publishes the lease at `lease_at` (64 bytes in the root region) and
+  // starts renewing it. `waited` receives how long the wait took. A
+  // calling thread that blocks SIGINT and SIGTERM is stopped by them while
+  // it waits: Unavailable, with the signal left pending (blocked) for the
+  // caller. The file must be a regular file of this user; one that is not
+  // (a link, a FIFO, another user's file: the default directory is
+  // writable by all) is removed and made again, or, if this user may not
+  // remove it, IOError names it. An empty `horizon_file`
   // keeps no horizon (a server on an ephemeral port has no successor).
   // `remake_removed`: a horizon file removed under the keeper is made
   // again at its next renewal (one in a directory RemoveStaleHorizons
@@ -54,7 +63,8 @@ class LeaseKeeper {
   static Result<std::unique_ptr<LeaseKeeper>> Start(
       uint8_t* lease_at, uint64_t incarnation, std::chrono::milliseconds lease,
       const std::string& horizon_file, std::chrono::milliseconds* waited,
-      bool remake_removed = false);
+      bool remake_removed = false,
+      std::chrono::milliseconds max_wait = kMaxLease);
   // Revokes the lease (readers stop trusting at once), stops renewing it,
   // and removes the horizon file (a successor has nothing to wait for).
   ~LeaseKeeper();

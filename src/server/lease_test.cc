@@ -4,6 +4,8 @@
 #include "server/lease.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -179,6 +181,94 @@ TEST_F(LeaseFiles, AFileRemovedUnderARunningKeeperIsMadeAgain) {
       LeaseKeeper::Start(second_at, 2, milliseconds(200), file, &waited);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_GT(waited.count(), 0) << "the made-again file had no horizon";
+}
+
+// The default directory (/dev/shm) is writable by every local user, and the
+// file's name is known: what another user left there is not trusted.
+TEST_F(LeaseFiles, ALinkOrAFifoInPlaceOfTheFileIsReplacedNotFollowed) {
+  alignas(64) static uint8_t lease_at[64];
+  milliseconds waited;
+  const std::string victim = Path("victim");
+  Write(victim, "precious");
+  const std::string file = Path("remem-lease-1-7");
+  ASSERT_EQ(::symlink(victim.c_str(), file.c_str()), 0);
+  {
+    auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    EXPECT_EQ(Read(victim), "precious") << "the link was followed";
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(file)));
+  }
+  ASSERT_EQ(::mkfifo(file.c_str(), 0666), 0);
+  {
+    auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(file)));
+  }
+  // A file of another user (root can make one here; others skip this).
+  if (::geteuid() == 0) {
+    KilledKeeper(file, std::chrono::hours(1));
+    ASSERT_EQ(::chown(file.c_str(), 65534, 65534), 0);
+    auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    EXPECT_EQ(waited.count(), 0) << "another user's horizon was waited for";
+    struct stat st;
+    ASSERT_EQ(::stat(file.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+  }
+  // What cannot be removed as a file is named.
+  fs::remove(file);
+  fs::create_directory(file);
+  fs::create_directory(file + "/inside");
+  auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited);
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), StatusCode::kIOError);
+  EXPECT_NE(k.status().message().find("is a directory"), std::string::npos)
+      << k.status().ToString();
+  EXPECT_NE(k.status().message().find("--runtime-dir"), std::string::npos)
+      << k.status().ToString();
+}
+
+// No lease is longer than the longest a server may hold: a horizon further
+// ahead is waited for that long only (a planted one promised days).
+TEST_F(LeaseFiles, AHorizonPastTheLongestLeaseIsNotWaitedFor) {
+  alignas(64) static uint8_t lease_at[64];
+  const std::string file = Path("remem-lease-1-8");
+  KilledKeeper(file, std::chrono::hours(24));
+  milliseconds waited;
+  auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited,
+                              /*remake_removed=*/false, milliseconds(50));
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  EXPECT_EQ(waited, milliseconds(50));
+}
+
+// SIGINT or SIGTERM (blocked by the caller, as remem-server blocks them)
+// stops the wait for a predecessor's horizon: the server stops as asked
+// instead of after the wait. The signal is left pending for the caller.
+TEST_F(LeaseFiles, AStopSignalEndsTheWaitForAPredecessor) {
+  alignas(64) static uint8_t lease_at[64];
+  const std::string file = Path("remem-lease-1-9");
+  KilledKeeper(file, std::chrono::hours(1));
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, &old), 0);
+  // Pending before the wait begins, as one sent during it would be.
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGTERM), 0);
+  milliseconds waited;
+  auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &waited);
+  sigset_t pending;
+  sigemptyset(&pending);
+  ASSERT_EQ(sigpending(&pending), 0);
+  const bool left_pending = sigismember(&pending, SIGTERM) == 1;
+  const timespec zero{0, 0};
+  if (left_pending) (void)sigtimedwait(&term, nullptr, &zero);
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &old, nullptr), 0);
+  ASSERT_FALSE(k.ok()) << "it waited out the hour's horizon";
+  EXPECT_EQ(k.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(k.status().message().find("SIGTERM"), std::string::npos)
+      << k.status().ToString();
+  EXPECT_TRUE(left_pending);
 }
 
 }  // namespace

@@ -1,18 +1,25 @@
-// util::PassQueue: a FIFO run one pass at a time, from which a run may be
-// entered again. Worker::Progress keeps what it delivers (messages,
-// completions, deferred calls) in these: a pass runs the entries queued
-// before it, and entries queued meanwhile wait for a later pass, so a
-// callback that issues an operation completing at once cannot keep a pass
-// from ending. A callback that polls or waits (inside it, a nested pass)
-// runs the entries after its own, instead of leaving them to the pass it
-// is part of: they were ready, and a wait for them would never end (a
-// WaitAll inside a callback did, for the other answers of its message).
+// util::PassQueue: a FIFO run one pass at a time, whose passes may nest.
+// Worker::Progress keeps what it delivers (messages, completions, deferred
+// calls) in these. A pass runs the entries queued before it began; entries
+// queued meanwhile wait for a later pass, so a callback that issues an
+// operation completing at once cannot keep a pass from ending.
+//
+// A pass nested in an entry's run (a callback that waits) runs, by
+// default, only entries queued after every pass under way began: the
+// entries those passes hold are theirs, and the nesting stays as shallow
+// as the traffic allows (a synchronous call in each of a thousand
+// callbacks must not nest a thousand deep). A pass that takes over
+// (`take_over`) also runs the entries the passes under way still hold: a
+// WaitAll inside a callback does, since what it waits for may be among
+// them (it waited for ever for the other answers of its own message); the
+// passes it took them from skip them.
 //
 // Thread contract: one thread (its worker's).
 
 #ifndef REMEM_UTIL_PASS_QUEUE_H_
 #define REMEM_UTIL_PASS_QUEUE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -25,56 +32,77 @@ class PassQueue {
  public:
   template <typename... Args>
   void Emplace(Args&&... args) {
-    items_.emplace_back(std::forward<Args>(args)...);
+    items_.push_back(Slot{T(std::forward<Args>(args)...), false});
+    ++waiting_;
   }
-  bool empty() const { return next_ == base_ + items_.size(); }
-  // Entries queued and not yet taken by a pass.
-  size_t size() const { return base_ + items_.size() - next_; }
+  bool empty() const { return waiting_ == 0; }
+  // Entries queued and not yet run.
+  size_t size() const { return waiting_; }
 
-  // Runs `fn(T&&)` on each entry queued before this call, in order; a
-  // nested RunPass (from inside `fn`) takes the next ones, and this pass
-  // then skips what it took. Returns the entries this call ran.
+  // Runs `fn(T&&)` on the entries queued before this call that no pass has
+  // run, in order (see above for the entries passes under way hold).
+  // Returns the entries this call ran.
   template <typename Fn>
-  size_t RunPass(Fn&& fn) {
+  size_t RunPass(Fn&& fn, bool take_over = false) {
     const uint64_t end = base_ + items_.size();
+    uint64_t i = take_over ? next_ : std::max(next_, held_until_);
+    const uint64_t outer_held = held_until_;
+    held_until_ = std::max(held_until_, end);
     size_t ran = 0;
-    while (next_ < end) {
-      T item = std::move(items_[next_ - base_]);
-      ++next_;
-      Compact();
+    for (; i < end; ++i) {
+      if (i < next_) i = next_;  // a nested pass ran (and dropped) them
+      if (i >= end) break;
+      Slot& slot = items_[i - base_];
+      if (slot.taken) continue;
+      slot.taken = true;
+      --waiting_;
+      T item = std::move(slot.value);
+      Advance();
       fn(std::move(item));
       ++ran;
     }
+    held_until_ = outer_held;
     return ran;
   }
 
-  // Drops the entries not yet taken for which `pred(const T&)` holds
-  // (their owner is gone). Entries keep their places, so passes under way
-  // are undisturbed: `drop(T&)` empties each instead.
+  // Marks the entries not yet run for which `pred(const T&)` holds (their
+  // owner is gone) with `drop(T&)`; they keep their places.
   template <typename Pred, typename Drop>
   void DropIf(Pred&& pred, Drop&& drop) {
-    for (size_t i = next_ - base_; i < items_.size(); ++i) {
-      if (pred(static_cast<const T&>(items_[i]))) drop(items_[i]);
+    for (Slot& slot : items_) {
+      if (!slot.taken && pred(static_cast<const T&>(slot.value))) {
+        drop(slot.value);
+      }
     }
   }
 
  private:
-  // Entries are numbered from 0 for the queue's life: a pass remembers
-  // where it ends by number, which compaction does not change.
-  void Compact() {
-    const size_t taken = next_ - base_;
-    if (taken == items_.size()) {
+  struct Slot {
+    T value;
+    bool taken;  // run (or being run): value is moved from
+  };
+  // Moves next_ past the entries run, and drops them from the front when
+  // that is cheap (entries are numbered for the queue's life, so passes
+  // under way keep their places).
+  void Advance() {
+    while (next_ < base_ + items_.size() && items_[next_ - base_].taken) {
+      ++next_;
+    }
+    const size_t done = next_ - base_;
+    if (done == items_.size()) {
       items_.clear();  // keeps the capacity for the next pass
       base_ = next_;
-    } else if (taken >= 64 && taken * 2 >= items_.size()) {
-      items_.erase(items_.begin(), items_.begin() + long(taken));
+    } else if (done >= 64 && done * 2 >= items_.size()) {
+      items_.erase(items_.begin(), items_.begin() + long(done));
       base_ = next_;
     }
   }
 
-  std::vector<T> items_;
-  uint64_t base_ = 0;  // the number of items_[0]
-  uint64_t next_ = 0;  // the number of the next entry to run
+  std::vector<Slot> items_;
+  uint64_t base_ = 0;        // the number of items_[0]
+  uint64_t next_ = 0;        // the first entry not run; all before are
+  uint64_t held_until_ = 0;  // entries below: held by passes under way
+  size_t waiting_ = 0;       // entries not run
 };
 
 }  // namespace remem::util

@@ -75,34 +75,41 @@ TEST(Socket, ParseHostPortTakesHostPortAndBracketedV6Only) {
   }
 }
 
-// A pass runs what was queued before it; a pass nested in an entry's run
-// takes the next entries, which the outer pass then skips; entries queued
-// during a pass wait for the next one; dropped entries keep their places.
-TEST(PassQueue, NestedPassesTakeTheRestAndNewEntriesWait) {
+// A pass runs what was queued before it. A pass nested in an entry's run
+// runs only entries queued after the passes under way began, unless it
+// takes over: then it runs what they hold too, and they skip it. Entries
+// queued during a pass wait for the next one; dropped entries keep their
+// places.
+TEST(PassQueue, NestedPassesRunLaterEntriesOrTakeOverTheRest) {
   util::PassQueue<int> q;
   std::vector<int> ran;
   for (int i = 0; i < 200; ++i) q.Emplace(i);
-  size_t outer = 0;
   std::function<void(int&&)> run = [&](int&& v) {
     ran.push_back(v);
     if (v == 3) {
-      q.Emplace(1000);  // after this pass
-      q.RunPass(run);   // takes 4..199 and 1000, queued before it began
+      q.Emplace(1000);
+      // Not a take-over: 4..199 are the outer pass's; 1000 is later.
+      EXPECT_EQ(q.RunPass(run), 1u);
     }
-    if (v == 150) q.Emplace(2000);
+    if (v == 10) {
+      q.Emplace(2000);
+      // A take-over: 11..199 and 2000.
+      EXPECT_EQ(q.RunPass(run, /*take_over=*/true), 190u);
+    }
+    if (v == 150) q.Emplace(3000);  // during the nested pass: waits
   };
-  outer = q.RunPass(run);
-  EXPECT_EQ(outer, 4u);  // 0..3: the nested pass ran the rest
-  ASSERT_EQ(ran.size(), 201u);
-  for (int i = 0; i < 200; ++i) EXPECT_EQ(ran[i], i);
-  EXPECT_EQ(ran[200], 1000);
-  EXPECT_EQ(q.size(), 1u);  // 2000, queued during the nested pass
+  EXPECT_EQ(q.RunPass(run), 11u);  // 0..10; the rest was taken over
+  std::vector<int> want = {0, 1, 2, 3, 1000};
+  for (int i = 4; i < 200; ++i) want.push_back(i);
+  want.push_back(2000);
+  EXPECT_EQ(ran, want);
+  EXPECT_EQ(q.size(), 1u);  // 3000
   ran.clear();
   q.Emplace(7);
   q.Emplace(8);
   q.DropIf([](const int& v) { return v == 7; }, [](int& v) { v = -1; });
   EXPECT_EQ(q.RunPass(run), 3u);
-  EXPECT_EQ(ran, (std::vector<int>{2000, -1, 8}));
+  EXPECT_EQ(ran, (std::vector<int>{3000, -1, 8}));
   EXPECT_TRUE(q.empty());
 }
 
