@@ -936,6 +936,48 @@ TEST(Durability, ASecondServerOnTheSameDataDirectoryIsRefused) {
   fs::remove_all(dir);
 }
 
+// A meta file removed from a data directory that holds data is refused,
+// never made again: a fresh one guessed the partitions (the top-level
+// meta's count from --threads, the hash store's seed at random), and keys
+// recovered into other partitions were not found (found by a black-box
+// run: 22 of 40 keys lost on a restart with the same flags).
+TEST(Durability, AMissingMetaBesideDataIsRefusedNotMadeAgain) {
+  const std::string dir = TempDir();
+  {
+    ServerProcess s = Start({"--data-dir", dir, "--threads", "2"});
+    ASSERT_TRUE(s.process);
+    auto c = Connect(s.address);
+    ASSERT_TRUE(c);
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_TRUE(c->Put("key" + std::to_string(i), "v").ok());
+    }
+    c = {};
+    Stop(s);
+  }
+  for (const char* meta : {"/hash/meta", "/meta"}) {
+    SCOPED_TRACE(meta);
+    const std::string path = dir + meta;
+    const std::string kept = path + ".kept";
+    fs::rename(path, kept);
+    auto [code, out] = Refused({"--data-dir", dir, "--threads", "2"});
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find(path + " is missing"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(path)) << "it was made again";
+    fs::rename(kept, path);
+  }
+  // Put back, every key is there.
+  ServerProcess s = Start({"--data-dir", dir, "--threads", "2"});
+  ASSERT_TRUE(s.process);
+  auto c = Connect(s.address);
+  ASSERT_TRUE(c);
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_TRUE(c->Get("key" + std::to_string(i)).ok()) << i;
+  }
+  c = {};
+  Stop(s);
+  fs::remove_all(dir);
+}
+
 // Everything under `dir`, depth first.
 void Walk(const std::string& dir, std::vector<std::string>* files,
           std::vector<std::string>* dirs) {

@@ -388,6 +388,15 @@ bool ClusterMember::Step() {
         return Status::Unavailable("ZooKeeper: reading the members: " +
                                    ZkError(mrc != ZOK ? mrc : drc));
       }
+      const Ownership::Installed* have = ownership_->latest();
+      // A server that is gone (no longer registered) or holds nothing
+      // (failed over) takes no copy away: a degraded cluster may still
+      // retire it (it was refused until another server was started).
+      if (std::find(members.begin(), members.end(), a) == members.end() ||
+          (have != nullptr &&
+           !have->config.HoldsAnyRole(have->config.IndexOf(a)))) {
+        return Status::OK();
+      }
       size_t staying = 0;
       for (const std::string& m : members) {
         if (m != a &&
@@ -395,7 +404,6 @@ bool ClusterMember::Step() {
           ++staying;
         }
       }
-      const Ownership::Installed* have = ownership_->latest();
       const uint32_t copies = have != nullptr ? have->config.replicas + 1 : 1;
       if (staying >= copies) return Status::OK();
       // Not a bad request (exit 2 in the CLI): the cluster as it stands

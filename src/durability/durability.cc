@@ -74,6 +74,24 @@ Status Durability::CheckLayout() {
   auto text = ReadSmallFile(files_, meta);
   if (!text.ok()) return text.status();
   if (!text->has_value()) {
+    // A new directory, unless a service's data is already there: then the
+    // meta was removed, and a fresh one would guess the partition count
+    // (keys recovered into the wrong partitions are not found).
+    auto names = files_->ListDir(dir);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
+      auto held = PartitionDataIn(dir + "/" + name);
+      if (!held.ok()) return held.status();
+      if (*held) {
+        return Status::Corruption(
+            meta + " is missing, but " + dir + "/" + name +
+            " holds data: without it the partitions its keys belong to are "
+            "unknown. Put it back (\"" +
+            std::string(kMetaMagic) +
+            " partitions N\", N the --threads the data was written with) "
+            "or start on an empty directory");
+      }
+    }
     return WriteFileAtomically(
         files_, dir, "meta",
         fmt::format("{} partitions {}\n", kMetaMagic, partitions_));
@@ -129,8 +147,35 @@ Status Durability::CheckLayout() {
 
 Result<std::optional<std::string>> Durability::ReadServiceMeta(
     std::string_view service) {
-  return ReadSmallFile(
-      files_, options_.data_dir + "/" + std::string(service) + "/meta");
+  const std::string dir = options_.data_dir + "/" + std::string(service);
+  auto text = ReadSmallFile(files_, dir + "/meta");
+  if (!text.ok() || text->has_value()) return text;
+  auto held = PartitionDataIn(dir);
+  if (!held.ok()) return held.status();
+  if (*held) {
+    return Status::Corruption(
+        dir + "/meta is missing, but " + dir +
+        " holds data: without it the partitions its keys belong to are "
+        "unknown. Put it back or start on an empty directory");
+  }
+  return text;
+}
+
+Result<bool> Durability::PartitionDataIn(const std::string& dir) {
+  // Missing, or a file (LOCK, meta): no service's partitions. One that
+  // cannot be listed fails its recovery later, with its own error.
+  auto names = files_->ListDir(dir);
+  if (!names.ok()) return false;
+  for (const std::string& name : *names) {
+    if (name.size() < 2 || name[0] != 'p' ||
+        name.find_first_not_of("0123456789", 1) != std::string::npos) {
+      continue;
+    }
+    auto files = files_->ListDir(dir + "/" + name);
+    if (!files.ok()) return files.status();
+    if (!files->empty()) return true;
+  }
+  return false;
 }
 
 Status Durability::WriteServiceMeta(std::string_view service,

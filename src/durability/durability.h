@@ -67,7 +67,8 @@ class Durability {
 
   const DurabilityOptions& options() const { return options_; }
 
-  // The service's meta file, or nullopt if it has none yet.
+  // The service's meta file, or nullopt if it has none yet. Corruption if
+  // it has none but the service's partitions hold data (it was removed).
   Result<std::optional<std::string>> ReadServiceMeta(std::string_view service);
   Status WriteServiceMeta(std::string_view service, const std::string& text);
 
@@ -100,6 +101,9 @@ class Durability {
   Durability(DurabilityOptions o, uint32_t partitions)
       : options_(std::move(o)), partitions_(partitions) {}
   Status CheckLayout();
+  // Whether `dir` (a service's directory) has a partition directory (p0,
+  // p1, ...) with a file in it.
+  Result<bool> PartitionDataIn(const std::string& dir);
 
   DurabilityOptions options_;
   uint32_t partitions_;

@@ -218,10 +218,13 @@ void Acceptor::OnListen() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {
-        log::Warn(
-            "cannot accept a connection: {}; pausing 100 ms (raise the "
-            "open-files limit, or lower --max-connections)",
-            std::strerror(errno));
+        // Rate-limited as refusals are: the pause repeats ten times a
+        // second while the condition lasts.
+        LogRefusal("a client not yet accepted",
+                   Status::IOError(std::string("cannot accept: ") +
+                                   std::strerror(errno) +
+                                   "; pausing 100 ms (raise the open-files "
+                                   "limit, or lower --max-connections)"));
         PauseListening();
       }
       return;  // EAGAIN: no more for now

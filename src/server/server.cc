@@ -242,8 +242,11 @@ void CoreService::Handle(PartitionId, Call call) {
             std::to_string(c->config.epoch)));
       }
       // Replicated: the members that stay must be enough for every copy.
+      // Not asked of a member that holds nothing (failed over, dead): its
+      // drain takes no copy away, and retires it.
       if (const uint32_t f = c->config.replicas;
-          f > 0 && c->config.members.size() < f + 2) {
+          f > 0 && c->config.members.size() < f + 2 &&
+          c->config.HoldsAnyRole(c->config.IndexOf(call.payload))) {
         return call.responder.Reply(Status::Unsupported(
             "cannot drain " + call.payload + ": the cluster has " +
             std::to_string(c->config.members.size()) +
