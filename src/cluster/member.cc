@@ -254,6 +254,7 @@ void ClusterMember::OnEvent(zhandle_t*, int type, int state, const char*,
     self->state_.store(state, std::memory_order_relaxed);
     self->connected_.store(state == ZOO_CONNECTED_STATE,
                            std::memory_order_relaxed);
+    self->ownership_->NoteZooKeeper(state == ZOO_CONNECTED_STATE);
   }
   self->Wake();
 }

@@ -22,6 +22,14 @@ Status Ownership::LeasedUnder(const Installed& c) const {
   // Busy (ask again): a member that just started gets its lease within
   // milliseconds; one that was cut off is failed over, and a client asking
   // again learns the new owner.
+  if (!zk_connected_.load(std::memory_order_relaxed)) {
+    return Status::Busy(
+        "this server holds no lease from the configuration manager, and is "
+        "not connected to ZooKeeper either: ZooKeeper may be down or cut "
+        "off (the manager grants leases only while it is sure of its "
+        "ZooKeeper session). It serves nothing of a replicated shard until "
+        "it has one");
+  }
   return Status::Busy(
       "this server holds no lease from the configuration manager (just "
       "started, cut off or paused): it serves nothing of a replicated shard "

@@ -298,6 +298,13 @@ class Ownership {
   uint64_t lease_expires_ns() const {
     return lease_until_ns_.load(std::memory_order_acquire);
   }
+  // Whether this member's ZooKeeper session is connected, as its member
+  // last saw (any thread): named in the Busy of a lapsed lease, whose
+  // likely cause it is when it is not (the manager grants leases only
+  // while it is sure of its own session).
+  void NoteZooKeeper(bool connected) const {
+    zk_connected_.store(connected, std::memory_order_relaxed);
+  }
   // OK unless the current configuration is replicated and this member's
   // lease has lapsed (Busy). Owns and Writable check it; a read
   // checks it again once it has read, so nothing it read after the lapse
@@ -363,6 +370,7 @@ class Ownership {
   // The first configuration, until every purge is done.
   mutable std::atomic<const Installed*> pending_{nullptr};
   mutable std::atomic<uint64_t> lease_until_ns_{0};
+  mutable std::atomic<bool> zk_connected_{true};
   mutable std::mutex mu_;  // Install, SetState, purges
   mutable uint32_t purges_left_ = 0;
   // RequireResync's parts; while resyncs_left_ > 0, the parts that have

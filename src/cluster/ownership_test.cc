@@ -353,6 +353,14 @@ TEST(Ownership, AReplicatedMemberServesOnlyWhileItHoldsItsLease) {
   ASSERT_TRUE(lapsed.Install(c));
   lapsed.ExtendLease(LeaseClockNs() - 1);
   EXPECT_EQ(lapsed.Owns(mine).code(), StatusCode::kBusy);
+  // Its likely cause named when this member has lost ZooKeeper too (the
+  // message sent operators to the wrong cause; found by a black-box run).
+  EXPECT_EQ(lapsed.Owns(mine).message().find("ZooKeeper"), std::string::npos);
+  lapsed.NoteZooKeeper(false);
+  EXPECT_EQ(lapsed.Owns(mine).code(), StatusCode::kBusy);
+  EXPECT_NE(lapsed.Owns(mine).message().find("not connected to ZooKeeper"),
+            std::string::npos)
+      << lapsed.Owns(mine).ToString();
   // Records are kept only at the epoch installed.
   EXPECT_TRUE(o.AdmitsReplication(1).ok());
   EXPECT_EQ(o.AdmitsReplication(2).status().code(), StatusCode::kConflict);
