@@ -551,13 +551,16 @@ void SessionCore::Flush() {
 
 Status SessionCore::ProgressUntil(const std::function<bool()>& done,
                                   Clock::time_point deadline) {
+  // Sleeps of at most the socket check's period: a server that died on
+  // this host is noticed within it (its closed socket wakes nothing).
   return worker()->ProgressUntil(
       [&] {
         Flush();  // requests queued meanwhile (fallbacks) go out
         Housekeeping();
         return done();
       },
-      deadline);
+      deadline, std::chrono::microseconds(200),
+      std::chrono::milliseconds(kSocketCheckNs / 1'000'000));
 }
 
 Status SessionCore::ProgressWhileAnswered(const std::function<bool()>& done,

@@ -381,7 +381,8 @@ void Worker::Sleep(std::chrono::milliseconds timeout) {
 
 Status Worker::ProgressUntil(const std::function<bool()>& done,
                              Clock::time_point deadline,
-                             std::chrono::microseconds spin) {
+                             std::chrono::microseconds spin,
+                             std::chrono::milliseconds max_sleep) {
   auto last_work = Clock::now();
   unsigned idle_polls = 0;
   while (!done()) {
@@ -401,7 +402,7 @@ Status Worker::ProgressUntil(const std::function<bool()>& done,
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                       deadline - now) +
                   std::chrono::milliseconds(1);
-      Sleep(std::min(left, std::chrono::milliseconds(100)));
+      Sleep(std::min(left, max_sleep));
     }
   }
   return Status::OK();

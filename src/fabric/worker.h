@@ -165,10 +165,13 @@ class Worker {
   void Sleep(std::chrono::milliseconds timeout);
 
   // Progresses until `done()` or `deadline`. Busy-polls for `spin`, then
-  // sleeps on the event fd between checks. TimedOut on deadline.
+  // sleeps on the event fd between checks, at most `max_sleep` at a time
+  // (so that `done` also sees what sends no event: a closed socket, the
+  // clock). TimedOut on deadline.
   Status ProgressUntil(
       const std::function<bool()>& done, Clock::time_point deadline,
-      std::chrono::microseconds spin = std::chrono::microseconds(200));
+      std::chrono::microseconds spin = std::chrono::microseconds(200),
+      std::chrono::milliseconds max_sleep = std::chrono::milliseconds(100));
 
   // The event loop: progress with poll-then-sleep until `stop` is set (set it
   // then call Wake()).
