@@ -527,6 +527,14 @@ TEST(Cli, AuthRefusalExitsThree) {
   auto ok = RunCommand(
       {CliBinary(), "--server", server.address, "--auth-file", path, "ping"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  // mkstemp's 0600: no warning. Readable by others: a warning, and it works.
+  EXPECT_FALSE(Contains(ok.out, "warning")) << ok.out;
+  ASSERT_EQ(chmod(path, 0644), 0);
+  auto loose = RunCommand(
+      {CliBinary(), "--server", server.address, "--auth-file", path, "ping"});
+  EXPECT_EQ(loose.exit_code, 0) << loose.out;
+  EXPECT_TRUE(Contains(loose.out, "can be read or written by other users"))
+      << loose.out;
   unlink(path);
   // A directory was "empty".
   auto dir = RunCommand(

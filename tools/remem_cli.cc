@@ -5,6 +5,8 @@
 // the server's limits refuse); 3 authentication refused; 4 key not found;
 // 5 compare-and-put conflict or key already exists.
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cerrno>
@@ -930,6 +932,13 @@ int RunCli(int argc, char** argv) {
       return 2;  // a bad command line, as for remem-server
     }
     opts.secret = *secret;
+    struct stat st;  // as remem-server warns
+    if (::stat(auth_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      std::fprintf(stderr,
+                   "remem: warning: the auth file %s can be read or written "
+                   "by other users (mode %04o): chmod 600 it\n",
+                   auth_file.c_str(), unsigned(st.st_mode & 07777));
+    }
   }
   // The tree command on a server's TreeStore or a cluster's ClusterTree
   // (the same calls).

@@ -5,6 +5,7 @@
 // 2 bad flags.
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -519,6 +520,15 @@ int main(int argc, char** argv) {
     auto secret = ReadSecretFile(auth_file);
     if (!secret.ok()) return Fail(secret.status().message(), 2);
     cfg.secret = *secret;
+    // As ssh says of a private key others can read (the secret is the
+    // only thing between a network peer and the store).
+    struct stat st;
+    if (::stat(auth_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      std::fprintf(stderr,
+                   "remem-server: warning: the auth file %s can be read or "
+                   "written by other users (mode %04o): chmod 600 it\n",
+                   auth_file.c_str(), unsigned(st.st_mode & 07777));
+    }
   }
   auto policy = durability::ParseFsyncPolicy(fsync);
   if (!policy.ok()) return Fail(policy.status().message(), 2);
