@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "proto/wire.h"
+#include "remem/ops.h"
 #include "remem/version.h"
 #include "test_util.h"
 #include "testing/scale.h"
@@ -959,6 +960,57 @@ TEST(Server, SigtermStopsAServerWaitingOutItsPredecessorsLease) {
       << (*second)->output();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// A server thread that never returns from a user function (the plugin
+// ABI forbids it; nothing can interrupt it) kept a stopping server alive
+// for ever: past --stop-timeout-ms it exits, 1, saying why (found by a
+// black-box run).
+TEST(Server, AThreadThatDoesNotStopEndsTheServerAfterTheStopTimeout) {
+  SpawnOptions o;
+  o.argv = {ServerBinary(),
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "16M",
+            "--threads",
+            "1",
+            "--ops-library",
+            REMEM_STUCK_OPS_LIB,
+            "--stop-timeout-ms",
+            "500"};
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto ready = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
+  ASSERT_TRUE(ready.ok()) << (*p)->output();
+  const std::string address =
+      ready->substr(ready->find("listening on ") + 13,
+                    ready->find(' ', ready->find("listening on ") + 13) -
+                        (ready->find("listening on ") + 13));
+  SessionOptions so;
+  so.server = address;
+  so.transport = testing::TestTransport();
+  auto session = Session::Connect(so);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto ops = OpsStore::Open(session->get());
+  ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+  bool answered = false;
+  (*ops)->ExecuteAsync(Op::Call("k", 900, ""),
+                       [&](Result<OpReply>) { answered = true; });
+  (*session)->Poll();  // sent
+  ASSERT_TRUE(
+      (*p)->WaitForLine("never_returns: entered", std::chrono::seconds(30))
+          .ok())
+      << (*p)->output();
+  ASSERT_TRUE((*p)->Signal(SIGTERM).ok());
+  auto code = (*p)->Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.ok()) << "still running: " << (*p)->output();
+  EXPECT_EQ(*code, 1) << (*p)->output();
+  (void)(*p)->ReadToEnd(std::chrono::seconds(5));
+  EXPECT_TRUE(Contains((*p)->output(), "did not stop within 500 ms"))
+      << (*p)->output();
+  EXPECT_FALSE(answered);
 }
 
 TEST(Server, ConfigFileAndCleanShutdown) {

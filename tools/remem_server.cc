@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "cluster/config.h"
@@ -292,6 +294,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10},
                          int64_t{server::LeaseKeeper::kMaxLease.count()}));
+  int64_t stop_timeout_ms = 30'000;
+  app.add_option("--stop-timeout-ms", stop_timeout_ms,
+                 "after SIGINT/SIGTERM, how long the server may take to stop "
+                 "cleanly before it exits anyway (exit 1, as a crash: durable "
+                 "state recovers)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error | off")
       ->capture_default_str();
@@ -606,8 +615,40 @@ int main(int argc, char** argv) {
     break;
   }
   (*server)->Stop();
+  // A thread that does not stop (a user function that never returns: the
+  // plugin ABI forbids it, but nothing can interrupt one) kept the process
+  // alive for ever. Past --stop-timeout-ms it exits as a crash would:
+  // durable state recovers as after kill -9.
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopped = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(stop_mu);
+    if (stop_cv.wait_for(lock, std::chrono::milliseconds(stop_timeout_ms),
+                         [&] { return stopped; })) {
+      return;
+    }
+    log::Error(
+        "a server thread did not stop within {} ms (--stop-timeout-ms): is "
+        "it running a user function (--ops-library) that does not return? "
+        "Exiting without a clean stop; durable state recovers as after a "
+        "crash",
+        stop_timeout_ms);
+    std::fprintf(stderr,
+                 "remem-server: a server thread did not stop within %lld ms "
+                 "(a user function that does not return?): exiting without "
+                 "a clean stop\n",
+                 static_cast<long long>(stop_timeout_ms));
+    std::_Exit(1);
+  });
   (*server)->Wait();
   server->reset();
+  {
+    std::lock_guard<std::mutex> lock(stop_mu);
+    stopped = true;
+  }
+  stop_cv.notify_all();
+  watchdog.join();
   std::printf("remem-server stopped\n");
   return 0;
 }

@@ -31,7 +31,10 @@
  *
  * Thread contract: every function is called from several server threads at
  * once (one per partition), each on its own keys; it must be reentrant (no
- * unsynchronised global state) and must not block.
+ * unsynchronised global state) and must not block. Nothing interrupts a
+ * function that never returns: its thread serves nothing more (the
+ * partition's keys and the connections on that thread), and a stopping
+ * server exits after --stop-timeout-ms without a clean stop.
  */
 
 #ifndef REMEM_OPS_PLUGIN_H_
