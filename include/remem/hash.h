@@ -9,9 +9,11 @@
 // read path decides (SessionOptions::read_path, or HashOptions): kOneSided,
 // kRpc, or kAuto, which chooses per get from measured latencies (Cell's
 // selector: on shared memory it reads directly, over tcp it mostly asks the
-// server, under server overload it reads more itself). Writes go through
-// the server. A value read one-sided is returned only while the server's
-// lease vouches for it (see remem/session.h, "Liveness").
+// server, under server overload it reads more itself; it measures both
+// paths first, so over tcp a program's first batches of many keys take
+// the slow one-sided path about half the time: kRpc skips that). Writes go
+// through the server. A value read one-sided is returned only while the
+// server's lease vouches for it (see remem/session.h, "Liveness").
 //
 // Limits: keys are 1 byte .. 64 KiB and values 0 .. 16 MiB (a server may
 // set lower limits: max_key(), max_value()); beyond that InvalidArgument.

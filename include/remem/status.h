@@ -136,6 +136,9 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &*value_; }
   T& operator*() & { return *value_; }
   const T& operator*() const& { return *value_; }
+  // std::move(*Open(...)) moves, as std::optional's does (it picked the
+  // const& overload, and a move-only T did not compile).
+  T&& operator*() && { return std::move(*value_); }
 
  private:
   Status status_;  // OK exactly when value_ holds a value

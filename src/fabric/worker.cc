@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "fabric/worker_address.h"
 #include "proto/wire.h"
@@ -286,6 +287,7 @@ size_t Worker::Progress() {
   if (!retired_.empty() && closing_.empty() && flushing_.empty()) {
     DestroyIdleRetired();
   }
+  if (work > 0) busy_arms_ = 0;
   if (work == 0) {
     ++idle_passes_;
     if (stall_watch_until_ != Clock::time_point{}) LookForStall();
@@ -373,8 +375,20 @@ void Worker::Sleep(std::chrono::milliseconds timeout) {
   // UCS_ERR_BUSY: events arrived meanwhile; HasPendingWork: a Post() raced
   // with arm.
   if (s == UCS_OK && !HasPendingWork()) {
+    busy_arms_ = 0;
     pollfd pfd{efd_, POLLIN, 0};
     (void)poll(&pfd, 1, static_cast<int>(timeout.count()));
+  } else if (s == UCS_ERR_BUSY && ++busy_arms_ > kBusyArmsBeforeNap &&
+             !HasPendingWork()) {
+    // BUSY again and again with nothing delivered in between: UCX holds
+    // an operation it cannot progress (a send to a paused peer whose
+    // receive queue is full). Returning at once spun a core until the
+    // peer resumed; nap instead (the event fd still wakes it for a Post).
+    pollfd pfd{efd_, POLLIN, 0};
+    (void)poll(&pfd, 1,
+               static_cast<int>(std::min<std::chrono::milliseconds>(
+                                    timeout, std::chrono::milliseconds(1))
+                                    .count()));
   }
   sleeping_.store(false, std::memory_order_relaxed);
 }
@@ -582,16 +596,21 @@ void Worker::CloseAfterFlush(ucp_ep_h ep, std::shared_ptr<void> keep) {
     ForceClose(ep);
     return;
   }
-  flushing_.push_back({flush, ep, std::move(keep)});
+  flushing_.push_back(
+      {flush, ep, std::move(keep), Clock::now() + kFlushDeadline});
 }
 
 size_t Worker::CloseFlushed(bool all) {
   size_t closed = 0;
+  std::optional<Clock::time_point> now;
   for (size_t i = 0; i < flushing_.size();) {
     Flushing& f = flushing_[i];
     if (!all && ucp_request_check_status(f.request) == UCS_INPROGRESS) {
-      ++i;
-      continue;
+      if (!now) now = Clock::now();
+      if (*now < f.until) {
+        ++i;
+        continue;
+      }
     }
     // Freed before it completes, a request is released when it does.
     ucp_request_free(f.request);

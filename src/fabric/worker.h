@@ -276,10 +276,14 @@ class Worker {
   // Keeps an endpoint-close request until it completes, then frees it.
   void TrackClose(ucs_status_ptr_t request);
   // Flushes `ep` (what was sent to it goes out), then force-closes it, at a
-  // later Progress if the flush takes time. `keep` is held until the close
-  // is issued (the endpoint's error callback argument). DrainCloses waits
-  // for these too.
+  // later Progress if the flush takes time, and at kFlushDeadline at the
+  // latest: a paused peer whose receive queue is full never lets a flush
+  // complete, and UCX then answers every arm BUSY (this worker spun a core
+  // for as long as the peer stayed paused, and its server's writes ran 50
+  // times slower). `keep` is held until the close is issued (the
+  // endpoint's error callback argument). DrainCloses waits for these too.
   void CloseAfterFlush(ucp_ep_h ep, std::shared_ptr<void> keep);
+  static constexpr auto kFlushDeadline = std::chrono::seconds(1);
   // Progresses until every tracked close has completed, or `deadline`.
   void DrainCloses(Clock::time_point deadline);
 
@@ -350,7 +354,11 @@ class Worker {
   std::mutex wake_mu_;
   // Passes of these may nest (a callback that polls): util/pass_queue.h.
   int progress_depth_ = 0;  // Progress() calls under way (they nest)
-  bool take_over_ = false;  // set_take_over
+  // Sleeps in a row whose arm UCX answered BUSY with nothing delivered
+  // (Sleep naps once there were kBusyArmsBeforeNap).
+  unsigned busy_arms_ = 0;
+  static constexpr unsigned kBusyArmsBeforeNap = 1000;
+  bool take_over_ = false;                                // set_take_over
   util::PassQueue<std::pair<AmSlot*, AmMessage>> inbox_;  // slot null: dropped
   util::PassQueue<util::MoveFunction<void()>> deferred_;
   util::PassQueue<std::pair<Completion, Status>> completed_;
@@ -359,6 +367,7 @@ class Worker {
     ucs_status_ptr_t request;
     ucp_ep_h ep;
     std::shared_ptr<void> keep;
+    Clock::time_point until;  // force-closed then, flushed or not
   };
   std::vector<Flushing> flushing_;  // CloseAfterFlush's, before the close
   void ForceClose(ucp_ep_h ep);

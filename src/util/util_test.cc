@@ -32,6 +32,12 @@ TEST(Status, CodesAndMessages) {
   EXPECT_EQ(e.status().code(), StatusCode::kBusy);
   Result<int> bogus = Status::OK();  // a bug, reported as one
   EXPECT_EQ(bogus.status().code(), StatusCode::kInternal);
+  // A move-only value moves out of a temporary Result.
+  auto make = [] {
+    return Result<std::unique_ptr<int>>(std::make_unique<int>(7));
+  };
+  std::unique_ptr<int> moved = *make();
+  EXPECT_EQ(*moved, 7);
 }
 
 // A peer that closes is noticed at once, also while waiting; one that
