@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "client/rpc_client.h"
 #include "client/session_core.h"
@@ -118,6 +119,10 @@ struct Cluster::Impl {
   size_t in_flight = 0;
   Status first_error;
   bool stale = false;
+  // Stale for refusals that said Busy again and again: the refresh looks
+  // past answers no newer than the configuration installed (Refresh's
+  // until_newer).
+  bool stale_busy = false;
   // The ordered store's client (Cluster::Tree), and its options.
   std::unique_ptr<ClusterTree> tree;
   TreeOptions tree_options;
@@ -710,7 +715,10 @@ struct Cluster::Impl {
   static constexpr auto kRefreshWait = std::chrono::milliseconds(1000);
 
   // `quick`: even the last server is waited for at most kRefreshWait.
-  Status FetchFrom(const std::string& addr, bool last, bool quick = false) {
+  // `newer`, if given: whether the answer was a newer configuration than
+  // the one installed.
+  Status FetchFrom(const std::string& addr, bool last, bool quick = false,
+                   bool* newer = nullptr) {
     // A server passed over if it does not answer is not waited for to
     // connect either (a paused seed accepts the connection, then is
     // silent).
@@ -734,6 +742,7 @@ struct Cluster::Impl {
     auto c = cluster::DecodeConfig(*bytes);
     if (!c.ok()) return c.status().WithContext(addr);
     ++stats.refreshes;
+    if (newer != nullptr) *newer = c->epoch > config.epoch;
     if (c->epoch >= config.epoch) Install(std::move(*c));
     return Status::OK();
   }
@@ -741,8 +750,12 @@ struct Cluster::Impl {
   // `skip`: a server not asked (one suspected of not answering); then only
   // the other servers already connected are asked, each for at most
   // kRefreshWait (the slow-call hook runs inside a poll: no connection
-  // attempt, no wait for a whole deadline).
-  Status Refresh(const std::string& skip = {}) {
+  // attempt, no wait for a whole deadline). `until_newer`: an answer no
+  // newer than the configuration installed does not end the refresh; the
+  // next server is asked, until one gives a newer one (a server that keeps
+  // answering Busy may be one cut off from the cluster, which answers with
+  // the configuration it was cut off with, while the others moved on).
+  Status Refresh(const std::string& skip = {}, bool until_newer = false) {
     Status last = Status::Unavailable("no server to ask");
     // Servers already connected first, then the members, then the seeds;
     // each once (a server that does not answer costs a wait each time).
@@ -763,9 +776,16 @@ struct Cluster::Impl {
     }
     // Every server's answer, for the error when none gave a configuration.
     std::string why;
+    bool answered = false;
     for (size_t i = 0; i < order.size(); ++i) {
-      last = FetchFrom(order[i], i + 1 == order.size(), suspecting_one);
-      if (last.ok()) return last;
+      bool newer = false;
+      last = FetchFrom(order[i], i + 1 == order.size(),
+                       suspecting_one || until_newer, &newer);
+      if (last.ok() && (!until_newer || newer)) return last;
+      if (last.ok()) {
+        answered = true;
+        continue;
+      }
       // A seed outside any cluster is a mistake to report, not to skip.
       if (last.code() == StatusCode::kUnsupported) return last;
       if (order.size() > 1) {
@@ -774,6 +794,7 @@ struct Cluster::Impl {
                (m.rfind(order[i], 0) == 0 ? m : order[i] + ": " + m);
       }
     }
+    if (answered) return Status::OK();  // nothing newer anywhere
     if (order.size() <= 1) return last;
     return Status(last.code(),
                   "no server gave the configuration (" + why + ")");
@@ -878,7 +899,7 @@ struct Cluster::Impl {
       if (IsBusy(st)) {
         Backoff(attempt + 1);
         if (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy) {
-          (void)Refresh();
+          (void)Refresh({}, /*until_newer=*/true);
         }
         continue;
       }
@@ -911,7 +932,7 @@ struct Cluster::Impl {
       ++stats.moved;
       stale = true;
     } else if (config.replicas > 0 && attempt >= kRefreshAfterBusy) {
-      stale = true;
+      stale = stale_busy = true;
     }
   }
   static constexpr int kRefreshAfterBusy = 3;
@@ -1321,7 +1342,9 @@ struct Cluster::Impl {
       later.push_back(std::move(again));
       return;
     }
-    if (config.replicas > 0 && attempt >= kRefreshAfterBusy) stale = true;
+    if (config.replicas > 0 && attempt >= kRefreshAfterBusy) {
+      stale = stale_busy = true;
+    }
     waiting.emplace_back(Clock::now() + BackoffPause(attempt),
                          std::move(again));
   }
@@ -1576,7 +1599,7 @@ struct Cluster::Impl {
     if (!later.empty()) {
       if (stale) {
         stale = false;
-        (void)Refresh();
+        (void)Refresh({}, std::exchange(stale_busy, false));
       }
       auto run = std::move(later);
       later.clear();
@@ -1586,7 +1609,7 @@ struct Cluster::Impl {
     if (!waiting.empty()) {
       if (stale) {
         stale = false;
-        (void)Refresh();
+        (void)Refresh({}, std::exchange(stale_busy, false));
       }
       const auto now = Clock::now();
       std::vector<std::function<void()>> due;
