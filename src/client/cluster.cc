@@ -847,7 +847,14 @@ struct Cluster::Impl {
         if (LostToStall(st) && InTime(&deadline)) continue;
         if (Retryable(st) && InTime(&deadline)) {
           Backoff(attempt + 1);
-          if (IsMoved(st)) (void)Refresh();
+          if (IsMoved(st)) {
+            (void)Refresh();
+          } else if (IsBusy(st) && config.replicas > 0 &&
+                     attempt + 1 >= kRefreshAfterBusy) {
+            // As for an operation refused Busy (below): a member with no
+            // lease refuses the store's opening too.
+            (void)Refresh({}, /*until_newer=*/true);
+          }
           continue;
         }
         // Perhaps the shard moved off a server that left: ask once (by
