@@ -4,8 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -16,6 +18,18 @@
 namespace remem {
 
 namespace {
+
+// Set by the interrupt thread before it stops anything: from then on, the
+// process ends by that thread's _exit, with the signal's status.
+std::atomic<bool> g_interrupted{false};
+
+// Registered with atexit: a main thread that finishes while the interrupt
+// thread cleans up (its server stopped under it, it printed the error and
+// returned 1) waits here for the interrupt thread's _exit instead of
+// exiting first with its own status.
+void AwaitInterruptExit() {
+  while (g_interrupted.load()) ::pause();
+}
 
 // Never destroyed: the interrupt thread may use them while main exits.
 std::mutex& DirsMutex() {
@@ -46,10 +60,12 @@ void InstallInterruptCleanup(std::string program) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::atexit(AwaitInterruptExit);
   std::thread([signals, program = std::move(program)] {
     int sig = 0;
     while (sigwait(&signals, &sig) != 0) {
     }
+    g_interrupted.store(true);
     std::fprintf(stderr,
                  "%s: interrupted by SIG%s: stopping the servers it started "
                  "and removing its temporary directories\n",

@@ -21,8 +21,10 @@ namespace remem {
 // <signal>..." to standard error, stops every child started through
 // Subprocess (SIGTERM, SIGKILL after 5 s), removes every directory
 // registered with RemoveOnInterrupt, and exits with 128 + the signal's
-// number, the shell's convention for a process a signal ended. Children
-// start with no signal blocked (Subprocess::Spawn unblocks them).
+// number, the shell's convention for a process a signal ended (a main
+// thread that returns meanwhile, its work cut short, waits in an atexit
+// handler for that exit). Children start with no signal blocked
+// (Subprocess::Spawn unblocks them).
 void InstallInterruptCleanup(std::string program);
 
 // Registers `dir` to remove (with its contents) on an interrupt; the owner
