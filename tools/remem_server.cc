@@ -614,11 +614,11 @@ int main(int argc, char** argv) {
     log::Info("signal {}: shutting down", sig);
     break;
   }
-  (*server)->Stop();
   // A thread that does not stop (a user function that never returns: the
   // plugin ABI forbids it, but nothing can interrupt one) kept the process
   // alive for ever. Past --stop-timeout-ms it exits as a crash would:
-  // durable state recovers as after kill -9.
+  // durable state recovers as after kill -9. Counted from before Stop(),
+  // which joins threads of its own (the cluster member's, the acceptor's).
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopped = false;
@@ -641,6 +641,7 @@ int main(int argc, char** argv) {
                  static_cast<long long>(stop_timeout_ms));
     std::_Exit(1);
   });
+  (*server)->Stop();
   (*server)->Wait();
   server->reset();
   {

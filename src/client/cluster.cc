@@ -777,7 +777,11 @@ struct Cluster::Impl {
     // Every server's answer, for the error when none gave a configuration.
     std::string why;
     bool answered = false;
+    const auto started = Clock::now();
     for (size_t i = 0; i < order.size(); ++i) {
+      // Asking on for a newer one is bounded: servers that do not answer
+      // cost up to kRefreshWait each.
+      if (answered && Clock::now() - started > kRefreshWait) break;
       bool newer = false;
       last = FetchFrom(order[i], i + 1 == order.size(),
                        suspecting_one || until_newer, &newer);
@@ -1973,7 +1977,9 @@ Status Cluster::WaitAll() {
   // running one complete only once it returns (Session::WaitAll): the wait
   // ends once nothing else can arrive. Polled first, so that what the
   // callback issued has gone out.
-  const bool nested = im.depth > 0;
+  // (Also a callback run by a synchronous cluster call's wait, which is
+  // no Poll: the loop's worker says so.)
+  const bool nested = im.depth > 0 || im.loop->core()->worker()->in_progress();
   while (im.in_flight > 0) {
     fabric::Worker* w = im.loop->core()->worker();
     const bool took_over = w->take_over();

@@ -365,6 +365,10 @@ bool SessionCore::connected() {
 }
 
 size_t SessionCore::Housekeeping() {
+  // Calls it fails (past their deadline, the server gone) run their
+  // callbacks here, outside any Progress(): a WaitAll in one of them is
+  // inside a callback all the same (Worker::in_progress).
+  fabric::Worker::CallbackScope in_callbacks(worker());
   size_t n = 0;
   // Deadlines are looked at on the coarse clock first
   // (CLOCK_MONOTONIC_COARSE, the coarse reading of the CLOCK_MONOTONIC that

@@ -221,7 +221,9 @@ size_t Worker::Progress() {
   // delay handling it, and the next Progress() picks up the rest.
   while (unsigned n = ucp_worker_progress(handle())) {
     work += n;
-    if (!inbox_.empty() || !completed_.empty()) break;
+    if (inbox_.HasRunnable(take_over) || completed_.HasRunnable(take_over)) {
+      break;
+    }
   }
   if (!retired_.empty() && RetiredActive()) {
     // Once per pass, and counted as work only for what it delivered: a
@@ -351,7 +353,10 @@ void Worker::LookForStall() {
 }
 
 bool Worker::HasPendingWork() {
-  return !inbox_.empty() || !deferred_.empty() || !completed_.empty() ||
+  // What the next Progress() at this level can run: not what the passes
+  // under way hold, unless it takes over (util/pass_queue.h).
+  return inbox_.HasRunnable(take_over_) || deferred_.HasRunnable(take_over_) ||
+         completed_.HasRunnable(take_over_) ||
          has_posted_.load(std::memory_order_seq_cst);
 }
 

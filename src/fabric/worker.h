@@ -146,14 +146,27 @@ class Worker {
   // Whether a Progress() is under way on this thread: code that runs then
   // runs inside a callback (or a message handler) that a pass called.
   bool in_progress() const { return progress_depth_ > 0; }
+  // Marks code that runs callbacks outside Progress() (a session's
+  // housekeeping fails calls past their deadline) for in_progress().
+  class CallbackScope {
+   public:
+    explicit CallbackScope(Worker* w) : w_(w) { ++w_->progress_depth_; }
+    ~CallbackScope() { --w_->progress_depth_; }
+    CallbackScope(const CallbackScope&) = delete;
+    CallbackScope& operator=(const CallbackScope&) = delete;
+
+   private:
+    Worker* w_;
+  };
   // Whether the next Progress() calls made at this level (not those inside
   // the callbacks they run) also run what the passes under way still hold
   // (util/pass_queue.h, take_over): a WaitAll inside a callback sets it
   // for its wait, and puts back what it found after.
   bool take_over() const { return take_over_; }
   void set_take_over(bool take_over) { take_over_ = take_over; }
-  // Whether the next Progress() has something to run without asking UCX:
-  // messages, completions or deferred calls, or tasks posted to it.
+  // Whether the next Progress() at this level has something to run without
+  // asking UCX: messages, completions or deferred calls (not those the
+  // passes under way hold, unless take_over()), or tasks posted to it.
   bool HasPendingWork();
   // How many Progress() passes found nothing to do: one after a moment
   // says nothing had arrived by then (a deadline that passed before it is

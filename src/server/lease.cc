@@ -90,7 +90,10 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   k->lease_ns_ = uint64_t(std::chrono::nanoseconds(lease).count());
   *waited = std::chrono::milliseconds(0);
   if (!horizon_file.empty()) {
-    k->horizon_file_ = horizon_file;
+    // horizon_file_ (which the destructor revokes and removes) is set only
+    // once the wait is over: a keeper that did not start must leave its
+    // predecessor's horizon as it found it (a server stopped by a signal
+    // while it waited removed it, and the next start waited for nothing).
     REMEM_RETURN_IF_ERROR(k->MapHorizon(horizon_file));
     Horizon& h = *k->horizon_;
     const std::string boot = BootId();
@@ -124,6 +127,7 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
           // Left pending (on this thread, which blocks it) for the
           // caller, which stops as the signal asks.
           (void)pthread_kill(pthread_self(), sig);
+          k->UnmapHorizon();
           return Status::Unavailable(
               std::string("stopped by SIG") + sigabbrev_np(sig) +
               " while waiting for a previous server's lease to expire");
@@ -134,6 +138,7 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
     h.magic = kHorizonMagic;
     std::memcpy(h.boot_id, boot.data(), 36);
     h.expires_ns = 0;
+    k->horizon_file_ = horizon_file;
   }
   k->Publish(MonotonicNs() + k->lease_ns_);
   k->thread_ = std::thread([raw = k.get()] { raw->Run(); });
@@ -152,10 +157,17 @@ namespace {
 // directory too); else the server says what is in the way.
 Result<int> OpenOwnHorizon(const std::string& path) {
   const uid_t uid = ::geteuid();
+  // Opened without O_CREAT first: in a sticky directory the kernel's
+  // protected_regular and protected_fifos (1 under systemd) refuse
+  // O_CREAT on another user's file or FIFO, even to root, with EACCES,
+  // before this could look at it.
+  constexpr int kFlags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const int fd =
-        ::open(path.c_str(),
-               O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    int fd = ::open(path.c_str(), kFlags);
+    if (fd < 0 && errno == ENOENT) {
+      fd = ::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0600);
+      if (fd < 0 && errno == EEXIST) continue;  // made meanwhile: look again
+    }
     std::string what;
     if (fd >= 0) {
       struct stat st;
@@ -177,6 +189,8 @@ Result<int> OpenOwnHorizon(const std::string& path) {
       what = "is a symbolic link";
     } else if (errno == EISDIR) {
       what = "is a directory";
+    } else if (errno == EACCES || errno == EPERM) {
+      what = "cannot be opened by this user (another user's file?)";
     } else {
       return Status::IOError("cannot open the lease file " + path + ": " +
                              std::strerror(errno));
@@ -307,8 +321,14 @@ void LeaseKeeper::RemoveStaleHorizons(const std::string& dir,
 
 LeaseKeeper::~LeaseKeeper() {
   Revoke();
+  UnmapHorizon();
+}
+
+void LeaseKeeper::UnmapHorizon() {
   if (horizon_ != nullptr) ::munmap(horizon_, sizeof(Horizon));
+  horizon_ = nullptr;
   if (horizon_fd_ >= 0) ::close(horizon_fd_);
+  horizon_fd_ = -1;
 }
 
 void LeaseKeeper::Revoke() {

@@ -97,6 +97,8 @@ class LeaseKeeper {
   LeaseKeeper() = default;
   // Opens (creating it) and maps `path` as the horizon; records its inode.
   Status MapHorizon(const std::string& path);
+  // Lets go of the horizon file's mapping and descriptor (and its lock).
+  void UnmapHorizon();
   // On the keeper's thread, before each renewal: a horizon file removed
   // (by hand, or by RemoveStaleHorizons in the window it leaves) is made
   // again, so a successor still finds it.

@@ -269,6 +269,13 @@ TEST_F(LeaseFiles, AStopSignalEndsTheWaitForAPredecessor) {
   EXPECT_NE(k.status().message().find("SIGTERM"), std::string::npos)
       << k.status().ToString();
   EXPECT_TRUE(left_pending);
+  // The predecessor's horizon is left as it was, for the next start to
+  // wait out (the keeper that did not start revoked and removed it).
+  milliseconds again;
+  auto next = LeaseKeeper::Start(lease_at, 1, milliseconds(100), file, &again,
+                                 /*remake_removed=*/false, milliseconds(50));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(again, milliseconds(50));
 }
 
 }  // namespace

@@ -36,6 +36,19 @@ class PassQueue {
     ++waiting_;
   }
   bool empty() const { return waiting_ == 0; }
+  // Whether a pass starting now would run an entry: one not run, and not
+  // held by a pass under way unless the new pass takes over. (empty() also
+  // counts the held ones, which a nested pass cannot run: a wait that
+  // slept only once nothing was pending spun on them.)
+  bool HasRunnable(bool take_over) const {
+    if (waiting_ == 0) return false;
+    const uint64_t end = base_ + items_.size();
+    for (uint64_t i = take_over ? next_ : std::max(next_, held_until_); i < end;
+         ++i) {
+      if (!items_[i - base_].taken) return true;
+    }
+    return false;
+  }
   // Entries queued and not yet run.
   size_t size() const { return waiting_; }
 

@@ -93,7 +93,11 @@ TEST(PassQueue, NestedPassesRunLaterEntriesOrTakeOverTheRest) {
   std::function<void(int&&)> run = [&](int&& v) {
     ran.push_back(v);
     if (v == 3) {
+      // 4..199 are held by this pass: only a take-over could run them.
+      EXPECT_FALSE(q.HasRunnable(/*take_over=*/false));
+      EXPECT_TRUE(q.HasRunnable(/*take_over=*/true));
       q.Emplace(1000);
+      EXPECT_TRUE(q.HasRunnable(/*take_over=*/false));
       // Not a take-over: 4..199 are the outer pass's; 1000 is later.
       EXPECT_EQ(q.RunPass(run), 1u);
     }
