@@ -3675,12 +3675,12 @@ class ZooKeeperRelay {
   std::vector<std::thread> pumps_;  // only the accepter adds, until stop
 };
 
-// A server cut off from ZooKeeper alone keeps answering its clients with
-// the configuration it was cut off with, while the others fail it over
-// under a newer one. A client that knows only it found the new owner of
-// its keys within the call: before, its refresh took that stale answer,
-// and every call failed Busy at its deadline for as long as the cut lasted
-// (found by a black-box run).
+// A configuration manager cut off from ZooKeeper alone keeps answering its
+// clients with the configuration it was cut off with, while the others
+// elect another manager and fail it over under a newer one. A client that knows
+// only it found the new owner of its keys within the call: before, its refresh
+// took that stale answer, and every call failed Busy at its deadline for as
+// long as the cut lasted (found by a black-box run).
 TEST_F(ClusterTest, CallsThroughAServerCutOffFromZooKeeperFindTheNewOwner) {
   ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());
   ZooKeeperRelay relay(zk_->hosts());
@@ -3688,6 +3688,13 @@ TEST_F(ClusterTest, CallsThroughAServerCutOffFromZooKeeperFindTheNewOwner) {
   cut[1] = relay.hosts() + path_;
   servers_.push_back(StartServer(cut));
   ASSERT_NE(servers_.back().process, nullptr);
+  // The configuration manager: a member cut off from ZooKeeper while the
+  // manager still grants it leases keeps serving (ZooKeeper is not on the
+  // data path), and is not failed over.
+  {
+    auto first = ConnectOrDie(servers_[0].address);
+    ASSERT_EQ(WaitForStatOf(first.get(), "cluster_manager", 1, kBound), 1u);
+  }
   for (int i = 0; i < 2; ++i) {
     servers_.push_back(StartServer(ReplicatedFlags(3)));
     ASSERT_NE(servers_.back().process, nullptr);
@@ -3703,6 +3710,12 @@ TEST_F(ClusterTest, CallsThroughAServerCutOffFromZooKeeperFindTheNewOwner) {
   for (int i = 0; key.empty(); ++i) {
     if (cluster->OwnerOf(Key(i)) == a) key = Key(i);
   }
+  // Cut off once it serves the configuration (cut off before, it has none
+  // to answer with: a client seeded with it alone waits for a cluster
+  // still forming).
+  auto probe = ConnectOrDie(a);
+  ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_epoch", 1, kBound), 1u);
+  probe.reset();
   relay.Pause(true);
   ASSERT_TRUE(WaitForConfig(cluster.get(), [&](const Cluster::Info& info) {
     return ShardsOf(info, a) == 0;
