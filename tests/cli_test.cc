@@ -988,6 +988,9 @@ TEST(Server, AThreadThatDoesNotStopEndsTheServerAfterTheStopTimeout) {
       ready->substr(ready->find("listening on ") + 13,
                     ready->find(' ', ready->find("listening on ") + 13) -
                         (ready->find("listening on ") + 13));
+  // Before the store: its destructor fails the call, whose callback sets
+  // this (ASan saw it set after its scope ended).
+  bool answered = false;
   SessionOptions so;
   so.server = address;
   so.transport = testing::TestTransport();
@@ -995,7 +998,6 @@ TEST(Server, AThreadThatDoesNotStopEndsTheServerAfterTheStopTimeout) {
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   auto ops = OpsStore::Open(session->get());
   ASSERT_TRUE(ops.ok()) << ops.status().ToString();
-  bool answered = false;
   (*ops)->ExecuteAsync(Op::Call("k", 900, ""),
                        [&](Result<OpReply>) { answered = true; });
   (*session)->Poll();  // sent
