@@ -7,10 +7,8 @@
 
 #include "remem/cluster.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +47,7 @@
 #include "testing/zookeeper_process.h"
 #include "tree/codec.h"
 #include "tree/wire.h"
+#include "util/socket.h"
 
 namespace remem {
 namespace {
@@ -3602,46 +3601,39 @@ TEST_F(ClusterTest,
 // cut off from ZooKeeper alone (their clients and peers still reach them).
 class ZooKeeperRelay {
  public:
-  explicit ZooKeeperRelay(const std::string& zk_hosts) {
-    const size_t colon = zk_hosts.rfind(':');
-    zk_port_ = std::stoi(zk_hosts.substr(colon + 1));
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&a), len), 0);
-    EXPECT_EQ(::listen(listen_, 16), 0);
-    EXPECT_EQ(::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    port_ = ntohs(a.sin_port);
+  explicit ZooKeeperRelay(std::string zk_hosts)
+      : zk_hosts_(std::move(zk_hosts)) {
+    auto listening = util::Listen("127.0.0.1:0", 16);
+    EXPECT_TRUE(listening.ok()) << listening.status().ToString();
+    if (listening.ok()) listen_ = std::move(*listening);
+    auto address = util::LocalAddress(listen_.fd());
+    EXPECT_TRUE(address.ok()) << address.status().ToString();
+    if (address.ok()) hosts_ = *address;
     accepter_ = std::thread([this] { Accept(); });
   }
   ~ZooKeeperRelay() {
     stop_ = true;
-    ::shutdown(listen_, SHUT_RDWR);
     accepter_.join();
-    ::close(listen_);
     for (auto& t : pumps_) t.join();
   }
-  std::string hosts() const { return "127.0.0.1:" + std::to_string(port_); }
+  const std::string& hosts() const { return hosts_; }
   void Pause(bool paused) { paused_ = paused; }
 
  private:
   void Accept() {
-    for (;;) {
-      const int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) return;  // shut down
-      const int zk = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(uint16_t(zk_port_));
-      if (::connect(zk, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-        ::close(zk);
-        ::close(client);
-        continue;
-      }
-      pumps_.emplace_back([this, client, zk] { Pump(client, zk); });
+    while (!stop_) {
+      pollfd p{listen_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      util::Socket client(::accept4(listen_.fd(), nullptr, nullptr,
+                                    SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (!client.valid()) continue;
+      auto zk = util::Connect(zk_hosts_, std::chrono::steady_clock::now() +
+                                             std::chrono::seconds(5));
+      if (!zk.ok()) continue;
+      pumps_.emplace_back(
+          [this, a = std::move(client), b = std::move(*zk)]() mutable {
+            Pump(a.fd(), b.fd());
+          });
     }
   }
   // Both directions until either side closes or the relay stops; while
@@ -3657,19 +3649,23 @@ class ZooKeeperRelay {
       }
       pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
       if (::poll(fds, 2, 20) <= 0) continue;
-      bool closed = false;
-      for (int i = 0; i < 2 && !closed; ++i) {
+      for (int i = 0; i < 2; ++i) {
         if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-        closed =
-            n <= 0 || ::send(fds[1 - i].fd, buf, size_t(n), MSG_NOSIGNAL) != n;
+        if (n < 0 && errno == EAGAIN) continue;
+        if (n <= 0 ||
+            !util::SendAll(
+                 fds[1 - i].fd, std::string_view(buf, size_t(n)),
+                 std::chrono::steady_clock::now() + std::chrono::seconds(5))
+                 .ok()) {
+          return;  // the sockets close with the pump's lambda
+        }
       }
-      if (closed) break;
     }
-    ::close(a);
-    ::close(b);
   }
-  int listen_ = -1, zk_port_ = 0, port_ = 0;
+  const std::string zk_hosts_;
+  util::Socket listen_;
+  std::string hosts_;
   std::atomic<bool> stop_{false}, paused_{false};
   std::thread accepter_;
   std::vector<std::thread> pumps_;  // only the accepter adds, until stop
