@@ -984,15 +984,13 @@ TEST(Server, AThreadThatDoesNotStopEndsTheServerAfterTheStopTimeout) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto ready = (*p)->WaitForLine("listening on", std::chrono::seconds(30));
   ASSERT_TRUE(ready.ok()) << (*p)->output();
-  const std::string address =
-      ready->substr(ready->find("listening on ") + 13,
-                    ready->find(' ', ready->find("listening on ") + 13) -
-                        (ready->find("listening on ") + 13));
+  auto address = testing::AddressFromReadyLine(*ready);
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
   // Before the store: its destructor fails the call, whose callback sets
   // this (ASan saw it set after its scope ended).
   bool answered = false;
   SessionOptions so;
-  so.server = address;
+  so.server = *address;
   so.transport = testing::TestTransport();
   auto session = Session::Connect(so);
   ASSERT_TRUE(session.ok()) << session.status().ToString();
