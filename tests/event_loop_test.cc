@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <time.h>
 
 #include <map>
 #include <string>
 
+#include "client/session_core.h"
+#include "fabric/worker.h"
 #include "remem/tree.h"
 #include "test_util.h"
 
@@ -16,6 +19,7 @@ namespace {
 
 using testing::StartServer;
 using testing::TestTransport;
+using Clock = std::chrono::steady_clock;
 
 TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
   auto a = StartServer({}, "32M");
@@ -175,6 +179,81 @@ TEST(EventLoop, ReadsIssuedBehindAnotherSessionsCallsGoByRpcOverTcp) {
   ha->reset();
   hb->reset();
   sa->reset();
+  sb->reset();
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// A session to a paused server closed with messages still queued for it:
+// UCX cannot finish discarding that connection while the server stays
+// paused, and answers every arm of the loop's worker BUSY (ARCHITECTURE,
+// UCX finding 29). The loop's thread must still sleep between events, and
+// its other sessions keep being answered. (Before, the thread spun: a
+// cluster server's member-lease and replication threads did so for as long
+// as a failed-over configuration manager stayed paused, and writes ran
+// 50-100 times slower.)
+TEST(EventLoop, ALoopThatLeftAPausedServerWithMessagesQueuedStillSleeps) {
+  auto a = StartServer({}, "32M");
+  auto b = StartServer({}, "32M");
+  ASSERT_NE(a.process, nullptr);
+  ASSERT_NE(b.process, nullptr);
+  auto loop = EventLoop::Create(TestTransport());
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  SessionOptions o;
+  o.transport = TestTransport();
+  o.timeout = std::chrono::milliseconds(300);
+  o.server = a.address;
+  auto sa = Session::Connect(o, loop->get());
+  o.server = b.address;
+  o.timeout = std::chrono::seconds(10);
+  auto sb = Session::Connect(o, loop->get());
+  ASSERT_TRUE(sa.ok()) << sa.status().ToString();
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  fabric::Worker* worker = (*loop)->core()->worker();
+
+  ASSERT_TRUE(a.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(a.process->pid()));
+  // More than a's receive queue holds: the rest wait in UCX.
+  int failed = 0;
+  for (int i = 0; i < 2000; ++i) {
+    (*sa)->EchoAsync(std::string(1024, 'x'),
+                     [&](Result<std::string> r) { failed += !r.ok(); });
+  }
+  // Fails what is unanswered at its timeout, then closes; the close's flush
+  // gives up at kFlushDeadline, on the loop's later polls.
+  sa->reset();
+  EXPECT_EQ(failed, 2000);
+  const auto flushed_by = Clock::now() + fabric::Worker::kFlushDeadline +
+                          std::chrono::milliseconds(200);
+  while (Clock::now() < flushed_by) {
+    if ((*loop)->Poll() == 0) worker->Sleep(std::chrono::milliseconds(10));
+  }
+
+  // An idle second on the loop, with a ping to b every 100 ms.
+  const double cpu_before = ThreadCpuSeconds();
+  const auto start = Clock::now();
+  auto next_ping = start;
+  int pings = 0;
+  while (Clock::now() - start < std::chrono::seconds(1)) {
+    if (Clock::now() >= next_ping) {
+      auto p = (*sb)->Ping();
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ++pings;
+      next_ping += std::chrono::milliseconds(100);
+    }
+    if ((*loop)->Poll() == 0) worker->Sleep(std::chrono::milliseconds(100));
+  }
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu = ThreadCpuSeconds() - cpu_before;
+  EXPECT_GE(pings, 9);
+  EXPECT_LT(cpu, 0.25 * wall)
+      << "the loop's thread spun: " << cpu << " s of CPU in " << wall << " s";
+  ASSERT_TRUE(a.process->Signal(SIGCONT).ok());
   sb->reset();
 }
 

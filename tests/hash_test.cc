@@ -1088,31 +1088,6 @@ TEST_F(HashTest, ClientKilledMidBatchLeavesTheStoreServing) {
   ASSERT_TRUE(c->Put("after", "ok").ok());
 }
 
-// Waits until every thread of `pid` is stopped (a SIGSTOP is delivered
-// asynchronously: a thread may serve a request after kill() returned).
-bool AllThreadsStopped(pid_t pid) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < until) {
-    bool all = true;
-    std::error_code ec;
-    for (const auto& task : std::filesystem::directory_iterator(
-             "/proc/" + std::to_string(pid) + "/task", ec)) {
-      std::ifstream in(task.path() / "stat");
-      std::string line;
-      std::getline(in, line);
-      const size_t close = line.rfind(')');
-      if (close == std::string::npos || close + 2 >= line.size() ||
-          (line[close + 2] != 'T' && line[close + 2] != 't')) {
-        all = false;
-        break;
-      }
-    }
-    if (all && !ec) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
-}
-
 // A server, and a session to it that reads one-sided (over tcp: reads the
 // server performs) with `timeout`, with "k" = "v" stored.
 struct OneSidedClient {
@@ -1151,7 +1126,7 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   OneSidedClient c;
   ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
   ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
-  ASSERT_TRUE(AllThreadsStopped(c.server.process->pid()));
+  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
   auto timed_out = c.store->Get("k");
   ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
   EXPECT_EQ(timed_out.status().code(), StatusCode::kTimedOut)
@@ -1184,7 +1159,7 @@ TEST(HashTimeout, AnAsynchronousOneSidedReadTimesOutAsACallDoes) {
   OneSidedClient c;
   ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
   ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
-  ASSERT_TRUE(AllThreadsStopped(c.server.process->pid()));
+  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
   std::optional<Result<HashStore::Value>> got;
   c.store->GetAsync("k",
                     [&](Result<HashStore::Value> r) { got = std::move(r); });
@@ -1264,7 +1239,7 @@ TEST(HashTimeout, ClosingASessionWithALargeWriteStillOutEndsCleanly) {
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     ASSERT_TRUE((*h)->Put("small", "kept").ok());
     ASSERT_TRUE(paused.process->Signal(SIGSTOP).ok());
-    ASSERT_TRUE(AllThreadsStopped(paused.process->pid()));
+    ASSERT_TRUE(testing::AllThreadsStopped(paused.process->pid()));
     auto big = (*h)->Put("big", std::string(1 << 20, 'b'));
     EXPECT_EQ(big.status().code(), StatusCode::kTimedOut)
         << big.status().ToString();

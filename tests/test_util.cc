@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 namespace remem::testing {
@@ -90,6 +92,29 @@ uint64_t WaitForStatOf(Session* session, const char* name, uint64_t want,
     v = StatOf(session, name);
   }
   return v;
+}
+
+bool AllThreadsStopped(pid_t pid) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(
+             "/proc/" + std::to_string(pid) + "/task", ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string line;
+      std::getline(in, line);
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() ||
+          (line[close + 2] != 'T' && line[close + 2] != 't')) {
+        all = false;
+        break;
+      }
+    }
+    if (all && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 }  // namespace remem::testing

@@ -39,6 +39,11 @@ ServerOptions TestServerOptions(const std::vector<std::string>& extra = {},
 ServerProcess StartServer(const std::vector<std::string>& extra = {},
                           const std::string& memory = "64M");
 
+// Waits (at most 5 s) until every thread of `pid` is stopped: a SIGSTOP is
+// delivered asynchronously, and a thread may serve a request after kill()
+// returned. False if they were not all stopped by then.
+bool AllThreadsStopped(pid_t pid);
+
 // Connects a session to `address` with the test transport.
 std::unique_ptr<Session> ConnectOrDie(const std::string& address,
                                       const std::string& secret = "",

@@ -2,8 +2,11 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 
@@ -52,6 +55,10 @@ Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx,
   std::unique_ptr<Worker> worker(
       new Worker(std::move(ctx), w, efd, max_am_data));
   worker->address_ = std::move(address);
+  worker->nap_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (worker->nap_fd_ < 0) {
+    return Status::IOError(std::string("eventfd: ") + std::strerror(errno));
+  }
   Worker* raw = worker.get();
   REMEM_RETURN_IF_ERROR(
       worker->SetAmHandler(proto::kAmEndpointNotice, [raw](AmMessage&& m) {
@@ -80,6 +87,7 @@ Worker::~Worker() {
   for (auto& b : bindings_) (void)Bind(nullptr, b->slot->id, b->ucp);
   for (const Retired& r : retired_) ucp_worker_destroy(r.ucp);
   ucp_worker_destroy(handle());
+  if (nap_fd_ >= 0) close(nap_fd_);
 }
 
 Status Worker::Bind(AmSlot* slot, unsigned am_id, ucp_worker_h ucp) {
@@ -289,7 +297,10 @@ size_t Worker::Progress() {
   if (!retired_.empty() && closing_.empty() && flushing_.empty()) {
     DestroyIdleRetired();
   }
-  if (work > 0) busy_arms_ = 0;
+  if (work > 0) {
+    busy_arms_ = 0;
+    next_nap_ = kFirstNap;
+  }
   if (work == 0) {
     ++idle_passes_;
     if (stall_watch_until_ != Clock::time_point{}) LookForStall();
@@ -381,19 +392,18 @@ void Worker::Sleep(std::chrono::milliseconds timeout) {
   // with arm.
   if (s == UCS_OK && !HasPendingWork()) {
     busy_arms_ = 0;
+    next_nap_ = kFirstNap;
     pollfd pfd{efd_, POLLIN, 0};
     (void)poll(&pfd, 1, static_cast<int>(timeout.count()));
-  } else if (s == UCS_ERR_BUSY && ++busy_arms_ > kBusyArmsBeforeNap &&
-             !HasPendingWork()) {
+  } else if (s == UCS_ERR_BUSY && !HasPendingWork()) {
     // BUSY again and again with nothing delivered in between: UCX holds
-    // an operation it cannot progress (a send to a paused peer whose
-    // receive queue is full). Returning at once spun a core until the
-    // peer resumed; nap instead (the event fd still wakes it for a Post).
-    pollfd pfd{efd_, POLLIN, 0};
-    (void)poll(&pfd, 1,
-               static_cast<int>(std::min<std::chrono::milliseconds>(
-                                    timeout, std::chrono::milliseconds(1))
-                                    .count()));
+    // an operation it cannot progress (the discard of a closed endpoint to
+    // a paused peer whose receive queue is full, ARCHITECTURE finding 29)
+    // and will not arm. Returning at once spun a core until the peer
+    // resumed; nap instead.
+    const auto now = Clock::now();
+    if (busy_arms_++ == 0) first_busy_arm_ = now;
+    if (now - first_busy_arm_ >= kBusyBeforeNap) Nap(timeout);
   }
   sleeping_.store(false, std::memory_order_relaxed);
 }
@@ -485,12 +495,38 @@ void Worker::Notify() {
   if (sleeping_.load(std::memory_order_seq_cst)) Wake();
 }
 
+void Worker::Nap(std::chrono::milliseconds timeout) {
+  // Not on the event fd: what UCX could not arm leaves it readable (the
+  // shared-memory transport answers BUSY before it drains its signal
+  // socket), so a poll there returns at once. On the nap fd instead, which
+  // Wake signals while `napping_` (the same handshake as `sleeping_` with
+  // has_posted_ in Notify, and wake_requested_ for a Wake of its own).
+  napping_.store(true, std::memory_order_seq_cst);
+  if (!HasPendingWork() &&
+      !wake_requested_.exchange(false, std::memory_order_seq_cst)) {
+    pollfd pfd{nap_fd_, POLLIN, 0};
+    const auto nap = std::min<std::chrono::nanoseconds>(timeout, next_nap_);
+    next_nap_ = std::min<std::chrono::microseconds>(2 * next_nap_, kLongestNap);
+    const timespec ts{0, static_cast<long>(nap.count())};
+    if (ppoll(&pfd, 1, &ts, nullptr) > 0) {
+      uint64_t count = 0;
+      (void)!read(nap_fd_, &count, sizeof(count));
+    }
+  }
+  napping_.store(false, std::memory_order_relaxed);
+}
+
 void Worker::Wake() {
   // A Wake racing with RenewAfterStall may signal the old worker: the owner
   // is awake then, and finds the posted work before it sleeps again. The
   // lock keeps the old worker alive until the signal is given.
   std::lock_guard<std::mutex> lock(wake_mu_);
   (void)ucp_worker_signal(worker_.load(std::memory_order_acquire));
+  wake_requested_.store(true, std::memory_order_seq_cst);
+  if (napping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    (void)!write(nap_fd_, &one, sizeof(one));
+  }
 }
 
 Status Worker::RenewAfterStall() {

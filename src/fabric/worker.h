@@ -174,7 +174,10 @@ class Worker {
   uint64_t idle_passes() const { return idle_passes_; }
 
   // Blocks until UCX has an event, Wake() is called, or `timeout` passes.
-  // Returns at once if work is already pending.
+  // Returns at once if work is already pending. While UCX cannot arm the
+  // worker (it holds a send or a discard to a paused peer whose receive
+  // queue is full), it naps instead: at most 1 ms, so what arrives then is
+  // seen that late at worst (next_nap_).
   void Sleep(std::chrono::milliseconds timeout);
 
   // Progresses until `done()` or `deadline`. Busy-polls for `spin`, then
@@ -291,10 +294,10 @@ class Worker {
   // Flushes `ep` (what was sent to it goes out), then force-closes it, at a
   // later Progress if the flush takes time, and at kFlushDeadline at the
   // latest: a paused peer whose receive queue is full never lets a flush
-  // complete, and UCX then answers every arm BUSY (this worker spun a core
-  // for as long as the peer stayed paused, and its server's writes ran 50
-  // times slower). `keep` is held until the close is issued (the
-  // endpoint's error callback argument). DrainCloses waits for these too.
+  // complete. (UCX's discard of the closed endpoint then waits too, and
+  // arm answers BUSY until the peer resumes or dies: Sleep naps, see
+  // there.) `keep` is held until the close is issued (the endpoint's error
+  // callback argument). DrainCloses waits for these too.
   void CloseAfterFlush(ucp_ep_h ep, std::shared_ptr<void> keep);
   static constexpr auto kFlushDeadline = std::chrono::seconds(1);
   // Progresses until every tracked close has completed, or `deadline`.
@@ -367,10 +370,26 @@ class Worker {
   std::mutex wake_mu_;
   // Passes of these may nest (a callback that polls): util/pass_queue.h.
   int progress_depth_ = 0;  // Progress() calls under way (they nest)
-  // Sleeps in a row whose arm UCX answered BUSY with nothing delivered
-  // (Sleep naps once there were kBusyArmsBeforeNap).
+  // Sleeps in a row whose arm UCX answered BUSY with nothing delivered,
+  // since first_busy_arm_. Once that lasted kBusyBeforeNap, each such Sleep
+  // naps (Nap): next_nap_, from kFirstNap doubling up to kLongestNap and
+  // back to kFirstNap once something is delivered. A reply awaited on such
+  // a worker is seen soon after it arrives; an idle one wakes 1,000 times
+  // a second.
   unsigned busy_arms_ = 0;
-  static constexpr unsigned kBusyArmsBeforeNap = 1000;
+  Clock::time_point first_busy_arm_{};
+  static constexpr auto kBusyBeforeNap = std::chrono::microseconds(200);
+  static constexpr auto kFirstNap = std::chrono::microseconds(20);
+  static constexpr auto kLongestNap = std::chrono::microseconds(1000);
+  std::chrono::microseconds next_nap_ = kFirstNap;
+  // Sleeps on nap_fd_ (an eventfd Wake signals while napping_) for
+  // min(timeout, next_nap_).
+  void Nap(std::chrono::milliseconds timeout);
+  int nap_fd_ = -1;
+  std::atomic<bool> napping_{false};
+  // Set by every Wake: a nap about to start does not (one that has is
+  // signalled through nap_fd_).
+  std::atomic<bool> wake_requested_{false};
   bool take_over_ = false;                                // set_take_over
   util::PassQueue<std::pair<AmSlot*, AmMessage>> inbox_;  // slot null: dropped
   util::PassQueue<util::MoveFunction<void()>> deferred_;
