@@ -686,7 +686,11 @@ TEST(Bench, InterruptedDurabilityRunStopsItsServerAndRemovesItsDirectory) {
   EXPECT_EQ(*code, 128 + SIGINT) << (*p)->output();
   EXPECT_TRUE(Contains((*p)->output(), "remem-bench: interrupted by SIGINT"))
       << (*p)->output();
-  EXPECT_TRUE(std::filesystem::is_empty(parent)) << (*p)->output();
+  std::string left;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(parent)) {
+    left += e.path().string() + "\n";
+  }
+  EXPECT_EQ(left, "") << (*p)->output();
   std::error_code ec;
   std::filesystem::remove_all(parent, ec);
 }

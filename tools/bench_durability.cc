@@ -171,10 +171,7 @@ Result<PolicyRow> RunPolicy(const DurabilityOptions& o,
   struct RemoveDir {
     std::string dir;
     ~RemoveDir() {
-      if (dir.empty()) return;
-      KeepOnInterrupt(dir);
-      std::error_code ec;
-      fs::remove_all(dir, ec);
+      if (!dir.empty()) (void)RemoveNow(dir);
     }
   } remove_dir{dir};
 

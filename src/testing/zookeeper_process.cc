@@ -221,9 +221,7 @@ Result<std::string> SharedZooKeeperHosts() {
 
 ZooKeeperProcess::~ZooKeeperProcess() {
   process_.reset();  // SIGKILL and reap
-  KeepOnInterrupt(dir_);
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+  (void)RemoveNow(dir_);
 }
 
 std::string ZooKeeperProcess::hosts() const {

@@ -48,9 +48,12 @@ void RemoveOnInterrupt(const std::string& dir) {
   Dirs().insert(dir);
 }
 
-void KeepOnInterrupt(const std::string& dir) {
+std::error_code RemoveNow(const std::string& dir) {
   std::lock_guard<std::mutex> lock(DirsMutex());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   Dirs().erase(dir);
+  return ec;
 }
 
 void InstallInterruptCleanup(std::string program) {

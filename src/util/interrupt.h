@@ -13,6 +13,7 @@
 #define REMEM_UTIL_INTERRUPT_H_
 
 #include <string>
+#include <system_error>
 
 namespace remem {
 
@@ -27,11 +28,15 @@ namespace remem {
 // (Subprocess::Spawn unblocks them).
 void InstallInterruptCleanup(std::string program);
 
-// Registers `dir` to remove (with its contents) on an interrupt; the owner
-// that removes it itself calls KeepOnInterrupt first. Without
+// Registers `dir` to remove (with its contents) on an interrupt. Without
 // InstallInterruptCleanup (the tests), the list is kept and never used.
 void RemoveOnInterrupt(const std::string& dir);
-void KeepOnInterrupt(const std::string& dir);
+// The owner's own removal of a registered `dir`: removes it now and
+// forgets it, under the lock the interrupt's removal holds, so that an
+// interrupt meanwhile neither skips it nor ends the process part way
+// through it (an owner that forgot it first, then removed it, lost that
+// race: the interrupt exited in between and the directory stayed).
+std::error_code RemoveNow(const std::string& dir);
 
 }  // namespace remem
 
