@@ -814,6 +814,30 @@ TEST(Server, BadConfigurationIsAClearError) {
         << in_config.out;
     std::remove(conf.c_str());
   }
+  // The same for the CLI and remem-bench: `remem --auth-file ""` connected
+  // without the secret, and the server's refusal blamed the secret.
+  for (const std::vector<std::string>& argv :
+       std::vector<std::vector<std::string>>{
+           {CliBinary(), "--auth-file", "", "ping"},
+           {CliBinary(), "--server", "", "ping"},
+           {CliBinary(), "--cluster", "", "cluster", "nodes"},
+           {BenchBinary(), "--auth-file", "", "fabric"}}) {
+    if (argv[0].empty()) continue;  // built without remem-bench
+    auto empty = RunCommand(argv);
+    EXPECT_EQ(empty.exit_code, 2) << argv[1] << ": " << empty.out;
+    EXPECT_TRUE(Contains(empty.out, " was given an empty value")) << empty.out;
+  }
+  // But an empty positional value is a value, and so is an empty --prefix:
+  // refused for want of a server, not for being empty.
+  for (const std::vector<std::string>& argv :
+       std::vector<std::vector<std::string>>{
+           {CliBinary(), "--server", "127.0.0.1:1", "put", "k", ""},
+           {CliBinary(), "--server", "127.0.0.1:1", "tree", "scan", "--prefix",
+            ""}}) {
+    auto given = RunCommand(argv);
+    EXPECT_EQ(given.exit_code, 1) << given.out;
+    EXPECT_FALSE(Contains(given.out, "empty value")) << given.out;
+  }
 
   // A cluster's flags without --cluster, and durability's without
   // --data-dir (or with --no-persistence), are refused: `--fsync always`

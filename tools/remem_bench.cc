@@ -19,6 +19,7 @@
 #include "bench_failover.h"
 #include "bench_tree.h"
 #include "bench_ycsb.h"
+#include "cli_flags.h"
 #include "remem/cluster.h"
 #include "remem/version.h"
 #include "util/interrupt.h"
@@ -475,6 +476,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
+  }
+  // An empty value taken as none: `--auth-file ""` connected without the
+  // secret (tools/cli_flags.h).
+  if (std::string empty = tools::OptionGivenEmpty(app, {}); !empty.empty()) {
+    std::fprintf(stderr, "remem-bench: %s was given an empty value\n",
+                 empty.c_str());
+    return 2;
   }
   // The top level's options are the default run's, and fabric's, hash's,
   // atomics' and tree's (the same variables). The other subcommands have

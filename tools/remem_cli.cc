@@ -23,6 +23,7 @@
 #include <optional>
 #include <variant>
 
+#include "cli_flags.h"
 #include "ops/vector.h"
 #include "remem/cluster.h"
 #include "remem/hash.h"
@@ -892,6 +893,15 @@ int RunCli(int argc, char** argv) {
     }
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
+  }
+  // An option given an empty value (`--auth-file "$UNSET"`) is refused:
+  // taken as not given, it connected without the secret and the server's
+  // refusal blamed the secret. (An empty --prefix or --after means "from
+  // the first key"; an empty positional VALUE is a value.)
+  if (std::string empty = tools::OptionGivenEmpty(app, {"--prefix", "--after"});
+      !empty.empty()) {
+    std::fprintf(stderr, "remem: %s was given an empty value\n", empty.c_str());
+    return 2;
   }
   (void)log::SetLevel("warn");
   // `put KEY -` and `tree put KEY -`: the value is standard input.

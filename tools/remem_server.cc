@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cli_flags.h"
 #include "cluster/config.h"
 #include "registry/registry.h"
 #include "remem/version.h"
@@ -405,14 +406,9 @@ int main(int argc, char** argv) {
   // file `data-dir =`) is refused: taken as not given, it started a server
   // without authentication, or without durability, and said nothing.
   // (--tree-splits "" means one range: empty is its documented value.)
-  for (const CLI::Option* o : app.get_options()) {
-    if (o->count() == 0 || o->get_type_size() == 0) continue;  // a flag
-    if (o->get_name() == "--tree-splits") continue;
-    for (const std::string& v : o->results()) {
-      if (v.empty()) {
-        return Fail(o->get_name() + " was given an empty value", 2);
-      }
-    }
+  if (std::string empty = tools::OptionGivenEmpty(app, {"--tree-splits"});
+      !empty.empty()) {
+    return Fail(empty + " was given an empty value", 2);
   }
 
   if (Status st = log::SetLevel(log_level); !st.ok())
