@@ -25,7 +25,13 @@ Status FunctionTable::Load(const std::string& path) {
   if (path.empty()) {
     return Status::InvalidArgument("--ops-library needs a library's path");
   }
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // A name without a slash is a file in the current directory, as on the
+  // rest of the command line: dlopen would search the library path for it
+  // (LD_LIBRARY_PATH, the system's directories) and load whatever library
+  // of that name it found there.
+  const std::string file =
+      path.find('/') == std::string::npos ? "./" + path : path;
+  void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     const char* e = dlerror();
     return Status::InvalidArgument(

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -69,6 +70,30 @@ TEST(FunctionsTest, ALibraryThatCannotLoadOrCollidesIsRefusedByName) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("needs a library's path"), std::string::npos)
       << st.ToString();
+
+  // A bare name is a file in the current directory, never one found on
+  // the library path (libc.so.6 is there; before, it was loaded and then
+  // refused for its missing entry point).
+  st = t.Load("libc.so.6");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cannot be loaded"), std::string::npos)
+      << st.ToString();
+  {
+    const std::filesystem::path dir =
+        std::filesystem::path(::testing::TempDir()) / "remem-ops-cwd";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(
+        REMEM_EXAMPLE_OPS_LIB, dir / "libhere.so",
+        std::filesystem::copy_options::overwrite_existing);
+    const std::filesystem::path before = std::filesystem::current_path();
+    std::filesystem::current_path(dir);
+    FunctionTable here;
+    st = here.Load("libhere.so");
+    std::filesystem::current_path(before);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(here.size(), 5u);
+    std::filesystem::remove_all(dir);
+  }
 
   ASSERT_TRUE(t.Load(REMEM_EXAMPLE_OPS_LIB).ok());
   st = t.Load(REMEM_EXAMPLE_OPS_LIB);
