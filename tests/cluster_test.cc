@@ -515,6 +515,31 @@ TEST_F(ClusterTest,
   }
 }
 
+// ZooKeeper bounds a session's timeout by its tick (2 to 20 ticks: 1 to
+// 10 s for the tests' ZooKeeper) and tells no one: a server asking for
+// more now says what it was granted, and so how long a dead manager
+// stays in place. (Before, nothing did.)
+TEST_F(ClusterTest, ASessionTimeoutZooKeeperDoesNotGrantIsNamedInTheLog) {
+  SpawnOptions o;
+  o.argv = testing::ServerArgv(
+      testing::TestServerOptions({"--cluster", ClusterFlag(), "--cluster-size",
+                                  "1", "--cluster-session-ms", "20000"},
+                                 "16M"),
+      "127.0.0.1:0");
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto line = (*p)->WaitForLine("ZooKeeper granted a session timeout",
+                                std::chrono::seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n" << (*p)->output();
+  EXPECT_NE(line->find("of 10000 ms, not the 20000 ms"), std::string::npos)
+      << *line;
+  ASSERT_TRUE((*p)->Signal(SIGTERM).ok());
+  auto code = (*p)->Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << (*p)->output();
+}
+
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
   ASSERT_NO_FATAL_FAILURE(StartServers(2));
   auto cluster = Connect({servers_[0].address});

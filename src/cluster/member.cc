@@ -597,7 +597,19 @@ void ClusterMember::FollowConfig() {
   // ZooKeeper answered: the session was alive when it was asked.
   if (rc == ZOK || rc == ZNONODE) {
     const int granted = zoo_recv_timeout(zh_);
-    if (granted > 0) session_granted_ms_.store(uint64_t(granted));
+    if (granted > 0 &&
+        session_granted_ms_.exchange(uint64_t(granted)) != uint64_t(granted) &&
+        granted != options_.session_timeout.count()) {
+      // ZooKeeper bounds a session's timeout by its tickTime (2 to 20
+      // ticks by default) and says so to no one: a killed manager is then
+      // replaced after the granted time, not the asked one.
+      log::Warn(
+          "cluster: ZooKeeper granted a session timeout of {} ms, not the "
+          "{} ms of --cluster-session-ms (it bounds them by its tickTime: "
+          "minSessionTimeout, maxSessionTimeout); a configuration manager "
+          "that dies is replaced after about {} ms",
+          granted, options_.session_timeout.count(), granted);
+    }
     zk_ok_ns_.store(asked_ns);
   }
   if (rc == ZNONODE) {
