@@ -26,6 +26,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Every child not yet reaped, for StopAll. A pid leaves the set before it
+// is reaped, under the lock, so a pid in the set is never one that another
+// process took over. Never destroyed: StopAll may run while the process
+// exits.
+std::mutex& LiveMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::set<pid_t>& Live() {
+  static auto* live = new std::set<pid_t>();
+  return *live;
+}
+// Set by StopAll, under LiveMutex: nothing is forked after it.
+bool g_stopped_all = false;
+
 // Every child is forked on one thread that lives as long as the process.
 // PR_SET_PDEATHSIG (in Spawn's child) fires when the *thread* that forked
 // the child ends, not the process: a server started from a helper thread
@@ -69,12 +84,23 @@ class Spawner {
       cv_.wait(lock, [this] { return job_ != nullptr && !job_->done; });
       Job* job = job_;
       lock.unlock();
-      const pid_t pid = fork();
-      if (pid == 0) {
-        (*job->in_child)();
-        _exit(127);
+      // A child is in Live() from the moment it exists: StopAll, which
+      // holds this lock, stops it or finds that it was never forked (an
+      // interrupt between the fork and a later registration left the
+      // child out). The child itself only execs or _exits.
+      std::unique_lock<std::mutex> live(LiveMutex());
+      pid_t pid = -1;
+      int error = ECANCELED;
+      if (!g_stopped_all) {
+        pid = fork();
+        if (pid == 0) {
+          (*job->in_child)();
+          _exit(127);
+        }
+        error = errno;
+        if (pid > 0) Live().insert(pid);
       }
-      const int error = errno;
+      live.unlock();
       lock.lock();
       job->pid = pid;
       job->error = pid < 0 ? error : 0;
@@ -87,19 +113,6 @@ class Spawner {
   std::condition_variable cv_;
   Job* job_ = nullptr;  // under mu_
 };
-
-// Every child not yet reaped, for StopAll. A pid leaves the set before it
-// is reaped, under the lock, so a pid in the set is never one that another
-// process took over. Never destroyed: StopAll may run while the process
-// exits.
-std::mutex& LiveMutex() {
-  static auto* mu = new std::mutex();
-  return *mu;
-}
-std::set<pid_t>& Live() {
-  static auto* live = new std::set<pid_t>();
-  return *live;
-}
 
 int PidfdOpen(pid_t pid) {
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -128,6 +141,7 @@ size_t Subprocess::StopAll(std::chrono::milliseconds grace) {
   std::vector<int> pidfds;
   {
     std::lock_guard<std::mutex> lock(LiveMutex());
+    g_stopped_all = true;
     for (pid_t pid : Live()) {
       const int fd = PidfdOpen(pid);
       if (fd < 0) continue;
@@ -200,14 +214,15 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions& o) {
       close(fds[0]);
       close(fds[1]);
     }
+    if (error == ECANCELED) {
+      return Status::Unavailable(
+          "no process is started once StopAll has run (the program is "
+          "being interrupted)");
+    }
     return Status::IOError(std::string("fork: ") + std::strerror(error));
   }
   std::unique_ptr<Subprocess> p(new Subprocess());
-  p->pid_ = pid;
-  {
-    std::lock_guard<std::mutex> lock(LiveMutex());
-    Live().insert(pid);
-  }
+  p->pid_ = pid;  // in Live() already (Spawner::Run)
   if (o.capture_stdout) {
     close(fds[1]);
     p->out_fd_ = fds[0];

@@ -39,7 +39,8 @@ class Subprocess {
   // SIGTERM (a server then shuts down cleanly), and SIGKILL to those still
   // running after `grace`. Returns once all have exited (they are left for
   // their owners to reap). For an interrupted program (util/interrupt.h);
-  // any thread. Returns how many it signalled.
+  // any thread. Returns how many it signalled. Spawn fails (Unavailable)
+  // from then on: a child forked while it ran is one it stopped.
   static size_t StopAll(std::chrono::milliseconds grace);
   ~Subprocess();  // SIGKILLs and reaps the child if still running
 

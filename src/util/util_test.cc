@@ -195,5 +195,24 @@ TEST(Subprocess, AChildSpawnedFromAThreadThatEndsLivesOn) {
   EXPECT_EQ(*code, 0);
 }
 
+// Last in this file: once StopAll has run, this process starts no child.
+// (ctest runs each test in a process of its own.)
+TEST(Subprocess, StopAllStopsEveryChildAndNoneStartsAfterIt) {
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "echo started; exec sleep 60"};
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE((*p)->WaitForLine("started", std::chrono::seconds(30)).ok());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Subprocess::StopAll(std::chrono::seconds(5)), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "SIGTERM should have ended it";
+  EXPECT_FALSE((*p)->running());
+  auto after = Subprocess::Spawn(o);
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable)
+      << after.status().ToString();
+}
+
 }  // namespace
 }  // namespace remem
