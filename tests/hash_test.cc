@@ -1113,6 +1113,40 @@ struct OneSidedClient {
   }
 };
 
+// A WaitAll inside a callback that times out closes the connection and
+// returns at once: the operations answered with the running one (their
+// callbacks run after it returns) are not waited for. (Before, it waited
+// 5 s more for them.)
+TEST(HashTimeout, AWaitAllInsideACallbackThatTimesOutReturnsAtOnce) {
+  OneSidedClient c;
+  constexpr auto kTimeout = std::chrono::milliseconds(200);
+  ASSERT_NO_FATAL_FAILURE(c.Start(kTimeout));
+  constexpr int kPuts = 32;  // issued together: one message, one answer
+  int puts_done = 0;
+  Status inner_wait;
+  std::chrono::steady_clock::duration inner_took{};
+  for (int i = 0; i < kPuts; ++i) {
+    c.store->PutAsync(
+        "wt" + std::to_string(i), "v", [&, i](Result<uint64_t> v) {
+          EXPECT_TRUE(v.ok()) << v.status().ToString();
+          ++puts_done;
+          if (i != 0) return;
+          ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+          ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
+          c.store->PutAsync("wt-inner", "v", [](Result<uint64_t>) {});
+          const auto start = std::chrono::steady_clock::now();
+          inner_wait = c.session->WaitAll();
+          inner_took = std::chrono::steady_clock::now() - start;
+        });
+  }
+  (void)c.session->WaitAll();
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
+  EXPECT_EQ(puts_done, kPuts);
+  EXPECT_EQ(inner_wait.code(), StatusCode::kTimedOut) << inner_wait.ToString();
+  EXPECT_LT(inner_took, 2 * kTimeout + std::chrono::seconds(2))
+      << std::chrono::duration<double>(inner_took).count() << " s";
+}
+
 // Over tcp a one-sided get is a read the server serves; while the server
 // is paused it times out, and a timed-out one-sided read tears the
 // connection down (session.h). That get says TimedOut; every later call

@@ -598,19 +598,22 @@ Status SessionCore::WaitAll() {
   // back.
   const bool nested = worker()->in_progress();
   const bool took_over = worker()->take_over();
+  const auto ended = [this, nested] {
+    return in_flight_ == 0 || (nested && NothingOutstanding());
+  };
   if (nested) worker()->set_take_over(true);
-  Status st = ProgressWhileAnswered(
-      [this, nested] {
-        return in_flight_ == 0 || (nested && NothingOutstanding());
-      },
-      2 * options_.timeout);
-  worker()->set_take_over(took_over);
+  Status st = ProgressWhileAnswered(ended, 2 * options_.timeout);
   if (!st.ok()) {
     // One-sided operations did not finish: tear the connection down so they
-    // complete (with errors) before their buffers go away.
+    // complete (with errors) before their buffers go away. (Nested, the
+    // same end as above: the operations held for after the running
+    // callback never end before it returns.)
     ep_->Fail(Status::TimedOut("operations did not complete"));
-    (void)worker()->ProgressUntil([this] { return in_flight_ == 0; },
+    (void)worker()->ProgressUntil(ended,
                                   Clock::now() + std::chrono::seconds(5));
+  }
+  worker()->set_take_over(took_over);
+  if (!st.ok()) {
     // What the teardown failed says Unavailable; this wait timed out.
     (void)TakeFirstError();
     return Status::TimedOut(
