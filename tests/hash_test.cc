@@ -696,6 +696,41 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
 
 // Callbacks that issue more gets and poll inside (as session.h allows):
 // every get is answered once, with its value, on every read path.
+// A synchronous call inside the callback of one store's get, on another
+// store whose own answers wait to be handed out behind it (both stores on
+// one session: their answers are handed out one store after the other).
+TEST_F(HashTest, ASyncCallInACallbackIsAnsweredWhileAnotherStoresAnswersWait) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    auto other = HashStore::Open(c.session.get());
+    ASSERT_TRUE(other.ok()) << other.status().ToString();
+    ASSERT_TRUE(c->Put("sc-a", "a").ok());
+    ASSERT_TRUE(c->Put("sc-b", "b").ok());
+    int answered = 0;
+    std::vector<Result<HashStore::Value>> inner;
+    (*other)->GetAsync("sc-b", [&](Result<HashStore::Value> v) {
+      EXPECT_TRUE(v.ok()) << v.status().ToString();
+      ++answered;
+      inner = c->MultiGet({"sc-a", "sc-b"});
+    });
+    c->GetAsync("sc-a", [&](Result<HashStore::Value> v) {
+      EXPECT_TRUE(v.ok()) << v.status().ToString();
+      ++answered;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(c.session->WaitAll().ok()) << ReadPathName(path);
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(2))
+        << ReadPathName(path);
+    EXPECT_EQ(answered, 2);
+    ASSERT_EQ(inner.size(), 2u) << ReadPathName(path);
+    EXPECT_TRUE(inner[0].ok()) << inner[0].status().ToString();
+    EXPECT_TRUE(inner[1].ok()) << inner[1].status().ToString();
+    other->reset();
+  }
+}
+
 TEST_F(HashTest, CallbacksThatIssueAndPollKeepEveryAnswer) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
     auto c = Connect(server_.address, path);
