@@ -556,7 +556,7 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"ycsb", "--workloads", "A,,B"}, "an empty item"},
       {{"ycsb", "--systems=remem,"}, "an empty item"},
       {{"durability", "--policies", "none,,no"}, "an empty item"},
-      {{"ycsb", "--cluster", ""}, "--cluster needs seed servers"},
+      {{"ycsb", "--cluster", ""}, "--cluster was given an empty value"},
       {{"ycsb", "--server", "127.0.0.1:1", "--server-pids", "-5"},
        "no process -5"},
       {{"ycsb", "--server", "127.0.0.1:1", "--cluster", "127.0.0.1:1"},

@@ -567,13 +567,6 @@ int main(int argc, char** argv) {
     if (!distribution.empty()) {
       yo.distribution = *bench::ycsb::ParseDistribution(distribution);
     }
-    CLI::App* sub = ycsb->parsed() ? ycsb : compare;
-    if (sub->get_option("--cluster")->count() > 0 && yo.remem_cluster.empty()) {
-      std::fprintf(stderr,
-                   "remem-bench: --cluster needs seed servers "
-                   "(host:port,...)\n");
-      return 2;
-    }
     if (!yo.remem_cluster.empty()) {
       auto seeds = ParseSeeds(yo.remem_cluster);
       if (!seeds.ok()) {
