@@ -965,6 +965,28 @@ TEST(Durability, AMissingMetaBesideDataIsRefusedNotMadeAgain) {
     EXPECT_FALSE(fs::exists(path)) << "it was made again";
     fs::rename(kept, path);
   }
+  // The first layout (its partitions at the top, one meta holding the
+  // count and the hash seed), its meta missing: refused too (it was made
+  // again, and the partitions at the top were never read).
+  {
+    std::ifstream hash_meta(dir + "/hash/meta");
+    std::string word;
+    uint64_t seed = 0;
+    ASSERT_TRUE(hash_meta >> word >> seed) << "hash/meta: seed N";
+    ASSERT_EQ(word, "seed");
+    for (const char* p : {"p0", "p1"}) {
+      fs::rename(dir + "/hash/" + p, dir + "/" + p);
+    }
+    fs::remove_all(dir + "/hash");
+    fs::remove(dir + "/meta");
+    auto [code, out] = Refused({"--data-dir", dir, "--threads", "2"});
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find(dir + "/meta is missing"), std::string::npos) << out;
+    EXPECT_NE(out.find("first data layout"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dir + "/meta")) << "it was made again";
+    // Put back as that layout wrote it: migrated at the start below.
+    std::ofstream(dir + "/meta") << "remem-data-1 2 " << seed << "\n";
+  }
   // Put back, every key is there.
   ServerProcess s = Start({"--data-dir", dir, "--threads", "2"});
   ASSERT_TRUE(s.process);

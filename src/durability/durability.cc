@@ -79,6 +79,17 @@ Status Durability::CheckLayout() {
     // (keys recovered into the wrong partitions are not found).
     auto names = files_->ListDir(dir);
     if (!names.ok()) return names.status();
+    // The first layout keeps the hash store's partitions at the top.
+    auto held_at_top = PartitionDataIn(dir);
+    if (!held_at_top.ok()) return held_at_top.status();
+    if (*held_at_top) {
+      return Status::Corruption(
+          meta + " is missing, but " + dir +
+          " holds partitions of the first data layout: without it their "
+          "count and the hash seed are unknown. Put it back (\"" +
+          std::string(kOldMetaMagic) +
+          " N SEED\") or start on an empty directory");
+    }
     for (const std::string& name : *names) {
       auto held = PartitionDataIn(dir + "/" + name);
       if (!held.ok()) return held.status();
