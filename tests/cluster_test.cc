@@ -3722,9 +3722,8 @@ TEST_F(ClusterTest, CallsThroughAServerCutOffFromZooKeeperFindTheNewOwner) {
   }
   const std::string a = servers_[0].address;
   // Never connected to the cut-off server: its refreshes ask the others.
-  // (A client that is asks it too, and a plain refresh, Cluster::Refresh,
-  // may take its stale answer when it asks it first: only the refreshes
-  // after refusals ask on until one is newer.)
+  // (A client that is asks it too: the refreshes after refusals ask on
+  // until one is newer, and Cluster::Refresh asks every member.)
   auto cluster = Connect({servers_[1].address});
   ASSERT_NE(cluster, nullptr);
   std::string key;
@@ -3750,6 +3749,17 @@ TEST_F(ClusterTest, CallsThroughAServerCutOffFromZooKeeperFindTheNewOwner) {
   o.session.timeout = std::chrono::seconds(5);
   auto through_a = Cluster::Connect(o);
   ASSERT_TRUE(through_a.ok()) << through_a.status().ToString();
+  // A plain refresh asks every member, and takes the newest: before, it
+  // took the cut-off server's (and so did `remem cluster nodes`).
+  {
+    auto stale = Cluster::Connect(o);
+    ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+    EXPECT_LT((*stale)->info().epoch, cluster->info().epoch)
+        << "connected through the cut-off server: its configuration";
+    ASSERT_TRUE((*stale)->Refresh().ok());
+    EXPECT_GE((*stale)->info().epoch, cluster->info().epoch);
+    EXPECT_EQ(ShardsOf((*stale)->info(), a), 0u);
+  }
   auto got = (*through_a)->Get(key);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->value, "after");

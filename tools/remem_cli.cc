@@ -1158,6 +1158,9 @@ int RunCli(int argc, char** argv) {
         return Fail(Status::InvalidArgument("cluster " + cluster_what +
                                             " takes no server"));
       }
+      // The newest configuration any member gives (Cluster::Refresh): the
+      // seed may be a server cut off from ZooKeeper, whose own is stale.
+      (void)cluster.Refresh();
       std::map<std::string, Status> reach;
       if (cluster_what == "nodes") {
         for (auto& [addr, st] : cluster.ForEachServer(

@@ -211,7 +211,11 @@ class Cluster {
   // answer is awaited for a second (from the last server asked, for the
   // session timeout); a server without a session first gets one, within
   // the session timeout. If none gives it, the error (with the last
-  // answer's code) names every server asked and what it answered.
+  // answer's code) names every server asked and what it answered. Then
+  // every member of the configuration is asked together, for at most a
+  // quarter second (one not connected by then is passed over), and the
+  // newest configuration any gave is kept: a member cut off from ZooKeeper
+  // answers with the one it was cut off with.
   Status Refresh();
   // The shard of `key` and the address of the server that owns it.
   uint32_t ShardOf(std::string_view key) const;

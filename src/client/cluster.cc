@@ -804,6 +804,66 @@ struct Cluster::Impl {
                   "no server gave the configuration (" + why + ")");
   }
 
+  // How long Cluster::Refresh waits for the other members, together.
+  static constexpr auto kNewestWait = std::chrono::milliseconds(250);
+
+  // Cluster::Refresh: a first answer as Refresh() gets one, then every
+  // member of the configuration installed asked together (those not
+  // connected within kNewestWait passed over) for at most kNewestWait; the
+  // newest configuration any gave is installed. A member cut off from
+  // ZooKeeper answers with the configuration it was cut off with while the
+  // others moved on: asked first, it gave a refresh (and `remem cluster
+  // nodes` through it) that one. The refreshes of operations keep to
+  // Refresh(): they ask on only after refusals, and never wait for a
+  // paused member.
+  Status RefreshNewest() {
+    REMEM_RETURN_IF_ERROR(Refresh());
+    const auto until = Clock::now() + kNewestWait;
+    struct Answer {
+      bool done = false;
+      std::string bytes;
+    };
+    std::vector<std::shared_ptr<Answer>> answers;
+    std::vector<std::string> members;
+    for (const auto& m : config.members) members.push_back(m.address);
+    for (const std::string& addr : members) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - Clock::now());
+      if (left <= std::chrono::milliseconds(0)) break;
+      auto s = Connected(addr, left);
+      if (!s.ok()) continue;
+      auto a = std::make_shared<Answer>();
+      answers.push_back(a);
+      client::SessionCore* core = (*s)->session->core();
+      core->Call(proto::kCoreService,
+                 static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {},
+                 [a](Status st, std::string reply) {
+                   a->done = true;
+                   if (st.ok()) a->bytes = std::move(reply);
+                 });
+      core->Flush();
+    }
+    const auto all_done = [&answers] {
+      for (const auto& a : answers) {
+        if (!a->done) return false;
+      }
+      return true;
+    };
+    while (!all_done() && Clock::now() < until) {
+      if (PollLoops() == 0) {
+        loop->core()->worker()->Sleep(std::chrono::milliseconds(1));
+      }
+    }
+    for (const auto& a : answers) {
+      if (a->bytes.empty()) continue;
+      auto c = cluster::DecodeConfig(a->bytes);
+      if (!c.ok() || c->epoch <= config.epoch) continue;
+      ++stats.refreshes;
+      Install(std::move(*c));
+    }
+    return Status::OK();
+  }
+
   const std::string& OwnerOf(std::string_view key) const {
     return config.OwnerOf(key).address;
   }
@@ -1674,7 +1734,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
 }
 
 const Cluster::Info& Cluster::info() const { return impl_->info; }
-Status Cluster::Refresh() { return impl_->Refresh(); }
+Status Cluster::Refresh() { return impl_->RefreshNewest(); }
 uint32_t Cluster::ShardOf(std::string_view key) const {
   return cluster::ShardOf(key, impl_->config.num_shards());
 }
