@@ -833,7 +833,9 @@ TEST(Server, BadConfigurationIsAClearError) {
        std::vector<std::vector<std::string>>{
            {CliBinary(), "--server", "127.0.0.1:1", "put", "k", ""},
            {CliBinary(), "--server", "127.0.0.1:1", "tree", "scan", "--prefix",
-            ""}}) {
+            ""},
+           {CliBinary(), "--server", "127.0.0.1:1", "tree", "scan", "--after",
+            "", "z"}}) {
     auto given = RunCommand(argv);
     EXPECT_EQ(given.exit_code, 1) << given.out;
     EXPECT_FALSE(Contains(given.out, "empty value")) << given.out;

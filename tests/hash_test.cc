@@ -694,8 +694,6 @@ TEST_F(HashTest, ManyAsyncOperationsInFlight) {
   }
 }
 
-// Callbacks that issue more gets and poll inside (as session.h allows):
-// every get is answered once, with its value, on every read path.
 // A synchronous call inside the callback of one store's get, on another
 // store whose own answers wait to be handed out behind it (both stores on
 // one session: their answers are handed out one store after the other).
@@ -720,8 +718,7 @@ TEST_F(HashTest, ASyncCallInACallbackIsAnsweredWhileAnotherStoresAnswersWait) {
     });
     const auto start = std::chrono::steady_clock::now();
     ASSERT_TRUE(c.session->WaitAll().ok()) << ReadPathName(path);
-    EXPECT_LT(std::chrono::steady_clock::now() - start,
-              std::chrono::seconds(2))
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
         << ReadPathName(path);
     EXPECT_EQ(answered, 2);
     ASSERT_EQ(inner.size(), 2u) << ReadPathName(path);
@@ -731,6 +728,8 @@ TEST_F(HashTest, ASyncCallInACallbackIsAnsweredWhileAnotherStoresAnswersWait) {
   }
 }
 
+// Callbacks that issue more gets and poll inside (as session.h allows):
+// every get is answered once, with its value, on every read path.
 TEST_F(HashTest, CallbacksThatIssueAndPollKeepEveryAnswer) {
   for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc, ReadPath::kAuto}) {
     auto c = Connect(server_.address, path);
@@ -1148,10 +1147,10 @@ struct OneSidedClient {
   }
 };
 
-// A WaitAll inside a callback that times out closes the connection and
-// returns at once: the operations answered with the running one (their
-// callbacks run after it returns) are not waited for. (Before, it waited
-// 5 s more for them.)
+// A WaitAll inside a callback, its server paused, ends with the inner
+// call's TimedOut within twice the timeout: the operations answered with
+// the running one (their callbacks run after it returns) are not waited
+// for.
 TEST(HashTimeout, AWaitAllInsideACallbackThatTimesOutReturnsAtOnce) {
   OneSidedClient c;
   constexpr auto kTimeout = std::chrono::milliseconds(200);

@@ -212,10 +212,11 @@ class Cluster {
   // session timeout); a server without a session first gets one, within
   // the session timeout. If none gives it, the error (with the last
   // answer's code) names every server asked and what it answered. Then
-  // every member of the configuration is asked together, for at most a
-  // quarter second (one not connected by then is passed over), and the
-  // newest configuration any gave is kept: a member cut off from ZooKeeper
-  // answers with the one it was cut off with.
+  // every member of the configuration is asked, for at most a quarter
+  // second in all (those connected at once, each other one once connected,
+  // within 50 ms or passed over), and the newest configuration any gave is
+  // kept: a member cut off from ZooKeeper answers with the one it was cut
+  // off with.
   Status Refresh();
   // The shard of `key` and the address of the server that owns it.
   uint32_t ShardOf(std::string_view key) const;

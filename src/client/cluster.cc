@@ -804,18 +804,21 @@ struct Cluster::Impl {
                   "no server gave the configuration (" + why + ")");
   }
 
-  // How long Cluster::Refresh waits for the other members, together.
+  // How long Cluster::Refresh waits for the other members, and how long
+  // it waits to connect to one it is not connected to.
   static constexpr auto kNewestWait = std::chrono::milliseconds(250);
+  static constexpr auto kNewestConnect = std::chrono::milliseconds(50);
 
   // Cluster::Refresh: a first answer as Refresh() gets one, then every
-  // member of the configuration installed asked together (those not
-  // connected within kNewestWait passed over) for at most kNewestWait; the
-  // newest configuration any gave is installed. A member cut off from
-  // ZooKeeper answers with the configuration it was cut off with while the
-  // others moved on: asked first, it gave a refresh (and `remem cluster
-  // nodes` through it) that one. The refreshes of operations keep to
-  // Refresh(): they ask on only after refusals, and never wait for a
-  // paused member.
+  // member of the configuration installed asked, for at most kNewestWait
+  // in all: those connected first, all at once, then the others, each
+  // connected for at most kNewestConnect (one that is not by then is
+  // passed over). The newest configuration any gave is installed. A member
+  // cut off from ZooKeeper answers with the configuration it was cut off
+  // with while the others moved on: asked first, it gave a refresh (and
+  // `remem cluster nodes` through it) that one. The refreshes of
+  // operations keep to Refresh(): they ask on only after refusals, and
+  // never wait for a paused member.
   Status RefreshNewest() {
     REMEM_RETURN_IF_ERROR(Refresh());
     const auto until = Clock::now() + kNewestWait;
@@ -824,24 +827,37 @@ struct Cluster::Impl {
       std::string bytes;
     };
     std::vector<std::shared_ptr<Answer>> answers;
-    std::vector<std::string> members;
-    for (const auto& m : config.members) members.push_back(m.address);
-    for (const std::string& addr : members) {
+    // The calls end by `until` too: one left to the session's deadline
+    // outlived this wait, kept a nested WaitAll waiting and made the
+    // slow-call hook suspect its server.
+    const auto ask = [&](Server* server) {
+      auto a = std::make_shared<Answer>();
+      answers.push_back(a);
+      client::SessionCore* core = server->session->core();
+      core->rpc()->Call(proto::kCoreService,
+                        static_cast<uint8_t>(proto::CoreMethod::kClusterConfig),
+                        {}, until, [a](Status st, std::string reply) {
+                          a->done = true;
+                          if (st.ok()) a->bytes = std::move(reply);
+                        });
+      core->Flush();
+    };
+    std::vector<std::string> others;
+    for (const auto& m : config.members) {
+      auto it = servers.find(m.address);
+      if (it != servers.end() && it->second.session &&
+          it->second.session->connected()) {
+        ask(&it->second);
+      } else {
+        others.push_back(m.address);
+      }
+    }
+    for (const std::string& addr : others) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - Clock::now());
       if (left <= std::chrono::milliseconds(0)) break;
-      auto s = Connected(addr, left);
-      if (!s.ok()) continue;
-      auto a = std::make_shared<Answer>();
-      answers.push_back(a);
-      client::SessionCore* core = (*s)->session->core();
-      core->Call(proto::kCoreService,
-                 static_cast<uint8_t>(proto::CoreMethod::kClusterConfig), {},
-                 [a](Status st, std::string reply) {
-                   a->done = true;
-                   if (st.ok()) a->bytes = std::move(reply);
-                 });
-      core->Flush();
+      auto s = Connected(addr, std::min(left, kNewestConnect));
+      if (s.ok()) ask(*s);
     }
     const auto all_done = [&answers] {
       for (const auto& a : answers) {
@@ -854,12 +870,17 @@ struct Cluster::Impl {
         loop->core()->worker()->Sleep(std::chrono::milliseconds(1));
       }
     }
+    // The newest, installed once (each install may move stores).
+    std::optional<cluster::Config> newest;
     for (const auto& a : answers) {
       if (a->bytes.empty()) continue;
       auto c = cluster::DecodeConfig(a->bytes);
       if (!c.ok() || c->epoch <= config.epoch) continue;
+      if (!newest || c->epoch > newest->epoch) newest = std::move(*c);
+    }
+    if (newest) {
       ++stats.refreshes;
-      Install(std::move(*c));
+      Install(std::move(*newest));
     }
     return Status::OK();
   }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -195,23 +197,40 @@ TEST(Subprocess, AChildSpawnedFromAThreadThatEndsLivesOn) {
   EXPECT_EQ(*code, 0);
 }
 
-// Last in this file: once StopAll has run, this process starts no child.
-// (ctest runs each test in a process of its own.)
-TEST(Subprocess, StopAllStopsEveryChildAndNoneStartsAfterIt) {
+// The body of the test below, in its own process: exits 0 if StopAll
+// stopped the one child and no child starts after it, else 10-13.
+[[noreturn]] void StopAllThenSpawnAgain() {
   SpawnOptions o;
   o.argv = {"/bin/sh", "-c", "echo started; exec sleep 60"};
   auto p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  ASSERT_TRUE((*p)->WaitForLine("started", std::chrono::seconds(30)).ok());
+  if (!p.ok() || !(*p)->WaitForLine("started", std::chrono::seconds(30)).ok()) {
+    std::fprintf(stderr, "the child did not start\n");
+    std::exit(10);
+  }
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(Subprocess::StopAll(std::chrono::seconds(5)), 1u);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
-      << "SIGTERM should have ended it";
-  EXPECT_FALSE((*p)->running());
+  if (Subprocess::StopAll(std::chrono::seconds(5)) != 1) {
+    std::fprintf(stderr, "StopAll did not signal the one child\n");
+    std::exit(11);
+  }
+  if (std::chrono::steady_clock::now() - start >= std::chrono::seconds(5) ||
+      (*p)->running()) {
+    std::fprintf(stderr, "SIGTERM did not end the child\n");
+    std::exit(12);
+  }
   auto after = Subprocess::Spawn(o);
-  ASSERT_FALSE(after.ok());
-  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable)
-      << after.status().ToString();
+  if (after.ok() || after.status().code() != StatusCode::kUnavailable) {
+    std::fprintf(stderr, "a child was started after StopAll\n");
+    std::exit(13);
+  }
+  std::exit(0);
+}
+
+// Once StopAll has run, a process starts no child: in a process of its
+// own (a death test), so that the other tests of this binary still can,
+// whatever their order (--gtest_shuffle, --gtest_repeat).
+TEST(Subprocess, StopAllStopsEveryChildAndNoneStartsAfterIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(StopAllThenSpawnAgain(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
