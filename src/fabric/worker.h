@@ -378,7 +378,7 @@ class Worker {
   // a second.
   unsigned busy_arms_ = 0;
   Clock::time_point first_busy_arm_{};
-  static constexpr auto kBusyBeforeNap = std::chrono::microseconds(200);
+  static constexpr auto kBusyBeforeNap = std::chrono::microseconds(50);
   static constexpr auto kFirstNap = std::chrono::microseconds(20);
   static constexpr auto kLongestNap = std::chrono::microseconds(1000);
   std::chrono::microseconds next_nap_ = kFirstNap;
