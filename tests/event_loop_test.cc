@@ -21,24 +21,42 @@ using testing::StartServer;
 using testing::TestTransport;
 using Clock = std::chrono::steady_clock;
 
-TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
-  auto a = StartServer({}, "32M");
-  auto b = StartServer({}, "32M");
-  ASSERT_NE(a.process, nullptr);
-  ASSERT_NE(b.process, nullptr);
+// Two servers and one loop with a session to each on it (the sessions go
+// before the loop, the loop before the servers).
+struct TwoServersOnOneLoop {
+  testing::ServerProcess a, b;
+  std::unique_ptr<EventLoop> loop;
+  std::unique_ptr<Session> sa, sb;  // to a, to b
+};
+
+// Starts them; `oa` and `ob`: the sessions' options but for their server
+// and transport (the test's).
+void StartTwoServersOnOneLoop(TwoServersOnOneLoop* t, SessionOptions oa = {},
+                              SessionOptions ob = {}) {
+  t->a = StartServer({}, "32M");
+  t->b = StartServer({}, "32M");
+  ASSERT_NE(t->a.process, nullptr);
+  ASSERT_NE(t->b.process, nullptr);
   auto loop = EventLoop::Create(TestTransport());
   ASSERT_TRUE(loop.ok()) << loop.status().ToString();
-  SessionOptions o;
-  o.transport = TestTransport();
-  o.server = a.address;
-  auto sa = Session::Connect(o, loop->get());
-  o.server = b.address;
-  auto sb = Session::Connect(o, loop->get());
+  t->loop = std::move(*loop);
+  oa.transport = ob.transport = TestTransport();
+  oa.server = t->a.address;
+  ob.server = t->b.address;
+  auto sa = Session::Connect(oa, t->loop.get());
+  auto sb = Session::Connect(ob, t->loop.get());
   ASSERT_TRUE(sa.ok()) << sa.status().ToString();
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
-  EXPECT_NE((*sa)->server_incarnation(), (*sb)->server_incarnation());
-  auto ha = HashStore::Open(sa->get());
-  auto hb = HashStore::Open(sb->get());
+  t->sa = std::move(*sa);
+  t->sb = std::move(*sb);
+}
+
+TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
+  TwoServersOnOneLoop t;
+  ASSERT_NO_FATAL_FAILURE(StartTwoServersOnOneLoop(&t));
+  EXPECT_NE(t.sa->server_incarnation(), t.sb->server_incarnation());
+  auto ha = HashStore::Open(t.sa.get());
+  auto hb = HashStore::Open(t.sb.get());
   ASSERT_TRUE(ha.ok() && hb.ok());
 
   // Interleaved asynchronous writes to both servers, completed by polling
@@ -55,12 +73,12 @@ TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (done < 2 * kKeys && std::chrono::steady_clock::now() < deadline) {
-    (*loop)->Poll();
+    t.loop->Poll();
   }
   ASSERT_EQ(done, 2 * kKeys);
   EXPECT_EQ(failed, 0);
-  EXPECT_EQ((*sa)->in_flight(), 0u);
-  EXPECT_EQ((*sb)->in_flight(), 0u);
+  EXPECT_EQ(t.sa->in_flight(), 0u);
+  EXPECT_EQ(t.sb->in_flight(), 0u);
 
   // Gets on both, in flight together; each server has its own values.
   std::map<std::string, std::string> got_a, got_b;
@@ -73,8 +91,8 @@ TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
       if (r.ok()) got_b[k] = r->value;
     });
   }
-  ASSERT_TRUE((*sa)->WaitAll().ok());
-  ASSERT_TRUE((*sb)->WaitAll().ok());
+  ASSERT_TRUE(t.sa->WaitAll().ok());
+  ASSERT_TRUE(t.sb->WaitAll().ok());
   ASSERT_EQ(got_a.size(), size_t(kKeys));
   ASSERT_EQ(got_b.size(), size_t(kKeys));
   for (int i = 0; i < kKeys; ++i) {
@@ -82,34 +100,35 @@ TEST(EventLoop, OneThreadPollsSessionsToSeveralServersTogether) {
     EXPECT_EQ(got_a[k], "on-a-" + std::to_string(i));
     EXPECT_EQ(got_b[k], "on-b-" + std::to_string(i));
   }
-  auto stats_a = (*sa)->Stats();
-  auto stats_b = (*sb)->Stats();
+  auto stats_a = t.sa->Stats();
+  auto stats_b = t.sb->Stats();
   ASSERT_TRUE(stats_a.ok() && stats_b.ok());
   EXPECT_EQ(stats_a->Get("hash_pairs"), uint64_t(kKeys));
   EXPECT_EQ(stats_b->Get("hash_pairs"), uint64_t(kKeys));
 
   // One server goes away: its session fails, the other carries on, on the
-  // same loop.
+  // same t.loop.
   hb->reset();
-  ASSERT_TRUE(b.process->Signal(SIGKILL).ok());
-  ASSERT_TRUE(b.process->Wait(std::chrono::seconds(10)).ok());
-  EXPECT_EQ((*sb)->Echo("x").status().code(), StatusCode::kUnavailable);
-  EXPECT_FALSE((*sb)->connected());
-  sb->reset();
+  ASSERT_TRUE(t.b.process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(t.b.process->Wait(std::chrono::seconds(10)).ok());
+  EXPECT_EQ(t.sb->Echo("x").status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(t.sb->connected());
+  t.sb.reset();
   auto still = (*ha)->Get("k7");
   ASSERT_TRUE(still.ok()) << still.status().ToString();
   EXPECT_EQ(still->value, "on-a-7");
-  EXPECT_TRUE((*sa)->connected());
+  EXPECT_TRUE(t.sa->connected());
 
   // A session on a loop of another transport is refused, not mixed.
   const Transport other =
       TestTransport() == Transport::kShm ? Transport::kTcp : Transport::kShm;
-  o.server = a.address;
+  SessionOptions o;
+  o.server = t.a.address;
   o.transport = other;
-  EXPECT_EQ(Session::Connect(o, loop->get()).status().code(),
+  EXPECT_EQ(Session::Connect(o, t.loop.get()).status().code(),
             StatusCode::kInvalidArgument);
   ha->reset();
-  sa->reset();
+  t.sa.reset();
 }
 
 // Over a served transport (tcp) a one-sided read is a round trip of its
@@ -124,24 +143,13 @@ TEST(EventLoop, ReadsIssuedBehindAnotherSessionsCallsGoByRpcOverTcp) {
   if (TestTransport() != Transport::kTcp) {
     GTEST_SKIP() << "over shared memory one-sided reads are local copies";
   }
-  auto a = StartServer({}, "32M");
-  auto b = StartServer({}, "32M");
-  ASSERT_NE(a.process, nullptr);
-  ASSERT_NE(b.process, nullptr);
-  auto loop = EventLoop::Create(TestTransport());
-  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
   SessionOptions o;
-  o.transport = TestTransport();
   o.read_path = ReadPath::kAuto;
-  o.server = a.address;
-  auto sa = Session::Connect(o, loop->get());
-  o.server = b.address;
-  auto sb = Session::Connect(o, loop->get());
-  ASSERT_TRUE(sa.ok()) << sa.status().ToString();
-  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
-  auto ta = TreeStore::Open(sa->get());
-  auto ha = HashStore::Open(sa->get());
-  auto hb = HashStore::Open(sb->get());
+  TwoServersOnOneLoop t;
+  ASSERT_NO_FATAL_FAILURE(StartTwoServersOnOneLoop(&t, o, o));
+  auto ta = TreeStore::Open(t.sa.get());
+  auto ha = HashStore::Open(t.sa.get());
+  auto hb = HashStore::Open(t.sb.get());
   ASSERT_TRUE(ta.ok() && ha.ok() && hb.ok());
   for (int i = 0; i < 100; ++i) {
     const std::string k = "k" + std::to_string(i);
@@ -158,13 +166,13 @@ TEST(EventLoop, ReadsIssuedBehindAnotherSessionsCallsGoByRpcOverTcp) {
     (*hb)->PutAsync(k, "w", [&](Result<uint64_t> r) { failed += !r.ok(); });
     (*ta)->ScanAsync(k, {}, 10, TreeStore::Order::kAscending, &page,
                      [&](Status st) { failed += !st.ok(); });
-    ASSERT_TRUE((*sa)->WaitAll().ok());
-    ASSERT_TRUE((*sb)->WaitAll().ok());
+    ASSERT_TRUE(t.sa->WaitAll().ok());
+    ASSERT_TRUE(t.sb->WaitAll().ok());
     (*hb)->PutAsync(k, "x", [&](Result<uint64_t> r) { failed += !r.ok(); });
     (*ta)->GetAsync(k, [&](Result<TreeStore::Value> r) { failed += !r.ok(); });
     (*ha)->GetAsync(k, [&](Result<HashStore::Value> r) { failed += !r.ok(); });
-    ASSERT_TRUE((*sa)->WaitAll().ok());
-    ASSERT_TRUE((*sb)->WaitAll().ok());
+    ASSERT_TRUE(t.sa->WaitAll().ok());
+    ASSERT_TRUE(t.sb->WaitAll().ok());
   }
   EXPECT_EQ(failed, 0);
   const TreeStore::ReadStats& tree = (*ta)->read_stats();
@@ -178,8 +186,8 @@ TEST(EventLoop, ReadsIssuedBehindAnotherSessionsCallsGoByRpcOverTcp) {
   ta->reset();
   ha->reset();
   hb->reset();
-  sa->reset();
-  sb->reset();
+  t.sa.reset();
+  t.sb.reset();
 }
 
 double ThreadCpuSeconds() {
@@ -197,40 +205,29 @@ double ThreadCpuSeconds() {
 // as a failed-over configuration manager stayed paused, and writes ran
 // 50-100 times slower.)
 TEST(EventLoop, ALoopThatLeftAPausedServerWithMessagesQueuedStillSleeps) {
-  auto a = StartServer({}, "32M");
-  auto b = StartServer({}, "32M");
-  ASSERT_NE(a.process, nullptr);
-  ASSERT_NE(b.process, nullptr);
-  auto loop = EventLoop::Create(TestTransport());
-  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
-  SessionOptions o;
-  o.transport = TestTransport();
-  o.timeout = std::chrono::milliseconds(300);
-  o.server = a.address;
-  auto sa = Session::Connect(o, loop->get());
-  o.server = b.address;
-  o.timeout = std::chrono::seconds(10);
-  auto sb = Session::Connect(o, loop->get());
-  ASSERT_TRUE(sa.ok()) << sa.status().ToString();
-  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
-  fabric::Worker* worker = (*loop)->core()->worker();
+  SessionOptions oa, ob;
+  oa.timeout = std::chrono::milliseconds(300);
+  ob.timeout = std::chrono::seconds(10);
+  TwoServersOnOneLoop t;
+  ASSERT_NO_FATAL_FAILURE(StartTwoServersOnOneLoop(&t, oa, ob));
+  fabric::Worker* worker = t.loop->core()->worker();
 
-  ASSERT_TRUE(a.process->Signal(SIGSTOP).ok());
-  ASSERT_TRUE(testing::AllThreadsStopped(a.process->pid()));
+  ASSERT_TRUE(t.a.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(t.a.process->pid()));
   // More than a's receive queue holds: the rest wait in UCX.
   int failed = 0;
   for (int i = 0; i < 2000; ++i) {
-    (*sa)->EchoAsync(std::string(1024, 'x'),
-                     [&](Result<std::string> r) { failed += !r.ok(); });
+    t.sa->EchoAsync(std::string(1024, 'x'),
+                    [&](Result<std::string> r) { failed += !r.ok(); });
   }
   // Fails what is unanswered at its timeout, then closes; the close's flush
   // gives up at kFlushDeadline, on the loop's later polls.
-  sa->reset();
+  t.sa.reset();
   EXPECT_EQ(failed, 2000);
   const auto flushed_by = Clock::now() + fabric::Worker::kFlushDeadline +
                           std::chrono::milliseconds(200);
   while (Clock::now() < flushed_by) {
-    if ((*loop)->Poll() == 0) worker->Sleep(std::chrono::milliseconds(10));
+    if (t.loop->Poll() == 0) worker->Sleep(std::chrono::milliseconds(10));
   }
 
   // An idle second on the loop, with a ping to b every 100 ms.
@@ -240,12 +237,12 @@ TEST(EventLoop, ALoopThatLeftAPausedServerWithMessagesQueuedStillSleeps) {
   int pings = 0;
   while (Clock::now() - start < std::chrono::seconds(1)) {
     if (Clock::now() >= next_ping) {
-      auto p = (*sb)->Ping();
+      auto p = t.sb->Ping();
       ASSERT_TRUE(p.ok()) << p.status().ToString();
       ++pings;
       next_ping += std::chrono::milliseconds(100);
     }
-    if ((*loop)->Poll() == 0) worker->Sleep(std::chrono::milliseconds(100));
+    if (t.loop->Poll() == 0) worker->Sleep(std::chrono::milliseconds(100));
   }
   const double wall =
       std::chrono::duration<double>(Clock::now() - start).count();
@@ -253,8 +250,8 @@ TEST(EventLoop, ALoopThatLeftAPausedServerWithMessagesQueuedStillSleeps) {
   EXPECT_GE(pings, 9);
   EXPECT_LT(cpu, 0.25 * wall)
       << "the loop's thread spun: " << cpu << " s of CPU in " << wall << " s";
-  ASSERT_TRUE(a.process->Signal(SIGCONT).ok());
-  sb->reset();
+  ASSERT_TRUE(t.a.process->Signal(SIGCONT).ok());
+  t.sb.reset();
 }
 
 }  // namespace
