@@ -124,7 +124,10 @@ class HashStore {
   // be in flight. What goes to the server joins the store's queue and goes
   // out at the next Poll in one message with everything else queued (other
   // batches, single gets, puts, deletes), in issue order. On shared memory
-  // its one-sided reads are done in the call.
+  // its one-sided reads are done in the call. Over a network (tcp), with the
+  // auto read path and anything else in flight or queued, it goes by RPC in
+  // that message, as a single get does (so it sees the writes queued ahead
+  // of it); alone, the read path chooses.
   void MultiGetAsync(const std::vector<std::string_view>& keys,
                      MultiGetCallback done);
   std::vector<Result<uint64_t>> MultiPut(

@@ -1234,9 +1234,18 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
   st->statuses = statuses;
   st->done = std::move(done);
   s.Began();
-  st->timed = s.batch_selector->mode() == ReadPath::kAuto && !keys.empty();
+  // As a single get's (GetAsync): over a served transport, with other
+  // requests in flight or queued, auto sends the batch by RPC, untimed: it
+  // rides the message the next flush sends, in issue order with the writes
+  // queued ahead of it.
+  const bool rides_batch =
+      s.core->served() && s.batch_selector->mode() == ReadPath::kAuto &&
+      !keys.empty() && (s.core->loop_in_flight() > 1 || !s.queued.empty());
+  st->timed = !rides_batch && s.batch_selector->mode() == ReadPath::kAuto &&
+              !keys.empty();
   st->start = st->timed ? Clock::now() : s.timing.last_now();
-  st->path = s.batch_selector->Choose(st->start);
+  st->path =
+      rides_batch ? client::Path::kRpc : s.batch_selector->Choose(st->start);
   auto release = [st] { st->Release(); };
   std::vector<size_t>& by_rpc = s.batch_by_rpc;  // keys the server answers
   std::vector<size_t>& valid = s.batch_valid;
