@@ -1335,6 +1335,26 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
 // snapshot's key), it restarts again: recovery merges the log's records
 // into the snapshot's pairs by key (applied after them, the new keys split
 // the rebuilt tree's full leaves one by one, and it did not fit).
+// A value larger than the whole tree region is refused as such, not as a
+// full store (a black-box test's finding: "the tree region is full" with
+// most of it free), and the store goes on taking pairs that fit.
+TEST(TreeStoreLimits, AValueLargerThanTheTreeSaysSoNotThatTheTreeIsFull) {
+  auto server = StartServer({"--tree-memory", "1M"}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
+  auto big = c->Put("huge", std::string(2 << 20, 'h'));
+  ASSERT_EQ(big.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(big.status().message().find("does not fit in the ordered store"),
+            std::string::npos)
+      << big.status().ToString();
+  EXPECT_NE(big.status().message().find("--tree-memory"), std::string::npos);
+  EXPECT_TRUE(c->Put("small", std::string(100 << 10, 's')).ok());
+  auto v = c->Get("small");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->value.size(), size_t(100 << 10));
+}
+
 TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
   namespace fs = std::filesystem;
   std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();

@@ -34,9 +34,11 @@
 // paused server's answer times out, TimedOut), and a raw one-sided read
 // (Session::Read) fails with Unavailable. Once the session's TCP
 // connection closes (the server died or stopped), every operation fails
-// with Unavailable. So one-sided values are never returned from a server
-// that is gone, nor from a predecessor after a restarted server has
-// acknowledged a write (a restarted server waits the old lease out
+// with Unavailable. So one-sided values are returned from a server that is
+// gone only until the client sees its connection close (a few milliseconds
+// on the same host; the session looks at it at most every 10 ms), and
+// never past its lease, nor from a predecessor after a restarted server
+// has acknowledged a write (a restarted server waits the old lease out
 // first). Reconnect with a new Session.
 //
 // Failure: if the server stops or the connection breaks, every outstanding

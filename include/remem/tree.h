@@ -25,10 +25,11 @@
 // crossed, not a snapshot of the whole range.
 //
 // Limits: keys are 1 .. max_key() bytes (64 KiB) and values 0 ..
-// max_value() bytes (16 MiB), as the hash store's; beyond that
-// InvalidArgument. Keys of up to 64 bytes are stored in the nodes, longer
-// ones out of line (a one-sided read then reads the long keys of a node it
-// copies as well: on shared memory a point get only those it compares).
+// max_value() bytes (16 MiB), the hash store's defaults (remem-server's
+// --max-key-bytes and --max-value-bytes lower the hash store's only);
+// beyond that InvalidArgument. Keys of up to 64 bytes are stored in the nodes,
+// longer ones out of line (a one-sided read then reads the long keys of a node
+// it copies as well: on shared memory a point get only those it compares).
 // Values of up to 256 bytes (with the default 1 KiB nodes) are stored in
 // the leaf, larger ones out of line (a one-sided read then reads the leaf
 // and the value). A full tree answers OutOfMemory, changes

@@ -8,6 +8,7 @@
 
 #include "hash/layout.h"
 #include "hash/slab.h"
+#include "util/size.h"
 
 namespace remem::tree {
 
@@ -74,6 +75,16 @@ Status BLinkTree::WriteExtent(std::string_view key, std::string_view value,
   auto ext = slab_.Store(key, value, version, &extent_image_);
   if (!ext.ok()) {
     if (ext.status().code() == StatusCode::kOutOfMemory) {
+      // One that no emptying could make room for is not "full".
+      const uint64_t bytes =
+          sizeof(hash::ExtentHeader) + key.size() + value.size();
+      if (!slab_.CouldEverHold(bytes)) {
+        return Status::OutOfMemory(
+            "a value of " + FormatSize(value.size()) +
+            " does not fit in the ordered store, which holds " +
+            FormatSize(slab_.capacity() - slab_.withheld()) +
+            " in all (remem-server's --tree-memory)");
+      }
       return Status::OutOfMemory("the tree region is full");
     }
     return ext.status();
