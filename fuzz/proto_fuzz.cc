@@ -4,7 +4,8 @@
 // cluster configuration), and
 // for what the server reads before anything reaches UCX: the acceptor's
 // incremental handshake reader (server/hello_reader.h) fed in arbitrary
-// pieces, and the UCX worker address parser (fabric/worker_address.h).
+// pieces, and the UCX worker address parser (fabric/worker_address.h);
+// and the Redis front door's request decoder (frontdoor/resp.h).
 // Every decoder must reject or accept arbitrary bytes without reading out
 // of bounds, and whatever a decoder accepts must re-encode consistently.
 
@@ -20,6 +21,7 @@
 #include "cluster/wire.h"
 #include "durability/log.h"
 #include "fabric/worker_address.h"
+#include "frontdoor/resp.h"
 #include "hash/codec.h"
 #include "hash/layout.h"
 #include "ops/apply.h"
@@ -109,6 +111,44 @@ ReaderRun FeedReader(std::string_view in, std::string_view cuts) {
     }
   }
   return run;
+}
+
+// The Redis front door's decoder over a stream of requests: each command
+// consumed is within the bytes, re-encodes as a multibulk request that
+// decodes to the same arguments, and every strict prefix of it needs more.
+void FuzzResp(std::string_view in) {
+  using remem::frontdoor::Decoded;
+  constexpr size_t kMaxBulk = 4096;
+  std::vector<std::string> args, again;
+  std::string error;
+  for (int n = 0; n < 64 && !in.empty(); ++n) {
+    size_t used = 0;
+    const Decoded d =
+        remem::frontdoor::DecodeRequest(in, kMaxBulk, &args, &used, &error);
+    if (d == Decoded::kNeedMore || d == Decoded::kError) return;
+    if (used == 0 || used > in.size()) std::abort();
+    if (d == Decoded::kCommand) {
+      if (args.empty()) std::abort();
+      std::string re = "*" + std::to_string(args.size()) + "\r\n";
+      for (const auto& a : args) {
+        if (a.size() > kMaxBulk) std::abort();
+        re += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+      }
+      size_t used_again = 0;
+      if (remem::frontdoor::DecodeRequest(re, kMaxBulk, &again, &used_again,
+                                          &error) != Decoded::kCommand ||
+          again != args || used_again != re.size()) {
+        std::abort();
+      }
+      if (in[0] == '*' && used > 1 &&
+          remem::frontdoor::DecodeRequest(in.substr(0, used / 2), kMaxBulk,
+                                          &again, &used_again,
+                                          &error) != Decoded::kNeedMore) {
+        std::abort();
+      }
+    }
+    in.remove_prefix(used);
+  }
 }
 
 }  // namespace
@@ -530,5 +570,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  FuzzResp(in);
   return 0;
 }

@@ -668,10 +668,15 @@ Result<SystemSpec> ParseSystem(const std::string& name) {
     s.kind = SystemSpec::Kind::kMemcached;
     return s;
   }
+  if (name == "remem-resp") {
+    s.kind = SystemSpec::Kind::kRememResp;
+    s.transport = Transport::kAuto;
+    return s;
+  }
   auto bad = [&] {
     return Status::InvalidArgument(
-        "system must be redis, memcached or remem[-shm|-tcp|-auto]"
-        "[-onesided|-rpc|-auto], not '" +
+        "system must be redis, memcached, remem-resp or "
+        "remem[-shm|-tcp|-auto][-onesided|-rpc|-auto], not '" +
         name + "'");
   };
   if (name.rfind("remem", 0) != 0) return bad();
@@ -720,6 +725,23 @@ Result<std::unique_ptr<SystemServer>> SystemServer::Start(
                                  std::to_string(mib) + "M", flags);
       if (!started.ok()) return started.status();
       s->address_ = started->address;
+      s->process_ = std::move(started->process);
+      return s;
+    }
+    case SystemSpec::Kind::kRememResp: {
+      if (!o.remem_address.empty() || !o.remem_cluster.empty()) {
+        return Status::InvalidArgument(
+            "remem-resp starts its own server (with --resp): not with "
+            "--server or --cluster");
+      }
+      auto port = FreePort();
+      if (!port.ok()) return port.status();
+      auto started = StartServer(
+          o.remem_binary, spec.transport, o.cpu, std::to_string(mib) + "M",
+          {"--resp", "127.0.0.1:" + std::to_string(*port)});
+      if (!started.ok()) return started.status();
+      s->port_ = *port;
+      s->address_ = "127.0.0.1:" + std::to_string(*port);
       s->process_ = std::move(started->process);
       return s;
     }
@@ -875,6 +897,12 @@ Result<std::unique_ptr<KvDriver>> SystemServer::Connect(bool ordered) const {
       return std::unique_ptr<KvDriver>(
           new RememDriver(std::move(*s), std::move(*h)));
     }
+    case SystemSpec::Kind::kRememResp:
+      if (ordered) {
+        return Status::Unsupported(
+            "remem's Redis front door has no sorted sets: no scans (YCSB-E)");
+      }
+      [[fallthrough]];
     case SystemSpec::Kind::kRedis: {
       timeval tv{10, 0};
       redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);

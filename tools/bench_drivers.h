@@ -107,7 +107,9 @@ class KvDriver {
 // default shm; PATH onesided|rpc|auto, default auto), "redis" or
 // "memcached".
 struct SystemSpec {
-  enum class Kind { kRemem, kRedis, kMemcached };
+  // kRememResp: remem-server with its Redis front door (--resp), driven by
+  // the Redis client code.
+  enum class Kind { kRemem, kRedis, kMemcached, kRememResp };
   std::string name;
   Kind kind = Kind::kRemem;
   Transport transport = Transport::kShm;

@@ -1096,12 +1096,15 @@ int RunYcsb(const YcsbOptions& options) {
   for (size_t v : o.value_sizes) {
     for (const auto& w : workloads) {
       for (const auto& s : systems) {
-        if (w.ordered() && s.kind == SystemSpec::Kind::kMemcached) {
+        if (w.ordered() && (s.kind == SystemSpec::Kind::kMemcached ||
+                            s.kind == SystemSpec::Kind::kRememResp)) {
           // Not a failure: the system has no such operation.
           std::fprintf(stderr,
-                       "== %s YCSB-%c: skipped (memcached keeps no key order, "
-                       "so it has no scans)\n",
-                       s.name.c_str(), w.name);
+                       "== %s YCSB-%c: skipped (%s, so it has no scans)\n",
+                       s.name.c_str(), w.name,
+                       s.kind == SystemSpec::Kind::kMemcached
+                           ? "memcached keeps no key order"
+                           : "remem's Redis front door has no sorted sets");
           continue;
         }
         if (!o.json) {

@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_option("--systems,--system", yo.systems,
                   "remem[-shm|-tcp|-auto][-onesided|-rpc|-auto] (default "
-                  "remem = remem-shm-auto), redis, memcached")
+                  "remem = remem-shm-auto), remem-resp (remem through its "
+                  "Redis front door, driven as Redis is), redis, memcached")
         ->delimiter(',')
         ->check(no_empty_item)
         ->capture_default_str();

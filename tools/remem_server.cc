@@ -17,6 +17,7 @@
 
 #include "cli_flags.h"
 #include "cluster/config.h"
+#include "frontdoor/resp_server.h"
 #include "registry/registry.h"
 #include "remem/version.h"
 #include "server/lease.h"
@@ -151,6 +152,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A closed pipe on stdout or stderr (a `| head -1` that waited for the
+  // ready line, a log reader that died) must not kill the server: writes
+  // there fail instead, and sockets send with MSG_NOSIGNAL anyway.
+  signal(SIGPIPE, SIG_IGN);
 
   CLI::App app{
       "remem-server: exports registered memory that remem clients read "
@@ -313,6 +318,12 @@ int main(int argc, char** argv) {
                  "before sleeping on the worker's event fd")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  std::string resp_listen;
+  app.add_option("--resp", resp_listen,
+                 "also serve Redis clients (redis-cli, redis-py, hiredis...) "
+                 "on this host:port, e.g. 127.0.0.1:6379: Redis's string "
+                 "commands on the hash store (README, \"Redis clients\"); "
+                 "port 0 picks a free one");
   // Cluster.
   int64_t cluster_session_ms = 10000;
   int64_t cluster_wait_ms = 10000;
@@ -460,6 +471,13 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!resp_listen.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (Status st = util::ParseHostPort(resp_listen, &host, &port); !st.ok()) {
+      return Fail("--resp: " + st.message(), 2);
+    }
+  }
   if (!cfg.advertise.empty()) {
     // What clients are told to connect to: checked here, since a bad one
     // would be registered, and every client of the cluster would fail.
@@ -581,6 +599,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "remem-server: %s\n",
                  (*server)->recovery_summary().c_str());
   }
+  std::unique_ptr<frontdoor::RespServer> resp;
+  std::string resp_note;
+  if (!resp_listen.empty()) {
+    frontdoor::RespOptions ro;
+    ro.listen = resp_listen;
+    ro.session.server = (*server)->address();
+    ro.session.transport = cfg.transport;
+    ro.session.secret = cfg.secret;
+    if (!cfg.cluster.empty()) {
+      ro.cluster_seeds = {cfg.advertise.empty() ? (*server)->address()
+                                                : cfg.advertise};
+    }
+    auto started = frontdoor::RespServer::Start(std::move(ro));
+    if (!started.ok()) {
+      (*server)->Stop();
+      (*server)->Wait();
+      const bool bad = started.status().code() == StatusCode::kInvalidArgument;
+      return Fail("--resp: " + started.status().ToString(), bad ? 2 : 1);
+    }
+    resp = std::move(*started);
+    resp_note = "; Redis clients on " + resp->address();
+  }
   uint64_t registered = 0, regions = 0;
   for (const auto& s : (*server)->Stats()) {
     if (s.name == "memory_registered") registered = s.value;
@@ -589,12 +629,12 @@ int main(int argc, char** argv) {
   // Scripts and tests wait for this line.
   std::printf(
       "remem-server listening on %s (transport %s, %d thread%s, %s in %llu "
-      "region%s%s)\n",
+      "region%s%s)%s\n",
       (*server)->address().c_str(),
       std::string(TransportName(cfg.transport)).c_str(), cfg.threads,
       cfg.threads == 1 ? "" : "s", FormatSize(registered).c_str(),
       static_cast<unsigned long long>(regions), regions == 1 ? "" : "s",
-      cfg.secret.empty() ? "" : ", auth on");
+      cfg.secret.empty() ? "" : ", auth on", resp_note.c_str());
   std::fflush(stdout);
 
   for (;;) {
@@ -637,6 +677,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(stop_timeout_ms));
     std::_Exit(1);
   });
+  // The front door first: it is a client of the server.
+  resp.reset();
   (*server)->Stop();
   (*server)->Wait();
   server->reset();
