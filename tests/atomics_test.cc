@@ -907,6 +907,14 @@ TEST_F(AtomicsTest, TheCliIncrementsAndOperatesOnVectors) {
   EXPECT_EQ(r.out, "0\n");
   r = cli({"vec", "filter", "f", "le", "0.1", "--indices"});
   EXPECT_EQ(r.out, "0 2\n");
+  // Elements print as the float stored: 0.1, not 0.10000000149011612.
+  r = cli({"vec", "get", "f"});
+  EXPECT_EQ(r.out, "0.1 0.5 0\n");
+  r = cli({"--json", "vec", "filter", "f", "le", "0.5"});
+  EXPECT_NE(r.out.find("[0.1,0.5,0]"), std::string::npos) << r.out;
+  EXPECT_EQ(cli({"vec", "put", "g", "--type", "double", "0.1,2.5"}).exit_code,
+            0);
+  EXPECT_EQ(cli({"vec", "get", "g"}).out, "0.1 2.5\n");
   // A subnormal double is a number; an overflowing one is not.
   EXPECT_EQ(cli({"vec", "put", "s", "--type", "double", "4.9e-324"}).exit_code,
             0);

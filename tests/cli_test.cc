@@ -18,6 +18,7 @@
 #include "remem/version.h"
 #include "test_util.h"
 #include "testing/scale.h"
+#include "util/socket.h"
 
 namespace remem {
 namespace {
@@ -221,6 +222,12 @@ TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
   auto stats = cli({"--json", "stats"});
   // user:2 and the two JSON pairs
   EXPECT_TRUE(Contains(stats.out, "\"hash_pairs\":3")) << stats.out;
+  // Global flags after the subcommand too.
+  auto after = cli({"stats", "--json"});
+  EXPECT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_TRUE(Contains(after.out, "\"hash_pairs\":3")) << after.out;
+  auto get_json = cli({"get", "user:2", "--json"});
+  EXPECT_TRUE(Contains(get_json.out, "{\"key\":\"user:2\"")) << get_json.out;
   // Absent keys and a refused --if-absent are answers, not errors (nor is
   // the probe every command makes of the cluster configuration).
   EXPECT_TRUE(Contains(stats.out, "\"rpc_errors\":0,")) << stats.out;
@@ -935,6 +942,49 @@ TEST(Server, BadConfigurationIsAClearError) {
 
 // --no-persistence ignores --data-dir, as documented, and says so: a
 // restart that comes back empty must not surprise.
+// A server whose standard output and error went to a pipe that closed (a
+// `| grep -m1` that waited for the ready line) lives on: its next log line,
+// which any peer can cause, killed it with SIGPIPE (exit 141).
+TEST(Server, AClosedPipeOnItsOutputDoesNotStopTheServer) {
+  auto probe = util::Listen("127.0.0.1:0", 1);
+  ASSERT_TRUE(probe.ok());
+  auto bound = util::LocalAddress(probe->fd());
+  ASSERT_TRUE(bound.ok());
+  probe->Close();
+  const std::string address = *bound;
+  char dir[] = "/tmp/remem-pipe-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string pid_file = std::string(dir) + "/pid";
+  auto started = Sh("(" + ServerBinary() + " --listen " + address +
+                    " --memory 32M --no-pin 2>&1 & echo $! > " + pid_file +
+                    ") | grep -m1 'listening on'");
+  std::ifstream in(pid_file);
+  pid_t pid = 0;
+  in >> pid;
+  ASSERT_GT(pid, 0);
+  struct Reap {
+    pid_t pid;
+    std::string dir;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      std::filesystem::remove_all(dir);
+    }
+  } reap{pid, dir};
+  ASSERT_TRUE(Contains(started.out, "listening on")) << started.out;
+  // A connection that sends junk: the server logs its refusal.
+  for (int i = 0; i < 3; ++i) {
+    auto junk = util::Connect(
+        address, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(junk.ok()) << junk.status().ToString();
+    (void)util::SendAll(
+        junk->fd(), std::string(64, 'x'),
+        std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+  auto ping = RunCommand({CliBinary(), "--server", address, "ping"});
+  EXPECT_EQ(ping.exit_code, 0) << ping.out;
+  EXPECT_EQ(::kill(pid, 0), 0) << "the server died";
+}
+
 TEST(Server, NoPersistenceSaysItIgnoresTheDataDir) {
   const std::string dir = ::testing::TempDir() + "/remem-no-persistence-" +
                           std::to_string(getpid());

@@ -169,17 +169,27 @@ bool ParseDecimal(std::string_view text, T* out) {
 // A number as text; in JSON, NaN and the infinities (which JSON has no
 // numbers for) as the strings "NaN", "Infinity" and "-Infinity" (as
 // protobuf's JSON mapping writes them).
-std::string NumberText(const Number& n, bool json = false) {
+// Finite numbers print as the shortest text that reads back as the same
+// number: of a float element (`as_float`), the float's (a stored 0.1 prints
+// as 0.1, not as the double the float widens to).
+std::string NumberText(const Number& n, bool json = false,
+                       bool as_float = false) {
   if (std::holds_alternative<int64_t>(n)) {
     return std::to_string(std::get<int64_t>(n));
   }
   const double d = std::get<double>(n);
-  if (json && !std::isfinite(d)) {
-    return std::isnan(d) ? "\"NaN\"" : d > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  if (!std::isfinite(d)) {
+    if (json) {
+      return std::isnan(d) ? "\"NaN\""
+             : d > 0       ? "\"Infinity\""
+                           : "\"-Infinity\"";
+    }
+    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
   }
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
-  return buf;
+  const auto r = as_float ? std::to_chars(buf, buf + sizeof buf, float(d))
+                          : std::to_chars(buf, buf + sizeof buf, d);
+  return std::string(buf, r.ptr);
 }
 
 // A number for a vector of `type`: an integer for int64/int32, else a double.
@@ -293,7 +303,8 @@ std::string ElementsText(const VectorData& v, bool json) {
           if constexpr (std::is_integral_v<T>) {
             out += std::to_string(elems[i]);
           } else {
-            out += NumberText(Number(double(elems[i])), json);
+            out += NumberText(Number(double(elems[i])), json,
+                              std::is_same_v<T, float>);
           }
         }
       },
@@ -633,6 +644,10 @@ int RunCli(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"remem: command-line client for remem-server"};
+  // The global flags (--json, --server, --timeout, ...) also after the
+  // subcommand: `remem stats --json` as `remem --json stats`. Inherited by
+  // every subcommand added below.
+  app.fallthrough();
   app.set_version_flag("--version", std::string("remem ") + kVersion +
                                         " (wire version " +
                                         std::to_string(kWireVersion) + ")");
@@ -878,15 +893,16 @@ int RunCli(int argc, char** argv) {
     }
     // The same inside a group of commands (`remem tree bogus`: CLI11 says
     // only that a subcommand is required).
+    // (What the group does not take falls through to the top.)
     for (CLI::App* group : {vec, treecmd}) {
-      if (group->parsed() && group->get_subcommands().empty() &&
-          !group->remaining().empty() &&
-          group->remaining().front().rfind("-", 0) != 0) {
+      if (!group->parsed() || !group->get_subcommands().empty()) continue;
+      std::vector<std::string> rest = group->remaining();
+      if (rest.empty()) rest = app.remaining();
+      if (!rest.empty() && rest.front().rfind("-", 0) != 0) {
         std::fprintf(stderr,
                      "remem: unknown %s command '%s'\nRun 'remem %s --help' "
                      "for its commands.\n",
-                     group->get_name().c_str(),
-                     group->remaining().front().c_str(),
+                     group->get_name().c_str(), rest.front().c_str(),
                      group->get_name().c_str());
         return 2;
       }
@@ -1070,12 +1086,17 @@ int RunCli(int argc, char** argv) {
       // Standard output holds only pairs; say on standard error that they
       // may not be all (a page that reached its limit says "more" even
       // when no key follows).
+      // The END argument of a descending scan is the second positional
+      // one (a lone one is START), but with --prefix the first.
       std::fprintf(stderr,
-                   "remem: the page ended at %zu pairs; more may follow: "
+                   "remem: the page ended at %zu pair%s; more may follow: "
                    "--all for every page, or %s for the next\n",
-                   n,
-                   scan_desc ? "the last key printed as END"
-                             : "--after with the last key printed");
+                   n, n == 1 ? "" : "s",
+                   !scan_desc ? "--after with the last key printed"
+                   : !scan_prefix.empty()
+                       ? "the last key printed as END (--prefix P --desc END)"
+                       : "the last key printed as END (tree scan --desc START "
+                         "END, with START \"\" for none)");
     }
     return 0;
   };
