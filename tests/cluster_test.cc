@@ -1882,6 +1882,54 @@ TEST_F(ClusterTest, ADrainWhoseServerRestartsSaysItIsANewMember) {
   }));
 }
 
+// The same, with the drained server killed while the step's shards are
+// still being copied off it (slowly: --move-share 1), and started again at
+// its address within its ZooKeeper session. The manager judged the moves'
+// servers by address, took the new process for the old owner, and the
+// step never ended: its shards stayed moving, and writes to them were
+// refused Busy for good. A new incarnation is a new member: the moves are
+// abandoned, and every shard takes writes again.
+TEST_F(ClusterTest, ADrainedServerRestartedDuringTheCopyEndsItsMoves) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartServers(3, {"--shards", "64", "--move-share", "1"}));
+  const int m = WaitForManager();
+  ASSERT_GE(m, 0);
+  const size_t x = m == 0 ? 1 : 0;
+  const std::string drained = servers_[x].address;
+  auto cluster = Connect({servers_[size_t(m)].address});
+  ASSERT_NE(cluster, nullptr);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  const std::string value(1024, 'v');
+  for (int i = 0; i < 4000; ++i) pairs.emplace_back(Key(i), value);
+  std::vector<std::pair<std::string_view, std::string_view>> views(
+      pairs.begin(), pairs.end());
+  for (const auto& r : cluster->MultiPut(views)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  ASSERT_TRUE(cluster->Drain(drained, std::chrono::milliseconds(0)).ok());
+  const Cluster::Info step = WaitForMoveStep(cluster.get());
+  ASSERT_GT(step.moving, 0u) << "the drain moved nothing";
+  ASSERT_TRUE(servers_[x].Kill().ok());
+  ASSERT_TRUE(servers_[x].Restart().ok());
+
+  ASSERT_TRUE(WaitForConfig(cluster.get(),
+                            [&](const auto& info) {
+                              return info.epoch > step.epoch &&
+                                     ShardsOf(info, drained) > 0;
+                            }))
+      << "the moves of epoch " << step.epoch << " never ended";
+  for (uint32_t s = 0; s < step.num_shards; ++s) {
+    if (step.shard_next[s] < 0) continue;
+    for (int i = 0;; ++i) {
+      const std::string key = Key(i);
+      if (cluster::ShardOf(key, step.num_shards) != s) continue;
+      auto put = cluster->Put(key, "after");
+      EXPECT_TRUE(put.ok()) << "shard " << s << ": " << put.status().ToString();
+      break;
+    }
+  }
+}
+
 // The other side of the handoff: the manager is the move's new owner and
 // dies right after recording it (--fault-kill-after-handoff), and comes
 // back at once with its data directory, before its successor commits the

@@ -460,6 +460,14 @@ std::optional<Config> NextBalanceStep(const Config& current,
     if (!keep) continue;
     remap[i] = int(next.members.size());
     next.members.push_back(m);
+    // The incarnation registered now (a member restarted since it was
+    // listed keeps its shards): a step's moves are abandoned once one of
+    // their servers is not that incarnation any more.
+    for (const Member& l : live) {
+      if (l.address == m.address) {
+        next.members.back().incarnation = l.incarnation;
+      }
+    }
   }
   for (const Member& m : live) {
     if (next.IndexOf(m.address) >= 0 || current.IndexOf(m.address) >= 0 ||

@@ -224,7 +224,9 @@ Result<std::vector<std::string>> ParseSplits(std::string_view list);
 // divide evenly); shards leave drained members and members above their
 // share. A member that is not live keeps its shards (without replicas its
 // data is nowhere else). Members new in `live` are appended (indexes of the
-// current members stay); members that own nothing (no shard, no ordered
+// current members stay; each live one takes the incarnation `live` names,
+// by which the manager tells a move's server from one restarted at its
+// address); members that own nothing (no shard, no ordered
 // range) and are not live, or are drained, are dropped. Ordered ranges
 // move only in a step that moves no shard: one range per step, from a
 // live drained member (or, once nothing is drained, from the member owning

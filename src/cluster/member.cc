@@ -11,6 +11,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -759,6 +760,18 @@ bool IsLive(const std::vector<Member>& live, const std::string& address) {
                      [&](const Member& m) { return m.address == address; });
 }
 
+// Whether the configuration's member `m` is still the server registered
+// at its address: one started again there (killed and back at once) is
+// another incarnation, a new member, which holds nothing of what a move
+// copied to or from the old one. An incarnation of 0 (unknown) matches.
+bool IsLiveMember(const std::vector<Member>& live, const Member& m) {
+  return std::any_of(live.begin(), live.end(), [&](const Member& l) {
+    return l.address == m.address &&
+           (m.incarnation == 0 || l.incarnation == 0 ||
+            l.incarnation == m.incarnation);
+  });
+}
+
 // Moving shards grouped by (owner, next).
 std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> MovesOf(
     const Config& c) {
@@ -1390,20 +1403,19 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
       bool reachable = true;
       for (uint32_t s = 0; s < c->num_shards(); ++s) {
         if (c->NextOf(s) == kNoMember) continue;
-        reachable = reachable &&
-                    IsLive(live, c->members[c->owner[s]].address) &&
-                    IsLive(live, c->members[c->next[s]].address);
+        reachable = reachable && IsLiveMember(live, c->members[c->owner[s]]) &&
+                    IsLiveMember(live, c->members[c->next[s]]);
       }
       for (uint32_t r = 0; r < c->num_ranges(); ++r) {
         if (c->RangeNextOf(r) == kNoMember) continue;
         reachable = reachable &&
-                    IsLive(live, c->members[c->range_owner[r]].address) &&
-                    IsLive(live, c->members[c->range_next[r]].address);
+                    IsLiveMember(live, c->members[c->range_owner[r]]) &&
+                    IsLiveMember(live, c->members[c->range_next[r]]);
       }
       if (!reachable) {
         log::Warn(
-            "cluster: a server of the moves of epoch {} left; the moves are "
-            "abandoned",
+            "cluster: a server of the moves of epoch {} left (or was started "
+            "again: a new member); the moves are abandoned",
             c->epoch);
         if (WriteConfig(AbandonMoves(*c), version).ok()) FollowConfig();
         return;
@@ -1486,12 +1498,51 @@ void ClusterMember::Rebalance(const std::vector<Member>& live) {
   Wake();
 }
 
-void ClusterMember::Pace(std::chrono::steady_clock::duration busy) {
+Status ClusterMember::Pace(const Config& moving,
+                           std::chrono::steady_clock::duration busy) {
   const uint32_t share = std::clamp<uint32_t>(options_.move_share, 1, 100);
-  if (share == 100) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  // Woken early only to stop.
-  cv_.wait_for(lock, busy * (100 - share) / share, [this] { return stop_; });
+  if (share == 100) return Status::OK();
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         busy * (100 - share) / share);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Woken early only to stop.
+      cv_.wait_until(lock,
+                     std::min(until, std::chrono::steady_clock::now() +
+                                         std::chrono::milliseconds(250)),
+                     [this] { return stop_; });
+      if (stop_) return Status::Unavailable("the server is stopping");
+    }
+    // A page whose calls waited on a server that died makes a long pause
+    // (99 times the wait at --move-share 1): one of the moves' servers
+    // started again meanwhile ends it (Rebalance then abandons the moves).
+    std::set<uint16_t> servers;
+    for (uint32_t sh = 0; sh < moving.num_shards(); ++sh) {
+      if (moving.NextOf(sh) == kNoMember) continue;
+      servers.insert({moving.owner[sh], moving.next[sh]});
+    }
+    for (uint32_t r = 0; r < moving.num_ranges(); ++r) {
+      if (moving.RangeNextOf(r) == kNoMember) continue;
+      servers.insert({moving.range_owner[r], moving.range_next[r]});
+    }
+    for (uint16_t i : servers) {
+      const Member& m = moving.members[i];
+      std::string bytes;
+      if (Get(zh_, options_.target.path + "/members/" + m.address, false,
+              &bytes) != ZOK) {
+        continue;
+      }
+      auto now = DecodeMemberRecord(bytes);
+      if (now.ok() && m.incarnation != 0 && now->incarnation != 0 &&
+          now->incarnation != m.incarnation) {
+        return Status::Unavailable(m.address +
+                                   " started again during the copy");
+      }
+    }
+    if (std::chrono::steady_clock::now() >= until) return Status::OK();
+  }
 }
 
 Status ClusterMember::CopyMoving(const Config& moving) {
@@ -1596,7 +1647,8 @@ Status ClusterMember::CopyMoving(const Config& moving) {
         if (!pairs->pairs.empty()) {
           REMEM_RETURN_IF_ERROR(forward(to, std::move(*page)));
         }
-        Pace(std::chrono::steady_clock::now() - page_start);
+        REMEM_RETURN_IF_ERROR(
+            Pace(moving, std::chrono::steady_clock::now() - page_start));
       } while (req.cursor != hash::kShardCursorDone);
     }
     // The keys changed during the copy.
@@ -1666,7 +1718,8 @@ Status ClusterMember::CopyMoving(const Config& moving) {
                                         std::move(*page))
                                   .status());
       }
-      Pace(std::chrono::steady_clock::now() - page_start);
+      REMEM_RETURN_IF_ERROR(
+          Pace(moving, std::chrono::steady_clock::now() - page_start));
       if (!more) break;
     }
     REMEM_RETURN_IF_ERROR(range_sync(r, 0));

@@ -335,7 +335,10 @@ class ClusterMember {
   // Step 2 of the moves of `moving`: copy each moving shard to its next
   // owner and freeze it at its owner.
   // Waits out the rest of a copy page's time slice (move_share).
-  void Pace(std::chrono::steady_clock::duration busy);
+  // Unavailable if a server of the moves of `moving` is registered as
+  // another incarnation meanwhile (looked at every 250 ms), or this one
+  // stops.
+  Status Pace(const Config& moving, std::chrono::steady_clock::duration busy);
   Status CopyMoving(const Config& moving);
   // Step 3: release at the owners, install CompleteMoves(moving).
   Status HandOver(const Config& moving, int zk_version);
