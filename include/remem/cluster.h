@@ -21,8 +21,10 @@
 // Shards move between servers while the cluster serves (a server joined,
 // or was drained): a moving shard's operations are refused for a moment
 // (Busy) while it is handed over, and then Moved; both are retried here
-// within the deadline (Busy after a pause that grows with each refusal),
-// so a caller sees neither.
+// within the deadline (Busy after a pause that grows with each refusal,
+// from 200 us to 50 ms, asleep: a client waiting on a cluster that answers
+// Busy for long, one forming or whose members hold no lease, uses little
+// CPU), so a caller sees neither.
 //
 // Each operation behaves as the same operation on that server's HashStore
 // (remem/hash.h): gets read one-sided or ask the server, as the read path

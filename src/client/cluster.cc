@@ -905,6 +905,7 @@ struct Cluster::Impl {
   template <typename Store = HashStore, bool kRead = false, typename Fn>
   auto Routed(std::string_view key, Fn fn) -> decltype(fn(nullptr)) {
     Clock::time_point deadline{};
+    int busy = 0;  // Busy refusals so far
     for (int attempt = 0;; ++attempt) {
       if constexpr (std::is_same_v<Store, TreeStore>) {
         if (Status st = Ordered(); !st.ok()) return st;
@@ -931,7 +932,11 @@ struct Cluster::Impl {
         // Lost to a stalled loop: nothing was sent, so for writes too.
         if (LostToStall(st) && InTime(&deadline)) continue;
         if (Retryable(st) && InTime(&deadline)) {
-          Backoff(attempt + 1);
+          if (IsBusy(st)) {
+            Pause(BusyPause(++busy), deadline);
+          } else {
+            Backoff(attempt + 1, deadline);
+          }
           if (IsMoved(st)) {
             (void)Refresh();
           } else if (IsBusy(st) && config.replicas > 0 &&
@@ -958,7 +963,7 @@ struct Cluster::Impl {
             if (config.members[OwnerFor<Store>(key)].address != addr) continue;
           }
           if (failing_over) {
-            Backoff(attempt + 1);
+            Backoff(attempt + 1, deadline);
             continue;
           }
         }
@@ -975,7 +980,7 @@ struct Cluster::Impl {
       if (kRead && LostToStall(st) && InTime(&deadline)) continue;
       if (kRead && LostToFailover(st) && InTime(&deadline)) {
         // Its server died or went silent: ask where the shard went.
-        Backoff(attempt + 1);
+        Backoff(attempt + 1, deadline);
         (void)Refresh();
         continue;
       }
@@ -989,14 +994,14 @@ struct Cluster::Impl {
         return r;
       }
       if (IsBusy(st)) {
-        Backoff(attempt + 1);
+        Pause(BusyPause(++busy), deadline);
         if (config.replicas > 0 && attempt + 1 >= kRefreshAfterBusy) {
           (void)Refresh({}, /*until_newer=*/true);
         }
         continue;
       }
       ++stats.moved;
-      Backoff(attempt);
+      Backoff(attempt, deadline);
       if (!Refresh().ok()) return r;
     }
   }
@@ -1007,11 +1012,32 @@ struct Cluster::Impl {
     return std::chrono::microseconds(
         std::min(100 << std::min(attempt, 6), 5000));
   }
-  void Backoff(int attempt) {
-    if (attempt == 0) return;
-    const auto until = Clock::now() + BackoffPause(attempt);
-    while (Clock::now() < until) {
-      if (PollLoops() == 0) std::this_thread::yield();
+  // After the `busy`-th Busy of an operation: from 200 us, doubling to
+  // 50 ms (a cluster forming, or whose members hold no lease, answers Busy
+  // for seconds; a frozen shard's hand-over, for milliseconds).
+  static std::chrono::microseconds BusyPause(int busy) {
+    return std::min<std::chrono::microseconds>(
+        std::chrono::microseconds(int64_t{100} << std::min(busy, 10)),
+        std::chrono::milliseconds(50));
+  }
+  void Backoff(int attempt, Clock::time_point deadline = {}) {
+    if (attempt > 0) Pause(BackoffPause(attempt), deadline);
+  }
+  // Polls the loops for `pause`, or until `deadline` if that comes first.
+  void Pause(std::chrono::microseconds pause, Clock::time_point deadline) {
+    auto until = Clock::now() + pause;
+    if (deadline != Clock::time_point{}) until = std::min(until, deadline);
+    for (auto now = Clock::now(); now < until; now = Clock::now()) {
+      if (PollLoops() > 0) continue;
+      // Asleep, not spinning: a spin here took a core for as long as the
+      // servers answered Busy.
+      const auto left = until - now;
+      if (left < std::chrono::milliseconds(1)) {
+        std::this_thread::sleep_for(left);
+      } else {
+        loop->core()->worker()->Sleep(
+            std::chrono::duration_cast<std::chrono::milliseconds>(left));
+      }
     }
   }
 
@@ -1484,6 +1510,7 @@ struct Cluster::Impl {
     for (size_t i = 0; i < n; ++i) todo[i] = i;
     std::vector<uint8_t> unsent(n, 0);
     Clock::time_point deadline{};
+    int busy = 0;  // rounds of nothing but Busy refusals so far
     for (int attempt = 0; !todo.empty(); ++attempt) {
       size_t pending = 0;
       for (size_t i : todo) unsent[i] = 0;
@@ -1505,7 +1532,13 @@ struct Cluster::Impl {
       }
       if (todo.empty() || !InTime(&deadline)) break;
       stats.moved += moved;
-      Backoff(attempt + 1);
+      size_t refused_busy = 0;
+      for (size_t i : todo) refused_busy += IsBusy(StatusOf(out[i])) ? 1 : 0;
+      if (refused_busy == todo.size()) {
+        Pause(BusyPause(++busy), deadline);
+      } else {
+        Backoff(attempt + 1, deadline);
+      }
       if (moved > 0) {
         if (!Refresh().ok()) break;
       } else if (failovers > 0 ||
@@ -1739,7 +1772,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
   impl->loop = std::move(*loop);
   const auto until = Clock::now() + options.wait_for_config;
   Status st;
-  while (true) {
+  for (int busy = 1;; ++busy) {
     for (size_t i = 0; i < options.seeds.size(); ++i) {
       st = impl->FetchFrom(options.seeds[i], i + 1 == options.seeds.size());
       if (st.ok() || st.code() == StatusCode::kUnsupported) break;
@@ -1748,7 +1781,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
     if (st.ok() || !IsBusy(st) || Clock::now() >= until) {
       break;
     }
-    impl->Backoff(6);
+    impl->Pause(Impl::BusyPause(busy), until);
   }
   if (!st.ok()) return st;
   return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
