@@ -22,7 +22,7 @@
 // or was drained): a moving shard's operations are refused for a moment
 // (Busy) while it is handed over, and then Moved; both are retried here
 // within the deadline (Busy after a pause that grows with each refusal,
-// from 200 us to 50 ms, asleep: a client waiting on a cluster that answers
+// from 200 us to 5 ms, asleep: a client waiting on a cluster that answers
 // Busy for long, one forming or whose members hold no lease, uses little
 // CPU), so a caller sees neither.
 //

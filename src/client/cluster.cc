@@ -1013,12 +1013,14 @@ struct Cluster::Impl {
         std::min(100 << std::min(attempt, 6), 5000));
   }
   // After the `busy`-th Busy of an operation: from 200 us, doubling to
-  // 50 ms (a cluster forming, or whose members hold no lease, answers Busy
-  // for seconds; a frozen shard's hand-over, for milliseconds).
+  // 5 ms (a cluster forming, or whose members hold no lease, answers Busy
+  // for seconds; a frozen shard's hand-over, for milliseconds). Asleep, a
+  // pause costs no CPU whatever its length; a longer one only delays the
+  // first answer after the Busy ends.
   static std::chrono::microseconds BusyPause(int busy) {
     return std::min<std::chrono::microseconds>(
         std::chrono::microseconds(int64_t{100} << std::min(busy, 10)),
-        std::chrono::milliseconds(50));
+        std::chrono::milliseconds(5));
   }
   void Backoff(int attempt, Clock::time_point deadline = {}) {
     if (attempt > 0) Pause(BackoffPause(attempt), deadline);
