@@ -496,6 +496,34 @@ TEST(Resp, MalformedRequestsAreAnsweredAndTheServerServesOn) {
   EXPECT_EQ(c.Call({"GET", "after"}), "$ok");
 }
 
+// A pipeline whose replies (80 MB) outgrow the front door's 64 MiB of
+// unsent replies per connection, read while it is sent: every reply comes,
+// in order. (Whether the front door stops and resumes taking requests
+// depends on how far the client's reads lag; this does not force a stop.)
+TEST(Resp, APipelineOfLargeRepliesIsAnsweredInFull) {
+  auto p = StartWithResp();
+  RespClient c(p.resp);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c.Call({"SET", "big", std::string(10000, 'b')}), "+OK");
+  constexpr int kGets = 8000;  // 80 MB of replies
+  std::string all;
+  for (int i = 0; i < kGets; ++i) all += RespClient::Encode({"GET", "big"});
+  all += RespClient::Encode({"PING"});
+  std::thread sender([&] { c.SendRaw(all); });
+  int got = 0;
+  for (int i = 0; i < kGets; ++i) {
+    const std::string r = c.Read();
+    if (r.size() != 10001) {
+      ADD_FAILURE() << "reply " << i << ": " << r.substr(0, 40);
+      break;
+    }
+    ++got;
+  }
+  sender.join();
+  EXPECT_EQ(got, kGets);
+  EXPECT_EQ(c.Read(), "+PONG");
+}
+
 // A client that sends a pipeline and vanishes without reading its replies
 // (a reset, not a close) costs the others nothing.
 TEST(Resp, AClientThatDiesMidPipelineCostsOthersNothing) {

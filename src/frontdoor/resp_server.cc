@@ -80,6 +80,9 @@ class Backend {
   virtual size_t Poll() = 0;
   // Blocks until the session's worker has an event (a reply) or `timeout`.
   virtual void Sleep(std::chrono::milliseconds timeout) = 0;
+  // The session lost its server (it restarted, or the session broke): a
+  // new one is needed. (A cluster reconnects by itself.)
+  virtual bool broken() const { return false; }
   virtual size_t in_flight() const = 0;
   virtual size_t max_bulk() const = 0;
   // Pipelined commands of one connection keep their order (one server's
@@ -144,6 +147,7 @@ class SessionBackend final : public Backend {
   void Sleep(std::chrono::milliseconds timeout) override {
     session_->core()->worker()->Sleep(timeout);
   }
+  bool broken() const override { return !session_->connected(); }
   size_t in_flight() const override {
     return rpc_->in_flight() + any_->in_flight();
   }
@@ -389,6 +393,13 @@ void RespServer::Impl::Run() {
   std::vector<epoll_event> events(128);
   Clock::time_point last_work = Clock::now();
   for (;;) {
+    if (backend != nullptr && backend->in_flight() == 0 && backend->broken()) {
+      log::Warn(
+          "Redis front door: the session to the store broke; "
+          "connecting again");
+      backend.reset();
+      connect_status = Status::Unavailable("the session to the store broke");
+    }
     if (backend == nullptr) TryConnect();
     const bool waiting = backend != nullptr && backend->in_flight() > 0;
     int timeout_ms = backend == nullptr ? 50 : 100;
@@ -566,6 +577,8 @@ void RespServer::Impl::Write(const ConnPtr& c) {
     const ssize_t w = ::send(c->fd, c->out.data() + c->out_off,
                              c->out.size() - c->out_off, MSG_NOSIGNAL);
     if (w > 0) {
+      // Requests held back while replies piled up can go on now.
+      if (c->in_off < c->in.size()) dirty.push_back(c);
       c->out_off += size_t(w);
       continue;
     }
