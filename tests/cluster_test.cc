@@ -962,6 +962,49 @@ TEST_F(ClusterTest, AWriteRefusedBusyUntilItsDeadlineSleepsBetweenItsTries) {
       << "the client spun: " << cpu << " s of CPU in " << wall << " s";
 }
 
+// A member of a replicated cluster whose lease lapses (ZooKeeper down past
+// the manager's session) says once that it stops serving, and why, and
+// once that it serves again. Before, its last line was "lost ZooKeeper
+// ...; serving configuration epoch N meanwhile" while it refused
+// everything Busy. Its own spawn: the log is on standard error.
+TEST_F(ClusterTest, AMemberWhoseLeaseLapsesSaysItStopsServing) {
+  ASSERT_NO_FATAL_FAILURE(OwnZooKeeper());  // it stops ZooKeeper
+  std::vector<std::unique_ptr<Subprocess>> members;
+  std::vector<std::string> seeds;
+  for (int i = 0; i < 3; ++i) {
+    auto options = testing::TestServerOptions(ReplicatedFlags(3), "16M");
+    options.log_level = "info";
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(options);
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto ready = (*p)->WaitForLine("listening on", kBound);
+    ASSERT_TRUE(ready.ok()) << ready.status().ToString() << "\n"
+                            << (*p)->output();
+    auto address = testing::AddressFromReadyLine(*ready);
+    ASSERT_TRUE(address.ok()) << address.status().ToString();
+    seeds.push_back(*address);
+    members.push_back(std::move(*p));
+  }
+  auto cluster = Connect(seeds);
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->Put("k", "before").ok());
+
+  ASSERT_TRUE(zk_->Stop().ok());
+  for (auto& p : members) {
+    auto line =
+        p->WaitForLine("its lease lapsed, this server stops serving", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n" << p->output();
+    EXPECT_NE(line->find("ZooKeeper"), std::string::npos) << *line;
+  }
+  ASSERT_TRUE(zk_->Restart().ok());
+  for (auto& p : members) {
+    auto line = p->WaitForLine("holds a lease again and serves", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n" << p->output();
+  }
+}
+
 // The race workload (testing/race.h) through remem::Cluster: each client
 // its own Cluster, routed and retried as a user's would be.
 class ClusterKv : public testing::KvStore {

@@ -39,11 +39,12 @@ void MemberLease::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void MemberLease::Failed() {
+void MemberLease::Failed(std::string why) {
   if (failures_.fetch_add(1, std::memory_order_relaxed) % 16 == 0) {
-    log::Debug("cluster: lease from {}: not granted ({} failures)", manager_(),
-               failures_.load(std::memory_order_relaxed));
+    log::Debug("cluster: lease from {}: not granted ({} failures): {}",
+               manager_(), failures_.load(std::memory_order_relaxed), why);
   }
+  last_failure_ = std::move(why);
   // Asked again sooner than the renewal period.
   next_ns_ = std::min(next_ns_, LeaseClockNs() + every_ns_ / 4);
 }
@@ -51,7 +52,9 @@ void MemberLease::Failed() {
 void MemberLease::Ask() {
   const std::string manager = manager_();
   if (manager.empty()) {
-    Failed();
+    Failed(
+        "no configuration manager known (none elected, or ZooKeeper "
+        "unreachable)");
     return;
   }
   if (!session_ || manager != session_address_ ||
@@ -63,7 +66,8 @@ void MemberLease::Ask() {
     o.timeout = options_.lease / 2;
     auto s = Session::Connect(o, loop_->get());
     if (!s.ok()) {
-      Failed();
+      Failed("the manager at " + manager +
+             " did not answer: " + s.status().ToString());
       return;
     }
     session_ = std::move(*s);
@@ -90,12 +94,13 @@ void MemberLease::Ask() {
 
 void MemberLease::Granted(uint64_t asked_ns, Result<std::string> reply) {
   if (!reply.ok()) {
-    Failed();
+    Failed("the manager at " + session_address_ +
+           " granted none: " + reply.status().ToString());
     return;
   }
   auto grant = DecodeLeaseGrant(*reply);
   if (!grant.ok()) {
-    Failed();
+    Failed(grant.status().ToString());
     return;
   }
   if (!grant->config.empty()) {
@@ -111,7 +116,8 @@ void MemberLease::Granted(uint64_t asked_ns, Result<std::string> reply) {
   // Held only on the manager's configuration (or a newer one).
   const Ownership::Installed* have = ownership_->latest();
   if (have == nullptr || have->config.epoch < grant->epoch) {
-    Failed();
+    Failed("granted on epoch " + std::to_string(grant->epoch) +
+           ", newer than this server's configuration");
     return;
   }
   const uint64_t lease_ns =
@@ -136,11 +142,31 @@ void MemberLease::Run() {
       next_ns_ = now + every_ns_;
       Ask();
     }
+    NoteServing();
     if (loop_->Poll() > 0) continue;
     now = LeaseClockNs();
     const uint64_t left = next_ns_ > now ? next_ns_ - now : 0;
     loop_->worker()->Sleep(std::chrono::milliseconds(
         std::max<uint64_t>(1, std::min<uint64_t>(left / 1000000, 50))));
+  }
+}
+
+void MemberLease::NoteServing() {
+  if (!ownership_->replicated()) return;
+  const Status leased = ownership_->Leased();
+  if (leased.ok()) {
+    if (serving_ == Serving::kLapsed) {
+      log::Info("cluster: this server holds a lease again and serves");
+    }
+    serving_ = Serving::kServing;
+  } else if (serving_ == Serving::kServing) {
+    // Once: clients are told on each refusal (Busy).
+    log::Warn(
+        "cluster: its lease lapsed, this server stops serving: {} (its "
+        "last ask for a lease: {})",
+        leased.message(),
+        last_failure_.empty() ? "not answered yet" : last_failure_);
+    serving_ = Serving::kLapsed;
   }
 }
 

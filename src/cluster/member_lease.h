@@ -73,8 +73,12 @@ class MemberLease {
         manager_(std::move(manager)) {}
   void Run();
   void Ask();
-  void Failed();
+  // `why`: what the last ask met, for the log when the lease lapses.
+  void Failed(std::string why);
   void Granted(uint64_t asked_ns, Result<std::string> reply);
+  // Logs once when this member stops serving for want of a lease, and
+  // once when it serves again.
+  void NoteServing();
 
   const MemberLeaseOptions options_;
   Ownership* const ownership_;
@@ -84,7 +88,11 @@ class MemberLease {
   std::string session_address_;
   bool asking_ = false;  // a request is in flight (thread's)
   const uint64_t every_ns_ = uint64_t(options_.lease.count()) * 250000ull;
-  uint64_t next_ns_ = 0;  // the next ask (thread's)
+  uint64_t next_ns_ = 0;      // the next ask (thread's)
+  std::string last_failure_;  // what the last failed ask met (thread's)
+  // Whether this member serves under its lease (thread's): not yet (no
+  // lease since it started), serving, or lapsed (logged, NoteServing).
+  enum class Serving { kNotYet, kServing, kLapsed } serving_ = Serving::kNotYet;
   std::mutex mu_;
   bool stop_ = false;  // under mu_
   std::atomic<uint64_t> renewals_{0}, failures_{0};
