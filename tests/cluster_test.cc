@@ -540,6 +540,45 @@ TEST_F(ClusterTest, ASessionTimeoutZooKeeperDoesNotGrantIsNamedInTheLog) {
   EXPECT_EQ(*code, 0) << (*p)->output();
 }
 
+// A cluster forms with the --replicas of the manager that forms it: a
+// member started meanwhile with other --replicas is told, as one joining a
+// formed cluster is (Start). Before, the cluster formed with no backups
+// while two of its three servers asked for one, and nothing said so.
+TEST_F(ClusterTest, AMemberWhoseReplicasTheFormedClusterDoesNotHaveIsTold) {
+  // Its own spawns: the log is on standard error.
+  auto spawn = [&](const std::vector<std::string>& flags) {
+    auto options = testing::TestServerOptions(MemberFlags(3, flags), "16M");
+    options.log_level = "info";
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(options);
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? std::move(*p) : nullptr;
+  };
+  // The manager, without --replicas, first.
+  auto manager = spawn({});
+  ASSERT_NE(manager, nullptr);
+  auto lead = manager->WaitForLine(
+      "this server is now the configuration manager", kBound);
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString() << "\n"
+                         << manager->output();
+  std::vector<std::unique_ptr<Subprocess>> members;
+  for (int i = 0; i < 2; ++i) {
+    members.push_back(spawn({"--replicas", "1"}));
+    ASSERT_NE(members.back(), nullptr);
+  }
+  // The warning comes before the configuration is installed.
+  for (auto& p : members) {
+    auto line = p->WaitForLine("configuration epoch 1 installed", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n" << p->output();
+    EXPECT_NE(p->output().find("was formed with --replicas 0: this server's "
+                               "--replicas 1 changes nothing"),
+              std::string::npos)
+        << p->output();
+  }
+}
+
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
   ASSERT_NO_FATAL_FAILURE(StartServers(2));
   auto cluster = Connect({servers_[0].address});

@@ -220,13 +220,7 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     if (Status st = SameSplits(*c, m->options_.tree_splits); !st.ok()) {
       return Status::Conflict("cluster " + base + " " + st.message());
     }
-    // --replicas is a new cluster's: the formed one keeps its own.
-    if (m->options_.replicas != 0 && m->options_.replicas != c->replicas) {
-      log::Warn(
-          "cluster {} was formed with --replicas {}: this server's --replicas "
-          "{} changes nothing (it is read only when a cluster forms)",
-          base, c->replicas, m->options_.replicas);
-    }
+    m->WarnOtherReplicas(*c);
   }
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
   return m;
@@ -639,6 +633,7 @@ void ClusterMember::FollowConfig() {
               st.message());
     splits_warned_ = true;
   }
+  WarnOtherReplicas(*c);  // a cluster formed while this server started
   const uint32_t epoch = c->epoch;
   // A first configuration's moves may be past their handoff (this server
   // restarted during one, perhaps after its release here): only if
@@ -664,6 +659,19 @@ void ClusterMember::FollowConfig() {
         cur->config.members.size(), cur->owned, cur->config.num_shards());
   }
   config_seen_ = true;
+}
+
+void ClusterMember::WarnOtherReplicas(const Config& c) {
+  // --replicas is a new cluster's: the formed one keeps its own.
+  if (replicas_warned_ || options_.replicas == 0 ||
+      options_.replicas == c.replicas) {
+    return;
+  }
+  log::Warn(
+      "cluster {} was formed with --replicas {}: this server's --replicas "
+      "{} changes nothing (it is read only when a cluster forms)",
+      options_.target.path, c.replicas, options_.replicas);
+  replicas_warned_ = true;
 }
 
 void ClusterMember::FollowManager(std::string first) {

@@ -290,6 +290,10 @@ class ClusterMember {
                           int64_t owner);
   void FollowConfig();
   void ManagerDuty();
+  // Warns once that `c`, the cluster's configuration, has other `replicas`
+  // than --replicas (if given): a cluster keeps those it formed with,
+  // whoever formed it (this server's thread's, or Start's).
+  void WarnOtherReplicas(const Config& c);
   // Reads the manager's address from the first election node (`first`, or
   // the first there is), for manager_address().
   void FollowManager(std::string first = "");
@@ -373,6 +377,9 @@ class ClusterMember {
   // The configuration's ordered ranges differ from --tree-splits (logged
   // once).
   bool splits_warned_ = false;
+  // The cluster's `replicas` differ from --replicas (logged once, by
+  // WarnOtherReplicas).
+  bool replicas_warned_ = false;
   bool was_connected_ = true;  // the member's thread's
   // Register's wait for a predecessor's registration, logged once; and
   // when ReplacePredecessor first found this incarnation answering at its
