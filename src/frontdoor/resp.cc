@@ -1,5 +1,6 @@
 #include "frontdoor/resp.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 

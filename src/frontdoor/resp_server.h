@@ -32,8 +32,6 @@
 #ifndef REMEM_FRONTDOOR_RESP_SERVER_H_
 #define REMEM_FRONTDOOR_RESP_SERVER_H_
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
