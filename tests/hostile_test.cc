@@ -641,6 +641,15 @@ TEST_F(Hostile, HostileWorkerAddressesAreRefused) {
     EXPECT_EQ(own.code(), StatusCode::kPermissionDenied) << own.ToString();
     Status other = expect_refused(with_pid(getppid()), "another process");
     EXPECT_EQ(other.code(), StatusCode::kPermissionDenied) << other.ToString();
+    // A process that is gone (a client that gave up waiting before the
+    // server read its handshake): refused as such, not as an intruder.
+    int dead = 4000000;
+    while (dead > 2 && !(::kill(dead, 0) != 0 && errno == ESRCH)) --dead;
+    Status gone = expect_refused(with_pid(dead), "a process that exited");
+    EXPECT_EQ(gone.code(), StatusCode::kUnavailable) << gone.ToString();
+    EXPECT_NE(gone.message().find("exited before its handshake was read"),
+              std::string::npos)
+        << gone.ToString();
   }
   if (TestTransport() == Transport::kShm) {
     EXPECT_NE(parsed->ifaces.size(), 0u);

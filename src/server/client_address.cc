@@ -7,6 +7,7 @@
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -364,6 +365,14 @@ Status ClientAddressCheck::Check(std::string_view address, int sock) const {
     }
     if (ref->pid != checked_pid) {
       if (!ProcessHoldsPeerSocket(ref->pid, sock)) {
+        // A client that gave up waiting (its timeout, after the server was
+        // paused) is gone by the time its handshake is read: not an
+        // intruder, and not worth a warning that reads like one.
+        if (::kill(ref->pid, 0) != 0 && errno == ESRCH) {
+          return Status::Unavailable(
+              "the client (process " + std::to_string(ref->pid) +
+              ") exited before its handshake was read: it gave up waiting");
+        }
         return Status::PermissionDenied(
             "the UCX worker address names shared memory of process " +
             std::to_string(ref->pid) +
