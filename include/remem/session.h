@@ -221,7 +221,10 @@ class Session {
   size_t Poll();
   // Polls until every operation issued on this session (and its stores)
   // has completed. Returns the first error seen among them since the last
-  // WaitAll, or OK. A callback may Poll, issue operations, make
+  // WaitAll, or OK: "first" in the order they completed, which differs by
+  // transport, and a single get's NotFound counts (a multi-get reports
+  // only its other errors); a caller that expects misses looks at each
+  // callback's status instead. A callback may Poll, issue operations, make
   // synchronous calls, or WaitAll: inside a callback, WaitAll returns once
   // every operation has completed but those answered together with the
   // running one (in the same message, or the rest of a batch's), whose
