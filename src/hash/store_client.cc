@@ -56,6 +56,18 @@ struct HashStore::Impl {
     });
   }
 
+  // Over a served transport (tcp) a queued RPC read rides in the message
+  // the next flush sends anyway, while a served one-sided read costs
+  // messages of its own, and the latencies the selector would compare are
+  // then mostly queueing, which both paths share. So with other requests
+  // in flight on the session's loop (this store's, or, in a cluster
+  // client, any server's) or queued, a get or multi-get whose selector
+  // `by` is auto goes by RPC, untimed, in issue order with the writes
+  // queued ahead of it; lone ones are the selector's.
+  bool RidesBatch(const client::PathSelector& by) const {
+    return core->served() && by.mode() == ReadPath::kAuto &&
+           (core->loop_in_flight() > 1 || !queued.empty());
+  }
   // The path of the next single get and whether to time it
   // (client::PathTiming's rule).
   client::Path ChoosePath(bool* timed, Clock::time_point* start) {
@@ -638,9 +650,7 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   // the session's loop (this store's, or, in a cluster client, any
   // server's) or queued, auto sends the get by RPC, untimed; lone gets are
   // the selector's.
-  const bool rides_batch = !forced && tracked && core->served() &&
-                           selector->mode() == ReadPath::kAuto &&
-                           (core->loop_in_flight() > 1 || !queued.empty());
+  const bool rides_batch = !forced && tracked && RidesBatch(*selector);
   const client::Path path = forced        ? *forced
                             : rides_batch ? client::Path::kRpc
                                           : ChoosePath(&timed, &start);
@@ -1234,13 +1244,7 @@ void HashStore::MultiGetAsync(const std::vector<std::string_view>& keys,
   st->statuses = statuses;
   st->done = std::move(done);
   s.Began();
-  // As a single get's (GetAsync): over a served transport, with other
-  // requests in flight or queued, auto sends the batch by RPC, untimed: it
-  // rides the message the next flush sends, in issue order with the writes
-  // queued ahead of it.
-  const bool rides_batch =
-      s.core->served() && s.batch_selector->mode() == ReadPath::kAuto &&
-      !keys.empty() && (s.core->loop_in_flight() > 1 || !s.queued.empty());
+  const bool rides_batch = !keys.empty() && s.RidesBatch(*s.batch_selector);
   st->timed = !rides_batch && s.batch_selector->mode() == ReadPath::kAuto &&
               !keys.empty();
   st->start = st->timed ? Clock::now() : s.timing.last_now();
