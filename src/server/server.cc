@@ -318,8 +318,9 @@ Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
         std::to_string(config.memory) +
         " bytes): " + std::to_string(allocated) + " bytes given already and " +
         std::to_string(bytes) +
-        " more asked; --hash-memory (default half of --memory) and "
-        "--tree-memory (default an eighth) must fit in it together");
+        " more asked; --hash-memory (default half of --memory), "
+        "--tree-memory (default an eighth) and --space-memory (default a "
+        "sixteenth) must fit in it together");
   }
   if (next_region_id > 0xffff) {
     return Status::InvalidArgument(
