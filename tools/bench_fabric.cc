@@ -10,6 +10,7 @@
 
 #include "bench_common.h"
 #include "remem/session.h"
+#include "remem/space.h"
 #include "util/size.h"
 
 namespace remem::bench {
@@ -228,6 +229,64 @@ int RunFabric(const FabricOptions& o) {
         },
         &err);
   });
+  // The same operations on a namespace's segment (remem/space.h), through
+  // its Mapping: the data path of namespaces is these one-sided operations
+  // plus the mapping's extent lookup.
+  if (err.ok()) {
+    (void)Namespace::Delete(&c, "remem-bench");
+    auto ns = Namespace::Create(&c, "remem-bench");
+    std::unique_ptr<Mapping> map;
+    uint64_t ns_span = span;
+    if (ns.ok()) {
+      Result<Segment> seg = Status::OutOfMemory("");
+      while (ns_span >= 2 * size && !(seg = (*ns)->Alloc(ns_span)).ok() &&
+             seg.status().code() == StatusCode::kOutOfMemory) {
+        ns_span /= 2;
+      }
+      if (seg.ok()) {
+        auto m = (*ns)->Map(*seg);
+        if (m.ok()) map = std::move(*m);
+      }
+    }
+    if (map == nullptr) {
+      std::fprintf(stderr, "remem-bench: no namespace rows (%s)\n",
+                   ns.ok() ? "no segment could be allocated"
+                           : ns.status().ToString().c_str());
+    } else {
+      const uint64_t ns_slots = std::max<uint64_t>(ns_span / size, 1);
+      auto ns_off = [&] {
+        return (offsets[next++ & (offsets.size() - 1)] / size % ns_slots) *
+               size;
+      };
+      const uint64_t ns_counter = (ns_slots * size - 8) & ~uint64_t{7};
+      with_cpu([&] {
+        return RunSync(
+            "ns_get", size, o.seconds,
+            [&] { return map->Read(ns_off(), bufs[0].data(), size); }, &err);
+      });
+      with_cpu([&] {
+        return RunAsync(
+            c, "ns_get", size, o.depth, o.seconds,
+            [&](int slot, std::function<void(Status)> done) {
+              map->ReadAsync(ns_off(), bufs[slot].data(), size,
+                             std::move(done));
+            },
+            &err);
+      });
+      with_cpu([&] {
+        return RunSync(
+            "ns_put", size, o.seconds,
+            [&] { return map->Write(ns_off(), bufs[0].data(), size); }, &err);
+      });
+      with_cpu([&] {
+        return RunSync(
+            "ns_fetch_add", 8, o.seconds,
+            [&] { return map->FetchAdd(ns_counter, 1).status(); }, &err);
+      });
+      map.reset();
+      (void)Namespace::Delete(&c, "remem-bench");
+    }
+  }
   if (!err.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n", err.ToString().c_str());
     return 1;
