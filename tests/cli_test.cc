@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -231,6 +232,160 @@ TEST(Cli, PutGetMgetDelAndTheirExitCodes) {
   // Absent keys and a refused --if-absent are answers, not errors (nor is
   // the probe every command makes of the cluster configuration).
   EXPECT_TRUE(Contains(stats.out, "\"rpc_errors\":0,")) << stats.out;
+}
+
+// The number after `"field":` in a line of JSON (or ~0 if absent).
+uint64_t JsonField(const std::string& json, const std::string& field) {
+  const size_t at = json.find("\"" + field + "\":");
+  if (at == std::string::npos) return ~uint64_t{0};
+  return std::strtoull(json.c_str() + at + field.size() + 3, nullptr, 10);
+}
+
+std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// `remem ns`: a namespace's life over the test transport, binary data
+// through standard input and output byte for byte, and the exit codes.
+TEST(Cli, NamespaceCommandsCreateAllocWriteReadAndDelete) {
+  auto server = StartServer({"--space-memory", "4M", "--space-chunk", "4K"});
+  ASSERT_NE(server.process, nullptr);
+  const std::string transport(TransportName(testing::TestTransport()));
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {CliBinary(), "--server", server.address,
+                               "--transport", transport});
+    return RunCommand(args);
+  };
+  const std::string sh_cli =
+      CliBinary() + " --server " + server.address + " --transport " + transport;
+
+  auto create = cli({"ns", "create", "graph"});
+  ASSERT_EQ(create.exit_code, 0) << create.out;
+  EXPECT_TRUE(Contains(create.out, "OK id ")) << create.out;
+  auto again = cli({"ns", "create", "graph"});
+  EXPECT_EQ(again.exit_code, 5) << again.out;
+  EXPECT_TRUE(Contains(again.out, "AlreadyExists")) << again.out;
+  ASSERT_EQ(cli({"ns", "reserve", "graph", "64K"}).exit_code, 0);
+
+  auto alloc = cli({"--json", "ns", "alloc", "graph", "10000"});
+  ASSERT_EQ(alloc.exit_code, 0) << alloc.out;
+  const uint64_t address = JsonField(alloc.out, "address");
+  const uint64_t length = JsonField(alloc.out, "length");
+  ASSERT_NE(address, ~uint64_t{0}) << alloc.out;
+  EXPECT_EQ(length, 10000u) << alloc.out;
+  const std::string addr = std::to_string(address);
+  // Without --json: the address alone, one line.
+  auto alloc2 = cli({"ns", "alloc", "graph", "4K"});
+  ASSERT_EQ(alloc2.exit_code, 0) << alloc2.out;
+  ASSERT_FALSE(alloc2.out.empty());
+  EXPECT_EQ(alloc2.out.back(), '\n');
+  const std::string addr2 = alloc2.out.substr(0, alloc2.out.size() - 1);
+  EXPECT_NE(addr2, addr);
+
+  // Binary data, a NUL and a newline in it, at an offset.
+  const std::string data("head\0mid\nt\xff\x01ail", 15);
+  const std::string in = ::testing::TempDir() + "remem-ns-in";
+  const std::string out = ::testing::TempDir() + "remem-ns-out";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << data;
+  }
+  auto write = Sh(sh_cli + " ns write graph " + addr + " --offset 100 < " + in +
+                  " 2>&1");
+  ASSERT_EQ(write.exit_code, 0) << write.out;
+  auto read = Sh(sh_cli + " ns read graph " + std::to_string(address + 100) +
+                 " " + std::to_string(data.size()) + " > " + out);
+  ASSERT_EQ(read.exit_code, 0) << read.out;
+  EXPECT_EQ(ReadFileBytes(out), data);
+  // The bytes around it are still zeros.
+  auto around = Sh(sh_cli + " ns read graph " + addr + " 200 > " + out);
+  ASSERT_EQ(around.exit_code, 0) << around.out;
+  EXPECT_EQ(ReadFileBytes(out),
+            std::string(100, '\0') + data + std::string(85, '\0'));
+  // --json: binary-safe (base64, for bytes that are not UTF-8).
+  auto json_read = cli(
+      {"--json", "ns", "read", "graph", std::to_string(address + 100), "4"});
+  EXPECT_EQ(json_read.exit_code, 0) << json_read.out;
+  EXPECT_TRUE(Contains(json_read.out, "\"data\":\"head\"")) << json_read.out;
+
+  auto list = cli({"--json", "ns", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  EXPECT_TRUE(Contains(list.out, "[{\"name\":\"graph\",\"id\":")) << list.out;
+  EXPECT_EQ(JsonField(list.out, "segments"), 2u) << list.out;
+  auto table = cli({"ns", "list"});
+  EXPECT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_TRUE(Contains(table.out, "graph")) << table.out;
+  auto info = cli({"--json", "ns", "info", "graph"});
+  ASSERT_EQ(info.exit_code, 0) << info.out;
+  EXPECT_EQ(JsonField(info.out, "chunk"), 4096u) << info.out;
+  EXPECT_EQ(JsonField(info.out, "segments"), 2u) << info.out;
+  // 10000 bytes take 3 chunks, 4K one; the rest of the 64K reserved.
+  EXPECT_EQ(JsonField(info.out, "allocated"), 4u * 4096) << info.out;
+  EXPECT_EQ(JsonField(info.out, "reserved"), 12u * 4096) << info.out;
+  auto segments = cli({"ns", "segments", "graph"});
+  ASSERT_EQ(segments.exit_code, 0) << segments.out;
+  EXPECT_TRUE(Contains(segments.out, addr + " 10000\n")) << segments.out;
+  EXPECT_TRUE(Contains(segments.out, addr2 + " 4096\n")) << segments.out;
+
+  // Errors: a missing namespace (4), a read past the segment, a bad SIZE,
+  // a missing argument (2), input longer than the segment (2), a freed
+  // segment (4).
+  auto missing = cli({"ns", "info", "nope"});
+  EXPECT_EQ(missing.exit_code, 4) << missing.out;
+  EXPECT_TRUE(Contains(missing.out, "no namespace 'nope'")) << missing.out;
+  EXPECT_EQ(cli({"ns", "read", "nope", addr, "1"}).exit_code, 4);
+  auto past = cli({"ns", "read", "graph", addr, std::to_string(length + 1)});
+  EXPECT_EQ(past.exit_code, 2) << past.out;
+  EXPECT_TRUE(Contains(past.out, "InvalidArgument")) << past.out;
+  auto bad_size = cli({"ns", "alloc", "graph", "12Q"});
+  EXPECT_EQ(bad_size.exit_code, 2) << bad_size.out;
+  EXPECT_TRUE(Contains(bad_size.out, "bad size '12Q'")) << bad_size.out;
+  auto bad_address = cli({"ns", "free", "graph", "0x10"});
+  EXPECT_EQ(bad_address.exit_code, 2) << bad_address.out;
+  auto no_arg = cli({"ns", "read", "graph", addr});
+  EXPECT_EQ(no_arg.exit_code, 2) << no_arg.out;
+  EXPECT_TRUE(Contains(no_arg.out, "length")) << no_arg.out;
+  auto long_input = Sh(sh_cli + " ns write graph " + addr2 +
+                       " --offset 4090 < " + in + " 2>&1");
+  EXPECT_EQ(long_input.exit_code, 2) << long_input.out;
+  EXPECT_TRUE(Contains(long_input.out, "longer than the 6 bytes"))
+      << long_input.out;
+  auto unknown = cli({"ns", "bogus"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.out;
+  EXPECT_TRUE(Contains(unknown.out, "unknown ns command 'bogus'"))
+      << unknown.out;
+  // A cluster has no namespaces of its own: refused before connecting.
+  auto cluster =
+      RunCommand({CliBinary(), "--cluster", "127.0.0.1:1", "ns", "list"});
+  EXPECT_EQ(cluster.exit_code, 2) << cluster.out;
+  EXPECT_TRUE(Contains(cluster.out, "use --server")) << cluster.out;
+
+  auto freed = cli({"ns", "free", "graph", addr});
+  EXPECT_EQ(freed.exit_code, 0) << freed.out;
+  EXPECT_EQ(cli({"ns", "free", "graph", addr}).exit_code, 4);
+  EXPECT_EQ(cli({"ns", "read", "graph", addr, "1"}).exit_code, 4);
+  ASSERT_EQ(cli({"ns", "release", "graph", "all"}).exit_code, 0);
+  // (Not "reserved":0: the freed segment's chunks return to the
+  // reservation only once the server has seen the last mapping go.)
+  auto released = cli({"--json", "ns", "info", "graph"});
+  EXPECT_EQ(JsonField(released.out, "segments"), 1u) << released.out;
+  EXPECT_EQ(cli({"ns", "delete", "graph"}).exit_code, 0);
+  EXPECT_EQ(cli({"ns", "delete", "graph"}).exit_code, 4);
+  auto empty = cli({"--json", "ns", "list"});
+  EXPECT_EQ(empty.exit_code, 0) << empty.out;
+  EXPECT_EQ(empty.out, "[]\n");
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+
+  // A server without namespace memory (8 MiB: a sixteenth is under 1 MiB,
+  // so none by default) says which flag gives it some.
+  auto none = StartServer({}, "8M");
+  ASSERT_NE(none.process, nullptr);
+  auto unsupported = RunCommand({CliBinary(), "--server", none.address,
+                                 "--transport", transport, "ns", "list"});
+  EXPECT_EQ(unsupported.exit_code, 1) << unsupported.out;
+  EXPECT_TRUE(Contains(unsupported.out, "--space-memory")) << unsupported.out;
 }
 
 // Output that cannot be written fails the command (exit 1, a reason on

@@ -2,8 +2,9 @@
 //
 // Exit codes: 0 success; 1 the operation failed (server unreachable,
 // timeout, server error, full store); 2 bad command line (or a key or value
-// the server's limits refuse); 3 authentication refused; 4 key not found;
-// 5 compare-and-put conflict or key already exists.
+// the server's limits refuse); 3 authentication refused; 4 key (or
+// namespace, segment) not found; 5 compare-and-put conflict or key (or
+// namespace) already exists.
 
 #include <sys/stat.h>
 
@@ -29,6 +30,7 @@
 #include "remem/hash.h"
 #include "remem/ops.h"
 #include "remem/session.h"
+#include "remem/space.h"
 #include "remem/tree.h"
 #include "remem/version.h"
 #include "util/log.h"
@@ -639,6 +641,202 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       "'"));
 }
 
+// `remem ns ...`: namespaces of raw remote memory (remem/space.h) on one
+// server. `what` is the subcommand's name.
+struct NsArgs {
+  std::string what;
+  std::string name;
+  uint64_t size = 0;  // reserve, release (UINT64_MAX: all), alloc
+  uint64_t address = 0;
+  uint64_t offset = 0;  // write
+  uint64_t length = 0;  // read
+};
+
+int RunNs(Session* session, const NsArgs& a, bool json) {
+  if (a.what == "list") {
+    auto list = Namespace::List(session);
+    if (!list.ok()) return Fail(list.status());
+    if (json) {
+      std::printf("[");
+      for (size_t i = 0; i < list->size(); ++i) {
+        const NamespaceInfo& n = (*list)[i];
+        std::printf(
+            "%s{\"name\":%s,\"id\":%llu,\"reserved\":%llu,\"allocated\":%llu,"
+            "\"segments\":%u}",
+            i ? "," : "", JsonString(n.name).c_str(),
+            static_cast<unsigned long long>(n.id),
+            static_cast<unsigned long long>(n.reserved_bytes),
+            static_cast<unsigned long long>(n.allocated_bytes), n.segments);
+      }
+      std::printf("]\n");
+      return 0;
+    }
+    std::printf("%-24s %8s %14s %14s %8s\n", "NAME", "ID", "RESERVED",
+                "ALLOCATED", "SEGMENTS");
+    for (const NamespaceInfo& n : *list) {
+      std::printf("%-24s %8llu %14llu %14llu %8u\n", n.name.c_str(),
+                  static_cast<unsigned long long>(n.id),
+                  static_cast<unsigned long long>(n.reserved_bytes),
+                  static_cast<unsigned long long>(n.allocated_bytes),
+                  n.segments);
+    }
+    return 0;
+  }
+  if (a.what == "create") {
+    auto ns = Namespace::Create(session, a.name);
+    if (!ns.ok()) return Fail(ns.status());
+    if (json) {
+      std::printf("{\"name\":%s,\"id\":%llu}\n", JsonString(a.name).c_str(),
+                  static_cast<unsigned long long>((*ns)->id()));
+    } else {
+      std::printf("OK id %llu\n", static_cast<unsigned long long>((*ns)->id()));
+    }
+    return 0;
+  }
+  if (a.what == "delete") {
+    return PrintDone(Namespace::Delete(session, a.name), json);
+  }
+  auto opened = Namespace::Open(session, a.name);
+  if (!opened.ok()) return Fail(opened.status());
+  Namespace& ns = **opened;
+  if (a.what == "info") {
+    auto info = ns.Info();
+    if (!info.ok()) return Fail(info.status());
+    if (json) {
+      std::printf(
+          "{\"name\":%s,\"id\":%llu,\"reserved\":%llu,\"allocated\":%llu,"
+          "\"segments\":%u,\"chunk\":%u}\n",
+          JsonString(ns.name()).c_str(),
+          static_cast<unsigned long long>(ns.id()),
+          static_cast<unsigned long long>(info->reserved_bytes),
+          static_cast<unsigned long long>(info->allocated_bytes),
+          info->segments, info->chunk_bytes);
+      return 0;
+    }
+    std::printf("namespace %s: id %llu\n", ns.name().c_str(),
+                static_cast<unsigned long long>(ns.id()));
+    std::printf("reserved   %llu (%s)\n",
+                static_cast<unsigned long long>(info->reserved_bytes),
+                FormatSize(info->reserved_bytes).c_str());
+    std::printf("allocated  %llu (%s)\n",
+                static_cast<unsigned long long>(info->allocated_bytes),
+                FormatSize(info->allocated_bytes).c_str());
+    std::printf("segments   %u\n", info->segments);
+    std::printf("chunk      %u (%s)\n", info->chunk_bytes,
+                FormatSize(info->chunk_bytes).c_str());
+    return 0;
+  }
+  if (a.what == "reserve") return PrintDone(ns.Reserve(a.size), json);
+  if (a.what == "release") return PrintDone(ns.Release(a.size), json);
+  if (a.what == "alloc") {
+    auto seg = ns.Alloc(a.size);
+    if (!seg.ok()) return Fail(seg.status());
+    if (json) {
+      std::printf("{\"address\":%llu,\"length\":%llu}\n",
+                  static_cast<unsigned long long>(seg->address),
+                  static_cast<unsigned long long>(seg->length));
+    } else {
+      std::printf("%llu\n", static_cast<unsigned long long>(seg->address));
+    }
+    return 0;
+  }
+  if (a.what == "free") return PrintDone(ns.Free(a.address), json);
+  if (a.what == "segments") {
+    auto segs = ns.Segments();
+    if (!segs.ok()) return Fail(segs.status());
+    if (json) std::printf("[");
+    for (size_t i = 0; i < segs->size(); ++i) {
+      const Segment& s = (*segs)[i];
+      std::printf(
+          json ? "%s{\"address\":%llu,\"length\":%llu}" : "%s%llu %llu\n",
+          json && i ? "," : "", static_cast<unsigned long long>(s.address),
+          static_cast<unsigned long long>(s.length));
+    }
+    if (json) std::printf("]\n");
+    return 0;
+  }
+  if (a.what == "write") {
+    if (a.offset > UINT64_MAX - a.address) {
+      return Fail(Status::InvalidArgument("ADDRESS + --offset is past 2^64"));
+    }
+    const uint64_t at = a.address + a.offset;
+    // The bytes from `at` to the end of its segment: standard input may
+    // not be longer (read up to one byte past, so an endless input is
+    // refused, not held in memory).
+    auto segs = ns.Segments();
+    if (!segs.ok()) return Fail(segs.status());
+    uint64_t room = 0;
+    bool held = false;
+    for (const Segment& s : *segs) {
+      if (at >= s.address && at - s.address < s.length) {
+        room = s.length - (at - s.address);
+        held = true;
+      }
+    }
+    if (!held) {
+      // The server's own answer (NotFound: no segment holds it).
+      auto m = ns.Map(at, 1);
+      if (!m.ok()) return Fail(m.status());
+      return Fail(
+          Status::NotFound("no segment holds address " + std::to_string(at)));
+    }
+    std::string data;
+    char buf[1 << 16];
+    size_t got;
+    while (data.size() <= room &&
+           (got = std::fread(buf, 1, sizeof(buf), stdin)) > 0) {
+      data.append(buf, got);
+    }
+    if (std::ferror(stdin)) {
+      return Fail(Status::IOError("reading standard input: " +
+                                  std::string(std::strerror(errno))));
+    }
+    if (data.size() > room) {
+      return Fail(Status::InvalidArgument(
+          "standard input is longer than the " + std::to_string(room) +
+          " bytes from address " + std::to_string(at) +
+          " to the end of its segment"));
+    }
+    if (data.empty()) return PrintDone(Status::OK(), json);
+    auto m = ns.Map(at, data.size());
+    if (!m.ok()) return Fail(m.status());
+    Status st = (*m)->Write(0, data.data(), data.size());
+    m->reset();
+    return PrintDone(st, json);
+  }
+  if (a.what == "read") {
+    if (a.length == 0) {
+      return Fail(Status::InvalidArgument("LENGTH must be at least 1 byte"));
+    }
+    auto m = ns.Map(a.address, a.length);
+    if (!m.ok()) return Fail(m.status());
+    // A piece at a time, so a large read is not held in memory (--json:
+    // whole, as one value).
+    constexpr uint64_t kPiece = uint64_t{1} << 20;
+    std::string all;
+    std::string piece;
+    for (uint64_t off = 0; off < a.length; off += kPiece) {
+      const size_t n = size_t(std::min(kPiece, a.length - off));
+      piece.resize(n);
+      Status st = (*m)->Read(off, piece.data(), n);
+      if (!st.ok()) return Fail(st);
+      if (json) {
+        all += piece;
+      } else {
+        std::fwrite(piece.data(), 1, n, stdout);
+      }
+    }
+    if (json) {
+      std::printf("{\"address\":%llu,\"length\":%llu,%s}\n",
+                  static_cast<unsigned long long>(a.address),
+                  static_cast<unsigned long long>(a.length),
+                  JsonBytes("data", all).c_str());
+    }
+    return 0;
+  }
+  return 2;
+}
+
 // The command; main adds the check of what it wrote.
 int RunCli(int argc, char** argv) {
   // Line-buffered even into a pipe: scripts read progress as it happens.
@@ -879,6 +1077,103 @@ int RunCli(int argc, char** argv) {
       "start after this key (exclusive; a lone key given is then END): to "
       "continue an ascending scan, give the last key it printed");
 
+  // Namespaces of raw remote memory (remem/space.h), on one server.
+  NsArgs ns_args;
+  auto* nscmd = app.add_subcommand(
+      "ns",
+      "namespaces of raw remote memory on one server (--server): segments "
+      "allocated, written and read by address");
+  nscmd->require_subcommand(1);
+  // SIZE and LENGTH as the server's sizes (4096, 64K, 1.5M: util/size.h);
+  // ADDRESS a decimal uint64 (ParseDecimal), as alloc prints it.
+  auto size_arg = [](CLI::App* cmd, const std::string& name, uint64_t* out,
+                     const std::string& help, bool all_ok = false) {
+    return cmd
+        ->add_option_function<std::string>(
+            name,
+            [name, out, all_ok](const std::string& text) {
+              if (all_ok && text == "all") {
+                *out = UINT64_MAX;
+                return;
+              }
+              auto n = ParseSize(text);
+              if (!n.ok()) {
+                throw CLI::ValidationError(name, n.status().message());
+              }
+              *out = *n;
+            },
+            help)
+        ->required();
+  };
+  auto address_arg = [](CLI::App* cmd, uint64_t* out) {
+    return cmd
+        ->add_option_function<std::string>(
+            "address",
+            [out](const std::string& text) {
+              if (!ParseDecimal(text, out)) {
+                throw CLI::ValidationError(
+                    "address", "'" + text +
+                                   "' is not an address (a decimal number "
+                                   "from 0 to 18446744073709551615, as "
+                                   "'ns alloc' prints)");
+              }
+            },
+            "address in the namespace (decimal)")
+        ->required();
+  };
+  auto ns_name = [&ns_args](CLI::App* cmd) {
+    cmd->add_option("name", ns_args.name, "namespace")->required();
+  };
+  nscmd->add_subcommand(
+      "list",
+      "every namespace: name, id, reserved and allocated bytes, segments");
+  ns_name(nscmd->add_subcommand("create",
+                                "create namespace NAME (exit 5 if it exists)"));
+  ns_name(nscmd->add_subcommand(
+      "delete", "delete NAME: its segments are freed (exit 4 if absent)"));
+  ns_name(nscmd->add_subcommand(
+      "info", "NAME's reserved and allocated bytes, segments, chunk size"));
+  auto* ns_reserve = nscmd->add_subcommand(
+      "reserve", "set SIZE bytes (rounded up to chunks) aside for NAME");
+  ns_name(ns_reserve);
+  size_arg(ns_reserve, "size", &ns_args.size, "bytes (64M, 4096, ...)");
+  auto* ns_release = nscmd->add_subcommand(
+      "release", "give up to SIZE bytes (or all) of NAME's reservation back");
+  ns_name(ns_release);
+  size_arg(ns_release, "size", &ns_args.size, "bytes, or all", true);
+  auto* ns_alloc = nscmd->add_subcommand(
+      "alloc", "allocate a zeroed segment of SIZE bytes; print its address");
+  ns_name(ns_alloc);
+  size_arg(ns_alloc, "size", &ns_args.size, "bytes (64M, 4096, ...)");
+  auto* ns_free =
+      nscmd->add_subcommand("free", "free the segment that starts at ADDRESS");
+  ns_name(ns_free);
+  address_arg(ns_free, &ns_args.address);
+  ns_name(nscmd->add_subcommand(
+      "segments", "NAME's segments: address and length, one per line"));
+  auto* ns_write = nscmd->add_subcommand(
+      "write",
+      "write standard input (raw bytes) at ADDRESS + --offset, inside one "
+      "segment");
+  ns_name(ns_write);
+  address_arg(ns_write, &ns_args.address);
+  ns_write->add_option_function<std::string>(
+      "--offset",
+      [&ns_args](const std::string& text) {
+        auto n = ParseSize(text);
+        if (!n.ok())
+          throw CLI::ValidationError("--offset", n.status().message());
+        ns_args.offset = *n;
+      },
+      "bytes past ADDRESS (default 0)");
+  auto* ns_read = nscmd->add_subcommand(
+      "read",
+      "print LENGTH bytes at ADDRESS (raw bytes; --json: binary-safe), inside "
+      "one segment");
+  ns_name(ns_read);
+  address_arg(ns_read, &ns_args.address);
+  size_arg(ns_read, "length", &ns_args.length, "bytes");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -894,7 +1189,7 @@ int RunCli(int argc, char** argv) {
     // The same inside a group of commands (`remem tree bogus`: CLI11 says
     // only that a subcommand is required).
     // (What the group does not take falls through to the top.)
-    for (CLI::App* group : {vec, treecmd}) {
+    for (CLI::App* group : {vec, treecmd, nscmd}) {
       if (!group->parsed() || !group->get_subcommands().empty()) continue;
       std::vector<std::string> rest = group->remaining();
       if (rest.empty()) rest = app.remaining();
@@ -1139,6 +1434,10 @@ int RunCli(int argc, char** argv) {
   if (cluster_seeds.empty() && read_from != "primary") {
     return Fail(Status::InvalidArgument(
         "--read-from any reads a cluster's backups: it needs --cluster"));
+  }
+  if (!cluster_seeds.empty() && nscmd->parsed()) {
+    return Fail(
+        Status::InvalidArgument("namespaces live on one server: use --server"));
   }
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
@@ -1444,6 +1743,11 @@ int RunCli(int argc, char** argv) {
       std::printf("%s\n", ElementsText(*r, false).c_str());
     }
     return 0;
+  }
+
+  if (nscmd->parsed()) {
+    ns_args.what = nscmd->get_subcommands().front()->get_name();
+    return RunNs(&c, ns_args, json);
   }
 
   if (treecmd->parsed()) {
