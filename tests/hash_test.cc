@@ -133,9 +133,9 @@ TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
         << "region " << id;
     ++refused;
   }
-  // The root, one hash partition per server thread, and the ordered
-  // store's region.
-  EXPECT_EQ(refused, 4u);
+  // The root, one hash partition per server thread, the ordered store's
+  // region and the namespaces' memory.
+  EXPECT_EQ(refused, 5u);
   auto keep = c->Get("keep");
   ASSERT_TRUE(keep.ok());
   EXPECT_EQ(keep->value, "me");

@@ -4,11 +4,15 @@
 
 #include "bench_fabric.h"
 
+#include <hiredis/hiredis.h>
+
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <random>
 
 #include "bench_common.h"
+#include "bench_drivers.h"
 #include "remem/session.h"
 #include "remem/space.h"
 #include "util/size.h"
@@ -82,6 +86,99 @@ Row RunAsync(Session& c, const std::string& name, uint64_t size, int depth,
   }
   row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return row;
+}
+
+// Redis's nearest thing to a mapped segment: one string of `span` bytes,
+// read with GETRANGE and written with SETRANGE at the offsets `next` gives,
+// synchronously (depth 1) and pipelined at o.depth, on a redis-server
+// pinned as the remem server was. Prints why if it cannot run.
+void RedisRangeRows(const FabricOptions& o, uint64_t span,
+                    const std::function<uint64_t()>& next,
+                    std::vector<Row>* rows) {
+  SystemSpec spec;
+  spec.name = "redis";
+  spec.kind = SystemSpec::Kind::kRedis;
+  SystemServer::Options so;
+  so.cpu = o.server_cpu;
+  auto redis = SystemServer::Start(spec, so);
+  if (!redis.ok()) {
+    std::fprintf(stderr, "remem-bench: no Redis rows: %s\n",
+                 redis.status().ToString().c_str());
+    return;
+  }
+  const std::string& addr = (*redis)->address();
+  redisContext* c =
+      redisConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)));
+  if (c == nullptr || c->err != 0) {
+    std::fprintf(stderr, "remem-bench: no Redis rows: cannot connect\n");
+    if (c != nullptr) redisFree(c);
+    return;
+  }
+  const uint64_t size = o.size;
+  const std::string payload(size, 'x');
+  // The string, zeroed to its full length.
+  freeReplyObject(redisCommand(c, "SETRANGE seg %llu %b",
+                               static_cast<unsigned long long>(span - 1), "",
+                               size_t{1}));
+  auto append = [&](bool put) {
+    const unsigned long long off = next();
+    if (put) {
+      redisAppendCommand(c, "SETRANGE seg %llu %b", off, payload.data(),
+                         payload.size());
+    } else {
+      redisAppendCommand(c, "GETRANGE seg %llu %llu", off, off + size - 1);
+    }
+  };
+  for (const bool put : {false, true}) {
+    for (const int depth : {1, o.depth}) {
+      Row row;
+      row.test = put ? "redis_setrange" : "redis_getrange";
+      row.transport = "tcp";
+      row.size = size;
+      row.depth = depth;
+      auto before = (*redis)->CpuSeconds();
+      const auto start = Clock::now();
+      const auto end = start + std::chrono::duration<double>(o.seconds);
+      std::deque<uint64_t> sent;  // issue times of those in flight
+      bool ok = true;
+      for (int i = 0; i < depth; ++i) {
+        sent.push_back(NowNs());
+        append(put);
+      }
+      while (!sent.empty()) {
+        void* reply = nullptr;
+        if (redisGetReply(c, &reply) != REDIS_OK) {
+          ok = false;
+          break;
+        }
+        const bool bad =
+            static_cast<redisReply*>(reply)->type == REDIS_REPLY_ERROR;
+        freeReplyObject(reply);
+        if (bad) {
+          ok = false;
+          break;
+        }
+        if (depth == 1) row.latency_ns.Record(NowNs() - sent.front());
+        sent.pop_front();
+        ++row.ops;
+        if (Clock::now() < end) {
+          sent.push_back(NowNs());
+          append(put);
+        }
+      }
+      row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      auto after = (*redis)->CpuSeconds();
+      if (before.ok() && after.ok()) row.server_cpu_s = *after - *before;
+      if (!ok) {
+        std::fprintf(stderr, "remem-bench: Redis failed during %s\n",
+                     row.test.c_str());
+        redisFree(c);
+        return;
+      }
+      rows->push_back(std::move(row));
+    }
+  }
+  redisFree(c);
 }
 
 }  // namespace
@@ -279,12 +376,24 @@ int RunFabric(const FabricOptions& o) {
             [&] { return map->Write(ns_off(), bufs[0].data(), size); }, &err);
       });
       with_cpu([&] {
+        return RunAsync(
+            c, "ns_put", size, o.depth, o.seconds,
+            [&](int slot, std::function<void(Status)> done) {
+              map->WriteAsync(ns_off(), bufs[slot].data(), size,
+                              std::move(done));
+            },
+            &err);
+      });
+      with_cpu([&] {
         return RunSync(
             "ns_fetch_add", 8, o.seconds,
             [&] { return map->FetchAdd(ns_counter, 1).status(); }, &err);
       });
       map.reset();
       (void)Namespace::Delete(&c, "remem-bench");
+      if (o.redis && err.ok()) {
+        RedisRangeRows(o, ns_span, ns_off, &rows);
+      }
     }
   }
   if (!err.ok()) {

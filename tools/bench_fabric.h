@@ -21,6 +21,10 @@ struct FabricOptions {
   int server_cpu = 0;
   int client_cpu = 1;
   bool json = false;
+  // fabric: also Redis GETRANGE / SETRANGE on one string as long as the
+  // namespace rows' segment, the nearest peer of a mapped segment (needs
+  // redis-server).
+  bool redis = false;
 };
 
 int RunFabric(const FabricOptions& o);

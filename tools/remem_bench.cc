@@ -427,6 +427,10 @@ int main(int argc, char** argv) {
     a->add_option("--auth-file", auth_file, "shared secret file");
     a->add_flag("--json", fo.json, "print JSON instead of a table");
   }
+  fabric->add_flag("--redis", fo.redis,
+                   "also Redis GETRANGE/SETRANGE on a string as long as the "
+                   "namespace rows' segment, at the same offsets, sizes and "
+                   "depths (needs redis-server)");
   // The fabric rows' own (fabric's one-sided operations; the default run).
   for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
     a->add_option("--size", size, "bytes per operation")->capture_default_str();

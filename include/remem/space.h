@@ -46,10 +46,10 @@
 // server goes.
 //
 // Capacity: the server's --space-memory (default a sixteenth of
-// --memory), handed out in chunks of --space-chunk (default 64 KiB): a
-// segment takes whole chunks, and a Mapping's extents follow them (an
-// operation across chunks that are not adjacent in server memory is done
-// as one one-sided operation per run).
+// --memory, or less if the other data models took more), handed out in chunks
+// of --space-chunk (default 64 KiB): a segment takes whole chunks, and a
+// Mapping's extents follow them (an operation across chunks that are not
+// adjacent in server memory is done as one one-sided operation per run).
 //
 // One server: a namespace lives on the server of the session that
 // created it; in a cluster, open a Session to the member that holds it.

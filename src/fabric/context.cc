@@ -52,6 +52,21 @@ Status FromUcs(ucs_status_t s, std::string_view what) {
 
 namespace {
 
+// The cma memory domain's setting that keeps it under peer error handling
+// can only come from the environment (ucp_config_modify does not reach
+// memory domains). setenv while the program runs is unsafe: adding a
+// variable may move glibc's environment array while another thread's
+// getenv reads it (getenv takes no lock), and that crashed a program whose
+// threads connected sessions while others read the environment
+// (tree_test, once). So it is set here, while the library is loaded,
+// before the program's threads exist; every memory domain's settings are
+// read whatever the transport, so UCX never calls it unused. overwrite=0
+// keeps an operator's choice.
+[[maybe_unused]] const bool g_cma_invalidate_set = [] {
+  setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
+  return true;
+}();
+
 std::mutex g_mu;
 std::map<Transport, std::weak_ptr<Context>>& Registry() {
   static auto* r = new std::map<Transport, std::weak_ptr<Context>>();
@@ -84,13 +99,6 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
           ", not " + options.shm_dir);
     }
     return existing;
-  }
-
-  // UCT options are read from the environment when ucp_init opens the
-  // transports; overwrite=0 keeps a user's explicit choice.
-  if (transport != Transport::kTcp) {
-    setenv("UCX_MM_ERROR_HANDLING", "y", 0);
-    setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
   }
 
   // UCX prints its log (warnings such as "unused env variable", errors) on
@@ -154,6 +162,21 @@ Result<std::shared_ptr<Context>> Context::Shared(Transport transport,
     if (s != UCS_OK) {
       ucp_config_release(config);
       return FromUcs(s, "setting UCX_TLS");
+    }
+  }
+
+  // Peer error handling (every remem endpoint asks for it) drops the
+  // shared-memory transports unless they handle errors themselves: the mm
+  // interfaces' setting, given through the configuration (as CONN_NB
+  // below), not with setenv (g_cma_invalidate_set says why). An operator's
+  // UCX_MM_ERROR_HANDLING wins. (Not for tcp alone: UCX warns of a setting
+  // that no transport took.)
+  if (transport != Transport::kTcp &&
+      getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+    s = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(s, "setting UCX_MM_ERROR_HANDLING");
     }
   }
 

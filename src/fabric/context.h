@@ -25,10 +25,13 @@ Status FromUcs(ucs_status_t s, std::string_view what);
 class Context {
  public:
   // Returns the process's context for `transport`, creating it on first use.
-  // Sets UCX_MM_ERROR_HANDLING=y and UCX_CMA_MEMORY_INVALIDATE=y in the
-  // environment (unless already set) before creating it: without them, UCX
-  // drops the shared-memory transports from endpoints that use peer error
-  // handling, which remem needs to detect dead peers.
+  // Turns on the shared-memory transports' own error handling (mm's
+  // ERROR_HANDLING in the configuration, UCX_CMA_MEMORY_INVALIDATE=y in the
+  // environment when the library is loaded; an operator's settings win):
+  // without it, UCX drops them from endpoints that use peer error
+  // handling, which remem needs to detect dead peers. Nothing here calls
+  // setenv once the program runs, but a --shm-dir (`shm_dir`) is passed
+  // to UCX in UCX_POSIX_DIR for the call.
   //
   // Transports (UCX_TLS; with kAuto, a UCX_TLS in the environment wins):
   //   kShm:  posix,cma,self

@@ -160,6 +160,9 @@ struct Server::Impl : public ServiceContext {
   uint32_t partitions() const override { return uint32_t(config.threads); }
   uint64_t incarnation() const override { return incarnation_id; }
   uint64_t memory_budget() const override { return config.memory; }
+  uint64_t memory_unallocated() const override {
+    return config.memory > allocated ? config.memory - allocated : 0;
+  }
   Result<fabric::LocalRegion*> AllocateRegion(
       uint64_t bytes, proto::RegionAccess access) override {
     return Allocate(bytes, access, current_service);

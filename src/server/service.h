@@ -189,6 +189,10 @@ class ServiceContext {
   // Bytes of --memory this service may allocate in regions. Services that
   // keep large structures declare a size flag of their own.
   virtual uint64_t memory_budget() const = 0;
+  // Init only: the part of memory_budget() that services registered before
+  // this one have not allocated yet (a default size that fits what is
+  // left, instead of refusing to start).
+  virtual uint64_t memory_unallocated() const = 0;
 
   // Init only: allocates and registers a region of `bytes` (UCX ALLOCATE,
   // so clients on the same host read it truly one-sided), exported to

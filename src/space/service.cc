@@ -21,9 +21,11 @@ constexpr uint64_t kRegionBytes = 1ull << 30;
 }  // namespace
 
 void SpaceService::DeclareOptions(server::OptionSet* o) {
-  o->AddSize("--space-memory", &options_.memory,
-             "of --memory, bytes for namespaces of raw remote memory "
-             "(default a sixteenth, none if that is under 1 MiB)");
+  o->AddSize(
+      "--space-memory", &options_.memory,
+      "of --memory, bytes for namespaces of raw remote memory "
+      "(default a sixteenth, or what the hash store and the tree leave if "
+      "less; none if that is under 1 MiB)");
   o->AddSize("--space-chunk", &options_.chunk,
              "the namespaces' allocation unit: a power of two from 4K to 64M "
              "(default 64K)");
@@ -37,7 +39,10 @@ Status SpaceService::Init(server::ServiceContext* ctx) {
   }
   uint64_t memory = options_.memory;
   if (memory == 0) {
-    memory = ctx->memory_budget() / 16;
+    // A sixteenth, of what the other services left: a server whose
+    // --hash-memory and --tree-memory take all of --memory still starts
+    // (with no namespaces, as it did before there were any).
+    memory = std::min(ctx->memory_budget() / 16, ctx->memory_unallocated());
     if (memory < (1ull << 20)) memory = 0;
   } else if (memory < chunk) {
     return Status::InvalidArgument(

@@ -48,7 +48,7 @@ class SpaceService : public server::Service {
   Status Run(const server::Call& call, std::string* reply);
 
   struct Options {
-    uint64_t memory = 0;  // 0: the default (a sixteenth of --memory)
+    uint64_t memory = 0;  // 0: the default (Init)
     uint64_t chunk = 0;   // 0: 64 KiB
   } options_;
   std::unique_ptr<SpaceTable> table_;
