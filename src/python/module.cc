@@ -1,0 +1,802 @@
+// Copyright remem authors.
+//
+// The Python package: a pybind11 extension module `remem` over the client
+// library's synchronous API (remem/session.h, hash.h, tree.h, space.h).
+// Keys and values go in as bytes or str (UTF-8) and come back as bytes;
+// a non-OK Status is raised as remem.Error or one of its subclasses.
+//
+// Lifetime. Every Python object of a session (its stores, namespaces and
+// mappings) holds a shared_ptr to the session's state, so the C++ Session
+// outlives them however Python collects them, and the state keeps a weak
+// list of them: Session.close() destroys each one's C++ object first (the
+// library's rule: stores before their Session), then the Session. A call on
+// an object whose session was closed raises remem.Unavailable.
+//
+// Threads. A C++ Session and its stores are single-threaded (one thread at a
+// time). Every call takes the session's mutex, with the GIL released while
+// it waits for the mutex and while the C++ call blocks, so two Python
+// threads that share a session are serialized instead of racing. The mutex
+// is never held while taking the GIL.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "remem/hash.h"
+#include "remem/options.h"
+#include "remem/session.h"
+#include "remem/space.h"
+#include "remem/status.h"
+#include "remem/tree.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// --- exceptions
+
+struct Exceptions {
+  PyObject* base = nullptr;
+  std::vector<std::pair<remem::StatusCode, PyObject*>> by_code;
+};
+Exceptions& Errors() {
+  static Exceptions e;
+  return e;
+}
+
+// Raises `status` (not OK) as its Python exception. Needs the GIL.
+[[noreturn]] void Raise(const remem::Status& status) {
+  PyObject* cls = Errors().base;
+  for (const auto& [code, c] : Errors().by_code) {
+    if (code == status.code()) cls = c;
+  }
+  py::object type = py::reinterpret_borrow<py::object>(cls);
+  py::object exc = type(status.ToString());
+  exc.attr("code") = py::str(std::string(remem::StatusCodeName(status.code())));
+  exc.attr("message") = py::str(status.message());
+  PyErr_SetObject(cls, exc.ptr());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Check(remem::Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(r).value();
+}
+void Check(const remem::Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+[[noreturn]] void RaiseClosed(const char* what) {
+  Raise(remem::Status::Unavailable(std::string(what) + ": session closed"));
+}
+
+// bytes, bytearray, memoryview or str (UTF-8) -> bytes.
+std::string ToBytes(py::handle h, const char* what) {
+  if (PyBytes_Check(h.ptr())) {
+    char* data = nullptr;
+    Py_ssize_t len = 0;
+    PyBytes_AsStringAndSize(h.ptr(), &data, &len);
+    return std::string(data, size_t(len));
+  }
+  if (PyUnicode_Check(h.ptr())) {
+    Py_ssize_t len = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(h.ptr(), &len);
+    if (data == nullptr) throw py::error_already_set();
+    return std::string(data, size_t(len));
+  }
+  if (PyByteArray_Check(h.ptr()) || PyMemoryView_Check(h.ptr())) {
+    return std::string(py::bytes(py::reinterpret_borrow<py::object>(h)));
+  }
+  throw py::type_error(std::string(what) + " must be bytes or str, not " +
+                       std::string(py::str(h.get_type().attr("__name__"))));
+}
+
+py::bytes Bytes(const std::string& s) { return py::bytes(s.data(), s.size()); }
+
+// --- the session's state, shared by everything attached to it
+
+// What a session's objects have in common: close() destroys their C++ side.
+class Attached {
+ public:
+  virtual ~Attached() = default;
+  // Called with the session's mutex held.
+  virtual void Detach() = 0;
+};
+
+struct SessionState {
+  std::mutex mu;
+  std::unique_ptr<remem::Session> session;  // null once closed
+  std::vector<std::weak_ptr<Attached>> attached;
+
+  // Destroys the attached objects' C++ side, then the Session. Mutex held.
+  void CloseLocked() {
+    for (auto& w : attached) {
+      if (auto a = w.lock()) a->Detach();
+    }
+    attached.clear();
+    session.reset();
+  }
+  ~SessionState() {
+    // Everything attached holds a shared_ptr to this: all are gone.
+    session.reset();
+  }
+};
+using StatePtr = std::shared_ptr<SessionState>;
+
+// Runs fn(session) with the GIL released and the session's mutex held;
+// raises Unavailable if the session is closed. fn must not touch Python.
+template <typename Fn>
+auto WithSession(SessionState& st, const char* what, Fn fn) {
+  bool closed = false;
+  using R = decltype(fn(*st.session));
+  std::optional<R> out;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.session) {
+      closed = true;
+    } else {
+      out.emplace(fn(*st.session));
+    }
+  }
+  if (closed) RaiseClosed(what);
+  return std::move(*out);
+}
+
+// An object attached to a session, owning a C++ T (a store, namespace or
+// mapping) that close() destroys.
+template <typename T>
+class Handle : public Attached {
+ public:
+  Handle(StatePtr state, std::unique_ptr<T> obj)
+      : state_(std::move(state)), obj_(std::move(obj)) {}
+  ~Handle() override {
+    // The GIL is held here; the mutex is never held while waiting for the
+    // GIL, so this cannot deadlock.
+    std::lock_guard<std::mutex> lock(state_->mu);
+    obj_.reset();
+  }
+  void Detach() override { obj_.reset(); }
+
+  // Runs fn(obj) as WithSession does; raises if closed.
+  template <typename Fn>
+  auto Call(const char* what, Fn fn) {
+    bool closed = false;
+    using R = decltype(fn(*obj_));
+    std::optional<R> out;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (!obj_ || !state_->session) {
+        closed = true;
+      } else {
+        out.emplace(fn(*obj_));
+      }
+    }
+    if (closed) RaiseClosed(what);
+    return std::move(*out);
+  }
+  // fn(obj) with the session's mutex already held (and the GIL released):
+  // nothing if detached.
+  template <typename Fn>
+  auto CallLocked(Fn fn) -> std::optional<decltype(fn(std::declval<T&>()))> {
+    if (!obj_) return std::nullopt;
+    return fn(*obj_);
+  }
+  const StatePtr& state() const { return state_; }
+
+ private:
+  StatePtr state_;
+  std::unique_ptr<T> obj_;
+};
+
+// Makes a Handle<T> of a freshly opened `obj` and registers it for close().
+// Mutex held by the caller.
+template <typename H, typename T>
+std::shared_ptr<H> AttachLocked(const StatePtr& st, std::unique_ptr<T> obj) {
+  auto h = std::make_shared<H>(st, std::move(obj));
+  // Drop the entries of collected objects now and then.
+  std::erase_if(st->attached, [](const auto& w) { return w.expired(); });
+  st->attached.push_back(h);
+  return h;
+}
+
+// --- Python classes
+
+class PyHash : public Handle<remem::HashStore> {
+ public:
+  using Handle::Handle;
+};
+class PyTree : public Handle<remem::TreeStore> {
+ public:
+  using Handle::Handle;
+};
+class PyMapping : public Handle<remem::Mapping> {
+ public:
+  PyMapping(StatePtr st, std::unique_ptr<remem::Mapping> m)
+      : Handle(std::move(st), std::move(m)) {}
+  uint64_t address = 0;
+  uint64_t length = 0;
+};
+class PyNamespace : public Handle<remem::Namespace> {
+ public:
+  PyNamespace(StatePtr st, std::unique_ptr<remem::Namespace> ns)
+      : Handle(std::move(st), std::move(ns)) {}
+  std::string name;
+  uint64_t id = 0;
+};
+
+class PySession {
+ public:
+  PySession(const std::string& server, const std::string& transport,
+            py::object secret, std::optional<int64_t> timeout_ms,
+            const std::string& read_path) {
+    remem::SessionOptions o;
+    o.server = server;
+    o.transport = Check(remem::ParseTransport(transport));
+    o.read_path = Check(remem::ParseReadPath(read_path));
+    if (!secret.is_none()) o.secret = ToBytes(secret, "secret");
+    if (timeout_ms) {
+      if (*timeout_ms <= 0) {
+        Raise(remem::Status::InvalidArgument("timeout_ms must be positive"));
+      }
+      o.timeout = std::chrono::milliseconds(*timeout_ms);
+    }
+    remem::Result<std::unique_ptr<remem::Session>> s = [&] {
+      py::gil_scoped_release release;
+      return remem::Session::Connect(o);
+    }();
+    state_ = std::make_shared<SessionState>();
+    state_->session = Check(std::move(s));
+  }
+
+  void Close() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->CloseLocked();
+  }
+  bool closed() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return !state_->session;
+  }
+
+  py::tuple Ping() {
+    auto r = WithSession(*state_, "ping",
+                         [](remem::Session& s) { return s.Ping(); });
+    auto p = Check(std::move(r));
+    return py::make_tuple(p.rtt_us, p.transport);
+  }
+  py::dict Stats() {
+    auto r = WithSession(*state_, "stats",
+                         [](remem::Session& s) { return s.Stats(); });
+    auto stats = Check(std::move(r));
+    py::dict d;
+    for (const auto& st : stats.all()) {
+      if (st.is_text) {
+        d[py::str(st.name)] = py::str(st.text);
+      } else {
+        d[py::str(st.name)] = py::int_(st.value);
+      }
+    }
+    return d;
+  }
+  std::string Transport() {
+    return WithSession(*state_, "transport",
+                       [](remem::Session& s) { return s.transport(); });
+  }
+  uint64_t Incarnation() {
+    return WithSession(*state_, "server_incarnation", [](remem::Session& s) {
+      return s.server_incarnation();
+    });
+  }
+  bool Connected() {
+    return WithSession(*state_, "connected",
+                       [](remem::Session& s) { return s.connected(); });
+  }
+
+  std::shared_ptr<PyHash> Hash() {
+    return Open<PyHash>(
+        "hash", [](remem::Session& s) { return remem::HashStore::Open(&s); });
+  }
+  std::shared_ptr<PyTree> Tree() {
+    return Open<PyTree>(
+        "tree", [](remem::Session& s) { return remem::TreeStore::Open(&s); });
+  }
+
+  // Opens a C++ object with fn(session) and attaches it, under the mutex.
+  template <typename H, typename Fn>
+  std::shared_ptr<H> Open(const char* what, Fn fn) {
+    std::shared_ptr<H> h;
+    using R = decltype(fn(*state_->session));
+    std::optional<R> r;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->session) {
+        r.emplace(fn(*state_->session));
+        if (r->ok()) h = AttachLocked<H>(state_, std::move(**r));
+      }
+    }
+    if (!r) RaiseClosed(what);
+    if (!r->ok()) Raise(r->status());
+    return h;
+  }
+  const StatePtr& state() const { return state_; }
+
+ private:
+  StatePtr state_;
+};
+
+template <typename V>
+py::object ValueOrNone(remem::Result<V> r) {
+  if (r.ok()) return Bytes(r->value);
+  if (r.status().code() == remem::StatusCode::kNotFound) return py::none();
+  Raise(r.status());
+}
+
+std::vector<std::string> KeyList(py::iterable keys) {
+  std::vector<std::string> out;
+  for (py::handle k : keys) out.push_back(ToBytes(k, "key"));
+  return out;
+}
+std::vector<std::pair<std::string, std::string>> PairList(py::iterable pairs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (py::handle p : pairs) {
+    py::sequence s = py::reinterpret_borrow<py::sequence>(p);
+    if (!PySequence_Check(p.ptr()) || s.size() != 2) {
+      throw py::type_error("pairs must be (key, value) sequences");
+    }
+    out.emplace_back(ToBytes(s[0], "key"), ToBytes(s[1], "value"));
+  }
+  return out;
+}
+std::vector<std::string_view> Views(const std::vector<std::string>& v) {
+  return {v.begin(), v.end()};
+}
+std::vector<std::pair<std::string_view, std::string_view>> Views(
+    const std::vector<std::pair<std::string, std::string>>& v) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  out.reserve(v.size());
+  for (const auto& [k, val] : v) out.emplace_back(k, val);
+  return out;
+}
+template <typename V>
+py::list ValuesOrNone(std::vector<remem::Result<V>> rs) {
+  py::list out;
+  for (auto& r : rs) out.append(ValueOrNone(std::move(r)));
+  return out;
+}
+py::list Versions(std::vector<remem::Result<uint64_t>> rs) {
+  py::list out;
+  for (auto& r : rs) out.append(py::int_(Check(std::move(r))));
+  return out;
+}
+bool DeletedOrMissing(const remem::Status& s) {
+  if (s.code() == remem::StatusCode::kNotFound) return false;
+  Check(s);
+  return true;
+}
+
+py::tuple PageTuple(remem::TreeStore::Page page) {
+  py::list items;
+  for (const auto& it : page.items) {
+    items.append(py::make_tuple(Bytes(it.key), Bytes(it.value)));
+  }
+  return py::make_tuple(items, page.more, Bytes(page.resume));
+}
+
+py::dict InfoDict(const remem::NamespaceInfo& i) {
+  py::dict d;
+  d["name"] = py::str(i.name);
+  d["id"] = i.id;
+  d["reserved_bytes"] = i.reserved_bytes;
+  d["allocated_bytes"] = i.allocated_bytes;
+  d["segments"] = i.segments;
+  d["chunk_bytes"] = i.chunk_bytes;
+  return d;
+}
+
+std::shared_ptr<PyNamespace> OpenNamespace(PySession& s, py::object name,
+                                           bool create) {
+  std::string n = ToBytes(name, "name");
+  auto h = s.Open<PyNamespace>(
+      create ? "Namespace.create" : "Namespace.open",
+      [&](remem::Session& session) {
+        return create ? remem::Namespace::Create(&session, n)
+                      : remem::Namespace::Open(&session, n);
+      });
+  // Read under the mutex: name and id are plain fields of the C++ object.
+  auto [nm, id] = h->Call("Namespace", [](remem::Namespace& ns) {
+    return std::make_pair(ns.name(), ns.id());
+  });
+  h->name = nm;
+  h->id = id;
+  return h;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(remem, m) {
+  m.doc() =
+      "remem: a client of a remem-server (hash store, ordered store, "
+      "namespaces of raw remote memory). Synchronous; bytes in and out. A "
+      "Session and everything attached to it must be used by one thread at "
+      "a time (calls from several threads are serialized by a lock).";
+
+  // Exceptions: remem.Error(Exception), with .code (the StatusCode's name)
+  // and .message; a subclass for the codes callers commonly handle.
+  Exceptions& ex = Errors();
+  ex.base = PyErr_NewExceptionWithDoc(
+      "remem.Error",
+      "A remem operation failed. .code is the status code's name (e.g. "
+      "'Unavailable'), .message the library's message.",
+      PyExc_Exception, nullptr);
+  m.add_object("Error", py::handle(ex.base));
+  const std::pair<remem::StatusCode, const char*> subclasses[] = {
+      {remem::StatusCode::kNotFound, "NotFound"},
+      {remem::StatusCode::kInvalidArgument, "InvalidArgument"},
+      {remem::StatusCode::kUnavailable, "Unavailable"},
+      {remem::StatusCode::kTimedOut, "TimedOut"},
+      {remem::StatusCode::kOutOfMemory, "OutOfMemory"},
+      {remem::StatusCode::kAlreadyExists, "AlreadyExists"},
+      {remem::StatusCode::kConflict, "Conflict"},
+      {remem::StatusCode::kPermissionDenied, "PermissionDenied"},
+  };
+  for (const auto& [code, name] : subclasses) {
+    std::string full = std::string("remem.") + name;
+    PyObject* cls =
+        PyErr_NewExceptionWithDoc(full.c_str(), nullptr, ex.base, nullptr);
+    ex.by_code.emplace_back(code, cls);
+    m.add_object(name, py::handle(cls));
+  }
+
+  py::class_<PySession>(m, "Session",
+                        "A connection to one remem-server. Use it from one "
+                        "thread at a time; close() (or a with block) ends it "
+                        "and every store, namespace and mapping of it.")
+      .def(py::init<const std::string&, const std::string&, py::object,
+                    std::optional<int64_t>, const std::string&>(),
+           py::arg("server") = "127.0.0.1:7400", py::arg("transport") = "auto",
+           py::arg("secret") = py::none(), py::arg("timeout_ms") = py::none(),
+           py::arg("read_path") = "auto")
+      .def("ping", &PySession::Ping, "One round trip: (rtt_us, transport).")
+      .def("stats", &PySession::Stats,
+           "The server's counters: name -> int|str.")
+      .def("close", &PySession::Close)
+      .def_property_readonly("closed", &PySession::closed)
+      .def_property_readonly("connected", &PySession::Connected)
+      .def_property_readonly("transport", &PySession::Transport)
+      .def_property_readonly("server_incarnation", &PySession::Incarnation)
+      .def("hash", &PySession::Hash, "The server's hash store.")
+      .def("tree", &PySession::Tree, "The server's ordered store.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PySession& s, py::args) {
+        s.Close();
+        return false;
+      });
+
+  py::class_<PyHash, std::shared_ptr<PyHash>>(m, "HashStore")
+      .def(
+          "get",
+          [](PyHash& h, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return ValueOrNone(
+                h.Call("get", [&](remem::HashStore& s) { return s.Get(k); }));
+          },
+          py::arg("key"), "The value (bytes), or None if absent.")
+      .def(
+          "put",
+          [](PyHash& h, py::object key, py::object value) {
+            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
+            return Check(h.Call(
+                "put", [&](remem::HashStore& s) { return s.Put(k, v); }));
+          },
+          py::arg("key"), py::arg("value"), "Insert or replace: the version.")
+      .def(
+          "delete",
+          [](PyHash& h, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return DeletedOrMissing(h.Call(
+                "delete", [&](remem::HashStore& s) { return s.Delete(k); }));
+          },
+          py::arg("key"), "True if it was there, False if absent.")
+      .def(
+          "multi_get",
+          [](PyHash& h, py::iterable keys) {
+            auto ks = KeyList(keys);
+            return ValuesOrNone(h.Call("multi_get", [&](remem::HashStore& s) {
+              return s.MultiGet(Views(ks));
+            }));
+          },
+          py::arg("keys"), "One value (or None) per key, in order.")
+      .def(
+          "multi_put",
+          [](PyHash& h, py::iterable pairs) {
+            auto ps = PairList(pairs);
+            return Versions(h.Call("multi_put", [&](remem::HashStore& s) {
+              return s.MultiPut(Views(ps));
+            }));
+          },
+          py::arg("pairs"),
+          "Insert or replace (key, value) pairs in one message: their "
+          "versions. Raises the first pair's error, if any (the others may "
+          "have been written).")
+      .def_property_readonly(
+          "max_key",
+          [](PyHash& h) {
+            return h.Call("max_key",
+                          [](remem::HashStore& s) { return s.max_key(); });
+          })
+      .def_property_readonly("max_value", [](PyHash& h) {
+        return h.Call("max_value",
+                      [](remem::HashStore& s) { return s.max_value(); });
+      });
+
+  py::class_<PyTree, std::shared_ptr<PyTree>>(m, "TreeStore")
+      .def(
+          "get",
+          [](PyTree& h, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return ValueOrNone(
+                h.Call("get", [&](remem::TreeStore& s) { return s.Get(k); }));
+          },
+          py::arg("key"))
+      .def(
+          "put",
+          [](PyTree& h, py::object key, py::object value) {
+            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
+            return Check(h.Call(
+                "put", [&](remem::TreeStore& s) { return s.Put(k, v); }));
+          },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "delete",
+          [](PyTree& h, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return DeletedOrMissing(h.Call(
+                "delete", [&](remem::TreeStore& s) { return s.Delete(k); }));
+          },
+          py::arg("key"))
+      .def(
+          "multi_get",
+          [](PyTree& h, py::iterable keys) {
+            auto ks = KeyList(keys);
+            return ValuesOrNone(h.Call("multi_get", [&](remem::TreeStore& s) {
+              return s.MultiGet(Views(ks));
+            }));
+          },
+          py::arg("keys"))
+      .def(
+          "multi_put",
+          [](PyTree& h, py::iterable pairs) {
+            auto ps = PairList(pairs);
+            return Versions(h.Call("multi_put", [&](remem::TreeStore& s) {
+              return s.MultiPut(Views(ps));
+            }));
+          },
+          py::arg("pairs"))
+      .def(
+          "scan",
+          [](PyTree& h, py::object start, py::object end, uint32_t limit,
+             bool descending) {
+            std::string a = ToBytes(start, "start"), b = ToBytes(end, "end");
+            auto order = descending ? remem::TreeStore::Order::kDescending
+                                    : remem::TreeStore::Order::kAscending;
+            return PageTuple(Check(h.Call("scan", [&](remem::TreeStore& s) {
+              return s.Scan(a, b, limit, order);
+            })));
+          },
+          py::arg("start"), py::arg("end") = py::bytes(""),
+          py::arg("limit") = 100, py::arg("descending") = false,
+          "Keys in [start, end) (end b'': unbounded), at most `limit`: "
+          "(items as (key, value) pairs, more, resume). With more set, the "
+          "next page is scan(resume, end) ascending, scan(start, resume) "
+          "descending.")
+      .def(
+          "scan_prefix",
+          [](PyTree& h, py::object prefix, uint32_t limit, bool descending) {
+            std::string p = ToBytes(prefix, "prefix");
+            auto order = descending ? remem::TreeStore::Order::kDescending
+                                    : remem::TreeStore::Order::kAscending;
+            return PageTuple(
+                Check(h.Call("scan_prefix", [&](remem::TreeStore& s) {
+                  return s.ScanPrefix(p, limit, order);
+                })));
+          },
+          py::arg("prefix"), py::arg("limit") = 100,
+          py::arg("descending") = false)
+      .def_property_readonly(
+          "max_key",
+          [](PyTree& h) {
+            return h.Call("max_key",
+                          [](remem::TreeStore& s) { return s.max_key(); });
+          })
+      .def_property_readonly(
+          "max_value",
+          [](PyTree& h) {
+            return h.Call("max_value",
+                          [](remem::TreeStore& s) { return s.max_value(); });
+          })
+      .def_property_readonly("max_scan", [](PyTree& h) {
+        return h.Call("max_scan",
+                      [](remem::TreeStore& s) { return s.max_scan(); });
+      });
+
+  py::class_<PyNamespace, std::shared_ptr<PyNamespace>>(
+      m, "Namespace",
+      "A namespace of raw remote memory on the session's server.")
+      .def_static(
+          "create",
+          [](PySession& s, py::object name) {
+            return OpenNamespace(s, name, true);
+          },
+          py::arg("session"), py::arg("name"))
+      .def_static(
+          "open",
+          [](PySession& s, py::object name) {
+            return OpenNamespace(s, name, false);
+          },
+          py::arg("session"), py::arg("name"))
+      .def_static(
+          "delete",
+          [](PySession& s, py::object name) {
+            std::string n = ToBytes(name, "name");
+            Check(WithSession(*s.state(), "Namespace.delete",
+                              [&](remem::Session& session) {
+                                return remem::Namespace::Delete(&session, n);
+                              }));
+          },
+          py::arg("session"), py::arg("name"))
+      .def_static(
+          "list",
+          [](PySession& s) {
+            auto infos = Check(WithSession(
+                *s.state(), "Namespace.list", [](remem::Session& session) {
+                  return remem::Namespace::List(&session);
+                }));
+            py::list out;
+            for (const auto& i : infos) out.append(InfoDict(i));
+            return out;
+          },
+          py::arg("session"))
+      .def_property_readonly("name",
+                             [](PyNamespace& n) { return py::str(n.name); })
+      .def_property_readonly("id", [](PyNamespace& n) { return n.id; })
+      .def("info",
+           [](PyNamespace& n) {
+             return InfoDict(Check(n.Call(
+                 "info", [](remem::Namespace& ns) { return ns.Info(); })));
+           })
+      .def(
+          "reserve",
+          [](PyNamespace& n, uint64_t bytes) {
+            Check(n.Call("reserve", [&](remem::Namespace& ns) {
+              return ns.Reserve(bytes);
+            }));
+          },
+          py::arg("bytes"))
+      .def(
+          "release",
+          [](PyNamespace& n, uint64_t bytes) {
+            Check(n.Call("release", [&](remem::Namespace& ns) {
+              return ns.Release(bytes);
+            }));
+          },
+          py::arg("bytes") = UINT64_MAX)
+      .def(
+          "alloc",
+          [](PyNamespace& n, uint64_t bytes) {
+            auto seg = Check(n.Call("alloc", [&](remem::Namespace& ns) {
+              return ns.Alloc(bytes);
+            }));
+            return py::make_tuple(seg.address, seg.length);
+          },
+          py::arg("bytes"), "A new zeroed segment: (address, length).")
+      .def(
+          "free",
+          [](PyNamespace& n, uint64_t address) {
+            Check(n.Call("free", [&](remem::Namespace& ns) {
+              return ns.Free(address);
+            }));
+          },
+          py::arg("address"))
+      .def("segments",
+           [](PyNamespace& n) {
+             auto segs = Check(n.Call("segments", [](remem::Namespace& ns) {
+               return ns.Segments();
+             }));
+             py::list out;
+             for (const auto& s : segs) {
+               out.append(py::make_tuple(s.address, s.length));
+             }
+             return out;
+           })
+      .def(
+          "map",
+          [](PyNamespace& n, uint64_t address, uint64_t length) {
+            std::shared_ptr<PyMapping> h;
+            bool closed = false;
+            std::optional<remem::Status> error;
+            {
+              py::gil_scoped_release release;
+              // Mapped and attached under one hold of the mutex (not Call:
+              // attaching needs it held too).
+              std::lock_guard<std::mutex> lock(n.state()->mu);
+              if (!n.state()->session) {
+                closed = true;
+              } else {
+                auto r = n.CallLocked([&](remem::Namespace& ns) {
+                  return ns.Map(address, length);
+                });
+                if (!r) {
+                  closed = true;
+                } else if (!r->ok()) {
+                  error = r->status();
+                } else {
+                  h = AttachLocked<PyMapping>(n.state(), std::move(**r));
+                  h->address = address;
+                  h->length = length;
+                }
+              }
+            }
+            if (closed) RaiseClosed("map");
+            if (error) Raise(*error);
+            return h;
+          },
+          py::arg("address"), py::arg("length"),
+          "Maps [address, address + length) of one segment: a Mapping.");
+
+  py::class_<PyMapping, std::shared_ptr<PyMapping>>(
+      m, "Mapping", "A mapped range of a namespace; offsets from its start.")
+      .def_property_readonly("address",
+                             [](PyMapping& mp) { return mp.address; })
+      .def_property_readonly("length", [](PyMapping& mp) { return mp.length; })
+      .def(
+          "read",
+          [](PyMapping& mp, uint64_t offset, size_t length) {
+            std::string buf(length, '\0');
+            Check(mp.Call("read", [&](remem::Mapping& map) {
+              return map.Read(offset, buf.data(), length);
+            }));
+            return Bytes(buf);
+          },
+          py::arg("offset"), py::arg("length"))
+      .def(
+          "write",
+          [](PyMapping& mp, uint64_t offset, py::object data) {
+            std::string d = ToBytes(data, "data");
+            Check(mp.Call("write", [&](remem::Mapping& map) {
+              return map.Write(offset, d.data(), d.size());
+            }));
+          },
+          py::arg("offset"), py::arg("data"))
+      .def(
+          "compare_and_swap",
+          [](PyMapping& mp, uint64_t offset, uint64_t expected,
+             uint64_t desired) {
+            return Check(mp.Call("compare_and_swap", [&](remem::Mapping& map) {
+              return map.CompareAndSwap(offset, expected, desired);
+            }));
+          },
+          py::arg("offset"), py::arg("expected"), py::arg("desired"),
+          "Atomically on the 8-byte word at offset: the old value.")
+      .def(
+          "fetch_add",
+          [](PyMapping& mp, uint64_t offset, uint64_t delta) {
+            return Check(mp.Call("fetch_add", [&](remem::Mapping& map) {
+              return map.FetchAdd(offset, delta);
+            }));
+          },
+          py::arg("offset"), py::arg("delta"),
+          "Atomically adds to the 8-byte word at offset: the old value.");
+}

@@ -1,0 +1,350 @@
+# Copyright remem authors.
+#
+# The Python module (src/python) against a real remem-server. ctest runs it
+# once per transport (REMEM_TEST_TRANSPORT=shm|tcp), with PYTHONPATH at the
+# built module and REMEM_SERVER_BIN at build/remem-server. By hand:
+#   cd tests/python && REMEM_TEST_TRANSPORT=shm PYTHONPATH=../../build/python \
+#     REMEM_SERVER_BIN=../../build/remem-server python3 -m unittest -v test_remem
+
+import os
+import select
+import subprocess
+import threading
+import time
+import unittest
+
+import remem
+
+TRANSPORT = os.environ.get("REMEM_TEST_TRANSPORT", "shm")
+SERVER_BIN = os.environ.get(
+    "REMEM_SERVER_BIN",
+    os.path.join(os.path.dirname(__file__), "..", "..", "build", "remem-server"))
+TIMEOUT_MS = 10000
+
+
+class Server:
+    """A remem-server on 127.0.0.1:0; its ready line gives the port."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [SERVER_BIN, "--listen", "127.0.0.1:0", "--transport", TRANSPORT,
+             "--memory", "64M", "--space-memory", "4M", "--space-chunk", "4K"],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.address = None
+        deadline = time.monotonic() + 30
+        line = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                line = self.proc.stdout.readline()
+                if not line:
+                    break
+                marker = b"listening on "
+                at = line.find(marker)
+                if at >= 0:
+                    self.address = line[at + len(marker):].split()[0].decode()
+                    break
+            elif self.proc.poll() is not None:
+                break
+        if self.address is None:
+            self.kill()
+            raise RuntimeError("remem-server did not start: %r" % line)
+
+    def session(self, **kw):
+        kw.setdefault("transport", TRANSPORT)
+        kw.setdefault("timeout_ms", TIMEOUT_MS)
+        return remem.Session(self.address, **kw)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+class RememTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.kill()
+
+    def setUp(self):
+        self.s = self.server.session()
+
+    def tearDown(self):
+        self.s.close()
+
+    # --- the session
+
+    def test_session_ping_stats_and_properties(self):
+        rtt, transport = self.s.ping()
+        self.assertGreater(rtt, 0)
+        self.assertIsInstance(transport, str)
+        self.assertEqual(transport, self.s.transport)
+        self.assertTrue(transport)
+        self.assertIsInstance(self.s.server_incarnation, int)
+        stats = self.s.stats()
+        self.assertIsInstance(stats, dict)
+        self.assertTrue(stats)
+        for name, value in stats.items():
+            self.assertIsInstance(name, str)
+            self.assertIsInstance(value, (int, str))
+        self.assertIn("hash_pairs", stats)
+
+    def test_context_manager_closes(self):
+        with self.server.session() as s:
+            h = s.hash()
+            h.put("ctx", "v")
+        self.assertTrue(s.closed)
+        with self.assertRaises(remem.Unavailable):
+            h.get("ctx")
+        with self.assertRaises(remem.Unavailable):
+            s.ping()
+
+    def test_bad_transport_and_address(self):
+        with self.assertRaises(remem.InvalidArgument):
+            remem.Session(self.server.address, transport="carrier-pigeon")
+        with self.assertRaises(remem.Error) as cm:
+            remem.Session("127.0.0.1:1", transport=TRANSPORT, timeout_ms=2000)
+        self.assertIsInstance(cm.exception.code, str)
+
+    # --- the hash store
+
+    def test_hash_roundtrips(self):
+        h = self.s.hash()
+        v1 = h.put("k1", "hello")
+        self.assertIsInstance(v1, int)
+        self.assertEqual(h.get("k1"), b"hello")
+        self.assertEqual(h.get(b"k1"), b"hello")
+        v2 = h.put(b"k1", b"world")
+        self.assertGreater(v2, v1)
+        self.assertEqual(h.get("k1"), b"world")
+        binary = bytes(range(256)) + b"\x00\x00tail\x00"
+        h.put(b"bin\x00key", binary)
+        self.assertEqual(h.get(b"bin\x00key"), binary)
+        self.assertIsNone(h.get(b"bin"))
+        h.put("empty", b"")
+        self.assertEqual(h.get("empty"), b"")
+        h.put("unicode", "h\u00e9llo \u2603")
+        self.assertEqual(h.get("unicode"), "h\u00e9llo \u2603".encode())
+        big = os.urandom(1 << 20)
+        h.put("big", big)
+        self.assertEqual(h.get("big"), big)
+        self.assertTrue(h.delete("k1"))
+        self.assertIsNone(h.get("k1"))
+        self.assertFalse(h.delete("k1"))
+        self.assertFalse(h.delete("never-there"))
+        with self.assertRaises(TypeError):
+            h.put(42, "x")
+
+    def test_hash_multi(self):
+        h = self.s.hash()
+        pairs = [("m%03d" % i, b"v\x00%d" % i) for i in range(100)]
+        versions = h.multi_put(pairs)
+        self.assertEqual(len(versions), 100)
+        keys = [k for k, _ in pairs] + ["m-missing"]
+        got = h.multi_get(keys)
+        self.assertEqual(got[:100], [v for _, v in pairs])
+        self.assertIsNone(got[100])
+        self.assertEqual(h.multi_get([]), [])
+
+    def test_hash_errors(self):
+        h = self.s.hash()
+        self.assertEqual(h.max_key, 64 * 1024)
+        with self.assertRaises(remem.InvalidArgument) as cm:
+            h.put(b"x" * (h.max_key + 1), b"v")
+        self.assertEqual(cm.exception.code, "InvalidArgument")
+        self.assertIsInstance(cm.exception, remem.Error)
+        self.assertTrue(cm.exception.message)
+        with self.assertRaises(remem.InvalidArgument):
+            h.put(b"", b"v")
+        with self.assertRaises(remem.InvalidArgument):
+            h.get(b"x" * (h.max_key + 1))
+
+    # --- the ordered store
+
+    def test_tree_scan_order_and_paging(self):
+        t = self.s.tree()
+        keys = [b"user:%04d" % i for i in range(250)]
+        for k in reversed(keys):
+            t.put(k, k + b"=v")
+        t.put(b"other", b"x")
+        self.assertEqual(t.get(b"user:0007"), b"user:0007=v")
+        self.assertIsNone(t.get(b"user:9999"))
+
+        seen = []
+        start = b"user:"
+        pages = 0
+        while True:
+            items, more, resume = t.scan(start, b"user;", limit=64)
+            pages += 1
+            seen.extend(items)
+            if not more:
+                break
+            start = resume
+        self.assertGreater(pages, 3)
+        self.assertEqual([k for k, _ in seen], keys)
+        self.assertEqual([v for _, v in seen], [k + b"=v" for k in keys])
+
+        items, more, _ = t.scan(b"user:", b"user;", limit=5, descending=True)
+        self.assertTrue(more)
+        self.assertEqual([k for k, _ in items], keys[::-1][:5])
+
+        items, more, _ = t.scan_prefix(b"user:01", limit=1000)
+        self.assertFalse(more)
+        self.assertEqual([k for k, _ in items], keys[100:200])
+
+        self.assertTrue(t.delete(b"user:0000"))
+        self.assertFalse(t.delete(b"user:0000"))
+        items, _, _ = t.scan(b"user:", b"user;", limit=1)
+        self.assertEqual(items[0][0], b"user:0001")
+
+        t.multi_put([(b"mp1", b"a"), (b"mp2", b"\x00")])
+        self.assertEqual(t.multi_get([b"mp1", b"mp2", b"mp3"]),
+                         [b"a", b"\x00", None])
+        with self.assertRaises(remem.InvalidArgument):
+            t.scan(b"a", b"b", limit=0)
+
+    # --- namespaces
+
+    def test_namespace_lifecycle(self):
+        ns = remem.Namespace.create(self.s, "pyspace")
+        self.assertEqual(ns.name, "pyspace")
+        self.assertIn("pyspace", [i["name"] for i in remem.Namespace.list(self.s)])
+        ns.reserve(64 * 1024)
+        address, length = ns.alloc(10000)
+        self.assertGreaterEqual(length, 10000)
+        self.assertEqual(ns.segments(), [(address, length)])
+        m = ns.map(address, length)
+        self.assertEqual(m.length, length)
+        self.assertEqual(m.read(0, 16), b"\x00" * 16)
+        data = b"raw\x00bytes" * 100
+        m.write(100, data)
+        self.assertEqual(m.read(100, len(data)), data)
+        self.assertEqual(m.fetch_add(8, 5), 0)
+        self.assertEqual(m.fetch_add(8, 1), 5)
+        self.assertEqual(m.compare_and_swap(8, 6, 100), 6)
+        self.assertEqual(m.compare_and_swap(8, 6, 7), 100)
+        self.assertEqual(int.from_bytes(m.read(8, 8), "little"), 100)
+        with self.assertRaises(remem.InvalidArgument):
+            m.read(length - 4, 8)  # past the mapping
+        with self.assertRaises(remem.InvalidArgument):
+            m.fetch_add(3, 1)  # unaligned
+
+        # Another session sees the bytes through its own mapping.
+        with self.server.session() as other:
+            ns2 = remem.Namespace.open(other, "pyspace")
+            self.assertEqual(ns2.id, ns.id)
+            m2 = ns2.map(address, length)
+            self.assertEqual(m2.read(100, len(data)), data)
+
+        ns.free(address)
+        self.assertEqual(ns.segments(), [])
+        with self.assertRaises(remem.NotFound):
+            ns.map(address, length)
+        ns.release()
+        remem.Namespace.delete(self.s, "pyspace")
+        with self.assertRaises(remem.NotFound):
+            remem.Namespace.open(self.s, "pyspace")
+        with self.assertRaises(remem.NotFound):
+            remem.Namespace.delete(self.s, "pyspace")
+
+    def test_namespace_errors(self):
+        with self.assertRaises(remem.InvalidArgument):
+            remem.Namespace.create(self.s, "has space")
+        with self.assertRaises(remem.InvalidArgument):
+            remem.Namespace.create(self.s, "")
+        remem.Namespace.create(self.s, "dup")
+        try:
+            with self.assertRaises(remem.AlreadyExists) as cm:
+                remem.Namespace.create(self.s, "dup")
+            self.assertEqual(cm.exception.code, "AlreadyExists")
+            ns = remem.Namespace.open(self.s, "dup")
+            with self.assertRaises(remem.OutOfMemory):
+                ns.alloc(64 << 20)  # over --space-memory
+        finally:
+            remem.Namespace.delete(self.s, "dup")
+
+    # --- lifetime and threads
+
+    def test_close_then_use_raises(self):
+        s = self.server.session()
+        h, t = s.hash(), s.tree()
+        ns = remem.Namespace.create(s, "closing")
+        seg = ns.alloc(4096)
+        m = ns.map(*seg)
+        h.put("a", "b")
+        s.close()
+        s.close()  # twice is fine
+        for call in (lambda: h.get("a"), lambda: h.put("a", "c"),
+                     lambda: t.scan(b"", b""), lambda: ns.alloc(4096),
+                     lambda: m.read(0, 8), lambda: m.write(0, b"x"),
+                     lambda: s.hash(), lambda: s.stats(),
+                     lambda: remem.Namespace.list(s)):
+            with self.assertRaises(remem.Unavailable):
+                call()
+        # The namespace lives on the server until deleted.
+        remem.Namespace.delete(self.s, "closing")
+
+    def test_stores_outlive_the_python_session_object(self):
+        h = self.server.session().hash()  # the Session object is dropped
+        h.put("orphan", "still works")
+        self.assertEqual(h.get("orphan"), b"still works")
+        del h  # the session goes with its last store
+
+    def test_threads_sharing_a_session_are_serialized(self):
+        h = self.s.hash()
+        errors = []
+
+        def work(n):
+            try:
+                for i in range(200):
+                    k = "t%d-%d" % (n, i)
+                    h.put(k, k)
+                    if h.get(k) != k.encode():
+                        errors.append(k)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(errors, [])
+
+
+class KilledServerTest(unittest.TestCase):
+    def test_a_session_whose_server_died_raises_unavailable(self):
+        server = Server()
+        try:
+            s = server.session(timeout_ms=3000)
+            h = s.hash()
+            h.put("k", "v")
+            ns = remem.Namespace.create(s, "doomed")
+            m = ns.map(*ns.alloc(4096))
+        finally:
+            server.kill()
+        # The session notices its TCP connection closed within ~10 ms.
+        deadline = time.monotonic() + 10
+        while s.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertFalse(s.connected)
+        with self.assertRaises(remem.Unavailable) as cm:
+            h.put("k", "v2")
+        self.assertEqual(cm.exception.code, "Unavailable")
+        for call in (lambda: h.get("k"), lambda: m.read(0, 8),
+                     lambda: m.write(0, b"x"), s.ping, s.stats,
+                     lambda: remem.Namespace.list(s)):
+            with self.assertRaises(remem.Unavailable):
+                call()
+        s.close()
+        with self.assertRaises(remem.Unavailable):
+            h.get("k")
+
+
+if __name__ == "__main__":
+    unittest.main()
