@@ -195,15 +195,10 @@ int main(int argc, char** argv) {
                  "server threads (partitions), each with its own UCX worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  // The comma-separated values (--cpus, --cluster, --tree-splits) are
-  // joined back with commas (CLI11's join): a --config file's `cpus = 0,2`
-  // without quotes is a list of two values there, which was refused as
-  // "--cpus: At Most 1 required but received 2".
   app.add_option("--cpus", cpus,
                  "pin thread i to the i-th CPU of this list, one per thread "
                  "(--threads), e.g. 0,2-3 for three (default: pin only if "
-                 "the process's CPUs were narrowed, e.g. by taskset)")
-      ->join(',');
+                 "the process's CPUs were narrowed, e.g. by taskset)");
   app.add_flag("--no-pin", no_pin, "never pin threads to CPUs");
   app.add_option("--transport", transport,
                  "auto | shm | tcp: UCX transports allowed (auto: UCX "
@@ -336,8 +331,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cfg.cluster,
                  "join the cluster kept in ZooKeeper at ZK_HOSTS/PATH, e.g. "
                  "127.0.0.1:2181/remem/prod (the cluster's name is PATH's "
-                 "last component); without it: a single server")
-      ->join(',');
+                 "last component); without it: a single server");
   app.add_option("--advertise", cfg.advertise,
                  "with --cluster: the host:port clients reach this server "
                  "at (default: the --listen address)");
@@ -370,7 +364,6 @@ int main(int argc, char** argv) {
       "cluster must agree. "
       "Without it the cluster has no ordered store. With --replicas each "
       "range rides a hash shard and is kept on its f + 1 servers");
-  tree_splits_opt->join(',');
   app.add_option("--failure-domain", cfg.failure_domain,
                  "with --cluster: the failure domain this server is in (a "
                  "rack, a host, a zone: [A-Za-z0-9_.-], up to 64 bytes); a "
