@@ -82,6 +82,10 @@
 
 namespace remem {
 
+namespace fabric {
+class RemoteRegion;  // a server region as this process reaches it (src/fabric)
+}  // namespace fabric
+
 // [address, address + length) in a namespace.
 struct Segment {
   uint64_t address = 0;
@@ -187,8 +191,10 @@ class Mapping {
 
  private:
   friend class Namespace;
+  // A run of the mapping in server memory, its region resolved at Map (a
+  // session's regions live as long as it does).
   struct Extent {
-    uint32_t region;
+    const fabric::RemoteRegion* region;
     uint64_t offset;  // in the region
     uint64_t length;
     uint64_t start;  // in the mapping

@@ -165,7 +165,7 @@ Result<std::unique_ptr<Mapping>> Namespace::Map(uint64_t address,
       bad = Status::ProtocolError("map reply names memory outside region " +
                                   std::to_string(e.region));
     }
-    extents.push_back({e.region, e.offset, e.length, start});
+    extents.push_back({region, e.offset, e.length, start});
     start += e.length;
   }
   auto mapping = std::unique_ptr<Mapping>(new Mapping(
@@ -198,16 +198,12 @@ struct Piece {
   uint64_t buffer_at;
 };
 
-}  // namespace
-
-namespace {
-
-// Splits [offset, offset + len) over the extents; InvalidArgument if it
-// leaves the mapping.
-template <typename Extent>
-Status SplitPieces(SessionCore* core, const std::vector<Extent>& ex,
-                   uint64_t length, uint64_t offset, uint64_t len,
-                   std::vector<Piece>* out) {
+// Calls fn(piece) for each run of [offset, offset + len) over the extents,
+// in order, until one returns an error; InvalidArgument if the range leaves
+// the mapping. The data path: nothing is allocated.
+template <typename Extent, typename Fn>
+Status ForEachPiece(const std::vector<Extent>& ex, uint64_t length,
+                    uint64_t offset, uint64_t len, Fn fn) {
   if (offset > length || len > length - offset) {
     return Status::InvalidArgument(
         "[" + std::to_string(offset) + ", +" + std::to_string(len) +
@@ -222,12 +218,8 @@ Status SplitPieces(SessionCore* core, const std::vector<Extent>& ex,
   while (left > 0) {
     const uint64_t in = at - it->start;
     const uint64_t take = std::min(left, it->length - in);
-    const fabric::RemoteRegion* region = core->region(it->region);
-    if (region == nullptr) {
-      return Status::Internal("region " + std::to_string(it->region) +
-                              " is not exported");
-    }
-    out->push_back({region, it->offset + in, take, at - offset});
+    REMEM_RETURN_IF_ERROR(
+        fn(Piece{it->region, it->offset + in, take, at - offset}));
     at += take;
     left -= take;
     ++it;
@@ -237,15 +229,21 @@ Status SplitPieces(SessionCore* core, const std::vector<Extent>& ex,
 
 // The one word an atomic works on.
 template <typename Extent>
-Result<Piece> Word(SessionCore* core, const std::vector<Extent>& ex,
-                   uint64_t length, uint64_t offset) {
-  std::vector<Piece> p;
-  REMEM_RETURN_IF_ERROR(SplitPieces(core, ex, length, offset, 8, &p));
-  if (p.size() != 1 || p[0].offset % 8 != 0) {
+Result<Piece> Word(const std::vector<Extent>& ex, uint64_t length,
+                   uint64_t offset) {
+  Piece word{};
+  int pieces = 0;
+  REMEM_RETURN_IF_ERROR(
+      ForEachPiece(ex, length, offset, 8, [&](const Piece& p) {
+        word = p;
+        ++pieces;
+        return Status::OK();
+      }));
+  if (pieces != 1 || word.offset % 8 != 0) {
     return Status::InvalidArgument(
         "atomic operations need an 8-byte aligned address");
   }
-  return p[0];
+  return word;
 }
 
 // Joins the completions of an operation's pieces into one callback.
@@ -263,34 +261,30 @@ struct Join {
 
 Status Mapping::Read(uint64_t offset, void* dst, size_t len) {
   SessionCore* core = session_->core();
-  std::vector<Piece> pieces;
+  auto* out = static_cast<uint8_t*>(dst);
   REMEM_RETURN_IF_ERROR(
-      SplitPieces(core, extents_, length_, offset, len, &pieces));
-  for (const Piece& p : pieces) {
-    REMEM_RETURN_IF_ERROR(core->endpoint()->GetSync(
-        static_cast<uint8_t*>(dst) + p.buffer_at, p.len, *p.region, p.offset,
-        core->options().timeout));
-  }
+      ForEachPiece(extents_, length_, offset, len, [&](const Piece& p) {
+        return core->endpoint()->GetSync(out + p.buffer_at, p.len, *p.region,
+                                         p.offset, core->options().timeout);
+      }));
   return core->Vouch();
 }
 
 Status Mapping::Write(uint64_t offset, const void* src, size_t len) {
   SessionCore* core = session_->core();
-  std::vector<Piece> pieces;
+  const auto* in = static_cast<const uint8_t*>(src);
   REMEM_RETURN_IF_ERROR(
-      SplitPieces(core, extents_, length_, offset, len, &pieces));
-  for (const Piece& p : pieces) {
-    REMEM_RETURN_IF_ERROR(core->endpoint()->PutSync(
-        static_cast<const uint8_t*>(src) + p.buffer_at, p.len, *p.region,
-        p.offset, core->options().timeout));
-  }
+      ForEachPiece(extents_, length_, offset, len, [&](const Piece& p) {
+        return core->endpoint()->PutSync(in + p.buffer_at, p.len, *p.region,
+                                         p.offset, core->options().timeout);
+      }));
   return core->Vouch();
 }
 
 Result<uint64_t> Mapping::CompareAndSwap(uint64_t offset, uint64_t expected,
                                          uint64_t desired) {
   SessionCore* core = session_->core();
-  auto w = Word(core, extents_, length_, offset);
+  auto w = Word(extents_, length_, offset);
   if (!w.ok()) return w.status();
   auto old = core->endpoint()->CompareSwapSync(
       expected, desired, *w->region, w->offset, core->options().timeout);
@@ -301,7 +295,7 @@ Result<uint64_t> Mapping::CompareAndSwap(uint64_t offset, uint64_t expected,
 
 Result<uint64_t> Mapping::FetchAdd(uint64_t offset, uint64_t delta) {
   SessionCore* core = session_->core();
-  auto w = Word(core, extents_, length_, offset);
+  auto w = Word(extents_, length_, offset);
   if (!w.ok()) return w.status();
   auto old = core->endpoint()->FetchAddSync(delta, *w->region, w->offset,
                                             core->options().timeout);
@@ -313,23 +307,39 @@ Result<uint64_t> Mapping::FetchAdd(uint64_t offset, uint64_t delta) {
 namespace {
 
 // The shared body of ReadAsync and WriteAsync: `issue` starts one piece.
+// (The range is walked twice, to count its pieces and then to issue them:
+// cheaper than keeping them.)
 template <typename Extent, typename IssueFn>
 void PiecesAsync(SessionCore* core, const std::vector<Extent>& ex,
                  uint64_t length, uint64_t offset, size_t len,
                  Mapping::Callback done, IssueFn issue) {
   auto cb = core->Track<Status>(std::move(done));
-  std::vector<Piece> pieces;
-  Status st = SplitPieces(core, ex, length, offset, len, &pieces);
-  if (!st.ok() || pieces.empty()) {
+  size_t pieces = 0;
+  Status st = ForEachPiece(ex, length, offset, len, [&](const Piece&) {
+    ++pieces;
+    return Status::OK();
+  });
+  if (!st.ok() || pieces == 0) {
     core->Defer([cb, st]() mutable { cb(st); });
     return;
   }
-  auto join = std::make_shared<Join>();
-  join->left = pieces.size();
-  join->done = [core, cb](Status s) mutable { cb(s.ok() ? core->Vouch() : s); };
-  for (const Piece& p : pieces) {
-    issue(p, [join](Status s) { join->One(s); });
+  auto finish = [core, cb](Status s) mutable {
+    cb(s.ok() ? core->Vouch() : s);
+  };
+  if (pieces == 1) {  // the usual case: no join to allocate
+    (void)ForEachPiece(ex, length, offset, len, [&](const Piece& p) {
+      issue(p, std::move(finish));
+      return Status::OK();
+    });
+    return;
   }
+  auto join = std::make_shared<Join>();
+  join->left = pieces;
+  join->done = std::move(finish);
+  (void)ForEachPiece(ex, length, offset, len, [&](const Piece& p) {
+    issue(p, [join](Status s) { join->One(s); });
+    return Status::OK();
+  });
 }
 
 template <typename Extent, typename IssueFn>
@@ -337,7 +347,7 @@ void WordAsync(SessionCore* core, const std::vector<Extent>& ex,
                uint64_t length, uint64_t offset, Mapping::ValueCallback done,
                IssueFn issue) {
   auto cb = core->Track<Result<uint64_t>>(std::move(done));
-  auto w = Word(core, ex, length, offset);
+  auto w = Word(ex, length, offset);
   if (!w.ok()) {
     core->Defer([cb, st = w.status()]() mutable { cb(st); });
     return;
