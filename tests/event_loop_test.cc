@@ -212,7 +212,7 @@ TEST(EventLoop, ALoopThatLeftAPausedServerWithMessagesQueuedStillSleeps) {
   ASSERT_NO_FATAL_FAILURE(StartTwoServersOnOneLoop(&t, oa, ob));
   fabric::Worker* worker = t.loop->core()->worker();
 
-  ASSERT_TRUE(t.a.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(t.a.Pause().ok());
   ASSERT_TRUE(testing::AllThreadsStopped(t.a.process->pid()));
   // More than a's receive queue holds: the rest wait in UCX.
   int failed = 0;

@@ -1196,7 +1196,7 @@ TEST(HashTimeout, AWaitAllInsideACallbackThatTimesOutReturnsAtOnce) {
           EXPECT_TRUE(v.ok()) << v.status().ToString();
           ++puts_done;
           if (i != 0) return;
-          ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+          ASSERT_TRUE(c.server.Pause().ok());
           ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
           c.store->PutAsync("wt-inner", "v", [](Result<uint64_t>) {});
           const auto start = std::chrono::steady_clock::now();
@@ -1224,7 +1224,7 @@ TEST(HashTimeout, AfterAOneSidedReadTimedOutTheSessionSaysUnavailable) {
   }
   OneSidedClient c;
   ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
-  ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(c.server.Pause().ok());
   ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
   auto timed_out = c.store->Get("k");
   ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
@@ -1257,7 +1257,7 @@ TEST(HashTimeout, AnAsynchronousOneSidedReadTimesOutAsACallDoes) {
   }
   OneSidedClient c;
   ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(500)));
-  ASSERT_TRUE(c.server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(c.server.Pause().ok());
   ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
   std::optional<Result<HashStore::Value>> got;
   c.store->GetAsync("k",
@@ -1337,7 +1337,7 @@ TEST(HashTimeout, ClosingASessionWithALargeWriteStillOutEndsCleanly) {
     auto h = HashStore::Open(session->get());
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     ASSERT_TRUE((*h)->Put("small", "kept").ok());
-    ASSERT_TRUE(paused.process->Signal(SIGSTOP).ok());
+    ASSERT_TRUE(paused.Pause().ok());
     ASSERT_TRUE(testing::AllThreadsStopped(paused.process->pid()));
     auto big = (*h)->Put("big", std::string(1 << 20, 'b'));
     EXPECT_EQ(big.status().code(), StatusCode::kTimedOut)

@@ -513,6 +513,28 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
       << json.out;
   EXPECT_NE(json.out.find("{\"key\":\"zz\",\"version\":"), std::string::npos)
       << json.out;
+  // A page exactly as long as its limit says whether a pair follows (it
+  // said "more" whenever the limit ended it), and resumes after its last.
+  auto exact =
+      cli({"--json", "tree", "scan", "user:", "user;", "--limit", "3"});
+  EXPECT_NE(exact.out.find("\"count\":3,\"more\":false"), std::string::npos)
+      << exact.out;
+  auto cut = cli({"--json", "tree", "scan", "user:", "--limit", "3"});
+  EXPECT_NE(
+      cut.out.find("\"count\":3,\"more\":true,\"resume\":\"user:3\\u0000\""),
+      std::string::npos)
+      << cut.out;
+  auto cut_desc = cli({"--json", "tree", "scan", "--desc", "--limit", "3"});
+  EXPECT_NE(
+      cut_desc.out.find("\"count\":3,\"more\":true,\"resume\":\"user:2\""),
+      std::string::npos)
+      << cut_desc.out;
+  auto quiet = testing::RunCommand(
+      {"/bin/sh", "-c",
+       "\"$0\" --server \"$1\" --transport \"$2\" tree scan --limit 4 "
+       "2>&1 >/dev/null",
+       testing::CliBinary(), server_.address, transport});
+  EXPECT_EQ(quiet.out, "") << "the page of all four pairs said more may follow";
   EXPECT_EQ(cli({"tree", "scan", "b", "a"}).exit_code, 2) << "reversed";
   EXPECT_EQ(cli({"tree", "scan", "--limit", "0"}).exit_code, 2);
   // Keys up to 64 KiB (out of line past 64 bytes); one byte more is a
@@ -979,7 +1001,7 @@ TEST_F(TreeTest, ABatchStopsAtAFailedRequestAndSaysWhatWasNotSent) {
   for (int i = 0; i < 10 * 4096; ++i) keys.push_back("p" + Key(uint64_t(i)));
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   for (const auto& k : keys) pairs.emplace_back(k, k);
-  ASSERT_TRUE(server_.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(server_.Pause().ok());
   std::vector<Result<uint64_t>> done;
   c->MultiPutAsync(pairs, [&](auto r) { done = std::move(r); });
   EXPECT_EQ(c.session->WaitAll().code(), StatusCode::kTimedOut);

@@ -118,7 +118,10 @@ enum class ReadFrom : uint8_t {
 
 struct ClusterOptions {
   // "host:port" of some of the cluster's servers; the first that answers
-  // gives the configuration.
+  // gives the configuration, and its cluster's name is the client's: a
+  // server of a cluster of another name (a list that mixes two) is never
+  // taken for one of it (its answers fail with Conflict, and the next
+  // server is asked).
   std::vector<std::string> seeds;
   // For every session to a server (its `server` field is ignored);
   // `timeout` is also each operation's deadline, retries included.

@@ -741,6 +741,14 @@ struct Cluster::Impl {
     if (!bytes.ok()) return bytes.status().WithContext(addr);
     auto c = cluster::DecodeConfig(*bytes);
     if (!c.ok()) return c.status().WithContext(addr);
+    if (config.epoch > 0 && c->name != config.name) {
+      // A seed of another cluster (a list that mixes two): its epochs say
+      // nothing about this one's, and a newer one would have moved the
+      // client to that cluster for good.
+      return Status::Conflict(addr + " is a server of cluster '" + c->name +
+                              "', not of this client's cluster '" +
+                              config.name + "'");
+    }
     ++stats.refreshes;
     if (newer != nullptr) *newer = c->epoch > config.epoch;
     if (c->epoch >= config.epoch) Install(std::move(*c));
@@ -875,7 +883,9 @@ struct Cluster::Impl {
     for (const auto& a : answers) {
       if (a->bytes.empty()) continue;
       auto c = cluster::DecodeConfig(a->bytes);
-      if (!c.ok() || c->epoch <= config.epoch) continue;
+      if (!c.ok() || c->epoch <= config.epoch || c->name != config.name) {
+        continue;
+      }
       if (!newest || c->epoch > newest->epoch) newest = std::move(*c);
     }
     if (newest) {

@@ -507,6 +507,7 @@ bool ClusterMember::Register() {
     log::Warn("cluster: registering {}: {}", me, ZkError(rc));
     return false;
   }
+  if (election_node_.empty() && !AdoptOwnElectionNode()) return false;
   if (election_node_.empty()) {
     char created[1024];
     const std::string prefix = base + "/election/n-";
@@ -514,6 +515,8 @@ bool ClusterMember::Register() {
                     int(options_.self.address.size()), &ZOO_OPEN_ACL_UNSAFE,
                     ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof(created));
     if (rc != ZOK) {
+      // A timeout or a lost connection may come after ZooKeeper made the
+      // node (only its answer was lost): the next pass adopts it.
       log::Warn("cluster: joining the election: {}", ZkError(rc));
       return false;
     }
@@ -525,6 +528,56 @@ bool ClusterMember::Register() {
   predecessor_gone_ns_ = 0;
   log::Info("cluster: {} registered in {} (election node {})",
             options_.self.address, base, election_node_);
+  return true;
+}
+
+std::string ClusterMember::FormingState() const {
+  if (!connected()) {
+    return "this server has not reached ZooKeeper at " + options_.target.hosts;
+  }
+  if (!registered()) {
+    return "this server is not registered in ZooKeeper yet (an earlier "
+           "server at " +
+           options_.self.address +
+           " may hold the registration until its "
+           "session expires)";
+  }
+  const uint32_t seen = std::max<uint32_t>(members_seen(), 1);
+  if (seen < options_.initial_size) {
+    return std::to_string(seen) + " of the " +
+           std::to_string(options_.initial_size) +
+           " servers it waits for (--cluster-size) have registered";
+  }
+  return "its configuration manager has not written the first "
+         "configuration yet";
+}
+
+bool ClusterMember::AdoptOwnElectionNode() {
+  const std::string& base = options_.target.path;
+  std::vector<std::string> candidates;
+  if (Children(zh_, base + "/election", false, &candidates) != ZOK) {
+    return false;
+  }
+  const int64_t session = zoo_client_id(zh_)->client_id;
+  for (const std::string& c : candidates) {  // in the election's order
+    std::string address;
+    ::Stat st{};
+    const int rc = Get(zh_, base + "/election/" + c, false, &address, &st);
+    if (rc == ZNONODE) continue;
+    if (rc != ZOK) return false;
+    if (st.ephemeralOwner != session) continue;
+    if (election_node_.empty()) {
+      election_node_ = c;
+      log::Warn(
+          "cluster: adopting election node {}, made by this session "
+          "when ZooKeeper's answer was lost",
+          c);
+    } else {
+      // A second node of this session's (not possible once one is
+      // adopted before creating; deleted all the same).
+      (void)zoo_delete(zh_, (base + "/election/" + c).c_str(), st.version);
+    }
+  }
   return true;
 }
 
@@ -686,7 +739,21 @@ void ClusterMember::FollowManager(std::string first) {
   }
   // Where members ask for their leases.
   std::string address;
-  if (Get(zh_, base + "/election/" + first, false, &address) == ZOK) {
+  ::Stat st{};
+  if (Get(zh_, base + "/election/" + first, false, &address, &st) == ZOK) {
+    if (!election_node_.empty() && first != election_node_ &&
+        st.ephemeralOwner == zoo_client_id(zh_)->client_id) {
+      // A node of this session's other than the one it adopted (made by a
+      // create whose answer was lost, and seen only now): it would stand
+      // for this server as manager while this server is not. Its deletion
+      // fires the election's watch.
+      log::Warn(
+          "cluster: deleting election node {}, a second one of this "
+          "session's",
+          first);
+      (void)zoo_delete(zh_, (base + "/election/" + first).c_str(), st.version);
+      return;
+    }
     std::lock_guard<std::mutex> lock(lease_mu_);
     manager_address_ = std::move(address);
   }

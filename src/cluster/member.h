@@ -267,6 +267,11 @@ class ClusterMember {
   uint32_t members_seen() const {
     return members_seen_.load(std::memory_order_relaxed);
   }
+  // Why a cluster still forming has no configuration yet, as this member
+  // sees it (for the Busy answer to a client): ZooKeeper not reached, this
+  // server not registered, or how many of the --cluster-size servers have
+  // registered. Any thread.
+  std::string FormingState() const;
   uint64_t sessions() const {
     return sessions_.load(std::memory_order_relaxed);
   }
@@ -280,6 +285,14 @@ class ClusterMember {
   void Run();
   bool Step();  // one pass; false: the session is gone
   bool Register();
+  // Register's search of the election for a node this ZooKeeper session
+  // made already: a create whose answer was lost (an operation timeout or
+  // a lost connection after ZooKeeper made the node) leaves one, which
+  // would stand before the node made next and, since it lives as long as
+  // the session, keep this server from ever being the manager while no
+  // other takes its place. Adopts the first (election_node_), deletes any
+  // other; false if ZooKeeper could not be read (ask again next pass).
+  bool AdoptOwnElectionNode();
   // Register's case of a registration at this address held by another
   // ZooKeeper session (`record`, at node version `version`, of session
   // `owner`): if it is an earlier incarnation of this server, this server's
@@ -295,7 +308,9 @@ class ClusterMember {
   // whoever formed it (this server's thread's, or Start's).
   void WarnOtherReplicas(const Config& c);
   // Reads the manager's address from the first election node (`first`, or
-  // the first there is), for manager_address().
+  // the first there is), for manager_address(). A first node that this
+  // session made besides election_node_ is deleted instead (see
+  // AdoptOwnElectionNode).
   void FollowManager(std::string first = "");
   void Wake();
   // A member whose lease was not asked for within this long is failed

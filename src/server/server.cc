@@ -208,9 +208,12 @@ void CoreService::Handle(PartitionId, Call call) {
       }
       const cluster::Ownership::Installed* c = o->current();
       if (c == nullptr) {
+        cluster::ClusterMember* m =
+            server_->member_view.load(std::memory_order_acquire);
         return call.responder.Reply(Status::Busy(
             "this cluster member has no configuration yet (the cluster is "
-            "still forming)"));
+            "still forming" +
+            (m == nullptr ? std::string() : ": " + m->FormingState()) + ")"));
       }
       return call.responder.Reply(Status::OK(), c->encoded);
     }

@@ -76,6 +76,11 @@ struct ServerProcess {
   // SIGTERM, and waits for it to exit: its exit code.
   Result<int> Stop(
       std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // SIGSTOP, and returns once the process is stopped (its /proc state):
+  // kill() returns before the stop takes effect, and under gVisor a
+  // server's threads ran on for a while, serving a test that acted at once
+  // as though it were paused. TimedOut after 10 s.
+  Status Pause();
   // Starts it again with the same options on the same address (kills a
   // running one first). The ready line and process are replaced.
   Status Restart();
