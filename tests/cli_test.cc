@@ -1248,6 +1248,38 @@ TEST(Server, AThreadThatDoesNotStopEndsTheServerAfterTheStopTimeout) {
   EXPECT_FALSE(answered);
 }
 
+// A comma-separated value written without quotes in a --config file is a
+// TOML list there; the server takes it as the same comma-separated value
+// (it refused it with "--cpus: At Most 1 required but received 2").
+TEST(Server, ConfigFileListsWithoutQuotesAreTheCommaSeparatedValue) {
+  char path[] = "/tmp/remem-config-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string cfg = "memory = 24M\nthreads = 2\ncpus = 0,0\n";
+  ASSERT_EQ(write(fd, cfg.data(), cfg.size()), ssize_t(cfg.size()));
+  close(fd);
+  testing::ServerOptions o = testing::TestServerOptions({"--config", path});
+  o.memory.clear();
+  o.pin_threads = true;  // --no-pin would be refused with --cpus
+  auto server = testing::ServerProcess::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE(Contains(server->ready_line, "2 threads")) << server->ready_line;
+  // The list is checked as the flag's value is: three CPUs for two threads.
+  std::ofstream(path) << "memory = 24M\nthreads = 2\ncpus = 0,0,0\n";
+  auto bad =
+      RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--config", path});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_TRUE(Contains(bad.out, "--cpus lists 3 CPUs for 2 threads"))
+      << bad.out;
+  // Another option given a list is still refused, naming it.
+  std::ofstream(path) << "memory = 24M\nthreads = 2,3\n";
+  auto list =
+      RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--config", path});
+  EXPECT_EQ(list.exit_code, 2) << list.out;
+  EXPECT_TRUE(Contains(list.out, "--threads")) << list.out;
+  unlink(path);
+}
+
 TEST(Server, ConfigFileAndCleanShutdown) {
   char path[] = "/tmp/remem-config-XXXXXX";
   int fd = mkstemp(path);

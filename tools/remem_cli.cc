@@ -1340,8 +1340,19 @@ int RunCli(int argc, char** argv) {
     size_t n = 0;
     bool more = false;
     std::string resume;
+    // A single page asks for one pair more than it prints, so that its
+    // "more" says whether a pair follows (a page the limit ended said more
+    // even when none did); --all's pages need not know.
+    const bool probe = !scan_all && scan_limit < tree.max_scan();
     for (;;) {
-      auto page = tree.Scan(start, end, scan_limit, order);
+      auto page = tree.Scan(start, end, scan_limit + (probe ? 1 : 0), order);
+      if (page.ok() && probe && page->items.size() > scan_limit) {
+        page->items.pop_back();
+        page->more = true;
+        // Where the library's page of scan_limit pairs would resume.
+        page->resume = page->items.back().key;
+        if (!scan_desc) page->resume.push_back('\0');
+      }
       if (!page.ok()) {
         if (json_open) {
           std::printf("],\"count\":%zu,%s}\n", n,
@@ -1379,8 +1390,8 @@ int RunCli(int argc, char** argv) {
                   more ? "true" : "false", JsonBytes("resume", resume).c_str());
     } else if (more) {
       // Standard output holds only pairs; say on standard error that they
-      // may not be all (a page that reached its limit says "more" even
-      // when no key follows).
+      // are not all (or, for a page that 1 MiB of pairs ended, may not
+      // be).
       // The END argument of a descending scan is the second positional
       // one (a lone one is START), but with --prefix the first.
       std::fprintf(stderr,

@@ -140,6 +140,32 @@ std::vector<int> ParseCpus(const std::string& list, Status* st) {
   return out;
 }
 
+// The TOML/INI reader of --config, but for the options whose value is a
+// comma-separated list (--cpus, --cluster, --tree-splits): there a value
+// written without quotes (`cpus = 0,2`) is a TOML list of two values, which
+// the single-valued option refused ("--cpus: At Most 1 required but
+// received 2"); it is joined back with commas into the one value meant.
+// (CLI11's own join would split the command line's values too, and drop
+// empty elements: --tree-splits a,,b taken as a,b.)
+class ConfigWithLists : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+    for (CLI::ConfigItem& item : items) {
+      if (item.inputs.size() > 1 && item.parents.empty() &&
+          (item.name == "cpus" || item.name == "cluster" ||
+           item.name == "tree-splits")) {
+        std::string joined;
+        for (size_t i = 0; i < item.inputs.size(); ++i) {
+          joined += (i == 0 ? "" : ",") + item.inputs[i];
+        }
+        item.inputs = {joined};
+      }
+    }
+    return items;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,6 +192,7 @@ int main(int argc, char** argv) {
   app.set_config("--config", "",
                  "read options from a TOML/INI file (key = value, same names "
                  "as the long flags)");
+  app.config_formatter(std::make_shared<ConfigWithLists>());
   // A misspelt key must not leave a setting silently at its default.
   app.allow_config_extras(CLI::config_extras_mode::error);
   server::ServerConfig cfg;

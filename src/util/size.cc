@@ -9,15 +9,25 @@ namespace remem {
 
 Result<uint64_t> ParseSize(std::string_view text) {
   std::string s(text);
-  auto bad = [&] {
-    return Status::InvalidArgument("bad size '" + s +
-                                   "' (examples: 4096, 64K, 512MiB, 2G)");
+  auto bad = [&](const char* why) {
+    return Status::InvalidArgument("bad size '" + s + "': " + why +
+                                   " (examples: 4096, 64K, 512MiB, 1.5G)");
   };
-  if (s.empty()) return bad();
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0 || !std::isfinite(v)) return bad();
-  std::string unit(end);
+  // Decimal digits with at most one point, then a unit: strtod alone also
+  // took "0x10" (hex), "1e3", " 5" and "+5", which no size means.
+  size_t i = 0, digits = 0, points = 0;
+  for (; i < s.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      ++digits;
+    } else if (s[i] == '.') {
+      ++points;
+    } else {
+      break;
+    }
+  }
+  if (digits == 0 || points > 1) return bad("not a decimal number");
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
+  std::string unit = s.substr(i);
   for (char& c : unit) c = static_cast<char>(std::toupper(c));
   double mult = 1;
   if (unit.empty() || unit == "B") {
@@ -31,11 +41,12 @@ Result<uint64_t> ParseSize(std::string_view text) {
   } else if (unit == "T" || unit == "TB" || unit == "TIB") {
     mult = 1024.0 * 1024 * 1024 * 1024;
   } else {
-    return bad();
+    return bad("unknown unit");
   }
-  double bytes = v * mult;
-  if (bytes > 1.8e19) return bad();
-  return static_cast<uint64_t>(std::llround(bytes));
+  const double bytes = std::round(v * mult);
+  // 2^64 and beyond do not fit (a cast of them is undefined).
+  if (bytes >= 18446744073709551616.0) return bad("too large");
+  return static_cast<uint64_t>(bytes);
 }
 
 std::string FormatSize(uint64_t bytes) {

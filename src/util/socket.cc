@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace remem::util {
 
@@ -223,14 +224,44 @@ Result<std::string> LocalAddress(int fd) {
   return FormatAddress(ss);
 }
 
-Result<Socket> Connect(const std::string& address, Deadline deadline) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  REMEM_RETURN_IF_ERROR(ResolveAddress(address, false, &ss, &len));
+namespace {
+
+// Every address `address` resolves to, in getaddrinfo's order.
+Result<std::vector<sockaddr_storage>> ResolveAll(const std::string& address) {
+  std::string host;
+  uint16_t port = 0;
+  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc =
+      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host +
+                                   "': " + gai_strerror(rc));
+  }
+  std::vector<sockaddr_storage> out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    sockaddr_storage ss{};
+    std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+    out.push_back(ss);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+socklen_t LengthOf(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+Result<Socket> ConnectTo(const sockaddr_storage& ss, const std::string& address,
+                         Deadline deadline) {
   Socket s(
       ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid()) return Errno("socket", errno);
-  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&ss), LengthOf(ss)) !=
+      0) {
     if (errno != EINPROGRESS) {
       return Status::Unavailable("cannot connect to " + address + ": " +
                                  std::strerror(errno));
@@ -247,6 +278,27 @@ Result<Socket> Connect(const std::string& address, Deadline deadline) {
   }
   TuneConnection(s.fd(), 10);
   return s;
+}
+
+}  // namespace
+
+Result<Socket> Connect(const std::string& address, Deadline deadline) {
+  auto resolved = ResolveAll(address);
+  if (!resolved.ok()) return resolved.status();
+  const std::vector<sockaddr_storage>& all = *resolved;
+  // Each address in turn, as every TCP client does: a name such as
+  // localhost may resolve to 127.0.0.1 and ::1, and the server listen on
+  // one of them only.
+  Status first;
+  for (const sockaddr_storage& ss : all) {
+    const std::string where =
+        all.size() == 1 ? address : address + " (" + FormatAddress(ss) + ")";
+    auto s = ConnectTo(ss, where, deadline);
+    if (s.ok()) return s;
+    if (first.ok()) first = s.status();
+    if (std::chrono::steady_clock::now() >= deadline) break;
+  }
+  return first;
 }
 
 Status SendAll(int fd, std::string_view data, Deadline deadline) {

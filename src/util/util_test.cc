@@ -1,5 +1,9 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -88,6 +92,60 @@ TEST(Socket, ParseHostPortTakesHostPortAndBracketedV6Only) {
 // takes over: then it runs what they hold too, and they skip it. Entries
 // queued during a pass wait for the next one; dropped entries keep their
 // places.
+// A name that resolves to both loopbacks reaches a server listening on
+// either: Connect tries each address in turn. Before, it tried the first
+// only, and `localhost` did not reach a server on [::1] where localhost
+// resolves to 127.0.0.1 first (a black-box finding). Run in a child with a
+// mount namespace of its own, whose /etc/hosts names both.
+TEST(Socket, ConnectTriesEveryAddressTheNameResolvesTo) {
+  char hosts[] = "/tmp/remem-hosts-XXXXXX";
+  const int fd = ::mkstemp(hosts);
+  ASSERT_GE(fd, 0);
+  const std::string text =
+      "127.0.0.1 both-loopbacks\n::1 both-loopbacks\n::1 v6-only\n";
+  ASSERT_EQ(::write(fd, text.data(), text.size()), ssize_t(text.size()));
+  ::close(fd);
+  // Exit codes: 0 reached both; 2 no IPv6 loopback here; others: failed.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(hosts, "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      ::_exit(3);
+    }
+    int step = 10;
+    for (const char* listen : {"127.0.0.1:0", "[::1]:0"}) {
+      auto l = util::Listen(listen, 4);
+      if (!l.ok()) ::_exit(std::string(listen)[0] == '[' ? 2 : 4);
+      auto bound = util::LocalAddress(l->fd());
+      if (!bound.ok()) ::_exit(5);
+      const std::string port = bound->substr(bound->rfind(':') + 1);
+      auto c = util::Connect(
+          "both-loopbacks:" + port,
+          std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      if (!c.ok()) ::_exit(step);
+      ++step;
+    }
+    // Nothing listens on v6-only's port: the error names the name.
+    auto none = util::Connect("v6-only:1", std::chrono::steady_clock::now() +
+                                               std::chrono::seconds(5));
+    if (none.ok() ||
+        none.status().message().find("v6-only:1") == std::string::npos) {
+      ::_exit(20);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::unlink(hosts);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "no IPv6 loopback here";
+  EXPECT_NE(WEXITSTATUS(status), 3) << "no mount namespace for /etc/hosts";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "10: 127.0.0.1 not reached; 11: [::1] not reached; 20: bad error";
+}
+
 TEST(PassQueue, NestedPassesRunLaterEntriesOrTakeOverTheRest) {
   util::PassQueue<int> q;
   std::vector<int> ran;
@@ -135,6 +193,14 @@ TEST(Size, Parse) {
   EXPECT_FALSE(ParseSize("-1").ok());
   EXPECT_FALSE(ParseSize("12Q").ok());
   EXPECT_FALSE(ParseSize("99999999T").ok());
+  // Only decimal sizes: strtod's hex, exponents, signs and spaces are not.
+  for (const char* odd : {"0x10", "1e3", "+5", " 5", "5 ", "1.2.3", ".", "K",
+                          "inf", "nan", "16777216T"}) {
+    EXPECT_FALSE(ParseSize(odd).ok()) << odd;
+  }
+  EXPECT_EQ(*ParseSize(".5K"), 512u);
+  EXPECT_EQ(*ParseSize("16777215T"), 16777215ull << 40);
+  EXPECT_EQ(*ParseSize("18446744073709549568"), 18446744073709549568ull);
   EXPECT_EQ(FormatSize(1536), "1.5 KiB");
 }
 
