@@ -31,6 +31,7 @@
 #include "space/codec.h"
 #include "tree/codec.h"
 #include "tree/node.h"
+#include "txn/codec.h"
 
 namespace {
 
@@ -479,6 +480,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)space::DecodeNamespace(in);
     (void)space::DecodeSegment(in);
+  }
+  // The object service's payloads (transactions): an accepted commit
+  // re-encodes to the same entries; data views stay inside the input.
+  {
+    namespace txn = remem::txn;
+    if (auto c = txn::DecodeCommit(in); c.ok()) {
+      const char* lo = in.data();
+      const char* hi = in.data() + in.size();
+      for (const auto& e : *c) {
+        if (!e.data.empty() &&
+            (e.data.data() < lo || e.data.data() + e.data.size() > hi)) {
+          std::abort();
+        }
+      }
+      const std::string bytes = txn::EncodeCommit(*c);
+      auto again = txn::DecodeCommit(bytes);
+      if (!again.ok() || again->size() != c->size()) std::abort();
+      for (size_t i = 0; i < c->size(); ++i) {
+        if ((*again)[i].data != (*c)[i].data || (*again)[i].op != (*c)[i].op ||
+            (*again)[i].version != (*c)[i].version) {
+          std::abort();
+        }
+      }
+    }
+    if (auto i = txn::DecodeInfo(in); i.ok()) {
+      if (txn::EncodeInfo(*i).size() != in.size()) std::abort();
+    }
+    if (auto v = txn::DecodeVersions(in); v.ok()) {
+      if (txn::EncodeVersions(*v).size() != in.size()) std::abort();
+    }
+    if (auto r = txn::DecodeReadReply(in); r.ok()) {
+      if (r->version % 2 != 0 || r->data.size() > txn::kMaxObjectBytes) {
+        std::abort();
+      }
+    }
+    (void)txn::DecodeRequest(in);
+    (void)txn::DecodeObjectId(in);
   }
   // The ordered store's payloads: what a decoder accepts re-encodes to the
   // same bytes; and a node image as a reader parses it (checksum skipped,

@@ -248,6 +248,44 @@ std::string ReadFileBytes(const std::string& path) {
 
 // `remem ns`: a namespace's life over the test transport, binary data
 // through standard input and output byte for byte, and the exit codes.
+TEST(Cli, ObjectCommandsAllocReadWriteAndFree) {
+  auto server = StartServer({"--txn-memory", "4M"});
+  ASSERT_NE(server.process, nullptr);
+  const std::string transport(TransportName(testing::TestTransport()));
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {CliBinary(), "--server", server.address,
+                               "--transport", transport});
+    return RunCommand(args);
+  };
+  auto alloc = cli({"obj", "alloc", "first", "--capacity", "100"});
+  ASSERT_EQ(alloc.exit_code, 0) << alloc.out;
+  ASSERT_FALSE(alloc.out.empty());
+  const std::string id = alloc.out.substr(0, alloc.out.size() - 1);
+  EXPECT_TRUE(Contains(id, ":224")) << id << ": capacity of the 256 B class";
+  EXPECT_EQ(cli({"obj", "read", id}).out, "first");
+  auto json = cli({"--json", "obj", "read", id});
+  EXPECT_EQ(JsonField(json.out, "version"), 2u) << json.out;
+  auto write = cli({"obj", "write", id, "second", "--if-version", "2"});
+  ASSERT_EQ(write.exit_code, 0) << write.out;
+  EXPECT_TRUE(Contains(write.out, "OK version 4")) << write.out;
+  auto stale = cli({"obj", "write", id, "third", "--if-version", "2"});
+  EXPECT_EQ(stale.exit_code, 5) << stale.out;
+  EXPECT_TRUE(Contains(stale.out, "Conflict")) << stale.out;
+  EXPECT_EQ(cli({"obj", "read", id}).out, "second");
+  EXPECT_EQ(cli({"obj", "write", id, std::string(225, 'x')}).exit_code, 2)
+      << "past its capacity";
+  EXPECT_EQ(cli({"obj", "read", "12:x:3"}).exit_code, 2);
+  EXPECT_EQ(cli({"obj", "bogus"}).exit_code, 2);
+  EXPECT_EQ(cli({"obj", "free", id}).exit_code, 0);
+  auto gone = cli({"obj", "read", id});
+  EXPECT_EQ(gone.exit_code, 4) << gone.out;
+  EXPECT_EQ(cli({"obj", "free", id}).exit_code, 4);
+  // A cluster's members each keep their own objects: refused with --cluster.
+  auto clustered =
+      RunCommand({CliBinary(), "--cluster", server.address, "obj", "read", id});
+  EXPECT_EQ(clustered.exit_code, 2) << clustered.out;
+}
+
 TEST(Cli, NamespaceCommandsCreateAllocWriteReadAndDelete) {
   auto server = StartServer({"--space-memory", "4M", "--space-chunk", "4K"});
   ASSERT_NE(server.process, nullptr);

@@ -515,8 +515,8 @@ TEST_F(FabricTest, StatsCountConnectionsAndRpcs) {
   // --memory, plus the root region's page (the server lease).
   EXPECT_EQ(before->Get("memory_registered"), (64u << 20) + 4096);
   // The root, one hash partition, the ordered store's tree, the
-  // namespaces' memory, raw.
-  EXPECT_EQ(before->Get("regions"), 5u);
+  // namespaces' memory, the object heap, raw.
+  EXPECT_EQ(before->Get("regions"), 6u);
   EXPECT_EQ(before->Get("connections_current"), 1u);
   EXPECT_EQ(before->Get("incarnation"), client_->server_incarnation());
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(client_->Ping().ok());

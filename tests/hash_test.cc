@@ -134,8 +134,8 @@ TEST_F(HashTest, BadInputIsRefusedAndNothingIsLost) {
     ++refused;
   }
   // The root, one hash partition per server thread, the ordered store's
-  // region and the namespaces' memory.
-  EXPECT_EQ(refused, 5u);
+  // region, the namespaces' memory and the object heap.
+  EXPECT_EQ(refused, 6u);
   auto keep = c->Get("keep");
   ASSERT_TRUE(keep.ok());
   EXPECT_EQ(keep->value, "me");

@@ -1,6 +1,7 @@
 // remem-bench fabric: the transport layer alone. One-sided get/put/atomic and
 // RPC round trips against one remem-server, latency at depth 1 and
-// throughput with many operations in flight.
+// throughput with many operations in flight; then the data paths built
+// directly on them: a namespace's Mapping, and transactional objects.
 
 #include "bench_fabric.h"
 
@@ -15,6 +16,7 @@
 #include "bench_drivers.h"
 #include "remem/session.h"
 #include "remem/space.h"
+#include "remem/txn.h"
 #include "util/size.h"
 
 namespace remem::bench {
@@ -88,13 +90,17 @@ Row RunAsync(Session& c, const std::string& name, uint64_t size, int depth,
   return row;
 }
 
-// Redis's nearest thing to a mapped segment: one string of `span` bytes,
-// read with GETRANGE and written with SETRANGE at the offsets `next` gives,
-// synchronously (depth 1) and pipelined at o.depth, on a redis-server
-// pinned as the remem server was. Prints why if it cannot run.
-void RedisRangeRows(const FabricOptions& o, uint64_t span,
-                    const std::function<uint64_t()>& next,
-                    std::vector<Row>* rows) {
+// A redis-server pinned as the remem server was, and a connection to it.
+struct RedisUnderTest {
+  std::unique_ptr<SystemServer> server;
+  redisContext* c = nullptr;
+  ~RedisUnderTest() {
+    if (c != nullptr) redisFree(c);
+  }
+};
+// Null, having said why (`rows`: which rows are skipped), if either fails.
+std::unique_ptr<RedisUnderTest> StartRedis(const FabricOptions& o,
+                                           const char* rows) {
   SystemSpec spec;
   spec.name = "redis";
   spec.kind = SystemSpec::Kind::kRedis;
@@ -102,18 +108,32 @@ void RedisRangeRows(const FabricOptions& o, uint64_t span,
   so.cpu = o.server_cpu;
   auto redis = SystemServer::Start(spec, so);
   if (!redis.ok()) {
-    std::fprintf(stderr, "remem-bench: no Redis rows: %s\n",
+    std::fprintf(stderr, "remem-bench: no %s: %s\n", rows,
                  redis.status().ToString().c_str());
-    return;
+    return nullptr;
   }
-  const std::string& addr = (*redis)->address();
-  redisContext* c =
-      redisConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)));
-  if (c == nullptr || c->err != 0) {
-    std::fprintf(stderr, "remem-bench: no Redis rows: cannot connect\n");
-    if (c != nullptr) redisFree(c);
-    return;
+  auto r = std::make_unique<RedisUnderTest>();
+  r->server = std::move(*redis);
+  const std::string& addr = r->server->address();
+  r->c = redisConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)));
+  if (r->c == nullptr || r->c->err != 0) {
+    std::fprintf(stderr, "remem-bench: no %s: cannot connect\n", rows);
+    return nullptr;
   }
+  return r;
+}
+
+// Redis's nearest thing to a mapped segment: one string of `span` bytes,
+// read with GETRANGE and written with SETRANGE at the offsets `next` gives,
+// synchronously (depth 1) and pipelined at o.depth, on a redis-server
+// pinned as the remem server was. Prints why if it cannot run.
+void RedisRangeRows(const FabricOptions& o, uint64_t span,
+                    const std::function<uint64_t()>& next,
+                    std::vector<Row>* rows) {
+  auto r = StartRedis(o, "Redis rows");
+  if (r == nullptr) return;
+  SystemServer* redis = r->server.get();
+  redisContext* c = r->c;
   const uint64_t size = o.size;
   const std::string payload(size, 'x');
   // The string, zeroed to its full length.
@@ -136,7 +156,7 @@ void RedisRangeRows(const FabricOptions& o, uint64_t span,
       row.transport = "tcp";
       row.size = size;
       row.depth = depth;
-      auto before = (*redis)->CpuSeconds();
+      auto before = redis->CpuSeconds();
       const auto start = Clock::now();
       const auto end = start + std::chrono::duration<double>(o.seconds);
       std::deque<uint64_t> sent;  // issue times of those in flight
@@ -167,18 +187,85 @@ void RedisRangeRows(const FabricOptions& o, uint64_t span,
         }
       }
       row.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      auto after = (*redis)->CpuSeconds();
+      auto after = redis->CpuSeconds();
       if (before.ok() && after.ok()) row.server_cpu_s = *after - *before;
       if (!ok) {
         std::fprintf(stderr, "remem-bench: Redis failed during %s\n",
                      row.test.c_str());
-        redisFree(c);
         return;
       }
       rows->push_back(std::move(row));
     }
   }
-  redisFree(c);
+}
+
+// Redis's nearest things to an object read and a transfer transaction:
+// GET of a value of `size` bytes, and WATCH a b + MGET a b, then MULTI,
+// SET a, SET b, EXEC (optimistic, as remem's; each group pipelined: two
+// round trips), on `keys` keys, one transaction at a time.
+void RedisObjectRows(const FabricOptions& o, uint64_t size, int keys,
+                     std::vector<Row>* rows) {
+  auto r = StartRedis(o, "Redis object rows");
+  if (r == nullptr) return;
+  SystemServer* redis = r->server.get();
+  redisContext* c = r->c;
+  const std::string value(size, 'v');
+  for (int k = 0; k < keys; ++k) {
+    freeReplyObject(redisCommand(c, "SET obj%d %b", k, value.data(), size));
+  }
+  std::mt19937 rng(7);
+  bool failed = false;
+  auto command = [&](const char* fmt, auto... args) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, fmt, args...));
+    failed = failed || r == nullptr || r->type == REDIS_REPLY_ERROR;
+    if (r != nullptr) freeReplyObject(r);
+  };
+  auto drain = [&](int replies) {
+    for (int i = 0; i < replies; ++i) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
+        failed = true;
+        return;
+      }
+      failed = failed || static_cast<redisReply*>(r)->type == REDIS_REPLY_ERROR;
+      freeReplyObject(r);
+    }
+  };
+  for (const char* test : {"redis_get", "redis_transfer"}) {
+    const bool transfer = test[6] == 't';
+    auto before = redis->CpuSeconds();
+    Status unused;
+    Row row = RunSync(
+        test, size, o.seconds,
+        [&] {
+          const int a = int(rng() % keys);
+          const int b = (a + 1 + int(rng() % (keys - 1))) % keys;
+          if (!transfer) {
+            command("GET obj%d", a);
+          } else {
+            // Two round trips, each pipelined (Redis at its best):
+            // WATCH and MGET, then MULTI, SET, SET, EXEC.
+            redisAppendCommand(c, "WATCH obj%d obj%d", a, b);
+            redisAppendCommand(c, "MGET obj%d obj%d", a, b);
+            drain(2);
+            redisAppendCommand(c, "MULTI");
+            redisAppendCommand(c, "SET obj%d %b", a, value.data(), size);
+            redisAppendCommand(c, "SET obj%d %b", b, value.data(), size);
+            redisAppendCommand(c, "EXEC");
+            drain(4);
+          }
+          return failed ? Status::Unavailable("Redis failed") : Status::OK();
+        },
+        &unused);
+    auto after = redis->CpuSeconds();
+    if (before.ok() && after.ok()) row.server_cpu_s = *after - *before;
+    row.transport = "tcp";
+    if (!unused.ok()) {
+      std::fprintf(stderr, "remem-bench: Redis failed during %s\n", test);
+      break;
+    }
+    rows->push_back(std::move(row));
+  }
 }
 
 }  // namespace
@@ -394,6 +481,81 @@ int RunFabric(const FabricOptions& o) {
       if (o.redis && err.ok()) {
         RedisRangeRows(o, ns_span, ns_off, &rows);
       }
+    }
+  }
+  // Transactional objects (remem/txn.h): a one-sided read of one object,
+  // a read-only transaction of two (read, then validated one-sided), and a
+  // transfer (read two, write both: one commit call), on kObjects objects
+  // of `size` bytes (at most the largest object).
+  if (err.ok()) {
+    constexpr int kObjects = 1024;
+    auto store = ObjectStore::Open(&c);
+    std::vector<ObjectId> ids;
+    const uint64_t osize =
+        store.ok() ? std::min<uint64_t>(size, (*store)->max_object()) : 0;
+    if (store.ok()) {
+      const std::string value(osize, 'o');
+      Status made = (*store)->Run([&](Transaction& tx) -> Status {
+        ids.clear();
+        for (int i = 0; i < kObjects; ++i) {
+          auto id = tx.Alloc(value);
+          if (!id.ok()) return id.status();
+          ids.push_back(*id);
+        }
+        return Status::OK();
+      });
+      if (!made.ok()) ids.clear();
+    }
+    if (ids.empty()) {
+      std::fprintf(stderr, "remem-bench: no object rows (%s)\n",
+                   store.ok() ? "the objects could not be made"
+                              : store.status().ToString().c_str());
+    } else {
+      std::mt19937 pick(11);
+      auto two = [&] {
+        const size_t a = pick() % ids.size();
+        return std::make_pair(a,
+                              (a + 1 + pick() % (ids.size() - 1)) % ids.size());
+      };
+      with_cpu([&] {
+        return RunSync(
+            "obj_read", osize, o.seconds,
+            [&] { return (*store)->Read(ids[pick() % ids.size()]).status(); },
+            &err);
+      });
+      with_cpu([&] {
+        return RunSync(
+            "txn_read2", osize, o.seconds,
+            [&] {
+              auto [a, b] = two();
+              auto tx = (*store)->Begin();
+              REMEM_RETURN_IF_ERROR(tx->Read(ids[a]).status());
+              REMEM_RETURN_IF_ERROR(tx->Read(ids[b]).status());
+              return tx->Commit();
+            },
+            &err);
+      });
+      with_cpu([&] {
+        return RunSync(
+            "txn_transfer", osize, o.seconds,
+            [&] {
+              auto [a, b] = two();
+              return (*store)->Run([&](Transaction& tx) -> Status {
+                auto x = tx.Read(ids[a]);
+                if (!x.ok()) return x.status();
+                auto y = tx.Read(ids[b]);
+                if (!y.ok()) return y.status();
+                REMEM_RETURN_IF_ERROR(tx.Write(ids[a], *y));
+                return tx.Write(ids[b], *x);
+              });
+            },
+            &err);
+      });
+      (void)(*store)->Run([&](Transaction& tx) -> Status {
+        for (const ObjectId& id : ids) REMEM_RETURN_IF_ERROR(tx.Free(id));
+        return Status::OK();
+      });
+      if (o.redis && err.ok()) RedisObjectRows(o, osize, kObjects, &rows);
     }
   }
   if (!err.ok()) {

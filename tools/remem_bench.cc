@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
   auto* fabric = app.add_subcommand(
       "fabric",
       "one-sided get/put/fetch-add and RPC echo: latency at depth 1 and "
-      "throughput at --depth");
+      "throughput at --depth; then the same on a namespace's mapping, and "
+      "transactional objects (reads, read-only and transfer transactions)");
   // YCSB: `ycsb` runs workloads on one system (default remem); `compare`
   // runs them on several and adds ratio columns and plots.
   bench::YcsbOptions yo_ycsb, yo_compare;
@@ -430,7 +431,8 @@ int main(int argc, char** argv) {
   fabric->add_flag("--redis", fo.redis,
                    "also Redis GETRANGE/SETRANGE on a string as long as the "
                    "namespace rows' segment, at the same offsets, sizes and "
-                   "depths (needs redis-server)");
+                   "depths, and Redis GET and WATCH/MULTI/EXEC transfers "
+                   "beside the object rows (needs redis-server)");
   // The fabric rows' own (fabric's one-sided operations; the default run).
   for (CLI::App* a : {static_cast<CLI::App*>(&app), fabric}) {
     a->add_option("--size", size, "bytes per operation")->capture_default_str();

@@ -32,7 +32,9 @@
 #include "remem/session.h"
 #include "remem/space.h"
 #include "remem/tree.h"
+#include "remem/txn.h"
 #include "remem/version.h"
+#include "txn/wire.h"
 #include "util/log.h"
 #include "util/size.h"
 
@@ -641,6 +643,84 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       "'"));
 }
 
+// `remem obj ...`: transactional objects (remem/txn.h) on one server, one
+// object per command, each in a transaction of its own. `what` is the
+// subcommand's name.
+struct ObjArgs {
+  std::string what;
+  std::string id;
+  std::string value;
+  uint32_t capacity = 0;
+  std::optional<uint64_t> if_version;  // write, free
+};
+
+int RunObj(Session* session, const ObjArgs& a, bool json) {
+  auto store = ObjectStore::Open(session);
+  if (!store.ok()) return Fail(store.status());
+  if (a.what == "alloc") {
+    ObjectId made;
+    Status st = (*store)->Run([&](Transaction& tx) -> Status {
+      auto id = tx.Alloc(a.value, a.capacity);
+      if (!id.ok()) return id.status();
+      made = *id;
+      return Status::OK();
+    });
+    if (!st.ok()) return Fail(st);
+    if (json) {
+      std::printf("{\"id\":%s,\"capacity\":%u}\n",
+                  JsonString(made.ToString()).c_str(), made.capacity);
+    } else {
+      std::printf("%s\n", made.ToString().c_str());
+    }
+    return 0;
+  }
+  auto id = ObjectId::Parse(a.id);
+  if (!id.ok()) return Fail(id.status());
+  if (a.what == "read") {
+    auto got = (*store)->Read(*id);
+    if (!got.ok()) return Fail(got.status());
+    if (json) {
+      std::printf("{%s,\"version\":%llu,%s}\n", JsonBytes("id", a.id).c_str(),
+                  static_cast<unsigned long long>(got->version),
+                  JsonBytes("value", got->data).c_str());
+    } else {
+      std::fwrite(got->data.data(), 1, got->data.size(), stdout);
+    }
+    return 0;
+  }
+  // write, free: with --if-version, only if the object is at that version
+  // (Conflict, exit 5, if not); else whatever it holds.
+  uint64_t version = 0;
+  auto tx = (*store)->Begin();
+  if (a.if_version) {
+    auto cur = (*store)->Read(*id);
+    if (!cur.ok()) return Fail(cur.status());
+    if (cur->version != *a.if_version) {
+      return Fail(Status::Conflict("object " + a.id + " is at version " +
+                                   std::to_string(cur->version) + ", not " +
+                                   std::to_string(*a.if_version)));
+    }
+    auto read = tx->Read(*id);  // the commit checks it is still that one
+    if (!read.ok()) return Fail(read.status());
+  }
+  Status st = a.what == "write" ? tx->Write(*id, a.value) : tx->Free(*id);
+  if (st.ok()) st = tx->Commit();
+  if (!st.ok()) return Fail(st);
+  if (a.what == "write") {
+    auto v = tx->committed_versions().find(*id);
+    if (v != tx->committed_versions().end()) version = v->second;
+    if (json) {
+      std::printf("{\"version\":%llu}\n",
+                  static_cast<unsigned long long>(version));
+    } else {
+      std::printf("OK version %llu\n",
+                  static_cast<unsigned long long>(version));
+    }
+    return 0;
+  }
+  return PrintDone(Status::OK(), json);
+}
+
 // `remem ns ...`: namespaces of raw remote memory (remem/space.h) on one
 // server. `what` is the subcommand's name.
 struct NsArgs {
@@ -1174,6 +1254,42 @@ int RunCli(int argc, char** argv) {
   address_arg(ns_read, &ns_args.address);
   size_arg(ns_read, "length", &ns_args.length, "bytes");
 
+  // Transactional objects (remem/txn.h), on one server.
+  ObjArgs obj_args;
+  auto* objcmd = app.add_subcommand(
+      "obj",
+      "transactional objects on one server (--server): one object per "
+      "command, each in a transaction of its own");
+  objcmd->require_subcommand(1);
+  auto* obj_alloc = objcmd->add_subcommand(
+      "alloc", "make an object holding VALUE; print its id");
+  obj_alloc->add_option("value", obj_args.value, "its bytes ('-': stdin)")
+      ->required();
+  obj_alloc->add_option("--capacity", obj_args.capacity,
+                        "room for this many bytes (default: VALUE's size)");
+  auto obj_id = [&obj_args](CLI::App* cmd) {
+    cmd->add_option("id", obj_args.id,
+                    "object id, ADDRESS:INCARNATION:CAPACITY as alloc "
+                    "prints it")
+        ->required();
+  };
+  obj_id(objcmd->add_subcommand(
+      "read", "print the object's bytes (--json: with its version)"));
+  auto* obj_write = objcmd->add_subcommand(
+      "write", "set the object's bytes to VALUE (at most its capacity)");
+  obj_id(obj_write);
+  obj_write->add_option("value", obj_args.value, "its bytes ('-': stdin)")
+      ->required();
+  auto* obj_free =
+      objcmd->add_subcommand("free", "free the object (its id reads none)");
+  obj_id(obj_free);
+  for (CLI::App* cmd : {obj_write, obj_free}) {
+    cmd->add_option_function<uint64_t>(
+        "--if-version",
+        [&obj_args](const uint64_t& v) { obj_args.if_version = v; },
+        "only if the object is at this version (exit 5 if not)");
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1189,7 +1305,7 @@ int RunCli(int argc, char** argv) {
     // The same inside a group of commands (`remem tree bogus`: CLI11 says
     // only that a subcommand is required).
     // (What the group does not take falls through to the top.)
-    for (CLI::App* group : {vec, treecmd, nscmd}) {
+    for (CLI::App* group : {vec, treecmd, nscmd, objcmd}) {
       if (!group->parsed() || !group->get_subcommands().empty()) continue;
       std::vector<std::string> rest = group->remaining();
       if (rest.empty()) rest = app.remaining();
@@ -1218,6 +1334,19 @@ int RunCli(int argc, char** argv) {
   // `put KEY -` and `tree put KEY -`: the value is standard input.
   // Read up to one byte past the largest value any store takes (16 MiB),
   // so an endless or huge input is refused at once, not held in memory.
+  if ((obj_alloc->parsed() || obj_write->parsed()) && obj_args.value == "-") {
+    obj_args.value.clear();
+    char buf[1 << 16];
+    size_t got;
+    while (obj_args.value.size() <= txn::kMaxObjectBytes &&
+           (got = std::fread(buf, 1, sizeof(buf), stdin)) > 0) {
+      obj_args.value.append(buf, got);
+    }
+    if (std::ferror(stdin)) {
+      return Fail(Status::IOError("reading the value from standard input: " +
+                                  std::string(std::strerror(errno))));
+    }
+  }
   if ((put->parsed() || tput->parsed()) && value == "-") {
     constexpr size_t kMaxValueBytes = size_t{16} << 20;
     value.clear();
@@ -1449,6 +1578,10 @@ int RunCli(int argc, char** argv) {
   if (!cluster_seeds.empty() && nscmd->parsed()) {
     return Fail(
         Status::InvalidArgument("namespaces live on one server: use --server"));
+  }
+  if (!cluster_seeds.empty() && objcmd->parsed()) {
+    return Fail(Status::InvalidArgument(
+        "transactional objects live on one server: use --server"));
   }
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
@@ -1759,6 +1892,10 @@ int RunCli(int argc, char** argv) {
   if (nscmd->parsed()) {
     ns_args.what = nscmd->get_subcommands().front()->get_name();
     return RunNs(&c, ns_args, json);
+  }
+  if (objcmd->parsed()) {
+    obj_args.what = objcmd->get_subcommands().front()->get_name();
+    return RunObj(&c, obj_args, json);
   }
 
   if (treecmd->parsed()) {

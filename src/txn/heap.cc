@@ -1,0 +1,278 @@
+#include "txn/heap.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <unordered_set>
+
+#include "hash/layout.h"  // StoreWords
+#include "proto/buffer.h"
+
+namespace remem::txn {
+
+namespace {
+
+size_t ClassFor(uint32_t capacity) {
+  size_t c = 0;
+  while (c < kNumClasses && CapacityOf(c) < capacity) ++c;
+  return c;
+}
+
+std::string Describe(const TxnObjectIdWire& id) {
+  return std::to_string(id.address) + ":" + std::to_string(id.incarnation) +
+         ":" + std::to_string(id.capacity);
+}
+
+}  // namespace
+
+ObjectHeap::ObjectHeap(std::vector<Region> regions)
+    : regions_(std::move(regions)) {
+  for (const Region& r : regions_) heap_bytes_ += r.length;
+  page_class_.assign(heap_bytes_ / kPageBytes, kNoClass);
+}
+
+uint8_t* ObjectHeap::At(uint64_t offset) const {
+  const Region& r = regions_[offset / kRegionBytes];
+  return r.base + offset % kRegionBytes;
+}
+
+ObjectHeader ObjectHeap::HeaderOf(uint64_t offset) const {
+  // The table is the heap's only writer: its own reads need no care.
+  ObjectHeader h;
+  std::memcpy(&h, At(offset), sizeof(h));
+  return h;
+}
+
+void ObjectHeap::Lock(uint64_t offset, uint64_t odd_version) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(At(offset)))
+      .store(odd_version, std::memory_order_release);
+}
+
+void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
+                         std::string_view data) {
+  uint8_t* slot = At(offset);
+  h.checksum = DataChecksum(h, data.data(), data.size());
+  h.header_check = HeaderCheck(h);
+  if (!data.empty()) {
+    // Whole words (the slot's capacity is a multiple of 32).
+    std::string padded(data);
+    padded.resize(proto::Pad8(padded.size()), '\0');
+    hash::StoreWords(slot + sizeof(ObjectHeader), padded.data(), padded.size());
+  }
+  // The header's words after the version, then the version: a reader that
+  // sees the new version with older words fails header_check.
+  hash::StoreWords(slot + 8, reinterpret_cast<const uint8_t*>(&h) + 8,
+                   sizeof(h) - 8);
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot))
+      .store(h.version, std::memory_order_release);
+}
+
+Result<uint64_t> ObjectHeap::SlotOf(const TxnObjectIdWire& id) const {
+  if (id.address >= heap_bytes_ || id.address % 64 != 0) {
+    return Status::InvalidArgument("object id " + Describe(id) +
+                                   " is outside the heap");
+  }
+  // An id of a slot this heap does not have (yet): one of an earlier
+  // incarnation of the server (it restarted), or made up.
+  const uint8_t cls = page_class_[id.address / kPageBytes];
+  if (cls == kNoClass || CapacityOf(cls) != id.capacity ||
+      (id.address % kPageBytes) % ClassBytes(cls) != 0) {
+    return Status::NotFound("no object " + Describe(id));
+  }
+  return id.address;
+}
+
+Status ObjectHeap::NewPage(size_t cls) {
+  if (next_page_ >= page_class_.size()) {
+    return Status::OutOfMemory("the object heap is full (--txn-memory " +
+                               std::to_string(heap_bytes_) + " bytes)");
+  }
+  const uint64_t page = next_page_++;
+  page_class_[page] = uint8_t(cls);
+  counters_.pages_used.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t slots = kPageBytes / ClassBytes(cls);
+  // Lowest first out of the list.
+  for (uint64_t s = slots; s-- > 0;) {
+    const uint64_t offset = page * kPageBytes + s * ClassBytes(cls);
+    ObjectHeader h{};
+    h.incarnation = 1;  // an all-zero id names nothing
+    Publish(offset, h, {});
+    free_[cls].push_back(offset);
+  }
+  return Status::OK();
+}
+
+void ObjectHeap::Recycle(uint64_t offset, size_t cls) {
+  ObjectHeader h = HeaderOf(offset);
+  ObjectHeader next{};
+  next.incarnation = h.incarnation + 1 == 0 ? 1 : h.incarnation + 1;
+  Publish(offset, next, {});
+  free_[cls].push_back(offset);
+}
+
+Result<TxnObjectIdWire> ObjectHeap::Reserve(uint32_t capacity, uint64_t owner) {
+  if (capacity > kMaxObjectBytes) {
+    return Status::InvalidArgument("an object holds at most " +
+                                   std::to_string(kMaxObjectBytes) +
+                                   " bytes, not " + std::to_string(capacity));
+  }
+  const size_t cls = ClassFor(capacity);
+  if (free_[cls].empty()) REMEM_RETURN_IF_ERROR(NewPage(cls));
+  const uint64_t offset = free_[cls].back();
+  free_[cls].pop_back();
+  reserved_[offset] = owner;
+  counters_.reserved.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_used.fetch_add(ClassBytes(cls), std::memory_order_relaxed);
+  TxnObjectIdWire id{};
+  id.address = offset;
+  id.incarnation = HeaderOf(offset).incarnation;
+  id.capacity = CapacityOf(cls);
+  return id;
+}
+
+void ObjectHeap::Unreserve(uint64_t offset) {
+  reserved_.erase(offset);
+  const size_t cls = page_class_[offset / kPageBytes];
+  counters_.reserved.fetch_sub(1, std::memory_order_relaxed);
+  counters_.bytes_used.fetch_sub(ClassBytes(cls), std::memory_order_relaxed);
+  // A new incarnation: the id handed out never names a later object.
+  Recycle(offset, cls);
+}
+
+Status ObjectHeap::Release(const TxnObjectIdWire& id, uint64_t owner) {
+  auto slot = SlotOf(id);
+  if (!slot.ok()) return slot.status();
+  auto it = reserved_.find(*slot);
+  if (it == reserved_.end() || it->second != owner ||
+      HeaderOf(*slot).incarnation != id.incarnation) {
+    return Status::InvalidArgument("object " + Describe(id) +
+                                   " is not reserved by this session");
+  }
+  Unreserve(*slot);
+  return Status::OK();
+}
+
+Result<std::vector<uint64_t>> ObjectHeap::Commit(
+    const std::vector<CommitEntry>& entries, uint64_t owner) {
+  // Check everything first.
+  std::unordered_set<uint64_t> touched;
+  std::vector<uint64_t> slots(entries.size());
+  Status st;
+  for (size_t i = 0; i < entries.size() && st.ok(); ++i) {
+    const CommitEntry& e = entries[i];
+    auto slot = SlotOf(e.id);
+    if (!slot.ok()) {
+      st = slot.status();
+      break;
+    }
+    slots[i] = *slot;
+    const ObjectHeader h = HeaderOf(*slot);
+    const bool live = h.version != 0 && h.incarnation == e.id.incarnation;
+    if (!touched.insert(*slot).second) {
+      st = Status::InvalidArgument("object " + Describe(e.id) +
+                                   " appears twice in one commit");
+      break;
+    }
+    if ((e.op == TxnOp::kWrite || e.op == TxnOp::kCreate) &&
+        e.data.size() > e.id.capacity) {
+      st = Status::InvalidArgument("object " + Describe(e.id) + " holds " +
+                                   std::to_string(e.id.capacity) +
+                                   " bytes, not " +
+                                   std::to_string(e.data.size()));
+      break;
+    }
+    switch (e.op) {
+      case TxnOp::kCheck:
+        if (e.version == 0 || !live || h.version != e.version) {
+          st = Status::Conflict("object " + Describe(e.id) +
+                                " changed since it was read");
+        }
+        break;
+      case TxnOp::kWrite:
+      case TxnOp::kFree:
+        if (e.version != 0 && (!live || h.version != e.version)) {
+          st = Status::Conflict("object " + Describe(e.id) +
+                                " changed since it was read");
+        } else if (!live) {
+          st = Status::NotFound("no object " + Describe(e.id));
+        }
+        break;
+      case TxnOp::kCreate: {
+        auto it = reserved_.find(*slot);
+        if (it == reserved_.end() || it->second != owner ||
+            h.incarnation != e.id.incarnation) {
+          st = Status::InvalidArgument("object " + Describe(e.id) +
+                                       " is not reserved by this session");
+        }
+        break;
+      }
+    }
+  }
+  if (!st.ok()) {
+    // Nothing applied; the commit's reservations are given back.
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].op != TxnOp::kCreate) continue;
+      auto slot = SlotOf(entries[i].id);
+      if (slot.ok()) (void)Release(entries[i].id, owner);
+    }
+    if (st.code() == StatusCode::kConflict) {
+      counters_.conflicts.fetch_add(1, std::memory_order_relaxed);
+    }
+    return st;
+  }
+  // Lock every object written (odd), then write each.
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].op == TxnOp::kCheck) continue;
+    Lock(slots[i], HeaderOf(slots[i]).version + 1);
+  }
+  std::vector<uint64_t> versions;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const CommitEntry& e = entries[i];
+    if (e.op == TxnOp::kCheck) continue;
+    ObjectHeader h = HeaderOf(slots[i]);  // odd: version + 1
+    const size_t cls = page_class_[slots[i] / kPageBytes];
+    if (e.op == TxnOp::kFree) {
+      counters_.objects.fetch_sub(1, std::memory_order_relaxed);
+      counters_.bytes_used.fetch_sub(ClassBytes(cls),
+                                     std::memory_order_relaxed);
+      Recycle(slots[i], cls);
+      continue;
+    }
+    if (e.op == TxnOp::kCreate) {
+      reserved_.erase(slots[i]);
+      counters_.reserved.fetch_sub(1, std::memory_order_relaxed);
+      counters_.objects.fetch_add(1, std::memory_order_relaxed);
+    }
+    ObjectHeader next{};
+    next.version = h.version + 1;  // even: two past the last committed
+    next.incarnation = h.incarnation;
+    next.size = uint32_t(e.data.size());
+    Publish(slots[i], next, e.data);
+    versions.push_back(next.version);
+  }
+  counters_.commits.fetch_add(1, std::memory_order_relaxed);
+  return versions;
+}
+
+Result<std::pair<uint64_t, std::string>> ObjectHeap::Read(
+    const TxnObjectIdWire& id) const {
+  auto slot = SlotOf(id);
+  if (!slot.ok()) return slot.status();
+  const ObjectHeader h = HeaderOf(*slot);
+  if (h.version == 0 || h.incarnation != id.incarnation) {
+    return Status::NotFound("no object " + Describe(id));
+  }
+  const auto* data = At(*slot) + sizeof(ObjectHeader);
+  return std::make_pair(
+      h.version, std::string(reinterpret_cast<const char*>(data), h.size));
+}
+
+void ObjectHeap::DropOwner(uint64_t owner) {
+  std::vector<uint64_t> mine;
+  for (const auto& [slot, who] : reserved_) {
+    if (who == owner) mine.push_back(slot);
+  }
+  for (uint64_t slot : mine) Unreserve(slot);
+}
+
+}  // namespace remem::txn

@@ -1,0 +1,115 @@
+// txn::ObjectHeap: the objects one server keeps (FaRM's transactional
+// objects, on one machine) in the object service's regions, and the commit
+// of transactions over them (txn/wire.h has the layout).
+//
+//   - Slots: the heap's 1 MiB pages go to size classes on first need, and a
+//     page is cut into slots of its class for good; free slots are kept per
+//     class. Reserve takes one for a connection (the object does not exist
+//     yet: version 0); a commit's kCreate entry makes it an object, Release
+//     (or the connection closing, or the commit failing) gives it back.
+//   - Commit checks every entry first (versions as read, slots reserved by
+//     this connection, no object twice), then applies them all: every
+//     object written is first made odd (locked, in FaRM's words: readers
+//     copying it retry), then written with its new bytes, checksums and an
+//     even version two higher. The table runs on one thread, so commits
+//     are applied one at a time: each is atomic and they are serializable
+//     in the order they run.
+//   - A freed object's slot (or a released reservation) gets a new
+//     incarnation before it is reused, so an ObjectId of the old one never
+//     names the new one; its page keeps its class, so the header stays
+//     where readers look for it (type-stable memory, BRIEF's second rule).
+//
+// Thread contract: single-threaded (the service runs it on partition 0's
+// owner thread); the counters are read from any thread.
+
+#ifndef REMEM_TXN_HEAP_H_
+#define REMEM_TXN_HEAP_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "remem/status.h"
+#include "txn/codec.h"
+#include "txn/wire.h"
+
+namespace remem::txn {
+
+class ObjectHeap {
+ public:
+  struct Region {
+    uint32_t id;
+    uint8_t* base;
+    uint64_t length;  // a multiple of kPageBytes; all but the last are
+                      // kRegionBytes
+  };
+  struct Counters {
+    std::atomic<uint64_t> objects{0};
+    std::atomic<uint64_t> reserved{0};
+    std::atomic<uint64_t> bytes_used{0};  // slots of objects and reservations
+    std::atomic<uint64_t> pages_used{0};
+    std::atomic<uint64_t> commits{0};
+    std::atomic<uint64_t> conflicts{0};
+  };
+
+  explicit ObjectHeap(std::vector<Region> regions);
+  ObjectHeap(const ObjectHeap&) = delete;
+  ObjectHeap& operator=(const ObjectHeap&) = delete;
+
+  uint64_t heap_bytes() const { return heap_bytes_; }
+  const std::vector<Region>& regions() const { return regions_; }
+  const Counters& counters() const { return counters_; }
+
+  // A slot for an object of up to `capacity` bytes, reserved for `owner`.
+  // InvalidArgument past kMaxObjectBytes; OutOfMemory when no slot of the
+  // class is free and no page is left.
+  Result<TxnObjectIdWire> Reserve(uint32_t capacity, uint64_t owner);
+  // Gives back a slot `owner` reserved (InvalidArgument if it did not).
+  Status Release(const TxnObjectIdWire& id, uint64_t owner);
+  // Checks and applies a transaction of `owner` (see above): the committed
+  // version of each kWrite and kCreate entry, in order. Conflict (an
+  // object read has changed or is gone), NotFound (a blind write or free
+  // of no object), InvalidArgument (a bad id, an object twice, data past
+  // the capacity, a kCreate of a slot `owner` did not reserve); on any
+  // error nothing is applied and the commit's reserved slots are released.
+  Result<std::vector<uint64_t>> Commit(const std::vector<CommitEntry>& entries,
+                                       uint64_t owner);
+  // The object at `id` as committed (NotFound if there is none).
+  Result<std::pair<uint64_t, std::string>> Read(
+      const TxnObjectIdWire& id) const;
+  // Releases every slot `owner` reserved (its connection closed).
+  void DropOwner(uint64_t owner);
+
+ private:
+  static constexpr uint8_t kNoClass = 0xff;
+
+  uint8_t* At(uint64_t offset) const;
+  ObjectHeader HeaderOf(uint64_t offset) const;
+  // Publishes `h` (and, first, `data` of h.size bytes) into the slot at
+  // `offset`: the bytes and the header's other words, then its version.
+  void Publish(uint64_t offset, ObjectHeader h, std::string_view data);
+  // Marks the slot's header odd (a commit is writing it).
+  void Lock(uint64_t offset, uint64_t odd_version);
+  // The offset of the slot `id` names, if `id` is one (its capacity that of
+  // its page's class); InvalidArgument otherwise.
+  Result<uint64_t> SlotOf(const TxnObjectIdWire& id) const;
+  Status NewPage(size_t cls);
+  // Puts a slot back on its class's free list with a new incarnation.
+  void Recycle(uint64_t offset, size_t cls);
+  void Unreserve(uint64_t offset);
+
+  std::vector<Region> regions_;
+  uint64_t heap_bytes_ = 0;
+  std::vector<uint8_t> page_class_;  // per page
+  uint64_t next_page_ = 0;
+  std::array<std::vector<uint64_t>, kNumClasses> free_;
+  std::unordered_map<uint64_t, uint64_t> reserved_;  // slot -> owner
+  Counters counters_;
+};
+
+}  // namespace remem::txn
+
+#endif  // REMEM_TXN_HEAP_H_

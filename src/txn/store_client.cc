@@ -1,0 +1,410 @@
+// The client side of transactional objects (remem/txn.h): one-sided reads
+// of objects, verified by their checksums, and commits by one call to the
+// object service (or, read-only, by reading the versions again).
+
+#include <charconv>
+#include <cstring>
+#include <thread>
+
+#include "client/session_core.h"
+#include "remem/txn.h"
+#include "txn/codec.h"
+#include "txn/wire.h"
+
+namespace remem {
+
+namespace txn {
+
+struct StoreState {
+  Session* session = nullptr;
+  Info info;
+  std::vector<const fabric::RemoteRegion*> regions;  // heap order
+  std::string scratch;                               // reads' buffer
+};
+
+}  // namespace txn
+
+using client::SessionCore;
+using txn::TxnMethod;
+
+namespace {
+
+// Copies that fail verification (a commit writing the object, or a torn
+// copy) before the server is asked.
+constexpr int kOneSidedTries = 32;
+
+txn::TxnObjectIdWire ToWire(const ObjectId& id) {
+  return {id.address, id.incarnation, id.capacity};
+}
+
+Result<std::string> Call(txn::StoreState* s, TxnMethod m, std::string payload) {
+  return s->session->core()->CallSync(txn::kTxnService, txn::MethodId(m),
+                                      std::move(payload));
+}
+
+std::string Describe(const ObjectId& id) { return "object " + id.ToString(); }
+
+// Where `bytes` of the slot `id` names lie: its region and offset there;
+// InvalidArgument for an id no slot could have.
+Status Locate(const txn::StoreState& s, const ObjectId& id, uint64_t bytes,
+              const fabric::RemoteRegion** region, uint64_t* offset) {
+  bool is_class = false;
+  for (size_t c = 0; c < txn::kNumClasses; ++c) {
+    is_class = is_class || txn::CapacityOf(c) == id.capacity;
+  }
+  const uint64_t in_region = id.address % txn::kRegionBytes;
+  const size_t r = id.address / txn::kRegionBytes;
+  if (!is_class || id.address % 64 != 0 || r >= s.regions.size() ||
+      in_region + bytes > s.info.regions[r].length) {
+    return Status::InvalidArgument(Describe(id) + " is not an object id");
+  }
+  *region = s.regions[r];
+  *offset = in_region;
+  return Status::OK();
+}
+
+// The header of a copy, if it verifies.
+bool VerifiedHeader(const char* copy, txn::ObjectHeader* h) {
+  std::memcpy(h, copy, sizeof(*h));
+  return txn::HeaderCheck(*h) == h->header_check;
+}
+
+// One verified one-sided copy of the object: OK, NotFound, or Busy when
+// every copy failed verification (ask the server).
+Result<ObjectStore::Object> ReadOneSided(txn::StoreState* s,
+                                         const ObjectId& id) {
+  const fabric::RemoteRegion* region = nullptr;
+  uint64_t offset = 0;
+  const uint64_t n = sizeof(txn::ObjectHeader) + id.capacity;
+  REMEM_RETURN_IF_ERROR(Locate(*s, id, n, &region, &offset));
+  SessionCore* core = s->session->core();
+  s->scratch.resize(n);
+  for (int attempt = 0; attempt < kOneSidedTries; ++attempt) {
+    if (attempt >= 4) std::this_thread::yield();  // a commit is writing it
+    REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, s->scratch.data(), n));
+    txn::ObjectHeader h;
+    if (!VerifiedHeader(s->scratch.data(), &h)) continue;
+    if (h.incarnation != id.incarnation || h.version == 0) {
+      REMEM_RETURN_IF_ERROR(core->Vouch());
+      return Status::NotFound("no " + Describe(id));
+    }
+    if (h.version % 2 != 0 || h.size > id.capacity) continue;
+    const char* data = s->scratch.data() + sizeof(h);
+    if (txn::DataChecksum(h, data, h.size) != h.checksum) continue;
+    REMEM_RETURN_IF_ERROR(core->Vouch());
+    return ObjectStore::Object{std::string(data, h.size), h.version};
+  }
+  return Status::Busy("every copy of " + Describe(id) + " was torn");
+}
+
+Result<ObjectStore::Object> ReadObject(txn::StoreState* s, const ObjectId& id) {
+  auto got = ReadOneSided(s, id);
+  if (got.ok() || got.status().code() != StatusCode::kBusy) return got;
+  txn::Request r;
+  r.id = ToWire(id);
+  auto reply = Call(s, TxnMethod::kRead, txn::EncodeRequest(r));
+  if (!reply.ok()) return reply.status();
+  auto rr = txn::DecodeReadReply(*reply);
+  if (!rr.ok()) return rr.status();
+  return ObjectStore::Object{std::string(rr->data), rr->version};
+}
+
+// Whether each object still has the version read (FaRM's validation of a
+// read-only transaction): OK or Conflict.
+Status Validate(txn::StoreState* s,
+                const std::map<ObjectId, uint64_t>& versions) {
+  SessionCore* core = s->session->core();
+  char copy[sizeof(txn::ObjectHeader)];
+  for (const auto& [id, version] : versions) {
+    const fabric::RemoteRegion* region = nullptr;
+    uint64_t offset = 0;
+    REMEM_RETURN_IF_ERROR(Locate(*s, id, sizeof(copy), &region, &offset));
+    bool same = false;
+    for (int attempt = 0; attempt < kOneSidedTries; ++attempt) {
+      if (attempt >= 4) std::this_thread::yield();
+      REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, copy, sizeof(copy)));
+      txn::ObjectHeader h;
+      if (!VerifiedHeader(copy, &h)) continue;  // torn, or being written
+      same = h.version == version && h.incarnation == id.incarnation;
+      break;
+    }
+    if (!same) {
+      return Status::Conflict(Describe(id) + " changed since it was read");
+    }
+  }
+  return core->Vouch();
+}
+
+}  // namespace
+
+// --- ObjectId
+
+std::string ObjectId::Encode() const {
+  std::string out(kEncodedBytes, '\0');
+  std::memcpy(out.data(), &address, 8);
+  std::memcpy(out.data() + 8, &incarnation, 4);
+  std::memcpy(out.data() + 12, &capacity, 4);
+  return out;
+}
+
+Result<ObjectId> ObjectId::Decode(std::string_view bytes) {
+  if (bytes.size() != kEncodedBytes) {
+    return Status::InvalidArgument("an encoded object id is 16 bytes");
+  }
+  ObjectId id;
+  std::memcpy(&id.address, bytes.data(), 8);
+  std::memcpy(&id.incarnation, bytes.data() + 8, 4);
+  std::memcpy(&id.capacity, bytes.data() + 12, 4);
+  return id;
+}
+
+std::string ObjectId::ToString() const {
+  return std::to_string(address) + ":" + std::to_string(incarnation) + ":" +
+         std::to_string(capacity);
+}
+
+Result<ObjectId> ObjectId::Parse(std::string_view text) {
+  ObjectId id;
+  auto field = [&](std::string_view part, auto* out) {
+    auto [at, ec] =
+        std::from_chars(part.data(), part.data() + part.size(), *out);
+    return !part.empty() && ec == std::errc() &&
+           at == part.data() + part.size();
+  };
+  const size_t a = text.find(':');
+  const size_t b = a == std::string_view::npos ? a : text.find(':', a + 1);
+  if (b == std::string_view::npos || !field(text.substr(0, a), &id.address) ||
+      !field(text.substr(a + 1, b - a - 1), &id.incarnation) ||
+      !field(text.substr(b + 1), &id.capacity)) {
+    return Status::InvalidArgument("bad object id '" + std::string(text) +
+                                   "' (ADDRESS:INCARNATION:CAPACITY)");
+  }
+  return id;
+}
+
+// --- ObjectStore
+
+ObjectStore::ObjectStore(std::unique_ptr<txn::StoreState> state)
+    : state_(std::move(state)) {}
+ObjectStore::~ObjectStore() = default;
+
+Result<std::unique_ptr<ObjectStore>> ObjectStore::Open(Session* session) {
+  auto s = std::make_unique<txn::StoreState>();
+  s->session = session;
+  auto reply = Call(s.get(), TxnMethod::kInfo, txn::EncodeRequest({}));
+  if (!reply.ok()) return reply.status();
+  auto info = txn::DecodeInfo(*reply);
+  if (!info.ok()) return info.status();
+  if (info->heap_bytes == 0) {
+    return Status::Unsupported(
+        "this server has no memory for transactional objects (start it "
+        "with --txn-memory SIZE)");
+  }
+  for (const txn::TxnRegionWire& r : info->regions) {
+    const fabric::RemoteRegion* region = session->core()->region(r.region);
+    if (region == nullptr || !region->Check(0, r.length).ok()) {
+      return Status::ProtocolError("object info names memory outside region " +
+                                   std::to_string(r.region));
+    }
+    s->regions.push_back(region);
+  }
+  s->info = std::move(*info);
+  return std::unique_ptr<ObjectStore>(new ObjectStore(std::move(s)));
+}
+
+uint32_t ObjectStore::max_object() const { return state_->info.max_object; }
+
+Result<ObjectStore::Object> ObjectStore::Read(ObjectId id) {
+  return ReadObject(state_.get(), id);
+}
+
+std::unique_ptr<Transaction> ObjectStore::Begin() {
+  return std::unique_ptr<Transaction>(new Transaction(state_.get()));
+}
+
+Status ObjectStore::Run(const std::function<Status(Transaction&)>& body,
+                        int tries) {
+  Status st = Status::Conflict("no try was made");
+  for (int i = 0; i < tries; ++i) {
+    std::unique_ptr<Transaction> tx = Begin();
+    Status done = body(*tx);
+    if (!done.ok()) {
+      // An error the body drew from reads that were not consistent with
+      // each other (an object changed between two of them) is not the
+      // body's answer: it runs again.
+      std::map<ObjectId, uint64_t> versions;
+      for (const auto& [id, r] : tx->reads_) versions[id] = r.version;
+      Status valid = Validate(state_.get(), versions);
+      tx->Abort();
+      if (valid.code() == StatusCode::kConflict) continue;
+      return done;
+    }
+    st = tx->Commit();
+    if (st.code() != StatusCode::kConflict) return st;
+    if (i >= 2) std::this_thread::yield();
+  }
+  return st;
+}
+
+// --- Transaction
+
+Transaction::~Transaction() { Abort(); }
+
+Status Transaction::Usable() const {
+  if (done_) {
+    return Status::InvalidArgument(
+        "the transaction is over (committed or "
+        "aborted)");
+  }
+  return Status::OK();
+}
+
+Result<std::string> Transaction::Read(ObjectId id) {
+  REMEM_RETURN_IF_ERROR(Usable());
+  if (auto w = writes_.find(id); w != writes_.end()) {
+    if (w->second.freed) {
+      return Status::NotFound(Describe(id) + " was freed by this transaction");
+    }
+    return w->second.data;
+  }
+  if (auto r = reads_.find(id); r != reads_.end()) return r->second.data;
+  auto got = ReadObject(store_, id);
+  if (!got.ok()) return got.status();
+  ReadEntry& e = reads_[id];
+  e.version = got->version;
+  e.data = std::move(got->data);
+  return e.data;
+}
+
+Status Transaction::Write(ObjectId id, std::string_view data) {
+  REMEM_RETURN_IF_ERROR(Usable());
+  if (data.size() > id.capacity) {
+    return Status::InvalidArgument(
+        Describe(id) + " holds " + std::to_string(id.capacity) +
+        " bytes, not " + std::to_string(data.size()));
+  }
+  WriteEntry& w = writes_[id];
+  if (w.freed) {
+    return Status::InvalidArgument(Describe(id) +
+                                   " was freed by this transaction");
+  }
+  w.data.assign(data);
+  return Status::OK();
+}
+
+Result<ObjectId> Transaction::Alloc(std::string_view data, uint32_t capacity) {
+  REMEM_RETURN_IF_ERROR(Usable());
+  if (data.size() > store_->info.max_object ||
+      capacity > store_->info.max_object) {
+    return Status::InvalidArgument("an object holds at most " +
+                                   std::to_string(store_->info.max_object) +
+                                   " bytes");
+  }
+  txn::Request r;
+  r.capacity = std::max<uint32_t>(capacity, uint32_t(data.size()));
+  auto reply = Call(store_, TxnMethod::kAlloc, txn::EncodeRequest(r));
+  if (!reply.ok()) return reply.status();
+  auto w = txn::DecodeObjectId(*reply);
+  if (!w.ok()) return w.status();
+  const ObjectId id{w->address, w->incarnation, w->capacity};
+  WriteEntry& e = writes_[id];
+  e.data.assign(data);
+  e.allocated = true;
+  return id;
+}
+
+Status Transaction::Free(ObjectId id) {
+  REMEM_RETURN_IF_ERROR(Usable());
+  auto w = writes_.find(id);
+  if (w != writes_.end() && w->second.allocated) {
+    // Never committed: its reservation goes back now.
+    txn::Request r;
+    r.id = ToWire(id);
+    writes_.erase(w);
+    auto reply = Call(store_, TxnMethod::kRelease, txn::EncodeRequest(r));
+    return reply.ok() ? Status::OK() : reply.status();
+  }
+  WriteEntry& e = writes_[id];
+  e.freed = true;
+  e.data.clear();
+  return Status::OK();
+}
+
+Status Transaction::Commit() {
+  REMEM_RETURN_IF_ERROR(Usable());
+  // A read-only transaction validates one-sided (FaRM), but where the
+  // server performs one-sided reads (tcp) each is a round trip: two or
+  // more objects are checked by the server in one call instead.
+  if (writes_.empty() &&
+      (!store_->session->core()->served() || reads_.size() < 2 ||
+       reads_.size() > txn::kMaxCommitEntries)) {
+    done_ = true;
+    std::map<ObjectId, uint64_t> versions;
+    for (const auto& [id, r] : reads_) versions[id] = r.version;
+    return Validate(store_, versions);
+  }
+  std::vector<txn::CommitEntry> entries;
+  entries.reserve(reads_.size() + writes_.size());
+  for (const auto& [id, r] : reads_) {
+    if (writes_.count(id) != 0) continue;
+    txn::CommitEntry e;
+    e.id = ToWire(id);
+    e.version = r.version;
+    e.op = txn::TxnOp::kCheck;
+    entries.push_back(e);
+  }
+  std::vector<ObjectId> written;
+  for (const auto& [id, w] : writes_) {
+    txn::CommitEntry e;
+    e.id = ToWire(id);
+    auto r = reads_.find(id);
+    e.version = r == reads_.end() ? 0 : r->second.version;
+    e.op = w.allocated ? txn::TxnOp::kCreate
+           : w.freed   ? txn::TxnOp::kFree
+                       : txn::TxnOp::kWrite;
+    if (!w.freed) {
+      e.data = w.data;
+      written.push_back(id);
+    }
+    entries.push_back(e);
+  }
+  if (entries.size() > txn::kMaxCommitEntries) {
+    Abort();
+    return Status::InvalidArgument("a transaction uses at most " +
+                                   std::to_string(txn::kMaxCommitEntries) +
+                                   " objects");
+  }
+  done_ = true;
+  // The server releases the reservations of a commit it refuses.
+  for (auto& [id, w] : writes_) w.allocated = false;
+  auto reply = Call(store_, TxnMethod::kCommit, txn::EncodeCommit(entries));
+  if (!reply.ok()) return reply.status();
+  auto versions = txn::DecodeVersions(*reply);
+  if (!versions.ok()) return versions.status();
+  if (versions->size() != written.size()) {
+    return Status::ProtocolError("commit reply: wrong number of versions");
+  }
+  for (size_t i = 0; i < written.size(); ++i) {
+    committed_[written[i]] = (*versions)[i];
+  }
+  return Status::OK();
+}
+
+void Transaction::Abort() {
+  if (done_) return;
+  done_ = true;
+  SessionCore* core = store_->session->core();
+  for (const auto& [id, w] : writes_) {
+    if (!w.allocated) continue;
+    // Not waited for: the server drops the reservations with the
+    // connection anyway.
+    txn::Request r;
+    r.id = ToWire(id);
+    auto cb = core->Track<Status>(nullptr);
+    core->Call(txn::kTxnService, txn::MethodId(TxnMethod::kRelease),
+               txn::EncodeRequest(r),
+               [cb](Status st, std::string) mutable { cb(st); });
+  }
+}
+
+}  // namespace remem

@@ -1,0 +1,399 @@
+// Transactional objects (remem/txn.h) end to end: the real remem-server,
+// clients in this process and in child processes (txn_child) racing
+// transactions and one-sided reads, over the test transport (shm and tcp).
+
+#include "remem/txn.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/session_core.h"
+#include "remem/session.h"
+#include "test_util.h"
+#include "testing/linearizability.h"
+#include "testing/scale.h"
+#include "txn/wire.h"
+#include "util/subprocess.h"
+
+namespace remem {
+namespace {
+
+using testing::StartServer;
+using testing::StatOf;
+using testing::TestTransport;
+
+constexpr size_t kObjectBytes = 200;  // as txn_child.cc
+
+std::string Account(int64_t v) {  // as txn_child.cc
+  std::string out(kObjectBytes, '\0');
+  std::memcpy(out.data(), &v, 8);
+  for (size_t i = 8; i < out.size(); ++i) out[i] = char(uint8_t(v * 7 + i));
+  return out;
+}
+int64_t Balance(const std::string& data) {
+  int64_t v = 0;
+  if (data.size() >= 8) std::memcpy(&v, data.data(), 8);
+  return v;
+}
+
+class TxnTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer({"--threads", "2", "--txn-memory", "8M"}, "64M");
+    ASSERT_NE(server_.process, nullptr);
+    session_ = testing::ConnectOrDie(server_.address);
+    ASSERT_TRUE(session_);
+    auto store = ObjectStore::Open(session_.get());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+  }
+  void TearDown() override {
+    store_.reset();
+    session_.reset();
+  }
+  std::unique_ptr<Subprocess> Child(const std::vector<std::string>& args,
+                                    bool wait_ready = false) {
+    SpawnOptions o;
+    o.argv = {REMEM_TXN_CHILD_BIN, server_.address,
+              std::string(TransportName(TestTransport()))};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return nullptr;
+    if (wait_ready) {
+      auto line = (*p)->WaitForLine("READY", std::chrono::seconds(60));
+      EXPECT_TRUE(line.ok()) << (*p)->output();
+    }
+    return std::move(*p);
+  }
+  // Objects made in one transaction.
+  std::vector<ObjectId> Make(const std::vector<std::string>& values) {
+    std::vector<ObjectId> ids;
+    auto tx = store_->Begin();
+    for (const std::string& v : values) {
+      auto id = tx->Alloc(v);
+      EXPECT_TRUE(id.ok()) << id.status().ToString();
+      ids.push_back(*id);
+    }
+    Status st = tx->Commit();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return ids;
+  }
+  // Waits for a child and returns its output.
+  static std::string Finish(Subprocess* p) {
+    EXPECT_TRUE(p->ReadToEnd(std::chrono::seconds(120)).ok());
+    auto rc = p->Wait(std::chrono::seconds(10));
+    EXPECT_TRUE(rc.ok());
+    EXPECT_EQ(rc.ok() ? *rc : -1, 0) << p->output();
+    return p->output();
+  }
+
+  testing::ServerProcess server_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<ObjectStore> store_;
+};
+
+TEST_F(TxnTest, TransactionsAllocWriteReadAndFreeAcrossSessions) {
+  auto other_session = testing::ConnectOrDie(server_.address);
+  ASSERT_TRUE(other_session);
+  auto other = ObjectStore::Open(other_session.get());
+  ASSERT_TRUE(other.ok());
+  // A linked pair made in one transaction: the new id is written into the
+  // other new object before either exists.
+  auto tx = store_->Begin();
+  auto b = tx->Alloc("tail");
+  ASSERT_TRUE(b.ok());
+  auto a = tx->Alloc("head->" + b->Encode(), 100);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->capacity, 256u - 32u);
+  EXPECT_EQ(*tx->Read(*b), "tail") << "a transaction reads its own writes";
+  EXPECT_EQ((*other)->Read(*a).status().code(), StatusCode::kNotFound)
+      << "not an object before its commit";
+  ASSERT_TRUE(tx->Commit().ok());
+  EXPECT_EQ(tx->committed_versions().at(*a), 2u);
+  EXPECT_EQ(tx->Read(*a).status().code(), StatusCode::kInvalidArgument)
+      << "the transaction is over";
+  // The other session follows the link.
+  auto head = (*other)->Read(*a);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->version, 2u);
+  auto link = ObjectId::Decode(head->data.substr(6));
+  ASSERT_TRUE(link.ok());
+  EXPECT_EQ(*link, *b);
+  EXPECT_EQ((*other)->Read(*link)->data, "tail");
+  EXPECT_EQ(ObjectId::Parse(a->ToString()).value(), *a);
+  // Written by the other session: a new version.
+  ASSERT_TRUE((*other)
+                  ->Run([&](Transaction& t) -> Status {
+                    auto v = t.Read(*b);
+                    if (!v.ok()) return v.status();
+                    return t.Write(*b, *v + "!");
+                  })
+                  .ok());
+  auto tail = store_->Read(*b);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->data, "tail!");
+  EXPECT_EQ(tail->version, 4u);
+  // Freed: its id reads nothing, from either session, ever after.
+  auto f = store_->Begin();
+  ASSERT_TRUE(f->Free(*b).ok());
+  EXPECT_EQ(f->Read(*b).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(f->Commit().ok());
+  EXPECT_EQ((*other)->Read(*b).status().code(), StatusCode::kNotFound);
+  auto reuse = Make({"same class"});
+  EXPECT_EQ((*other)->Read(*b).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(StatOf(session_.get(), "txn_objects"), 2u);
+  EXPECT_EQ(StatOf(session_.get(), "txn_reserved"), 0u);
+}
+
+TEST_F(TxnTest, AConflictAppliesNothingAndRunRetriesIt) {
+  auto ids = Make({Account(100), Account(0)});
+  const ObjectId a = ids[0], b = ids[1];
+  // tx reads a; another transaction changes a; tx's writes are refused
+  // whole.
+  auto tx = store_->Begin();
+  ASSERT_TRUE(tx->Read(a).ok());
+  ASSERT_TRUE(tx->Write(b, Account(1)).ok());
+  auto sneak = store_->Begin();
+  ASSERT_TRUE(sneak->Write(a, Account(50)).ok());
+  ASSERT_TRUE(sneak->Commit().ok());
+  Status st = tx->Commit();
+  EXPECT_EQ(st.code(), StatusCode::kConflict) << st.ToString();
+  EXPECT_EQ(Balance(store_->Read(b)->data), 0);
+  EXPECT_EQ(StatOf(session_.get(), "txn_conflicts"), 1u);
+  // A read-only transaction validates one-sided: a change between its
+  // read and its commit aborts it.
+  auto ro = store_->Begin();
+  ASSERT_TRUE(ro->Read(a).ok());
+  ASSERT_TRUE(
+      store_->Run([&](Transaction& t) { return t.Write(a, Account(60)); })
+          .ok());
+  EXPECT_EQ(ro->Commit().code(), StatusCode::kConflict);
+  auto ro2 = store_->Begin();
+  ASSERT_TRUE(ro2->Read(a).ok());
+  EXPECT_TRUE(ro2->Commit().ok());
+  // Run: a body that conflicts once commits on its second try.
+  int tries = 0;
+  st = store_->Run([&](Transaction& t) -> Status {
+    auto v = t.Read(a);
+    if (!v.ok()) return v.status();
+    if (tries++ == 0) {
+      EXPECT_TRUE(
+          store_->Run([&](Transaction& u) { return u.Write(a, Account(70)); })
+              .ok());
+    }
+    return t.Write(a, Account(Balance(*v) + 1));
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(Balance(store_->Read(a)->data), 71);
+  // A body's own error ends Run without applying anything.
+  st = store_->Run([&](Transaction& t) -> Status {
+    EXPECT_TRUE(t.Write(a, Account(0)).ok());
+    return Status::InvalidArgument("no");
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Balance(store_->Read(a)->data), 71);
+}
+
+TEST_F(TxnTest, BadInputGetsClearErrorsAndChangesNothing) {
+  auto ids = Make({"x"});
+  auto tx = store_->Begin();
+  EXPECT_EQ(tx->Write(ids[0], std::string(33, 'y')).code(),
+            StatusCode::kInvalidArgument)
+      << "past its capacity";
+  EXPECT_EQ(
+      tx->Alloc(std::string(store_->max_object() + 1, 'z')).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->max_object(), txn::kMaxObjectBytes);
+  ObjectId bogus = ids[0];
+  bogus.capacity = 1000;
+  EXPECT_EQ(store_->Read(bogus).status().code(), StatusCode::kInvalidArgument);
+  bogus = ids[0];
+  bogus.incarnation += 1;
+  EXPECT_EQ(store_->Read(bogus).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tx->Write(bogus, "blind").code(), StatusCode::kOk);
+  EXPECT_EQ(tx->Commit().code(), StatusCode::kNotFound)
+      << "a blind write of no object";
+  EXPECT_FALSE(ObjectId::Parse("1:2").ok());
+  EXPECT_FALSE(ObjectId::Parse("a:1:2").ok());
+  EXPECT_FALSE(ObjectId::Decode("short").ok());
+  // A full heap: OutOfMemory, and what was taken goes back with the
+  // transaction.
+  auto big = store_->Begin();
+  Status full;
+  for (int i = 0; i < 1000 && full.ok(); ++i) {
+    full = big->Alloc("", store_->max_object()).status();
+  }
+  EXPECT_EQ(full.code(), StatusCode::kOutOfMemory) << full.ToString();
+  EXPECT_NE(full.message().find("--txn-memory"), std::string::npos);
+  big->Abort();
+  EXPECT_EQ(testing::WaitForStatOf(session_.get(), "txn_reserved", 0,
+                                   std::chrono::seconds(10)),
+            0u);
+  // Malformed requests, as a hostile client sends them: refused, and the
+  // server goes on.
+  client::SessionCore* core = session_->core();
+  for (uint8_t method = 0; method < 6; ++method) {
+    for (const std::string& junk :
+         {std::string(), std::string(31, 'x'), std::string(400, '\xff')}) {
+      auto r = core->CallSync(txn::kTxnService, method, junk);
+      EXPECT_FALSE(r.ok()) << int(method);
+    }
+  }
+  EXPECT_EQ(store_->Read(ids[0])->data, "x");
+}
+
+// Transfers between accounts from two processes while a third audits
+// them in read-only transactions, all one-sided reads racing the server's
+// commits: every audit that commits sees the same total (serializable),
+// every account it read was a whole committed value (checksums), and the
+// total is unchanged at the end.
+TEST_F(TxnTest, TransfersAndAuditsRacingAreSerializable) {
+  constexpr int kAccounts = 8;
+  constexpr int64_t kStart = 1000;
+  std::vector<std::string> values(kAccounts, Account(kStart));
+  const std::vector<ObjectId> ids = Make(values);
+  std::vector<std::string> id_args;
+  for (const ObjectId& id : ids) id_args.push_back(id.ToString());
+  auto with_ids = [&](std::vector<std::string> head) {
+    head.insert(head.end(), id_args.begin(), id_args.end());
+    return head;
+  };
+  // Fewer over tcp, where each read is a round trip, and under the
+  // sanitizers (testing/scale.h).
+  const std::string rounds = std::to_string(
+      testing::Scaled(TestTransport() == Transport::kTcp ? 400 : 1500));
+  auto t1 = Child(with_ids({"transfer", rounds, "1"}));
+  auto t2 = Child(with_ids({"transfer", rounds, "2"}));
+  auto audit =
+      Child(with_ids({"audit", "1500", std::to_string(kAccounts * kStart)}));
+  ASSERT_TRUE(t1 && t2 && audit);
+  EXPECT_NE(Finish(t1.get()).find("DONE committed=" + rounds),
+            std::string::npos);
+  EXPECT_NE(Finish(t2.get()).find("DONE committed=" + rounds),
+            std::string::npos);
+  const std::string audited = Finish(audit.get());
+  EXPECT_EQ(audited.find("BAD"), std::string::npos) << audited;
+  int audits = 0;
+  ASSERT_EQ(std::sscanf(audited.c_str() + audited.find("DONE"),
+                        "DONE audits=%d", &audits),
+            1)
+      << audited;
+  EXPECT_GT(audits, 0);
+  int64_t total = 0;
+  for (const ObjectId& id : ids) total += Balance(store_->Read(id)->data);
+  EXPECT_EQ(total, kAccounts * kStart);
+  EXPECT_GE(StatOf(session_.get(), "txn_commits"), 2 * std::stoull(rounds) + 1);
+}
+
+// Increments of one object in transactions and reads of it, from three
+// processes: the recorded history is linearizable (testing/
+// linearizability.h), each increment a read-modify-write.
+TEST_F(TxnTest, IncrementsAndReadsOfOneObjectAreLinearizable) {
+  const ObjectId counter = Make({Account(0)})[0];
+  constexpr int kOps = 300;
+  std::vector<std::unique_ptr<Subprocess>> kids;
+  for (int i = 0; i < 3; ++i) {
+    kids.push_back(
+        Child({"counter", std::to_string(kOps), counter.ToString()}));
+    ASSERT_TRUE(kids.back());
+  }
+  std::vector<testing::KvOp> ops;
+  int writes = 0;
+  for (size_t k = 0; k < kids.size(); ++k) {
+    std::istringstream in(Finish(kids[k].get()));
+    std::string line;
+    while (std::getline(in, line)) {
+      char kind = 0;
+      unsigned long long call, ret, version;
+      long long old_v, new_v;
+      if (std::sscanf(line.c_str(), "H %c %llu %llu %lld %lld %llu", &kind,
+                      &call, &ret, &old_v, &new_v, &version) != 6) {
+        continue;
+      }
+      testing::KvOp op;
+      op.call_ns = call;
+      op.return_ns = ret;
+      op.client = int(k);
+      op.version = version;
+      if (kind == 'r') {
+        op.kind = testing::KvOp::kGet;
+        op.found = true;
+        op.read_value = std::to_string(new_v);
+      } else {
+        op.kind = testing::KvOp::kReadModifyWrite;
+        op.found = true;
+        op.read_value = std::to_string(old_v);
+        op.value = std::to_string(new_v);
+        ++writes;
+      }
+      ops.push_back(op);
+    }
+  }
+  ASSERT_EQ(ops.size(), size_t(3 * kOps));
+  auto result = testing::CheckKeyHistory(ops, true, "0", 2);
+  EXPECT_TRUE(result.linearizable) << result.explanation;
+  EXPECT_EQ(Balance(store_->Read(counter)->data), writes);
+}
+
+TEST_F(TxnTest, AClientKilledInATransactionGivesItsReservationBack) {
+  auto child = Child({"hold"}, /*wait_ready=*/true);
+  ASSERT_TRUE(child);
+  EXPECT_EQ(StatOf(session_.get(), "txn_reserved"), 1u);
+  ASSERT_TRUE(child->Signal(SIGKILL).ok());
+  ASSERT_TRUE(child->Wait(std::chrono::seconds(10)).ok());
+  EXPECT_EQ(testing::WaitForStatOf(session_.get(), "txn_reserved", 0,
+                                   std::chrono::seconds(30)),
+            0u);
+  EXPECT_EQ(StatOf(session_.get(), "txn_bytes_used"), 0u);
+}
+
+TEST_F(TxnTest, ARestartedServerHasNoObjectsAndSaysSo) {
+  const ObjectId id = Make({"volatile"})[0];
+  const std::string address = server_.address;
+  ASSERT_TRUE(server_.Kill().ok());
+  Status st;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (st.ok() && std::chrono::steady_clock::now() < until) {
+    st = store_->Read(id).status();
+  }
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  store_.reset();
+  session_.reset();
+  server_ = StartServer(
+      {"--threads", "2", "--txn-memory", "8M", "--listen", address}, "64M");
+  ASSERT_NE(server_.process, nullptr);
+  auto s2 = testing::ConnectOrDie(server_.address);
+  ASSERT_TRUE(s2);
+  auto store = ObjectStore::Open(s2.get());
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->Read(id).status().code(), StatusCode::kNotFound);
+}
+
+TEST(TxnServer, AServerWithoutObjectMemorySaysHowToGiveItSome) {
+  // 8 MiB: a sixteenth is under 1 MiB, so no object memory by default.
+  auto server = StartServer({}, "8M");
+  ASSERT_NE(server.process, nullptr);
+  auto s = testing::ConnectOrDie(server.address);
+  ASSERT_TRUE(s);
+  auto store = ObjectStore::Open(s.get());
+  EXPECT_EQ(store.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(store.status().message().find("--txn-memory"), std::string::npos);
+  for (const char* bad : {"100K", "64M"}) {
+    auto r =
+        testing::RunCommand({testing::ServerBinary(), "--listen", "127.0.0.1:0",
+                             "--memory", "32M", "--txn-memory", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace remem
