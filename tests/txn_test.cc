@@ -177,7 +177,9 @@ TEST_F(TxnTest, AConflictAppliesNothingAndRunRetriesIt) {
           .ok());
   EXPECT_EQ(ro->Commit().code(), StatusCode::kConflict);
   auto ro2 = store_->Begin();
-  ASSERT_TRUE(ro2->Read(a).ok());
+  uint64_t seen = 0;
+  ASSERT_TRUE(ro2->Read(a, &seen).ok());
+  EXPECT_EQ(seen, store_->Read(a)->version) << "the version Commit checks";
   EXPECT_TRUE(ro2->Commit().ok());
   // Run: a body that conflicts once commits on its second try.
   int tries = 0;

@@ -693,15 +693,15 @@ int RunObj(Session* session, const ObjArgs& a, bool json) {
   uint64_t version = 0;
   auto tx = (*store)->Begin();
   if (a.if_version) {
-    auto cur = (*store)->Read(*id);
-    if (!cur.ok()) return Fail(cur.status());
-    if (cur->version != *a.if_version) {
+    // The version read is the one the commit checks.
+    uint64_t now = 0;
+    auto read = tx->Read(*id, &now);
+    if (!read.ok()) return Fail(read.status());
+    if (now != *a.if_version) {
       return Fail(Status::Conflict("object " + a.id + " is at version " +
-                                   std::to_string(cur->version) + ", not " +
+                                   std::to_string(now) + ", not " +
                                    std::to_string(*a.if_version)));
     }
-    auto read = tx->Read(*id);  // the commit checks it is still that one
-    if (!read.ok()) return Fail(read.status());
   }
   Status st = a.what == "write" ? tx->Write(*id, a.value) : tx->Free(*id);
   if (st.ok()) st = tx->Commit();

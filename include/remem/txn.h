@@ -167,7 +167,9 @@ class Transaction {
 
   // The object's bytes: this transaction's own write if it wrote it, else
   // the object as read (once; a second Read returns the same bytes).
-  Result<std::string> Read(ObjectId id);
+  // `version`, if given, is set to the version read (the one Commit
+  // checks), or 0 for what this transaction wrote or allocated.
+  Result<std::string> Read(ObjectId id, uint64_t* version = nullptr);
   // Sets the object's bytes at commit (at most its capacity). The object
   // need not have been read (a blind write still aborts if the object is
   // freed meanwhile).

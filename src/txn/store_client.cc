@@ -259,20 +259,25 @@ Status Transaction::Usable() const {
   return Status::OK();
 }
 
-Result<std::string> Transaction::Read(ObjectId id) {
+Result<std::string> Transaction::Read(ObjectId id, uint64_t* version) {
   REMEM_RETURN_IF_ERROR(Usable());
+  if (version != nullptr) *version = 0;
   if (auto w = writes_.find(id); w != writes_.end()) {
     if (w->second.freed) {
       return Status::NotFound(Describe(id) + " was freed by this transaction");
     }
     return w->second.data;
   }
-  if (auto r = reads_.find(id); r != reads_.end()) return r->second.data;
+  if (auto r = reads_.find(id); r != reads_.end()) {
+    if (version != nullptr) *version = r->second.version;
+    return r->second.data;
+  }
   auto got = ReadObject(store_, id);
   if (!got.ok()) return got.status();
   ReadEntry& e = reads_[id];
   e.version = got->version;
   e.data = std::move(got->data);
+  if (version != nullptr) *version = e.version;
   return e.data;
 }
 
