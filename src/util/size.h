@@ -1,5 +1,7 @@
 // Byte sizes for command lines: "4096", "64K", "64KiB", "1.5G", "2GB".
-// K/M/G/T are powers of 1024 (with or without "iB"/"B").
+// K/M/G/T are powers of 1024 (with or without "iB"/"B"). Decimal only (no
+// sign, exponent, hex or blanks), rounded to a whole byte, below 2^64;
+// InvalidArgument saying why otherwise.
 //
 // Thread contract: pure functions.
 

@@ -70,8 +70,10 @@ Result<Socket> Listen(const std::string& address, int backlog);
 // The bound "host:port" of a socket.
 Result<std::string> LocalAddress(int fd);
 
-// Connects (non-blocking underneath) within `deadline`; the returned
-// socket is non-blocking, with TCP_NODELAY and keepalive.
+// Connects (non-blocking underneath) within `deadline`, trying each address
+// the name resolves to in turn (localhost: 127.0.0.1 and ::1); the first
+// failure if none answers. The returned socket is non-blocking, with
+// TCP_NODELAY and keepalive.
 Result<Socket> Connect(const std::string& address, Deadline deadline);
 
 // Writes all of `data`, waiting for the socket as needed until `deadline`.
