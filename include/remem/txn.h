@@ -196,6 +196,9 @@ class Transaction {
   friend class ObjectStore;
   explicit Transaction(txn::StoreState* store) : store_(store) {}
   Status Usable() const;
+  // OK if every object read still has the version read (one-sided), else
+  // Conflict.
+  Status ValidateReads();
 
   struct ReadEntry {
     uint64_t version = 0;

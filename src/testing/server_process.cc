@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 namespace remem::testing {
@@ -141,19 +140,11 @@ Status ServerProcess::Restart() {
 Status ServerProcess::Pause() {
   if (!process) return Status::NotFound("no server process");
   REMEM_RETURN_IF_ERROR(process->Signal(SIGSTOP));
-  const std::string stat = "/proc/" + std::to_string(process->pid()) + "/stat";
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
-    // The state is the field after the command's closing parenthesis.
-    std::ifstream in(stat);
-    std::string line;
-    std::getline(in, line);
-    const size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() &&
-        line[paren + 2] == 'T') {
-      return Status::OK();
-    }
+    auto state = process->State();
+    if (state.ok() && *state == 'T') return Status::OK();
     if (std::chrono::steady_clock::now() > until) {
       return Status::TimedOut("the server did not stop within 10 s of SIGSTOP");
     }

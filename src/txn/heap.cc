@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <unordered_set>
 
 #include "hash/layout.h"  // StoreWords
-#include "proto/buffer.h"
 
 namespace remem::txn {
 
@@ -53,11 +51,15 @@ void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
   uint8_t* slot = At(offset);
   h.checksum = DataChecksum(h, data.data(), data.size());
   h.header_check = HeaderCheck(h);
-  if (!data.empty()) {
-    // Whole words (the slot's capacity is a multiple of 32).
-    std::string padded(data);
-    padded.resize(proto::Pad8(padded.size()), '\0');
-    hash::StoreWords(slot + sizeof(ObjectHeader), padded.data(), padded.size());
+  // Whole words (the slot's capacity is a multiple of 32): the last one
+  // padded with zeros.
+  uint8_t* bytes = slot + sizeof(ObjectHeader);
+  const size_t whole = data.size() & ~size_t{7};
+  hash::StoreWords(bytes, data.data(), whole);
+  if (whole < data.size()) {
+    uint8_t tail[8] = {};
+    std::memcpy(tail, data.data() + whole, data.size() - whole);
+    hash::StoreWords(bytes + whole, tail, 8);
   }
   // The header's words after the version, then the version: a reader that
   // sees the new version with older words fails header_check.
@@ -154,25 +156,31 @@ Status ObjectHeap::Release(const TxnObjectIdWire& id, uint64_t owner) {
 
 Result<std::vector<uint64_t>> ObjectHeap::Commit(
     const std::vector<CommitEntry>& entries, uint64_t owner) {
-  // Check everything first.
-  std::unordered_set<uint64_t> touched;
+  // Check everything first: the slots, that none comes twice, then each
+  // entry.
   std::vector<uint64_t> slots(entries.size());
   Status st;
   for (size_t i = 0; i < entries.size() && st.ok(); ++i) {
-    const CommitEntry& e = entries[i];
-    auto slot = SlotOf(e.id);
-    if (!slot.ok()) {
+    auto slot = SlotOf(entries[i].id);
+    if (slot.ok()) {
+      slots[i] = *slot;
+    } else {
       st = slot.status();
-      break;
     }
-    slots[i] = *slot;
-    const ObjectHeader h = HeaderOf(*slot);
-    const bool live = h.version != 0 && h.incarnation == e.id.incarnation;
-    if (!touched.insert(*slot).second) {
-      st = Status::InvalidArgument("object " + Describe(e.id) +
+  }
+  if (st.ok()) {
+    std::vector<uint64_t> sorted = slots;
+    std::sort(sorted.begin(), sorted.end());
+    auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    if (twice != sorted.end()) {
+      st = Status::InvalidArgument("the object at " + std::to_string(*twice) +
                                    " appears twice in one commit");
-      break;
     }
+  }
+  for (size_t i = 0; i < entries.size() && st.ok(); ++i) {
+    const CommitEntry& e = entries[i];
+    const ObjectHeader h = HeaderOf(slots[i]);
+    const bool live = h.version != 0 && h.incarnation == e.id.incarnation;
     if ((e.op == TxnOp::kWrite || e.op == TxnOp::kCreate) &&
         e.data.size() > e.id.capacity) {
       st = Status::InvalidArgument("object " + Describe(e.id) + " holds " +
@@ -198,7 +206,7 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
         }
         break;
       case TxnOp::kCreate: {
-        auto it = reserved_.find(*slot);
+        auto it = reserved_.find(slots[i]);
         if (it == reserved_.end() || it->second != owner ||
             h.incarnation != e.id.incarnation) {
           st = Status::InvalidArgument("object " + Describe(e.id) +
@@ -210,10 +218,8 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
   }
   if (!st.ok()) {
     // Nothing applied; the commit's reservations are given back.
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].op != TxnOp::kCreate) continue;
-      auto slot = SlotOf(entries[i].id);
-      if (slot.ok()) (void)Release(entries[i].id, owner);
+    for (const CommitEntry& e : entries) {
+      if (e.op == TxnOp::kCreate) (void)Release(e.id, owner);
     }
     if (st.code() == StatusCode::kConflict) {
       counters_.conflicts.fetch_add(1, std::memory_order_relaxed);

@@ -48,14 +48,10 @@ std::string Describe(const ObjectId& id) { return "object " + id.ToString(); }
 // InvalidArgument for an id no slot could have.
 Status Locate(const txn::StoreState& s, const ObjectId& id, uint64_t bytes,
               const fabric::RemoteRegion** region, uint64_t* offset) {
-  bool is_class = false;
-  for (size_t c = 0; c < txn::kNumClasses; ++c) {
-    is_class = is_class || txn::CapacityOf(c) == id.capacity;
-  }
   const uint64_t in_region = id.address % txn::kRegionBytes;
   const size_t r = id.address / txn::kRegionBytes;
-  if (!is_class || id.address % 64 != 0 || r >= s.regions.size() ||
-      in_region + bytes > s.info.regions[r].length) {
+  if (!txn::IsCapacity(id.capacity) || id.address % 64 != 0 ||
+      r >= s.regions.size() || in_region + bytes > s.info.regions[r].length) {
     return Status::InvalidArgument(Describe(id) + " is not an object id");
   }
   *region = s.regions[r];
@@ -109,30 +105,26 @@ Result<ObjectStore::Object> ReadObject(txn::StoreState* s, const ObjectId& id) {
   return ObjectStore::Object{std::string(rr->data), rr->version};
 }
 
-// Whether each object still has the version read (FaRM's validation of a
-// read-only transaction): OK or Conflict.
-Status Validate(txn::StoreState* s,
-                const std::map<ObjectId, uint64_t>& versions) {
+// Whether the object still has the version read (FaRM's validation of a
+// read-only transaction, one object): OK or Conflict. The caller vouches
+// for the reads once all are done.
+Status ValidateOne(txn::StoreState* s, const ObjectId& id, uint64_t version) {
   SessionCore* core = s->session->core();
   char copy[sizeof(txn::ObjectHeader)];
-  for (const auto& [id, version] : versions) {
-    const fabric::RemoteRegion* region = nullptr;
-    uint64_t offset = 0;
-    REMEM_RETURN_IF_ERROR(Locate(*s, id, sizeof(copy), &region, &offset));
-    bool same = false;
-    for (int attempt = 0; attempt < kOneSidedTries; ++attempt) {
-      if (attempt >= 4) std::this_thread::yield();
-      REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, copy, sizeof(copy)));
-      txn::ObjectHeader h;
-      if (!VerifiedHeader(copy, &h)) continue;  // torn, or being written
-      same = h.version == version && h.incarnation == id.incarnation;
-      break;
+  const fabric::RemoteRegion* region = nullptr;
+  uint64_t offset = 0;
+  REMEM_RETURN_IF_ERROR(Locate(*s, id, sizeof(copy), &region, &offset));
+  for (int attempt = 0; attempt < kOneSidedTries; ++attempt) {
+    if (attempt >= 4) std::this_thread::yield();
+    REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, copy, sizeof(copy)));
+    txn::ObjectHeader h;
+    if (!VerifiedHeader(copy, &h)) continue;  // torn, or being written
+    if (h.version == version && h.incarnation == id.incarnation) {
+      return Status::OK();
     }
-    if (!same) {
-      return Status::Conflict(Describe(id) + " changed since it was read");
-    }
+    break;
   }
-  return core->Vouch();
+  return Status::Conflict(Describe(id) + " changed since it was read");
 }
 
 }  // namespace
@@ -232,9 +224,7 @@ Status ObjectStore::Run(const std::function<Status(Transaction&)>& body,
       // An error the body drew from reads that were not consistent with
       // each other (an object changed between two of them) is not the
       // body's answer: it runs again.
-      std::map<ObjectId, uint64_t> versions;
-      for (const auto& [id, r] : tx->reads_) versions[id] = r.version;
-      Status valid = Validate(state_.get(), versions);
+      Status valid = tx->ValidateReads();
       tx->Abort();
       if (valid.code() == StatusCode::kConflict) continue;
       return done;
@@ -249,6 +239,13 @@ Status ObjectStore::Run(const std::function<Status(Transaction&)>& body,
 // --- Transaction
 
 Transaction::~Transaction() { Abort(); }
+
+Status Transaction::ValidateReads() {
+  for (const auto& [id, r] : reads_) {
+    REMEM_RETURN_IF_ERROR(ValidateOne(store_, id, r.version));
+  }
+  return store_->session->core()->Vouch();
+}
 
 Status Transaction::Usable() const {
   if (done_) {
@@ -344,9 +341,7 @@ Status Transaction::Commit() {
       (!store_->session->core()->served() || reads_.size() < 2 ||
        reads_.size() > txn::kMaxCommitEntries)) {
     done_ = true;
-    std::map<ObjectId, uint64_t> versions;
-    for (const auto& [id, r] : reads_) versions[id] = r.version;
-    return Validate(store_, versions);
+    return ValidateReads();
   }
   std::vector<txn::CommitEntry> entries;
   entries.reserve(reads_.size() + writes_.size());

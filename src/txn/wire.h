@@ -64,6 +64,12 @@ inline constexpr uint32_t CapacityOf(size_t c) {
   return ClassBytes(c) - uint32_t(sizeof(ObjectHeader));
 }
 inline constexpr uint32_t kMaxObjectBytes = CapacityOf(kNumClasses - 1);
+// Whether `capacity` is some class's.
+inline constexpr bool IsCapacity(uint64_t capacity) {
+  const uint64_t slot = capacity + sizeof(ObjectHeader);
+  return slot >= ClassBytes(0) && slot <= ClassBytes(kNumClasses - 1) &&
+         (slot & (slot - 1)) == 0;
+}
 
 // The seed of an object's checksum: its version, incarnation and size, so
 // that bytes of one version never verify under another's header.

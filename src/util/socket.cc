@@ -83,8 +83,12 @@ Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
   return Status::OK();
 }
 
-Status ResolveAddress(const std::string& address, bool passive,
-                      sockaddr_storage* out, socklen_t* out_len) {
+namespace {
+
+// Every address `address` resolves to, in getaddrinfo's order (`passive`:
+// for listening, where host "*" means any address).
+Result<std::vector<sockaddr_storage>> ResolveAll(const std::string& address,
+                                                 bool passive) {
   std::string host;
   uint16_t port = 0;
   REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
@@ -94,14 +98,33 @@ Status ResolveAddress(const std::string& address, bool passive,
   if (passive) hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
   const char* node = passive && host == "*" ? nullptr : host.c_str();
-  int rc = getaddrinfo(node, std::to_string(port).c_str(), &hints, &res);
+  const int rc = getaddrinfo(node, std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
     return Status::InvalidArgument("cannot resolve '" + host +
                                    "': " + gai_strerror(rc));
   }
-  std::memcpy(out, res->ai_addr, res->ai_addrlen);
-  *out_len = res->ai_addrlen;
+  std::vector<sockaddr_storage> out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    sockaddr_storage ss{};
+    std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+    out.push_back(ss);
+  }
   freeaddrinfo(res);
+  return out;
+}
+
+socklen_t LengthOf(const sockaddr_storage& ss) {
+  return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+}  // namespace
+
+Status ResolveAddress(const std::string& address, bool passive,
+                      sockaddr_storage* out, socklen_t* out_len) {
+  auto all = ResolveAll(address, passive);
+  if (!all.ok()) return all.status();
+  *out = all->front();  // getaddrinfo answers at least one or fails
+  *out_len = LengthOf(*out);
   return Status::OK();
 }
 
@@ -226,35 +249,6 @@ Result<std::string> LocalAddress(int fd) {
 
 namespace {
 
-// Every address `address` resolves to, in getaddrinfo's order.
-Result<std::vector<sockaddr_storage>> ResolveAll(const std::string& address) {
-  std::string host;
-  uint16_t port = 0;
-  REMEM_RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc =
-      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    return Status::InvalidArgument("cannot resolve '" + host +
-                                   "': " + gai_strerror(rc));
-  }
-  std::vector<sockaddr_storage> out;
-  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    sockaddr_storage ss{};
-    std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
-    out.push_back(ss);
-  }
-  freeaddrinfo(res);
-  return out;
-}
-
-socklen_t LengthOf(const sockaddr_storage& ss) {
-  return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-}
-
 Result<Socket> ConnectTo(const sockaddr_storage& ss, const std::string& address,
                          Deadline deadline) {
   Socket s(
@@ -283,7 +277,7 @@ Result<Socket> ConnectTo(const sockaddr_storage& ss, const std::string& address,
 }  // namespace
 
 Result<Socket> Connect(const std::string& address, Deadline deadline) {
-  auto resolved = ResolveAll(address);
+  auto resolved = ResolveAll(address, false);
   if (!resolved.ok()) return resolved.status();
   const std::vector<sockaddr_storage>& all = *resolved;
   // Each address in turn, as every TCP client does: a name such as

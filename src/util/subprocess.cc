@@ -356,17 +356,36 @@ Result<double> Subprocess::CpuSeconds() const {
   return ProcessCpuSeconds(pid_);
 }
 
-Result<double> ProcessCpuSeconds(pid_t pid) {
+namespace {
+
+// The fields of /proc/<pid>/stat after the ")" that closes the command name
+// (the first is the state, field 3 of the whole line).
+Result<std::string> StatFields(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
   if (!std::getline(in, stat)) {
     return Status::NotFound("no /proc entry for pid " + std::to_string(pid));
   }
-  // Fields after the ")" that closes the command name; utime and stime are
-  // fields 14 and 15 of the whole line.
   size_t close = stat.rfind(')');
-  if (close == std::string::npos) return Status::Corruption("bad stat line");
-  std::istringstream ss(stat.substr(close + 2));
+  if (close == std::string::npos || close + 2 >= stat.size()) {
+    return Status::Corruption("bad stat line");
+  }
+  return stat.substr(close + 2);
+}
+
+}  // namespace
+
+Result<char> Subprocess::State() const {
+  auto fields = StatFields(pid_);
+  if (!fields.ok()) return fields.status();
+  return (*fields)[0];
+}
+
+Result<double> ProcessCpuSeconds(pid_t pid) {
+  auto fields = StatFields(pid);
+  if (!fields.ok()) return fields.status();
+  // utime and stime are fields 14 and 15 of the whole line.
+  std::istringstream ss(*fields);
   std::string field;
   unsigned long long utime = 0, stime = 0;
   for (int i = 3; i <= 15 && ss >> field; ++i) {

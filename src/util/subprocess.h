@@ -59,6 +59,9 @@ class Subprocess {
   bool running();
   // User+system CPU time consumed so far, from /proc/<pid>/stat.
   Result<double> CpuSeconds() const;
+  // Its state letter in /proc/<pid>/stat ('R', 'S', 'T' once a SIGSTOP took
+  // effect, ...).
+  Result<char> State() const;
 
  private:
   Subprocess() = default;
