@@ -58,20 +58,29 @@
 // header): an object's capacity is its class's, fixed at Alloc (a Write
 // may change its size up to that).
 //
-// Durability: none (as namespaces): objects live as long as the server
-// process; a restarted server has none, and calls fail NotFound or
-// Unavailable. One server: objects live on the server of the session; in
-// a cluster, open a Session to a member. FaRM's distribution of objects
-// and two-phase commit over machines, and its replication, are not built.
+// Durability: with the server's --data-dir, a Commit returns OK once its
+// changes are logged (written, and synced as --fsync says), as one atomic
+// group: a crash keeps a commit whole or drops it whole, and a restarted
+// server has every object at the same id and version (freed ids stay
+// dead; reservations end with their sessions). Without --data-dir objects
+// live as long as the server process; a restarted server has none, and
+// calls fail NotFound. Either way calls on a session of a server that
+// stopped fail Unavailable: open a new Session. A Commit that fails with
+// IOError (the server's disk refused the log) may have been applied in
+// memory, as a put that fails so. One server: objects live on the server of the
+// session; in a cluster, open a Session to a member. FaRM's distribution of
+// objects and two-phase commit over machines, and its replication, are not
+// built.
 //
 // Errors: InvalidArgument (an object larger than max_object(), data
 // larger than the object's capacity, a malformed id, a call on a
 // transaction that is over), NotFound (no object at the id: freed, never
-// committed, or of a server that restarted), Conflict (Commit: another
-// transaction changed an object this one used; nothing was applied),
-// OutOfMemory (Alloc: the heap is full), Unsupported (a server started with
-// no object memory), and the session's errors (Unavailable, TimedOut: a
-// Commit that fails so may or may not have been applied, as any write).
+// committed, or of a server that restarted without --data-dir), Conflict
+// (Commit: another transaction changed an object this one used; nothing was
+// applied), OutOfMemory (Alloc: the heap is full), Unsupported (a server
+// started with no object memory), and the session's errors (Unavailable,
+// TimedOut: a Commit that fails so may or may not have been applied, as any
+// write).
 //
 // Thread contract: as the Session they are attached to (single-threaded);
 // destroy Transactions before their ObjectStore, and it before its

@@ -514,6 +514,59 @@ TEST(Store, TornTailIsTruncated) {
   fs::remove_all(dir);
 }
 
+// A transaction's records are one atomic group: cut short by the end of
+// the log (a crash inside the write), none of it is applied, and the log
+// goes on from the group's first LSN (a second restart finds no gap).
+TEST(Store, AnAtomicGroupCutShortIsNotAppliedAtAll) {
+  const std::string dir = TempDir();
+  auto put_group = [](Mem& m, PartitionStore& s,
+                      std::initializer_list<const char*> keys) {
+    size_t left = keys.size();
+    for (const char* k : keys) {
+      auto v = m.table->Put(k, "value");
+      ASSERT_TRUE(v.ok());
+      s.LogPut(k, "value", *v, --left > 0);
+    }
+    Passes(s);
+  };
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    put_group(m, **s, {"a", "b", "c"});
+    put_group(m, **s, {"x", "y", "z"});
+  }
+  const std::string log = LastLog(dir);
+  fs::resize_file(log, fs::file_size(log) - 5);  // "z" cut short
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(m.table->size(), 3u);
+    for (const char* k : {"a", "b", "c"})
+      EXPECT_TRUE(m.table->Get(k).ok()) << k;
+    for (const char* k : {"x", "y"}) {
+      EXPECT_EQ(m.table->Get(k).status().code(), StatusCode::kNotFound) << k;
+    }
+    EXPECT_EQ(rep.last_lsn, 3u);
+    EXPECT_EQ(rep.log_records, 3u);
+    ASSERT_EQ(rep.warnings.size(), 1u);
+    EXPECT_NE(rep.warnings[0].find("its 2 whole records"), std::string::npos)
+        << rep.warnings[0];
+    put_group(m, **s, {"after"});
+  }
+  Mem m;
+  RecoveryReport rep;
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(m.table->size(), 4u);
+  EXPECT_TRUE(m.table->Get("after").ok());
+  EXPECT_TRUE(rep.warnings.empty());
+  fs::remove_all(dir);
+}
+
 TEST(Store, CorruptionInTheMiddleRefusesUnlessTruncating) {
   const std::string dir = TempDir();
   WritePuts(dir, 10);

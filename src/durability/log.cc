@@ -25,11 +25,12 @@ uint64_t Checksum(const RecordHeader& h, std::string_view key,
 
 void EncodeRecord(std::string* out, RecordType type, uint64_t lsn,
                   uint64_t version, std::string_view key,
-                  std::string_view value) {
+                  std::string_view value, uint8_t flags) {
   RecordHeader h{};
   h.magic = kRecordMagic;
   h.format = kFormatVersion;
   h.type = uint8_t(type);
+  h.flags = flags;
   h.key_len = uint32_t(key.size());
   h.value_len = uint32_t(value.size());
   h.lsn = lsn;
@@ -58,8 +59,9 @@ ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size) {
   if (data.size() < sizeof(RecordHeader)) return ParseOutcome::kShort;
   RecordHeader h;
   std::memcpy(&h, data.data(), sizeof(h));
-  if (h.magic != kRecordMagic || h.format != kFormatVersion || h.flags != 0 ||
-      h.key_len > kMaxRecordKey || h.value_len > kMaxRecordValue) {
+  if (h.magic != kRecordMagic || h.format != kFormatVersion ||
+      (h.flags & ~kMoreInGroup) != 0 || h.key_len > kMaxRecordKey ||
+      h.value_len > kMaxRecordValue) {
     return ParseOutcome::kBad;
   }
   const size_t total = sizeof(h) + size_t(h.key_len) + h.value_len;
@@ -71,15 +73,20 @@ ParseOutcome ParseRecord(std::string_view data, Record* rec, size_t* size) {
       h.type > uint8_t(RecordType::kShape)) {
     return ParseOutcome::kUnknown;
   }
-  *rec = Record{RecordType(h.type), h.lsn, h.version, key, value};
+  if (h.flags != 0 && h.type != uint8_t(RecordType::kPut) &&
+      h.type != uint8_t(RecordType::kDelete)) {
+    return ParseOutcome::kBad;
+  }
+  *rec = Record{RecordType(h.type), h.lsn, h.version, key, value, h.flags};
   *size = total;
   return ParseOutcome::kOk;
 }
 
 uint64_t LogWriter::Append(RecordType type, uint64_t version,
-                           std::string_view key, std::string_view value) {
+                           std::string_view key, std::string_view value,
+                           uint8_t flags) {
   const uint64_t lsn = next_lsn_++;
-  EncodeRecord(&buf_, type, lsn, version, key, value);
+  EncodeRecord(&buf_, type, lsn, version, key, value, flags);
   return lsn;
 }
 

@@ -6,7 +6,10 @@
 // `value_len` bytes of value. The checksum is xxh3-64 over the header (with
 // the checksum field zero) and the payload, so a torn or corrupted record
 // never verifies. Every record carries the pair's version, so replay is
-// idempotent (see store.h). New record types may be added; a reader that
+// idempotent (see store.h). A put or delete may carry kMoreInGroup: it and
+// the records after it up to the first without the flag are one atomic
+// group (a transaction's writes), which recovery applies whole or not at
+// all. New record types may be added; a reader that
 // meets a type it does not know refuses (newer format) rather than skip it.
 //
 // Thread contract: a LogWriter belongs to one thread (the partition's
@@ -42,11 +45,14 @@ enum class RecordType : uint8_t {
   kShape = 4,
 };
 
+// RecordHeader::flags.
+inline constexpr uint8_t kMoreInGroup = 1;  // kPut, kDelete: see above
+
 struct RecordHeader {
   uint32_t magic;   // kRecordMagic
   uint16_t format;  // kFormatVersion
   uint8_t type;     // RecordType
-  uint8_t flags;    // zero
+  uint8_t flags;    // kMoreInGroup or zero
   uint32_t key_len;
   uint32_t value_len;
   uint64_t lsn;       // log sequence number, per partition, from 1
@@ -62,7 +68,7 @@ inline constexpr uint32_t kMaxRecordValue = 1u << 28;
 // Appends one encoded record to `out`.
 void EncodeRecord(std::string* out, RecordType type, uint64_t lsn,
                   uint64_t version, std::string_view key,
-                  std::string_view value);
+                  std::string_view value, uint8_t flags = 0);
 
 struct Record {
   RecordType type;
@@ -70,6 +76,7 @@ struct Record {
   uint64_t version;
   std::string_view key;
   std::string_view value;
+  uint8_t flags = 0;
 };
 
 enum class ParseOutcome {
@@ -97,7 +104,7 @@ class LogWriter {
 
   // Buffers a record; returns its LSN.
   uint64_t Append(RecordType type, uint64_t version, std::string_view key,
-                  std::string_view value);
+                  std::string_view value, uint8_t flags = 0);
   // Writes the buffer; with `sync`, also fdatasyncs (even if the buffer was
   // empty but earlier writes are unsynced).
   Status Flush(bool sync);

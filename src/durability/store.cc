@@ -207,6 +207,27 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   };
   std::optional<Problem> problem;
   std::optional<std::pair<size_t, uint64_t>> torn;  // file, offset
+  // The records of an atomic group not yet closed (kMoreInGroup), and
+  // where it began: it reaches `finals` only whole.
+  std::vector<Record> group;
+  struct GroupStart {
+    size_t file;
+    uint64_t offset;
+    uint64_t lsn;
+    uint64_t bytes;  // of its records read so far
+  } group_start{};
+  auto take = [&finals, &last_of](const Record& rec) {
+    // The last record of a key in log order is its state: versions
+    // need not grow along the log (a shard that moved away and came
+    // back logs the delete that released it, with a new version,
+    // then its pairs re-imported at their older versions).
+    auto [it, fresh] = last_of.try_emplace(rec.key, finals.size());
+    if (fresh) {
+      finals.push_back(rec);
+    } else {
+      finals[it->second] = rec;
+    }
+  };
   // Files wholly before the base (the next one starts at or before its LSN)
   // hold nothing recovery needs.
   size_t first = 0;
@@ -246,15 +267,18 @@ Status PartitionStore::Recover(RecoveryReport* r) {
           if (rec.value.size() == 8) std::memcpy(&s, rec.value.data(), 8);
           shape = std::max(shape, s);
         } else {
-          // The last record of a key in log order is its state: versions
-          // need not grow along the log (a shard that moved away and came
-          // back logs the delete that released it, with a new version,
-          // then its pairs re-imported at their older versions).
-          auto [it, fresh] = last_of.try_emplace(rec.key, finals.size());
-          if (fresh) {
-            finals.push_back(rec);
+          if (group.empty() && (rec.flags & kMoreInGroup) != 0) {
+            group_start = GroupStart{i, off, rec.lsn, 0};
+          }
+          if (!group.empty() || (rec.flags & kMoreInGroup) != 0) {
+            group.push_back(rec);
+            group_start.bytes += n;
+            if ((rec.flags & kMoreInGroup) == 0) {
+              for (const Record& g : group) take(g);
+              group.clear();
+            }
           } else {
-            finals[it->second] = rec;
+            take(rec);
           }
           max_version = std::max(max_version, rec.version);
         }
@@ -278,6 +302,43 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       }
       break;
     }
+  }
+
+  // An atomic group the log's end (or a problem) cut short: none of it is
+  // applied, and the log resumes at its first LSN.
+  if (!group.empty()) {
+    const std::string path = PathOf(LogName(logs[group_start.file]));
+    const uint64_t end = log_data[group_start.file]
+                             ? log_data[group_start.file]->data().size()
+                             : 0;
+    r->log_records -= group.size();
+    r->log_bytes -= group_start.bytes;
+    expect = group_start.lsn;
+    if (problem) {
+      // The problem drops the group's records too.
+      problem->file = group_start.file;
+      problem->offset = group_start.offset;
+    } else if (group_start.file + 1 == logs.size()) {
+      if (torn) {
+        // The torn record was the group's next: one warning says both.
+        r->truncated_bytes += torn->second - group_start.offset;
+        r->warnings.pop_back();
+      } else {
+        r->truncated_bytes += end - group_start.offset;
+      }
+      torn = {group_start.file, group_start.offset};
+      r->warnings.push_back(
+          "an atomic group cut short at the end of " + path +
+          " (from byte offset " + std::to_string(group_start.offset) +
+          ": its " + std::to_string(group.size()) +
+          " whole records and what followed; a write cut short): none of it "
+          "applied, truncated");
+    } else {
+      problem = Problem{group_start.file, group_start.offset,
+                        "an atomic group of records runs past the end of "
+                        "its file"};
+    }
+    group.clear();
   }
 
   // What a problem puts out of reach.
@@ -570,14 +631,17 @@ void PartitionStore::LogShapeChange() {
 }
 
 void PartitionStore::LogPut(std::string_view key, std::string_view value,
-                            uint64_t version) {
+                            uint64_t version, bool more_in_group) {
   LogShapeChange();  // the write may have grown the state
-  log_->Append(RecordType::kPut, version, key, value);
+  log_->Append(RecordType::kPut, version, key, value,
+               more_in_group ? kMoreInGroup : 0);
 }
 
-void PartitionStore::LogDelete(std::string_view key, uint64_t version) {
+void PartitionStore::LogDelete(std::string_view key, uint64_t version,
+                               bool more_in_group) {
   LogShapeChange();
-  log_->Append(RecordType::kDelete, version, key, {});
+  log_->Append(RecordType::kDelete, version, key, {},
+               more_in_group ? kMoreInGroup : 0);
 }
 
 void PartitionStore::AfterDurable(Done done) {

@@ -34,11 +34,12 @@
 // read and verified, with no LSN missing, before anything is applied; then
 // the final state is applied (Recoverable: each key once). A torn final
 // record of the last log file (a write cut short) is truncated with a
-// warning. Anything else that keeps recovery from reaching the newest
-// record on disk (a corrupt record before the end, a missing log file)
-// refuses to start (kStrict), naming the files and the LSNs out of reach;
-// kTruncate starts from what is reachable and reports exactly what it
-// dropped (RecoveryReport::lost).
+// warning, and so is an atomic group the end of the log cuts short (its
+// records before the cut are not applied). Anything else that keeps recovery
+// from reaching the newest record on disk (a corrupt record before the end, a
+// missing log file) refuses to start (kStrict), naming the files and the LSNs
+// out of reach; kTruncate starts from what is reachable and reports exactly
+// what it dropped (RecoveryReport::lost).
 //
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
@@ -133,8 +134,14 @@ class PartitionStore {
   // OK, or the IOError that makes the log refuse writes (it retries the
   // disk at most every 100 ms).
   Status Writable();
-  void LogPut(std::string_view key, std::string_view value, uint64_t version);
-  void LogDelete(std::string_view key, uint64_t version);
+  // `more_in_group`: the next record logged belongs to the same atomic
+  // group as this one (log.h); recovery applies a group whole or not at
+  // all. A group is logged within one call of the owner thread (a snapshot
+  // never starts inside it), its last record without the flag.
+  void LogPut(std::string_view key, std::string_view value, uint64_t version,
+              bool more_in_group = false);
+  void LogDelete(std::string_view key, uint64_t version,
+                 bool more_in_group = false);
   // Runs `done(status)` once every record logged so far is written (and
   // synced under `always`): at once if none are waiting.
   using Done = util::MoveFunction<void(Status)>;

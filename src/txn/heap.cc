@@ -84,22 +84,31 @@ Result<uint64_t> ObjectHeap::SlotOf(const TxnObjectIdWire& id) const {
   return id.address;
 }
 
-Status ObjectHeap::NewPage(size_t cls) {
-  if (next_page_ >= page_class_.size()) {
-    return Status::OutOfMemory("the object heap is full (--txn-memory " +
-                               std::to_string(heap_bytes_) + " bytes)");
-  }
-  const uint64_t page = next_page_++;
+void ObjectHeap::ClassPage(uint64_t page, size_t cls) {
   page_class_[page] = uint8_t(cls);
   counters_.pages_used.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t slots = kPageBytes / ClassBytes(cls);
-  // Lowest first out of the list.
-  for (uint64_t s = slots; s-- > 0;) {
-    const uint64_t offset = page * kPageBytes + s * ClassBytes(cls);
+  for (uint64_t s = 0; s < kPageBytes / ClassBytes(cls); ++s) {
     ObjectHeader h{};
     h.incarnation = 1;  // an all-zero id names nothing
-    Publish(offset, h, {});
-    free_[cls].push_back(offset);
+    Publish(page * kPageBytes + s * ClassBytes(cls), h, {});
+  }
+}
+
+Status ObjectHeap::NewPage(size_t cls) {
+  uint64_t page = next_page_;
+  if (!spare_pages_.empty()) {
+    page = spare_pages_.back();
+    spare_pages_.pop_back();
+  } else if (next_page_ >= page_class_.size()) {
+    return Status::OutOfMemory("the object heap is full (--txn-memory " +
+                               std::to_string(heap_bytes_) + " bytes)");
+  } else {
+    ++next_page_;
+  }
+  ClassPage(page, cls);
+  // Lowest first out of the list.
+  for (uint64_t s = kPageBytes / ClassBytes(cls); s-- > 0;) {
+    free_[cls].push_back(page * kPageBytes + s * ClassBytes(cls));
   }
   return Status::OK();
 }
@@ -110,6 +119,7 @@ void ObjectHeap::Recycle(uint64_t offset, size_t cls) {
   next.incarnation = h.incarnation + 1 == 0 ? 1 : h.incarnation + 1;
   Publish(offset, next, {});
   free_[cls].push_back(offset);
+  if (track_changes_) changed_.push_back(offset);
 }
 
 Result<TxnObjectIdWire> ObjectHeap::Reserve(uint32_t capacity, uint64_t owner) {
@@ -219,7 +229,13 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
   if (!st.ok()) {
     // Nothing applied; the commit's reservations are given back.
     for (const CommitEntry& e : entries) {
-      if (e.op == TxnOp::kCreate) (void)Release(e.id, owner);
+      if (e.op != TxnOp::kCreate) continue;
+      auto slot = SlotOf(e.id);
+      auto it = slot.ok() ? reserved_.find(*slot) : reserved_.end();
+      if (it != reserved_.end() && it->second == owner &&
+          HeaderOf(*slot).incarnation == e.id.incarnation) {
+        Unreserve(*slot);
+      }
     }
     if (st.code() == StatusCode::kConflict) {
       counters_.conflicts.fetch_add(1, std::memory_order_relaxed);
@@ -254,6 +270,7 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
     next.incarnation = h.incarnation;
     next.size = uint32_t(e.data.size());
     Publish(slots[i], next, e.data);
+    if (track_changes_) changed_.push_back(slots[i]);
     versions.push_back(next.version);
   }
   counters_.commits.fetch_add(1, std::memory_order_relaxed);
@@ -279,6 +296,91 @@ void ObjectHeap::DropOwner(uint64_t owner) {
     if (who == owner) mine.push_back(slot);
   }
   for (uint64_t slot : mine) Unreserve(slot);
+}
+
+bool ObjectHeap::SlotRecord(uint64_t offset, std::string* value) const {
+  const ObjectHeader h = HeaderOf(offset);
+  if (h.version == 0 && h.incarnation <= 1) return false;
+  EncodeSlot(offset, value);
+  return true;
+}
+
+void ObjectHeap::EncodeSlot(uint64_t offset, std::string* value) const {
+  const ObjectHeader h = HeaderOf(offset);
+  TxnSlotRecord rec{};
+  rec.magic = kSlotRecordMagic;
+  rec.capacity = CapacityOf(page_class_[offset / kPageBytes]);
+  rec.version = h.version;  // even: only commits write, and they end even
+  rec.incarnation = h.incarnation;
+  rec.size = h.version == 0 ? 0 : h.size;
+  value->assign(reinterpret_cast<const char*>(&rec), sizeof(rec));
+  value->append(
+      reinterpret_cast<const char*>(At(offset)) + sizeof(ObjectHeader),
+      rec.size);
+}
+
+Status ObjectHeap::RestoreSlot(uint64_t offset, std::string_view value) {
+  TxnSlotRecord rec{};
+  if (value.size() < sizeof(rec)) {
+    return Status::Corruption("an object record of " +
+                              std::to_string(value.size()) + " bytes");
+  }
+  std::memcpy(&rec, value.data(), sizeof(rec));
+  const std::string_view data = value.substr(sizeof(rec));
+  if (rec.magic != kSlotRecordMagic || !IsCapacity(rec.capacity) ||
+      rec.size != data.size() || rec.size > rec.capacity ||
+      rec.version % 2 != 0 || rec.incarnation == 0 ||
+      (rec.version == 0 && rec.size != 0)) {
+    return Status::Corruption("a malformed object record for heap offset " +
+                              std::to_string(offset));
+  }
+  const size_t cls = ClassFor(rec.capacity);
+  if (offset >= heap_bytes_) {
+    const uint64_t need = (offset / kPageBytes + 1) * kPageBytes;
+    return Status::OutOfMemory(
+        "the data directory holds an object at heap offset " +
+        std::to_string(offset) + ", past this server's object heap of " +
+        std::to_string(heap_bytes_) + " bytes: restart with --txn-memory " +
+        "of at least " + std::to_string(need >> 20) +
+        "M (the data directory is unchanged)");
+  }
+  const uint64_t page = offset / kPageBytes;
+  if (offset % kPageBytes % ClassBytes(cls) != 0 ||
+      (page_class_[page] != kNoClass && page_class_[page] != cls)) {
+    return Status::Corruption("the object record for heap offset " +
+                              std::to_string(offset) +
+                              " is not a slot of its page's class");
+  }
+  if (page_class_[page] == kNoClass) ClassPage(page, cls);
+  ObjectHeader h{};
+  h.version = rec.version;
+  h.incarnation = rec.incarnation;
+  h.size = rec.size;
+  Publish(offset, h, data);
+  if (rec.version != 0) {
+    counters_.objects.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_used.fetch_add(ClassBytes(cls), std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+void ObjectHeap::EndRestore() {
+  next_page_ = 0;
+  for (uint64_t p = 0; p < page_class_.size(); ++p) {
+    if (page_class_[p] != kNoClass) next_page_ = p + 1;
+  }
+  // Lowest first out of every list.
+  for (uint64_t p = next_page_; p-- > 0;) {
+    const uint8_t cls = page_class_[p];
+    if (cls == kNoClass) {
+      spare_pages_.push_back(p);
+      continue;
+    }
+    for (uint64_t s = kPageBytes / ClassBytes(cls); s-- > 0;) {
+      const uint64_t offset = p * kPageBytes + s * ClassBytes(cls);
+      if (HeaderOf(offset).version == 0) free_[cls].push_back(offset);
+    }
+  }
 }
 
 }  // namespace remem::txn

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -83,9 +84,35 @@ class ObjectHeap {
   // Releases every slot `owner` reserved (its connection closed).
   void DropOwner(uint64_t owner);
 
- private:
+  // --- durability (txn/durable.h)
+  // With tracking on, the slots whose state Release, Commit or DropOwner
+  // changed since the last ClearChanged() (an object written, created or
+  // freed, a reservation given back), in order; a call changes a slot at
+  // most once. Reserve changes no slot's state (a slot reserved and lost is
+  // free again).
+  void TrackChanges() { track_changes_ = true; }
+  const std::vector<uint64_t>& changed() const { return changed_; }
+  void ClearChanged() { changed_.clear(); }
+  // Pages [0, pages()) may be in use; a page's class, or kNoClass.
+  uint64_t pages() const { return next_page_; }
+  uint8_t page_class(uint64_t page) const { return page_class_[page]; }
   static constexpr uint8_t kNoClass = 0xff;
+  // Encodes the state of the slot at `offset` (of a page in use) into
+  // `value` (a TxnSlotRecord and the object's bytes); false if it has none
+  // worth keeping (a slot never used: free at its first incarnation).
+  bool SlotRecord(uint64_t offset, std::string* value) const;
+  // The same, for any slot of a page in use.
+  void EncodeSlot(uint64_t offset, std::string* value) const;
+  // Recovery, on a new heap, before it serves: the slot at `offset` as
+  // `value` (SlotRecord's) says. OutOfMemory if the heap is too small for
+  // it; Corruption if the record is malformed or its class is not its
+  // page's.
+  Status RestoreSlot(uint64_t offset, std::string_view value);
+  // Recovery is over: free lists and page accounting from what was
+  // restored.
+  void EndRestore();
 
+ private:
   uint8_t* At(uint64_t offset) const;
   ObjectHeader HeaderOf(uint64_t offset) const;
   // Publishes `h` (and, first, `data` of h.size bytes) into the slot at
@@ -97,6 +124,8 @@ class ObjectHeap {
   // its page's class); InvalidArgument otherwise.
   Result<uint64_t> SlotOf(const TxnObjectIdWire& id) const;
   Status NewPage(size_t cls);
+  // Gives `page` to class `cls`: every slot free at incarnation 1.
+  void ClassPage(uint64_t page, size_t cls);
   // Puts a slot back on its class's free list with a new incarnation.
   void Recycle(uint64_t offset, size_t cls);
   void Unreserve(uint64_t offset);
@@ -105,6 +134,10 @@ class ObjectHeap {
   uint64_t heap_bytes_ = 0;
   std::vector<uint8_t> page_class_;  // per page
   uint64_t next_page_ = 0;
+  // Pages below next_page_ with no class (after a recovery), lowest last.
+  std::vector<uint64_t> spare_pages_;
+  bool track_changes_ = false;
+  std::vector<uint64_t> changed_;
   std::array<std::vector<uint64_t>, kNumClasses> free_;
   std::unordered_map<uint64_t, uint64_t> reserved_;  // slot -> owner
   Counters counters_;

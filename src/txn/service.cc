@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "durability/durability.h"
 #include "fabric/memory_region.h"
 #include "txn/codec.h"
 
@@ -48,6 +49,14 @@ Status TxnService::Init(server::ServiceContext* ctx) {
   }
   heap_ = std::make_unique<ObjectHeap>(std::move(regions));
   info_reply_ = EncodeInfo(info);
+  if (durability::Durability* d = ctx->durability(); d != nullptr) {
+    durable_ = std::make_unique<DurableHeap>(heap_.get());
+    // Also with no object memory: objects on disk are then refused loudly,
+    // never dropped.
+    auto store = d->OpenPartition(name(), 0, durable_.get());
+    if (!store.ok()) return store.status();
+    store_ = *store;
+  }
   return Status::OK();
 }
 
@@ -76,6 +85,11 @@ Status TxnService::Run(const server::Call& call, std::string* reply) {
     return Status::Unsupported(
         "this server has no memory for transactional objects (start it "
         "with --txn-memory SIZE)");
+  }
+  if (store_ != nullptr &&
+      (method == TxnMethod::kCommit || method == TxnMethod::kRelease)) {
+    // A disk that fails refuses changes before any is made.
+    REMEM_RETURN_IF_ERROR(store_->Writable());
   }
   if (method == TxnMethod::kCommit) {
     auto entries = DecodeCommit(call.payload);
@@ -111,12 +125,27 @@ Status TxnService::Run(const server::Call& call, std::string* reply) {
 void TxnService::Handle(server::PartitionId /*p*/, server::Call call) {
   std::string reply;
   Status st = Run(call, &reply);
-  call.responder.Reply(st, std::move(reply));
+  const auto method = static_cast<TxnMethod>(call.method);
+  if (store_ == nullptr ||
+      (method != TxnMethod::kCommit && method != TxnMethod::kRelease) ||
+      !durable_->LogChanged(store_)) {
+    return call.responder.Reply(st, std::move(reply));
+  }
+  // Answered once its records are on disk (as the fsync policy says); a
+  // refused commit too, since it gave its reservations back.
+  store_->AfterDurable([responder = std::move(call.responder),
+                        st = std::move(st),
+                        reply = std::move(reply)](Status disk) mutable {
+    responder.Reply(st.ok() ? std::move(disk) : std::move(st),
+                    std::move(reply));
+  });
 }
 
 void TxnService::OnConnectionClosed(server::PartitionId p,
                                     server::ConnectionId c) {
-  if (p == 0 && heap_ != nullptr) heap_->DropOwner(c);
+  if (p != 0 || heap_ == nullptr) return;
+  heap_->DropOwner(c);
+  if (store_ != nullptr) durable_->LogChanged(store_);
 }
 
 void TxnService::Stats(server::StatsBuilder* out) const {

@@ -5,7 +5,11 @@
 // commit and read. Clients read objects one-sided; kRead is their fallback
 // when a copy keeps failing verification.
 //
-// Objects live as long as the server process (not logged or snapshotted).
+// With --data-dir the heap is durable (txn/durable.h): every commit and
+// release is logged as one atomic group, replied to once durable under the
+// fsync policy, and snapshotted with the other services' state; a restart
+// recovers every object at its id and version. Without, objects live as
+// long as the server process.
 //
 // Thread contract: as server::Service (server/service.h); the heap is
 // touched on partition 0's owner thread only.
@@ -18,7 +22,9 @@
 #include <string>
 #include <string_view>
 
+#include "durability/store.h"
 #include "server/service.h"
+#include "txn/durable.h"
 #include "txn/heap.h"
 #include "txn/wire.h"
 
@@ -45,6 +51,8 @@ class TxnService : public server::Service {
 
   uint64_t memory_option_ = 0;  // 0: the default (Init)
   std::unique_ptr<ObjectHeap> heap_;
+  std::unique_ptr<DurableHeap> durable_;
+  durability::PartitionStore* store_ = nullptr;  // null: not durable
   std::string info_reply_;  // encoded once: the regions never change
 };
 

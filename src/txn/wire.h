@@ -157,6 +157,24 @@ static_assert(sizeof(TxnReadReply) == 16);
 // Most entries in one commit.
 inline constexpr uint32_t kMaxCommitEntries = 4096;
 
+// --- on disk (txn/durable.h): not on the wire
+//
+// With --data-dir the service logs the state of every slot a commit (or a
+// release) changes, and snapshots every slot that holds an object or has
+// been used: a durability record (durability/log.h) whose key is the
+// slot's heap offset (8 bytes, big-endian) and whose value is this header
+// followed by the object's bytes. A commit's records are one atomic group.
+inline constexpr uint32_t kSlotRecordMagic = 0x534A4254;  // "TBJS" in memory
+
+struct TxnSlotRecord {
+  uint32_t magic;     // kSlotRecordMagic
+  uint32_t capacity;  // the slot's class (CapacityOf)
+  uint64_t version;   // the object's (even); 0: no object (a free slot)
+  uint32_t incarnation;
+  uint32_t size;  // bytes of the object that follow (0 for a free slot)
+};
+static_assert(sizeof(TxnSlotRecord) == 24);
+
 }  // namespace remem::txn
 
 #endif  // REMEM_TXN_WIRE_H_

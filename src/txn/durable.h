@@ -1,0 +1,73 @@
+// txn::DurableHeap: the object heap as the durability layer sees it
+// (durability::Recoverable), under --data-dir. A slot is a key (its heap
+// offset, 8 bytes big-endian) whose value is its TxnSlotRecord and the
+// object's bytes (txn/wire.h):
+//   - logging: after each release, commit or dropped connection, the
+//     slots the heap changed are logged as one atomic group, so a commit
+//     cut short by a crash is recovered whole or not at all;
+//   - snapshots: a walk over the pages in use, a chunk at a time between
+//     requests, emitting every slot that holds an object or has been used
+//     (its incarnation, so that an id of a freed object never names a later
+//     one, across restarts too);
+//   - recovery: each slot's last record restored into the heap's memory,
+//     then its free lists rebuilt. Reservations are not kept: a slot
+//     reserved when the server stopped is free again (its ids were only
+//     in the sessions that ended with it).
+//
+// The records' versions are a counter of this state (each record takes
+// the next), not the objects' versions, which are in the records' values.
+//
+// Thread contract: as Recoverable: recovery before the owner thread starts,
+// everything else on partition 0's owner thread.
+
+#ifndef REMEM_TXN_DURABLE_H_
+#define REMEM_TXN_DURABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "durability/recoverable.h"
+#include "durability/store.h"
+#include "txn/heap.h"
+
+namespace remem::txn {
+
+class DurableHeap : public durability::Recoverable {
+ public:
+  // Turns on the heap's tracking of changed slots.
+  explicit DurableHeap(ObjectHeap* heap) : heap_(heap) {
+    heap_->TrackChanges();
+  }
+
+  // The shape is the pages in use: a heap smaller than that is refused
+  // before anything is restored, naming the --txn-memory it needs.
+  Status Reserve(uint64_t pairs, uint64_t shape) override;
+  uint64_t shape() const override { return heap_->pages(); }
+  Status ApplyPut(std::string_view key, std::string_view value,
+                  uint64_t version) override;
+  Status ApplyDelete(std::string_view key, uint64_t version) override;
+  void RaiseVersion(uint64_t version) override {
+    if (version > counter_) counter_ = version;
+  }
+  void EndRecovery() override { heap_->EndRestore(); }
+  uint64_t last_version() const override { return counter_; }
+  std::unique_ptr<durability::SnapshotScan> BeginSnapshot() override;
+
+  // Logs the slots heap->changed() names into `store`, as one atomic
+  // group, and clears them; false if there were none.
+  bool LogChanged(durability::PartitionStore* store);
+
+  // The key of the slot at `offset`.
+  static std::string KeyOf(uint64_t offset);
+
+ private:
+  ObjectHeap* heap_;
+  uint64_t counter_ = 0;
+  std::string value_;  // reused for every record logged
+};
+
+}  // namespace remem::txn
+
+#endif  // REMEM_TXN_DURABLE_H_
