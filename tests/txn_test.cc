@@ -185,7 +185,21 @@ TEST_F(TxnTest, AConflictAppliesNothingAndRunRetriesIt) {
   uint64_t seen = 0;
   ASSERT_TRUE(ro2->Read(a, &seen).ok());
   EXPECT_EQ(seen, store_->Read(a)->version) << "the version Commit checks";
+  // Validate says whether the reads so far are still current, and the
+  // transaction goes on.
+  EXPECT_TRUE(ro2->Validate().ok());
+  ASSERT_TRUE(ro2->Read(b).ok());
   EXPECT_TRUE(ro2->Commit().ok());
+  EXPECT_EQ(ro2->Validate().code(), StatusCode::kInvalidArgument);  // over
+  auto rw = store_->Begin();
+  ASSERT_TRUE(rw->Read(a).ok());
+  ASSERT_TRUE(rw->Write(b, Account(2)).ok());
+  ASSERT_TRUE(
+      store_->Run([&](Transaction& t) { return t.Write(a, Account(65)); })
+          .ok());
+  EXPECT_EQ(rw->Validate().code(), StatusCode::kConflict);
+  EXPECT_EQ(rw->Commit().code(), StatusCode::kConflict);
+  EXPECT_EQ(Balance(store_->Read(b)->data), 0);
   // Run: a body that conflicts once commits on its second try.
   int tries = 0;
   st = store_->Run([&](Transaction& t) -> Status {

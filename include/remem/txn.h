@@ -189,6 +189,17 @@ class Transaction {
   // Frees the object at commit (its id then reads NotFound).
   Status Free(ObjectId id);
 
+  // Whether the objects read so far are one state: OK if each still has
+  // the version read (all of them were current at one moment during this
+  // call), Conflict if one has changed or is gone; the transaction goes on
+  // either way (after a Conflict its Commit will fail too). Reads inside a
+  // transaction are not checked against each other until Commit (FaRM, not
+  // opacity): call this before acting on a relation between two objects
+  // read (following a pointer read from one to the other, say) when acting
+  // on a wrong one would do harm. One-sided over shared memory (no server
+  // work).
+  Status Validate();
+
   // Commits: OK (applied atomically, serializable) or Conflict (nothing
   // applied). Either way the transaction is over.
   Status Commit();

@@ -1,15 +1,18 @@
 // Copyright remem authors.
 //
 // The Python package: a pybind11 extension module `remem` over the client
-// library's synchronous API (remem/session.h, hash.h, tree.h, space.h).
+// library's synchronous API (remem/session.h, hash.h, tree.h, space.h,
+// txn.h).
 // Keys and values go in as bytes or str (UTF-8) and come back as bytes;
 // a non-OK Status is raised as remem.Error or one of its subclasses.
 //
 // Lifetime. Every Python object of a session (its stores, namespaces and
 // mappings) holds a shared_ptr to the session's state, so the C++ Session
 // outlives them however Python collects them, and the state keeps a weak
-// list of them: Session.close() destroys each one's C++ object first (the
-// library's rule: stores before their Session), then the Session. A call on
+// list of them: Session.close() destroys each one's C++ object first,
+// newest first (the library's rules: transactions before their store,
+// stores before their Session), then the Session. A transaction also holds
+// its store's Python object, so the store outlives it. A call on
 // an object whose session was closed raises remem.Unavailable.
 //
 // Threads. A C++ Session and its stores are single-threaded (one thread at a
@@ -37,6 +40,7 @@
 #include "remem/space.h"
 #include "remem/status.h"
 #include "remem/tree.h"
+#include "remem/txn.h"
 
 namespace py = pybind11;
 
@@ -120,8 +124,8 @@ struct SessionState {
 
   // Destroys the attached objects' C++ side, then the Session. Mutex held.
   void CloseLocked() {
-    for (auto& w : attached) {
-      if (auto a = w.lock()) a->Detach();
+    for (auto it = attached.rbegin(); it != attached.rend(); ++it) {
+      if (auto a = it->lock()) a->Detach();
     }
     attached.clear();
     session.reset();
@@ -236,6 +240,17 @@ class PyNamespace : public Handle<remem::Namespace> {
   uint64_t id = 0;
 };
 
+class PyObjects : public Handle<remem::ObjectStore> {
+ public:
+  using Handle::Handle;
+};
+class PyTransaction : public Handle<remem::Transaction> {
+ public:
+  using Handle::Handle;
+  std::shared_ptr<PyObjects> store;  // outlives the transaction
+  bool over = false;                 // committed or aborted from Python
+};
+
 class PySession {
  public:
   PySession(const std::string& server, const std::string& transport,
@@ -311,6 +326,12 @@ class PySession {
   std::shared_ptr<PyTree> Tree() {
     return Open<PyTree>(
         "tree", [](remem::Session& s) { return remem::TreeStore::Open(&s); });
+  }
+
+  std::shared_ptr<PyObjects> Objects() {
+    return Open<PyObjects>("objects", [](remem::Session& s) {
+      return remem::ObjectStore::Open(&s);
+    });
   }
 
   // Opens a C++ object with fn(session) and attaches it, under the mutex.
@@ -424,12 +445,96 @@ std::shared_ptr<PyNamespace> OpenNamespace(PySession& s, py::object name,
   return h;
 }
 
+// An ObjectId, or its text "address:incarnation:capacity".
+remem::ObjectId ToId(py::handle h) {
+  if (py::isinstance<remem::ObjectId>(h)) return h.cast<remem::ObjectId>();
+  if (PyUnicode_Check(h.ptr())) {
+    return Check(remem::ObjectId::Parse(h.cast<std::string>()));
+  }
+  throw py::type_error("an object id must be a remem.ObjectId or str, not " +
+                       std::string(py::str(h.get_type().attr("__name__"))));
+}
+
+std::shared_ptr<PyTransaction> Begin(const std::shared_ptr<PyObjects>& store) {
+  std::shared_ptr<PyTransaction> h;
+  bool closed = false;
+  {
+    py::gil_scoped_release release;
+    // Begun and attached under one hold of the mutex.
+    std::lock_guard<std::mutex> lock(store->state()->mu);
+    auto tx =
+        store->CallLocked([](remem::ObjectStore& s) { return s.Begin(); });
+    if (!tx || !store->state()->session) {
+      closed = true;
+    } else {
+      h = AttachLocked<PyTransaction>(store->state(), std::move(*tx));
+    }
+  }
+  if (closed) RaiseClosed("begin");
+  h->store = store;
+  return h;
+}
+
+bool IsConflict(const py::error_already_set& e) {
+  PyObject* conflict = nullptr;
+  for (const auto& [code, cls] : Errors().by_code) {
+    if (code == remem::StatusCode::kConflict) conflict = cls;
+  }
+  return conflict != nullptr && e.matches(conflict);
+}
+
+// ObjectStore.run: the C++ Run's loop, with the body in Python (C++ Run
+// would call it with the session's mutex held, and the body needs both the
+// GIL and the mutex).
+py::object RunBody(const std::shared_ptr<PyObjects>& store, py::function body,
+                   int tries) {
+  if (tries < 1) {
+    Raise(remem::Status::InvalidArgument("tries must be at least 1"));
+  }
+  for (int i = 0;; ++i) {
+    std::shared_ptr<PyTransaction> tx = Begin(store);
+    py::object result;
+    try {
+      result = body(tx);
+    } catch (py::error_already_set& e) {
+      // An error drawn from reads that were not one state is not the
+      // body's answer: it runs again (as in C++).
+      remem::Status valid =
+          tx->Call("run", [](remem::Transaction& t) { return t.Validate(); });
+      tx->Call("run", [](remem::Transaction& t) {
+        t.Abort();
+        return 0;
+      });
+      tx->over = true;
+      const bool again =
+          valid.code() == remem::StatusCode::kConflict || IsConflict(e);
+      if (!again || i + 1 >= tries) throw;
+      continue;
+    }
+    remem::Status st =
+        tx->Call("run", [](remem::Transaction& t) { return t.Commit(); });
+    tx->over = true;
+    if (st.ok()) return result;
+    if (st.code() != remem::StatusCode::kConflict || i + 1 >= tries) Raise(st);
+  }
+}
+
+py::dict CommittedVersions(PyTransaction& tx) {
+  auto versions = tx.Call("committed_versions", [](remem::Transaction& t) {
+    return t.committed_versions();
+  });
+  py::dict d;
+  for (const auto& [id, v] : versions) d[py::cast(id)] = v;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(remem, m) {
   m.doc() =
       "remem: a client of a remem-server (hash store, ordered store, "
-      "namespaces of raw remote memory). Synchronous; bytes in and out. A "
+      "namespaces of raw remote memory, transactional objects). "
+      "Synchronous; bytes in and out. A "
       "Session and everything attached to it must be used by one thread at "
       "a time (calls from several threads are serialized by a lock).";
 
@@ -479,6 +584,8 @@ PYBIND11_MODULE(remem, m) {
       .def_property_readonly("server_incarnation", &PySession::Incarnation)
       .def("hash", &PySession::Hash, "The server's hash store.")
       .def("tree", &PySession::Tree, "The server's ordered store.")
+      .def("objects", &PySession::Objects,
+           "The server's transactional objects (an ObjectStore).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PySession& s, py::args) {
         s.Close();
@@ -799,4 +906,170 @@ PYBIND11_MODULE(remem, m) {
           },
           py::arg("offset"), py::arg("delta"),
           "Atomically adds to the 8-byte word at offset: the old value.");
+
+  py::class_<remem::ObjectId>(
+      m, "ObjectId",
+      "The id of a transactional object: its slot's address, the slot's "
+      "incarnation and the object's capacity. str() is "
+      "'address:incarnation:capacity' (ObjectId.parse reads it back); "
+      "encode() is 16 bytes, for storing an id in an object.")
+      .def(py::init(
+               [](uint64_t address, uint32_t incarnation, uint32_t capacity) {
+                 return remem::ObjectId{address, incarnation, capacity};
+               }),
+           py::arg("address"), py::arg("incarnation"), py::arg("capacity"))
+      .def_readonly("address", &remem::ObjectId::address)
+      .def_readonly("incarnation", &remem::ObjectId::incarnation)
+      .def_readonly("capacity", &remem::ObjectId::capacity)
+      .def_static(
+          "parse",
+          [](const std::string& text) {
+            return Check(remem::ObjectId::Parse(text));
+          },
+          py::arg("text"))
+      .def_static(
+          "decode",
+          [](py::object data) {
+            return Check(remem::ObjectId::Decode(ToBytes(data, "data")));
+          },
+          py::arg("data"))
+      .def("encode",
+           [](const remem::ObjectId& id) { return Bytes(id.Encode()); })
+      .def("__str__", &remem::ObjectId::ToString)
+      .def("__repr__",
+           [](const remem::ObjectId& id) {
+             return "remem.ObjectId('" + id.ToString() + "')";
+           })
+      .def("__eq__",
+           [](const remem::ObjectId& a, py::object b) {
+             return py::isinstance<remem::ObjectId>(b) &&
+                    a == b.cast<remem::ObjectId>();
+           })
+      .def("__hash__", [](const remem::ObjectId& id) {
+        return py::hash(
+            py::make_tuple(id.address, id.incarnation, id.capacity));
+      });
+
+  py::class_<PyObjects, std::shared_ptr<PyObjects>>(
+      m, "ObjectStore",
+      "Transactional objects (FaRM) on the session's server: objects read "
+      "one-sided, changed by transactions that commit atomically.")
+      .def(
+          "read",
+          [](PyObjects& o, py::object id) {
+            remem::ObjectId i = ToId(id);
+            auto obj = Check(o.Call(
+                "read", [&](remem::ObjectStore& s) { return s.Read(i); }));
+            return py::make_tuple(Bytes(obj.data), obj.version);
+          },
+          py::arg("id"),
+          "The object as last committed: (bytes, version). Raises NotFound "
+          "if there is none at the id.")
+      .def(
+          "begin", [](const std::shared_ptr<PyObjects>& o) { return Begin(o); },
+          "A new Transaction (a with block commits it at the end, or aborts "
+          "it on an exception).")
+      .def("run", &RunBody, py::arg("body"), py::arg("tries") = 64,
+           "Calls body(tx) in a new transaction and commits it, again in a "
+           "fresh one while the commit (or the body, from reads that were "
+           "not one state) fails with Conflict, up to `tries` times; returns "
+           "the body's result. The body's own exception aborts and is "
+           "raised.")
+      .def_property_readonly("max_object", [](PyObjects& o) {
+        return o.Call("max_object",
+                      [](remem::ObjectStore& s) { return s.max_object(); });
+      });
+
+  py::class_<PyTransaction, std::shared_ptr<PyTransaction>>(
+      m, "Transaction",
+      "Reads objects one-sided and buffers writes, allocations and frees; "
+      "commit() applies them all atomically or raises Conflict.")
+      .def(
+          "read",
+          [](PyTransaction& t, py::object id, bool with_version) -> py::object {
+            remem::ObjectId i = ToId(id);
+            uint64_t version = 0;
+            auto data = Check(t.Call("read", [&](remem::Transaction& tx) {
+              return tx.Read(i, &version);
+            }));
+            if (with_version) return py::make_tuple(Bytes(data), version);
+            return Bytes(data);
+          },
+          py::arg("id"), py::arg("with_version") = false,
+          "The object's bytes (this transaction's own write if it wrote it); "
+          "with_version: (bytes, the version read, 0 for its own write).")
+      .def(
+          "write",
+          [](PyTransaction& t, py::object id, py::object data) {
+            remem::ObjectId i = ToId(id);
+            std::string d = ToBytes(data, "data");
+            Check(t.Call("write", [&](remem::Transaction& tx) {
+              return tx.Write(i, d);
+            }));
+          },
+          py::arg("id"), py::arg("data"))
+      .def(
+          "alloc",
+          [](PyTransaction& t, py::object data, uint32_t capacity) {
+            std::string d = ToBytes(data, "data");
+            return Check(t.Call("alloc", [&](remem::Transaction& tx) {
+              return tx.Alloc(d, capacity);
+            }));
+          },
+          py::arg("data"), py::arg("capacity") = 0,
+          "A new object of data, with room for capacity bytes (0: data's "
+          "size); it exists once this commits. Its ObjectId.")
+      .def(
+          "free",
+          [](PyTransaction& t, py::object id) {
+            remem::ObjectId i = ToId(id);
+            Check(t.Call("free",
+                         [&](remem::Transaction& tx) { return tx.Free(i); }));
+          },
+          py::arg("id"))
+      .def(
+          "validate",
+          [](PyTransaction& t) {
+            Check(t.Call("validate",
+                         [](remem::Transaction& tx) { return tx.Validate(); }));
+          },
+          "Raises Conflict if an object read so far has changed since.")
+      .def(
+          "commit",
+          [](PyTransaction& t) {
+            remem::Status st = t.Call(
+                "commit", [](remem::Transaction& tx) { return tx.Commit(); });
+            t.over = true;
+            Check(st);
+          },
+          "Applies everything atomically, or raises Conflict (nothing "
+          "applied). The transaction is over either way.")
+      .def(
+          "abort",
+          [](PyTransaction& t) {
+            t.Call("abort", [](remem::Transaction& tx) {
+              tx.Abort();
+              return 0;
+            });
+            t.over = true;
+          },
+          "Ends it without applying anything.")
+      .def_property_readonly("committed_versions", &CommittedVersions,
+                             "{ObjectId: version} of the objects a committed "
+                             "transaction wrote or allocated.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyTransaction& t, py::object type, py::args) {
+        if (t.over) return false;
+        t.over = true;
+        if (type.is_none()) {
+          Check(t.Call("commit",
+                       [](remem::Transaction& tx) { return tx.Commit(); }));
+        } else {
+          t.Call("abort", [](remem::Transaction& tx) {
+            tx.Abort();
+            return 0;
+          });
+        }
+        return false;
+      });
 }

@@ -247,6 +247,11 @@ Status Transaction::ValidateReads() {
   return store_->session->core()->Vouch();
 }
 
+Status Transaction::Validate() {
+  REMEM_RETURN_IF_ERROR(Usable());
+  return ValidateReads();
+}
+
 Status Transaction::Usable() const {
   if (done_) {
     return Status::InvalidArgument(

@@ -62,6 +62,17 @@ class Server:
         self.proc.stdout.close()
 
 
+def wait_for_stat(session, name, want, bound_s=30):
+    """Polls the server's counter until it is `want` (the server applies a
+    closed connection's releases on its own time); returns the last value."""
+    deadline = time.monotonic() + bound_s
+    value = session.stats()[name]
+    while value != want and time.monotonic() < deadline:
+        time.sleep(0.005)
+        value = session.stats()[name]
+    return value
+
+
 class RememTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -269,6 +280,126 @@ class RememTest(unittest.TestCase):
             remem.Namespace.delete(self.s, "dup")
 
     # --- lifetime and threads
+
+    # --- transactional objects
+
+    def test_objects_commit_read_and_ids(self):
+        objs = self.s.objects()
+        self.assertGreater(objs.max_object, 60000)
+        with objs.begin() as tx:
+            a = tx.alloc(b"alice", capacity=100)
+            b = tx.alloc("bob")
+        self.assertIsInstance(a, remem.ObjectId)
+        self.assertGreaterEqual(a.capacity, 100)
+        self.assertEqual(objs.read(a), (b"alice", 2))
+        self.assertEqual(tx.committed_versions, {a: 2, b: 2})
+        # Ids as text and as 16 bytes (to store in objects), both ways.
+        self.assertEqual(remem.ObjectId.parse(str(a)), a)
+        self.assertEqual(remem.ObjectId.decode(a.encode()), a)
+        self.assertEqual(len(a.encode()), 16)
+        self.assertNotEqual(a, b)
+        self.assertEqual(objs.read(str(b))[0], b"bob")
+        tx = objs.begin()
+        self.assertEqual(tx.read(a, with_version=True), (b"alice", 2))
+        tx.write(a, b"alice2")
+        tx.free(b)
+        tx.commit()
+        self.assertEqual(objs.read(a), (b"alice2", 4))
+        with self.assertRaises(remem.NotFound):
+            objs.read(b)
+        with self.assertRaises(remem.InvalidArgument):
+            tx.write(a, b"over")  # the transaction is over
+        # An exception in a with block aborts: nothing applied, and the
+        # allocation's reservation is given back.
+        with self.assertRaises(ZeroDivisionError):
+            with objs.begin() as tx:
+                tx.write(a, b"never")
+                tx.alloc(b"never")
+                1 / 0
+        self.assertEqual(objs.read(a)[0], b"alice2")
+        self.assertEqual(wait_for_stat(self.s, "txn_reserved", 0), 0)
+        with self.assertRaises(TypeError):
+            objs.read(5)
+        with self.assertRaises(remem.InvalidArgument):
+            objs.read("not an id")
+        with self.assertRaises(remem.InvalidArgument):
+            with objs.begin() as tx:
+                tx.write(a, b"x" * (a.capacity + 1))
+
+    def test_objects_conflicts_validate_and_run(self):
+        def n(x):
+            return x.to_bytes(8, "little")
+
+        def v(data):
+            return int.from_bytes(data, "little")
+
+        objs = self.s.objects()
+        s2 = self.server.session()
+        other = s2.objects()
+        with objs.begin() as tx:
+            c = tx.alloc(n(0))
+        tx = objs.begin()
+        seen = v(tx.read(c))
+        tx.validate()
+        with other.begin() as t2:
+            t2.write(c, n(100))
+        with self.assertRaises(remem.Conflict):
+            tx.validate()
+        tx.write(c, n(seen + 1))
+        with self.assertRaises(remem.Conflict):
+            tx.commit()
+        self.assertEqual(v(objs.read(c)[0]), 100)
+
+        # run: a body that conflicts once runs again in a fresh transaction.
+        calls = []
+
+        def incr(t):
+            x = v(t.read(c))
+            if not calls:
+                with other.begin() as t2:
+                    t2.write(c, n(200))
+            calls.append(x)
+            t.write(c, n(x + 1))
+            return x + 1
+
+        self.assertEqual(objs.run(incr), 201)
+        self.assertEqual(calls, [100, 200])
+        # A body's error drawn from reads that changed meanwhile is not its
+        # answer: it runs again.
+        tries = []
+
+        def checked(t):
+            x = v(t.read(c))
+            if not tries:
+                with other.begin() as t2:
+                    t2.write(c, n(300))
+            tries.append(x)
+            if x != 300:
+                raise ValueError("stale")
+            return x
+
+        self.assertEqual(objs.run(checked), 300)
+        self.assertEqual(tries, [201, 300])
+
+        # The body's own exception is raised, nothing applied.
+        def bad(t):
+            t.write(c, n(7))
+            raise ValueError("no")
+
+        with self.assertRaises(ValueError):
+            objs.run(bad)
+        self.assertEqual(v(objs.read(c)[0]), 300)
+        with self.assertRaises(remem.InvalidArgument):
+            objs.run(incr, tries=0)
+        # Closing a session ends its open transactions and stores.
+        open_tx = other.begin()
+        open_tx.alloc(b"reserved")
+        s2.close()
+        with self.assertRaises(remem.Unavailable):
+            open_tx.read(c)
+        with self.assertRaises(remem.Unavailable):
+            other.read(c)
+        self.assertEqual(wait_for_stat(self.s, "txn_reserved", 0), 0)
 
     def test_close_then_use_raises(self):
         s = self.server.session()
