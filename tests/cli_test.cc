@@ -155,8 +155,8 @@ TEST(Cli, SnapshotAndDurabilityStats) {
   auto json =
       RunCommand({CliBinary(), "-s", server.address, "--json", "stats"});
   EXPECT_TRUE(Contains(json.out, "\"fsync_policy\":\"always\"")) << json.out;
-  // The hash store's partition and the ordered store's.
-  EXPECT_TRUE(Contains(json.out, "\"snapshots\":2")) << json.out;
+  // The hash store's partition, the ordered store's and the object heap's.
+  EXPECT_TRUE(Contains(json.out, "\"snapshots\":3")) << json.out;
   EXPECT_TRUE(Contains(json.out, "\"log_write_errors\":0")) << json.out;
   std::filesystem::remove_all(dir);
 }

@@ -849,9 +849,9 @@ TEST(Durability, ASnapshotThatFailsVerificationKeepsThePreviousOne) {
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find("verifying"), std::string::npos);
     EXPECT_EQ(Stat(c, "snapshots"), 0u);
-    // Each durable store's snapshot failed: the hash partition's and the
-    // ordered store's.
-    EXPECT_EQ(Stat(c, "snapshot_failures"), 2u);
+    // Each durable store's snapshot failed: the hash partition's, the
+    // ordered store's and the object heap's.
+    EXPECT_EQ(Stat(c, "snapshot_failures"), 3u);
     EXPECT_TRUE(FilesIn(part, ".snap").empty());
     EXPECT_TRUE(FilesIn(part, ".tmp").empty());
     c = {};
@@ -1047,8 +1047,8 @@ TEST(Durability, DataFilesArePrivateUnderAPermissiveUmask) {
       EXPECT_EQ(st.st_mode & 0777, 0600u) << f << " under umask " << mask;
     }
     EXPECT_GE(logs, 2);
-    // Both hash partitions' and the ordered store's.
-    EXPECT_EQ(snapshots, 3);
+    // Both hash partitions', the ordered store's and the object heap's.
+    EXPECT_EQ(snapshots, 4);
     for (const auto& d : dirs) {
       struct stat st;
       ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;

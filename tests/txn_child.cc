@@ -3,7 +3,7 @@
 // int64 in its first 8 bytes and filler after it):
 //   transfer ROUNDS SEED IDS...: ROUNDS transactions, each moving a random
 //     amount between two random accounts (read both, write both); prints
-//     "DONE committed=N".
+//     "FIRST" once the first has committed, and "DONE committed=N".
 //   audit MS TOTAL IDS...: read-only transactions summing every account for
 //     MS milliseconds; prints "BAD SUM" for a committed audit whose sum is
 //     not TOTAL, and "DONE audits=N".
@@ -14,6 +14,7 @@
 //     linearizability check.
 //   hold: reserves an object in a transaction (Alloc), prints READY, and
 //     waits to be killed.
+// Output is line-buffered, so a parent can wait for a line as it comes.
 // Exits 0 when it did what it was asked, 1 on an error, 2 on bad usage.
 //
 // Usage: txn_child ADDRESS TRANSPORT MODE ARGS...
@@ -59,6 +60,7 @@ std::string Account(int64_t v) {
 
 int main(int argc, char** argv) {
   if (argc < 4) return 2;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   remem::SessionOptions so;
   so.server = argv[1];
   auto transport = remem::ParseTransport(argv[2]);
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
             return tx.Write(ids[b], Account(Balance(*y) + amount));
           });
       if (!st.ok()) return Fail("transfer", st);
-      ++committed;
+      if (++committed == 1) std::printf("FIRST\n");
     }
     std::printf("DONE committed=%d\n", committed);
     return 0;
