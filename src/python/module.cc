@@ -2,7 +2,7 @@
 //
 // The Python package: a pybind11 extension module `remem` over the client
 // library's synchronous API (remem/session.h, hash.h, tree.h, space.h,
-// txn.h).
+// txn.h, cluster.h).
 // Keys and values go in as bytes or str (UTF-8) and come back as bytes;
 // a non-OK Status is raised as remem.Error or one of its subclasses.
 //
@@ -19,7 +19,9 @@
 // time). Every call takes the session's mutex, with the GIL released while
 // it waits for the mutex and while the C++ call blocks, so two Python
 // threads that share a session are serialized instead of racing. The mutex
-// is never held while taking the GIL.
+// is never held while taking the GIL. A Cluster (the client of a cluster)
+// is its own such state: its sessions are its own, and its ordered store
+// (Cluster.tree()) lives as long as it does.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -34,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/options.h"
 #include "remem/session.h"
@@ -238,6 +241,116 @@ class PyNamespace : public Handle<remem::Namespace> {
       : Handle(std::move(st), std::move(ns)) {}
   std::string name;
   uint64_t id = 0;
+};
+
+// The client of a cluster: the C++ Cluster (null once closed) behind a
+// mutex, as a session's state.
+struct ClusterState {
+  std::mutex mu;
+  std::unique_ptr<remem::Cluster> cluster;
+};
+
+// Runs fn(cluster) with the GIL released and the mutex held; raises
+// Unavailable once closed.
+template <typename Fn>
+auto WithCluster(ClusterState& st, const char* what, Fn fn) {
+  bool closed = false;
+  using R = decltype(fn(*st.cluster));
+  std::optional<R> out;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.cluster) {
+      closed = true;
+    } else {
+      out.emplace(fn(*st.cluster));
+    }
+  }
+  if (closed) {
+    Raise(remem::Status::Unavailable(std::string(what) + ": cluster closed"));
+  }
+  return std::move(*out);
+}
+
+class PyClusterTree;
+
+class PyCluster {
+ public:
+  PyCluster(py::object seeds, const std::string& transport, py::object secret,
+            std::optional<int64_t> timeout_ms, int64_t wait_for_config_ms,
+            const std::string& read_from, const std::string& read_path) {
+    remem::ClusterOptions o;
+    if (PyUnicode_Check(seeds.ptr())) {
+      o.seeds = Check(remem::ParseSeeds(seeds.cast<std::string>()));
+    } else {
+      for (py::handle h : py::iterable(seeds)) {
+        o.seeds.push_back(ToBytes(h, "seed"));
+      }
+    }
+    o.session.transport = Check(remem::ParseTransport(transport));
+    o.session.read_path = Check(remem::ParseReadPath(read_path));
+    if (!secret.is_none()) o.session.secret = ToBytes(secret, "secret");
+    if (timeout_ms) {
+      if (*timeout_ms <= 0) {
+        Raise(remem::Status::InvalidArgument("timeout_ms must be positive"));
+      }
+      o.session.timeout = std::chrono::milliseconds(*timeout_ms);
+    }
+    if (wait_for_config_ms < 0) {
+      Raise(remem::Status::InvalidArgument(
+          "wait_for_config_ms must not be negative"));
+    }
+    o.wait_for_config = std::chrono::milliseconds(wait_for_config_ms);
+    if (read_from == "any") {
+      o.read_from = remem::ReadFrom::kAnyReplica;
+    } else if (read_from != "primary") {
+      Raise(
+          remem::Status::InvalidArgument("read_from must be 'primary' or "
+                                         "'any', not '" +
+                                         read_from + "'"));
+    }
+    remem::Result<std::unique_ptr<remem::Cluster>> c = [&] {
+      py::gil_scoped_release release;
+      return remem::Cluster::Connect(o);
+    }();
+    state_ = std::make_shared<ClusterState>();
+    state_->cluster = Check(std::move(c));
+  }
+
+  template <typename Fn>
+  auto Call(const char* what, Fn fn) {
+    return WithCluster(*state_, what, fn);
+  }
+  void Close() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->cluster.reset();
+  }
+  bool closed() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return !state_->cluster;
+  }
+  const std::shared_ptr<ClusterState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<ClusterState> state_;
+};
+
+// Cluster.tree(): the cluster's ordered store, valid while the cluster is
+// open (the C++ Cluster owns it).
+class PyClusterTree {
+ public:
+  PyClusterTree(std::shared_ptr<ClusterState> st, remem::ClusterTree* tree)
+      : state_(std::move(st)), tree_(tree) {}
+  template <typename Fn>
+  auto Call(const char* what, Fn fn) {
+    return WithCluster(*state_, what,
+                       [&](remem::Cluster&) { return fn(*tree_); });
+  }
+
+ private:
+  std::shared_ptr<ClusterState> state_;
+  remem::ClusterTree* tree_;
 };
 
 class PyObjects : public Handle<remem::ObjectStore> {
@@ -528,6 +641,137 @@ py::dict CommittedVersions(PyTransaction& tx) {
   return d;
 }
 
+// The key-value methods of HashStore, TreeStore, Cluster and ClusterTree
+// (S: the C++ store; H: its Python class, whose Call runs fn(S&)).
+template <typename S, typename H, typename... Extra>
+void DefKeyValue(py::class_<H, Extra...>& cls) {
+  cls.def(
+         "get",
+         [](H& h, py::object key, bool with_version) -> py::object {
+           std::string k = ToBytes(key, "key");
+           auto r = h.Call("get", [&](S& s) { return s.Get(k); });
+           if (!r.ok() && r.status().code() == remem::StatusCode::kNotFound) {
+             return py::none();
+           }
+           auto v = Check(std::move(r));
+           if (with_version) return py::make_tuple(Bytes(v.value), v.version);
+           return Bytes(v.value);
+         },
+         py::arg("key"), py::arg("with_version") = false,
+         "The value (bytes), or None if absent; with_version: (value, "
+         "version), the version compare_and_put takes.")
+      .def(
+          "put",
+          [](H& h, py::object key, py::object value) {
+            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
+            return Check(h.Call("put", [&](S& s) { return s.Put(k, v); }));
+          },
+          py::arg("key"), py::arg("value"), "Insert or replace: the version.")
+      .def(
+          "put_if_absent",
+          [](H& h, py::object key, py::object value) {
+            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
+            return Check(h.Call("put_if_absent",
+                                [&](S& s) { return s.PutIfAbsent(k, v); }));
+          },
+          py::arg("key"), py::arg("value"),
+          "Insert only if absent: the version. Raises AlreadyExists.")
+      .def(
+          "compare_and_put",
+          [](H& h, py::object key, py::object value, uint64_t expected) {
+            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
+            return Check(h.Call("compare_and_put", [&](S& s) {
+              return s.CompareAndPut(k, v, expected);
+            }));
+          },
+          py::arg("key"), py::arg("value"), py::arg("expected"),
+          "Replace only if the stored version is `expected`: the new "
+          "version. Raises Conflict if it is not, NotFound if absent.")
+      .def(
+          "delete",
+          [](H& h, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return DeletedOrMissing(
+                h.Call("delete", [&](S& s) { return s.Delete(k); }));
+          },
+          py::arg("key"), "True if it was there, False if absent.")
+      .def(
+          "multi_get",
+          [](H& h, py::iterable keys) {
+            auto ks = KeyList(keys);
+            return ValuesOrNone(h.Call(
+                "multi_get", [&](S& s) { return s.MultiGet(Views(ks)); }));
+          },
+          py::arg("keys"), "One value (or None) per key, in order.")
+      .def(
+          "multi_put",
+          [](H& h, py::iterable pairs) {
+            auto ps = PairList(pairs);
+            return Versions(h.Call(
+                "multi_put", [&](S& s) { return s.MultiPut(Views(ps)); }));
+          },
+          py::arg("pairs"),
+          "Insert or replace (key, value) pairs: their versions. Raises the "
+          "first pair's error, if any (the others may have been written).");
+}
+
+// The scans of TreeStore and ClusterTree.
+template <typename S, typename H, typename... Extra>
+void DefScans(py::class_<H, Extra...>& cls) {
+  cls.def(
+         "scan",
+         [](H& h, py::object start, py::object end, uint32_t limit,
+            bool descending) {
+           std::string a = ToBytes(start, "start"), b = ToBytes(end, "end");
+           auto order = descending ? remem::TreeStore::Order::kDescending
+                                   : remem::TreeStore::Order::kAscending;
+           return PageTuple(Check(h.Call(
+               "scan", [&](S& s) { return s.Scan(a, b, limit, order); })));
+         },
+         py::arg("start"), py::arg("end") = py::bytes(""),
+         py::arg("limit") = 100, py::arg("descending") = false,
+         "Keys in [start, end) (end b'': unbounded), at most `limit`: "
+         "(items as (key, value) pairs, more, resume). With more set, the "
+         "next page is scan(resume, end) ascending, scan(start, resume) "
+         "descending.")
+      .def(
+          "scan_prefix",
+          [](H& h, py::object prefix, uint32_t limit, bool descending) {
+            std::string p = ToBytes(prefix, "prefix");
+            auto order = descending ? remem::TreeStore::Order::kDescending
+                                    : remem::TreeStore::Order::kAscending;
+            return PageTuple(Check(h.Call("scan_prefix", [&](S& s) {
+              return s.ScanPrefix(p, limit, order);
+            })));
+          },
+          py::arg("prefix"), py::arg("limit") = 100,
+          py::arg("descending") = false);
+}
+
+py::dict ClusterInfo(const remem::Cluster::Info& i) {
+  py::dict d;
+  d["name"] = py::str(i.name);
+  d["epoch"] = i.epoch;
+  d["num_shards"] = i.num_shards;
+  d["replicas"] = i.replicas;
+  py::list nodes;
+  for (const auto& n : i.nodes) {
+    py::dict nd;
+    nd["address"] = py::str(n.address);
+    nd["capacity"] = n.capacity;
+    nd["shards"] = n.shards;
+    nd["backups"] = n.backups;
+    nd["ranges"] = n.ranges;
+    nd["domain"] = py::str(n.domain);
+    nodes.append(nd);
+  }
+  d["nodes"] = nodes;
+  py::list splits;
+  for (const auto& sp : i.splits) splits.append(Bytes(sp));
+  d["splits"] = splits;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(remem, m) {
@@ -592,53 +836,9 @@ PYBIND11_MODULE(remem, m) {
         return false;
       });
 
-  py::class_<PyHash, std::shared_ptr<PyHash>>(m, "HashStore")
-      .def(
-          "get",
-          [](PyHash& h, py::object key) {
-            std::string k = ToBytes(key, "key");
-            return ValueOrNone(
-                h.Call("get", [&](remem::HashStore& s) { return s.Get(k); }));
-          },
-          py::arg("key"), "The value (bytes), or None if absent.")
-      .def(
-          "put",
-          [](PyHash& h, py::object key, py::object value) {
-            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
-            return Check(h.Call(
-                "put", [&](remem::HashStore& s) { return s.Put(k, v); }));
-          },
-          py::arg("key"), py::arg("value"), "Insert or replace: the version.")
-      .def(
-          "delete",
-          [](PyHash& h, py::object key) {
-            std::string k = ToBytes(key, "key");
-            return DeletedOrMissing(h.Call(
-                "delete", [&](remem::HashStore& s) { return s.Delete(k); }));
-          },
-          py::arg("key"), "True if it was there, False if absent.")
-      .def(
-          "multi_get",
-          [](PyHash& h, py::iterable keys) {
-            auto ks = KeyList(keys);
-            return ValuesOrNone(h.Call("multi_get", [&](remem::HashStore& s) {
-              return s.MultiGet(Views(ks));
-            }));
-          },
-          py::arg("keys"), "One value (or None) per key, in order.")
-      .def(
-          "multi_put",
-          [](PyHash& h, py::iterable pairs) {
-            auto ps = PairList(pairs);
-            return Versions(h.Call("multi_put", [&](remem::HashStore& s) {
-              return s.MultiPut(Views(ps));
-            }));
-          },
-          py::arg("pairs"),
-          "Insert or replace (key, value) pairs in one message: their "
-          "versions. Raises the first pair's error, if any (the others may "
-          "have been written).")
-      .def_property_readonly(
+  py::class_<PyHash, std::shared_ptr<PyHash>> hash(m, "HashStore");
+  DefKeyValue<remem::HashStore>(hash);
+  hash.def_property_readonly(
           "max_key",
           [](PyHash& h) {
             return h.Call("max_key",
@@ -649,80 +849,10 @@ PYBIND11_MODULE(remem, m) {
                       [](remem::HashStore& s) { return s.max_value(); });
       });
 
-  py::class_<PyTree, std::shared_ptr<PyTree>>(m, "TreeStore")
-      .def(
-          "get",
-          [](PyTree& h, py::object key) {
-            std::string k = ToBytes(key, "key");
-            return ValueOrNone(
-                h.Call("get", [&](remem::TreeStore& s) { return s.Get(k); }));
-          },
-          py::arg("key"))
-      .def(
-          "put",
-          [](PyTree& h, py::object key, py::object value) {
-            std::string k = ToBytes(key, "key"), v = ToBytes(value, "value");
-            return Check(h.Call(
-                "put", [&](remem::TreeStore& s) { return s.Put(k, v); }));
-          },
-          py::arg("key"), py::arg("value"))
-      .def(
-          "delete",
-          [](PyTree& h, py::object key) {
-            std::string k = ToBytes(key, "key");
-            return DeletedOrMissing(h.Call(
-                "delete", [&](remem::TreeStore& s) { return s.Delete(k); }));
-          },
-          py::arg("key"))
-      .def(
-          "multi_get",
-          [](PyTree& h, py::iterable keys) {
-            auto ks = KeyList(keys);
-            return ValuesOrNone(h.Call("multi_get", [&](remem::TreeStore& s) {
-              return s.MultiGet(Views(ks));
-            }));
-          },
-          py::arg("keys"))
-      .def(
-          "multi_put",
-          [](PyTree& h, py::iterable pairs) {
-            auto ps = PairList(pairs);
-            return Versions(h.Call("multi_put", [&](remem::TreeStore& s) {
-              return s.MultiPut(Views(ps));
-            }));
-          },
-          py::arg("pairs"))
-      .def(
-          "scan",
-          [](PyTree& h, py::object start, py::object end, uint32_t limit,
-             bool descending) {
-            std::string a = ToBytes(start, "start"), b = ToBytes(end, "end");
-            auto order = descending ? remem::TreeStore::Order::kDescending
-                                    : remem::TreeStore::Order::kAscending;
-            return PageTuple(Check(h.Call("scan", [&](remem::TreeStore& s) {
-              return s.Scan(a, b, limit, order);
-            })));
-          },
-          py::arg("start"), py::arg("end") = py::bytes(""),
-          py::arg("limit") = 100, py::arg("descending") = false,
-          "Keys in [start, end) (end b'': unbounded), at most `limit`: "
-          "(items as (key, value) pairs, more, resume). With more set, the "
-          "next page is scan(resume, end) ascending, scan(start, resume) "
-          "descending.")
-      .def(
-          "scan_prefix",
-          [](PyTree& h, py::object prefix, uint32_t limit, bool descending) {
-            std::string p = ToBytes(prefix, "prefix");
-            auto order = descending ? remem::TreeStore::Order::kDescending
-                                    : remem::TreeStore::Order::kAscending;
-            return PageTuple(
-                Check(h.Call("scan_prefix", [&](remem::TreeStore& s) {
-                  return s.ScanPrefix(p, limit, order);
-                })));
-          },
-          py::arg("prefix"), py::arg("limit") = 100,
-          py::arg("descending") = false)
-      .def_property_readonly(
+  py::class_<PyTree, std::shared_ptr<PyTree>> tree(m, "TreeStore");
+  DefKeyValue<remem::TreeStore>(tree);
+  DefScans<remem::TreeStore>(tree);
+  tree.def_property_readonly(
           "max_key",
           [](PyTree& h) {
             return h.Call("max_key",
@@ -738,6 +868,75 @@ PYBIND11_MODULE(remem, m) {
         return h.Call("max_scan",
                       [](remem::TreeStore& s) { return s.max_scan(); });
       });
+
+  py::class_<PyCluster> cluster(
+      m, "Cluster",
+      "The client of a remem cluster: its hash store, routed by key to the "
+      "server that owns it (refreshing the configuration as shards move), "
+      "and tree(), its ordered store. Use it from one thread at a time; "
+      "close() (or a with block) ends it.");
+  cluster.def(py::init<py::object, const std::string&, py::object,
+                       std::optional<int64_t>, int64_t, const std::string&,
+                       const std::string&>(),
+              py::arg("seeds"), py::arg("transport") = "auto",
+              py::arg("secret") = py::none(),
+              py::arg("timeout_ms") = py::none(),
+              py::arg("wait_for_config_ms") = 0,
+              py::arg("read_from") = "primary", py::arg("read_path") = "auto",
+              "seeds: some of its servers, a list of 'host:port' or one "
+              "comma-separated str. wait_for_config_ms: how long to wait for a "
+              "cluster still forming. read_from: 'primary' (linearizable) or "
+              "'any' (a replicated cluster's backups too: weaker, README).");
+  DefKeyValue<remem::Cluster>(cluster);
+  cluster
+      .def_property_readonly(
+          "info",
+          [](PyCluster& c) {
+            auto i =
+                c.Call("info", [](remem::Cluster& cl) { return cl.info(); });
+            return ClusterInfo(i);
+          },
+          "The configuration this client routes by: name, epoch, "
+          "num_shards, replicas, nodes (dicts) and the ordered store's "
+          "splits.")
+      .def(
+          "refresh",
+          [](PyCluster& c) {
+            Check(c.Call("refresh",
+                         [](remem::Cluster& cl) { return cl.Refresh(); }));
+          },
+          "Fetches the configuration again.")
+      .def(
+          "owner_of",
+          [](PyCluster& c, py::object key) {
+            std::string k = ToBytes(key, "key");
+            return c.Call("owner_of",
+                          [&](remem::Cluster& cl) { return cl.OwnerOf(k); });
+          },
+          py::arg("key"), "'host:port' of the server that owns the key.")
+      .def(
+          "tree",
+          [](PyCluster& c) {
+            remem::ClusterTree* t = Check(
+                c.Call("tree", [](remem::Cluster& cl) { return cl.Tree(); }));
+            return std::make_unique<PyClusterTree>(c.state(), t);
+          },
+          "The cluster's ordered store (a ClusterTree; the cluster must "
+          "have been formed with --tree-splits).")
+      .def("close", &PyCluster::Close)
+      .def_property_readonly("closed", &PyCluster::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyCluster& c, py::args) {
+        c.Close();
+        return false;
+      });
+
+  py::class_<PyClusterTree> cluster_tree(
+      m, "ClusterTree",
+      "A cluster's ordered store: keys by range, scans across ranges in "
+      "order.");
+  DefKeyValue<remem::ClusterTree>(cluster_tree);
+  DefScans<remem::ClusterTree>(cluster_tree);
 
   py::class_<PyNamespace, std::shared_ptr<PyNamespace>>(
       m, "Namespace",

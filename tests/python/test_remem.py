@@ -25,10 +25,11 @@ TIMEOUT_MS = 10000
 class Server:
     """A remem-server on 127.0.0.1:0; its ready line gives the port."""
 
-    def __init__(self):
+    def __init__(self, extra=()):
         self.proc = subprocess.Popen(
             [SERVER_BIN, "--listen", "127.0.0.1:0", "--transport", TRANSPORT,
-             "--memory", "64M", "--space-memory", "4M", "--space-chunk", "4K"],
+             "--memory", "64M", "--space-memory", "4M", "--space-chunk", "4K"]
+            + list(extra),
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         self.address = None
         deadline = time.monotonic() + 30
@@ -150,6 +151,22 @@ class RememTest(unittest.TestCase):
         self.assertFalse(h.delete("never-there"))
         with self.assertRaises(TypeError):
             h.put(42, "x")
+
+    def test_versions_if_absent_and_compare_and_put(self):
+        for store in (self.s.hash(), self.s.tree()):
+            store.delete("cas")
+            v1 = store.put_if_absent("cas", "one")
+            with self.assertRaises(remem.AlreadyExists):
+                store.put_if_absent("cas", "two")
+            self.assertEqual(store.get("cas", with_version=True), (b"one", v1))
+            v2 = store.compare_and_put("cas", "two", v1)
+            self.assertGreater(v2, v1)
+            with self.assertRaises(remem.Conflict):
+                store.compare_and_put("cas", "stale", v1)
+            self.assertEqual(store.get("cas", with_version=True), (b"two", v2))
+            self.assertIsNone(store.get("nobody", with_version=True))
+            with self.assertRaises(remem.NotFound):
+                store.compare_and_put("nobody", "x", 1)
 
     def test_hash_multi(self):
         h = self.s.hash()
@@ -475,6 +492,114 @@ class KilledServerTest(unittest.TestCase):
         s.close()
         with self.assertRaises(remem.Unavailable):
             h.get("k")
+
+
+
+ZOOKEEPER_DIR = os.environ.get("REMEM_TEST_ZOOKEEPER_DIR", "")
+
+
+@unittest.skipUnless(ZOOKEEPER_DIR, "no shared ZooKeeper "
+                     "(REMEM_TEST_ZOOKEEPER_DIR: ctest sets it)")
+class ClusterTest(unittest.TestCase):
+    """Two servers forming a cluster in the ZooKeeper ctest shares, with an
+    ordered store of two ranges, reached through remem.Cluster."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(ZOOKEEPER_DIR, "hosts")) as f:
+            hosts = f.readline().strip()
+        path = "/remem-test/python-%d-%s-%d" % (os.getpid(), TRANSPORT,
+                                                 time.monotonic_ns())
+        flags = ["--cluster", hosts + path, "--cluster-size", "2",
+                 "--tree-splits", "m"]
+        cls.servers = [Server(flags), Server(flags)]
+
+    @classmethod
+    def tearDownClass(cls):
+        for server in cls.servers:
+            server.kill()
+
+    def connect(self, **kw):
+        kw.setdefault("transport", TRANSPORT)
+        kw.setdefault("timeout_ms", TIMEOUT_MS)
+        kw.setdefault("wait_for_config_ms", 30000)
+        return remem.Cluster([s.address for s in self.servers], **kw)
+
+    def test_keys_reach_their_owners_on_both_servers(self):
+        with self.connect() as c:
+            info = c.info
+            self.assertEqual(len(info["nodes"]), 2)
+            self.assertEqual(sum(n["shards"] for n in info["nodes"]),
+                             info["num_shards"])
+            self.assertEqual(info["splits"], [b"m"])
+            keys = ["user:%d" % i for i in range(200)]
+            versions = c.multi_put([(k, k.upper()) for k in keys])
+            self.assertEqual(len(versions), 200)
+            self.assertEqual(c.multi_get(keys + ["nobody"]),
+                             [k.upper().encode() for k in keys] + [None])
+            owners = {c.owner_of(k) for k in keys}
+            self.assertEqual(owners, {s.address for s in self.servers})
+            # Each server holds the keys it owns, and not the others (a
+            # member refuses a key it does not own, or has none of it).
+            for server in self.servers:
+                with server.session() as s:
+                    h = s.hash()
+                    for k in keys[:40]:
+                        if c.owner_of(k) == server.address:
+                            self.assertEqual(h.get(k), k.upper().encode())
+                            continue
+                        try:
+                            self.assertIsNone(h.get(k))
+                        except remem.Error as e:
+                            self.assertEqual(e.code, "Moved")
+            v = c.put("user:0", "zero")
+            self.assertEqual(c.get("user:0", with_version=True), (b"zero", v))
+            with self.assertRaises(remem.Conflict):
+                c.compare_and_put("user:0", "stale", v - 1)
+            self.assertGreater(c.compare_and_put("user:0", "new", v), v)
+            with self.assertRaises(remem.AlreadyExists):
+                c.put_if_absent("user:0", "again")
+            self.assertTrue(c.delete("user:0"))
+            self.assertFalse(c.delete("user:0"))
+            self.assertIsNone(c.get("user:0"))
+            c.refresh()
+
+    def test_the_ordered_store_scans_across_ranges_in_order(self):
+        c = self.connect()
+        t = c.tree()
+        words = ["apple", "kiwi", "lemon", "mango", "nut", "zucchini"]
+        t.multi_put([(w, w[::-1]) for w in words])
+        items, more, _ = t.scan(b"", b"", limit=100)
+        self.assertFalse(more)
+        self.assertEqual([k for k, _ in items], [w.encode() for w in words])
+        items, more, resume = t.scan(b"k", b"", limit=3)
+        self.assertTrue(more)
+        self.assertEqual([k for k, _ in items], [b"kiwi", b"lemon", b"mango"])
+        items, more, _ = t.scan(resume, b"", limit=3)
+        self.assertEqual([k for k, _ in items], [b"nut", b"zucchini"])
+        items, _, _ = t.scan(b"", b"", limit=2, descending=True)
+        self.assertEqual([k for k, _ in items], [b"zucchini", b"nut"])
+        self.assertEqual(t.get("mango"), b"ognam")
+        v = t.put("mango", "m2")
+        self.assertEqual(t.get("mango", with_version=True), (b"m2", v))
+        self.assertEqual(t.scan_prefix("l")[0], [(b"lemon", b"nomel")])
+        c.close()
+        c.close()  # twice is fine
+        self.assertTrue(c.closed)
+        for call in (lambda: c.get("k"), lambda: t.get("k"),
+                     lambda: t.scan(b"", b""), lambda: c.info):
+            with self.assertRaises(remem.Unavailable):
+                call()
+
+    def test_bad_arguments(self):
+        with self.assertRaises(remem.InvalidArgument):
+            remem.Cluster([])
+        with self.assertRaises(remem.InvalidArgument):
+            self.connect(read_from="nearest")
+        with self.assertRaises(remem.InvalidArgument):
+            self.connect(wait_for_config_ms=-1)
+        with self.assertRaises(remem.Error):
+            remem.Cluster("127.0.0.1:1", transport=TRANSPORT, timeout_ms=2000)
 
 
 if __name__ == "__main__":
