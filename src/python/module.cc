@@ -2,7 +2,7 @@
 //
 // The Python package: a pybind11 extension module `remem` over the client
 // library's synchronous API (remem/session.h, hash.h, tree.h, space.h,
-// txn.h, cluster.h).
+// txn.h, cluster.h, ops.h).
 // Keys and values go in as bytes or str (UTF-8) and come back as bytes;
 // a non-OK Status is raised as remem.Error or one of its subclasses.
 //
@@ -28,16 +28,21 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "remem/cluster.h"
 #include "remem/hash.h"
+#include "remem/ops.h"
 #include "remem/options.h"
 #include "remem/session.h"
 #include "remem/space.h"
@@ -167,9 +172,10 @@ class Handle : public Attached {
  public:
   Handle(StatePtr state, std::unique_ptr<T> obj)
       : state_(std::move(state)), obj_(std::move(obj)) {}
-  ~Handle() override {
-    // The GIL is held here; the mutex is never held while waiting for the
-    // GIL, so this cannot deadlock.
+  ~Handle() override { Release(); }
+  // Destroys the C++ object now, under the mutex. The GIL is held here; the
+  // mutex is never held while waiting for the GIL, so this cannot deadlock.
+  void Release() {
     std::lock_guard<std::mutex> lock(state_->mu);
     obj_.reset();
   }
@@ -353,6 +359,11 @@ class PyClusterTree {
   remem::ClusterTree* tree_;
 };
 
+class PyOps : public Handle<remem::OpsStore> {
+ public:
+  using Handle::Handle;
+};
+
 class PyObjects : public Handle<remem::ObjectStore> {
  public:
   using Handle::Handle;
@@ -360,6 +371,9 @@ class PyObjects : public Handle<remem::ObjectStore> {
 class PyTransaction : public Handle<remem::Transaction> {
  public:
   using Handle::Handle;
+  // The transaction goes before `store` (a member, destroyed before the
+  // base class's destructor would run).
+  ~PyTransaction() override { Release(); }
   std::shared_ptr<PyObjects> store;  // outlives the transaction
   bool over = false;                 // committed or aborted from Python
 };
@@ -441,6 +455,10 @@ class PySession {
         "tree", [](remem::Session& s) { return remem::TreeStore::Open(&s); });
   }
 
+  std::shared_ptr<PyOps> Ops() {
+    return Open<PyOps>(
+        "ops", [](remem::Session& s) { return remem::OpsStore::Open(&s); });
+  }
   std::shared_ptr<PyObjects> Objects() {
     return Open<PyObjects>("objects", [](remem::Session& s) {
       return remem::ObjectStore::Open(&s);
@@ -748,6 +766,113 @@ void DefScans(py::class_<H, Extra...>& cls) {
           py::arg("descending") = false);
 }
 
+// --- server-side operations: Python numbers and lists to the library's
+
+// A Python int as int64, a float as double.
+int64_t ToInt64(py::handle h) {
+  if (PyBool_Check(h.ptr()) || !PyLong_Check(h.ptr())) {
+    throw py::type_error("an int, not " +
+                         std::string(py::str(h.get_type().attr("__name__"))));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow != 0) throw py::value_error("an int beyond 64 bits");
+  return int64_t(v);
+}
+
+remem::Number ToNumber(py::handle h) {
+  if (PyBool_Check(h.ptr())) throw py::type_error("a number, not a bool");
+  if (PyLong_Check(h.ptr())) return remem::Number(ToInt64(h));
+  if (PyFloat_Check(h.ptr())) return remem::Number(h.cast<double>());
+  throw py::type_error("a number must be an int or a float, not " +
+                       std::string(py::str(h.get_type().attr("__name__"))));
+}
+py::object FromNumber(const remem::Number& n) {
+  if (const int64_t* i = std::get_if<int64_t>(&n)) return py::int_(*i);
+  return py::float_(std::get<double>(n));
+}
+
+// A list of numbers as a vector of `type` ("int64", "double", "float",
+// "int32"; "": int64 if every element is an int, else double).
+remem::VectorData ToVector(py::iterable items, std::string type) {
+  std::vector<py::handle> xs;
+  for (py::handle h : items) xs.push_back(h);
+  if (type.empty()) {
+    type = "int64";
+    for (py::handle h : xs) {
+      if (!std::holds_alternative<int64_t>(ToNumber(h))) type = "double";
+    }
+  }
+  auto fill = [&](auto v) {
+    using T = typename decltype(v)::value_type;
+    for (py::handle h : xs) {
+      if constexpr (std::is_integral_v<T>) {
+        const int64_t x = ToInt64(h);
+        if (x < int64_t(std::numeric_limits<T>::min()) ||
+            x > int64_t(std::numeric_limits<T>::max())) {
+          throw py::value_error("an element beyond the vector's type");
+        }
+        v.push_back(T(x));
+      } else {
+        const remem::Number n = ToNumber(h);
+        const double d = std::holds_alternative<int64_t>(n)
+                             ? double(std::get<int64_t>(n))
+                             : std::get<double>(n);
+        v.push_back(T(d));
+      }
+    }
+    return remem::VectorData(std::move(v));
+  };
+  if (type == "int64") return fill(std::vector<int64_t>{});
+  if (type == "double") return fill(std::vector<double>{});
+  if (type == "float") return fill(std::vector<float>{});
+  if (type == "int32") return fill(std::vector<int32_t>{});
+  Raise(remem::Status::InvalidArgument(
+      "a vector's type is int64, double, float or int32, not '" + type + "'"));
+}
+py::list FromVector(const remem::VectorData& v) {
+  py::list out;
+  std::visit(
+      [&](const auto& xs) {
+        for (const auto& x : xs) out.append(x);
+      },
+      v);
+  return out;
+}
+const char* TypeName(const remem::VectorData& v) {
+  switch (remem::TypeOf(v)) {
+    case remem::ElemType::kInt64:
+      return "int64";
+    case remem::ElemType::kDouble:
+      return "double";
+    case remem::ElemType::kFloat:
+      return "float";
+    case remem::ElemType::kInt32:
+      return "int32";
+  }
+  return "?";
+}
+
+remem::VecFn ToVecFn(const std::string& s) {
+  if (s == "add") return remem::VecFn::kAdd;
+  if (s == "mul") return remem::VecFn::kMul;
+  if (s == "set") return remem::VecFn::kSet;
+  if (s == "min") return remem::VecFn::kMin;
+  if (s == "max") return remem::VecFn::kMax;
+  Raise(remem::Status::InvalidArgument(
+      "a vector update is add, mul, set, min or max, not '" + s + "'"));
+}
+remem::Predicate ToPredicate(const std::string& s) {
+  if (s == "<") return remem::Predicate::kLt;
+  if (s == "<=") return remem::Predicate::kLe;
+  if (s == ">") return remem::Predicate::kGt;
+  if (s == ">=") return remem::Predicate::kGe;
+  if (s == "==") return remem::Predicate::kEq;
+  if (s == "!=") return remem::Predicate::kNe;
+  Raise(remem::Status::InvalidArgument(
+      "a filter's predicate is <, <=, >, >=, == or !=, not '" + s + "'"));
+}
+
 py::dict ClusterInfo(const remem::Cluster::Info& i) {
   py::dict d;
   d["name"] = py::str(i.name);
@@ -776,9 +901,10 @@ py::dict ClusterInfo(const remem::Cluster::Info& i) {
 
 PYBIND11_MODULE(remem, m) {
   m.doc() =
-      "remem: a client of a remem-server (hash store, ordered store, "
-      "namespaces of raw remote memory, transactional objects). "
-      "Synchronous; bytes in and out. A "
+      "remem: a client of a remem-server (hash store, server-side "
+      "operations, ordered store, namespaces of raw remote memory, "
+      "transactional objects) or of a cluster of them. Synchronous; bytes "
+      "in and out. A "
       "Session and everything attached to it must be used by one thread at "
       "a time (calls from several threads are serialized by a lock).";
 
@@ -830,6 +956,9 @@ PYBIND11_MODULE(remem, m) {
       .def("tree", &PySession::Tree, "The server's ordered store.")
       .def("objects", &PySession::Objects,
            "The server's transactional objects (an ObjectStore).")
+      .def("ops", &PySession::Ops,
+           "Server-side operations on the hash store's values (an "
+           "OpsStore: atomics, vectors, user functions).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PySession& s, py::args) {
         s.Close();
@@ -868,6 +997,171 @@ PYBIND11_MODULE(remem, m) {
         return h.Call("max_scan",
                       [](remem::TreeStore& s) { return s.max_scan(); });
       });
+
+  // Integer atomics share a shape: (key, delta or operand, create,
+  // initial) -> (integer, version).
+  using IntOp = remem::Op (*)(std::string, int64_t, bool, int64_t);
+  py::class_<PyOps, std::shared_ptr<PyOps>> ops(
+      m, "OpsStore",
+      "Server-side operations on hash-store values (KV-Direct's): atomics "
+      "on 8-byte integers, compare-and-swap, append, vectors, and "
+      "functions of a --ops-library. Each is linearizable per key.");
+  for (const auto& [name, build, doc] :
+       {std::tuple<const char*, IntOp, const char*>{
+            "fetch_add", &remem::Op::FetchAdd, "Adds: (old value, version)."},
+        {"add_fetch", &remem::Op::AddFetch, "Adds: (new value, version)."},
+        {"min", &remem::Op::Min, "Keeps the smaller: (new value, version)."},
+        {"max", &remem::Op::Max, "Keeps the larger: (new value, version)."}}) {
+    ops.def(
+        name,
+        [build = build, name = name](PyOps& o, py::object key, int64_t operand,
+                                     bool create, int64_t initial) {
+          remem::Op op = build(ToBytes(key, "key"), operand, create, initial);
+          auto reply = Check(
+              o.Call(name, [&](remem::OpsStore& s) { return s.Execute(op); }));
+          return py::make_tuple(Check(reply.Int()), reply.version);
+        },
+        py::arg("key"), py::arg("operand"), py::arg("create") = false,
+        py::arg("initial") = 0, doc);
+  }
+  ops.def(
+         "compare_swap",
+         [](PyOps& o, py::object key, py::object expected, py::object desired,
+            bool create) {
+           std::string k = ToBytes(key, "key"),
+                       e = ToBytes(expected, "expected"),
+                       d = ToBytes(desired, "desired");
+           auto r = Check(o.Call("compare_swap", [&](remem::OpsStore& s) {
+             return s.CompareSwap(k, e, d, create);
+           }));
+           return py::make_tuple(r.applied, Bytes(r.value), r.version);
+         },
+         py::arg("key"), py::arg("expected"), py::arg("desired"),
+         py::arg("create") = false,
+         "Stores desired if the value is expected: (applied, the value "
+         "compared, version).")
+      .def(
+          "append",
+          [](PyOps& o, py::object key, py::object data, bool create) {
+            std::string k = ToBytes(key, "key"), d = ToBytes(data, "data");
+            auto r = Check(o.Call("append", [&](remem::OpsStore& s) {
+              return s.Append(k, d, create);
+            }));
+            return py::make_tuple(r.value, r.version);
+          },
+          py::arg("key"), py::arg("data"), py::arg("create") = false,
+          "Appends: (new length, version).")
+      .def(
+          "vec_put",
+          [](PyOps& o, py::object key, py::iterable items,
+             const std::string& type) {
+            std::string k = ToBytes(key, "key");
+            remem::VectorData v = ToVector(items, type);
+            return Check(o.Call(
+                "vec_put", [&](remem::OpsStore& s) { return s.VecPut(k, v); }));
+          },
+          py::arg("key"), py::arg("items"), py::arg("type") = "",
+          "Stores a vector (type int64, double, float or int32; by default "
+          "int64 if every item is an int, else double): its version.")
+      .def(
+          "vec_get",
+          [](PyOps& o, py::object key) -> py::object {
+            std::string k = ToBytes(key, "key");
+            auto r = o.Call("vec_get",
+                            [&](remem::OpsStore& s) { return s.VecGet(k); });
+            if (!r.ok() && r.status().code() == remem::StatusCode::kNotFound) {
+              return py::none();
+            }
+            auto v = Check(std::move(r));
+            return py::make_tuple(FromVector(v.data), TypeName(v.data),
+                                  v.version);
+          },
+          py::arg("key"), "(items, type, version), or None if absent.")
+      .def(
+          "vec_update",
+          [](PyOps& o, py::object key, const std::string& fn,
+             py::object operand, const std::string& type) {
+            std::string k = ToBytes(key, "key");
+            remem::VecFn f = ToVecFn(fn);
+            if (PyLong_Check(operand.ptr()) || PyFloat_Check(operand.ptr())) {
+              remem::Number n = ToNumber(operand);
+              return Check(o.Call("vec_update", [&](remem::OpsStore& s) {
+                return s.VecUpdate(k, f, n);
+              }));
+            }
+            remem::VectorData v = ToVector(operand, type);
+            return Check(o.Call("vec_update", [&](remem::OpsStore& s) {
+              return s.VecUpdate(k, f, v);
+            }));
+          },
+          py::arg("key"), py::arg("fn"), py::arg("operand"),
+          py::arg("type") = "",
+          "Elementwise element = fn(element, operand) (fn add, mul, set, "
+          "min or max; operand a number, or a list as long of the "
+          "vector's type, which `type` names as vec_put's does): the new "
+          "version.")
+      .def(
+          "vec_reduce",
+          [](PyOps& o, py::object key, py::object reduction) {
+            std::string k = ToBytes(key, "key");
+            if (PyLong_Check(reduction.ptr())) {
+              const uint32_t id = reduction.cast<uint32_t>();
+              return FromNumber(
+                  Check(o.Call("vec_reduce", [&](remem::OpsStore& s) {
+                    return s.VecReduce(k, id);
+                  })));
+            }
+            const std::string r = reduction.cast<std::string>();
+            remem::Reduction red;
+            if (r == "sum") {
+              red = remem::Reduction::kSum;
+            } else if (r == "min") {
+              red = remem::Reduction::kMin;
+            } else if (r == "max") {
+              red = remem::Reduction::kMax;
+            } else if (r == "count") {
+              red = remem::Reduction::kCount;
+            } else {
+              Raise(remem::Status::InvalidArgument(
+                  "a reduction is sum, min, max, count or a function id, "
+                  "not '" +
+                  r + "'"));
+            }
+            return FromNumber(
+                Check(o.Call("vec_reduce", [&](remem::OpsStore& s) {
+                  return s.VecReduce(k, red);
+                })));
+          },
+          py::arg("key"), py::arg("reduction"),
+          "sum, min, max or count (or the id of a --ops-library reduction): "
+          "an int or a float.")
+      .def(
+          "vec_filter",
+          [](PyOps& o, py::object key, const std::string& predicate,
+             py::object operand, bool indices) {
+            std::string k = ToBytes(key, "key");
+            remem::Predicate p = ToPredicate(predicate);
+            remem::Number n = ToNumber(operand);
+            return FromVector(
+                Check(o.Call("vec_filter", [&](remem::OpsStore& s) {
+                  return s.VecFilter(k, p, n, indices);
+                })));
+          },
+          py::arg("key"), py::arg("predicate"), py::arg("operand"),
+          py::arg("indices") = false,
+          "The elements e with `e predicate operand` (or their indices).")
+      .def(
+          "call",
+          [](PyOps& o, py::object key, uint32_t function_id, py::object arg) {
+            remem::Op op = remem::Op::Call(ToBytes(key, "key"), function_id,
+                                           ToBytes(arg, "arg"));
+            auto r = Check(o.Call(
+                "call", [&](remem::OpsStore& s) { return s.Execute(op); }));
+            return py::make_tuple(Bytes(r.value), r.version);
+          },
+          py::arg("key"), py::arg("function_id"),
+          py::arg("arg") = py::bytes(""),
+          "A function of the server's --ops-library: (new value, version).");
 
   py::class_<PyCluster> cluster(
       m, "Cluster",

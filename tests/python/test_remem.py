@@ -298,6 +298,71 @@ class RememTest(unittest.TestCase):
 
     # --- lifetime and threads
 
+    # --- server-side operations
+
+    def test_ops_atomics_compare_swap_and_append(self):
+        ops, h = self.s.ops(), self.s.hash()
+        h.delete("ctr")
+        with self.assertRaises(remem.NotFound):
+            ops.fetch_add("ctr", 1)
+        self.assertEqual(ops.fetch_add("ctr", 5, create=True, initial=10)[0],
+                         10)
+        value, version = ops.add_fetch("ctr", 2)
+        self.assertEqual(value, 17)
+        self.assertEqual(h.get("ctr", with_version=True),
+                         ((17).to_bytes(8, "little", signed=True), version))
+        self.assertEqual(ops.min("ctr", 3)[0], 3)
+        self.assertEqual(ops.max("ctr", 40)[0], 40)
+        ops.add_fetch("ctr", (1 << 63) - 41)
+        with self.assertRaises(remem.Error) as e:
+            ops.add_fetch("ctr", 1)  # past int64: nothing changes
+        self.assertEqual(e.exception.code, "OutOfRange")
+        with self.assertRaises(TypeError):
+            ops.add_fetch("ctr", 1.5)
+        h.put("word", "old")
+        applied, seen, _ = ops.compare_swap("word", "nope", "new")
+        self.assertEqual((applied, seen), (False, b"old"))
+        applied, seen, _ = ops.compare_swap("word", "old", "new")
+        self.assertEqual((applied, seen), (True, b"old"))
+        self.assertEqual(h.get("word"), b"new")
+        h.delete("log")
+        self.assertEqual(ops.append("log", "ab", create=True)[0], 2)
+        self.assertEqual(ops.append("log", b"cd")[0], 4)
+        self.assertEqual(h.get("log"), b"abcd")
+
+    def test_ops_vectors(self):
+        ops = self.s.ops()
+        ops.vec_put("v", [1.0, 2.5, -3.0])
+        self.assertEqual(ops.vec_get("v")[:2], ([1.0, 2.5, -3.0], "double"))
+        ops.vec_update("v", "mul", 2)
+        ops.vec_update("v", "add", [1, 1, 1], type="double")
+        self.assertEqual(ops.vec_get("v")[0], [3.0, 6.0, -5.0])
+        self.assertEqual(ops.vec_reduce("v", "sum"), 4.0)
+        self.assertEqual(ops.vec_reduce("v", "count"), 3)
+        self.assertEqual(ops.vec_filter("v", ">", 0), [3.0, 6.0])
+        self.assertEqual(ops.vec_filter("v", ">", 0, indices=True), [0, 1])
+        ops.vec_put("i", [5, 1, 9])
+        self.assertEqual(ops.vec_get("i")[1], "int64")
+        self.assertEqual(ops.vec_reduce("i", "max"), 9)
+        ops.vec_put("f", [1, 2], type="int32")
+        self.assertEqual(ops.vec_get("f")[:2], ([1, 2], "int32"))
+        self.assertIsNone(ops.vec_get("no vector"))
+        with self.assertRaises(ValueError):
+            ops.vec_put("f", [1 << 40], type="int32")
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_put("f", [1], type="int8")
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_update("v", "pow", 2)
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_reduce("v", "mean")
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_filter("v", "=~", 1)
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_update("v", "add", [1.0, 2.0])  # not as long
+        with self.assertRaises(remem.Error) as e:
+            ops.call("v", 77, b"")  # no --ops-library
+        self.assertEqual(e.exception.code, "Unsupported")
+
     # --- transactional objects
 
     def test_objects_commit_read_and_ids(self):
