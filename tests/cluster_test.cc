@@ -7259,6 +7259,22 @@ TEST_F(ClusterTest, BadFlagsAndMismatchedServersAreRefused) {
   EXPECT_EQ(none.exit_code, 1) << none.out;
   EXPECT_NE(none.out.find("ZooKeeper"), std::string::npos) << none.out;
 
+  // A cluster still forming (its first server waits for a second, so no
+  // configuration exists yet) refuses a server with another shard count
+  // too: the first server fixed the count. (It used to register, be
+  // counted a member, and then only log the difference.)
+  {
+    const std::string forming = ClusterFlag() + "-forming";
+    auto waiting = StartServer({"--cluster", forming, "--cluster-size", "2",
+                                "--cluster-session-ms", "2000"});
+    ASSERT_NE(waiting.process, nullptr);
+    auto early = run({"--cluster", forming, "--shards", "64"});
+    EXPECT_EQ(early.exit_code, 1) << early.out;
+    EXPECT_NE(early.out.find("has 1024 shards; this server was started with "
+                             "--shards 64"),
+              std::string::npos)
+        << early.out;
+  }
   // A cluster formed with 1024 shards refuses a server with another count.
   ASSERT_NO_FATAL_FAILURE(StartServers(1));
   auto conflict = run({"--cluster", ClusterFlag(), "--shards", "64"});

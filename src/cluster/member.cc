@@ -222,6 +222,36 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
     }
     m->WarnOtherReplicas(*c);
   }
+  // The shard count is the cluster's from its first server on: PATH/shards
+  // is made once, by whichever server comes first, and a server with
+  // another --shards is refused here, before it registers. The
+  // configuration alone did not say it while the cluster formed: a server
+  // that started before the first configuration was written registered,
+  // was counted a member, and then could only log the difference (seen in
+  // CI under load).
+  {
+    const std::string mine = std::to_string(m->options_.num_shards);
+    const std::string path = base + "/shards";
+    int rc = WhileZooKeeperBusy(until, [&] {
+      return zoo_create(m->zh_, path.c_str(), mine.data(), int(mine.size()),
+                        &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    });
+    if (rc == ZNODEEXISTS) {
+      std::string theirs;
+      rc = WhileZooKeeperBusy(
+          until, [&] { return Get(m->zh_, path, false, &theirs); });
+      if (rc == ZOK && theirs != mine) {
+        return Status::Conflict("cluster " + base + " has " + theirs +
+                                " shards; this server was started with "
+                                "--shards " +
+                                mine);
+      }
+    }
+    if (rc != ZOK) {
+      return Status::Unavailable("ZooKeeper: creating " + path + ": " +
+                                 ZkError(rc));
+    }
+  }
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
   return m;
 }
