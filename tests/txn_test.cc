@@ -50,7 +50,15 @@ int64_t Balance(const std::string& data) {
 class TxnTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = StartServer({"--threads", "2", "--txn-memory", "8M"}, "64M");
+    ASSERT_NO_FATAL_FAILURE(Serve({"--threads", "2", "--txn-memory", "8M"}));
+  }
+  // (Re)starts the server with `flags` (its last one killed first) and
+  // opens session_ and store_ on it.
+  void Serve(const std::vector<std::string>& flags) {
+    store_.reset();
+    session_.reset();
+    (void)server_.Kill();
+    server_ = StartServer(flags, "64M");
     ASSERT_NE(server_.process, nullptr);
     session_ = testing::ConnectOrDie(server_.address);
     ASSERT_TRUE(session_);
@@ -410,19 +418,7 @@ TEST_F(TxnTest, ADataDirKeepsEveryAcknowledgedCommitAcrossAKill) {
   const std::vector<std::string> flags = {
       "--threads",  "2", "--txn-memory", "8M",
       "--data-dir", dir, "--listen",     address};
-  auto restart = [&] {
-    store_.reset();
-    session_.reset();
-    (void)server_.Kill();
-    server_ = StartServer(flags, "64M");
-    ASSERT_NE(server_.process, nullptr);
-    session_ = testing::ConnectOrDie(server_.address);
-    ASSERT_TRUE(session_);
-    auto store = ObjectStore::Open(session_.get());
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-  };
-  restart();
+  ASSERT_NO_FATAL_FAILURE(Serve(flags));
   constexpr int kAccounts = 8;
   constexpr int64_t kStart = 1000;
   const std::vector<ObjectId> ids =
@@ -470,7 +466,7 @@ TEST_F(TxnTest, ADataDirKeepsEveryAcknowledgedCommitAcrossAKill) {
   }
   EXPECT_GT(acknowledged, 0) << inc->output();
 
-  restart();
+  ASSERT_NO_FATAL_FAILURE(Serve(flags));
   int64_t total = 0;
   for (const ObjectId& id : ids) {
     auto got = store_->Read(id);

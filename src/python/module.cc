@@ -145,24 +145,33 @@ struct SessionState {
 };
 using StatePtr = std::shared_ptr<SessionState>;
 
-// Runs fn(session) with the GIL released and the session's mutex held;
-// raises Unavailable if the session is closed. fn must not touch Python.
-template <typename Fn>
-auto WithSession(SessionState& st, const char* what, Fn fn) {
+// Runs fn(*obj) with the GIL released and `mu` held; raises Unavailable
+// ("WHAT: CLOSED") if obj is null (closed). fn must not touch Python.
+template <typename T, typename Fn>
+auto WithOpen(std::mutex& mu, const std::unique_ptr<T>& obj, const char* what,
+              const char* closed_text, Fn fn) {
   bool closed = false;
-  using R = decltype(fn(*st.session));
+  using R = decltype(fn(*obj));
   std::optional<R> out;
   {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(st.mu);
-    if (!st.session) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!obj) {
       closed = true;
     } else {
-      out.emplace(fn(*st.session));
+      out.emplace(fn(*obj));
     }
   }
-  if (closed) RaiseClosed(what);
+  if (closed) {
+    Raise(remem::Status::Unavailable(std::string(what) + ": " + closed_text));
+  }
   return std::move(*out);
+}
+
+// fn(session), as WithOpen.
+template <typename Fn>
+auto WithSession(SessionState& st, const char* what, Fn fn) {
+  return WithOpen(st.mu, st.session, what, "session closed", fn);
 }
 
 // An object attached to a session, owning a C++ T (a store, namespace or
@@ -256,26 +265,10 @@ struct ClusterState {
   std::unique_ptr<remem::Cluster> cluster;
 };
 
-// Runs fn(cluster) with the GIL released and the mutex held; raises
-// Unavailable once closed.
+// fn(cluster), as WithOpen.
 template <typename Fn>
 auto WithCluster(ClusterState& st, const char* what, Fn fn) {
-  bool closed = false;
-  using R = decltype(fn(*st.cluster));
-  std::optional<R> out;
-  {
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(st.mu);
-    if (!st.cluster) {
-      closed = true;
-    } else {
-      out.emplace(fn(*st.cluster));
-    }
-  }
-  if (closed) {
-    Raise(remem::Status::Unavailable(std::string(what) + ": cluster closed"));
-  }
-  return std::move(*out);
+  return WithOpen(st.mu, st.cluster, what, "cluster closed", fn);
 }
 
 class PyClusterTree;

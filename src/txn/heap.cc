@@ -229,13 +229,7 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
   if (!st.ok()) {
     // Nothing applied; the commit's reservations are given back.
     for (const CommitEntry& e : entries) {
-      if (e.op != TxnOp::kCreate) continue;
-      auto slot = SlotOf(e.id);
-      auto it = slot.ok() ? reserved_.find(*slot) : reserved_.end();
-      if (it != reserved_.end() && it->second == owner &&
-          HeaderOf(*slot).incarnation == e.id.incarnation) {
-        Unreserve(*slot);
-      }
+      if (e.op == TxnOp::kCreate) (void)Release(e.id, owner);
     }
     if (st.code() == StatusCode::kConflict) {
       counters_.conflicts.fetch_add(1, std::memory_order_relaxed);
@@ -301,12 +295,16 @@ void ObjectHeap::DropOwner(uint64_t owner) {
 bool ObjectHeap::SlotRecord(uint64_t offset, std::string* value) const {
   const ObjectHeader h = HeaderOf(offset);
   if (h.version == 0 && h.incarnation <= 1) return false;
-  EncodeSlot(offset, value);
+  Encode(offset, h, value);
   return true;
 }
 
 void ObjectHeap::EncodeSlot(uint64_t offset, std::string* value) const {
-  const ObjectHeader h = HeaderOf(offset);
+  Encode(offset, HeaderOf(offset), value);
+}
+
+void ObjectHeap::Encode(uint64_t offset, const ObjectHeader& h,
+                        std::string* value) const {
   TxnSlotRecord rec{};
   rec.magic = kSlotRecordMagic;
   rec.capacity = CapacityOf(page_class_[offset / kPageBytes]);

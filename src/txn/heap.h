@@ -114,6 +114,8 @@ class ObjectHeap {
 
  private:
   uint8_t* At(uint64_t offset) const;
+  // SlotRecord's encoding of the slot at `offset`, whose header is `h`.
+  void Encode(uint64_t offset, const ObjectHeader& h, std::string* value) const;
   ObjectHeader HeaderOf(uint64_t offset) const;
   // Publishes `h` (and, first, `data` of h.size bytes) into the slot at
   // `offset`: the bytes and the header's other words, then its version.
