@@ -340,9 +340,11 @@ TEST(AtomicsBigReplies, ABatchWhoseResultsPassTheReplyLimitIsAnsweredWhole) {
   auto c = ConnectOps(server.address);
   ASSERT_NE(c.store, nullptr);
   constexpr size_t kElems = (16u << 20) / sizeof(int32_t) - 4;  // 16 MiB
-  ASSERT_TRUE(c.store->hash()
-                  ->Put("big", EncodeVector(std::vector<int32_t>(kElems, 7)))
-                  .ok());
+  {
+    auto put = c.store->hash()->Put(
+        "big", EncodeVector(std::vector<int32_t>(kElems, 7)));
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+  }
   auto check = [&](const std::vector<Result<OpReply>>& rs, int64_t counter) {
     ASSERT_EQ(rs.size(), 3u);
     ASSERT_TRUE(rs[0].ok()) << rs[0].status().ToString();

@@ -1052,7 +1052,10 @@ TEST_F(TreeTest, BadInputIsRefusedAndNothingIsLost) {
     EXPECT_EQ(c->Get(past).status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(c->Put("", "v").status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(c->Get("").status().code(), StatusCode::kInvalidArgument);
-    EXPECT_TRUE(c->Put("big", std::string(c->max_value(), 'v')).ok());
+    {
+      auto put = c->Put("big", std::string(c->max_value(), 'v'));
+      EXPECT_TRUE(put.ok()) << put.status().ToString();
+    }
     EXPECT_EQ(
         c->Put("big", std::string(c->max_value() + 1, 'v')).status().code(),
         StatusCode::kInvalidArgument);
