@@ -308,9 +308,10 @@ class Cluster {
   // at `address`: Conflict if a server started again there (another
   // incarnation than the one drained: a new member, not drained, which
   // takes its share again; drain it again to empty it). Errors:
-  // InvalidArgument (`address` is not host:port; a replicated cluster too
-  // small to keep every copy without it), NotFound (not a member),
-  // Unavailable (no server answered).
+  // InvalidArgument (`address` is not host:port), Unsupported (the live
+  // servers left would be too few for every shard's copies: the last
+  // server, or a replicated cluster too small without it), NotFound (not
+  // a member), Unavailable (no server answered).
   Status Drain(const std::string& address, std::chrono::milliseconds wait);
 
   // The cluster's ordered store, owned by this Cluster (the same object on

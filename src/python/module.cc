@@ -352,6 +352,21 @@ class PyClusterTree {
   remem::ClusterTree* tree_;
 };
 
+// Cluster.ops(): server-side operations, each run by its key's owner; valid
+// while the cluster is open.
+class PyClusterOps {
+ public:
+  explicit PyClusterOps(std::shared_ptr<ClusterState> st)
+      : state_(std::move(st)) {}
+  template <typename Fn>
+  auto Call(const char* what, Fn fn) {
+    return WithCluster(*state_, what, fn);
+  }
+
+ private:
+  std::shared_ptr<ClusterState> state_;
+};
+
 class PyOps : public Handle<remem::OpsStore> {
  public:
   using Handle::Handle;
@@ -370,6 +385,19 @@ class PyTransaction : public Handle<remem::Transaction> {
   std::shared_ptr<PyObjects> store;  // outlives the transaction
   bool over = false;                 // committed or aborted from Python
 };
+
+// A server's counters as a dict: name -> int, or str for a text one.
+py::dict StatsDict(const remem::ServerStats& stats) {
+  py::dict d;
+  for (const auto& st : stats.all()) {
+    if (st.is_text) {
+      d[py::str(st.name)] = py::str(st.text);
+    } else {
+      d[py::str(st.name)] = py::int_(st.value);
+    }
+  }
+  return d;
+}
 
 class PySession {
  public:
@@ -414,16 +442,7 @@ class PySession {
   py::dict Stats() {
     auto r = WithSession(*state_, "stats",
                          [](remem::Session& s) { return s.Stats(); });
-    auto stats = Check(std::move(r));
-    py::dict d;
-    for (const auto& st : stats.all()) {
-      if (st.is_text) {
-        d[py::str(st.name)] = py::str(st.text);
-      } else {
-        d[py::str(st.name)] = py::int_(st.value);
-      }
-    }
-    return d;
+    return StatsDict(Check(std::move(r)));
   }
   std::string Transport() {
     return WithSession(*state_, "transport",
@@ -866,6 +885,196 @@ remem::Predicate ToPredicate(const std::string& s) {
       "a filter's predicate is <, <=, >, >=, == or !=, not '" + s + "'"));
 }
 
+// What a session's OpsStore and a Cluster do differently in the operations
+// below: a vector's put and get (a hash-store value) and a reduction (an
+// OpsStore chooses where to reduce; a cluster asks the key's owner).
+remem::Result<uint64_t> VecPutOn(remem::OpsStore& s, std::string_view k,
+                                 const remem::VectorData& v) {
+  return s.VecPut(k, v);
+}
+remem::Result<uint64_t> VecPutOn(remem::Cluster& c, std::string_view k,
+                                 const remem::VectorData& v) {
+  return c.Put(k, remem::EncodeVector(v));
+}
+remem::Result<remem::OpsStore::VectorValue> VecGetOn(remem::OpsStore& s,
+                                                     std::string_view k) {
+  return s.VecGet(k);
+}
+remem::Result<remem::OpsStore::VectorValue> VecGetOn(remem::Cluster& c,
+                                                     std::string_view k) {
+  auto r = c.Get(k);
+  if (!r.ok()) return r.status();
+  auto v = remem::DecodeVector(r->value);
+  if (!v.ok()) return v.status();
+  return remem::OpsStore::VectorValue{std::move(*v), r->version};
+}
+template <typename R>  // remem::Reduction, or a function id
+remem::Result<remem::Number> VecReduceOn(remem::OpsStore& s, std::string_view k,
+                                         R reduction) {
+  return s.VecReduce(k, reduction);
+}
+template <typename R>
+remem::Result<remem::Number> VecReduceOn(remem::Cluster& c, std::string_view k,
+                                         R reduction) {
+  auto r = c.Execute(remem::Op::VecReduce(std::string(k), reduction));
+  if (!r.ok()) return r.status();
+  return r->AsNumber();
+}
+
+// The server-side operations of OpsStore (Session.ops()) and of a Cluster
+// (Cluster.ops(), routed to each key's owner). S: the C++ object; H: its
+// Python class, whose Call runs fn(S&).
+template <typename S, typename H, typename... Extra>
+void DefOps(py::class_<H, Extra...>& ops) {
+  // Integer atomics share a shape: (key, delta or operand, create,
+  // initial) -> (integer, version).
+  using IntOp = remem::Op (*)(std::string, int64_t, bool, int64_t);
+  for (const auto& [name, build, doc] :
+       {std::tuple<const char*, IntOp, const char*>{
+            "fetch_add", &remem::Op::FetchAdd, "Adds: (old value, version)."},
+        {"add_fetch", &remem::Op::AddFetch, "Adds: (new value, version)."},
+        {"min", &remem::Op::Min, "Keeps the smaller: (new value, version)."},
+        {"max", &remem::Op::Max, "Keeps the larger: (new value, version)."}}) {
+    ops.def(
+        name,
+        [build = build, name = name](H& o, py::object key, int64_t operand,
+                                     bool create, int64_t initial) {
+          remem::Op op = build(ToBytes(key, "key"), operand, create, initial);
+          auto reply = Check(o.Call(name, [&](S& s) { return s.Execute(op); }));
+          return py::make_tuple(Check(reply.Int()), reply.version);
+        },
+        py::arg("key"), py::arg("operand"), py::arg("create") = false,
+        py::arg("initial") = 0, doc);
+  }
+  ops.def(
+         "compare_swap",
+         [](H& o, py::object key, py::object expected, py::object desired,
+            bool create) {
+           remem::Op op = remem::Op::CompareSwap(
+               ToBytes(key, "key"), ToBytes(expected, "expected"),
+               ToBytes(desired, "desired"), create);
+           auto r = Check(
+               o.Call("compare_swap", [&](S& s) { return s.Execute(op); }));
+           return py::make_tuple(r.applied, Bytes(r.value), r.version);
+         },
+         py::arg("key"), py::arg("expected"), py::arg("desired"),
+         py::arg("create") = false,
+         "Stores desired if the value is expected: (applied, the value "
+         "compared, version).")
+      .def(
+          "append",
+          [](H& o, py::object key, py::object data, bool create) {
+            remem::Op op = remem::Op::Append(ToBytes(key, "key"),
+                                             ToBytes(data, "data"), create);
+            auto r =
+                Check(o.Call("append", [&](S& s) { return s.Execute(op); }));
+            return py::make_tuple(Check(r.Int()), r.version);
+          },
+          py::arg("key"), py::arg("data"), py::arg("create") = false,
+          "Appends: (new length, version).")
+      .def(
+          "vec_put",
+          [](H& o, py::object key, py::iterable items,
+             const std::string& type) {
+            std::string k = ToBytes(key, "key");
+            remem::VectorData v = ToVector(items, type);
+            return Check(
+                o.Call("vec_put", [&](S& s) { return VecPutOn(s, k, v); }));
+          },
+          py::arg("key"), py::arg("items"), py::arg("type") = "",
+          "Stores a vector (type int64, double, float or int32; by default "
+          "int64 if every item is an int, else double): its version.")
+      .def(
+          "vec_get",
+          [](H& o, py::object key) -> py::object {
+            std::string k = ToBytes(key, "key");
+            auto r = o.Call("vec_get", [&](S& s) { return VecGetOn(s, k); });
+            if (!r.ok() && r.status().code() == remem::StatusCode::kNotFound) {
+              return py::none();
+            }
+            auto v = Check(std::move(r));
+            return py::make_tuple(FromVector(v.data), TypeName(v.data),
+                                  v.version);
+          },
+          py::arg("key"), "(items, type, version), or None if absent.")
+      .def(
+          "vec_update",
+          [](H& o, py::object key, const std::string& fn, py::object operand,
+             const std::string& type) {
+            std::string k = ToBytes(key, "key");
+            remem::VecFn f = ToVecFn(fn);
+            remem::Op op =
+                PyLong_Check(operand.ptr()) || PyFloat_Check(operand.ptr())
+                    ? remem::Op::VecUpdate(k, f, ToNumber(operand))
+                    : remem::Op::VecUpdate(k, f, ToVector(operand, type));
+            return Check(o.Call("vec_update",
+                                [&](S& s) { return s.Execute(op); }))
+                .version;
+          },
+          py::arg("key"), py::arg("fn"), py::arg("operand"),
+          py::arg("type") = "",
+          "Elementwise element = fn(element, operand) (fn add, mul, set, "
+          "min or max; operand a number, or a list as long of the "
+          "vector's type, which `type` names as vec_put's does): the new "
+          "version.")
+      .def(
+          "vec_reduce",
+          [](H& o, py::object key, py::object reduction) {
+            std::string k = ToBytes(key, "key");
+            if (PyLong_Check(reduction.ptr())) {
+              const uint32_t id = reduction.cast<uint32_t>();
+              return FromNumber(Check(o.Call(
+                  "vec_reduce", [&](S& s) { return VecReduceOn(s, k, id); })));
+            }
+            const std::string r = reduction.cast<std::string>();
+            remem::Reduction red;
+            if (r == "sum") {
+              red = remem::Reduction::kSum;
+            } else if (r == "min") {
+              red = remem::Reduction::kMin;
+            } else if (r == "max") {
+              red = remem::Reduction::kMax;
+            } else if (r == "count") {
+              red = remem::Reduction::kCount;
+            } else {
+              Raise(remem::Status::InvalidArgument(
+                  "a reduction is sum, min, max, count or a function id, "
+                  "not '" +
+                  r + "'"));
+            }
+            return FromNumber(Check(o.Call(
+                "vec_reduce", [&](S& s) { return VecReduceOn(s, k, red); })));
+          },
+          py::arg("key"), py::arg("reduction"),
+          "sum, min, max or count (or the id of a --ops-library reduction): "
+          "an int or a float.")
+      .def(
+          "vec_filter",
+          [](H& o, py::object key, const std::string& predicate,
+             py::object operand, bool indices) {
+            remem::Op op = remem::Op::VecFilter(ToBytes(key, "key"),
+                                                ToPredicate(predicate),
+                                                ToNumber(operand), indices);
+            auto r = Check(
+                o.Call("vec_filter", [&](S& s) { return s.Execute(op); }));
+            return FromVector(Check(remem::DecodeVector(r.value)));
+          },
+          py::arg("key"), py::arg("predicate"), py::arg("operand"),
+          py::arg("indices") = false,
+          "The elements e with `e predicate operand` (or their indices).")
+      .def(
+          "call",
+          [](H& o, py::object key, uint32_t function_id, py::object arg) {
+            remem::Op op = remem::Op::Call(ToBytes(key, "key"), function_id,
+                                           ToBytes(arg, "arg"));
+            auto r = Check(o.Call("call", [&](S& s) { return s.Execute(op); }));
+            return py::make_tuple(Bytes(r.value), r.version);
+          },
+          py::arg("key"), py::arg("function_id"),
+          py::arg("arg") = py::bytes(""),
+          "A function of the server's --ops-library: (new value, version).");
+}
+
 py::dict ClusterInfo(const remem::Cluster::Info& i) {
   py::dict d;
   d["name"] = py::str(i.name);
@@ -991,170 +1200,18 @@ PYBIND11_MODULE(remem, m) {
                       [](remem::TreeStore& s) { return s.max_scan(); });
       });
 
-  // Integer atomics share a shape: (key, delta or operand, create,
-  // initial) -> (integer, version).
-  using IntOp = remem::Op (*)(std::string, int64_t, bool, int64_t);
   py::class_<PyOps, std::shared_ptr<PyOps>> ops(
       m, "OpsStore",
       "Server-side operations on hash-store values (KV-Direct's): atomics "
       "on 8-byte integers, compare-and-swap, append, vectors, and "
       "functions of a --ops-library. Each is linearizable per key.");
-  for (const auto& [name, build, doc] :
-       {std::tuple<const char*, IntOp, const char*>{
-            "fetch_add", &remem::Op::FetchAdd, "Adds: (old value, version)."},
-        {"add_fetch", &remem::Op::AddFetch, "Adds: (new value, version)."},
-        {"min", &remem::Op::Min, "Keeps the smaller: (new value, version)."},
-        {"max", &remem::Op::Max, "Keeps the larger: (new value, version)."}}) {
-    ops.def(
-        name,
-        [build = build, name = name](PyOps& o, py::object key, int64_t operand,
-                                     bool create, int64_t initial) {
-          remem::Op op = build(ToBytes(key, "key"), operand, create, initial);
-          auto reply = Check(
-              o.Call(name, [&](remem::OpsStore& s) { return s.Execute(op); }));
-          return py::make_tuple(Check(reply.Int()), reply.version);
-        },
-        py::arg("key"), py::arg("operand"), py::arg("create") = false,
-        py::arg("initial") = 0, doc);
-  }
-  ops.def(
-         "compare_swap",
-         [](PyOps& o, py::object key, py::object expected, py::object desired,
-            bool create) {
-           std::string k = ToBytes(key, "key"),
-                       e = ToBytes(expected, "expected"),
-                       d = ToBytes(desired, "desired");
-           auto r = Check(o.Call("compare_swap", [&](remem::OpsStore& s) {
-             return s.CompareSwap(k, e, d, create);
-           }));
-           return py::make_tuple(r.applied, Bytes(r.value), r.version);
-         },
-         py::arg("key"), py::arg("expected"), py::arg("desired"),
-         py::arg("create") = false,
-         "Stores desired if the value is expected: (applied, the value "
-         "compared, version).")
-      .def(
-          "append",
-          [](PyOps& o, py::object key, py::object data, bool create) {
-            std::string k = ToBytes(key, "key"), d = ToBytes(data, "data");
-            auto r = Check(o.Call("append", [&](remem::OpsStore& s) {
-              return s.Append(k, d, create);
-            }));
-            return py::make_tuple(r.value, r.version);
-          },
-          py::arg("key"), py::arg("data"), py::arg("create") = false,
-          "Appends: (new length, version).")
-      .def(
-          "vec_put",
-          [](PyOps& o, py::object key, py::iterable items,
-             const std::string& type) {
-            std::string k = ToBytes(key, "key");
-            remem::VectorData v = ToVector(items, type);
-            return Check(o.Call(
-                "vec_put", [&](remem::OpsStore& s) { return s.VecPut(k, v); }));
-          },
-          py::arg("key"), py::arg("items"), py::arg("type") = "",
-          "Stores a vector (type int64, double, float or int32; by default "
-          "int64 if every item is an int, else double): its version.")
-      .def(
-          "vec_get",
-          [](PyOps& o, py::object key) -> py::object {
-            std::string k = ToBytes(key, "key");
-            auto r = o.Call("vec_get",
-                            [&](remem::OpsStore& s) { return s.VecGet(k); });
-            if (!r.ok() && r.status().code() == remem::StatusCode::kNotFound) {
-              return py::none();
-            }
-            auto v = Check(std::move(r));
-            return py::make_tuple(FromVector(v.data), TypeName(v.data),
-                                  v.version);
-          },
-          py::arg("key"), "(items, type, version), or None if absent.")
-      .def(
-          "vec_update",
-          [](PyOps& o, py::object key, const std::string& fn,
-             py::object operand, const std::string& type) {
-            std::string k = ToBytes(key, "key");
-            remem::VecFn f = ToVecFn(fn);
-            if (PyLong_Check(operand.ptr()) || PyFloat_Check(operand.ptr())) {
-              remem::Number n = ToNumber(operand);
-              return Check(o.Call("vec_update", [&](remem::OpsStore& s) {
-                return s.VecUpdate(k, f, n);
-              }));
-            }
-            remem::VectorData v = ToVector(operand, type);
-            return Check(o.Call("vec_update", [&](remem::OpsStore& s) {
-              return s.VecUpdate(k, f, v);
-            }));
-          },
-          py::arg("key"), py::arg("fn"), py::arg("operand"),
-          py::arg("type") = "",
-          "Elementwise element = fn(element, operand) (fn add, mul, set, "
-          "min or max; operand a number, or a list as long of the "
-          "vector's type, which `type` names as vec_put's does): the new "
-          "version.")
-      .def(
-          "vec_reduce",
-          [](PyOps& o, py::object key, py::object reduction) {
-            std::string k = ToBytes(key, "key");
-            if (PyLong_Check(reduction.ptr())) {
-              const uint32_t id = reduction.cast<uint32_t>();
-              return FromNumber(
-                  Check(o.Call("vec_reduce", [&](remem::OpsStore& s) {
-                    return s.VecReduce(k, id);
-                  })));
-            }
-            const std::string r = reduction.cast<std::string>();
-            remem::Reduction red;
-            if (r == "sum") {
-              red = remem::Reduction::kSum;
-            } else if (r == "min") {
-              red = remem::Reduction::kMin;
-            } else if (r == "max") {
-              red = remem::Reduction::kMax;
-            } else if (r == "count") {
-              red = remem::Reduction::kCount;
-            } else {
-              Raise(remem::Status::InvalidArgument(
-                  "a reduction is sum, min, max, count or a function id, "
-                  "not '" +
-                  r + "'"));
-            }
-            return FromNumber(
-                Check(o.Call("vec_reduce", [&](remem::OpsStore& s) {
-                  return s.VecReduce(k, red);
-                })));
-          },
-          py::arg("key"), py::arg("reduction"),
-          "sum, min, max or count (or the id of a --ops-library reduction): "
-          "an int or a float.")
-      .def(
-          "vec_filter",
-          [](PyOps& o, py::object key, const std::string& predicate,
-             py::object operand, bool indices) {
-            std::string k = ToBytes(key, "key");
-            remem::Predicate p = ToPredicate(predicate);
-            remem::Number n = ToNumber(operand);
-            return FromVector(
-                Check(o.Call("vec_filter", [&](remem::OpsStore& s) {
-                  return s.VecFilter(k, p, n, indices);
-                })));
-          },
-          py::arg("key"), py::arg("predicate"), py::arg("operand"),
-          py::arg("indices") = false,
-          "The elements e with `e predicate operand` (or their indices).")
-      .def(
-          "call",
-          [](PyOps& o, py::object key, uint32_t function_id, py::object arg) {
-            remem::Op op = remem::Op::Call(ToBytes(key, "key"), function_id,
-                                           ToBytes(arg, "arg"));
-            auto r = Check(o.Call(
-                "call", [&](remem::OpsStore& s) { return s.Execute(op); }));
-            return py::make_tuple(Bytes(r.value), r.version);
-          },
-          py::arg("key"), py::arg("function_id"),
-          py::arg("arg") = py::bytes(""),
-          "A function of the server's --ops-library: (new value, version).");
+  DefOps<remem::OpsStore>(ops);
+
+  py::class_<PyClusterOps> cluster_ops(
+      m, "ClusterOps",
+      "A cluster's server-side operations (Cluster.ops()): OpsStore's, each "
+      "run by its key's owner.");
+  DefOps<remem::Cluster>(cluster_ops);
 
   py::class_<PyCluster> cluster(
       m, "Cluster",
@@ -1210,6 +1267,53 @@ PYBIND11_MODULE(remem, m) {
           },
           "The cluster's ordered store (a ClusterTree; the cluster must "
           "have been formed with --tree-splits).")
+      .def(
+          "ops",
+          [](PyCluster& c) {
+            c.Call("ops", [](remem::Cluster&) { return 0; });  // open?
+            return std::make_unique<PyClusterOps>(c.state());
+          },
+          "The cluster's server-side operations (a ClusterOps: OpsStore's "
+          "methods), each run by its key's owner.")
+      .def(
+          "stats",
+          [](PyCluster& c) {
+            auto all =
+                c.Call("stats", [](remem::Cluster& cl) { return cl.Stats(); });
+            py::dict d;
+            for (const auto& [address, r] : all) {
+              if (r.ok()) {
+                d[py::str(address)] = StatsDict(*r);
+              } else {
+                py::dict e;
+                e["error"] = py::str(r.status().ToString());
+                d[py::str(address)] = e;
+              }
+            }
+            return d;
+          },
+          "Each server's counters, by address ('host:port' -> dict, as "
+          "Session.stats(); a server that cannot be reached: {'error': "
+          "why}).")
+      .def(
+          "drain",
+          [](PyCluster& c, const std::string& address, int64_t wait_ms) {
+            if (wait_ms < 0) {
+              Raise(remem::Status::InvalidArgument(
+                  "wait_ms must not be negative"));
+            }
+            Check(c.Call("drain", [&](remem::Cluster& cl) {
+              return cl.Drain(address, std::chrono::milliseconds(wait_ms));
+            }));
+          },
+          py::arg("address"), py::arg("wait_ms") = 60000,
+          "Moves every shard and range away from the server at address "
+          "('host:port', a member), e.g. before stopping it; with wait_ms "
+          "> 0 waits until it holds none (TimedOut if longer: the drain "
+          "goes on). Raises NotFound (not a member), Conflict (a new "
+          "server started there meanwhile), Unsupported (too few servers "
+          "would be left for every shard's copies: the last one, or a "
+          "replicated cluster too small without it).")
       .def("close", &PyCluster::Close)
       .def_property_readonly("closed", &PyCluster::closed)
       .def("__enter__", [](py::object self) { return self; })

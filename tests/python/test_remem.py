@@ -656,6 +656,72 @@ class ClusterTest(unittest.TestCase):
             with self.assertRaises(remem.Unavailable):
                 call()
 
+    def test_server_side_operations_run_on_each_keys_owner(self):
+        with self.connect() as c:
+            ops = c.ops()
+            keys = ["counter:%d" % i for i in range(40)]
+            self.assertEqual({c.owner_of(k) for k in keys},
+                             {s.address for s in self.servers})
+            for k in keys:
+                c.delete(k)
+            with self.assertRaises(remem.NotFound):
+                ops.fetch_add(keys[0], 1)
+            for i, k in enumerate(keys):
+                self.assertEqual(ops.add_fetch(k, i, create=True)[0], i)
+                self.assertEqual(ops.fetch_add(k, 1)[0], i)
+            # Each counter is on its owner, as the cluster's gets see it.
+            for i, k in enumerate(keys):
+                value, version = ops.add_fetch(k, 0)
+                self.assertEqual(value, i + 1)
+                self.assertEqual(c.get(k, with_version=True),
+                                 ((i + 1).to_bytes(8, "little", signed=True),
+                                  version))
+            self.assertEqual(ops.min(keys[5], 2)[0], 2)
+            self.assertEqual(ops.max(keys[5], 9)[0], 9)
+            c.put("word", "old")
+            self.assertEqual(ops.compare_swap("word", "nope", "new")[:2],
+                             (False, b"old"))
+            self.assertEqual(ops.compare_swap("word", "old", "new")[:2],
+                             (True, b"old"))
+            self.assertEqual(c.get("word"), b"new")
+            c.delete("log")
+            self.assertEqual(ops.append("log", "ab", create=True)[0], 2)
+            self.assertEqual(ops.append("log", b"cd")[0], 4)
+            self.assertEqual(c.get("log"), b"abcd")
+            # Vectors under keys of both servers.
+            names = ["scores:%d" % i for i in range(8)]
+            self.assertEqual({c.owner_of(n) for n in names},
+                             {s.address for s in self.servers})
+            for n in names:
+                v = ops.vec_put(n, [1.5, 2.5, 4.0])
+                self.assertEqual(ops.vec_get(n),
+                                 ([1.5, 2.5, 4.0], "double", v))
+                self.assertGreater(ops.vec_update(n, "mul", 2), v)
+                self.assertEqual(ops.vec_reduce(n, "sum"), 16.0)
+                self.assertEqual(ops.vec_reduce(n, "count"), 3)
+                self.assertEqual(ops.vec_filter(n, ">", 4), [5.0, 8.0])
+                self.assertEqual(ops.vec_filter(n, ">", 4, indices=True),
+                                 [1, 2])
+            self.assertIsNone(ops.vec_get("no vector"))
+            with self.assertRaises(remem.InvalidArgument):
+                ops.vec_reduce(names[0], "mean")
+            with self.assertRaises(remem.Error) as e:
+                ops.call(names[0], 77, b"")  # no --ops-library
+            self.assertEqual(e.exception.code, "Unsupported")
+        with self.assertRaises(remem.Unavailable):
+            ops.fetch_add(keys[0], 1)  # the cluster is closed
+        with self.assertRaises(remem.Unavailable):
+            c.ops()
+
+    def test_stats_of_every_server(self):
+        with self.connect() as c:
+            stats = c.stats()
+            self.assertEqual(set(stats), {s.address for s in self.servers})
+            for address, counters in stats.items():
+                self.assertNotIn("error", counters)
+                with self.servers[0].session() as s:
+                    self.assertEqual(set(counters), set(s.stats()))
+
     def test_bad_arguments(self):
         with self.assertRaises(remem.InvalidArgument):
             remem.Cluster([])
@@ -665,6 +731,55 @@ class ClusterTest(unittest.TestCase):
             self.connect(wait_for_config_ms=-1)
         with self.assertRaises(remem.Error):
             remem.Cluster("127.0.0.1:1", transport=TRANSPORT, timeout_ms=2000)
+        with self.connect() as c:
+            with self.assertRaises(remem.NotFound):
+                c.drain("127.0.0.1:1", wait_ms=0)  # not a member
+            with self.assertRaises(remem.InvalidArgument):
+                c.drain("no port", wait_ms=0)
+            with self.assertRaises(remem.InvalidArgument):
+                c.drain(self.servers[0].address, wait_ms=-1)
+
+
+class ClusterDrainTest(unittest.TestCase):
+    """A cluster of two servers, one drained through remem.Cluster."""
+
+    def setUp(self):
+        with open(os.path.join(ZOOKEEPER_DIR, "hosts")) as f:
+            hosts = f.readline().strip()
+        path = "/remem-test/python-drain-%d-%s-%d" % (
+            os.getpid(), TRANSPORT, time.monotonic_ns())
+        flags = ["--cluster", hosts + path, "--cluster-size", "2",
+                 "--tree-splits", "m"]
+        self.servers = [Server(flags), Server(flags)]
+
+    def tearDown(self):
+        for server in self.servers:
+            server.kill()
+
+    def test_a_drained_server_holds_nothing_and_can_be_stopped(self):
+        with remem.Cluster([s.address for s in self.servers],
+                           transport=TRANSPORT, timeout_ms=TIMEOUT_MS,
+                           wait_for_config_ms=30000) as c:
+            keys = ["k%d" % i for i in range(100)]
+            c.multi_put([(k, k * 3) for k in keys])
+            c.tree().multi_put([(w, w) for w in ("apple", "zebra")])
+            c.ops().add_fetch("hits", 5, create=True)
+            leaving = self.servers[1].address
+            c.drain(leaving, wait_ms=60000)
+            c.refresh()
+            nodes = {n["address"]: n for n in c.info["nodes"]}
+            left = nodes.get(leaving, {"shards": 0, "ranges": 0})
+            self.assertEqual((left["shards"], left["ranges"]), (0, 0))
+            self.assertEqual({c.owner_of(k) for k in keys},
+                             {self.servers[0].address})
+            with self.assertRaises(remem.Error) as e:
+                c.drain(self.servers[0].address, wait_ms=0)  # the last one
+            self.assertEqual(e.exception.code, "Unsupported")
+            self.servers[1].kill()
+            self.assertEqual(c.multi_get(keys), [(k * 3).encode() for k in keys])
+            self.assertEqual(c.tree().scan(b"", b"")[0],
+                             [(b"apple", b"apple"), (b"zebra", b"zebra")])
+            self.assertEqual(c.ops().add_fetch("hits", 1)[0], 6)
 
 
 if __name__ == "__main__":
