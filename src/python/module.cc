@@ -1270,7 +1270,8 @@ PYBIND11_MODULE(remem, m) {
       .def(
           "ops",
           [](PyCluster& c) {
-            c.Call("ops", [](remem::Cluster&) { return 0; });  // open?
+            // Raises if the cluster is closed.
+            c.Call("ops", [](remem::Cluster&) { return 0; });
             return std::make_unique<PyClusterOps>(c.state());
           },
           "The cluster's server-side operations (a ClusterOps: OpsStore's "
