@@ -1270,8 +1270,9 @@ PYBIND11_MODULE(remem, m) {
       .def(
           "ops",
           [](PyCluster& c) {
-            // Raises if the cluster is closed.
-            c.Call("ops", [](remem::Cluster&) { return 0; });
+            if (c.closed()) {
+              Raise(remem::Status::Unavailable("ops: cluster closed"));
+            }
             return std::make_unique<PyClusterOps>(c.state());
           },
           "The cluster's server-side operations (a ClusterOps: OpsStore's "
