@@ -7,7 +7,8 @@
 // phantom value), every scan in strict key order, and every stable key
 // inserted before the scan began must be in it. Prints
 //   READER scans=N gets=N bad=N missed=N disorder=N retries=N fallbacks=N
-//          onesided=N
+//          onesided=N read_ahead=N
+// (read_ahead: the leaves its scans read ahead, over the network)
 // and "READY" once connected. With PAD, every key has PAD after its "s"
 // (a long PAD makes them long keys, stored out of line).
 //
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
   const auto& s = tree.read_stats();
   std::printf(
       "READER scans=%llu gets=%llu bad=%llu missed=%llu disorder=%llu "
-      "retries=%llu fallbacks=%llu onesided=%llu\n",
+      "retries=%llu fallbacks=%llu onesided=%llu read_ahead=%llu\n",
       static_cast<unsigned long long>(scans),
       static_cast<unsigned long long>(gets),
       static_cast<unsigned long long>(bad),
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(disorder),
       static_cast<unsigned long long>(s.retries),
       static_cast<unsigned long long>(s.fallbacks),
-      static_cast<unsigned long long>(s.onesided_scans + s.onesided_gets));
+      static_cast<unsigned long long>(s.onesided_scans + s.onesided_gets),
+      static_cast<unsigned long long>(s.leaves_read_ahead));
   return 0;
 }

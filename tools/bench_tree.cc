@@ -278,12 +278,13 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       rows.push_back(std::move(pipelined));
     }
     const auto& st = t.read_stats();
-    char note[320];
+    char note[400];
     std::snprintf(
         note, sizeof(note),
         "tree %-9s gets one-sided %llu / RPC %llu, scans one-sided %llu / "
         "RPC %llu, node reads %llu, cache hits %llu, retries %llu, "
-        "fallbacks %llu, moves right %llu",
+        "fallbacks %llu, moves right %llu, leaves read ahead %llu (unused "
+        "%llu)",
         pname.c_str(), static_cast<unsigned long long>(st.onesided_gets),
         static_cast<unsigned long long>(st.rpc_gets),
         static_cast<unsigned long long>(st.onesided_scans),
@@ -292,7 +293,9 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
         static_cast<unsigned long long>(st.cache_hits),
         static_cast<unsigned long long>(st.retries),
         static_cast<unsigned long long>(st.fallbacks),
-        static_cast<unsigned long long>(st.moves_right));
+        static_cast<unsigned long long>(st.moves_right),
+        static_cast<unsigned long long>(st.leaves_read_ahead),
+        static_cast<unsigned long long>(st.leaves_read_ahead_unused));
     notes.push_back(note);
   }
   {

@@ -214,6 +214,12 @@ class TreeStore {
                                // the serving mark) did not cover
     uint64_t cache_hits = 0;   // upper-level nodes taken from the cache
     uint64_t moves_right = 0;  // siblings followed (splits seen late)
+    // Over the network, a one-sided scan reads the leaves it will need
+    // together, and a one-sided multi-get its keys' leaves, 16 at a time
+    // (tree/search.h): the leaves so read (counted in reads too), and those
+    // of them the scan or batch ended without.
+    uint64_t leaves_read_ahead = 0;
+    uint64_t leaves_read_ahead_unused = 0;
   };
   const ReadStats& read_stats() const;
 

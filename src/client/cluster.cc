@@ -248,6 +248,8 @@ struct Cluster::Impl {
     to->unvouched += r.unvouched;
     to->cache_hits += r.cache_hits;
     to->moves_right += r.moves_right;
+    to->leaves_read_ahead += r.leaves_read_ahead;
+    to->leaves_read_ahead_unused += r.leaves_read_ahead_unused;
   }
   // Closes a server's store; its read counters stay in route_stats.
   void DropStore(Server& s) {

@@ -88,6 +88,8 @@ class RouteNode {
   uint8_t level() const { return level_; }
   size_t count() const { return count_; }
   uint32_t child(size_t i) const { return children()[i]; }
+  // The node's parsed copy (its whole keys).
+  const NodeView& view() const { return *view_; }
 
  private:
   RouteNode() = default;

@@ -50,6 +50,36 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
   return i == 0 ? v.count() : i - 1;
 }
 
+// Asks `src` to read ahead the leaf that is child i of `parent` (a verified
+// internal node of level 1) and those of `run` after it. Nothing when the
+// source does not read ahead or the run is that leaf alone.
+void ReadAheadRun(NodeSource* src, const NodeView& parent, size_t i,
+                  const LeafRun* run) {
+  if (run == nullptr || run->count < 2 || src->read_ahead() == 0) return;
+  const size_t n = std::min(run->count, src->read_ahead());
+  // A leaf read ahead already is not asked for again: its copy serves one
+  // fetch (a second would serve a restart the stale copy caused).
+  auto ask = [src](uint32_t leaf) {
+    if (!src->ReadAhead(leaf)) src->Prefetch(leaf);
+  };
+  ask(parent.child(i));
+  for (size_t k = 1; k < n; ++k) {
+    size_t j;
+    if (!run->descending) {
+      j = i + k;
+      // Child j holds keys from key(j) on.
+      if (j >= parent.count()) break;
+      if (!run->bound.empty() && parent.key(j) >= run->bound) break;
+    } else {
+      if (k > i) break;
+      j = i - k;
+      // Child j holds keys below key(j + 1).
+      if (parent.key(j + 1) <= run->bound) break;
+    }
+    ask(parent.child(j));
+  }
+}
+
 }  // namespace
 
 void NodeCache::Put(uint32_t index, const NodeView& view) {
@@ -93,6 +123,18 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   routes_[index] = slot->route.get();
 }
 
+uint32_t CachedLeaf(NodeCache* cache, const Target& t) {
+  const uint32_t root = cache->root();
+  const RouteNode* r = root == kNoNode ? nullptr : cache->Route(root);
+  for (int step = 0; r != nullptr && step < kMaxSteps; ++step) {
+    size_t i = 0;
+    if (r->Locate(t, &i) != RouteNode::Place::kIn || i >= r->count()) break;
+    if (r->level() == 1) return r->child(i);
+    r = cache->ChildRoute(r, i);
+  }
+  return kNoNode;
+}
+
 Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
   auto root = src->Root();
   if (!root.ok()) return root.status();
@@ -122,7 +164,7 @@ Status WarmCache(NodeSource* src, NodeCache* cache, uint8_t* scratch) {
 
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
                 uint8_t* scratch, NodeView* leaf, SearchStats* stats,
-                bool for_lookup) {
+                bool for_lookup, const LeafRun* run) {
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     if (restart > 0) ++stats->restarts;
     uint32_t cur = cache != nullptr ? cache->root() : kNoNode;
@@ -168,7 +210,11 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         parent = cur;
         expected_level = r->level() - 1;
         cur = r->child(i);
-        if (expected_level > 0) known = cache->ChildRoute(r, i);
+        if (expected_level > 0) {
+          known = cache->ChildRoute(r, i);
+        } else {
+          ReadAheadRun(src, r->view(), i, run);
+        }
         continue;
       }
       // A fresh copy, parsed into *leaf.
@@ -223,6 +269,8 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         break;
       }
       if (cache != nullptr) cache->Put(cur, v);
+      // Before the leaf's read overwrites `v` (in scratch).
+      if (v.level() == 1) ReadAheadRun(src, v, i, run);
       parent = cur;
       expected_level = v.level() - 1;
       cur = v.child(i);
@@ -284,6 +332,24 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
   NodeView leaf;
   size_t bytes = 0;
   int stale = 0;
+  // Over a source that reads ahead: the leaves the items still wanted will
+  // take (by the entries per leaf scans saw; a leaf of 1 KiB holds 16 small
+  // pairs), one more for the part of the first that lies before the cursor.
+  const bool reads_ahead = src->read_ahead() > 0;
+  LeafRun run;
+  run.descending = descending;
+  run.bound = descending ? start : end;
+  auto plan = [&]() -> const LeafRun* {
+    if (!reads_ahead) return nullptr;
+    const double per = cache != nullptr && cache->leaf_entries() >= 1
+                           ? cache->leaf_entries()
+                           : 16;
+    run.count = size_t(double(limit - *n) / per + 0.999) + 1;
+    return &run;
+  };
+  auto note = [&] {
+    if (reads_ahead && cache != nullptr) cache->NoteLeaf(leaf.count());
+  };
   // Adds entry i of `leaf` as item *n. OK: added (*full set when the page
   // is complete); Corruption: its value changed since the leaf was copied
   // (not added: read the leaf again); another error: give up.
@@ -313,14 +379,17 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
     for (;;) {
       if (find) {
         t.key = cursor;
-        REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+        REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats,
+                                       /*for_lookup=*/false, plan()));
         find = false;
       }
+      note();
       const size_t first = leaf.LowerBound(cursor);
       // The next leaf loads while this one's items are copied out, if the
       // scan will need it (the page is not filled here, and the range goes
       // on past this leaf).
-      if (leaf.has_high() && limit - *n > leaf.count() - first &&
+      if (!reads_ahead && leaf.has_high() &&
+          limit - *n > leaf.count() - first &&
           (end.empty() || leaf.high() < end)) {
         src->Prefetch(leaf.right());
       }
@@ -346,6 +415,13 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
       if (!end.empty() && leaf.high() >= end) return Status::OK();
       cursor.assign(leaf.high());
       const uint32_t next = leaf.right();
+      // Past the leaves read ahead, with more than this one still to read:
+      // the next run, from its parent.
+      if (reads_ahead && next != kNoNode && !src->ReadAhead(next) &&
+          plan()->count > 2) {
+        find = true;
+        continue;
+      }
       Status st = next == kNoNode ? Status::Corruption("no right sibling")
                                   : src->Fetch(next, scratch, &leaf);
       if (st.code() == StatusCode::kBusy) return st;
@@ -363,7 +439,9 @@ Status ScanInto(NodeSource* src, NodeCache* cache, std::string_view start,
     t.mode = Target::kBelow;
     t.key = cursor;
     t.unbounded = unbounded;
-    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats));
+    REMEM_RETURN_IF_ERROR(FindLeaf(src, cache, t, scratch, &leaf, stats,
+                                   /*for_lookup=*/false, plan()));
+    note();
     size_t i = unbounded ? leaf.count() : leaf.LowerBound(cursor);
     bool again = false;
     while (i > 0 && !again) {
@@ -407,7 +485,9 @@ Status ScanRange(NodeSource* src, NodeCache* cache, std::string_view start,
   } else if (!end.empty() && start > end) {
     st = Status::InvalidArgument("scan range is reversed (start > end)");
   } else {
+    src->DropReadAhead();  // another scan's copies are too old for this one
     st = ScanInto(src, cache, start, end, limit, descending, page, &n, stats);
+    src->DropReadAhead();
   }
   if (!st.ok()) {
     ClearPage(page);

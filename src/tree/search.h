@@ -25,6 +25,16 @@
 // scan returns every key present for the whole scan, in order, and nothing
 // that was never present.
 //
+// Over a source where each read is a round trip (the network), a scan reads
+// its leaves together: once the parent of its first leaf is known (cached),
+// the leaves it will need after that one, as its children name them, are
+// read ahead (NodeSource::Prefetch), and the walk along right pointers takes
+// their copies. The order of the copies does not matter: each is still one
+// state of its leaf during the scan (copies are read after the scan starts
+// and forgotten when it ends), and the fences must still follow one another.
+// When the walk reaches a leaf that was not read ahead and more are needed,
+// it finds that leaf from the (cached) parent again, with the next run.
+//
 // Thread contract: as the NodeSource and NodeCache given (one thread).
 
 #ifndef REMEM_TREE_SEARCH_H_
@@ -67,10 +77,26 @@ class NodeSource {
   // again).
   virtual Status ReadExtent(std::string_view key, uint64_t version,
                             const ValueRef& ref, std::string* value) = 0;
-  // A hint that node `index` will be fetched soon (a scan's next leaf): a
-  // source over mapped memory may start loading it into the cache. Reads
-  // nothing that is trusted; by default, nothing.
+  // A hint that node `index` will be fetched soon (a scan's next leaves): a
+  // source over mapped memory may start loading it into the CPU's cache; a
+  // source that reads ahead (read_ahead() > 0) starts reading a copy (one
+  // for a node asked for again), which the next Fetches of that node take,
+  // one per Prefetch of it, verified as any copy, until DropReadAhead.
+  // Trusts nothing it reads; by default, does nothing.
   virtual void Prefetch(uint32_t /*index*/) {}
+  // How many nodes this source reads ahead at most (copies Prefetch started
+  // and no Fetch took yet): 0 where a read is a copy out of mapped memory,
+  // more where each read is a round trip and several may be in flight (over
+  // the network), so that a scan's leaves are read together.
+  virtual size_t read_ahead() const { return 0; }
+  // True if a copy of node `index` was read ahead and no Fetch took it yet.
+  virtual bool ReadAhead(uint32_t /*index*/) const { return false; }
+  // Forgets the copies read ahead (those still in flight land in storage
+  // the source keeps for them). ScanRange calls it when a scan starts and
+  // ends: a copy serves only the scan that asked for it, since it shows its
+  // node as it was when it was read, which for a later scan is before it
+  // began.
+  virtual void DropReadAhead() {}
 };
 
 // A page ends before its limit once its keys and values reach this many
@@ -124,6 +150,15 @@ class NodeCache {
     root_ = kNoNode;
     ++generation_;
   }
+  // What scans have seen of leaves: the entries per leaf, on average (0
+  // before any), from which a scan over a source that reads ahead estimates
+  // how many leaves its items will take.
+  double leaf_entries() const { return leaf_entries_; }
+  void NoteLeaf(size_t entries) {
+    leaf_entries_ = leaf_entries_ == 0
+                        ? double(entries)
+                        : 0.9 * leaf_entries_ + 0.1 * double(entries);
+  }
   static constexpr size_t kMaxCachedKeyBytes = size_t{64} << 20;
   uint32_t root() const { return root_; }
   void set_root(uint32_t r) { root_ = r; }
@@ -142,6 +177,7 @@ class NodeCache {
   size_t size_ = 0;       // cached nodes
   size_t key_bytes_ = 0;  // their long keys' bytes
   uint32_t root_ = kNoNode;
+  double leaf_entries_ = 0;
   // Bumped whenever a route is freed (RouteNode::kid): starts at 1, as a
   // route's kids start unknown at 0.
   uint64_t generation_ = 1;
@@ -159,13 +195,31 @@ struct SearchStats {
   uint64_t max_stamp = 0;
 };
 
+// The leaves a scan expects to read from the one a search finds on: when
+// the source reads ahead, FindLeaf asks it (Prefetch) for that leaf and the
+// ones after it in their parent, `count` in all, rightwards (ascending) or
+// leftwards, none wholly past `bound` (ascending: its keys at or after it;
+// descending: below it; empty: unbounded).
+struct LeafRun {
+  size_t count = 0;
+  bool descending = false;
+  std::string_view bound;
+};
+
 // Finds the leaf for `t`: on OK, *leaf is a parsed view (its bytes in
 // `scratch` or the source's memory). `cache` may be null. `for_lookup`:
 // nodes come from FetchForLookup (the leaf's entries' long keys may be
-// unresolved).
+// unresolved). `run` (may be null): the leaves to read ahead with the one
+// found, once its parent is known.
 Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
                 uint8_t* scratch, NodeView* leaf, SearchStats* stats,
-                bool for_lookup = false);
+                bool for_lookup = false, const LeafRun* run = nullptr);
+
+// The leaf the cache's copies route `t` to, read from nothing (kNoNode if
+// a node on the way is not cached or does not hold the target): a hint for
+// reading leaves ahead (a batch of lookups), which their searches then
+// check as any copy.
+uint32_t CachedLeaf(NodeCache* cache, const Target& t);
 
 // Fills `cache` with the tree's internal nodes, level by level from the
 // root, until it holds them all or is full: a client that searches

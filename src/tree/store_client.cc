@@ -5,6 +5,7 @@
 // the service (tree/service.h).
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -34,6 +35,19 @@ constexpr int kMaxAttempts = 16;
 // The server's tree as one-sided reads see it: every copy verified,
 // retried with backoff when torn.
 class RemoteSource : public tree::NodeSource {
+  // A node read ahead (Prefetch), and its read's outcome.
+  static constexpr size_t kReadAheadNodes = 16;
+  struct AheadCopy {
+    uint8_t bytes[tree::kNodeBytes];
+    bool done = false;
+    Status status;
+  };
+  struct Ahead {
+    uint32_t index;
+    int takers;  // Fetches it serves yet: one per Prefetch of it
+    std::shared_ptr<AheadCopy> copy;
+  };
+
  public:
   RemoteSource(client::SessionCore* core, uint32_t region,
                TreeStore::ReadStats* stats)
@@ -69,16 +83,50 @@ class RemoteSource : public tree::NodeSource {
     return FetchNode(index, scratch, view, /*lazy_leaf=*/false);
   }
   // Mapped: the node's cache lines, so that its copy (Fetch) does not wait
-  // for memory line by line. Over a round trip nothing (the read is the
-  // wait).
+  // for memory line by line. Over the network: a read of the node started
+  // now, for the next Fetch of it (a scan's leaves in one round trip rather
+  // than one each).
   void Prefetch(uint32_t index) override {
-    if (index == tree::kNoNode || !mapped()) return;
+    if (index == tree::kNoNode) return;
     const uint64_t offset = tree::NodeOffset(index);
     if (offset + tree::kNodeBytes > region_->length()) return;
-    const uint8_t* node = region_->mapped() + offset;
-    for (size_t i = 0; i < tree::kNodeBytes; i += 64) {
-      __builtin_prefetch(node + i);
+    if (mapped()) {
+      const uint8_t* node = region_->mapped() + offset;
+      for (size_t i = 0; i < tree::kNodeBytes; i += 64) {
+        __builtin_prefetch(node + i);
+      }
+      return;
     }
+    for (Ahead& a : ahead_) {
+      if (a.index == index) {
+        ++a.takers;  // one read serves each Fetch that asked for it
+        return;
+      }
+    }
+    if (ahead_.size() >= kReadAheadNodes) return;
+    std::shared_ptr<AheadCopy> copy = SpareCopy();
+    ahead_.push_back({index, 1, copy});
+    ++stats_->reads;
+    ++stats_->leaves_read_ahead;
+    // The copy is the callback's too: a read still in flight when the scan
+    // ends (or gives up) lands in it, not in storage reused since.
+    core_->Read(region_id_, offset, copy->bytes, tree::kNodeBytes,
+                [copy](Status st) {
+                  copy->status = std::move(st);
+                  copy->done = true;
+                });
+  }
+  size_t read_ahead() const override { return mapped() ? 0 : kReadAheadNodes; }
+  bool ReadAhead(uint32_t index) const override {
+    for (const Ahead& a : ahead_) {
+      if (a.index == index) return true;
+    }
+    return false;
+  }
+  void DropReadAhead() override {
+    stats_->leaves_read_ahead_unused += ahead_.size();
+    for (Ahead& a : ahead_) Keep(std::move(a.copy));
+    ahead_.clear();
   }
   // Mapped, a leaf's entries' long keys are resolved as the lookup
   // compares them, each a copy (a lookup in a leaf of 13 long keys reads
@@ -91,6 +139,13 @@ class RemoteSource : public tree::NodeSource {
   Status FetchNode(uint32_t index, uint8_t* scratch, tree::NodeView* view,
                    bool lazy_leaf) {
     if (index == tree::kNoNode) return Status::Corruption("no node");
+    if (!ahead_.empty()) {
+      // A copy read ahead, if it verifies; else (torn, or a long key freed
+      // since) a fresh one below.
+      bool taken = false;
+      Status st = TakeReadAhead(index, scratch, view, lazy_leaf, &taken);
+      if (taken && st.code() != StatusCode::kCorruption) return st;
+    }
     const uint64_t offset = tree::NodeOffset(index);
     for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
       REMEM_RETURN_IF_ERROR(CopyNode(offset, scratch));
@@ -108,6 +163,60 @@ class RemoteSource : public tree::NodeSource {
       Backoff(attempt);
     }
     return Status::Busy("a tree node did not verify");
+  }
+  // Node `index`'s copy read ahead, if there is one (*taken), waited for,
+  // into scratch and parsed: OK, Corruption if it does not verify, or the
+  // read's error.
+  Status TakeReadAhead(uint32_t index, uint8_t* scratch, tree::NodeView* view,
+                       bool lazy_leaf, bool* taken) {
+    auto it =
+        std::find_if(ahead_.begin(), ahead_.end(),
+                     [index](const Ahead& a) { return a.index == index; });
+    if (it == ahead_.end()) return Status::OK();
+    *taken = true;
+    std::shared_ptr<AheadCopy> copy;
+    if (--it->takers > 0) {
+      copy = it->copy;
+    } else {
+      copy = std::move(it->copy);
+      ahead_.erase(it);
+    }
+    Status st;
+    if (!copy->done) {
+      st = core_->ProgressUntil([&copy] { return copy->done; },
+                                core_->Deadline());
+    }
+    if (st.ok()) st = copy->status;
+    if (st.ok()) {
+      std::memcpy(scratch, copy->bytes, tree::kNodeBytes);
+      if (!view->Parse(scratch, index).ok()) {
+        st = Status::Corruption("a tree node read ahead did not verify");
+      } else if (view->long_keys() > 0) {
+        st = lazy_leaf && view->leaf() ? view->ResolveFences(&read_key_)
+                                       : ResolveKeys(view);
+      }
+      if (st.code() == StatusCode::kCorruption) ++stats_->retries;
+    }
+    if (copy->done && copy.use_count() == 1) Keep(std::move(copy));
+    return st;
+  }
+  // A copy's storage, for the next read ahead: one whose read completed and
+  // that nothing else holds.
+  void Keep(std::shared_ptr<AheadCopy> copy) {
+    if (spare_.size() < 2 * kReadAheadNodes) spare_.push_back(std::move(copy));
+  }
+  std::shared_ptr<AheadCopy> SpareCopy() {
+    for (auto& c : spare_) {
+      if (c.use_count() == 1 && c->done) {
+        std::shared_ptr<AheadCopy> copy = std::move(c);
+        c = std::move(spare_.back());
+        spare_.pop_back();
+        copy->done = false;
+        copy->status = Status::OK();
+        return copy;
+      }
+    }
+    return std::make_shared<AheadCopy>();
   }
   // A node's bytes into scratch. Mapped, its header's line first, then
   // only the bytes in use, which are all its checksum covers (a torn
@@ -251,6 +360,10 @@ class RemoteSource : public tree::NodeSource {
   };
   std::vector<uint8_t> extent_;  // the last extent copy, kept for capacity
   bool extent_in_use_ = false;
+  // Reads ahead (Prefetch) over the network: the copies no Fetch took yet,
+  // and storage for more.
+  std::vector<Ahead> ahead_;
+  std::vector<std::shared_ptr<AheadCopy>> spare_;
 };
 
 }  // namespace
@@ -678,7 +791,21 @@ struct TreeStore::Impl {
     client::PathSelector& sel = *get_selector;
     const bool rpc_only = sel.mode() == ReadPath::kAuto && core->served();
     const bool onesided = !rpc_only && sel.Choose() == client::Path::kOneSided;
+    // Over the network, the leaves of the next keys (as the cache routes
+    // them) are read together, and each lookup takes its leaf's copy: a
+    // round trip per window of keys rather than one per key. The copies
+    // serve only this batch, all of whose gets are in flight while they
+    // are read.
+    const size_t window = onesided ? source->read_ahead() : 0;
     for (size_t i = 0; i < keys.size(); ++i) {
+      if (window > 0 && i % window == 0) {
+        source->DropReadAhead();
+        for (size_t j = i; j < std::min(keys.size(), i + window); ++j) {
+          tree::Target t;
+          t.key = keys[j];
+          source->Prefetch(tree::CachedLeaf(&cache, t));
+        }
+      }
       if (Status st = CheckKey(keys[i]); !st.ok()) {
         s->results[i] = st;
         continue;
@@ -698,6 +825,7 @@ struct TreeStore::Impl {
       s->keys.push_back(keys[i]);
       s->slots.push_back(i);
     }
+    if (window > 0) source->DropReadAhead();
     stats.rpc_gets += s->keys.size();
     if (s->keys.empty()) return done(std::move(s->results));
     if (copy) {

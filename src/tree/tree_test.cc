@@ -76,8 +76,45 @@ class CopySource : public NodeSource {
                         NodeView* view) override {
     return FetchNode(index, scratch, view, true);
   }
+  // Reading ahead as a source over the network does (NodeSource::Prefetch)
+  // when `n` > 0: the node's copy is taken when the scan asks for it and
+  // taken by the next Fetch of it, however much later (the stalest a copy
+  // read ahead can be: the read may complete at once).
+  void set_read_ahead(size_t n) { read_ahead_ = n; }
+  size_t read_ahead() const override { return read_ahead_; }
+  bool ReadAhead(uint32_t index) const override {
+    return ahead_.count(index) > 0;
+  }
+  void Prefetch(uint32_t index) override {
+    if (read_ahead_ == 0 || index == kNoNode) return;
+    if (auto it = ahead_.find(index); it != ahead_.end()) {
+      ++it->second.takers;
+      return;
+    }
+    if (ahead_.size() >= read_ahead_) return;
+    Ahead& a = ahead_[index];
+    a.copy.resize(kNodeBytes);
+    Copy(a.copy.data(), base_ + NodeOffset(index), kNodeBytes);
+    ++read_ahead_copies;
+  }
+  void DropReadAhead() override {
+    read_ahead_unused += ahead_.size();
+    ahead_.clear();
+  }
   Status FetchNode(uint32_t index, uint8_t* scratch, NodeView* view,
                    bool lazy) {
+    if (auto it = ahead_.find(index); it != ahead_.end()) {
+      std::memcpy(scratch, it->second.copy.data(), kNodeBytes);
+      if (--it->second.takers == 0) ahead_.erase(it);
+      if (view->Parse(scratch, index).ok() &&
+          (view->long_keys() == 0 || view->ResolveKeys(read_key_).ok())) {
+        ++read_ahead_used;
+        return Status::OK();
+      }
+      ++torn;  // torn, or a long key freed since: copied again below
+    } else {
+      ++fresh_fetches;
+    }
     for (int i = 0; i < 1000; ++i) {
       // As the client on shared memory: the header's line, then the bytes
       // in use its copy of the header names (rounded up to words), over
@@ -113,6 +150,8 @@ class CopySource : public NodeSource {
     return st;
   }
   uint64_t torn = 0;
+  uint64_t read_ahead_copies = 0, read_ahead_used = 0, read_ahead_unused = 0;
+  uint64_t fresh_fetches = 0;  // node copies not read ahead
   uint64_t stale_extents = 0;
   uint64_t stale_keys = 0;
   uint64_t key_reads = 0;
@@ -139,6 +178,12 @@ class CopySource : public NodeSource {
   }
   const uint8_t* base_;
   uint64_t copies_ = 0;
+  size_t read_ahead_ = 0;
+  struct Ahead {
+    std::vector<uint8_t> copy;
+    int takers = 1;  // Fetches it serves yet: one per Prefetch of it
+  };
+  std::map<uint32_t, Ahead> ahead_;  // read ahead, by node
 };
 
 NodeContent SampleLeaf(uint32_t self, int n, char fill) {
@@ -552,6 +597,133 @@ TEST_F(TreeTest, APageReusedForScansOfAnyLengthKeepsItsItemsStorage) {
   EXPECT_TRUE(page.items.empty());
   EXPECT_FALSE(page.more);
   EXPECT_EQ(page.spare.size(), 100u);
+}
+
+// Over a source that reads ahead, a scan from a warmed cache reads the
+// leaves it takes in runs planned from their parents, across parents and
+// in either direction: a leaf is fetched on its own only as the last one an
+// ascending page expects to need (one round trip either way, and no leaf
+// read for nothing). A bounded scan reads nothing past its end, and the
+// pages agree with the model.
+TEST_F(TreeTest, ScansReadTheirLeavesAheadFromTheirParents) {
+  for (int i = 0; i < 6000; ++i) {
+    const std::string k = Key(uint64_t(i) * 7919 % 6000);
+    ASSERT_TRUE(tree_->Put(k, "v" + k).ok());
+    model_[k] = "v" + k;
+  }
+  ASSERT_GE(tree_->height(), 3) << "the test needs scans across parents";
+  CopySource copies(mem_.base);
+  copies.set_read_ahead(16);
+  std::vector<uint8_t> scratch(kNodeBytes);
+  NodeCache cache;
+  ASSERT_TRUE(WarmCache(&copies, &cache, scratch.data()).ok());
+  const uint64_t warm_fetches = copies.fresh_fetches;
+  // The whole tree in pages of 100 (60 pages), up and down.
+  auto up = PageThrough(&copies, &cache, "", "", 100, /*desc=*/false);
+  EXPECT_EQ(up, ModelRange("", "", false));
+  EXPECT_LE(copies.fresh_fetches, warm_fetches + 60);
+  const uint64_t after_up = copies.fresh_fetches;
+  auto down = PageThrough(&copies, &cache, "", "", 100, /*desc=*/true);
+  EXPECT_EQ(down, ModelRange("", "", true));
+  EXPECT_EQ(copies.fresh_fetches, after_up);
+  EXPECT_GT(copies.read_ahead_used, 2u * 6000 / 16);
+  // A bounded range with a limit it does not reach: its leaves exactly.
+  const uint64_t unused = copies.read_ahead_unused;
+  for (bool desc : {false, true}) {
+    auto got = PageThrough(&copies, &cache, Key(1000), Key(1400), 5000, desc);
+    EXPECT_EQ(got, ModelRange(Key(1000), Key(1400), desc)) << desc;
+    EXPECT_EQ(copies.read_ahead_unused, unused) << desc;
+  }
+  // Short scans read ahead about as many leaves as they take: the entries
+  // per leaf are learnt.
+  const uint64_t used_before = copies.read_ahead_used;
+  const uint64_t unused_before = copies.read_ahead_unused;
+  const uint64_t fresh_before = copies.fresh_fetches;
+  for (int i = 0; i < 200; ++i) {
+    ScanPage page;
+    SearchStats stats;
+    ASSERT_TRUE(ScanRange(&copies, &cache, Key(uint64_t(i) * 29), "", 40,
+                          i % 2 == 1, &page, &stats)
+                    .ok());
+    ASSERT_EQ(page.items.size(), 40u);
+  }
+  const uint64_t used = copies.read_ahead_used - used_before;
+  const uint64_t wasted = copies.read_ahead_unused - unused_before;
+  EXPECT_GE(used, 200u * 2);
+  EXPECT_LT(wasted, used / 2) << used;
+  EXPECT_LE(copies.fresh_fetches - fresh_before, 100u);  // ascending ones
+  // A page's copies serve only that page: keys written after a page whose
+  // leaves were read ahead past its end are in the next page.
+  ScanPage page;
+  SearchStats stats;
+  const uint64_t unused_now = copies.read_ahead_unused;
+  ASSERT_TRUE(
+      ScanRange(&copies, &cache, Key(3000), "", 30, false, &page, &stats).ok());
+  ASSERT_TRUE(page.more);
+  ASSERT_GT(copies.read_ahead_unused, unused_now) << "no leaf read for later";
+  for (int i = 3030; i < 3300; ++i) {
+    const std::string k = Key(uint64_t(i)) + "+";
+    ASSERT_TRUE(tree_->Put(k, "v" + k).ok());
+    model_[k] = "v" + k;
+  }
+  auto rest = PageThrough(&copies, &cache, page.resume, Key(3300), 1000, false);
+  EXPECT_EQ(rest, ModelRange(page.resume, Key(3300), false));
+}
+
+// A batch of lookups over a source that reads ahead (as a one-sided
+// MultiGet over the network): the leaf a warmed cache routes each key to,
+// read from nothing (CachedLeaf), is the leaf its lookup takes; once
+// splits made the cache stale, a wrong hint costs a read, never a wrong
+// answer.
+TEST_F(TreeTest, CachedRoutesNameTheLeavesLookupsRead) {
+  for (int i = 0; i < 4000; ++i) {
+    const std::string k = Key(uint64_t(i) * 7);
+    ASSERT_TRUE(tree_->Put(k, "v" + k).ok());
+    model_[k] = "v" + k;
+  }
+  CopySource copies(mem_.base);
+  copies.set_read_ahead(16);
+  std::vector<uint8_t> scratch(kNodeBytes);
+  NodeCache cache;
+  ASSERT_TRUE(WarmCache(&copies, &cache, scratch.data()).ok());
+  const uint64_t warm_fetches = copies.fresh_fetches;
+  auto lookups = [&](int round) {
+    for (int w = 0; w < 200; w += 16) {
+      const int last = std::min(200, w + 16);
+      copies.DropReadAhead();
+      for (int i = w; i < last; ++i) {
+        copies.Prefetch(
+            CachedLeaf(&cache, {Target::kAt, Key(uint64_t(i) * 7 * 19)}));
+      }
+      for (int i = w; i < last; ++i) {
+        const std::string k = Key(uint64_t(i) * 7 * 19);
+        std::string v;
+        uint64_t version = 0;
+        SearchStats stats;
+        Status st = Lookup(&copies, &cache, k, &v, &version, &stats);
+        if (model_.count(k) > 0) {
+          ASSERT_TRUE(st.ok()) << k << " " << st.ToString();
+          EXPECT_EQ(v, model_[k]) << round;
+        } else {
+          EXPECT_EQ(st.code(), StatusCode::kNotFound) << k;
+        }
+      }
+    }
+    copies.DropReadAhead();
+  };
+  lookups(0);
+  EXPECT_EQ(copies.fresh_fetches, warm_fetches);
+  EXPECT_EQ(copies.read_ahead_used, 200u);  // keys sharing a leaf too
+  EXPECT_LT(copies.read_ahead_copies, 200u);
+  NodeCache cold;
+  EXPECT_EQ(CachedLeaf(&cold, {Target::kAt, Key(7)}), kNoNode);
+  // Splits behind the cache's back: every answer still the model's.
+  for (int i = 0; i < 4000; ++i) {
+    const std::string k = Key(uint64_t(i) * 7 + 3);
+    ASSERT_TRUE(tree_->Put(k, "w" + k).ok());
+    model_[k] = "w" + k;
+  }
+  lookups(1);
 }
 
 // A warmed cache holds every internal node (or as many as fit, top levels
@@ -1471,7 +1643,8 @@ Status ScanWholeTree(NodeSource* src, NodeCache* cache, uint32_t limit,
 // `stable` are inserted first and never deleted: every scan must return
 // all of those in its range, in order; every value read must be one that
 // was written for its key.
-void RaceReadersAgainstInserts(const std::string& prefix) {
+void RaceReadersAgainstInserts(const std::string& prefix,
+                               size_t read_ahead = 0) {
   // Keys with the given prefix (a long one makes every key, fence and
   // separator a long key, in key extents).
   auto K = [&prefix](uint64_t i) { return prefix + Key(i); };
@@ -1521,6 +1694,7 @@ void RaceReadersAgainstInserts(const std::string& prefix) {
     done = true;
   });
   CopySource copies(mem.base);
+  copies.set_read_ahead(read_ahead);
   NodeCache cache;
   uint64_t scans = 0, gets = 0, bad = 0, missed = 0, disorder = 0;
   uint64_t gave_up = 0;
@@ -1573,16 +1747,22 @@ void RaceReadersAgainstInserts(const std::string& prefix) {
   EXPECT_GE(tree.height(), 3);
   EXPECT_GT(scans_during_writes, 10u);
   EXPECT_GT(copies.torn, 0u) << "the race should meet torn nodes";
+  if (read_ahead > 0) {
+    EXPECT_GT(copies.read_ahead_used, 0u);
+  }
   std::printf(
       "scans=%llu gets=%llu gave up=%llu torn copies refused=%llu stale "
-      "extents refused=%llu stale keys refused=%llu cache hits=%llu\n",
+      "extents refused=%llu stale keys refused=%llu cache hits=%llu leaves "
+      "read ahead=%llu (taken %llu)\n",
       static_cast<unsigned long long>(scans),
       static_cast<unsigned long long>(gets),
       static_cast<unsigned long long>(gave_up),
       static_cast<unsigned long long>(copies.torn),
       static_cast<unsigned long long>(copies.stale_extents),
       static_cast<unsigned long long>(copies.stale_keys),
-      static_cast<unsigned long long>(cache.hits));
+      static_cast<unsigned long long>(cache.hits),
+      static_cast<unsigned long long>(copies.read_ahead_copies),
+      static_cast<unsigned long long>(copies.read_ahead_used));
 }
 
 TEST(TreeRace, ReadersNeverSeeTornNodesAndScansMissNothing) {
@@ -1593,12 +1773,20 @@ TEST(TreeRace, ReadersNeverSeeTornNodesWithLongKeys) {
   RaceReadersAgainstInserts(std::string(100, 'p'));
 }
 
+// The same race with the reader's scans reading their leaves ahead, as
+// over the network: copies taken when the scan plans its leaves, used
+// whenever the walk reaches them (splits meanwhile), must miss nothing.
+TEST(TreeRace, ScansReadingLeavesAheadMissNothing) {
+  RaceReadersAgainstInserts("", /*read_ahead=*/16);
+}
+
 // A writer fills ranges and deletes them again but for one key in 16,
 // so leaves and internal nodes merge and splits reuse their indices, while
 // a reader with a cache of upper levels (stale as nodes die and come back
 // elsewhere) gets and scans. Kept keys, once inserted, must be in every
 // scan that starts after them, and found by every get; nothing torn.
-void RaceReadersAgainstMerges(const std::string& prefix) {
+void RaceReadersAgainstMerges(const std::string& prefix,
+                              size_t read_ahead = 0) {
   // Keys with the given prefix (a long one makes every key, fence and
   // separator a long key, in key extents).
   auto K = [&prefix](uint64_t i) { return prefix + Key(i); };
@@ -1638,6 +1826,7 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
     done = true;
   });
   CopySource copies(mem.base);
+  copies.set_read_ahead(read_ahead);
   NodeCache cache;
   uint64_t scans = 0, gets = 0, bad = 0, missed = 0, disorder = 0;
   uint64_t gave_up = 0;
@@ -1685,14 +1874,19 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
   EXPECT_EQ(disorder, 0u);
   EXPECT_GT(tree.merges(), 100u);
   EXPECT_GT(scans, 10u);
+  if (read_ahead > 0) {
+    EXPECT_GT(copies.read_ahead_used, 0u);
+  }
   std::printf(
       "scans=%llu gets=%llu gave up=%llu merges=%llu torn copies "
-      "refused=%llu\n",
+      "refused=%llu leaves read ahead=%llu (taken %llu)\n",
       static_cast<unsigned long long>(scans),
       static_cast<unsigned long long>(gets),
       static_cast<unsigned long long>(gave_up),
       static_cast<unsigned long long>(tree.merges()),
-      static_cast<unsigned long long>(copies.torn));
+      static_cast<unsigned long long>(copies.torn),
+      static_cast<unsigned long long>(copies.read_ahead_copies),
+      static_cast<unsigned long long>(copies.read_ahead_used));
 }
 
 TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
@@ -1701,6 +1895,13 @@ TEST(TreeRace, ReadersMeetMergedAndReusedNodes) {
 
 TEST(TreeRace, ReadersMeetMergedAndReusedNodesWithLongKeys) {
   RaceReadersAgainstMerges(std::string(100, 'p'));
+}
+
+// Scans reading their leaves ahead while leaves merge away and their
+// indices come back as other nodes: a copy read ahead of a node reused
+// since it was planned must be caught by its fences.
+TEST(TreeRace, ScansReadingLeavesAheadMeetMergedAndReusedNodes) {
+  RaceReadersAgainstMerges(std::string(40, 'p'), /*read_ahead=*/16);
 }
 
 // A writer grows the tree to three levels and deletes it back to one
