@@ -251,6 +251,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto mem = DecodeMemRequest(in.substr(0, sizeof(MemRequest)),
                                 size - sizeof(MemRequest));
     if (mem.ok() && mem->length > kMaxMemTransfer) std::abort();
+    if (mem.ok() && mem->op == uint8_t(MemOp::kReadMany)) {
+      // The server's next step: the spans, which must add up to the
+      // header's length, each within one request, and survive re-encoding.
+      std::vector<MemSpan> spans;
+      const std::string_view rest = in.substr(sizeof(MemRequest));
+      if (DecodeMemSpans(rest, mem->length, &spans).ok()) {
+        uint64_t total = 0;
+        for (const MemSpan& s : spans) {
+          if (s.length > kMaxMemTransfer || s.reserved != 0) std::abort();
+          total += s.length;
+        }
+        if (total != mem->length || spans.empty() ||
+            spans.size() > kMaxMemSpans || EncodeMemSpans(spans) != rest) {
+          std::abort();
+        }
+      }
+    }
+  }
+  {
+    // Spans alone, against the length their first 8 bytes name.
+    uint64_t length = 0;
+    if (size >= 8) std::memcpy(&length, data, 8);
+    std::vector<MemSpan> spans;
+    if (DecodeMemSpans(in.substr(std::min<size_t>(size, 8)), length, &spans)
+            .ok() &&
+        spans.empty()) {
+      std::abort();
+    }
   }
   (void)DecodeMemRequest(in, 0);
   (void)DecodeMemReply(in);

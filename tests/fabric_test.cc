@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -865,6 +866,102 @@ TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
   EXPECT_TRUE(client_->Ping().ok());
   uint64_t v = 0;
   EXPECT_TRUE(client_->Read({region_.id, 0}, &v, 8).ok());
+}
+
+// Several reads with one completion (Endpoint::GetMany): each lands where
+// it was asked to; over tcp they are one served request (kReadMany), whose
+// spans the server checks all before copying any (one out of bounds fails
+// the request, and the connection and server go on); over shared memory
+// the client copies them itself.
+TEST_F(FabricTest, ManyReadsTravelAsOneServedRequest) {
+  auto session = RawOrDie(server_.address);
+  ASSERT_NE(session, nullptr);
+  RawSession& raw = *session;
+  const bool tcp = TestTransport() == Transport::kTcp;
+  if (tcp) {
+    ASSERT_TRUE(raw.ep().set_served(true).ok());
+  }
+  ASSERT_TRUE(raw.UnpackRegions(/*stretch=*/4096).ok());
+  const fabric::RemoteRegion* raw_ptr = nullptr;
+  const fabric::RemoteRegion* hash_ptr = nullptr;
+  for (size_t i = 0; i < raw.regions().regions.size(); ++i) {
+    const auto& r = raw.regions().regions[i];
+    if (r.region_id == region_.id) raw_ptr = &raw.region(i);
+    if (r.service == hash::kHashService) hash_ptr = &raw.region(i);
+  }
+  ASSERT_NE(raw_ptr, nullptr);
+  ASSERT_NE(hash_ptr, nullptr);
+  const auto timeout = std::chrono::seconds(10);
+  std::vector<uint8_t> pattern(64 << 10);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = uint8_t(i * 13 + 5);
+  ASSERT_TRUE(raw.ep()
+                  .PutSync(pattern.data(), pattern.size(), *raw_ptr, 0, timeout)
+                  .ok());
+  auto get_many = [&](const std::vector<fabric::Endpoint::GetSpan>& spans) {
+    bool done = false;
+    Status result;
+    raw.ep().GetMany(spans, [&](Status st) {
+      result = std::move(st);
+      done = true;
+    });
+    Status wait = raw.worker().ProgressUntil([&] { return done; },
+                                             Clock::now() + timeout);
+    return wait.ok() ? result : wait;
+  };
+  auto served = [&] {
+    auto st = client_->Stats();
+    return st.ok() ? st->Get("mem_requests_served") : 0;
+  };
+  // 40 reads of 1 KiB and one of 7 bytes at odd offsets, and a read of the
+  // hash store's (read-only) region.
+  std::vector<std::vector<uint8_t>> bufs(41);
+  std::vector<fabric::Endpoint::GetSpan> spans;
+  for (size_t i = 0; i < 40; ++i) {
+    bufs[i].assign(1024, 0);
+    spans.push_back({bufs[i].data(), 1024, raw_ptr, (i * 1531) % 60000});
+  }
+  bufs[40].assign(7, 0);
+  spans.push_back({bufs[40].data(), 7, raw_ptr, 12345});
+  std::vector<uint8_t> bucket(512);
+  spans.push_back({bucket.data(), bucket.size(), hash_ptr, 0});
+  const uint64_t before = served();
+  ASSERT_TRUE(get_many(spans).ok());
+  // The stats call is a request too, not a memory request.
+  EXPECT_EQ(served() - before, tcp ? 1u : 0u);
+  for (size_t i = 0; i < 41; ++i) {
+    const size_t at = spans[i].offset;
+    EXPECT_TRUE(
+        std::equal(bufs[i].begin(), bufs[i].end(), pattern.begin() + long(at)))
+        << i;
+  }
+  if (!tcp) return;  // the rest is the server's checking
+  // One span out of bounds: the request fails as a whole, nothing else.
+  std::vector<uint8_t> junk(64);
+  std::vector<fabric::Endpoint::GetSpan> bad = {
+      {junk.data(), 8, raw_ptr, 0},
+      {junk.data() + 8, 16, raw_ptr, region_.length - 8}};
+  Status st = get_many(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("outside region"), std::string::npos)
+      << st.ToString();
+  // More spans than one request holds, and more bytes: several requests,
+  // one completion.
+  std::vector<uint8_t> wide(proto::kMaxMemSpans + 10);
+  std::vector<fabric::Endpoint::GetSpan> many;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    many.push_back({&wide[i], 1, raw_ptr, i % pattern.size()});
+  }
+  const uint64_t before_many = served();
+  ASSERT_TRUE(get_many(many).ok());
+  EXPECT_EQ(served() - before_many, 2u);
+  for (size_t i = 0; i < wide.size(); ++i) {
+    ASSERT_EQ(wide[i], pattern[i % pattern.size()]) << i;
+  }
+  // The connection and the server are fine.
+  uint8_t one = 0;
+  EXPECT_TRUE(raw.ep().GetSync(&one, 1, *raw_ptr, 3, timeout).ok());
+  EXPECT_EQ(one, pattern[3]);
+  EXPECT_TRUE(client_->Ping().ok());
 }
 
 // The crash of docs/ARCHITECTURE.md item 10: clients that die or

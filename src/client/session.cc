@@ -542,6 +542,22 @@ void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,
   ep_->Get(dst, len, *r, offset, std::move(done));
 }
 
+void SessionCore::ReadMany(uint32_t region_id,
+                           std::vector<fabric::Endpoint::GetSpan> spans,
+                           fabric::Completion done) {
+  const fabric::RemoteRegion* r = region(region_id);
+  if (r == nullptr) {
+    return worker()->Complete(std::move(done),
+                              Status::ProtocolError("unknown region"));
+  }
+  for (fabric::Endpoint::GetSpan& g : spans) {
+    Status st = r->Check(g.offset, g.len);
+    if (!st.ok()) return worker()->Complete(std::move(done), st);
+    g.region = r;
+  }
+  ep_->GetMany(spans, std::move(done));
+}
+
 int SessionCore::AddFlushHook(std::function<void()> hook) {
   flush_hooks_.emplace(next_hook_, std::move(hook));
   return next_hook_++;

@@ -111,6 +111,11 @@ class SessionCore {
   // An asynchronous read; `done` runs from Poll (or at once, deferred).
   void Read(uint32_t region, uint64_t offset, void* dst, size_t len,
             fabric::Completion done);
+  // Several asynchronous reads of one region with one completion (the first
+  // error); served (tcp), one request to the server for all of them
+  // (fabric::Endpoint::GetMany). Each span's `region` is set here.
+  void ReadMany(uint32_t region, std::vector<fabric::Endpoint::GetSpan> spans,
+                fabric::Completion done);
   // Set by remem::Cluster on the sessions it routes keys to: their stores
   // may read one-sided (a store on another session of a cluster member
   // asks the server, which knows the shards it owns).

@@ -387,6 +387,68 @@ void Endpoint::Get(void* dst, size_t len, const RemoteRegion& region,
          op);
 }
 
+void Endpoint::GetMany(const std::vector<GetSpan>& spans, Completion done) {
+  if (spans.size() == 1) {
+    const GetSpan& g = spans[0];
+    return Get(g.dst, g.len, *g.region, g.offset, std::move(done));
+  }
+  if (failed_ || closed_ || spans.empty()) {
+    return worker_->Complete(std::move(done),
+                             spans.empty() ? Status::OK() : Unusable());
+  }
+  // One completion for all the parts, with the first error among them.
+  struct Joint {
+    size_t left = 1;  // the issuing loop's own, released after it
+    Status first;
+    Completion done;
+  };
+  auto joint = std::make_shared<Joint>();
+  joint->done = std::move(done);
+  auto finish = [joint](Status st) {
+    if (!st.ok() && joint->first.ok()) joint->first = std::move(st);
+    if (--joint->left == 0 && joint->done) joint->done(joint->first);
+  };
+  auto part = [joint, finish] {
+    ++joint->left;
+    return finish;
+  };
+  std::vector<proto::MemSpan> batch;
+  ServedOp sop;
+  uint64_t bytes = 0;
+  auto send = [&] {
+    if (batch.empty()) return;
+    sop.done = part();
+    sop.op = uint8_t(proto::MemOp::kReadMany);
+    IssueServed(proto::MakeMemRequest(proto::MemOp::kReadMany, 0, 0, 0, bytes),
+                proto::EncodeMemSpans(batch), std::move(sop));
+    batch.clear();
+    sop = ServedOp{};
+    bytes = 0;
+  };
+  for (const GetSpan& g : spans) {
+    // Unserved, mapped, or too large for one request: a get of its own.
+    if (!served_ || g.region->mapped() != nullptr ||
+        g.len > proto::kMaxMemTransfer) {
+      Get(g.dst, g.len, *g.region, g.offset, part());
+      continue;
+    }
+    if (batch.size() == proto::kMaxMemSpans ||
+        bytes + g.len > proto::kMaxMemTransfer) {
+      send();
+    }
+    batch.push_back({g.region->id(), 0, g.offset, g.len});
+    sop.spans.emplace_back(g.dst, g.len);
+    bytes += g.len;
+  }
+  send();
+  // The loop's own count. Parts complete from Progress() only, so the last
+  // one is still out here (or, if every part failed at once, completes
+  // from Progress() as well).
+  if (--joint->left == 0) {
+    worker_->Complete(std::move(joint->done), joint->first);
+  }
+}
+
 void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
                    uint64_t offset, Completion done) {
   if (failed_ || closed_) return worker_->Complete(std::move(done), Unusable());
@@ -681,6 +743,20 @@ void Endpoint::OnMemReply(AmMessage&& msg) {
     st = Status(static_cast<StatusCode>(h->status), std::move(msg.data));
   } else if (h->op != op.op) {
     st = Status::ProtocolError("memory reply for another operation");
+  } else if (!op.spans.empty()) {
+    size_t want = 0;
+    for (const auto& [dst, len] : op.spans) want += len;
+    if (msg.refused_length != 0 || msg.data.size() != want) {
+      st = Status::ProtocolError("memory reply of " +
+                                 std::to_string(msg.data.size()) +
+                                 " bytes to reads of " + std::to_string(want));
+    } else {
+      size_t at = 0;
+      for (const auto& [dst, len] : op.spans) {
+        std::memcpy(dst, msg.data.data() + at, len);
+        at += len;
+      }
+    }
   } else if (op.dst != nullptr) {
     if (msg.refused_length != 0 || msg.data.size() != op.len) {
       st = Status::ProtocolError(

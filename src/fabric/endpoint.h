@@ -133,6 +133,17 @@ class Endpoint {
   // `done` runs.
   void Get(void* dst, size_t len, const RemoteRegion& region, uint64_t offset,
            Completion done);
+  // Several gets with one completion (the first error among them). Served,
+  // they travel together: one memory request (proto::MemOp::kReadMany) and
+  // one reply per kMaxMemSpans spans and kMaxMemTransfer bytes, rather than
+  // a round trip of the server's each; otherwise each is a Get.
+  struct GetSpan {
+    void* dst;
+    size_t len;
+    const RemoteRegion* region;
+    uint64_t offset;
+  };
+  void GetMany(const std::vector<GetSpan>& spans, Completion done);
   // `done` runs when the data is in the peer's memory (put + flush).
   void Put(const void* src, size_t len, const RemoteRegion& region,
            uint64_t offset, Completion done);
@@ -227,6 +238,8 @@ class Endpoint {
     void* dst = nullptr;      // reads: where the data goes
     size_t len = 0;           // reads: bytes expected
     uint64_t* old = nullptr;  // atomics: where the old value goes
+    // kReadMany: where each span's bytes go, in order.
+    std::vector<std::pair<void*, size_t>> spans{};
     Clock::time_point issued{};
   };
   void IssueServed(const proto::MemRequest& request, std::string payload,

@@ -427,12 +427,54 @@ Result<MemRequest> DecodeMemRequest(std::string_view header, size_t data_len) {
   if ((op == MemOp::kCompareSwap || op == MemOp::kFetchAdd) && r.length != 8) {
     return Bad("atomic memory request of length " + std::to_string(r.length));
   }
+  if (op == MemOp::kReadMany) {
+    if (r.region != 0 || r.offset != 0) {
+      return Bad("a multiple read names no region or offset of its own");
+    }
+    if (data_len == 0 || data_len % sizeof(MemSpan) != 0 ||
+        data_len / sizeof(MemSpan) > kMaxMemSpans) {
+      return Bad("a multiple read carries " + std::to_string(data_len) +
+                 " bytes of spans: 1 to " + std::to_string(kMaxMemSpans) +
+                 " spans of " + std::to_string(sizeof(MemSpan)) + " bytes");
+    }
+    return r;
+  }
   const size_t want = op == MemOp::kWrite ? r.length : 0;
   if (data_len != want) {
     return Bad("memory request carries " + std::to_string(data_len) +
                " bytes, expected " + std::to_string(want));
   }
   return r;
+}
+
+std::string EncodeMemSpans(const std::vector<MemSpan>& spans) {
+  std::string out(spans.size() * sizeof(MemSpan), '\0');
+  if (!spans.empty()) std::memcpy(out.data(), spans.data(), out.size());
+  return out;
+}
+
+Status DecodeMemSpans(std::string_view data, uint64_t length,
+                      std::vector<MemSpan>* spans) {
+  spans->clear();
+  if (data.empty() || data.size() % sizeof(MemSpan) != 0 ||
+      data.size() / sizeof(MemSpan) > kMaxMemSpans) {
+    return Bad("a multiple read's spans are " + std::to_string(data.size()) +
+               " bytes");
+  }
+  spans->resize(data.size() / sizeof(MemSpan));
+  std::memcpy(spans->data(), data.data(), data.size());
+  uint64_t total = 0;
+  for (const MemSpan& s : *spans) {
+    if (s.reserved != 0) return Bad("reserved field set in a span");
+    // Each at most kMaxMemTransfer, so the sum of 1024 cannot overflow.
+    if (s.length > kMaxMemTransfer) return Bad("a span exceeds one request");
+    total += s.length;
+  }
+  if (total != length) {
+    return Bad("a multiple read's spans add up to " + std::to_string(total) +
+               " bytes, its header says " + std::to_string(length));
+  }
+  return Status::OK();
 }
 
 MemReply MakeMemReply(MemOp op, uint64_t request_id, StatusCode status,

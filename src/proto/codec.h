@@ -120,8 +120,16 @@ MemRequest MakeMemRequest(MemOp op, uint32_t region, uint64_t request_id,
 // Validates a memory request header (the AM header) against the AM data
 // length: size, magic, version, op, reserved fields, atomics of 8 bytes,
 // writes carrying exactly `length` bytes, reads and atomics carrying none,
-// and `length` at most kMaxMemTransfer. Bounds are the server's to check.
+// a kReadMany region and offset 0 and 1 to kMaxMemSpans whole spans, and
+// `length` at most kMaxMemTransfer. Bounds are the server's to check.
 Result<MemRequest> DecodeMemRequest(std::string_view header, size_t data_len);
+// The spans of a kReadMany (AM data), packed.
+std::string EncodeMemSpans(const std::vector<MemSpan>& spans);
+// The spans of a kReadMany whose header said `length` bytes: 1 to
+// kMaxMemSpans whole spans, reserved fields zero, lengths adding up to
+// `length`. Bounds are the server's to check.
+Status DecodeMemSpans(std::string_view data, uint64_t length,
+                      std::vector<MemSpan>* spans);
 
 MemReply MakeMemReply(MemOp op, uint64_t request_id, StatusCode status,
                       uint64_t value = 0);

@@ -269,6 +269,55 @@ TEST(Codec, MemRequestValidation) {
   EXPECT_FALSE(DecodeMemRequest(Bytes(read).substr(1), 0).ok());
 }
 
+// A multiple read names no region or offset of its own; its spans (1 to
+// kMaxMemSpans, each within one request, reserved fields zero) add up to
+// its length.
+TEST(Codec, MemReadManyValidation) {
+  std::vector<MemSpan> spans = {{3, 0, 4096, 1024}, {4, 0, 0, 64}};
+  const std::string data = EncodeMemSpans(spans);
+  ASSERT_EQ(data.size(), 2 * sizeof(MemSpan));
+  MemRequest many = MakeMemRequest(MemOp::kReadMany, 0, 9, 0, 1088);
+  auto ok = DecodeMemRequest(Bytes(many), data.size());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  std::vector<MemSpan> back;
+  ASSERT_TRUE(DecodeMemSpans(data, 1088, &back).ok());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].region, 3u);
+  EXPECT_EQ(back[0].offset, 4096u);
+  EXPECT_EQ(back[1].length, 64u);
+  // The header: no region or offset, whole spans, not too many, not none.
+  EXPECT_FALSE(
+      DecodeMemRequest(Bytes(MakeMemRequest(MemOp::kReadMany, 3, 9, 0, 1088)),
+                       data.size())
+          .ok());
+  EXPECT_FALSE(
+      DecodeMemRequest(Bytes(MakeMemRequest(MemOp::kReadMany, 0, 9, 8, 1088)),
+                       data.size())
+          .ok());
+  EXPECT_FALSE(DecodeMemRequest(Bytes(many), 0).ok());
+  EXPECT_FALSE(DecodeMemRequest(Bytes(many), data.size() - 1).ok());
+  EXPECT_FALSE(
+      DecodeMemRequest(Bytes(many), (kMaxMemSpans + 1) * sizeof(MemSpan)).ok());
+  EXPECT_TRUE(
+      DecodeMemRequest(Bytes(many), kMaxMemSpans * sizeof(MemSpan)).ok());
+  // The spans: their sum, a span past one request, reserved bits, a torn
+  // span, none.
+  EXPECT_FALSE(DecodeMemSpans(data, 1087, &back).ok());
+  EXPECT_FALSE(DecodeMemSpans(data, 1089, &back).ok());
+  std::vector<MemSpan> huge = {{3, 0, 0, kMaxMemTransfer + 1}};
+  EXPECT_FALSE(
+      DecodeMemSpans(EncodeMemSpans(huge), kMaxMemTransfer + 1, &back).ok());
+  std::vector<MemSpan> reserved = {{3, 1, 0, 8}};
+  EXPECT_FALSE(DecodeMemSpans(EncodeMemSpans(reserved), 8, &back).ok());
+  EXPECT_FALSE(DecodeMemSpans(data.substr(1), 1088, &back).ok());
+  EXPECT_FALSE(DecodeMemSpans("", 0, &back).ok());
+  // 1024 spans of 8 MiB would overflow nothing: each is checked first.
+  std::vector<MemSpan> most(kMaxMemSpans, MemSpan{3, 0, 0, kMaxMemTransfer});
+  EXPECT_TRUE(DecodeMemSpans(EncodeMemSpans(most),
+                             kMaxMemSpans * kMaxMemTransfer, &back)
+                  .ok());
+}
+
 TEST(Codec, MemReply) {
   MemReply r = MakeMemReply(MemOp::kFetchAdd, 5, StatusCode::kOk, 41);
   std::string b(reinterpret_cast<const char*>(&r), sizeof(r));

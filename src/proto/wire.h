@@ -310,20 +310,36 @@ static_assert(sizeof(StatEntry) == 16);
 //
 // Where UCX would emulate RMA in software (tcp), the client asks the server
 // to perform each one-sided operation: a MemRequest as the AM header of a
-// kAmMemRequest message (AM data: the bytes to write, else empty), answered
-// by a MemReply as the AM header of a kAmMemReply message (AM data: the
-// bytes read, or the error message when `status` is not OK).
+// kAmMemRequest message (AM data: the bytes to write, the spans of a
+// kReadMany, else empty), answered by a MemReply as the AM header of a
+// kAmMemReply message (AM data: the bytes read, or the error message when
+// `status` is not OK).
 
 enum class MemOp : uint8_t {
   kRead = 1,         // AM data of the reply: `length` bytes at `offset`
   kWrite = 2,        // AM data of the request: the `length` bytes to write
   kCompareSwap = 3,  // old = *p; if (old == operand) *p = operand2
   kFetchAdd = 4,     // old = *p; *p += operand
+  // Several reads in one request (region and offset 0): AM data of the
+  // request: MemSpans, whose lengths add up to `length`; of the reply:
+  // their bytes, one after the other.
+  kReadMany = 5,
 };
-inline constexpr uint8_t kMaxMemOp = 4;
+inline constexpr uint8_t kMaxMemOp = 5;
 
 // Largest read or write in one request; the client splits larger ones.
 inline constexpr uint64_t kMaxMemTransfer = 8ull << 20;
+
+// One read of a kReadMany.
+struct MemSpan {
+  uint32_t region;    // RegionDescriptor::region_id
+  uint32_t reserved;  // zero
+  uint64_t offset;    // from the region's byte 0
+  uint64_t length;    // bytes
+};
+static_assert(sizeof(MemSpan) == 24);
+// Most spans in one kReadMany; the client sends more in several.
+inline constexpr size_t kMaxMemSpans = 1024;
 
 struct MemRequest {
   uint32_t magic;       // kWireMagic

@@ -430,27 +430,24 @@ void Dispatcher::OnMemRequest_st(ServerThread* t, AmMessage&& m) {
   c.ep->SendAm(proto::kAmMemReply, &h, sizeof(h), std::move(out), nullptr);
 }
 
-Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
-                                  const std::string& data, uint64_t* value,
-                                  std::string* out) {
-  auto it = regions_.find(r.region);
+Result<uint8_t*> Dispatcher::ServedBytes_st(uint32_t id, uint64_t offset,
+                                            uint64_t length, proto::MemOp op) {
+  auto it = regions_.find(id);
   if (it == regions_.end()) {
-    return Status::InvalidArgument("no region " + std::to_string(r.region) +
+    return Status::InvalidArgument("no region " + std::to_string(id) +
                                    " on this server");
   }
   const fabric::LocalRegion& region = *it->second.region;
-  if (r.offset > region.length() || r.length > region.length() - r.offset) {
-    return Status::InvalidArgument("range [" + std::to_string(r.offset) +
-                                   ", +" + std::to_string(r.length) +
-                                   ") is outside region " +
-                                   std::to_string(r.region) + " of " +
-                                   std::to_string(region.length()) + " bytes");
-  }
-  const auto op = static_cast<proto::MemOp>(r.op);
-  if (op != proto::MemOp::kRead &&
-      it->second.access == proto::RegionAccess::kReadOnly) {
+  if (offset > region.length() || length > region.length() - offset) {
     return Status::InvalidArgument(
-        "region " + std::to_string(r.region) +
+        "range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+        ") is outside region " + std::to_string(id) + " of " +
+        std::to_string(region.length()) + " bytes");
+  }
+  const bool read = op == proto::MemOp::kRead || op == proto::MemOp::kReadMany;
+  if (!read && it->second.access == proto::RegionAccess::kReadOnly) {
+    return Status::InvalidArgument(
+        "region " + std::to_string(id) +
         " is read-only (it holds a service's structures); raw access to it "
         "is refused");
   }
@@ -461,7 +458,36 @@ Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
     // what shared-memory readers trust).
     REMEM_RETURN_IF_ERROR(cluster_->Leased());
   }
-  uint8_t* p = region.base() + r.offset;
+  return region.base() + offset;
+}
+
+Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
+                                  const std::string& data, uint64_t* value,
+                                  std::string* out) {
+  const auto op = static_cast<proto::MemOp>(r.op);
+  if (op == proto::MemOp::kReadMany) {
+    // Every span checked before any is copied: an error answers the whole
+    // request.
+    std::vector<proto::MemSpan> spans;
+    REMEM_RETURN_IF_ERROR(proto::DecodeMemSpans(data, r.length, &spans));
+    std::vector<uint8_t*> from(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      auto p =
+          ServedBytes_st(spans[i].region, spans[i].offset, spans[i].length, op);
+      if (!p.ok()) return p.status();
+      from[i] = *p;
+    }
+    out->resize(r.length);
+    size_t at = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      ServedCopyFromRegion(out->data() + at, from[i], spans[i].length);
+      at += spans[i].length;
+    }
+    return Status::OK();
+  }
+  auto bytes = ServedBytes_st(r.region, r.offset, r.length, op);
+  if (!bytes.ok()) return bytes.status();
+  uint8_t* p = *bytes;
   switch (op) {
     case proto::MemOp::kRead:
       out->resize(r.length);
@@ -472,6 +498,7 @@ Status Dispatcher::ServeMemory_st(const proto::MemRequest& r,
       return Status::OK();
     case proto::MemOp::kCompareSwap:
     case proto::MemOp::kFetchAdd:
+    case proto::MemOp::kReadMany:
       break;
   }
   if (r.offset % 8 != 0) {

@@ -153,6 +153,10 @@ class Dispatcher {
                           proto::ServiceId service, uint8_t method);
   Status ServeMemory_st(const proto::MemRequest& r, const std::string& data,
                         uint64_t* value, std::string* out);
+  // The bytes [offset, offset + length) of region `id`, if a served `op`
+  // may touch them (docs/PROTOCOL.md, "What the server checks").
+  Result<uint8_t*> ServedBytes_st(uint32_t id, uint64_t offset, uint64_t length,
+                                  proto::MemOp op);
 
   std::vector<ServerThread*> threads_;
   ClosedFn on_closed_;

@@ -44,7 +44,8 @@ class RemoteSource : public tree::NodeSource {
   };
   struct Ahead {
     uint32_t index;
-    int takers;  // Fetches it serves yet: one per Prefetch of it
+    int takers;     // Fetches it serves yet: one per Prefetch of it
+    bool launched;  // its read started (Launch)
     std::shared_ptr<AheadCopy> copy;
   };
 
@@ -104,17 +105,35 @@ class RemoteSource : public tree::NodeSource {
       }
     }
     if (ahead_.size() >= kReadAheadNodes) return;
-    std::shared_ptr<AheadCopy> copy = SpareCopy();
-    ahead_.push_back({index, 1, copy});
-    ++stats_->reads;
-    ++stats_->leaves_read_ahead;
-    // The copy is the callback's too: a read still in flight when the scan
-    // ends (or gives up) lands in it, not in storage reused since.
-    core_->Read(region_id_, offset, copy->bytes, tree::kNodeBytes,
-                [copy](Status st) {
-                  copy->status = std::move(st);
-                  copy->done = true;
-                });
+    // Read with the others asked for before the next Fetch (Launch).
+    ahead_.push_back({index, 1, false, SpareCopy()});
+    ++unlaunched_;
+  }
+  // Starts the reads Prefetch asked for since the last launch, together:
+  // over tcp one request to the server for all of them.
+  void Launch() {
+    if (unlaunched_ == 0) return;
+    std::vector<fabric::Endpoint::GetSpan> spans;
+    std::vector<std::shared_ptr<AheadCopy>> copies;
+    for (Ahead& a : ahead_) {
+      if (a.launched) continue;
+      a.launched = true;
+      spans.push_back({a.copy->bytes, tree::kNodeBytes, nullptr,
+                       tree::NodeOffset(a.index)});
+      copies.push_back(a.copy);
+    }
+    unlaunched_ = 0;
+    stats_->reads += spans.size();
+    stats_->leaves_read_ahead += spans.size();
+    // The copies are the callback's too: reads still in flight when the
+    // scan ends (or gives up) land in them, not in storage reused since.
+    core_->ReadMany(region_id_, std::move(spans),
+                    [copies = std::move(copies)](Status st) {
+                      for (const auto& c : copies) {
+                        c->status = st;
+                        c->done = true;
+                      }
+                    });
   }
   size_t read_ahead() const override { return mapped() ? 0 : kReadAheadNodes; }
   bool ReadAhead(uint32_t index) const override {
@@ -124,9 +143,16 @@ class RemoteSource : public tree::NodeSource {
     return false;
   }
   void DropReadAhead() override {
-    stats_->leaves_read_ahead_unused += ahead_.size();
-    for (Ahead& a : ahead_) Keep(std::move(a.copy));
+    for (Ahead& a : ahead_) {
+      if (a.launched) {
+        ++stats_->leaves_read_ahead_unused;
+      } else {
+        a.copy->done = true;  // never read: free at once
+      }
+      Keep(std::move(a.copy));
+    }
     ahead_.clear();
+    unlaunched_ = 0;
   }
   // Mapped, a leaf's entries' long keys are resolved as the lookup
   // compares them, each a copy (a lookup in a leaf of 13 long keys reads
@@ -139,6 +165,7 @@ class RemoteSource : public tree::NodeSource {
   Status FetchNode(uint32_t index, uint8_t* scratch, tree::NodeView* view,
                    bool lazy_leaf) {
     if (index == tree::kNoNode) return Status::Corruption("no node");
+    Launch();  // the reads asked for go before this one
     if (!ahead_.empty()) {
       // A copy read ahead, if it verifies; else (torn, or a long key freed
       // since) a fresh one below.
@@ -165,8 +192,9 @@ class RemoteSource : public tree::NodeSource {
     return Status::Busy("a tree node did not verify");
   }
   // Node `index`'s copy read ahead, if there is one (*taken), waited for,
-  // into scratch and parsed: OK, Corruption if it does not verify, or the
-  // read's error.
+  // into scratch and parsed: OK; Corruption if it does not verify or its
+  // read failed (read again alone: a server that predates reading many
+  // nodes in one request refuses it); or the wait's error.
   Status TakeReadAhead(uint32_t index, uint8_t* scratch, tree::NodeView* view,
                        bool lazy_leaf, bool* taken) {
     auto it =
@@ -186,8 +214,10 @@ class RemoteSource : public tree::NodeSource {
       st = core_->ProgressUntil([&copy] { return copy->done; },
                                 core_->Deadline());
     }
-    if (st.ok()) st = copy->status;
-    if (st.ok()) {
+    if (st.ok() && !copy->status.ok()) {
+      st = Status::Corruption("a tree node's read ahead failed: " +
+                              copy->status.ToString());
+    } else if (st.ok()) {
       std::memcpy(scratch, copy->bytes, tree::kNodeBytes);
       if (!view->Parse(scratch, index).ok()) {
         st = Status::Corruption("a tree node read ahead did not verify");
@@ -363,6 +393,7 @@ class RemoteSource : public tree::NodeSource {
   // Reads ahead (Prefetch) over the network: the copies no Fetch took yet,
   // and storage for more.
   std::vector<Ahead> ahead_;
+  size_t unlaunched_ = 0;  // entries of ahead_ not read yet
   std::vector<std::shared_ptr<AheadCopy>> spare_;
 };
 
