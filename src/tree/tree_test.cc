@@ -77,9 +77,9 @@ class CopySource : public NodeSource {
     return FetchNode(index, scratch, view, true);
   }
   // Reading ahead as a source over the network does (NodeSource::Prefetch)
-  // when `n` > 0: the node's copy is taken when the scan asks for it and
-  // taken by the next Fetch of it, however much later (the stalest a copy
-  // read ahead can be: the read may complete at once).
+  // when `n` > 0: the node is copied when the scan asks for it, and the
+  // copy used by the next Fetch of it, however much later (the stalest a
+  // copy read ahead can be: the read may complete at once).
   void set_read_ahead(size_t n) { read_ahead_ = n; }
   size_t read_ahead() const override { return read_ahead_; }
   bool ReadAhead(uint32_t index) const override {
