@@ -809,6 +809,20 @@ TEST_F(FabricTest, OneSidedOperationsAreServedOverTcpOnly) {
   }
 }
 
+// A raw session's raw region `raw_id` and the hash store's region (null
+// where it lists none).
+std::pair<const fabric::RemoteRegion*, const fabric::RemoteRegion*>
+RawAndHashRegions(RawSession& raw, uint32_t raw_id) {
+  const fabric::RemoteRegion* raw_region = nullptr;
+  const fabric::RemoteRegion* hash_region = nullptr;
+  for (size_t i = 0; i < raw.regions().regions.size(); ++i) {
+    const auto& r = raw.regions().regions[i];
+    if (r.region_id == raw_id) raw_region = &raw.region(i);
+    if (r.service == hash::kHashService) hash_region = &raw.region(i);
+  }
+  return {raw_region, hash_region};
+}
+
 // The server checks served requests itself: a client that skips the
 // client-side checks gets clear errors, and the server keeps serving.
 TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
@@ -821,13 +835,7 @@ TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
   ASSERT_TRUE(raw.ep().set_served(true).ok());
   ASSERT_TRUE(raw.UnpackRegions(/*stretch=*/4096).ok());
   // Region 0 is the server root (read-only), 1 the hash partition, then raw.
-  const fabric::RemoteRegion* raw_ptr = nullptr;
-  const fabric::RemoteRegion* hash_ptr = nullptr;
-  for (size_t i = 0; i < raw.regions().regions.size(); ++i) {
-    const auto& r = raw.regions().regions[i];
-    if (r.region_id == region_.id) raw_ptr = &raw.region(i);
-    if (r.service == hash::kHashService) hash_ptr = &raw.region(i);
-  }
+  const auto [raw_ptr, hash_ptr] = RawAndHashRegions(raw, region_.id);
   ASSERT_NE(raw_ptr, nullptr);
   ASSERT_NE(hash_ptr, nullptr);
   const fabric::RemoteRegion& raw_region = *raw_ptr;
@@ -882,13 +890,7 @@ TEST_F(FabricTest, ManyReadsTravelAsOneServedRequest) {
     ASSERT_TRUE(raw.ep().set_served(true).ok());
   }
   ASSERT_TRUE(raw.UnpackRegions(/*stretch=*/4096).ok());
-  const fabric::RemoteRegion* raw_ptr = nullptr;
-  const fabric::RemoteRegion* hash_ptr = nullptr;
-  for (size_t i = 0; i < raw.regions().regions.size(); ++i) {
-    const auto& r = raw.regions().regions[i];
-    if (r.region_id == region_.id) raw_ptr = &raw.region(i);
-    if (r.service == hash::kHashService) hash_ptr = &raw.region(i);
-  }
+  const auto [raw_ptr, hash_ptr] = RawAndHashRegions(raw, region_.id);
   ASSERT_NE(raw_ptr, nullptr);
   ASSERT_NE(hash_ptr, nullptr);
   const auto timeout = std::chrono::seconds(10);

@@ -33,6 +33,29 @@ struct Op {
 
 namespace {
 
+// One completion for several parts (the pieces of a large served transfer,
+// the gets of a GetMany): `done` runs once every part has, with the first
+// error among them. The issuer holds a count of its own until it has
+// issued every part (EndIssue), so that no part ends it early.
+struct Joint {
+  size_t left = 1;
+  Status first;
+  Completion done;
+};
+// The completion of one more part of `j`.
+Completion JointPart(const std::shared_ptr<Joint>& j) {
+  ++j->left;
+  return [j](Status st) {
+    if (!st.ok() && j->first.ok()) j->first = std::move(st);
+    if (--j->left == 0 && j->done) j->done(j->first);
+  };
+}
+// Releases the issuer's count. Parts complete from Progress() only, so one
+// is normally still out; if none is, `done` runs from the next Progress().
+void EndIssue(const std::shared_ptr<Joint>& j, Worker* worker) {
+  if (--j->left == 0) worker->Complete(std::move(j->done), j->first);
+}
+
 void CompleteLater(Op* op, Status st) {
   op->worker->Complete(std::move(op->done), std::move(st));
   delete op;
@@ -396,28 +419,14 @@ void Endpoint::GetMany(const std::vector<GetSpan>& spans, Completion done) {
     return worker_->Complete(std::move(done),
                              spans.empty() ? Status::OK() : Unusable());
   }
-  // One completion for all the parts, with the first error among them.
-  struct Joint {
-    size_t left = 1;  // the issuing loop's own, released after it
-    Status first;
-    Completion done;
-  };
   auto joint = std::make_shared<Joint>();
   joint->done = std::move(done);
-  auto finish = [joint](Status st) {
-    if (!st.ok() && joint->first.ok()) joint->first = std::move(st);
-    if (--joint->left == 0 && joint->done) joint->done(joint->first);
-  };
-  auto part = [joint, finish] {
-    ++joint->left;
-    return finish;
-  };
   std::vector<proto::MemSpan> batch;
   ServedOp sop;
   uint64_t bytes = 0;
   auto send = [&] {
     if (batch.empty()) return;
-    sop.done = part();
+    sop.done = JointPart(joint);
     sop.op = uint8_t(proto::MemOp::kReadMany);
     IssueServed(proto::MakeMemRequest(proto::MemOp::kReadMany, 0, 0, 0, bytes),
                 proto::EncodeMemSpans(batch), std::move(sop));
@@ -429,7 +438,7 @@ void Endpoint::GetMany(const std::vector<GetSpan>& spans, Completion done) {
     // Unserved, mapped, or too large for one request: a get of its own.
     if (!served_ || g.region->mapped() != nullptr ||
         g.len > proto::kMaxMemTransfer) {
-      Get(g.dst, g.len, *g.region, g.offset, part());
+      Get(g.dst, g.len, *g.region, g.offset, JointPart(joint));
       continue;
     }
     if (batch.size() == proto::kMaxMemSpans ||
@@ -441,12 +450,7 @@ void Endpoint::GetMany(const std::vector<GetSpan>& spans, Completion done) {
     bytes += g.len;
   }
   send();
-  // The loop's own count. Parts complete from Progress() only, so the last
-  // one is still out here (or, if every part failed at once, completes
-  // from Progress() as well).
-  if (--joint->left == 0) {
-    worker_->Complete(std::move(joint->done), joint->first);
-  }
+  EndIssue(joint, worker_);
 }
 
 void Endpoint::Put(const void* src, size_t len, const RemoteRegion& region,
@@ -714,21 +718,13 @@ void Endpoint::ServedTransfer(bool write, uint8_t* local, size_t len,
     return issue(local, len, offset, std::move(done));
   }
   // One completion for all the pieces, with the first error among them.
-  struct Joint {
-    size_t left;
-    Status first;
-    Completion done;
-  };
-  const size_t pieces =
-      (len + proto::kMaxMemTransfer - 1) / proto::kMaxMemTransfer;
-  auto joint = std::make_shared<Joint>(Joint{pieces, {}, std::move(done)});
+  auto joint = std::make_shared<Joint>();
+  joint->done = std::move(done);
   for (size_t pos = 0; pos < len; pos += proto::kMaxMemTransfer) {
     const size_t n = std::min<size_t>(proto::kMaxMemTransfer, len - pos);
-    issue(local + pos, n, offset + pos, [joint](Status st) {
-      if (!st.ok() && joint->first.ok()) joint->first = std::move(st);
-      if (--joint->left == 0 && joint->done) joint->done(joint->first);
-    });
+    issue(local + pos, n, offset + pos, JointPart(joint));
   }
+  EndIssue(joint, worker_);
 }
 
 void Endpoint::OnMemReply(AmMessage&& msg) {

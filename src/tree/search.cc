@@ -51,11 +51,11 @@ size_t ChildIndex(const NodeView& v, const Target& t) {
 }
 
 // Asks `src` to read ahead the leaf that is child i of `parent` (a verified
-// internal node of level 1) and those of `run` after it. Nothing when the
-// source does not read ahead or the run is that leaf alone.
+// internal node of level 1) and those of `run` (not null) after it. Nothing
+// when the source does not read ahead or the run is that leaf alone.
 void ReadAheadRun(NodeSource* src, const NodeView& parent, size_t i,
                   const LeafRun* run) {
-  if (run == nullptr || run->count < 2 || src->read_ahead() == 0) return;
+  if (run->count < 2 || src->read_ahead() == 0) return;
   const size_t n = std::min(run->count, src->read_ahead());
   // A leaf read ahead already is not asked for again: its copy serves one
   // fetch (a second would serve a restart the stale copy caused).
@@ -212,7 +212,7 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         cur = r->child(i);
         if (expected_level > 0) {
           known = cache->ChildRoute(r, i);
-        } else {
+        } else if (run != nullptr) {  // a scan's (a lookup's path stays bare)
           ReadAheadRun(src, r->view(), i, run);
         }
         continue;
@@ -270,7 +270,7 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
       }
       if (cache != nullptr) cache->Put(cur, v);
       // Before the leaf's read overwrites `v` (in scratch).
-      if (v.level() == 1) ReadAheadRun(src, v, i, run);
+      if (run != nullptr && v.level() == 1) ReadAheadRun(src, v, i, run);
       parent = cur;
       expected_level = v.level() - 1;
       cur = v.child(i);

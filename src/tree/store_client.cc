@@ -98,11 +98,9 @@ class RemoteSource : public tree::NodeSource {
       }
       return;
     }
-    for (Ahead& a : ahead_) {
-      if (a.index == index) {
-        ++a.takers;  // one read serves each Fetch that asked for it
-        return;
-      }
+    if (const size_t i = AheadSlot(index); i < ahead_.size()) {
+      ++ahead_[i].takers;  // one read serves each Fetch that asked for it
+      return;
     }
     if (ahead_.size() >= kReadAheadNodes) return;
     // Read with the others asked for before the next Fetch (Launch).
@@ -137,10 +135,13 @@ class RemoteSource : public tree::NodeSource {
   }
   size_t read_ahead() const override { return mapped() ? 0 : kReadAheadNodes; }
   bool ReadAhead(uint32_t index) const override {
-    for (const Ahead& a : ahead_) {
-      if (a.index == index) return true;
-    }
-    return false;
+    return AheadSlot(index) < ahead_.size();
+  }
+  // Node `index`'s place in ahead_, or ahead_.size() if it is not there.
+  size_t AheadSlot(uint32_t index) const {
+    size_t i = 0;
+    while (i < ahead_.size() && ahead_[i].index != index) ++i;
+    return i;
   }
   void DropReadAhead() override {
     for (Ahead& a : ahead_) {
@@ -197,10 +198,9 @@ class RemoteSource : public tree::NodeSource {
   // nodes in one request refuses it); or the wait's error.
   Status TakeReadAhead(uint32_t index, uint8_t* scratch, tree::NodeView* view,
                        bool lazy_leaf, bool* taken) {
-    auto it =
-        std::find_if(ahead_.begin(), ahead_.end(),
-                     [index](const Ahead& a) { return a.index == index; });
-    if (it == ahead_.end()) return Status::OK();
+    const size_t slot = AheadSlot(index);
+    if (slot == ahead_.size()) return Status::OK();
+    auto it = ahead_.begin() + long(slot);
     *taken = true;
     std::shared_ptr<AheadCopy> copy;
     if (--it->takers > 0) {
