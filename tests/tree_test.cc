@@ -1169,7 +1169,7 @@ void RaceReaderProcesses(const std::string& pad) {
   const auto start = std::chrono::steady_clock::now();
   uint64_t stable = 0;
   // Fewer under the sanitizers (volume: it still splits many times).
-  const uint64_t kStable = uint64_t(testing::Scaled(1000, 400));
+  const uint64_t kStable = uint64_t(testing::Scaled(600, 300));
   for (uint64_t seq = 1;; ++seq) {
     const auto now = std::chrono::steady_clock::now();
     if (now - start > std::chrono::seconds(60) ||

@@ -1637,6 +1637,17 @@ Status ScanWholeTree(NodeSource* src, NodeCache* cache, uint32_t limit,
   return Status::OK();
 }
 
+// The writer's pause in the races below, half way through a node write
+// and between its operations: readers meet torn nodes and get the CPU on
+// a machine with few cores. A sleep, not a yield: a thread that yields on
+// a loaded machine waits behind every other runnable task while its
+// readers spin, and with thousands of yields each race took 10-20 s and
+// 11 CPU-s beside the other tests instead of 0.2 s alone (2 cores, four
+// CPU hogs: 60 s for the five races). A short sleep comes back on time.
+void PauseForReaders() {
+  std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
 // A writer inserts from an empty tree (splitting leaves, internal nodes and
 // the root), deletes and re-inserts, while a reader searches and scans with
 // its own verified copies and a cache of upper levels. Keys below
@@ -1651,14 +1662,15 @@ void RaceReadersAgainstInserts(const std::string& prefix) {
   auto created = BLinkTree::Create(mem.base, mem.bytes);
   ASSERT_TRUE(created.ok());
   BLinkTree& tree = **created;
-  // Every 4th node write yields half done: readers meet torn nodes often
+  // Every 8th node write pauses half done: readers meet torn nodes often
   // (and a copy that never verifies gives up with Busy, which a client
   // answers by asking the server: counted, not a failure).
   uint64_t node_writes = 0;
   tree.SetMidWriteHook([&node_writes] {
-    if (++node_writes % 4 == 0) std::this_thread::yield();
+    if (++node_writes % 8 == 0) PauseForReaders();
   });
-  constexpr uint64_t kKeys = 6000;
+  // Half under the sanitizers (volume: still three levels and torn nodes).
+  const uint64_t kKeys = uint64_t(testing::Scaled(6000, 3000));
   std::atomic<uint64_t> stable{0};  // keys [0, stable) are present for good
   std::atomic<bool> done{false}, reading{false}, failed{false};
   std::thread writer([&] {
@@ -1669,7 +1681,7 @@ void RaceReadersAgainstInserts(const std::string& prefix) {
       // Even keys stay; odd ones churn.
       const std::string k = K(i);
       // Let the reader run on a machine with few cores.
-      if (i % 8 == 0) std::this_thread::yield();
+      if (i % 16 == 0) PauseForReaders();
       // Values from 20 to 619 bytes: inline, and out of line from 257.
       if (!tree.Put(k, testing::SelfDescribingValue(k, i, 20 + i % 600)).ok()) {
         ADD_FAILURE() << "put " << k;
@@ -1788,10 +1800,10 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
   BLinkTree& tree = **created;
   uint64_t node_writes = 0;
   tree.SetMidWriteHook([&node_writes] {
-    if (++node_writes % 4 == 0) std::this_thread::yield();
+    if (++node_writes % 8 == 0) PauseForReaders();
   });
   // Fewer rounds under the sanitizers (volume: every round merges).
-  const uint64_t kRounds = uint64_t(testing::Scaled(12, 4)), kPerRound = 1600;
+  const uint64_t kRounds = uint64_t(testing::Scaled(8, 3)), kPerRound = 1600;
   std::atomic<uint64_t> kept_upto{0};  // kept keys below this are present
   std::atomic<bool> done{false}, reading{false}, failed{false};
   std::thread writer([&] {
@@ -1800,7 +1812,7 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
       // Interleaved rounds: round r's keys are K(i * kRounds + r).
       for (uint64_t i = 0; i < kPerRound; ++i) {
         const std::string k = K(i * kRounds + r);
-        if (i % 8 == 0) std::this_thread::yield();
+        if (i % 16 == 0) PauseForReaders();
         if (!tree.Put(k, testing::SelfDescribingValue(k, r, 20 + i % 400))
                  .ok()) {
           ADD_FAILURE() << "put " << k;
@@ -1811,7 +1823,7 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
       kept_upto.store(r + 1, std::memory_order_release);
       for (uint64_t i = 0; i < kPerRound; ++i) {
         if (i % 16 == 0) continue;  // kept
-        if (i % 8 == 0) std::this_thread::yield();
+        if (i % 16 == 0) PauseForReaders();
         (void)tree.Delete(K(i * kRounds + r));
       }
     }
@@ -1901,9 +1913,9 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
   BLinkTree& tree = **created;
   uint64_t node_writes = 0;
   tree.SetMidWriteHook([&node_writes] {
-    if (++node_writes % 4 == 0) std::this_thread::yield();
+    if (++node_writes % 8 == 0) PauseForReaders();
   });
-  const int kCycles = testing::Scaled(6, 2);  // fewer under the sanitizers
+  const int kCycles = testing::Scaled(4, 2);  // fewer under the sanitizers
   const std::string kept = Key(777777);
   ASSERT_TRUE(tree.Put(kept, testing::SelfDescribingValue(kept, 1, 40)).ok());
   std::atomic<bool> done{false}, reading{false};
@@ -1916,7 +1928,7 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
       for (uint64_t i = 0; i < 2500; ++i) keys.push_back(i * 7 + cycle);
       std::shuffle(keys.begin(), keys.end(), rng);
       for (size_t i = 0; i < keys.size(); ++i) {
-        if (i % 8 == 0) std::this_thread::yield();
+        if (i % 16 == 0) PauseForReaders();
         const std::string k = Key(keys[i]);
         if (!tree.Put(k, testing::SelfDescribingValue(k, i, 20 + i % 100))
                  .ok()) {
@@ -1928,7 +1940,7 @@ TEST(TreeRace, ReadersFollowTheHeightUpAndDown) {
       if (tree.height() < 3) ADD_FAILURE() << "the tree should grow";
       std::shuffle(keys.begin(), keys.end(), rng);
       for (size_t i = 0; i < keys.size(); ++i) {
-        if (i % 8 == 0) std::this_thread::yield();
+        if (i % 16 == 0) PauseForReaders();
         (void)tree.Delete(Key(keys[i]));
       }
       if (tree.height() == 1) ++shrinks;
