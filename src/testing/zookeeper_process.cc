@@ -137,7 +137,7 @@ Result<std::unique_ptr<ZooKeeperProcess>> ZooKeeperProcess::Start(
         << "4lw.commands.whitelist=ruok\n"
         // No fsync of each transaction: a test's ZooKeeper outlives only
         // process kills and restarts (the page cache keeps its files), and
-        // its sync thread took a tenth of ZooKeeper's CPU in the suites.
+        // its sync thread took a seventh of ZooKeeper's CPU in the suites.
         << "forceSync=no\n";
     cfg.close();
     if (!cfg) return Status::IOError("writing " + zk->dir_ + "/zoo.cfg");

@@ -1823,7 +1823,7 @@ void RaceReadersAgainstMerges(const std::string& prefix) {
       kept_upto.store(r + 1, std::memory_order_release);
       for (uint64_t i = 0; i < kPerRound; ++i) {
         if (i % 16 == 0) continue;  // kept
-        if (i % 16 == 0) PauseForReaders();
+        if (i % 16 == 8) PauseForReaders();
         (void)tree.Delete(K(i * kRounds + r));
       }
     }
