@@ -1642,7 +1642,7 @@ Status ScanWholeTree(NodeSource* src, NodeCache* cache, uint32_t limit,
 // a machine with few cores. A sleep, not a yield: a thread that yields on
 // a loaded machine waits behind every other runnable task while its
 // readers spin, and with thousands of yields each race took 10-20 s and
-// 11 CPU-s beside the other tests instead of 0.2 s alone (2 cores, four
+// 11 CPU-s beside the other tests instead of 0.2 s alone (2 cores, three
 // CPU hogs: 60 s for the five races). A short sleep comes back on time.
 void PauseForReaders() {
   std::this_thread::sleep_for(std::chrono::microseconds(20));
