@@ -50,7 +50,7 @@ class SessionDriver : public KvDriver {
   // The store's operations issued and not yet completed.
   virtual size_t StoreInFlight() const = 0;
   void Complete(KvRequest* r) {
-    r->done_ns = NowNs();
+    r->done_ns = RequestNs();
     done_.push_back(r);
   }
 
@@ -72,24 +72,30 @@ class RememDriver : public SessionDriver {
       // Values are read into storage kept with the request (remem's
       // allocation-free gets), then copied into r->values, whose strings
       // keep their capacity too.
-      if (r->scratch == nullptr) r->scratch = std::make_unique<GetScratch>();
+      if (r->scratch == nullptr) {
+        auto g = std::make_unique<GetScratch>();
+        g->driver = this;
+        g->r = r;
+        r->scratch = std::move(g);
+      }
+      // The callbacks capture one pointer, which std::function keeps
+      // without allocating.
       auto* g = static_cast<GetScratch*>(r->scratch.get());
       r->values.resize(r->keys.size());
       if (r->keys.size() > 1) {
         g->keys.assign(r->keys.begin(), r->keys.end());
-        c_->MultiGetAsync(g->keys, &g->values, &g->statuses,
-                          [this, r, g](Status) {
-                            for (size_t i = 0; i < g->statuses.size(); ++i) {
-                              Take(r, i, g->statuses[i], &g->values[i]);
-                            }
-                            Complete(r);
-                          });
+        c_->MultiGetAsync(g->keys, &g->values, &g->statuses, [g](Status) {
+          for (size_t i = 0; i < g->statuses.size(); ++i) {
+            Take(g->r, i, g->statuses[i], &g->values[i]);
+          }
+          g->driver->Complete(g->r);
+        });
         return;
       }
       g->values.resize(1);
-      c_->GetAsync(r->keys[0], &g->values[0], [this, r, g](Status st) {
-        Take(r, 0, st, &g->values[0]);
-        Complete(r);
+      c_->GetAsync(r->keys[0], &g->values[0], [g](Status st) {
+        Take(g->r, 0, st, &g->values[0]);
+        g->driver->Complete(g->r);
       });
       return;
     }
@@ -105,6 +111,8 @@ class RememDriver : public SessionDriver {
 
  private:
   struct GetScratch : KvRequest::Scratch {
+    RememDriver* driver = nullptr;
+    KvRequest* r = nullptr;  // the request that keeps this scratch
     std::vector<std::string_view> keys;
     std::vector<HashStore::Value> values;
     std::vector<Status> statuses;
@@ -262,6 +270,8 @@ class ClusterDriver : public KvDriver {
 
  private:
   struct GetScratch : KvRequest::Scratch {
+    RememDriver* driver = nullptr;
+    KvRequest* r = nullptr;  // the request that keeps this scratch
     std::vector<std::string_view> keys;
     std::vector<HashStore::Value> values;
     std::vector<Status> statuses;
@@ -282,7 +292,7 @@ class ClusterDriver : public KvDriver {
     }
   }
   void Complete(KvRequest* r) {
-    r->done_ns = NowNs();
+    r->done_ns = RequestNs();
     done_.push_back(r);
   }
 
@@ -313,7 +323,7 @@ class ClusterTreeDriver : public KvDriver {
 
  private:
   void Complete(KvRequest* r) {
-    r->done_ns = NowNs();
+    r->done_ns = RequestNs();
     done_.push_back(r);
   }
 
@@ -363,7 +373,7 @@ class RedisDriver : public KvDriver {
         case KvRequest::Kind::kGet:
           r->status =
               Status::Unsupported("remem-bench: gets of Redis's sorted set");
-          r->done_ns = NowNs();
+          r->done_ns = RequestNs();
           failed_.push_back(r);
           return;
       }
@@ -420,7 +430,7 @@ class RedisDriver : public KvDriver {
                                lens_.data()) != REDIS_OK) {
       // Nothing was queued for it, so no reply will come.
       r->status = Status::Internal(std::string("redis: ") + c_->errstr);
-      r->done_ns = NowNs();
+      r->done_ns = RequestNs();
       failed_.push_back(r);
       return;
     }
@@ -428,7 +438,7 @@ class RedisDriver : public KvDriver {
   }
 
   static void Complete(KvRequest* r, redisReply* rep) {
-    r->done_ns = NowNs();
+    r->done_ns = RequestNs();
     if (rep->type == REDIS_REPLY_ERROR) {
       r->status = Status::Internal(std::string("redis: ") + rep->str);
       return;
@@ -507,7 +517,7 @@ class MemcachedDriver : public KvDriver {
           r->status = Status::Unavailable(std::string("memcached set: ") +
                                           memcached_strerror(m, rc));
         }
-        r->done_ns = NowNs();
+        r->done_ns = RequestNs();
         ++i;
         continue;
       }
@@ -576,7 +586,7 @@ class MemcachedDriver : public KvDriver {
       return Status::Unavailable(std::string("memcached fetch: ") +
                                  memcached_strerror(mc_, rc));
     }
-    const uint64_t now = NowNs();
+    const uint64_t now = RequestNs();
     for (size_t i = from; i < to; ++i) pending_[i]->done_ns = now;
     return Status::OK();
   }

@@ -71,7 +71,7 @@ struct KvRequest {
   std::vector<Item> items;
   size_t scanned = 0;
   Status status;
-  uint64_t done_ns = 0;     // steady_clock, when it completed
+  uint64_t done_ns = 0;     // RequestNs() when it completed
   void* context = nullptr;  // the caller's, untouched by drivers
   // A driver's own storage for this request, kept while the caller reuses
   // it (remem reads values into storage it keeps here, without allocating).

@@ -97,10 +97,9 @@ struct Shared {
 struct Slot {
   KvRequest req;
   enum Op { kRead, kUpdate, kInsert, kRmw, kScan } op = kRead;
-  bool second_half = false;  // RMW: the put after the get
-  uint64_t rec = 0;          // an insert's record number
-  uint64_t start_ns = 0;     // when the operation (not the request) began
-  uint64_t req_start_ns = 0;
+  bool second_half = false;   // RMW: the put after the get
+  uint64_t rec = 0;           // an insert's record number
+  uint64_t req_start_ns = 0;  // RequestNs() when the request was issued
 };
 
 class ClientThread {
@@ -230,7 +229,7 @@ class ClientThread {
       ycsb::MakeValue(s->req.keys[0], NextGeneration(), sh_->value_size,
                       &s->req.value);
     }
-    s->start_ns = s->req_start_ns = NowNs();
+    s->req_start_ns = RequestNs();
     driver_->Issue(&s->req);
   }
 
@@ -242,12 +241,15 @@ class ClientThread {
   // Returns false if the operation continues (RMW's read done).
   bool Finish(Slot* s, bool measuring) {
     KvRequest& r = s->req;
-    if (measuring) r_->latency_ns.Record(r.done_ns - s->req_start_ns);
+    // Never below 0, should the counter of another CPU be behind.
+    const uint64_t took =
+        r.done_ns > s->req_start_ns ? r.done_ns - s->req_start_ns : 0;
+    if (measuring) r_->latency_ns.Record(took);
     if (r.kind == KvRequest::Kind::kScan) {
-      if (measuring) r_->read_ns.Record(r.done_ns - s->req_start_ns);
+      if (measuring) r_->read_ns.Record(took);
       CheckScan(r);
     } else if (r.kind == KvRequest::Kind::kGet) {
-      if (measuring) r_->read_ns.Record(r.done_ns - s->req_start_ns);
+      if (measuring) r_->read_ns.Record(took);
       for (size_t i = 0; i < r.values.size(); ++i) {
         // Checks count in every phase: a wrong value is wrong in warm-up too.
         if (!r.values[i]) {
@@ -267,12 +269,12 @@ class ClientThread {
         r.kind = KvRequest::Kind::kPut;
         ycsb::MakeValue(r.keys[0], NextGeneration(), sh_->value_size, &r.value);
         s->second_half = true;
-        s->req_start_ns = NowNs();
+        s->req_start_ns = RequestNs();
         driver_->Issue(&r);
         return false;
       }
     } else if (measuring) {
-      r_->write_ns.Record(r.done_ns - s->req_start_ns);
+      r_->write_ns.Record(took);
     }
     if (s->op == Slot::kInsert) sh_->Acknowledge(s->rec);
     if (measuring) {
@@ -295,8 +297,7 @@ class ClientThread {
           r_->scanned += r.scanned;
           break;
       }
-      measured_ops_.fetch_add(s->op == Slot::kRead ? r.keys.size() : 1,
-                              std::memory_order_relaxed);
+      pass_ops_ += s->op == Slot::kRead ? r.keys.size() : 1;
     }
     return true;
   }
@@ -348,6 +349,12 @@ class ClientThread {
           Start(s);
         }
       }
+      // Added once a pass, not per operation: a locked add each was 1.6% of
+      // the client's time in a profile of one-sided gets at depth 16.
+      if (pass_ops_ > 0) {
+        measured_ops_.fetch_add(pass_ops_, std::memory_order_relaxed);
+        pass_ops_ = 0;
+      }
     }
     return first_error;
   }
@@ -363,6 +370,7 @@ class ClientThread {
   Status error_;
   std::vector<RunResult> results_;  // one per point
   std::atomic<uint64_t> measured_ops_{0};
+  uint64_t pass_ops_ = 0;   // measured in this pass, not yet in measured_ops_
   RunResult* r_ = nullptr;  // the current point's
 };
 
