@@ -200,12 +200,13 @@ struct HashStore::Impl {
   // accesses the same way): a window of gets (the queued ones, or up to
   // kPrefetchWindow keys of a MultiGet or MultiGetAsync) first prefetches
   // every line of each get's first bucket, all in one burst, and then
-  // performs them. Measured against the alternatives (docs/BENCHMARKS.md):
-  // the same prefetch spread out (made as each get was queued, or rolled a
-  // window ahead while the gets ran) overlapped far less, and a prefetch
-  // of headers and then of the entries they name (two dependent misses)
-  // was slower. The copy itself still reads only the header and the entry
-  // (hash::ReadMode::kHeaderThenEntries).
+  // performs them. Only the first get queued in an empty window prefetches
+  // at once, which a lone get gains by. Measured against the alternatives
+  // (docs/BENCHMARKS.md): the same prefetch spread out (made as each get
+  // was queued, or rolled a window ahead while the gets ran) overlapped
+  // far less, and a prefetch of headers and then of the entries they name
+  // (two dependent misses) was slower. The copy itself still reads only
+  // the header and the entry (hash::ReadMode::kHeaderThenEntries).
   static constexpr size_t kLocalWindow = 32;
   static constexpr size_t kPrefetchWindow = kLocalWindow;
   static GetCallback IntoAdapter(Value* into, Callback done) {
@@ -894,6 +895,7 @@ void HashStore::Impl::QueueLocalGet(hash::Geometry* g, std::string_view key,
                                     GetCallback done, Value* into,
                                     Callback into_done) {
   const hash::KeyHash kh = hash::HashKey(key, g->seed);
+  if (local_queue.empty()) PrefetchWholeBucket(*g, kh);
   local_queue.push_back({uint32_t(local_keys.size()), uint32_t(key.size()), g,
                          std::move(done), into, std::move(into_done), kh,
                          core->serving_epoch()});
