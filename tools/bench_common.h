@@ -35,8 +35,8 @@ using testing::NowNs;
 // readings mean anything, within one process. Why: a request is stamped
 // twice, and on this project's VM a precise steady_clock read costs 27-38
 // ns against 11 for the counter; two reads were an eighth to a sixth of an
-// asynchronous one-sided get's time (docs/BENCHMARKS.md, "The benchmark's
-// own cost").
+// asynchronous one-sided get's time (docs/BENCHMARKS.md, "Prefetches in one
+// burst, and the benchmark's own cost").
 struct RequestClock {
   bool tsc = false;          // the counter is used
   double ns_per_tick = 0.0;  // its scale, when it is
