@@ -3,41 +3,10 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <chrono>
 #include <cstdio>
 #include <utility>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 namespace remem::bench {
-
-const RequestClock& GetRequestClock() {
-  static const RequestClock clock = [] {
-    RequestClock c;
-#if defined(__x86_64__)
-    unsigned a = 0, b = 0, cx = 0, d = 0;
-    if (__get_cpuid(0x80000007, &a, &b, &cx, &d) == 0 || (d & (1u << 8)) == 0) {
-      return c;  // no invariant counter: steady_clock
-    }
-    const uint64_t t0 = NowNs();
-    const uint64_t c0 = __rdtsc();
-    uint64_t t1 = t0;
-    while (t1 - t0 < 20'000'000) t1 = NowNs();
-    const uint64_t c1 = __rdtsc();
-    if (c1 <= c0) return c;
-    const double scale = double(t1 - t0) / double(c1 - c0);
-    // A counter between 100 MHz and 20 GHz, or none.
-    if (scale > 0.05 && scale < 10.0) {
-      c.tsc = true;
-      c.ns_per_tick = scale;
-    }
-#endif
-    return c;
-  }();
-  return clock;
-}
 
 std::unique_ptr<Session> ConnectOrReport(const std::string& address,
                                          Transport t, const std::string& secret,

@@ -1,21 +1,17 @@
 // Shared pieces of remem-bench: pinning, a server started as a pinned child
-// process (src/testing's launcher), the clocks, and result rows printed as a
-// table or JSON.
+// process (src/testing's launcher), the clocks (NowNs, and bench_clock.h's
+// RequestNs), and result rows printed as a table or JSON.
 //
 // Thread contract: free functions; PinThisThread pins the calling thread.
 
 #ifndef REMEM_TOOLS_BENCH_COMMON_H_
 #define REMEM_TOOLS_BENCH_COMMON_H_
 
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-
+#include "bench_clock.h"
 #include "remem/hash.h"
 #include "remem/options.h"
 #include "remem/session.h"
@@ -27,29 +23,6 @@
 namespace remem::bench {
 
 using testing::NowNs;
-
-// The clock of the YCSB drivers' per-request latencies. Where the CPU says
-// its time-stamp counter is invariant (x86-64: CPUID 0x80000007, EDX bit
-// 8), the counter scaled to nanoseconds, calibrated against steady_clock
-// over 20 ms at the first call; elsewhere NowNs(). Only differences of its
-// readings mean anything, within one process. Why: a request is stamped
-// twice, and on this project's VM a precise steady_clock read costs 27-38
-// ns against 11 for the counter; two reads were an eighth to a sixth of an
-// asynchronous one-sided get's time (docs/BENCHMARKS.md, "Prefetches in one
-// burst, and the benchmark's own cost").
-struct RequestClock {
-  bool tsc = false;          // the counter is used
-  double ns_per_tick = 0.0;  // its scale, when it is
-};
-// Calibrates once (thread-safe); later calls return the same.
-const RequestClock& GetRequestClock();
-inline uint64_t RequestNs() {
-#if defined(__x86_64__)
-  static const RequestClock& clock = GetRequestClock();
-  if (clock.tsc) return uint64_t(double(__rdtsc()) * clock.ns_per_tick);
-#endif
-  return NowNs();
-}
 
 Status PinThisThread(int cpu);
 
