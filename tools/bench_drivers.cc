@@ -233,25 +233,29 @@ class ClusterDriver : public KvDriver {
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet) {
       // Into storage kept with the request, as RememDriver (the keys stay
-      // in r->keys).
-      if (r->scratch == nullptr) r->scratch = std::make_unique<GetScratch>();
+      // in r->keys), and callbacks that capture one pointer likewise.
+      if (r->scratch == nullptr) {
+        auto g = std::make_unique<GetScratch>();
+        g->driver = this;
+        g->r = r;
+        r->scratch = std::move(g);
+      }
       auto* g = static_cast<GetScratch*>(r->scratch.get());
       r->values.resize(r->keys.size());
       if (r->keys.size() > 1) {
         g->keys.assign(r->keys.begin(), r->keys.end());
-        c_->MultiGetAsync(g->keys, &g->values, &g->statuses,
-                          [this, r, g](Status) {
-                            for (size_t i = 0; i < g->statuses.size(); ++i) {
-                              Take(r, i, g->statuses[i], g->values[i]);
-                            }
-                            Complete(r);
-                          });
+        c_->MultiGetAsync(g->keys, &g->values, &g->statuses, [g](Status) {
+          for (size_t i = 0; i < g->statuses.size(); ++i) {
+            Take(g->r, i, g->statuses[i], g->values[i]);
+          }
+          g->driver->Complete(g->r);
+        });
         return;
       }
       g->values.resize(1);
-      c_->GetAsync(r->keys[0], &g->values[0], [this, r, g](Status st) {
-        Take(r, 0, st, g->values[0]);
-        Complete(r);
+      c_->GetAsync(r->keys[0], &g->values[0], [g](Status st) {
+        Take(g->r, 0, st, g->values[0]);
+        g->driver->Complete(g->r);
       });
       return;
     }
@@ -270,7 +274,7 @@ class ClusterDriver : public KvDriver {
 
  private:
   struct GetScratch : KvRequest::Scratch {
-    RememDriver* driver = nullptr;
+    ClusterDriver* driver = nullptr;
     KvRequest* r = nullptr;  // the request that keeps this scratch
     std::vector<std::string_view> keys;
     std::vector<HashStore::Value> values;
