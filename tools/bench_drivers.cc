@@ -26,6 +26,60 @@ namespace {
 
 // ---------------------------------------------------------------- remem
 
+// A get of one key or a batch of them on a hash store (HashStore, or
+// Cluster: the same calls), read into storage kept with the request
+// (remem's allocation-free gets) and then copied into r->values, whose
+// strings keep their capacity too. The callbacks capture one pointer,
+// which std::function keeps without allocating; `d->Complete(r)` ends the
+// request.
+template <typename Driver, typename Store>
+void IssueHashGet(Driver* d, Store* store, KvRequest* r) {
+  struct Scratch : KvRequest::Scratch {
+    Driver* driver = nullptr;
+    KvRequest* r = nullptr;  // the request that keeps this scratch
+    std::vector<std::string_view> keys;
+    std::vector<HashStore::Value> values;
+    std::vector<Status> statuses;
+    // Key i's outcome into r: its value, nullopt if absent, or the
+    // request's error.
+    void Take(size_t i, const Status& st) {
+      if (st.ok()) {
+        if (r->values[i]) {
+          r->values[i]->assign(values[i].value);
+        } else {
+          r->values[i].emplace(values[i].value);
+        }
+      } else {
+        r->values[i].reset();
+        if (st.code() != StatusCode::kNotFound) r->status = st;
+      }
+    }
+  };
+  if (r->scratch == nullptr) {
+    auto g = std::make_unique<Scratch>();
+    g->driver = d;
+    g->r = r;
+    r->scratch = std::move(g);
+  }
+  auto* g = static_cast<Scratch*>(r->scratch.get());
+  r->values.resize(r->keys.size());
+  if (r->keys.size() > 1) {
+    g->keys.assign(r->keys.begin(), r->keys.end());
+    store->MultiGetAsync(g->keys, &g->values, &g->statuses, [g](Status) {
+      for (size_t i = 0; i < g->statuses.size(); ++i) {
+        g->Take(i, g->statuses[i]);
+      }
+      g->driver->Complete(g->r);
+    });
+    return;
+  }
+  g->values.resize(1);
+  store->GetAsync(r->keys[0], &g->values[0], [g](Status st) {
+    g->Take(0, st);
+    g->driver->Complete(g->r);
+  });
+}
+
 // What the drivers of one remem session share: the stores' callbacks
 // Complete() requests, and WaitSome polls the session until one has. A
 // derived driver's store is its own member, destroyed before the session.
@@ -44,15 +98,16 @@ class SessionDriver : public KvDriver {
     return Status::OK();
   }
   size_t in_flight() const override { return StoreInFlight() + done_.size(); }
+  // Ends `r` (its stores' callbacks call it).
+  void Complete(KvRequest* r) {
+    r->done_ns = RequestNs();
+    done_.push_back(r);
+  }
 
  protected:
   explicit SessionDriver(std::unique_ptr<Session> s) : s_(std::move(s)) {}
   // The store's operations issued and not yet completed.
   virtual size_t StoreInFlight() const = 0;
-  void Complete(KvRequest* r) {
-    r->done_ns = RequestNs();
-    done_.push_back(r);
-  }
 
  private:
   std::unique_ptr<Session> s_;
@@ -69,35 +124,7 @@ class RememDriver : public SessionDriver {
   // reads or one message), also any number in flight.
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet) {
-      // Values are read into storage kept with the request (remem's
-      // allocation-free gets), then copied into r->values, whose strings
-      // keep their capacity too.
-      if (r->scratch == nullptr) {
-        auto g = std::make_unique<GetScratch>();
-        g->driver = this;
-        g->r = r;
-        r->scratch = std::move(g);
-      }
-      // The callbacks capture one pointer, which std::function keeps
-      // without allocating.
-      auto* g = static_cast<GetScratch*>(r->scratch.get());
-      r->values.resize(r->keys.size());
-      if (r->keys.size() > 1) {
-        g->keys.assign(r->keys.begin(), r->keys.end());
-        c_->MultiGetAsync(g->keys, &g->values, &g->statuses, [g](Status) {
-          for (size_t i = 0; i < g->statuses.size(); ++i) {
-            Take(g->r, i, g->statuses[i], &g->values[i]);
-          }
-          g->driver->Complete(g->r);
-        });
-        return;
-      }
-      g->values.resize(1);
-      c_->GetAsync(r->keys[0], &g->values[0], [g](Status st) {
-        Take(g->r, 0, st, &g->values[0]);
-        g->driver->Complete(g->r);
-      });
-      return;
+      return IssueHashGet(this, c_.get(), r);
     }
     c_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
       if (!v.ok()) r->status = v.status();
@@ -110,28 +137,6 @@ class RememDriver : public SessionDriver {
   }
 
  private:
-  struct GetScratch : KvRequest::Scratch {
-    RememDriver* driver = nullptr;
-    KvRequest* r = nullptr;  // the request that keeps this scratch
-    std::vector<std::string_view> keys;
-    std::vector<HashStore::Value> values;
-    std::vector<Status> statuses;
-  };
-  // Key i's outcome into r: its value (copied into a string that keeps its
-  // capacity), nullopt if absent, or the request's error.
-  static void Take(KvRequest* r, size_t i, const Status& st,
-                   HashStore::Value* v) {
-    if (st.ok()) {
-      if (r->values[i]) {
-        r->values[i]->assign(v->value);
-      } else {
-        r->values[i].emplace(v->value);
-      }
-    } else {
-      r->values[i].reset();
-      if (st.code() != StatusCode::kNotFound) r->status = st;
-    }
-  }
   size_t StoreInFlight() const override { return c_->in_flight(); }
 
   std::unique_ptr<HashStore> c_;
@@ -232,32 +237,7 @@ class ClusterDriver : public KvDriver {
 
   void Issue(KvRequest* r) override {
     if (r->kind == KvRequest::Kind::kGet) {
-      // Into storage kept with the request, as RememDriver (the keys stay
-      // in r->keys), and callbacks that capture one pointer likewise.
-      if (r->scratch == nullptr) {
-        auto g = std::make_unique<GetScratch>();
-        g->driver = this;
-        g->r = r;
-        r->scratch = std::move(g);
-      }
-      auto* g = static_cast<GetScratch*>(r->scratch.get());
-      r->values.resize(r->keys.size());
-      if (r->keys.size() > 1) {
-        g->keys.assign(r->keys.begin(), r->keys.end());
-        c_->MultiGetAsync(g->keys, &g->values, &g->statuses, [g](Status) {
-          for (size_t i = 0; i < g->statuses.size(); ++i) {
-            Take(g->r, i, g->statuses[i], g->values[i]);
-          }
-          g->driver->Complete(g->r);
-        });
-        return;
-      }
-      g->values.resize(1);
-      c_->GetAsync(r->keys[0], &g->values[0], [g](Status st) {
-        Take(g->r, 0, st, g->values[0]);
-        g->driver->Complete(g->r);
-      });
-      return;
+      return IssueHashGet(this, c_.get(), r);
     }
     c_->PutAsync(r->keys[0], r->value, [this, r](Result<uint64_t> v) {
       if (!v.ok()) r->status = v.status();
@@ -272,34 +252,13 @@ class ClusterDriver : public KvDriver {
   }
   size_t in_flight() const override { return c_->in_flight() + done_.size(); }
 
- private:
-  struct GetScratch : KvRequest::Scratch {
-    ClusterDriver* driver = nullptr;
-    KvRequest* r = nullptr;  // the request that keeps this scratch
-    std::vector<std::string_view> keys;
-    std::vector<HashStore::Value> values;
-    std::vector<Status> statuses;
-  };
-  // Key i's outcome into r (a string that keeps its capacity), nullopt if
-  // absent, or the request's error.
-  static void Take(KvRequest* r, size_t i, const Status& st,
-                   const HashStore::Value& v) {
-    if (st.ok()) {
-      if (r->values[i]) {
-        r->values[i]->assign(v.value);
-      } else {
-        r->values[i].emplace(v.value);
-      }
-    } else {
-      r->values[i].reset();
-      if (st.code() != StatusCode::kNotFound) r->status = st;
-    }
-  }
+  // Ends `r` (the cluster's callbacks call it).
   void Complete(KvRequest* r) {
     r->done_ns = RequestNs();
     done_.push_back(r);
   }
 
+ private:
   // done_ first: ~Cluster waits for operations in flight, whose callbacks
   // add to it.
   std::vector<KvRequest*> done_;
