@@ -5,8 +5,11 @@
 //     amount between two random accounts (read both, write both); prints
 //     "FIRST" once the first has committed, and "DONE committed=N".
 //   audit MS TOTAL IDS...: read-only transactions summing every account for
-//     MS milliseconds; prints "BAD SUM" for a committed audit whose sum is
-//     not TOTAL, and "DONE audits=N".
+//     MS milliseconds (and then until one has committed), reading the
+//     accounts all at once (Transaction::ReadMany) and one by one in turn;
+//     prints "BAD SUM" for a committed audit whose sum is not TOTAL, and
+//     "DONE audits=N bad=B together=C/T one_by_one=C/T" (committed and
+//     tried, each way).
 //   counter OPS ID: OPS times, either adds 1 to the counter in a
 //     transaction or reads it alone (ObjectStore::Read), printing for each
 //     "H KIND CALL_NS RETURN_NS OLD NEW VERSION" (KIND r: a read of NEW at
@@ -110,32 +113,54 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "audit" && argc > 6) {
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(std::atoi(argv[4]));
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::chrono::milliseconds(std::atoi(argv[4]));
     const int64_t total = std::strtoll(argv[5], nullptr, 10);
     const std::vector<remem::ObjectId> ids = ids_from(6);
-    int audits = 0, bad = 0;
-    while (std::chrono::steady_clock::now() < until) {
+    // [0]: audits reading every account at once (ReadMany), [1]: one by one.
+    int tries[2] = {0, 0}, audits[2] = {0, 0}, bad = 0;
+    for (int t = 0;; ++t) {
+      const auto now = std::chrono::steady_clock::now();
+      // Past MS, until one has committed: a transfer process that started
+      // late may still be writing then.
+      if (now >= until && (audits[0] + audits[1] > 0 ||
+                           now >= until + std::chrono::seconds(30))) {
+        break;
+      }
+      const int many = t % 2;
+      ++tries[many];
       auto tx = (*store)->Begin();
+      std::vector<std::string> values;
+      if (many == 0) {
+        auto v = tx->ReadMany(ids);
+        if (!v.ok()) return Fail("audit read", v.status());
+        values = std::move(*v);
+      } else {
+        for (const auto& id : ids) {
+          auto v = tx->Read(id);
+          if (!v.ok()) return Fail("audit read", v.status());
+          values.push_back(std::move(*v));
+        }
+      }
       int64_t sum = 0;
       bool ok = true;
-      for (const auto& id : ids) {
-        auto v = tx->Read(id);
-        if (!v.ok()) return Fail("audit read", v.status());
+      for (const std::string& v : values) {
         // Each object alone is a committed state of it.
-        ok = ok && v->size() == kObjectBytes && *v == Account(Balance(*v));
-        sum += Balance(*v);
+        ok = ok && v.size() == kObjectBytes && v == Account(Balance(v));
+        sum += Balance(v);
       }
       remem::Status st = tx->Commit();
       if (st.code() == remem::StatusCode::kConflict) continue;
       if (!st.ok()) return Fail("audit commit", st);
-      ++audits;
+      ++audits[many];
       if (sum != total || !ok) {
         ++bad;
         std::printf("BAD %" PRId64 " ok=%d\n", sum, int(ok));
       }
     }
-    std::printf("DONE audits=%d bad=%d\n", audits, bad);
+    std::printf("DONE audits=%d bad=%d together=%d/%d one_by_one=%d/%d\n",
+                audits[0] + audits[1], bad, audits[0], tries[0], audits[1],
+                tries[1]);
     return 0;
   }
 

@@ -231,6 +231,74 @@ TEST_F(TxnTest, AConflictAppliesNothingAndRunRetriesIt) {
   EXPECT_EQ(Balance(store_->Read(a)->data), 71);
 }
 
+// ReadMany gives what Read gives, for several objects at once: its own
+// writes, repeats, versions; over tcp one request to the server for all of
+// them; and an error reads nothing.
+TEST_F(TxnTest, ReadManyReadsSeveralObjectsAsReadReadsEach) {
+  auto ids = Make({Account(1), Account(2), Account(3)});
+  const ObjectId a = ids[0], b = ids[1], c = ids[2];
+  auto tx = store_->Begin();
+  ASSERT_TRUE(tx->Write(b, Account(20)).ok());
+  const uint64_t served = StatOf(session_.get(), "mem_requests_served");
+  std::vector<uint64_t> versions;
+  auto got = tx->ReadMany({a, b, a, c}, &versions);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  if (session_->core()->served()) {
+    // One request for a and c (the stats call itself is not one).
+    EXPECT_EQ(StatOf(session_.get(), "mem_requests_served"), served + 1);
+  }
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ(Balance((*got)[0]), 1);
+  EXPECT_EQ(Balance((*got)[1]), 20) << "its own write";
+  EXPECT_EQ((*got)[2], (*got)[0]);
+  EXPECT_EQ(Balance((*got)[3]), 3);
+  EXPECT_EQ(versions, (std::vector<uint64_t>{store_->Read(a)->version, 0,
+                                             store_->Read(a)->version,
+                                             store_->Read(c)->version}));
+  // What it read is what the transaction read: a later change of c aborts
+  // it, and a second read returns the bytes read first.
+  ASSERT_TRUE(
+      store_->Run([&](Transaction& t) { return t.Write(c, Account(30)); })
+          .ok());
+  EXPECT_EQ(Balance(*tx->Read(c)), 3);
+  EXPECT_EQ(tx->Validate().code(), StatusCode::kConflict);
+  EXPECT_EQ(tx->Commit().code(), StatusCode::kConflict);
+  EXPECT_EQ(Balance(store_->Read(b)->data), 2);
+  // An object that is gone, or an id no object could have: an error, and
+  // nothing it read counts (the transaction commits, having read nothing).
+  auto gone = Make({"gone"})[0];
+  ASSERT_TRUE(store_->Run([&](Transaction& t) { return t.Free(gone); }).ok());
+  ObjectId bogus = a;
+  bogus.address += 1;
+  auto ro = store_->Begin();
+  EXPECT_EQ(ro->ReadMany({a, gone}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ro->ReadMany({c, bogus}).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      store_->Run([&](Transaction& t) { return t.Write(a, Account(10)); })
+          .ok());
+  EXPECT_TRUE(ro->Commit().ok()) << "a was not read";
+  auto frees = store_->Begin();
+  ASSERT_TRUE(frees->Free(b).ok());
+  EXPECT_EQ(frees->ReadMany({a, b}).status().code(), StatusCode::kNotFound)
+      << "freed by this transaction";
+  ASSERT_TRUE(
+      store_->Run([&](Transaction& t) { return t.Write(a, Account(10)); })
+          .ok());
+  EXPECT_TRUE(frees->Validate().ok()) << "a was not read";
+  frees->Abort();
+  // A read-only transaction of objects read together commits, and sees
+  // them as they are.
+  auto audit = store_->Begin();
+  auto all = audit->ReadMany(ids);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(Balance((*all)[0]) + Balance((*all)[1]) + Balance((*all)[2]),
+            10 + 2 + 30);
+  EXPECT_TRUE(audit->Commit().ok());
+  EXPECT_EQ(audit->ReadMany(ids).status().code(), StatusCode::kInvalidArgument)
+      << "over";
+}
+
 TEST_F(TxnTest, BadInputGetsClearErrorsAndChangesNothing) {
   auto ids = Make({"x"});
   auto tx = store_->Begin();
@@ -309,6 +377,7 @@ TEST_F(TxnTest, TransfersAndAuditsRacingAreSerializable) {
   EXPECT_NE(Finish(t2.get()).find("DONE committed=" + rounds),
             std::string::npos);
   const std::string audited = Finish(audit.get());
+  std::printf("audit: %s", audited.c_str());  // committed/tried, each way
   EXPECT_EQ(audited.find("BAD"), std::string::npos) << audited;
   int audits = 0;
   ASSERT_EQ(std::sscanf(audited.c_str() + audited.find("DONE"),

@@ -535,6 +535,19 @@ int RunFabric(const FabricOptions& o) {
             },
             &err);
       });
+      // The same two objects read together (Transaction::ReadMany: over
+      // tcp one round trip for both).
+      with_cpu([&] {
+        return RunSync(
+            "txn_read2_many", osize, o.seconds,
+            [&] {
+              auto [a, b] = two();
+              auto tx = (*store)->Begin();
+              REMEM_RETURN_IF_ERROR(tx->ReadMany({ids[a], ids[b]}).status());
+              return tx->Commit();
+            },
+            &err);
+      });
       with_cpu([&] {
         return RunSync(
             "txn_transfer", osize, o.seconds,
@@ -547,6 +560,20 @@ int RunFabric(const FabricOptions& o) {
                 if (!y.ok()) return y.status();
                 REMEM_RETURN_IF_ERROR(tx.Write(ids[a], *y));
                 return tx.Write(ids[b], *x);
+              });
+            },
+            &err);
+      });
+      with_cpu([&] {
+        return RunSync(
+            "txn_transfer_many", osize, o.seconds,
+            [&] {
+              auto [a, b] = two();
+              return (*store)->Run([&](Transaction& tx) -> Status {
+                auto xy = tx.ReadMany({ids[a], ids[b]});
+                if (!xy.ok()) return xy.status();
+                REMEM_RETURN_IF_ERROR(tx.Write(ids[a], (*xy)[1]));
+                return tx.Write(ids[b], (*xy)[0]);
               });
             },
             &err);

@@ -533,6 +533,39 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
   return st;
 }
 
+Status SessionCore::ReadManyNow(
+    const std::vector<fabric::Endpoint::GetSpan>& spans) {
+  bool mapped = true;
+  for (const fabric::Endpoint::GetSpan& g : spans) {
+    REMEM_RETURN_IF_ERROR(g.region->Check(g.offset, g.len));
+    mapped = mapped && g.region->mapped() != nullptr;
+  }
+  if (mapped || spans.size() == 1 || ep_->failed()) {
+    for (const fabric::Endpoint::GetSpan& g : spans) {
+      REMEM_RETURN_IF_ERROR(ReadNow(*g.region, g.offset, g.dst, g.len));
+    }
+    return Status::OK();
+  }
+  struct State {
+    bool done = false;
+    Status status;
+  };
+  // Shared with the completion, which may run after this returns.
+  auto state = std::make_shared<State>();
+  ep_->GetMany(spans, [state](Status st) {
+    state->done = true;
+    state->status = std::move(st);
+  });
+  Status wait = ProgressUntil([&] { return state->done; },
+                              Clock::now() + options_.timeout);
+  if (state->done) return state->status;
+  // As in ReadNow: failing the endpoint drops the reads before the
+  // buffers go away.
+  Status st = wait.WithContext("get");
+  ep_->Fail(st);
+  return st;
+}
+
 void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,
                        size_t len, fabric::Completion done) {
   const fabric::RemoteRegion* r = region(region_id);

@@ -108,6 +108,10 @@ class SessionCore {
   // loop over one region skips the lookup.
   Status ReadNow(const fabric::RemoteRegion& region, uint64_t offset, void* dst,
                  size_t len);
+  // Several reads done before returning, each span naming its region
+  // (region()): copies where mapped, else one fabric::Endpoint::GetMany
+  // (served: one request for all of them), waited for as ReadNow waits.
+  Status ReadManyNow(const std::vector<fabric::Endpoint::GetSpan>& spans);
   // An asynchronous read; `done` runs from Poll (or at once, deferred).
   void Read(uint32_t region, uint64_t offset, void* dst, size_t len,
             fabric::Completion done);

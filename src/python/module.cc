@@ -1591,6 +1591,29 @@ PYBIND11_MODULE(remem, m) {
           "The object's bytes (this transaction's own write if it wrote it); "
           "with_version: (bytes, the version read, 0 for its own write).")
       .def(
+          "read_many",
+          [](PyTransaction& t, py::iterable ids,
+             bool with_version) -> py::object {
+            std::vector<remem::ObjectId> is;
+            for (py::handle h : ids) is.push_back(ToId(h));
+            std::vector<uint64_t> versions;
+            auto data = Check(t.Call("read_many", [&](remem::Transaction& tx) {
+              return tx.ReadMany(is, &versions);
+            }));
+            py::list out;
+            for (size_t i = 0; i < data.size(); ++i) {
+              if (with_version) {
+                out.append(py::make_tuple(Bytes(data[i]), versions[i]));
+              } else {
+                out.append(Bytes(data[i]));
+              }
+            }
+            return out;
+          },
+          py::arg("ids"), py::arg("with_version") = false,
+          "read() of each id, in order, the ones not read yet read together "
+          "(over tcp one round trip for all of them).")
+      .def(
           "write",
           [](PyTransaction& t, py::object id, py::object data) {
             remem::ObjectId i = ToId(id);

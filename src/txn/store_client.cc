@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "client/session_core.h"
@@ -65,6 +66,22 @@ bool VerifiedHeader(const char* copy, txn::ObjectHeader* h) {
   return txn::HeaderCheck(*h) == h->header_check;
 }
 
+// What a one-sided copy of the object `id` (header and capacity bytes)
+// holds: the object (kWhole, in *object), no object (kGone: freed, or
+// never committed), or nothing to trust (kTorn: it raced a commit).
+enum class CopyIs { kWhole, kGone, kTorn };
+CopyIs Judge(const char* copy, const ObjectId& id,
+             ObjectStore::Object* object) {
+  txn::ObjectHeader h;
+  if (!VerifiedHeader(copy, &h)) return CopyIs::kTorn;
+  if (h.incarnation != id.incarnation || h.version == 0) return CopyIs::kGone;
+  if (h.version % 2 != 0 || h.size > id.capacity) return CopyIs::kTorn;
+  const char* data = copy + sizeof(h);
+  if (txn::DataChecksum(h, data, h.size) != h.checksum) return CopyIs::kTorn;
+  *object = ObjectStore::Object{std::string(data, h.size), h.version};
+  return CopyIs::kWhole;
+}
+
 // One verified one-sided copy of the object: OK, NotFound, or Busy when
 // every copy failed verification (ask the server).
 Result<ObjectStore::Object> ReadOneSided(txn::StoreState* s,
@@ -78,17 +95,17 @@ Result<ObjectStore::Object> ReadOneSided(txn::StoreState* s,
   for (int attempt = 0; attempt < kOneSidedTries; ++attempt) {
     if (attempt >= 4) std::this_thread::yield();  // a commit is writing it
     REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, s->scratch.data(), n));
-    txn::ObjectHeader h;
-    if (!VerifiedHeader(s->scratch.data(), &h)) continue;
-    if (h.incarnation != id.incarnation || h.version == 0) {
-      REMEM_RETURN_IF_ERROR(core->Vouch());
-      return Status::NotFound("no " + Describe(id));
+    ObjectStore::Object object;
+    switch (Judge(s->scratch.data(), id, &object)) {
+      case CopyIs::kTorn:
+        continue;
+      case CopyIs::kGone:
+        REMEM_RETURN_IF_ERROR(core->Vouch());
+        return Status::NotFound("no " + Describe(id));
+      case CopyIs::kWhole:
+        REMEM_RETURN_IF_ERROR(core->Vouch());
+        return object;
     }
-    if (h.version % 2 != 0 || h.size > id.capacity) continue;
-    const char* data = s->scratch.data() + sizeof(h);
-    if (txn::DataChecksum(h, data, h.size) != h.checksum) continue;
-    REMEM_RETURN_IF_ERROR(core->Vouch());
-    return ObjectStore::Object{std::string(data, h.size), h.version};
   }
   return Status::Busy("every copy of " + Describe(id) + " was torn");
 }
@@ -103,6 +120,49 @@ Result<ObjectStore::Object> ReadObject(txn::StoreState* s, const ObjectId& id) {
   auto rr = txn::DecodeReadReply(*reply);
   if (!rr.ok()) return rr.status();
   return ObjectStore::Object{std::string(rr->data), rr->version};
+}
+
+// The objects `ids` read at once: one-sided in one burst (where the server
+// performs one-sided reads, one request for all of them), each verified;
+// one whose copy raced a commit is read again alone (ReadObject). out[i]
+// is ids[i]'s; NotFound for the first that is gone.
+Status ReadObjects(txn::StoreState* s, const std::vector<ObjectId>& ids,
+                   std::vector<ObjectStore::Object>* out) {
+  std::vector<fabric::Endpoint::GetSpan> spans;
+  std::vector<size_t> at;  // each copy's place in `copies`
+  size_t total = 0;
+  for (const ObjectId& id : ids) {
+    fabric::Endpoint::GetSpan g{
+        nullptr, sizeof(txn::ObjectHeader) + id.capacity, nullptr, 0};
+    REMEM_RETURN_IF_ERROR(Locate(*s, id, g.len, &g.region, &g.offset));
+    spans.push_back(g);
+    at.push_back(total);
+    total += g.len;
+  }
+  // Not s->scratch, which ReadObject uses.
+  std::string copies(total, '\0');
+  for (size_t i = 0; i < spans.size(); ++i) {
+    spans[i].dst = copies.data() + at[i];
+  }
+  SessionCore* core = s->session->core();
+  REMEM_RETURN_IF_ERROR(core->ReadManyNow(spans));
+  out->assign(ids.size(), ObjectStore::Object{});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    switch (Judge(copies.data() + at[i], ids[i], &(*out)[i])) {
+      case CopyIs::kWhole:
+        break;
+      case CopyIs::kGone:
+        REMEM_RETURN_IF_ERROR(core->Vouch());
+        return Status::NotFound("no " + Describe(ids[i]));
+      case CopyIs::kTorn: {
+        auto again = ReadObject(s, ids[i]);
+        if (!again.ok()) return again.status();
+        (*out)[i] = std::move(*again);
+        break;
+      }
+    }
+  }
+  return core->Vouch();
 }
 
 // Whether the object still has the version read (FaRM's validation of a
@@ -241,10 +301,38 @@ Status ObjectStore::Run(const std::function<Status(Transaction&)>& body,
 Transaction::~Transaction() { Abort(); }
 
 Status Transaction::ValidateReads() {
-  for (const auto& [id, r] : reads_) {
-    REMEM_RETURN_IF_ERROR(ValidateOne(store_, id, r.version));
+  SessionCore* core = store_->session->core();
+  if (core->reads_are_local() || reads_.size() < 2) {
+    // Copies of mapped memory (or one header): nothing to gain from a
+    // burst.
+    for (const auto& [id, r] : reads_) {
+      REMEM_RETURN_IF_ERROR(ValidateOne(store_, id, r.version));
+    }
+    return core->Vouch();
   }
-  return store_->session->core()->Vouch();
+  // Every header read again in one burst (where the server performs
+  // one-sided reads, one request); one that raced a commit is read again
+  // alone.
+  constexpr size_t kHeader = sizeof(txn::ObjectHeader);
+  std::vector<fabric::Endpoint::GetSpan> spans;
+  std::string copies(reads_.size() * kHeader, '\0');
+  for (const auto& [id, r] : reads_) {
+    fabric::Endpoint::GetSpan g{copies.data() + spans.size() * kHeader, kHeader,
+                                nullptr, 0};
+    REMEM_RETURN_IF_ERROR(Locate(*store_, id, kHeader, &g.region, &g.offset));
+    spans.push_back(g);
+  }
+  REMEM_RETURN_IF_ERROR(core->ReadManyNow(spans));
+  size_t i = 0;
+  for (const auto& [id, r] : reads_) {
+    txn::ObjectHeader h;
+    if (!VerifiedHeader(copies.data() + kHeader * i++, &h)) {
+      REMEM_RETURN_IF_ERROR(ValidateOne(store_, id, r.version));
+    } else if (h.version != r.version || h.incarnation != id.incarnation) {
+      return Status::Conflict(Describe(id) + " changed since it was read");
+    }
+  }
+  return core->Vouch();
 }
 
 Status Transaction::Validate() {
@@ -281,6 +369,50 @@ Result<std::string> Transaction::Read(ObjectId id, uint64_t* version) {
   e.data = std::move(got->data);
   if (version != nullptr) *version = e.version;
   return e.data;
+}
+
+Result<std::vector<std::string>> Transaction::ReadMany(
+    const std::vector<ObjectId>& ids, std::vector<uint64_t>* versions) {
+  REMEM_RETURN_IF_ERROR(Usable());
+  // What neither this transaction wrote nor it read yet, once each.
+  std::vector<ObjectId> fresh;
+  std::set<ObjectId> seen;
+  for (const ObjectId& id : ids) {
+    if (auto w = writes_.find(id); w != writes_.end()) {
+      if (w->second.freed) {
+        return Status::NotFound(Describe(id) +
+                                " was freed by this transaction");
+      }
+    } else if (reads_.count(id) == 0 && seen.insert(id).second) {
+      fresh.push_back(id);
+    }
+  }
+  // Copies of mapped memory gain nothing from a burst: each is read as
+  // Read reads it, and noted only once all are.
+  std::vector<ObjectStore::Object> got;
+  if (store_->session->core()->reads_are_local()) {
+    for (const ObjectId& id : fresh) {
+      auto one = ReadObject(store_, id);
+      if (!one.ok()) return one.status();
+      got.push_back(std::move(*one));
+    }
+  } else {
+    REMEM_RETURN_IF_ERROR(ReadObjects(store_, fresh, &got));
+  }
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    ReadEntry& e = reads_[fresh[i]];
+    e.version = got[i].version;
+    e.data = std::move(got[i].data);
+  }
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  if (versions != nullptr) versions->assign(ids.size(), 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto one = Read(ids[i], versions == nullptr ? nullptr : &(*versions)[i]);
+    if (!one.ok()) return one.status();
+    out.push_back(std::move(*one));
+  }
+  return out;
 }
 
 Status Transaction::Write(ObjectId id, std::string_view data) {

@@ -382,6 +382,14 @@ class RememTest(unittest.TestCase):
         self.assertNotEqual(a, b)
         self.assertEqual(objs.read(str(b))[0], b"bob")
         tx = objs.begin()
+        self.assertEqual(tx.read_many([a, str(b)]), [b"alice", b"bob"])
+        self.assertEqual(
+            tx.read_many([b, a], with_version=True), [(b"bob", 2), (b"alice", 2)]
+        )
+        with self.assertRaises(TypeError):
+            tx.read_many([a, 5])
+        tx.abort()
+        tx = objs.begin()
         self.assertEqual(tx.read(a, with_version=True), (b"alice", 2))
         tx.write(a, b"alice2")
         tx.free(b)
