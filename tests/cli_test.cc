@@ -246,8 +246,8 @@ std::string ReadFileBytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// `remem ns`: a namespace's life over the test transport, binary data
-// through standard input and output byte for byte, and the exit codes.
+// `remem obj`: objects' lives over the test transport, several read
+// together, and the exit codes.
 TEST(Cli, ObjectCommandsAllocReadWriteAndFree) {
   auto server = StartServer({"--txn-memory", "4M"});
   ASSERT_NE(server.process, nullptr);
@@ -276,9 +276,28 @@ TEST(Cli, ObjectCommandsAllocReadWriteAndFree) {
       << "past its capacity";
   EXPECT_EQ(cli({"obj", "read", "12:x:3"}).exit_code, 2);
   EXPECT_EQ(cli({"obj", "bogus"}).exit_code, 2);
+  // Several objects read in one transaction, in the order named.
+  auto other = cli({"obj", "alloc", "other"});
+  ASSERT_EQ(other.exit_code, 0) << other.out;
+  const std::string id2 = other.out.substr(0, other.out.size() - 1);
+  auto both = cli({"obj", "mread", id, id2, id});
+  EXPECT_EQ(both.exit_code, 0) << both.out;
+  EXPECT_EQ(both.out, "second\nother\nsecond\n");
+  auto both_json = cli({"--json", "obj", "mread", id2, id});
+  EXPECT_EQ(both_json.exit_code, 0) << both_json.out;
+  EXPECT_TRUE(Contains(both_json.out, "\"version\":2,\"value\":\"other\"}"))
+      << both_json.out;
+  EXPECT_TRUE(Contains(both_json.out, "\"version\":4,\"value\":\"second\"}]"))
+      << both_json.out;
+  EXPECT_EQ(cli({"obj", "mread", id, "12:x:3"}).exit_code, 2);
+  EXPECT_EQ(cli({"obj", "mread"}).exit_code, 2) << "no id";
   EXPECT_EQ(cli({"obj", "free", id}).exit_code, 0);
   auto gone = cli({"obj", "read", id});
   EXPECT_EQ(gone.exit_code, 4) << gone.out;
+  auto one_gone = cli({"obj", "mread", id2, id});
+  EXPECT_EQ(one_gone.exit_code, 4) << one_gone.out;
+  EXPECT_TRUE(Contains(one_gone.out, "NotFound")) << one_gone.out;
+  EXPECT_FALSE(Contains(one_gone.out, "other")) << "no value printed";
   EXPECT_EQ(cli({"obj", "free", id}).exit_code, 4);
   // A cluster's members each keep their own objects: refused with --cluster.
   auto clustered =

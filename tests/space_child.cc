@@ -8,7 +8,8 @@
 //     (INDEX+1)*BLOCKS-1, ROUNDS times, each under its version word (odd
 //     while written: FetchAdd 1, Write, FetchAdd 1), with
 //     (writer, seq, payload(writer, seq)).
-//   reader TOTAL_BLOCKS MS: reads random blocks for MS milliseconds; a
+//   reader TOTAL_BLOCKS MS: reads random blocks for MS milliseconds (and
+//     on until 60 were stable, at most 30 s more); a
 //     block whose version was even and the same before and after the read
 //     must hold what its writer wrote at that version; prints "BAD ..." for
 //     any that does not, then "DONE stable=N".
@@ -166,7 +167,10 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> body(kBody), want(kBody);
     uint64_t stable = 0, bad = 0;
     const uint64_t end = remem::testing::NowNs() + ms * 1'000'000;
-    while (remem::testing::NowNs() < end) {
+    // Past MS, until 60 stable reads (a loaded machine may have held the
+    // reader up), at most 30 s more.
+    while (remem::testing::NowNs() < end ||
+           (stable < 60 && remem::testing::NowNs() < end + 30'000'000'000)) {
       const uint64_t b = rng() % total;
       const uint64_t at = b * kBlock;
       auto v1 = m->FetchAdd(at, 0);

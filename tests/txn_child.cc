@@ -4,12 +4,16 @@
 //   transfer ROUNDS SEED IDS...: ROUNDS transactions, each moving a random
 //     amount between two random accounts (read both, write both); prints
 //     "FIRST" once the first has committed, and "DONE committed=N".
-//   audit MS TOTAL IDS...: read-only transactions summing every account for
-//     MS milliseconds (and then until one has committed), reading the
-//     accounts all at once (Transaction::ReadMany) and one by one in turn;
-//     prints "BAD SUM" for a committed audit whose sum is not TOTAL, and
-//     "DONE audits=N bad=B together=C/T one_by_one=C/T" (committed and
-//     tried, each way).
+//   audit MS TOTAL IDS...: read-only transactions summing every account,
+//     reading the accounts all at once (Transaction::ReadMany, then
+//     Validate) and one by one in turn; prints "READY" once the first has
+//     committed (start the transfers then), and goes on for MS
+//     milliseconds and until audits committed in two states past the
+//     first (at most 30 s more). Prints "BAD ..." for a committed or
+//     validated audit whose sum is not TOTAL, and "DONE audits=N bad=B
+//     racing=R validated=V together=C/T one_by_one=C/T": R audits committed
+//     between two transfers (in a state past the first and before the last
+//     one seen), V validated, and committed/tried each way.
 //   counter OPS ID: OPS times, either adds 1 to the counter in a
 //     transaction or reads it alone (ObjectStore::Read), printing for each
 //     "H KIND CALL_NS RETURN_NS OLD NEW VERSION" (KIND r: a read of NEW at
@@ -30,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -113,54 +118,95 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "audit" && argc > 6) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto until = start + std::chrono::milliseconds(std::atoi(argv[4]));
     const int64_t total = std::strtoll(argv[5], nullptr, 10);
     const std::vector<remem::ObjectId> ids = ids_from(6);
-    // [0]: audits reading every account at once (ReadMany), [1]: one by one.
-    int tries[2] = {0, 0}, audits[2] = {0, 0}, bad = 0;
+    // [0]: audits reading every account at once (ReadMany), then checking
+    // them (Validate) before the commit; [1]: reading them one by one.
+    int tries[2] = {0, 0}, audits[2] = {0, 0}, validated = 0, bad = 0;
+    // Each commit raises its objects' versions, so the sum of the versions
+    // an audit read names the state it read.
+    uint64_t first_state = 0;
+    std::set<uint64_t> later_states;  // of committed audits, past the first
+    std::vector<uint64_t> committed_states;
+    bool ready = false;  // the first audit committed
+    std::chrono::steady_clock::time_point until;
     for (int t = 0;; ++t) {
       const auto now = std::chrono::steady_clock::now();
-      // Past MS, until one has committed: a transfer process that started
-      // late may still be writing then.
-      if (now >= until && (audits[0] + audits[1] > 0 ||
-                           now >= until + std::chrono::seconds(30))) {
+      // Past MS, until audits committed in two states after the first: one
+      // of them was between two transfers.
+      if (ready && now >= until &&
+          (later_states.size() >= 2 ||
+           now >= until + std::chrono::seconds(30))) {
         break;
       }
-      const int many = t % 2;
-      ++tries[many];
+      const int one_by_one = t % 2;
+      ++tries[one_by_one];
       auto tx = (*store)->Begin();
       std::vector<std::string> values;
-      if (many == 0) {
-        auto v = tx->ReadMany(ids);
+      std::vector<uint64_t> versions;
+      if (one_by_one == 0) {
+        auto v = tx->ReadMany(ids, &versions);
         if (!v.ok()) return Fail("audit read", v.status());
         values = std::move(*v);
       } else {
         for (const auto& id : ids) {
-          auto v = tx->Read(id);
+          uint64_t version = 0;
+          auto v = tx->Read(id, &version);
           if (!v.ok()) return Fail("audit read", v.status());
           values.push_back(std::move(*v));
+          versions.push_back(version);
         }
       }
       int64_t sum = 0;
+      uint64_t state = 0;
       bool ok = true;
-      for (const std::string& v : values) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        const std::string& v = values[i];
         // Each object alone is a committed state of it.
         ok = ok && v.size() == kObjectBytes && v == Account(Balance(v));
         sum += Balance(v);
+        state += versions[i];
+      }
+      // Reads that Validate calls one state are one, whatever Commit says
+      // next.
+      if (one_by_one == 0 && tx->Validate().ok()) {
+        ++validated;
+        if (sum != total || !ok) {
+          ++bad;
+          std::printf("BAD validated %" PRId64 " ok=%d\n", sum, int(ok));
+        }
       }
       remem::Status st = tx->Commit();
       if (st.code() == remem::StatusCode::kConflict) continue;
       if (!st.ok()) return Fail("audit commit", st);
-      ++audits[many];
+      ++audits[one_by_one];
       if (sum != total || !ok) {
         ++bad;
         std::printf("BAD %" PRId64 " ok=%d\n", sum, int(ok));
       }
+      if (!ready) {
+        // Before any transfer: the parent starts them on this line.
+        ready = true;
+        first_state = state;
+        until = std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(std::atoi(argv[4]));
+        std::printf("READY\n");
+      } else if (state != first_state) {
+        later_states.insert(state);
+        committed_states.push_back(state);
+      }
     }
-    std::printf("DONE audits=%d bad=%d together=%d/%d one_by_one=%d/%d\n",
-                audits[0] + audits[1], bad, audits[0], tries[0], audits[1],
-                tries[1]);
+    // Committed between two transfers: past the first state and before the
+    // last one seen.
+    const uint64_t last_state =
+        later_states.empty() ? first_state : *later_states.rbegin();
+    int racing = 0;
+    for (uint64_t s : committed_states) racing += s < last_state;
+    std::printf(
+        "DONE audits=%d bad=%d racing=%d validated=%d together=%d/%d "
+        "one_by_one=%d/%d\n",
+        audits[0] + audits[1], bad, racing, validated, audits[0], tries[0],
+        audits[1], tries[1]);
     return 0;
   }
 

@@ -644,11 +644,12 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
 }
 
 // `remem obj ...`: transactional objects (remem/txn.h) on one server, one
-// object per command, each in a transaction of its own. `what` is the
-// subcommand's name.
+// object per command (mread: several, read together), each in a
+// transaction of its own. `what` is the subcommand's name.
 struct ObjArgs {
   std::string what;
   std::string id;
+  std::vector<std::string> ids;  // mread
   std::string value;
   uint32_t capacity = 0;
   std::optional<uint64_t> if_version;  // write, free
@@ -672,6 +673,39 @@ int RunObj(Session* session, const ObjArgs& a, bool json) {
     } else {
       std::printf("%s\n", made.ToString().c_str());
     }
+    return 0;
+  }
+  if (a.what == "mread") {
+    // One read-only transaction: the objects as they all were at one
+    // moment (run again if a commit changed one of them meanwhile).
+    std::vector<ObjectId> ids;
+    for (const std::string& text : a.ids) {
+      auto id = ObjectId::Parse(text);
+      if (!id.ok()) return Fail(id.status());
+      ids.push_back(*id);
+    }
+    std::vector<std::string> values;
+    std::vector<uint64_t> versions;
+    Status st = (*store)->Run([&](Transaction& tx) -> Status {
+      auto got = tx.ReadMany(ids, &versions);
+      if (!got.ok()) return got.status();
+      values = std::move(*got);
+      return Status::OK();
+    });
+    if (!st.ok()) return Fail(st);
+    if (json) std::printf("[");
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (json) {
+        std::printf("%s{%s,\"version\":%llu,%s}", i ? "," : "",
+                    JsonBytes("id", a.ids[i]).c_str(),
+                    static_cast<unsigned long long>(versions[i]),
+                    JsonBytes("value", values[i]).c_str());
+      } else {
+        std::fwrite(values[i].data(), 1, values[i].size(), stdout);
+        std::printf("\n");
+      }
+    }
+    if (json) std::printf("]\n");
     return 0;
   }
   auto id = ObjectId::Parse(a.id);
@@ -1259,7 +1293,7 @@ int RunCli(int argc, char** argv) {
   auto* objcmd = app.add_subcommand(
       "obj",
       "transactional objects on one server (--server): one object per "
-      "command, each in a transaction of its own");
+      "command (mread: several), each in a transaction of its own");
   objcmd->require_subcommand(1);
   auto* obj_alloc = objcmd->add_subcommand(
       "alloc", "make an object holding VALUE; print its id");
@@ -1275,6 +1309,15 @@ int RunCli(int argc, char** argv) {
   };
   obj_id(objcmd->add_subcommand(
       "read", "print the object's bytes (--json: with its version)"));
+  objcmd
+      ->add_subcommand("mread",
+                       "print the bytes of ID... one per line, read together "
+                       "in one transaction: one state of them all (--json: "
+                       "binary-safe, with versions)")
+      ->add_option("ids", obj_args.ids,
+                   "object ids, ADDRESS:INCARNATION:CAPACITY as alloc "
+                   "prints them")
+      ->required();
   auto* obj_write = objcmd->add_subcommand(
       "write", "set the object's bytes to VALUE (at most its capacity)");
   obj_id(obj_write);

@@ -182,11 +182,13 @@ class Transaction {
   // The bytes of each of `ids` (which may repeat), as Read gives them, with
   // those not read yet read together: one-sided in one burst, and where the
   // server performs one-sided reads (tcp) one round trip for all of them
-  // instead of one each. A transaction that reads several objects this way
-  // is shorter, so a concurrent commit is less likely to abort it.
-  // `versions`, if given, gets each one's version as Read's. On an error
-  // (the first id that is malformed or names no object: InvalidArgument,
-  // NotFound) nothing this call read counts as read.
+  // instead of one each (over shared memory, where a read is a copy, they
+  // are copied one after another). A transaction that reads several
+  // objects this way is shorter, so a concurrent commit is less likely to
+  // abort it. `versions`, if given, gets each one's version as Read's. On
+  // an error (an id that is malformed: InvalidArgument; one that names no
+  // object or one this transaction freed: NotFound; with both, which one is
+  // returned is not specified) nothing this call read counts as read.
   Result<std::vector<std::string>> ReadMany(
       const std::vector<ObjectId>& ids,
       std::vector<uint64_t>* versions = nullptr);

@@ -1594,6 +1594,11 @@ PYBIND11_MODULE(remem, m) {
           "read_many",
           [](PyTransaction& t, py::iterable ids,
              bool with_version) -> py::object {
+            // A str is iterable too: one id given alone is refused.
+            if (py::isinstance<py::str>(ids) ||
+                py::isinstance<py::bytes>(ids)) {
+              throw py::type_error("read_many takes a list of ids, not one");
+            }
             std::vector<remem::ObjectId> is;
             for (py::handle h : ids) is.push_back(ToId(h));
             std::vector<uint64_t> versions;

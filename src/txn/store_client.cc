@@ -390,7 +390,9 @@ Result<std::vector<std::string>> Transaction::ReadMany(
   // Copies of mapped memory gain nothing from a burst: each is read as
   // Read reads it, and noted only once all are.
   std::vector<ObjectStore::Object> got;
-  if (store_->session->core()->reads_are_local()) {
+  if (fresh.empty()) {
+    // Nothing to read: what Read gives for each.
+  } else if (store_->session->core()->reads_are_local()) {
     for (const ObjectId& id : fresh) {
       auto one = ReadObject(store_, id);
       if (!one.ok()) return one.status();

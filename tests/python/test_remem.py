@@ -388,6 +388,8 @@ class RememTest(unittest.TestCase):
         )
         with self.assertRaises(TypeError):
             tx.read_many([a, 5])
+        with self.assertRaises(TypeError):
+            tx.read_many(str(a))  # one id, not a list of them
         tx.abort()
         tx = objs.begin()
         self.assertEqual(tx.read(a, with_version=True), (b"alice", 2))
