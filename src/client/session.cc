@@ -514,20 +514,27 @@ Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
   // server holds it until the deadline, so it is waited for as calls are,
   // with Housekeeping, whose slow-call hook may fail the session (the read
   // then ends Unavailable).
+  return WaitForReads([&](fabric::Completion done) {
+    ep_->Get(dst, len, region, offset, std::move(done));
+  });
+}
+
+Status SessionCore::WaitForReads(
+    const std::function<void(fabric::Completion)>& issue) {
   struct State {
     bool done = false;
     Status status;
   };
   // Shared with the completion, which may run after this returns.
   auto state = std::make_shared<State>();
-  ep_->Get(dst, len, region, offset, [state](Status st) {
+  issue([state](Status st) {
     state->done = true;
     state->status = std::move(st);
   });
   Status wait = ProgressUntil([&] { return state->done; },
                               Clock::now() + options_.timeout);
   if (state->done) return state->status;
-  // Failing the endpoint drops the read before `dst` goes away.
+  // Failing the endpoint drops the reads before their buffers go away.
   Status st = wait.WithContext("get");
   ep_->Fail(st);
   return st;
@@ -546,24 +553,8 @@ Status SessionCore::ReadManyNow(
     }
     return Status::OK();
   }
-  struct State {
-    bool done = false;
-    Status status;
-  };
-  // Shared with the completion, which may run after this returns.
-  auto state = std::make_shared<State>();
-  ep_->GetMany(spans, [state](Status st) {
-    state->done = true;
-    state->status = std::move(st);
-  });
-  Status wait = ProgressUntil([&] { return state->done; },
-                              Clock::now() + options_.timeout);
-  if (state->done) return state->status;
-  // As in ReadNow: failing the endpoint drops the reads before the
-  // buffers go away.
-  Status st = wait.WithContext("get");
-  ep_->Fail(st);
-  return st;
+  return WaitForReads(
+      [&](fabric::Completion done) { ep_->GetMany(spans, std::move(done)); });
 }
 
 void SessionCore::Read(uint32_t region_id, uint64_t offset, void* dst,

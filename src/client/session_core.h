@@ -261,6 +261,11 @@ class SessionCore {
   // Part of connecting: by the connection's deadline.
   Status LoadRegions(Clock::time_point deadline);
   Status RenewVouch();
+  // Issues reads with `issue` (given their one completion) and waits for
+  // them as for a call (ProgressUntil, with Housekeeping, by the session
+  // timeout); on a timeout, fails the endpoint, which drops the reads
+  // before their buffers go away.
+  Status WaitForReads(const std::function<void(fabric::Completion)>& issue);
   // The session's TCP connection closed: fails it, and has the loop watch
   // for a stall.
   void ServerGone();
