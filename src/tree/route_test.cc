@@ -395,5 +395,52 @@ TEST(TreeRoute, AFullCacheDropsEveryRoute) {
   EXPECT_EQ(cache.Route(5)->child(i), 12u);
 }
 
+TEST(TreeRoute, CopiesGoIntoMemoryReservedAheadOrLeftByEvictedCopies) {
+  NodeCache cache(4);
+  cache.Reserve(3);
+  EXPECT_EQ(cache.spare(), 3u);
+  cache.Reserve(2);  // there is room already
+  EXPECT_EQ(cache.spare(), 3u);
+  NodeView v;
+  const std::vector<uint8_t> a = InternalImage(3, 1, {10, 11, 12});
+  const std::vector<uint8_t> b = InternalImage(4, 1, {13});
+  ASSERT_TRUE(v.Parse(a.data(), 3).ok());
+  cache.Put(3, v);
+  EXPECT_EQ(cache.spare(), 2u);
+  cache.Evict(3);
+  EXPECT_EQ(cache.spare(), 3u);
+  EXPECT_EQ(cache.Route(3), nullptr);
+  // The memory that held node 3 (three entries) holds node 4 (one) as
+  // node 4 alone.
+  ASSERT_TRUE(v.Parse(b.data(), 4).ok());
+  for (int i = 0; i < 3; ++i) cache.Put(4, v);  // replaced in place
+  EXPECT_EQ(cache.spare(), 2u);
+  ASSERT_NE(cache.Route(4), nullptr);
+  EXPECT_EQ(cache.Route(4)->count(), 1u);
+  Target t;
+  t.key = "k0";
+  size_t i = 0;
+  ASSERT_EQ(cache.Route(4)->Locate(t, &i), RouteNode::Place::kIn);
+  EXPECT_EQ(cache.Route(4)->child(i), 13u);
+  // Cleared (and full, below): the copies' memory is kept for the next.
+  cache.Clear();
+  EXPECT_EQ(cache.spare(), 3u);
+  EXPECT_EQ(cache.size(), 0u);
+  for (uint32_t n = 5; n < 10; ++n) {
+    const std::vector<uint8_t> img = InternalImage(n, 1, {n + 100});
+    ASSERT_TRUE(v.Parse(img.data(), n).ok());
+    cache.Put(n, v);  // the fifth finds the cache full and clears it
+    ASSERT_NE(cache.Route(n), nullptr);
+    t.key = "k0";
+    ASSERT_EQ(cache.Route(n)->Locate(t, &i), RouteNode::Place::kIn);
+    EXPECT_EQ(cache.Route(n)->child(i), n + 100);
+  }
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.spare(), 3u);  // the four dropped, less node 9's
+  // At most kMaxSpare are kept.
+  cache.Reserve(NodeCache::kMaxSpare + 10);
+  EXPECT_EQ(cache.spare(), NodeCache::kMaxSpare);
+}
+
 }  // namespace
 }  // namespace remem::tree

@@ -89,11 +89,7 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   if ((size_ >= max_ && !have) ||
       key_bytes_ + view.key_bytes() > kMaxCachedKeyBytes) {
     evictions += size_;
-    nodes_.clear();
-    routes_.clear();
-    size_ = 0;
-    key_bytes_ = 0;
-    ++generation_;
+    DropAll();
   }
   if (index >= nodes_.size()) {
     nodes_.resize(size_t{index} + 1);
@@ -101,7 +97,7 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   }
   std::unique_ptr<Entry>& slot = nodes_[index];
   if (!slot) {
-    slot = std::make_unique<Entry>();
+    slot = NewEntry();
     ++size_;
   }
   if (slot->route != nullptr) ++generation_;  // freed below
@@ -115,12 +111,43 @@ void NodeCache::Put(uint32_t index, const NodeView& view) {
   if (!slot->view.Parse(slot->image, index, /*checksum=*/false).ok() ||
       !slot->view.AdoptKeys(view) ||
       (slot->route = RouteNode::Make(slot->view)) == nullptr) {
-    slot.reset();  // its bytes were not counted
+    Recycle(std::move(slot));  // its bytes were not counted
     --size_;
     return;
   }
   key_bytes_ += slot->view.key_bytes();
   routes_[index] = slot->route.get();
+}
+
+void NodeCache::Reserve(size_t n) {
+  n = std::min(n, kMaxSpare);
+  // make_unique value-initializes: the image's pages are written here.
+  while (spare_.size() < n) spare_.push_back(std::make_unique<Entry>());
+}
+
+std::unique_ptr<NodeCache::Entry> NodeCache::NewEntry() {
+  if (spare_.empty()) return std::make_unique<Entry>();
+  std::unique_ptr<Entry> e = std::move(spare_.back());
+  spare_.pop_back();
+  return e;
+}
+
+void NodeCache::Recycle(std::unique_ptr<Entry> e) {
+  if (e == nullptr || spare_.size() >= kMaxSpare) return;
+  e->route.reset();  // its view is parsed again before a route is made
+  spare_.push_back(std::move(e));
+}
+
+void NodeCache::DropAll() {
+  for (std::unique_ptr<Entry>& e : nodes_) {
+    if (spare_.size() >= kMaxSpare) break;
+    if (e != nullptr) Recycle(std::move(e));
+  }
+  nodes_.clear();
+  routes_.clear();
+  size_ = 0;
+  key_bytes_ = 0;
+  ++generation_;
 }
 
 uint32_t CachedLeaf(NodeCache* cache, const Target& t) {

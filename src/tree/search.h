@@ -136,20 +136,26 @@ class NodeCache {
   void Evict(uint32_t index) {
     if (index < nodes_.size() && nodes_[index]) {
       key_bytes_ -= nodes_[index]->view.key_bytes();
-      nodes_[index].reset();
+      Recycle(std::move(nodes_[index]));
       routes_[index] = nullptr;
       --size_;
       ++generation_;  // a route freed: routes' kids forget it
     }
   }
   void Clear() {
-    nodes_.clear();
-    routes_.clear();
-    size_ = 0;
-    key_bytes_ = 0;
+    DropAll();
     root_ = kNoNode;
-    ++generation_;
   }
+  // Makes room for `n` more nodes ahead of time: the memory the next n
+  // copies go to is allocated and written now (at most kMaxSpare). A copy
+  // cached into memory the process never touched pays a page fault per
+  // page, tens of microseconds on a VM; the read-path selector times
+  // explorations of the one-sided path, whose searches fill the cache with
+  // what the RPC path never read, after this (TreeStore's ExploreWarm).
+  void Reserve(size_t n);
+  static constexpr size_t kMaxSpare = 256;
+  // Entries' memory kept for copies to come (Reserve, and nodes evicted).
+  size_t spare() const { return spare_.size(); }
   // What scans have seen of leaves: the entries per leaf, on average (0
   // before any), from which a scan over a source that reads ahead estimates
   // how many leaves its items will take.
@@ -173,6 +179,10 @@ class NodeCache {
     NodeView view;         // over `image`
     RouteNode::Ptr route;  // over `view`
   };
+  std::unique_ptr<Entry> NewEntry();
+  // Keeps `e`'s memory for the next copy (up to kMaxSpare entries).
+  void Recycle(std::unique_ptr<Entry> e);
+  void DropAll();  // every node out (Recycled), the root kept
   size_t max_;
   size_t size_ = 0;       // cached nodes
   size_t key_bytes_ = 0;  // their long keys' bytes
@@ -182,6 +192,7 @@ class NodeCache {
   // route's kids start unknown at 0.
   uint64_t generation_ = 1;
   std::vector<std::unique_ptr<Entry>> nodes_;  // by node index
+  std::vector<std::unique_ptr<Entry>> spare_;  // memory for copies to come
   std::vector<const RouteNode*> routes_;       // by node index: entries' routes
 };
 
