@@ -253,11 +253,14 @@ void Replicator::Run() {
       last_work = Clock::now();
       continue;
     }
-    // Waiting for replies: poll a little before sleeping. A backup on this
-    // host answers within tens of microseconds, and a sleeping replicator
-    // costs a wake-up (a system call on each side, a context switch) per
-    // batch; the yields let a backup that shares this CPU run meanwhile.
-    if (!active_.empty() && Clock::now() - last_work < spin_) {
+    // Poll a little after the last work before sleeping: for the replies of
+    // the batches out (a backup on this host answers within tens of
+    // microseconds), and for the next batch, which a partition hands over
+    // as soon as its last one is held (one in flight each). A sleeping
+    // replicator costs a wake-up (a system call on each side, a context
+    // switch) per batch; the yields let a backup or a partition that
+    // shares this CPU run meanwhile.
+    if (Clock::now() - last_work < spin_) {
       if ((++idle_polls & 15) == 0) sched_yield();
       continue;
     }

@@ -25,11 +25,11 @@
 // needs (opened when first needed; opened again for a member that
 // restarted, or after a send that got no answer within the session's
 // timeout: a session can break without a word), so the partitions'
-// threads never wait on the network. While batches are out it polls for
-// their replies for `spin` before it sleeps (a sleeping replicator costs a
-// wake-up on each side per batch), and it looks at its batches again only
-// when something they wait for changed: a batch handed over, a reply,
-// another configuration, a retry due.
+// threads never wait on the network. After its last work it polls for
+// `spin` before it sleeps, for replies and for the next batch (a sleeping
+// replicator costs a wake-up on each side per batch), and it looks at its
+// batches again only when something they wait for changed: a batch handed
+// over, a reply, another configuration, a retry due.
 //
 // Thread contract: Replicate from any thread; `done` runs on the
 // replicator's thread (or, after Stop, on the caller's). Start, Stop and
@@ -64,7 +64,8 @@ class Replicator {
  public:
   // `session`: the secret, transport and timeout of the sessions to
   // backups. `ownership` must outlive the replicator. `spin`: how long the
-  // thread polls for replies before it sleeps (the server's --spin-us).
+  // thread polls after its last work before it sleeps (the server's
+  // --spin-us).
   // `fault_delay` (testing): each batch waits this long before it is first
   // sent. `fault_last_backup_delay` (testing): and this long more to the
   // last backup of each of its shards (the others hold it first, as when a
