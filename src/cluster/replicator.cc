@@ -265,7 +265,8 @@ void Replicator::Run() {
       continue;
     }
     // Idle or waiting: sleep until a reply, a new batch (Wake) or the next
-    // retry.
+    // retry. A wake-up with nothing to do starts no new spin: an idle
+    // replicator, or one waiting on a slow backup, sleeps on.
     auto pause = std::chrono::milliseconds(active_.empty() ? 100 : 1);
     if (next_retry_ != Clock::time_point::max()) {
       pause = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(
@@ -273,7 +274,6 @@ void Replicator::Run() {
                          std::chrono::milliseconds(0), pause);
     }
     loop_->worker()->Sleep(pause);
-    last_work = Clock::now();
   }
 }
 

@@ -141,7 +141,7 @@ void NodeCache::Recycle(std::unique_ptr<Entry> e) {
 void NodeCache::DropAll() {
   for (std::unique_ptr<Entry>& e : nodes_) {
     if (spare_.size() >= kMaxSpare) break;
-    if (e != nullptr) Recycle(std::move(e));
+    Recycle(std::move(e));
   }
   nodes_.clear();
   routes_.clear();
