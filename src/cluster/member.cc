@@ -308,6 +308,12 @@ Status ClusterMember::Connect(std::chrono::milliseconds wait) {
     return Status::InvalidArgument("ZooKeeper hosts '" + options_.target.hosts +
                                    "' refused by the client library");
   }
+  // By default the client library resolves the host list again each time
+  // its I/O thread looks at the socket (a netlink dump and file reads, tens
+  // of times a second: 3% of a core for an idle server, more under load).
+  // Resolved while connecting only, as ZooKeeper's Java client does: a
+  // host's new address is found at the next reconnection.
+  zoo_set_servers_resolution_delay(zh_, -1);
   std::unique_lock<std::mutex> lock(mu_);
   const bool up = cv_.wait_for(lock, wait, [&] {
     return stop_ || connected_.load(std::memory_order_relaxed);
