@@ -195,7 +195,8 @@ static_assert(sizeof(HashMultiItem) == 16);
 
 // Server-side operations (remem/ops.h, src/ops/): one operation on one
 // key's value. `op` is a remem::OpKind, `fn` its VecFn / Reduction /
-// Predicate, `flags` ops::kFlagCreate | ops::kFlagIndices. Key, argument
+// Predicate, `flags` of ops::kKnownFlags (kFlagCreate, kFlagIndices,
+// kFlagTypedOperand, kFlagDoubleOperand). Key, argument
 // and expected value follow, in that order, and fill the request (or, in a
 // batch, the item) exactly.
 struct HashOpRequest {
@@ -206,7 +207,7 @@ struct HashOpRequest {
   uint32_t key_len;
   uint32_t arg_len;
   uint32_t expected_len;  // compare-and-swap only, else 0
-  uint32_t function_id;   // kCall
+  uint32_t function_id;   // kCall, and kVecReduce with Reduction::kUser
   uint32_t reserved2;
   int64_t initial;  // integer ops with kFlagCreate: an absent key's value
 };
