@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
                  "grants; in a replicated cluster a member that has not "
                  "renewed it for this long stops serving and is failed over "
                  "(shorter: faster failover; too short for the machine: "
-                 "false suspicions). Less than --cluster-session-ms minus 100")
+                 "false suspicions). At most --cluster-session-ms minus 100")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{50}, int64_t{30'000}));
   // Each data model's own flags.
