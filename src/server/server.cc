@@ -833,8 +833,11 @@ Status Server::Impl::StartCluster() {
   mo.fault_move_hold = std::chrono::milliseconds(config.fault_move_hold_ms);
   mo.session_timeout = config.cluster_session;
   mo.first_session_wait = config.cluster_wait;
-  // The manager's sessions to members: the cluster shares one secret.
+  // The manager's sessions to members: the cluster shares one secret; over
+  // the server's transport, as the replicator's (on auto beside a server
+  // on shm, a loop opens tcp too and polls its interface for nothing).
   mo.session.secret = config.secret;
+  mo.session.transport = config.transport;
   auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
   if (!m.ok()) return m.status().WithContext("joining the cluster");
   member = std::move(*m);
@@ -844,6 +847,7 @@ Status Server::Impl::StartCluster() {
   lo.incarnation = incarnation_id;
   lo.lease = config.cluster_lease;
   lo.session.secret = config.secret;
+  lo.session.transport = config.transport;
   auto ml = cluster::MemberLease::Start(
       lo, ownership.get(), [m = member.get()] { return m->manager_address(); });
   if (!ml.ok()) return ml.status().WithContext("the member lease");
