@@ -57,8 +57,9 @@ namespace {
 // stall (fabric::Worker::RenewAfterStall).
 constexpr auto kRenewalInterval = std::chrono::seconds(60);
 
-// The server's own methods: ping, echo, stats, regions, snapshot. Part of
-// the server, not a data model, but plugged in through the same seam.
+// The server's own methods: ping, echo, stats, regions, snapshot, and in a
+// cluster its configuration, drains and member leases. Part of the server,
+// not a data model, but plugged in through the same seam.
 class CoreService final : public Service {
  public:
   explicit CoreService(Server::Impl* server) : server_(server) {}
