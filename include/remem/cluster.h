@@ -47,18 +47,18 @@
 // otherwise it asks the primary, or fetches the configuration again. When a
 // primary dies (or is paused or cut off past its lease, --cluster-lease-ms),
 // the cluster fails its shards over to their backups; meanwhile its keys are
-// refused (Busy, asked again; after three in a row the configuration is
-// fetched again), and a write that finds the primary unreachable (it was
-// never sent: a single-key operation, synchronous or asynchronous, or a
-// batch's keys; of the hash store or of a ClusterTree) fetches the
-// configuration until one names a new owner, within the deadline, as reads
-// do. A read that was in flight on a primary that died (a get, a scan, or
-// a server-side operation that only reads: VecReduce, VecFilter) is asked
-// again of the new owner, within its deadline. A write that was in flight
-// on a primary that died fails with Unavailable, and one sent to a paused
-// primary with TimedOut at its deadline (or is answered Busy and retried
-// when it resumes): a failed write may or may not have taken effect (never
-// half).
+// refused (Busy, asked again; after three in a row, four for a single-key
+// asynchronous operation, the configuration is fetched again), and a write that
+// finds the primary unreachable (it was never sent: a single-key operation,
+// synchronous or asynchronous, or a batch's keys; of the hash store or of a
+// ClusterTree) fetches the configuration until one names a new owner, within
+// the deadline, as reads do. A read that was in flight on a primary that died
+// (a get, a scan, or a server-side operation that only reads: VecReduce,
+// VecFilter) is asked again of the new owner, within its deadline. A write that
+// was in flight on a primary that died fails with Unavailable, and one sent to
+// a paused primary with TimedOut at its deadline (or is answered Busy and
+// retried when it resumes): a failed write may or may not have taken effect
+// (never half).
 //
 // The ordered store (remem/tree.h) of a cluster formed with split keys
 // (remem-server --tree-splits) is sharded by key range: Cluster::Tree()
@@ -215,13 +215,13 @@ class Cluster {
   // member of the configuration, else a seed, each asked at most once. The
   // answer is awaited for a second (from the last server asked, for the
   // session timeout); a server without a session first gets one, within
-  // the session timeout. If none gives it, the error (with the last
-  // answer's code) names every server asked and what it answered. Then
-  // every member of the configuration is asked, for at most a quarter
-  // second in all (those connected at once, each other one once connected,
-  // within 50 ms or passed over), and the newest configuration any gave is
-  // kept: a member cut off from ZooKeeper answers with the one it was cut
-  // off with.
+  // a second (the last server asked: within the session timeout). If none gives
+  // it, the error (with the last answer's code) names every server asked and
+  // what it answered. Then every member of the configuration is asked, for at
+  // most a quarter second in all (those connected at once, each other one once
+  // connected, within 50 ms or passed over), and the newest configuration any
+  // gave is kept: a member cut off from ZooKeeper answers with the one it was
+  // cut off with.
   Status Refresh();
   // The shard of `key` and the address of the server that owns it.
   uint32_t ShardOf(std::string_view key) const;

@@ -69,8 +69,12 @@ class HashStore {
   using Callback = std::function<void(Status)>;
   using MultiGetCallback = std::function<void(std::vector<Result<Value>>)>;
 
-  // Attaches to `session`'s server (one call: the store's layout and
-  // limits). Unsupported if the server has no hash store.
+  // Attaches to `session`'s server (the store's layout and limits; and,
+  // for a session that remem::Cluster does not route, whether the server
+  // is a cluster member: a member holds only its own shards, so such a
+  // store's gets go by RPC, whatever `read_path` says, and a key owned
+  // elsewhere is answered Moved rather than NotFound). Unsupported if the
+  // server has no hash store.
   static Result<std::unique_ptr<HashStore>> Open(
       Session* session, const HashOptions& options = {});
   ~HashStore();

@@ -21,10 +21,11 @@ namespace remem {
 
 // Which UCX transports a process may use. This is process-wide for a UCX
 // context; remem keeps one context per transport choice per process.
-//   kAuto: UCX's own choice (UCX_TLS as the environment sets it, else all):
+//   kAuto: UCX's own choice (UCX_TLS as the environment sets it, else every
+//          transport UCX finds but sysv, `^sysv`):
 //          shared memory to a server on the same host, tcp otherwise,
 //          verbs where RDMA hardware exists.
-//   kShm:  UCX_TLS=sm,self. Everything moves over shared memory (remem's
+//   kShm:  UCX_TLS=posix,cma,self. Everything moves over shared memory (remem's
 //          own handshake uses a plain TCP socket, not UCX); connecting to a
 //          server that is not reachable over shared memory fails.
 //   kTcp:  UCX_TLS=tcp,self. Everything over tcp, even on one host.
@@ -69,7 +70,7 @@ struct SessionOptions {
 inline constexpr size_t kMaxSecretBytes = 4096;
 
 // Reads a shared secret from `path`: the file's bytes with one trailing
-// newline ("\n" or "\r\n") removed. Errors if the file is a directory,
+// line end ("\n", "\r\n" or "\r") removed. Errors if the file is a directory,
 // unreadable, empty, or over kMaxSecretBytes.
 Result<std::string> ReadSecretFile(const std::string& path);
 

@@ -55,8 +55,8 @@
 // created it; in a cluster, open a Session to the member that holds it.
 // RStore's striping of a namespace over servers is not built.
 //
-// Errors: InvalidArgument (a bad name, 0 bytes, a range outside the
-// segment or mapping, an atomic on an unaligned offset), NotFound (no such
+// Errors: InvalidArgument (a bad name, 0 bytes to Alloc or Map, a range outside
+// the segment or mapping, an atomic on an unaligned offset), NotFound (no such
 // namespace or segment: deleted, freed, or the server restarted),
 // AlreadyExists (Create of a taken name), OutOfMemory (the server's
 // namespace memory is used up; nothing was allocated), Unsupported (a

@@ -105,7 +105,8 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // "OK" or "<CodeName>: <message>".
+  // "OK", or "<CodeName>: <message>" ("<CodeName>" if the message is
+  // empty).
   std::string ToString() const;
 
   // Prefixes the message with `context` ("context: message"); OK stays OK.

@@ -158,8 +158,10 @@ class ObjectStore {
 
   // Runs `body` in a new transaction and commits it, again (a fresh
   // transaction each time) while the commit fails with Conflict, up to
-  // `tries` times; the body's own error (not OK) aborts and is returned.
-  // Returns the commit's status (Conflict once the tries are spent).
+  // `tries` times; the body's own error (not OK) aborts and is returned,
+  // unless the objects it read were not one state (validation says
+  // Conflict): then it runs again, counted against `tries`. Returns the
+  // commit's status (Conflict once the tries are spent).
   Status Run(const std::function<Status(Transaction&)>& body, int tries = 64);
 
  private:
@@ -213,8 +215,11 @@ class Transaction {
   // work).
   Status Validate();
 
-  // Commits: OK (applied atomically, serializable) or Conflict (nothing
-  // applied). Either way the transaction is over.
+  // Commits: OK (applied atomically, serializable); Conflict (an object
+  // read changed or is gone), NotFound (an object written or freed without
+  // being read is gone) or InvalidArgument (more than 4096 objects, or an
+  // object twice or over its capacity), with nothing applied. Either way
+  // the transaction is over.
   Status Commit();
   // Ends it without applying anything; gives reserved slots back.
   void Abort();
