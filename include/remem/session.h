@@ -108,7 +108,7 @@ struct RemoteAddress {
 
 struct PingResult {
   double rtt_us = 0;      // one RPC round trip
-  std::string transport;  // what UCX chose, e.g. "shm (posix)"
+  std::string transport;  // what UCX chose, e.g. "shm (posix,cma)"
 };
 
 // The server's counters: each service contributes its own, by name

@@ -38,8 +38,8 @@
 // (kOneSided, kRpc) always answer that path (the RPC path forced is
 // Pilaf-VO, the control).
 //
-// Thread contract: not thread-safe; one per client connection (a Client is
-// single-threaded).
+// Thread contract: not thread-safe; one per store and kind of read, used on
+// the thread of its Session.
 
 #ifndef REMEM_CLIENT_PATH_SELECTOR_H_
 #define REMEM_CLIENT_PATH_SELECTOR_H_

@@ -105,9 +105,10 @@ class Endpoint {
   // Waits until the connection is wired up: OK, Unavailable if it failed,
   // TimedOut (the endpoint is then failed) after `deadline`.
   Status WaitConnected(Clock::time_point deadline);
-  // Closes the connection: gracefully (UCX flushes what was sent) unless
-  // the endpoint failed or a request is still out (requests_out()), which
-  // only a forced close gives up.
+  // Closes the connection: flushes what was sent (at most a second), then
+  // force-closes (UCX 1.13 keeps gracefully closed endpoints forever);
+  // force-closes at once if the endpoint failed or a request is still out
+  // (requests_out()).
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -179,7 +180,8 @@ class Endpoint {
   void SendAm(unsigned am_id, const void* header, size_t header_len,
               std::string payload, Completion done);
 
-  // What UCX chose for this endpoint, e.g. "shm (sysv)" or "tcp (lo)", from
+  // What UCX chose for this endpoint, e.g. "shm (posix,cma)" or
+  // "net (tcp:lo)", from
   // the lanes of its configuration.
   std::string TransportDescription() const;
   // True if any lane (messages or RMA) goes over a shared-memory transport

@@ -10,9 +10,9 @@
 // least every millisecond while a worker replaced after a stall still has
 // peers: RenewAfterStall).
 //
-// Thread contract: single-threaded (UCP_THREAD_MODE_SINGLE); every method
-// must be called on the owning thread except Post() and Wake(), which are
-// thread-safe.
+// Thread contract: single-threaded (UCS_THREAD_MODE_SINGLE); every method
+// must be called on the owning thread except Post(), Wake() and Notify(),
+// which are thread-safe.
 
 #ifndef REMEM_FABRIC_WORKER_H_
 #define REMEM_FABRIC_WORKER_H_
@@ -139,8 +139,9 @@ class Worker {
   // A fresh id, unique on this worker, for matching replies to requests.
   uint64_t NextRequestId() { return next_request_id_++; }
 
-  // Progresses UCX until it has nothing more, then runs deferred completions,
-  // posted tasks and delivered messages. Returns how much work was done
+  // Progresses UCX until it has nothing more or a message or completion is
+  // ready, then runs posted tasks, delivered messages, completions, deferred
+  // calls and pass hooks. Returns how much work was done
   // (0 means idle).
   size_t Progress();
   // Whether a Progress() is under way on this thread: code that runs then

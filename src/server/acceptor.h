@@ -11,7 +11,7 @@
 //      reach UCX's own parser unchecked;
 //   3. it hands the session to a server thread, which creates a UCX
 //      endpoint to the client's worker and adopts the connection
-//      (Dispatcher::AddConnection);
+//      (Dispatcher::AddConnection_st);
 //   4. it answers ServerHello with that thread's worker address and the
 //      number UCX gave the server's endpoint; the client creates its
 //      endpoint to it with the same number, and UCX joins the two.
@@ -66,8 +66,8 @@ struct AcceptorOptions {
   std::string listen;
   std::string secret;
   uint32_t max_connections = 4096;
-  // Handshakes in progress at once; more connections wait in the kernel's
-  // backlog.
+  // Handshakes in progress at once; more are accepted and refused with Busy
+  // (counted in refused_busy).
   uint32_t max_pending = 1024;
   std::chrono::milliseconds handshake_timeout{10000};
   uint64_t incarnation = 0;
@@ -88,8 +88,9 @@ struct AcceptorCounters {
 
 class Acceptor {
  public:
-  // Runs on the chosen server thread: create the endpoint to the client's
-  // worker and adopt the connection, then call `done` (from that thread)
+  // Called on the acceptor thread: it must create the endpoint to the
+  // client's worker and adopt the connection on the chosen server thread,
+  // then call `done` (from that thread)
   // with OK, the thread's worker address and the endpoint's number
   // (fabric::Worker::EndpointNumber), or why it could not.
   using AdmitDone = util::MoveFunction<void(Status, std::string, uint64_t)>;

@@ -56,7 +56,8 @@ class ClientAddressCheck {
 
   // OK, or why the server refuses a client whose handshake came on the
   // connected socket `sock` with `address` (ProtocolError: malformed;
-  // PermissionDenied: names what is not the client's; Unsupported).
+  // PermissionDenied: names what is not the client's; Unavailable: the
+  // client exited before its hello was read; Unsupported).
   Status Check(std::string_view address, int sock) const;
 
  private:

@@ -135,8 +135,9 @@ class Dispatcher {
 
   Service* service(proto::ServiceId id) const { return services_[id]; }
   // In a cluster: requests to services (not the core one) whose epoch is
-  // neither 0 nor the installed one are refused (Ownership::Admits: Moved
-  // if older, Busy if newer). Setup only.
+  // newer than the installed one are refused with Busy (Ownership::Admits);
+  // 0 and older epochs pass, and the service checks the key
+  // (Ownership::Owns). Setup only.
   void set_cluster(const cluster::Ownership* ownership) {
     cluster_ = ownership;
   }

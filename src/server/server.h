@@ -69,7 +69,8 @@ struct ServerConfig {
   uint32_t max_connections = 4096;
   std::chrono::milliseconds handshake_timeout{10000};
   // Where the lease horizon is kept across restarts when there is no data
-  // directory ("" = /dev/shm, keyed by port). Tests only.
+  // directory ("" = /dev/shm; the file is keyed by user id and port:
+  // --runtime-dir).
   std::string runtime_dir;
   // Cluster (docs/ARCHITECTURE.md, "Cluster"): "ZK_HOSTS/PATH" joins the
   // cluster kept at PATH in ZooKeeper; empty: a single server.

@@ -2,10 +2,10 @@
 //
 // A data model is a Service: its own folder under src/ (layout, server-side
 // handler, reader, wire structs, client-side store), registered with the
-// server by one line in server/registry.cc. The dispatcher (dispatcher.h)
-// owns connections, framing, the auth gate, routing to the owner thread and
-// replies; a service sees requests only as Calls, and the server's
-// resources only through the ServiceContext it is given at Init.
+// server by one line in src/registry/registry.cc (DefaultServices). The
+// dispatcher (dispatcher.h) owns connections, framing, the auth gate, routing
+// to the owner thread and replies; a service sees requests only as Calls, and
+// the server's resources only through the ServiceContext it is given at Init.
 //
 // Partitions: the server runs one thread per partition (--threads), and
 // each partition's state is written by its owner thread only (FaRM's
@@ -216,7 +216,7 @@ class ServiceContext {
   // In a cluster (--cluster), which keys this server owns now: a service
   // refuses a request for a key it does not own with Ownership::Owns's
   // status (Moved), before changing anything. Null on a single server.
-  // The dispatcher has already refused requests of another epoch.
+  // The dispatcher has already refused requests of a newer epoch.
   virtual const cluster::Ownership* cluster() const { return nullptr; }
   // In a cluster: ships a partition's writes to the backups of their
   // shards (cluster/replicator.h) when the configuration replicates them.
