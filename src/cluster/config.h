@@ -202,7 +202,8 @@ struct Config {
 // members in that order whose domain is not the owner's nor another
 // backup's come first, then the next ones in any domain. Needs f < n.
 // With `splits` (nullopt: no ordered store; an empty list: one range),
-// range r is owned by member r mod n, members in that address order.
+// range r is owned by member r mod n, members in that address order
+// (replicated: by its carrier shard's owner, FollowCarriers).
 Config InitialConfig(
     std::string name, uint32_t epoch, std::vector<Member> members,
     uint32_t num_shards, uint32_t replicas = 0,

@@ -63,17 +63,17 @@
 // --replicas), shards move off drained members and to balance the members
 // (below, by hand-over and copy); the manager fails over (Failover) a member
 // whose lease lapsed (member_lease.h: it has not asked for `lease` +
-// kLeaseMargin; it stopped serving by then) or that registered
+// kLeaseMarginNs; it stopped serving by then) or that registered
 // with another incarnation (it restarted): the next configuration gives
 // each shard it owned to that shard's first backup still here and drops it
 // from every shard's backups. A new manager has heard from nobody: it
-// waits lease + kLeaseMargin after it took office before it fails anyone
+// waits lease + kLeaseMarginNs after it took office before it fails anyone
 // over, as after it refused a lease itself; then a member it has not heard
 // from is judged from when it first saw it, unless that member is not
 // registered in ZooKeeper either (it died with the old manager): at once. The
 // manager grants leases (GrantLease) only while its ZooKeeper session is surely
 // alive (a successful ZooKeeper call less than the session timeout - lease -
-// kLeaseMargin ago), so the leases it granted have lapsed before a successor
+// kLeaseMarginNs ago), so the leases it granted have lapsed before a successor
 // can be elected. Re-replication (replicated clusters, once nobody is to be
 // failed over): shards short of copies get new backups, marked filling
 // (PlanBackups), from the members holding a lease and registered. In a round at
@@ -179,11 +179,13 @@ struct MemberOptions {
 
 class ClusterMember {
  public:
-  // Connects to ZooKeeper (waiting at most the session timeout), creates
-  // the cluster's nodes if missing and starts the member's thread, which
-  // registers and follows the configuration. Errors: InvalidArgument (bad
-  // options), Unavailable (ZooKeeper unreachable), Conflict (the cluster
-  // at PATH was formed with another shard count).
+  // Connects to ZooKeeper (waiting at most the longer of the session
+  // timeout and first_session_wait), creates the cluster's nodes if missing
+  // and starts the member's thread, which registers and follows the
+  // configuration. Errors: InvalidArgument (bad options), Unavailable
+  // (ZooKeeper unreachable), Conflict (the cluster at PATH was formed with
+  // another shard count or other split keys), Corruption (an unreadable
+  // configuration at PATH).
   static Result<std::unique_ptr<ClusterMember>> Start(MemberOptions options,
                                                       Ownership* ownership);
   // Leaves the cluster: Stop, then closes the ZooKeeper session, so its
@@ -204,8 +206,10 @@ class ClusterMember {
   // Asks the manager to move every shard away from the member at
   // `address` (remem cluster drain): recorded in ZooKeeper by this
   // member's thread, which then calls done with the incarnation drained
-  // (the one registered at `address` then; 0 if none was), or done(error)
-  // if ZooKeeper refused it (while ZooKeeper is unreachable the request
+  // (the one registered at `address` then; 0 if none was), or done(error):
+  // Unsupported if too few undrained servers would be left for the
+  // shards' copies, the ZooKeeper error if
+  // ZooKeeper refused it (while ZooKeeper is unreachable the request
   // waits; a member that stops drops it, and `done` with it). The drain
   // goes on while that incarnation is registered.
   void RequestDrain(std::string address,
@@ -214,7 +218,9 @@ class ClusterMember {
   // As manager: grants a member's lease (core method kClusterLease; the
   // request and reply are LeaseAsk and LeaseGrant, cluster/config.h).
   // Conflict if this member is not the manager, Unavailable while its
-  // ZooKeeper session may have expired. Thread-safe.
+  // ZooKeeper session may have expired, Busy with no configuration yet or
+  // while a failover is being recorded, ProtocolError for a malformed
+  // request. Thread-safe.
   Result<std::string> GrantLease(std::string_view request);
   // The manager's address as this member last read it from the election
   // ("" while unknown). Thread-safe.

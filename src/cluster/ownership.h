@@ -1,7 +1,8 @@
 // cluster::Ownership: what a cluster member's data path consults before it
 // runs a request: the configuration installed last, and which shards it
 // makes this server own. The ZooKeeper side (member.h) installs
-// configurations; services ask Owns(key) and the dispatcher asks epoch().
+// configurations; services ask Owns(key) and the dispatcher asks
+// Admits(epoch).
 //
 // Before the first configuration is installed the server owns nothing and
 // refuses data requests with Busy (try again). A configuration that does not

@@ -86,7 +86,8 @@ class Durability {
   // snapshots, snapshot_failures, log_write_errors, log_failing,
   // recovered_pairs, recovered_log_records, recovered_log_bytes,
   // recovery_ms, recovery_fallbacks, recovery_lost_records: summed over
-  // every store (recovery_ms: the slowest partition).
+  // every store (last_snapshot_unix_ms: the newest; recovery_ms: the
+  // slowest partition; fsync_policy: the text).
   void AddStats(std::vector<proto::StatValue>* out) const;
   // "recovered N pairs from snapshots and M log records (B bytes) in X ms
   // (...)" (N: the snapshots' pairs kept; "; the snapshots held K more

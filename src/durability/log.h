@@ -41,7 +41,7 @@ enum class RecordType : uint8_t {
   kSnapshotEnd = 3,
   // Log files only: the state's shape changed (the hash store: its table
   // grew); value = the new 8-byte shape (Recoverable::shape). Recovery
-  // sizes the state to the last one up front.
+  // sizes the state to the largest one up front.
   kShape = 4,
 };
 

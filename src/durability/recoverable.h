@@ -2,7 +2,8 @@
 // durability layer (store.h) owns the files, the log, group commit, fsync
 // policies and snapshots of one partition of one service; it knows the
 // service's state only through this interface:
-//   - recovery: Apply() the final state: each pair of the newest valid
+//   - recovery: ApplyPut() / ApplyDelete() the final state: each pair of the
+//   newest valid
 //     snapshot whose key the log after it does not write (a pair the
 //     snapshot holds twice: the newer version), then the last record of
 //     each key in that log, in log order (a key's versions need not grow
@@ -11,7 +12,8 @@
 //     AppliesInKeyOrder(), those records merged by key into the snapshot's
 //     pairs instead (each before the first pair above it), with Reserve() and
 //     Prefetch() as bulk-load hints and EndRecovery() last. Every key is
-//     written once, so recovery never holds more than the live state held at
+//     written once (twice at most for a pair a fuzzy snapshot holds twice),
+//     so recovery never holds more than the live state held at
 //     the end;
 //   - snapshots: a SnapshotScan that walks the live state chunk by chunk,
 //     between requests, only reading it (one-sided readers see nothing).
@@ -21,9 +23,10 @@
 // A service logs the RESULT of each write (never the request), so replay
 // does not depend on the order of concurrent requests.
 //
-// Thread contract: recovery calls (Reserve, Prefetch, Apply, RaiseVersion,
-// EndRecovery) run on one thread before the partition's owner thread
-// starts; the rest on the owner thread.
+// Thread contract: recovery calls (Reserve, Prefetch, ApplyPut,
+// ApplyDelete, RaiseVersion, EndRecovery, and AppliesInKeyOrder and shape()
+// then) run on one thread before the partition's owner thread starts; the
+// rest on the owner thread.
 
 #ifndef REMEM_DURABILITY_RECOVERABLE_H_
 #define REMEM_DURABILITY_RECOVERABLE_H_
@@ -67,8 +70,9 @@ class Recoverable {
 
   // --- recovery
   // Before anything is applied, on the empty state: the `pairs` the
-  // snapshot holds and the `shape` the live state had last (the larger of
-  // the snapshot scan's and the log's kShape records; 0 if unknown). Must
+  // snapshot holds and the `shape` the live state had last (the largest of
+  // the snapshot scan's and the log's kShape records; not called when no
+  // shape is known). Must
   // not allocate more than the live state had (it may give back what the
   // empty state holds).
   virtual Status Reserve(uint64_t pairs, uint64_t shape) = 0;

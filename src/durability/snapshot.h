@@ -93,7 +93,8 @@ class SnapshotCheck {
   explicit SnapshotCheck(std::string_view data) : data_(data) {}
   // Checks about `budget` more bytes; true once done (then see status()).
   bool Step(size_t budget);
-  // OK, or Corruption naming the byte offset.
+  // OK, or Corruption naming the byte offset (or the pair count that does
+  // not match).
   const Status& status() const { return status_; }
   // Valid once done with an OK status.
   const SnapshotEnd& end() const { return end_; }

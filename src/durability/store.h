@@ -11,7 +11,8 @@
 // pass, OnPass() writes every buffered record with one write() (and, under
 // `always`, one fdatasync), then runs the waiting replies: OK, or the
 // IOError that kept the records from disk. Under `everysec` OnPass
-// fdatasyncs about once a second; under `no` never.
+// fdatasyncs about once a second; under `no` only when a snapshot starts
+// and at close.
 //
 // Snapshots are fuzzy and incremental: at start LSN L the log rotates to a
 // new file beginning at L; each OnPass steps the service's SnapshotScan by
@@ -28,18 +29,18 @@
 // When a new snapshot is verified, the oldest generation (its snapshot and
 // the log files wholly before the next snapshot's LSN) is deleted.
 //
-// Recovery: the base is the newest snapshot that verifies (a corrupt or
-// unreadable newer one is reported, renamed *.corrupt, and the previous
-// generation used instead); then every log record from the base's LSN is
-// read and verified, with no LSN missing, before anything is applied; then
-// the final state is applied (Recoverable: each key once). A torn final
-// record of the last log file (a write cut short) is truncated with a
-// warning, and so is an atomic group the end of the log cuts short (its
-// records before the cut are not applied). Anything else that keeps recovery
-// from reaching the newest record on disk (a corrupt record before the end, a
-// missing log file) refuses to start (kStrict), naming the files and the LSNs
-// out of reach; kTruncate starts from what is reachable and reports exactly
-// what it dropped (RecoveryReport::lost).
+// Recovery: the base is the newest snapshot that verifies (a newer one that
+// is corrupt is reported and renamed *.corrupt, one that cannot be read is
+// reported and left as it is, and the previous generation used instead); then
+// every log record from the base's LSN is read and verified, with no LSN
+// missing, before anything is applied; then the final state is applied
+// (Recoverable: each key once). A torn final record of the last log file (a
+// write cut short) is truncated with a warning, and so is an atomic group the
+// end of the log cuts short (its records before the cut are not applied).
+// Anything else that keeps recovery from reaching the newest record on disk (a
+// corrupt record before the end, a missing log file) refuses to start
+// (kStrict), naming the files and the LSNs out of reach; kTruncate starts from
+// what is reachable and reports exactly what it dropped (RecoveryReport::lost).
 //
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
@@ -196,8 +197,8 @@ class PartitionStore {
   uint64_t snapshot_lsn_ = 1;
   std::string prev_snapshot_name_;
   uint64_t prev_lsn_ = 1;
-  // Files set aside by recovery (*.corrupt, *.dropped): deleted once a
-  // newer snapshot is verified.
+  // Files set aside by recovery (*.corrupt, *.dropped, unreadable
+  // snapshots): deleted once a newer snapshot is verified.
   std::vector<std::string> aside_;
 
   // The running snapshot: scanning, then verifying what was written.

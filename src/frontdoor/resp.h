@@ -1,7 +1,7 @@
 // frontdoor/resp.h: Redis's protocol (RESP2) as remem's front door speaks
 // it: the request decoder and the reply encoders. Pure functions over
 // bytes, no I/O (frontdoor/resp_server.h serves them on a socket; the fuzz
-// target fuzz/resp_fuzz.cc feeds the decoder).
+// target fuzz/proto_fuzz.cc feeds the decoder too).
 //
 // A request is either a multibulk array of bulk strings ("*2\r\n$3\r\nGET
 // \r\n$1\r\nk\r\n"), as every Redis client library sends, or an inline

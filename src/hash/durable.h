@@ -28,7 +28,7 @@ class DurableTable : public durability::Recoverable {
 
   // Reserves `shape` buckets (the live state's last shape: the larger of the
   // snapshot's and the log's kShape records), giving back the empty table's
-  // first array (Table::Reserve); 0 reserves nothing.
+  // first array (Table::Reserve); recovery calls it only with a shape.
   Status Reserve(uint64_t pairs, uint64_t shape) override;
   void Prefetch(std::string_view key) override { table_->Prefetch(key); }
   Status ApplyPut(std::string_view key, std::string_view value,

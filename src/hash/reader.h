@@ -21,7 +21,7 @@
 //
 // A bucket that fails verification may belong to an array the table has
 // outgrown (kMovedVersion); Lookup::bucket_failed tells the caller to
-// re-read the root (ReadRoot) before retrying.
+// re-read the root (RootRequest, then ApplyRoot) before retrying.
 //
 // Thread contract: a Lookup is used by one thread; the functions are pure.
 

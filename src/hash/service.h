@@ -5,11 +5,11 @@
 // xxh3(key, partition seed) % partitions; the seed is kept in the data
 // directory so keys land where they were before a restart.
 //
-// Methods (hash/wire.h): Info, Get, Put, Delete route to the key's
-// partition; MultiGet, MultiPut and MultiOp run on the receiving thread and fan
-// out to the partitions of their keys. Writes are logged (the RESULT: key,
-// value, new version) and answered once their records are written (group
-// commit at the end of the pass).
+// Methods (hash/wire.h): Info is answered on the receiving thread; Get,
+// Put, Delete route to the key's partition; MultiGet, MultiPut and MultiOp run
+// on the receiving thread and fan out to the partitions of their keys. Writes
+// are logged (the RESULT: key, value, new version) and answered once their
+// records are written (group commit at the end of the pass).
 //
 // Server-side operations (Op, OpBatch: atomics, vector operations, user
 // functions; src/ops/) are the engine KV-Direct calls a reservation

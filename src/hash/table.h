@@ -52,8 +52,9 @@
 // (a snapshot's bucket order, then the log). A live table packed by its
 // own history to the last byte could not be rebuilt in any other order, so
 // live writes keep the entry area at most kMaxFillPercent full (beyond it a
-// new pair makes the table grow, or gets OutOfMemory); recovery ignores
-// that limit, searches further for a cuckoo path, grows only if Reserve did
+// new pair makes the table grow, or gets OutOfMemory); recovery keeps a
+// pair inline only within that limit and lets extent references pass it,
+// searches further for a cuckoo path, grows only if Reserve did
 // not say how large the live table was, stores a small pair as an extent
 // when its buckets have no room, and last turns inline entries into
 // extents. Reserve on an empty table
@@ -111,9 +112,9 @@ class Table {
                                                const TableOptions& options);
 
   // Insert or replace; returns the new version. InvalidArgument for an
-  // empty or oversized key/value, OutOfMemory when the region has no room
-  // for the pair or for a larger table (then no pair is added or changed,
-  // though cuckoo moves may remain; every key stays readable).
+  // empty or oversized key or an oversized value, OutOfMemory when the region
+  // has no room for the pair or for a larger table (then no pair is added or
+  // changed, though cuckoo moves may remain; every key stays readable).
   Result<uint64_t> Put(std::string_view key, std::string_view value);
   // Replace only if the current version is `expected`; Conflict otherwise,
   // NotFound if the key is absent.

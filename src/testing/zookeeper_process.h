@@ -37,7 +37,9 @@ class ZooKeeperProcess {
  public:
   // Starts ZooKeeper in a new temporary directory on a free port and waits
   // until it answers `ruok`. Unavailable (with the reason) if ZooKeeper is
-  // not installed or does not come up.
+  // not installed or exits at start; TimedOut if it does not answer within
+  // the ready timeout; IOError for its directory, its configuration or its
+  // port.
   static Result<std::unique_ptr<ZooKeeperProcess>> Start(
       ZooKeeperOptions options = {});
   // Kills it and removes its directory.

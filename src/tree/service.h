@@ -1,7 +1,8 @@
 // tree::TreeService: the ordered store (a B-link tree, tree/tree.h) as a
 // server::Service.
 //
-// One tree, owned by partition 0's thread: every request routes there.
+// One tree, owned by partition 0's thread: every request but Info routes
+// there (Info is answered on the receiving thread).
 // Why not one tree per partition: with keys spread by hash, every scan
 // would have to visit and merge every partition (a fan-out per page), and
 // with keys split by range, partitions would need split points of their

@@ -68,12 +68,14 @@ class ObjectHeap {
   // InvalidArgument past kMaxObjectBytes; OutOfMemory when no slot of the
   // class is free and no page is left.
   Result<TxnObjectIdWire> Reserve(uint32_t capacity, uint64_t owner);
-  // Gives back a slot `owner` reserved (InvalidArgument if it did not).
+  // Gives back a slot `owner` reserved (InvalidArgument if it did not;
+  // SlotOf's errors for an id that names no slot).
   Status Release(const TxnObjectIdWire& id, uint64_t owner);
   // Checks and applies a transaction of `owner` (see above): the committed
   // version of each kWrite and kCreate entry, in order. Conflict (an
   // object read has changed or is gone), NotFound (a blind write or free
-  // of no object), InvalidArgument (a bad id, an object twice, data past
+  // of no object, or an id that names no slot), InvalidArgument (an id
+  // outside the heap, an object twice, data past
   // the capacity, a kCreate of a slot `owner` did not reserve); on any
   // error nothing is applied and the commit's reserved slots are released.
   Result<std::vector<uint64_t>> Commit(const std::vector<CommitEntry>& entries,
@@ -123,7 +125,8 @@ class ObjectHeap {
   // Marks the slot's header odd (a commit is writing it).
   void Lock(uint64_t offset, uint64_t odd_version);
   // The offset of the slot `id` names, if `id` is one (its capacity that of
-  // its page's class); InvalidArgument otherwise.
+  // its page's class): InvalidArgument if it is outside the heap or
+  // misaligned, NotFound if it names no slot of its page's class.
   Result<uint64_t> SlotOf(const TxnObjectIdWire& id) const;
   Status NewPage(size_t cls);
   // Gives `page` to class `cls`: every slot free at incarnation 1.
