@@ -310,7 +310,8 @@ Status ClusterMember::Connect(std::chrono::milliseconds wait) {
   }
   // By default the client library resolves the host list again each time
   // its I/O thread looks at the socket (a netlink dump and file reads, tens
-  // of times a second: 3% of a core for an idle server, more under load).
+  // of times a second: half of an idle server's CPU, and 2% of a core per
+  // server under a replicated load).
   // Resolved while connecting only, as ZooKeeper's Java client does: a
   // host's new address is found at the next reconnection.
   zoo_set_servers_resolution_delay(zh_, -1);
