@@ -742,7 +742,8 @@ void DefKeyValue(py::class_<H, Extra...>& cls) {
           },
           py::arg("pairs"),
           "Insert or replace (key, value) pairs: their versions. Raises the "
-          "first pair's error, if any (the others may have been written).");
+          "error of the first pair that failed, if any (the others may "
+          "have been written).");
 }
 
 // The scans of TreeStore and ClusterTree.
@@ -1312,10 +1313,11 @@ PYBIND11_MODULE(remem, m) {
           "Moves every shard and range away from the server at address "
           "('host:port', a member), e.g. before stopping it; with wait_ms "
           "> 0 waits until it holds none (TimedOut if longer: the drain "
-          "goes on). Raises NotFound (not a member), Conflict (a new "
-          "server started there meanwhile), Unsupported (too few servers "
-          "would be left for every shard's copies: the last one, or a "
-          "replicated cluster too small without it).")
+          "goes on). Raises NotFound (not a member), Conflict (with wait_ms "
+          "> 0: a new server started there meanwhile), and remem.Error "
+          "with .code 'Unsupported' if too few servers would be left for "
+          "every shard's copies (the last one, or a replicated cluster too "
+          "small without it).")
       .def("close", &PyCluster::Close)
       .def_property_readonly("closed", &PyCluster::closed)
       .def("__enter__", [](py::object self) { return self; })
@@ -1566,6 +1568,9 @@ PYBIND11_MODULE(remem, m) {
            "fresh one while the commit (or the body, from reads that were "
            "not one state) fails with Conflict, up to `tries` times; returns "
            "the body's result. The body's own exception aborts and is "
+           "raised, except a remem.Conflict (whatever raised it) or an "
+           "exception after reads that were not one state: those run the "
+           "body again, and once the tries are spent the last exception is "
            "raised.")
       .def_property_readonly("max_object", [](PyObjects& o) {
         return o.Call("max_object",
@@ -1575,7 +1580,8 @@ PYBIND11_MODULE(remem, m) {
   py::class_<PyTransaction, std::shared_ptr<PyTransaction>>(
       m, "Transaction",
       "Reads objects one-sided and buffers writes, allocations and frees; "
-      "commit() applies them all atomically or raises Conflict.")
+      "commit() applies them all atomically or raises (Conflict, NotFound, "
+      "InvalidArgument) with nothing applied.")
       .def(
           "read",
           [](PyTransaction& t, py::object id, bool with_version) -> py::object {
@@ -1589,7 +1595,8 @@ PYBIND11_MODULE(remem, m) {
           },
           py::arg("id"), py::arg("with_version") = false,
           "The object's bytes (this transaction's own write if it wrote it); "
-          "with_version: (bytes, the version read, 0 for its own write).")
+          "with_version: (bytes, version): the version read, or 0 for this "
+          "transaction's own write or allocation.")
       .def(
           "read_many",
           [](PyTransaction& t, py::iterable ids,
@@ -1662,8 +1669,10 @@ PYBIND11_MODULE(remem, m) {
             t.over = true;
             Check(st);
           },
-          "Applies everything atomically, or raises Conflict (nothing "
-          "applied). The transaction is over either way.")
+          "Applies everything atomically, or raises Conflict (an object read "
+          "changed), NotFound (an object written or freed unread is gone) or "
+          "InvalidArgument (over 4096 objects, or data over a capacity), "
+          "with nothing applied. The transaction is over either way.")
       .def(
           "abort",
           [](PyTransaction& t) {
