@@ -1,6 +1,6 @@
 // remem-bench atomics: server-side operations (remem/ops.h) against plain
-// puts and Redis. Rows, each for --seconds on a server pinned to one core
-// and one client thread pinned to the other:
+// puts and Redis. Rows, each for --duration seconds on a server pinned to one
+// core and one client thread pinned to the other:
 //   put_uniform          HashStore::PutAsync of 8-byte values, uniform keys
 //   faa_uniform          fetch-add (ExecuteAsync), uniform over --keys keys
 //   faa_zipf             fetch-add, zipfian (theta 0.99) over --keys keys

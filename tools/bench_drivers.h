@@ -141,7 +141,8 @@ class SystemServer {
   // A new connection (one per client thread). `ordered`: to the system's
   // ordered keys (see above); Unsupported where it has none.
   Result<std::unique_ptr<KvDriver>> Connect(bool ordered = false) const;
-  // CPU seconds the server process has used (NotFound if external).
+  // CPU seconds the server process has used (NotFound if external and no
+  // --server-pids were given).
   Result<double> CpuSeconds() const;
   const std::string& address() const { return address_; }
 

@@ -1,7 +1,8 @@
 // remem-hash-schemes: a deterministic, in-process simulation of four hash
 // table schemes as a one-sided reader sees them. Each scheme places 16 B
-// keys into buckets laid out as remem would lay them out (16 B header per
-// bucket, inline pairs or 16 B extent pointers in slots) and counts, per
+// keys into buckets laid out in the study's common geometry (remem's
+// layout-2 table: 16 B header per bucket, inline pairs or 16 B extent
+// pointers in slots) and counts, per
 // lookup, the contiguous remote reads, round trips and bytes a client would
 // need; per insert, the entries the server moves. No memory is read
 // remotely: only the reader's costs are counted. docs/HASH_SCHEMES.md has
@@ -53,10 +54,12 @@ struct SchemeConfig {
   uint32_t slots_per_bucket = 0;
   uint64_t target_slots = 1 << 20;  // bucket count ~ target / slots
   uint64_t seed = 1;
-  uint32_t neighbourhood = 2;     // kHopscotch: buckets read in one read
-  uint32_t max_probe = 64;        // kHopscotch: linear probe limit (buckets)
-  uint32_t overflow_slots = 2;    // kHopscotch: slots per overflow block
-  uint32_t max_bfs_nodes = 4096;  // cuckoo path search bound (as table.cc)
+  uint32_t neighbourhood = 2;   // kHopscotch: buckets read in one read
+  uint32_t max_probe = 64;      // kHopscotch: linear probe limit (buckets)
+  uint32_t overflow_slots = 2;  // kHopscotch: slots per overflow block
+  // Cuckoo path search bound (table.cc searches 2048 on a live insert,
+  // 65,536 in recovery).
+  uint32_t max_bfs_nodes = 4096;
 };
 
 // What the table looks like, derived from a SchemeConfig.

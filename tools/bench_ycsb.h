@@ -28,8 +28,10 @@ namespace remem::bench {
 
 struct YcsbOptions {
   // Names: A B C D E F. E (scans and inserts) runs on ordered keys (remem's
-  // ordered store, a Redis sorted set; bench_drivers.h); memcached, which
-  // has none, is skipped, and a remem cluster is refused (exit 2).
+  // ordered store, a Redis sorted set; bench_drivers.h); memcached and
+  // remem-resp, which have none, are skipped; a remem cluster runs it
+  // through ClusterTree (a run error, exit 1, if formed without
+  // --tree-splits).
   std::vector<std::string> workloads = {"C"};
   std::vector<std::string> systems = {"remem"};
   // Overrides each workload's own distribution when set.

@@ -3,8 +3,10 @@
 // Exit codes: 0 success; 1 the operation failed (server unreachable,
 // timeout, server error, full store); 2 bad command line (or a key or value
 // the server's limits refuse); 3 authentication refused; 4 key (or
-// namespace, segment) not found; 5 compare-and-put conflict or key (or
-// namespace) already exists.
+// namespace, segment, object) not found; 5 compare-and-put conflict, key
+// (or namespace) already exists, or an object's version not the one given;
+// 6 an integer operation overflowed (incr, vector operations: the value is
+// unchanged).
 
 #include <sys/stat.h>
 

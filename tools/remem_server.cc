@@ -1,8 +1,9 @@
 // remem-server: the remem daemon. See `remem-server --help` and README.md.
 //
-// Exit codes: 0 clean shutdown (SIGINT/SIGTERM), 1 could not start (address
-// in use, memory that cannot be allocated, durable state it cannot read),
-// 2 bad flags.
+// Exit codes: 0 clean shutdown (SIGINT/SIGTERM, also one while it waits out
+// an old lease at start), 1 could not start (address in use, memory that
+// cannot be allocated, durable state it cannot read) or a stop outlasted
+// --stop-timeout-ms, 2 bad flags.
 
 #include <signal.h>
 #include <sys/stat.h>
