@@ -117,7 +117,8 @@ ReaderRun FeedReader(std::string_view in, std::string_view cuts) {
 
 // The Redis front door's decoder over a stream of requests: each command
 // consumed is within the bytes, re-encodes as a multibulk request that
-// decodes to the same arguments, and every strict prefix of it needs more.
+// decodes to the same arguments, and a multibulk request's first half
+// needs more.
 void FuzzResp(std::string_view in) {
   using remem::frontdoor::Decoded;
   constexpr size_t kMaxBulk = 4096;

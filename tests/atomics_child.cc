@@ -5,8 +5,8 @@
 // history
 // line per acknowledged operation for the parent to check:
 //   H KEY CALL_NS RETURN_NS OLD VERSION DELTA
-// and then "DONE ops=N". The deltas vary (1..3) so values never repeat in a
-// way that would hide a lost update. "READY" once connected.
+// and then "DONE ops=N failed=M". The deltas vary (1..3) so values never repeat
+// in a way that would hide a lost update. "READY" once connected.
 //
 // Usage: atomics_child ADDRESS TRANSPORT MODE KEYS OPS SEED
 

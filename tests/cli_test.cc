@@ -1152,8 +1152,6 @@ TEST(Server, BadConfigurationIsAClearError) {
   EXPECT_TRUE(Contains(second.out, "address already in use")) << second.out;
 }
 
-// --no-persistence ignores --data-dir, as documented, and says so: a
-// restart that comes back empty must not surprise.
 // A server whose standard output and error went to a pipe that closed (a
 // `| grep -m1` that waited for the ready line) lives on: its next log line,
 // which any peer can cause, killed it with SIGPIPE (exit 141).
@@ -1197,6 +1195,8 @@ TEST(Server, AClosedPipeOnItsOutputDoesNotStopTheServer) {
   EXPECT_EQ(::kill(pid, 0), 0) << "the server died";
 }
 
+// --no-persistence ignores --data-dir, as documented, and says so: a
+// restart that comes back empty must not surprise.
 TEST(Server, NoPersistenceSaysItIgnoresTheDataDir) {
   const std::string dir = ::testing::TempDir() + "/remem-no-persistence-" +
                           std::to_string(getpid());

@@ -302,8 +302,8 @@ TEST_F(FabricTest, SessionsClosingBesideOneDoNotDisturbIt) {
   EXPECT_EQ(errors.load(), 0u) << first_error;
 }
 
-// Writes of 8 B .. 4 MiB at random offsets by one connection, read back and
-// compared by a second, independent connection.
+// Writes of 8 B .. 2 MiB (8 B times powers of 4) at random offsets by one
+// connection, read back and compared by a second, independent connection.
 TEST_F(FabricTest, ReadWriteRandomOffsetsAcrossConnections) {
   auto reader = ConnectOrDie(server_.address);
   ASSERT_NE(reader, nullptr);
@@ -834,7 +834,8 @@ TEST_F(FabricTest, ServedRequestsAreCheckedByTheServer) {
   RawSession& raw = *session;
   ASSERT_TRUE(raw.ep().set_served(true).ok());
   ASSERT_TRUE(raw.UnpackRegions(/*stretch=*/4096).ok());
-  // Region 0 is the server root (read-only), 1 the hash partition, then raw.
+  // Region 0 is the server root (read-only), 1 the hash partition, then the
+  // other services' regions, raw last.
   const auto [raw_ptr, hash_ptr] = RawAndHashRegions(raw, region_.id);
   ASSERT_NE(raw_ptr, nullptr);
   ASSERT_NE(hash_ptr, nullptr);

@@ -206,8 +206,8 @@ KvOp Rmw(std::optional<std::string> old, std::string next, uint64_t call,
   return op;
 }
 
-// Two concurrent fetch-adds of 1 on an absent counter (created at 0): one
-// must have seen 0 and the other 1. Both seeing 0 (a lost update) is not
+// Two concurrent fetch-adds of 1 on an absent counter: one must have seen
+// it absent and the other 1. Both seeing it absent (a lost update) is not
 // linearizable; a read must fall between them in that order.
 TEST(Linearizability, ReadModifyWritesMustChainTheirValues) {
   EXPECT_TRUE(CheckKeyHistory(

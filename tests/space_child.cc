@@ -12,7 +12,7 @@
 //     on until 60 were stable, at most 30 s more); a
 //     block whose version was even and the same before and after the read
 //     must hold what its writer wrote at that version; prints "BAD ..." for
-//     any that does not, then "DONE stable=N".
+//     any that does not, then "DONE stable=N bad=N".
 //   churn NS2 ROUNDS: allocs, maps, writes, reads back and frees segments
 //     of NS2, so the server hands chunks out and back while the others run.
 // Exits 0 when it did what it was asked (a reader also when it found BAD

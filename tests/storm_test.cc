@@ -359,8 +359,8 @@ TEST_F(StormTest, ClientsKilledAtRandomWhileTheyConnectLeaveTheServerUp) {
   EXPECT_EQ(store.store->Get("after")->value, "the kills");
 }
 
-// A storm process killed while its 50 handshakes are in flight, and one
-// killed right after its sessions are up: the server releases everything
+// Two storm processes killed while their 50 handshakes are in flight, and
+// two killed right after their sessions are up: the server releases everything
 // they held, and the other clients of the storm are served.
 TEST_F(StormTest, ClientsKilledMidHandshakeAndRightAfterAreReleased) {
   StartServerWith({});

@@ -1368,16 +1368,6 @@ TEST(TreeDurable, AScanResumesAcrossAServerRestart) {
   fs::remove_all(dir);
 }
 
-// A tree filled to its region's last node in random key order restarts
-// from its snapshot with the same flags and holds every pair it
-// acknowledged. (Recovery inserts the snapshot's pairs in key order; those
-// appends used to split leaves in halves once a leaf could not also take
-// its new high fence, and the rebuilt tree did not fit: the server refused
-// to start, "the tree region is full".) Then, filled again by writes only
-// the log holds (new keys in random order and an overwrite of a
-// snapshot's key), it restarts again: recovery merges the log's records
-// into the snapshot's pairs by key (applied after them, the new keys split
-// the rebuilt tree's full leaves one by one, and it did not fit).
 // A value larger than the whole tree region is refused as such, not as a
 // full store (a black-box test's finding: "the tree region is full" with
 // most of it free), and the store goes on taking pairs that fit.
@@ -1398,6 +1388,16 @@ TEST(TreeStoreLimits, AValueLargerThanTheTreeSaysSoNotThatTheTreeIsFull) {
   EXPECT_EQ(v->value.size(), size_t(100 << 10));
 }
 
+// A tree filled to its region's last node in random key order restarts
+// from its snapshot with the same flags and holds every pair it
+// acknowledged. (Recovery inserts the snapshot's pairs in key order; those
+// appends used to split leaves in halves once a leaf could not also take
+// its new high fence, and the rebuilt tree did not fit: the server refused
+// to start, "the tree region is full".) Then, filled again by writes only
+// the log holds (new keys in random order and an overwrite of a
+// snapshot's key), it restarts again: recovery merges the log's records
+// into the snapshot's pairs by key (applied after them, the new keys split
+// the rebuilt tree's full leaves one by one, and it did not fit).
 TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
   namespace fs = std::filesystem;
   std::string dir = (fs::temp_directory_path() / "remem-tree-XXXXXX").string();
@@ -1464,7 +1464,7 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
     auto c = Connect(server.address, ReadPath::kOneSided);
     ASSERT_TRUE(c);
     check(c.store.get());
-    // Rebuilt fuller: a third of the region is free for any kind again.
+    // Rebuilt fuller: a quarter of the region is free for any kind again.
     EXPECT_GE(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
               256u << 10);
     const size_t before = acked.size();

@@ -590,10 +590,11 @@ TEST(ClusterConfig, FailoverPromotesTheFirstBackupAndDropsWhoLeft) {
   EXPECT_EQ(n->owner, c.owner);
 }
 
-// Replicated ordered ranges ride carrier shards (range r: shard r mod
-// num_shards): every step that moves a shard's owner moves the ranges it
-// carries, once the configuration follows its carriers (as the manager
-// writes every one); a configuration whose ranges do not is refused.
+// Replicated ordered ranges ride carrier shards (range r: the shard in the
+// middle of the r-th of num_ranges equal slices, CarrierOf): every step that
+// moves a shard's owner moves the ranges it carries, once the configuration
+// follows its carriers (as the manager writes every one); a configuration whose
+// ranges do not is refused.
 TEST(ClusterConfig, ReplicatedRangesFollowTheirCarrierShards) {
   const std::vector<std::string> splits = {"g", "p"};
   const Config c =

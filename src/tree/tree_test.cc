@@ -813,7 +813,7 @@ TEST_F(TreeTest, ConditionalWritesAndBadInput) {
 
 // Keys inserted in order fill their leaves: the rightmost node splits its
 // new last entry off alone instead of in halves (an even split would leave
-// every left half half empty for good: 7.6 of 15 pairs a leaf).
+// every left half half empty for good: 8 of 16 pairs a leaf).
 TEST_F(TreeTest, KeysInsertedInOrderFillTheirLeaves) {
   constexpr uint64_t kKeys = 20000;
   for (uint64_t i = 0; i < kKeys; ++i) {
@@ -1089,8 +1089,6 @@ TEST_F(TreeTest, LargeValuesLiveOutOfLineAndTheirExtentsAreReused) {
   EXPECT_EQ(tree_->size(), 0u);
 }
 
-// Values out of line until the region is full: OutOfMemory, and the pair
-// that did not fit keeps its old value.
 // Keys over kMaxInlineKey bytes live in key extents (layout.h, "Long
 // keys"): keys of every length up to kMaxKey, many sharing prefixes longer
 // than a node can hold inline (so fences and separators are long too),
@@ -1390,6 +1388,8 @@ TEST(TreeNode, ALazilyResolvedLeafAnswersAsAWholeOne) {
   }
 }
 
+// Values out of line until the region is full: OutOfMemory, and the pair
+// that did not fit keeps its old value.
 TEST(TreeFull, AFullRegionOfLargeValuesSaysSoAndChangesNothing) {
   Memory mem(kNodesOffset + 32 * kNodePageBytes);
   auto t = BLinkTree::Create(mem.base, mem.bytes);
@@ -1650,7 +1650,7 @@ void PauseForReaders() {
 
 // A writer inserts from an empty tree (splitting leaves, internal nodes and
 // the root), deletes and re-inserts, while a reader searches and scans with
-// its own verified copies and a cache of upper levels. Keys below
+// its own verified copies and a cache of upper levels. Even keys below
 // `stable` are inserted first and never deleted: every scan must return
 // all of those in its range, in order; every value read must be one that
 // was written for its key.

@@ -87,11 +87,6 @@ TEST(Socket, ParseHostPortTakesHostPortAndBracketedV6Only) {
   }
 }
 
-// A pass runs what was queued before it. A pass nested in an entry's run
-// runs only entries queued after the passes under way began, unless it
-// takes over: then it runs what they hold too, and they skip it. Entries
-// queued during a pass wait for the next one; dropped entries keep their
-// places.
 // A name that resolves to both loopbacks reaches a server listening on
 // either: Connect tries each address in turn. Before, it tried the first
 // only, and `localhost` did not reach a server on [::1] where localhost
@@ -146,6 +141,11 @@ TEST(Socket, ConnectTriesEveryAddressTheNameResolvesTo) {
       << "10: 127.0.0.1 not reached; 11: [::1] not reached; 20: bad error";
 }
 
+// A pass runs what was queued before it. A pass nested in an entry's run
+// runs only entries queued after the passes under way began, unless it
+// takes over: then it runs what they hold too, and they skip it. Entries
+// queued during a pass wait for the next one; dropped entries keep their
+// places.
 TEST(PassQueue, NestedPassesRunLaterEntriesOrTakeOverTheRest) {
   util::PassQueue<int> q;
   std::vector<int> ran;
