@@ -208,9 +208,9 @@ class ClusterMember {
   // member's thread, which then calls done with the incarnation drained
   // (the one registered at `address` then; 0 if none was), or done(error):
   // Unsupported if too few undrained servers would be left for the
-  // shards' copies, the ZooKeeper error if
-  // ZooKeeper refused it (while ZooKeeper is unreachable the request
-  // waits; a member that stops drops it, and `done` with it). The drain
+  // shards' copies, the ZooKeeper error if ZooKeeper refused it (while
+  // ZooKeeper is unreachable the request waits; a member that stops drops
+  // it, and `done` with it). The drain
   // goes on while that incarnation is registered.
   void RequestDrain(std::string address,
                     util::MoveFunction<void(Result<uint64_t>)> done);

@@ -3,18 +3,16 @@
 // policies and snapshots of one partition of one service; it knows the
 // service's state only through this interface:
 //   - recovery: ApplyPut() / ApplyDelete() the final state: each pair of the
-//   newest valid
-//     snapshot whose key the log after it does not write (a pair the
-//     snapshot holds twice: the newer version), then the last record of
-//     each key in that log, in log order (a key's versions need not grow
-//     along the log: a shard that moved away and back logs its release's
-//     delete, then its pairs at their older versions); for a state that
-//     AppliesInKeyOrder(), those records merged by key into the snapshot's
-//     pairs instead (each before the first pair above it), with Reserve() and
-//     Prefetch() as bulk-load hints and EndRecovery() last. Every key is
-//     written once (twice at most for a pair a fuzzy snapshot holds twice),
-//     so recovery never holds more than the live state held at
-//     the end;
+//     newest valid snapshot whose key the log after it does not write (a pair
+//     the snapshot holds twice: the newer version), then the last record of
+//     each key in that log, in log order (a key's versions need not grow along
+//     the log: a shard that moved away and back logs its release's delete, then
+//     its pairs at their older versions); for a state that AppliesInKeyOrder(),
+//     those records merged by key into the snapshot's pairs instead (each
+//     before the first pair above it), with Reserve() and Prefetch() as
+//     bulk-load hints and EndRecovery() last. Every key is written once (twice
+//     at most for a pair a fuzzy snapshot holds twice), so recovery never holds
+//     more than the live state held at the end;
 //   - snapshots: a SnapshotScan that walks the live state chunk by chunk,
 //     between requests, only reading it (one-sided readers see nothing).
 //
