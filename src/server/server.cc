@@ -139,6 +139,16 @@ struct Server::Impl : public ServiceContext {
   // exists (the threads serve before the member has joined).
   std::atomic<cluster::ClusterMember*> member_view{nullptr};
   Status StartCluster();
+  // Sessions to other members (the replicator's, the manager's, the member
+  // lease's): the cluster's one secret, over this server's transport (on
+  // auto beside a server on shm, a loop would open tcp too and poll its
+  // interface for nothing).
+  SessionOptions PeerSessionOptions() const {
+    SessionOptions so;
+    so.secret = config.secret;
+    so.transport = config.transport;
+    return so;
+  }
 
   Status Init();
   Status InitTransport();
@@ -638,12 +648,7 @@ Status Server::Impl::Init() {
     ownership =
         std::make_unique<cluster::Ownership>(std::move(self), incarnation_id);
     dispatcher->set_cluster(ownership.get());
-    // The sessions to backups: the cluster shares one secret.
-    SessionOptions so;
-    so.secret = config.secret;
-    // The server's transport: beside a server on shm, a replicator on auto
-    // would open tcp too, and poll its interface for nothing.
-    so.transport = config.transport;
+    SessionOptions so = PeerSessionOptions();
     // A backup that has not answered a batch within a few leases is asked
     // again on a new session (the manager drops a dead one within a lease;
     // a session can break without telling, as to a member that restarted).
@@ -834,11 +839,7 @@ Status Server::Impl::StartCluster() {
   mo.fault_move_hold = std::chrono::milliseconds(config.fault_move_hold_ms);
   mo.session_timeout = config.cluster_session;
   mo.first_session_wait = config.cluster_wait;
-  // The manager's sessions to members: the cluster shares one secret; over
-  // the server's transport, as the replicator's (on auto beside a server
-  // on shm, a loop opens tcp too and polls its interface for nothing).
-  mo.session.secret = config.secret;
-  mo.session.transport = config.transport;
+  mo.session = PeerSessionOptions();
   auto m = cluster::ClusterMember::Start(std::move(mo), ownership.get());
   if (!m.ok()) return m.status().WithContext("joining the cluster");
   member = std::move(*m);
@@ -847,8 +848,7 @@ Status Server::Impl::StartCluster() {
   lo.self = ownership->self();
   lo.incarnation = incarnation_id;
   lo.lease = config.cluster_lease;
-  lo.session.secret = config.secret;
-  lo.session.transport = config.transport;
+  lo.session = PeerSessionOptions();
   auto ml = cluster::MemberLease::Start(
       lo, ownership.get(), [m = member.get()] { return m->manager_address(); });
   if (!ml.ok()) return ml.status().WithContext("the member lease");
