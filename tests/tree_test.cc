@@ -726,7 +726,7 @@ TEST_F(TreeTest, MultiGetAsksTheServerInBatches) {
   // Each result against a single get: under the sanitizers (a get each,
   // several times slower) one key in REMEM_TEST_SCALE of the 5,000, and
   // every one after them.
-  const size_t every = size_t(5000 / testing::Scaled(5000));
+  const size_t every = size_t(testing::ScaleDivisor());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i < 5000 && i % every != 0) continue;
     auto one = rpc->Get(keys[i]);
@@ -788,11 +788,12 @@ TEST_F(TreeTest, MultiPutWritesPairsInBatches) {
   // Every pair read back on both paths; under the sanitizers (a get each,
   // several times slower) one in REMEM_TEST_SCALE, and the huge one and
   // the one written twice always.
-  const size_t every = size_t(5000 / testing::Scaled(5000));
+  const size_t every = size_t(testing::ScaleDivisor());
+  const std::string twice = Key(1);
   for (TreeStore* c : {rpc.store.get(), onesided.store.get()}) {
     size_t n = 0;
     for (const auto& [k, v] : want) {
-      if (n++ % every != 0 && k != "huge" && k != Key(1)) continue;
+      if (n++ % every != 0 && k != "huge" && k != twice) continue;
       auto got = c->Get(k);
       ASSERT_TRUE(got.ok()) << k.size() << ": " << got.status().ToString();
       EXPECT_TRUE(got->value == v.first) << k;

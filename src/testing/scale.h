@@ -2,7 +2,8 @@
 // volume, not coverage (crash-loop iterations, restarts, storm clients).
 // REMEM_TEST_SCALE=N divides those counts by N (./dev sets it under the
 // sanitizers, which run the same code paths several times slower); unset
-// or 1: the full counts. Never below `minimum`.
+// or 1: the full counts. Never below `minimum`. ScaleDivisor: that N, for
+// a test that checks one item in N of a set it must build whole.
 //
 // Thread contract: any thread (it reads the environment).
 
@@ -14,10 +15,13 @@
 
 namespace remem::testing {
 
-inline int Scaled(int count, int minimum = 1) {
+inline int ScaleDivisor() {
   const char* v = std::getenv("REMEM_TEST_SCALE");
-  const int divisor = v != nullptr ? std::max(1, std::atoi(v)) : 1;
-  return std::max(minimum, count / divisor);
+  return v != nullptr ? std::max(1, std::atoi(v)) : 1;
+}
+
+inline int Scaled(int count, int minimum = 1) {
+  return std::max(minimum, count / ScaleDivisor());
 }
 
 }  // namespace remem::testing
