@@ -118,8 +118,9 @@ class HashStore {
   // batch of one-sided reads (all lookups in flight at once) or one
   // message, as the read path decides; MultiPut (insert or replace) is one
   // message. Very large batches are split into messages of at most 65536
-  // items and 32 MiB; a reply holds at most 64 MiB, and the keys whose
-  // values did not fit are asked again (a get batched with writes may then
+  // items and 32 MiB; a reply takes values up to 1 MiB (so that no batch
+  // holds the server's thread for long), and the keys whose values did not
+  // fit are asked again in a later message (a get batched with writes may then
   // see a write issued after it in the same batch).
   std::vector<Result<Value>> MultiGet(
       const std::vector<std::string_view>& keys);

@@ -275,7 +275,7 @@ class OpsStore {
 
   // --- batched: one message (split beyond 65536 ops or 32 MiB), one result
   // per op, in order, each with its own status. Reductions and filters
-  // whose results would make the reply pass 64 MiB are asked again in a
+  // whose results would make the reply pass 1 MiB are asked again in a
   // later message (they change nothing, so only their order among the
   // batch's writes may differ).
   std::vector<Result<OpReply>> ExecuteBatch(const std::vector<Op>& ops);

@@ -1020,6 +1020,13 @@ void HashService::HandleMulti(Call call) {
       }
       // The records a get here must see replicated (its key's).
       uint64_t reads_upto = 0;
+      // What this partition's gets put in the reply so far. Once past
+      // kMaxMultiReplyBytes, so is the whole reply at every later item
+      // (CapMultiReply would answer a get there full), and so later gets
+      // are answered full without reading their values: a batch of large
+      // values then costs the owner thread one reply's worth of reads, not
+      // the whole batch's for every reply that asks for the rest again.
+      uint64_t reply_bytes = 0;
       for (size_t n = 0; n < items.size(); ++n) {
         if (n + kAhead < items.size()) {
           table.Prefetch(batch->ops[items[n + kAhead]].key);
@@ -1037,11 +1044,16 @@ void HashService::HandleMulti(Call call) {
           if (o.op != MultiOpKind::kGet) FloorVersions_st(part);
         }
         if (o.op == MultiOpKind::kGet) {
+          if (i > 0 && reply_bytes > kMaxMultiReplyBytes) {
+            out.status = Status::Busy(kMultiReplyFull);
+            continue;
+          }
           reads_upto = std::max(reads_upto, DirtyUpTo_st(part, o.key));
           auto v = table.Get(o.key);
           if (v.ok()) {
             out.version = v->version;
             out.data = std::move(v->value);
+            reply_bytes += sizeof(HashMultiItem) + out.data.size();
           } else {
             out.status = v.status();
           }

@@ -134,12 +134,16 @@ static_assert(sizeof(HashPutReply) == 8);
 // Multi-get / multi-put: one message for many keys. Each item succeeds or
 // fails on its own (the RPC status is OK when the batch was decoded).
 inline constexpr uint32_t kMaxMultiItems = 1u << 16;
-// A multi reply (HashMultiReply and its items) holds at most this many
-// bytes: the gets whose values would pass it, all but the reply's first
-// item, are answered Busy with kMultiReplyFull instead, to be asked again
-// (libremem does). An OpBatch reply likewise, for its reductions and
-// filters (never a write's result).
-inline constexpr uint64_t kMaxMultiReplyBytes = proto::kMaxRpcPayload;
+// A multi reply (HashMultiReply and its items) takes results up to this
+// many bytes, 1 MiB (a scan page's size): a get whose value would take it
+// past, other than the reply's first item, is answered Busy with
+// kMultiReplyFull and no value instead, to be asked again (libremem does);
+// those answers' messages still follow. An OpBatch reply likewise, for its
+// reductions and filters (never a write's result). Small so that no batch
+// holds a partition's owner thread for long: a batch of large values is
+// answered as a stream of replies of about 1 MiB, each built in
+// milliseconds (docs/BENCHMARKS.md, "Multi replies of 1 MiB").
+inline constexpr uint64_t kMaxMultiReplyBytes = 1u << 20;
 inline constexpr char kMultiReplyFull[] =
     "the multi reply is full: ask for this key again";
 
