@@ -403,9 +403,9 @@ struct Cluster::Impl {
   // The connected server at `addr`, connecting to it if need be (ConnectTo;
   // `limit`: the connection's deadline if sooner than the session
   // timeout); Unavailable if it could not be reached, in time or at all
-  // (remembered for kUnreachableFor). `addr` is a copy: callers pass a
-  // member's address in `config`, which a configuration fetched while
-  // connecting replaces.
+  // (remembered for kUnreachableFor, unless only `limit` ran out). `addr` is a
+  // copy: callers pass a member's address in `config`, which a configuration
+  // fetched while connecting replaces.
   Result<Server*> Connected(
       std::string addr,
       std::optional<std::chrono::milliseconds> limit = std::nullopt) {
@@ -454,10 +454,14 @@ struct Cluster::Impl {
       // Not connected in time is not reached: nothing was sent (so in a
       // replicated cluster an operation waits for the failover, within its
       // deadline, as when the connection is refused).
-      if (st.code() == StatusCode::kTimedOut) {
-        st = Status::Unavailable(st.message());
-      }
-      if (st.code() == StatusCode::kUnavailable) {
+      const bool timed_out = st.code() == StatusCode::kTimedOut;
+      if (timed_out) st = Status::Unavailable(st.message());
+      // Remembered only if it had the session's whole timeout: one not
+      // connected within a shorter `limit` (a Refresh's kNewestConnect) may
+      // just be slow, and was only passed over.
+      const bool cut_short =
+          timed_out && limit && *limit < options.session.timeout;
+      if (st.code() == StatusCode::kUnavailable && !cut_short) {
         unreachable[addr] = {Clock::now() + kUnreachableFor, st};
       }
       return st;
