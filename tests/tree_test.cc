@@ -744,6 +744,38 @@ TEST_F(TreeTest, MultiGetAsksTheServerInBatches) {
   EXPECT_EQ(batched[5003]->value.size(), rpc->max_value());
 }
 
+// A reply takes values up to 1 MiB (the owner thread builds it serving no
+// one else): 400 values of 10 KB come back whole, in four to eight
+// replies. With the old bound of 16 MiB they came in one.
+TEST_F(TreeTest, ManyValuesComeInRepliesOfAboutAMebibyte) {
+  auto rpc = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(rpc);
+  constexpr int kKeys = 400;
+  constexpr size_t kValueBytes = 10000;
+  std::vector<std::string> keys, values;
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(uint64_t(i)));
+    values.push_back(std::string(kValueBytes, char('a' + i % 26)));
+  }
+  for (int i = 0; i < kKeys; ++i) pairs.emplace_back(keys[i], values[i]);
+  for (const auto& v : rpc->MultiPut(pairs)) ASSERT_TRUE(v.ok());
+  std::vector<std::string_view> asked(keys.begin(), keys.end());
+  const uint64_t served = testing::StatOf(rpc.session.get(), "rpcs_served");
+  auto got = rpc->MultiGet(asked);
+  const uint64_t replies =
+      testing::StatOf(rpc.session.get(), "rpcs_served") - served;
+  ASSERT_EQ(got.size(), asked.size());
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[size_t(i)].ok()) << keys[size_t(i)];
+    EXPECT_EQ(got[size_t(i)]->value, values[size_t(i)]) << keys[size_t(i)];
+  }
+  // 4,000,000 bytes of values in replies of at most 1 MiB, plus one for
+  // the stats call itself.
+  EXPECT_GE(replies, 4u);
+  EXPECT_LE(replies, 8u);
+}
+
 // MultiPut: one request per 4096 pairs (and 32 MiB), each pair with its
 // own result; bad pairs refused alone, the rest written, in order (a key
 // twice in a batch ends with its last value).

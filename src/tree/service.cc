@@ -367,7 +367,7 @@ void TreeService::Handle(PartitionId /*p*/, Call call) {
           reply.AddError(st);
           continue;
         }
-        // Full: the rest are asked again (a message holds 64 MiB at most).
+        // Full: the rest are asked again, unread (tree/wire.h).
         if (reply.bytes() >= kMultiGetReplyBytes) {
           reply.AddError(Status::Busy("the multi-get reply is full"));
           continue;

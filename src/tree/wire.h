@@ -135,10 +135,13 @@ static_assert(sizeof(TreeScanItem) == 16);
 
 // A batch of gets in one request: at most kMaxMultiGetKeys keys. The reply
 // has one item per key, in order; once the values in it pass
-// kMultiGetReplyBytes, the rest are answered Busy (no value), to be asked
-// again (a batch of 16 MiB values would otherwise not fit a message).
+// kMultiGetReplyBytes, the rest are answered Busy (no value, not read), to
+// be asked again: the owner thread builds a reply serving no one else (a
+// reply of 16 MiB held it for 110-145 ms: docs/BENCHMARKS.md, "The ordered
+// store's multi-get replies of 1 MiB"), and a batch of 16 MiB values
+// would not fit a message. The first key is always answered.
 inline constexpr uint32_t kMaxMultiGetKeys = 4096;
-inline constexpr size_t kMultiGetReplyBytes = size_t{16} << 20;
+inline constexpr size_t kMultiGetReplyBytes = size_t{1} << 20;
 
 struct TreeMultiRequest {
   uint32_t count;  // items that follow, 1 .. kMaxMultiGetKeys
