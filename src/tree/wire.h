@@ -137,7 +137,7 @@ static_assert(sizeof(TreeScanItem) == 16);
 // has one item per key, in order; once the values in it pass
 // kMultiGetReplyBytes, the rest are answered Busy (no value, not read), to
 // be asked again: the owner thread builds a reply serving no one else (a
-// reply of 16 MiB held it for 110-145 ms: docs/BENCHMARKS.md, "The ordered
+// reply of 16 MiB held it for up to 146 ms: docs/BENCHMARKS.md, "The ordered
 // store's multi-get replies of 1 MiB"), and a batch of 16 MiB values
 // would not fit a message. The first key is always answered.
 inline constexpr uint32_t kMaxMultiGetKeys = 4096;
