@@ -1338,6 +1338,48 @@ TEST(HashTimeout, AnAnswerLeftUnreadPastTheTimeoutIsNotLate) {
   EXPECT_TRUE(c.session->connected());
 }
 
+// The same for calls, on every transport: a put (always a call) sent,
+// answered at once, and its reply left unread past the deadline because
+// the client was away, succeeds; so does a call made inside a callback
+// that then keeps the client busy past the deadline. Before, the first
+// look at the clock after the absence (WaitAll's, or the pass that ran
+// the callback) failed them TimedOut with their reply in hand.
+TEST(HashTimeout, ACallsAnswerLeftUnreadPastTheTimeoutIsNotLate) {
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+  for (int i = 0; i < 3; ++i) {
+    std::optional<Result<uint64_t>> put;
+    c.store->PutAsync("k", "v" + std::to_string(i),
+                      [&](Result<uint64_t> r) { put = std::move(r); });
+    (void)c.session->Poll();  // sent
+    // The client is away for twice the timeout (what is tested: no event
+    // would stand for it).
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ASSERT_TRUE(c.session->WaitAll().ok());
+    ASSERT_TRUE(put.has_value());
+    ASSERT_TRUE(put->ok()) << put->status().ToString();
+  }
+  std::optional<Result<uint64_t>> inner;
+  bool outer_done = false;
+  c.store->PutAsync("k", "outer", [&](Result<uint64_t> r) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    c.store->PutAsync("k", "inner",
+                      [&](Result<uint64_t> r) { inner = std::move(r); });
+    (void)c.session->Poll();  // sent; its reply comes while this callback
+                              // keeps the client busy
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    outer_done = true;
+  });
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  ASSERT_TRUE(outer_done);
+  ASSERT_TRUE(inner.has_value());
+  ASSERT_TRUE(inner->ok()) << inner->status().ToString();
+  auto got = c.store->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "inner");
+  EXPECT_TRUE(c.session->connected());
+}
+
 // A put of a large value goes to the server by rendezvous: UCX keeps the
 // request on the endpoint until the server fetches the value. With the
 // server paused the put times out (the session's deadline), yet its UCX

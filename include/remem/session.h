@@ -43,7 +43,9 @@
 //
 // Failure: if the server stops or the connection breaks, every outstanding
 // and later operation completes with Unavailable (never a hang). Each RPC
-// has its own deadline (SessionOptions::timeout) and times out alone. A
+// has its own deadline (SessionOptions::timeout) and times out alone; an
+// answer that came in time and is read late (this thread was busy in a
+// callback, or not polling) is not late: the call succeeds. A
 // one-sided operation cannot be cancelled: a synchronous one that times
 // out, an asynchronous one that the server performs (over tcp, served)
 // and that waited the timeout, or a WaitAll() that waits twice the timeout

@@ -77,7 +77,7 @@ Result<std::string> RpcClient::CallSync(proto::ServiceId service,
        });
   Status wait = worker_->ProgressUntil(
       [&] {
-        if (!finished) ExpireDeadlines(Clock::now());
+        if (!finished) ExpireOverdue(Clock::now());
         return finished;
       },
       deadline + std::chrono::milliseconds(50));
@@ -136,6 +136,7 @@ void RpcClient::FailAll(const Status& why) {
   auto pending = std::move(pending_);
   pending_.clear();
   deadlines_.clear();
+  looked_ = false;
   for (auto& [id, p] : pending) p.done(why, {});
 }
 
@@ -149,6 +150,25 @@ size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
     }
     Take(it)(Status::TimedOut("no reply from the server within the deadline"),
              {});
+    ++n;
+  }
+  return n;
+}
+
+size_t RpcClient::ExpireOverdue(Clock::time_point now) {
+  size_t n = 0;
+  if (looked_ && (worker_->drains() != look_drains_ ||
+                  worker_->passes() - look_passes_ >= kOverduePasses)) {
+    looked_ = false;
+    n += ExpireDeadlines(look_at_);
+  }
+  // The first look keeps its time until it is acted on: a loop that looks
+  // at every pass would otherwise never count its passes.
+  if (!looked_ && NextDeadline() <= now) {
+    looked_ = true;
+    look_at_ = now;
+    look_passes_ = worker_->passes();
+    look_drains_ = worker_->drains();
     ++n;
   }
   return n;

@@ -376,8 +376,9 @@ size_t SessionCore::Housekeeping() {
   // next: a poll costs a quarter of a precise read (38 ns on the
   // development VM, where that read was a fifth of a one-sided scan's
   // client time: this runs at every Poll), and calls still expire on time
-  // (waits bounded by the timeout on the precise clock, as WaitForBatch's,
-  // count on it).
+  // but for a pass (waits bounded by the timeout on the precise clock, as
+  // WaitForBatch's, count on it: Worker::ProgressUntil looks again after a
+  // last pass before it times out).
   const uint64_t coarse = CoarseNowNs();
   if (rpc_ && rpc_->pending() > 0) {
     const Clock::time_point next = rpc_->NextDeadline();
@@ -385,7 +386,10 @@ size_t SessionCore::Housekeeping() {
     if (next <= now + std::chrono::nanoseconds(CoarseMarginNs())) {
       now = Clock::now();
     }
-    if (next <= now) n += rpc_->ExpireDeadlines(now);
+    // A call answered in time whose reply sat unread (this client was
+    // busy elsewhere past the deadline) is not late: expired only once a
+    // pass after the deadline was seen read what had come (ExpireOverdue).
+    if (next <= now) n += rpc_->ExpireOverdue(now);
   }
   // A served one-sided operation (over tcp the server performs them) that
   // waited the timeout ends TimedOut and tears the connection down, as a

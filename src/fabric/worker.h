@@ -173,6 +173,14 @@ class Worker {
   // says nothing had arrived by then (a deadline that passed before it is
   // not one whose answer sat unread because nobody polled).
   uint64_t idle_passes() const { return idle_passes_; }
+  // How many Progress() passes ended (at any level), and how many of them
+  // polled UCX until it had nothing more to deliver and then ran what it
+  // delivered. One drain after a moment says every message that had
+  // arrived by then was handled (a call whose deadline passed before that
+  // moment and that is still unanswered is late: client/rpc_client.h,
+  // ExpireOverdue).
+  uint64_t passes() const { return passes_; }
+  uint64_t drains() const { return drains_; }
 
   // Blocks until UCX has an event, Wake() is called, or `timeout` passes.
   // Returns at once if work is already pending. While UCX cannot arm the
@@ -184,7 +192,9 @@ class Worker {
   // Progresses until `done()` or `deadline`. Busy-polls for `spin`, then
   // sleeps on the event fd between checks, at most `max_sleep` at a time
   // (so that `done` also sees what sends no event: a closed socket, the
-  // clock). TimedOut on deadline.
+  // clock). TimedOut on deadline, once `done()` was asked again before and
+  // after one more pass (a predicate that expires calls past their
+  // deadline does so only after a pass read what had arrived by then).
   Status ProgressUntil(
       const std::function<bool()>& done, Clock::time_point deadline,
       std::chrono::microseconds spin = std::chrono::microseconds(200),
@@ -415,6 +425,8 @@ class Worker {
   uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
   uint64_t idle_passes_ = 0;  // idle_passes()
+  uint64_t passes_ = 0;       // passes()
+  uint64_t drains_ = 0;       // drains()
   std::vector<std::function<size_t()>> pass_hooks_;
   // The stall watch (receive_stalled): until when, the next look, and since
   // when (and for how many looks) every look found the queue busy.
