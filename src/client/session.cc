@@ -408,14 +408,17 @@ size_t SessionCore::Housekeeping() {
       served_due_id_ = 0;
     } else if (served_due_id_ != ep_->oldest_served_id()) {
       // Past its deadline, but its answer may sit unread (nobody polled
-      // since): it is given up only once a pass of progress after this
-      // found nothing, or (a loop kept busy by other sessions may have no
-      // idle pass) once it waited as long again.
+      // since): it is given up only once a pass after this drained UCX
+      // and ran what it delivered, or (a loop kept busy by other sessions
+      // may never run dry) after a few passes, as a call is
+      // (RpcClient::ExpireOverdue).
       served_due_id_ = ep_->oldest_served_id();
-      served_due_idle_ = worker()->idle_passes();
-      served_due_seen_ = now;
-    } else if (worker()->idle_passes() != served_due_idle_ ||
-               served_due_seen_ + options_.timeout <= now) {
+      served_due_drains_ = worker()->drains();
+      served_due_passes_ = worker()->passes();
+      ++n;  // poll again rather than sleep
+    } else if (worker()->drains() != served_due_drains_ ||
+               worker()->passes() - served_due_passes_ >=
+                   RpcClient::kOverduePasses) {
       served_due_id_ = 0;
       n += ep_->ExpireServed(now - options_.timeout);
       ep_->Fail(Status::TimedOut(

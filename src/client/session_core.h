@@ -305,12 +305,12 @@ class SessionCore {
   Clock::duration slow_every_{};
   uint64_t next_slow_check_ns_ = 0;
   bool in_slow_hook_ = false;
-  // The served operation seen past its deadline (0: none), the worker's
-  // idle passes then and when (Housekeeping gives it up after one more
-  // idle pass, or a timeout later).
+  // The served operation seen past its deadline (0: none), and the
+  // worker's drains and passes then (Housekeeping gives it up after one
+  // more drain, or RpcClient::kOverduePasses passes).
   uint64_t served_due_id_ = 0;
-  uint64_t served_due_idle_ = 0;
-  Clock::time_point served_due_seen_{};
+  uint64_t served_due_drains_ = 0;
+  uint64_t served_due_passes_ = 0;
   size_t in_flight_ = 0;
   Status first_error_;
   std::map<int, std::function<void()>> flush_hooks_;

@@ -303,9 +303,8 @@ size_t Worker::Progress() {
     busy_arms_ = 0;
     next_nap_ = kFirstNap;
   }
-  if (work == 0) {
-    ++idle_passes_;
-    if (stall_watch_until_ != Clock::time_point{}) LookForStall();
+  if (work == 0 && stall_watch_until_ != Clock::time_point{}) {
+    LookForStall();
   }
   ++passes_;
   if (drained) ++drains_;

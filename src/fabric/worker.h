@@ -169,16 +169,13 @@ class Worker {
   // asking UCX: messages, completions or deferred calls (not those the
   // passes under way hold, unless take_over()), or tasks posted to it.
   bool HasPendingWork();
-  // How many Progress() passes found nothing to do: one after a moment
-  // says nothing had arrived by then (a deadline that passed before it is
-  // not one whose answer sat unread because nobody polled).
-  uint64_t idle_passes() const { return idle_passes_; }
   // How many Progress() passes ended (at any level), and how many of them
   // polled UCX until it had nothing more to deliver and then ran what it
   // delivered. One drain after a moment says every message that had
   // arrived by then was handled (a call whose deadline passed before that
   // moment and that is still unanswered is late: client/rpc_client.h,
-  // ExpireOverdue).
+  // ExpireOverdue; a served one-sided operation likewise,
+  // client/session.cc, Housekeeping).
   uint64_t passes() const { return passes_; }
   uint64_t drains() const { return drains_; }
 
@@ -424,9 +421,8 @@ class Worker {
   std::map<std::pair<unsigned, ucp_ep_h>, Route> routes_;
   uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
-  uint64_t idle_passes_ = 0;  // idle_passes()
-  uint64_t passes_ = 0;       // passes()
-  uint64_t drains_ = 0;       // drains()
+  uint64_t passes_ = 0;  // passes()
+  uint64_t drains_ = 0;  // drains()
   std::vector<std::function<size_t()>> pass_hooks_;
   // The stall watch (receive_stalled): until when, the next look, and since
   // when (and for how many looks) every look found the queue busy.
