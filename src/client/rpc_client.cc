@@ -157,8 +157,7 @@ size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
 
 size_t RpcClient::ExpireOverdue(Clock::time_point now) {
   size_t n = 0;
-  if (looked_ && (worker_->drains() != look_drains_ ||
-                  worker_->passes() - look_passes_ >= kOverduePasses)) {
+  if (looked_ && worker_->HandledSince(look_mark_)) {
     looked_ = false;
     n += ExpireDeadlines(look_at_);
   }
@@ -167,8 +166,7 @@ size_t RpcClient::ExpireOverdue(Clock::time_point now) {
   if (!looked_ && NextDeadline() <= now) {
     looked_ = true;
     look_at_ = now;
-    look_passes_ = worker_->passes();
-    look_drains_ = worker_->drains();
+    look_mark_ = worker_->Mark();
     ++n;
   }
   return n;

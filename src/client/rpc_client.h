@@ -62,14 +62,12 @@ class RpcClient {
   size_t ExpireDeadlines(Clock::time_point now);
   // The same for the polls of a waiting client: a call whose deadline had
   // passed at an earlier look (a call of this at `now`, the time then)
-  // ends TimedOut once the worker read everything that had arrived by that
-  // look (Worker::drains), or after kOverduePasses passes of a loop that
-  // never runs dry. A reply that came in time and sat unread because the
-  // client was busy elsewhere (a long callback, a descheduled process) is
-  // not late. Returns the number expired, plus one for a new look (a loop
-  // should poll again rather than sleep).
+  // ends TimedOut once the worker handled everything that had arrived by
+  // that look (Worker::HandledSince). A reply that came in time and sat
+  // unread because the client was busy elsewhere (a long callback, a
+  // descheduled process) is not late. Returns the number expired, plus one
+  // for a new look (a loop should poll again rather than sleep).
   size_t ExpireOverdue(Clock::time_point now);
-  static constexpr uint64_t kOverduePasses = 8;
   // Earliest pending deadline, or time_point::max().
   Clock::time_point NextDeadline() const;
 
@@ -106,11 +104,10 @@ class RpcClient {
   uint64_t stray_replies_ = 0;
   uint64_t replies_ = 0;
   // ExpireOverdue's last look while a deadline had passed: when, and the
-  // worker's passes and drains then.
+  // worker's progress then.
   bool looked_ = false;
   Clock::time_point look_at_{};
-  uint64_t look_passes_ = 0;
-  uint64_t look_drains_ = 0;
+  Worker::ProgressMark look_mark_;
 };
 
 }  // namespace remem::client

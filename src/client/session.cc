@@ -408,17 +408,12 @@ size_t SessionCore::Housekeeping() {
       served_due_id_ = 0;
     } else if (served_due_id_ != ep_->oldest_served_id()) {
       // Past its deadline, but its answer may sit unread (nobody polled
-      // since): it is given up only once a pass after this drained UCX
-      // and ran what it delivered, or (a loop kept busy by other sessions
-      // may never run dry) after a few passes, as a call is
-      // (RpcClient::ExpireOverdue).
+      // since): it is given up only once the worker handled what had come
+      // by now (Worker::HandledSince), as a call is.
       served_due_id_ = ep_->oldest_served_id();
-      served_due_drains_ = worker()->drains();
-      served_due_passes_ = worker()->passes();
+      served_due_mark_ = worker()->Mark();
       ++n;  // poll again rather than sleep
-    } else if (worker()->drains() != served_due_drains_ ||
-               worker()->passes() - served_due_passes_ >=
-                   RpcClient::kOverduePasses) {
+    } else if (worker()->HandledSince(served_due_mark_)) {
       served_due_id_ = 0;
       n += ep_->ExpireServed(now - options_.timeout);
       ep_->Fail(Status::TimedOut(

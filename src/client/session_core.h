@@ -306,11 +306,10 @@ class SessionCore {
   uint64_t next_slow_check_ns_ = 0;
   bool in_slow_hook_ = false;
   // The served operation seen past its deadline (0: none), and the
-  // worker's drains and passes then (Housekeeping gives it up after one
-  // more drain, or RpcClient::kOverduePasses passes).
+  // worker's progress then (Housekeeping gives it up once
+  // Worker::HandledSince that mark).
   uint64_t served_due_id_ = 0;
-  uint64_t served_due_drains_ = 0;
-  uint64_t served_due_passes_ = 0;
+  fabric::Worker::ProgressMark served_due_mark_;
   size_t in_flight_ = 0;
   Status first_error_;
   std::map<int, std::function<void()>> flush_hooks_;

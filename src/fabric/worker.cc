@@ -227,7 +227,7 @@ size_t Worker::Progress() {
   // Stop progressing UCX once a message or completion is ready: another
   // ucp_worker_progress (a poll of every transport, a syscall on tcp) would
   // delay handling it, and the next Progress() picks up the rest.
-  bool drained = true;  // UCX had nothing more to deliver (drains())
+  bool drained = true;  // UCX had nothing more to deliver (ProgressMark)
   while (unsigned n = ucp_worker_progress(handle())) {
     work += n;
     if (inbox_.HasRunnable(take_over) || completed_.HasRunnable(take_over)) {

@@ -169,15 +169,23 @@ class Worker {
   // asking UCX: messages, completions or deferred calls (not those the
   // passes under way hold, unless take_over()), or tasks posted to it.
   bool HasPendingWork();
-  // How many Progress() passes ended (at any level), and how many of them
-  // polled UCX until it had nothing more to deliver and then ran what it
-  // delivered. One drain after a moment says every message that had
-  // arrived by then was handled (a call whose deadline passed before that
-  // moment and that is still unanswered is late: client/rpc_client.h,
-  // ExpireOverdue; a served one-sided operation likewise,
-  // client/session.cc, Housekeeping).
-  uint64_t passes() const { return passes_; }
-  uint64_t drains() const { return drains_; }
+  // A mark of this worker's progress now (Mark), and whether every message
+  // that had arrived by then has been handled since (HandledSince): a pass
+  // after it polled UCX until it had nothing more to deliver and ran what
+  // it delivered (a drain), or, in a loop that never runs dry,
+  // kMarkPasses passes ended. An operation whose deadline had passed at
+  // the mark and that is still unanswered once this holds is late; one
+  // whose reply came in time and sat unread is not (RpcClient's
+  // ExpireOverdue, SessionCore's served operations).
+  struct ProgressMark {
+    uint64_t passes = 0;  // Progress() passes ended (at any level)
+    uint64_t drains = 0;  // of them, the drains
+  };
+  static constexpr uint64_t kMarkPasses = 8;
+  ProgressMark Mark() const { return {passes_, drains_}; }
+  bool HandledSince(const ProgressMark& m) const {
+    return drains_ != m.drains || passes_ - m.passes >= kMarkPasses;
+  }
 
   // Blocks until UCX has an event, Wake() is called, or `timeout` passes.
   // Returns at once if work is already pending. While UCX cannot arm the
@@ -421,8 +429,8 @@ class Worker {
   std::map<std::pair<unsigned, ucp_ep_h>, Route> routes_;
   uint64_t next_route_token_ = 1;
   uint64_t next_request_id_ = 1;
-  uint64_t passes_ = 0;  // passes()
-  uint64_t drains_ = 0;  // drains()
+  uint64_t passes_ = 0;  // ProgressMark
+  uint64_t drains_ = 0;  // ProgressMark
   std::vector<std::function<size_t()>> pass_hooks_;
   // The stall watch (receive_stalled): until when, the next look, and since
   // when (and for how many looks) every look found the queue busy.
