@@ -505,8 +505,8 @@ Status SessionCore::ReadNow(uint32_t region_id, uint64_t offset, void* dst,
   return ReadNow(*r, offset, dst, len);
 }
 
-Status SessionCore::ReadNow(const fabric::RemoteRegion& region, uint64_t offset,
-                            void* dst, size_t len) {
+Status SessionCore::ReadNowSlow(const fabric::RemoteRegion& region,
+                                uint64_t offset, void* dst, size_t len) {
   REMEM_RETURN_IF_ERROR(region.Check(offset, len));
   if (!slow_hook_ || !ep_->served() || region.mapped() != nullptr ||
       ep_->failed()) {

@@ -15,6 +15,7 @@
 #define REMEM_CLIENT_SESSION_CORE_H_
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -105,9 +106,17 @@ class SessionCore {
   // a served read, during which the slow-call hook runs as for a call).
   Status ReadNow(uint32_t region, uint64_t offset, void* dst, size_t len);
   // The same for a region the caller looked up already (region()): a hot
-  // loop over one region skips the lookup.
+  // loop over one region skips the lookup. A copy out of a mapped region
+  // is inline (a get over shared memory makes two or three of them).
   Status ReadNow(const fabric::RemoteRegion& region, uint64_t offset, void* dst,
-                 size_t len);
+                 size_t len) {
+    if (const uint8_t* m = region.mapped();
+        m != nullptr && ep_->usable() && region.Contains(offset, len)) {
+      std::memcpy(dst, m + offset, len);
+      return Status::OK();
+    }
+    return ReadNowSlow(region, offset, dst, len);
+  }
   // Several reads done before returning, each span naming its region
   // (region()): copies where mapped, else one fabric::Endpoint::GetMany
   // (served: one request for all of them), waited for as ReadNow waits.
@@ -254,6 +263,10 @@ class SessionCore {
   }
 
  private:
+  // ReadNow's other cases: a range outside the region, an endpoint that
+  // failed, a UCX get, or a served read.
+  Status ReadNowSlow(const fabric::RemoteRegion& region, uint64_t offset,
+                     void* dst, size_t len);
   SessionCore(const SessionOptions& o, LoopCore* loop,
               std::unique_ptr<LoopCore> owned)
       : options_(o), loop_(loop), owned_loop_(std::move(owned)) {}

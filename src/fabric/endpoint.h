@@ -116,6 +116,8 @@ class Endpoint {
   ucp_ep_h handle() const { return ep_; }
   Worker* worker() const { return worker_; }
   bool failed() const { return failed_; }
+  // Neither failed nor closed: operations may be started.
+  bool usable() const { return !failed_ && !closed_; }
   const Status& failure() const { return failure_; }
 
   // Called at most once, on the worker's thread, from a later Progress()

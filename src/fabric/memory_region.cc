@@ -171,7 +171,7 @@ RemoteRegion::~RemoteRegion() {
 }
 
 Status RemoteRegion::Check(uint64_t offset, uint64_t len) const {
-  if (offset > length_ || len > length_ - offset) {
+  if (!Contains(offset, len)) {
     return Status::InvalidArgument(
         "range [" + std::to_string(offset) + ", +" + std::to_string(len) +
         ") is outside region " + std::to_string(id_) + " of " +

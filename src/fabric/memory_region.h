@@ -73,7 +73,11 @@ class RemoteRegion {
   // Local address of the peer's byte 0, or nullptr if not mapped.
   const uint8_t* mapped() const { return mapped_; }
 
-  // InvalidArgument unless [offset, offset+len) lies inside the region.
+  // Whether [offset, offset+len) lies inside the region.
+  bool Contains(uint64_t offset, uint64_t len) const {
+    return offset <= length_ && len <= length_ - offset;
+  }
+  // InvalidArgument unless it does (Contains).
   Status Check(uint64_t offset, uint64_t len) const;
 
   // Where the region is mapped (shared memory), maps [offset, offset+len)
