@@ -130,6 +130,38 @@ TEST(YcsbGen, KeysAreFixedSizeAndNeverCollide) {
   EXPECT_EQ(k, again);
 }
 
+// The names are the workloads' (a run's keys, and so its scans, are those
+// of every earlier run): KeyName writes the same bytes as the plain
+// definition, the mixed n in lowercase hex, zero-padded, after "user".
+TEST(YcsbGen, KeyNamesKeepTheirDefinition) {
+  auto plain = [](uint64_t n, size_t key_size) {
+    const size_t digits = key_size - 4;
+    const int bits = int(digits >= 16 ? 64 : digits * 4);
+    const uint64_t mask = bits == 64 ? UINT64_MAX : (uint64_t{1} << bits) - 1;
+    uint64_t x = n & mask;
+    x = (x * 0x9E3779B97F4A7C15ull) & mask;
+    x ^= x >> (bits / 2);
+    x = (x * 0xBF58476D1CE4E5B9ull) & mask;
+    x ^= x >> (bits / 2 + 1);
+    std::string out(key_size, '0');
+    out.replace(0, 4, "user");
+    for (size_t i = key_size; i > 4 && x != 0; --i, x >>= 4) {
+      out[i - 1] = "0123456789abcdef"[x & 15];
+    }
+    return out;
+  };
+  std::string k = "a string longer than any key below, kept to be reused";
+  for (size_t size : {8, 9, 15, 16, 17, 20, 21, 23, 32, 64}) {
+    for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{12345},
+                       uint64_t{999999}, KeyCapacity(size) - 1}) {
+      KeyName(n, size, &k);
+      ASSERT_EQ(k, plain(n, size)) << "size " << size << " n " << n;
+    }
+  }
+  KeyName(7, 16, &k);
+  EXPECT_EQ(k, plain(7, 16));
+}
+
 TEST(YcsbGen, ValuesCheckThemselves) {
   std::string v;
   for (size_t size : {0, 5, 8, 9, 32, 4096}) {

@@ -41,14 +41,13 @@ void IssueHashGet(Driver* d, Store* store, KvRequest* r) {
     std::vector<HashStore::Value> values;
     std::vector<Status> statuses;
     // Key i's outcome into r: its value, nullopt if absent, or the
-    // request's error.
+    // request's error. The value's string trades places with r's (each
+    // keeps its capacity for the next get), as a caller that reads into
+    // storage of its own would have it: no copy.
     void Take(size_t i, const Status& st) {
       if (st.ok()) {
-        if (r->values[i]) {
-          r->values[i]->assign(values[i].value);
-        } else {
-          r->values[i].emplace(values[i].value);
-        }
+        if (!r->values[i]) r->values[i].emplace();
+        r->values[i]->swap(values[i].value);
       } else {
         r->values[i].reset();
         if (st.code() != StatusCode::kNotFound) r->status = st;
@@ -144,8 +143,10 @@ class RememDriver : public SessionDriver {
 
 // A request on the ordered store of one server (TreeStore) or of a cluster
 // (ClusterTree), whose calls are the same: a scan into a page kept with
-// the request (ScanInto's reuse of storage), copied into r->items, whose
-// strings keep theirs; a single get; a put. complete(r) when it is done.
+// the request (ScanInto's reuse of storage), whose items trade places
+// with r->items when it is issued and when it ends, so one set of strings
+// per request is filled in place and read, never copied; a single get; a
+// put. complete(r) when it is done.
 struct OrderedScanScratch : KvRequest::Scratch {
   TreeStore::Page page;
 };
@@ -156,22 +157,16 @@ void IssueOrdered(Tree* t, KvRequest* r, Complete complete) {
     case KvRequest::Kind::kScan: {
       if (r->scratch == nullptr) r->scratch = std::make_unique<ScanScratch>();
       auto* sc = static_cast<ScanScratch*>(r->scratch.get());
+      sc->page.items.swap(r->items);
+      r->scanned = 0;
       t->ScanAsync(r->keys[0], {}, r->limit, TreeStore::Order::kAscending,
                    &sc->page, [complete, r, sc](Status st) {
-                     r->scanned = 0;
                      if (!st.ok()) {
                        r->status = st;
                        return complete(r);
                      }
-                     const auto& items = sc->page.items;
-                     if (r->items.size() < items.size()) {
-                       r->items.resize(items.size());
-                     }
-                     for (size_t i = 0; i < items.size(); ++i) {
-                       r->items[i].key.assign(items[i].key);
-                       r->items[i].value.assign(items[i].value);
-                     }
-                     r->scanned = items.size();
+                     r->items.swap(sc->page.items);
+                     r->scanned = r->items.size();
                      complete(r);
                    });
       return;

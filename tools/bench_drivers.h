@@ -45,6 +45,7 @@
 
 #include "remem/options.h"
 #include "remem/status.h"
+#include "remem/tree.h"
 #include "util/subprocess.h"
 
 namespace remem::bench {
@@ -64,10 +65,10 @@ struct KvRequest {
   std::vector<std::optional<std::string>> values;
   // kScan: items[0, scanned) are the keys from keys[0] on, ascending, with
   // their values (fewer than `limit` only at the end of the keys). Entries
-  // past `scanned` are kept for their capacity.
-  struct Item {
-    std::string key, value;
-  };
+  // past `scanned` are kept for their capacity. The ordered store's own
+  // item type (its version unused by other drivers), so that the remem
+  // driver hands its page over whole instead of copying it.
+  using Item = TreeStore::Item;
   std::vector<Item> items;
   size_t scanned = 0;
   Status status;

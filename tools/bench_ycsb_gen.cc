@@ -1,6 +1,7 @@
 #include "bench_ycsb_gen.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -174,12 +175,26 @@ void KeyName(uint64_t n, size_t key_size, std::string* out) {
   x ^= x >> (bits / 2);
   x = (x * 0xBF58476D1CE4E5B9ull) & mask;
   x ^= x >> (bits / 2 + 1);
-  out->assign(key_size, '0');
-  std::memcpy(out->data(), "user", 4);
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (size_t i = key_size; i > 4 && x != 0; --i, x >>= 4) {
-    (*out)[i - 1] = kHex[x & 15];
+  // Two digits a step from the right, from a table of the 256 byte values
+  // (the key is made once per operation: digit by digit it was a twentieth
+  // of a batched get's client time); digits past x's are '0'.
+  static constexpr auto kPairs = [] {
+    std::array<char, 512> t{};
+    constexpr char kHex[] = "0123456789abcdef";
+    for (int b = 0; b < 256; ++b) {
+      t[size_t(2 * b)] = kHex[b >> 4];
+      t[size_t(2 * b + 1)] = kHex[b & 15];
+    }
+    return t;
+  }();
+  out->resize(key_size);
+  char* p = out->data();
+  std::memcpy(p, "user", 4);
+  size_t i = key_size;
+  for (; i >= 6; i -= 2, x >>= 8) {
+    std::memcpy(p + i - 2, &kPairs[size_t(x & 0xff) * 2], 2);
   }
+  if (i == 5) p[4] = kPairs[size_t(x & 15) * 2 + 1];
 }
 
 namespace {
