@@ -829,6 +829,7 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"--transport", "tcp", "durability"}, "--transport before 'durability'"},
       {{"fabric", "hash"}, "not expected: hash"},
       {{"hash", "--key-size", "8", "--records", "200000"}, "cannot name"},
+      {{"tree", "--load-order", "shuffled"}, "--load-order"},
   };
   for (const auto& [args, says] : bad) {
     std::vector<std::string> argv = {BenchBinary()};
@@ -843,10 +844,25 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
     EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1] << ": " << r.out;
     EXPECT_TRUE(Contains(r.out, says)) << r.out;
   }
-  auto tree =
-      RunCommand({BenchBinary(), "tree", "--duration", "0.02", "--records",
-                  "200", "--server-cpu", "-1", "--client-cpu", "-1"});
-  EXPECT_EQ(tree.exit_code, 0) << tree.out;
+  // --load-order: ascending keys fill each leaf before the next (append
+  // splits), a random order splits leaves in halves, so the same pairs take
+  // more nodes (the server's count, printed after the load).
+  auto nodes_after_load = [](const std::string& order) -> long {
+    auto r = RunCommand({BenchBinary(), "tree", "--duration", "0.02",
+                         "--records", "2000", "--load-order", order,
+                         "--server-cpu", "-1", "--client-cpu", "-1"});
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_TRUE(Contains(r.out, "into the tree in " + order + " order"))
+        << r.out;
+    const size_t at = r.out.find(" tree nodes\n");
+    if (at == std::string::npos) return -1;
+    const size_t from = r.out.rfind(' ', at - 1) + 1;
+    return std::stol(r.out.substr(from, at - from));
+  };
+  const long sorted_nodes = nodes_after_load("sorted");
+  const long random_nodes = nodes_after_load("random");
+  EXPECT_GT(sorted_nodes, 0);
+  EXPECT_GT(random_nodes, sorted_nodes);
 }
 
 // remem-bench's durability workload, at a size that measures nothing: every

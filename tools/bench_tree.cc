@@ -108,7 +108,7 @@ Status FirstError(const std::vector<Result<T>>& results) {
 }  // namespace
 
 int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
-            size_t value_len) {
+            size_t value_len, TreeLoadOrder load_order) {
   if (Status st = PinThisThread(o.client_cpu); !st.ok()) {
     std::fprintf(stderr, "remem-bench: %s\n", st.ToString().c_str());
     return 2;
@@ -149,13 +149,22 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       std::fprintf(stderr, "remem-bench: opening the stores failed\n");
       return 1;
     }
+    // The i-th key put: i, or a shuffle's i-th (kept only when shuffled).
+    std::vector<uint64_t> shuffled;
+    if (load_order == TreeLoadOrder::kRandom) {
+      shuffled.resize(records);
+      for (uint64_t i = 0; i < records; ++i) shuffled[i] = i;
+      std::mt19937_64 shuffle_rng(11);
+      std::shuffle(shuffled.begin(), shuffled.end(), shuffle_rng);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     Status first;
     for (uint64_t i = 0; i < records; ++i) {
-      (*tree)->PutAsync(SortableKeyOf(i, key_len), value,
-                        [&first](Result<uint64_t> r) {
-                          if (!r.ok() && first.ok()) first = r.status();
-                        });
+      (*tree)->PutAsync(
+          SortableKeyOf(shuffled.empty() ? i : shuffled[i], key_len), value,
+          [&first](Result<uint64_t> r) {
+            if (!r.ok() && first.ok()) first = r.status();
+          });
       if ((i & 255) == 255 && !session->WaitAll().ok()) break;
     }
     (void)session->WaitAll();
@@ -184,11 +193,16 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
       }
     }
     if (!o.json) {
+      auto stats = session->Stats();
       std::printf(
           "load: %llu pairs (%zu B keys, %zu B values) into the "
-          "tree in %.2f s (%.0f puts/s, 256 in flight)\n",
-          static_cast<unsigned long long>(records), key_len, value_len, s,
-          double(records) / s);
+          "tree in %s order in %.2f s (%.0f puts/s, 256 in flight); %llu "
+          "tree nodes\n",
+          static_cast<unsigned long long>(records), key_len, value_len,
+          load_order == TreeLoadOrder::kRandom ? "random" : "sorted", s,
+          double(records) / s,
+          static_cast<unsigned long long>(stats.ok() ? stats->Get("tree_nodes")
+                                                     : 0));
     }
     hash.reset();
   }
@@ -424,8 +438,11 @@ int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
     }
   }
   if (o.json) {
-    PrintJson(rows, "\"workload\":\"tree\",\"records\":" +
-                        std::to_string(records) + ",");
+    PrintJson(rows,
+              "\"workload\":\"tree\",\"records\":" + std::to_string(records) +
+                  ",\"load_order\":\"" +
+                  (load_order == TreeLoadOrder::kRandom ? "random" : "sorted") +
+                  "\",");
   } else {
     PrintTable(rows);
     for (const auto& n : notes) std::printf("%s\n", n.c_str());

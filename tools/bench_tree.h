@@ -13,8 +13,15 @@
 
 namespace remem::bench {
 
+// How the tree is loaded: keys in ascending order (each leaf filled, then
+// the next: full leaves, laid out in the region in key order), or in a
+// random order (leaves split wherever keys land: partly full, and a
+// leaf's right sibling anywhere in the region), as online inserts leave it.
+enum class TreeLoadOrder { kSorted, kRandom };
+
 int RunTree(const FabricOptions& o, uint64_t records, size_t key_len,
-            size_t value_len);
+            size_t value_len,
+            TreeLoadOrder load_order = TreeLoadOrder::kSorted);
 
 }  // namespace remem::bench
 

@@ -103,6 +103,13 @@ int main(int argc, char** argv) {
   tree->add_option("--value-size", tree_value_size,
                    "bytes per value (at most 16 MiB; over 256 out of line)")
       ->capture_default_str();
+  std::string tree_load_order = "sorted";
+  tree->add_option("--load-order", tree_load_order,
+                   "sorted (keys ascending: full leaves laid out in key "
+                   "order) | random (as online inserts leave the tree: "
+                   "partly full leaves, siblings anywhere)")
+      ->check(CLI::IsMember({"sorted", "random"}))
+      ->capture_default_str();
   bench::AtomicsOptions ao;
   bool no_redis = false, no_vectors = false;
   auto* atomics = app.add_subcommand(
@@ -675,7 +682,10 @@ int main(int argc, char** argv) {
   if (hash->parsed()) return bench::RunHash(fo, records, key_size, value_size);
   if (fabric->parsed()) return bench::RunFabric(fo);
   if (tree->parsed()) {
-    return bench::RunTree(fo, tree_records, tree_key_size, tree_value_size);
+    return bench::RunTree(fo, tree_records, tree_key_size, tree_value_size,
+                          tree_load_order == "random"
+                              ? bench::TreeLoadOrder::kRandom
+                              : bench::TreeLoadOrder::kSorted);
   }
   if (failover->parsed()) {
     if (fov.servers <= fov.replicas) {
