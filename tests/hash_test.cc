@@ -1380,6 +1380,53 @@ TEST(HashTimeout, ACallsAnswerLeftUnreadPastTheTimeoutIsNotLate) {
   EXPECT_TRUE(c.session->connected());
 }
 
+// And a call whose reply a pass has taken in but not run yet. Two puts
+// through two stores of one session go out as two messages to a paused
+// server, so both replies are in hand when the client next polls. The
+// first put's callback keeps the client busy past the second put's
+// deadline, then makes a synchronous call; its nested passes may not run
+// the reply that the pass under way holds. Before, the nested pass's look
+// at the clock failed the second put TimedOut with its reply waiting in
+// that pass. (Over tcp the pass takes both replies in; over shared memory
+// it took only the first in these runs, and the test checks the outcome.)
+TEST(HashTimeout, AReplyHeldByThePassUnderWayIsNotLateInANestedWait) {
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+  auto other = HashStore::Open(c.session.get());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  std::optional<Result<uint64_t>> second, nested;
+  bool first_done = false;
+  // Sent to a paused server, one message per store, so that both replies
+  // are there before the client reads either.
+  ASSERT_TRUE(c.server.Pause().ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
+  c.store->PutAsync("k", "first", [&](Result<uint64_t> r) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    // Busy past the second put's deadline (what is tested: no event would
+    // stand for it), then a call of its own.
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    nested = c.store->Put("n", "nested");
+    first_done = true;
+  });
+  (*other)->PutAsync("k2", "second",
+                     [&](Result<uint64_t> r) { second = std::move(r); });
+  (void)c.session->Poll();
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
+  // The server answers both at once; a tenth of a second is time enough
+  // (were a reply later, the test would only not exercise the hold).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  ASSERT_TRUE(first_done);
+  ASSERT_TRUE(nested.has_value());
+  EXPECT_TRUE(nested->ok()) << nested->status().ToString();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_TRUE(second->ok()) << second->status().ToString();
+  auto got = c.store->Get("k2");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "second");
+  EXPECT_TRUE(c.session->connected());
+}
+
 // A put of a large value goes to the server by rendezvous: UCX keeps the
 // request on the endpoint until the server fetches the value. With the
 // server paused the put times out (the session's deadline), yet its UCX

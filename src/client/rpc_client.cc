@@ -1,6 +1,8 @@
 #include "client/rpc_client.h"
 
+#include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "proto/codec.h"
 
@@ -141,13 +143,56 @@ void RpcClient::FailAll(const Status& why) {
 }
 
 size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
+  return Expire(now, /*spare_held=*/false);
+}
+
+namespace {
+
+// The request id a reply's RpcHeader carries, or 0 (no call has it) when
+// the header is too short to hold one.
+uint64_t ReplyRequestId(const AmMessage& m) {
+  constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
+  uint64_t id = 0;
+  if (m.header.size() >= kIdEnd) {
+    std::memcpy(&id, m.header.data() + kIdEnd - 8, sizeof(id));
+  }
+  return id;
+}
+
+}  // namespace
+
+size_t RpcClient::Expire(Clock::time_point now, bool spare_held) {
   size_t n = 0;
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-    auto it = pending_.find(deadlines_.begin()->second);
-    if (it == pending_.end()) {  // cannot happen: entries leave together
-      deadlines_.erase(deadlines_.begin());
-      continue;
+  if (!spare_held) {
+    // Until none is left due: also the calls the callbacks make meanwhile
+    // (a teardown expires everything, time_point::max()).
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      auto it = pending_.find(deadlines_.begin()->second);
+      if (it == pending_.end()) {  // cannot happen: entries leave together
+        deadlines_.erase(deadlines_.begin());
+        continue;
+      }
+      Take(it)(Status::TimedOut("no reply from the server within the deadline"),
+               {});
+      ++n;
     }
+    return n;
+  }
+  // The calls due and not answered by a reply the worker holds, chosen
+  // first: the callbacks may make or end calls.
+  std::vector<uint64_t> due;
+  for (auto d = deadlines_.begin(); d != deadlines_.end() && d->first <= now;
+       ++d) {
+    const uint64_t id = d->second;
+    if (!worker_->HoldsMessage(
+            proto::kAmReply, endpoint_->handle(),
+            [id](const AmMessage& m) { return ReplyRequestId(m) == id; })) {
+      due.push_back(id);
+    }
+  }
+  for (uint64_t id : due) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;  // an earlier callback ended it
     Take(it)(Status::TimedOut("no reply from the server within the deadline"),
              {});
     ++n;
@@ -159,7 +204,7 @@ size_t RpcClient::ExpireOverdue(Clock::time_point now) {
   size_t n = 0;
   if (looked_ && worker_->HandledSince(look_mark_)) {
     looked_ = false;
-    n += ExpireDeadlines(look_at_);
+    n += Expire(look_at_, /*spare_held=*/true);
   }
   // The first look keeps its time until it is acted on: a loop that looks
   // at every pass would otherwise never count its passes.

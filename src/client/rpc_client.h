@@ -63,10 +63,13 @@ class RpcClient {
   // The same for the polls of a waiting client: a call whose deadline had
   // passed at an earlier look (a call of this at `now`, the time then)
   // ends TimedOut once the worker handled everything that had arrived by
-  // that look (Worker::HandledSince). A reply that came in time and sat
-  // unread because the client was busy elsewhere (a long callback, a
-  // descheduled process) is not late. Returns the number expired, plus one
-  // for a new look (a loop should poll again rather than sleep).
+  // that look (Worker::HandledSince), unless its reply is among what the
+  // worker has received and not run yet (Worker::HoldsMessage: a pass
+  // under way holds it while a callback it ran waits in nested passes). A
+  // reply that came in time and sat unread because the client was busy
+  // elsewhere (a long callback, a descheduled process) is not late.
+  // Returns the number expired, plus one for a new look (a loop should
+  // poll again rather than sleep).
   size_t ExpireOverdue(Clock::time_point now);
   // Earliest pending deadline, or time_point::max().
   Clock::time_point NextDeadline() const;
@@ -89,6 +92,9 @@ class RpcClient {
   using PendingMap = std::unordered_map<uint64_t, Pending>;
   // Removes a pending call (and its deadline) and returns its callback.
   ReplyFn Take(PendingMap::iterator it);
+  // ExpireDeadlines, sparing the calls whose reply the worker holds unrun
+  // when `spare_held`.
+  size_t Expire(Clock::time_point now, bool spare_held);
 
   Worker* worker_;
   Endpoint* endpoint_;

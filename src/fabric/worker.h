@@ -169,6 +169,19 @@ class Worker {
   // asking UCX: messages, completions or deferred calls (not those the
   // passes under way hold, unless take_over()), or tasks posted to it.
   bool HasPendingWork();
+  // Whether a message `am_id` from the peer of endpoint `ep`, for which
+  // `pred(const AmMessage&)` holds, has been received and not yet run: a
+  // pass under way holds it (a pass nested in a callback does not run what
+  // the passes under way hold), or the next pass will run it. An operation
+  // whose answer is such a message has been answered, whatever the clock
+  // says since.
+  template <typename Pred>
+  bool HoldsMessage(unsigned am_id, ucp_ep_h ep, Pred&& pred) const {
+    return inbox_.AnyWaiting([&](const std::pair<AmSlot*, AmMessage>& e) {
+      return e.first != nullptr && e.first->id == am_id &&
+             e.second.reply_ep == ep && pred(e.second);
+    });
+  }
   // A mark of this worker's progress now (Mark), and whether every message
   // that had arrived by then has been handled since (HandledSince): a pass
   // after it polled UCX until it had nothing more to deliver and ran what

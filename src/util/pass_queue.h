@@ -78,6 +78,16 @@ class PassQueue {
     return ran;
   }
 
+  // Whether an entry not yet run (held by a pass under way, or waiting for
+  // the next) satisfies `pred(const T&)`.
+  template <typename Pred>
+  bool AnyWaiting(Pred&& pred) const {
+    if (waiting_ == 0) return false;
+    for (const Slot& slot : items_) {
+      if (!slot.taken && pred(slot.value)) return true;
+    }
+    return false;
+  }
   // Marks the entries not yet run for which `pred(const T&)` holds (their
   // owner is gone) with `drop(T&)`; they keep their places.
   template <typename Pred, typename Drop>

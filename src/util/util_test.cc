@@ -183,6 +183,33 @@ TEST(PassQueue, NestedPassesRunLaterEntriesOrTakeOverTheRest) {
   EXPECT_TRUE(q.empty());
 }
 
+// AnyWaiting sees the entries no pass has run: those a pass under way
+// still holds (what a nested pass cannot run) and those queued after it,
+// not the ones run or being run.
+TEST(PassQueue, AnyWaitingSeesHeldAndQueuedEntriesOnly) {
+  util::PassQueue<int> q;
+  auto has = [&q](int want) {
+    return q.AnyWaiting([want](const int& v) { return v == want; });
+  };
+  EXPECT_FALSE(has(0));
+  for (int i = 0; i < 4; ++i) q.Emplace(i);
+  EXPECT_TRUE(has(0));
+  std::function<void(int&&)> run = [&](int&& v) {
+    if (v != 1) return;
+    EXPECT_FALSE(has(0));  // run
+    EXPECT_FALSE(has(1));  // being run
+    EXPECT_TRUE(has(2));   // held by this pass
+    q.Emplace(9);
+    EXPECT_EQ(q.RunPass(run), 1u);  // 9 only: 2 and 3 are held
+    EXPECT_FALSE(has(9));
+    EXPECT_TRUE(has(3));
+  };
+  EXPECT_EQ(q.RunPass(run), 4u);
+  EXPECT_FALSE(has(2));
+  EXPECT_FALSE(has(3));
+  EXPECT_TRUE(q.empty());
+}
+
 TEST(Size, Parse) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("64K"), 65536u);
