@@ -1427,6 +1427,47 @@ TEST(HashTimeout, AReplyHeldByThePassUnderWayIsNotLateInANestedWait) {
   EXPECT_TRUE(c.session->connected());
 }
 
+// The same for a served one-sided read (over tcp the server performs
+// them): a put and then a get go to a paused server, so the get's answer
+// comes second and is held by the pass that runs the put's callback, which
+// waits past the get's timeout in a synchronous put. The get succeeds and
+// the connection stays up. Before, the nested pass gave the get up as
+// unanswered and tore the connection down (WaitAll failed).
+TEST(HashTimeout, AServedReadsAnswerHeldByThePassUnderWayIsNotLate) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+  auto other = HashStore::Open(c.session.get());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  std::optional<Result<HashStore::Value>> got;
+  std::optional<Result<uint64_t>> nested;
+  bool put_done = false;
+  ASSERT_TRUE(c.server.Pause().ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
+  c.store->PutAsync("p", "put", [&](Result<uint64_t> r) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    nested = c.store->Put("n", "nested");
+    put_done = true;
+  });
+  (void)c.session->Poll();  // the put first: its answer comes first
+  (*other)->GetAsync("k",
+                     [&](Result<HashStore::Value> r) { got = std::move(r); });
+  (void)c.session->Poll();
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  ASSERT_TRUE(put_done);
+  ASSERT_TRUE(nested.has_value());
+  EXPECT_TRUE(nested->ok()) << nested->status().ToString();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status().ToString();
+  EXPECT_EQ((*got)->value, "v");
+  EXPECT_TRUE(c.session->connected());
+}
+
 // A put of a large value goes to the server by rendezvous: UCX keeps the
 // request on the endpoint until the server fetches the value. With the
 // server paused the put times out (the session's deadline), yet its UCX

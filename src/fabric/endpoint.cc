@@ -727,6 +727,15 @@ void Endpoint::ServedTransfer(bool write, uint8_t* local, size_t len,
   EndIssue(joint, worker_);
 }
 
+bool Endpoint::ServedAnswerHeld(uint64_t id) const {
+  return routed_ && ep_ != nullptr &&
+         worker_->HoldsMessage(proto::kAmMemReply, ep_,
+                               [id](const AmMessage& m) {
+                                 auto h = proto::DecodeMemReply(m.header);
+                                 return h.ok() && h->request_id == id;
+                               });
+}
+
 void Endpoint::OnMemReply(AmMessage&& msg) {
   auto h = proto::DecodeMemReply(msg.header);
   if (!h.ok()) return;  // not a reply to anything we can name

@@ -209,6 +209,11 @@ class Endpoint {
   uint64_t oldest_served_id() const {
     return served_ops_.empty() ? 0 : served_ops_.begin()->first;
   }
+  // Whether the answer of served operation `id` has come and waits, unrun,
+  // in the worker (Worker::HoldsMessage: a pass under way holds it while a
+  // callback it runs waits in nested passes). Such an operation is answered,
+  // whatever the clock says since.
+  bool ServedAnswerHeld(uint64_t id) const;
   // Completes with TimedOut every served operation issued at or before
   // `issued_by` (a reply that comes later is dropped); returns how many.
   size_t ExpireServed(Clock::time_point issued_by);
