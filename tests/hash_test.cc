@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -1380,92 +1381,79 @@ TEST(HashTimeout, ACallsAnswerLeftUnreadPastTheTimeoutIsNotLate) {
   EXPECT_TRUE(c.session->connected());
 }
 
-// And a call whose reply a pass has taken in but not run yet. Two puts
-// through two stores of one session go out as two messages to a paused
-// server, so both replies are in hand when the client next polls. The
-// first put's callback keeps the client busy past the second put's
-// deadline, then makes a synchronous call; its nested passes may not run
-// the reply that the pass under way holds. Before, the nested pass's look
-// at the clock failed the second put TimedOut with its reply waiting in
-// that pass. (Over tcp the pass takes both replies in; over shared memory
-// it took only the first in these runs, and the test checks the outcome.)
-TEST(HashTimeout, AReplyHeldByThePassUnderWayIsNotLateInANestedWait) {
-  OneSidedClient c;
-  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+// Answers a pass has taken in but not run yet. A put and then `second`
+// (an operation issued on another store of the session) go to a paused
+// server, one message each, so the put's answer comes first and both are
+// in hand when the client next polls. The put's callback keeps the client
+// busy past `second`'s deadline, then makes a synchronous put, whose
+// nested passes may not run the answer the pass under way holds. Returns
+// once WaitAll did, having checked the put and the nested put.
+void RunBehindABusyCallback(OneSidedClient& c,
+                            const std::function<void(HashStore*)>& second) {
   auto other = HashStore::Open(c.session.get());
   ASSERT_TRUE(other.ok()) << other.status().ToString();
-  std::optional<Result<uint64_t>> second, nested;
-  bool first_done = false;
-  // Sent to a paused server, one message per store, so that both replies
-  // are there before the client reads either.
-  ASSERT_TRUE(c.server.Pause().ok());
-  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
-  c.store->PutAsync("k", "first", [&](Result<uint64_t> r) {
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    // Busy past the second put's deadline (what is tested: no event would
-    // stand for it), then a call of its own.
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    nested = c.store->Put("n", "nested");
-    first_done = true;
-  });
-  (*other)->PutAsync("k2", "second",
-                     [&](Result<uint64_t> r) { second = std::move(r); });
-  (void)c.session->Poll();
-  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
-  // The server answers both at once; a tenth of a second is time enough
-  // (were a reply later, the test would only not exercise the hold).
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(c.session->WaitAll().ok());
-  ASSERT_TRUE(first_done);
-  ASSERT_TRUE(nested.has_value());
-  EXPECT_TRUE(nested->ok()) << nested->status().ToString();
-  ASSERT_TRUE(second.has_value());
-  EXPECT_TRUE(second->ok()) << second->status().ToString();
-  auto got = c.store->Get("k2");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(got->value, "second");
-  EXPECT_TRUE(c.session->connected());
-}
-
-// The same for a served one-sided read (over tcp the server performs
-// them): a put and then a get go to a paused server, so the get's answer
-// comes second and is held by the pass that runs the put's callback, which
-// waits past the get's timeout in a synchronous put. The get succeeds and
-// the connection stays up. Before, the nested pass gave the get up as
-// unanswered and tore the connection down (WaitAll failed).
-TEST(HashTimeout, AServedReadsAnswerHeldByThePassUnderWayIsNotLate) {
-  if (TestTransport() != Transport::kTcp) {
-    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
-  }
-  OneSidedClient c;
-  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
-  auto other = HashStore::Open(c.session.get());
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
-  std::optional<Result<HashStore::Value>> got;
   std::optional<Result<uint64_t>> nested;
   bool put_done = false;
   ASSERT_TRUE(c.server.Pause().ok());
   ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
   c.store->PutAsync("p", "put", [&](Result<uint64_t> r) {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
+    // Busy past the second operation's deadline (what is tested: no event
+    // would stand for it), then a call of its own.
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     nested = c.store->Put("n", "nested");
     put_done = true;
   });
   (void)c.session->Poll();  // the put first: its answer comes first
-  (*other)->GetAsync("k",
-                     [&](Result<HashStore::Value> r) { got = std::move(r); });
+  second(other->get());
   (void)c.session->Poll();
   ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
+  // The server answers both at once; a tenth of a second is time enough
+  // (were an answer later, the test would only not exercise the hold).
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(c.session->WaitAll().ok());
   ASSERT_TRUE(put_done);
   ASSERT_TRUE(nested.has_value());
   EXPECT_TRUE(nested->ok()) << nested->status().ToString();
+  EXPECT_TRUE(c.session->connected());
+}
+
+// A call: before, the nested pass's look at the clock failed the second
+// put TimedOut with its reply waiting in the pass under way. (Over tcp the
+// pass takes both replies in; over shared memory it took only the first in
+// these runs, and the test checks the outcome.)
+TEST(HashTimeout, AReplyHeldByThePassUnderWayIsNotLateInANestedWait) {
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+  std::optional<Result<uint64_t>> second;
+  ASSERT_NO_FATAL_FAILURE(RunBehindABusyCallback(c, [&](HashStore* other) {
+    other->PutAsync("k2", "second",
+                    [&](Result<uint64_t> r) { second = std::move(r); });
+  }));
+  ASSERT_TRUE(second.has_value());
+  EXPECT_TRUE(second->ok()) << second->status().ToString();
+  auto got = c.store->Get("k2");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->value, "second");
+}
+
+// A served one-sided read (over tcp the server performs them): before, the
+// nested pass gave the get up as unanswered and tore the connection down
+// (WaitAll failed).
+TEST(HashTimeout, AServedReadsAnswerHeldByThePassUnderWayIsNotLate) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  OneSidedClient c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(std::chrono::milliseconds(300)));
+  std::optional<Result<HashStore::Value>> got;
+  ASSERT_NO_FATAL_FAILURE(RunBehindABusyCallback(c, [&](HashStore* other) {
+    other->GetAsync("k",
+                    [&](Result<HashStore::Value> r) { got = std::move(r); });
+  }));
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_EQ((*got)->value, "v");
-  EXPECT_TRUE(c.session->connected());
 }
 
 // A put of a large value goes to the server by rendezvous: UCX keeps the

@@ -89,15 +89,25 @@ Result<std::string> RpcClient::CallSync(proto::ServiceId service,
   return reply;
 }
 
+namespace {
+
+// The request id a reply's RpcHeader carries, or 0 (no call has it) when
+// the header is too short to hold one.
+uint64_t ReplyRequestId(const AmMessage& m) {
+  constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
+  uint64_t id = 0;
+  if (m.header.size() >= kIdEnd) {
+    std::memcpy(&id, m.header.data() + kIdEnd - 8, sizeof(id));
+  }
+  return id;
+}
+
+}  // namespace
+
 void RpcClient::OnReply(AmMessage&& msg) {
   if (msg.refused_length) {
     // Too large to accept: fail the call it answers without fetching it.
-    uint64_t id = 0;
-    constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
-    if (msg.header.size() >= kIdEnd) {
-      std::memcpy(&id, msg.header.data() + kIdEnd - 8, sizeof(id));
-    }
-    auto it = pending_.find(id);
+    auto it = pending_.find(ReplyRequestId(msg));
     if (it == pending_.end()) {
       ++stray_replies_;
       return;
@@ -145,21 +155,6 @@ void RpcClient::FailAll(const Status& why) {
 size_t RpcClient::ExpireDeadlines(Clock::time_point now) {
   return Expire(now, /*spare_held=*/false);
 }
-
-namespace {
-
-// The request id a reply's RpcHeader carries, or 0 (no call has it) when
-// the header is too short to hold one.
-uint64_t ReplyRequestId(const AmMessage& m) {
-  constexpr size_t kIdEnd = offsetof(proto::RpcHeader, request_id) + 8;
-  uint64_t id = 0;
-  if (m.header.size() >= kIdEnd) {
-    std::memcpy(&id, m.header.data() + kIdEnd - 8, sizeof(id));
-  }
-  return id;
-}
-
-}  // namespace
 
 size_t RpcClient::Expire(Clock::time_point now, bool spare_held) {
   size_t n = 0;

@@ -413,17 +413,18 @@ size_t SessionCore::Housekeeping() {
       served_due_id_ = ep_->oldest_served_id();
       served_due_mark_ = worker()->Mark();
       ++n;  // poll again rather than sleep
-    } else if (worker()->HandledSince(served_due_mark_) &&
-               ep_->ServedAnswerHeld(served_due_id_)) {
-      // Answered: a pass under way holds the answer while a callback it
-      // runs waits (the answer runs once that callback returns).
-      served_due_mark_ = worker()->Mark();
-      ++n;
     } else if (worker()->HandledSince(served_due_mark_)) {
-      served_due_id_ = 0;
-      n += ep_->ExpireServed(now - options_.timeout);
-      ep_->Fail(Status::TimedOut(
-          "a one-sided operation had no reply within the timeout"));
+      if (ep_->ServedAnswerHeld(served_due_id_)) {
+        // Answered: a pass under way holds the answer while a callback it
+        // runs waits (the answer runs once that callback returns).
+        served_due_mark_ = worker()->Mark();
+        ++n;
+      } else {
+        served_due_id_ = 0;
+        n += ep_->ExpireServed(now - options_.timeout);
+        ep_->Fail(Status::TimedOut(
+            "a one-sided operation had no reply within the timeout"));
+      }
     }
   }
   if (slow_hook_ && !in_slow_hook_ && ep_ && !ep_->failed() &&

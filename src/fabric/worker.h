@@ -189,7 +189,9 @@ class Worker {
   // kMarkPasses passes ended. An operation whose deadline had passed at
   // the mark and that is still unanswered once this holds is late; one
   // whose reply came in time and sat unread is not (RpcClient's
-  // ExpireOverdue, SessionCore's served operations).
+  // ExpireOverdue, SessionCore's served operations). A drain in a nested
+  // pass does not run what the passes under way hold: those waiters ask
+  // HoldsMessage for their own answer too.
   struct ProgressMark {
     uint64_t passes = 0;  // Progress() passes ended (at any level)
     uint64_t drains = 0;  // of them, the drains
