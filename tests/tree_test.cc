@@ -1280,16 +1280,19 @@ void RaceReaderProcesses(const std::string& pad) {
   const uint64_t height = testing::StatOf(c.session.get(), "tree_height");
   const uint64_t splits = testing::StatOf(c.session.get(), "tree_splits");
   const uint64_t merges = testing::StatOf(c.session.get(), "tree_merges");
+  const uint64_t shifts = testing::StatOf(c.session.get(), "tree_shifts");
   const uint64_t long_keys = testing::StatOf(c.session.get(), "tree_long_keys");
   std::printf(
       "%s%s: %d reader processes, %llu scans and %llu gets one-sided racing "
-      "%llu stable inserts (%llu splits, %llu merges, height %llu): %llu torn "
+      "%llu stable inserts (%llu splits, %llu shifts, %llu merges, height "
+      "%llu): %llu torn "
       "or phantom, %llu missed, %llu out of order; %llu verification "
       "retries, %llu fallbacks, %llu leaves read ahead\n",
       std::string(TransportName(TestTransport())).c_str(),
       pad.empty() ? "" : " (long keys)", kReaders, total[0], total[1],
       static_cast<unsigned long long>(stable),
       static_cast<unsigned long long>(splits),
+      static_cast<unsigned long long>(shifts),
       static_cast<unsigned long long>(merges),
       static_cast<unsigned long long>(height), total[2], total[3], total[4],
       total[5], total[6], total[8]);
@@ -1307,6 +1310,9 @@ void RaceReaderProcesses(const std::string& pad) {
   }
   EXPECT_GE(height, 2u);
   EXPECT_GT(merges, 0u) << "the race should cover merges";
+  // Shifts come a few in a hundred splits here (22-40 a run): too few
+  // under the sanitizers to require; the in-process races
+  // (src/tree/tree_test.cc) require them.
   if (!pad.empty()) {
     EXPECT_GT(long_keys, 0u) << "keys should be long";
   }
@@ -1455,7 +1461,7 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
   ASSERT_NE(server.process, nullptr);
   std::map<std::string, std::string> acked;
   // 10-byte keys in a random order, 20-byte values (a full 1 MiB tree
-  // holds about 12,000).
+  // holds about 15,000).
   std::vector<uint32_t> order(100000);
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
@@ -1513,9 +1519,11 @@ TEST(TreeDurable, ATreeFilledInRandomOrderRestartsWithItsOwnFlags) {
     auto c = Connect(server.address, ReadPath::kOneSided);
     ASSERT_TRUE(c);
     check(c.store.get());
-    // Rebuilt fuller: a quarter of the region is free for any kind again.
+    // Rebuilt fuller (in key order, every leaf full: a random order left
+    // them about three quarters full, even with shifts): node pages are
+    // free for any kind again (two of 64 KiB when this was written).
     EXPECT_GE(testing::StatOf(c.session.get(), "tree_bytes_unassigned"),
-              256u << 10);
+              64u << 10);
     const size_t before = acked.size();
     ASSERT_NO_FATAL_FAILURE(fill(c.store.get()));
     EXPECT_GT(acked.size(), before + 200) << "the log should hold many keys";

@@ -283,6 +283,13 @@ Status FindLeaf(NodeSource* src, NodeCache* cache, const Target& t,
         continue;
       }
       if (TargetBelow(v, t)) {
+        // Keys moved left since the copy that named this node (a leaf's
+        // first entries shifted to its left sibling), or its index was
+        // reused: only the parent's copy is dropped, as for a dead node.
+        if (cache != nullptr && parent != kNoNode) {
+          cache->Evict(parent);
+          keep_cache = true;
+        }
         again = true;
         break;
       }

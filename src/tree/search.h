@@ -5,14 +5,18 @@
 //
 // A search descends from the root to the leaf that holds a key, moving
 // right along siblings whenever the key lies at or beyond a node's high
-// fence (a split the reader's copy of the parent did not show yet). Cached
-// internal nodes may be stale: a cached node whose fences do not hold the
-// key is evicted and read again; a cached parent that led to a child the
-// key lies beyond is evicted (the move right still finds the key). Leaves
-// are always read fresh. A node merged away is dead (layout.h): a search
-// that reaches one evicts the copy that named it and starts again from the
-// root; a node index reused since a copy named it is detected by its level
-// and fences, as any stale copy is.
+// fence (a split, or a leaf's last entries shifted to its right sibling,
+// that the reader's copy of the parent did not show yet). Cached internal
+// nodes may be stale: a cached node whose fences do not hold the key is
+// evicted and read again; a cached parent that led to a child the key lies
+// beyond is evicted (the move right still finds the key). Leaves are
+// always read fresh. A node merged away is dead (layout.h): a search that
+// reaches one evicts the copy that named it and starts again from the
+// root; so does one that reaches a node whose low fence lies above the key
+// (a leaf whose first entries shifted to its left sibling since the copy
+// that named it, or an index reused since), and a node index reused since
+// a copy named it is otherwise detected by its level, as any stale copy
+// is.
 //
 // A value stored out of line is read from its extent after the leaf; if
 // the extent no longer holds it, the leaf is read again (from the root).

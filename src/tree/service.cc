@@ -133,6 +133,7 @@ void TreeService::UpdateCounters_st() {
   nodes_.Set(tree_->num_nodes());
   height_.Set(tree_->height());
   splits_.Set(tree_->splits());
+  shifts_.Set(tree_->shifts());
   merges_.Set(tree_->merges());
   extent_bytes_.Set(tree_->extent_bytes());
   unassigned_bytes_.Set(tree_->bytes_unassigned());
@@ -155,6 +156,7 @@ void TreeService::Stats(server::StatsBuilder* out) const {
   out->Add("tree_nodes", nodes_.Get());
   out->Add("tree_height", height_.Get());
   out->Add("tree_splits", splits_.Get());
+  out->Add("tree_shifts", shifts_.Get());
   out->Add("tree_merges", merges_.Get());
   out->Add("tree_extent_bytes", extent_bytes_.Get());
   out->Add("tree_long_keys", long_keys_.Get());

@@ -308,8 +308,8 @@ class TreeService final : public server::Service {
   std::map<uint32_t, RangeFill> fills_;
   server::Counter fill_pairs_;
   // Published by the owner after each write, read by Stats.
-  server::Counter pairs_, nodes_, height_, splits_, merges_, extent_bytes_,
-      long_keys_;
+  server::Counter pairs_, nodes_, height_, splits_, shifts_, merges_,
+      extent_bytes_, long_keys_;
   // Arena no node page or extent class has taken yet: what any allocation
   // can still use (freed memory stays with its kind).
   server::Counter unassigned_bytes_;

@@ -348,6 +348,8 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
   RaiseVersion(version);
   if (c.Fits()) {
     Publish(leaf, c);
+  } else if (Shift(leaf, &c, path)) {
+    // A sibling took some of its entries (no node taken).
   } else {
     // A split may add a node per level and a new root.
     if (Status st = ReserveNodes(size_t{height_} + 1); !st.ok()) {
@@ -397,6 +399,10 @@ namespace {
 // must grow by a quarter of a node before it splits again.
 constexpr size_t kUnderfull = kNodeArea / 4;
 constexpr size_t kMergedAtMost = kNodeArea * 3 / 4;
+// A shift is made only if the fuller of the two leaves is then at most this
+// full: else each insert there would shift again (three node writes each,
+// as a split) where a split makes room for many.
+constexpr size_t kShiftedAtMost = kNodeArea - kNodeArea / 8;
 
 // The fence between two leaves, whose keys end with `left` and start with
 // `right` (left < right): `right` if it is short; if it is long, the
@@ -418,6 +424,18 @@ NodeKey Separator(const NodeKey& left, const NodeKey& right) {
   NodeKey s;
   s.bytes = r.substr(0, p + 1);
   return s;
+}
+
+// Separator(left, right).stored_size(), without making it.
+size_t SeparatorBytes(const NodeKey& left, const NodeKey& right) {
+  const std::string& l = left.bytes;
+  const std::string& r = right.bytes;
+  if (r.size() <= kMaxInlineKey) return right.stored_size();
+  const size_t n = std::min(l.size(), r.size());
+  size_t p = 0;
+  while (p < n && l[p] == r[p]) ++p;
+  if (p + 1 >= r.size() || p + 1 > kMaxInlineKey) return right.stored_size();
+  return p + 1;
 }
 
 // Bytes of `left` after taking over `right`'s entries and high fence.
@@ -481,6 +499,129 @@ void BLinkTree::ShrinkRoot(NodeContent root) {
     View(root_, &v);
     root = Decode(v);
   }
+}
+
+bool BLinkTree::Shift(uint32_t index, NodeContent* c,
+                      const std::vector<uint32_t>& path) {
+  if (c->level != 0 || path.empty()) return false;
+  const uint32_t parent = path.back();
+  NodeView pv;
+  View(parent, &pv);
+  // As in Rebalance: the parent's entry j names this leaf by its low
+  // fence, and its neighbours its siblings.
+  const size_t j = pv.LowerBound(c->low.bytes);
+  if (j >= pv.count() || pv.key(j) != c->low.bytes || pv.child(j) != index) {
+    return false;
+  }
+  const size_t n = c->entries.size();
+  // The k entries to move that make the fuller leaf least full, if both
+  // fit: `stay` and `go` are the two leaves' bytes but the new fence as k
+  // grows, `fence(k)` that fence's. Sizes only: the sibling is decoded
+  // once a shift is decided (a failed try costs a split little).
+  auto plan = [&](size_t stay, size_t go, auto entry_bytes, auto fence,
+                  size_t* best) {
+    size_t best_max = SIZE_MAX;
+    *best = 0;
+    for (size_t k = 1; k < n; ++k) {
+      stay -= entry_bytes(k);
+      go += entry_bytes(k);
+      const size_t f = fence(k);
+      if (go + f > kNodeArea) break;  // only grows with k
+      if (stay + f > kNodeArea) continue;
+      const size_t m = std::max(stay, go) + f;
+      if (m < best_max) {
+        best_max = m;
+        *best = k;
+      }
+    }
+    return *best > 0 && best_max <= kShiftedAtMost;
+  };
+  // Toward the right sibling: c's last k entries, the fence between
+  // entries n - k - 1 and n - k.
+  if (j + 1 < pv.count() && pv.child(j + 1) == c->right) {
+    NodeView rv;
+    View(c->right, &rv);
+    size_t best = 0;
+    if (plan(
+            c->Bytes() - (c->has_high ? c->high.stored_size() : 0),
+            size_t{rv.header().used} - rv.header().low_len,
+            [&](size_t k) { return c->EntryBytes(n - k); },
+            [&](size_t k) {
+              return SeparatorBytes(c->entries[n - k - 1].key,
+                                    c->entries[n - k].key);
+            },
+            &best)) {
+      NodeKey sep =
+          Separator(c->entries[n - best - 1].key, c->entries[n - best].key);
+      NodeContent pc = Decode(pv);
+      if (pc.Bytes() - pc.entries[j + 1].key.stored_size() +
+              sep.stored_size() <=
+          kNodeArea) {
+        NodeContent r = Decode(rv);
+        r.entries.insert(r.entries.begin(),
+                         std::make_move_iterator(c->entries.end() - long(best)),
+                         std::make_move_iterator(c->entries.end()));
+        c->entries.resize(n - best);
+        r.low = sep;
+        c->has_high = true;
+        c->high = sep;
+        pc.entries[j + 1].key = std::move(sep);
+        // A split's order: the right leaf first (for a moment both leaves
+        // hold the moved keys, the same pairs), then this one, then the
+        // parent. A reader that reached this leaf through an older parent
+        // moves right; one holding the right leaf's older copy (a higher
+        // low fence) finds the key below it and searches again.
+        Publish(c->right, r);
+        Publish(index, *c);
+        Publish(parent, pc);
+        ++shifts_;
+        return true;
+      }
+    }
+  }
+  // Toward the left sibling: c's first k entries, the fence between
+  // entries k - 1 and k.
+  if (j == 0) return false;
+  const uint32_t left = pv.child(j - 1);
+  NodeView lv;
+  View(left, &lv);
+  if (lv.right() != index) return false;
+  size_t best = 0;
+  if (!plan(
+          c->Bytes() - c->low.stored_size(),
+          size_t{lv.header().used} - lv.header().high_len,
+          [&](size_t k) { return c->EntryBytes(k - 1); },
+          [&](size_t k) {
+            return SeparatorBytes(c->entries[k - 1].key, c->entries[k].key);
+          },
+          &best)) {
+    return false;
+  }
+  NodeKey sep = Separator(c->entries[best - 1].key, c->entries[best].key);
+  NodeContent pc = Decode(pv);
+  if (pc.Bytes() - pc.entries[j].key.stored_size() + sep.stored_size() >
+      kNodeArea) {
+    return false;
+  }
+  NodeContent l = Decode(lv);
+  l.entries.insert(l.entries.end(), std::make_move_iterator(c->entries.begin()),
+                   std::make_move_iterator(c->entries.begin() + long(best)));
+  c->entries.erase(c->entries.begin(), c->entries.begin() + long(best));
+  l.has_high = true;
+  l.high = sep;
+  c->low = sep;
+  pc.entries[j].key = std::move(sep);
+  // Keys move left here, so the order differs from a split's: the left
+  // leaf first (both hold the moved keys), then the parent (which routes
+  // them to it), then this leaf. A reader reaching this leaf by an older
+  // parent or by the left one's older right pointer finds the key below
+  // its new low fence and searches again; by then the parent that routes
+  // it left is published.
+  Publish(left, l);
+  Publish(parent, pc);
+  Publish(index, *c);
+  ++shifts_;
+  return true;
 }
 
 void BLinkTree::Merge(uint32_t left, NodeContent l, uint32_t right,

@@ -9,14 +9,22 @@
 // writes the new right node first, then the left node with its new high
 // fence and right pointer, then the parent (and a new root last, then the
 // TreeRoot): at every moment each key is reachable from every node a reader
-// may hold, by moving right. A delete that leaves a node under a quarter
-// full merges it with a sibling under the same parent if both fit in three
-// quarters of a node (layout.h, "Merges"): the left node takes over the
-// right one's entries and range, the right one is published dead, the
-// parent drops its entry and is looked at in turn. A root left with one
-// child gives way to it (ShrinkRoot: the height shrinks). A dead node's
-// index goes back to the free
-// list and is reused by a later split; readers holding it are protected by
+// may hold, by moving right. A leaf that would split gives entries to a
+// sibling under the same parent instead, if the fuller of the two is then
+// at most seven eighths full (Shift: a B*-tree's rule, so that a tree
+// filled in random order has fuller leaves): its last ones to its right
+// sibling, in a split's order (the sibling, then the leaf, then the
+// parent's separator), or else its first ones to its left sibling (the
+// sibling, the parent, then the leaf, whose raised low fence sends a
+// reader still routed there by an older parent back to search again).
+// A delete that leaves a node under a quarter full merges it with a
+// sibling under the same parent if both fit in three quarters of a node
+// (layout.h, "Merges"): the left node takes over the right one's entries
+// and range, the right one is published dead, the parent drops its entry
+// and is looked at in turn. A root left with one child gives way to it
+// (ShrinkRoot: the height shrinks). A dead node's index goes back to the
+// free list and is reused by a later split; readers holding it are
+// protected by
 // fences, levels and the dead flag. A full region answers OutOfMemory and
 // keeps every key.
 //
@@ -110,6 +118,8 @@ class BLinkTree {
   }
   uint8_t height() const { return height_; }
   uint64_t splits() const { return splits_; }
+  // Leaves that gave entries to a sibling instead of splitting (Shift).
+  uint64_t shifts() const { return shifts_; }
   uint64_t last_version() const { return version_; }
 
   // Tests: runs in the middle of every node write (half its words stored).
@@ -152,6 +162,13 @@ class BLinkTree {
   // The free node list holds at least height_ + 1 nodes (ReserveNodes).
   Status SplitAndPublish(uint32_t index, NodeContent c,
                          std::vector<uint32_t> path, size_t inserted);
+  // Before a split of leaf `index` (content `c`, too big; its parent last
+  // on `path`): moves c's last entries to its right sibling, or its first
+  // ones to its left sibling, if that sibling has the same parent and the
+  // two leaves, and the parent with the new separator, then fit; as many
+  // as make the fuller leaf least full. True if it did (everything
+  // published, *c the leaf's new content); false if not (nothing changed).
+  bool Shift(uint32_t index, NodeContent* c, const std::vector<uint32_t>& path);
   // Carves node pages until `n` nodes are free; OutOfMemory if the arena
   // has no room.
   Status ReserveNodes(size_t n);
@@ -201,6 +218,7 @@ class BLinkTree {
   uint64_t size_ = 0;
   uint64_t splits_ = 0;
   uint64_t merges_ = 0;
+  uint64_t shifts_ = 0;
   OwnSource source_;
   std::function<void()> mid_write_;
 };
