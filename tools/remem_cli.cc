@@ -281,8 +281,7 @@ Result<VectorData> ParseElements(const std::vector<std::string>& words,
          std::get<int64_t>(*n) > std::numeric_limits<int32_t>::max())) {
       return Status::InvalidArgument("'" + it + "' does not fit an int32");
     }
-    if (type == ElemType::kFloat && std::isfinite(std::get<double>(*n)) &&
-        std::fabs(std::get<double>(*n)) > std::numeric_limits<float>::max()) {
+    if (type == ElemType::kFloat && !ops::FitsFloat(std::get<double>(*n))) {
       return Status::InvalidArgument("'" + it + "' does not fit a float");
     }
     std::visit(

@@ -76,11 +76,24 @@ bool Combine(VecFn fn, T a, Wide<T> b, T* out) {
         }
         *out = T(b);
         return true;
+      // An int32 vector's operand is int64: one past int32's range that
+      // would be the result overflows, as it does for kSet (it used to
+      // be stored cut to 32 bits).
       case VecFn::kMin:
-        *out = b < a ? T(b) : a;  // b < a <= max(T): fits
+        if (b >= a) {
+          *out = a;
+          return true;
+        }
+        if (b < std::numeric_limits<T>::min()) return false;
+        *out = T(b);
         return true;
       case VecFn::kMax:
-        *out = b > a ? T(b) : a;
+        if (b <= a) {
+          *out = a;
+          return true;
+        }
+        if (b > std::numeric_limits<T>::max()) return false;
+        *out = T(b);
         return true;
     }
     return false;
@@ -234,8 +247,7 @@ Status UpdateVector(std::string* value, VecFn fn, std::string_view operand) {
       // As a float vector's elements are refused past float's range when
       // written (an int32 vector's operand past int32's is refused too);
       // NaN and the infinities are floats.
-      if (!other && std::isfinite(scalar) &&
-          std::fabs(scalar) > std::numeric_limits<float>::max()) {
+      if (!other && !FitsFloat(scalar)) {
         char text[32];
         std::snprintf(text, sizeof text, "%g", scalar);
         return Status::InvalidArgument(std::string("the operand ") + text +
@@ -323,7 +335,7 @@ Result<std::string> FilterVector(std::string_view value, Predicate p,
     // is not the double 0.1). Past float's range it compares as it is (as
     // infinity would).
     if constexpr (std::is_same_v<T, float>) {
-      if (std::fabs(b) <= std::numeric_limits<float>::max()) {
+      if (FitsFloat(b)) {
         b = Wide<T>(static_cast<float>(b));
       }
     }

@@ -16,6 +16,7 @@
 #ifndef REMEM_OPS_VECTOR_H_
 #define REMEM_OPS_VECTOR_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -44,6 +45,14 @@ size_t ElemSize(ElemType t);
 // "int64", "double", "float", "int32" ("?" for an unknown type).
 const char* ElemTypeName(ElemType t);
 bool IsIntegerType(ElemType t);
+// Whether a double rounds to a float that is not an infinity it was not
+// (NaN and the infinities are floats): below float's largest value plus
+// half its last place, so that 3.4028235e+38, the shortest text of the
+// largest float (what `remem vec get` prints), is taken as that float.
+inline bool FitsFloat(double d) {
+  constexpr double kRoundsToInfinity = 0x1.fffffep127 + 0x1p103;
+  return !std::isfinite(d) || std::fabs(d) < kRoundsToInfinity;
+}
 
 struct VectorView {
   ElemType type = ElemType::kInt64;

@@ -91,6 +91,22 @@ TEST(VectorTest, IntegerOverflowIsOutOfRangeAndChangesNothing) {
   EXPECT_EQ(UpdateVector(&v, VecFn::kSet, EncodeI64(int64_t{1} << 40)).code(),
             StatusCode::kOutOfRange);
   EXPECT_EQ(v, before);
+  // min and max too: a result past int32's range is refused, not stored
+  // cut to 32 bits (max 3000000000 stored -1294967296, found black-box).
+  for (const auto& [fn, operand] :
+       {std::pair{VecFn::kMax, int64_t{3000000000}},
+        std::pair{VecFn::kMin, int64_t{-3000000000}}}) {
+    st = UpdateVector(&v, fn, EncodeI64(operand));
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+    EXPECT_EQ(v, before);
+  }
+  // An operand past the range that is not the result changes nothing.
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMax, EncodeI64(-3000000000)).ok());
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMin, EncodeI64(3000000000)).ok());
+  EXPECT_EQ(v, before);
+  ASSERT_TRUE(UpdateVector(&v, VecFn::kMax, EncodeI64(7)).ok());
+  EXPECT_EQ(Elems<int32_t>(v),
+            (std::vector<int32_t>{7, std::numeric_limits<int32_t>::max()}));
   std::string w =
       Vec<int64_t>(ElemType::kInt64, {std::numeric_limits<int64_t>::max(), 1});
   EXPECT_EQ(ReduceVector(w, Reduction::kSum).status().code(),
@@ -117,6 +133,21 @@ TEST(VectorTest, AFloatOperandPastFloatsRangeIsRefusedAndChangesNothing) {
   ASSERT_TRUE(UpdateVector(&f, VecFn::kSet,
                            EncodeF64(std::numeric_limits<double>::infinity()))
                   .ok());
+  // The text float's largest value prints as, 3.4028235e+38, is a double
+  // a little above it that rounds to it: taken as that float, by an update
+  // and by a filter; a double that rounds to infinity is refused.
+  EXPECT_TRUE(FitsFloat(3.4028235e+38));
+  EXPECT_FALSE(FitsFloat(3.4028236e+38));
+  EXPECT_TRUE(FitsFloat(-3.4028235e+38));
+  std::string m = Vec<float>(ElemType::kFloat, {1.0f});
+  ASSERT_TRUE(UpdateVector(&m, VecFn::kMax, EncodeF64(3.4028235e+38)).ok());
+  EXPECT_EQ(Elems<float>(m)[0], std::numeric_limits<float>::max());
+  auto found = FilterVector(m, Predicate::kEq, EncodeF64(3.4028235e+38),
+                            /*indices=*/true);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(Elems<int64_t>(*found), (std::vector<int64_t>{0}));
+  EXPECT_EQ(UpdateVector(&m, VecFn::kSet, EncodeF64(3.4028236e+38)).code(),
+            StatusCode::kInvalidArgument);
   // A double vector takes any double.
   std::string d = Vec<double>(ElemType::kDouble, {1.0});
   ASSERT_TRUE(UpdateVector(&d, VecFn::kSet, EncodeF64(1e39)).ok());

@@ -43,7 +43,11 @@ Result<uint64_t> ParseSize(std::string_view text) {
   } else {
     return bad("unknown unit");
   }
-  const double bytes = std::round(v * mult);
+  // Exact for any size a whole number of bytes spells (a decimal fraction
+  // of a power of two); a fraction of a byte is a mistake, not something
+  // to round ("ns alloc z 1.5" made a 2-byte segment).
+  const double bytes = v * mult;
+  if (bytes != std::floor(bytes)) return bad("not a whole number of bytes");
   // 2^64 and beyond do not fit (a cast of them is undefined).
   if (bytes >= 18446744073709551616.0) return bad("too large");
   return static_cast<uint64_t>(bytes);

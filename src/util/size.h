@@ -1,7 +1,8 @@
 // Byte sizes for command lines: "4096", "64K", "64KiB", "1.5G", "2GB".
 // K/M/G/T are powers of 1024 (with or without "iB"/"B"). Decimal only (no
-// sign, exponent, hex or blanks), rounded to a whole byte, below 2^64;
-// InvalidArgument saying why otherwise.
+// sign, exponent, hex or blanks), a whole number of bytes ("1.5K" is 1536;
+// "1.5" and "0.1K" are refused, not rounded), below 2^64; InvalidArgument
+// saying why otherwise.
 //
 // Thread contract: pure functions.
 

@@ -226,6 +226,14 @@ TEST(Size, Parse) {
     EXPECT_FALSE(ParseSize(odd).ok()) << odd;
   }
   EXPECT_EQ(*ParseSize(".5K"), 512u);
+  // A fraction of a byte is refused, not rounded.
+  for (const char* part : {"1.5", "0.1K", "0.5", "1.1M"}) {
+    auto n = ParseSize(part);
+    ASSERT_FALSE(n.ok()) << part;
+    EXPECT_NE(n.status().message().find("whole number of bytes"),
+              std::string::npos);
+  }
+  EXPECT_EQ(*ParseSize("0.25K"), 256u);
   EXPECT_EQ(*ParseSize("16777215T"), 16777215ull << 40);
   EXPECT_EQ(*ParseSize("18446744073709549568"), 18446744073709549568ull);
   EXPECT_EQ(FormatSize(1536), "1.5 KiB");
