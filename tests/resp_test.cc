@@ -20,6 +20,7 @@
 #include <random>
 #include <thread>
 
+#include "remem/version.h"
 #include "test_util.h"
 #include "testing/linearizability.h"
 #include "util/socket.h"
@@ -202,7 +203,18 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
       {{"MGET", "a", "b"}, "[nil,nil]"},
       {{"SELECT", "0"}, "+OK"},
       {{"ECHO", "e"}, "$e"},
+      {{"CLIENT", "GETNAME"}, "nil"},
       {{"CLIENT", "SETNAME", "me"}, "+OK"},
+      {{"CLIENT", "GETNAME"}, "$me"},
+      {{"CLIENT", "SETNAME", "a b"},
+       "-ERR Client names cannot contain spaces, newlines or special "
+       "characters."},
+      {{"CLIENT", "GETNAME"}, "$me"},
+      {{"HELLO", "2", "SETNAME", "you"},
+       "[$server,$remem,$version,$" + std::string(kVersion) + ",$proto,:2]"},
+      {{"CLIENT", "GETNAME"}, "$you"},
+      {{"CLIENT", "SETNAME", ""}, "+OK"},
+      {{"CLIENT", "GETNAME"}, "nil"},
       {{"COMMAND", "DOCS"}, "[]"},
       {{"GET"}, "-ERR wrong number of arguments for 'get' command"},
       {{"MSET", "a"}, "-ERR wrong number of arguments for 'mset' command"},
@@ -228,6 +240,21 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
   const std::string empty_key = c.Call({"SET", "", "v"});
   EXPECT_EQ(empty_key.rfind("-ERR", 0), 0u) << empty_key;
   EXPECT_NE(empty_key.find("empty key"), std::string::npos) << empty_key;
+  // A command of many keys with one past the limits is refused whole:
+  // DEL and UNLINK delete nothing, MSET writes nothing (found black-box:
+  // they acted on the other keys and answered an error).
+  ASSERT_EQ(c.Call({"MSET", "d1", "1", "d2", "2"}), "+OK");
+  const std::string long_key(70000, 'k');
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"DEL", "d1", "", "d2"},
+           {"UNLINK", "d2", "d1", ""},
+           {"DEL", "d1", long_key},
+           {"MSET", "d1", "x", "", "y", "m3", "z"},
+           {"MSET", "d2", "x", long_key, "y"}}) {
+    const std::string r = c.Call(args);
+    EXPECT_EQ(r.rfind("-ERR InvalidArgument", 0), 0u) << args[0] << ": " << r;
+    EXPECT_EQ(c.Call({"MGET", "d1", "d2", "m3"}), "[$1,$2,nil]") << args[0];
+  }
   EXPECT_EQ(c.Call({"PING"}), "+PONG");
   EXPECT_EQ(c.Call({"QUIT"}), "+OK");
   EXPECT_EQ(c.Read(), "<closed>");
@@ -568,9 +595,26 @@ TEST(Resp, AServerWithASecretWantsAuthFromRedisClients) {
   EXPECT_EQ(c.Call({"AUTH", "wrong"}).rfind("-WRONGPASS", 0), 0u);
   EXPECT_EQ(c.Call({"SET", "k", "v"}), "-NOAUTH Authentication required.");
   EXPECT_EQ(c.Call({"AUTH", "s3cre"}).rfind("-WRONGPASS", 0), 0u);
+  EXPECT_EQ(c.Call({"HELLO", "2"}).rfind("-NOAUTH HELLO must be called", 0),
+            0u);
   EXPECT_EQ(c.Call({"AUTH", "default", "s3cret"}), "+OK");
   EXPECT_EQ(c.Call({"SET", "k", "v"}), "+OK");
   EXPECT_EQ(c.Call({"GET", "k"}), "$v");
+  // A wrong secret later leaves the connection authenticated (Redis 7).
+  EXPECT_EQ(c.Call({"AUTH", "wrong"}).rfind("-WRONGPASS", 0), 0u);
+  EXPECT_EQ(c.Call({"GET", "k"}), "$v");
+  // HELLO authenticates a new connection by itself.
+  RespClient h(p.resp);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(
+      h.Call({"HELLO", "2", "AUTH", "default", "nope"}).rfind("-WRONGPASS", 0),
+      0u);
+  EXPECT_EQ(h.Call({"GET", "k"}), "-NOAUTH Authentication required.");
+  EXPECT_EQ(h.Call({"HELLO", "2", "AUTH", "default", "s3cret", "SETNAME", "h"})
+                .rfind("[$server,$remem", 0),
+            0u);
+  EXPECT_EQ(h.Call({"GET", "k"}), "$v");
+  EXPECT_EQ(h.Call({"CLIENT", "GETNAME"}), "$h");
   // A server without a secret says so.
   auto open = StartWithResp();
   RespClient o(open.resp);

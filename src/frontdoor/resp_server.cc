@@ -86,6 +86,10 @@ class Backend {
   virtual bool broken() const { return false; }
   virtual size_t in_flight() const = 0;
   virtual size_t max_bulk() const = 0;
+  // The largest key and value the store takes (HashStore::max_key,
+  // max_value).
+  virtual size_t max_key() const = 0;
+  virtual size_t max_value() const = 0;
   // Pipelined commands of one connection keep their order (one server's
   // session does them in issue order); false: each waits for the last.
   virtual bool ordered_pipelining() const = 0;
@@ -155,6 +159,8 @@ class SessionBackend final : public Backend {
   size_t max_bulk() const override {
     return std::max(rpc_->max_key(), rpc_->max_value());
   }
+  size_t max_key() const override { return rpc_->max_key(); }
+  size_t max_value() const override { return rpc_->max_value(); }
   bool ordered_pipelining() const override { return true; }
 
  private:
@@ -180,7 +186,8 @@ class ClusterBackend final : public Backend {
     if (!s.ok()) return s.status();
     auto h = HashStore::Open(s->get());
     if (!h.ok()) return h.status();
-    b->max_bulk_ = std::max((*h)->max_key(), (*h)->max_value());
+    b->max_key_ = (*h)->max_key();
+    b->max_value_ = (*h)->max_value();
     h->reset();
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -217,7 +224,9 @@ class ClusterBackend final : public Backend {
     cluster_->loop()->core()->worker()->Sleep(timeout);
   }
   size_t in_flight() const override { return cluster_->in_flight(); }
-  size_t max_bulk() const override { return max_bulk_; }
+  size_t max_bulk() const override { return std::max(max_key_, max_value_); }
+  size_t max_key() const override { return max_key_; }
+  size_t max_value() const override { return max_value_; }
   // Operations refused by a member that no longer owns their shard are
   // sent again after a refresh: two of one connection may then cross.
   bool ordered_pipelining() const override { return false; }
@@ -225,7 +234,7 @@ class ClusterBackend final : public Backend {
  private:
   ClusterBackend() = default;
   std::unique_ptr<Cluster> cluster_;
-  size_t max_bulk_ = 0;
+  size_t max_key_ = 0, max_value_ = 0;
 };
 
 }  // namespace
@@ -250,6 +259,7 @@ struct RespServer::Impl {
     bool closing = false;  // close once what is owed has been sent
     bool eof = false;      // the client closed its side
     bool authed = false;   // AUTH given (or no secret needed)
+    std::string name;      // CLIENT SETNAME's (empty: none)
     uint32_t events = 0;   // what epoll waits for on fd
   };
   using ConnPtr = std::shared_ptr<Conn>;
@@ -321,6 +331,19 @@ struct RespServer::Impl {
   std::string Incr(const std::string& key, int64_t by);
   std::string SetConditional(const std::string& key, const std::string& value,
                              bool nx, bool xx);
+  // AUTH's check of the secret: OK (the connection is authenticated) or
+  // WRONGPASS (it keeps whatever it had, as Redis 7 does).
+  std::string Authenticate(const ConnPtr& c, const std::string& given);
+  // HELLO [2 [AUTH user secret] [SETNAME name]].
+  void Hello(const ConnPtr& c, const std::vector<std::string>& a);
+  // CLIENT SETNAME's rule (Redis's): no spaces, newlines or other
+  // characters outside '!'..'~'; an empty name clears it.
+  std::string SetName(const ConnPtr& c, const std::string& name);
+  // A command's keys (and values) past the store's limits, checked before
+  // any of it runs, so that a multi-key command is refused whole: an
+  // error reply, or empty.
+  std::string CheckArgs(const std::vector<std::string>& a, size_t first,
+                        size_t step, bool values) const;
 };
 
 Result<std::unique_ptr<RespServer>> RespServer::Start(RespOptions options) {
@@ -716,6 +739,110 @@ std::string RespServer::Impl::SetConditional(const std::string& key,
   return Err("ERR the key kept changing under SET XX (try again)");
 }
 
+std::string RespServer::Impl::Authenticate(const ConnPtr& c,
+                                           const std::string& given) {
+  const std::string& secret = options.session.secret;
+  if (secret.empty()) {
+    return Err(
+        "ERR AUTH called without any password configured (the server "
+        "has no --auth-file)");
+  }
+  // Constant time in the secret's bytes, as the handshake's check.
+  unsigned diff = given.size() == secret.size() ? 0 : 1;
+  for (size_t i = 0; i < secret.size(); ++i) {
+    diff |= uint8_t(secret[i] ^ (i < given.size() ? given[i] : 0));
+  }
+  if (diff != 0) {
+    return Err(
+        "WRONGPASS invalid username-password pair or user is "
+        "disabled.");
+  }
+  c->authed = true;
+  return Simple("OK");
+}
+
+std::string RespServer::Impl::SetName(const ConnPtr& c,
+                                      const std::string& name) {
+  for (char ch : name) {
+    if (ch < '!' || ch > '~') {
+      return Err(
+          "ERR Client names cannot contain spaces, newlines or "
+          "special characters.");
+    }
+  }
+  c->name = name;
+  return Simple("OK");
+}
+
+void RespServer::Impl::Hello(const ConnPtr& c,
+                             const std::vector<std::string>& a) {
+  // RESP3 is not spoken: clients fall back to RESP2 on this error.
+  if (a.size() >= 2 && a[1] != "2") {
+    return Reply(
+        c, Err("NOPROTO unsupported protocol version (remem speaks RESP2)"));
+  }
+  const std::string* secret = nullptr;
+  const std::string* name = nullptr;
+  for (size_t i = 2; i < a.size(); ++i) {
+    const std::string opt = Lower(a[i]);
+    if (opt == "auth" && i + 2 < a.size()) {
+      secret = &a[i + 2];
+      i += 2;
+    } else if (opt == "setname" && i + 1 < a.size()) {
+      name = &a[++i];
+    } else {
+      return Reply(c, Err("ERR Syntax error in HELLO option '" +
+                          a[i].substr(0, 64) + "'"));
+    }
+  }
+  if (secret != nullptr) {
+    std::string r = Authenticate(c, *secret);
+    if (r[0] == '-') return Reply(c, std::move(r));
+  }
+  if (!c->authed) {
+    return Reply(c, Err("NOAUTH HELLO must be called with the client already "
+                        "authenticated, otherwise the HELLO <proto> AUTH "
+                        "<user> <pass> option can be used to authenticate the "
+                        "client and select the RESP protocol version at the "
+                        "same time"));
+  }
+  if (name != nullptr) {
+    std::string r = SetName(c, *name);
+    if (r[0] == '-') return Reply(c, std::move(r));
+  }
+  std::string r;
+  AppendArrayHeader(&r, 6);
+  AppendBulk(&r, "server");
+  AppendBulk(&r, "remem");
+  AppendBulk(&r, "version");
+  AppendBulk(&r, kVersion);
+  AppendBulk(&r, "proto");
+  AppendInteger(&r, 2);
+  Reply(c, std::move(r));
+}
+
+std::string RespServer::Impl::CheckArgs(const std::vector<std::string>& a,
+                                        size_t first, size_t step,
+                                        bool values) const {
+  for (size_t i = first; i < a.size(); i += step) {
+    const std::string& key = a[i];
+    if (key.empty() || key.size() > backend->max_key()) {
+      return Err(ErrorOf(Status::InvalidArgument(
+          key.empty() ? "empty key"
+                      : "a key of " + std::to_string(key.size()) +
+                            " bytes is over the store's limit of " +
+                            std::to_string(backend->max_key()))));
+    }
+    if (values && i + 1 < a.size() && a[i + 1].size() > backend->max_value()) {
+      return Err(ErrorOf(Status::InvalidArgument(
+          "a value of " + std::to_string(a[i + 1].size()) +
+          " bytes is over the store's limit of " +
+          std::to_string(backend->max_value()))));
+    }
+  }
+  return std::string();
+}
+
 bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
   const std::string name = Lower(a[0]);
   const size_t argc = a.size();
@@ -723,24 +850,11 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
   // secret before anything but QUIT.
   if (name == "auth") {
     if (argc != 2 && argc != 3) return Reply(c, Arity(name)), true;
-    const std::string& given = a[argc - 1];
-    const std::string& secret = options.session.secret;
-    if (secret.empty()) {
-      Reply(c, Err("ERR AUTH called without any password configured (the "
-                   "server has no --auth-file)"));
-      return true;
-    }
-    // Constant time in the secret's bytes, as the handshake's check.
-    unsigned diff = given.size() == secret.size() ? 0 : 1;
-    for (size_t i = 0; i < secret.size(); ++i) {
-      diff |= uint8_t(secret[i] ^ (i < given.size() ? given[i] : 0));
-    }
-    c->authed = diff == 0;
-    Reply(c, c->authed ? Simple("OK")
-                       : Err("WRONGPASS invalid username-password pair or "
-                             "user is disabled."));
+    Reply(c, Authenticate(c, a[argc - 1]));
     return true;
   }
+  // HELLO may authenticate (HELLO 2 AUTH user secret), as in Redis.
+  if (name == "hello") return Hello(c, a), true;
   if (!c->authed && name != "quit") {
     Reply(c, Err("NOAUTH Authentication required."));
     return true;
@@ -775,29 +889,18 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
   }
   if (name == "client") {
     const std::string sub = argc >= 2 ? Lower(a[1]) : "";
-    if (sub == "setname" || sub == "setinfo")
-      return Reply(c, Simple("OK")), true;
-    if (sub == "getname") return Reply(c, std::string(kNil)), true;
-    Reply(c, Err("ERR remem's front door takes CLIENT SETNAME, SETINFO and "
-                 "GETNAME only"));
-    return true;
-  }
-  if (name == "hello") {
-    // RESP3 is not spoken: clients fall back to RESP2 on this error.
-    if (argc >= 2 && a[1] != "2") {
-      Reply(c,
-            Err("NOPROTO unsupported protocol version (remem speaks RESP2)"));
+    if (sub == "setname") {
+      if (argc != 3) return Reply(c, Arity("client|setname")), true;
+      Reply(c, SetName(c, a[2]));
       return true;
     }
-    std::string r;
-    AppendArrayHeader(&r, 6);
-    AppendBulk(&r, "server");
-    AppendBulk(&r, "remem");
-    AppendBulk(&r, "version");
-    AppendBulk(&r, kVersion);
-    AppendBulk(&r, "proto");
-    AppendInteger(&r, 2);
-    Reply(c, std::move(r));
+    if (sub == "setinfo") return Reply(c, Simple("OK")), true;
+    if (sub == "getname") {
+      Reply(c, c->name.empty() ? std::string(kNil) : Bulk(c->name));
+      return true;
+    }
+    Reply(c, Err("ERR remem's front door takes CLIENT SETNAME, SETINFO and "
+                 "GETNAME only"));
     return true;
   }
   if (name == "info") {
@@ -924,6 +1027,13 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
                  "yet: " +
                  connect_status.ToString()));
     return true;
+  }
+  // A command of many keys is refused whole if one is past the limits
+  // (DEL a "" b deleted a and b and answered an error).
+  if (kind == Kind::kMSet || kind == Kind::kDel) {
+    std::string bad = CheckArgs(a, 1, kind == Kind::kMSet ? 2 : 1,
+                                /*values=*/kind == Kind::kMSet);
+    if (!bad.empty()) return Reply(c, std::move(bad)), true;
   }
 
   // When it may run.
