@@ -508,16 +508,36 @@ py::object ValueOrNone(remem::Result<V> r) {
   Raise(r.status());
 }
 
+// A str, bytes or bytearray is iterable, but as one key it would be taken
+// for a list of one-character keys (multi_get("abc") looked up "a", "b"
+// and "c"), and as a pair for a key and a value of one character each.
+bool IsOneString(py::handle h) {
+  return py::isinstance<py::str>(h) || py::isinstance<py::bytes>(h) ||
+         PyByteArray_Check(h.ptr());
+}
 std::vector<std::string> KeyList(py::iterable keys) {
+  if (IsOneString(keys)) {
+    throw py::type_error(
+        "keys must be an iterable of keys (a list, say), not one str or "
+        "bytes");
+  }
   std::vector<std::string> out;
   for (py::handle k : keys) out.push_back(ToBytes(k, "key"));
   return out;
 }
 std::vector<std::pair<std::string, std::string>> PairList(py::iterable pairs) {
+  if (IsOneString(pairs) || py::isinstance<py::dict>(pairs)) {
+    throw py::type_error(
+        "pairs must be an iterable of (key, value) sequences (for a dict: "
+        "d.items())");
+  }
   std::vector<std::pair<std::string, std::string>> out;
   for (py::handle p : pairs) {
+    if (!PySequence_Check(p.ptr()) || IsOneString(p)) {
+      throw py::type_error("pairs must be (key, value) sequences");
+    }
     py::sequence s = py::reinterpret_borrow<py::sequence>(p);
-    if (!PySequence_Check(p.ptr()) || s.size() != 2) {
+    if (s.size() != 2) {
       throw py::type_error("pairs must be (key, value) sequences");
     }
     out.emplace_back(ToBytes(s[0], "key"), ToBytes(s[1], "value"));

@@ -178,6 +178,19 @@ class RememTest(unittest.TestCase):
         self.assertEqual(got[:100], [v for _, v in pairs])
         self.assertIsNone(got[100])
         self.assertEqual(h.multi_get([]), [])
+        # One str or bytes is not a list of one-character keys, nor a
+        # pair of them; a dict's pairs are its items().
+        for one in ("abc", b"abc", bytearray(b"ab")):
+            with self.assertRaises(TypeError):
+                h.multi_get(one)
+            with self.assertRaises(TypeError):
+                h.multi_put(one)
+            with self.assertRaises(TypeError):
+                h.multi_put([one])
+        with self.assertRaises(TypeError):
+            h.multi_put({"ab": "x"})
+        self.assertEqual(len(h.multi_put({"ab": "x"}.items())), 1)
+        self.assertEqual(h.multi_get(("ab",)), [b"x"])
 
     def test_hash_errors(self):
         h = self.s.hash()
