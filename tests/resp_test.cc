@@ -216,6 +216,7 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
       {{"CLIENT", "SETNAME", ""}, "+OK"},
       {{"CLIENT", "GETNAME"}, "nil"},
       {{"COMMAND", "DOCS"}, "[]"},
+      {{"INFO", "keyspace"}, "$"},
       {{"GET"}, "-ERR wrong number of arguments for 'get' command"},
       {{"MSET", "a"}, "-ERR wrong number of arguments for 'mset' command"},
       {{"SET", "k", "v", "EX", "10"},
@@ -226,6 +227,13 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
     for (const auto& a : args) what += a + " ";
     EXPECT_EQ(c.Call(args), want) << what;
   }
+  // INFO answers the sections asked for.
+  const std::string info = c.Call({"INFO"});
+  const std::string clients = c.Call({"INFO", "clients"});
+  EXPECT_NE(info.find("redis_version:"), std::string::npos) << info;
+  EXPECT_NE(info.find("connected_clients:"), std::string::npos) << info;
+  EXPECT_EQ(clients.find("redis_version:"), std::string::npos) << clients;
+  EXPECT_NE(clients.find("connected_clients:"), std::string::npos) << clients;
   // Errors that name remem's reason, on the same connection.
   EXPECT_EQ(
       c.Call({"FROB", "x"})

@@ -904,10 +904,25 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
     return true;
   }
   if (name == "info") {
-    std::string text = "# Server\r\nremem_version:" + std::string(kVersion) +
-                       "\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n"
-                       "# Clients\r\nconnected_clients:" +
-                       std::to_string(conns.size()) + "\r\n";
+    // INFO [section ...]: the sections asked for, as Redis answers (one it
+    // does not have adds nothing).
+    bool server = argc == 1, clients = argc == 1;
+    for (size_t i = 1; i < argc; ++i) {
+      const std::string section = Lower(a[i]);
+      const bool all =
+          section == "all" || section == "default" || section == "everything";
+      server = server || all || section == "server";
+      clients = clients || all || section == "clients";
+    }
+    std::string text;
+    if (server) {
+      text += "# Server\r\nremem_version:" + std::string(kVersion) +
+              "\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n";
+    }
+    if (clients) {
+      text += "# Clients\r\nconnected_clients:" + std::to_string(conns.size()) +
+              "\r\n";
+    }
     Reply(c, Bulk(text));
     return true;
   }
