@@ -196,6 +196,8 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
       {{"SET", "big", "9223372036854775807"}, "+OK"},
       {{"INCR", "big"}, "-ERR increment or decrement would overflow"},
       {{"INCRBY", "c", "x"}, "-ERR value is not an integer or out of range"},
+      {{"DECRBY", "c", "-9223372036854775808"},
+       "-ERR decrement would overflow"},
       {{"MSET", "a", "1", "b", "2"}, "+OK"},
       {{"MGET", "a", "nope", "b"}, "[$1,nil,$2]"},
       {{"EXISTS", "a", "b", "nope", "a"}, ":3"},

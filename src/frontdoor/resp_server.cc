@@ -1018,9 +1018,13 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
   } else if (name == "incrby" || name == "decrby") {
     kind = Kind::kIncr, arity_ok = argc == 3;
     if (arity_ok) {
-      if (!ParseInt64(a[2], &by) ||
-          (name == "decrby" && by == std::numeric_limits<int64_t>::min())) {
+      if (!ParseInt64(a[2], &by)) {
         Reply(c, Err("ERR value is not an integer or out of range"));
+        return true;
+      }
+      // Its negation does not fit (Redis's words).
+      if (name == "decrby" && by == std::numeric_limits<int64_t>::min()) {
+        Reply(c, Err("ERR decrement would overflow"));
         return true;
       }
       if (name == "decrby") by = -by;
