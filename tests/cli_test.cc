@@ -791,6 +791,8 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       // CLI11's ranges let nan through: a fabric run of nan seconds ran
       // for ever, others ran nothing and exited 0.
       {{"fabric", "--duration", "nan"}, "'nan' is not a number"},
+      {{"fabric", "--duration", "abc"}, "'abc' is not a number"},
+      {{"tree", "--records", "1.5"}, "'1.5' is not a whole number"},
       {{"ycsb", "--warmup", "NaN"}, "'NaN' is not a number"},
       {{"ycsb", "--interval", "-nan"}, "is not a number"},
       {{"durability", "--write-fraction", "nan"}, "is not a number"},
@@ -1014,6 +1016,15 @@ TEST(Server, BadConfigurationIsAClearError) {
 
   auto threads = RunCommand({ServerBinary(), "--threads", "0"});
   EXPECT_EQ(threads.exit_code, 2) << threads.out;
+  EXPECT_TRUE(Contains(threads.out, "'0' is not in [1 - 256]")) << threads.out;
+  // What is wrong with a number is said (CLI11's ranges called "abc" and
+  // "1.5" out of range).
+  auto word = RunCommand({ServerBinary(), "--threads", "abc"});
+  EXPECT_EQ(word.exit_code, 2) << word.out;
+  EXPECT_TRUE(Contains(word.out, "'abc' is not a number")) << word.out;
+  auto part = RunCommand({ServerBinary(), "--threads", "1.5"});
+  EXPECT_EQ(part.exit_code, 2) << part.out;
+  EXPECT_TRUE(Contains(part.out, "'1.5' is not a whole number")) << part.out;
 
   auto auth =
       RunCommand({ServerBinary(), "--auth-file", "/nonexistent/secret"});

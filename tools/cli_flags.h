@@ -6,9 +6,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace remem::tools {
@@ -39,6 +42,33 @@ inline std::string OptionGivenEmpty(
     }
   }
   return "";
+}
+
+// A number of type T in [lo, hi], as CLI::Range checks, but saying what is
+// wrong with a value: "abc" is not a number, "1.5" not a whole number for
+// an integer flag (CLI::Range called both "not in range").
+template <typename T>
+CLI::Validator NumberIn(T lo, T hi) {
+  std::ostringstream range;
+  range << "[" << lo << " - " << hi << "]";
+  return CLI::Validator(
+      [lo, hi, r = range.str()](std::string& text) -> std::string {
+        T v{};
+        if (CLI::detail::lexical_cast(text, v)) {
+          if (v != v) return "'" + text + "' is not a number";  // NaN
+          if (v < lo || v > hi) return "'" + text + "' is not in " + r;
+          return std::string();
+        }
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x) || !std::isfinite(x)) {
+          return "'" + text + "' is not a number";
+        }
+        if (std::is_integral_v<T> && x != std::floor(x)) {
+          return "'" + text + "' is not a whole number";
+        }
+        return "'" + text + "' is not in " + r;
+      },
+      "in " + range.str());
 }
 
 }  // namespace remem::tools

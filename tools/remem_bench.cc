@@ -81,12 +81,12 @@ int main(int argc, char** argv) {
       "on each read path (onesided, rpc, auto)");
   hash->add_option("--records", records, "pairs to load")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{100000000}));
   hash->add_option("--key-size", key_size, "bytes per key")
       ->capture_default_str();
   hash->add_option("--value-size", value_size, "bytes per value")
       ->capture_default_str()
-      ->check(CLI::Range(size_t{0}, size_t{16} << 20));
+      ->check(tools::NumberIn(size_t{0}, size_t{16} << 20));
   uint64_t tree_records = 100000;
   size_t tree_key_size = 16, tree_value_size = 32;
   auto* tree = app.add_subcommand(
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       "auto), and the hash store's one-sided get on the same keys");
   tree->add_option("--records", tree_records, "pairs to load")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{100000000}));
   tree->add_option("--key-size", tree_key_size,
                    "bytes per key (16..1024; over 64 stored out of line)")
       ->capture_default_str();
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       "Redis GET + local sum");
   atomics->add_option("--keys", ao.keys, "counters of the uniform/zipf rows")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{10000000}));
   atomics->add_flag("--no-redis", no_redis, "skip the Redis rows");
   atomics->add_flag("--no-vectors", no_vectors, "skip the reduce rows");
   auto* fabric = app.add_subcommand(
@@ -178,20 +178,20 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"uniform", "zipfian", "latest"}));
     a->add_option("--records", yo.records, "pairs loaded before the run")
         ->capture_default_str()
-        ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+        ->check(tools::NumberIn(uint64_t{1}, uint64_t{100000000}));
     a->add_option("--key-size", yo.key_size, "bytes per key")
         ->capture_default_str()
-        ->check(CLI::Range(size_t{8}, size_t{1024}));
+        ->check(tools::NumberIn(size_t{8}, size_t{1024}));
     a->add_option("--value-size,--value-sizes", yo.value_sizes,
                   "bytes per value; a list runs each (Pilaf: 16,64,256,1024,"
                   "4096)")
         ->delimiter(',')
         ->check(no_empty_item)
         ->capture_default_str()
-        ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+        ->check(tools::NumberIn(size_t{0}, size_t{1} << 20));
     a->add_option("--threads", yo.threads, "client threads (on --client-cpu)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 256));
+        ->check(tools::NumberIn(1, 256));
     auto* depth = a->add_option(
         "--depth,--depths", yl->depths,
         "requests in flight per client thread (remem async gets and puts, "
@@ -215,23 +215,23 @@ int main(int argc, char** argv) {
     a->add_option("--duration", yo.duration, "measured seconds per run")
         ->capture_default_str()
         ->check(a_number)
-        ->check(CLI::Range(0.01, 3600.0));
+        ->check(tools::NumberIn(0.01, 3600.0));
     a->add_option("--warmup", yo.warmup, "seconds before measuring")
         ->capture_default_str()
         ->check(a_number)
-        ->check(CLI::Range(0.0, 3600.0));
+        ->check(tools::NumberIn(0.0, 3600.0));
     a->add_option("--interval", yo.interval,
                   "also print each run's throughput every this many seconds "
                   "(stderr); 0: only the run's total")
         ->capture_default_str()
         ->check(a_number)
-        ->check(CLI::Range(0.0, 3600.0));
+        ->check(tools::NumberIn(0.0, 3600.0));
     a->add_option("--seed", yo.seed, "key sequence seed (same for all systems)")
         ->capture_default_str();
     a->add_option("--check-every", yo.check_every,
                   "verify every Nth value read (0: none)")
         ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 30));
+        ->check(tools::NumberIn(0, 1 << 30));
     a->add_option("--server", yo.remem_address,
                   "existing remem-server host:port (default: start one)");
     a->add_option("--cluster", yo.remem_cluster,
@@ -255,11 +255,11 @@ int main(int argc, char** argv) {
     a->add_option("--server-cpu", yo.server_cpu,
                   "CPU for the started servers (-1: unpinned)")
         ->capture_default_str()
-        ->check(CLI::Range(-1, 4095));
+        ->check(tools::NumberIn(-1, 4095));
     a->add_option("--client-cpu", yo.client_cpu,
                   "CPU for every client thread (-1: unpinned)")
         ->capture_default_str()
-        ->check(CLI::Range(-1, 4095));
+        ->check(tools::NumberIn(-1, 4095));
     a->add_option("--auth-file", ycsb_auth_file, "remem shared secret file");
     a->add_flag("--json", yo.json, "print JSON instead of a table");
   }
@@ -280,30 +280,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   durability->add_option("--records", dur.records, "pairs to load")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1000000000}));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{1000000000}));
   durability->add_option("--ops", dur.ops, "operations in the mix")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{1} << 40));
   durability
       ->add_option("--always-ops", dur.always_ops,
                    "operations in the mix under --fsync always")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+      ->check(tools::NumberIn(uint64_t{1}, uint64_t{1} << 40));
   durability->add_option("--depth", dur.depth, "operations in flight")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(tools::NumberIn(1, 4096));
   durability
       ->add_option("--write-fraction", dur.write_fraction,
                    "puts in the mix (0.5 = YCSB-A)")
       ->capture_default_str()
       ->check(a_number)
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(tools::NumberIn(0.0, 1.0));
   durability->add_option("--key-size", dur.key_size, "bytes per key")
       ->capture_default_str()
-      ->check(CLI::Range(size_t{8}, size_t{1024}));
+      ->check(tools::NumberIn(size_t{8}, size_t{1024}));
   durability->add_option("--value-size", dur.value_size, "bytes per value")
       ->capture_default_str()
-      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+      ->check(tools::NumberIn(size_t{0}, size_t{1} << 20));
   // A size as remem-server reads it, checked here: a bad one was found
   // only once the servers started.
   auto a_size = [](const std::string& text) -> std::string {
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
       ->add_option("--server-threads", dur.server_threads,
                    "the servers' --threads (above 1: unpinned)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+      ->check(tools::NumberIn(1, 64));
   durability->add_flag("--recovery", dur.recovery,
                        "after the mix: kill -9, restart on the same data "
                        "directory, report the recovery");
@@ -339,12 +339,12 @@ int main(int argc, char** argv) {
       ->add_option("--server-cpu", dur.server_cpu,
                    "CPU for the servers (-1: unpinned)")
       ->capture_default_str()
-      ->check(CLI::Range(-1, 4095));
+      ->check(tools::NumberIn(-1, 4095));
   durability
       ->add_option("--client-cpu", dur.client_cpu,
                    "CPU for the client thread (-1: unpinned)")
       ->capture_default_str()
-      ->check(CLI::Range(-1, 4095));
+      ->check(tools::NumberIn(-1, 4095));
   durability->add_flag("--json", dur.json, "print JSON instead of a table");
   bench::FailoverOptions fov;
   auto* failover = app.add_subcommand(
@@ -354,24 +354,24 @@ int main(int argc, char** argv) {
       "write acknowledged after the kill (p50, p99)");
   failover->add_option("--trials", fov.trials)
       ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
+      ->check(tools::NumberIn(1, 10000));
   failover->add_option("--servers", fov.servers)
       ->capture_default_str()
-      ->check(CLI::Range(2, 16));
+      ->check(tools::NumberIn(2, 16));
   failover->add_option("--replicas", fov.replicas)
       ->capture_default_str()
-      ->check(CLI::Range(1, 4));
+      ->check(tools::NumberIn(1, 4));
   // remem-server's ranges (checked here: the bench would start ZooKeeper
   // and the servers first).
   failover->add_option("--lease-ms", fov.lease_ms, "--cluster-lease-ms")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{50}, uint64_t{30'000}));
+      ->check(tools::NumberIn(uint64_t{50}, uint64_t{30'000}));
   failover->add_option("--session-ms", fov.session_ms, "--cluster-session-ms")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1000}, uint64_t{60'000}));
+      ->check(tools::NumberIn(uint64_t{1000}, uint64_t{60'000}));
   failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{0}, uint64_t{600'000}));
+      ->check(tools::NumberIn(uint64_t{0}, uint64_t{600'000}));
   auto* kill_manager =
       failover->add_flag("--kill-manager", fov.kill_manager,
                          "kill a primary that is the configuration manager");
@@ -391,7 +391,7 @@ int main(int argc, char** argv) {
                    "pairs loaded before the kill; then measure the "
                    "re-replication of the shards short of copies")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{0}, uint64_t{100'000'000}));
+      ->check(tools::NumberIn(uint64_t{0}, uint64_t{100'000'000}));
   failover
       ->add_option("--server-binary", fo.server_binary, "remem-server to start")
       ->capture_default_str();
@@ -402,12 +402,12 @@ int main(int argc, char** argv) {
       ->add_option("--server-cpu", fo.server_cpu,
                    "CPU for the servers (-1: unpinned)")
       ->capture_default_str()
-      ->check(CLI::Range(-1, 4095));
+      ->check(tools::NumberIn(-1, 4095));
   failover
       ->add_option("--client-cpu", fo.client_cpu,
                    "CPU for the client (-1: unpinned)")
       ->capture_default_str()
-      ->check(CLI::Range(-1, 4095));
+      ->check(tools::NumberIn(-1, 4095));
   // The flags every server-at-a-time subcommand takes (and the default
   // run, fabric then hash, on the top level).
   for (CLI::App* a :
@@ -423,15 +423,15 @@ int main(int argc, char** argv) {
     a->add_option("--duration", fo.seconds, "seconds per row")
         ->capture_default_str()
         ->check(a_number)
-        ->check(CLI::Range(0.01, 3600.0));
+        ->check(tools::NumberIn(0.01, 3600.0));
     a->add_option("--server-cpu", fo.server_cpu,
                   "CPU for a started server (-1: unpinned)")
         ->capture_default_str()
-        ->check(CLI::Range(-1, 4095));
+        ->check(tools::NumberIn(-1, 4095));
     a->add_option("--client-cpu", fo.client_cpu,
                   "CPU for the benchmark's client thread (-1: unpinned)")
         ->capture_default_str()
-        ->check(CLI::Range(-1, 4095));
+        ->check(tools::NumberIn(-1, 4095));
     a->add_option("--auth-file", auth_file, "shared secret file");
     a->add_flag("--json", fo.json, "print JSON instead of a table");
   }
@@ -452,7 +452,7 @@ int main(int argc, char** argv) {
     a->add_option("--depth", fo.depth,
                   "operations in flight for the async rows")
         ->capture_default_str()
-        ->check(CLI::Range(1, 100000));
+        ->check(tools::NumberIn(1, 100000));
   }
   // CLI11 drops the empty items of a comma-separated list ("A,,B", a
   // trailing comma): a typo that would silently run less than asked. So the

@@ -1016,7 +1016,7 @@ int RunCli(int argc, char** argv) {
   int count = 1;
   ping->add_option("-c,--count", count, "number of pings")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->check(tools::NumberIn(1, 1000000));
   auto* stats = app.add_subcommand("stats", "server counters");
   auto* snapshot = app.add_subcommand(
       "snapshot",
@@ -1182,7 +1182,7 @@ int RunCli(int argc, char** argv) {
                     "only keys that begin with this (instead of a range)");
   tscan->add_option("--limit", scan_limit, "pairs per page")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 10000u));
+      ->check(tools::NumberIn(1u, 10000u));
   tscan->add_flag("--desc", scan_desc, "highest key first");
   tscan->add_flag("--all", scan_all,
                   "every page, not only the first (ignores the resume key)");

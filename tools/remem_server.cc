@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cfg.threads,
                  "server threads (partitions), each with its own UCX worker")
       ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+      ->check(tools::NumberIn(1, 256));
   app.add_option("--cpus", cpus,
                  "pin thread i to the i-th CPU of this list, one per thread "
                  "(--threads), e.g. 0,2-3 for three (default: pin only if "
@@ -279,13 +279,13 @@ int main(int argc, char** argv) {
                  "testing: in a replicated cluster, hold each batch of a "
                  "primary's writes this long before sending it to the "
                  "backups")
-      ->check(CLI::Range(0u, 600'000u))
+      ->check(tools::NumberIn(0u, 600'000u))
       ->group("Testing");
   app.add_option("--fault-replication-last-backup-delay-ms",
                  cfg.fault_last_backup_delay_ms,
                  "testing: in a replicated cluster, send each batch to each "
                  "shard's last backup this long after the others")
-      ->check(CLI::Range(0u, 600'000u))
+      ->check(tools::NumberIn(0u, 600'000u))
       ->group("Testing");
   app.add_flag("--fault-kill-after-handoff", cfg.fault_kill_after_handoff,
                "testing: as configuration manager, kill this server "
@@ -315,26 +315,26 @@ int main(int argc, char** argv) {
                  "connections at once, sessions and handshakes in progress "
                  "together; more are refused with a reason")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
+      ->check(tools::NumberIn(1u, 1u << 20));
   app.add_option("--handshake-timeout-ms", handshake_ms,
                  "a connection that has not completed the handshake by then "
                  "is refused")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
+      ->check(tools::NumberIn(int64_t{10}, int64_t{600'000}));
   app.add_option("--lease-ms", lease_ms,
                  "the server lease: clients stop trusting what they read "
                  "one-sided this long after the server stopped renewing it; "
                  "a restart after a crash waits it out")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{10},
-                         int64_t{server::LeaseKeeper::kMaxLease.count()}));
+      ->check(tools::NumberIn(int64_t{10},
+                              int64_t{server::LeaseKeeper::kMaxLease.count()}));
   int64_t stop_timeout_ms = 30'000;
   app.add_option("--stop-timeout-ms", stop_timeout_ms,
                  "after SIGINT/SIGTERM, how long the server may take to stop "
                  "cleanly before it exits anyway (exit 1, as a crash: durable "
                  "state recovers)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
+      ->check(tools::NumberIn(int64_t{100}, int64_t{3'600'000}));
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error | off")
       ->capture_default_str();
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
                  "microseconds a thread busy-polls after its last event "
                  "before sleeping on the worker's event fd")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+      ->check(tools::NumberIn(int64_t{0}, int64_t{10'000'000}));
   std::string resp_listen;
   app.add_option("--resp", resp_listen,
                  "also serve Redis clients (redis-cli, redis-py, hiredis...) "
@@ -368,12 +368,12 @@ int main(int argc, char** argv) {
                      "with --cluster: servers a new cluster waits for before "
                      "its first configuration spreads the shards over them")
           ->capture_default_str()
-          ->check(CLI::Range(1u, 4096u));
+          ->check(tools::NumberIn(1u, 4096u));
   app.add_option("--shards", cfg.shards,
                  "with --cluster: shards of a new cluster (every server of "
                  "a cluster must agree)")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 65536u));
+      ->check(tools::NumberIn(1u, 65536u));
   app.add_option("--replicas", cfg.replicas,
                  "with --cluster: backups per shard of a new cluster (each "
                  "write is held by its shard's primary and f backups before "
@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
                  "backup). Needs --cluster-size of at least f+1 (without "
                  "--cluster-size: f+1)")
       ->capture_default_str()
-      ->check(CLI::Range(0u, 4u));
+      ->check(tools::NumberIn(0u, 4u));
   std::string tree_splits;
   auto* tree_splits_opt = app.add_option(
       "--tree-splits", tree_splits,
@@ -409,18 +409,18 @@ int main(int argc, char** argv) {
                  "of a move's copy is paced out, so clients keep most of "
                  "the servers' time (100: copy at full speed)")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 100u));
+      ->check(tools::NumberIn(1u, 100u));
   app.add_option("--cluster-session-ms", cluster_session_ms,
                  "with --cluster: the ZooKeeper session timeout (a killed "
                  "configuration manager is replaced after about this long)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1000}, int64_t{60'000}));
+      ->check(tools::NumberIn(int64_t{1000}, int64_t{60'000}));
   app.add_option("--cluster-wait-ms", cluster_wait_ms,
                  "with --cluster: how long a starting server waits for "
                  "ZooKeeper to answer before it exits (at least the session "
                  "timeout: ZooKeeper may be starting too)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{100}, int64_t{600'000}));
+      ->check(tools::NumberIn(int64_t{100}, int64_t{600'000}));
   app.add_option("--cluster-lease-ms", cluster_lease_ms,
                  "with --cluster: the member lease the configuration manager "
                  "grants; in a replicated cluster a member that has not "
@@ -428,7 +428,7 @@ int main(int argc, char** argv) {
                  "(shorter: faster failover; too short for the machine: "
                  "false suspicions). At most --cluster-session-ms minus 100")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{50}, int64_t{30'000}));
+      ->check(tools::NumberIn(int64_t{50}, int64_t{30'000}));
   // Each data model's own flags.
   std::vector<std::unique_ptr<server::Service>> services =
       server::DefaultServices();
