@@ -222,10 +222,10 @@ void BLinkTree::PublishRoot() {
   StoreWord(base_ + 8, r.version);
 }
 
-uint32_t BLinkTree::Descend(std::string_view key,
-                            std::vector<uint32_t>* path) const {
+uint32_t BLinkTree::Descend(std::string_view key, std::vector<uint32_t>* path,
+                            NodeView* leaf) const {
   uint32_t cur = root_;
-  NodeView v;
+  NodeView& v = *leaf;
   for (;;) {
     View(cur, &v);
     if (v.leaf()) return cur;
@@ -266,9 +266,8 @@ Status BLinkTree::RestoreDelete(std::string_view key, uint64_t version) {
   if (key.empty() || key.size() > kMaxKey) {
     return Status::InvalidArgument("bad key in a tree record");
   }
-  const uint32_t leaf = Descend(key, &path);
   NodeView v;
-  View(leaf, &v);
+  (void)Descend(key, &path, &v);
   const size_t i = v.LowerBound(key);
   if (i < v.count() && v.key(i) == key && v.entry_version(i) < version) {
     // The delete consumes `version` at least before the leaf shows it
@@ -292,9 +291,8 @@ Result<uint64_t> BLinkTree::Write(std::string_view key, std::string_view value,
                                    std::to_string(kMaxValue) + " bytes");
   }
   std::vector<uint32_t> path;
-  const uint32_t leaf = Descend(key, &path);
   NodeView v;
-  View(leaf, &v);
+  const uint32_t leaf = Descend(key, &path, &v);
   const size_t i = v.LowerBound(key);
   const bool exists = i < v.count() && v.key(i) == key;
   if (mode == PutMode::kIfAbsent && exists) {
@@ -373,9 +371,8 @@ Status BLinkTree::Delete(std::string_view key) {
                                    std::to_string(kMaxKey) + " bytes");
   }
   std::vector<uint32_t> path;
-  const uint32_t leaf = Descend(key, &path);
   NodeView v;
-  View(leaf, &v);
+  const uint32_t leaf = Descend(key, &path, &v);
   const size_t i = v.LowerBound(key);
   if (i >= v.count() || v.key(i) != key) {
     return Status::NotFound("key not found");

@@ -149,8 +149,10 @@ class BLinkTree {
   // resolves its long keys from the tree's own memory.
   void View(uint32_t index, NodeView* v) const;
   Status ResolveOwn(NodeView* v) const;
-  // Descends to the leaf of `key`, recording the internal nodes passed.
-  uint32_t Descend(std::string_view key, std::vector<uint32_t>* path) const;
+  // Descends to the leaf of `key`, recording the internal nodes passed;
+  // the leaf's view into *leaf.
+  uint32_t Descend(std::string_view key, std::vector<uint32_t>* path,
+                   NodeView* leaf) const;
   void Publish(uint32_t index, const NodeContent& c);
   void PublishRoot();
   // Put with the version to store given (0: the next one).
