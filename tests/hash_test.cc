@@ -1196,8 +1196,9 @@ struct OneSidedClient {
   std::unique_ptr<Session> session;
   std::unique_ptr<HashStore> store;
 
-  void Start(std::chrono::milliseconds timeout) {
-    server = StartServer({}, "64M");
+  void Start(std::chrono::milliseconds timeout,
+             std::vector<std::string> flags = {}) {
+    server = StartServer(std::move(flags), "64M");
     ASSERT_NE(server.process, nullptr);
     SessionOptions o;
     o.server = server.address;
@@ -1246,6 +1247,41 @@ TEST(HashTimeout, AWaitAllInsideACallbackThatTimesOutReturnsAtOnce) {
   EXPECT_EQ(inner_wait.code(), StatusCode::kTimedOut) << inner_wait.ToString();
   EXPECT_LT(inner_took, 2 * kTimeout + std::chrono::seconds(2))
       << std::chrono::duration<double>(inner_took).count() << " s";
+}
+
+// A synchronous multi-get over shared memory whose one-sided reads give up
+// (the server paused past its lease) asks the server for those keys in one
+// batch, under one deadline: it asked them one by one, each waiting out the
+// whole timeout, so that 16 keys took 16 timeouts (found black-box).
+TEST(HashTimeout, AMultiGetOfAPausedServerTakesOneTimeoutNotOneAKey) {
+  if (TestTransport() != Transport::kShm) {
+    GTEST_SKIP() << "one-sided reads give up to the server over shared memory";
+  }
+  OneSidedClient c;
+  constexpr auto kTimeout = std::chrono::milliseconds(400);
+  constexpr auto kLease = std::chrono::milliseconds(100);
+  ASSERT_NO_FATAL_FAILURE(
+      c.Start(kTimeout, {"--lease-ms", std::to_string(kLease.count())}));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 16; ++i) {
+    keys.push_back("mg" + std::to_string(i));
+    ASSERT_TRUE(c.store->Put(keys.back(), "v").ok());
+  }
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  ASSERT_TRUE(c.server.Pause().ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(c.server.process->pid()));
+  // The lease lapses with time alone: nothing to wait on but the clock.
+  std::this_thread::sleep_for(kLease + std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  const auto got = c.store->MultiGet(views);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(c.server.process->Signal(SIGCONT).ok());
+  for (const auto& r : got) {
+    EXPECT_EQ(r.status().code(), StatusCode::kTimedOut)
+        << r.status().ToString();
+  }
+  EXPECT_LT(took, 3 * kTimeout)
+      << std::chrono::duration<double>(took).count() << " s";
 }
 
 // Over tcp a one-sided get is a read the server serves; while the server

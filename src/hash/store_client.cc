@@ -1068,6 +1068,38 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
   const bool timed = s.batch_selector->mode() == ReadPath::kAuto;
   const Clock::time_point start = timed ? Clock::now() : s.timing.last_now();
   const client::Path path = s.batch_selector->Choose(start);
+  // By RPC: the keys at `index` in one message (or a few, for very large
+  // batches), under one deadline; keys whose values did not fit a reply
+  // are asked again (each reply answers at least its first key).
+  auto by_rpc = [&](std::vector<size_t> index) {
+    while (!index.empty()) {
+      std::vector<size_t> again;
+      for (auto [b, e] : hash::SplitIntoMessages(
+               index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
+        std::vector<std::string_view> batch;
+        for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
+        auto items = s.CallMulti(hash::HashMethod::kMultiGet,
+                                 hash::EncodeHashMultiGet(batch, s.read_flags),
+                                 batch.size());
+        for (size_t i = b; i < e; ++i) {
+          if (!items.ok()) {
+            out[index[i]] = items.status();
+            continue;
+          }
+          hash::MultiItem& it = (*items)[i - b];
+          if (it.status.ok()) {
+            out[index[i]] = Value{std::move(it.data), it.version};
+          } else if (hash::ReplyWasFull(it.status)) {
+            again.push_back(index[i]);
+          } else {
+            out[index[i]] = it.status;
+          }
+        }
+        s.read_stats.rpc_gets += e - b;
+      }
+      index.swap(again);
+    }
+  };
   if (path == client::Path::kOneSided && s.core->reads_are_local()) {
     // Shared memory: each read is a copy, done at once, in prefetched
     // windows (LookupMapped); a get that gives up asks the server.
@@ -1090,10 +1122,9 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
         out[i] = std::move(statuses[i]);
       }
     }
-    for (size_t i : gave_up) {
-      ++s.read_stats.rpc_gets;
-      out[i] = s.GetRpc(keys[i]);
-    }
+    // Together, as one batch by RPC: asked one by one, each waited out
+    // its own deadline when the server was paused (N timeouts for N keys).
+    if (!gave_up.empty()) by_rpc(std::move(gave_up));
     if (timed) {
       s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
     }
@@ -1136,35 +1167,7 @@ std::vector<Result<HashStore::Value>> HashStore::MultiGet(
       out[i] = st;
     }
   }
-  // Keys whose values did not fit a reply are asked again (each reply
-  // answers at least its first key).
-  while (!index.empty()) {
-    std::vector<size_t> again;
-    for (auto [b, e] : hash::SplitIntoMessages(
-             index.size(), [&](size_t i) { return keys[index[i]].size(); })) {
-      std::vector<std::string_view> batch;
-      for (size_t i = b; i < e; ++i) batch.push_back(keys[index[i]]);
-      auto items = s.CallMulti(hash::HashMethod::kMultiGet,
-                               hash::EncodeHashMultiGet(batch, s.read_flags),
-                               batch.size());
-      for (size_t i = b; i < e; ++i) {
-        if (!items.ok()) {
-          out[index[i]] = items.status();
-          continue;
-        }
-        hash::MultiItem& it = (*items)[i - b];
-        if (it.status.ok()) {
-          out[index[i]] = Value{std::move(it.data), it.version};
-        } else if (hash::ReplyWasFull(it.status)) {
-          again.push_back(index[i]);
-        } else {
-          out[index[i]] = it.status;
-        }
-      }
-      s.read_stats.rpc_gets += e - b;
-    }
-    index.swap(again);
-  }
+  by_rpc(std::move(index));
   // Per key, so that batches of different sizes compare.
   if (timed) {
     s.RecordLatency(s.batch_selector.get(), path, start, double(keys.size()));
