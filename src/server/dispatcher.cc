@@ -368,6 +368,20 @@ void Dispatcher::OnRequest_st(ServerThread* t, AmMessage&& m) {
     if (Status st = cluster_->Admits(h->epoch); !st.ok()) {
       return Send_st(t, c, id, h->service, h->method, std::move(st), {});
     }
+  } else if (h->epoch != 0 && h->service != proto::kCoreService) {
+    // A cluster client's request (routed by a configuration epoch) at a
+    // server of no cluster: one started at the address of a member that
+    // went away. Served, the client's writes and reads went to a process
+    // that is no member (found black-box).
+    return Send_st(
+        t, c, id, h->service, h->method,
+        Status::Conflict("this server is not in a cluster (started without "
+                         "--cluster): a request routed by cluster "
+                         "configuration epoch " +
+                         std::to_string(h->epoch) +
+                         " is refused (the member that was at this address "
+                         "is gone)"),
+        {});
   }
   auto route = s->RouteCall(h->method, m.data);
   if (!route.ok()) {

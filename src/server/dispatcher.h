@@ -137,7 +137,8 @@ class Dispatcher {
   // In a cluster: requests to services (not the core one) whose epoch is
   // newer than the installed one are refused with Busy (Ownership::Admits);
   // 0 and older epochs pass, and the service checks the key
-  // (Ownership::Owns). Setup only.
+  // (Ownership::Owns). Without (a server of no cluster), such requests
+  // with an epoch > 0 are refused with Conflict. Setup only.
   void set_cluster(const cluster::Ownership* ownership) {
     cluster_ = ownership;
   }
