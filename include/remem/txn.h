@@ -198,8 +198,10 @@ class Transaction {
   // need not have been read (a blind write still aborts if the object is
   // freed meanwhile).
   Status Write(ObjectId id, std::string_view data);
-  // A new object of `data`, with room for `capacity` bytes (at least
-  // data's size; 0: data's size). It exists once this commits.
+  // A new object of `data`, with room for at least `capacity` bytes and
+  // for data (a capacity below data's size, 0 included, is raised to it;
+  // the object then gets its size class's capacity, ObjectId::capacity).
+  // It exists once this commits.
   Result<ObjectId> Alloc(std::string_view data, uint32_t capacity = 0);
   // Frees the object at commit (its id then reads NotFound).
   Status Free(ObjectId id);

@@ -1664,8 +1664,10 @@ PYBIND11_MODULE(remem, m) {
             }));
           },
           py::arg("data"), py::arg("capacity") = 0,
-          "A new object of data, with room for capacity bytes (0: data's "
-          "size); it exists once this commits. Its ObjectId.")
+          "A new object of data, with room for at least capacity bytes and "
+          "for data (a smaller capacity, 0 included, is raised to data's "
+          "size; the object gets its size class's, ObjectId.capacity); it "
+          "exists once this commits. Its ObjectId.")
       .def(
           "free",
           [](PyTransaction& t, py::object id) {
