@@ -640,6 +640,32 @@ TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
   o.seeds = {single.address};
   o.session.transport = testing::TestTransport();
   EXPECT_EQ(Cluster::Connect(o).status().code(), StatusCode::kUnsupported);
+  // A server of no cluster refuses what a cluster client routed (a request
+  // with an epoch): one started at a departed member's address took the
+  // cluster's writes and answered its reads (found black-box). A plain
+  // session's requests (epoch 0) are served.
+  auto lone = ConnectHashOrDie(single.address);
+  ASSERT_TRUE(lone);
+  ASSERT_TRUE(lone->Put("k", "v").ok());
+  lone.session->core()->rpc()->set_epoch(3);
+  auto put = lone->Put("k", "w");
+  EXPECT_EQ(put.status().code(), StatusCode::kConflict)
+      << put.status().ToString();
+  EXPECT_NE(put.status().message().find("not in a cluster"), std::string::npos)
+      << put.status().ToString();
+  // A get read as the cluster client reads (one-sided, returned only if
+  // the server's serving mark vouches for the epoch: a server of no
+  // cluster vouches for nothing) asks the server, which refuses it.
+  client::SessionCore* core = lone.session->core();
+  core->set_cluster_routed(true);
+  core->set_serving_checked(true, false);
+  core->set_serving_epoch(3);
+  EXPECT_EQ(lone->Get("k").status().code(), StatusCode::kConflict);
+  core->set_cluster_routed(false);
+  core->set_serving_checked(false, false);
+  core->set_serving_epoch(0);
+  lone.session->core()->rpc()->set_epoch(0);
+  EXPECT_EQ(lone->Get("k")->value, "v");
 }
 
 TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
@@ -991,6 +1017,51 @@ TEST_F(ClusterTest, AClientWaitingOnAFormingClusterSleepsBetweenItsTries) {
   EXPECT_GE(wall, 1.9);
   EXPECT_LT(cpu, 0.25 * wall)
       << "the client spun: " << cpu << " s of CPU in " << wall << " s";
+}
+
+// A server still waiting for its first ZooKeeper session (up to
+// --cluster-wait-ms) already accepts connections: a client it answers
+// Busy is told that ZooKeeper is what it waits for (it said only "the
+// cluster is still forming", found black-box). It prints no ready line
+// meanwhile, so its port is chosen here.
+TEST_F(ClusterTest, AServerThatHasNotReachedZooKeeperSaysSo) {
+  std::string address;
+  {
+    auto probe = util::Listen("127.0.0.1:0", 1);
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    auto bound = util::LocalAddress(probe->fd());
+    ASSERT_TRUE(bound.ok());
+    address = *bound;
+  }  // closed: the server binds it (SO_REUSEADDR)
+  SpawnOptions so;
+  so.argv = testing::ServerArgv(
+      testing::TestServerOptions({"--cluster", "127.0.0.1:1/remem/unreached",
+                                  "--cluster-wait-ms", "30000"},
+                                 "16M"),
+      address);
+  so.merge_stderr = true;
+  auto p = Subprocess::Spawn(so);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ClusterOptions o;
+  o.seeds = {address};
+  o.session.transport = testing::TestTransport();
+  o.session.timeout = std::chrono::milliseconds(1000);
+  o.wait_for_config = std::chrono::milliseconds(500);
+  Status st = Status::Unavailable("not tried");
+  // Until the server listens (each refused connection answers at once).
+  for (int tries = 0; tries < 200; ++tries) {
+    auto c = Cluster::Connect(o);
+    st = c.status();
+    if (st.code() != StatusCode::kUnavailable) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(st.code(), StatusCode::kBusy) << st.ToString();
+  EXPECT_NE(st.message().find("has not reached ZooKeeper (127.0.0.1:1/remem/"
+                              "unreached) yet"),
+            std::string::npos)
+      << st.ToString();
+  ASSERT_TRUE((*p)->Signal(SIGKILL).ok());
+  (void)(*p)->Wait(std::chrono::seconds(10));
 }
 
 // The same for an operation refused Busy until its deadline: a write to a
