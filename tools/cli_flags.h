@@ -55,7 +55,9 @@ CLI::Validator NumberIn(T lo, T hi) {
       [lo, hi, r = range.str()](std::string& text) -> std::string {
         T v{};
         if (CLI::detail::lexical_cast(text, v)) {
-          if (v != v) return "'" + text + "' is not a number";  // NaN
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(v)) return "'" + text + "' is not a number";
+          }
           if (v < lo || v > hi) return "'" + text + "' is not in " + r;
           return std::string();
         }
