@@ -1056,8 +1056,8 @@ TEST_F(ClusterTest, AServerThatHasNotReachedZooKeeperSaysSo) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(st.code(), StatusCode::kBusy) << st.ToString();
-  EXPECT_NE(st.message().find("has not reached ZooKeeper (127.0.0.1:1/remem/"
-                              "unreached) yet"),
+  EXPECT_NE(st.message().find("has not joined through ZooKeeper "
+                              "(127.0.0.1:1/remem/unreached) yet"),
             std::string::npos)
       << st.ToString();
   ASSERT_TRUE((*p)->Signal(SIGKILL).ok());

@@ -1280,7 +1280,8 @@ TEST(HashTimeout, AMultiGetOfAPausedServerTakesOneTimeoutNotOneAKey) {
     EXPECT_EQ(r.status().code(), StatusCode::kTimedOut)
         << r.status().ToString();
   }
-  EXPECT_LT(took, 3 * kTimeout)
+  // 16 keys asked one by one took 16 timeouts (6.4 s); one batch, one.
+  EXPECT_LT(took, 5 * kTimeout)
       << std::chrono::duration<double>(took).count() << " s";
 }
 

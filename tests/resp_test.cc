@@ -218,7 +218,7 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
       {{"CLIENT", "SETNAME", ""}, "+OK"},
       {{"CLIENT", "GETNAME"}, "nil"},
       {{"COMMAND", "DOCS"}, "[]"},
-      {{"INFO", "keyspace"}, "$"},
+      {{"INFO", "nosuchsection"}, "$"},
       {{"GET"}, "-ERR wrong number of arguments for 'get' command"},
       {{"MSET", "a"}, "-ERR wrong number of arguments for 'mset' command"},
       {{"SET", "k", "v", "EX", "10"},
@@ -625,10 +625,14 @@ TEST(Resp, AServerWithASecretWantsAuthFromRedisClients) {
             0u);
   EXPECT_EQ(h.Call({"GET", "k"}), "$v");
   EXPECT_EQ(h.Call({"CLIENT", "GETNAME"}), "$h");
-  // A server without a secret says so.
+  // A server without a secret says so to a lone password, and takes a
+  // user name and any password, as Redis 7's default user without one.
   auto open = StartWithResp();
   RespClient o(open.resp);
   EXPECT_EQ(o.Call({"AUTH", "x"}).rfind("-ERR AUTH called without", 0), 0u);
+  EXPECT_EQ(o.Call({"AUTH", "default", "x"}), "+OK");
+  EXPECT_EQ(o.Call({"HELLO", "2", "AUTH", "default", "x"}).rfind("[$server", 0),
+            0u);
   std::remove(file.c_str());
   ::rmdir(dir);
 }

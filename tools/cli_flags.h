@@ -68,6 +68,9 @@ CLI::Validator NumberIn(T lo, T hi) {
         if (std::is_integral_v<T> && x != std::floor(x)) {
           return "'" + text + "' is not a whole number";
         }
+        if (std::is_integral_v<T> && x >= double(lo) && x <= double(hi)) {
+          return "'" + text + "' is not written as an integer (digits only)";
+        }
         return "'" + text + "' is not in " + r;
       },
       "in " + range.str());

@@ -332,8 +332,12 @@ struct RespServer::Impl {
   std::string SetConditional(const std::string& key, const std::string& value,
                              bool nx, bool xx);
   // AUTH's check of the secret: OK (the connection is authenticated) or
-  // WRONGPASS (it keeps whatever it had, as Redis 7 does).
-  std::string Authenticate(const ConnPtr& c, const std::string& given);
+  // WRONGPASS (it keeps whatever it had, as Redis 7 does). Without a
+  // secret, a user name and password (`with_user`) are taken as Redis 7's
+  // default user without a password takes them; a lone password is an
+  // error, as there.
+  std::string Authenticate(const ConnPtr& c, const std::string& given,
+                           bool with_user);
   // HELLO [2 [AUTH user secret] [SETNAME name]].
   void Hello(const ConnPtr& c, const std::vector<std::string>& a);
   // CLIENT SETNAME's rule (Redis's): no spaces, newlines or other
@@ -740,9 +744,11 @@ std::string RespServer::Impl::SetConditional(const std::string& key,
 }
 
 std::string RespServer::Impl::Authenticate(const ConnPtr& c,
-                                           const std::string& given) {
+                                           const std::string& given,
+                                           bool with_user) {
   const std::string& secret = options.session.secret;
   if (secret.empty()) {
+    if (with_user) return Simple("OK");
     return Err(
         "ERR AUTH called without any password configured (the server "
         "has no --auth-file)");
@@ -796,7 +802,7 @@ void RespServer::Impl::Hello(const ConnPtr& c,
     }
   }
   if (secret != nullptr) {
-    std::string r = Authenticate(c, *secret);
+    std::string r = Authenticate(c, *secret, /*with_user=*/true);
     if (r[0] == '-') return Reply(c, std::move(r));
   }
   if (!c->authed) {
@@ -850,7 +856,7 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
   // secret before anything but QUIT.
   if (name == "auth") {
     if (argc != 2 && argc != 3) return Reply(c, Arity(name)), true;
-    Reply(c, Authenticate(c, a[argc - 1]));
+    Reply(c, Authenticate(c, a[argc - 1], /*with_user=*/argc == 3));
     return true;
   }
   // HELLO may authenticate (HELLO 2 AUTH user secret), as in Redis.
@@ -920,6 +926,7 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
               "\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n";
     }
     if (clients) {
+      if (!text.empty()) text += "\r\n";
       text += "# Clients\r\nconnected_clients:" + std::to_string(conns.size()) +
               "\r\n";
     }

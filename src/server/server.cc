@@ -221,14 +221,15 @@ void CoreService::Handle(PartitionId, Call call) {
       if (c == nullptr) {
         cluster::ClusterMember* m =
             server_->member_view.load(std::memory_order_acquire);
-        // No member yet: it is still waiting for its first ZooKeeper
-        // session (--cluster-wait-ms), serving already (found black-box:
-        // the answer said only "still forming").
+        // No member yet: it is still connecting to ZooKeeper or
+        // registering there (up to --cluster-wait-ms), serving already
+        // (found black-box: the answer said only "still forming").
         return call.responder.Reply(Status::Busy(
             "this cluster member has no configuration yet (the cluster is "
             "still forming: " +
-            (m == nullptr ? "this server has not reached ZooKeeper (" +
-                                server_->config.cluster + ") yet"
+            (m == nullptr ? "this server has not joined through ZooKeeper (" +
+                                server_->config.cluster +
+                                ") yet: it is connecting or registering"
                           : m->FormingState()) +
             ")"));
       }

@@ -523,8 +523,7 @@ bool BLinkTree::Shift(uint32_t index, NodeContent* c,
       stay -= entry_bytes(k);
       go += entry_bytes(k);
       const size_t f = fence(k);
-      if (go + f > kNodeArea) break;  // only grows with k
-      if (stay + f > kNodeArea) continue;
+      if (go + f > kNodeArea || stay + f > kNodeArea) continue;
       const size_t m = std::max(stay, go) + f;
       if (m < best_max) {
         best_max = m;
@@ -618,6 +617,7 @@ bool BLinkTree::Shift(uint32_t index, NodeContent* c,
   Publish(parent, pc);
   Publish(index, *c);
   ++shifts_;
+  ++left_shifts_;
   return true;
 }
 

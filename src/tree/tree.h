@@ -118,8 +118,10 @@ class BLinkTree {
   }
   uint8_t height() const { return height_; }
   uint64_t splits() const { return splits_; }
-  // Leaves that gave entries to a sibling instead of splitting (Shift).
+  // Leaves that gave entries to a sibling instead of splitting (Shift),
+  // and of those, to their left sibling.
   uint64_t shifts() const { return shifts_; }
+  uint64_t left_shifts() const { return left_shifts_; }
   uint64_t last_version() const { return version_; }
 
   // Tests: runs in the middle of every node write (half its words stored).
@@ -220,7 +222,7 @@ class BLinkTree {
   uint64_t size_ = 0;
   uint64_t splits_ = 0;
   uint64_t merges_ = 0;
-  uint64_t shifts_ = 0;
+  uint64_t shifts_ = 0, left_shifts_ = 0;
   OwnSource source_;
   std::function<void()> mid_write_;
 };

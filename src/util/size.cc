@@ -1,9 +1,11 @@
 #include "util/size.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 namespace remem {
 
@@ -43,9 +45,20 @@ Result<uint64_t> ParseSize(std::string_view text) {
   } else {
     return bad("unknown unit");
   }
-  // Exact for any size a whole number of bytes spells (a decimal fraction
-  // of a power of two); a fraction of a byte is a mistake, not something
-  // to round ("ns alloc z 1.5" made a 2-byte segment).
+  // Digits alone: exact, in integers (a double would round sizes past
+  // 2^53).
+  if (points == 0) {
+    uint64_t n = 0;
+    const auto r = std::from_chars(s.data(), s.data() + i, n);
+    if (r.ec != std::errc() || r.ptr != s.data() + i ||
+        __builtin_mul_overflow(n, uint64_t(mult), &n)) {
+      return bad("too large");
+    }
+    return n;
+  }
+  // With a point, through a double (17 significant digits): a fraction of a
+  // byte is a mistake, not something to round ("ns alloc z 1.5" made a
+  // 2-byte segment).
   const double bytes = v * mult;
   if (bytes != std::floor(bytes)) return bad("not a whole number of bytes");
   // 2^64 and beyond do not fit (a cast of them is undefined).

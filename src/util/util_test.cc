@@ -234,6 +234,11 @@ TEST(Size, Parse) {
               std::string::npos);
   }
   EXPECT_EQ(*ParseSize("0.25K"), 256u);
+  // Digits alone are exact past a double's 2^53.
+  EXPECT_EQ(*ParseSize("9007199254740993"), 9007199254740993ull);
+  EXPECT_EQ(*ParseSize("18446744073709551615"), 18446744073709551615ull);
+  EXPECT_FALSE(ParseSize("18446744073709551616").ok());
+  EXPECT_FALSE(ParseSize("16777216T").ok());
   EXPECT_EQ(*ParseSize("16777215T"), 16777215ull << 40);
   EXPECT_EQ(*ParseSize("18446744073709549568"), 18446744073709549568ull);
   EXPECT_EQ(FormatSize(1536), "1.5 KiB");
