@@ -865,9 +865,9 @@ TEST_F(TreeTest, KeysInsertedInOrderFillTheirLeaves) {
 // that has room (Shift) instead of splitting, so the leaves end fuller
 // than splits alone leave them (1,924 nodes for these keys without shifts,
 // 1.54 times the 1,250 leaves they fill in order; 1,626 with them), and
-// shifts go both ways. A cache
-// warmed on the way (parents whose separators shifts moved since) still
-// finds every key, and scans either way return each key once.
+// shifts go both ways. A cache warmed on the way (parents whose separators
+// shifts moved since) still finds every key, and scans either way return
+// each key once.
 TEST_F(TreeTest, KeysInsertedInRandomOrderShiftIntoTheirSiblings) {
   constexpr uint64_t kKeys = 20000;
   std::vector<uint64_t> order(kKeys);
