@@ -1014,17 +1014,17 @@ TEST(Server, BadConfigurationIsAClearError) {
   EXPECT_EQ(badsize.exit_code, 2) << badsize.out;
   EXPECT_TRUE(Contains(badsize.out, "bad size")) << badsize.out;
 
-  auto threads = RunCommand({ServerBinary(), "--threads", "0"});
-  EXPECT_EQ(threads.exit_code, 2) << threads.out;
-  EXPECT_TRUE(Contains(threads.out, "'0' is not in [1 - 256]")) << threads.out;
   // What is wrong with a number is said (CLI11's ranges called "abc" and
-  // "1.5" out of range).
-  auto word = RunCommand({ServerBinary(), "--threads", "abc"});
-  EXPECT_EQ(word.exit_code, 2) << word.out;
-  EXPECT_TRUE(Contains(word.out, "'abc' is not a number")) << word.out;
-  auto part = RunCommand({ServerBinary(), "--threads", "1.5"});
-  EXPECT_EQ(part.exit_code, 2) << part.out;
-  EXPECT_TRUE(Contains(part.out, "'1.5' is not a whole number")) << part.out;
+  // "1.5" out of range too).
+  for (const auto& [value, why] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"0", "'0' is not in [1 - 256]"},
+           {"abc", "'abc' is not a number"},
+           {"1.5", "'1.5' is not a whole number"}}) {
+    auto threads = RunCommand({ServerBinary(), "--threads", value});
+    EXPECT_EQ(threads.exit_code, 2) << value << ": " << threads.out;
+    EXPECT_TRUE(Contains(threads.out, why)) << threads.out;
+  }
 
   auto auth =
       RunCommand({ServerBinary(), "--auth-file", "/nonexistent/secret"});
