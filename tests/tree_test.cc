@@ -346,16 +346,17 @@ TEST_F(TreeTest, KeptPagesAndValuesHoldOnlyTheNewResult) {
   }
 }
 
-// Asynchronous gets and scans with the read path on auto are measured by
-// the selector too: over shared memory, where a one-sided search is a few
+// Asynchronous gets with the read path on auto are measured by the
+// selector too: over shared memory, where a one-sided search is a few
 // copies from this process's mapping against an RPC's round trip through
 // the server's thread, they settle on one-sided. (Before, asynchronous
 // calls were never timed and the selector, lacking samples, alternated
-// between the paths: half went by RPC.) Over tcp, a read issued while
-// others are in flight goes by RPC, in the message the next Poll sends
-// anyway: 7 of each round's 8, in every window. (The first of a round is
-// the selector's, timed; which path wins it depends on the machine's load,
-// so the test does not ask.)
+// between the paths: half went by RPC.) Scans in flight together over
+// shared memory are split between the two cores (the next test). Over tcp, a
+// read issued while others are in flight goes by RPC, in the message the next
+// Poll sends anyway: 7 of each round's 8, in every window. (The first of a
+// round is the selector's, timed; which path wins it depends on the machine's
+// load, so the test does not ask.)
 TEST_F(TreeTest, AsynchronousReadsOnAutoFollowTheMeasuredPath) {
   auto c = Connect(server_.address, ReadPath::kAuto);
   ASSERT_TRUE(c);
@@ -364,10 +365,10 @@ TEST_F(TreeTest, AsynchronousReadsOnAutoFollowTheMeasuredPath) {
   }
   const bool shm = TestTransport() == Transport::kShm;
   // Rounds of 8 reads in flight; over shared memory the test wants one
-  // window of 50 rounds (400 reads) in 40 that went one-sided (a loaded
-  // machine can hold a path's estimate up for a while); over tcp, five
-  // windows that each sent at least the 350 reads issued behind another by
-  // RPC.
+  // window of 50 rounds (200 gets) in 40 whose gets went one-sided (a
+  // loaded machine can hold a path's estimate up for a while); over tcp,
+  // five windows that each sent at least the 350 reads issued behind
+  // another by RPC.
   bool settled = false;
   std::vector<TreeStore::Page> pages(4);
   for (int window = 0; window < 40 && !settled; ++window) {
@@ -391,7 +392,7 @@ TEST_F(TreeTest, AsynchronousReadsOnAutoFollowTheMeasuredPath) {
         after.rpc_gets - before.rpc_gets + after.rpc_scans - before.rpc_scans;
     ASSERT_EQ(onesided + rpc, 400u);
     if (shm) {
-      settled = onesided >= 380;
+      settled = after.onesided_gets - before.onesided_gets >= 190;
     } else {
       ASSERT_GE(rpc, 350u) << "window " << window
                            << ": reads issued behind another went one-sided";
@@ -399,6 +400,80 @@ TEST_F(TreeTest, AsynchronousReadsOnAutoFollowTheMeasuredPath) {
     }
   }
   EXPECT_TRUE(settled) << "no window of 400 asynchronous reads went one-sided";
+}
+
+// Over shared memory a one-sided scan runs on the client's core in the
+// call and an RPC on the server's, so scans in flight together are split
+// between the two cores on auto (client::DepthSplit): while fewer than
+// half of the operations in flight are its RPCs, a scan goes by RPC. Each
+// page is what a forced path returns. With one scan in flight, or the
+// one-sided path forced, none goes by RPC. Over tcp scans in flight go by
+// RPC (the test above).
+TEST_F(TreeTest, ScansInFlightOnSharedMemorySplitBetweenTheTwoCores) {
+  if (TestTransport() != Transport::kShm) GTEST_SKIP() << "shared memory";
+  auto writer = Connect(server_.address, ReadPath::kRpc);
+  ASSERT_TRUE(writer);
+  constexpr uint64_t kKeys = 3000;
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(writer->Put(Key(i), "value-" + std::to_string(i)).ok());
+  }
+  for (ReadPath path : {ReadPath::kAuto, ReadPath::kOneSided}) {
+    SCOPED_TRACE(::testing::Message() << "path " << int(path));
+    auto c = Connect(server_.address, path);
+    ASSERT_TRUE(c);
+    // One scan at a time: the selector measures both paths (auto) and
+    // nothing is split.
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_TRUE(c->Scan(Key(uint64_t(i) * 40), {}, 100).ok());
+    }
+    const TreeStore::ReadStats single = c->read_stats();
+    std::vector<TreeStore::Page> pages(16);
+    for (int round = 0; round < 100; ++round) {
+      std::vector<uint64_t> starts(pages.size());
+      int answered = 0;
+      for (size_t k = 0; k < pages.size(); ++k) {
+        starts[k] = uint64_t(round * 29 + int(k) * 181) % kKeys;
+        c->ScanAsync(Key(starts[k]), {}, 100, TreeStore::Order::kAscending,
+                     &pages[k], [&answered](Status st) {
+                       EXPECT_TRUE(st.ok()) << st.ToString();
+                       ++answered;
+                     });
+      }
+      ASSERT_TRUE(c.session->WaitAll().ok());
+      ASSERT_EQ(answered, 16);
+      for (size_t k = 0; k < pages.size(); ++k) {
+        const size_t want = size_t(std::min<uint64_t>(100, kKeys - starts[k]));
+        ASSERT_EQ(pages[k].items.size(), want) << "round " << round;
+        for (size_t j = 0; j < want; ++j) {
+          ASSERT_EQ(pages[k].items[j].key, Key(starts[k] + j));
+          ASSERT_EQ(pages[k].items[j].value,
+                    "value-" + std::to_string(starts[k] + j));
+        }
+      }
+    }
+    const TreeStore::ReadStats& after = c->read_stats();
+    const uint64_t rpc = after.rpc_scans - single.rpc_scans;
+    const uint64_t onesided = after.onesided_scans - single.onesided_scans;
+    const uint64_t split = after.split_scans - single.split_scans;
+    std::printf(
+        "path %d: %llu scans in flight by RPC (%llu to split), %llu "
+        "one-sided\n",
+        int(path), static_cast<unsigned long long>(rpc),
+        static_cast<unsigned long long>(split),
+        static_cast<unsigned long long>(onesided));
+    ASSERT_EQ(rpc + onesided, 1600u);
+    if (path == ReadPath::kOneSided) {
+      EXPECT_EQ(rpc, 0u);
+      EXPECT_EQ(split, 0u);
+    } else {
+      // Half of each round of 16 at most (the split's cap), and some:
+      // every other scan of a round while an RPC costs this client less
+      // than a one-sided scan of 100 items, one in 256 otherwise.
+      EXPECT_GE(split, 1u);
+      EXPECT_LE(split, 800u);
+      EXPECT_GE(onesided, 800u);
+    }
+  }
 }
 
 // The command-line client's tree commands, with their exit codes.

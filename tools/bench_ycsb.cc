@@ -1,5 +1,6 @@
 #include "bench_ycsb.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1163,13 +1164,25 @@ int RunYcsb(const YcsbOptions& options) {
     }
     for (const RunResult& r : results) {
       if (r.scans == 0) continue;
+      // remem's reads by path: with scans in flight over shared memory,
+      // auto sends some by RPC to give the server's core a share.
+      std::string paths;
+      if (r.read_path) {
+        const uint64_t reads =
+            r.read_path->onesided_gets + r.read_path->rpc_gets;
+        if (reads > 0) {
+          paths = fmt::format(
+              ", {:.0f}% of reads by RPC",
+              100.0 * double(r.read_path->rpc_gets) / double(reads));
+        }
+      }
       std::printf(
           "%s YCSB-%c depth %d batch %d: %llu scans returned %.1f "
-          "items each on average (%.0f items/s)\n",
+          "items each on average (%.0f items/s)%s\n",
           r.system.c_str(), r.workload, r.depth, r.batch,
           static_cast<unsigned long long>(r.scans),
           double(r.scanned) / double(r.scans),
-          r.seconds > 0 ? double(r.scanned) / r.seconds : 0.0);
+          r.seconds > 0 ? double(r.scanned) / r.seconds : 0.0, paths.c_str());
     }
     for (const auto& s : systems) {
       if (s.kind == SystemSpec::Kind::kRemem && o.threads > 1 &&

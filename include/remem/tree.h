@@ -11,7 +11,11 @@
 // node it copies, so a torn node is never used; upper levels come from a
 // cache whose stale copies are detected by their fence keys), or the server
 // searches (one RPC). kAuto chooses per operation from measured latencies
-// (Cell's selector), with point gets and scans measured apart. Writes go
+// (Cell's selector), with point gets and scans measured apart; over shared
+// memory, asynchronous scans issued while others are in flight are split
+// between the two paths so that the client's core and the server's both
+// work (up to half of those in flight go by RPC, fewer when RPCs come back
+// slowly or cost this client as much as the scan itself). Writes go
 // through the server. A result read one-sided is returned only while the
 // server's lease vouches for it (remem/session.h, "Liveness").
 //
@@ -205,7 +209,11 @@ class TreeStore {
     uint64_t rpc_gets = 0;        // gets answered by the server
     uint64_t onesided_scans = 0;  // scan pages read one-sided
     uint64_t rpc_scans = 0;       // scan pages the server made
-    uint64_t reads = 0;           // one-sided node reads issued
+    // Of rpc_scans, those auto sent by RPC while other operations were in
+    // flight over shared memory, to split the work between the client's
+    // core and the server's (see "Reads take one of two paths", above).
+    uint64_t split_scans = 0;
+    uint64_t reads = 0;  // one-sided node reads issued
     // Node copies that failed to verify, and leaves read again because a
     // key or value they named had changed since.
     uint64_t retries = 0;

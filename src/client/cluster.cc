@@ -242,6 +242,7 @@ struct Cluster::Impl {
     to->rpc_gets += r.rpc_gets;
     to->onesided_scans += r.onesided_scans;
     to->rpc_scans += r.rpc_scans;
+    to->split_scans += r.split_scans;
     to->reads += r.reads;
     to->retries += r.retries;
     to->fallbacks += r.fallbacks;

@@ -182,4 +182,34 @@ void PathTiming::Record(PathSelector* selector, Path path,
       end);
 }
 
+bool DepthSplit::TakeRpc(size_t in_flight, double onesided_us) {
+  if (in_flight_ >= in_flight / 2) return false;
+  if (measured_ >= kWarmup + kProbes &&
+      (client_us() >= onesided_us ||
+       latency_us_ > kSlack * static_cast<double>(in_flight) * onesided_us)) {
+    // Not worth it now; one in kProbeEvery still goes, to notice a change.
+    return ++declined_ % kProbeEvery == 0;
+  }
+  return true;
+}
+
+void DepthSplit::Average(double* avg, size_t n, double sample) {
+  if (n < kWarmup) return;
+  n -= kWarmup;
+  // A sample is taken as at most kClip times the average, so one stall
+  // (the client's thread preempted) moves it little, while a lasting change
+  // still carries it, by up to a fifth a sample.
+  if (n > 0) sample = std::min(sample, kClip * *avg);
+  const double w = n < 16 ? 1.0 / static_cast<double>(n + 1) : 1.0 / 16;
+  *avg += w * (sample - *avg);
+}
+
+void DepthSplit::SendTook(double us) { Average(&send_us_, sends_++, us); }
+
+void DepthSplit::Answered(double latency_us, double us) {
+  Dropped();
+  Average(&latency_us_, measured_, latency_us);
+  Average(&take_us_, measured_++, us);
+}
+
 }  // namespace remem::client

@@ -165,6 +165,85 @@ class PathTiming {
   Clock::time_point last_now_ = Clock::now();
 };
 
+// Splits operations between the client's core and the server's when
+// several are in flight on shared memory. There a one-sided operation
+// runs on the client's core inside the call that starts it, and an RPC on
+// the server's core while the client goes on with others, so with
+// operations queued the two paths are two workers, and comparing their
+// latencies (PathSelector) sends everything to one of them while the
+// other core idles. A DepthSplit sends an operation by RPC while fewer
+// than half of the operations in flight are its RPCs, and the rest
+// one-sided: the server always has RPCs queued, and the client works
+// through the others meanwhile. A server slowed by another load keeps its
+// RPCs longer, so it gets fewer and the client does the rest (one free
+// slot keeps the client busy, since its operations complete in the call);
+// those RPCs' latency is the slow server's.
+//
+// RPCs that do not pay stop, but for one in kProbeEvery of the operations
+// that could go by RPC, kept to measure them (a change is seen at once):
+//   - when sending an RPC and taking its answer cost the client as much as
+//     doing the work itself (the one-sided estimate the caller passes);
+//   - when RPCs take longer to come back than kSlack times what the client
+//     needs to work through the operations in flight one-sided. The
+//     server is then busy with other work (measured: another process on
+//     its core made an RPC 2-3 ms against 40-550 us); RPCs would hold
+//     their slots that long, and take the server's time from the writes
+//     in flight, which only it can do (YCSB-E at depth 16, 5% inserts:
+//     54 K scans/s split against 82 K one-sided).
+// Both are measured on every RPC sent after the first kWarmup (the first
+// RPCs of a session pay for its lazy setup), and trusted after kProbes
+// more.
+//
+// Thread contract: not thread-safe; one per store and kind of read, used
+// on the thread of its Session.
+class DepthSplit {
+ public:
+  static constexpr size_t kWarmup = 8;
+  static constexpr size_t kProbes = 8;
+  static constexpr uint64_t kProbeEvery = 256;
+  static constexpr double kSlack = 8;
+  static constexpr double kClip = 4;
+
+  // Whether the next operation goes by RPC, with `in_flight` operations
+  // in flight (this one included) and the client's time per one-sided
+  // operation `onesided_us`. If it does, call Sent() now, SendTook() once
+  // the call has returned, and Answered() or Dropped() when it ends.
+  bool TakeRpc(size_t in_flight, double onesided_us);
+  void Sent() { ++in_flight_; }
+  // Sending an RPC took the client `us` (the call, up to its return).
+  void SendTook(double us);
+  // An RPC's answer was taken `latency_us` after it was sent; taking it
+  // cost the client `us`.
+  void Answered(double latency_us, double us);
+  // An RPC ended without an answer taken (an error).
+  void Dropped() {
+    if (in_flight_ > 0) --in_flight_;
+  }
+
+  // The client's time per RPC (send and answer), in microseconds (0 until
+  // measured).
+  double client_us() const { return send_us_ + take_us_; }
+  // RPCs answered, the warm-up's included.
+  size_t measured() const { return measured_; }
+  size_t in_flight() const { return in_flight_; }
+  // The RPCs' latency, from the send to the answer taken (0 until
+  // measured).
+  double latency_us() const { return latency_us_; }
+
+ private:
+  // Discards the first kWarmup samples; then each, clipped at kClip times
+  // the average, moves it by a sixteenth (the first ones set it).
+  static void Average(double* avg, size_t n, double sample);
+
+  double send_us_ = 0;
+  double take_us_ = 0;
+  double latency_us_ = 0;
+  size_t sends_ = 0;
+  size_t measured_ = 0;
+  size_t in_flight_ = 0;
+  uint64_t declined_ = 0;
+};
+
 }  // namespace remem::client
 
 #endif  // REMEM_CLIENT_PATH_SELECTOR_H_

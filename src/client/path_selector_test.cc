@@ -282,5 +282,103 @@ TEST(PathTiming, TimesEveryOperationUntilAPathHas32SamplesThenEvery8th) {
   }
 }
 
+// Operations in flight on shared memory are split between the two cores:
+// an operation goes by RPC while fewer than half of those in flight are the
+// split's RPCs; one alone in flight never does.
+TEST(DepthSplit, SendsByRpcWhileFewerThanHalfTheOperationsInFlightAreItsRpcs) {
+  DepthSplit split;
+  EXPECT_FALSE(split.TakeRpc(1, 5.0));
+  // Sixteen issued one after another, none answered: every second one
+  // goes by RPC.
+  int rpcs = 0;
+  for (size_t in_flight = 1; in_flight <= 16; ++in_flight) {
+    if (split.TakeRpc(in_flight, 5.0)) {
+      EXPECT_EQ(in_flight % 2, 0u) << in_flight;
+      split.Sent();
+      ++rpcs;
+    }
+  }
+  EXPECT_EQ(rpcs, 8);
+  EXPECT_EQ(split.in_flight(), 8u);
+  EXPECT_FALSE(split.TakeRpc(16, 5.0));
+  // An answer frees a place; an error too.
+  split.Answered(10.0, 1.0);
+  EXPECT_TRUE(split.TakeRpc(16, 5.0));
+  split.Sent();
+  split.Dropped();
+  EXPECT_EQ(split.in_flight(), 7u);
+  EXPECT_TRUE(split.TakeRpc(16, 5.0));
+}
+
+// The client's own cost of an RPC is measured after a warm-up whose
+// samples (a fresh session's lazy setup) are dropped; once it is as much
+// as the one-sided operation's, only one operation in kProbeEvery that
+// could go by RPC does, and a cheaper one-sided estimate than that turns
+// the split back on at once.
+TEST(DepthSplit, StopsWhenAnRpcCostsTheClientAsMuchAsTheWorkButKeepsMeasuring) {
+  DepthSplit split;
+  for (size_t i = 0; i < DepthSplit::kWarmup; ++i) {
+    split.SendTook(500.0);
+    split.Answered(900.0, 500.0);
+  }
+  EXPECT_EQ(split.client_us(), 0.0);
+  for (size_t i = 0; i < DepthSplit::kProbes; ++i) {
+    ASSERT_TRUE(split.TakeRpc(16, 3.0)) << "probe " << i;
+    split.SendTook(1.0);
+    split.Answered(20.0, 3.0);
+  }
+  EXPECT_NEAR(split.client_us(), 4.0, 1e-9);
+  // RPCs cost the client 4 us, one-sided operations 3 us.
+  int rpcs = 0;
+  const int tries = 10 * int(DepthSplit::kProbeEvery);
+  for (int i = 0; i < tries; ++i) rpcs += split.TakeRpc(16, 3.0);
+  EXPECT_EQ(rpcs, 10);
+  // One-sided operations that cost 10 us make RPCs worth it again.
+  for (int i = 0; i < 16; ++i) EXPECT_TRUE(split.TakeRpc(16, 10.0));
+  // The averages are of all samples until there are 16, then move a
+  // sixteenth each: this is the ninth. A sample counts as at most four
+  // times the average (one stall of the client's thread moves it little).
+  split.SendTook(1.0);
+  split.Answered(20.0, 7.0);
+  EXPECT_NEAR(split.client_us(), 1.0 + 3.0 + (7.0 - 3.0) / 9, 1e-9);
+  split.SendTook(1.0);
+  split.Answered(20.0, 1000.0);
+  EXPECT_NEAR(
+      split.client_us(),
+      1.0 + (3.0 + 4.0 / 9) + (4 * (3.0 + 4.0 / 9) - (3.0 + 4.0 / 9)) / 10,
+      1e-9);
+}
+
+// RPCs that come back later than kSlack times what the client needs to
+// work through the operations in flight one-sided (a server busy with
+// another load) stop the split but for its probes; it resumes once they
+// come back sooner, and a deeper queue allows a longer latency.
+TEST(DepthSplit, StopsWhileRpcsComeBackMuchLaterThanTheClientsOwnQueue) {
+  DepthSplit split;
+  for (size_t i = 0; i < DepthSplit::kWarmup + DepthSplit::kProbes; ++i) {
+    split.SendTook(0.5);
+    split.Answered(2000.0, 0.5);
+  }
+  EXPECT_NEAR(split.latency_us(), 2000.0, 1e-9);
+  // 16 in flight at 5 us one-sided: 80 us of the client's work; 2 ms is
+  // past 8 times that.
+  int rpcs = 0;
+  for (int i = 0; i < 2 * int(DepthSplit::kProbeEvery); ++i) {
+    rpcs += split.TakeRpc(16, 5.0);
+  }
+  EXPECT_EQ(rpcs, 2);
+  // At 64 in flight of 5 us, 2 ms is within 8 times the client's 320 us.
+  EXPECT_TRUE(split.TakeRpc(64, 5.0));
+  // Answers that come back in 50 us bring the average down (each clipped
+  // sample moves it a ninth, then a sixteenth, of the way) until it splits
+  // again.
+  int answers = 0;
+  while (!split.TakeRpc(16, 5.0) || split.latency_us() > 640.0) {
+    split.Answered(50.0, 0.5);
+    ASSERT_LT(++answers, 200);
+  }
+  EXPECT_LE(split.latency_us(), 8 * 16 * 5.0);
+}
+
 }  // namespace
 }  // namespace remem::client

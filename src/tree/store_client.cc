@@ -411,6 +411,7 @@ struct TreeStore::Impl {
   tree::NodeCache cache;
   std::unique_ptr<client::PathSelector> get_selector, scan_selector;
   client::PathTiming get_timing, scan_timing;  // which operations are timed
+  client::DepthSplit scan_split;
   size_t in_flight = 0;
 
   // The session's bookkeeping (Began/Ended) without its Track's wrapper:
@@ -495,6 +496,19 @@ struct TreeStore::Impl {
     const client::Path path = timing->Choose(selector, timed, start);
     ExploreWarm(*selector, path, timed, start);
     return path;
+  }
+
+  // Whether auto splits the next scan between the client's core and the
+  // server's (client::DepthSplit): over shared memory, with other
+  // operations of this store in flight, once one-sided scans have been
+  // measured. Over a served transport ChooseAsync sends them by RPC. Point
+  // gets are not split: an RPC costs the client about what a one-sided
+  // get does (BENCHMARKS, "YCSB-E: scans split between the two cores").
+  bool SplitsScan() const {
+    return scan_selector->mode() == ReadPath::kAuto && !core->served() &&
+           in_flight > 1 &&
+           scan_selector->Samples(client::Path::kOneSided) >=
+               client::PathSelectorOptions{}.min_samples;
   }
 
   // Before an exploration of the one-sided path, what a path taken for
@@ -1307,7 +1321,17 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
   client::PathTiming* timing = &impl_->scan_timing;
   bool timed = false;
   Clock::time_point t0;
-  const client::Path path = impl_->ChooseAsync(selector, timing, &timed, &t0);
+  client::Path path;
+  bool split = false;
+  if (impl_->SplitsScan()) {
+    split = impl_->scan_split.TakeRpc(
+        impl_->in_flight, selector->Estimate(client::Path::kOneSided));
+    path = split ? client::Path::kRpc : client::Path::kOneSided;
+    timed = !split && timing->Sample(*selector, path);
+    if (timed) t0 = Clock::now();
+  } else {
+    path = impl_->ChooseAsync(selector, timing, &timed, &t0);
+  }
   if (path == client::Path::kOneSided) {
     bool gave_up = false;
     Status st = impl_->ScanOneSided(start, end, limit, desc, page, &gave_up);
@@ -1320,6 +1344,36 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
     timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_scans;
+  if (split) {
+    // The client's own time on it is measured: the send, and taking the
+    // answer.
+    client::DepthSplit* depth_split = &impl_->scan_split;
+    ++impl_->stats.split_scans;
+    depth_split->Sent();
+    const Clock::time_point sent = Clock::now();
+    impl_->core->Call(
+        tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
+        tree::EncodeTreeScan({start, end, limit, desc}),
+        [cb = std::move(cb), depth_split, page, sent](
+            Status st, std::string payload) mutable {
+          if (!st.ok()) {
+            depth_split->Dropped();
+            tree::ClearPage(page);
+            return cb(st);
+          }
+          const Clock::time_point answered = Clock::now();
+          st = tree::DecodeTreeScanReply(payload, page);
+          const Clock::time_point taken = Clock::now();
+          depth_split->Answered(
+              std::chrono::duration<double, std::micro>(taken - sent).count(),
+              std::chrono::duration<double, std::micro>(taken - answered)
+                  .count());
+          cb(st);
+        });
+    depth_split->SendTook(
+        std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+    return;
+  }
   impl_->core->Call(tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
                     tree::EncodeTreeScan({start, end, limit, desc}),
                     [cb = std::move(cb), timed, t0, selector, timing, page](
