@@ -464,6 +464,9 @@ TEST_F(TxnTest, AClientKilledInATransactionGivesItsReservationBack) {
   EXPECT_EQ(StatOf(session_.get(), "txn_bytes_used"), 0u);
 }
 
+// An id of the server's previous run names nothing after a restart without
+// --data-dir, also once the same slot holds a new object: reads and blind
+// writes of it fail NotFound and the new object is unchanged.
 TEST_F(TxnTest, ARestartedServerWithoutADataDirHasNoObjects) {
   const ObjectId id = Make({"volatile"})[0];
   const std::string address = server_.address;
@@ -484,6 +487,21 @@ TEST_F(TxnTest, ARestartedServerWithoutADataDirHasNoObjects) {
   auto store = ObjectStore::Open(s2.get());
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Read(id).status().code(), StatusCode::kNotFound);
+  // The first slot of the class again, as the old object had.
+  auto tx = (*store)->Begin();
+  auto fresh = tx->Alloc("unrelated");
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ASSERT_TRUE(tx->Commit().ok());
+  EXPECT_EQ(fresh->address, id.address);
+  EXPECT_EQ(fresh->capacity, id.capacity);
+  EXPECT_NE(fresh->incarnation, id.incarnation);
+  EXPECT_EQ((*store)->Read(id).status().code(), StatusCode::kNotFound);
+  auto blind = (*store)->Begin();
+  ASSERT_TRUE(blind->Write(id, "overwritten").ok());
+  EXPECT_EQ(blind->Commit().code(), StatusCode::kNotFound);
+  auto got = (*store)->Read(*fresh);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data, "unrelated");
 }
 
 // With --data-dir, a server killed -9 while two processes transfer between

@@ -43,7 +43,10 @@
 // (ObjectStore::Read and Transaction::Read then cost one call).
 //
 // Object ids: an ObjectId names a slot and its incarnation; a freed
-// object's id never reads another object (NotFound). Ids may be stored in
+// object's id never reads another object (NotFound). A server without
+// --data-dir starts its slots at an incarnation drawn anew at each start:
+// an id from before it restarted reads NotFound, not an object allocated
+// since (but by a chance of about one in 2^32). Ids may be stored in
 // objects (FaRM's pointers): 16 bytes, written with ObjectId::Encode.
 //
 // Allocation: Transaction::Alloc reserves a slot at once (one call) so
