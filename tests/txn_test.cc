@@ -350,6 +350,40 @@ TEST_F(TxnTest, BadInputGetsClearErrorsAndChangesNothing) {
   EXPECT_EQ(store_->Read(ids[0])->data, "x");
 }
 
+// An id of an object's address and incarnation with another class's
+// capacity names no object: reads (one-sided, together, and in a
+// transaction) answer NotFound as writes and frees do, and nothing
+// changes.
+TEST_F(TxnTest, AnIdWithAnotherClasssCapacityNamesNoObject) {
+  const ObjectId id = Make({"hello"})[0];
+  for (uint32_t capacity : {txn::kMaxObjectBytes, txn::CapacityOf(3)}) {
+    ObjectId other = id;
+    other.capacity = capacity;
+    SCOPED_TRACE(other.ToString());
+    EXPECT_EQ(store_->Read(other).status().code(), StatusCode::kNotFound);
+    auto tx = store_->Begin();
+    EXPECT_EQ(tx->Read(other).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(tx->ReadMany({id, other}).status().code(), StatusCode::kNotFound);
+    tx->Abort();
+    auto write = store_->Begin();
+    ASSERT_TRUE(write->Write(other, "hi").ok());
+    EXPECT_EQ(write->Commit().code(), StatusCode::kNotFound);
+    // Beside the true id in one transaction: another object, not it.
+    auto both = store_->Begin();
+    ASSERT_TRUE(both->Read(id).ok());
+    EXPECT_EQ(both->Read(other).status().code(), StatusCode::kNotFound);
+    ASSERT_TRUE(both->Write(other, "hi").ok());
+    EXPECT_EQ(both->Commit().code(), StatusCode::kNotFound);
+    auto free = store_->Begin();
+    ASSERT_TRUE(free->Free(other).ok());
+    EXPECT_EQ(free->Commit().code(), StatusCode::kNotFound);
+  }
+  auto got = store_->Read(id);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data, "hello");
+  EXPECT_EQ(got->version, 2u);
+}
+
 // Transfers between accounts from two processes while a third audits
 // them in read-only transactions (reading the accounts together and one
 // by one), all one-sided reads racing the server's commits: every audit

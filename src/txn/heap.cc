@@ -51,7 +51,7 @@ void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
                          std::string_view data) {
   uint8_t* slot = At(offset);
   h.checksum = DataChecksum(h, data.data(), data.size());
-  h.header_check = HeaderCheck(h);
+  h.header_check = HeaderCheck(h, CapacityOf(page_class_[offset / kPageBytes]));
   // Whole words (the slot's capacity is a multiple of 32): the last one
   // padded with zeros.
   uint8_t* bytes = slot + sizeof(ObjectHeader);

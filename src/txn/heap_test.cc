@@ -31,8 +31,9 @@ class ObjectHeapTest : public ::testing::Test {
                 uint64_t* version) {
     ObjectHeader h;
     std::memcpy(&h, memory_.data() + id.address, sizeof(h));
-    if (HeaderCheck(h) != h.header_check || h.incarnation != id.incarnation ||
-        h.version == 0 || h.version % 2 != 0 || h.size > id.capacity) {
+    if (HeaderCheck(h, id.capacity) != h.header_check ||
+        h.incarnation != id.incarnation || h.version == 0 ||
+        h.version % 2 != 0 || h.size > id.capacity) {
       return false;
     }
     const uint8_t* p = memory_.data() + id.address + sizeof(h);
