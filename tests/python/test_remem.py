@@ -372,6 +372,25 @@ class RememTest(unittest.TestCase):
             ops.vec_filter("v", "=~", 1)
         with self.assertRaises(remem.InvalidArgument):
             ops.vec_update("v", "add", [1.0, 2.0])  # not as long
+        # Past float's range: refused, never stored as an infinity, in a
+        # list as a single operand is.
+        ops.vec_put("pf", [1.0, 2.0, 3.0], type="float")
+        for bad in ([1e39, -1e300, 1.0], [1.0, 2.0, -1e39]):
+            with self.assertRaises(remem.InvalidArgument) as e:
+                ops.vec_put("pf", bad, type="float")
+            self.assertIn("does not fit a float", e.exception.message)
+            with self.assertRaises(remem.InvalidArgument) as e:
+                ops.vec_update("pf", "add", bad, type="float")
+            self.assertIn("does not fit a float", e.exception.message)
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_update("pf", "add", 1e39)
+        self.assertEqual(ops.vec_get("pf")[:2], ([1.0, 2.0, 3.0], "float"))
+        # float's largest value, as printed, and the infinities are floats.
+        ops.vec_put("pf", [3.4028235e+38, float("inf"), -float("inf")],
+                    type="float")
+        items = ops.vec_get("pf")[0]
+        self.assertEqual(items[1:], [float("inf"), -float("inf")])
+        self.assertLess(items[0], float("inf"))
         with self.assertRaises(remem.Error) as e:
             ops.call("v", 77, b"")  # no --ops-library
         self.assertEqual(e.exception.code, "Unsupported")
