@@ -647,5 +647,22 @@ TEST(TxnServer, AServerWithoutObjectMemorySaysHowToGiveItSome) {
   }
 }
 
+// An object heap that does not fit in what the other services left stops
+// the server at start, naming --txn-memory and what took --memory, the
+// namespaces' default included.
+TEST(TxnServer, AHeapThatDoesNotFitNamesItsFlagAndWhatTookTheMemory) {
+  auto r =
+      testing::RunCommand({testing::ServerBinary(), "--listen", "127.0.0.1:0",
+                           "--threads", "1", "--memory", "32M", "--hash-memory",
+                           "24M", "--tree-memory", "5M", "--txn-memory", "2M"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  for (const char* part :
+       {"--txn-memory 2.0 MiB does not fit in --memory 32.0 MiB",
+        "--hash-memory 24.0 MiB", "--tree-memory 5.0 MiB",
+        "--space-memory 2.0 MiB (its default)"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace remem

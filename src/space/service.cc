@@ -65,6 +65,7 @@ Status SpaceService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--space-memory must be less than --memory");
   }
   memory -= memory % chunk;
+  ctx->NameMemory("--space-memory", memory, options_.memory == 0);
   std::vector<SpaceRegion> regions;
   while (memory > 0) {
     const uint64_t len = std::min(memory, kRegionBytes);

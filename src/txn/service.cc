@@ -31,6 +31,7 @@ Status TxnService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--txn-memory must be less than --memory");
   }
   memory -= memory % kPageBytes;
+  ctx->NameMemory("--txn-memory", memory, memory_option_ == 0);
   std::vector<ObjectHeap::Region> regions;
   Info info;
   info.max_object = kMaxObjectBytes;
