@@ -1059,10 +1059,26 @@ void DefOps(py::class_<H, Extra...>& ops) {
           "vec_reduce",
           [](H& o, py::object key, py::object reduction) {
             std::string k = ToBytes(key, "key");
-            if (PyLong_Check(reduction.ptr())) {
-              const uint32_t id = reduction.cast<uint32_t>();
+            if (PyLong_Check(reduction.ptr()) &&
+                !PyBool_Check(reduction.ptr())) {
+              int overflow = 0;
+              const long long v =
+                  PyLong_AsLongLongAndOverflow(reduction.ptr(), &overflow);
+              if (overflow != 0 || v < 0 ||
+                  v > std::numeric_limits<uint32_t>::max()) {
+                throw py::value_error(
+                    "a reduction's function id is from 0 to 4294967295, not " +
+                    std::string(py::str(reduction)));
+              }
+              const uint32_t id = uint32_t(v);
               return FromNumber(Check(o.Call(
                   "vec_reduce", [&](S& s) { return VecReduceOn(s, k, id); })));
+            }
+            if (!PyUnicode_Check(reduction.ptr())) {
+              throw py::type_error(
+                  "a reduction is a str (sum, min, max or count) or an int "
+                  "(a function id), not " +
+                  std::string(py::str(reduction.get_type().attr("__name__"))));
             }
             const std::string r = reduction.cast<std::string>();
             remem::Reduction red;
@@ -1502,8 +1518,18 @@ PYBIND11_MODULE(remem, m) {
       .def(
           "read",
           [](PyMapping& mp, uint64_t offset, size_t length) {
-            std::string buf(length, '\0');
+            std::string buf;
             Check(mp.Call("read", [&](remem::Mapping& map) {
+              // The range is checked before the buffer is made: a length
+              // past the mapping is refused as Mapping::Read refuses it,
+              // without allocating it first (10**10 took 10 GB).
+              if (offset > map.length() || length > map.length() - offset) {
+                return remem::Status::InvalidArgument(
+                    "[" + std::to_string(offset) + ", +" +
+                    std::to_string(length) + ") is outside the mapping's " +
+                    std::to_string(map.length()) + " bytes");
+              }
+              buf.resize(length);
               return map.Read(offset, buf.data(), length);
             }));
             return Bytes(buf);
