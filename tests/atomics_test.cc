@@ -769,6 +769,31 @@ TEST_F(AtomicsTest, VectorOperationsAgreeWithALocalModelOnBothReducePaths) {
   ASSERT_TRUE(s.VecPut("vd", std::vector<double>{}).ok());
   EXPECT_EQ(s.VecReduce("vd", Reduction::kMin).status().code(),
             StatusCode::kInvalidArgument);
+
+  // NaN propagates through min and max, first or not, on both paths and
+  // in elementwise updates.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(s.VecPut("nan0", std::vector<double>{nan, 1, 2}).ok());
+  ASSERT_TRUE(s.VecPut("nan1", std::vector<double>{1, nan, 2}).ok());
+  ASSERT_TRUE(s.VecPut("nanf", std::vector<float>{1, 2, float(nan)}).ok());
+  for (OpsStore* st : {server_side.store.get(), client_side.store.get()}) {
+    for (const char* key : {"nan0", "nan1", "nanf"}) {
+      for (Reduction r : {Reduction::kMin, Reduction::kMax}) {
+        auto got = st->VecReduce(key, r);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_TRUE(std::isnan(std::get<double>(*got))) << key << int(r);
+      }
+    }
+  }
+  ASSERT_TRUE(s.Execute(Op::VecUpdate("nan1", VecFn::kMin, 1.5)).ok());
+  std::vector<double> got = std::get<1>(s.VecGet("nan1")->data);
+  EXPECT_EQ(got[0], 1.0);
+  EXPECT_TRUE(std::isnan(got[1]));
+  EXPECT_EQ(got[2], 1.5);
+  ASSERT_TRUE(s.Execute(Op::VecUpdate("nan1", VecFn::kMax, nan)).ok());
+  got = std::get<1>(s.VecGet("nan1")->data);
+  ASSERT_EQ(got.size(), 3u);
+  for (double x : got) EXPECT_TRUE(std::isnan(x));
 }
 
 // A writer here adds 1 to every element of vectors (one inline, one in an

@@ -463,12 +463,21 @@ TEST(SpaceServer, AServerWithoutNamespaceMemorySaysHowToGiveItSome) {
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{"--space-chunk", "3000"},
         std::vector<std::string>{"--space-chunk", "128M"},
-        std::vector<std::string>{"--space-memory", "64M"}}) {
+        std::vector<std::string>{"--space-memory", "64M"},
+        std::vector<std::string>{"--space-memory", "1M", "--space-chunk", "4M"},
+        // The default --space-memory, a sixteenth of 32M, holds no chunk
+        // of 4M: refused too, not started without namespaces.
+        std::vector<std::string>{"--space-chunk", "4M"}}) {
     std::vector<std::string> argv = {testing::ServerBinary(), "--listen",
                                      "127.0.0.1:0", "--memory", "32M"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto r = testing::RunCommand(argv);
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << ": " << r.out;
+    if (flags.size() == 2 && flags[1] == "4M") {
+      EXPECT_NE(r.out.find("--space-chunk 4.0 MiB"), std::string::npos)
+          << r.out;
+      EXPECT_NE(r.out.find("--space-memory"), std::string::npos) << r.out;
+    }
   }
 }
 

@@ -569,6 +569,24 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
             "user:1\tv-user:1\n");
   EXPECT_EQ(cli({"tree", "scan", "--prefix", "user:", "--desc", "a"}).out, "");
   EXPECT_EQ(cli({"tree", "scan", "--prefix", "user:", "user:2"}).exit_code, 2);
+  // An empty prefix is a prefix like any other: every key, its lone key
+  // with --desc is END, a range beside it is refused, and the note of a
+  // descending page gives that form.
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "", "--desc", "user:2"}).out,
+            "user:1\tv-user:1\n");
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "", "--desc", "zz"}).out,
+            "user:3\tv-user:3\nuser:2\tv-user:2\nuser:1\tv-user:1\n");
+  EXPECT_EQ(cli_out({"tree", "scan", "--prefix", "", "--limit", "1"}).out,
+            "user:1\tv-user:1\n");
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "", "user:1", "zz"}).exit_code, 2);
+  EXPECT_EQ(cli({"tree", "scan", "--prefix", "", "user:1"}).exit_code, 2);
+  auto desc_note = testing::RunCommand(
+      {"/bin/sh", "-c",
+       "\"$0\" --server \"$1\" --transport \"$2\" tree scan --prefix '' "
+       "--desc --limit 1 2>&1 >/dev/null",
+       testing::CliBinary(), server_.address, transport});
+  EXPECT_NE(desc_note.out.find("(--prefix P --desc END)"), std::string::npos)
+      << desc_note.out;
   // An error prints no partial JSON.
   auto bad_json = cli_out({"--json", "tree", "scan", "b", "a"});
   EXPECT_EQ(bad_json.exit_code, 2);

@@ -350,6 +350,40 @@ TEST_F(TxnTest, BadInputGetsClearErrorsAndChangesNothing) {
   EXPECT_EQ(store_->Read(ids[0])->data, "x");
 }
 
+// An id of an object's address and incarnation with another class's
+// capacity names no object: reads (one-sided, together, and in a
+// transaction) answer NotFound as writes and frees do, and nothing
+// changes.
+TEST_F(TxnTest, AnIdWithAnotherClasssCapacityNamesNoObject) {
+  const ObjectId id = Make({"hello"})[0];
+  for (uint32_t capacity : {txn::kMaxObjectBytes, txn::CapacityOf(3)}) {
+    ObjectId other = id;
+    other.capacity = capacity;
+    SCOPED_TRACE(other.ToString());
+    EXPECT_EQ(store_->Read(other).status().code(), StatusCode::kNotFound);
+    auto tx = store_->Begin();
+    EXPECT_EQ(tx->Read(other).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(tx->ReadMany({id, other}).status().code(), StatusCode::kNotFound);
+    tx->Abort();
+    auto write = store_->Begin();
+    ASSERT_TRUE(write->Write(other, "hi").ok());
+    EXPECT_EQ(write->Commit().code(), StatusCode::kNotFound);
+    // Beside the true id in one transaction: another object, not it.
+    auto both = store_->Begin();
+    ASSERT_TRUE(both->Read(id).ok());
+    EXPECT_EQ(both->Read(other).status().code(), StatusCode::kNotFound);
+    ASSERT_TRUE(both->Write(other, "hi").ok());
+    EXPECT_EQ(both->Commit().code(), StatusCode::kNotFound);
+    auto free = store_->Begin();
+    ASSERT_TRUE(free->Free(other).ok());
+    EXPECT_EQ(free->Commit().code(), StatusCode::kNotFound);
+  }
+  auto got = store_->Read(id);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data, "hello");
+  EXPECT_EQ(got->version, 2u);
+}
+
 // Transfers between accounts from two processes while a third audits
 // them in read-only transactions (reading the accounts together and one
 // by one), all one-sided reads racing the server's commits: every audit
@@ -464,6 +498,9 @@ TEST_F(TxnTest, AClientKilledInATransactionGivesItsReservationBack) {
   EXPECT_EQ(StatOf(session_.get(), "txn_bytes_used"), 0u);
 }
 
+// An id of the server's previous run names nothing after a restart without
+// --data-dir, also once the same slot holds a new object: reads and blind
+// writes of it fail NotFound and the new object is unchanged.
 TEST_F(TxnTest, ARestartedServerWithoutADataDirHasNoObjects) {
   const ObjectId id = Make({"volatile"})[0];
   const std::string address = server_.address;
@@ -484,6 +521,21 @@ TEST_F(TxnTest, ARestartedServerWithoutADataDirHasNoObjects) {
   auto store = ObjectStore::Open(s2.get());
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Read(id).status().code(), StatusCode::kNotFound);
+  // The first slot of the class again, as the old object had.
+  auto tx = (*store)->Begin();
+  auto fresh = tx->Alloc("unrelated");
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ASSERT_TRUE(tx->Commit().ok());
+  EXPECT_EQ(fresh->address, id.address);
+  EXPECT_EQ(fresh->capacity, id.capacity);
+  EXPECT_NE(fresh->incarnation, id.incarnation);
+  EXPECT_EQ((*store)->Read(id).status().code(), StatusCode::kNotFound);
+  auto blind = (*store)->Begin();
+  ASSERT_TRUE(blind->Write(id, "overwritten").ok());
+  EXPECT_EQ(blind->Commit().code(), StatusCode::kNotFound);
+  auto got = (*store)->Read(*fresh);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data, "unrelated");
 }
 
 // With --data-dir, a server killed -9 while two processes transfer between
@@ -592,6 +644,23 @@ TEST(TxnServer, AServerWithoutObjectMemorySaysHowToGiveItSome) {
         testing::RunCommand({testing::ServerBinary(), "--listen", "127.0.0.1:0",
                              "--memory", "32M", "--txn-memory", bad});
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+  }
+}
+
+// An object heap that does not fit in what the other services left stops
+// the server at start, naming --txn-memory and what took --memory, the
+// namespaces' default included.
+TEST(TxnServer, AHeapThatDoesNotFitNamesItsFlagAndWhatTookTheMemory) {
+  auto r =
+      testing::RunCommand({testing::ServerBinary(), "--listen", "127.0.0.1:0",
+                           "--threads", "1", "--memory", "32M", "--hash-memory",
+                           "24M", "--tree-memory", "5M", "--txn-memory", "2M"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  for (const char* part :
+       {"--txn-memory 2.0 MiB does not fit in --memory 32.0 MiB",
+        "--hash-memory 24.0 MiB", "--tree-memory 5.0 MiB",
+        "--space-memory 2.0 MiB (its default)"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << ": " << r.out;
   }
 }
 

@@ -1178,8 +1178,9 @@ int RunCli(int argc, char** argv) {
       "'key<TAB>value' per line (--json: binary-safe, with the resume key)");
   tscan->add_option("start", scan_start, "first key (default: the lowest)");
   tscan->add_option("end", scan_end, "end, exclusive (default: no bound)");
-  tscan->add_option("--prefix", scan_prefix,
-                    "only keys that begin with this (instead of a range)");
+  auto* prefix_opt = tscan->add_option(
+      "--prefix", scan_prefix,
+      "only keys that begin with this (instead of a range; '' is every key)");
   tscan->add_option("--limit", scan_limit, "pairs per page")
       ->capture_default_str()
       ->check(tools::NumberIn(1u, 10000u));
@@ -1453,7 +1454,10 @@ int RunCli(int argc, char** argv) {
     const auto order = scan_desc ? TreeStore::Order::kDescending
                                  : TreeStore::Order::kAscending;
     std::string start = scan_start, end = scan_end;
-    if (!scan_prefix.empty()) {
+    // An empty --prefix is a prefix as any other (every key has it): its
+    // lone key with --desc is END, and a range beside it is refused.
+    const bool prefix_given = prefix_opt->count() > 0;
+    if (prefix_given) {
       // Descending, a lone key given is the END: a descending prefix scan
       // continues with the last key it printed, as any descending scan.
       const bool lone_end = scan_desc && after_opt->count() == 0 &&
@@ -1486,7 +1490,7 @@ int RunCli(int argc, char** argv) {
             "give either START or --after (with --after, one key is END)"));
       }
       if (!scan_start.empty()) {
-        if (!scan_prefix.empty()) {
+        if (prefix_given) {
           return Fail(Status::InvalidArgument(
               "give either --prefix or a range, not both"));
         }
@@ -1572,7 +1576,7 @@ int RunCli(int argc, char** argv) {
                    "--all for every page, or %s for the next\n",
                    n, n == 1 ? "" : "s",
                    !scan_desc ? "--after with the last key printed"
-                   : !scan_prefix.empty()
+                   : prefix_given
                        ? "the last key printed as END (--prefix P --desc END)"
                        : "the last key printed as END (tree scan --desc START "
                          "END, with START \"\" for none)");

@@ -25,7 +25,11 @@
 //
 // Vectors are values with a 16-byte header (docs/PROTOCOL.md, "Vector
 // values": magic, element type, count) followed by the elements,
-// little-endian and packed. EncodeVector/DecodeVector convert.
+// little-endian and packed. EncodeVector/DecodeVector convert. On double
+// and float vectors NaN propagates through min and max (as numpy's; IEEE's
+// fmin and fmax drop it): a min or max reduction is NaN if any element is,
+// wherever it sits, and an elementwise min or max is NaN where the element
+// or its operand is; the server and a one-sided reduction agree.
 //
 // Thread contract: as the Session: one thread. An OpsStore must be
 // destroyed before its Session; its destructor waits for its own

@@ -43,7 +43,10 @@
 // (ObjectStore::Read and Transaction::Read then cost one call).
 //
 // Object ids: an ObjectId names a slot and its incarnation; a freed
-// object's id never reads another object (NotFound). Ids may be stored in
+// object's id never reads another object (NotFound). A server without
+// --data-dir starts its slots at an incarnation drawn anew at each start:
+// an id from before it restarted reads NotFound, not an object allocated
+// since (but by a chance of about one in 2^32). Ids may be stored in
 // objects (FaRM's pointers): 16 bytes, written with ObjectId::Encode.
 //
 // Allocation: Transaction::Alloc reserves a slot at once (one call) so
@@ -75,7 +78,8 @@
 // Errors: InvalidArgument (an object larger than max_object(), data
 // larger than the object's capacity, a malformed id, a call on a
 // transaction that is over), NotFound (no object at the id: freed, never
-// committed, or of a server that restarted without --data-dir), Conflict
+// committed, of a server that restarted without --data-dir, or an id
+// whose capacity is another size class's than its slot's), Conflict
 // (Commit: another transaction changed an object this one used; nothing was
 // applied), OutOfMemory (Alloc: the heap is full), Unsupported (a server
 // started with no object memory), and the session's errors (Unavailable,
@@ -124,9 +128,12 @@ struct ObjectId {
     return address == o.address && incarnation == o.incarnation &&
            capacity == o.capacity;
   }
+  // All three fields, as operator==: an id of another capacity is another
+  // id (it names no object), not the one a transaction read or wrote.
   bool operator<(const ObjectId& o) const {
-    return address < o.address ||
-           (address == o.address && incarnation < o.incarnation);
+    if (address != o.address) return address < o.address;
+    if (incarnation != o.incarnation) return incarnation < o.incarnation;
+    return capacity < o.capacity;
   }
 };
 

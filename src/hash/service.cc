@@ -208,6 +208,7 @@ Status HashService::Init(server::ServiceContext* ctx) {
   }
 
   const uint64_t per = (memory / n) & ~uint64_t{kExtentAlign - 1};
+  ctx->NameMemory("--hash-memory", per * n, options_.memory == 0);
   for (uint32_t i = 0; i < n; ++i) {
     auto region = ctx->AllocateRegion(per, proto::RegionAccess::kReadOnly);
     if (!region.ok()) return region.status();

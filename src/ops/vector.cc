@@ -108,11 +108,21 @@ bool Combine(VecFn fn, T a, Wide<T> b, T* out) {
       case VecFn::kSet:
         *out = T(b);
         return true;
+      // NaN propagates: the result is NaN if either is (as numpy's
+      // minimum and maximum; IEEE's fmin and fmax would drop it).
       case VecFn::kMin:
-        *out = b < a ? T(b) : a;
+        if (std::isnan(a)) {
+          *out = a;
+        } else {
+          *out = std::isnan(b) || b < a ? T(b) : a;
+        }
         return true;
       case VecFn::kMax:
-        *out = b > a ? T(b) : a;
+        if (std::isnan(a)) {
+          *out = a;
+        } else {
+          *out = std::isnan(b) || b > a ? T(b) : a;
+        }
         return true;
     }
     return false;
@@ -304,6 +314,13 @@ Result<std::string> ReduceVector(std::string_view value, Reduction r) {
         } else {
           acc += x;
         }
+      } else if constexpr (!std::is_integral_v<T>) {
+        // NaN propagates, wherever it is (see Combine).
+        if (std::isnan(x)) {
+          acc = x;
+          break;
+        }
+        if (r == Reduction::kMin ? x < acc : x > acc) acc = x;
       } else if (r == Reduction::kMin ? x < acc : x > acc) {
         acc = x;
       }

@@ -66,11 +66,13 @@ Result<VectorView> ParseVector(std::string_view value);
 std::string MakeVector(ElemType type, uint64_t count, const void* elems);
 
 // element = fn(element, operand) for every element; `operand` is a scalar
-// (8 bytes) or a vector of the same type and count. On error `*value` is
-// unchanged.
+// (8 bytes) or a vector of the same type and count. Min and max of double
+// and float elements are NaN if either side is (NaN propagates). On error
+// `*value` is unchanged.
 Status UpdateVector(std::string* value, VecFn fn, std::string_view operand);
 // A one-element vector: int64 (sum, min, max of integer vectors; count) or
-// double (sum, min, max of double/float vectors). Min/max of an empty vector is
+// double (sum, min, max of double/float vectors; min and max are NaN if an
+// element is, as UpdateVector's). Min/max of an empty vector is
 // InvalidArgument; an integer sum beyond int64 is OutOfRange.
 Result<std::string> ReduceVector(std::string_view value, Reduction r);
 // A vector of the elements `e` with `e pred operand` (same type), or with

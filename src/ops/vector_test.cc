@@ -190,6 +190,52 @@ TEST(VectorTest, ReductionsOfEveryType) {
             StatusCode::kInvalidArgument);
 }
 
+// min and max of double and float vectors are NaN if an element is,
+// first, in the middle or last; elementwise min and max are NaN where the
+// element or the operand is (numpy's rule; IEEE's fmin and fmax drop NaN).
+TEST(VectorTest, NaNPropagatesThroughMinAndMaxWhereverItIs) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const float nanf = std::numeric_limits<float>::quiet_NaN();
+  for (const auto& d : std::vector<std::vector<double>>{
+           {nan, 1, 2}, {1, nan, 2}, {1, 2, nan}, {2, nan, 1}}) {
+    for (Reduction r : {Reduction::kMin, Reduction::kMax, Reduction::kSum}) {
+      EXPECT_TRUE(std::isnan(Real1(ReduceVector(Vec(ElemType::kDouble, d), r))))
+          << int(r) << " of double " << d[0] << " " << d[1] << " " << d[2];
+      const std::vector<float> f(d.begin(), d.end());
+      EXPECT_TRUE(std::isnan(Real1(ReduceVector(Vec(ElemType::kFloat, f), r))))
+          << int(r) << " of float " << d[0] << " " << d[1] << " " << d[2];
+    }
+  }
+  EXPECT_EQ(Real1(ReduceVector(Vec<double>(ElemType::kDouble, {2, -1, 3}),
+                               Reduction::kMin)),
+            -1.0);
+  EXPECT_EQ(Real1(ReduceVector(Vec<float>(ElemType::kFloat, {2, -1, 3}),
+                               Reduction::kMax)),
+            3.0);
+  for (VecFn fn : {VecFn::kMin, VecFn::kMax}) {
+    // A NaN element stays NaN; a NaN operand makes every element NaN.
+    std::string v = Vec<double>(ElemType::kDouble, {nan, 1, 5});
+    ASSERT_TRUE(UpdateVector(&v, fn, EncodeF64(3)).ok());
+    std::vector<double> got = Elems<double>(v);
+    EXPECT_TRUE(std::isnan(got[0])) << int(fn);
+    EXPECT_EQ(got[1], fn == VecFn::kMin ? 1.0 : 3.0);
+    EXPECT_EQ(got[2], fn == VecFn::kMin ? 3.0 : 5.0);
+    ASSERT_TRUE(UpdateVector(&v, fn, EncodeF64(nan)).ok());
+    for (double x : Elems<double>(v)) EXPECT_TRUE(std::isnan(x)) << int(fn);
+    std::string f = Vec<float>(ElemType::kFloat, {1, nanf, 5});
+    ASSERT_TRUE(UpdateVector(&f, fn, EncodeF64(nan)).ok());
+    for (float x : Elems<float>(f)) EXPECT_TRUE(std::isnan(x)) << int(fn);
+    // An operand vector: NaN where either side is.
+    f = Vec<float>(ElemType::kFloat, {1, nanf, 5});
+    ASSERT_TRUE(
+        UpdateVector(&f, fn, Vec<float>(ElemType::kFloat, {nanf, 2, 4})).ok());
+    std::vector<float> fs = Elems<float>(f);
+    EXPECT_TRUE(std::isnan(fs[0])) << int(fn);
+    EXPECT_TRUE(std::isnan(fs[1])) << int(fn);
+    EXPECT_EQ(fs[2], fn == VecFn::kMin ? 4.0f : 5.0f);
+  }
+}
+
 TEST(VectorTest, FilterReturnsElementsOrIndices) {
   std::string v = Vec<int64_t>(ElemType::kInt64, {5, 1, 9, 5, 0});
   auto ge = FilterVector(v, Predicate::kGe, EncodeI64(5), false);

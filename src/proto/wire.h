@@ -50,7 +50,8 @@ inline constexpr uint32_t kWireMagic = 0x4D4D4552;  // "REMM" in memory order
 //     client waits for before it creates its endpoint.
 // 12: the ordered store's layout 6 (a node's stamp, the tree mark's
 //     replicated half).
-inline constexpr uint16_t kWireVersion = 12;
+// 13: an object header's check is seeded with its slot's capacity.
+inline constexpr uint16_t kWireVersion = 13;
 
 // UCX active-message ids.
 inline constexpr unsigned kAmRequest = 17;     // client -> server

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include <variant>
 #include <vector>
 
+#include "ops/vector.h"  // FitsFloat
 #include "remem/cluster.h"
 #include "remem/hash.h"
 #include "remem/ops.h"
@@ -826,7 +828,10 @@ py::object FromNumber(const remem::Number& n) {
 }
 
 // A list of numbers as a vector of `type` ("int64", "double", "float",
-// "int32"; "": int64 if every element is an int, else double).
+// "int32"; "": int64 if every element is an int, else double). A number
+// past float's range in a float vector is refused (InvalidArgument), as a
+// scalar operand is by the server and an element by the CLI: never stored
+// as an infinity it was not.
 remem::VectorData ToVector(py::iterable items, std::string type) {
   std::vector<py::handle> xs;
   for (py::handle h : items) xs.push_back(h);
@@ -838,7 +843,8 @@ remem::VectorData ToVector(py::iterable items, std::string type) {
   }
   auto fill = [&](auto v) {
     using T = typename decltype(v)::value_type;
-    for (py::handle h : xs) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      py::handle h = xs[i];
       if constexpr (std::is_integral_v<T>) {
         const int64_t x = ToInt64(h);
         if (x < int64_t(std::numeric_limits<T>::min()) ||
@@ -851,6 +857,14 @@ remem::VectorData ToVector(py::iterable items, std::string type) {
         const double d = std::holds_alternative<int64_t>(n)
                              ? double(std::get<int64_t>(n))
                              : std::get<double>(n);
+        if (std::is_same_v<T, float> && !remem::ops::FitsFloat(d)) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%g", d);
+          Raise(remem::Status::InvalidArgument(
+              std::string("the element ") + text + " at index " +
+              std::to_string(i) +
+              " does not fit a float; the value is unchanged"));
+        }
         v.push_back(T(d));
       }
     }
@@ -1004,7 +1018,9 @@ void DefOps(py::class_<H, Extra...>& ops) {
           },
           py::arg("key"), py::arg("items"), py::arg("type") = "",
           "Stores a vector (type int64, double, float or int32; by default "
-          "int64 if every item is an int, else double): its version.")
+          "int64 if every item is an int, else double): its version. An "
+          "item past float's range in a float vector raises "
+          "InvalidArgument, storing nothing.")
       .def(
           "vec_get",
           [](H& o, py::object key) -> py::object {
@@ -1037,15 +1053,32 @@ void DefOps(py::class_<H, Extra...>& ops) {
           "Elementwise element = fn(element, operand) (fn add, mul, set, "
           "min or max; operand a number, or a list as long of the "
           "vector's type, which `type` names as vec_put's does): the new "
-          "version.")
+          "version. On a float vector an operand, or an item of one, past "
+          "float's range raises InvalidArgument, changing nothing.")
       .def(
           "vec_reduce",
           [](H& o, py::object key, py::object reduction) {
             std::string k = ToBytes(key, "key");
-            if (PyLong_Check(reduction.ptr())) {
-              const uint32_t id = reduction.cast<uint32_t>();
+            if (PyLong_Check(reduction.ptr()) &&
+                !PyBool_Check(reduction.ptr())) {
+              int overflow = 0;
+              const long long v =
+                  PyLong_AsLongLongAndOverflow(reduction.ptr(), &overflow);
+              if (overflow != 0 || v < 0 ||
+                  v > std::numeric_limits<uint32_t>::max()) {
+                throw py::value_error(
+                    "a reduction's function id is from 0 to 4294967295, not " +
+                    std::string(py::str(reduction)));
+              }
+              const uint32_t id = uint32_t(v);
               return FromNumber(Check(o.Call(
                   "vec_reduce", [&](S& s) { return VecReduceOn(s, k, id); })));
+            }
+            if (!PyUnicode_Check(reduction.ptr())) {
+              throw py::type_error(
+                  "a reduction is a str (sum, min, max or count) or an int "
+                  "(a function id), not " +
+                  std::string(py::str(reduction.get_type().attr("__name__"))));
             }
             const std::string r = reduction.cast<std::string>();
             remem::Reduction red;
@@ -1485,8 +1518,18 @@ PYBIND11_MODULE(remem, m) {
       .def(
           "read",
           [](PyMapping& mp, uint64_t offset, size_t length) {
-            std::string buf(length, '\0');
+            std::string buf;
             Check(mp.Call("read", [&](remem::Mapping& map) {
+              // The range is checked before the buffer is made: a length
+              // past the mapping is refused as Mapping::Read refuses it,
+              // without allocating it first (10**10 took 10 GB).
+              if (offset > map.length() || length > map.length() - offset) {
+                return remem::Status::InvalidArgument(
+                    "[" + std::to_string(offset) + ", +" +
+                    std::to_string(length) + ") is outside the mapping's " +
+                    std::to_string(map.length()) + " bytes");
+              }
+              buf.resize(length);
               return map.Read(offset, buf.data(), length);
             }));
             return Bytes(buf);

@@ -102,6 +102,16 @@ struct Server::Impl : public ServiceContext {
   std::vector<std::unique_ptr<fabric::LocalRegion>> regions;
   uint32_t next_region_id = proto::kRootRegion;
   uint64_t allocated = 0;
+  // Each service's memory flag (NameMemory) and the bytes it has
+  // allocated, in the order the services started.
+  struct MemoryUse {
+    proto::ServiceId service;
+    std::string flag;
+    uint64_t bytes;  // as the flag sized them
+    bool by_default;
+    uint64_t allocated = 0;
+  };
+  std::vector<MemoryUse> memory_uses;
   fabric::LocalRegion* root = nullptr;
   bool initialising = true;
   std::unique_ptr<durability::Durability> durable;
@@ -178,6 +188,12 @@ struct Server::Impl : public ServiceContext {
       uint64_t bytes, proto::RegionAccess access) override {
     return Allocate(bytes, access, current_service);
   }
+  void NameMemory(std::string flag, uint64_t bytes, bool by_default) override {
+    memory_uses.push_back(
+        {current_service, std::move(flag), bytes, by_default, 0});
+  }
+  // Why `owner`'s region of `bytes` does not fit in --memory.
+  Status MemoryRefusal(proto::ServiceId owner, uint64_t bytes) const;
   Result<fabric::LocalRegion*> Allocate(uint64_t bytes,
                                         proto::RegionAccess access,
                                         proto::ServiceId owner);
@@ -330,6 +346,37 @@ void CoreService::Handle(PartitionId, Call call) {
   }
 }
 
+Status Server::Impl::MemoryRefusal(proto::ServiceId owner,
+                                   uint64_t bytes) const {
+  const MemoryUse* asking = nullptr;
+  std::vector<std::string> took;
+  for (const MemoryUse& u : memory_uses) {
+    if (u.service == owner) {
+      asking = &u;
+    } else if (u.allocated > 0) {
+      took.push_back(u.flag + " " + FormatSize(u.allocated) +
+                     (u.by_default ? " (its default)" : ""));
+    }
+  }
+  std::string others;
+  for (size_t i = 0; i < took.size(); ++i) {
+    if (i > 0) others += i + 1 == took.size() ? " and " : ", ";
+    others += took[i];
+  }
+  const uint64_t left =
+      config.memory > allocated ? config.memory - allocated : 0;
+  std::string what = asking != nullptr
+                         ? asking->flag + " " + FormatSize(asking->bytes) +
+                               (asking->by_default ? " (its default)" : "")
+                         : FormatSize(bytes) + " more";
+  return Status::InvalidArgument(
+      what + " does not fit in --memory " + FormatSize(config.memory) + ": " +
+      FormatSize(left) + " of it is left" +
+      (others.empty() ? std::string() : ", the rest taken by " + others) +
+      "; lower one of them (a default too, by giving its flag), or raise "
+      "--memory");
+}
+
 Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
                                                     proto::RegionAccess access,
                                                     proto::ServiceId owner) {
@@ -337,14 +384,7 @@ Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
     return Status::Internal("regions are allocated only at start");
   }
   if (owner != proto::kCoreService && allocated + bytes > config.memory) {
-    return Status::InvalidArgument(
-        "the services ask for more than --memory (" +
-        std::to_string(config.memory) +
-        " bytes): " + std::to_string(allocated) + " bytes given already and " +
-        std::to_string(bytes) +
-        " more asked; --hash-memory (default half of --memory), "
-        "--tree-memory (default an eighth) and --space-memory (default a "
-        "sixteenth) must fit in it together");
+    return MemoryRefusal(owner, bytes);
   }
   if (next_region_id > 0xffff) {
     return Status::InvalidArgument(
@@ -360,6 +400,9 @@ Result<fabric::LocalRegion*> Server::Impl::Allocate(uint64_t bytes,
   if (owner != proto::kCoreService ||
       access == proto::RegionAccess::kReadWrite) {
     allocated += bytes;
+  }
+  for (MemoryUse& u : memory_uses) {
+    if (u.service == owner) u.allocated += bytes;
   }
   fabric::LocalRegion* raw = r->get();
   regions.push_back(std::move(*r));

@@ -196,9 +196,17 @@ class ServiceContext {
 
   // Init only: allocates and registers a region of `bytes` (UCX ALLOCATE,
   // so clients on the same host read it truly one-sided), exported to
-  // clients with `access`. Region ids are stable names.
+  // clients with `access`. Region ids are stable names. InvalidArgument
+  // if the services' regions together would pass --memory: the message
+  // names the flags that sized them (NameMemory).
   virtual Result<fabric::LocalRegion*> AllocateRegion(
       uint64_t bytes, proto::RegionAccess access) = 0;
+  // Init only, before AllocateRegion: `flag` (e.g. "--txn-memory") sized
+  // this service's regions to `bytes` in all, by its default if
+  // `by_default`; a refusal of AllocateRegion names the flag that asked and
+  // those, defaults included, that took --memory before it.
+  virtual void NameMemory(std::string /*flag*/, uint64_t /*bytes*/,
+                          bool /*by_default*/) {}
   // Init only: runs fn(p) for every partition, in parallel, and returns the
   // first error (recovery of independent partitions).
   virtual Status ForEachPartition(

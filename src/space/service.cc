@@ -6,6 +6,7 @@
 
 #include "fabric/memory_region.h"
 #include "space/codec.h"
+#include "util/size.h"
 
 namespace remem::space {
 
@@ -44,6 +45,18 @@ Status SpaceService::Init(server::ServiceContext* ctx) {
     // (with no namespaces, as it did before there were any).
     memory = std::min(ctx->memory_budget() / 16, ctx->memory_unallocated());
     if (memory < (1ull << 20)) memory = 0;
+    // A chunk asked for that the default cannot hold: refused, as one that
+    // an explicit --space-memory cannot hold is (namespaces were silently
+    // off).
+    if (options_.chunk != 0 && memory < chunk) {
+      return Status::InvalidArgument(
+          "--space-chunk " + FormatSize(chunk) +
+          " is more than the namespaces' memory, " + FormatSize(memory) +
+          " (--space-memory, by default a sixteenth of --memory or what "
+          "--hash-memory and --tree-memory leave, none under 1 MiB): give "
+          "--space-memory of at least one --space-chunk, or a smaller "
+          "--space-chunk");
+    }
   } else if (memory < chunk) {
     return Status::InvalidArgument(
         "--space-memory must hold at least one --space-chunk");
@@ -52,6 +65,7 @@ Status SpaceService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--space-memory must be less than --memory");
   }
   memory -= memory % chunk;
+  ctx->NameMemory("--space-memory", memory, options_.memory == 0);
   std::vector<SpaceRegion> regions;
   while (memory > 0) {
     const uint64_t len = std::min(memory, kRegionBytes);

@@ -40,6 +40,7 @@ Status TreeService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--tree-memory must be less than --memory");
   }
   memory &= ~uint64_t{kNodeBytes - 1};
+  ctx->NameMemory("--tree-memory", memory, options_.memory == 0);
   auto region = ctx->AllocateRegion(memory, proto::RegionAccess::kReadOnly);
   if (!region.ok()) return region.status();
   region_ = *region;

@@ -75,8 +75,9 @@ class Server {
   bool Verifies(const TxnObjectIdWire& id, std::string* data) {
     ObjectHeader h;
     std::memcpy(&h, memory_.data() + id.address, sizeof(h));
-    if (HeaderCheck(h) != h.header_check || h.incarnation != id.incarnation ||
-        h.version == 0 || h.version % 2 != 0) {
+    if (HeaderCheck(h, id.capacity) != h.header_check ||
+        h.incarnation != id.incarnation || h.version == 0 ||
+        h.version % 2 != 0) {
       return false;
     }
     const uint8_t* p = memory_.data() + id.address + sizeof(h);

@@ -23,8 +23,9 @@ std::string Describe(const TxnObjectIdWire& id) {
 
 }  // namespace
 
-ObjectHeap::ObjectHeap(std::vector<Region> regions)
-    : regions_(std::move(regions)) {
+ObjectHeap::ObjectHeap(std::vector<Region> regions, uint32_t first_incarnation)
+    : regions_(std::move(regions)),
+      first_incarnation_(first_incarnation == 0 ? 1 : first_incarnation) {
   for (const Region& r : regions_) heap_bytes_ += r.length;
   page_class_.assign(heap_bytes_ / kPageBytes, kNoClass);
 }
@@ -50,7 +51,7 @@ void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
                          std::string_view data) {
   uint8_t* slot = At(offset);
   h.checksum = DataChecksum(h, data.data(), data.size());
-  h.header_check = HeaderCheck(h);
+  h.header_check = HeaderCheck(h, CapacityOf(page_class_[offset / kPageBytes]));
   // Whole words (the slot's capacity is a multiple of 32): the last one
   // padded with zeros.
   uint8_t* bytes = slot + sizeof(ObjectHeader);
@@ -89,7 +90,7 @@ void ObjectHeap::ClassPage(uint64_t page, size_t cls) {
   counters_.pages_used.fetch_add(1, std::memory_order_relaxed);
   for (uint64_t s = 0; s < kPageBytes / ClassBytes(cls); ++s) {
     ObjectHeader h{};
-    h.incarnation = 1;  // an all-zero id names nothing
+    h.incarnation = first_incarnation_;
     Publish(page * kPageBytes + s * ClassBytes(cls), h, {});
   }
 }
@@ -294,7 +295,7 @@ void ObjectHeap::DropOwner(uint64_t owner) {
 
 bool ObjectHeap::SlotRecord(uint64_t offset, std::string* value) const {
   const ObjectHeader h = HeaderOf(offset);
-  if (h.version == 0 && h.incarnation <= 1) return false;
+  if (h.version == 0 && h.incarnation == first_incarnation_) return false;
   Encode(offset, h, value);
   return true;
 }

@@ -18,6 +18,13 @@
 //     incarnation before it is reused, so an ObjectId of the old one never
 //     names the new one; its page keeps its class, so the header stays
 //     where readers look for it (type-stable memory, BRIEF's second rule).
+//   - A page's slots start at the heap's first incarnation: 1 for a heap
+//     whose slots are recovered from a data directory (their incarnations
+//     survive a restart), a value drawn anew on every start of a server
+//     without one, so that an id of its previous run (whose slots started
+//     at that run's value) names no object of this one, unless the two
+//     values fall within a slot's reuses of each other (a chance of about
+//     one in 2^32 for a slot reused a few times).
 //
 // Thread contract: single-threaded (the service runs it on partition 0's
 // owner thread); the counters are read from any thread.
@@ -56,11 +63,15 @@ class ObjectHeap {
     std::atomic<uint64_t> conflicts{0};
   };
 
-  explicit ObjectHeap(std::vector<Region> regions);
+  // `first_incarnation`: the incarnation of every slot of a page when it is
+  // given to a class (0 is taken as 1: an all-zero id names nothing).
+  explicit ObjectHeap(std::vector<Region> regions,
+                      uint32_t first_incarnation = 1);
   ObjectHeap(const ObjectHeap&) = delete;
   ObjectHeap& operator=(const ObjectHeap&) = delete;
 
   uint64_t heap_bytes() const { return heap_bytes_; }
+  uint32_t first_incarnation() const { return first_incarnation_; }
   const std::vector<Region>& regions() const { return regions_; }
   const Counters& counters() const { return counters_; }
 
@@ -129,7 +140,7 @@ class ObjectHeap {
   // misaligned, NotFound if it names no slot of its page's class.
   Result<uint64_t> SlotOf(const TxnObjectIdWire& id) const;
   Status NewPage(size_t cls);
-  // Gives `page` to class `cls`: every slot free at incarnation 1.
+  // Gives `page` to class `cls`: every slot free at the first incarnation.
   void ClassPage(uint64_t page, size_t cls);
   // Puts a slot back on its class's free list with a new incarnation.
   void Recycle(uint64_t offset, size_t cls);
@@ -137,6 +148,7 @@ class ObjectHeap {
 
   std::vector<Region> regions_;
   uint64_t heap_bytes_ = 0;
+  uint32_t first_incarnation_;
   std::vector<uint8_t> page_class_;  // per page
   uint64_t next_page_ = 0;
   // Pages below next_page_ with no class (after a recovery), lowest last.

@@ -31,8 +31,9 @@ class ObjectHeapTest : public ::testing::Test {
                 uint64_t* version) {
     ObjectHeader h;
     std::memcpy(&h, memory_.data() + id.address, sizeof(h));
-    if (HeaderCheck(h) != h.header_check || h.incarnation != id.incarnation ||
-        h.version == 0 || h.version % 2 != 0 || h.size > id.capacity) {
+    if (HeaderCheck(h, id.capacity) != h.header_check ||
+        h.incarnation != id.incarnation || h.version == 0 ||
+        h.version % 2 != 0 || h.size > id.capacity) {
       return false;
     }
     const uint8_t* p = memory_.data() + id.address + sizeof(h);
@@ -164,6 +165,39 @@ TEST_F(ObjectHeapTest, AFullHeapSaysSoAndBadIdsAreRefused) {
   EXPECT_EQ(
       heap_.Commit({{bogus, 2, TxnOp::kCheck, {}}}, kOwner).status().code(),
       StatusCode::kNotFound);
+}
+
+// A heap of a server's next start (without a data directory): the same
+// slots, from another first incarnation. An id of the earlier heap names
+// no object of the later one, and a slot's first incarnation is not
+// logged as a use of it.
+TEST(ObjectHeapStart, AHeapOfANewStartNamesNoObjectOfTheLastOnesIds) {
+  std::vector<uint8_t> before(kPageBytes), after(kPageBytes);
+  ObjectHeap first({{1, before.data(), kPageBytes}}, 77);
+  ObjectHeap second({{1, after.data(), kPageBytes}}, 4000000000u);
+  EXPECT_EQ(second.first_incarnation(), 4000000000u);
+  auto old_id = first.Reserve(8, kOwner);
+  ASSERT_TRUE(old_id.ok());
+  EXPECT_EQ(old_id->incarnation, 77u);
+  ASSERT_TRUE(first.Commit({{*old_id, 0, TxnOp::kCreate, "old"}}, kOwner).ok());
+  auto new_id = second.Reserve(8, kOwner);
+  ASSERT_TRUE(new_id.ok());
+  ASSERT_TRUE(
+      second.Commit({{*new_id, 0, TxnOp::kCreate, "new"}}, kOwner).ok());
+  EXPECT_EQ(new_id->address, old_id->address);
+  EXPECT_NE(new_id->incarnation, old_id->incarnation);
+  EXPECT_EQ(second.Read(*old_id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(
+      second.Commit({{*old_id, 0, TxnOp::kWrite, "x"}}, kOwner).status().code(),
+      StatusCode::kNotFound);
+  EXPECT_EQ(second.Read(*new_id)->second, "new");
+  std::string record;
+  EXPECT_FALSE(second.SlotRecord(new_id->address + 64, &record))
+      << "a slot never used";
+  EXPECT_TRUE(second.SlotRecord(new_id->address, &record));
+  EXPECT_EQ(ObjectHeap({{1, before.data(), kPageBytes}}, 0).first_incarnation(),
+            1u)
+      << "0 names nothing";
 }
 
 TEST(TxnCodec, CommitsRoundTripAndTruncationsAreRefused) {

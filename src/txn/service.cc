@@ -31,6 +31,7 @@ Status TxnService::Init(server::ServiceContext* ctx) {
     return Status::InvalidArgument("--txn-memory must be less than --memory");
   }
   memory -= memory % kPageBytes;
+  ctx->NameMemory("--txn-memory", memory, memory_option_ == 0);
   std::vector<ObjectHeap::Region> regions;
   Info info;
   info.max_object = kMaxObjectBytes;
@@ -47,9 +48,17 @@ Status TxnService::Init(server::ServiceContext* ctx) {
     regions.push_back({(*r)->id(), static_cast<uint8_t*>((*r)->base()), len});
     memory -= len;
   }
-  heap_ = std::make_unique<ObjectHeap>(std::move(regions));
+  // Without a data directory every start is a new heap: its slots start at
+  // an incarnation of this start (the server's random incarnation, folded),
+  // so that an id from before a restart does not name an object made after
+  // it. With one, slots keep their incarnations across restarts.
+  durability::Durability* d = ctx->durability();
+  const uint64_t start = ctx->incarnation();
+  const uint32_t first_incarnation =
+      d != nullptr ? 1 : uint32_t(start ^ (start >> 32));
+  heap_ = std::make_unique<ObjectHeap>(std::move(regions), first_incarnation);
   info_reply_ = EncodeInfo(info);
-  if (durability::Durability* d = ctx->durability(); d != nullptr) {
+  if (d != nullptr) {
     durable_ = std::make_unique<DurableHeap>(heap_.get());
     // Also with no object memory: objects on disk are then refused loudly,
     // never dropped.

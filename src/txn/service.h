@@ -9,7 +9,8 @@
 // release is logged as one atomic group, replied to once durable under the
 // fsync policy, and snapshotted with the other services' state; a restart
 // recovers every object at its id and version. Without, objects live as
-// long as the server process.
+// long as the server process, and the heap's slots start at an incarnation
+// drawn for that start, so that ids of an earlier run read NotFound.
 //
 // Thread contract: as server::Service (server/service.h); the heap is
 // touched on partition 0's owner thread only.

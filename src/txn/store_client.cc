@@ -60,20 +60,42 @@ Status Locate(const txn::StoreState& s, const ObjectId& id, uint64_t bytes,
   return Status::OK();
 }
 
-// The header of a copy, if it verifies.
-bool VerifiedHeader(const char* copy, txn::ObjectHeader* h) {
+// Whether the header of a copy of the slot `id` names verifies: kVerified
+// (in *h), kOtherSlot (it verifies under another class's capacity: the id's
+// capacity is not its slot's, and the id names no object), or kTorn.
+enum class HeaderIs { kVerified, kOtherSlot, kTorn };
+HeaderIs CheckHeader(const char* copy, const ObjectId& id,
+                     txn::ObjectHeader* h) {
   std::memcpy(h, copy, sizeof(*h));
-  return txn::HeaderCheck(*h) == h->header_check;
+  if (txn::HeaderCheck(*h, id.capacity) == h->header_check) {
+    return HeaderIs::kVerified;
+  }
+  for (size_t c = 0; c < txn::kNumClasses; ++c) {
+    const uint32_t capacity = txn::CapacityOf(c);
+    if (capacity != id.capacity &&
+        txn::HeaderCheck(*h, capacity) == h->header_check) {
+      return HeaderIs::kOtherSlot;
+    }
+  }
+  return HeaderIs::kTorn;
 }
 
 // What a one-sided copy of the object `id` (header and capacity bytes)
-// holds: the object (kWhole, in *object), no object (kGone: freed, or
-// never committed), or nothing to trust (kTorn: it raced a commit).
+// holds: the object (kWhole, in *object), no object (kGone: freed, never
+// committed, or a slot of another capacity than the id's), or nothing to
+// trust (kTorn: it raced a commit).
 enum class CopyIs { kWhole, kGone, kTorn };
 CopyIs Judge(const char* copy, const ObjectId& id,
              ObjectStore::Object* object) {
   txn::ObjectHeader h;
-  if (!VerifiedHeader(copy, &h)) return CopyIs::kTorn;
+  switch (CheckHeader(copy, id, &h)) {
+    case HeaderIs::kVerified:
+      break;
+    case HeaderIs::kOtherSlot:
+      return CopyIs::kGone;
+    case HeaderIs::kTorn:
+      return CopyIs::kTorn;
+  }
   if (h.incarnation != id.incarnation || h.version == 0) return CopyIs::kGone;
   if (h.version % 2 != 0 || h.size > id.capacity) return CopyIs::kTorn;
   const char* data = copy + sizeof(h);
@@ -178,7 +200,9 @@ Status ValidateOne(txn::StoreState* s, const ObjectId& id, uint64_t version) {
     if (attempt >= 4) std::this_thread::yield();
     REMEM_RETURN_IF_ERROR(core->ReadNow(*region, offset, copy, sizeof(copy)));
     txn::ObjectHeader h;
-    if (!VerifiedHeader(copy, &h)) continue;  // torn, or being written
+    const HeaderIs is = CheckHeader(copy, id, &h);
+    if (is == HeaderIs::kOtherSlot) break;
+    if (is == HeaderIs::kTorn) continue;  // torn, or being written
     if (h.version == version && h.incarnation == id.incarnation) {
       return Status::OK();
     }
@@ -326,7 +350,8 @@ Status Transaction::ValidateReads() {
   size_t i = 0;
   for (const auto& [id, r] : reads_) {
     txn::ObjectHeader h;
-    if (!VerifiedHeader(copies.data() + kHeader * i++, &h)) {
+    if (CheckHeader(copies.data() + kHeader * i++, id, &h) !=
+        HeaderIs::kVerified) {
       REMEM_RETURN_IF_ERROR(ValidateOne(store_, id, r.version));
     } else if (h.version != r.version || h.incarnation != id.incarnation) {
       return Status::Conflict(Describe(id) + " changed since it was read");

@@ -56,7 +56,8 @@ struct ObjectHeader {
   uint32_t incarnation;   // of the slot; + 1 when an object in it is freed
   uint32_t size;          // bytes of the object (<= the slot's capacity)
   uint64_t checksum;      // xxh3-64 of the bytes, seeded with SeedOf(header)
-  uint64_t header_check;  // xxh3-64 of the 24 bytes before it
+  uint64_t header_check;  // xxh3-64 of the 24 bytes before it, seeded
+                          // with the slot's capacity
 };
 static_assert(sizeof(ObjectHeader) == 32);
 
@@ -74,8 +75,12 @@ inline constexpr bool IsCapacity(uint64_t capacity) {
 // The seed of an object's checksum: its version, incarnation and size, so
 // that bytes of one version never verify under another's header.
 inline uint64_t SeedOf(const ObjectHeader& h) { return XXH3_64bits(&h, 16); }
-inline uint64_t HeaderCheck(const ObjectHeader& h) {
-  return XXH3_64bits(&h, 24);
+// Seeded with the slot's capacity (CapacityOf its class), which the header
+// does not hold: a copy read under an id of another capacity (of the slot's
+// address, but not its class) fails it, so that a reader refuses that id as
+// the server does, instead of trusting bytes past the slot's end.
+inline uint64_t HeaderCheck(const ObjectHeader& h, uint32_t capacity) {
+  return XXH3_64bits_withSeed(&h, 24, capacity);
 }
 inline uint64_t DataChecksum(const ObjectHeader& h, const void* data,
                              size_t n) {

@@ -270,8 +270,17 @@ class RememTest(unittest.TestCase):
         self.assertEqual(m.compare_and_swap(8, 6, 100), 6)
         self.assertEqual(m.compare_and_swap(8, 6, 7), 100)
         self.assertEqual(int.from_bytes(m.read(8, 8), "little"), 100)
-        with self.assertRaises(remem.InvalidArgument):
+        with self.assertRaises(remem.InvalidArgument) as small:
             m.read(length - 4, 8)  # past the mapping
+        # Far past it: refused the same way, before a buffer of that
+        # length is made (10**10 made 10 GB; 2**62 fails to be made, so
+        # that the test cannot fill the machine's memory).
+        with self.assertRaises(remem.InvalidArgument) as huge:
+            m.read(0, 2**62)
+        self.assertIn("is outside the mapping's %d bytes" % length,
+                      huge.exception.message)
+        self.assertIn("is outside the mapping's %d bytes" % length,
+                      small.exception.message)
         with self.assertRaises(remem.InvalidArgument):
             m.fetch_add(3, 1)  # unaligned
 
@@ -368,10 +377,36 @@ class RememTest(unittest.TestCase):
             ops.vec_update("v", "pow", 2)
         with self.assertRaises(remem.InvalidArgument):
             ops.vec_reduce("v", "mean")
+        # A reduction that is neither a name nor a function id says so.
+        for bad, error in ((None, TypeError), (1.5, TypeError),
+                           (True, TypeError), (-1, ValueError),
+                           (2**32, ValueError), (2**70, ValueError)):
+            with self.assertRaises(error) as e:
+                ops.vec_reduce("v", bad)
+            self.assertIn("reduction", str(e.exception))
         with self.assertRaises(remem.InvalidArgument):
             ops.vec_filter("v", "=~", 1)
         with self.assertRaises(remem.InvalidArgument):
             ops.vec_update("v", "add", [1.0, 2.0])  # not as long
+        # Past float's range: refused, never stored as an infinity, in a
+        # list as a single operand is.
+        ops.vec_put("pf", [1.0, 2.0, 3.0], type="float")
+        for bad in ([1e39, -1e300, 1.0], [1.0, 2.0, -1e39]):
+            with self.assertRaises(remem.InvalidArgument) as e:
+                ops.vec_put("pf", bad, type="float")
+            self.assertIn("does not fit a float", e.exception.message)
+            with self.assertRaises(remem.InvalidArgument) as e:
+                ops.vec_update("pf", "add", bad, type="float")
+            self.assertIn("does not fit a float", e.exception.message)
+        with self.assertRaises(remem.InvalidArgument):
+            ops.vec_update("pf", "add", 1e39)
+        self.assertEqual(ops.vec_get("pf")[:2], ([1.0, 2.0, 3.0], "float"))
+        # float's largest value, as printed, and the infinities are floats.
+        ops.vec_put("pf", [3.4028235e+38, float("inf"), -float("inf")],
+                    type="float")
+        items = ops.vec_get("pf")[0]
+        self.assertEqual(items[1:], [float("inf"), -float("inf")])
+        self.assertLess(items[0], float("inf"))
         with self.assertRaises(remem.Error) as e:
             ops.call("v", 77, b"")  # no --ops-library
         self.assertEqual(e.exception.code, "Unsupported")
