@@ -1147,5 +1147,96 @@ TEST(Durability, ARestartWithTooLittleMemorySaysWhatToDo) {
   fs::remove_all(dir);
 }
 
+// SIGTERM while `remem snapshot` waits for a snapshot in progress (slowed by
+// --fault-slow-snapshot-us): the waiting client is told the server is
+// stopping, the server exits 0, the unfinished snapshot file is gone, and a
+// restart has every pair. (It crashed with SIGSEGV: the snapshot's waiting
+// reply was sent through the dispatcher after it was destroyed.) With two
+// threads, the reply of the partition that does not own the client's
+// connection crosses to the thread that does.
+TEST(Durability, AStopWhileASnapshotIsAwaitedAnswersTheClientAndExitsCleanly) {
+  for (const char* threads : {"1", "2"}) {
+    SCOPED_TRACE(std::string("--threads ") + threads);
+    const std::string dir = TempDir();
+    const std::vector<std::string> flags = {
+        "--data-dir", dir, "--threads", threads, "--snapshot-log-bytes", "0"};
+    std::vector<std::string> slow = flags;
+    slow.insert(slow.end(), {"--fault-slow-snapshot-us", "100000"});
+    ServerProcess server = Start(slow);
+    ASSERT_TRUE(server.process);
+    {
+      auto c = Connect(server.address);
+      ASSERT_TRUE(c);
+      for (int i = 0; i < 3000; ++i) {
+        ASSERT_TRUE(c->Put("k" + std::to_string(i), std::string(100, 'v')).ok())
+            << i;
+      }
+    }
+    SessionOptions o;
+    o.server = server.address;
+    o.transport = TestTransport();
+    o.timeout = std::chrono::seconds(60);  // longer than any wait here
+    auto session = Session::Connect(o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::atomic<bool> answered{false};
+    Status snapshot;
+    std::thread waiter([&] {
+      snapshot = (*session)->TakeSnapshot();
+      answered = true;
+    });
+    // A failed assertion below must not leave the thread waiting.
+    struct Joiner {
+      std::thread* t;
+      Subprocess* p;
+      ~Joiner() {
+        if (!t->joinable()) return;
+        (void)p->Signal(SIGKILL);
+        t->join();
+      }
+    } joiner{&waiter, server.process.get()};
+    // Every partition is writing its snapshot: their .tmp files are there.
+    std::vector<std::string> parts;
+    for (int p = 0; p < std::atoi(threads); ++p) {
+      parts.push_back(dir + "/hash/p" + std::to_string(p));
+    }
+    auto writing = [&] {
+      for (const auto& d : parts) {
+        if (FilesIn(d, ".tmp").empty()) return false;
+      }
+      return true;
+    };
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!writing() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(writing()) << server.process->output();
+    EXPECT_FALSE(answered.load()) << snapshot.ToString();
+    ASSERT_TRUE(server.process->Signal(SIGTERM).ok());
+    auto code = server.process->Wait(std::chrono::seconds(30));
+    waiter.join();
+    ASSERT_TRUE(code.ok()) << server.process->output();
+    (void)server.process->ReadToEnd(std::chrono::seconds(5));
+    EXPECT_EQ(*code, 0) << server.process->output();
+    EXPECT_EQ(snapshot.code(), StatusCode::kUnavailable) << snapshot.ToString();
+    EXPECT_NE(snapshot.message().find(
+                  "the server is stopping: the snapshot was not taken"),
+              std::string::npos)
+        << snapshot.ToString();
+    for (const auto& d : parts) EXPECT_TRUE(FilesIn(d, ".tmp").empty()) << d;
+    session->reset();
+    ServerProcess again = Start(flags);
+    ASSERT_TRUE(again.process);
+    auto r = Connect(again.address);
+    ASSERT_TRUE(r);
+    for (int i = 0; i < 3000; ++i) {
+      ASSERT_TRUE(r->Get("k" + std::to_string(i)).ok()) << i;
+    }
+    r = {};
+    Stop(again);
+    fs::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace remem

@@ -256,6 +256,10 @@ void Durability::RequestSnapshot(uint32_t p, PartitionStore::Done done) {
   }
 }
 
+void Durability::Stop(uint32_t p) {
+  for (auto& s : stores_[p]) s->Stop();
+}
+
 void Durability::AddStats(std::vector<proto::StatValue>* out) const {
   uint64_t log_bytes = 0, last_ms = 0, last_bytes = 0, snapshots = 0,
            snapshot_failures = 0, errors = 0, failing = 0;

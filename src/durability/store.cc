@@ -668,7 +668,7 @@ size_t PartitionStore::OnPass() {
   if (snap_) {
     StepSnapshot();
     ++work;
-  } else if (options_.snapshot_log_bytes > 0 &&
+  } else if (!stopping_ && options_.snapshot_log_bytes > 0 &&
              log_bytes_since_snapshot_ >= options_.snapshot_log_bytes &&
              // Also at least the last snapshot's size, so snapshots of a
              // large store do not rewrite it for every little log growth.
@@ -687,11 +687,40 @@ size_t PartitionStore::OnPass() {
   return work;
 }
 
+namespace {
+
+Status StoppingStatus() {
+  return Status::Unavailable(
+      "the server is stopping: the snapshot was not taken (the previous one "
+      "is kept)");
+}
+
+}  // namespace
+
 void PartitionStore::RequestSnapshot(Done done) {
+  if (stopping_) return done(StoppingStatus());
   snap_waiting_.push_back(std::move(done));
   if (snap_) return;
   Status st = stats_.failing.load() ? error_ : StartSnapshot();
   if (!st.ok()) EndSnapshot(st, 0);
+}
+
+void PartitionStore::Stop() {
+  stopping_ = true;
+  if (snap_) {
+    log::Info(
+        "durability: the server is stopping: the snapshot of {} in progress "
+        "is abandoned (the previous one is kept)",
+        options_.dir);
+  }
+  scan_.reset();
+  check_.reset();
+  verify_data_.reset();
+  snap_.reset();  // removes the .tmp file
+  UpdateLogBytes();
+  std::vector<Done> waiting;
+  waiting.swap(snap_waiting_);
+  for (auto& fn : waiting) fn(StoppingStatus());
 }
 
 Status PartitionStore::StartSnapshot() {

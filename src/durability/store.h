@@ -44,7 +44,9 @@
 //
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
-// from any thread.
+// from any thread. The destructor runs on any thread once the owner thread
+// is done with the store; it runs no waiting `done` (they are destroyed:
+// Stop answers the snapshot waiters first).
 
 #ifndef REMEM_DURABILITY_STORE_H_
 #define REMEM_DURABILITY_STORE_H_
@@ -151,8 +153,15 @@ class PartitionStore {
   // the log has grown past the limit. Returns work done (0 = idle).
   size_t OnPass();
   // Starts a snapshot (or joins the running one); `done` gets the result
-  // once it is verified and in place.
+  // once it is verified and in place. After Stop: at once, Unavailable.
   void RequestSnapshot(Done done);
+  // The server is stopping (its sessions are still open): a running
+  // snapshot is abandoned (its .tmp file removed, the previous snapshot
+  // kept, as after a crash inside it) and every snapshot waiter gets
+  // Unavailable ("the server is stopping"), as does every later
+  // RequestSnapshot; no snapshot starts on its own any more. Writes and
+  // their group commit go on until the store is destroyed.
+  void Stop();
 
   const StoreStats& stats() const { return stats_; }
   FsyncPolicy policy() const { return options_.fsync; }
@@ -208,6 +217,7 @@ class PartitionStore {
   std::unique_ptr<SnapshotCheck> check_;
   uint64_t sealed_bytes_ = 0;
   std::vector<Done> snap_waiting_;
+  bool stopping_ = false;  // Stop has run
 
   StoreStats stats_;
 };
