@@ -239,6 +239,15 @@ size_t Durability::OnPass(uint32_t p) {
   return work;
 }
 
+std::optional<std::chrono::steady_clock::time_point> Durability::RetryAt(
+    uint32_t p) const {
+  std::optional<std::chrono::steady_clock::time_point> at;
+  for (const auto& s : stores_[p]) {
+    if (auto t = s->retry_at(); t && (!at || *t < *at)) at = t;
+  }
+  return at;
+}
+
 void Durability::RequestSnapshot(uint32_t p, PartitionStore::Done done) {
   auto& stores = stores_[p];
   if (stores.empty()) return done(Status::OK());

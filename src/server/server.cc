@@ -734,7 +734,13 @@ Status Server::Impl::Init() {
     }
     if (durable) {
       durability::Durability* d = durable.get();
-      t->state.worker->AddPassHook([d, p] { return d->OnPass(p); });
+      fabric::Worker* w = t->state.worker.get();
+      t->state.worker->AddPassHook([d, p, w] {
+        const size_t work = d->OnPass(p);
+        // A failing disk is retried on the clock, writes or not.
+        if (auto at = d->RetryAt(p)) w->WakeBy(*at);
+        return work;
+      });
     }
     // A client killed while sending to this thread over shared memory may
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
