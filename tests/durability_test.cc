@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -382,7 +384,8 @@ TEST(Durability, DiskFullFailsWritesClearlyWhileReadsGoOn) {
 // remem-server with stderr merged into the captured output (warnings and
 // recovery reports), on a free port with the test transport.
 SpawnOptions ServerArgs(const std::vector<std::string>& flags,
-                        const std::string& memory) {
+                        const std::string& memory,
+                        const std::string& log_level = "warn") {
   SpawnOptions o;
   o.argv = {testing::ServerBinary(),
             "--listen",
@@ -390,7 +393,7 @@ SpawnOptions ServerArgs(const std::vector<std::string>& flags,
             "--memory",
             memory,
             "--log-level",
-            "warn",
+            log_level,
             "--no-pin",
             "--transport",
             std::string(TransportName(TestTransport()))};
@@ -400,9 +403,10 @@ SpawnOptions ServerArgs(const std::vector<std::string>& flags,
 }
 
 ServerProcess Start(const std::vector<std::string>& flags,
-                    const std::string& memory = "64M") {
+                    const std::string& memory = "64M",
+                    const std::string& log_level = "warn") {
   ServerProcess s;
-  auto p = Subprocess::Spawn(ServerArgs(flags, memory));
+  auto p = Subprocess::Spawn(ServerArgs(flags, memory, log_level));
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return s;
   auto line = (*p)->WaitForLine("listening on", std::chrono::seconds(60));
@@ -1145,6 +1149,214 @@ TEST(Durability, ARestartWithTooLittleMemorySaysWhatToDo) {
   r = {};
   Stop(again);
   fs::remove_all(dir);
+}
+
+// SIGTERM while `remem snapshot` waits for a snapshot in progress (slowed by
+// --fault-slow-snapshot-us): the waiting client is told the server is
+// stopping, the server exits 0, the unfinished snapshot file is gone, and a
+// restart has every pair. (It crashed with SIGSEGV: the snapshot's waiting
+// reply was sent through the dispatcher after it was destroyed.) With two
+// threads, the reply of the partition that does not own the client's
+// connection crosses to the thread that does.
+TEST(Durability, AStopWhileASnapshotIsAwaitedAnswersTheClientAndExitsCleanly) {
+  for (const char* threads : {"1", "2"}) {
+    SCOPED_TRACE(std::string("--threads ") + threads);
+    const std::string dir = TempDir();
+    const std::vector<std::string> flags = {
+        "--data-dir", dir, "--threads", threads, "--snapshot-log-bytes", "0"};
+    std::vector<std::string> slow = flags;
+    slow.insert(slow.end(), {"--fault-slow-snapshot-us", "100000"});
+    ServerProcess server = Start(slow);
+    ASSERT_TRUE(server.process);
+    {
+      auto c = Connect(server.address);
+      ASSERT_TRUE(c);
+      for (int i = 0; i < 3000; ++i) {
+        ASSERT_TRUE(c->Put("k" + std::to_string(i), std::string(100, 'v')).ok())
+            << i;
+      }
+    }
+    SessionOptions o;
+    o.server = server.address;
+    o.transport = TestTransport();
+    o.timeout = std::chrono::seconds(60);  // longer than any wait here
+    auto session = Session::Connect(o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    std::atomic<bool> answered{false};
+    Status snapshot;
+    std::thread waiter([&] {
+      snapshot = (*session)->TakeSnapshot();
+      answered = true;
+    });
+    // A failed assertion below must not leave the thread waiting.
+    struct Joiner {
+      std::thread* t;
+      Subprocess* p;
+      ~Joiner() {
+        if (!t->joinable()) return;
+        (void)p->Signal(SIGKILL);
+        t->join();
+      }
+    } joiner{&waiter, server.process.get()};
+    // Every partition is writing its snapshot: their .tmp files are there.
+    std::vector<std::string> parts;
+    for (int p = 0; p < std::atoi(threads); ++p) {
+      parts.push_back(dir + "/hash/p" + std::to_string(p));
+    }
+    auto writing = [&] {
+      for (const auto& d : parts) {
+        if (FilesIn(d, ".tmp").empty()) return false;
+      }
+      return true;
+    };
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!writing() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(writing()) << server.process->output();
+    EXPECT_FALSE(answered.load()) << snapshot.ToString();
+    ASSERT_TRUE(server.process->Signal(SIGTERM).ok());
+    auto code = server.process->Wait(std::chrono::seconds(30));
+    waiter.join();
+    ASSERT_TRUE(code.ok()) << server.process->output();
+    (void)server.process->ReadToEnd(std::chrono::seconds(5));
+    EXPECT_EQ(*code, 0) << server.process->output();
+    EXPECT_EQ(snapshot.code(), StatusCode::kUnavailable) << snapshot.ToString();
+    EXPECT_NE(snapshot.message().find(
+                  "the server is stopping: the snapshot was not taken"),
+              std::string::npos)
+        << snapshot.ToString();
+    for (const auto& d : parts) EXPECT_TRUE(FilesIn(d, ".tmp").empty()) << d;
+    session->reset();
+    ServerProcess again = Start(flags);
+    ASSERT_TRUE(again.process);
+    auto r = Connect(again.address);
+    ASSERT_TRUE(r);
+    for (int i = 0; i < 3000; ++i) {
+      ASSERT_TRUE(r->Get("k" + std::to_string(i)).ok()) << i;
+    }
+    r = {};
+    Stop(again);
+    fs::remove_all(dir);
+  }
+}
+
+// A tmpfs of its own at `dir` (made), unmounted (lazily) with this object.
+// Only root may mount one: mounted() is false elsewhere, with the reason.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0,
+                       ("size=" + size).c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~SmallTmpfs() {
+    if (mounted_) (void)::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+  // Makes the file system full: `name` in it takes every free byte.
+  void Fill(const std::string& name) const {
+    const std::string path = dir_ + "/" + name;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+    const std::string block(4096, 'f');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    const int err = errno;
+    ::close(fd);
+    ASSERT_EQ(err, ENOSPC) << std::strerror(err);
+  }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+// A write refused on a full disk reaches it by itself once the disk has
+// room: the server retries every 100 ms with no further write (only the
+// next write retried, so the record stayed buffered, log_failing 1, and was
+// gone after a clean stop and a restart). A record the disk still refuses
+// at a clean stop is lost with a warning saying how many; a restart on the
+// full disk is refused (exit 1: the lease file cannot be allocated), and
+// one with room has every write but that one.
+TEST(Durability, ARefusedWriteReachesTheDiskOnceItHasRoomWithoutAnotherWrite) {
+  const std::string top = TempDir();
+  std::optional<SmallTmpfs> mount;
+  mount.emplace(top + "/fs", "2M");
+  if (!mount->mounted()) {
+    const std::string why = mount->error();
+    mount.reset();
+    fs::remove_all(top);
+    GTEST_SKIP() << "cannot mount a tmpfs: " << why;
+  }
+  const SmallTmpfs& tmpfs = *mount;
+  const std::string dir = top + "/fs/data";
+  const std::vector<std::string> flags = {"--data-dir", dir,         "--fsync",
+                                          "always",     "--threads", "1"};
+  const std::string value(20000, 'v');
+  {
+    // The retry is logged at info level.
+    ServerProcess server = Start(flags, "64M", "info");
+    ASSERT_TRUE(server.process);
+    auto c = Connect(server.address);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("first", "1").ok());
+    tmpfs.Fill("fill");
+    auto refused = c->Put("small", value);
+    ASSERT_EQ(refused.status().code(), StatusCode::kIOError)
+        << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find("No space left"),
+              std::string::npos)
+        << refused.status().ToString();
+    EXPECT_EQ(testing::StatOf(c.session.get(), "log_failing"), 1u);
+    fs::remove(top + "/fs/fill");
+    // No request meanwhile: the server retries on its own.
+    auto again = server.process->WaitForLine("is writable again",
+                                             std::chrono::seconds(10));
+    ASSERT_TRUE(again.ok()) << server.process->output();
+    EXPECT_EQ(testing::StatOf(c.session.get(), "log_failing"), 0u);
+    // Full again, and still full at the stop.
+    tmpfs.Fill("fill");
+    auto lost = c->Put("lost", value);
+    ASSERT_EQ(lost.status().code(), StatusCode::kIOError)
+        << lost.status().ToString();
+    c = {};
+    ASSERT_TRUE(server.process->Signal(SIGTERM).ok());
+    auto code = server.process->Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(code.ok()) << server.process->output();
+    (void)server.process->ReadToEnd(std::chrono::seconds(5));
+    EXPECT_EQ(*code, 0) << server.process->output();
+    EXPECT_NE(server.process->output().find("stopping with 1 log record(s)"),
+              std::string::npos)
+        << server.process->output();
+  }
+  // What the stop freed (the lease file) is taken too.
+  tmpfs.Fill("fill-2");
+  auto [code, out] = Refused(flags);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("cannot allocate the lease file " + dir + "/lease"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  fs::remove(top + "/fs/fill");
+  fs::remove(top + "/fs/fill-2");
+  ServerProcess server = Start(flags);
+  ASSERT_TRUE(server.process);
+  auto c = Connect(server.address);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Get("first").ok());
+  auto small = c->Get("small");
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->value, value);
+  EXPECT_EQ(c->Get("lost").status().code(), StatusCode::kNotFound);
+  c = {};
+  Stop(server);
+  mount.reset();
+  fs::remove_all(top);
 }
 
 }  // namespace

@@ -239,6 +239,15 @@ size_t Durability::OnPass(uint32_t p) {
   return work;
 }
 
+std::optional<std::chrono::steady_clock::time_point> Durability::RetryAt(
+    uint32_t p) const {
+  std::optional<std::chrono::steady_clock::time_point> at;
+  for (const auto& s : stores_[p]) {
+    if (auto t = s->retry_at(); t && (!at || *t < *at)) at = t;
+  }
+  return at;
+}
+
 void Durability::RequestSnapshot(uint32_t p, PartitionStore::Done done) {
   auto& stores = stores_[p];
   if (stores.empty()) return done(Status::OK());
@@ -254,6 +263,10 @@ void Durability::RequestSnapshot(uint32_t p, PartitionStore::Done done) {
       if (--join->left == 0) join->done(join->first);
     });
   }
+}
+
+void Durability::Stop(uint32_t p) {
+  for (auto& s : stores_[p]) s->Stop();
 }
 
 void Durability::AddStats(std::vector<proto::StatValue>* out) const {

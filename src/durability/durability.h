@@ -23,12 +23,13 @@
 //
 // Thread contract: Open, ReadServiceMeta and WriteServiceMeta before the
 // server threads start (one thread). OpenPartition may run in parallel for
-// different partitions. OnPass(p) and RequestSnapshot(p, ...) on p's owner
-// thread. AddStats and recovery_summary from any thread.
+// different partitions. OnPass(p), RetryAt(p), RequestSnapshot(p, ...) and
+// Stop(p) on p's owner thread. AddStats and recovery_summary from any thread.
 
 #ifndef REMEM_DURABILITY_DURABILITY_H_
 #define REMEM_DURABILITY_DURABILITY_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -79,8 +80,16 @@ class Durability {
 
   // Group commit of every store of partition p (end of an event-loop pass).
   size_t OnPass(uint32_t p);
+  // The earliest PartitionStore::retry_at of partition p's stores: when
+  // its event loop must pass again to retry a failing disk. nullopt: none
+  // is failing.
+  std::optional<std::chrono::steady_clock::time_point> RetryAt(
+      uint32_t p) const;
   // Snapshots every store of partition p; `done` gets the first error.
   void RequestSnapshot(uint32_t p, PartitionStore::Done done);
+  // The server is stopping: PartitionStore::Stop on every store of
+  // partition p (their snapshot waiters get Unavailable).
+  void Stop(uint32_t p);
 
   // fsync_policy, log_bytes, last_snapshot_unix_ms, last_snapshot_bytes,
   // snapshots, snapshot_failures, log_write_errors, log_failing,

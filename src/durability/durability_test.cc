@@ -652,6 +652,111 @@ TEST(Store, DiskErrorsRefuseWritesUntilTheDiskRecovers) {
   fs::remove_all(dir);
 }
 
+// A store on an Env whose disk fills after `bytes`, with a write that the
+// full disk refused: its record is buffered, the store failing. Returns the
+// refused key ("" if every write was taken).
+std::string FillUntilAWriteFails(PartitionStore& s, Mem& m) {
+  for (int i = 0; i < 100; ++i) {
+    if (!s.Writable().ok()) break;
+    const std::string k = "key-" + std::to_string(i) + "-of-the-log";
+    auto v = m.table->Put(k, "value");
+    if (!v.ok()) {
+      ADD_FAILURE() << v.status().ToString();
+      return "";
+    }
+    s.LogPut(k, "value", *v);
+    Status result = Status::Internal("no answer");
+    s.AfterDurable([&](Status st) { result = st; });
+    Passes(s);
+    if (!result.ok()) {
+      EXPECT_EQ(result.code(), StatusCode::kIOError) << result.ToString();
+      return k;
+    }
+  }
+  return "";
+}
+
+// The bytes of every log file in `dir`.
+std::string LogBytes(const std::string& dir) {
+  std::string all;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".rlog") all += ReadAll(e.path().string());
+  }
+  return all;
+}
+
+// A record that the full disk refused reaches it by itself once the disk
+// has room again: the store retries every 100 ms with no further write
+// (only a write retried, so an idle partition kept the record buffered and
+// a clean stop dropped it), and the record survives a restart.
+TEST(Store, ARefusedRecordReachesTheDiskOnceItHasRoomWithoutAnotherWrite) {
+  const std::string dir = TempDir();
+  std::string refused;
+  auto spec = ParseFaultSpec("enospc-after:300");
+  ASSERT_TRUE(spec.ok());
+  FaultyEnv env(Env::Posix(), *spec);
+  StoreOptions o = Options(dir);
+  o.env = &env;
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(o, m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    refused = FillUntilAWriteFails(**s, m);
+    ASSERT_FALSE(refused.empty());
+    ASSERT_EQ((*s)->stats().failing.load(), 1u);
+    ASSERT_TRUE((*s)->retry_at().has_value());
+    EXPECT_EQ(LogBytes(dir).find(refused), std::string::npos);
+    env.Heal();
+    // Passes only (an idle event loop's), each when the store asks for it.
+    for (int i = 0; i < 5 && (*s)->stats().failing.load() != 0; ++i) {
+      auto at = (*s)->retry_at();
+      ASSERT_TRUE(at.has_value());
+      std::this_thread::sleep_until(*at);
+      Passes(**s);
+    }
+    EXPECT_EQ((*s)->stats().failing.load(), 0u);
+    EXPECT_FALSE((*s)->retry_at().has_value());
+    EXPECT_NE(LogBytes(dir).find(refused), std::string::npos)
+        << "the refused record is not on disk before the stop";
+    EXPECT_TRUE((*s)->Writable().ok());
+  }
+  Mem m;
+  RecoveryReport rep;
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(m.table->Get(refused).ok()) << refused;
+  fs::remove_all(dir);
+}
+
+// A clean stop writes a failing log's buffered records if the disk takes
+// them then (it skipped a failing log, and they were lost).
+TEST(Store, AStopWritesTheRefusedRecordsIfTheDiskTakesThemThen) {
+  const std::string dir = TempDir();
+  auto spec = ParseFaultSpec("enospc-after:300");
+  ASSERT_TRUE(spec.ok());
+  FaultyEnv env(Env::Posix(), *spec);
+  StoreOptions o = Options(dir);
+  o.env = &env;
+  std::string refused;
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(o, m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    refused = FillUntilAWriteFails(**s, m);
+    ASSERT_FALSE(refused.empty());
+    ASSERT_EQ((*s)->stats().failing.load(), 1u);
+    env.Heal();  // and the store is destroyed with no pass in between
+  }
+  Mem m;
+  RecoveryReport rep;
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(m.table->Get(refused).ok()) << refused;
+  fs::remove_all(dir);
+}
+
 TEST(Store, BackToBackSnapshotsKeepTheLiveLog) {
   const std::string dir = TempDir();
   {

@@ -86,6 +86,7 @@ uint64_t LogWriter::Append(RecordType type, uint64_t version,
                            std::string_view key, std::string_view value,
                            uint8_t flags) {
   const uint64_t lsn = next_lsn_++;
+  ++pending_records_;
   EncodeRecord(&buf_, type, lsn, version, key, value, flags);
   return lsn;
 }
@@ -111,6 +112,7 @@ Status LogWriter::Flush(bool sync) {
   if (!buf_.empty()) {
     written_ += buf_.size();
     buf_.clear();
+    pending_records_ = 0;
     unsynced_ = true;
   }
   if (sync && unsynced_) {

@@ -110,6 +110,8 @@ class LogWriter {
   Status Flush(bool sync);
 
   bool has_pending() const { return !buf_.empty(); }
+  // Records appended and not yet written.
+  uint64_t pending_records() const { return pending_records_; }
   bool has_unsynced() const { return unsynced_; }
   uint64_t first_lsn() const { return first_lsn_; }
   uint64_t next_lsn() const { return next_lsn_; }
@@ -121,7 +123,8 @@ class LogWriter {
   uint64_t first_lsn_;
   uint64_t next_lsn_;
   std::string buf_;
-  uint64_t written_ = 0;  // bytes of whole records in the file
+  uint64_t pending_records_ = 0;  // in buf_
+  uint64_t written_ = 0;          // bytes of whole records in the file
   bool unsynced_ = false;
   bool dirty_tail_ = false;  // a failed write may have left a partial tail
 };

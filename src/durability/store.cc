@@ -123,7 +123,28 @@ PartitionStore::~PartitionStore() {
   check_.reset();
   verify_data_.reset();
   snap_.reset();
-  if (log_ && !stats_.failing.load()) (void)log_->Flush(true);
+  if (!log_) return;
+  const uint64_t records = log_->pending_records();
+  const Status st = log_->Flush(true);
+  if (st.ok()) {
+    if (stats_.failing.load(std::memory_order_relaxed) && records > 0) {
+      log::Info("durability: {} took the {} buffered record(s) at the stop",
+                log_->path(), records);
+    }
+    return;
+  }
+  if (records > 0) {
+    log::Warn(
+        "durability: stopping with {} log record(s) of {} that the disk did "
+        "not take ({}): they are lost (their writes were answered with an "
+        "error, or not at all)",
+        records, options_.dir, st.message());
+  } else {
+    log::Warn(
+        "durability: the last sync of {} failed at the stop ({}): what was "
+        "written since the last sync may be lost if the OS crashes",
+        log_->path(), st.message());
+  }
 }
 
 Result<std::unique_ptr<FileData>> PartitionStore::ReadWhole(
@@ -613,6 +634,11 @@ Status PartitionStore::FlushNow(bool sync) {
   return Status::OK();
 }
 
+std::optional<Clock::time_point> PartitionStore::retry_at() const {
+  if (!stats_.failing.load(std::memory_order_relaxed)) return std::nullopt;
+  return last_retry_ + kRetryEvery;
+}
+
 Status PartitionStore::Writable() {
   if (!stats_.failing.load(std::memory_order_relaxed)) return Status::OK();
   const auto now = Clock::now();
@@ -659,6 +685,11 @@ size_t PartitionStore::OnPass() {
     waiting.swap(waiting_);
     for (auto& fn : waiting) fn(st);
     work += waiting.size() + 1;
+  } else if (stats_.failing.load()) {
+    // Nothing waits, but the failed records are buffered: the disk is
+    // retried on the clock (Writable: every kRetryEvery), not only at the
+    // next write, so they get there once it takes them.
+    if (Writable().ok()) ++work;
   }
   if (options_.fsync == FsyncPolicy::kEverySec && log_->has_unsynced() &&
       !stats_.failing.load() &&
@@ -668,7 +699,7 @@ size_t PartitionStore::OnPass() {
   if (snap_) {
     StepSnapshot();
     ++work;
-  } else if (options_.snapshot_log_bytes > 0 &&
+  } else if (!stopping_ && options_.snapshot_log_bytes > 0 &&
              log_bytes_since_snapshot_ >= options_.snapshot_log_bytes &&
              // Also at least the last snapshot's size, so snapshots of a
              // large store do not rewrite it for every little log growth.
@@ -687,11 +718,40 @@ size_t PartitionStore::OnPass() {
   return work;
 }
 
+namespace {
+
+Status StoppingStatus() {
+  return Status::Unavailable(
+      "the server is stopping: the snapshot was not taken (the previous one "
+      "is kept)");
+}
+
+}  // namespace
+
 void PartitionStore::RequestSnapshot(Done done) {
+  if (stopping_) return done(StoppingStatus());
   snap_waiting_.push_back(std::move(done));
   if (snap_) return;
   Status st = stats_.failing.load() ? error_ : StartSnapshot();
   if (!st.ok()) EndSnapshot(st, 0);
+}
+
+void PartitionStore::Stop() {
+  stopping_ = true;
+  if (snap_) {
+    log::Info(
+        "durability: the server is stopping: the snapshot of {} in progress "
+        "is abandoned (the previous one is kept)",
+        options_.dir);
+  }
+  scan_.reset();
+  check_.reset();
+  verify_data_.reset();
+  snap_.reset();  // removes the .tmp file
+  UpdateLogBytes();
+  std::vector<Done> waiting;
+  waiting.swap(snap_waiting_);
+  for (auto& fn : waiting) fn(StoppingStatus());
 }
 
 Status PartitionStore::StartSnapshot() {

@@ -44,7 +44,9 @@
 //
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
-// from any thread.
+// from any thread. The destructor runs on any thread once the owner thread
+// is done with the store; it runs no waiting `done` (they are destroyed:
+// Stop answers the snapshot waiters first).
 
 #ifndef REMEM_DURABILITY_STORE_H_
 #define REMEM_DURABILITY_STORE_H_
@@ -54,6 +56,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,11 +133,18 @@ class PartitionStore {
   // a refusal, a state error) has changed nothing on disk.
   static Result<std::unique_ptr<PartitionStore>> Open(
       const StoreOptions& options, Recoverable* state, RecoveryReport* report);
+  // The clean stop's last write and sync of the log, failing or not: the
+  // records a failing log still buffers become durable if the disk takes
+  // them now; if it does not, a warning names how many are lost.
   ~PartitionStore();
 
   // OK, or the IOError that makes the log refuse writes (it retries the
   // disk at most every 100 ms).
   Status Writable();
+  // While the log is failing: when OnPass next retries the disk (every
+  // 100 ms, writes or not: the buffered records get to disk once it takes
+  // them), for the owner's event loop to wake then. nullopt otherwise.
+  std::optional<std::chrono::steady_clock::time_point> retry_at() const;
   // `more_in_group`: the next record logged belongs to the same atomic
   // group as this one (log.h); recovery applies a group whole or not at
   // all. A group is logged within one call of the owner thread (a snapshot
@@ -147,12 +157,20 @@ class PartitionStore {
   // synced under `always`): at once if none are waiting.
   using Done = util::MoveFunction<void(Status)>;
   void AfterDurable(Done done);
-  // Flushes, syncs per policy, steps a running snapshot, starts one when
-  // the log has grown past the limit. Returns work done (0 = idle).
+  // Flushes, syncs per policy, retries a failing log's disk (retry_at),
+  // steps a running snapshot, starts one when the log has grown past the
+  // limit. Returns work done (0 = idle).
   size_t OnPass();
   // Starts a snapshot (or joins the running one); `done` gets the result
-  // once it is verified and in place.
+  // once it is verified and in place. After Stop: at once, Unavailable.
   void RequestSnapshot(Done done);
+  // The server is stopping (its sessions are still open): a running
+  // snapshot is abandoned (its .tmp file removed, the previous snapshot
+  // kept, as after a crash inside it) and every snapshot waiter gets
+  // Unavailable ("the server is stopping"), as does every later
+  // RequestSnapshot; no snapshot starts on its own any more. Writes and
+  // their group commit go on until the store is destroyed.
+  void Stop();
 
   const StoreStats& stats() const { return stats_; }
   FsyncPolicy policy() const { return options_.fsync; }
@@ -208,6 +226,7 @@ class PartitionStore {
   std::unique_ptr<SnapshotCheck> check_;
   uint64_t sealed_bytes_ = 0;
   std::vector<Done> snap_waiting_;
+  bool stopping_ = false;  // Stop has run
 
   StoreStats stats_;
 };

@@ -460,8 +460,16 @@ void Worker::Run(const std::atomic<bool>& stop,
     }
     if (Clock::now() - last_work > spin) {
       // A pass hook (durability) may have timed work (the once-a-second
-      // fsync): wake often enough for it.
-      Sleep(std::chrono::milliseconds(pass_hooks_.empty() ? 1000 : 200));
+      // fsync): wake often enough for it, and by the time it asked for.
+      auto timeout =
+          std::chrono::milliseconds(pass_hooks_.empty() ? 1000 : 200);
+      if (wake_by_ != Clock::time_point{}) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+            wake_by_ - Clock::now());
+        timeout = std::clamp(left, std::chrono::milliseconds(0), timeout);
+        wake_by_ = {};
+      }
+      Sleep(timeout);
       last_work = Clock::now();
     } else if ((++idle_polls & 31) == 0) {
       sched_yield();

@@ -8,7 +8,8 @@
 // nothing to do, arm the worker and block on its event fd, so an idle
 // server uses no CPU, and wake at the next message or Wake() (but at
 // least every millisecond while a worker replaced after a stall still has
-// peers: RenewAfterStall).
+// peers: RenewAfterStall; every 200 ms with pass hooks, sooner if one asks:
+// WakeBy).
 //
 // Thread contract: single-threaded (UCS_THREAD_MODE_SINGLE); every method
 // must be called on the owning thread except Post(), Wake() and Notify(),
@@ -259,6 +260,13 @@ class Worker {
   void AddPassHook(std::function<size_t()> hook) {
     pass_hooks_.push_back(std::move(hook));
   }
+  // From a pass hook (owner thread): Run's next idle sleep ends by `at` at
+  // the latest, for timed work of the hook's sooner than the idle wake-up
+  // (the durability layer's retry of a failing disk). Asked again by each
+  // pass that wants it; the earliest asked since the last sleep counts.
+  void WakeBy(Clock::time_point at) {
+    if (wake_by_ == Clock::time_point{} || at < wake_by_) wake_by_ = at;
+  }
 
   // A receive queue blocked for good. Over shared memory UCX (1.13, the mm
   // transport) receives every peer's active messages through one ring per
@@ -447,6 +455,7 @@ class Worker {
   uint64_t passes_ = 0;  // ProgressMark
   uint64_t drains_ = 0;  // ProgressMark
   std::vector<std::function<size_t()>> pass_hooks_;
+  Clock::time_point wake_by_{};  // WakeBy's; {}: none asked
   // The stall watch (receive_stalled): until when, the next look, and since
   // when (and for how many looks) every look found the queue busy.
   Clock::time_point stall_watch_until_{};

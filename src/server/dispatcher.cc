@@ -219,6 +219,7 @@ size_t Dispatcher::DropSharedMemory_st(uint32_t thread, const Status& why) {
 }
 
 void Dispatcher::RunOn(uint32_t thread, util::MoveFunction<void()> fn) {
+  if (closed_.load(std::memory_order_acquire)) return;
   if (t_current_thread == int(thread)) return fn();
   threads_[thread]->worker->Post(std::move(fn));
 }
@@ -290,6 +291,8 @@ void Dispatcher::Send_st(ServerThread* t, Connection& c, uint64_t request_id,
 void Dispatcher::SendReply(uint32_t thread, ConnectionId conn,
                            uint64_t request_id, proto::ServiceId service,
                            uint8_t method, Status status, std::string payload) {
+  // After the stop: the connection is gone, and so may the worker be.
+  if (closed_.load(std::memory_order_acquire)) return;
   ServerThread* t = threads_[thread];
   if (t_current_thread == int(thread)) {
     auto it = t->by_id.find(conn);

@@ -10,9 +10,15 @@
 // belongs to an authenticated session; messages from any other endpoint
 // are dropped unanswered.
 //
+// Lifetime: the dispatcher outlives everything that may hold a Responder
+// (the services, the durability layer, the cluster member): once the
+// server's threads have exited, Close makes later replies and RunOn tasks
+// be dropped, so a Responder destroyed then (a request still waiting in a
+// service at the stop, whose connection is gone) answers nothing.
+//
 // Thread contract: one Dispatcher per server. Functions ending in _st run
-// only on the thread that owns the connection (CODING_STYLE.md); SendReply
-// and RunOn may be called from any thread; setup (Register, Export,
+// only on the thread that owns the connection (CODING_STYLE.md); SendReply,
+// RunOn and Close may be called from any thread; setup (Register, Export,
 // Install) before the threads start.
 
 #ifndef REMEM_SERVER_DISPATCHER_H_
@@ -122,13 +128,19 @@ class Dispatcher {
   // fabric::Worker::RenewAfterStall). Returns how many.
   size_t DropSharedMemory_st(uint32_t thread, const Status& why);
 
-  // Runs fn on `thread` (inline if already there). Thread-safe.
+  // Runs fn on `thread` (inline if already there). Thread-safe. After
+  // Close, fn is destroyed unrun.
   void RunOn(uint32_t thread, util::MoveFunction<void()> fn);
+  // Once every server thread has exited (their connections are closed):
+  // replies and RunOn tasks from now on are dropped, and the threads'
+  // workers are no longer touched (they may be destroyed).
+  void Close() { closed_.store(true, std::memory_order_release); }
   // The server thread the caller runs on, or -1.
   static int CurrentThread();
   static void SetCurrentThread(int index);
 
-  // Sends a reply on the connection's thread (posting there if needed).
+  // Sends a reply on the connection's thread (posting there if needed);
+  // dropped after Close.
   void SendReply(uint32_t thread, ConnectionId conn, uint64_t request_id,
                  proto::ServiceId service, uint8_t method, Status status,
                  std::string payload);
@@ -167,6 +179,7 @@ class Dispatcher {
   std::vector<Service*> service_list_;
   // By id; built before the threads start, then only read.
   std::unordered_map<uint32_t, ExportedRegion> regions_;
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace remem::server

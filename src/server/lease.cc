@@ -220,6 +220,15 @@ Status LeaseKeeper::MapHorizon(const std::string& path) {
     ::close(fd);
     return Status::IOError("cannot size " + path + ": " + std::strerror(err));
   }
+  // The file's blocks are allocated before it is mapped: a store through
+  // the map to a block the file system cannot give (a full disk or tmpfs)
+  // is a SIGBUS, not an error (a restart on a full disk died of it).
+  if (const int err = ::posix_fallocate(fd, 0, sizeof(Horizon)); err != 0) {
+    ::close(fd);
+    return Status::IOError("cannot allocate the lease file " + path + " (" +
+                           std::to_string(sizeof(Horizon)) +
+                           " bytes): " + std::strerror(err));
+  }
   void* p = ::mmap(nullptr, sizeof(Horizon), PROT_READ | PROT_WRITE, MAP_SHARED,
                    fd, 0);
   if (p == MAP_FAILED) {

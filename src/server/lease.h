@@ -12,7 +12,9 @@
 // A server that dies stops renewing; its successor must not acknowledge a
 // write while a reader could still trust the dead one's memory. So the
 // keeper also writes the promised horizon to a small file (mapped, so the
-// store costs no system call and survives kill -9) and a starting server
+// store costs no system call and survives kill -9; its blocks allocated
+// before it is mapped, so a full disk is an error at start, not a SIGBUS
+// at the first store) and a starting server
 // waits until any horizon a predecessor left there has passed. A clean stop
 // revokes the lease (expires_ns = 0) first, so a clean restart waits for
 // nothing. A server killed on a port that no server takes again leaves its
@@ -55,7 +57,9 @@ class LeaseKeeper {
   // caller. The file must be a regular file of this user; one that is not
   // (a link, a FIFO, another user's file: the default directory is
   // writable by all) is removed and made again, or, if this user may not
-  // remove it, IOError names it. An empty `horizon_file`
+  // remove it, IOError names it. A file that cannot be made, or given its
+  // blocks before it is mapped (a full file system: "No space left on
+  // device"), is an IOError naming it too. An empty `horizon_file`
   // keeps no horizon (a server on an ephemeral port has no successor).
   // `remake_removed`: a horizon file removed under the keeper is made
   // again at its next renewal (one in a directory RemoveStaleHorizons

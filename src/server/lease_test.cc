@@ -1,16 +1,21 @@
 // server::LeaseKeeper's horizon files: which ones RemoveStaleHorizons
-// removes, and a keeper whose file was removed under it makes it again.
+// removes, a keeper whose file was removed under it makes it again, and
+// one on a full file system is refused with an error.
 
 #include "server/lease.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -276,6 +281,45 @@ TEST_F(LeaseFiles, AStopSignalEndsTheWaitForAPredecessor) {
                                  /*remake_removed=*/false, milliseconds(50));
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(again, milliseconds(50));
+}
+
+// A lease file on a full file system is an IOError naming the file, not a
+// SIGBUS at the first store through its mapping (a restart on a full disk
+// died so, exit 135). Needs a tmpfs of its own (root may mount one; the
+// test is skipped where the mount is refused).
+TEST_F(LeaseFiles, AFullFileSystemIsAnErrorNamingTheFileNotACrash) {
+  const std::string mnt = Path("full");
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0700), 0);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs on " << mnt << ": "
+                 << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { (void)::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  {
+    const int fd =
+        ::open((mnt + "/fill").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::string block(4096, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    const int err = errno;
+    ::close(fd);
+    ASSERT_EQ(err, ENOSPC) << std::strerror(err);
+  }
+  alignas(64) static uint8_t lease_at[64];
+  const std::string file = mnt + "/remem-lease-1-10";
+  milliseconds waited;
+  auto k = LeaseKeeper::Start(lease_at, 1, milliseconds(1000), file, &waited,
+                              /*remake_removed=*/true);
+  ASSERT_FALSE(k.ok()) << "a lease on a full file system";
+  EXPECT_EQ(k.status().code(), StatusCode::kIOError);
+  EXPECT_NE(k.status().message().find(file), std::string::npos)
+      << k.status().ToString();
+  EXPECT_NE(k.status().message().find("No space left"), std::string::npos)
+      << k.status().ToString();
 }
 
 }  // namespace

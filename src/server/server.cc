@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <latch>
 #include <random>
 #include <thread>
 
@@ -94,6 +95,11 @@ struct Server::Impl : public ServiceContext {
   };
 
   ServerConfig config;
+  // Before everything that may hold a Responder (the services, the
+  // durability layer, the cluster): destroyed after them, closed once the
+  // threads have exited (JoinThreads), so a Responder destroyed then
+  // answers nothing instead of reaching a freed dispatcher.
+  std::unique_ptr<Dispatcher> dispatcher;
   std::vector<std::unique_ptr<Service>> services;
   std::unique_ptr<CoreService> core;
   std::shared_ptr<fabric::Context> ctx;
@@ -116,7 +122,8 @@ struct Server::Impl : public ServiceContext {
   bool initialising = true;
   std::unique_ptr<durability::Durability> durable;
   std::vector<std::unique_ptr<Thread>> threads;
-  std::unique_ptr<Dispatcher> dispatcher;
+  bool threads_started = false;
+  std::atomic<bool> partitions_stopped{false};  // StopPartitions has run
   std::unique_ptr<LeaseKeeper> lease;
   std::unique_ptr<Acceptor> acceptor;
   std::string address;
@@ -176,6 +183,14 @@ struct Server::Impl : public ServiceContext {
   void RenewAfterStall_st(ServerThread* st);
   std::vector<proto::StatValue> Stats() const;
   void Shutdown();
+  // Before the sessions' sockets close (a client fails its calls once it
+  // sees its socket closed): every partition answers what it holds for
+  // later (Durability::Stop: a snapshot being taken gets "the server is
+  // stopping"), and the replies that sends across threads are sent. Once;
+  // returns when the threads have done it.
+  void StopPartitions();
+  // Joins the threads (if they run), then closes the dispatcher.
+  void JoinThreads();
 
   // --- ServiceContext
   uint32_t partitions() const override { return uint32_t(config.threads); }
@@ -762,7 +777,13 @@ Status Server::Impl::Init() {
     }
     if (durable) {
       durability::Durability* d = durable.get();
-      t->state.worker->AddPassHook([d, p] { return d->OnPass(p); });
+      fabric::Worker* w = t->state.worker.get();
+      t->state.worker->AddPassHook([d, p, w] {
+        const size_t work = d->OnPass(p);
+        // A failing disk is retried on the clock, writes or not.
+        if (auto at = d->RetryAt(p)) w->WakeBy(*at);
+        return work;
+      });
     }
     // A client killed while sending to this thread over shared memory may
     // have blocked its receive queue for good (fabric/worker.h): UCX cannot
@@ -825,6 +846,7 @@ Status Server::Impl::Init() {
     });
   }
 
+  threads_started = true;
   for (auto& t : threads) {
     Thread* raw = t.get();
     t->thread = std::thread([this, raw] { RunThread(raw); });
@@ -1138,14 +1160,42 @@ void Server::Impl::Shutdown() {
   // Readers stop trusting our memory first, then sessions see their
   // sockets close, then the threads drop their endpoints.
   if (lease) lease->Revoke();
+  StopPartitions();
   if (acceptor) acceptor->Stop();
   stop.store(true, std::memory_order_release);
   for (auto& t : threads) {
     if (t->state.worker) t->state.worker->Wake();
   }
+  JoinThreads();
+}
+
+void Server::Impl::StopPartitions() {
+  if (!durable || !threads_started || partitions_stopped.exchange(true)) {
+    return;
+  }
+  const uint32_t n = partitions();
+  std::latch stopped(n);
+  for (PartitionId p = 0; p < n; ++p) {
+    dispatcher->RunOn(p, [this, p, &stopped] {
+      durable->Stop(p);
+      stopped.count_down();
+    });
+  }
+  stopped.wait();
+  // A thread runs what is posted to it in order: once each has run this,
+  // the replies posted to it above are in the transport's hands.
+  std::latch sent(n);
+  for (PartitionId p = 0; p < n; ++p) {
+    dispatcher->RunOn(p, [&sent] { sent.count_down(); });
+  }
+  sent.wait();
+}
+
+void Server::Impl::JoinThreads() {
   for (auto& t : threads) {
     if (t->thread.joinable()) t->thread.join();
   }
+  if (dispatcher) dispatcher->Close();
 }
 
 Result<std::unique_ptr<Server>> Server::Start(
@@ -1179,16 +1229,13 @@ void Server::Stop() {
   if (impl_->member_lease) impl_->member_lease->Stop();
   if (impl_->member) impl_->member->Stop();
   if (impl_->lease) impl_->lease->Revoke();
+  impl_->StopPartitions();
   if (impl_->acceptor) impl_->acceptor->Stop();
   impl_->stop.store(true, std::memory_order_release);
   for (auto& t : impl_->threads) t->state.worker->Wake();
 }
 
-void Server::Wait() {
-  for (auto& t : impl_->threads) {
-    if (t->thread.joinable()) t->thread.join();
-  }
-}
+void Server::Wait() { impl_->JoinThreads(); }
 
 std::vector<proto::StatValue> Server::Stats() const { return impl_->Stats(); }
 

@@ -125,7 +125,10 @@ class Server {
 
   // The bound "host:port".
   const std::string& address() const;
-  // Asks every thread to stop; returns at once.
+  // Asks every thread to stop, once every partition has answered what it
+  // holds for later (a snapshot being taken gets Unavailable, "the server
+  // is stopping") while the sessions are open; returns then, without
+  // waiting for the threads to exit.
   void Stop();
   // Blocks until every thread has exited.
   void Wait();

@@ -61,7 +61,9 @@ class Dispatcher;
 
 // Answers one request, exactly once, from any thread. A Responder destroyed
 // without replying answers Internal, so a client never waits for a request
-// a service dropped by mistake. Move-only.
+// a service dropped by mistake; once the server's threads have exited
+// (Dispatcher::Close) it answers nothing: its connection is closed. A
+// Responder must not outlive the server's Dispatcher. Move-only.
 class Responder {
  public:
   Responder() = default;
