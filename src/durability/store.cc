@@ -163,6 +163,22 @@ Result<std::unique_ptr<FileData>> PartitionStore::ReadWhole(
   return d;
 }
 
+Status PartitionStore::KeepBytes(const std::string& path,
+                                 std::string_view bytes) {
+  auto f = env_->NewWritableFile(path);
+  if (!f.ok()) return f.status();
+  for (size_t done = 0; done < bytes.size();) {
+    auto n = (*f)->Write(bytes.data() + done, bytes.size() - done);
+    if (!n.ok()) return n.status();
+    if (*n == 0) {
+      return Status::IOError("cannot keep the bytes cut from the log in " +
+                             path + ": the write made no progress");
+    }
+    done += *n;
+  }
+  return (*f)->Sync();
+}
+
 Status PartitionStore::Recover(RecoveryReport* r) {
   const std::string& dir = options_.dir;
   auto names = env_->ListDir(dir);
@@ -176,7 +192,8 @@ Status PartitionStore::Recover(RecoveryReport* r) {
       logs.push_back(*m);
     } else if (name.ends_with(".tmp")) {
       tmps.push_back(name);
-    } else if (name.ends_with(".corrupt") || name.ends_with(".dropped")) {
+    } else if (name.ends_with(".corrupt") || name.ends_with(".dropped") ||
+               name.ends_with(".torn")) {
       aside_.push_back(name);
     }
   }
@@ -317,7 +334,8 @@ Status PartitionStore::Recover(RecoveryReport* r) {
         r->warnings.push_back(
             "torn final record in " + path + " at byte offset " +
             std::to_string(off) + " (" + std::string(ParseOutcomeText(o)) +
-            "): truncated " + std::to_string(data.size() - off) + " bytes");
+            "): truncated " + std::to_string(data.size() - off) +
+            " bytes, kept in " + path + ".torn until the next snapshot");
       } else {
         problem = Problem{i, off, std::string(ParseOutcomeText(o))};
       }
@@ -497,6 +515,10 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   r->last_lsn = expect - 1;
   const uint64_t snap_bytes = snap_data ? snap_data->data().size() : 0;
   std::vector<std::string> problem_tail;  // what a problem drops of its file
+  std::string torn_tail;                  // what a torn write's cut drops
+  if (torn && log_data[torn->first]) {
+    torn_tail = std::string(log_data[torn->first]->data().substr(torn->second));
+  }
   if (problem && log_data[problem->file]) {
     const std::string_view d = log_data[problem->file]->data();
     problem_tail.emplace_back(d.substr(problem->offset));
@@ -521,8 +543,13 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   }
   for (const std::string& name : unreadable) aside_.push_back(name);
   if (torn) {
-    REMEM_RETURN_IF_ERROR(
-        env_->TruncateFile(PathOf(LogName(logs[torn->first])), torn->second));
+    // The bytes cut off are kept beside the log until the next snapshot: a
+    // write a crash cut short looks like this, but so does damage to the
+    // log's last record, which a post-mortem can tell apart.
+    const std::string path = PathOf(LogName(logs[torn->first]));
+    REMEM_RETURN_IF_ERROR(KeepBytes(path + ".torn", torn_tail));
+    aside_.push_back(LogName(logs[torn->first]) + ".torn");
+    REMEM_RETURN_IF_ERROR(env_->TruncateFile(path, torn->second));
   }
   if (problem) {
     const std::string path = PathOf(LogName(logs[problem->file]));
@@ -531,19 +558,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     } else {
       if (!problem_tail.empty()) {
         // Keep the dropped bytes beside the log, for a post-mortem.
-        auto f = env_->NewWritableFile(path + ".dropped");
-        if (!f.ok()) return f.status();
-        const std::string& tail = problem_tail[0];
-        for (size_t done = 0; done < tail.size();) {
-          auto n = (*f)->Write(tail.data() + done, tail.size() - done);
-          if (!n.ok()) return n.status();
-          if (*n == 0) {
-            return Status::IOError("cannot keep the dropped bytes in " + path +
-                                   ".dropped: the write made no progress");
-          }
-          done += *n;
-        }
-        REMEM_RETURN_IF_ERROR((*f)->Sync());
+        REMEM_RETURN_IF_ERROR(KeepBytes(path + ".dropped", problem_tail[0]));
       }
       REMEM_RETURN_IF_ERROR(env_->TruncateFile(path, problem->offset));
       r->truncated_bytes += problem_tail.empty() ? 0 : problem_tail[0].size();

@@ -180,6 +180,9 @@ class PartitionStore {
       : options_(std::move(o)), state_(state) {}
   Status Recover(RecoveryReport* report);
   Result<std::unique_ptr<FileData>> ReadWhole(const std::string& path);
+  // Writes `bytes` to a new file at `path` and syncs it (what recovery cuts
+  // from a log, kept for a post-mortem).
+  Status KeepBytes(const std::string& path, std::string_view bytes);
   Status OpenLog(uint64_t first_lsn);
   Status FlushNow(bool sync);
   Status StartSnapshot();
