@@ -382,6 +382,18 @@ TEST_F(TxnTest, AnIdWithAnotherClasssCapacityNamesNoObject) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->data, "hello");
   EXPECT_EQ(got->version, 2u);
+  // In the heap's last 64 bytes (--txn-memory 8M: one region of 8 MiB), an
+  // id of the largest capacity would run past the region: it names no
+  // object either, on the one-sided path as on the server's (it was
+  // refused as malformed one-sided).
+  ObjectId last = id;
+  last.address = (8u << 20) - 64;
+  last.capacity = txn::kMaxObjectBytes;
+  SCOPED_TRACE(last.ToString());
+  EXPECT_EQ(store_->Read(last).status().code(), StatusCode::kNotFound);
+  auto tx = store_->Begin();
+  EXPECT_EQ(tx->Read(last).status().code(), StatusCode::kNotFound);
+  tx->Abort();
 }
 
 // Transfers between accounts from two processes while a third audits

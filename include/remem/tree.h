@@ -209,11 +209,7 @@ class TreeStore {
     uint64_t rpc_gets = 0;        // gets answered by the server
     uint64_t onesided_scans = 0;  // scan pages read one-sided
     uint64_t rpc_scans = 0;       // scan pages the server made
-    // Of rpc_scans, those auto sent by RPC while other operations were in
-    // flight over shared memory, to split the work between the client's
-    // core and the server's (see "Reads take one of two paths", above).
-    uint64_t split_scans = 0;
-    uint64_t reads = 0;  // one-sided node reads issued
+    uint64_t reads = 0;           // one-sided node reads issued
     // Node copies that failed to verify, and leaves read again because a
     // key or value they named had changed since.
     uint64_t retries = 0;
@@ -228,6 +224,10 @@ class TreeStore {
     // of them the scan or batch ended without.
     uint64_t leaves_read_ahead = 0;
     uint64_t leaves_read_ahead_unused = 0;
+    // Of rpc_scans, those auto sent by RPC while other operations were in
+    // flight over shared memory, to split the work between the client's
+    // core and the server's (see "Reads take one of two paths", above).
+    uint64_t split_scans = 0;
   };
   const ReadStats& read_stats() const;
 

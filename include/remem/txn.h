@@ -44,7 +44,8 @@
 //
 // Object ids: an ObjectId names a slot and its incarnation; a freed
 // object's id never reads another object (NotFound). A server without
-// --data-dir starts its slots at an incarnation drawn anew at each start:
+// persistence (no --data-dir, or --no-persistence) starts its slots at an
+// incarnation drawn anew at each start:
 // an id from before it restarted reads NotFound, not an object allocated
 // since (but by a chance of about one in 2^32). Ids may be stored in
 // objects (FaRM's pointers): 16 bytes, written with ObjectId::Encode.
@@ -78,7 +79,7 @@
 // Errors: InvalidArgument (an object larger than max_object(), data
 // larger than the object's capacity, a malformed id, a call on a
 // transaction that is over), NotFound (no object at the id: freed, never
-// committed, of a server that restarted without --data-dir, or an id
+// committed, of a server that restarted without persistence, or an id
 // whose capacity is another size class's than its slot's), Conflict
 // (Commit: another transaction changed an object this one used; nothing was
 // applied), OutOfMemory (Alloc: the heap is full), Unsupported (a server

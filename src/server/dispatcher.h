@@ -14,7 +14,9 @@
 // (the services, the durability layer, the cluster member): once the
 // server's threads have exited, Close makes later replies and RunOn tasks
 // be dropped, so a Responder destroyed then (a request still waiting in a
-// service at the stop, whose connection is gone) answers nothing.
+// service at the stop, whose connection is gone) answers nothing. Close is
+// a flag, not a barrier: threads other than the server's that may reply
+// (the replicator's) are stopped before it (Server::Stop).
 //
 // Thread contract: one Dispatcher per server. Functions ending in _st run
 // only on the thread that owns the connection (CODING_STYLE.md); SendReply,

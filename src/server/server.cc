@@ -9,11 +9,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <latch>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -123,7 +124,10 @@ struct Server::Impl : public ServiceContext {
   std::unique_ptr<durability::Durability> durable;
   std::vector<std::unique_ptr<Thread>> threads;
   bool threads_started = false;
-  std::atomic<bool> partitions_stopped{false};  // StopPartitions has run
+  // StopPartitions has run; its mutex makes a second caller wait for the
+  // first.
+  std::mutex partitions_stop_mu;
+  bool partitions_stopped = false;
   std::unique_ptr<LeaseKeeper> lease;
   std::unique_ptr<Acceptor> acceptor;
   std::string address;
@@ -1169,26 +1173,74 @@ void Server::Impl::Shutdown() {
   JoinThreads();
 }
 
-void Server::Impl::StopPartitions() {
-  if (!durable || !threads_started || partitions_stopped.exchange(true)) {
-    return;
+namespace {
+
+// A count of partitions yet to run a task posted to them, waited for with
+// a bound: a thread stuck in a user function (--ops-library) must not hold
+// up a stop for ever. Shared with the tasks, which may run after a wait
+// that gave up.
+struct PartitionCountdown {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<bool> done;
+  explicit PartitionCountdown(uint32_t n) : done(n, false) {}
+  void Done(PartitionId p) {
+    std::lock_guard<std::mutex> lock(mu);
+    done[p] = true;
+    cv.notify_all();
   }
-  const uint32_t n = partitions();
-  std::latch stopped(n);
-  for (PartitionId p = 0; p < n; ++p) {
-    dispatcher->RunOn(p, [this, p, &stopped] {
-      durable->Stop(p);
-      stopped.count_down();
+  // Waits up to `bound`; returns the partitions that have not run it.
+  std::vector<PartitionId> Wait(std::chrono::milliseconds bound) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, bound, [this] {
+      return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
     });
+    std::vector<PartitionId> late;
+    for (PartitionId p = 0; p < done.size(); ++p) {
+      if (!done[p]) late.push_back(p);
+    }
+    return late;
   }
-  stopped.wait();
+};
+
+// How long a stop waits for each partition's answer to what it holds.
+constexpr std::chrono::seconds kPartitionStopBound{5};
+
+}  // namespace
+
+void Server::Impl::StopPartitions() {
+  std::lock_guard<std::mutex> once(partitions_stop_mu);
+  if (!durable || !threads_started || partitions_stopped) return;
+  partitions_stopped = true;
+  const uint32_t n = partitions();
+  auto run_on_each = [this, n](auto task) {
+    auto countdown = std::make_shared<PartitionCountdown>(n);
+    for (PartitionId p = 0; p < n; ++p) {
+      dispatcher->RunOn(p, [task, countdown, p] {
+        task(p);
+        countdown->Done(p);
+      });
+    }
+    return countdown->Wait(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            kPartitionStopBound));
+  };
+  std::vector<PartitionId> late =
+      run_on_each([this](PartitionId p) { durable->Stop(p); });
   // A thread runs what is posted to it in order: once each has run this,
   // the replies posted to it above are in the transport's hands.
-  std::latch sent(n);
-  for (PartitionId p = 0; p < n; ++p) {
-    dispatcher->RunOn(p, [&sent] { sent.count_down(); });
+  if (late.empty()) late = run_on_each([](PartitionId) {});
+  if (!late.empty()) {
+    std::string which;
+    for (PartitionId p : late) {
+      which += (which.empty() ? "" : ", ") + std::to_string(p);
+    }
+    log::Warn(
+        "stopping: partition thread(s) {} did not answer within {} s (a "
+        "thread stuck in a user function?); stopping without their "
+        "answers to waiting snapshot requests",
+        which, kPartitionStopBound.count());
   }
-  sent.wait();
 }
 
 void Server::Impl::JoinThreads() {
@@ -1228,6 +1280,9 @@ void Server::Stop() {
   // after the ownership holding those configurations is gone.
   if (impl_->member_lease) impl_->member_lease->Stop();
   if (impl_->member) impl_->member->Stop();
+  // Writes waiting for backups fail while the threads still run their
+  // replies; no reply comes from its thread after the dispatcher closes.
+  if (impl_->replicator_of_cluster) impl_->replicator_of_cluster->Stop();
   if (impl_->lease) impl_->lease->Revoke();
   impl_->StopPartitions();
   if (impl_->acceptor) impl_->acceptor->Stop();

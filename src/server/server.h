@@ -127,8 +127,10 @@ class Server {
   const std::string& address() const;
   // Asks every thread to stop, once every partition has answered what it
   // holds for later (a snapshot being taken gets Unavailable, "the server
-  // is stopping") while the sessions are open; returns then, without
-  // waiting for the threads to exit.
+  // is stopping") while the sessions are open, or after 5 s for a thread
+  // that has not (stuck in a user function: a warning names it); returns
+  // then, without waiting for the threads to exit. A second call waits for
+  // the first's answers.
   void Stop();
   // Blocks until every thread has exited.
   void Wait();

@@ -46,14 +46,19 @@ Result<std::string> Call(txn::StoreState* s, TxnMethod m, std::string payload) {
 std::string Describe(const ObjectId& id) { return "object " + id.ToString(); }
 
 // Where `bytes` of the slot `id` names lie: its region and offset there;
-// InvalidArgument for an id no slot could have.
+// InvalidArgument for an id no slot could have, NotFound for one whose
+// capacity would run past its region's end (a slot of another class, as
+// the server answers).
 Status Locate(const txn::StoreState& s, const ObjectId& id, uint64_t bytes,
               const fabric::RemoteRegion** region, uint64_t* offset) {
   const uint64_t in_region = id.address % txn::kRegionBytes;
   const size_t r = id.address / txn::kRegionBytes;
   if (!txn::IsCapacity(id.capacity) || id.address % 64 != 0 ||
-      r >= s.regions.size() || in_region + bytes > s.info.regions[r].length) {
+      r >= s.regions.size() || in_region >= s.info.regions[r].length) {
     return Status::InvalidArgument(Describe(id) + " is not an object id");
+  }
+  if (in_region + bytes > s.info.regions[r].length) {
+    return Status::NotFound("no object " + id.ToString());
   }
   *region = s.regions[r];
   *offset = in_region;
