@@ -1344,49 +1344,42 @@ void TreeStore::ScanAsync(std::string_view start, std::string_view end,
     timed = false;  // a fallback's time is neither path's
   }
   ++impl_->stats.rpc_scans;
+  // A split RPC measures the client's own time on it (the send, and taking
+  // the answer) for the split; a timed one its latency for the selector.
+  client::DepthSplit* depth_split = split ? &impl_->scan_split : nullptr;
   if (split) {
-    // The client's own time on it is measured: the send, and taking the
-    // answer.
-    client::DepthSplit* depth_split = &impl_->scan_split;
     ++impl_->stats.split_scans;
     depth_split->Sent();
-    const Clock::time_point sent = Clock::now();
-    impl_->core->Call(
-        tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
-        tree::EncodeTreeScan({start, end, limit, desc}),
-        [cb = std::move(cb), depth_split, page, sent](
-            Status st, std::string payload) mutable {
-          if (!st.ok()) {
-            depth_split->Dropped();
-            tree::ClearPage(page);
-            return cb(st);
-          }
-          const Clock::time_point answered = Clock::now();
-          st = tree::DecodeTreeScanReply(payload, page);
+    t0 = Clock::now();
+  }
+  impl_->core->Call(
+      tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
+      tree::EncodeTreeScan({start, end, limit, desc}),
+      [cb = std::move(cb), timed, t0, selector, timing, depth_split, page](
+          Status st, std::string payload) mutable {
+        if (!st.ok()) {
+          if (depth_split != nullptr) depth_split->Dropped();
+          tree::ClearPage(page);
+          return cb(st);
+        }
+        const Clock::time_point answered =
+            depth_split != nullptr ? Clock::now() : Clock::time_point{};
+        st = tree::DecodeTreeScanReply(payload, page);
+        if (depth_split != nullptr) {
           const Clock::time_point taken = Clock::now();
           depth_split->Answered(
-              std::chrono::duration<double, std::micro>(taken - sent).count(),
+              std::chrono::duration<double, std::micro>(taken - t0).count(),
               std::chrono::duration<double, std::micro>(taken - answered)
                   .count());
-          cb(st);
-        });
+        } else if (timed && st.ok()) {
+          timing->Record(selector, client::Path::kRpc, t0);
+        }
+        cb(st);
+      });
+  if (split) {
     depth_split->SendTook(
-        std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
-    return;
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  impl_->core->Call(tree::kTreeService, tree::MethodId(tree::TreeMethod::kScan),
-                    tree::EncodeTreeScan({start, end, limit, desc}),
-                    [cb = std::move(cb), timed, t0, selector, timing, page](
-                        Status st, std::string payload) mutable {
-                      if (!st.ok()) {
-                        tree::ClearPage(page);
-                        return cb(st);
-                      }
-                      st = tree::DecodeTreeScanReply(payload, page);
-                      if (timed && st.ok())
-                        timing->Record(selector, client::Path::kRpc, t0);
-                      cb(st);
-                    });
 }
 
 const TreeStore::ReadStats& TreeStore::read_stats() const {
