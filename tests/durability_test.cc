@@ -1004,6 +1004,97 @@ TEST(Durability, AMissingMetaBesideDataIsRefusedNotMadeAgain) {
   fs::remove_all(dir);
 }
 
+// Files removed from a data directory are refused, not read as a shorter
+// history (found black-box: the server started with those writes gone,
+// without a word): the log that the newest snapshot begins (no later file
+// shows it missing), and all of one partition's files beside a partition
+// that holds records.
+TEST(Durability, RemovedLogOrPartitionFilesAreRefusedUnlessTruncating) {
+  const std::string dir = TempDir();
+  const std::vector<std::string> flags = {
+      "--data-dir", dir, "--threads", "2", "--snapshot-log-bytes", "0"};
+  constexpr int kKeys = 40;
+  auto start_and_count = [&](const std::vector<std::string>& f, int* first,
+                             int* second, std::string* output) {
+    ServerProcess s = Start(f);
+    ASSERT_TRUE(s.process);
+    auto c = Connect(s.address);
+    ASSERT_TRUE(c);
+    *first = *second = 0;
+    for (int i = 0; i < kKeys; ++i) {
+      auto g = c->Get("key" + std::to_string(i));
+      if (g.ok()) ++(g->value == "first" ? *first : *second);
+    }
+    c = {};
+    *output = s.process->output();
+    Stop(s);
+  };
+  {
+    ServerProcess s = Start(flags);
+    ASSERT_TRUE(s.process);
+    auto c = Connect(s.address);
+    ASSERT_TRUE(c);
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(c->Put("key" + std::to_string(i), "first").ok());
+    }
+    ASSERT_TRUE(c.session->TakeSnapshot().ok());
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(c->Put("key" + std::to_string(i), "second").ok());
+    }
+    c = {};
+    Stop(s);
+  }
+  // p0's newest log: the one its snapshot begins.
+  const std::string part = dir + "/hash/p0";
+  const auto snaps = FilesIn(part, ".snap");
+  const auto logs = FilesIn(part, ".rlog");
+  ASSERT_EQ(snaps.size(), 1u);
+  ASSERT_FALSE(logs.empty());
+  const std::string log = part + "/" + logs.back();
+  ASSERT_GT(fs::file_size(log), 0u);
+  fs::remove(log);
+  {
+    auto [code, out] = Refused(flags);
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find(log + ", the log that begins at"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("--recovery=truncate"), std::string::npos) << out;
+  }
+  std::vector<std::string> truncating = flags;
+  truncating.insert(truncating.end(), {"--recovery", "truncate"});
+  int first = 0, second = 0;
+  std::string out;
+  start_and_count(truncating, &first, &second, &out);
+  EXPECT_NE(out.find("LOST"), std::string::npos) << out;
+  // p0's keys are back at the snapshot's value, p1's at the log's.
+  EXPECT_EQ(first + second, kKeys);
+  EXPECT_GT(first, 0);
+  EXPECT_GT(second, 0);
+  const int in_p0 = first;
+  // Once reported, the directory is whole again.
+  start_and_count(flags, &first, &second, &out);
+  EXPECT_EQ(first, in_p0) << out;
+  EXPECT_EQ(out.find("LOST"), std::string::npos) << out;
+
+  fs::remove_all(dir + "/hash/p1");
+  {
+    auto [code, out] = Refused(flags);
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find(dir + "/hash/p1 holds no log file or snapshot, but " +
+                       part + " holds records"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("--recovery=truncate"), std::string::npos) << out;
+  }
+  start_and_count(truncating, &first, &second, &out);
+  EXPECT_NE(out.find("LOST"), std::string::npos) << out;
+  EXPECT_EQ(first, in_p0);
+  EXPECT_EQ(second, 0);
+  start_and_count(flags, &first, &second, &out);
+  EXPECT_EQ(first, in_p0) << out;
+  fs::remove_all(dir);
+}
+
 // Everything under `dir`, depth first.
 void Walk(const std::string& dir, std::vector<std::string>* files,
           std::vector<std::string>* dirs) {

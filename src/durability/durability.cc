@@ -189,6 +189,21 @@ Result<bool> Durability::PartitionDataIn(const std::string& dir) {
   return false;
 }
 
+bool Durability::HoldsLogOrSnapshot(const std::string& dir, bool with_records) {
+  auto names = env_->ListDir(dir);
+  if (!names.ok()) return false;
+  for (const std::string& name : *names) {
+    if (name.starts_with("snapshot-") && name.ends_with(".snap")) return true;
+    if (name.starts_with("log-") && name.ends_with(".rlog")) {
+      if (!with_records) return true;
+      // A sibling recovering meanwhile may have removed it: not counted.
+      auto size = env_->FileSize(dir + "/" + name);
+      if (size.ok() && *size > 0) return true;
+    }
+  }
+  return false;
+}
+
 Status Durability::WriteServiceMeta(std::string_view service,
                                     const std::string& text) {
   const std::string dir = options_.data_dir + "/" + std::string(service);
@@ -211,8 +226,34 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
   so.recovery = options_.recovery;
   so.fault = options_.fault;
   so.slow_snapshot_us = options_.slow_snapshot_us;
+  // Partitions are made together, and each gets its log file before any
+  // of them takes a write, so one with neither log nor snapshot beside a
+  // partition that holds records had its files removed: its pairs are
+  // lost, and starting it empty would say nothing.
+  std::optional<std::string> gone;
+  if (partitions_ > 1 && !HoldsLogOrSnapshot(so.dir, false)) {
+    const std::string service_dir =
+        options_.data_dir + "/" + std::string(service);
+    for (uint32_t q = 0; q < partitions_ && !gone; ++q) {
+      const std::string other = service_dir + "/p" + std::to_string(q);
+      if (q != p && HoldsLogOrSnapshot(other, true)) {
+        gone = so.dir + " holds no log file or snapshot, but " + other +
+               " holds records: this partition's files were removed, and "
+               "the pairs it held are out of reach";
+      }
+    }
+  }
+  if (gone && options_.recovery == RecoveryMode::kStrict) {
+    return Status::Corruption(
+        "corruption: " + *gone +
+        ". Refusing to start. Put them back, or start with "
+        "--recovery=truncate to start this partition empty");
+  }
   RecoveryReport report;
   auto store = PartitionStore::Open(so, state, &report);
+  if (gone) {
+    report.lost.push_back(*gone + ": started empty (--recovery=truncate)");
+  }
   for (const auto& w : report.warnings) {
     log::Warn("recovery of {}: {}", so.dir, w);
   }

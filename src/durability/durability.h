@@ -74,7 +74,9 @@ class Durability {
   Status WriteServiceMeta(std::string_view service, const std::string& text);
 
   // Recovers partition p of `service` into `state` and opens its log. The
-  // store lives as long as this object.
+  // store lives as long as this object. A partition with neither log nor
+  // snapshot while another of the service holds records had its files
+  // removed: Corruption under kStrict, reported lost under kTruncate.
   Result<PartitionStore*> OpenPartition(std::string_view service, uint32_t p,
                                         Recoverable* state);
 
@@ -114,6 +116,10 @@ class Durability {
   // Whether `dir` (a service's directory) has a partition directory (p0,
   // p1, ...) with a file in it.
   Result<bool> PartitionDataIn(const std::string& dir);
+  // Whether the partition directory `dir` holds a snapshot or a log file
+  // (`with_records`: a snapshot, or a log file that is not empty). False if
+  // it is missing or cannot be read.
+  bool HoldsLogOrSnapshot(const std::string& dir, bool with_records);
 
   DurabilityOptions options_;
   uint32_t partitions_;

@@ -427,6 +427,29 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     drop_from = problem->file + 1;
   }
 
+  // A snapshot's log starts at its LSN and is made before the snapshot is
+  // (StartSnapshot), and recovery reopens an empty one in place, so the
+  // base's log is never missing unless something removed it. A later log
+  // file would show the gap above (the log jumps); the newest one does not,
+  // and the records it held (how many, no file says) would be lost without
+  // a word.
+  if (snap_data && !problem &&
+      !std::binary_search(logs.begin(), logs.end(), base.lsn)) {
+    const std::string what =
+        PathOf(LogName(base.lsn)) + ", the log that begins at " +
+        PathOf(SnapshotName(base.lsn)) +
+        ", is missing: the writes logged after that snapshot (LSN " +
+        std::to_string(base.lsn) + " on) are out of reach";
+    if (options_.recovery == RecoveryMode::kStrict) {
+      return Status::Corruption(
+          "corruption: " + what +
+          ". Refusing to start. Put the file back, or start with "
+          "--recovery=truncate to start from the snapshot (LSN " +
+          std::to_string(base.lsn - 1) + ") and drop them");
+    }
+    r->lost.push_back(what + ": dropped (--recovery=truncate)");
+  }
+
   // 3. Apply the final state: the snapshot's pairs the log does not
   // supersede, then each key's last log record. Nothing is written twice.
   // Shaped as the live state was last, in one step: never larger, so the
@@ -592,9 +615,14 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const bool before_prev = i + 1 < logs.size() && logs[i + 1] <= prev_lsn_;
     auto size = env_->FileSize(PathOf(name));
     if (!size.ok()) return size.status();
-    if (before_prev || (*size == 0 && logs[i] == next_lsn)) {
-      // Wholly before the previous generation, or empty and about to be
-      // reopened.
+    if (*size == 0 && logs[i] == next_lsn) {
+      // Empty, and reopened in place below (not removed first: a crash in
+      // between would leave a snapshot without its log, which recovery
+      // takes for a deleted one).
+      continue;
+    }
+    if (before_prev) {
+      // Wholly before the previous generation.
       REMEM_RETURN_IF_ERROR(env_->RemoveFile(PathOf(name)));
       continue;
     }

@@ -38,7 +38,9 @@
 // write cut short) is truncated with a warning, and so is an atomic group the
 // end of the log cuts short (its records before the cut are not applied).
 // Anything else that keeps recovery from reaching the newest record on disk (a
-// corrupt record before the end, a missing log file) refuses to start
+// corrupt record before the end, a missing log file, the newest one too: the
+// log that begins at the base snapshot's LSN always exists, an empty one
+// being reopened in place) refuses to start
 // (kStrict), naming the files and the LSNs out of reach; kTruncate starts from
 // what is reachable and reports exactly what it dropped (RecoveryReport::lost).
 //
