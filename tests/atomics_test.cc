@@ -100,6 +100,33 @@ TEST_F(AtomicsTest, EachAtomicReturnsItsOldOrNewValueAndTheVersion) {
   auto created = c->Execute(Op::Max("m", 7, true, 9));
   ASSERT_TRUE(created.ok());
   EXPECT_EQ(*created->Int(), 9);
+  // The typed helpers (the README lists min and max among OpsStore's):
+  // the value after, synchronously and asynchronously.
+  auto tmin = c->Min("n", -4);
+  ASSERT_TRUE(tmin.ok()) << tmin.status().ToString();
+  EXPECT_EQ(tmin->value, -4);
+  auto tmax = c->Max("n", 40);
+  ASSERT_TRUE(tmax.ok());
+  EXPECT_EQ(tmax->value, 40);
+  EXPECT_GT(tmax->version, tmin->version);
+  EXPECT_EQ(c->Min("absent", 1).status().code(), StatusCode::kNotFound);
+  int64_t async_min = 0, async_max = 0;
+  c->MinAsync("n", 12, [&](Result<IntReply> r) {
+    ASSERT_TRUE(r.ok());
+    async_min = r->value;
+  });
+  c->MaxAsync(
+      "fresh", 5,
+      [&](Result<IntReply> r) {
+        ASSERT_TRUE(r.ok());
+        async_max = r->value;
+      },
+      /*create=*/true, /*initial=*/2);
+  ASSERT_TRUE(c.session->WaitAll().ok());
+  EXPECT_EQ(async_min, 12);
+  EXPECT_EQ(async_max, 5);
+  ASSERT_TRUE(c->Max("n", 3).ok());
+  EXPECT_EQ(c->hash()->Get("n")->value, I64(12));
 
   ASSERT_TRUE(c->hash()->Put("s", "abc").ok());
   auto miss = c->Execute(Op::CompareSwap("s", "xyz", "new"));

@@ -1283,6 +1283,51 @@ TEST(Connect, NoServerIsAClearErrorQuickly) {
   EXPECT_EQ(Session::Connect(o).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Timeouts are times from now: one past a year overflowed the deadline
+// arithmetic, so milliseconds::max() ("no deadline") timed out the
+// handshake at once, and a century connected but failed every call at once
+// (found black-box). They are refused before anything is sent, and a year
+// works.
+TEST(Connect, TimeoutsOutOfRangeAreRefusedAndAYearWorks) {
+  auto server = StartServer({}, "16M");
+  ASSERT_NE(server.process, nullptr);
+  SessionOptions o;
+  o.server = server.address;
+  o.transport = TestTransport();
+  for (auto t : {std::chrono::milliseconds::max(),
+                 std::chrono::milliseconds(kMaxTimeout.count() + 1),
+                 std::chrono::milliseconds(0), std::chrono::milliseconds(-5)}) {
+    SCOPED_TRACE(t.count());
+    o.timeout = t;
+    auto c = Session::Connect(o);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument)
+        << c.status().ToString();
+    EXPECT_NE(c.status().message().find("SessionOptions::timeout"),
+              std::string::npos)
+        << c.status().ToString();
+    o.timeout = std::chrono::seconds(10);
+    o.connect_timeout = t;
+    EXPECT_EQ(Session::Connect(o).status().code(),
+              StatusCode::kInvalidArgument);
+    o.connect_timeout.reset();
+  }
+  o.timeout = kMaxTimeout;
+  auto c = Session::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto store = HashStore::Open(c->get());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->Put("year", "long").ok());
+  for (int i = 0; i < 10; ++i) {
+    (*store)->PutAsync("k" + std::to_string(i), "v",
+                       [](Result<uint64_t> r) { EXPECT_TRUE(r.ok()); });
+  }
+  EXPECT_TRUE((*c)->WaitAll().ok());
+  auto g = (*store)->Get("year");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->value, "long");
+}
+
 // Post and Notify signal the worker's event fd only while its thread is
 // in Sleep (fabric/worker.h). A hand-off lost in the race between the two
 // would leave the thread asleep: here it sleeps for a minute at a time, so

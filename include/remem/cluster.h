@@ -128,7 +128,8 @@ struct ClusterOptions {
   SessionOptions session;
   HashOptions hash;
   // How long Connect waits for a cluster that is still forming (its
-  // servers up, the first configuration not yet installed); 0: not at all.
+  // servers up, the first configuration not yet installed); 0: not at all,
+  // and at most kMaxTimeout (InvalidArgument otherwise).
   std::chrono::milliseconds wait_for_config{0};
   // Which copy of a shard gets read (above); without replicas, the owner.
   ReadFrom read_from = ReadFrom::kPrimary;

@@ -214,6 +214,11 @@ class OpsStore {
                             bool create = false, int64_t initial = 0);
   Result<IntReply> AddFetch(std::string_view key, int64_t delta,
                             bool create = false, int64_t initial = 0);
+  // The value after: the smaller (Min) or larger (Max) of it and `operand`.
+  Result<IntReply> Min(std::string_view key, int64_t operand,
+                       bool create = false, int64_t initial = 0);
+  Result<IntReply> Max(std::string_view key, int64_t operand,
+                       bool create = false, int64_t initial = 0);
   // OpReply: `applied`, the value compared, the version after.
   Result<OpReply> CompareSwap(std::string_view key, std::string_view expected,
                               std::string_view desired, bool create = false);
@@ -258,6 +263,12 @@ class OpsStore {
   void AddFetchAsync(std::string_view key, int64_t delta,
                      TypedCallback<IntReply> done, bool create = false,
                      int64_t initial = 0);
+  void MinAsync(std::string_view key, int64_t operand,
+                TypedCallback<IntReply> done, bool create = false,
+                int64_t initial = 0);
+  void MaxAsync(std::string_view key, int64_t operand,
+                TypedCallback<IntReply> done, bool create = false,
+                int64_t initial = 0);
   void CompareSwapAsync(std::string_view key, std::string_view expected,
                         std::string_view desired, TypedCallback<OpReply> done,
                         bool create = false);

@@ -53,7 +53,9 @@ struct SessionOptions {
   // with --auth-file refuses a client whose secret does not match. Over
   // kMaxSecretBytes: Connect fails with InvalidArgument.
   std::string secret;
-  // Deadline for connecting and for each synchronous call.
+  // Deadline for connecting and for each synchronous call. It and
+  // connect_timeout must be more than 0 and at most kMaxTimeout: Connect
+  // fails with InvalidArgument otherwise.
   std::chrono::milliseconds timeout{10000};
   // Deadline for connecting alone (the handshake, the UCX endpoint and
   // the list of the server's regions), if it should be shorter (a server
@@ -65,6 +67,9 @@ struct SessionOptions {
   // options may override it).
   ReadPath read_path = ReadPath::kAuto;
 };
+
+// Longest SessionOptions timeout: a year.
+inline constexpr std::chrono::milliseconds kMaxTimeout{365ll * 86400 * 1000};
 
 // Largest shared secret (bytes).
 inline constexpr size_t kMaxSecretBytes = 4096;

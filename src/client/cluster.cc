@@ -1784,6 +1784,15 @@ Result<std::unique_ptr<Cluster>> Cluster::Connect(
   if (options.seeds.empty()) {
     return Status::InvalidArgument("no seed servers given");
   }
+  REMEM_RETURN_IF_ERROR(client::CheckTimeouts(options.session));
+  if (options.wait_for_config.count() < 0 ||
+      options.wait_for_config > kMaxTimeout) {
+    return Status::InvalidArgument(
+        "ClusterOptions::wait_for_config is " +
+        std::to_string(options.wait_for_config.count()) +
+        " ms; it must be at least 0 and at most " +
+        std::to_string(kMaxTimeout.count()) + " ms (a year)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   auto loop = EventLoop::Create(options.session.transport);

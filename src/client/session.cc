@@ -84,9 +84,25 @@ uint64_t SessionCore::CoarseNowNs() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+Status CheckTimeouts(const SessionOptions& o) {
+  auto check = [](std::string_view name, std::chrono::milliseconds t) {
+    if (t.count() > 0 && t <= kMaxTimeout) return Status::OK();
+    return Status::InvalidArgument(
+        "SessionOptions::" + std::string(name) + " is " +
+        std::to_string(t.count()) + " ms; it must be more than 0 and at most " +
+        std::to_string(kMaxTimeout.count()) + " ms (a year)");
+  };
+  REMEM_RETURN_IF_ERROR(check("timeout", o.timeout));
+  if (o.connect_timeout) {
+    REMEM_RETURN_IF_ERROR(check("connect_timeout", *o.connect_timeout));
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
     const SessionOptions& options, LoopCore* loop,
     std::unique_ptr<LoopCore> owned) {
+  REMEM_RETURN_IF_ERROR(CheckTimeouts(options));
   if (loop->worker()->receive_stalled()) {
     return fabric::Worker::StalledStatus();
   }

@@ -69,6 +69,11 @@ class LoopCore {
   friend class SessionCore;
 };
 
+// InvalidArgument unless `o`'s timeouts are more than 0 and at most
+// kMaxTimeout (remem/options.h): deadlines are times from now, and a larger
+// one overflows the clock.
+Status CheckTimeouts(const SessionOptions& o);
+
 class SessionCore {
  public:
   using Clock = fabric::Clock;

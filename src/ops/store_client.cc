@@ -359,6 +359,28 @@ void OpsStore::AddFetchAsync(std::string_view key, int64_t delta,
                  std::move(done));
 }
 
+Result<IntReply> OpsStore::Min(std::string_view key, int64_t operand,
+                               bool create, int64_t initial) {
+  return ExecuteAs(Op::Min(std::string(key), operand, create, initial), AsInt);
+}
+void OpsStore::MinAsync(std::string_view key, int64_t operand,
+                        TypedCallback<IntReply> done, bool create,
+                        int64_t initial) {
+  ExecuteAsyncAs(Op::Min(std::string(key), operand, create, initial), AsInt,
+                 std::move(done));
+}
+
+Result<IntReply> OpsStore::Max(std::string_view key, int64_t operand,
+                               bool create, int64_t initial) {
+  return ExecuteAs(Op::Max(std::string(key), operand, create, initial), AsInt);
+}
+void OpsStore::MaxAsync(std::string_view key, int64_t operand,
+                        TypedCallback<IntReply> done, bool create,
+                        int64_t initial) {
+  ExecuteAsyncAs(Op::Max(std::string(key), operand, create, initial), AsInt,
+                 std::move(done));
+}
+
 Result<OpReply> OpsStore::CompareSwap(std::string_view key,
                                       std::string_view expected,
                                       std::string_view desired, bool create) {
