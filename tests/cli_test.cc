@@ -761,6 +761,21 @@ TEST(Cli, AuthRefusalExitsThree) {
       {CliBinary(), "--server", server.address, "--auth-file", "/tmp", "ping"});
   EXPECT_NE(dir.exit_code, 0) << dir.out;
   EXPECT_TRUE(Contains(dir.out, "auth file /tmp is a directory")) << dir.out;
+  // A file without end is refused after 4 KiB, not read whole (the CLI and
+  // the server ran out of memory and aborted; found black-box). Under a
+  // limit of 1 GB of address space, which reading it whole would pass.
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{CliBinary(), "--server", server.address,
+                                 "--auth-file", "/dev/zero", "ping"},
+        std::vector<std::string>{ServerBinary(), "--memory", "16M", "--listen",
+                                 "127.0.0.1:0", "--auth-file", "/dev/zero"}}) {
+    std::string line = "ulimit -v 1000000; exec";
+    for (const std::string& arg : cmd) line += " '" + arg + "'";
+    auto endless = RunCommand({"/bin/sh", "-c", line});
+    EXPECT_EQ(endless.exit_code, 2) << endless.out;
+    EXPECT_TRUE(Contains(endless.out, "auth file /dev/zero is over 4096 bytes"))
+        << endless.out;
+  }
 }
 
 // remem-bench refuses what it would not do as asked, with exit 2 and the

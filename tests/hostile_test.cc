@@ -659,6 +659,54 @@ TEST_F(Hostile, HostileWorkerAddressesAreRefused) {
   ExpectServing("worker addresses");
 }
 
+// A client that lives on and tries again on a new connection (its
+// handshake timed out while the server was paused): the first connection's
+// handshake, read after it was closed, is refused as given up, not as
+// another process's (that warning read like an intrusion; found black-box).
+// A fresh server: its first refusal is logged as a warning.
+TEST(HostileRetry, AHandshakeItsClientGaveUpOnIsRefusedAsSuch) {
+  if (TestTransport() != Transport::kShm) {
+    GTEST_SKIP() << "only a shared-memory address names the client's process";
+  }
+  const std::string log_path = ::testing::TempDir() + "/hostile-retry-" +
+                               std::to_string(::getpid()) + ".log";
+  auto server = StartServer({"--log-file", log_path});
+  ASSERT_NE(server.process, nullptr);
+  auto observer = ConnectOrDie(server.address);
+  ASSERT_TRUE(observer);
+  auto failures = [&] {
+    auto st = observer->Stats();
+    return st.ok() ? st->Get("handshake_failures") : ~uint64_t{0};
+  };
+  const uint64_t before = failures();
+  LocalWorker worker;
+  ASSERT_TRUE(server.process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(testing::AllThreadsStopped(server.process->pid()));
+  {
+    const auto deadline = Clock::now() + milliseconds(5000);
+    auto sock = util::Connect(server.address, deadline);
+    ASSERT_TRUE(sock.ok()) << sock.status().ToString();
+    ASSERT_TRUE(
+        util::SendAll(sock->fd(), Hello(worker.address()), deadline).ok());
+  }
+  ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (failures() == before && Clock::now() < until) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(failures(), before + 1);
+  std::ifstream in(log_path);
+  const std::string log{std::istreambuf_iterator<char>(in), {}};
+  EXPECT_NE(log.find("closed this connection before its handshake was "
+                     "read: it gave up waiting"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("which is not the process that connected"),
+            std::string::npos)
+      << log;
+  std::remove(log_path.c_str());
+}
+
 // Bytes on an authenticated session's own TCP connection end that session
 // and no other.
 TEST_F(Hostile, BytesAfterTheHandshakeEndOnlyThatSession) {

@@ -104,7 +104,10 @@ class HashStore {
   // Gets, puts and deletes that go to the server are sent together at the
   // next Poll as one message (what Redis calls pipelining, done for the
   // application), which the server does in issue order: an RPC get queued
-  // after a put of the same key sees that put. Operations in flight
+  // after a put of the same key sees that put. (An RPC get whose value did
+  // not fit the reply, 1 MiB with the values before it, is asked again in a
+  // later message, and sees the writes done by then, those issued after it
+  // too.) Operations in flight
   // together are concurrent: a one-sided get reads what the server holds
   // when it runs, which may be before a put issued ahead of it was sent.
   // An operation issued after another's callback ran sees its effect.

@@ -15,7 +15,10 @@
 // key once (KV-Direct's reservation station). A key's operations are
 // linearizable: each takes effect at one instant between its call and its
 // reply, in the order their results show. Operations of this store issued
-// together (async, batch) are done in issue order per key; they are not
+// together (async, batch) are done in issue order per key, but for a
+// reduction or filter whose result did not fit its reply (1 MiB with the
+// results before it): it is asked again in a later message and sees the
+// writes done by then, those issued after it too. They are not
 // ordered with HashStore writes in flight at the same time (an operation
 // issued after a put's callback ran sees that put).
 //
@@ -250,7 +253,8 @@ class OpsStore {
   // --- asynchronous: the op is queued; at the next Session::Poll (or
   // WaitAll, or synchronous call) everything queued goes to the server in
   // one message, and `done` runs inside a later Poll/WaitAll. Ops of one
-  // key are done in issue order.
+  // key are done in issue order, but for a reduction or filter whose result
+  // did not fit the reply (above).
   void ExecuteAsync(Op op, Callback done);
   // The typed helpers, asynchronously: each queues its Op as ExecuteAsync
   // does and hands `done` what the synchronous twin returns. An async

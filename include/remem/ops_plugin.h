@@ -34,7 +34,9 @@
  * unsynchronised global state) and must not block. Nothing interrupts a
  * function that never returns: its thread serves nothing more (the
  * partition's keys and the connections on that thread), and a stopping
- * server exits after --stop-timeout-ms without a clean stop.
+ * server exits after --stop-timeout-ms without a clean stop. Nothing
+ * isolates them either: a function that crashes (a bad pointer) kills the
+ * server process, and clients see it go as after kill -9.
  */
 
 #ifndef REMEM_OPS_PLUGIN_H_

@@ -173,8 +173,8 @@ Status SessionCore::Handshake(Clock::time_point deadline) {
     if (st.code() == StatusCode::kUnavailable) {
       return Status::Unavailable(
           "the server at " + options_.server +
-          " closed the connection during the handshake (is it a remem "
-          "server?)");
+          " closed the connection during the handshake (it stopped or "
+          "restarted, or it is not a remem server)");
     }
     return st.WithContext("handshake with " + options_.server);
   }

@@ -266,8 +266,14 @@ TEST(ClientAddressCheckTest, ThePeerSocketsHolderIsFoundAndNoOtherProcess) {
     // The connecting end is held too, but its peer is the accepted end.
     EXPECT_TRUE(ProcessHoldsPeerSocket(::getpid(), client))
         << family << (mapped ? " mapped" : "");
+    // Half-closed, the peer is still held; closed, it is held by no one.
+    EXPECT_FALSE(PeerSocketClosed(::getpid(), accepted));
+    ASSERT_EQ(::shutdown(client, SHUT_WR), 0);
+    EXPECT_FALSE(PeerSocketClosed(::getpid(), accepted));
     ::close(client);
     EXPECT_FALSE(ProcessHoldsPeerSocket(::getpid(), accepted))
+        << family << (mapped ? " mapped" : "");
+    EXPECT_TRUE(PeerSocketClosed(::getpid(), accepted))
         << family << (mapped ? " mapped" : "");
     ::close(accepted);
   }

@@ -276,6 +276,31 @@ bool ProcessHoldsPeerSocket(int pid, int sock) {
   return found;
 }
 
+bool PeerSocketClosed(int pid, int sock) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t len = sizeof(mine);
+  if (::getsockname(sock, reinterpret_cast<sockaddr*>(&mine), &len) != 0) {
+    return false;
+  }
+  len = sizeof(theirs);
+  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&theirs), &len) != 0) {
+    return errno == ENOTCONN;  // reset: the connection is gone
+  }
+  Endpoint server_end, client_end;
+  if (!FromSockaddr(mine, &server_end) || !FromSockaddr(theirs, &client_end) ||
+      !SameNetworkNamespace(pid)) {
+    return false;
+  }
+  const uint32_t scope =
+      mine.ss_family == AF_INET6
+          ? reinterpret_cast<const sockaddr_in6*>(&mine)->sin6_scope_id
+          : 0;
+  // A socket its process closed lingers (FIN_WAIT2) with no inode: the
+  // lookup says NotFound for it as for one that is gone.
+  auto diag = SocketInodeByDiag(client_end, server_end, scope);
+  return !diag.ok() && diag.status().code() == StatusCode::kNotFound;
+}
+
 Result<ClientAddressCheck> ClientAddressCheck::Create(
     const std::vector<std::string>& own_addresses) {
   ClientAddressCheck c;
@@ -372,6 +397,14 @@ Status ClientAddressCheck::Check(std::string_view address, int sock) const {
           return Status::Unavailable(
               "the client (process " + std::to_string(ref->pid) +
               ") exited before its handshake was read: it gave up waiting");
+        }
+        // Or it lives on, and closed this connection to try again on a new
+        // one (a client's retry after a pause or a restart of the server).
+        if (PeerSocketClosed(ref->pid, sock)) {
+          return Status::Unavailable(
+              "the client (process " + std::to_string(ref->pid) +
+              ") closed this connection before its handshake was read: it "
+              "gave up waiting");
         }
         return Status::PermissionDenied(
             "the UCX worker address names shared memory of process " +

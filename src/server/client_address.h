@@ -76,6 +76,11 @@ class ClientAddressCheck {
 // namespace: by NETLINK_SOCK_DIAG if it is this process's, in
 // /proc/<pid>/net/tcp{,6} otherwise.
 bool ProcessHoldsPeerSocket(int pid, int sock);
+// True if the other end of the connected TCP socket `sock` is held by no
+// process any more (its holder closed it, or the connection is gone), as
+// seen from `pid`'s network namespace if it is this process's; false while
+// it is held (a half-closed end too), or if `pid` is in another namespace.
+bool PeerSocketClosed(int pid, int sock);
 
 }  // namespace remem::server
 

@@ -60,9 +60,21 @@ Result<std::string> ReadSecretFile(const std::string& path) {
     return Status::IOError("cannot read auth file " + path + ": " +
                            std::strerror(errno));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string secret = ss.str();
+  // At most the longest secret, its line end, and one byte more: a file
+  // without end (/dev/zero) or of gigabytes is refused after reading that
+  // much, not read whole first (it ran out of memory).
+  constexpr size_t kMaxRead = kMaxSecretBytes + 2;
+  std::string secret(kMaxRead + 1, '\0');
+  in.read(secret.data(), std::streamsize(secret.size()));
+  if (in.bad()) {
+    return Status::IOError("cannot read auth file " + path + ": " +
+                           std::strerror(errno));
+  }
+  secret.resize(size_t(in.gcount()));
+  if (secret.size() > kMaxRead) {
+    return Status::InvalidArgument("auth file " + path + " is over " +
+                                   std::to_string(kMaxSecretBytes) + " bytes");
+  }
   if (!secret.empty() && secret.back() == '\n') secret.pop_back();
   if (!secret.empty() && secret.back() == '\r') secret.pop_back();
   if (secret.empty()) {
