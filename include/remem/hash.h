@@ -56,6 +56,15 @@ struct HashOptions {
   // Writes are unaffected. remem::Cluster sets it for its gets with
   // ClusterOptions::read_from.
   bool read_any_replica = false;
+  // Asynchronous gets of this store are done in the order issued: a get
+  // that goes to the server (sent by RPC as the read path chose, or a
+  // one-sided lookup that gave up and asks the server) holds the gets
+  // issued after it, which then go by RPC too, behind it, until it is
+  // answered. Otherwise a one-sided get issued later may read the table
+  // before an earlier RPC get is done, so a key being written can read
+  // newer, then older. Costs those later gets their one-sided path while
+  // an RPC get is out. (The RESP front door's reads use it.)
+  bool ordered_gets = false;
 };
 
 class HashStore {

@@ -220,7 +220,9 @@ class SessionCore {
     return s;
   }
   // A store's queue of requests to send together: run before every Poll,
-  // WaitAll and synchronous call. Returns a handle for RemoveFlushHook.
+  // WaitAll and synchronous call, the hooks in the order they were added
+  // (the RESP front door relies on it). Returns a handle for
+  // RemoveFlushHook.
   int AddFlushHook(std::function<void()> hook);
   void RemoveFlushHook(int handle);
   void Flush();

@@ -85,6 +85,8 @@ class Backend {
   // new one is needed. (A cluster reconnects by itself.)
   virtual bool broken() const { return false; }
   virtual size_t in_flight() const = 0;
+  // The longest argument taken: the largest key or value, and at least a
+  // secret's (kMaxSecretBytes), so that AUTH takes any secret.
   virtual size_t max_bulk() const = 0;
   // The largest key and value the store takes (HashStore::max_key,
   // max_value).
@@ -93,6 +95,9 @@ class Backend {
   // Pipelined commands of one connection keep their order (one server's
   // session does them in issue order); false: each waits for the last.
   virtual bool ordered_pipelining() const = 0;
+  // Reads of the read-path store may be one-sided copies of mapped memory
+  // (shared memory); false: they would be served, a round trip each.
+  virtual bool local_reads() const { return false; }
 };
 
 class SessionBackend final : public Backend {
@@ -102,14 +107,19 @@ class SessionBackend final : public Backend {
     auto session = Session::Connect(o);
     if (!session.ok()) return session.status();
     b->session_ = std::move(*session);
+    // The read-path store first: the session flushes its stores in the
+    // order they were opened, so its reads are done (or sent) before the
+    // RPCs the other store queued after them.
+    HashOptions ordered;
+    ordered.ordered_gets = true;
+    auto any = HashStore::Open(b->session_.get(), ordered);
+    if (!any.ok()) return any.status();
+    b->any_ = std::move(*any);
     HashOptions by_rpc;
     by_rpc.read_path = ReadPath::kRpc;
     auto rpc = HashStore::Open(b->session_.get(), by_rpc);
     if (!rpc.ok()) return rpc.status();
     b->rpc_ = std::move(*rpc);
-    auto any = HashStore::Open(b->session_.get());
-    if (!any.ok()) return any.status();
-    b->any_ = std::move(*any);
     auto ops = OpsStore::Open(b->session_.get());
     if (!ops.ok()) return ops.status();
     b->ops_ = std::move(*ops);
@@ -157,11 +167,13 @@ class SessionBackend final : public Backend {
     return rpc_->in_flight() + any_->in_flight();
   }
   size_t max_bulk() const override {
-    return std::max(rpc_->max_key(), rpc_->max_value());
+    return std::max<size_t>(
+        {rpc_->max_key(), rpc_->max_value(), kMaxSecretBytes});
   }
   size_t max_key() const override { return rpc_->max_key(); }
   size_t max_value() const override { return rpc_->max_value(); }
   bool ordered_pipelining() const override { return true; }
+  bool local_reads() const override { return session_->reads_are_local(); }
 
  private:
   SessionBackend() = default;
@@ -224,7 +236,9 @@ class ClusterBackend final : public Backend {
     cluster_->loop()->core()->worker()->Sleep(timeout);
   }
   size_t in_flight() const override { return cluster_->in_flight(); }
-  size_t max_bulk() const override { return std::max(max_key_, max_value_); }
+  size_t max_bulk() const override {
+    return std::max<size_t>({max_key_, max_value_, kMaxSecretBytes});
+  }
   size_t max_key() const override { return max_key_; }
   size_t max_value() const override { return max_value_; }
   // Operations refused by a member that no longer owns their shard are
@@ -259,8 +273,11 @@ struct RespServer::Impl {
     bool closing = false;  // close once what is owed has been sent
     bool eof = false;      // the client closed its side
     bool authed = false;   // AUTH given (or no secret needed)
-    std::string name;      // CLIENT SETNAME's (empty: none)
-    uint32_t events = 0;   // what epoll waits for on fd
+    // A MULTI was refused: the commands up to its EXEC or DISCARD are
+    // answered with an error and not run.
+    bool refused_multi = false;
+    std::string name;     // CLIENT SETNAME's (empty: none)
+    uint32_t events = 0;  // what epoll waits for on fd
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -865,6 +882,34 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
     Reply(c, Err("NOAUTH Authentication required."));
     return true;
   }
+  // No transactions: a refused MULTI's commands are not run either, and
+  // its EXEC aborts, as Redis aborts a transaction with a refused command.
+  // (They ran on their own, so a client that took the errors for a failed
+  // transaction and sent it again applied its writes twice: redis-py's
+  // default pipeline() is a MULTI/EXEC; found black-box.)
+  if (name == "multi") {
+    c->refused_multi = true;
+    Reply(c, Err("ERR remem has no transactions: MULTI is not supported by "
+                 "remem's front door (the commands up to EXEC or DISCARD "
+                 "will not run)"));
+    return true;
+  }
+  if (c->refused_multi) {
+    if (name == "exec" || name == "discard") {
+      c->refused_multi = false;
+      Reply(c, name == "exec"
+                   ? Err("EXECABORT Transaction discarded because MULTI is "
+                         "not supported by remem's front door")
+                   : Simple("OK"));
+    } else if (name == "quit") {
+      Reply(c, Simple("OK"));
+      c->closing = true;
+    } else {
+      Reply(c, Err("ERR not run: inside a MULTI that remem's front door "
+                   "refused (no transactions)"));
+    }
+    return true;
+  }
   // Commands answered here, with or without a store.
   if (name == "ping") {
     if (argc > 2) return Reply(c, Arity(name)), true;
@@ -945,8 +990,8 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
        "scans: remem tree scan)"},
       {"flushdb", "remem does not empty its store from a client"},
       {"flushall", "remem does not empty its store from a client"},
-      {"multi", "remem has no transactions (MULTI/EXEC)"},
       {"exec", "remem has no transactions (MULTI/EXEC)"},
+      {"discard", "remem has no transactions (MULTI/EXEC)"},
       {"watch", "remem has no transactions (MULTI/EXEC)"},
   };
   for (const auto& [cmd, why] : kNoSuch) {
@@ -1069,16 +1114,21 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
                      kind == Kind::kType;
   const bool steps = kind == Kind::kIncr || kind == Kind::kAppend ||
                      kind == Kind::kSetNx || (kind == Kind::kSet && (nx || xx));
-  // A read with nothing but reads of its connection in flight may be
-  // one-sided (reads need no order among themselves); a write waits until
-  // such reads are answered (one-sided, they are not ordered with what
-  // the next message carries), and a read behind a write goes by RPC,
-  // after it in the same message.
+  // A single-key read with nothing but such reads of its connection in
+  // flight may take the read path (one-sided where reads are local
+  // copies). That store does its gets in issue order (ordered_gets: one
+  // that asks the server holds the later ones behind it; without it, a
+  // pipeline of GETs of a key being written showed an older value after a
+  // newer one, found black-box), and a write waits until they are
+  // answered; a read behind a write goes by RPC, after it. MGET and EXISTS
+  // go by RPC, so that each partition does its keys at once, as Redis does
+  // all of them (one-sided, each key was read at its own instant).
   Need need = Need::kOrdered;
   bool any_path = false;
   if (steps || !backend->ordered_pipelining()) {
     need = Need::kAlone;
-  } else if (reads && c->in_flight == c->any_reads) {
+  } else if (reads && kind != Kind::kMGet && kind != Kind::kExists &&
+             c->in_flight == c->any_reads && backend->local_reads()) {
     any_path = true;
   }
   if (need == Need::kAlone && c->in_flight > 0) return false;

@@ -40,6 +40,10 @@ struct HashStore::Impl {
   ReadStats read_stats;
   size_t in_flight = 0;
   int flush_hook = 0;
+  // HashOptions::ordered_gets, and its asynchronous gets out by RPC
+  // (queued, or sent and not answered): while any is, gets go by RPC.
+  bool ordered_gets = false;
+  size_t ordered_rpc_gets = 0;
   // hash::kHashReadAnyReplica with HashOptions::read_any_replica: every
   // get asks the server, and a backup of the key's shard may answer.
   uint32_t read_flags = 0;
@@ -133,6 +137,7 @@ struct HashStore::Impl {
     // changes the session's, which would judge the serving mark by a
     // configuration the get was not routed by.
     uint32_t serving_epoch = 0;
+    bool ordered_rpc = false;  // counted in ordered_rpc_gets
   };
   // Asynchronous gets, puts and deletes that go by RPC wait here until the
   // next Poll/WaitAll (or a batch or synchronous call), which sends them
@@ -429,6 +434,7 @@ Result<std::unique_ptr<HashStore>> HashStore::Open(Session* session,
     // A store reading from any replica never reads the table itself.
     if (!options.read_any_replica) impl->Prefault(g);
   }
+  impl->ordered_gets = options.ordered_gets;
   client::PathSelectorOptions so;
   so.mode = options.read_path.value_or(impl->core->options().read_path);
   if (options.read_any_replica) {
@@ -654,9 +660,12 @@ void HashStore::Impl::StartGet(std::string_view key, GetCallback done,
   // server's) or queued, auto sends the get by RPC, untimed; lone gets are
   // the selector's.
   const bool rides_batch = !forced && tracked && RidesBatch(*selector);
-  const client::Path path = forced        ? *forced
-                            : rides_batch ? client::Path::kRpc
-                                          : ChoosePath(&timed, &start);
+  // Ordered: behind a get out by RPC, by RPC (HashOptions::ordered_gets).
+  const bool behind_rpc = tracked && ordered_gets && ordered_rpc_gets > 0;
+  const client::Path path = forced ? *forced
+                            : rides_batch || behind_rpc
+                                ? client::Path::kRpc
+                                : ChoosePath(&timed, &start);
   if (path == client::Path::kOneSided && tracked && core->reads_are_local()) {
     // Timed per window instead (RunLocalGets).
     return QueueLocalGet(g, key, std::move(done), into, std::move(into_done));
@@ -746,6 +755,10 @@ void HashStore::Impl::DriveOneSided(std::shared_ptr<AsyncGet> op) {
 }
 
 void HashStore::Impl::GetByRpc(std::shared_ptr<AsyncGet> op) {
+  if (ordered_gets && op->tracked && !op->ordered_rpc) {
+    op->ordered_rpc = true;
+    ++ordered_rpc_gets;
+  }
   queued.push_back(
       {hash::MultiOpKind::kGet, std::move(op), {}, {}, {}, {}, nullptr, 0});
 }
@@ -881,6 +894,10 @@ void HashStore::Impl::SendBatches(std::vector<Queued> all) {
 void HashStore::Impl::FinishGet(const std::shared_ptr<AsyncGet>& op,
                                 Result<Value> r) {
   if (op->timed) RecordLatency(op->path, op->start);
+  if (op->ordered_rpc) {
+    op->ordered_rpc = false;
+    --ordered_rpc_gets;
+  }
   // Never inside the issuing call: a mapped lookup finishes right there.
   core->Defer([this, op, r = std::move(r)]() mutable {
     if (op->tracked) {
@@ -956,11 +973,17 @@ void HashStore::Impl::RunLocalGets() {
                                op.key_len);
     bool gave_up = false;
     LocalDone d;
-    Status st = GetOneSidedInto(op.g, key, op.into ? op.into : &d.value,
-                                &gave_up, &op.kh, op.serving_epoch);
-    if (gave_up) {
+    Status st;
+    // Ordered (HashOptions::ordered_gets): behind a get that asks the
+    // server, by RPC too.
+    const bool behind_rpc = ordered_gets && ordered_rpc_gets > 0;
+    if (!behind_rpc) {
+      st = GetOneSidedInto(op.g, key, op.into ? op.into : &d.value, &gave_up,
+                           &op.kh, op.serving_epoch);
+    }
+    if (gave_up || behind_rpc) {
       // Asks the server (sent by FlushQueued, after this).
-      ++read_stats.fallbacks;
+      if (gave_up) ++read_stats.fallbacks;
       auto a = std::make_shared<AsyncGet>();
       a->key = std::string(key);
       a->g = op.g;
