@@ -644,6 +644,36 @@ TEST(Resp, AClientThatDiesMidPipelineCostsOthersNothing) {
 
 // With --auth-file, Redis clients authenticate as with Redis's
 // requirepass: nothing but AUTH and QUIT before AUTH with the secret.
+// A request of many arguments, each within the limits, is taken whether
+// its bytes arrive at once or in pieces (an MSET of 92 KB under small
+// limits was refused as "a request of over 67536 bytes" when it came in
+// 8 KiB pieces; found black-box).
+TEST(Resp, ALargeMsetIsTakenHoweverItsBytesArrive) {
+  auto p =
+      StartWithResp({"--max-key-bytes", "100", "--max-value-bytes", "1000"});
+  RespClient c(p.resp);
+  ASSERT_TRUE(c.ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::string> mset = {"MSET"};
+    for (int i = 0; i < 1000; ++i) {
+      mset.push_back("key" + std::to_string(i));
+      mset.push_back(std::string(900, char('a' + round)));
+    }
+    const std::string bytes = RespClient::Encode(mset);
+    ASSERT_GT(bytes.size(), 900000u);
+    if (round == 0) {
+      c.SendRaw(bytes);
+    } else {
+      for (size_t at = 0; at < bytes.size(); at += 8192) {
+        c.SendRaw(std::string_view(bytes).substr(at, 8192));
+      }
+    }
+    EXPECT_EQ(c.Read(), "+OK") << round;
+    EXPECT_EQ(c.Call({"GET", "key999"}),
+              "$" + std::string(900, char('a' + round)));
+  }
+}
+
 // A refused MULTI's commands do not run, and its EXEC aborts (redis-py's
 // default pipeline() is a MULTI/EXEC: its writes ran on their own though
 // execute() raised, and a retry applied them twice; found black-box).

@@ -307,8 +307,15 @@ struct RespServer::Impl {
     return backend != nullptr ? backend->max_bulk() : size_t{64} << 20;
   }
   // Buffered request bytes past which a request that is still incomplete
-  // is refused (it could never be held): two of the largest bulk strings.
-  size_t max_request() const { return 2 * max_bulk() + kMaxInlineBytes; }
+  // is refused (it could never be held): 64 MiB, or two of the largest
+  // bulk strings if that is more. (Two bulk strings alone refused an MSET
+  // of many pairs under small limits, or of three 16 MiB values, that
+  // Redis takes, and whether it was refused hung on how its bytes
+  // arrived; found black-box.)
+  size_t max_request() const {
+    return std::max(kMaxRequestBytes, 2 * max_bulk() + kMaxInlineBytes);
+  }
+  static constexpr size_t kMaxRequestBytes = size_t{64} << 20;
 
   void Run();
   void TryConnect();
