@@ -218,6 +218,7 @@ TEST(Resp, StringCommandsAnswerAsRedisDoes) {
       {{"CLIENT", "SETNAME", ""}, "+OK"},
       {{"CLIENT", "GETNAME"}, "nil"},
       {{"COMMAND", "DOCS"}, "[]"},
+      {{"COMMAND", "COUNT"}, ":0"},
       {{"INFO", "nosuchsection"}, "$"},
       {{"GET"}, "-ERR wrong number of arguments for 'get' command"},
       {{"MSET", "a"}, "-ERR wrong number of arguments for 'mset' command"},
