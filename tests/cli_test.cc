@@ -630,6 +630,9 @@ TEST(Cli, AServerThatUcxLeavesUnreachableRefusesToStart) {
            // auto on a loopback address serves shared memory only.
            Case{"auto", "UCX_POSIX_DIR", "/nonexistent",
                 "no shared-memory transport"},
+           // UCX that cannot start at all under them (found black-box:
+           // exit 1, as a failure of the server's own).
+           Case{"auto", "UCX_TLS", "bogus", "UCX_TLS=bogus (ucp_init"},
        }) {
     auto s = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory",
                          "16M", "--transport", c.transport},

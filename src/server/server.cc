@@ -471,6 +471,15 @@ Status Server::Impl::ForEachPartition(
 }
 
 Status Server::Impl::InitTransport() {
+  // The operator's UCX settings, before this sets any of its own (but the
+  // library's own default, fabric/context.cc).
+  std::string operator_ucx;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string_view(*e).starts_with("UCX_") &&
+        std::string_view(*e) != "UCX_CMA_MEMORY_INVALIDATE=y") {
+      operator_ucx += (operator_ucx.empty() ? "" : " ") + std::string(*e);
+    }
+  }
   // UCX 1.13's new protocol layer overruns a stack buffer inside libucp on
   // the serving thread at the first handshake, aborting the server ("stack
   // smashing detected"; a client with it is fine): refused up front.
@@ -532,7 +541,17 @@ Status Server::Impl::InitTransport() {
     co.shm_dir = config.shm_dir;
   }
   auto ctx_or = fabric::Context::Shared(config.transport, co);
-  if (!ctx_or.ok()) return ctx_or.status();
+  if (!ctx_or.ok()) {
+    // UCX that cannot start under the operator's UCX_* settings (a
+    // UCX_TLS naming no transport) is a bad setting, refused as a bad flag
+    // is (exit 2), naming them.
+    if (!operator_ucx.empty()) {
+      return Status::InvalidArgument(
+          "UCX cannot start under the UCX settings " + operator_ucx + " (" +
+          ctx_or.status().message() + "): check them");
+    }
+    return ctx_or.status();
+  }
   ctx = *ctx_or;
   return Status::OK();
 }
