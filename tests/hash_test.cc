@@ -190,6 +190,25 @@ TEST(HashFull, APairLargerThanAPartitionIsNotCalledAFullStore) {
   auto g = c->Get("small");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->value.size(), size_t{1} << 20);
+  // Full, it is still refused for what it is (found black-box: a full
+  // store said its table was full).
+  Status last;
+  for (int i = 0; i < 2000000 && last.ok(); i += 1000) {
+    std::vector<std::string> keys;
+    for (int k = i; k < i + 1000; ++k)
+      keys.push_back("fill" + std::to_string(k));
+    const std::string value(20, 'f');
+    std::vector<std::pair<std::string_view, std::string_view>> batch;
+    for (const std::string& k : keys) batch.emplace_back(k, value);
+    for (auto& r : c->MultiPut(batch)) {
+      if (!r.ok()) last = r.status();
+    }
+  }
+  ASSERT_EQ(last.code(), StatusCode::kOutOfMemory) << last.ToString();
+  auto again = c->Put("big", std::string(3 << 20, 'b'));
+  EXPECT_NE(again.status().message().find("does not fit in a partition"),
+            std::string::npos)
+      << again.status().ToString();
 }
 
 TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {

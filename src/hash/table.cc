@@ -207,21 +207,24 @@ Status Table::CheckSizes(std::string_view key, std::string_view value) const {
   return Status::OK();
 }
 
+Status Table::NeverFits(std::string_view key, std::string_view value) const {
+  const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
+  if (slab_->CouldEverHold(bytes)) return Status::OK();
+  return Status::OutOfMemory(
+      "a pair of " + FormatSize(bytes) +
+      " does not fit in a partition of the hash store, which holds " +
+      FormatSize(slab_->capacity() - slab_->withheld()) +
+      " in all (the store's memory is split equally among the server's "
+      "threads: fewer --threads or more --memory)");
+}
+
 Result<uint64_t> Table::WriteExtent(std::string_view key,
                                     std::string_view value, uint64_t version,
                                     uint32_t* incarnation) {
   std::vector<uint8_t> image;
   auto ext = slab_->Store(key, value, version, &image);
   if (ext.status().code() == StatusCode::kOutOfMemory) {
-    const uint64_t bytes = sizeof(ExtentHeader) + key.size() + value.size();
-    if (!slab_->CouldEverHold(bytes)) {
-      return Status::OutOfMemory(
-          "a pair of " + FormatSize(bytes) +
-          " does not fit in a partition of the hash store, which holds " +
-          FormatSize(slab_->capacity() - slab_->withheld()) +
-          " in all (the store's memory is split equally among the server's "
-          "threads: fewer --threads or more --memory)");
-    }
+    REMEM_RETURN_IF_ERROR(NeverFits(key, value));
   }
   if (!ext.ok()) return ext.status();
   *incarnation = ext->incarnation;
@@ -679,6 +682,8 @@ Result<uint64_t> Table::Write(std::string_view key, std::string_view value,
   }
   const uint64_t version = given ? expected : next_version_;
   const bool small = FitsInline(key.size(), value.size());
+  // Said as such, full table or not (a full one said it was full).
+  if (!small) REMEM_RETURN_IF_ERROR(NeverFits(key, value));
   const size_t inline_bytes = InlineEntryBytes(key.size(), value.size());
   uint8_t entry[kMaxInlineEntryBytes];
   size_t entry_bytes = 0;

@@ -254,6 +254,9 @@ class Table {
   void PublishRoot();
   std::optional<Found> Find(std::string_view key, const KeyHash& kh) const;
   std::string_view KeyOf(const uint8_t* entry) const;
+  // OutOfMemory if no partition of this size could ever hold the pair as
+  // an extent (however empty it were); OK otherwise.
+  Status NeverFits(std::string_view key, std::string_view value) const;
   Result<uint64_t> WriteExtent(std::string_view key, std::string_view value,
                                uint64_t version, uint32_t* incarnation);
   // Finds `need` free bytes in b1 or b2, moving entries along a cuckoo path
