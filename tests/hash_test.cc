@@ -190,14 +190,22 @@ TEST(HashFull, APairLargerThanAPartitionIsNotCalledAFullStore) {
   auto g = c->Get("small");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->value.size(), size_t{1} << 20);
-  // Full, it is still refused for what it is (found black-box: a full
-  // store said its table was full).
+}
+
+// Full, it is still refused for what it is (found black-box: a store whose
+// table was full of small pairs said so of a pair no partition could hold).
+TEST(HashFull, APairLargerThanAPartitionIsRefusedAsSuchByAFullStore) {
+  auto server = StartServer({"--threads", "1", "--hash-memory", "2M"}, "32M");
+  ASSERT_NE(server.process, nullptr);
+  auto c = Connect(server.address, ReadPath::kAuto);
+  ASSERT_TRUE(c);
   Status last;
   for (int i = 0; i < 2000000 && last.ok(); i += 1000) {
     std::vector<std::string> keys;
     for (int k = i; k < i + 1000; ++k)
       keys.push_back("fill" + std::to_string(k));
-    const std::string value(20, 'f');
+    const std::string value(
+        1, 'f');  // packed: no room left for an extent's entry either
     std::vector<std::pair<std::string_view, std::string_view>> batch;
     for (const std::string& k : keys) batch.emplace_back(k, value);
     for (auto& r : c->MultiPut(batch)) {
@@ -205,10 +213,13 @@ TEST(HashFull, APairLargerThanAPartitionIsNotCalledAFullStore) {
     }
   }
   ASSERT_EQ(last.code(), StatusCode::kOutOfMemory) << last.ToString();
-  auto again = c->Put("big", std::string(3 << 20, 'b'));
-  EXPECT_NE(again.status().message().find("does not fit in a partition"),
+  EXPECT_NE(last.message().find("is full"), std::string::npos)
+      << last.ToString();
+  auto big = c->Put("big", std::string(3 << 20, 'b'));
+  EXPECT_EQ(big.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(big.status().message().find("does not fit in a partition"),
             std::string::npos)
-      << again.status().ToString();
+      << big.status().ToString();
 }
 
 TEST(HashLimits, ConfiguredLimitsAreEnforcedAtBothEnds) {
