@@ -579,6 +579,101 @@ TEST_F(ClusterTest, AMemberWhoseReplicasTheFormedClusterDoesNotHaveIsTold) {
   }
 }
 
+// A file holding `secret` (mode 0600, as --auth-file wants), removed after
+// the test.
+std::string SecretFile(const std::string& dir, const std::string& secret) {
+  const std::string path = dir + "/secret";
+  std::ofstream(path) << secret;
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// A server whose --auth-file secret the cluster's members refuse is refused
+// membership at start, and is told why. Before, it registered, the manager
+// gave it backup copies it could never receive (each side refused the
+// other's sessions), the shards stayed filling for ever, and nothing but
+// `remem cluster nodes` hinted at the secret.
+TEST_F(ClusterTest, AServerWithAnotherSecretIsRefusedMembershipAtStart) {
+  const std::string ours = SecretFile(NewDataDir(), "the-cluster-secret-1");
+  const std::string theirs = SecretFile(NewDataDir(), "another-secret-2222");
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(2, {"--auth-file", ours}));
+  auto probe = ConnectOrDie(servers_[0].address, "the-cluster-secret-1");
+  ASSERT_NE(probe, nullptr);
+  ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_zk_members_seen", 2, kBound),
+            2u);
+  for (const std::string& secret : {theirs, std::string()}) {
+    std::vector<std::string> flags = ReplicatedFlags(2);
+    if (!secret.empty()) flags.insert(flags.end(), {"--auth-file", secret});
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(testing::TestServerOptions(flags, "16M"), "");
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto line = (*p)->WaitForLine("this server did not join", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n"
+                           << (*p)->output();
+    EXPECT_NE(line->find("PermissionDenied"), std::string::npos) << *line;
+    EXPECT_NE(line->find("same --auth-file secret"), std::string::npos)
+        << *line;
+    auto code = (*p)->Wait(kBound);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 1) << (*p)->output();
+  }
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 2u);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
+}
+
+// The other way round, which the joining server cannot see (the members,
+// without a secret, take its sessions): the manager gives no role to a
+// member that refuses its sessions, and says why. Before, it was given
+// shards and copies that could never reach it.
+TEST_F(ClusterTest, TheManagerGivesNoRoleToAMemberThatRefusesItsSessions) {
+  auto spawn = [&](std::vector<std::string> extra) {
+    auto options = testing::TestServerOptions(ReplicatedFlags(2, extra), "16M");
+    options.log_level = "info";
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(options);
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? std::move(*p) : nullptr;
+  };
+  auto manager = spawn({});
+  ASSERT_NE(manager, nullptr);
+  auto registered = manager->WaitForLine(" registered in ", kBound);
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString() << "\n"
+                               << manager->output();
+  // "cluster: ADDRESS registered in PATH ..."
+  std::string address = registered->substr(registered->find("cluster: ") + 9);
+  address.resize(address.find(' '));
+  auto lead = manager->WaitForLine(
+      "this server is now the configuration manager", kBound);
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString() << "\n"
+                         << manager->output();
+  auto member = spawn({});
+  ASSERT_NE(member, nullptr);
+  auto formed = manager->WaitForLine("cluster: formed", kBound);
+  ASSERT_TRUE(formed.ok()) << formed.status().ToString() << "\n"
+                           << manager->output();
+  auto joiner = spawn(
+      {"--auth-file", SecretFile(NewDataDir(), "a-secret-the-others-lack")});
+  ASSERT_NE(joiner, nullptr);
+  auto refused = manager->WaitForLine(
+      "is registered but refuses this manager's sessions", kBound);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString() << "\n"
+                            << manager->output();
+  EXPECT_NE(refused->find("--auth-file"), std::string::npos) << *refused;
+  auto probe = ConnectOrDie(address);
+  ASSERT_NE(probe, nullptr);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 3u);
+  // Its next passes (two seconds of them: the window watched) give it
+  // nothing either, and warn no more.
+  auto again = manager->WaitForLine("refuses this manager's sessions",
+                                    std::chrono::seconds(2));
+  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << manager->output();
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
+}
+
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
   ASSERT_NO_FATAL_FAILURE(StartServers(2));
   auto cluster = Connect({servers_[0].address});

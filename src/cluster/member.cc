@@ -252,8 +252,78 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
                                  ZkError(rc));
     }
   }
+  if (Status st = m->CheckSecret(until); !st.ok()) return st;
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
   return m;
+}
+
+Status ClusterMember::CheckSecret(std::chrono::steady_clock::time_point until) {
+  // Checked before this server registers: a member whose secret the others
+  // refuse was given backup roles and copies it could never receive (its
+  // shards stayed filling for ever), and nothing named the mismatch.
+  std::vector<std::string> members;
+  if (WhileZooKeeperBusy(until, [&] {
+        return Children(zh_, options_.target.path + "/members", false,
+                        &members);
+      }) != ZOK) {
+    return Status::OK();  // the member's thread reads them again
+  }
+  for (const std::string& address : members) {
+    if (address == options_.self.address) continue;  // a predecessor
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) break;
+    SessionOptions so = options_.session;
+    so.server = address;
+    so.timeout = std::min<std::chrono::milliseconds>(
+        {so.timeout, std::chrono::milliseconds(2000),
+         std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+             std::chrono::milliseconds(1)});
+    auto s = Session::Connect(so);
+    if (s.ok()) return Status::OK();
+    if (s.status().code() == StatusCode::kPermissionDenied) {
+      return Status::PermissionDenied(
+          "the cluster's member at " + address +
+          " refused this server's session (" + s.status().message() +
+          "): every member of cluster " + options_.target.path +
+          " must be started with the same --auth-file secret; this server "
+          "did not join");
+    }
+    log::Debug("cluster: checking the shared secret with {}: {}", address,
+               s.status().ToString());
+  }
+  return Status::OK();
+}
+
+bool ClusterMember::Admissible(const Member& m, const Config* have) {
+  if (m.address == options_.self.address) return true;
+  if (have != nullptr) {
+    const int i = have->IndexOf(m.address);
+    if (i >= 0 && have->members[size_t(i)].incarnation == m.incarnation) {
+      return true;  // admitted already
+    }
+  }
+  auto it = admitted_.find(m.address);
+  if (it != admitted_.end() && it->second.first == m.incarnation) {
+    return it->second.second;
+  }
+  SessionOptions so = options_.session;
+  so.server = m.address;
+  // The manager's pass waits for it: at most half a lease, as a member's
+  // ask for its lease.
+  so.timeout = std::min(
+      so.timeout, std::max(options_.lease / 2, std::chrono::milliseconds(100)));
+  auto s = Session::Connect(so);
+  const bool refused =
+      !s.ok() && s.status().code() == StatusCode::kPermissionDenied;
+  if (refused) {
+    log::Warn(
+        "cluster: {} is registered but refuses this manager's sessions ({}): "
+        "it is given no shards or copies; start it with the --auth-file "
+        "secret of the cluster's other servers",
+        m.address, s.status().ToString());
+  }
+  admitted_[m.address] = {m.incarnation, !refused};
+  return !refused;
 }
 
 ClusterMember::~ClusterMember() {
@@ -830,6 +900,17 @@ void ClusterMember::ManagerDuty() {
       continue;
     }
     all.push_back(std::move(*m));
+  }
+  {
+    const Ownership::Installed* have = ownership_->latest();
+    for (auto it = admitted_.begin(); it != admitted_.end();) {
+      it = std::binary_search(members.begin(), members.end(), it->first)
+               ? std::next(it)
+               : admitted_.erase(it);
+    }
+    std::erase_if(all, [&](const Member& m) {
+      return !Admissible(m, have == nullptr ? nullptr : &have->config);
+    });
   }
   if (config_seen_) {
     const Ownership::Installed* have = ownership_->latest();
