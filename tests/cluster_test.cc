@@ -49,6 +49,13 @@
 #include "tree/wire.h"
 #include "util/socket.h"
 
+// The synchronous calls of ZooKeeper's C client exist in its multi-threaded
+// library only, declared under THREADED.
+#ifndef THREADED
+#define THREADED
+#endif
+#include <zookeeper/zookeeper.h>
+
 namespace remem {
 namespace {
 
@@ -672,6 +679,91 @@ TEST_F(ClusterTest, TheManagerGivesNoRoleToAMemberThatRefusesItsSessions) {
                                     std::chrono::seconds(2));
   EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << manager->output();
   EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
+}
+
+// A cluster's path may neither lie inside another cluster's ZooKeeper
+// nodes nor hold one: the server exits at start (2, as for a bad flag)
+// before it makes a node. Before, `--cluster ZK/PATH/members` formed a
+// cluster whose nodes the outer cluster's manager read as bad member
+// records, warning four times a second for ever, and `ZK/PARENT/` (its
+// trailing slash dropped) formed one above the clusters in PARENT.
+TEST_F(ClusterTest, AClusterInsideOrAboveAnotherIsRefusedAtStart) {
+  const std::string outer = path_ + "/outer";
+  auto flags = [&](const std::string& path) {
+    return testing::ServerArgv(
+        testing::TestServerOptions(
+            {"--cluster", zk_hosts_ + path, "--cluster-size", "1",
+             "--cluster-session-ms", "2000"},
+            "16M"),
+        "");
+  };
+  servers_.push_back(
+      StartServer({"--cluster", zk_hosts_ + outer, "--cluster-size", "1",
+                   "--cluster-session-ms", "2000"},
+                  "16M"));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const struct {
+    std::string path;
+    std::string says;
+  } cases[] = {
+      {outer + "/members", "lies inside the ZooKeeper nodes of the cluster"},
+      {outer + "/election/x/y", "lies inside the ZooKeeper nodes"},
+      {path_, "holds the cluster at " + outer},
+      {path_ + "/", "path components are"},
+  };
+  for (const auto& c : cases) {
+    auto r = RunCommand(flags(c.path));
+    EXPECT_EQ(r.exit_code, 2) << c.path << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.path << ": " << r.out;
+  }
+  // The outer cluster is whole, and nothing was made inside it.
+  auto probe = ConnectOrDie(servers_.back().address);
+  ASSERT_NE(probe, nullptr);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 1u);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 1u);
+}
+
+// A node under members/ that is no member's record is warned about once,
+// not at every pass of the manager (four times a second, for ever).
+TEST_F(ClusterTest, ANodeThatIsNoMembersRecordIsWarnedAboutOnce) {
+  auto options = testing::TestServerOptions(MemberFlags(1), "16M");
+  SpawnOptions o;
+  o.argv = testing::ServerArgv(options);
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto ready = (*p)->WaitForLine("listening on", kBound);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString() << "\n"
+                          << (*p)->output();
+  auto address = testing::AddressFromReadyLine(*ready);
+  ASSERT_TRUE(address.ok()) << *ready;
+  auto probe = ConnectOrDie(*address);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_manager", 1, kBound), 1u);
+  zhandle_t* zh =
+      zookeeper_init(zk_hosts_.c_str(), nullptr, 10000, nullptr, nullptr, 0);
+  ASSERT_NE(zh, nullptr);
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (zoo_state(zh) != ZOO_CONNECTED_STATE &&
+         std::chrono::steady_clock::now() < until) {
+    // Polling: the C client's watcher runs on its own thread.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string node = path_ + "/members/not-a-member";
+  const int rc = zoo_create(zh, node.c_str(), "junk", 4, &ZOO_OPEN_ACL_UNSAFE,
+                            0, nullptr, 0);
+  zookeeper_close(zh);
+  ASSERT_EQ(rc, ZOK) << zerror(rc);
+  auto warned = (*p)->WaitForLine("ignoring member not-a-member", kBound);
+  ASSERT_TRUE(warned.ok()) << warned.status().ToString() << "\n"
+                           << (*p)->output();
+  // Eight of the manager's passes (the window watched), each of which
+  // warned before.
+  auto again = (*p)->WaitForLine("ignoring member not-a-member",
+                                 std::chrono::seconds(2));
+  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << (*p)->output();
+  // Still serving as the cluster's one member.
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 1u);
 }
 
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {

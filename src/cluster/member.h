@@ -118,6 +118,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,6 +313,12 @@ class ClusterMember {
                           int64_t owner);
   void FollowConfig();
   void ManagerDuty();
+  // Start's check, before it makes any node, that PATH is neither inside
+  // another cluster's nodes nor above one (a cluster's root is a node with
+  // `members` and `election` beneath it): InvalidArgument naming that
+  // cluster; Unavailable if ZooKeeper does not answer before `until`.
+  // At most kMaxNestingLookups nodes below PATH are looked at.
+  Status CheckNotNested(std::chrono::steady_clock::time_point until);
   // Start's check that the cluster's members take this server's secret:
   // PermissionDenied (naming --auth-file) from the first registered member
   // that refuses it; OK once one accepts it, or if none answers before
@@ -486,6 +493,9 @@ class ClusterMember {
   std::vector<
       std::pair<std::string, util::MoveFunction<void(Result<uint64_t>)>>>
       drain_requests_;
+  // Member records that did not decode, warned about once each (the
+  // member's thread).
+  std::set<std::string> bad_records_;
   // Admissible's verdicts, by address: the incarnation asked about and
   // whether it took the manager's secret (the member's thread).
   std::map<std::string, std::pair<uint64_t, bool>> admitted_;
