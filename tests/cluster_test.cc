@@ -3963,6 +3963,11 @@ TEST_F(ClusterTest,
     auto info = RunCommand({testing::CliBinary(), "--cluster", last,
                             "--transport", TransportFlag(), "cluster", "info"});
     EXPECT_NE(info.out.find(" short of copies"), std::string::npos) << info.out;
+    // On the one server left: the two dead ones stay listed, holding
+    // nothing (it said "on 3 servers").
+    EXPECT_NE(info.out.find(" shards on 1 server (2 more listed, holding none"),
+              std::string::npos)
+        << info.out;
   }
   // The first server comes back: a new member, which gets copies of every
   // shard (the one left owns them all).
