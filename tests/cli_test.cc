@@ -77,6 +77,34 @@ TEST(Cli, HelpAndUsageErrors) {
   }
 }
 
+// `remem cluster`'s own arguments are checked before anything is
+// contacted: a bad one exits 2 at once, whether or not a cluster is up
+// (127.0.0.1:1 answers nothing). Before, each waited for the cluster and
+// with none up exited 1, "Unavailable: cannot connect".
+TEST(Cli, ClusterArgumentsAreCheckedBeforeTheClusterIsContacted) {
+  const struct {
+    std::vector<std::string> args;
+    const char* says;
+  } cases[] = {
+      {{"cluster", "bogus"}, "cluster wants info, nodes, shards, ranges"},
+      {{"cluster", "drain"}, "cluster drain needs the server to drain"},
+      {{"cluster", "info", "127.0.0.1:2"}, "cluster info takes no server"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {CliBinary(), "--cluster", "127.0.0.1:1",
+                                     "--timeout", "5"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const auto start = std::chrono::steady_clock::now();
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.args[1] << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, c.says)) << r.out;
+    EXPECT_FALSE(Contains(r.out, "Unavailable")) << r.out;
+    // Nothing waited for (the --timeout is 5 s).
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4))
+        << r.out;
+  }
+}
+
 TEST(Cli, PingAndStatsAgainstARealServer) {
   auto server = StartServer({}, "32M");
   ASSERT_NE(server.process, nullptr);

@@ -49,6 +49,13 @@
 #include "tree/wire.h"
 #include "util/socket.h"
 
+// The synchronous calls of ZooKeeper's C client exist in its multi-threaded
+// library only, declared under THREADED.
+#ifndef THREADED
+#define THREADED
+#endif
+#include <zookeeper/zookeeper.h>
+
 namespace remem {
 namespace {
 
@@ -577,6 +584,186 @@ TEST_F(ClusterTest, AMemberWhoseReplicasTheFormedClusterDoesNotHaveIsTold) {
         kBound);
     EXPECT_TRUE(line.ok()) << line.status().ToString() << "\n" << p->output();
   }
+}
+
+// A file holding `secret` (mode 0600, as --auth-file wants), removed after
+// the test.
+std::string SecretFile(const std::string& dir, const std::string& secret) {
+  const std::string path = dir + "/secret";
+  std::ofstream(path) << secret;
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// A server whose --auth-file secret the cluster's members refuse is refused
+// membership at start, and is told why. Before, it registered, the manager
+// gave it backup copies it could never receive (each side refused the
+// other's sessions), the shards stayed filling for ever, and nothing but
+// `remem cluster nodes` hinted at the secret.
+TEST_F(ClusterTest, AServerWithAnotherSecretIsRefusedMembershipAtStart) {
+  const std::string ours = SecretFile(NewDataDir(), "the-cluster-secret-1");
+  const std::string theirs = SecretFile(NewDataDir(), "another-secret-2222");
+  ASSERT_NO_FATAL_FAILURE(StartReplicated(2, {"--auth-file", ours}));
+  auto probe = ConnectOrDie(servers_[0].address, "the-cluster-secret-1");
+  ASSERT_NE(probe, nullptr);
+  ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_zk_members_seen", 2, kBound),
+            2u);
+  for (const std::string& secret : {theirs, std::string()}) {
+    std::vector<std::string> flags = ReplicatedFlags(2);
+    if (!secret.empty()) flags.insert(flags.end(), {"--auth-file", secret});
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(testing::TestServerOptions(flags, "16M"), "");
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto line = (*p)->WaitForLine("this server did not join", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n"
+                           << (*p)->output();
+    EXPECT_NE(line->find("PermissionDenied"), std::string::npos) << *line;
+    EXPECT_NE(line->find("same --auth-file secret"), std::string::npos)
+        << *line;
+    auto code = (*p)->Wait(kBound);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 1) << (*p)->output();
+  }
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 2u);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
+}
+
+// The other way round, which the joining server cannot see (the members,
+// without a secret, take its sessions): the manager gives no role to a
+// member that refuses its sessions, and says why. Before, it was given
+// shards and copies that could never reach it.
+TEST_F(ClusterTest, TheManagerGivesNoRoleToAMemberThatRefusesItsSessions) {
+  auto spawn = [&](std::vector<std::string> extra) {
+    auto options = testing::TestServerOptions(ReplicatedFlags(2, extra), "16M");
+    options.log_level = "info";
+    SpawnOptions o;
+    o.argv = testing::ServerArgv(options);
+    o.merge_stderr = true;
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? std::move(*p) : nullptr;
+  };
+  auto manager = spawn({});
+  ASSERT_NE(manager, nullptr);
+  auto registered = manager->WaitForLine(" registered in ", kBound);
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString() << "\n"
+                               << manager->output();
+  // "cluster: ADDRESS registered in PATH ..."
+  std::string address = registered->substr(registered->find("cluster: ") + 9);
+  address.resize(address.find(' '));
+  auto lead = manager->WaitForLine(
+      "this server is now the configuration manager", kBound);
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString() << "\n"
+                         << manager->output();
+  auto member = spawn({});
+  ASSERT_NE(member, nullptr);
+  auto formed = manager->WaitForLine("cluster: formed", kBound);
+  ASSERT_TRUE(formed.ok()) << formed.status().ToString() << "\n"
+                           << manager->output();
+  auto joiner = spawn(
+      {"--auth-file", SecretFile(NewDataDir(), "a-secret-the-others-lack")});
+  ASSERT_NE(joiner, nullptr);
+  auto refused = manager->WaitForLine(
+      "is registered but refuses this manager's sessions", kBound);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString() << "\n"
+                            << manager->output();
+  EXPECT_NE(refused->find("--auth-file"), std::string::npos) << *refused;
+  auto probe = ConnectOrDie(address);
+  ASSERT_NE(probe, nullptr);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 3u);
+  // Its next passes (two seconds of them: the window watched) give it
+  // nothing either, and warn no more.
+  auto again = manager->WaitForLine("refuses this manager's sessions",
+                                    std::chrono::seconds(2));
+  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << manager->output();
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
+}
+
+// A cluster's path may neither lie inside another cluster's ZooKeeper
+// nodes nor hold one: the server exits at start (2, as for a bad flag)
+// before it makes a node. Before, `--cluster ZK/PATH/members` formed a
+// cluster whose nodes the outer cluster's manager read as bad member
+// records, warning four times a second for ever, and `ZK/PARENT/` (its
+// trailing slash dropped) formed one above the clusters in PARENT.
+TEST_F(ClusterTest, AClusterInsideOrAboveAnotherIsRefusedAtStart) {
+  const std::string outer = path_ + "/outer";
+  auto flags = [&](const std::string& path) {
+    return testing::ServerArgv(
+        testing::TestServerOptions(
+            {"--cluster", zk_hosts_ + path, "--cluster-size", "1",
+             "--cluster-session-ms", "2000"},
+            "16M"),
+        "");
+  };
+  servers_.push_back(
+      StartServer({"--cluster", zk_hosts_ + outer, "--cluster-size", "1",
+                   "--cluster-session-ms", "2000"},
+                  "16M"));
+  ASSERT_NE(servers_.back().process, nullptr);
+  const struct {
+    std::string path;
+    std::string says;
+  } cases[] = {
+      {outer + "/members", "lies inside the ZooKeeper nodes of the cluster"},
+      {outer + "/election/x/y", "lies inside the ZooKeeper nodes"},
+      {path_, "holds the cluster at " + outer},
+      {path_ + "/", "path components are"},
+  };
+  for (const auto& c : cases) {
+    auto r = RunCommand(flags(c.path));
+    EXPECT_EQ(r.exit_code, 2) << c.path << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.path << ": " << r.out;
+  }
+  // The outer cluster is whole, and nothing was made inside it.
+  auto probe = ConnectOrDie(servers_.back().address);
+  ASSERT_NE(probe, nullptr);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 1u);
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 1u);
+}
+
+// A node under members/ that is no member's record is warned about once,
+// not at every pass of the manager (four times a second, for ever).
+TEST_F(ClusterTest, ANodeThatIsNoMembersRecordIsWarnedAboutOnce) {
+  auto options = testing::TestServerOptions(MemberFlags(1), "16M");
+  SpawnOptions o;
+  o.argv = testing::ServerArgv(options);
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto ready = (*p)->WaitForLine("listening on", kBound);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString() << "\n"
+                          << (*p)->output();
+  auto address = testing::AddressFromReadyLine(*ready);
+  ASSERT_TRUE(address.ok()) << *ready;
+  auto probe = ConnectOrDie(*address);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_EQ(WaitForStatOf(probe.get(), "cluster_manager", 1, kBound), 1u);
+  zhandle_t* zh =
+      zookeeper_init(zk_hosts_.c_str(), nullptr, 10000, nullptr, nullptr, 0);
+  ASSERT_NE(zh, nullptr);
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (zoo_state(zh) != ZOO_CONNECTED_STATE &&
+         std::chrono::steady_clock::now() < until) {
+    // Polling: the C client's watcher runs on its own thread.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string node = path_ + "/members/not-a-member";
+  const int rc = zoo_create(zh, node.c_str(), "junk", 4, &ZOO_OPEN_ACL_UNSAFE,
+                            0, nullptr, 0);
+  zookeeper_close(zh);
+  ASSERT_EQ(rc, ZOK) << zerror(rc);
+  auto warned = (*p)->WaitForLine("ignoring member not-a-member", kBound);
+  ASSERT_TRUE(warned.ok()) << warned.status().ToString() << "\n"
+                           << (*p)->output();
+  // Eight of the manager's passes (the window watched), each of which
+  // warned before.
+  auto again = (*p)->WaitForLine("ignoring member not-a-member",
+                                 std::chrono::seconds(2));
+  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << (*p)->output();
+  // Still serving as the cluster's one member.
+  EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 1u);
 }
 
 TEST_F(ClusterTest, AServerRefusesKeysItDoesNotOwnAndOtherEpochs) {
@@ -3776,6 +3963,11 @@ TEST_F(ClusterTest,
     auto info = RunCommand({testing::CliBinary(), "--cluster", last,
                             "--transport", TransportFlag(), "cluster", "info"});
     EXPECT_NE(info.out.find(" short of copies"), std::string::npos) << info.out;
+    // On the one server left: the two dead ones stay listed, holding
+    // nothing (it said "on 3 servers").
+    EXPECT_NE(info.out.find(" shards on 1 server (2 more listed, holding none"),
+              std::string::npos)
+        << info.out;
   }
   // The first server comes back: a new member, which gets copies of every
   // shard (the one left owns them all).

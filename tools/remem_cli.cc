@@ -24,6 +24,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <variant>
 
 #include "cli_flags.h"
@@ -432,18 +433,38 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
                  const std::map<std::string, Status>& reach, bool json) {
   if (what == "info") {
     const uint32_t short_of_copies = info.ShortOfCopies();
+    // The servers the shards are on: a member failed over (dead) or drained
+    // stays listed holding nothing, and counting it said "on 4 servers" of
+    // a cluster that had lost two.
+    std::set<int64_t> holding;
+    for (uint32_t o : info.shard_owner) holding.insert(o);
+    for (uint32_t o : info.range_owner) holding.insert(o);
+    for (const auto* v :
+         {&info.shard_next, &info.shard_backups, &info.range_next}) {
+      for (int32_t i : *v) {
+        if (i >= 0) holding.insert(i);
+      }
+    }
+    const size_t idle = info.nodes.size() - holding.size();
     if (json) {
       std::printf(
           "{\"name\":%s,\"epoch\":%u,\"shards\":%u,\"nodes\":%zu,"
-          "\"moving\":%u,\"replicas\":%u,\"filling\":%u,"
+          "\"holding\":%zu,\"moving\":%u,\"replicas\":%u,\"filling\":%u,"
           "\"short_of_copies\":%u,\"ranges\":%zu,\"ranges_moving\":%u}\n",
           JsonString(info.name).c_str(), info.epoch, info.num_shards,
-          info.nodes.size(), info.moving, info.replicas, info.filling,
-          short_of_copies, info.range_owner.size(), info.moving_ranges);
+          info.nodes.size(), holding.size(), info.moving, info.replicas,
+          info.filling, short_of_copies, info.range_owner.size(),
+          info.moving_ranges);
     } else {
       std::printf("cluster %s: epoch %u, %u shards on %zu server%s",
                   info.name.c_str(), info.epoch, info.num_shards,
-                  info.nodes.size(), info.nodes.size() == 1 ? "" : "s");
+                  holding.size(), holding.size() == 1 ? "" : "s");
+      if (idle > 0) {
+        std::printf(
+            " (%zu more listed, holding none: failed over, drained "
+            "or new)",
+            idle);
+      }
       if (info.replicas > 0) {
         std::printf(", %u backup%s per shard", info.replicas,
                     info.replicas == 1 ? "" : "s");
@@ -1631,6 +1652,26 @@ int RunCli(int argc, char** argv) {
     return Fail(Status::InvalidArgument(
         "transactional objects live on one server: use --server"));
   }
+  // The cluster command's own arguments, before anything is contacted: a
+  // bad one was reported only once the cluster answered (and as
+  // "Unavailable", exit 1, when none was up).
+  if (cluster_cmd->parsed()) {
+    static const std::set<std::string> kWhat = {"info", "nodes", "shards",
+                                                "ranges", "drain"};
+    if (kWhat.count(cluster_what) == 0) {
+      return Fail(Status::InvalidArgument(
+          "cluster wants info, nodes, shards, ranges or drain NODE; got '" +
+          cluster_what + "'"));
+    }
+    if (cluster_what == "drain" && drain_node.empty()) {
+      return Fail(Status::InvalidArgument(
+          "cluster drain needs the server to drain (host:port)"));
+    }
+    if (cluster_what != "drain" && !drain_node.empty()) {
+      return Fail(Status::InvalidArgument("cluster " + cluster_what +
+                                          " takes no server"));
+    }
+  }
   if (!cluster_seeds.empty()) {
     auto seeds = ParseSeeds(cluster_seeds);
     if (!seeds.ok()) return Fail(seeds.status());
@@ -1645,10 +1686,6 @@ int RunCli(int argc, char** argv) {
     if (!cl.ok()) return Fail(cl.status());
     Cluster& cluster = **cl;
     if (cluster_cmd->parsed() && cluster_what == "drain") {
-      if (drain_node.empty()) {
-        return Fail(Status::InvalidArgument(
-            "cluster drain needs the server to drain (host:port)"));
-      }
       Status st = cluster.Drain(drain_node, opts.timeout);
       if (st.code() == StatusCode::kNotFound) {
         // Not a member: the command named the wrong server (not a key).
@@ -1666,10 +1703,6 @@ int RunCli(int argc, char** argv) {
       return 0;
     }
     if (cluster_cmd->parsed()) {
-      if (!drain_node.empty()) {
-        return Fail(Status::InvalidArgument("cluster " + cluster_what +
-                                            " takes no server"));
-      }
       // The newest configuration any member gives (Cluster::Refresh): the
       // seed may be a server cut off from ZooKeeper, whose own is stale.
       (void)cluster.Refresh();

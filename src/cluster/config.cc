@@ -1290,18 +1290,21 @@ Result<ZkTarget> ParseZkTarget(std::string_view spec) {
   ZkTarget t;
   t.hosts = std::string(spec.substr(0, slash));
   std::string_view path = spec.substr(slash);
-  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  // A trailing slash is an empty last component, refused below like any
+  // other: stripped, "ZK/remem/" formed a cluster at /remem, the parent
+  // of the clusters beneath it.
   if (path.size() <= 1) {
     return Status::InvalidArgument("--cluster: the path names no cluster in '" +
                                    std::string(spec) + "'");
   }
   std::string_view rest = path.substr(1);
-  while (!rest.empty()) {
+  while (true) {
     const size_t n = rest.find('/');
     std::string_view c = rest.substr(0, n);
     if (!ValidComponent(c)) {
       return Status::InvalidArgument(
-          "--cluster: path components are [A-Za-z0-9_.-]+; got '" +
+          "--cluster: path components are [A-Za-z0-9_.-]+, none empty (no "
+          "'//', no trailing '/'); got '" +
           std::string(path) + "'");
     }
     t.name = std::string(c);

@@ -366,7 +366,8 @@ Result<LeaseGrant> DecodeLeaseGrant(std::string_view bytes);
 
 // Parses `--cluster ZK_HOSTS/PATH` ("127.0.0.1:2181/remem/prod"): the
 // ZooKeeper hosts, the cluster's path (absolute, at least one component
-// of [A-Za-z0-9_.-]) and its name (the last component).
+// of [A-Za-z0-9_.-], none empty: no trailing slash) and its name (the
+// last component). InvalidArgument otherwise.
 struct ZkTarget {
   std::string hosts;
   std::string path;

@@ -119,13 +119,16 @@ TEST(ClusterConfig, MemberRecordsAndZooKeeperTargets) {
     EXPECT_FALSE(DecodeMemberRecord(bad).ok()) << bad;
   }
 
-  auto t = ParseZkTarget("10.0.0.1:2181,10.0.0.2:2181/remem/prod/");
+  auto t = ParseZkTarget("10.0.0.1:2181,10.0.0.2:2181/remem/prod");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->hosts, "10.0.0.1:2181,10.0.0.2:2181");
   EXPECT_EQ(t->path, "/remem/prod");
   EXPECT_EQ(t->name, "prod");
-  for (const char* bad : {"127.0.0.1:2181", "/remem", "h:1/", "h:1/a//b",
-                          "h:1/a/../b", "h:1/a b", "h:1/."}) {
+  // A trailing slash too: it was stripped, and "h:1/remem/" formed a
+  // cluster at /remem, the parent of other clusters.
+  for (const char* bad :
+       {"127.0.0.1:2181", "/remem", "h:1/", "h:1/a//b", "h:1/a/../b", "h:1/a b",
+        "h:1/.", "h:1/remem/", "h:1/remem/prod//", "h:1//"}) {
     EXPECT_EQ(ParseZkTarget(bad).status().code(), StatusCode::kInvalidArgument)
         << bad;
   }

@@ -118,6 +118,28 @@ Status SameSplits(const Config& c,
                           : std::string("without --tree-splits")));
 }
 
+// Whether the node at `path` is a cluster's root: it has the members and
+// election nodes every member makes (Start). The ZooKeeper error, or ZOK
+// with *root set (false for a node that does not exist).
+int IsClusterRoot(zhandle_t* zh, const std::string& path, bool* root,
+                  std::vector<std::string>* children) {
+  *root = false;
+  const int rc = Children(zh, path, false, children);
+  if (rc == ZNONODE) {
+    children->clear();
+    return ZOK;
+  }
+  if (rc != ZOK) return rc;
+  *root = std::binary_search(children->begin(), children->end(), "members") &&
+          std::binary_search(children->begin(), children->end(), "election");
+  return ZOK;
+}
+
+// Nodes below PATH that Start looks at for another cluster, at most: a
+// cluster's own tree is small, and a path holding more than this is no
+// cluster's parent that anyone meant.
+constexpr size_t kMaxNestingLookups = 4096;
+
 }  // namespace
 
 ClusterMember::ClusterMember(MemberOptions options, Ownership* ownership)
@@ -182,6 +204,7 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
   const auto until =
       std::chrono::steady_clock::now() +
       std::max(m->options_.session_timeout, m->options_.first_session_wait);
+  if (Status st = m->CheckNotNested(until); !st.ok()) return st;
   auto create = [&](const std::string& path) {
     return WhileZooKeeperBusy(until,
                               [&] { return CreatePersistent(m->zh_, path); });
@@ -252,8 +275,127 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(
                                  ZkError(rc));
     }
   }
+  if (Status st = m->CheckSecret(until); !st.ok()) return st;
   m->thread_ = std::thread([p = m.get()] { p->Run(); });
   return m;
+}
+
+Status ClusterMember::CheckNotNested(
+    std::chrono::steady_clock::time_point until) {
+  // A cluster made inside another's nodes (PATH/members/...) left nodes
+  // that the outer one's manager read as bad member records for ever; one
+  // above others (a parent of their paths) shared ZooKeeper's tree with
+  // them. Neither is anything an operator means.
+  const std::string& base = options_.target.path;
+  std::vector<std::string> children;
+  bool root = false;
+  auto look = [&](const std::string& path) -> Status {
+    const int rc = WhileZooKeeperBusy(
+        until, [&] { return IsClusterRoot(zh_, path, &root, &children); });
+    if (rc != ZOK) {
+      return Status::Unavailable("ZooKeeper: reading " + path + ": " +
+                                 ZkError(rc));
+    }
+    return Status::OK();
+  };
+  for (size_t i = 1; i < base.size(); ++i) {
+    if (base[i] != '/') continue;
+    const std::string up = base.substr(0, i);
+    REMEM_RETURN_IF_ERROR(look(up));
+    if (root) {
+      return Status::InvalidArgument("--cluster: " + base +
+                                     " lies inside the ZooKeeper nodes of the "
+                                     "cluster at " +
+                                     up +
+                                     ": name a path outside every cluster's");
+    }
+  }
+  // Below PATH, unless it is a cluster already (this server joins it).
+  std::vector<std::string> pending = {base};
+  for (size_t looked = 0; !pending.empty() && looked < kMaxNestingLookups;
+       ++looked) {
+    const std::string path = std::move(pending.back());
+    pending.pop_back();
+    REMEM_RETURN_IF_ERROR(look(path));
+    if (root) {
+      if (path == base) return Status::OK();
+      return Status::InvalidArgument(
+          "--cluster: " + base + " holds the cluster at " + path +
+          " in ZooKeeper; a cluster cannot contain another: name a path "
+          "beside it");
+    }
+    for (const std::string& c : children) pending.push_back(path + "/" + c);
+  }
+  return Status::OK();
+}
+
+Status ClusterMember::CheckSecret(std::chrono::steady_clock::time_point until) {
+  // Checked before this server registers: a member whose secret the others
+  // refuse was given backup roles and copies it could never receive (its
+  // shards stayed filling for ever), and nothing named the mismatch.
+  std::vector<std::string> members;
+  if (WhileZooKeeperBusy(until, [&] {
+        return Children(zh_, options_.target.path + "/members", false,
+                        &members);
+      }) != ZOK) {
+    return Status::OK();  // the member's thread reads them again
+  }
+  for (const std::string& address : members) {
+    if (address == options_.self.address) continue;  // a predecessor
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) break;
+    SessionOptions so = options_.session;
+    so.server = address;
+    so.timeout = std::min<std::chrono::milliseconds>(
+        {so.timeout, std::chrono::milliseconds(2000),
+         std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+             std::chrono::milliseconds(1)});
+    auto s = Session::Connect(so);
+    if (s.ok()) return Status::OK();
+    if (s.status().code() == StatusCode::kPermissionDenied) {
+      return Status::PermissionDenied(
+          "the cluster's member at " + address +
+          " refused this server's session (" + s.status().message() +
+          "): every member of cluster " + options_.target.path +
+          " must be started with the same --auth-file secret; this server "
+          "did not join");
+    }
+    log::Debug("cluster: checking the shared secret with {}: {}", address,
+               s.status().ToString());
+  }
+  return Status::OK();
+}
+
+bool ClusterMember::Admissible(const Member& m, const Config* have) {
+  if (m.address == options_.self.address) return true;
+  if (have != nullptr) {
+    const int i = have->IndexOf(m.address);
+    if (i >= 0 && have->members[size_t(i)].incarnation == m.incarnation) {
+      return true;  // admitted already
+    }
+  }
+  auto it = admitted_.find(m.address);
+  if (it != admitted_.end() && it->second.first == m.incarnation) {
+    return it->second.second;
+  }
+  SessionOptions so = options_.session;
+  so.server = m.address;
+  // The manager's pass waits for it: at most half a lease, as a member's
+  // ask for its lease.
+  so.timeout = std::min(
+      so.timeout, std::max(options_.lease / 2, std::chrono::milliseconds(100)));
+  auto s = Session::Connect(so);
+  const bool refused =
+      !s.ok() && s.status().code() == StatusCode::kPermissionDenied;
+  if (refused) {
+    log::Warn(
+        "cluster: {} is registered but refuses this manager's sessions ({}): "
+        "it is given no shards or copies; start it with the --auth-file "
+        "secret of the cluster's other servers",
+        m.address, s.status().ToString());
+  }
+  admitted_[m.address] = {m.incarnation, !refused};
+  return !refused;
 }
 
 ClusterMember::~ClusterMember() {
@@ -826,10 +968,31 @@ void ClusterMember::ManagerDuty() {
     if (Get(zh_, base + "/members/" + name, false, &bytes) != ZOK) return;
     auto m = DecodeMemberRecord(bytes);
     if (!m.ok()) {
-      log::Warn("cluster: ignoring member {}: {}", name, m.status().ToString());
+      // Once per record: such a node (another program's, or an earlier
+      // cluster's made inside this one's nodes) stays, and was warned about
+      // every pass, four times a second, for ever.
+      if (bad_records_.insert(name).second) {
+        log::Warn("cluster: ignoring member {} (warned once): {}", name,
+                  m.status().ToString());
+      }
       continue;
     }
+    bad_records_.erase(name);
     all.push_back(std::move(*m));
+  }
+  std::erase_if(bad_records_, [&](const std::string& name) {
+    return !std::binary_search(members.begin(), members.end(), name);
+  });
+  {
+    const Ownership::Installed* have = ownership_->latest();
+    for (auto it = admitted_.begin(); it != admitted_.end();) {
+      it = std::binary_search(members.begin(), members.end(), it->first)
+               ? std::next(it)
+               : admitted_.erase(it);
+    }
+    std::erase_if(all, [&](const Member& m) {
+      return !Admissible(m, have == nullptr ? nullptr : &have->config);
+    });
   }
   if (config_seen_) {
     const Ownership::Installed* have = ownership_->latest();

@@ -118,6 +118,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -180,12 +181,15 @@ struct MemberOptions {
 class ClusterMember {
  public:
   // Connects to ZooKeeper (waiting at most the longer of the session
-  // timeout and first_session_wait), creates the cluster's nodes if missing
-  // and starts the member's thread, which registers and follows the
-  // configuration. Errors: InvalidArgument (bad options), Unavailable
-  // (ZooKeeper unreachable), Conflict (the cluster at PATH was formed with
-  // another shard count or other split keys), Corruption (an unreadable
-  // configuration at PATH).
+  // timeout and first_session_wait), creates the cluster's nodes if missing,
+  // opens a session (options.session's secret) to a registered member, if
+  // any answers, and starts the member's thread, which registers and
+  // follows the configuration. Errors: InvalidArgument (bad options),
+  // Unavailable (ZooKeeper unreachable), Conflict (the cluster at PATH was
+  // formed with another shard count or other split keys), Corruption (an
+  // unreadable configuration at PATH), PermissionDenied (a member refused
+  // this server's shared secret: it would be given copies it can never
+  // receive). Nothing is registered on an error.
   static Result<std::unique_ptr<ClusterMember>> Start(MemberOptions options,
                                                       Ownership* ownership);
   // Leaves the cluster: Stop, then closes the ZooKeeper session, so its
@@ -309,6 +313,23 @@ class ClusterMember {
                           int64_t owner);
   void FollowConfig();
   void ManagerDuty();
+  // Start's check, before it makes any node, that PATH is neither inside
+  // another cluster's nodes nor above one (a cluster's root is a node with
+  // `members` and `election` beneath it): InvalidArgument naming that
+  // cluster; Unavailable if ZooKeeper does not answer before `until`.
+  // At most kMaxNestingLookups nodes below PATH are looked at.
+  Status CheckNotNested(std::chrono::steady_clock::time_point until);
+  // Start's check that the cluster's members take this server's secret:
+  // PermissionDenied (naming --auth-file) from the first registered member
+  // that refuses it; OK once one accepts it, or if none answers before
+  // `until` (nobody to ask: a forming cluster, or its members down).
+  Status CheckSecret(std::chrono::steady_clock::time_point until);
+  // As manager: false for a member that refuses this manager's sessions
+  // with PermissionDenied (another --auth-file): it is given no role, and
+  // a warning says so once per incarnation. Asked once per incarnation of
+  // a member that is not in the configuration `have` (nullptr: none yet);
+  // any other failure to connect admits it as before (a slow member).
+  bool Admissible(const Member& m, const Config* have);
   // Warns once that `c`, the cluster's configuration, has other `replicas`
   // than --replicas (if given): a cluster keeps those it formed with,
   // whoever formed it (this server's thread's, or Start's).
@@ -472,6 +493,12 @@ class ClusterMember {
   std::vector<
       std::pair<std::string, util::MoveFunction<void(Result<uint64_t>)>>>
       drain_requests_;
+  // Member records that did not decode, warned about once each (the
+  // member's thread).
+  std::set<std::string> bad_records_;
+  // Admissible's verdicts, by address: the incarnation asked about and
+  // whether it took the manager's secret (the member's thread).
+  std::map<std::string, std::pair<uint64_t, bool>> admitted_;
   // The manager's sessions, by address (the member's thread only), and
   // those of its quick calls.
   std::map<std::string, std::unique_ptr<Session>> sessions_to_;
