@@ -68,6 +68,21 @@ using testing::WaitForStatOf;
 
 constexpr auto kBound = std::chrono::seconds(30);
 
+// A server with `flags` (16 MiB), spawned by the test itself so that it
+// reads the server's log, merged into its output (at `log_level` if
+// given). Null, with a test failure, if it could not be spawned.
+std::unique_ptr<Subprocess> SpawnLogged(const std::vector<std::string>& flags,
+                                        const char* log_level = nullptr) {
+  auto options = testing::TestServerOptions(flags, "16M");
+  if (log_level != nullptr) options.log_level = log_level;
+  SpawnOptions o;
+  o.argv = testing::ServerArgv(options);
+  o.merge_stderr = true;
+  auto p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
 std::string Key(int i) { return "key-" + std::to_string(i); }
 std::string Val(int i, int round = 0) {
   return "value-" + std::to_string(i) + "-" + std::to_string(round);
@@ -554,14 +569,7 @@ TEST_F(ClusterTest, ASessionTimeoutZooKeeperDoesNotGrantIsNamedInTheLog) {
 TEST_F(ClusterTest, AMemberWhoseReplicasTheFormedClusterDoesNotHaveIsTold) {
   // Its own spawns: the log is on standard error.
   auto spawn = [&](const std::vector<std::string>& flags) {
-    auto options = testing::TestServerOptions(MemberFlags(3, flags), "16M");
-    options.log_level = "info";
-    SpawnOptions o;
-    o.argv = testing::ServerArgv(options);
-    o.merge_stderr = true;
-    auto p = Subprocess::Spawn(o);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
-    return p.ok() ? std::move(*p) : nullptr;
+    return SpawnLogged(MemberFlags(3, flags), "info");
   };
   // The manager, without --replicas, first.
   auto manager = spawn({});
@@ -611,20 +619,16 @@ TEST_F(ClusterTest, AServerWithAnotherSecretIsRefusedMembershipAtStart) {
   for (const std::string& secret : {theirs, std::string()}) {
     std::vector<std::string> flags = ReplicatedFlags(2);
     if (!secret.empty()) flags.insert(flags.end(), {"--auth-file", secret});
-    SpawnOptions o;
-    o.argv = testing::ServerArgv(testing::TestServerOptions(flags, "16M"), "");
-    o.merge_stderr = true;
-    auto p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    auto line = (*p)->WaitForLine("this server did not join", kBound);
-    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n"
-                           << (*p)->output();
+    auto p = SpawnLogged(flags);
+    ASSERT_NE(p, nullptr);
+    auto line = p->WaitForLine("this server did not join", kBound);
+    ASSERT_TRUE(line.ok()) << line.status().ToString() << "\n" << p->output();
     EXPECT_NE(line->find("PermissionDenied"), std::string::npos) << *line;
     EXPECT_NE(line->find("same --auth-file secret"), std::string::npos)
         << *line;
-    auto code = (*p)->Wait(kBound);
+    auto code = p->Wait(kBound);
     ASSERT_TRUE(code.ok()) << code.status().ToString();
-    EXPECT_EQ(*code, 1) << (*p)->output();
+    EXPECT_EQ(*code, 1) << p->output();
   }
   EXPECT_EQ(StatOf(probe.get(), "cluster_zk_members_seen"), 2u);
   EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 2u);
@@ -636,14 +640,7 @@ TEST_F(ClusterTest, AServerWithAnotherSecretIsRefusedMembershipAtStart) {
 // shards and copies that could never reach it.
 TEST_F(ClusterTest, TheManagerGivesNoRoleToAMemberThatRefusesItsSessions) {
   auto spawn = [&](std::vector<std::string> extra) {
-    auto options = testing::TestServerOptions(ReplicatedFlags(2, extra), "16M");
-    options.log_level = "info";
-    SpawnOptions o;
-    o.argv = testing::ServerArgv(options);
-    o.merge_stderr = true;
-    auto p = Subprocess::Spawn(o);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
-    return p.ok() ? std::move(*p) : nullptr;
+    return SpawnLogged(ReplicatedFlags(2, extra), "info");
   };
   auto manager = spawn({});
   ASSERT_NE(manager, nullptr);
@@ -726,15 +723,10 @@ TEST_F(ClusterTest, AClusterInsideOrAboveAnotherIsRefusedAtStart) {
 // A node under members/ that is no member's record is warned about once,
 // not at every pass of the manager (four times a second, for ever).
 TEST_F(ClusterTest, ANodeThatIsNoMembersRecordIsWarnedAboutOnce) {
-  auto options = testing::TestServerOptions(MemberFlags(1), "16M");
-  SpawnOptions o;
-  o.argv = testing::ServerArgv(options);
-  o.merge_stderr = true;
-  auto p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  auto ready = (*p)->WaitForLine("listening on", kBound);
-  ASSERT_TRUE(ready.ok()) << ready.status().ToString() << "\n"
-                          << (*p)->output();
+  auto p = SpawnLogged(MemberFlags(1));
+  ASSERT_NE(p, nullptr);
+  auto ready = p->WaitForLine("listening on", kBound);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString() << "\n" << p->output();
   auto address = testing::AddressFromReadyLine(*ready);
   ASSERT_TRUE(address.ok()) << *ready;
   auto probe = ConnectOrDie(*address);
@@ -754,14 +746,13 @@ TEST_F(ClusterTest, ANodeThatIsNoMembersRecordIsWarnedAboutOnce) {
                             0, nullptr, 0);
   zookeeper_close(zh);
   ASSERT_EQ(rc, ZOK) << zerror(rc);
-  auto warned = (*p)->WaitForLine("ignoring member not-a-member", kBound);
-  ASSERT_TRUE(warned.ok()) << warned.status().ToString() << "\n"
-                           << (*p)->output();
+  auto warned = p->WaitForLine("ignoring member not-a-member", kBound);
+  ASSERT_TRUE(warned.ok()) << warned.status().ToString() << "\n" << p->output();
   // Eight of the manager's passes (the window watched), each of which
   // warned before.
-  auto again = (*p)->WaitForLine("ignoring member not-a-member",
-                                 std::chrono::seconds(2));
-  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << (*p)->output();
+  auto again =
+      p->WaitForLine("ignoring member not-a-member", std::chrono::seconds(2));
+  EXPECT_EQ(again.status().code(), StatusCode::kTimedOut) << p->output();
   // Still serving as the cluster's one member.
   EXPECT_EQ(StatOf(probe.get(), "cluster_members"), 1u);
 }

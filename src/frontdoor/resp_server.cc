@@ -85,8 +85,7 @@ class Backend {
   // new one is needed. (A cluster reconnects by itself.)
   virtual bool broken() const { return false; }
   virtual size_t in_flight() const = 0;
-  // The longest argument taken: the largest key or value, and at least a
-  // secret's (kMaxSecretBytes), so that AUTH takes any secret.
+  // The larger of the largest key and the largest value.
   virtual size_t max_bulk() const = 0;
   // The largest key and value the store takes (HashStore::max_key,
   // max_value).
@@ -167,8 +166,7 @@ class SessionBackend final : public Backend {
     return rpc_->in_flight() + any_->in_flight();
   }
   size_t max_bulk() const override {
-    return std::max<size_t>(
-        {rpc_->max_key(), rpc_->max_value(), kMaxSecretBytes});
+    return std::max(rpc_->max_key(), rpc_->max_value());
   }
   size_t max_key() const override { return rpc_->max_key(); }
   size_t max_value() const override { return rpc_->max_value(); }
@@ -236,9 +234,7 @@ class ClusterBackend final : public Backend {
     cluster_->loop()->core()->worker()->Sleep(timeout);
   }
   size_t in_flight() const override { return cluster_->in_flight(); }
-  size_t max_bulk() const override {
-    return std::max<size_t>({max_key_, max_value_, kMaxSecretBytes});
-  }
+  size_t max_bulk() const override { return std::max(max_key_, max_value_); }
   size_t max_key() const override { return max_key_; }
   size_t max_value() const override { return max_value_; }
   // Operations refused by a member that no longer owns their shard are
@@ -303,8 +299,11 @@ struct RespServer::Impl {
     if (stop_fd >= 0) ::close(stop_fd);
   }
 
+  // The longest argument taken: the largest key or value, and at least a
+  // secret's (kMaxSecretBytes), so that AUTH takes any secret.
   size_t max_bulk() const {
-    return backend != nullptr ? backend->max_bulk() : size_t{64} << 20;
+    return backend != nullptr ? std::max(backend->max_bulk(), kMaxSecretBytes)
+                              : size_t{64} << 20;
   }
   // Buffered request bytes past which a request that is still incomplete
   // is refused (it could never be held): 64 MiB, or two of the largest

@@ -222,37 +222,57 @@ const uint16_t kSelfTransport = fabric::UcxTransportChecksum("self");
 
 }  // namespace
 
-bool ProcessHoldsPeerSocket(int pid, int sock) {
+namespace {
+
+// The two ends of the connected TCP socket `sock`, as its peer sees them
+// (the client's address is its local end): kGone if the connection is
+// reset, kUnknown if `sock` is no such socket.
+struct ConnectionEnds {
+  enum { kOk, kGone, kUnknown } state = kUnknown;
+  Endpoint server_end, client_end;
+  uint32_t scope = 0;  // an IPv6 scope, else 0
+};
+ConnectionEnds EndsOf(int sock) {
+  ConnectionEnds c;
   sockaddr_storage mine{}, theirs{};
   socklen_t len = sizeof(mine);
   if (::getsockname(sock, reinterpret_cast<sockaddr*>(&mine), &len) != 0) {
-    return false;
+    return c;
   }
   len = sizeof(theirs);
   if (::getpeername(sock, reinterpret_cast<sockaddr*>(&theirs), &len) != 0) {
-    return false;
+    if (errno == ENOTCONN) c.state = ConnectionEnds::kGone;
+    return c;
   }
-  Endpoint server_end, client_end;
-  if (!FromSockaddr(mine, &server_end) || !FromSockaddr(theirs, &client_end)) {
-    return false;
+  if (!FromSockaddr(mine, &c.server_end) ||
+      !FromSockaddr(theirs, &c.client_end)) {
+    return c;
   }
+  c.scope = mine.ss_family == AF_INET6
+                ? reinterpret_cast<const sockaddr_in6*>(&mine)->sin6_scope_id
+                : 0;
+  c.state = ConnectionEnds::kOk;
+  return c;
+}
+
+}  // namespace
+
+bool ProcessHoldsPeerSocket(int pid, int sock) {
+  const ConnectionEnds c = EndsOf(sock);
+  if (c.state != ConnectionEnds::kOk) return false;
   // The client's socket, seen from its own namespace: local end = the
   // client's address, remote end = ours.
-  const uint32_t scope =
-      mine.ss_family == AF_INET6
-          ? reinterpret_cast<const sockaddr_in6*>(&mine)->sin6_scope_id
-          : 0;
   std::vector<std::string> inodes;
   Result<std::string> diag = Status::Unsupported("another network namespace");
   if (SameNetworkNamespace(pid)) {
-    diag = SocketInodeByDiag(client_end, server_end, scope);
+    diag = SocketInodeByDiag(c.client_end, c.server_end, c.scope);
   }
   if (diag.ok()) {
     inodes.push_back(*diag);
   } else if (diag.status().code() != StatusCode::kNotFound) {
     // The client's namespace is not ours (netlink sees only ours), or
     // netlink failed: the namespace's table in /proc.
-    inodes = SocketInodes(pid, client_end, server_end);
+    inodes = SocketInodes(pid, c.client_end, c.server_end);
   }
   if (inodes.empty()) return false;
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
@@ -277,27 +297,14 @@ bool ProcessHoldsPeerSocket(int pid, int sock) {
 }
 
 bool PeerSocketClosed(int pid, int sock) {
-  sockaddr_storage mine{}, theirs{};
-  socklen_t len = sizeof(mine);
-  if (::getsockname(sock, reinterpret_cast<sockaddr*>(&mine), &len) != 0) {
+  const ConnectionEnds c = EndsOf(sock);
+  if (c.state == ConnectionEnds::kGone) return true;
+  if (c.state != ConnectionEnds::kOk || !SameNetworkNamespace(pid)) {
     return false;
   }
-  len = sizeof(theirs);
-  if (::getpeername(sock, reinterpret_cast<sockaddr*>(&theirs), &len) != 0) {
-    return errno == ENOTCONN;  // reset: the connection is gone
-  }
-  Endpoint server_end, client_end;
-  if (!FromSockaddr(mine, &server_end) || !FromSockaddr(theirs, &client_end) ||
-      !SameNetworkNamespace(pid)) {
-    return false;
-  }
-  const uint32_t scope =
-      mine.ss_family == AF_INET6
-          ? reinterpret_cast<const sockaddr_in6*>(&mine)->sin6_scope_id
-          : 0;
   // A socket its process closed lingers (FIN_WAIT2) with no inode: the
   // lookup says NotFound for it as for one that is gone.
-  auto diag = SocketInodeByDiag(client_end, server_end, scope);
+  auto diag = SocketInodeByDiag(c.client_end, c.server_end, c.scope);
   return !diag.ok() && diag.status().code() == StatusCode::kNotFound;
 }
 
