@@ -1118,6 +1118,47 @@ TEST(Server, BadConfigurationIsAClearError) {
         << in_config.out;
     std::remove(conf.c_str());
   }
+  // A --config that is a device, a directory or a binary file is refused
+  // naming it: /dev/zero was read as an empty file and the server started
+  // on its defaults; a file with a NUL byte got "INI was not able to parse"
+  // and no reason.
+  {
+    const std::string binary = ::testing::TempDir() + "/remem-binary.conf";
+    std::FILE* f = std::fopen(binary.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite("memory = 64M\n\0\0x\n", 1, 18, f);
+    std::fclose(f);
+    for (const auto& [path, reason] :
+         std::vector<std::pair<std::string, std::string>>{
+             {"/dev/zero", "is a device, not a file"},
+             {::testing::TempDir(), "is a directory"},
+             {binary, "holds a NUL byte"}}) {
+      auto r = RunCommand(
+          {ServerBinary(), "--listen", "127.0.0.1:0", "--config=" + path});
+      EXPECT_EQ(r.exit_code, 2) << path << ": " << r.out;
+      EXPECT_TRUE(Contains(r.out, "--config " + path + " " + reason)) << r.out;
+    }
+    std::remove(binary.c_str());
+  }
+  // Flags that only act on a data directory are refused without one, as
+  // --fsync is: --fault-log-io alone was accepted and injected nothing.
+  for (const char* flag : {"--fault-log-io", "--fault-slow-snapshot-us"}) {
+    auto r = RunCommand(
+        {ServerBinary(), "--listen", "127.0.0.1:0", flag,
+         std::string(flag) == "--fault-log-io" ? "enospc-after:10" : "5"});
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, std::string(flag) + " needs --data-dir"))
+        << r.out;
+  }
+  // An initial table that cannot fit its partition names the flag: it
+  // said the store was full.
+  {
+    auto r = RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--memory",
+                         "64M", "--hash-initial-buckets", "1073741824"});
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_TRUE(Contains(r.out, "--hash-initial-buckets 1073741824 ("))
+        << r.out;
+  }
   // The same for the CLI and remem-bench: `remem --auth-file ""` connected
   // without the secret, and the server's refusal blamed the secret.
   for (const std::vector<std::string>& argv :

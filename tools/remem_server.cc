@@ -5,12 +5,15 @@
 // cannot be allocated, durable state it cannot read) or a stop outlasted
 // --stop-timeout-ms, 2 bad flags.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -34,6 +37,54 @@ using namespace remem;
 int Fail(const std::string& msg, int code) {
   std::fprintf(stderr, "remem-server: %s\n", msg.c_str());
   return code;
+}
+
+// "" if no --config file named in argv is a directory or a device, or a
+// file of more than 1 MiB or with a NUL byte; else why it is refused. CLI11
+// took /dev/zero as an empty file and a file with NULs as unparseable with an
+// empty reason; a device or a binary file given by mistake is refused, naming
+// it.
+std::string CheckConfigFiles(int argc, char** argv) {
+  constexpr off_t kMaxConfigBytes = off_t{1} << 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    std::string path;
+    if (arg == "--config" && i + 1 < argc) {
+      path = argv[++i];
+    } else if (arg.starts_with("--config=")) {
+      path = std::string(arg.substr(9));
+    } else {
+      continue;
+    }
+    if (path.empty()) continue;  // refused as an empty value later
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;  // CLI11 says it is not readable
+    struct stat st {};
+    std::string why;
+    if (fstat(fd, &st) != 0) {
+      why = std::string("cannot be read: ") + std::strerror(errno);
+    } else if (S_ISDIR(st.st_mode)) {
+      why = "is a directory";
+    } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+      why = "is a device, not a file";
+    } else if (!S_ISREG(st.st_mode)) {
+      // A pipe (`--config <(...)`): CLI11 reads it as it comes.
+    } else if (st.st_size > kMaxConfigBytes) {
+      why = "is larger than 1 MiB";
+    } else {
+      std::string text(size_t(st.st_size), '\0');
+      const ssize_t n = pread(fd, text.data(), text.size(), 0);
+      if (n < 0) {
+        why = std::string("cannot be read: ") + std::strerror(errno);
+      } else if (text.find('\0', 0) < size_t(n)) {
+        why = "holds a NUL byte (a binary file, not key = value lines)";
+      }
+    }
+    close(fd);
+    if (!why.empty()) return "--config " + path + " " + why;
+  }
+  return "";
 }
 
 // Services' options as CLI11 flags. Sizes are parsed after CLI11 (it does
@@ -435,6 +486,9 @@ int main(int argc, char** argv) {
   CliOptions service_options(&app);
   for (auto& s : services) s->DeclareOptions(&service_options);
 
+  if (std::string bad = CheckConfigFiles(argc, argv); !bad.empty()) {
+    return Fail(bad, 2);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -524,7 +578,8 @@ int main(int argc, char** argv) {
     }
     if (!st.ok()) return Fail("--advertise: " + st.message(), 2);
   }
-  for (const char* name : {"--fsync", "--snapshot-log-bytes", "--recovery"}) {
+  for (const char* name : {"--fsync", "--snapshot-log-bytes", "--recovery",
+                           "--fault-log-io", "--fault-slow-snapshot-us"}) {
     if (app.count(name) == 0) continue;
     if (no_persistence) {
       return Fail(std::string(name) +

@@ -52,9 +52,14 @@ extern "C" {
 #define REMEM_OPS_ABI_VERSION 2
 
 /* Return values of an update function. */
-#define REMEM_OPS_WRITE 0     /* store out[0 .. *out_len) as the new value */
-#define REMEM_OPS_KEEP 1      /* leave the value (and its version) unchanged */
+#define REMEM_OPS_WRITE 0 /* store out[0 .. *out_len) as the new value */
+#define REMEM_OPS_KEEP                                                        \
+  1                           /* leave the value (and its version) unchanged; \
+                               * on an absent key: NotFound, nothing made */
 #define REMEM_OPS_REFUSE (-1) /* bad value or argument: InvalidArgument */
+/* Any other return value is taken as REMEM_OPS_REFUSE (InvalidArgument,
+ * nothing written); a *out_len above out_cap with REMEM_OPS_WRITE is an
+ * Internal error, nothing written. */
 
 /* `present`: 0 if the key is absent (value is NULL, value_len 0).
  * `out` has room for `out_cap` bytes (the server's value limit); the
@@ -89,8 +94,8 @@ struct remem_ops_number {
 
 /* Return values of a reduction. */
 #define REMEM_OPS_REDUCED 0 /* *out holds the result */
-/* REMEM_OPS_REFUSE: the vector cannot be reduced (e.g. empty, overflow):
- * InvalidArgument. */
+/* REMEM_OPS_REFUSE, or any value but REMEM_OPS_REDUCED: the vector cannot
+ * be reduced (e.g. empty, overflow): InvalidArgument. */
 
 /* `elems`: `count` elements of `elem_type` (always one of the reduction's
  * `elem_types`), packed, host order, aligned to 8 bytes; count may be 0.

@@ -225,7 +225,19 @@ Status HashService::Init(server::ServiceContext* ctx) {
     auto table =
         Table::Create(part->region->base(), uint16_t(part->region->id()),
                       part->slab.get(), to);
-    if (!table.ok()) return table.status();
+    if (!table.ok()) {
+      // The only table that cannot be made in a valid partition is one
+      // whose first bucket array does not fit: say which flag asked for it.
+      if (table.status().code() == StatusCode::kOutOfMemory) {
+        return Status::InvalidArgument(
+            "--hash-initial-buckets " +
+            std::to_string(options_.initial_buckets) + " (" +
+            std::to_string(options_.initial_buckets * kBucketBytes) +
+            " bytes of buckets) does not fit a partition of " +
+            std::to_string(per) + " bytes (--hash-memory / --threads)");
+      }
+      return table.status();
+    }
     part->table = std::move(*table);
     if (options_.fault_pause_mid_write_us > 0) {
       const auto pause =

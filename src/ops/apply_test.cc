@@ -141,6 +141,71 @@ TEST(ApplyTest, AVectorOpOnAScalarAndAnUnknownFunctionAreRefused) {
   EXPECT_EQ(c.Do(op, &o).code(), StatusCode::kInvalidArgument);
 }
 
+// An update function (id 5) that returns its argument's first byte as its
+// code, writing "w" (or, for 'x', more bytes than it may).
+int ReturnsItsArgument(int, const uint8_t*, size_t, const uint8_t* arg,
+                       size_t arg_len, uint8_t* out, size_t out_cap,
+                       size_t* out_len) {
+  out[0] = 'w';
+  *out_len = arg_len > 0 && arg[0] == 'x' ? out_cap + 1 : 1;
+  if (arg_len == 0) return REMEM_OPS_WRITE;
+  return arg[0] == 'x' ? REMEM_OPS_WRITE : int(int8_t(arg[0]));
+}
+struct OneFunction : FunctionLookup {
+  UserFunction f{5, "returns_its_argument", ReturnsItsArgument};
+  const UserFunction* Find(uint32_t id) const override {
+    return id == 5 ? &f : nullptr;
+  }
+  const UserReduction* FindReduction(uint32_t) const override {
+    return nullptr;
+  }
+};
+
+// ops_plugin.h: KEEP on an absent key is NotFound and makes nothing; any
+// code but WRITE and KEEP refuses (InvalidArgument); an output past its
+// buffer is Internal. None of them writes.
+TEST(ApplyTest, AnUpdateFunctionsCodesOtherThanWriteAndKeepRefuse) {
+  OneFunction lookup;
+  OpView op;
+  op.kind = OpKind::kCall;
+  op.key = "k";
+  op.function_id = 5;
+  Outcome o;
+  Cell absent;
+  const std::string keep(1, char(REMEM_OPS_KEEP));
+  op.arg = keep;
+  EXPECT_EQ(absent.Do(op, &o, &lookup).code(), StatusCode::kNotFound);
+  EXPECT_FALSE(absent.present);
+  EXPECT_FALSE(o.wrote);
+  Cell c{true, "v"};
+  for (int code : {REMEM_OPS_REFUSE, 2, 7, -100, 127}) {
+    const std::string arg(1, char(code));
+    op.arg = arg;
+    Outcome refused;
+    Status st = c.Do(op, &refused, &lookup);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << code;
+    EXPECT_NE(st.message().find("returns_its_argument (id 5) refused"),
+              std::string::npos)
+        << st.ToString();
+    EXPECT_FALSE(refused.wrote);
+    EXPECT_EQ(c.value, "v");
+  }
+  const std::string past = "x";
+  op.arg = past;
+  EXPECT_EQ(c.Do(op, &o, &lookup).code(), StatusCode::kInternal);
+  EXPECT_EQ(c.value, "v");
+  op.arg = keep;
+  Outcome kept;
+  ASSERT_TRUE(c.Do(op, &kept, &lookup).ok());
+  EXPECT_FALSE(kept.wrote);
+  EXPECT_EQ(kept.reply, "v");
+  op.arg = {};
+  Outcome written;
+  ASSERT_TRUE(c.Do(op, &written, &lookup).ok());
+  EXPECT_TRUE(written.wrote);
+  EXPECT_EQ(c.value, "w");
+}
+
 // One reduction (id 9, int64 vectors only) that answers the element count,
 // refuses more than 3 elements and answers a bad type for exactly 3.
 int CountUpTo2(uint32_t type, const void*, uint64_t count,
