@@ -179,13 +179,27 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
       st = slot.status();
     }
   }
+  // A slot named twice by one id is the caller's mistake. Named by two
+  // incarnations, it is an object that was freed, its slot given to an
+  // object this transaction allocated or to another it read: the older id
+  // is gone, and the checks below say so as for any object gone (Conflict
+  // if it was read, NotFound if not), as they must for Run to retry.
+  bool reused_slot = false;
   if (st.ok()) {
-    std::vector<uint64_t> sorted = slots;
+    std::vector<std::pair<uint64_t, uint64_t>> sorted(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      sorted[i] = {slots[i], entries[i].id.incarnation};
+    }
     std::sort(sorted.begin(), sorted.end());
-    auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-    if (twice != sorted.end()) {
-      st = Status::InvalidArgument("the object at " + std::to_string(*twice) +
-                                   " appears twice in one commit");
+    for (size_t i = 1; i < sorted.size() && st.ok(); ++i) {
+      if (sorted[i].first != sorted[i - 1].first) continue;
+      if (sorted[i].second == sorted[i - 1].second) {
+        st = Status::InvalidArgument("the object at " +
+                                     std::to_string(sorted[i].first) +
+                                     " appears twice in one commit");
+      } else {
+        reused_slot = true;
+      }
     }
   }
   for (size_t i = 0; i < entries.size() && st.ok(); ++i) {
@@ -226,6 +240,11 @@ Result<std::vector<uint64_t>> ObjectHeap::Commit(
         break;
       }
     }
+  }
+  if (st.ok() && reused_slot) {
+    // Unreachable: at most one incarnation of a slot is its current one,
+    // and every entry's check above needs it. Never write a slot twice.
+    st = Status::Internal("a slot named by two incarnations passed its checks");
   }
   if (!st.ok()) {
     // Nothing applied; the commit's reservations are given back.

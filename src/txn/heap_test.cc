@@ -116,6 +116,41 @@ TEST_F(ObjectHeapTest, AFreedSlotIsReusedUnderANewIncarnation) {
   EXPECT_EQ(heap_.Read(b)->second, "second");
 }
 
+// An object read (or written blind) that another session freed, whose slot
+// this transaction then allocated: the old id is gone, a Conflict (read) or
+// NotFound (blind) that Run retries, not "appears twice" (InvalidArgument).
+// Nothing is applied and the reservation goes back.
+TEST_F(ObjectHeapTest, AGoneObjectWhoseSlotTheCommitAllocatedIsAConflict) {
+  auto z = Create("z");
+  auto y = Create("y");
+  ASSERT_TRUE(heap_.Commit({{z, 2, TxnOp::kFree, {}}}, kOther).ok());
+  for (const uint64_t read_version : {uint64_t{2}, uint64_t{0}}) {
+    auto n = heap_.Reserve(1, kOwner);
+    ASSERT_TRUE(n.ok());
+    ASSERT_EQ(n->address, z.address) << "the freed slot is reused";
+    const uint64_t reserved = heap_.counters().reserved.load();
+    auto v =
+        heap_.Commit({{z, read_version,
+                       read_version != 0 ? TxnOp::kCheck : TxnOp::kWrite, "q"},
+                      {*n, 0, TxnOp::kCreate, "new"},
+                      {y, 2, TxnOp::kWrite, "y2"}},
+                     kOwner);
+    EXPECT_EQ(v.status().code(),
+              read_version != 0 ? StatusCode::kConflict : StatusCode::kNotFound)
+        << v.status().ToString();
+    EXPECT_EQ(heap_.counters().reserved.load(), reserved - 1);
+    EXPECT_EQ(heap_.Read(y)->second, "y");
+    EXPECT_EQ(heap_.Read(*n).status().code(), StatusCode::kNotFound);
+  }
+  // The same id twice is still the caller's mistake.
+  EXPECT_EQ(heap_
+                .Commit({{y, 2, TxnOp::kWrite, "a"}, {y, 2, TxnOp::kCheck, {}}},
+                        kOwner)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(ObjectHeapTest, ReservationsBelongToTheirOwnerAndGoBack) {
   auto r = heap_.Reserve(100, kOwner);
   ASSERT_TRUE(r.ok());
