@@ -304,6 +304,42 @@ TEST(Cli, ObjectCommandsAllocReadWriteAndFree) {
       << "past its capacity";
   EXPECT_EQ(cli({"obj", "read", "12:x:3"}).exit_code, 2);
   EXPECT_EQ(cli({"obj", "bogus"}).exit_code, 2);
+  // A version out of range is a bad argument, not a Conflict: -1 was taken
+  // as 2^64-1 and a larger number clamped.
+  for (const char* bad : {"-1", "99999999999999999999", "x"}) {
+    auto r = cli({"obj", "write", id, "third", "--if-version", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+    EXPECT_TRUE(Contains(r.out, "is not a version")) << r.out;
+    EXPECT_EQ(cli({"obj", "free", id, "--if-version", bad}).exit_code, 2);
+  }
+  // An id no slot could have (a capacity no class has, an address off a
+  // slot boundary) is refused alike by read, write and free; one naming
+  // another class's capacity names no object (NotFound).
+  {
+    const size_t c1 = id.find(':'), c2 = id.rfind(':');
+    const std::string address = id.substr(0, c1);
+    const std::string middle = id.substr(c1, c2 - c1 + 1);  // ":inc:"
+    for (const std::string& bad :
+         {address + middle + "100", std::to_string(std::stoull(address) + 16) +
+                                        middle + id.substr(c2 + 1)}) {
+      for (std::vector<std::string> args :
+           std::vector<std::vector<std::string>>{{"obj", "read", bad},
+                                                 {"obj", "write", bad, "x"},
+                                                 {"obj", "free", bad}}) {
+        auto r = cli(args);
+        EXPECT_EQ(r.exit_code, 2) << args[1] << " " << bad << ": " << r.out;
+        EXPECT_TRUE(Contains(r.out, "is not an object id")) << r.out;
+      }
+    }
+    const std::string other_class = address + middle + "32";
+    for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+             {"obj", "read", other_class},
+             {"obj", "write", other_class, "x"},
+             {"obj", "free", other_class}}) {
+      auto r = cli(args);
+      EXPECT_EQ(r.exit_code, 4) << args[1] << ": " << r.out;
+    }
+  }
   // Several objects read in one transaction, in the order named.
   auto other = cli({"obj", "alloc", "other"});
   ASSERT_EQ(other.exit_code, 0) << other.out;

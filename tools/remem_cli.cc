@@ -1063,19 +1063,24 @@ int RunCli(int argc, char** argv) {
   std::optional<uint64_t> if_version;
   auto* put_absent =
       put->add_flag("--if-absent", if_absent, "only insert; exit 5 if present");
-  // A version is a decimal uint64 (ParseDecimal).
-  auto version_option = [&if_version](CLI::App* cmd, CLI::Option* absent) {
+  // A version is a decimal uint64 (ParseDecimal): CLI11's own conversion
+  // took -1 as 2^64-1 and clamped a number past the range.
+  auto parse_version = [](const std::string& text) {
+    uint64_t v = 0;
+    if (!ParseDecimal(text, &v)) {
+      throw CLI::ValidationError("--if-version",
+                                 "'" + text +
+                                     "' is not a version (a number from 0 "
+                                     "to 18446744073709551615)");
+    }
+    return v;
+  };
+  auto version_option = [&if_version, parse_version](CLI::App* cmd,
+                                                     CLI::Option* absent) {
     cmd->add_option_function<std::string>(
            "--if-version",
-           [&if_version](const std::string& text) {
-             uint64_t v = 0;
-             if (!ParseDecimal(text, &v)) {
-               throw CLI::ValidationError(
-                   "--if-version", "'" + text +
-                                       "' is not a version (a number from 0 "
-                                       "to 18446744073709551615)");
-             }
-             if_version = v;
+           [&if_version, parse_version](const std::string& text) {
+             if_version = parse_version(text);
            },
            "only replace this version (a version put printed); exit 5 if "
            "it changed, 4 if KEY is absent")
@@ -1350,9 +1355,11 @@ int RunCli(int argc, char** argv) {
       objcmd->add_subcommand("free", "free the object (its id reads none)");
   obj_id(obj_free);
   for (CLI::App* cmd : {obj_write, obj_free}) {
-    cmd->add_option_function<uint64_t>(
+    cmd->add_option_function<std::string>(
         "--if-version",
-        [&obj_args](const uint64_t& v) { obj_args.if_version = v; },
+        [&obj_args, parse_version](const std::string& text) {
+          obj_args.if_version = parse_version(text);
+        },
         "only if the object is at this version (exit 5 if not)");
   }
 

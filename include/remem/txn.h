@@ -227,9 +227,11 @@ class Transaction {
 
   // Commits: OK (applied atomically, serializable); Conflict (an object
   // read changed or is gone), NotFound (an object written or freed without
-  // being read is gone) or InvalidArgument (more than 4096 objects, or an
-  // object twice or over its capacity), with nothing applied. Either way
-  // the transaction is over.
+  // being read is gone) or InvalidArgument (a transaction that writes,
+  // frees or allocates naming more than 4096 objects, read ones counted;
+  // an object twice; data over its capacity), with nothing applied. A
+  // read-only transaction has no such limit. Either way the transaction is
+  // over.
   Status Commit();
   // Ends it without applying anything; gives reserved slots back.
   void Abort();

@@ -71,9 +71,15 @@ void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
 }
 
 Result<uint64_t> ObjectHeap::SlotOf(const TxnObjectIdWire& id) const {
-  if (id.address >= heap_bytes_ || id.address % 64 != 0) {
-    return Status::InvalidArgument("object id " + Describe(id) +
-                                   " is outside the heap");
+  // An id no slot could have is refused as the client refuses it for a
+  // read (txn/store_client.cc, Locate): the same answer on every path.
+  if (id.address % 64 != 0 || !IsCapacity(id.capacity)) {
+    return Status::InvalidArgument("object " + Describe(id) +
+                                   " is not an object id");
+  }
+  if (id.address >= heap_bytes_) {
+    return Status::InvalidArgument("object " + Describe(id) +
+                                   " is not an object id (past the heap)");
   }
   // An id of a slot this heap does not have (yet): one of an earlier
   // incarnation of the server (it restarted), or made up.

@@ -86,7 +86,7 @@ class ObjectHeap {
   // version of each kWrite and kCreate entry, in order. Conflict (an
   // object read has changed or is gone), NotFound (a blind write or free
   // of no object, or an id that names no slot), InvalidArgument (an id
-  // outside the heap, an object twice, data past
+  // no slot could have, an object twice, data past
   // the capacity, a kCreate of a slot `owner` did not reserve); on any
   // error nothing is applied and the commit's reserved slots are released.
   Result<std::vector<uint64_t>> Commit(const std::vector<CommitEntry>& entries,
@@ -136,8 +136,9 @@ class ObjectHeap {
   // Marks the slot's header odd (a commit is writing it).
   void Lock(uint64_t offset, uint64_t odd_version);
   // The offset of the slot `id` names, if `id` is one (its capacity that of
-  // its page's class): InvalidArgument if it is outside the heap or
-  // misaligned, NotFound if it names no slot of its page's class.
+  // its page's class): InvalidArgument if no slot could have it (past the
+  // heap, misaligned, a capacity no class has), NotFound if it names no
+  // slot of its page's class.
   Result<uint64_t> SlotOf(const TxnObjectIdWire& id) const;
   Status NewPage(size_t cls);
   // Gives `page` to class `cls`: every slot free at the first incarnation.
