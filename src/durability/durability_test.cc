@@ -1176,6 +1176,34 @@ TEST(Generations, ACorruptNewestSnapshotFallsBackAndLosesNothing) {
   fs::remove_all(dir);
 }
 
+// Both snapshots corrupt, the log from the older one on: the refusal says
+// the snapshots held the writes before the log's first LSN (it said a log
+// file was missing, and that the files held LSN 1..30), and that truncate
+// starts empty (it said "from LSN 0").
+TEST(Generations, EverySnapshotCorruptSaysTheyHeldTheWritesBeforeTheLog) {
+  const std::string dir = TempDir();
+  ThreeRounds(dir);
+  Flip(dir + "/" + SnapshotName(21), 60);
+  Flip(dir + "/" + SnapshotName(11), 60);
+  Node n(Options(dir));
+  ASSERT_FALSE(n.open.ok());
+  EXPECT_EQ(n.open.code(), StatusCode::kCorruption);
+  const std::string& m = n.open.message();
+  EXPECT_NE(m.find("the log begins at LSN 11, and the snapshots that held "
+                   "LSN 1..10 are unusable"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("a log file is missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("the writes LSN 1..30 (30 records) are out of reach (LSN "
+                   "11..30 (20 records) in "),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("reaches no record"), std::string::npos) << m;
+  EXPECT_NE(m.find("--recovery=truncate to start empty"), std::string::npos)
+      << m;
+  fs::remove_all(dir);
+}
+
 TEST(Generations, NoValidStateUpToTheNewestRecordRefusesUnlessTruncating) {
   const std::string dir = TempDir();
   ThreeRounds(dir);
@@ -1310,6 +1338,17 @@ TEST(Generations, AShortReadIsAnErrorNotATornTail) {
   {
     Node n(o);
     ASSERT_FALSE(n.open.ok());
+    EXPECT_EQ(n.open.code(), StatusCode::kIOError) << n.open.ToString();
+  }
+  // A file that cannot be read is not corruption: truncate does not drop
+  // it either (it said "dropped 0 records" and moved it aside).
+  o.recovery = RecoveryMode::kTruncate;
+  {
+    Node n(o);
+    ASSERT_FALSE(n.open.ok());
+    EXPECT_EQ(n.open.code(), StatusCode::kIOError) << n.open.ToString();
+    EXPECT_NE(n.open.message().find("under any --recovery"), std::string::npos)
+        << n.open.ToString();
   }
   Node n(Options(dir));  // nothing was truncated
   ASSERT_TRUE(n.open.ok());

@@ -244,6 +244,9 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     std::string what;
   };
   std::optional<Problem> problem;
+  // With the problem "the log begins after the base": the first LSN the
+  // log holds (the writes before it were only in unusable snapshots).
+  uint64_t only_in_snapshots = 0;
   std::optional<std::pair<size_t, uint64_t>> torn;  // file, offset
   // The records of an atomic group not yet closed (kMoreInGroup), and
   // where it began: it reaches `finals` only whole.
@@ -274,8 +277,15 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const std::string path = PathOf(LogName(logs[i]));
     auto d = ReadWhole(path);
     if (!d.ok()) {
-      problem = Problem{i, 0, d.status().message()};
-      break;
+      // Not corruption: a file that cannot be read (its permissions, an
+      // I/O error) may read tomorrow. Neither mode drops it, nor counts as
+      // lost records it could not read.
+      return Status::IOError(
+          "cannot read " + path + " (" + d.status().message() +
+          "), which recovery needs (LSN " + std::to_string(expect) +
+          " on). Refusing to start, with nothing changed on disk, under "
+          "any --recovery: make it readable by this server's user, or move "
+          "it away to start without its records and every later one");
     }
     ++r->log_files;
     const std::string_view data = (*d)->data();
@@ -291,13 +301,23 @@ Status PartitionStore::Recover(RecoveryReport* r) {
           continue;
         }
         if (rec.lsn != expect) {
-          problem =
-              Problem{i, off,
-                      rec.lsn > expect
-                          ? "the log jumps to LSN " + std::to_string(rec.lsn) +
-                                " (a log file is missing)"
-                          : "record LSN " + std::to_string(rec.lsn) +
-                                " is out of order"};
+          std::string why;
+          if (rec.lsn < expect) {
+            why = "record LSN " + std::to_string(rec.lsn) + " is out of order";
+          } else if (off == 0 && i == first &&
+                     (!corrupt.empty() || !unreadable.empty())) {
+            // The first log begins after the base: the writes before it
+            // were only in the snapshots that did not read back.
+            why = "the log begins at LSN " + std::to_string(rec.lsn) +
+                  ", and the snapshots that held LSN " +
+                  std::to_string(expect) + ".." + std::to_string(rec.lsn - 1) +
+                  " are unusable (above)";
+            only_in_snapshots = rec.lsn;
+          } else {
+            why = "the log jumps to LSN " + std::to_string(rec.lsn) +
+                  " (a log file is missing)";
+          }
+          problem = Problem{i, off, why};
           break;
         }
         if (rec.type == RecordType::kShape) {
@@ -409,18 +429,25 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     const std::string from = snap_data
                                  ? PathOf(SnapshotName(base.lsn))
                                  : std::string("the empty state at LSN 1");
+    const std::string reach =
+        expect > 1 ? "LSN " + std::to_string(expect - 1) : "no record";
+    const std::string out_of_reach =
+        only_in_snapshots > expect
+            ? "the writes " + Range(expect, newest) + " are out of reach (" +
+                  Range(only_in_snapshots, newest) + " in " + files +
+                  ", the others only in those snapshots)"
+            : "the log records " + Range(expect, newest) + " in " + files +
+                  " are out of reach";
     const std::string what =
         problem->what + " in " + PathOf(LogName(logs[problem->file])) +
         " at byte offset " + std::to_string(problem->offset) +
-        ": recovery from " + from + " reaches LSN " +
-        std::to_string(expect - 1) + "; the log records " +
-        Range(expect, newest) + " in " + files + " are out of reach";
+        ": recovery from " + from + " reaches " + reach + "; " + out_of_reach;
     if (options_.recovery == RecoveryMode::kStrict) {
       return Status::Corruption(
           "corruption: " + what +
-          ". Refusing to start. Start with --recovery=truncate to start "
-          "from LSN " +
-          std::to_string(expect - 1) + " and drop them");
+          ". Refusing to start. Start with --recovery=truncate to start " +
+          (expect > 1 ? "from LSN " + std::to_string(expect - 1) : "empty") +
+          " and drop them");
     }
     r->lost.push_back(what + ": dropped (--recovery=truncate)");
     r->lost_records += newest >= expect ? newest - expect + 1 : 0;
