@@ -562,6 +562,14 @@ TEST_F(TreeTest, TheCliPutsGetsScansAndDeletes) {
             "user:3\tv-user:3\n");
   EXPECT_EQ(cli({"tree", "scan", "--desc", "--after", "user:2"}).exit_code, 2);
   EXPECT_EQ(cli({"tree", "scan", "a", "b", "--after", "user:2"}).exit_code, 2);
+  // An --after longer than any key names the key's limit (it said "scan
+  // bounds are at most 65537 bytes" of a key of 65537 bytes).
+  auto long_after =
+      cli({"tree", "scan", "--after", std::string((64 << 10) + 1, 'g')});
+  EXPECT_EQ(long_after.exit_code, 2) << long_after.out;
+  EXPECT_TRUE(long_after.out.find("keys are at most 65536") !=
+              std::string::npos)
+      << long_after.out;
   // An --after key at or past END: refused, as a reversed range is.
   EXPECT_EQ(cli({"tree", "scan", "--after", "user:3", "user:3"}).exit_code, 2);
   EXPECT_EQ(cli({"tree", "scan", "--after", "user:5", "user:3"}).exit_code, 2);
@@ -1149,6 +1157,46 @@ TEST_F(TreeTest, WaitAllOutlastsTheTimeoutForALongBatch) {
 // A batch whose requests time out (the server paused): their pairs say
 // TimedOut (they may have been applied), and the requests never sent
 // answer Busy and were not applied.
+// Over tcp a one-sided read is one the server serves: while it is paused
+// a get, a scan and a multi-get each end TimedOut (session.h: the one that
+// timed out says TimedOut), as the hash store's do. They asked the server
+// instead after the read failed, on a session the timeout had torn down,
+// and said Unavailable.
+TEST(TreeTimeout, OneSidedReadsOfAPausedServerOverTcpSayTimedOut) {
+  if (TestTransport() != Transport::kTcp) {
+    GTEST_SKIP() << "over shared memory a one-sided read is a copy";
+  }
+  auto server = StartServer({}, "64M");
+  ASSERT_NE(server.process, nullptr);
+  for (int op = 0; op < 3; ++op) {
+    SessionOptions o;
+    o.server = server.address;
+    o.transport = TestTransport();
+    o.read_path = ReadPath::kOneSided;
+    o.timeout = std::chrono::milliseconds(500);
+    auto session = Session::Connect(o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    auto tree = TreeStore::Open(session->get());
+    ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+    ASSERT_TRUE((*tree)->Put("k", "v").ok());
+    ASSERT_TRUE((*tree)->Get("k").ok());
+    ASSERT_TRUE(server.Pause().ok());
+    ASSERT_TRUE(testing::AllThreadsStopped(server.process->pid()));
+    Status st;
+    if (op == 0) {
+      st = (*tree)->Get("k").status();
+    } else if (op == 1) {
+      st = (*tree)->Scan("", "", 10).status();
+    } else {
+      const std::vector<std::string_view> keys = {"k"};
+      st = (*tree)->MultiGet(keys)[0].status();
+    }
+    ASSERT_TRUE(server.process->Signal(SIGCONT).ok());
+    EXPECT_EQ(st.code(), StatusCode::kTimedOut) << op << ": " << st.ToString();
+    tree->reset();
+  }
+}
+
 TEST_F(TreeTest, ABatchStopsAtAFailedRequestAndSaysWhatWasNotSent) {
   auto c = ConnectRpc(server_.address, std::chrono::milliseconds(1000));
   ASSERT_TRUE(c);

@@ -1507,6 +1507,16 @@ int RunCli(int argc, char** argv) {
       }
     }
     if (after_opt->count() > 0) {
+      // The ordered store's keys are at most 64 KiB (remem/tree.h; not a
+      // server flag): a longer --after key is no key (the bound made of it
+      // was refused as "scan bounds are at most 65537 bytes").
+      constexpr size_t kTreeMaxKey = 64 << 10;
+      if (scan_after.size() > kTreeMaxKey) {
+        return Fail(Status::InvalidArgument(
+            "--after: a key of " + std::to_string(scan_after.size()) +
+            " bytes; the ordered store's keys are at most " +
+            std::to_string(kTreeMaxKey)));
+      }
       if (scan_desc) {
         return Fail(Status::InvalidArgument(
             "--after continues an ascending scan; a descending one "

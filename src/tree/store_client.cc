@@ -611,8 +611,16 @@ struct TreeStore::Impl {
       Status v = Vouched(s.max_stamp, gave_up);
       return v.ok() ? st : v;
     }
-    *gave_up = true;
+    *gave_up = !ConnectionFailed(st);
     return st;
+  }
+  // A read that failed with the connection (it timed out, and the session
+  // was torn down; or the server is gone): the answer, as the hash store
+  // gives it (session.h: the one that timed out says TimedOut). Asking the
+  // server instead only said Unavailable.
+  static bool ConnectionFailed(const Status& st) {
+    return st.code() == StatusCode::kTimedOut ||
+           st.code() == StatusCode::kUnavailable;
   }
   Status ScanOneSided(std::string_view start, std::string_view end,
                       uint32_t limit, bool desc, tree::ScanPage* page,
@@ -629,7 +637,8 @@ struct TreeStore::Impl {
         tree::ClearPage(page);
         return v;
       }
-    } else if (st.code() != StatusCode::kInvalidArgument) {
+    } else if (st.code() != StatusCode::kInvalidArgument &&
+               !ConnectionFailed(st)) {
       *gave_up = true;
     }
     return st;
