@@ -56,6 +56,23 @@ namespace py = pybind11;
 
 namespace {
 
+// The GIL released around a blocking call (py::gil_scoped_release, but
+// for one thing). A daemon thread that takes the GIL back while the
+// interpreter finalizes is ended by Python with pthread_exit, whose forced
+// unwind must pass through here: out of py::gil_scoped_release's destructor,
+// noexcept, it became std::terminate ("terminate called without an active
+// exception", the process aborted at exit). pybind11 lets it pass on.
+class ReleaseGil {
+ public:
+  ReleaseGil() : state_(PyEval_SaveThread()) {}
+  ~ReleaseGil() noexcept(false) { PyEval_RestoreThread(state_); }
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // --- exceptions
 
 struct Exceptions {
@@ -156,7 +173,7 @@ auto WithOpen(std::mutex& mu, const std::unique_ptr<T>& obj, const char* what,
   using R = decltype(fn(*obj));
   std::optional<R> out;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     std::lock_guard<std::mutex> lock(mu);
     if (!obj) {
       closed = true;
@@ -199,7 +216,7 @@ class Handle : public Attached {
     using R = decltype(fn(*obj_));
     std::optional<R> out;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       std::lock_guard<std::mutex> lock(state_->mu);
       if (!obj_ || !state_->session) {
         closed = true;
@@ -311,7 +328,7 @@ class PyCluster {
                                          read_from + "'"));
     }
     remem::Result<std::unique_ptr<remem::Cluster>> c = [&] {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       return remem::Cluster::Connect(o);
     }();
     state_ = std::make_shared<ClusterState>();
@@ -323,7 +340,7 @@ class PyCluster {
     return WithCluster(*state_, what, fn);
   }
   void Close() {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->cluster.reset();
   }
@@ -418,7 +435,7 @@ class PySession {
       o.timeout = std::chrono::milliseconds(*timeout_ms);
     }
     remem::Result<std::unique_ptr<remem::Session>> s = [&] {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       return remem::Session::Connect(o);
     }();
     state_ = std::make_shared<SessionState>();
@@ -426,7 +443,7 @@ class PySession {
   }
 
   void Close() {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->CloseLocked();
   }
@@ -486,7 +503,7 @@ class PySession {
     using R = decltype(fn(*state_->session));
     std::optional<R> r;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       std::lock_guard<std::mutex> lock(state_->mu);
       if (state_->session) {
         r.emplace(fn(*state_->session));
@@ -624,7 +641,7 @@ std::shared_ptr<PyTransaction> Begin(const std::shared_ptr<PyObjects>& store) {
   std::shared_ptr<PyTransaction> h;
   bool closed = false;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     // Begun and attached under one hold of the mutex.
     std::lock_guard<std::mutex> lock(store->state()->mu);
     auto tx =
@@ -1482,7 +1499,7 @@ PYBIND11_MODULE(remem, m) {
             bool closed = false;
             std::optional<remem::Status> error;
             {
-              py::gil_scoped_release release;
+              ReleaseGil release;
               // Mapped and attached under one hold of the mutex (not Call:
               // attaching needs it held too).
               std::lock_guard<std::mutex> lock(n.state()->mu);

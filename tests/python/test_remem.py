@@ -9,6 +9,7 @@
 import os
 import select
 import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -586,6 +587,39 @@ class RememTest(unittest.TestCase):
         for th in threads:
             th.join()
         self.assertEqual(errors, [])
+
+
+class DaemonThreadsAtExitTest(unittest.TestCase):
+    # A daemon thread inside a call when the program ends is ended by
+    # Python as it takes the GIL back; the module's release of the GIL let
+    # that unwinding through (it aborted the process: "terminate called
+    # without an active exception", exit 134, every run).
+    def test_a_program_exits_cleanly_with_daemon_threads_in_calls(self):
+        server = Server()
+        script = (
+            "import remem, sys, threading, time\n"
+            "s = remem.Session(sys.argv[1], transport=sys.argv[2])\n"
+            "h = s.hash(); h.put(b'k', b'v')\n"
+            "def loop(f, called):\n"
+            "    while True:\n"
+            "        f(); called.set()\n"
+            "events = []\n"
+            "for f in (lambda: h.get(b'k'), s.ping):\n"
+            "    events.append(threading.Event())\n"
+            "    threading.Thread(target=loop, args=(f, events[-1]),"
+            " daemon=True).start()\n"
+            "for e in events: e.wait(30)\n"
+            "print('exit')\n")
+        try:
+            for _ in range(3):
+                run = subprocess.run(
+                    [sys.executable, "-c", script, server.address, TRANSPORT],
+                    capture_output=True, timeout=60,
+                    env=dict(os.environ))
+                self.assertEqual(run.returncode, 0, run.stderr)
+                self.assertEqual(run.stdout, b"exit\n")
+        finally:
+            server.kill()
 
 
 class KilledServerTest(unittest.TestCase):
