@@ -1208,6 +1208,33 @@ PYBIND11_MODULE(remem, m) {
     m.add_object(name, py::handle(cls));
   }
 
+  // The classes that methods return, registered before any method is
+  // defined: a signature names a class registered by then by its Python
+  // name, one registered later by its C++ one ("(anonymous
+  // namespace)::PyHash" in help()).
+  py::class_<PyHash, std::shared_ptr<PyHash>> hash(m, "HashStore");
+  py::class_<PyTree, std::shared_ptr<PyTree>> tree(m, "TreeStore");
+  py::class_<PyOps, std::shared_ptr<PyOps>> ops(
+      m, "OpsStore",
+      "Server-side operations on hash-store values (KV-Direct's): atomics "
+      "on 8-byte integers, compare-and-swap, append, vectors, and "
+      "functions of a --ops-library. Each is linearizable per key.");
+  py::class_<PyClusterTree> cluster_tree(
+      m, "ClusterTree",
+      "A cluster's ordered store: keys by range, scans across ranges in "
+      "order.");
+  py::class_<PyMapping, std::shared_ptr<PyMapping>> mapping(
+      m, "Mapping", "A mapped range of a namespace; offsets from its start.");
+  py::class_<PyTransaction, std::shared_ptr<PyTransaction>> transaction(
+      m, "Transaction",
+      "Reads objects one-sided and buffers writes, allocations and frees; "
+      "commit() applies them all atomically or raises (Conflict, NotFound, "
+      "InvalidArgument) with nothing applied.");
+  py::class_<PyObjects, std::shared_ptr<PyObjects>> objects(
+      m, "ObjectStore",
+      "Transactional objects (FaRM) on the session's server: objects read "
+      "one-sided, changed by transactions that commit atomically.");
+
   py::class_<PySession>(m, "Session",
                         "A connection to one remem-server. Use it from one "
                         "thread at a time; close() (or a with block) ends it "
@@ -1238,7 +1265,6 @@ PYBIND11_MODULE(remem, m) {
         return false;
       });
 
-  py::class_<PyHash, std::shared_ptr<PyHash>> hash(m, "HashStore");
   DefKeyValue<remem::HashStore>(hash);
   hash.def_property_readonly(
           "max_key",
@@ -1251,7 +1277,6 @@ PYBIND11_MODULE(remem, m) {
                       [](remem::HashStore& s) { return s.max_value(); });
       });
 
-  py::class_<PyTree, std::shared_ptr<PyTree>> tree(m, "TreeStore");
   DefKeyValue<remem::TreeStore>(tree);
   DefScans<remem::TreeStore>(tree);
   tree.def_property_readonly(
@@ -1271,11 +1296,6 @@ PYBIND11_MODULE(remem, m) {
                       [](remem::TreeStore& s) { return s.max_scan(); });
       });
 
-  py::class_<PyOps, std::shared_ptr<PyOps>> ops(
-      m, "OpsStore",
-      "Server-side operations on hash-store values (KV-Direct's): atomics "
-      "on 8-byte integers, compare-and-swap, append, vectors, and "
-      "functions of a --ops-library. Each is linearizable per key.");
   DefOps<remem::OpsStore>(ops);
 
   py::class_<PyClusterOps> cluster_ops(
@@ -1396,10 +1416,6 @@ PYBIND11_MODULE(remem, m) {
         return false;
       });
 
-  py::class_<PyClusterTree> cluster_tree(
-      m, "ClusterTree",
-      "A cluster's ordered store: keys by range, scans across ranges in "
-      "order.");
   DefKeyValue<remem::ClusterTree>(cluster_tree);
   DefScans<remem::ClusterTree>(cluster_tree);
 
@@ -1527,8 +1543,7 @@ PYBIND11_MODULE(remem, m) {
           py::arg("address"), py::arg("length"),
           "Maps [address, address + length) of one segment: a Mapping.");
 
-  py::class_<PyMapping, std::shared_ptr<PyMapping>>(
-      m, "Mapping", "A mapped range of a namespace; offsets from its start.")
+  mapping
       .def_property_readonly("address",
                              [](PyMapping& mp) { return mp.address; })
       .def_property_readonly("length", [](PyMapping& mp) { return mp.length; })
@@ -1624,10 +1639,7 @@ PYBIND11_MODULE(remem, m) {
             py::make_tuple(id.address, id.incarnation, id.capacity));
       });
 
-  py::class_<PyObjects, std::shared_ptr<PyObjects>>(
-      m, "ObjectStore",
-      "Transactional objects (FaRM) on the session's server: objects read "
-      "one-sided, changed by transactions that commit atomically.")
+  objects
       .def(
           "read",
           [](PyObjects& o, py::object id) {
@@ -1657,11 +1669,7 @@ PYBIND11_MODULE(remem, m) {
                       [](remem::ObjectStore& s) { return s.max_object(); });
       });
 
-  py::class_<PyTransaction, std::shared_ptr<PyTransaction>>(
-      m, "Transaction",
-      "Reads objects one-sided and buffers writes, allocations and frees; "
-      "commit() applies them all atomically or raises (Conflict, NotFound, "
-      "InvalidArgument) with nothing applied.")
+  transaction
       .def(
           "read",
           [](PyTransaction& t, py::object id, bool with_version) -> py::object {

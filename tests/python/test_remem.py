@@ -833,6 +833,8 @@ class ClusterTest(unittest.TestCase):
                 c.drain(self.servers[0].address, wait_ms=-1)
 
 
+@unittest.skipUnless(ZOOKEEPER_DIR, "no shared ZooKeeper "
+                     "(REMEM_TEST_ZOOKEEPER_DIR: ctest sets it)")
 class ClusterDrainTest(unittest.TestCase):
     """A cluster of two servers, one drained through remem.Cluster."""
 
