@@ -72,6 +72,11 @@
 // callbacks run on the caller of Poll()). Sessions on one EventLoop share
 // its thread. Use one EventLoop (or one Session) per thread for
 // parallelism.
+//
+// Processes: nothing of remem survives fork(). A child must not use its
+// parent's sessions, and over tcp a child forked while its parent holds a
+// session cannot connect either (UCX's threads do not follow a fork: the
+// connect times out); fork before the first session, or exec.
 
 #ifndef REMEM_SESSION_H_
 #define REMEM_SESSION_H_
