@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -636,6 +637,97 @@ TEST_F(TxnTest, ADataDirKeepsEveryAcknowledgedCommitAcrossAKill) {
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->version, c->version + 2);
   EXPECT_EQ(Balance(after->data), Balance(c->data) + 1);
+  store_.reset();
+  session_.reset();
+  (void)server_.Kill();
+  fs::remove_all(dir);
+}
+
+// --recovery truncate that drops commits from the object heap's log: the
+// objects come back as the intact log left them, readable at their ids,
+// but no version or id the dropped commits used is handed out again: an
+// object whose writes were dropped never goes back to a version they gave
+// it (later writes reach none of them), and an id whose allocation was
+// dropped reads NotFound, however many objects are allocated after. Then a
+// clean restart keeps all of it. (The black-box run found the versions
+// issued again with other contents, and a dropped id naming a new object.)
+TEST_F(TxnTest, TruncateThatDropsCommitsReusesNoVersionOrId) {
+  std::string dir = (fs::temp_directory_path() / "remem-txn-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string address = server_.address;
+  std::vector<std::string> flags = {
+      "--threads", "1",       "--txn-memory", "8M",       "--data-dir",
+      dir,         "--fsync", "always",       "--listen", address};
+  ASSERT_NO_FATAL_FAILURE(Serve(flags));
+  const ObjectId a = Make({"first"})[0];
+  uint64_t dropped_version = 0;
+  for (const char* v : {"second", "third"}) {
+    Status st = store_->Run([&](Transaction& tx) { return tx.Write(a, v); });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  auto read = store_->Read(a);
+  ASSERT_TRUE(read.ok());
+  dropped_version = read->version;
+  std::vector<ObjectId> dropped;
+  for (int i = 0; i < 8; ++i) dropped.push_back(Make({"dropped"})[0]);
+  store_.reset();
+  session_.reset();
+  ASSERT_TRUE(server_.Kill().ok());
+  // A record of the writes damaged: it and everything after it are out
+  // of reach.
+  std::string log;
+  for (const auto& e : fs::directory_iterator(dir + "/txn/p0")) {
+    const std::string n = e.path().string();
+    if (n.ends_with(".rlog") && fs::file_size(n) > 0) log = n;
+  }
+  ASSERT_FALSE(log.empty());
+  {
+    std::fstream f(log, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char c = char(f.get());
+    f.seekp(200);
+    f.put(char(c ^ 0xff));
+  }
+  std::vector<std::string> truncate = flags;
+  truncate.insert(truncate.end(), {"--recovery", "truncate"});
+  ASSERT_NO_FATAL_FAILURE(Serve(truncate));
+  auto back = store_->Read(a);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  // (Where the damage falls depends on the records' sizes: "second" may
+  // be dropped too.)
+  EXPECT_TRUE(back->data == "first" || back->data == "second") << back->data;
+  EXPECT_GT(back->version, dropped_version);
+  std::vector<ObjectId> made;
+  for (int i = 0; i < 12; ++i) made.push_back(Make({"new"})[0]);
+  for (const ObjectId& id : dropped) {
+    auto r = store_->Read(id);
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound)
+        << id.ToString() << " names " << (r.ok() ? r->data : "?");
+  }
+  for (const char* v : {"X", "Y"}) {
+    Status st = store_->Run([&](Transaction& tx) { return tx.Write(a, v); });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto now = store_->Read(a);
+    ASSERT_TRUE(now.ok());
+    EXPECT_GT(now->version, dropped_version);
+  }
+  const uint64_t last = store_->Read(a)->version;
+  // A clean stop and restart: the same versions, the dropped ids still
+  // dead.
+  store_.reset();
+  session_.reset();
+  auto stopped = server_.Stop();
+  ASSERT_TRUE(stopped.ok() && *stopped == 0);
+  ASSERT_NO_FATAL_FAILURE(Serve(flags));
+  auto again = store_->Read(a);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->data, "Y");
+  EXPECT_EQ(again->version, last);
+  for (int i = 0; i < 12; ++i) (void)Make({"newer"});
+  for (const ObjectId& id : dropped) {
+    EXPECT_EQ(store_->Read(id).status().code(), StatusCode::kNotFound)
+        << id.ToString();
+  }
   store_.reset();
   session_.reset();
   (void)server_.Kill();

@@ -250,6 +250,7 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
         "--recovery=truncate to start this partition empty");
   }
   RecoveryReport report;
+  so.unclean = gone.has_value();
   auto store = PartitionStore::Open(so, state, &report);
   if (gone) {
     report.lost.push_back(*gone + ": started empty (--recovery=truncate)");
@@ -261,6 +262,13 @@ Result<PartitionStore*> Durability::OpenPartition(std::string_view service,
     log::Error("recovery of {}: LOST {}", so.dir, l);
   }
   if (!store.ok()) return store.status();
+  if (report.unclean) {
+    log::Info(
+        "recovery of {}: the previous run did not stop cleanly (or records "
+        "were dropped): versions skip {} so that none a lost write consumed "
+        "is handed out again",
+        so.dir, kUncleanVersionGap);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   recovered_pairs_ += report.snapshot_pairs;
   superseded_pairs_ += report.snapshot_superseded;

@@ -8,7 +8,8 @@
 //   <data-dir>/<service>/meta       the service's own settings (e.g. the
 //                                   hash store's partition seed)
 //   <data-dir>/<service>/p<P>/      one PartitionStore (store.h) per
-//                                   partition of each durable service
+//                                   partition of each durable service (its
+//                                   logs, snapshots and run file)
 //
 // Every file goes through the Env (env.h): created 0600, directories 0700
 // whatever the umask; a data directory open to others is tightened to 0700

@@ -774,6 +774,125 @@ TEST(Store, AStopWritesTheRefusedRecordsIfTheDiskTakesThemThen) {
   fs::remove_all(dir);
 }
 
+// A write applied in memory (and so read by clients, one-sided too) whose
+// record never reached the log consumed a version: after the restart that
+// lost it, the version is never handed out again, so a compare-and-put by
+// a client that read the lost value is a Conflict, not a success against a
+// value it never saw. Here the disk refused the record (IOError to the
+// writer) and the store stopped with the disk still full; then a crash
+// (no clean stop) after a write whose record was never written; then a
+// crash of a run that logged nothing after its gap. A clean stop keeps
+// versions contiguous. (Before, each restart continued from the highest
+// version on disk: the lost versions were issued again.)
+TEST(Store, VersionsALostWriteConsumedAreNeverIssuedAgain) {
+  const std::string dir = TempDir();
+  auto spec = ParseFaultSpec("enospc-after:600");
+  ASSERT_TRUE(spec.ok());
+  FaultyEnv env(Env::Posix(), *spec);
+  StoreOptions o = Options(dir);
+  o.env = &env;
+  uint64_t lost_version = 0;
+  std::string refused;
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(o, m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_FALSE(rep.unclean);  // a new partition
+    refused = FillUntilAWriteFails(**s, m);
+    ASSERT_FALSE(refused.empty());
+    // Served meanwhile at this version.
+    lost_version = m.table->Get(refused)->version;
+  }  // a clean stop, the disk still full: the record is lost
+  uint64_t last = 0;
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(rep.unclean);
+    EXPECT_FALSE(m.table->Get(refused).ok());
+    auto v = m.table->Put(refused, "another value");
+    ASSERT_TRUE(v.ok());
+    EXPECT_GT(*v, lost_version);
+    EXPECT_GE(*v, lost_version + kUncleanVersionGap);
+    (*s)->LogPut(refused, "another value", *v);
+    Passes(**s);
+    // Applied and read, never logged: the process dies.
+    auto lost = m.table->Put(refused, "lost");
+    ASSERT_TRUE(lost.ok());
+    lost_version = *lost;
+    (void)s->release();
+  }
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(rep.unclean);
+    EXPECT_EQ(m.table->Get(refused)->value, "another value");
+    last = m.table->last_version();
+    EXPECT_GT(last, lost_version);
+    // Read at a version of this run's, never logged: the run logs nothing
+    // and dies.
+    auto lost = m.table->Put(refused, "lost again");
+    ASSERT_TRUE(lost.ok());
+    lost_version = *lost;
+    (void)s->release();
+  }
+  {
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(rep.unclean);
+    last = m.table->last_version();
+    EXPECT_GT(last, lost_version);
+    auto v = m.table->Put("k", "v");
+    (*s)->LogPut("k", "v", *v);
+    Passes(**s);
+    last = *v;
+  }  // clean
+  Mem m;
+  RecoveryReport rep;
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_FALSE(rep.unclean);
+  EXPECT_EQ(m.table->last_version(), last);  // contiguous after a clean stop
+  EXPECT_EQ(*m.table->Put("k", "w"), last + 1);
+  fs::remove_all(dir);
+}
+
+// --recovery truncate drops records, and the restart after it skips
+// versions as after a crash: the records it dropped may have been read.
+// A run file that names another LSN than the log's last (the log was cut
+// after a clean stop) is no clean stop either.
+TEST(Store, ARecoveryThatDropsRecordsSkipsVersions) {
+  {
+    const std::string clean = TempDir();
+    WritePuts(clean, 10);  // a clean stop
+    Mem m;
+    RecoveryReport rep;
+    auto s = PartitionStore::Open(Options(clean), m.durable(), &rep);
+    ASSERT_TRUE(s.ok());
+    EXPECT_FALSE(rep.unclean);
+    EXPECT_EQ(m.table->last_version(), 10u);
+    fs::remove_all(clean);
+  }
+  const std::string dir = TempDir();
+  WritePuts(dir, 10);  // a clean stop, then the log cut short
+  const std::string log = LastLog(dir);
+  fs::resize_file(log, fs::file_size(log) - 3);  // a torn last record
+  Mem m;
+  RecoveryReport rep;
+  auto s = PartitionStore::Open(Options(dir), m.durable(), &rep);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(rep.unclean);
+  EXPECT_EQ(m.table->size(), 9u);
+  EXPECT_GE(m.table->last_version(), 9 + kUncleanVersionGap);
+  fs::remove_all(dir);
+}
+
 TEST(Store, BackToBackSnapshotsKeepTheLiveLog) {
   const std::string dir = TempDir();
   {
@@ -1133,7 +1252,7 @@ TEST(Generations, TheNewestTwoSnapshotsAndTheLogFromTheOlderOneStay) {
   ThreeRounds(dir);
   // Snapshot B's generation, and A's with the log from A's LSN.
   EXPECT_EQ(Names(dir),
-            (std::vector<std::string>{LogName(11), LogName(21),
+            (std::vector<std::string>{LogName(11), LogName(21), "run",
                                       SnapshotName(11), SnapshotName(21)}));
   {
     Node n(Options(dir));  // a restart keeps them too
@@ -1143,9 +1262,9 @@ TEST(Generations, TheNewestTwoSnapshotsAndTheLogFromTheOlderOneStay) {
     ASSERT_TRUE(n.Put("k30", "v30").ok());
     ASSERT_TRUE(n.Snapshot().ok());  // snapshot C at LSN 32: A goes
   }
-  EXPECT_EQ(Names(dir),
-            (std::vector<std::string>{LogName(21), LogName(31), LogName(32),
-                                      SnapshotName(21), SnapshotName(32)}));
+  EXPECT_EQ(Names(dir), (std::vector<std::string>{
+                            LogName(21), LogName(31), LogName(32), "run",
+                            SnapshotName(21), SnapshotName(32)}));
   fs::remove_all(dir);
 }
 
@@ -1316,7 +1435,7 @@ TEST(Generations, ASnapshotThatDoesNotVerifyKeepsThePreviousOne) {
   // Both generations are still there, nothing new replaced them.
   EXPECT_EQ(Names(dir), (std::vector<std::string>{
                             LogName(11), LogName(21), LogName(31), LogName(32),
-                            SnapshotName(11), SnapshotName(21)}));
+                            "run", SnapshotName(11), SnapshotName(21)}));
   Node n(Options(dir));
   ASSERT_TRUE(n.open.ok());
   EXPECT_EQ(n.mem.table->size(), 31u);

@@ -21,10 +21,11 @@
 // A service logs the RESULT of each write (never the request), so replay
 // does not depend on the order of concurrent requests.
 //
-// Thread contract: recovery calls (Reserve, Prefetch, ApplyPut,
-// ApplyDelete, RaiseVersion, EndRecovery, and AppliesInKeyOrder and shape()
-// then) run on one thread before the partition's owner thread starts; the
-// rest on the owner thread.
+// Thread contract: recovery calls (LoadRunNote, Reserve, Prefetch, ApplyPut,
+// ApplyDelete, NoteDropped, RaiseVersion, RecoveredUncleanly, EndRecovery,
+// and AppliesInKeyOrder, shape() and RunNote() then) run on one thread
+// before the partition's owner thread starts; the rest on the owner thread
+// (RunNote at the clean stop: once the owner thread is done).
 
 #ifndef REMEM_DURABILITY_RECOVERABLE_H_
 #define REMEM_DURABILITY_RECOVERABLE_H_
@@ -88,8 +89,26 @@ class Recoverable {
   virtual Status ApplyDelete(std::string_view key, uint64_t version) = 0;
   // The next write's version will be above `version`.
   virtual void RaiseVersion(uint64_t version) = 0;
+  // A record recovery read and then dropped (--recovery truncate, an atomic
+  // group the log's end cut short): before anything is applied, and never
+  // applied. What it consumed (a version, an id) must not be handed out
+  // again: a client may have read it before it was lost.
+  virtual void NoteDropped(std::string_view /*key*/, std::string_view /*value*/,
+                           uint64_t /*version*/) {}
+  // The previous run may have served writes its log lacks (it did not stop
+  // cleanly, or recovery dropped records): after everything is applied and
+  // the version counter was raised `gap` above everything recovered, before
+  // EndRecovery. A state whose records' versions are not what its clients
+  // see (the object heap) skips its own versions here.
+  virtual void RecoveredUncleanly(uint64_t /*gap*/) {}
   // Every record is applied; the state is about to serve.
   virtual void EndRecovery() {}
+  // What the state keeps across runs beside its log (the store's run file,
+  // store.h): handed back at recovery before anything is applied (empty: no
+  // run file, or none kept), and asked for after recovery and at a clean
+  // stop.
+  virtual Status LoadRunNote(std::string_view /*note*/) { return Status::OK(); }
+  virtual std::string RunNote() const { return {}; }
 
   // --- logging and snapshots (owner thread)
   // The version counter: the version the last write consumed.

@@ -71,6 +71,73 @@ std::string Range(uint64_t from, uint64_t to) {
          std::to_string(to - from + 1) + " records)";
 }
 
+constexpr std::string_view kRunFile = "run";
+constexpr std::string_view kRunMagic = "remem-run";
+
+std::string Hex(std::string_view bytes) {
+  static const char* const kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) {
+    out.push_back(kDigits[uint8_t(c) >> 4]);
+    out.push_back(kDigits[uint8_t(c) & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> Unhex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(char(hi << 4 | lo));
+  }
+  return out;
+}
+
+// The run file: "remem-run <clean|running> lsn L version V note HEX".
+struct RunState {
+  bool clean = false;
+  uint64_t lsn = 0;
+  uint64_t version = 0;
+  std::string note;
+};
+
+std::optional<RunState> ParseRun(std::string_view text) {
+  std::vector<std::string_view> words;
+  while (!text.empty()) {
+    const size_t sp = text.find_first_of(" \n");
+    if (sp != 0) words.push_back(text.substr(0, sp));
+    if (sp == std::string_view::npos) break;
+    text.remove_prefix(sp + 1);
+  }
+  if (words.size() != 8 || words[0] != kRunMagic || words[2] != "lsn" ||
+      words[4] != "version" || words[6] != "note" ||
+      (words[1] != "clean" && words[1] != "running")) {
+    return std::nullopt;
+  }
+  RunState r;
+  r.clean = words[1] == "clean";
+  for (auto [word, out] :
+       {std::pair{words[3], &r.lsn}, std::pair{words[5], &r.version}}) {
+    if (word.empty() || word.size() > 19 ||
+        word.find_first_not_of("0123456789") != std::string_view::npos) {
+      return std::nullopt;
+    }
+    *out = std::stoull(std::string(word));
+  }
+  auto note = Unhex(words[7] == "-" ? std::string_view() : words[7]);
+  if (!note) return std::nullopt;
+  r.note = std::move(*note);
+  return r;
+}
+
 uint64_t UnixMs() {
   return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
@@ -102,6 +169,7 @@ Result<std::unique_ptr<PartitionStore>> PartitionStore::Open(
     const StoreOptions& options, Recoverable* state, RecoveryReport* report) {
   std::unique_ptr<PartitionStore> s(new PartitionStore(options, state));
   s->env_ = options.env != nullptr ? options.env : Env::Posix();
+  s->base_env_ = s->env_;
   if (!options.fault.empty()) {
     auto f = ParseFaultSpec(options.fault);
     if (!f.ok()) return f.status();
@@ -130,6 +198,19 @@ PartitionStore::~PartitionStore() {
     if (stats_.failing.load(std::memory_order_relaxed) && records > 0) {
       log::Info("durability: {} took the {} buffered record(s) at the stop",
                 log_->path(), records);
+    }
+    // A clean stop: every record of the run is in the log. Not if a write
+    // of the run failed (its change may have been served before the disk
+    // took its record, or never): the next start skips versions.
+    if (stats_.write_errors.load(std::memory_order_relaxed) == 0) {
+      const Status run =
+          WriteRun(true, log_->next_lsn() - 1, state_->last_version());
+      if (!run.ok()) {
+        log::Warn(
+            "durability: cannot mark the stop of {} clean ({}): the next "
+            "start skips versions as after a crash",
+            options_.dir, run.message());
+      }
     }
     return;
   }
@@ -179,10 +260,42 @@ Status PartitionStore::KeepBytes(const std::string& path,
   return (*f)->Sync();
 }
 
+Status PartitionStore::WriteRun(bool clean, uint64_t lsn, uint64_t version) {
+  const std::string note = state_->RunNote();
+  return WriteFileAtomically(
+      base_env_, options_.dir, std::string(kRunFile),
+      std::string(kRunMagic) + (clean ? " clean" : " running") + " lsn " +
+          std::to_string(lsn) + " version " + std::to_string(version) +
+          " note " + (note.empty() ? std::string("-") : Hex(note)) + "\n");
+}
+
 Status PartitionStore::Recover(RecoveryReport* r) {
   const std::string& dir = options_.dir;
   auto names = env_->ListDir(dir);
   if (!names.ok()) return names.status();
+  // The run file: how the previous run ended, its version counter, the
+  // state's note.
+  std::optional<RunState> run;
+  bool run_present = false;
+  {
+    const std::string path = PathOf(std::string(kRunFile));
+    auto exists = base_env_->FileExists(path);
+    if (!exists.ok()) return exists.status();
+    if (*exists) {
+      run_present = true;
+      auto d = base_env_->ReadFile(path);
+      if (!d.ok()) return d.status().WithContext("reading the run file");
+      run = ParseRun((*d)->data());
+      if (!run) {
+        r->warnings.push_back(path +
+                              " is unreadable: taken as a run that did not "
+                              "stop cleanly");
+      } else {
+        Status st = state_->LoadRunNote(run->note);
+        if (!st.ok()) return st.WithContext("loading " + path);
+      }
+    }
+  }
   std::vector<uint64_t> snaps, logs;
   std::vector<std::string> tmps;
   for (const std::string& name : *names) {
@@ -397,6 +510,10 @@ Status PartitionStore::Recover(RecoveryReport* r) {
                         "an atomic group of records runs past the end of "
                         "its file"};
     }
+    // Its records are never applied; what they consumed stays consumed.
+    for (const Record& g : group) {
+      state_->NoteDropped(g.key, g.value, g.version);
+    }
     group.clear();
   }
 
@@ -404,9 +521,12 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   size_t drop_from = logs.size();  // log files set aside (kTruncate)
   if (problem) {
     uint64_t newest = expect - 1;
-    auto note = [&newest, &max_version](const Record& rec) {
+    auto note = [this, &newest, &max_version](const Record& rec) {
       if (rec.type != RecordType::kSnapshotEnd) {
         newest = std::max(newest, rec.lsn);
+      }
+      if (rec.type == RecordType::kPut || rec.type == RecordType::kDelete) {
+        state_->NoteDropped(rec.key, rec.value, rec.version);
       }
       // Versions the dropped writes consumed are never reused (a client
       // may hold one for compare-and-put).
@@ -559,7 +679,23 @@ Status PartitionStore::Recover(RecoveryReport* r) {
     r->snapshot = SnapshotName(base.lsn);
   }
   REMEM_RETURN_IF_ERROR(apply_finals({}, true));
+  // A clean start: the previous run stopped cleanly (its run file says so,
+  // naming the LSN recovery reached) and recovery dropped nothing; or a new
+  // partition. Otherwise a write the previous run applied in memory, and
+  // that some client read, may be missing from the log: skip versions, so
+  // that none it consumed is handed out again.
+  const bool fresh = snaps.empty() && logs.empty() && !run_present;
+  const bool clean =
+      !options_.unclean &&
+      (fresh || (run && run->clean && run->lsn == expect - 1 && !problem &&
+                 !torn && !r->fell_back && r->lost.empty()));
+  if (run) max_version = std::max(max_version, run->version);
+  if (!clean) {
+    r->unclean = true;
+    max_version += kUncleanVersionGap;
+  }
   state_->RaiseVersion(max_version);
+  if (!clean) state_->RecoveredUncleanly(kUncleanVersionGap);
   state_->EndRecovery();
   logged_shape_ = state_->shape();
   r->last_lsn = expect - 1;
@@ -661,6 +797,12 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   }
   REMEM_RETURN_IF_ERROR(OpenLog(next_lsn));
   UpdateLogBytes();
+  // Running: a crash from here on is not a clean stop. Durable before
+  // anything is served, with the counter (a run that logs nothing keeps
+  // its gap) and the state's note.
+  if (Status st = WriteRun(false, next_lsn - 1, max_version); !st.ok()) {
+    return st.WithContext("writing the run file of " + dir);
+  }
   return Status::OK();
 }
 

@@ -44,6 +44,16 @@
 // (kStrict), naming the files and the LSNs out of reach; kTruncate starts from
 // what is reachable and reports exactly what it dropped (RecoveryReport::lost).
 //
+// The run file (`run`, written atomically): "remem-run running ..." from
+// the end of recovery (before anything is served) until a clean stop
+// rewrites it "remem-run clean lsn L ..." (L: the log's last LSN) once every
+// record of the run reached the log and no write of the run failed. It also
+// keeps the version counter (so a gap survives a run that logged nothing)
+// and the state's RunNote. A recovery that does not find a clean run file
+// naming the LSN it reached (a new partition aside), or that drops or
+// truncates anything, starts unclean: RecoveryReport::unclean, the counter
+// raised by kUncleanVersionGap, Recoverable::RecoveredUncleanly.
+//
 // Thread contract: Open on any thread before the owner thread starts;
 // everything else on the owner thread, except stats(), which is readable
 // from any thread. The destructor runs on any thread once the owner thread
@@ -75,6 +85,13 @@ enum class FsyncPolicy { kAlways, kEverySec, kNo };
 std::string_view FsyncPolicyName(FsyncPolicy p);
 Result<FsyncPolicy> ParseFsyncPolicy(std::string_view s);
 
+// After a run that did not stop cleanly (no clean-stop run file, see
+// PartitionStore), or a recovery that dropped or truncated records, the
+// version counter skips this many versions above everything recovered: a
+// write applied in memory (and read) whose record never reached the log
+// consumed a version that must not be handed out again.
+inline constexpr uint64_t kUncleanVersionGap = uint64_t{1} << 32;
+
 enum class RecoveryMode {
   // Start only with everything on disk: refuse otherwise, naming what is
   // out of reach.
@@ -95,6 +112,9 @@ struct StoreOptions {
   // Tests: > 0 makes snapshots slow (8 buckets per pass, then a pause of
   // this many microseconds), so a kill often lands inside one.
   uint64_t slow_snapshot_us = 0;
+  // Start unclean whatever the files say (Durability: this partition's
+  // files were removed, so what its versions reached is unknown).
+  bool unclean = false;
 };
 
 struct RecoveryReport {
@@ -113,6 +133,9 @@ struct RecoveryReport {
   // kTruncate: what was dropped (LSN ranges and files), one line each.
   std::vector<std::string> lost;
   uint64_t lost_records = 0;  // LSNs dropped, as far as the files show
+  // The previous run did not stop cleanly (or recovery dropped records):
+  // versions skip kUncleanVersionGap.
+  bool unclean = false;
   std::chrono::microseconds took{0};
 };
 
@@ -186,6 +209,8 @@ class PartitionStore {
   // from a log, kept for a post-mortem).
   Status KeepBytes(const std::string& path, std::string_view bytes);
   Status OpenLog(uint64_t first_lsn);
+  // Writes the run file: `clean` at a clean stop (lsn: the log's last).
+  Status WriteRun(bool clean, uint64_t lsn, uint64_t version);
   Status FlushNow(bool sync);
   Status StartSnapshot();
   void StepSnapshot();
@@ -201,6 +226,7 @@ class PartitionStore {
   Recoverable* state_;
   std::unique_ptr<Env> own_env_;  // the FaultyEnv, with a fault spec
   Env* env_ = nullptr;
+  Env* base_env_ = nullptr;  // the run file's (no fault spec: it is a meta)
   std::unique_ptr<LogWriter> log_;
   struct OldLog {
     uint64_t first_lsn;

@@ -1,6 +1,8 @@
 #include "txn/durable.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 namespace remem::txn {
 
@@ -69,7 +71,99 @@ Status DurableHeap::ApplyPut(std::string_view key, std::string_view value,
   uint64_t offset = 0;
   for (char c : key) offset = offset << 8 | uint8_t(c);
   RaiseVersion(version);
-  return heap_->RestoreSlot(offset, value);
+  REMEM_RETURN_IF_ERROR(heap_->RestoreSlot(offset, value));
+  restored_.emplace_back(offset, version);
+  return Status::OK();
+}
+
+namespace {
+
+// Incarnations a run's lost commits may have used past those recovered.
+constexpr uint32_t kIncarnationGap = uint32_t{1} << 20;
+
+}  // namespace
+
+void DurableHeap::NoteDropped(std::string_view key, std::string_view value,
+                              uint64_t /*version*/) {
+  TxnSlotRecord rec{};
+  if (key.size() != 8 || value.size() < sizeof(rec)) return;
+  std::memcpy(&rec, value.data(), sizeof(rec));
+  if (rec.magic != kSlotRecordMagic) return;
+  dropped_incarnation_ = std::max(dropped_incarnation_, rec.incarnation);
+  dropped_version_ = std::max(dropped_version_, rec.version);
+}
+
+void DurableHeap::RecoveredUncleanly(uint64_t gap) {
+  // Every object recovered moves above any version a lost or dropped
+  // commit gave it (versions stay even).
+  const uint64_t object_gap = gap + (dropped_version_ & ~uint64_t{1});
+  skips_.push_back({counter_, object_gap});
+  const uint64_t most = std::max<uint64_t>(
+      {heap_->MaxIncarnation(), dropped_incarnation_,
+       heap_->incarnation_floor(), heap_->first_incarnation()});
+  const uint64_t floor = std::min<uint64_t>(
+      most + kIncarnationGap, std::numeric_limits<uint32_t>::max());
+  heap_->set_incarnation_floor(uint32_t(floor));
+}
+
+void DurableHeap::EndRecovery() {
+  if (!skips_.empty()) {
+    // The skips come in counter order (the counter only grows): after[k]
+    // is the sum of the gaps of skips k and later.
+    std::vector<uint64_t> after(skips_.size() + 1, 0);
+    for (size_t k = skips_.size(); k-- > 0;) {
+      after[k] = after[k + 1] + skips_[k].gap;
+    }
+    // A slot's last restore is its state.
+    std::stable_sort(
+        restored_.begin(), restored_.end(),
+        [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < restored_.size(); ++i) {
+      if (i + 1 < restored_.size() &&
+          restored_[i + 1].first == restored_[i].first) {
+        continue;
+      }
+      // The skips after this record's counter.
+      const auto first = std::upper_bound(
+          skips_.begin(), skips_.end(), restored_[i].second,
+          [](uint64_t c, const Skip& s) { return c < s.counter; });
+      heap_->RaiseObjectVersion(restored_[i].first,
+                                after[size_t(first - skips_.begin())]);
+    }
+  }
+  restored_.clear();
+  restored_.shrink_to_fit();
+  heap_->EndRestore();
+}
+
+// The note: the incarnation floor, then each skip's counter and gap (8
+// bytes each, in memory order: the file is this machine's).
+std::string DurableHeap::RunNote() const {
+  std::string note(8 + 16 * skips_.size(), '\0');
+  const uint64_t floor = heap_->incarnation_floor();
+  std::memcpy(note.data(), &floor, 8);
+  for (size_t i = 0; i < skips_.size(); ++i) {
+    std::memcpy(note.data() + 8 + 16 * i, &skips_[i].counter, 8);
+    std::memcpy(note.data() + 16 + 16 * i, &skips_[i].gap, 8);
+  }
+  return note;
+}
+
+Status DurableHeap::LoadRunNote(std::string_view note) {
+  if (note.empty()) return Status::OK();
+  uint64_t floor = 0;
+  if (note.size() >= 8) std::memcpy(&floor, note.data(), 8);
+  if (note.size() < 8 || (note.size() - 8) % 16 != 0 ||
+      floor > std::numeric_limits<uint32_t>::max()) {
+    return Status::Corruption("the object heap's run note is malformed");
+  }
+  heap_->set_incarnation_floor(uint32_t(floor));
+  skips_.resize((note.size() - 8) / 16);
+  for (size_t i = 0; i < skips_.size(); ++i) {
+    std::memcpy(&skips_[i].counter, note.data() + 8 + 16 * i, 8);
+    std::memcpy(&skips_[i].gap, note.data() + 16 + 16 * i, 8);
+  }
+  return Status::OK();
 }
 
 Status DurableHeap::ApplyDelete(std::string_view /*key*/,

@@ -17,6 +17,24 @@
 // The records' versions are a counter of this state (each record takes
 // the next), not the objects' versions, which are in the records' values.
 //
+// What a lost commit consumed stays consumed. A commit applied in memory
+// (and read, one-sided too) whose records never reached the log, or records
+// --recovery truncate dropped, may have given objects versions and slots
+// incarnations that the recovered state does not show. So after a recovery
+// the store calls unclean (durability/store.h; records dropped included):
+//   - every object recovered moves up by a gap (2^32, plus the highest
+//     object version a dropped record held), above any version a lost
+//     commit gave it; the gap is applied to every record older than that
+//     recovery again at every later recovery (the run note keeps each
+//     recovery's counter and gap), since the records on disk still hold the
+//     versions before it;
+//   - the heap's incarnation floor rises 2^20 above every incarnation
+//     recovered or dropped: free slots are lifted to it, pages start at it,
+//     and a freed object's slot takes at least it, so an id a lost commit
+//     handed out never names a later object (32-bit incarnations: 4095
+//     unclean restarts before the floor stops rising, then incarnations
+//     wrap as a slot's own reuses do).
+//
 // Thread contract: as Recoverable: recovery before the owner thread starts,
 // everything else on partition 0's owner thread.
 
@@ -27,6 +45,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "durability/recoverable.h"
 #include "durability/store.h"
@@ -51,7 +71,12 @@ class DurableHeap : public durability::Recoverable {
   void RaiseVersion(uint64_t version) override {
     if (version > counter_) counter_ = version;
   }
-  void EndRecovery() override { heap_->EndRestore(); }
+  void NoteDropped(std::string_view key, std::string_view value,
+                   uint64_t version) override;
+  void RecoveredUncleanly(uint64_t gap) override;
+  void EndRecovery() override;
+  Status LoadRunNote(std::string_view note) override;
+  std::string RunNote() const override;
   uint64_t last_version() const override { return counter_; }
   std::unique_ptr<durability::SnapshotScan> BeginSnapshot() override;
 
@@ -66,6 +91,19 @@ class DurableHeap : public durability::Recoverable {
   ObjectHeap* heap_;
   uint64_t counter_ = 0;
   std::string value_;  // reused for every record logged
+  // Each unclean recovery's counter and the gap its objects moved up by:
+  // an object restored from a record older than that counter moves up by
+  // that gap again (the record holds the version before it).
+  struct Skip {
+    uint64_t counter;
+    uint64_t gap;
+  };
+  std::vector<Skip> skips_;
+  // Recovery only: each slot restored and its record's counter, in order;
+  // what dropped records held.
+  std::vector<std::pair<uint64_t, uint64_t>> restored_;
+  uint32_t dropped_incarnation_ = 0;
+  uint64_t dropped_version_ = 0;
 };
 
 }  // namespace remem::txn

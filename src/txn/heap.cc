@@ -96,7 +96,7 @@ void ObjectHeap::ClassPage(uint64_t page, size_t cls) {
   counters_.pages_used.fetch_add(1, std::memory_order_relaxed);
   for (uint64_t s = 0; s < kPageBytes / ClassBytes(cls); ++s) {
     ObjectHeader h{};
-    h.incarnation = first_incarnation_;
+    h.incarnation = PageIncarnation();
     Publish(page * kPageBytes + s * ClassBytes(cls), h, {});
   }
 }
@@ -124,6 +124,10 @@ void ObjectHeap::Recycle(uint64_t offset, size_t cls) {
   ObjectHeader h = HeaderOf(offset);
   ObjectHeader next{};
   next.incarnation = h.incarnation + 1 == 0 ? 1 : h.incarnation + 1;
+  // Past every incarnation a lost commit may have issued.
+  if (next.incarnation < incarnation_floor_) {
+    next.incarnation = incarnation_floor_;
+  }
   Publish(offset, next, {});
   free_[cls].push_back(offset);
   if (track_changes_) changed_.push_back(offset);
@@ -320,7 +324,12 @@ void ObjectHeap::DropOwner(uint64_t owner) {
 
 bool ObjectHeap::SlotRecord(uint64_t offset, std::string* value) const {
   const ObjectHeader h = HeaderOf(offset);
-  if (h.version == 0 && h.incarnation == first_incarnation_) return false;
+  // (A free slot below the floor is lifted to it at recovery, as a slot
+  // never used is started at it.)
+  if (h.version == 0 && (h.incarnation == first_incarnation_ ||
+                         h.incarnation <= incarnation_floor_)) {
+    return false;
+  }
   Encode(offset, h, value);
   return true;
 }
@@ -402,9 +411,38 @@ void ObjectHeap::EndRestore() {
     }
     for (uint64_t s = kPageBytes / ClassBytes(cls); s-- > 0;) {
       const uint64_t offset = p * kPageBytes + s * ClassBytes(cls);
-      if (HeaderOf(offset).version == 0) free_[cls].push_back(offset);
+      const ObjectHeader h = HeaderOf(offset);
+      if (h.version != 0) continue;
+      if (h.incarnation < incarnation_floor_) {
+        ObjectHeader lifted{};
+        lifted.incarnation = incarnation_floor_;
+        Publish(offset, lifted, {});
+      }
+      free_[cls].push_back(offset);
     }
   }
+}
+
+uint32_t ObjectHeap::MaxIncarnation() const {
+  uint32_t most = 0;
+  for (uint64_t p = 0; p < page_class_.size(); ++p) {
+    const uint8_t cls = page_class_[p];
+    if (cls == kNoClass) continue;
+    for (uint64_t s = 0; s < kPageBytes / ClassBytes(cls); ++s) {
+      most = std::max(
+          most, HeaderOf(p * kPageBytes + s * ClassBytes(cls)).incarnation);
+    }
+  }
+  return most;
+}
+
+void ObjectHeap::RaiseObjectVersion(uint64_t offset, uint64_t by) {
+  ObjectHeader h = HeaderOf(offset);
+  if (h.version == 0 || by == 0) return;
+  const auto* bytes = At(offset) + sizeof(ObjectHeader);
+  const std::string data(reinterpret_cast<const char*>(bytes), h.size);
+  h.version += by;
+  Publish(offset, h, data);
 }
 
 }  // namespace remem::txn

@@ -32,6 +32,7 @@
 #ifndef REMEM_TXN_HEAP_H_
 #define REMEM_TXN_HEAP_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -122,8 +123,20 @@ class ObjectHeap {
   // page's.
   Status RestoreSlot(uint64_t offset, std::string_view value);
   // Recovery is over: free lists and page accounting from what was
-  // restored.
+  // restored; every free slot below the incarnation floor is lifted to it.
   void EndRestore();
+  // The incarnation floor (0: none): no slot is handed out, nor a page's
+  // slots started, at an incarnation below it, and a freed slot's next
+  // incarnation is at least it. Raised past every incarnation a run that
+  // may have lost commits could have issued (txn/durable.h); kept in the
+  // store's run file. Recovery only.
+  uint32_t incarnation_floor() const { return incarnation_floor_; }
+  void set_incarnation_floor(uint32_t floor) { incarnation_floor_ = floor; }
+  // The highest incarnation of any slot of a page in use.
+  uint32_t MaxIncarnation() const;
+  // Recovery: the object at `offset` (if the slot holds one) moves `by`
+  // versions up (even), its bytes as they are.
+  void RaiseObjectVersion(uint64_t offset, uint64_t by);
 
  private:
   uint8_t* At(uint64_t offset) const;
@@ -145,11 +158,16 @@ class ObjectHeap {
   void ClassPage(uint64_t page, size_t cls);
   // Puts a slot back on its class's free list with a new incarnation.
   void Recycle(uint64_t offset, size_t cls);
+  // The incarnation a page's slots start at.
+  uint32_t PageIncarnation() const {
+    return std::max(first_incarnation_, incarnation_floor_);
+  }
   void Unreserve(uint64_t offset);
 
   std::vector<Region> regions_;
   uint64_t heap_bytes_ = 0;
   uint32_t first_incarnation_;
+  uint32_t incarnation_floor_ = 0;
   std::vector<uint8_t> page_class_;  // per page
   uint64_t next_page_ = 0;
   // Pages below next_page_ with no class (after a recovery), lowest last.
