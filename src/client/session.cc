@@ -473,10 +473,20 @@ size_t SessionCore::Housekeeping() {
     Fail(fabric::Worker::StalledStatus());
     ++n;
   }
-  if (coarse >= next_socket_check_ns_) {
+  if (gone_seen_ && ep_ && !ep_->failed()) {
+    // The session's socket closed: what the server sent before it closed
+    // it (a stopping server's last replies, a snapshot's "stopping") is
+    // handled first, then the rest fails. Failing at once lost a reply
+    // already delivered to the worker, unread.
+    if (worker()->HandledSince(gone_mark_)) {
+      ServerGone();
+    }
+    ++n;  // poll again rather than sleep
+  } else if (coarse >= next_socket_check_ns_) {
     next_socket_check_ns_ = coarse + kSocketCheckNs;
     if (ep_ && !ep_->failed() && !util::PeerStillThere(socket_.fd())) {
-      ServerGone();
+      gone_seen_ = true;
+      gone_mark_ = worker()->Mark();
       ++n;
     }
   }

@@ -330,6 +330,10 @@ class SessionCore {
   // Worker::HandledSince that mark).
   uint64_t served_due_id_ = 0;
   fabric::Worker::ProgressMark served_due_mark_;
+  // Housekeeping saw the session's socket closed, at this mark: the
+  // session fails once the worker handled what had come by then.
+  bool gone_seen_ = false;
+  fabric::Worker::ProgressMark gone_mark_;
   size_t in_flight_ = 0;
   Status first_error_;
   std::map<int, std::function<void()>> flush_hooks_;
