@@ -71,9 +71,7 @@ void ObjectHeap::Publish(uint64_t offset, ObjectHeader h,
 }
 
 Result<uint64_t> ObjectHeap::SlotOf(const TxnObjectIdWire& id) const {
-  // An id no slot could have is refused as the client refuses it for a
-  // read (txn/store_client.cc, Locate): the same answer on every path.
-  if (id.address % 64 != 0 || !IsCapacity(id.capacity)) {
+  if (!IsSlotShaped(id.address, id.capacity)) {
     return Status::InvalidArgument("object " + Describe(id) +
                                    " is not an object id");
   }

@@ -53,8 +53,8 @@ Status Locate(const txn::StoreState& s, const ObjectId& id, uint64_t bytes,
               const fabric::RemoteRegion** region, uint64_t* offset) {
   const uint64_t in_region = id.address % txn::kRegionBytes;
   const size_t r = id.address / txn::kRegionBytes;
-  if (!txn::IsCapacity(id.capacity) || id.address % 64 != 0 ||
-      r >= s.regions.size() || in_region >= s.info.regions[r].length) {
+  if (!txn::IsSlotShaped(id.address, id.capacity) || r >= s.regions.size() ||
+      in_region >= s.info.regions[r].length) {
     return Status::InvalidArgument(Describe(id) + " is not an object id");
   }
   if (in_region + bytes > s.info.regions[r].length) {

@@ -72,6 +72,14 @@ inline constexpr bool IsCapacity(uint64_t capacity) {
          (slot & (slot - 1)) == 0;
 }
 
+// Whether some slot could have this address and capacity (slots start on
+// 64-byte boundaries; a capacity is a class's): what the client and the
+// server both check before anything else, so that an id no slot could have
+// gets the same answer on every path (InvalidArgument).
+inline constexpr bool IsSlotShaped(uint64_t address, uint64_t capacity) {
+  return address % 64 == 0 && IsCapacity(capacity);
+}
+
 // The seed of an object's checksum: its version, incarnation and size, so
 // that bytes of one version never verify under another's header.
 inline uint64_t SeedOf(const ObjectHeader& h) { return XXH3_64bits(&h, 16); }
