@@ -592,6 +592,39 @@ TEST(Resp, MalformedRequestsAreAnsweredAndTheServerServesOn) {
   EXPECT_EQ(c.Call({"GET", "after"}), "$ok");
 }
 
+// A client that sends a refused request whole before it reads, as
+// redis-cli does, gets the error: the front door reads and drops the rest
+// instead of closing on unread bytes, which would reset the connection and
+// discard the reply. Commands pipelined after QUIT are dropped the same way.
+TEST(Resp, ARefusedRequestSentWholeGetsItsErrorNotAReset) {
+  auto p = StartWithResp();
+  const size_t too_long = (size_t{16} << 20) + 1;  // the test store's largest
+  std::string request =
+      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(too_long) + "\r\n";
+  request.append(too_long, 'v');
+  request += "\r\n";
+  for (int i = 0; i < 3; ++i) {
+    RespClient c(p.resp);
+    ASSERT_TRUE(c.ok());
+    const Status sent = util::SendAll(
+        c.fd(), request,
+        std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    EXPECT_TRUE(sent.ok()) << sent.ToString();
+    EXPECT_EQ(c.Read().rfind("-ERR Protocol error: invalid bulk length", 0),
+              0u);
+    EXPECT_EQ(c.Read(), "<closed>");
+  }
+  RespClient q(p.resp);
+  ASSERT_TRUE(q.ok());
+  std::string pings;
+  for (int i = 0; i < 1000; ++i) pings += RespClient::Encode({"PING"});
+  q.SendRaw(RespClient::Encode({"QUIT"}) + pings);
+  EXPECT_EQ(q.Read(), "+OK");
+  EXPECT_EQ(q.Read(), "<closed>");
+  RespClient c(p.resp);
+  EXPECT_EQ(c.Call({"GET", "k"}), "nil");
+}
+
 // A pipeline whose replies (80 MB) outgrow the front door's 64 MiB of
 // unsent replies per connection, read while it is sent: every reply comes,
 // in order. (Whether the front door stops and resumes taking requests

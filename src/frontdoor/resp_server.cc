@@ -43,6 +43,9 @@ constexpr auto kConnectRetry = std::chrono::milliseconds(200);
 // most kNap at a time.
 constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kNap = std::chrono::milliseconds(1);
+// How long a connection closed for sending reads and drops what its client
+// still sends (RespServer::Impl::Linger).
+constexpr auto kLinger = std::chrono::seconds(2);
 // A compare-and-swap that keeps losing to other writers (INCR, SET XX).
 constexpr int kMaxCasAttempts = 1000;
 
@@ -268,7 +271,11 @@ struct RespServer::Impl {
     bool closed = false;   // the socket is gone (replies are dropped)
     bool closing = false;  // close once what is owed has been sent
     bool eof = false;      // the client closed its side
-    bool authed = false;   // AUTH given (or no secret needed)
+    // Replies sent and our side shut: what comes is read and dropped until
+    // the client closes too, or linger_until (Linger).
+    bool lingering = false;
+    Clock::time_point linger_until{};
+    bool authed = false;  // AUTH given (or no secret needed)
     // A MULTI was refused: the commands up to its EXEC or DISCARD are
     // answered with an error and not run.
     bool refused_multi = false;
@@ -285,7 +292,8 @@ struct RespServer::Impl {
   Status connect_status = Status::Unavailable("connecting");
   Clock::time_point next_connect{};
   std::unordered_map<int, ConnPtr> conns;
-  std::vector<ConnPtr> dirty;  // connections to serve and flush
+  std::vector<ConnPtr> dirty;      // connections to serve and flush
+  std::vector<ConnPtr> lingering;  // closed for sending (Linger)
   std::vector<std::string> args;
 
   ~Impl() {
@@ -321,6 +329,7 @@ struct RespServer::Impl {
   void Accept();
   void Read(const ConnPtr& c);
   void Write(const ConnPtr& c);
+  void Linger(const ConnPtr& c);
   void Serve(const ConnPtr& c);
   void Flush(const ConnPtr& c);
   void Close(const ConnPtr& c);
@@ -484,6 +493,13 @@ void RespServer::Impl::Run() {
       if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) Read(c);
       if (!c->closed && (ev & EPOLLOUT)) Write(c);
     }
+    if (!lingering.empty()) {
+      const auto now = Clock::now();
+      std::erase_if(lingering, [&](const ConnPtr& c) {
+        if (!c->closed && now >= c->linger_until) Close(c);
+        return c->closed;
+      });
+    }
     if (backend != nullptr && backend->Poll() > 0) last_work = Clock::now();
     // Serving a connection can complete commands of others (a synchronous
     // step polls the session): loop until nothing is left to do.
@@ -541,9 +557,11 @@ void RespServer::Impl::Watch(const ConnPtr& c) {
   if (c->closed) return;
   uint32_t want = 0;
   const size_t buffered = c->in.size() - c->in_off;
-  if (!c->eof && !c->closing && buffered <= max_request() &&
-      c->slots.size() < kMaxPendingReplies &&
-      c->out.size() - c->out_off < kMaxUnsentBytes) {
+  if (c->lingering) {
+    want = EPOLLIN;
+  } else if (!c->eof && !c->closing && buffered <= max_request() &&
+             c->slots.size() < kMaxPendingReplies &&
+             c->out.size() - c->out_off < kMaxUnsentBytes) {
     want |= EPOLLIN;
   }
   if (c->out_off < c->out.size()) want |= EPOLLOUT;
@@ -557,6 +575,14 @@ void RespServer::Impl::Watch(const ConnPtr& c) {
 
 void RespServer::Impl::Read(const ConnPtr& c) {
   char buf[64 * 1024];
+  while (c->lingering) {
+    const ssize_t r = ::recv(c->fd, buf, sizeof(buf), 0);
+    if (r > 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    Close(c);  // the client closed its side too, or reset
+    return;
+  }
   for (;;) {
     if (c->in.size() - c->in_off > max_request()) break;
     const ssize_t r = ::recv(c->fd, buf, sizeof(buf), 0);
@@ -642,10 +668,32 @@ void RespServer::Impl::Write(const ConnPtr& c) {
     c->out.clear();
     c->out_off = 0;
     if (c->closing && c->slots.empty()) {
-      Close(c);
+      if (c->eof) {
+        Close(c);
+      } else {
+        Linger(c);
+      }
       return;
     }
   }
+  Watch(c);
+}
+
+// A close while the client's bytes still arrive (the rest of a request
+// refused from its header, or commands pipelined after QUIT) makes the
+// kernel reset the connection, and a reset discards the replies the client
+// has not read yet: the error that says why it was closed. So shut our
+// side only, and read and drop what comes until the client closes its side
+// or kLinger has passed (Redis's clients read the reply once their send is
+// done).
+void RespServer::Impl::Linger(const ConnPtr& c) {
+  if (c->lingering) return;
+  ::shutdown(c->fd, SHUT_WR);
+  c->lingering = true;
+  c->linger_until = Clock::now() + kLinger;
+  lingering.push_back(c);
+  c->in.clear();
+  c->in_off = 0;
   Watch(c);
 }
 
