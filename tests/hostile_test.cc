@@ -741,6 +741,69 @@ TEST_F(Hostile, BytesAfterTheHandshakeEndOnlyThatSession) {
   ExpectServing("bytes after the handshake");
 }
 
+// This process's sockets connected to the server's listening port: the
+// sessions' own TCP connections (UCX's connections go to other ports).
+std::set<int> SessionSocketsTo(const std::string& address) {
+  const uint16_t port =
+      uint16_t(std::stoi(address.substr(address.rfind(':') + 1)));
+  std::set<int> fds;
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_storage a{};
+    socklen_t n = sizeof(a);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) continue;
+    uint16_t peer = 0;
+    if (a.ss_family == AF_INET) {
+      peer = ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      peer = ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+    }
+    if (peer == port) fds.insert(fd);
+  }
+  return fds;
+}
+
+// A session whose socket the server closed while it lives on (bytes after
+// the handshake here; a middlebox that drops the connection does the same)
+// fails its next operation with Unavailable at once, whichever path it
+// takes. A get served one-sided over tcp waited in the endpoint for its
+// whole timeout and then said TimedOut (found black-box).
+TEST_F(Hostile, ASessionWhoseSocketTheServerClosedFailsAtOnce) {
+  for (ReadPath path : {ReadPath::kOneSided, ReadPath::kRpc}) {
+    SCOPED_TRACE(std::string(ReadPathName(path)));
+    const std::set<int> before = SessionSocketsTo(server_.address);
+    auto c = ConnectHashOrDie(server_.address, Secret(), path);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("k", "v").ok());
+    std::vector<int> fresh;
+    for (int fd : SessionSocketsTo(server_.address)) {
+      if (!before.contains(fd)) fresh.push_back(fd);
+    }
+    ASSERT_EQ(fresh.size(), 1u);
+    EXPECT_EQ(WaitForStat("connections_current", base_ + 1), base_ + 1);
+    ASSERT_TRUE(
+        util::SendAll(fresh[0], "\x01", Clock::now() + milliseconds(5000))
+            .ok());
+    EXPECT_EQ(WaitForStat("connections_current", base_), base_);
+    // The session looks at its socket every 10 ms (session.h): until then
+    // a get over shared memory may still read the live server's memory.
+    const auto start = Clock::now();
+    Status st;
+    while (Clock::now() - start < milliseconds(2000)) {
+      auto v = c->Get("k");
+      if (!v.ok()) {
+        st = v.status();
+        break;
+      }
+      EXPECT_EQ(v->value, "v");
+    }
+    EXPECT_LT(Clock::now() - start, milliseconds(1000));
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_NE(st.ToString().find("closed the session"), std::string::npos)
+        << st.ToString();
+  }
+  ExpectServing("sessions closed by the server");
+}
+
 // A client worker whose handshakes the server admitted but that never made
 // its own endpoint (it gave up at its deadline: the server was paused, or
 // slow) still gets sessions afterwards. UCX pairs the two sides' endpoints

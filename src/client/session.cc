@@ -142,6 +142,10 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
   s->rpc_ = std::move(*rpc);
   s->ep_->SetFailureHandler(
       [raw](const Status& why) { raw->rpc_->FailAll(why); });
+  // A synchronous served operation (over tcp) waits in the endpoint: it
+  // must see the session's socket close as calls do (session.h), not wait
+  // for its timeout.
+  s->ep_->SetWaitHook([raw] { raw->Housekeeping(); });
   loop->Attach(raw);
   REMEM_RETURN_IF_ERROR(s->LoadRegions(deadline));
   s->transport_ = s->ep_->TransportDescription();

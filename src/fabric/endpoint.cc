@@ -809,8 +809,13 @@ Status Endpoint::RunSync(const std::function<void(Completion)>& issue,
     state->done = true;
     state->status = std::move(st);
   });
-  Status wait = worker_->ProgressUntil([&] { return state->done; },
-                                       Clock::now() + timeout);
+  Status wait = worker_->ProgressUntil(
+      [&] {
+        if (wait_hook_ && !state->done) wait_hook_();
+        return state->done;
+      },
+      Clock::now() + timeout, std::chrono::microseconds(200),
+      std::chrono::milliseconds(wait_hook_ ? 10 : 100));
   if (!wait.ok() && !state->done) {
     Status st = wait.WithContext(what);
     Fail(st);

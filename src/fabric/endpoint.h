@@ -125,6 +125,12 @@ class Endpoint {
   void SetFailureHandler(std::function<void(const Status&)> fn) {
     on_failure_ = std::move(fn);
   }
+  // Called at each pass, and at least every 10 ms, while a synchronous
+  // served operation (GetSync, PutSync and the atomics over tcp) waits, on
+  // the worker's thread: the owner looks at what the endpoint cannot see
+  // (a session whose socket the server closed) and may Fail it, which ends
+  // the wait at once instead of at its timeout.
+  void SetWaitHook(std::function<void()> fn) { wait_hook_ = std::move(fn); }
   // Marks the endpoint failed with `why` and force-closes it: every
   // outstanding operation completes with an error. A TimedOut `why` (an
   // operation that timed out tears the connection down) is kept as
@@ -276,7 +282,8 @@ class Endpoint {
   bool closed_ = false;
   Status failure_;
   std::function<void(const Status&)> on_failure_;
-  bool failure_reported_ = false;  // on_failure_ has run
+  std::function<void()> wait_hook_;  // SetWaitHook
+  bool failure_reported_ = false;    // on_failure_ has run
   bool served_ = false;
   bool routed_ = false;       // this endpoint's kAmMemReply route is installed
   uint64_t route_token_ = 0;  // its token (Worker::UnrouteAm)
