@@ -784,8 +784,66 @@ TEST(Resp, AServerWithASecretWantsAuthFromRedisClients) {
   EXPECT_EQ(o.Call({"AUTH", "default", "x"}), "+OK");
   EXPECT_EQ(o.Call({"HELLO", "2", "AUTH", "default", "x"}).rfind("[$server", 0),
             0u);
+  // Before AUTH an argument is at most a secret's 4 KiB, and a request at
+  // most 80 KiB: a peer without the secret cannot make the front door hold
+  // megabytes (found black-box: 40 such connections held 640 MB).
+  RespClient u(p.resp);
+  ASSERT_TRUE(u.ok());
+  u.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16000000\r\n");
+  EXPECT_EQ(u.Read(),
+            "-ERR Protocol error: invalid bulk length 16000000 (the largest "
+            "before AUTH is 4096 bytes)");
+  EXPECT_EQ(u.Read(), "<closed>");
+  RespClient inline_client(p.resp);
+  ASSERT_TRUE(inline_client.ok());
+  inline_client.SendRaw(std::string(100 * 1024, 'a'));
+  EXPECT_EQ(inline_client.Read().rfind("-ERR Protocol error", 0), 0u);
+  // Once authenticated, the store's limits apply.
+  EXPECT_EQ(c.Call({"SET", "big", std::string(100000, 'b')}), "+OK");
+  EXPECT_EQ(c.Call({"STRLEN", "big"}), ":100000");
   std::remove(file.c_str());
   ::rmdir(dir);
+}
+
+// Replies that clients do not read are held up to --resp-max-unread, all
+// connections together; past it the connection owed the most is closed and
+// the others are served (found black-box: 4,096 GETs of a 1 MiB value,
+// never read, had the server hold 4 GB).
+TEST(Resp, AClientThatNeverReadsIsClosedPastTheUnreadLimit) {
+  auto p = StartWithResp({"--resp-max-unread", "8M"});
+  RespClient c(p.resp);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c.Call({"SET", "big", std::string(1 << 20, 'b')}), "+OK");
+  constexpr int kGets = 200;  // 200 MiB of replies, never read meanwhile
+  std::string gets;
+  for (int i = 0; i < kGets; ++i) gets += RespClient::Encode({"GET", "big"});
+  c.SendRaw(gets);
+  RespClient other(p.resp);
+  ASSERT_TRUE(other.ok());
+  // Served while (and after) the silent one is owed its replies, which it
+  // is until the front door closes it: `other` is then the only client.
+  EXPECT_EQ(other.Call({"SET", "small", "s"}), "+OK");
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string info;
+  while (std::chrono::steady_clock::now() < until) {
+    info = other.Call({"INFO", "clients"});
+    if (info.find("connected_clients:1\r\n") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(info.find("connected_clients:1\r\n"), std::string::npos) << info;
+  // The silent client gets what was sent before the close (the socket's
+  // buffers and at most 8 MiB more), then the close.
+  int replies = 0;
+  std::string last;
+  for (;;) {
+    last = c.Read();
+    if (last.size() != (1 << 20) + 1) break;
+    ++replies;
+  }
+  EXPECT_EQ(last, "<closed>");
+  EXPECT_LT(replies, kGets);
+  EXPECT_EQ(other.Call({"GET", "small"}), "$s");
 }
 
 // A secret longer than the store's largest key and value (a server of

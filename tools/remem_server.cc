@@ -403,6 +403,13 @@ int main(int argc, char** argv) {
                  "on this host:port, e.g. 127.0.0.1:6379: Redis's string "
                  "commands on the hash store (README, \"Redis clients\"); "
                  "port 0 picks a free one");
+  std::string resp_max_unread = "1G";
+  app.add_option("--resp-max-unread", resp_max_unread,
+                 "bytes of replies the Redis front door holds for its "
+                 "clients before they read them, all connections together; "
+                 "past it the connection owed the most is closed")
+      ->capture_default_str();
+  uint64_t resp_max_unread_bytes = 0;
   // Cluster.
   int64_t cluster_session_ms = 10000;
   int64_t cluster_wait_ms = 10000;
@@ -560,6 +567,14 @@ int main(int argc, char** argv) {
       return Fail("--resp: " + st.message(), 2);
     }
   }
+  {
+    auto n = ParseSize(resp_max_unread);
+    if (!n.ok()) return Fail("--resp-max-unread: " + n.status().message(), 2);
+    if (*n < (size_t{1} << 20)) {
+      return Fail("--resp-max-unread must be at least 1M", 2);
+    }
+    resp_max_unread_bytes = *n;
+  }
   if (!cfg.advertise.empty()) {
     // What clients are told to connect to: checked here, since a bad one
     // would be registered, and every client of the cluster would fail.
@@ -690,6 +705,7 @@ int main(int argc, char** argv) {
     ro.session.server = (*server)->address();
     ro.session.transport = cfg.transport;
     ro.session.secret = cfg.secret;
+    ro.max_unread_bytes = resp_max_unread_bytes;
     if (!cfg.cluster.empty()) {
       ro.cluster_seeds = {cfg.advertise.empty() ? (*server)->address()
                                                 : cfg.advertise};
