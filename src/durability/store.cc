@@ -920,7 +920,8 @@ size_t PartitionStore::OnPass() {
              !stats_.failing.load()) {
     Status st = StartSnapshot();
     if (!st.ok()) {
-      stats_.write_errors.fetch_add(1, std::memory_order_relaxed);
+      // Not a write error: the log holds every record still, and a clean
+      // stop after it is clean (write_errors is what makes it unclean).
       stats_.snapshot_failures.fetch_add(1, std::memory_order_relaxed);
       log::Error("durability: cannot start a snapshot: {}", st.message());
       log_bytes_since_snapshot_ = 0;  // try again after as much more log
@@ -1076,10 +1077,11 @@ void PartitionStore::EndSnapshot(Status st, uint64_t bytes) {
     log::Info("durability: snapshot {} of {} pairs, {} bytes, verified",
               PathOf(snapshot_name_), snap_->pairs(), bytes);
   } else if (!st.ok()) {
-    stats_.write_errors.fetch_add(1, std::memory_order_relaxed);
     stats_.snapshot_failures.fetch_add(1, std::memory_order_relaxed);
-    log::Error("durability: snapshot failed (the previous one is kept): {}",
-               st.message());
+    log::Error(
+        "durability: snapshot failed (the log and any earlier snapshot are "
+        "kept: nothing is lost): {}",
+        st.message());
   }
   snap_.reset();  // removes the .tmp file unless committed
   UpdateLogBytes();
