@@ -5,6 +5,7 @@
 
 #include "hash/layout.h"
 #include "hash/size_classes.h"
+#include "util/size.h"
 
 namespace remem::hash {
 
@@ -31,7 +32,10 @@ Result<SlabAllocator::Extent> SlabAllocator::Allocate(uint64_t bytes) {
     const uint64_t size = ClassSize(c);
     const uint64_t page = size > page_size_ ? size : page_size_;
     if (length_ - next_ < page + withheld_) {
-      return Status::OutOfMemory("the store's memory is full");
+      return Status::OutOfMemory(
+          "the store's memory is full: no free extent of " + FormatSize(size) +
+          " and no room for a new page of that size class (remem-server's "
+          "--hash-memory)");
     }
     // Pushed in reverse so extents are handed out in address order.
     for (uint64_t i = page / size; i-- > 0;) {
@@ -84,7 +88,13 @@ Result<SlabAllocator::Extent> SlabAllocator::Store(
 Result<uint64_t> SlabAllocator::Carve(uint64_t bytes) {
   const uint64_t rounded = CarveSize(bytes);
   if (length_ - next_ < rounded + withheld_) {
-    return Status::OutOfMemory("the store's memory is full");
+    return Status::OutOfMemory(
+        "needs " + std::to_string(rounded) + " bytes in one piece, and " +
+        std::to_string(length_ - next_ > withheld_ ? length_ - next_ - withheld_
+                                                   : 0) +
+        " of the partition's " + std::to_string(length_) +
+        " are not yet given to bucket arrays or values' size classes "
+        "(remem-server's --hash-memory)");
   }
   const uint64_t offset = region_offset_ + next_;
   next_ += rounded;

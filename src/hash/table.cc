@@ -215,7 +215,7 @@ Status Table::NeverFits(std::string_view key, std::string_view value) const {
       " does not fit in a partition of the hash store, which holds " +
       FormatSize(slab_->capacity() - slab_->withheld()) +
       " in all (the store's memory is split equally among the server's "
-      "threads: fewer --threads or more --memory)");
+      "threads: fewer --threads or more --hash-memory)");
 }
 
 Result<uint64_t> Table::WriteExtent(std::string_view key,
@@ -445,7 +445,10 @@ void Table::MaybeStartGrowth() {
 
 Status Table::StartGrowth(uint64_t n) {
   auto offset = slab_->Carve(n * kBucketBytes);
-  if (!offset.ok()) return offset.status();
+  if (!offset.ok()) {
+    return offset.status().WithContext("a bucket array of " +
+                                       std::to_string(n) + " buckets");
+  }
   Growth g;
   g.geo = geo_;
   g.geo.buckets_offset = *offset;

@@ -149,6 +149,12 @@ TEST(HashTable, AFullStoreRefusesWritesAndKeepsEveryKey) {
   // Replacing an existing key with a larger value fails the same way.
   auto grow = s.table().Put(stored.begin()->first, std::string(1 << 20, 'x'));
   EXPECT_EQ(grow.status().code(), StatusCode::kOutOfMemory);
+  // The messages say which piece did not fit, and the flag that sizes it.
+  EXPECT_NE(grow.status().message().find("no free extent of"),
+            std::string::npos)
+      << grow.status().ToString();
+  EXPECT_NE(last.message().find("--hash-memory"), std::string::npos)
+      << last.ToString();
   for (const auto& [k, v] : stored) {
     LookupResult l = Lookup1(s, k);
     ASSERT_EQ(l.outcome, Lookup::kFound) << k;

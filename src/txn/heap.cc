@@ -105,8 +105,11 @@ Status ObjectHeap::NewPage(size_t cls) {
     page = spare_pages_.back();
     spare_pages_.pop_back();
   } else if (next_page_ >= page_class_.size()) {
-    return Status::OutOfMemory("the object heap is full (--txn-memory " +
-                               std::to_string(heap_bytes_) + " bytes)");
+    return Status::OutOfMemory(
+        "the object heap is full for objects of this size: no free slot of "
+        "their class and no page left without a class (pages keep their "
+        "class for good; --txn-memory " +
+        std::to_string(heap_bytes_) + " bytes)");
   } else {
     ++next_page_;
   }
