@@ -1,9 +1,11 @@
 // The binaries as a user runs them: exit codes, messages, flags.
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "proto/codec.h"
 #include "proto/wire.h"
 #include "remem/ops.h"
 #include "remem/version.h"
@@ -784,9 +787,43 @@ TEST(Cli, AClientOfAnotherUserIsToldAtOnceItCannotMapTheServersMemory) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(Contains(r.out, "Shared memory error")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "only by processes of the server's own user"))
+      << r.out;
   EXPECT_LT(took, std::chrono::seconds(10)) << r.out;
   EXPECT_TRUE(server.process->running());
   std::filesystem::remove_all(dir);
+}
+
+// A server's refusal is the server's text: the CLI shows its control
+// bytes escaped, all of it, rather than sending a terminal's escape
+// sequences through or stopping at a NUL (found black-box, with a fake
+// server).
+TEST(Cli, AServersTextIsShownWithItsControlBytesEscaped) {
+  auto listening = util::Listen("127.0.0.1:0", 4);
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  auto address = util::LocalAddress(listening->fd());
+  ASSERT_TRUE(address.ok());
+  std::thread fake([&] {
+    pollfd p{listening->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) return;
+    const int fd = ::accept4(listening->fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    char buf[65536];
+    pollfd q{fd, POLLIN, 0};
+    if (::poll(&q, 1, 20000) == 1) (void)!::recv(fd, buf, sizeof(buf), 0);
+    proto::ServerHelloInfo refusal;
+    refusal.status =
+        Status::Corruption(std::string("\x1b[31mEVIL\x1b[0m\nxx\0yy", 20));
+    const std::string bytes = proto::EncodeServerHello(refusal);
+    (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  auto r = RunCommand({CliBinary(), "--server", *address, "--transport", "tcp",
+                       "--timeout", "10", "get", "k"});
+  fake.join();
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.out, "\\x1b[31mEVIL\\x1b[0m\\x0axx\\x00yy")) << r.out;
+  EXPECT_FALSE(Contains(r.out, "\x1b")) << r.out;
 }
 
 TEST(Cli, UnreachableServerExitsOne) {

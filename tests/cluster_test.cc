@@ -933,6 +933,15 @@ TEST_F(ClusterTest, AKilledManagerIsReplacedAndTheConfigurationKept) {
   }
   EXPECT_EQ(reachable, 2u) << json_nodes.out;
   EXPECT_EQ(unreachable, 1u) << json_nodes.out;
+  // `--json stats` has an entry for every server, the dead one's an error
+  // (as the Python module's stats()), and exits 1.
+  auto json_stats =
+      RunCommand({testing::CliBinary(), "--cluster", alive, "--transport",
+                  TransportFlag(), "--timeout", "3", "--json", "stats"});
+  EXPECT_EQ(json_stats.exit_code, 1) << json_stats.out;
+  EXPECT_NE(json_stats.out.find("\"" + dead + "\":{\"error\":\""),
+            std::string::npos)
+      << json_stats.out;
 
   // It comes back on its address with its data directory: it registers
   // again, owns its shards again, and the client reconnects to it.

@@ -57,8 +57,28 @@ int ExitCodeFor(const Status& st) {
   return 1;
 }
 
+// Text for the terminal: control bytes (a server's message is the
+// server's to choose: escape sequences, line breaks, NUL) are shown as
+// \xNN, so that what is printed is what was said, all of it.
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto b = uint8_t(ch);
+    if (b < 0x20 || b == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 int Fail(const Status& st) {
-  std::fprintf(stderr, "remem: %s\n", st.ToString().c_str());
+  std::fprintf(stderr, "remem: %s\n", Printable(st.ToString()).c_str());
   return ExitCodeFor(st);
 }
 
@@ -388,7 +408,7 @@ int PrintMultiGet(const std::vector<std::string>& keys,
     } else {
       std::printf("\n");
       std::fprintf(stderr, "remem: %s: %s\n", KeyInMessage(keys[i]).c_str(),
-                   r.status().ToString().c_str());
+                   Printable(r.status().ToString()).c_str());
     }
     if (!r.ok()) {
       const int c = ExitCodeFor(r.status());
@@ -517,7 +537,9 @@ int PrintCluster(const Cluster::Info& info, const std::string& what,
       }
       if (!n.domain.empty()) std::printf("  domain %s", n.domain.c_str());
       if (n.filling > 0) std::printf("  (%u being filled)", n.filling);
-      if (!up.ok()) std::printf("  UNREACHABLE: %s", up.ToString().c_str());
+      if (!up.ok()) {
+        std::printf("  UNREACHABLE: %s", Printable(up.ToString()).c_str());
+      }
       std::printf("\n");
     }
     if (json) std::printf("]\n");
@@ -1755,8 +1777,16 @@ int RunCli(int argc, char** argv) {
       for (auto& [addr, s] : cluster.Stats()) {
         if (!s.ok()) {
           std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
-                       s.status().ToString().c_str());
+                       Printable(s.status().ToString()).c_str());
           code = ExitCodeFor(s.status());
+          if (json) {
+            // As the Python module's stats(): {"error": why} for a server
+            // that could not be asked, so every server has its entry.
+            std::printf("%s%s:{\"error\":%s}", first ? "" : ",",
+                        JsonString(addr).c_str(),
+                        JsonString(s.status().ToString()).c_str());
+            first = false;
+          }
           continue;
         }
         if (json) {
@@ -1830,7 +1860,7 @@ int RunCli(int argc, char** argv) {
           }
         } else if (!st.ok()) {
           std::fprintf(stderr, "remem: %s: %s\n", addr.c_str(),
-                       st.ToString().c_str());
+                       Printable(st.ToString()).c_str());
         } else if (rtt != nullptr) {
           std::printf(
               "%s OK: transport %s, rtt min/avg/max = %.2f/%.2f/%.2f "

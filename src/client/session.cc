@@ -127,10 +127,19 @@ Result<std::unique_ptr<SessionCore>> SessionCore::Connect(
                                   s->endpoint_number_),
       deadline, [fd] { return !util::PeerStillThere(fd); });
   if (!ep.ok()) {
-    return ep.status().WithContext(
+    Status st = ep.status().WithContext(
         "cannot reach the server at " + options.server +
         " over UCX (--transport " +
         std::string(TransportName(options.transport)) + ")");
+    if (st.message().find("Shared memory error") != std::string::npos) {
+      // UCX's own words say nothing of why (docs/SECURITY.md).
+      st = Status(st.code(),
+                  st.message() +
+                      ": a server's shared memory can be mapped only by "
+                      "processes of the server's own user (and root); run "
+                      "as that user, or connect with --transport tcp");
+    }
+    return st;
   }
   s->ep_ = std::move(*ep);
   SessionCore* raw = s.get();
