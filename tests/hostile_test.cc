@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -802,6 +804,45 @@ TEST_F(Hostile, ASessionWhoseSocketTheServerClosedFailsAtOnce) {
         << st.ToString();
   }
   ExpectServing("sessions closed by the server");
+}
+
+// A server that has run out of open files says so to the client it cannot
+// take, and serves again once descriptors are free: it sent the client to
+// check its --transport and UCX_NET_DEVICES (found black-box).
+TEST_F(Hostile, AServerOutOfOpenFilesSaysSoAndRecovers) {
+  if (TransportName(TestTransport()) != "tcp") {
+    GTEST_SKIP() << "tcp endpoints each take a descriptor";
+  }
+  const pid_t pid = server_.process->pid();
+  std::set<long> fds;
+  for (const auto& e : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/fd")) {
+    fds.insert(std::stol(e.path().filename().string()));
+  }
+  // The limit at the second free number: one descriptor can be made (the
+  // session's socket takes it), and UCX's endpoint finds none.
+  long limit = 0;
+  for (int gaps = 0; gaps < 2; ++limit) {
+    if (!fds.contains(limit) && ++gaps == 2) break;
+  }
+  rlimit old{};
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, nullptr, &old), 0);
+  const rlimit tight{rlim_t(limit), old.rlim_max};
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr), 0);
+  SessionOptions o;
+  o.server = server_.address;
+  o.transport = TestTransport();
+  o.secret = Secret();
+  o.timeout = milliseconds(3000);
+  auto refused = Session::Connect(o);
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr), 0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("run out of open files"),
+            std::string::npos)
+      << refused.status().ToString();
+  ExpectServing("out of open files");
 }
 
 // A client worker whose handshakes the server admitted but that never made

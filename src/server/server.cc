@@ -998,6 +998,21 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
     }
     auto ep = fabric::Endpoint::Create(w, client_address);
     if (!ep.ok()) {
+      const util::OpenFiles files = util::CountOpenFiles();
+      if (files.Exhausted(8)) {
+        log::Warn(
+            "cannot make an endpoint for a client: {} descriptors of the "
+            "open-files limit of {} are left; raise the limit, or lower "
+            "--max-connections",
+            files.free, files.limit);
+        return done(Status::Unavailable(
+                        "the server has run out of open files (" +
+                        std::to_string(files.free) + " left of its limit of " +
+                        std::to_string(files.limit) +
+                        "): try again later, or have its operator raise "
+                        "the limit or lower --max-connections"),
+                    {}, 0);
+      }
       const char* hint =
           no_tcp ? "it uses shared memory only (--transport shm, or auto on "
                    "a loopback address): connect from its host with "

@@ -1,6 +1,7 @@
 #include "util/socket.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -8,11 +9,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -236,6 +239,33 @@ Result<Socket> Listen(const std::string& address, int backlog) {
   }
   if (::listen(s.fd(), backlog) != 0) return Errno("listen", errno);
   return s;
+}
+
+OpenFiles CountOpenFiles() {
+  OpenFiles f;
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+      nofile.rlim_cur != RLIM_INFINITY) {
+    f.limit = size_t(nofile.rlim_cur);
+  }
+  size_t below = 0;  // open descriptors numbered below the limit
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(d);
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const long fd = std::strtol(e->d_name, nullptr, 10);
+      if (fd == own) continue;
+      ++f.open;
+      if (size_t(fd) < f.limit) ++below;
+    }
+    ::closedir(d);
+    f.free = f.limit > below ? f.limit - below : 0;
+  } else if (errno == EMFILE) {
+    f.free = 0;  // not one left, even to look
+  } else {
+    f.limit = 0;  // unknown
+  }
+  return f;
 }
 
 Result<std::string> LocalAddress(int fd) {

@@ -70,6 +70,18 @@ Result<Socket> Listen(const std::string& address, int backlog);
 // The bound "host:port" of a socket.
 Result<std::string> LocalAddress(int fd);
 
+// This process's open descriptors and its soft limit on them (0 for what
+// cannot be read). For messages: a library that failed for want of a
+// descriptor (UCX making an endpoint) does not say so. Any thread.
+struct OpenFiles {
+  size_t open = 0;   // descriptors open
+  size_t limit = 0;  // RLIMIT_NOFILE: new descriptors are numbered below it
+  size_t free = 0;   // numbers below the limit not in use
+  // At most `margin` descriptors could still be made.
+  bool Exhausted(size_t margin) const { return limit > 0 && free <= margin; }
+};
+OpenFiles CountOpenFiles();
+
 // Connects (non-blocking underneath) within `deadline`, trying each address
 // the name resolves to in turn (localhost: 127.0.0.1 and ::1); the first
 // failure if none answers. The returned socket is non-blocking, with
