@@ -746,6 +746,9 @@ int main(int argc, char** argv) {
       log::Info("SIGHUP: log file reopened");
       continue;
     }
+    // Said first: a server started on the data directory now waits for
+    // this one's clean stop instead of being refused.
+    (*server)->MarkStopping();
     log::Info("signal {}: shutting down", sig);
     break;
   }

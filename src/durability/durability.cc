@@ -68,6 +68,13 @@ Result<std::unique_ptr<Durability>> Durability::Open(
 
 Durability::~Durability() = default;
 
+void Durability::MarkStopping() {
+  if (lock_ == nullptr) return;
+  const Status st =
+      lock_->Note(fmt::format("remem-server pid {} stopping\n", ::getpid()));
+  if (!st.ok()) log::Warn("durability: {}", st.message());
+}
+
 Status Durability::CheckLayout() {
   const std::string& dir = options_.data_dir;
   const std::string meta = dir + "/meta";

@@ -93,6 +93,10 @@ class Durability {
   // The server is stopping: PartitionStore::Stop on every store of
   // partition p (their snapshot waiters get Unavailable).
   void Stop(uint32_t p);
+  // The server has begun its clean stop: the LOCK file says so, and a
+  // server started on the directory meanwhile waits for the lock instead
+  // of being refused (Env::LockFile). Any thread.
+  void MarkStopping();
 
   // fsync_policy, log_bytes, last_snapshot_unix_ms, last_snapshot_bytes,
   // snapshots, snapshot_failures, log_write_errors, log_failing,

@@ -1156,6 +1156,49 @@ TEST(Env, ALockOfAHolderKilledWithNineIsWaitedFor) {
   fs::remove_all(dir);
 }
 
+// A holder in its clean stop (a server sent SIGTERM: its LOCK says
+// "stopping", or SIGTERM is still pending) is waited for too: a restart
+// right after `kill PID` was refused or not by chance (found black-box).
+// A holder that is neither is still refused at once.
+TEST(Env, ALockOfAStoppingHolderIsWaitedFor) {
+  EXPECT_TRUE(
+      StatusHasStopPending("SigPnd:\t0000000000000000\n"
+                           "ShdPnd:\t0000000000004000\n"));          // TERM
+  EXPECT_TRUE(StatusHasStopPending("ShdPnd:\t0000000000000002\n"));  // INT
+  EXPECT_FALSE(StatusHasStopPending("ShdPnd:\t0000000000000100\n"));
+  const std::string dir = TempDir();
+  int status = 0;
+  const pid_t running = ForkLockHolder(
+      dir, [] {}, [] { ::pause(); });
+  ASSERT_GT(running, 0);
+  // Running, not stopping: refused at once.
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
+  EXPECT_EQ(refused.status().code(), StatusCode::kBusy);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  ::kill(running, SIGKILL);
+  ASSERT_EQ(::waitpid(running, &status, 0), running);
+  // A holder that says it is stopping, and lets go 300 ms later.
+  const pid_t stopping = ForkLockHolder(
+      dir, [] {}, [] { ::pause(); });
+  ASSERT_GT(stopping, 0);
+  {
+    // What Durability::MarkStopping writes, written here for the child.
+    const std::string note =
+        "remem-server pid " + std::to_string(stopping) + " stopping\n";
+    std::ofstream(dir + "/LOCK", std::ios::trunc) << note;
+  }
+  std::thread release([stopping] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(stopping, SIGKILL);
+  });
+  auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
+  EXPECT_TRUE(lock.ok()) << lock.status().ToString();
+  release.join();
+  ASSERT_EQ(::waitpid(stopping, &status, 0), stopping);
+  fs::remove_all(dir);
+}
+
 TEST(Env, ReadFaultsFailShortenOrFlip) {
   const std::string dir = TempDir();
   ASSERT_TRUE(

@@ -82,6 +82,14 @@ class PosixLock final : public FileLock {
  public:
   explicit PosixLock(int fd) : fd_(fd) {}
   ~PosixLock() override { ::close(fd_); }  // releases the flock
+  Status Note(const std::string& holder) override {
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(),
+                                             0) != ssize_t(holder.size())) {
+      return Status::IOError(std::string("noting the lock's holder: ") +
+                             std::strerror(errno));
+    }
+    return Status::OK();
+  }
 
  private:
   int fd_;
@@ -249,6 +257,31 @@ class PosixEnv final : public Env {
     return ProcessIsExiting(pid);
   }
 
+  // True if `holder` says it is stopping (Durability::MarkStopping), or
+  // names a process with SIGTERM or SIGINT pending (asked to stop a moment
+  // ago, it has not yet said so).
+  static bool HolderIsStopping(const std::string& holder) {
+    static constexpr std::string_view kStopping = " stopping";
+    if (holder.size() >= kStopping.size() &&
+        holder.compare(holder.size() - kStopping.size(), kStopping.size(),
+                       kStopping) == 0) {
+      return true;
+    }
+    const size_t at = holder.rfind("pid ");
+    if (at == std::string::npos) return false;
+    long pid = 0;
+    const char* first = holder.data() + at + 4;
+    auto [end, ec] = std::from_chars(first, holder.data() + holder.size(), pid);
+    if (ec != std::errc() || end == first || pid <= 0) return false;
+    const std::string path = "/proc/" + std::to_string(pid) + "/status";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char text[4096];
+    const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+    ::close(fd);
+    return got > 0 && StatusHasStopPending(std::string_view(text, size_t(got)));
+  }
+
   Result<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) override {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
@@ -260,9 +293,12 @@ class PosixEnv final : public Env {
     }
     // A holder that is exiting is waited for (a server killed with -9
     // holds its lock until its threads have torn its memory down: 160 ms
-    // measured for 512 MiB, and a restart at once was refused).
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    // measured for 512 MiB, and a restart at once was refused), and so is
+    // one in its clean stop, longer (remem-server's --stop-timeout-ms
+    // default): `kill PID; remem-server ...` was refused or not by chance.
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::seconds(10);
+    const auto stop_deadline = start + std::chrono::seconds(30);
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       char buf[256];
@@ -271,17 +307,21 @@ class PosixEnv final : public Env {
       while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) {
         who.pop_back();
       }
-      if (err == EWOULDBLOCK && HolderIsExiting(who) &&
-          std::chrono::steady_clock::now() < deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (err == EWOULDBLOCK &&
+          ((HolderIsExiting(who) && now < deadline) ||
+           (HolderIsStopping(who) && now < stop_deadline))) {
         ::usleep(10000);
         continue;
       }
       ::close(fd);
       if (err != EWOULDBLOCK) return Errno("lock", path, err);
-      return Status::Busy(
-          path + " is locked by " +
-          (who.empty() ? std::string("another process") : who) +
-          (HolderIsExiting(who) ? " (still exiting after 10 s)" : ""));
+      return Status::Busy(path + " is locked by " +
+                          (who.empty() ? std::string("another process") : who) +
+                          (HolderIsExiting(who) ? " (still exiting after 10 s)"
+                           : HolderIsStopping(who)
+                               ? " (still stopping after 30 s)"
+                               : ""));
     }
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(),
                                             0) != ssize_t(holder.size())) {
@@ -339,7 +379,11 @@ bool ProcessIsExiting(long pid) {
   return r.ec == std::errc() && (flags & kPfExiting) != 0;
 }
 
-bool StatusHasKillPending(std::string_view status) {
+namespace {
+
+// Whether the SigPnd or ShdPnd mask of a /proc/PID/status has any of
+// `signals` (signal n is bit n - 1).
+bool StatusHasPending(std::string_view status, uint64_t signals) {
   for (const std::string_view field : {"SigPnd:", "ShdPnd:"}) {
     const size_t at = status.find(field);
     if (at == std::string_view::npos) continue;
@@ -350,12 +394,21 @@ bool StatusHasKillPending(std::string_view status) {
     uint64_t mask = 0;
     auto r = std::from_chars(status.data() + pos, status.data() + status.size(),
                              mask, 16);
-    // Signal n is bit n - 1 of the mask.
-    if (r.ec == std::errc() && (mask & (uint64_t{1} << (SIGKILL - 1))) != 0) {
-      return true;
-    }
+    if (r.ec == std::errc() && (mask & signals) != 0) return true;
   }
   return false;
+}
+
+constexpr uint64_t Bit(int signo) { return uint64_t{1} << (signo - 1); }
+
+}  // namespace
+
+bool StatusHasKillPending(std::string_view status) {
+  return StatusHasPending(status, Bit(SIGKILL));
+}
+
+bool StatusHasStopPending(std::string_view status) {
+  return StatusHasPending(status, Bit(SIGTERM) | Bit(SIGINT));
 }
 
 namespace {

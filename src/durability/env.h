@@ -50,6 +50,9 @@ class FileData {
 class FileLock {
  public:
   virtual ~FileLock() = default;
+  // Replaces what the file says of its holder (LockFile's `holder`): a
+  // holder that says it is stopping ("... stopping") is waited for.
+  virtual Status Note(const std::string& holder) = 0;
 };
 
 // How CreateDir found the directory.
@@ -108,6 +111,8 @@ bool ProcessIsExiting(long pid);
 // Whether the text of a /proc/PID/status names SIGKILL among the signals
 // pending for the process (ShdPnd) or its main thread (SigPnd).
 bool StatusHasKillPending(std::string_view status);
+// The same for SIGTERM or SIGINT: a clean stop asked for and not yet begun.
+bool StatusHasStopPending(std::string_view status);
 
 // --- fault injection (tests, --fault-log-io)
 //

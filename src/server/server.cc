@@ -1307,7 +1307,12 @@ Server::~Server() {
 
 const std::string& Server::address() const { return impl_->address; }
 
+void Server::MarkStopping() {
+  if (impl_->durable) impl_->durable->MarkStopping();
+}
+
 void Server::Stop() {
+  MarkStopping();
   // See Impl::Shutdown. Both install configurations, whose tasks for the
   // threads (a hash partition's settling) must not be left queued once the
   // threads have stopped: the workers run them when they are destroyed,

@@ -130,8 +130,12 @@ class Server {
   // is stopping") while the sessions are open, or after 5 s for a thread
   // that has not (stuck in a user function: a warning names it); returns
   // then, without waiting for the threads to exit. A second call waits for
-  // the first's answers.
+  // the first's answers. Marks the stop begun first (MarkStopping).
   void Stop();
+  // Says the clean stop has begun where a server started on the same
+  // --data-dir looks (durability::Durability::MarkStopping), so that it
+  // waits for this one to finish rather than being refused. Any thread.
+  void MarkStopping();
   // Blocks until every thread has exited.
   void Wait();
   // Current counters of the server and every service.
