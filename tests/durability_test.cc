@@ -1229,6 +1229,15 @@ TEST(Durability, ARestartWithTooLittleMemorySaysWhatToDo) {
   EXPECT_NE(small.out.find("restart with a larger --hash-memory or --memory"),
             std::string::npos)
       << small.out;
+  // Nor do lower limits than the pairs were written under take them.
+  auto lower = testing::RunCommand(
+      {testing::ServerBinary(), "--listen", "127.0.0.1:0", "--data-dir", dir,
+       "--memory", "8M", "--max-value-bytes", "1000"});
+  EXPECT_EQ(lower.exit_code, 2) << lower.out;
+  EXPECT_NE(lower.out.find("restart with the --max-key-bytes and "
+                           "--max-value-bytes they were written under"),
+            std::string::npos)
+      << lower.out;
   ServerProcess again = StartServer(flags, "8M");
   ASSERT_TRUE(again.process);
   auto r = Connect(again.address);

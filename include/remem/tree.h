@@ -137,7 +137,9 @@ class TreeStore {
   // NotFound if absent.
   Status Delete(std::string_view key);
   // Keys in [start, end), end empty: unbounded. InvalidArgument for a limit
-  // of 0 or over max_scan(), or start > end; start == end is an empty page.
+  // of 0 or over max_scan(), start > end, or a bound longer than the
+  // longest key plus one byte (max_key() + 1: a bound past every key of a
+  // prefix); start == end is an empty page.
   Result<Page> Scan(std::string_view start, std::string_view end,
                     uint32_t limit, Order order = Order::kAscending);
   // As Scan, into *page, reusing its storage: the items' strings and the
@@ -173,8 +175,13 @@ class TreeStore {
                  Order order, Page* page, Callback done);
 
   // --- batched: one result per key, in order, each with its own status.
-  // On the one-sided path the lookups run one after another in the call
-  // (each a few node copies, upper levels from the cache); on the RPC path
+  // On the one-sided path the lookups run in the call (each a few node
+  // copies, upper levels from the cache), the leaves of the keys ahead
+  // read together over tcp: the lookups of one call are not ordered with
+  // each other, and a later key's may return an older value than an
+  // earlier key's (the same key given twice included), each one a value
+  // the key held at some moment of the call, as with the hash store's
+  // MultiGet (separate calls are ordered); on the RPC path
   // the keys go in batches of up to 4096 per request (one message each,
   // four in flight at a time), and the call returns when all have
   // answered.

@@ -33,7 +33,17 @@ class DurableTable : public durability::Recoverable {
   void Prefetch(std::string_view key) override { table_->Prefetch(key); }
   Status ApplyPut(std::string_view key, std::string_view value,
                   uint64_t version) override {
-    return table_->Restore(key, value, version);
+    Status st = table_->Restore(key, value, version);
+    if (st.code() == StatusCode::kInvalidArgument &&
+        st.message().find("exceeds the limit") != std::string_view::npos) {
+      // Written under larger limits than this start's.
+      return Status::InvalidArgument(
+          std::string(st.message()) +
+          ": the data holds pairs larger than this server's limits take "
+          "(restart with the --max-key-bytes and --max-value-bytes they "
+          "were written under: the data directory is unchanged)");
+    }
+    return st;
   }
   Status ApplyDelete(std::string_view key, uint64_t version) override {
     table_->RestoreDelete(key, version);
