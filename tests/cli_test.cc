@@ -961,6 +961,12 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"--json", "compare"}, "--json before 'compare'"},
       {{"--transport", "tcp", "durability"}, "--transport before 'durability'"},
       {{"fabric", "hash"}, "not expected: hash"},
+      // The fabric rows' options before a subcommand that shares the top
+      // level's but does not use them ("--size 4096 hash" measured 32-byte
+      // values).
+      {{"--size", "4096", "hash"}, "'hash' does not use it"},
+      {{"--depth", "64", "tree"}, "'tree' does not use it"},
+      {{"--span", "1M", "atomics"}, "'atomics' does not use it"},
       {{"hash", "--key-size", "8", "--records", "200000"}, "cannot name"},
       {{"tree", "--load-order", "shuffled"}, "--load-order"},
   };
@@ -1068,6 +1074,40 @@ TEST(Bench, InterruptedDurabilityRunStopsItsServerAndRemovesItsDirectory) {
 // reads chose among keys claimed by an insert still in flight, counting
 // them missing (remem only: the peers were too slow to show it; found by a
 // black-box run). Reads now stop below the first insert not acknowledged.
+// The default run (fabric, then hash) with --json writes one JSON
+// document, an array of the two runs' objects, its headings on standard
+// error (it wrote two objects between text headings).
+TEST(Bench, TheDefaultRunsJsonIsOneDocument) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
+  auto r = Sh("\"" + BenchBinary() + "\" --duration 0.01 --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::string json;  // without the line breaks between the parts
+  for (char c : r.out) {
+    if (c != '\n') json += c;
+  }
+  EXPECT_EQ(json.rfind("[{\"workload\":\"fabric\"", 0), 0u) << r.out;
+  EXPECT_NE(json.find("},{\"workload\":\"hash\""), std::string::npos) << r.out;
+  ASSERT_GE(json.size(), 2u);
+  EXPECT_EQ(json.substr(json.size() - 2), "}]") << r.out;
+  EXPECT_EQ(json.find("=="), std::string::npos) << r.out;
+}
+
+// Objects as large as the object heap takes still get their rows, on as
+// many objects as it holds (at 16 KiB and over the rows were dropped, the
+// reason unsaid).
+TEST(Bench, TheObjectRowsRunOnTheLargestObjects) {
+  if (BenchBinary().empty()) {
+    GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";
+  }
+  auto r = RunCommand(
+      {BenchBinary(), "--duration", "0.01", "fabric", "--size", "65504"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("obj_read"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("objects of 65504 bytes"), std::string::npos) << r.out;
+}
+
 TEST(Bench, YcsbDReadsNoKeyBeforeItsInsertEnds) {
   if (BenchBinary().empty()) {
     GTEST_SKIP() << "built without remem-bench (-DREMEM_BUILD_BENCH=OFF)";

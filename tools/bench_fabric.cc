@@ -485,32 +485,41 @@ int RunFabric(const FabricOptions& o) {
   }
   // Transactional objects (remem/txn.h): a one-sided read of one object,
   // a read-only transaction of two (read, then validated one-sided), and a
-  // transfer (read two, write both: one commit call), on kObjects objects
-  // of `size` bytes (at most the largest object).
+  // transfer (read two, write both: one commit call), on up to kObjects
+  // objects of `size` bytes (at most the largest object): half as many
+  // while the server's object heap cannot hold them, down to two.
   if (err.ok()) {
     constexpr int kObjects = 1024;
     auto store = ObjectStore::Open(&c);
     std::vector<ObjectId> ids;
     const uint64_t osize =
         store.ok() ? std::min<uint64_t>(size, (*store)->max_object()) : 0;
-    if (store.ok()) {
+    Status made = store.status();
+    for (int n = kObjects; store.ok() && n >= 2; n /= 2) {
       const std::string value(osize, 'o');
-      Status made = (*store)->Run([&](Transaction& tx) -> Status {
+      made = (*store)->Run([&](Transaction& tx) -> Status {
         ids.clear();
-        for (int i = 0; i < kObjects; ++i) {
+        for (int i = 0; i < n; ++i) {
           auto id = tx.Alloc(value);
           if (!id.ok()) return id.status();
           ids.push_back(*id);
         }
         return Status::OK();
       });
-      if (!made.ok()) ids.clear();
+      if (made.ok()) break;
+      ids.clear();
+      if (made.code() != StatusCode::kOutOfMemory) break;
     }
     if (ids.empty()) {
       std::fprintf(stderr, "remem-bench: no object rows (%s)\n",
-                   store.ok() ? "the objects could not be made"
-                              : store.status().ToString().c_str());
+                   made.ToString().c_str());
     } else {
+      if (ids.size() < size_t(kObjects)) {
+        std::fprintf(stderr,
+                     "remem-bench: the object rows use %zu objects of %llu "
+                     "bytes (the server's object heap holds no more)\n",
+                     ids.size(), static_cast<unsigned long long>(osize));
+      }
       std::mt19937 pick(11);
       auto two = [&] {
         const size_t a = pick() % ids.size();
@@ -582,7 +591,9 @@ int RunFabric(const FabricOptions& o) {
         for (const ObjectId& id : ids) REMEM_RETURN_IF_ERROR(tx.Free(id));
         return Status::OK();
       });
-      if (o.redis && err.ok()) RedisObjectRows(o, osize, kObjects, &rows);
+      if (o.redis && err.ok()) {
+        RedisObjectRows(o, osize, int(ids.size()), &rows);
+      }
     }
   }
   if (!err.ok()) {

@@ -352,24 +352,37 @@ int main(int argc, char** argv) {
       "replication: per trial a new cluster (its own ZooKeeper), one key "
       "written back to back, kill -9 of its primary; the time to the first "
       "write acknowledged after the kill (p50, p99)");
-  failover->add_option("--trials", fov.trials)
+  failover
+      ->add_option("--trials", fov.trials,
+                   "kills (or drains) measured, one after another")
       ->capture_default_str()
       ->check(tools::NumberIn(1, 10000));
-  failover->add_option("--servers", fov.servers)
+  failover
+      ->add_option("--servers", fov.servers,
+                   "servers of the cluster the bench starts")
       ->capture_default_str()
       ->check(tools::NumberIn(2, 16));
-  failover->add_option("--replicas", fov.replicas)
+  failover
+      ->add_option("--replicas", fov.replicas,
+                   "backups of each shard (remem-server's --replicas)")
       ->capture_default_str()
       ->check(tools::NumberIn(1, 4));
   // remem-server's ranges (checked here: the bench would start ZooKeeper
   // and the servers first).
-  failover->add_option("--lease-ms", fov.lease_ms, "--cluster-lease-ms")
+  failover
+      ->add_option("--lease-ms", fov.lease_ms,
+                   "the servers' lease (remem-server's --cluster-lease-ms)")
       ->capture_default_str()
       ->check(tools::NumberIn(uint64_t{50}, uint64_t{30'000}));
-  failover->add_option("--session-ms", fov.session_ms, "--cluster-session-ms")
+  failover
+      ->add_option(
+          "--session-ms", fov.session_ms,
+          "their ZooKeeper session (remem-server's --cluster-session-ms)")
       ->capture_default_str()
       ->check(tools::NumberIn(uint64_t{1000}, uint64_t{60'000}));
-  failover->add_option("--warmup-ms", fov.warmup_ms, "writes before the kill")
+  failover
+      ->add_option("--warmup-ms", fov.warmup_ms,
+                   "writes before each kill, in milliseconds")
       ->capture_default_str()
       ->check(tools::NumberIn(uint64_t{0}, uint64_t{600'000}));
   auto* kill_manager =
@@ -519,6 +532,25 @@ int main(int argc, char** argv) {
                    "the subcommand (remem-bench %s --help)\n",
                    o->get_name().c_str(), own->get_name().c_str(),
                    own->get_name().c_str(), own->get_name().c_str());
+      return 2;
+    }
+  }
+  // The top level's --size, --span and --depth are the fabric rows' (and
+  // the default run's): hash, tree and atomics ran on without them ("--size
+  // 4096 hash" measured 32-byte values), so they are refused there.
+  for (const auto& [sub, unused] :
+       std::vector<std::pair<CLI::App*, std::vector<std::string>>>{
+           {hash, {"--size", "--span", "--depth"}},
+           {tree, {"--size", "--span", "--depth"}},
+           {atomics, {"--size", "--span"}}}) {
+    if (!sub->parsed()) continue;
+    for (const std::string& name : unused) {
+      if (app.get_option(name)->count() == 0) continue;
+      std::fprintf(stderr,
+                   "remem-bench: %s is the fabric rows'; '%s' does not use "
+                   "it (remem-bench %s --help)\n",
+                   name.c_str(), sub->get_name().c_str(),
+                   sub->get_name().c_str());
       return 2;
     }
   }
@@ -716,9 +748,19 @@ int main(int argc, char** argv) {
     ao.vectors = !no_vectors;
     return bench::RunAtomics(fo, ao);
   }
-  // No workload named: the transport layer, then the hash store.
-  std::printf("== fabric: one-sided operations and RPCs\n");
+  // No workload named: the transport layer, then the hash store. With
+  // --json, one array of the two runs' objects (the headings on standard
+  // error), so that the output is one JSON document.
+  FILE* headings = fo.json ? stderr : stdout;
+  std::fprintf(headings, "== fabric: one-sided operations and RPCs\n");
+  if (fo.json) std::printf("[");
+  std::fflush(stdout);
   if (int rc = bench::RunFabric(fo); rc != 0) return rc;
-  std::printf("\n== hash: the key-value store on each read path\n");
-  return bench::RunHash(fo, records, key_size, value_size);
+  if (fo.json) std::printf(",");
+  std::fflush(stdout);
+  std::fprintf(headings, "%s== hash: the key-value store on each read path\n",
+               fo.json ? "" : "\n");
+  const int rc = bench::RunHash(fo, records, key_size, value_size);
+  if (fo.json) std::printf("]\n");
+  return rc;
 }
