@@ -1573,6 +1573,18 @@ TEST(Server, ConfigFileListsWithoutQuotesAreTheCommaSeparatedValue) {
       RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--config", path});
   EXPECT_EQ(list.exit_code, 2) << list.out;
   EXPECT_TRUE(Contains(list.out, "--threads")) << list.out;
+  // A key no option has, and a [section], are named as such (CLI11 said
+  // "INI was not able to parse memroy", as if the syntax were wrong).
+  std::ofstream(path) << "memory = 24M\nmemroy = 32M\n";
+  auto typo =
+      RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--config", path});
+  EXPECT_EQ(typo.exit_code, 2) << typo.out;
+  EXPECT_TRUE(Contains(typo.out, "unknown option 'memroy'")) << typo.out;
+  std::ofstream(path) << "[server]\nmemory = 24M\n";
+  auto section =
+      RunCommand({ServerBinary(), "--listen", "127.0.0.1:0", "--config", path});
+  EXPECT_EQ(section.exit_code, 2) << section.out;
+  EXPECT_TRUE(Contains(section.out, "without [sections]")) << section.out;
   unlink(path);
 }
 

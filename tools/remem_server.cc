@@ -498,6 +498,25 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse NAME" of a key it does not
+    // know, as if the file's syntax were wrong.
+    static constexpr std::string_view kExtra = "INI was not able to parse ";
+    const std::string what = e.what();
+    if (what.rfind(kExtra, 0) == 0) {
+      const std::string key = what.substr(kExtra.size());
+      if (key.find('.') != std::string::npos) {
+        return Fail("--config: '" + key.substr(0, key.find('.')) +
+                        "': the file takes key = value lines without "
+                        "[sections]",
+                    2);
+      }
+      return Fail("--config: unknown option '" + key +
+                      "' (the file takes remem-server's long options, "
+                      "without their dashes: remem-server --help)",
+                  2);
+    }
+    return Fail("--config: " + what, 2);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help, the version or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
