@@ -376,7 +376,11 @@ uint32_t HashService::PartitionOf(std::string_view key) const {
 void HashService::UpdateCounters_st(Partition& part) {
   part.pairs.Set(part.table->size());
   part.growths.Set(part.table->growths());
-  part.bytes_used.Set(part.slab->bytes_carved());
+  // What writes can no longer take: the memory set aside at a restart
+  // (SlabAllocator::Withhold) is as used as what was carved.
+  part.bytes_used.Set(
+      std::min(part.slab->capacity(),
+               part.slab->bytes_carved() + part.slab->withheld()));
   part.discard_shards.Set(part.discard.count);
 }
 
