@@ -813,6 +813,23 @@ TEST_F(Hostile, AServerOutOfOpenFilesSaysSoAndRecovers) {
   if (TransportName(TestTransport()) != "tcp") {
     GTEST_SKIP() << "tcp endpoints each take a descriptor";
   }
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  constexpr bool kSanitized = true;
+#else
+  constexpr bool kSanitized = false;
+#endif
+#else
+  constexpr bool kSanitized = false;
+#endif
+  if (kSanitized) {
+    // Their runtimes need descriptors of their own (UBSan's check that
+    // memory is readable writes to a pipe) and report falsely in a server
+    // that has none left.
+    GTEST_SKIP() << "a sanitized server misreports without descriptors";
+  }
   const pid_t pid = server_.process->pid();
   std::set<long> fds;
   for (const auto& e : std::filesystem::directory_iterator(
