@@ -478,9 +478,13 @@ std::vector<RunResult> RunSystem(const YcsbOptions& o,
   auto since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
-  while (sh.ready.load() < o.threads) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    Progress(what, sh.loaded.load(), o.records, since(t0), false);
+  // Looked at every 5 ms (load_seconds was a multiple of the 100 ms this
+  // slept), the progress shown every 100 ms.
+  for (int looks = 1; sh.ready.load() < o.threads; ++looks) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (looks % 20 == 0) {
+      Progress(what, sh.loaded.load(), o.records, since(t0), false);
+    }
   }
   const double load_seconds = since(t0);
   for (auto& c : clients) {
