@@ -709,6 +709,15 @@ TEST(Cli, AServerThatUcxLeavesUnreachableRefusesToStart) {
     EXPECT_TRUE(Contains(s.out, c.said)) << s.out;
     EXPECT_TRUE(Contains(s.out, c.variable)) << s.out;
   }
+  // A client names them too (it said "ucp_init: No such device").
+  auto client = RunCommand(
+      {CliBinary(), "--server", "127.0.0.1:1", "--timeout", "2", "ping"},
+      {{"UCX_TLS", "bogus"}});
+  EXPECT_EQ(client.exit_code, 1) << client.out;
+  EXPECT_TRUE(Contains(client.out,
+                       "UCX cannot start under the UCX settings "
+                       "UCX_TLS=bogus"))
+      << client.out;
   // tcp devices do not matter to a shared-memory server.
   testing::ServerOptions o =
       testing::TestServerOptions({"--transport", "shm"}, "16M");

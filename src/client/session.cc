@@ -42,7 +42,16 @@ uint64_t PreciseNowNs() {
 Result<std::unique_ptr<LoopCore>> LoopCore::Create(Transport transport) {
   std::unique_ptr<LoopCore> l(new LoopCore());
   auto ctx = fabric::Context::Shared(transport);
-  if (!ctx.ok()) return ctx.status();
+  if (!ctx.ok()) {
+    // As the server says it (a UCX_TLS naming no transport).
+    if (const std::string ucx = fabric::Context::OperatorSettings();
+        !ucx.empty()) {
+      return Status(ctx.status().code(),
+                    "UCX cannot start under the UCX settings " + ucx + " (" +
+                        ctx.status().message() + "): check them");
+    }
+    return ctx.status();
+  }
   l->ctx_ = *ctx;
   l->transport_ = transport;
   auto worker = fabric::Worker::Create(l->ctx_, proto::kMaxRpcPayload);

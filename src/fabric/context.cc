@@ -387,4 +387,15 @@ ShmPages ShmPagesAt(const void* address) {
   return out;
 }
 
+std::string Context::OperatorSettings() {
+  std::string out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.starts_with("UCX_") && v != "UCX_CMA_MEMORY_INVALIDATE=y") {
+      out += (out.empty() ? "" : " ") + std::string(v);
+    }
+  }
+  return out;
+}
+
 }  // namespace remem::fabric

@@ -73,6 +73,10 @@ class Context {
   }
   // The UCX_TLS value remem uses for `transport` (see Shared).
   static std::string TlsFor(Transport transport, bool no_tcp);
+  // The UCX_* variables of the environment, "NAME=value" separated by
+  // spaces, but the default this library sets itself: what to name when
+  // UCX cannot start ("" if none is set).
+  static std::string OperatorSettings();
 
   ~Context();
   Context(const Context&) = delete;

@@ -473,13 +473,7 @@ Status Server::Impl::ForEachPartition(
 Status Server::Impl::InitTransport() {
   // The operator's UCX settings, before this sets any of its own (but the
   // library's own default, fabric/context.cc).
-  std::string operator_ucx;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string_view(*e).starts_with("UCX_") &&
-        std::string_view(*e) != "UCX_CMA_MEMORY_INVALIDATE=y") {
-      operator_ucx += (operator_ucx.empty() ? "" : " ") + std::string(*e);
-    }
-  }
+  const std::string operator_ucx = fabric::Context::OperatorSettings();
   // UCX 1.13's new protocol layer overruns a stack buffer inside libucp on
   // the serving thread at the first handshake, aborting the server ("stack
   // smashing detected"; a client with it is fine): refused up front.
