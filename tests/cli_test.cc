@@ -78,6 +78,12 @@ TEST(Cli, HelpAndUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_TRUE(Contains(r.out, "command 'bogus'")) << r.out;
   }
+  // A value that starts with '-' is taken for an option: the error says
+  // to put it after -- (it said only "value is required").
+  auto dash = RunCommand({CliBinary(), "put", "k", "-x"});
+  EXPECT_EQ(dash.exit_code, 2) << dash.out;
+  EXPECT_TRUE(Contains(dash.out, "goes after -- (remem put KEY -- -x)"))
+      << dash.out;
 }
 
 // `remem cluster`'s own arguments are checked before anything is

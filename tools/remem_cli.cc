@@ -1413,6 +1413,23 @@ int RunCli(int argc, char** argv) {
         return 2;
       }
     }
+    // A key or value that starts with '-' is taken for an option, and CLI11
+    // then says only that the value is required.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      std::vector<std::string> rest = app.remaining();
+      for (CLI::App* sub : app.get_subcommands()) {
+        for (const std::string& r : sub->remaining()) rest.push_back(r);
+      }
+      for (const std::string& r : rest) {
+        if (r.size() < 2 || r[0] != '-') continue;
+        std::fprintf(stderr,
+                     "remem: %s\n'%s' is not an option here: a key or value "
+                     "that starts with '-' goes after -- (remem put KEY -- "
+                     "%s)\n",
+                     e.what(), r.c_str(), r.c_str());
+        return 2;
+      }
+    }
     const int code = app.exit(e);  // prints help or the error
     return code == 0 ? 0 : 2;      // every usage error exits 2
   }
