@@ -16,7 +16,7 @@ void TxnService::DeclareOptions(server::OptionSet* o) {
   o->AddSize("--txn-memory", &memory_option_,
              "of --memory, bytes for transactional objects (default a "
              "sixteenth, or what the other data models leave if less; none "
-             "if that is under 1 MiB)");
+             "if that is under 1 MiB); rounded down to whole MiB, its pages");
 }
 
 Status TxnService::Init(server::ServiceContext* ctx) {
