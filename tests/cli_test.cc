@@ -982,6 +982,8 @@ TEST(Bench, FlagsItWouldNotHonourAreRefused) {
       {{"--size", "4096", "hash"}, "'hash' does not use it"},
       {{"--depth", "64", "tree"}, "'tree' does not use it"},
       {{"--span", "1M", "atomics"}, "'atomics' does not use it"},
+      // As a system named twice is (it ran the workload twice).
+      {{"ycsb", "--workloads", "A,A"}, "workload A is named twice"},
       {{"hash", "--key-size", "8", "--records", "200000"}, "cannot name"},
       {{"tree", "--load-order", "shuffled"}, "--load-order"},
   };

@@ -1055,6 +1055,13 @@ int RunYcsb(const YcsbOptions& options) {
       std::fprintf(stderr, "remem-bench: %s\n", w.status().ToString().c_str());
       return 2;
     }
+    for (const ycsb::Workload& earlier : workloads) {
+      if (earlier.name == w->name) {
+        std::fprintf(stderr, "remem-bench: workload %c is named twice\n",
+                     w->name);
+        return 2;
+      }
+    }
     workloads.push_back(*w);
   }
   std::vector<SystemSpec> systems;
