@@ -202,7 +202,8 @@ PartitionStore::~PartitionStore() {
     // A clean stop: every record of the run is in the log. Not if a write
     // of the run failed (its change may have been served before the disk
     // took its record, or never): the next start skips versions.
-    if (stats_.write_errors.load(std::memory_order_relaxed) == 0) {
+    // (A start that failed before its run began has no stop to mark.)
+    if (running_ && stats_.write_errors.load(std::memory_order_relaxed) == 0) {
       const Status run =
           WriteRun(true, log_->next_lsn() - 1, state_->last_version());
       if (!run.ok()) {
@@ -803,6 +804,7 @@ Status PartitionStore::Recover(RecoveryReport* r) {
   if (Status st = WriteRun(false, next_lsn - 1, max_version); !st.ok()) {
     return st.WithContext("writing the run file of " + dir);
   }
+  running_ = true;
   return Status::OK();
 }
 

@@ -234,6 +234,7 @@ class PartitionStore {
     uint64_t bytes;
   };
   std::vector<OldLog> old_logs_;  // closed log files, oldest first
+  bool running_ = false;          // the run file says "running": served since
   uint64_t log_bytes_since_snapshot_ = 0;
   uint64_t logged_shape_ = 0;  // the state's shape as the log knows it
   std::vector<Done> waiting_;
