@@ -806,9 +806,10 @@ TEST(Resp, AServerWithASecretWantsAuthFromRedisClients) {
 }
 
 // Replies that clients do not read are held up to --resp-max-unread, all
-// connections together; past it the connection owed the most is closed and
-// the others are served (found black-box: 4,096 GETs of a 1 MiB value,
-// never read, had the server hold 4 GB).
+// connections together; past it a connection that has taken none of its
+// replies for a second is closed and the others are served (found
+// black-box: 4,096 GETs of a 1 MiB value, never read, had the server hold
+// 4 GB).
 TEST(Resp, AClientThatNeverReadsIsClosedPastTheUnreadLimit) {
   auto p = StartWithResp({"--resp-max-unread", "8M"});
   RespClient c(p.resp);

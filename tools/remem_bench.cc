@@ -755,7 +755,10 @@ int main(int argc, char** argv) {
   std::fprintf(headings, "== fabric: one-sided operations and RPCs\n");
   if (fo.json) std::printf("[");
   std::fflush(stdout);
-  if (int rc = bench::RunFabric(fo); rc != 0) return rc;
+  if (int rc = bench::RunFabric(fo); rc != 0) {
+    if (fo.json) std::printf("]\n");  // what was printed, still one array
+    return rc;
+  }
   if (fo.json) std::printf(",");
   std::fflush(stdout);
   std::fprintf(headings, "%s== hash: the key-value store on each read path\n",

@@ -1420,13 +1420,18 @@ int RunCli(int argc, char** argv) {
       for (CLI::App* sub : app.get_subcommands()) {
         for (const std::string& r : sub->remaining()) rest.push_back(r);
       }
+      std::string command;  // the words of the command given
+      for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+        sub = sub->get_subcommands().front();
+        command += " " + sub->get_name();
+      }
       for (const std::string& r : rest) {
         if (r.size() < 2 || r[0] != '-') continue;
         std::fprintf(stderr,
                      "remem: %s\n'%s' is not an option here: a key or value "
-                     "that starts with '-' goes after -- (remem put KEY -- "
+                     "that starts with '-' goes after -- (remem%s ... -- "
                      "%s)\n",
-                     e.what(), r.c_str(), r.c_str());
+                     e.what(), r.c_str(), command.c_str(), r.c_str());
         return 2;
       }
     }

@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
   app.add_option("--resp-max-unread", resp_max_unread,
                  "bytes of replies the Redis front door holds for its "
                  "clients before they read them, all connections together; "
-                 "past it the connection owed the most is closed")
+                 "past it those that read none for a second are closed")
       ->capture_default_str();
   uint64_t resp_max_unread_bytes = 0;
   // Cluster.

@@ -48,7 +48,8 @@ Result<std::unique_ptr<LoopCore>> LoopCore::Create(Transport transport) {
         !ucx.empty()) {
       return Status(ctx.status().code(),
                     "UCX cannot start under the UCX settings " + ucx + " (" +
-                        ctx.status().message() + "): check them");
+                        ctx.status().message() +
+                        "): check them (if one of them is the cause)");
     }
     return ctx.status();
   }

@@ -1178,24 +1178,33 @@ TEST(Env, ALockOfAStoppingHolderIsWaitedFor) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   ::kill(running, SIGKILL);
   ASSERT_EQ(::waitpid(running, &status, 0), running);
-  // A holder that says it is stopping, and lets go 300 ms later.
-  const pid_t stopping = ForkLockHolder(
-      dir, [] {}, [] { ::pause(); });
-  ASSERT_GT(stopping, 0);
-  {
-    // What Durability::MarkStopping writes, written here for the child.
-    const std::string note =
-        "remem-server pid " + std::to_string(stopping) + " stopping\n";
-    std::ofstream(dir + "/LOCK", std::ios::trunc) << note;
+  // A holder that says it is stopping (as Durability::MarkStopping does),
+  // and lets go 300 ms later.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t stopping = ::fork();
+  if (stopping == 0) {
+    auto held = Env::Posix()->LockFile(
+        dir + "/LOCK", "remem-server pid " + std::to_string(::getpid()));
+    if (!held.ok() || !(*held)
+                           ->Note("remem-server pid " +
+                                  std::to_string(::getpid()) + " stopping\n")
+                           .ok()) {
+      ::_exit(1);
+    }
+    (void)!::write(ready[1], "x", 1);
+    ::usleep(300000);
+    ::_exit(0);
   }
-  std::thread release([stopping] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    ::kill(stopping, SIGKILL);
-  });
+  ASSERT_GT(stopping, 0);
+  ::close(ready[1]);
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
   auto lock = Env::Posix()->LockFile(dir + "/LOCK", "the next server");
   EXPECT_TRUE(lock.ok()) << lock.status().ToString();
-  release.join();
   ASSERT_EQ(::waitpid(stopping, &status, 0), stopping);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   fs::remove_all(dir);
 }
 

@@ -83,8 +83,11 @@ class PosixLock final : public FileLock {
   explicit PosixLock(int fd) : fd_(fd) {}
   ~PosixLock() override { ::close(fd_); }  // releases the flock
   Status Note(const std::string& holder) override {
-    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(),
-                                             0) != ssize_t(holder.size())) {
+    // Written over the old text, then cut to its length: a reader sees the
+    // one or the other (the new one extends the old), never an empty file.
+    if (::pwrite(fd_, holder.data(), holder.size(), 0) !=
+            ssize_t(holder.size()) ||
+        ::ftruncate(fd_, off_t(holder.size())) != 0) {
       return Status::IOError(std::string("noting the lock's holder: ") +
                              std::strerror(errno));
     }
@@ -299,6 +302,10 @@ class PosixEnv final : public Env {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + std::chrono::seconds(10);
     const auto stop_deadline = start + std::chrono::seconds(30);
+    // A live holder is looked at once more, 100 ms on, before it is
+    // refused: one sent SIGTERM this instant may have taken the signal and
+    // not yet said it is stopping.
+    bool looked_again = false;
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       char buf[256];
@@ -312,6 +319,11 @@ class PosixEnv final : public Env {
           ((HolderIsExiting(who) && now < deadline) ||
            (HolderIsStopping(who) && now < stop_deadline))) {
         ::usleep(10000);
+        continue;
+      }
+      if (err == EWOULDBLOCK && !looked_again) {
+        looked_again = true;
+        ::usleep(100000);
         continue;
       }
       ::close(fd);

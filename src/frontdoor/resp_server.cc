@@ -43,6 +43,9 @@ constexpr auto kConnectRetry = std::chrono::milliseconds(200);
 // most kNap at a time.
 constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kNap = std::chrono::milliseconds(1);
+// How long a connection may take none of the replies it is owed before it
+// counts as not reading (RespServer::Impl::Shed).
+constexpr auto kStalled = std::chrono::seconds(1);
 // How long a connection closed for sending reads and drops what its client
 // still sends (RespServer::Impl::Linger).
 constexpr auto kLinger = std::chrono::seconds(2);
@@ -279,8 +282,11 @@ struct RespServer::Impl {
     // A MULTI was refused: the commands up to its EXEC or DISCARD are
     // answered with an error and not run.
     bool refused_multi = false;
-    std::string name;     // CLIENT SETNAME's (empty: none)
-    size_t owed = 0;      // bytes of replies made and not yet sent
+    std::string name;  // CLIENT SETNAME's (empty: none)
+    size_t owed = 0;   // bytes of replies made and not yet sent
+    // When it last took bytes of its replies, or when replies began to
+    // wait for it: one that takes none for kStalled is not reading (Shed).
+    Clock::time_point last_taken{};
     uint32_t events = 0;  // what epoll waits for on fd
   };
   using ConnPtr = std::shared_ptr<Conn>;
@@ -533,8 +539,8 @@ void RespServer::Impl::Run() {
         Serve(c);
         Flush(c);
       }
-      if (owed_total > options.max_unread_bytes) Shed();
     }
+    if (owed_total > options.max_unread_bytes) Shed();
   }
 }
 
@@ -559,6 +565,7 @@ void RespServer::Impl::Accept() {
     util::TuneConnection(fd, 60);
     auto c = std::make_shared<Conn>();
     c->fd = fd;
+    c->last_taken = Clock::now();
     c->authed = options.session.secret.empty();
     c->events = EPOLLIN;
     epoll_event ev{};
@@ -672,6 +679,11 @@ void RespServer::Impl::Serve(const ConnPtr& c) {
 }
 
 void RespServer::Impl::Flush(const ConnPtr& c) {
+  // Bytes for it to take from now on: its wait starts now.
+  if (c->out_off == c->out.size() && !c->slots.empty() &&
+      c->slots.front()->done) {
+    c->last_taken = Clock::now();
+  }
   while (!c->slots.empty() && c->slots.front()->done) {
     c->out.append(c->slots.front()->reply);
     c->slots.pop_front();
@@ -689,6 +701,7 @@ void RespServer::Impl::Write(const ConnPtr& c) {
       c->out_off += size_t(w);
       c->owed -= size_t(w);
       owed_total -= size_t(w);
+      c->last_taken = Clock::now();
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
@@ -739,21 +752,27 @@ void RespServer::Impl::Close(const ConnPtr& c) {
   c->owed = 0;
 }
 
-// Past options.max_unread_bytes of replies not taken, the connections owed
-// the most are closed, with their replies: clients that send and do not
-// read (found black-box: 4,096 GETs of a 1 MiB value, never read, had the
-// server hold 4 GB).
+// Past options.max_unread_bytes of replies not taken, the connections that
+// have taken none of theirs for kStalled are closed, those owed the most
+// first, with their replies: clients that send and do not read (found
+// black-box: 4,096 GETs of a 1 MiB value, never read, had the server hold
+// 4 GB). A client that reads, however far behind, is left alone.
 void RespServer::Impl::Shed() {
+  const auto now = Clock::now();
   while (owed_total > options.max_unread_bytes) {
     ConnPtr most;
     for (const auto& [fd, c] : conns) {
+      // Stalled: replies in its socket's way, none taken for kStalled.
+      if (c->out_off == c->out.size() || now - c->last_taken < kStalled) {
+        continue;
+      }
       if (most == nullptr || c->owed > most->owed) most = c;
     }
-    if (most == nullptr || most->owed == 0) return;
+    if (most == nullptr) return;
     log::Warn(
         "Redis front door: closing a connection owed {} bytes of replies it "
-        "has not read (--resp-max-unread: the front door holds at most {} "
-        "bytes of replies not taken, all connections together)",
+        "has not read for a second (--resp-max-unread: the front door holds "
+        "at most {} bytes of replies not taken, all connections together)",
         most->owed, options.max_unread_bytes);
     Close(most);
   }
@@ -1374,6 +1393,7 @@ bool RespServer::Impl::Dispatch(const ConnPtr& c, std::vector<std::string>& a) {
       break;
   }
   slot->reply = Err("ERR internal: unhandled command");
+  Owe(c, slot->reply.size());
   slot->done = true;
   return true;
 }

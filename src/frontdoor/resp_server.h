@@ -55,8 +55,9 @@ struct RespOptions {
   // Connections beyond this are refused with an error reply.
   uint32_t max_clients = 10000;
   // Replies made and not yet taken by their clients, all connections
-  // together, past which the connection owed the most is closed (a client
-  // that sends and never reads would have every reply it asked for held).
+  // together, past which the connections that have taken none of theirs
+  // for a second are closed, those owed the most first (a client that
+  // sends and never reads would have every reply it asked for held).
   size_t max_unread_bytes = size_t{1} << 30;
 };
 

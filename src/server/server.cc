@@ -994,11 +994,21 @@ void Server::Impl::AdmitOn(uint32_t thread, ConnectionId id, std::string peer,
     if (!ep.ok()) {
       const util::OpenFiles files = util::CountOpenFiles();
       if (files.Exhausted(8)) {
-        log::Warn(
-            "cannot make an endpoint for a client: {} descriptors of the "
-            "open-files limit of {} are left; raise the limit, or lower "
-            "--max-connections",
-            files.free, files.limit);
+        // Once a second at most: a storm of clients would flood the log.
+        static std::atomic<int64_t> last_warned_ms{0};
+        const int64_t now_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now().time_since_epoch())
+                .count();
+        int64_t last = last_warned_ms.load();
+        if (now_ms - last >= 1000 &&
+            last_warned_ms.compare_exchange_strong(last, now_ms)) {
+          log::Warn(
+              "cannot make an endpoint for a client: {} descriptors of the "
+              "open-files limit of {} are left; raise the limit, or lower "
+              "--max-connections",
+              files.free, files.limit);
+        }
         return done(Status::Unavailable(
                         "the server has run out of open files (" +
                         std::to_string(files.free) + " left of its limit of " +

@@ -260,8 +260,8 @@ OpenFiles CountOpenFiles() {
     }
     ::closedir(d);
     f.free = f.limit > below ? f.limit - below : 0;
-  } else if (errno == EMFILE) {
-    f.free = 0;  // not one left, even to look
+  } else if (errno == EMFILE || errno == ENFILE) {
+    f.free = 0;  // not one left (or none in the system), even to look
   } else {
     f.limit = 0;  // unknown
   }
