@@ -884,23 +884,12 @@ TEST(Cli, AuthRefusalExitsThree) {
   // the server ran out of memory and aborted; found black-box). Under a
   // limit of 1 GB of address space, which reading it whole would pass
   // (but for the sanitizers' builds, whose shadow memory alone passes it).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  constexpr bool kSanitized = true;
-#else
-  constexpr bool kSanitized = false;
-#endif
-#else
-  constexpr bool kSanitized = false;
-#endif
   for (const std::vector<std::string>& cmd :
        {std::vector<std::string>{CliBinary(), "--server", server.address,
                                  "--auth-file", "/dev/zero", "ping"},
         std::vector<std::string>{ServerBinary(), "--memory", "16M", "--listen",
                                  "127.0.0.1:0", "--auth-file", "/dev/zero"}}) {
-    std::string line = kSanitized ? "exec" : "ulimit -v 1000000; exec";
+    std::string line = testing::kSanitized ? "exec" : "ulimit -v 1000000; exec";
     for (const std::string& arg : cmd) line += " '" + arg + "'";
     auto endless = RunCommand({"/bin/sh", "-c", line});
     EXPECT_EQ(endless.exit_code, 2) << endless.out;

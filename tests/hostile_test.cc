@@ -49,6 +49,7 @@
 #include "proto/codec.h"
 #include "test_util.h"
 #include "testing/raw_session.h"
+#include "testing/scale.h"
 #include "util/socket.h"
 
 namespace remem {
@@ -813,18 +814,7 @@ TEST_F(Hostile, AServerOutOfOpenFilesSaysSoAndRecovers) {
   if (TransportName(TestTransport()) != "tcp") {
     GTEST_SKIP() << "tcp endpoints each take a descriptor";
   }
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  constexpr bool kSanitized = true;
-#else
-  constexpr bool kSanitized = false;
-#endif
-#else
-  constexpr bool kSanitized = false;
-#endif
-  if (kSanitized) {
+  if (testing::kSanitized) {
     // Their runtimes need descriptors of their own (UBSan's check that
     // memory is readable writes to a pipe) and report falsely in a server
     // that has none left.

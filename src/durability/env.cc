@@ -247,17 +247,19 @@ class PosixEnv final : public Env {
     return Status::OK();
   }
 
-  // True if `holder` (what a lock's holder wrote: "... pid N") names a
-  // process that is exiting (ProcessIsExiting).
-  static bool HolderIsExiting(const std::string& holder) {
+  // The pid a lock's holder wrote ("... pid N ..."), or 0.
+  static long HolderPid(const std::string& holder) {
     const size_t at = holder.rfind("pid ");
-    if (at == std::string::npos) return false;
+    if (at == std::string::npos) return 0;
     long pid = 0;
     const char* first = holder.data() + at + 4;
-    const char* last = holder.data() + holder.size();
-    auto [end, ec] = std::from_chars(first, last, pid);
-    if (ec != std::errc() || end == first) return false;
-    return ProcessIsExiting(pid);
+    auto [end, ec] = std::from_chars(first, holder.data() + holder.size(), pid);
+    return ec == std::errc() && end != first ? pid : 0;
+  }
+
+  // True if `holder` names a process that is exiting (ProcessIsExiting).
+  static bool HolderIsExiting(const std::string& holder) {
+    return ProcessIsExiting(HolderPid(holder));
   }
 
   // True if `holder` says it is stopping (Durability::MarkStopping), or
@@ -270,19 +272,7 @@ class PosixEnv final : public Env {
                        kStopping) == 0) {
       return true;
     }
-    const size_t at = holder.rfind("pid ");
-    if (at == std::string::npos) return false;
-    long pid = 0;
-    const char* first = holder.data() + at + 4;
-    auto [end, ec] = std::from_chars(first, holder.data() + holder.size(), pid);
-    if (ec != std::errc() || end == first || pid <= 0) return false;
-    const std::string path = "/proc/" + std::to_string(pid) + "/status";
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char text[4096];
-    const ssize_t got = ::read(fd, text, sizeof(text) - 1);
-    ::close(fd);
-    return got > 0 && StatusHasStopPending(std::string_view(text, size_t(got)));
+    return StatusHasStopPending(ProcStatus(HolderPid(holder)));
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(
@@ -347,6 +337,17 @@ class PosixEnv final : public Env {
 
 }  // namespace
 
+std::string ProcStatus(long pid) {
+  if (pid <= 0) return {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char text[4096];
+  const ssize_t got = ::read(fd, text, sizeof(text));
+  ::close(fd);
+  return got > 0 ? std::string(text, size_t(got)) : std::string();
+}
+
 bool ProcessIsExiting(long pid) {
   if (pid <= 0) return false;
   const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
@@ -366,19 +367,7 @@ bool ProcessIsExiting(long pid) {
   const char state = stat[close + 2];
   if (state == 'Z' || state == 'X') return true;
   // Killed, and not yet run since: it exits as soon as it gets a CPU.
-  {
-    const std::string status_path = "/proc/" + std::to_string(pid) + "/status";
-    const int sfd = ::open(status_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (sfd >= 0) {
-      char text[4096];
-      const ssize_t got = ::read(sfd, text, sizeof(text) - 1);
-      ::close(sfd);
-      if (got > 0 &&
-          StatusHasKillPending(std::string_view(text, size_t(got)))) {
-        return true;
-      }
-    }
-  }
+  if (StatusHasKillPending(ProcStatus(pid))) return true;
   size_t pos = close + 2;
   for (int field = 0; field < 6 && pos != std::string_view::npos; ++field) {
     pos = stat.find(' ', pos);

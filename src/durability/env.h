@@ -108,6 +108,9 @@ class Env {
 // on a busy machine before this). False if it is gone or cannot be seen
 // (another pid namespace).
 bool ProcessIsExiting(long pid);
+// The text of /proc/PID/status (its first 4 KiB, where the signal masks
+// are), or "" if it cannot be read.
+std::string ProcStatus(long pid);
 // Whether the text of a /proc/PID/status names SIGKILL among the signals
 // pending for the process (ShdPnd) or its main thread (SigPnd).
 bool StatusHasKillPending(std::string_view status);

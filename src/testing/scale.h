@@ -24,6 +24,21 @@ inline int Scaled(int count, int minimum = 1) {
   return std::max(minimum, count / ScaleDivisor());
 }
 
+// Built with AddressSanitizer or ThreadSanitizer (gcc's macros, clang's
+// __has_feature): for the few tests the sanitizers' runtimes cannot take
+// part in (a limit of address space, no descriptors left).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 }  // namespace remem::testing
 
 #endif  // REMEM_TESTING_SCALE_H_
