@@ -34,8 +34,9 @@ class DurableTable : public durability::Recoverable {
   Status ApplyPut(std::string_view key, std::string_view value,
                   uint64_t version) override {
     Status st = table_->Restore(key, value, version);
-    if (st.code() == StatusCode::kInvalidArgument &&
-        st.message().find("exceeds the limit") != std::string_view::npos) {
+    const Limits& limits = table_->limits();
+    if (!st.ok() &&
+        (key.size() > limits.max_key || value.size() > limits.max_value)) {
       // Written under larger limits than this start's.
       return Status::InvalidArgument(
           std::string(st.message()) +
